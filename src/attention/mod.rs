@@ -1,0 +1,14 @@
+//! Attention: one eager, query-blocked path shared by every architecture, variant and
+//! device. One file per variant's math; `layer` holds the loop that feeds the probe.
+
+mod affine_scaled;
+pub mod blocks;
+mod gated;
+mod layer;
+mod sink;
+mod variant;
+
+pub use affine_scaled::{activate, affine_weights};
+pub use layer::{Attention, AttentionShape};
+pub use sink::softmax_with_sink;
+pub use variant::{Activation, AffineConfig, BetaLength, VariantKind};

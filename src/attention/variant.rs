@@ -1,0 +1,112 @@
+//! The attention variants of SPEC section 3: their names, settings, and the rule that
+//! turns one block of scaled logits into effective weights a_ij.
+
+use serde::Serialize;
+
+/// The attention variant of a checkpoint (`attention_variant` in config.json).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VariantKind {
+    /// a = softmax(s).
+    Softmax,
+    /// a = exp(s) / (sum exp(s) + 1).
+    OffByOne,
+    /// GPT-OSS learnable per-head sink logit.
+    Sink,
+    /// softmax, output gated by sigmoid(g) per head dimension.
+    Gated,
+    /// a = alpha * softmax + beta on visible keys.
+    AffineScaled,
+    /// affine_scaled weights with a gated output.
+    AffineScaledGated,
+}
+
+impl VariantKind {
+    /// Names accepted in config.json, for error messages.
+    pub const SUPPORTED: &'static str =
+        "softmax, off_by_one, sink, gated, affine_scaled, affine_scaled_gated";
+
+    /// Parses a config.json name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "softmax" => VariantKind::Softmax,
+            "off_by_one" => VariantKind::OffByOne,
+            "sink" => VariantKind::Sink,
+            "gated" => VariantKind::Gated,
+            "affine_scaled" => VariantKind::AffineScaled,
+            "affine_scaled_gated" => VariantKind::AffineScaledGated,
+            _ => return None,
+        })
+    }
+
+    /// The config.json name.
+    pub fn name(self) -> &'static str {
+        match self {
+            VariantKind::Softmax => "softmax",
+            VariantKind::OffByOne => "off_by_one",
+            VariantKind::Sink => "sink",
+            VariantKind::Gated => "gated",
+            VariantKind::AffineScaled => "affine_scaled",
+            VariantKind::AffineScaledGated => "affine_scaled_gated",
+        }
+    }
+
+    /// Whether the output is multiplied by sigmoid(gate) before o_proj.
+    pub fn is_gated(self) -> bool {
+        matches!(self, VariantKind::Gated | VariantKind::AffineScaledGated)
+    }
+
+    /// Whether weights are alpha * softmax + beta.
+    pub fn is_affine(self) -> bool {
+        matches!(
+            self,
+            VariantKind::AffineScaled | VariantKind::AffineScaledGated
+        )
+    }
+
+    /// Whether part of each row's mass goes to no token (sink, off_by_one).
+    pub fn has_sink_mass(self) -> bool {
+        matches!(self, VariantKind::Sink | VariantKind::OffByOne)
+    }
+}
+
+/// phi in alpha = phi(w . x).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    /// 0 for x <= -5, 0.1x + 0.5 between, 1 for x >= 5.
+    #[default]
+    LinearClipping,
+    /// 1 / (1 + exp(-x)).
+    Sigmoid,
+}
+
+/// N in beta = (alpha_ma - alpha) / N.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum BetaLength {
+    /// N = T, the analysed window length.
+    #[default]
+    Full,
+    /// N = i + 1, the keys query i sees.
+    Visible,
+}
+
+/// The `affine_scaled` block of config.json.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct AffineConfig {
+    pub activation: Activation,
+    pub beta_length: BetaLength,
+    /// rho of the alpha_ma moving average (training only).
+    pub momentum: f64,
+}
+
+impl Default for AffineConfig {
+    fn default() -> Self {
+        AffineConfig {
+            activation: Activation::LinearClipping,
+            beta_length: BetaLength::Full,
+            momentum: 0.9,
+        }
+    }
+}

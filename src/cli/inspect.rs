@@ -1,0 +1,112 @@
+//! `asa-analyze inspect CKPT`: what a checkpoint is, without running it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use candle_core::{DType, Device};
+use serde_json::json;
+
+use crate::error::Result;
+use crate::model::rope::rotary_dim;
+use crate::model::Checkpoint;
+
+/// Arguments of `inspect`.
+#[derive(Debug, clap::Args)]
+pub struct InspectArgs {
+    /// Checkpoint folder (config.json + safetensors).
+    pub checkpoint: PathBuf,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Prints architecture, variant and shapes of a checkpoint.
+pub fn run(args: InspectArgs) -> Result<()> {
+    let ckpt = Checkpoint::open(&args.checkpoint, &Device::Cpu, DType::F32)?.validate()?;
+    let c = &ckpt.config;
+    let mut stored: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, _, dtype) in ckpt.store.tensors() {
+        *stored.entry(dtype).or_default() += 1;
+    }
+    let rope = match c.rope.partial_rotary_factor {
+        f if f < 1.0 => format!(
+            "{:?}, theta {}, partial_rotary_factor {f} ({} of {} dims rotate)",
+            c.rope.scaling,
+            c.rope.theta,
+            rotary_dim(&c.rope, c.head_dim),
+            c.head_dim
+        ),
+        _ => format!("{:?}, theta {}", c.rope.scaling, c.rope.theta),
+    };
+    let report = json!({
+        "checkpoint": args.checkpoint.display().to_string(),
+        "architecture": c.architecture.name(),
+        "variant": ckpt.variant.kind.name(),
+        "variant_source": ckpt.variant.source,
+        "layers": c.num_layers,
+        "heads": c.num_heads,
+        "kv_heads": c.num_kv_heads,
+        "head_dim": c.head_dim,
+        "hidden_size": c.hidden_size,
+        "vocab_size": c.vocab_size,
+        "rope": rope,
+        "tie_word_embeddings": c.tie_word_embeddings,
+        "parameters": ckpt.parameter_count(),
+        "delta_parameters": ckpt.delta_params(),
+        "stored_dtypes": stored,
+    });
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("json values serialise")
+        );
+        return Ok(());
+    }
+    let rows = [
+        ("checkpoint", args.checkpoint.display().to_string()),
+        ("architecture", c.architecture.name().to_string()),
+        (
+            "variant",
+            format!("{} ({})", ckpt.variant.kind.name(), ckpt.variant.source),
+        ),
+        ("layers", c.num_layers.to_string()),
+        (
+            "heads",
+            format!("{} query, {} key/value", c.num_heads, c.num_kv_heads),
+        ),
+        ("head dim", c.head_dim.to_string()),
+        ("hidden size", c.hidden_size.to_string()),
+        ("vocab size", c.vocab_size.to_string()),
+        ("rope", rope),
+        ("parameters", format_count(ckpt.parameter_count())),
+        (
+            "delta params",
+            format!(
+                "{} ({} adds them)",
+                format_count(ckpt.delta_params()),
+                ckpt.variant.kind.name()
+            ),
+        ),
+        (
+            "stored dtypes",
+            stored
+                .iter()
+                .map(|(k, v)| format!("{k} x{v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+    ];
+    for (key, value) in rows {
+        println!("{key:<14} {value}");
+    }
+    Ok(())
+}
+
+fn format_count(n: usize) -> String {
+    match n {
+        n if n >= 1_000_000_000 => format!("{n} ({:.2}B)", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{n} ({:.2}M)", n as f64 / 1e6),
+        n if n >= 1_000 => format!("{n} ({:.1}K)", n as f64 / 1e3),
+        n => n.to_string(),
+    }
+}

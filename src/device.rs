@@ -1,0 +1,79 @@
+//! Device and dtype choice (`--device auto|cpu|cuda[:N]`, `--dtype f32|bf16|f16`).
+
+use candle_core::{DType, Device};
+
+use crate::error::{Error, Result};
+
+/// Where the forward pass runs, as the user asked for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceRequest {
+    /// CUDA device 0 when the build and machine have one, else CPU.
+    Auto,
+    /// The CPU.
+    Cpu,
+    /// CUDA device N.
+    Cuda(usize),
+}
+
+impl std::str::FromStr for DeviceRequest {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(DeviceRequest::Auto),
+            "cpu" => Ok(DeviceRequest::Cpu),
+            "cuda" => Ok(DeviceRequest::Cuda(0)),
+            other => match other.strip_prefix("cuda:").map(str::parse::<usize>) {
+                Some(Ok(n)) => Ok(DeviceRequest::Cuda(n)),
+                _ => Err(format!(
+                    "`{other}` is not a device (auto, cpu, cuda, cuda:N)"
+                )),
+            },
+        }
+    }
+}
+
+/// Resolves a request into a candle device, with a clear error when CUDA is unavailable.
+pub fn resolve_device(request: DeviceRequest) -> Result<Device> {
+    match request {
+        DeviceRequest::Cpu => Ok(Device::Cpu),
+        DeviceRequest::Auto => {
+            if cfg!(feature = "cuda") {
+                Ok(Device::cuda_if_available(0).unwrap_or(Device::Cpu))
+            } else {
+                Ok(Device::Cpu)
+            }
+        }
+        DeviceRequest::Cuda(n) => {
+            if !cfg!(feature = "cuda") {
+                return Err(Error::usage(format!(
+                    "--device cuda:{n}: this asa-analyze was built without `cuda`; rebuild with `cargo build --release --features cuda`"
+                )));
+            }
+            Device::new_cuda(n).map_err(|e| {
+                Error::usage(format!("--device cuda:{n}: no usable CUDA device ({e})"))
+            })
+        }
+    }
+}
+
+/// The analysis dtype (`--dtype`); `None` means f32 on CPU and bf16 on GPU.
+pub fn resolve_dtype(requested: Option<DType>, device: &Device) -> DType {
+    requested.unwrap_or(if device.is_cuda() {
+        DType::BF16
+    } else {
+        DType::F32
+    })
+}
+
+/// Parses `f32`, `bf16`, `f16`.
+pub fn parse_dtype(s: &str) -> std::result::Result<DType, String> {
+    match s {
+        "f32" => Ok(DType::F32),
+        "bf16" => Ok(DType::BF16),
+        "f16" => Ok(DType::F16),
+        other => Err(format!(
+            "`{other}` is not an analysis dtype (f32, bf16, f16)"
+        )),
+    }
+}

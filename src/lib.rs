@@ -1,0 +1,16 @@
+//! asa-analyze: attention analysis for transformer checkpoints, built around Affine-Scaled
+//! Attention (arXiv 2602.23057) and the variants it is compared with.
+//!
+//! Layers: [`model`] loads checkpoints and runs the forward pass, [`attention`] holds the
+//! one blocked attention path and every variant's math, [`probe`] is the hook interface,
+//! [`export`] writes tidy tables, [`cli`] is the command line.
+
+pub mod attention;
+pub mod cli;
+pub mod device;
+pub mod error;
+pub mod export;
+pub mod model;
+pub mod probe;
+
+pub use error::{Error, Result};

@@ -1,0 +1,5 @@
+//! The `asa-analyze` binary: parse arguments, run, map errors to exit status 2.
+
+fn main() -> std::process::ExitCode {
+    asa_analyze::cli::main()
+}

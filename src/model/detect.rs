@@ -1,0 +1,54 @@
+//! Which attention variant a checkpoint uses: named in config.json, or detected from its
+//! weights (sinks, alpha_proj, a doubled q_proj), and how we know.
+
+use serde::Serialize;
+
+use super::config::ModelConfig;
+use super::weights::WeightStore;
+use crate::attention::VariantKind;
+
+/// A variant and the evidence for it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DetectedVariant {
+    pub kind: VariantKind,
+    /// e.g. "config.json attention_variant" or "weights: model.layers.0.self_attn.sinks".
+    pub source: String,
+}
+
+/// The variant of a checkpoint with `config` and weights `store`.
+pub fn detect_variant(config: &ModelConfig, store: &WeightStore) -> DetectedVariant {
+    if let Some(kind) = config.declared_variant {
+        return DetectedVariant {
+            kind,
+            source: "config.json attention_variant".into(),
+        };
+    }
+    let attn = "model.layers.0.self_attn";
+    let sinks = format!("{attn}.sinks");
+    let alpha = format!("{attn}.alpha_proj.weight");
+    let q = format!("{attn}.q_proj.weight");
+    let doubled_q = store
+        .shape(&q)
+        .is_some_and(|s| s.first() == Some(&(2 * config.num_heads * config.head_dim)));
+    let (kind, source) = if store.contains(&sinks) {
+        (VariantKind::Sink, format!("weights: {sinks}"))
+    } else if store.contains(&alpha) && doubled_q {
+        (
+            VariantKind::AffineScaledGated,
+            format!("weights: {alpha} and {q} with 2 x heads x head_dim rows"),
+        )
+    } else if store.contains(&alpha) {
+        (VariantKind::AffineScaled, format!("weights: {alpha}"))
+    } else if doubled_q {
+        (
+            VariantKind::Gated,
+            format!("weights: {q} has 2 x heads x head_dim rows (query + gate)"),
+        )
+    } else {
+        (
+            VariantKind::Softmax,
+            "no attention_variant in config.json and no variant weights: standard softmax".into(),
+        )
+    };
+    DetectedVariant { kind, source }
+}

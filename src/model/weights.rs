@@ -1,0 +1,204 @@
+//! Where a checkpoint's tensors come from: memory-mapped safetensors (one file or shards
+//! listed in `model.safetensors.index.json`). Every lookup checks the shape and names the
+//! tensor, the file and both shapes when they disagree.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::safetensors::MmapedSafetensors;
+use candle_core::{DType, Device, Tensor};
+
+use crate::error::{Error, Result};
+
+/// The tensors of one checkpoint, loaded lazily and cast to the analysis dtype on `get`.
+pub struct WeightStore {
+    files: MmapedSafetensors,
+    /// File (for error messages) of each tensor.
+    origin: BTreeMap<String, PathBuf>,
+    device: Device,
+    dtype: DType,
+    /// Check names and shapes only: `get` returns a broadcast zero without reading data.
+    shapes_only: bool,
+}
+
+impl WeightStore {
+    /// Opens the weights of the checkpoint folder `dir`.
+    pub fn open(dir: &Path, device: &Device, dtype: DType) -> Result<Self> {
+        let single = dir.join("model.safetensors");
+        let index = dir.join("model.safetensors.index.json");
+        let paths = if single.is_file() {
+            vec![single]
+        } else if index.is_file() {
+            shard_paths(dir, &index)?
+        } else {
+            return Err(Error::input(
+                dir,
+                "no model.safetensors or model.safetensors.index.json in the checkpoint folder",
+            ));
+        };
+        let mut origin = BTreeMap::new();
+        for path in &paths {
+            // SAFETY: the files are opened read-only; modifying a checkpoint while it is
+            // being analysed is outside what we guard against (as in every mmap loader).
+            let one = unsafe { MmapedSafetensors::new(path) }.map_err(|e| {
+                Error::input(
+                    path,
+                    format!("invalid or truncated safetensors file: {}", root_cause(&e)),
+                )
+            })?;
+            for (name, _) in one.tensors() {
+                origin.insert(name, path.clone());
+            }
+        }
+        // SAFETY: as above.
+        let files = unsafe { MmapedSafetensors::multi(&paths) }
+            .map_err(|e| Error::input(dir, format!("cannot map weights: {e}")))?;
+        Ok(WeightStore {
+            files,
+            origin,
+            device: device.clone(),
+            dtype,
+            shapes_only: false,
+        })
+    }
+
+    /// A store that checks every tensor's name and shape on `get` but reads no data (each
+    /// tensor is a zero-stride broadcast scalar): building a model from it validates a
+    /// checkpoint in milliseconds, whatever its size.
+    pub fn shapes_only(mut self) -> Self {
+        self.shapes_only = true;
+        self
+    }
+
+    /// Undoes [`WeightStore::shapes_only`].
+    pub fn with_data(mut self) -> Self {
+        self.shapes_only = false;
+        self
+    }
+
+    /// Whether a tensor called `name` exists.
+    pub fn contains(&self, name: &str) -> bool {
+        self.origin.contains_key(name)
+    }
+
+    /// The stored shape of `name`, if it exists.
+    pub fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        self.files.get(name).ok().map(|view| view.shape().to_vec())
+    }
+
+    /// Loads `name`, checks it has `expected` shape, casts to the analysis dtype.
+    pub fn get(&self, name: &str, expected: &[usize]) -> Result<Tensor> {
+        self.get_as(name, expected, self.dtype)
+    }
+
+    /// Like [`WeightStore::get`] but casts to `dtype` (e.g. f32 for small parameters).
+    pub fn get_as(&self, name: &str, expected: &[usize], dtype: DType) -> Result<Tensor> {
+        let Some(path) = self.origin.get(name) else {
+            return Err(Error::input(
+                self.any_file(),
+                format!("tensor {name} is missing"),
+            ));
+        };
+        let view = self
+            .files
+            .get(name)
+            .map_err(|e| Error::input(path, format!("cannot read tensor {name}: {e}")))?;
+        if view.shape() != expected {
+            return Err(Error::input(
+                path,
+                format!(
+                    "tensor {name} has shape {:?}, expected {:?}",
+                    view.shape(),
+                    expected
+                ),
+            ));
+        }
+        if self.shapes_only {
+            return Ok(Tensor::zeros((), dtype, &self.device)?.broadcast_as(expected)?);
+        }
+        let tensor = self
+            .files
+            .load(name, &Device::Cpu)
+            .map_err(|e| Error::input(path, format!("cannot load tensor {name}: {e}")))?;
+        Ok(tensor.to_dtype(dtype)?.to_device(&self.device)?)
+    }
+
+    /// Loads `name` if present (see [`WeightStore::get`]).
+    pub fn get_opt(&self, name: &str, expected: &[usize]) -> Result<Option<Tensor>> {
+        if self.contains(name) {
+            self.get(name, expected).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Every tensor name with its shape and stored dtype.
+    pub fn tensors(&self) -> Vec<(String, Vec<usize>, String)> {
+        self.files
+            .tensors()
+            .into_iter()
+            .map(|(name, view)| {
+                (
+                    name,
+                    view.shape().to_vec(),
+                    format!("{:?}", view.dtype()).to_lowercase(),
+                )
+            })
+            .collect()
+    }
+
+    /// The analysis dtype.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The device tensors are loaded to.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn any_file(&self) -> PathBuf {
+        self.origin
+            .values()
+            .next()
+            .cloned()
+            .unwrap_or_else(|| PathBuf::from("model.safetensors"))
+    }
+}
+
+/// The distinct shard files named by an index, in order, checked to exist.
+fn shard_paths(dir: &Path, index: &Path) -> Result<Vec<PathBuf>> {
+    let text = std::fs::read_to_string(index).map_err(|e| Error::io(index, e))?;
+    let json: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::input(index, format!("invalid JSON: {e}")))?;
+    let map = json
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| Error::input(index, "missing `weight_map` object"))?;
+    let mut files: Vec<String> = Vec::new();
+    for value in map.values() {
+        let file = value
+            .as_str()
+            .ok_or_else(|| Error::input(index, "weight_map values must be file names"))?;
+        if !files.iter().any(|f| f == file) {
+            files.push(file.to_string());
+        }
+    }
+    files.sort();
+    let paths: Vec<PathBuf> = files.iter().map(|f| dir.join(f)).collect();
+    if let Some(missing) = paths.iter().find(|p| !p.is_file()) {
+        return Err(Error::input(
+            index,
+            format!("shard {} is missing", missing.display()),
+        ));
+    }
+    Ok(paths)
+}
+
+fn root_cause(err: &candle_core::Error) -> String {
+    match err {
+        candle_core::Error::WithPath { inner, .. } => root_cause(inner),
+        candle_core::Error::WithBacktrace { inner, .. } => root_cause(inner),
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,162 @@
+//! The probe: a push-model hook interface with TransformerLens-style hook points.
+//!
+//! The forward pass asks [`Probe::wants`] before computing anything optional, and pushes
+//! tensors to [`Probe::on_tensor`]. Attention-map hooks arrive query block by query block:
+//! a block tensor covers queries `ctx.q_start .. ctx.q_start + ctx.q_len` and the keys they
+//! can see, `0 .. ctx.q_start + ctx.q_len` (keys after the last query are invisible to every
+//! query of the block and are not materialised).
+
+mod capture;
+
+pub use capture::CaptureProbe;
+
+use candle_core::Tensor;
+
+use crate::error::Result;
+
+/// A hook point inside one layer (or after the last, for logits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Hook {
+    /// `hook_q`: queries after RoPE (and QK-norm), `[batch, head, pos, d_head]`, once per layer.
+    Q,
+    /// `hook_k`: keys after RoPE, `[batch, kv_head, pos, d_head]`, once per layer.
+    K,
+    /// `hook_qk`: raw q . k before 1/sqrt(d) and any variant transform, unmasked,
+    /// `[batch, head, q_block, keys]` (use `ctx.visible` for the causal mask).
+    Qk,
+    /// `hook_attn_scores`: the logits the variant normalises (scaled, masked with -inf),
+    /// `[batch, head, q_block, keys]`, f32.
+    AttnScores,
+    /// `hook_pattern`: effective weights a_ij (what multiplies v_j), `[batch, head, q_block, keys]`, f32.
+    Pattern,
+    /// `hook_softmax`: plain softmax p_ij over the scaled logits, `[batch, head, q_block, keys]`, f32.
+    Softmax,
+    /// `hook_sink_mass`: mass that goes to no token (sink, off_by_one), `[batch, head, q_block]`, f32.
+    SinkMass,
+    /// `hook_alpha`: Affine-Scaled alpha, `[batch, head, pos]`, f32, once per layer.
+    Alpha,
+    /// `hook_gate`: sigmoid gate values, `[batch, pos, head * d_head]`, f32, once per layer.
+    Gate,
+    /// `hook_logits`: next-token logits, `[batch, pos_block, vocab]`, f32, after the last layer.
+    Logits,
+}
+
+impl Hook {
+    /// Every hook, in forward order.
+    pub const ALL: [Hook; 10] = [
+        Hook::Q,
+        Hook::K,
+        Hook::Qk,
+        Hook::AttnScores,
+        Hook::Pattern,
+        Hook::Softmax,
+        Hook::SinkMass,
+        Hook::Alpha,
+        Hook::Gate,
+        Hook::Logits,
+    ];
+
+    /// The TransformerLens-style name of this hook in layer `layer` (0-based):
+    /// `blocks.{layer}.attn.hook_pattern`; logits are `hook_logits`.
+    pub fn name(self, layer: usize) -> String {
+        let short = match self {
+            Hook::Q => "hook_q",
+            Hook::K => "hook_k",
+            Hook::Qk => "hook_qk",
+            Hook::AttnScores => "hook_attn_scores",
+            Hook::Pattern => "hook_pattern",
+            Hook::Softmax => "hook_softmax",
+            Hook::SinkMass => "hook_sink_mass",
+            Hook::Alpha => "hook_alpha",
+            Hook::Gate => "hook_gate",
+            Hook::Logits => return "hook_logits".to_string(),
+        };
+        format!("blocks.{layer}.attn.{short}")
+    }
+
+    /// Whether the hook's tensors arrive per query block.
+    pub fn is_blocked(self) -> bool {
+        matches!(
+            self,
+            Hook::Qk
+                | Hook::AttnScores
+                | Hook::Pattern
+                | Hook::Softmax
+                | Hook::SinkMass
+                | Hook::Logits
+        )
+    }
+}
+
+/// Where a pushed tensor sits.
+pub struct BlockCtx<'a> {
+    /// 0-based layer (the number of layers for logits).
+    pub layer: usize,
+    /// First query (or position) of the block.
+    pub q_start: usize,
+    /// Queries (positions) in the block.
+    pub q_len: usize,
+    /// Sequence length T of the forward pass.
+    pub seq_len: usize,
+    /// Causal visibility `[q_len, q_start + q_len]`, f32 1.0 where key j <= query i, else 0.0;
+    /// `None` for per-layer and logits hooks.
+    pub visible: Option<&'a Tensor>,
+}
+
+/// Receives tensors from the forward pass. Every method defaults to a no-op, so a probe
+/// implements only what it needs; a probe that wants nothing adds no work.
+pub trait Probe {
+    /// Whether `hook` in `layer` (0-based) should be computed and pushed.
+    fn wants(&self, _hook: Hook, _layer: usize) -> bool {
+        false
+    }
+
+    /// Receives a tensor this probe wants.
+    fn on_tensor(&mut self, _hook: Hook, _ctx: &BlockCtx, _xs: &Tensor) -> Result<()> {
+        Ok(())
+    }
+
+    /// Called when a layer's attention is done (0-based layer).
+    fn on_layer_end(&mut self, _layer: usize) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A probe that wants nothing: a plain forward pass.
+pub struct NoProbe;
+
+impl Probe for NoProbe {}
+
+/// Fans out to several probes; a hook is computed when any of them wants it.
+pub struct ProbeSet<'a> {
+    probes: Vec<&'a mut dyn Probe>,
+}
+
+impl<'a> ProbeSet<'a> {
+    /// Combines probes.
+    pub fn new(probes: Vec<&'a mut dyn Probe>) -> Self {
+        ProbeSet { probes }
+    }
+}
+
+impl Probe for ProbeSet<'_> {
+    fn wants(&self, hook: Hook, layer: usize) -> bool {
+        self.probes.iter().any(|p| p.wants(hook, layer))
+    }
+
+    fn on_tensor(&mut self, hook: Hook, ctx: &BlockCtx, xs: &Tensor) -> Result<()> {
+        for probe in self.probes.iter_mut() {
+            if probe.wants(hook, ctx.layer) {
+                probe.on_tensor(hook, ctx, xs)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn on_layer_end(&mut self, layer: usize) -> Result<()> {
+        for probe in self.probes.iter_mut() {
+            probe.on_layer_end(layer)?;
+        }
+        Ok(())
+    }
+}

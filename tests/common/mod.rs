@@ -1,0 +1,106 @@
+//! Helpers shared by the integration tests: fixture paths, reference loading, comparisons,
+//! and running the real binary.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use candle_core::{Device, Tensor};
+
+/// Every model fixture written by `tools/make_fixtures.py`.
+pub const MODEL_FIXTURES: [&str; 8] = [
+    "llama_gqa",
+    "qwen2",
+    "off_by_one",
+    "sink",
+    "gated",
+    "affine_scaled",
+    "affine_scaled_sigmoid_visible",
+    "affine_scaled_gated",
+];
+
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+pub fn model_dir(name: &str) -> PathBuf {
+    fixtures().join("models").join(name)
+}
+
+/// The float64 reference tensors of a fixture.
+pub fn reference(name: &str) -> HashMap<String, Tensor> {
+    let path = fixtures()
+        .join("reference")
+        .join(format!("{name}.safetensors"));
+    candle_core::safetensors::load(&path, &Device::Cpu).expect("reference tensors load")
+}
+
+/// The reference metrics of a fixture.
+pub fn reference_metrics(name: &str) -> serde_json::Value {
+    let path = fixtures()
+        .join("reference")
+        .join(format!("{name}.metrics.json"));
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Max |a - b| over two tensors of the same shape (compared in f64).
+pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
+    assert_eq!(a.dims(), b.dims(), "shapes differ");
+    let a = a
+        .to_dtype(candle_core::DType::F64)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f64>()
+        .unwrap();
+    let b = b
+        .to_dtype(candle_core::DType::F64)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f64>()
+        .unwrap();
+    a.iter()
+        .zip(&b)
+        .map(|(x, y)| if x == y { 0.0 } else { (x - y).abs() })
+        .fold(0.0, f64::max)
+}
+
+/// |x - y| <= atol + rtol |y|, NaN equal to NaN; panics with `what` otherwise.
+pub fn assert_close(x: f64, y: f64, atol: f64, rtol: f64, what: &str) {
+    if x.is_nan() && y.is_nan() {
+        return;
+    }
+    assert!(
+        (x - y).abs() <= atol + rtol * y.abs(),
+        "{what}: got {x}, expected {y} (diff {:e})",
+        (x - y).abs()
+    );
+}
+
+/// Runs the built binary with `args` in `dir`.
+pub fn run_cli(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_asa-analyze"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("binary runs")
+}
+
+/// stderr of a failed run, asserting exit status 2 and a single line.
+pub fn expect_error(output: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "exit status; stderr: {stderr}"
+    );
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "one-line error: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr
+}
