@@ -5,12 +5,15 @@
 //! one blocked attention path and every variant's math, [`probe`] is the hook interface,
 //! [`export`] writes tidy tables, [`cli`] is the command line.
 
+pub mod analysis;
 pub mod attention;
 pub mod cli;
 pub mod device;
 pub mod error;
 pub mod export;
+pub mod metrics;
 pub mod model;
 pub mod probe;
+pub mod stats;
 
 pub use error::{Error, Result};

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use crate::error::Result;
 
 mod inspect;
+mod logs;
 
 /// Analyse attention in transformer checkpoints (Affine-Scaled Attention and friends).
 #[derive(Debug, Parser)]
@@ -21,6 +22,12 @@ pub struct Cli {
 enum Command {
     /// Architecture, attention variant (and how it was detected), shapes, parameter counts.
     Inspect(inspect::InspectArgs),
+    /// Gradient-norm statistics over a step window: mean, std, var, CV (paper Table 4).
+    GradStats(logs::GradStatsArgs),
+    /// Gradient-norm spikes above median + k * MAD (paper Table 5).
+    Spikes(logs::SpikesArgs),
+    /// Loss and gradient-norm curves with optional EMA smoothing (paper Figs. 7, 8, 10).
+    Curves(logs::CurvesArgs),
 }
 
 /// Runs the CLI with the process arguments; returns the exit code.
@@ -39,5 +46,8 @@ pub fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Inspect(args) => inspect::run(args),
+        Command::GradStats(args) => logs::grad_stats(args),
+        Command::Spikes(args) => logs::spikes(args),
+        Command::Curves(args) => logs::curves(args),
     }
 }

@@ -1,0 +1,54 @@
+//! One model's analysis: batches of token windows through the forward pass with the
+//! metric probe attached, query block by query block.
+
+use candle_core::Tensor;
+
+use crate::error::Result;
+use crate::metrics::{MetricOptions, MetricProbe, ModelMetrics};
+use crate::model::{Checkpoint, Model};
+
+/// How the forward passes are cut.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct RunShape {
+    /// Sequences per forward pass.
+    pub batch_size: usize,
+    /// Queries per attention block.
+    pub block: usize,
+}
+
+/// Computes `opts` metrics of `model` over `windows` (all of equal length), calling
+/// `progress(done_sequences)` after each batch.
+pub fn analyze(
+    ckpt: &Checkpoint,
+    model: &Model,
+    windows: &[Vec<u32>],
+    opts: &MetricOptions,
+    shape: RunShape,
+    mut progress: impl FnMut(usize),
+) -> Result<ModelMetrics> {
+    let c = &ckpt.config;
+    let mut probe = MetricProbe::new(opts.clone(), c.num_layers, c.num_heads, windows);
+    let device = ckpt.store.device();
+    let mut done = 0;
+    for batch in windows.chunks(shape.batch_size.max(1)) {
+        let t = batch[0].len();
+        let flat: Vec<u32> = batch.iter().flatten().copied().collect();
+        let ids = Tensor::from_vec(flat, (batch.len(), t), device)?;
+        probe.set_batch_offset(done);
+        model.forward(&ids, shape.block, &mut probe)?;
+        done += batch.len();
+        progress(done);
+    }
+    let alpha_ma = if ckpt.variant.kind.is_affine() {
+        let mut per_layer = Vec::with_capacity(c.num_layers);
+        for l in 0..c.num_layers {
+            let name = format!("model.layers.{l}.self_attn.alpha_ma");
+            let t = ckpt.store.get_as(&name, &[c.num_heads], candle_core::DType::F32)?;
+            per_layer.push(t.to_vec1::<f32>()?.into_iter().map(f64::from).collect());
+        }
+        Some(per_layer)
+    } else {
+        None
+    };
+    Ok(probe.finish(alpha_ma, ckpt.variant.kind.has_sink_mass()))
+}

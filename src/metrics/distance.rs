@@ -1,0 +1,125 @@
+//! distance_profile: attention mass by query-key distance t = i - j in bands [0], [1, 10),
+//! [10, 100), ... ; key 0 seen from a query i > 0 is its own band "first" and is left out
+//! of its distance band, so a query's bands sum to its weight sum.
+
+use candle_core::{DType, Device, Tensor, D};
+
+use super::layer_stat::head_means;
+use super::rows::{to_host, RowAccumulator};
+use crate::error::Result;
+
+/// Distance bands: `first`, then `[edges[k], edges[k+1])` with edges starting at 0, 1.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Bands {
+    /// Lower edges after 0: e.g. [1, 10, 100] gives bands 0, 1-10, 10-100, 100-inf.
+    pub edges: Vec<usize>,
+}
+
+impl Bands {
+    /// Decade bands covering distances up to `seq_len - 1`.
+    pub fn decades(seq_len: usize) -> Self {
+        let mut edges = vec![1];
+        while *edges.last().expect("non-empty") * 10 < seq_len.max(2) {
+            let next = edges.last().expect("non-empty") * 10;
+            edges.push(next);
+        }
+        Bands { edges }
+    }
+
+    /// Band labels: `first`, `0`, `1-10`, ... (the last closes at the next decade or edge).
+    pub fn labels(&self) -> Vec<String> {
+        let mut labels = vec!["first".to_string(), "0".to_string()];
+        for (k, lo) in self.edges.iter().enumerate() {
+            let hi = self.edges.get(k + 1).copied().unwrap_or(lo * 10);
+            labels.push(format!("{lo}-{hi}"));
+        }
+        labels
+    }
+
+    fn ranges(&self) -> Vec<(usize, usize)> {
+        let mut ranges = vec![(0, 1)];
+        for (k, &lo) in self.edges.iter().enumerate() {
+            ranges.push((lo, self.edges.get(k + 1).copied().unwrap_or(usize::MAX)));
+        }
+        ranges
+    }
+}
+
+/// Accumulates band masses per row.
+pub struct DistanceProfile {
+    bands: Bands,
+    /// One accumulator per band label (first, 0, ...).
+    rows: Vec<RowAccumulator>,
+}
+
+/// Band masses per layer and head.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DistanceResult {
+    pub bands: Vec<String>,
+    /// `[layer][band]`.
+    pub per_layer: Vec<Vec<f64>>,
+    /// `[layer][head][band]`.
+    pub per_head: Vec<Vec<Vec<f64>>>,
+}
+
+/// 0/1 masks `[n, keys]` (f32) of the block's (query, key) pairs in each band, `first` first.
+fn band_masks(bands: &Bands, q_start: usize, n: usize, device: &Device) -> Result<Vec<Tensor>> {
+    let keys = q_start + n;
+    let i = Tensor::arange(q_start as i64, keys as i64, device)?.to_dtype(DType::F32)?.reshape((n, 1))?;
+    let j = Tensor::arange(0i64, keys as i64, device)?.to_dtype(DType::F32)?.reshape((1, keys))?;
+    let t = i.broadcast_sub(&j)?;
+    // first: j == 0 and i > 0
+    let first = j.eq(0f32)?.to_dtype(DType::F32)?.broadcast_mul(&i.gt(0f32)?.to_dtype(DType::F32)?)?;
+    let not_first = (1.0 - &first)?;
+    let mut masks = vec![first];
+    for (lo, hi) in bands.ranges() {
+        let in_band = t.ge(lo as f32)?.to_dtype(DType::F32)?;
+        let in_band = if hi == usize::MAX { in_band } else { (in_band * t.lt(hi as f32)?.to_dtype(DType::F32)?)? };
+        masks.push((in_band * &not_first)?);
+    }
+    Ok(masks)
+}
+
+impl DistanceProfile {
+    /// For `layers` x `seqs` x `heads`.
+    pub fn new(bands: Bands, layers: usize, seqs: usize, heads: usize, min_query: usize) -> Self {
+        let n = bands.labels().len();
+        DistanceProfile { bands, rows: vec![RowAccumulator::new(layers, seqs, heads, min_query); n] }
+    }
+
+    /// Adds a block of weights `[batch, head, n, keys]`.
+    pub fn add(&mut self, layer: usize, seq_offset: usize, q_start: usize, weights: &Tensor) -> Result<()> {
+        let n = weights.dim(2)?;
+        for (acc, mask) in self.rows.iter_mut().zip(band_masks(&self.bands, q_start, n, weights.device())?) {
+            let mass = weights.broadcast_mul(&mask)?.sum(D::Minus1)?;
+            acc.add(layer, seq_offset, q_start, n, &to_host(&mass)?);
+        }
+        Ok(())
+    }
+
+    /// Per-layer and per-head band masses.
+    pub fn finish(&self) -> DistanceResult {
+        let per_band: Vec<Vec<Vec<f64>>> = self.rows.iter().map(head_means).collect();
+        let layers = self.rows[0].layers();
+        let heads = self.rows[0].heads();
+        DistanceResult {
+            bands: self.bands.labels(),
+            per_layer: (0..layers).map(|l| self.rows.iter().map(|r| r.layer_mean(l)).collect()).collect(),
+            per_head: (0..layers)
+                .map(|l| (0..heads).map(|h| per_band.iter().map(|b| b[l][h]).collect()).collect())
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decade_bands_cover_the_sequence() {
+        assert_eq!(Bands::decades(20).labels(), vec!["first", "0", "1-10", "10-100"]);
+        assert_eq!(Bands::decades(5).labels(), vec!["first", "0", "1-10"]);
+        assert_eq!(Bands::decades(1024).labels().len(), 6); // first 0 1-10 10-100 100-1000 1000-10000
+    }
+}

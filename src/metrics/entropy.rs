@@ -1,0 +1,82 @@
+//! entropy (paper Fig. 6): H_i = -sum_j q_ij ln q_ij in nats, q = max(a, 0) renormalised to
+//! sum 1 (or the plain softmax p with `--entropy-of softmax`). A row with no positive mass
+//! is NaN: counted, left out of averages.
+
+use candle_core::{Tensor, D};
+
+use super::layer_stat::{head_means, LayerStat};
+use super::rows::RowAccumulator;
+use crate::error::Result;
+
+/// Row entropies `[batch, head, n]` (f32) of weights `[batch, head, n, keys]`, on the device.
+pub fn row_entropy(weights: &Tensor) -> Result<Tensor> {
+    let q = weights.relu()?;
+    let mass = q.sum(D::Minus1)?;
+    // q ln q with 0 ln 0 = 0: ln of a floor far below any f32 weight that matters
+    let q_ln_q = (&q * q.clamp(1e-30f32, f32::INFINITY)?.log()?)?.sum(D::Minus1)?;
+    Ok((mass.log()? - (q_ln_q / mass)?)?)
+}
+
+/// Which weights the entropy is taken of (`--entropy-of`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntropyOf {
+    /// The effective weights a_ij, clamped at 0 and renormalised.
+    #[default]
+    Effective,
+    /// The plain softmax p_ij.
+    Softmax,
+}
+
+/// Accumulates row entropies.
+pub struct Entropy {
+    rows: RowAccumulator,
+}
+
+/// Entropy results.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct EntropyResult {
+    pub per_layer: LayerStat,
+    /// `[layer][head]` mean entropy.
+    pub per_head: Vec<Vec<f64>>,
+    /// Rows with no positive mass (NaN), all layers.
+    pub nan_count: u64,
+}
+
+impl Entropy {
+    /// For `layers` x `seqs` x `heads`.
+    pub fn new(layers: usize, seqs: usize, heads: usize, min_query: usize) -> Self {
+        Entropy { rows: RowAccumulator::new(layers, seqs, heads, min_query) }
+    }
+
+    /// Adds a block's row entropies `[batch, head, n]`.
+    pub fn add(&mut self, layer: usize, seq_offset: usize, q_start: usize, n: usize, values: &[f32]) {
+        self.rows.add(layer, seq_offset, q_start, n, values);
+    }
+
+    /// Per-layer and per-head entropy.
+    pub fn finish(&self) -> EntropyResult {
+        EntropyResult {
+            per_layer: LayerStat::from_rows(&self.rows),
+            per_head: head_means(&self.rows),
+            nan_count: (0..self.rows.layers()).map(|l| self.rows.nan_count(l)).sum(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn entropy_clamps_negative_weights_and_renormalises() {
+        // row 1: (0.5, 0.5) -> ln 2 = 0.693147; row 2: (0.6, -0.2, 0.2) -> q = (0.75, 0, 0.25):
+        // -(0.75 ln 0.75 + 0.25 ln 0.25) = 0.562335; row 3: no positive mass -> NaN
+        let a = Tensor::new(&[[[[0.5f32, 0.5, 0.0], [0.6, -0.2, 0.2], [-0.1, 0.0, -0.3]]]], &Device::Cpu).unwrap();
+        let h = row_entropy(&a).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert!((h[0] - 0.693147).abs() < 1e-6);
+        assert!((h[1] - 0.562335).abs() < 1e-6);
+        assert!(h[2].is_nan());
+    }
+}

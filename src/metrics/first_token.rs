@@ -1,0 +1,79 @@
+//! first_token (paper Fig. 4) and sink_rate (Gu et al., ICLR 2025): the mass a_i0 each
+//! query gives the first token.
+
+use super::layer_stat::{head_means, LayerStat};
+use super::rows::RowAccumulator;
+
+/// Accumulates a_i0 per row, once with `min_query` (first_token) and once over all
+/// queries (the sink-rate importance, query 0 included as in Gu et al.).
+pub struct FirstToken {
+    rows: RowAccumulator,
+    all_rows: RowAccumulator,
+}
+
+/// Sink rate: per-head first-token importance and the share of heads above epsilon.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SinkRate {
+    /// `[layer][head]` mean of a_i0 over every query and sequence.
+    pub importance: Vec<Vec<f64>>,
+    /// Share of (layer, head) pairs with importance > eps (strict).
+    pub rate: f64,
+    pub eps: f64,
+}
+
+impl FirstToken {
+    /// For `layers` x `seqs` x `heads`.
+    pub fn new(layers: usize, seqs: usize, heads: usize, min_query: usize) -> Self {
+        FirstToken {
+            rows: RowAccumulator::new(layers, seqs, heads, min_query),
+            all_rows: RowAccumulator::new(layers, seqs, heads, 0),
+        }
+    }
+
+    /// Adds a block's a_i0 values `[batch, head, n]`.
+    pub fn add(&mut self, layer: usize, seq_offset: usize, q_start: usize, n: usize, first: &[f32]) {
+        self.rows.add(layer, seq_offset, q_start, n, first);
+        self.all_rows.add(layer, seq_offset, q_start, n, first);
+    }
+
+    /// Per-layer first-token mass.
+    pub fn first_token(&self) -> LayerStat {
+        LayerStat::from_rows(&self.rows)
+    }
+
+    /// Sink rate at threshold `eps`.
+    pub fn sink_rate(&self, eps: f64) -> SinkRate {
+        let importance = head_means(&self.all_rows);
+        SinkRate {
+            rate: sink_rate(&importance, eps),
+            importance,
+            eps,
+        }
+    }
+}
+
+/// Share of entries strictly above `eps`.
+pub fn sink_rate(importance: &[Vec<f64>], eps: f64) -> f64 {
+    let all: Vec<f64> = importance.iter().flatten().copied().collect();
+    all.iter().filter(|&&v| v > eps).count() as f64 / all.len() as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sink_rate_counts_query_zero_and_is_strict() {
+        // one layer, one sequence, two heads, three queries; a_i0 per row:
+        // head 0: 1.0 (query 0 always gives itself everything), 0.2, 0.0 -> mean 0.4 > 0.3
+        // head 1: 1.0, 0.0, -0.1 -> mean 0.3, not > 0.3
+        let mut ft = FirstToken::new(1, 1, 2, 1);
+        ft.add(0, 0, 0, 3, &[1.0, 0.2, 0.0, 1.0, 0.0, -0.1]);
+        let sr = ft.sink_rate(0.3);
+        assert!((sr.importance[0][0] - 0.4).abs() < 1e-7);
+        assert!((sr.importance[0][1] - 0.3).abs() < 1e-7);
+        assert_eq!(sr.rate, 0.5);
+        // first_token leaves query 0 out: (0.2 + 0.0 + 0.0 - 0.1) / 4
+        assert!((ft.first_token().mean[0] - 0.025).abs() < 1e-7);
+    }
+}

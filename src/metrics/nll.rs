@@ -1,0 +1,68 @@
+//! nll: next-token negative log-likelihood from logit blocks, never holding [T, vocab]
+//! logits for the whole sequence; per target position and overall (perplexity).
+
+use candle_core::{DType, Tensor, D};
+
+use crate::error::Result;
+
+/// Accumulates -log p(x_{p} | x_{<p}) per target position p = 1 .. T-1.
+pub struct Nll {
+    /// Target ids `[seq][T]` of the whole run.
+    targets: Vec<Vec<u32>>,
+    sum: Vec<f64>,
+    count: Vec<f64>,
+}
+
+/// Likelihood results.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct NllResult {
+    pub mean: f64,
+    pub ppl: f64,
+    /// `[position]` for target positions 1 ..= T-1 (index 0 is position 1).
+    pub per_position: Vec<f64>,
+}
+
+impl Nll {
+    /// For the run's token windows.
+    pub fn new(windows: &[Vec<u32>]) -> Self {
+        let t = windows.first().map_or(0, Vec::len);
+        Nll { targets: windows.to_vec(), sum: vec![0.0; t.saturating_sub(1)], count: vec![0.0; t.saturating_sub(1)] }
+    }
+
+    /// Adds logits `[batch, n, vocab]` for positions `start .. start + n` of sequences
+    /// `seq_offset ..`: position p predicts the token at p + 1.
+    pub fn add(&mut self, seq_offset: usize, start: usize, logits: &Tensor) -> Result<()> {
+        let (b, n, _) = logits.dims3()?;
+        let t = self.sum.len() + 1;
+        let n_pred = n.min(t - 1 - start.min(t - 1));
+        if n_pred == 0 {
+            return Ok(());
+        }
+        let logits = logits.narrow(1, 0, n_pred)?.to_dtype(DType::F32)?.contiguous()?;
+        let mut ids = Vec::with_capacity(b * n_pred);
+        for s in 0..b {
+            ids.extend_from_slice(&self.targets[seq_offset + s][start + 1..start + 1 + n_pred]);
+        }
+        let ids = Tensor::from_vec(ids, (b, n_pred, 1), logits.device())?;
+        let max = logits.max_keepdim(D::Minus1)?;
+        let lse = (logits.broadcast_sub(&max)?.exp()?.sum_keepdim(D::Minus1)?.log()? + &max)?;
+        let picked = logits.gather(&ids, D::Minus1)?;
+        let nll = (lse - picked)?.flatten_all()?.to_vec1::<f32>()?;
+        for (i, v) in nll.into_iter().enumerate() {
+            let p = start + i % n_pred;
+            self.sum[p] += v as f64;
+            self.count[p] += 1.0;
+        }
+        Ok(())
+    }
+
+    /// Mean, perplexity, per-position means.
+    pub fn finish(&self) -> NllResult {
+        let mean = self.sum.iter().sum::<f64>() / self.count.iter().sum::<f64>();
+        NllResult {
+            mean,
+            ppl: mean.exp(),
+            per_position: self.sum.iter().zip(&self.count).map(|(s, c)| s / c).collect(),
+        }
+    }
+}

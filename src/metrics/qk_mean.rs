@@ -1,0 +1,56 @@
+//! qk_mean (paper Fig. 2): mean of raw q_i . k_j (after RoPE, before 1/sqrt(d) and any
+//! variant transform) over all causal pairs j <= i incl. the diagonal, every query, head,
+//! layer and sequence; also the mean absolute value and per-layer values.
+
+use candle_core::{Tensor, D};
+
+use crate::error::Result;
+
+/// Running sums per layer.
+pub struct QkMean {
+    sum: Vec<f64>,
+    abs_sum: Vec<f64>,
+    count: Vec<f64>,
+}
+
+/// QK^T statistics.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct QkResult {
+    pub mean: f64,
+    pub abs_mean: f64,
+    /// `[layer]`.
+    pub per_layer_mean: Vec<f64>,
+    /// `[layer]`.
+    pub per_layer_abs_mean: Vec<f64>,
+}
+
+impl QkMean {
+    /// For `layers` layers.
+    pub fn new(layers: usize) -> Self {
+        QkMean { sum: vec![0.0; layers], abs_sum: vec![0.0; layers], count: vec![0.0; layers] }
+    }
+
+    /// Adds raw q.k `[batch, head, n, keys]` with causal visibility `[n, keys]` (0/1).
+    pub fn add(&mut self, layer: usize, raw: &Tensor, visible: &Tensor) -> Result<()> {
+        let (b, h, _, _) = raw.dims4()?;
+        let masked = raw.broadcast_mul(visible)?;
+        // per-row partial sums keep f32 accumulation short; the total is summed in f64
+        let rows = masked.sum(D::Minus1)?.flatten_all()?.to_vec1::<f32>()?;
+        let abs_rows = masked.abs()?.sum(D::Minus1)?.flatten_all()?.to_vec1::<f32>()?;
+        self.sum[layer] += rows.iter().map(|&v| v as f64).sum::<f64>();
+        self.abs_sum[layer] += abs_rows.iter().map(|&v| v as f64).sum::<f64>();
+        self.count[layer] += (b * h) as f64 * visible.sum_all()?.to_scalar::<f32>()? as f64;
+        Ok(())
+    }
+
+    /// Overall and per-layer means.
+    pub fn finish(&self) -> QkResult {
+        let total: f64 = self.count.iter().sum();
+        QkResult {
+            mean: self.sum.iter().sum::<f64>() / total,
+            abs_mean: self.abs_sum.iter().sum::<f64>() / total,
+            per_layer_mean: self.sum.iter().zip(&self.count).map(|(s, c)| s / c).collect(),
+            per_layer_abs_mean: self.abs_sum.iter().zip(&self.count).map(|(s, c)| s / c).collect(),
+        }
+    }
+}

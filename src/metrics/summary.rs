@@ -1,0 +1,149 @@
+//! Summary statistics over pooled f64 values, with numpy's conventions: linear-interpolated
+//! quantiles (`np.quantile` default), population std (ddof 0), `np.histogram` bins.
+
+/// Quantile `q` in [0, 1] of `sorted` values (ascending), numpy's linear interpolation.
+pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let pos = q * (sorted.len() - 1) as f64;
+    let lo = pos.floor() as usize;
+    let hi = pos.ceil() as usize;
+    let frac = pos - lo as f64;
+    sorted[lo] + (sorted[hi] - sorted[lo]) * frac
+}
+
+/// Mean of `values` (NaN when empty).
+pub fn mean(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.iter().sum::<f64>() / values.len() as f64
+}
+
+/// Population standard deviation (ddof 0; NaN when empty).
+pub fn std_pop(values: &[f64]) -> f64 {
+    let m = mean(values);
+    (values.iter().map(|v| (v - m).powi(2)).sum::<f64>() / values.len() as f64).sqrt()
+}
+
+/// The distribution summary exported for weight sums and alpha: mean, std, p05 ... p95.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Distribution {
+    pub mean: f64,
+    /// Standard deviation; what it is over (values or sequences) is the caller's choice.
+    pub std: f64,
+    pub p05: f64,
+    pub p25: f64,
+    pub p50: f64,
+    pub p75: f64,
+    pub p95: f64,
+}
+
+impl Distribution {
+    /// Summary of `values` with std over the values (ddof 0).
+    pub fn of(values: &[f64]) -> Self {
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        Distribution {
+            mean: mean(values),
+            std: std_pop(values),
+            p05: quantile_sorted(&sorted, 0.05),
+            p25: quantile_sorted(&sorted, 0.25),
+            p50: quantile_sorted(&sorted, 0.50),
+            p75: quantile_sorted(&sorted, 0.75),
+            p95: quantile_sorted(&sorted, 0.95),
+        }
+    }
+
+    /// The stats in export order with their names.
+    pub fn named(&self) -> [(&'static str, f64); 7] {
+        [
+            ("mean", self.mean),
+            ("std", self.std),
+            ("p05", self.p05),
+            ("p25", self.p25),
+            ("p50", self.p50),
+            ("p75", self.p75),
+            ("p95", self.p95),
+        ]
+    }
+}
+
+/// A histogram: bin edges and counts.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Histogram {
+    pub bin_lo: Vec<f64>,
+    pub bin_hi: Vec<f64>,
+    pub count: Vec<u64>,
+}
+
+/// `np.histogram(values, bins)`: equal-width bins over [min, max], the last bin closed;
+/// a constant sample gets numpy's range [v - 0.5, v + 0.5]. A sample whose spread is
+/// only float rounding (max - min <= 1e-4 max(1, |max|), e.g. softmax weight sums of 1
+/// in f32) counts as constant, so the bins show the value rather than its rounding noise.
+pub fn histogram(values: &[f64], bins: usize) -> Histogram {
+    let bins = bins.max(1);
+    let (mut lo, hi) = values
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
+    let mut hi = hi;
+    if values.is_empty() {
+        (lo, hi) = (0.0, 1.0);
+    } else if lo == hi {
+        (lo, hi) = (lo - 0.5, hi + 0.5);
+    } else if hi - lo <= 1e-4 * hi.abs().max(1.0) {
+        // all values are the mean up to rounding: bin them as that one value
+        let v = mean(values);
+        let mut h = histogram(&[v], bins);
+        let k = h.count.iter().position(|&c| c == 1).expect("one value lands in one bin");
+        h.count[k] = values.len() as u64;
+        return h;
+    }
+    let width = (hi - lo) / bins as f64;
+    let edges: Vec<f64> = (0..=bins).map(|k| lo + (hi - lo) * k as f64 / bins as f64).collect();
+    let mut count = vec![0u64; bins];
+    for &v in values {
+        let mut k = ((v - lo) / width) as usize;
+        if k >= bins {
+            k = bins - 1;
+        }
+        // numpy corrects for rounding at the edges
+        if k > 0 && v < edges[k] {
+            k -= 1;
+        } else if k + 1 < bins && v >= edges[k + 1] {
+            k += 1;
+        }
+        count[k] += 1;
+    }
+    Histogram {
+        bin_lo: edges[..bins].to_vec(),
+        bin_hi: edges[1..].to_vec(),
+        count,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_interpolate_like_numpy() {
+        // np.quantile([1, 2, 3, 4], 0.25) = 1 + 0.75 * (2 - 1) = 1.75
+        assert_eq!(quantile_sorted(&[1., 2., 3., 4.], 0.25), 1.75);
+        assert_eq!(quantile_sorted(&[1., 2., 3., 4.], 0.5), 2.5);
+        assert_eq!(quantile_sorted(&[5.], 0.95), 5.0);
+    }
+
+    #[test]
+    fn histogram_closes_the_last_bin() {
+        // np.histogram([0, 1, 1, 2, 4], 4): edges 0, 1, 2, 3, 4 -> counts 1, 2, 1, 1
+        let h = histogram(&[0., 1., 1., 2., 4.], 4);
+        assert_eq!(h.count, vec![1, 2, 1, 1]);
+        assert_eq!(h.bin_lo, vec![0., 1., 2., 3.]);
+        // constant: range [v - 0.5, v + 0.5], everything in the middle bin of 20
+        let h = histogram(&[1.0; 3], 20);
+        assert_eq!(h.count[10], 3);
+        assert_eq!(h.bin_lo[0], 0.5);
+    }
+}
