@@ -8,11 +8,13 @@
 pub mod analysis;
 pub mod attention;
 pub mod cli;
+pub mod corpus;
 pub mod device;
 pub mod error;
 pub mod export;
 pub mod metrics;
 pub mod model;
+pub mod plot;
 pub mod probe;
 pub mod stats;
 

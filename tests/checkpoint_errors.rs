@@ -145,3 +145,133 @@ fn inspect_reports_variant_detection_and_delta_params() {
     // per layer: alpha_proj 4 x 32 + bias 4, gate rows 4 x 8 x 32 = 132 + 1024; x 2 layers
     assert_eq!(json["delta_parameters"], 2 * (132 + 1024));
 }
+
+// ---- issue 10: scale_invariant, logn, p-RoPE, Qwen3 ----
+
+#[test]
+fn scale_invariant_tau_must_be_positive() {
+    for (tau, shown) in [(0.0, "tau = 0 "), (-2.5, "tau = -2.5 ")] {
+        let tmp = tempfile::tempdir().unwrap();
+        copy_fixture("scale_invariant", tmp.path());
+        edit_config(tmp.path(), |c| c["scale_invariant"]["tau"] = tau.into());
+        let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
+        assert!(
+            err.contains("config.json") && err.contains(shown) && err.contains("must be > 0"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn bad_p_rope_parameters_name_the_value() {
+    // the scale_invariant fixture has head_dim 16: p = 0.1 rotates floor(0.8) = 0 pairs
+    for (key, value, shown) in [
+        ("p", serde_json::json!(1.5), "p = 1.5 must be in (0, 1]"),
+        ("p", serde_json::json!(0.0), "p = 0 must be in (0, 1]"),
+        ("p", serde_json::json!(0.1), "n = floor(0.1 * 16 / 2) = 0"),
+        (
+            "spacing",
+            serde_json::json!("linear"),
+            "unknown p_rope spacing \"linear\"",
+        ),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        copy_fixture("scale_invariant", tmp.path());
+        edit_config(tmp.path(), |c| c["rope_parameters"][key] = value.clone());
+        let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
+        assert!(err.contains("config.json") && err.contains(shown), "{err}");
+    }
+}
+
+#[test]
+fn unimplemented_rope_types_are_errors() {
+    for kind in ["yarn", "linear", "dynamic", "longrope"] {
+        let tmp = tempfile::tempdir().unwrap();
+        copy_fixture("qwen3", tmp.path());
+        edit_config(tmp.path(), |c| {
+            c["rope_parameters"]["rope_type"] = kind.into();
+            c["rope_parameters"]["factor"] = 2.0.into();
+        });
+        let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
+        assert!(
+            err.contains("config.json") && err.contains(&format!("rope_type `{kind}`")),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn qwen3_without_q_norm_is_a_missing_tensor() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("qwen3", tmp.path());
+    let path = tmp.path().join("model.safetensors");
+    let mut tensors = candle_core::safetensors::load(&path, &candle_core::Device::Cpu).unwrap();
+    tensors.remove("model.layers.0.self_attn.q_norm.weight");
+    candle_core::safetensors::save(&tensors, &path).unwrap();
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
+    assert!(
+        err.contains("model.safetensors")
+            && err.contains("tensor model.layers.0.self_attn.q_norm.weight is missing"),
+        "{err}"
+    );
+}
+
+#[test]
+fn logn_without_scale_names_both_sources() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("qwen2", tmp.path());
+    edit_config(tmp.path(), |c| c["attention_variant"] = "logn".into());
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
+    assert!(
+        err.contains("model.layers.0.self_attn.logn_scale is missing")
+            && err.contains("\"logn\": {\"scale\": s} in config.json"),
+        "{err}"
+    );
+}
+
+#[test]
+fn inspect_names_qwen3_p_rope_and_logn_detection() {
+    let out = run_cli(&fixtures(), &["inspect", "models/scale_invariant"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("architecture   qwen3"), "{text}");
+    assert!(
+        text.contains("scale_invariant (config.json attention_variant)"),
+        "{text}"
+    );
+    // p-RoPE says how many frequency pairs rotate, and is not partial_rotary_factor
+    assert!(
+        text.contains("PRope { p: 0.5, spacing: Log, rotating_pairs: 4 }, theta 1024"),
+        "{text}"
+    );
+    assert!(!text.contains("partial_rotary_factor"), "{text}");
+
+    let out = run_cli(&fixtures(), &["inspect", "models/qwen3", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["architecture"], "qwen3");
+    assert_eq!(json["head_dim"], 12); // hidden 32 / 4 heads would be 8
+
+    // HF partial_rotary_factor: the first half of each head's dims rotate, frequencies kept
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("qwen3", tmp.path());
+    edit_config(tmp.path(), |c| c["partial_rotary_factor"] = 0.5.into());
+    let out = run_cli(tmp.path(), &["inspect", "."]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Default, theta 10000, partial_rotary_factor 0.5 (6 of 12 dims rotate)"),
+        "{text}"
+    );
+
+    // logn detected from its weights when config.json does not name it
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("logn", tmp.path());
+    edit_config(tmp.path(), |c| {
+        c.as_object_mut().unwrap().remove("attention_variant");
+    });
+    let out = run_cli(tmp.path(), &["inspect", "."]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("logn (weights: model.layers.0.self_attn.logn_scale)"),
+        "{text}"
+    );
+}

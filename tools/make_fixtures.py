@@ -29,9 +29,17 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 import transformers
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 from transformers.models.llama import modeling_llama
 from transformers.models.qwen2 import modeling_qwen2
+from transformers.models.qwen3 import modeling_qwen3
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIX = os.path.join(ROOT, "tests", "fixtures")
@@ -62,6 +70,9 @@ PROFILE_QUERY = T - 1
 BINS = 20
 SINK_EPS = 0.3
 BANDS = ["first", "0", "1-10", "10-100"]
+QWEN3_HEAD_DIM = 12  # qwen3 fixture: head_dim != HIDDEN / HEADS
+SI_HEAD_DIM = 16  # scale_invariant fixture: p-RoPE with p = 0.5 rotates 4 of 8 pairs
+SI_TAU = 10.0
 
 SEED_IDS = 1234
 
@@ -179,11 +190,16 @@ def _rope_forward64(self, x, position_ids):
     return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
 
 
-def _make_eager64(mod):
+def _make_eager64(mod, logit_transform=None):
+    """logit_transform(scores [B,H,T,T], layer_idx) -> logits: a variant's transform of the
+    scaled logits, applied before the causal mask (None: plain softmax attention)."""
+
     def eager64(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
         key_states = mod.repeat_kv(key, module.num_key_value_groups)
         value_states = mod.repeat_kv(value, module.num_key_value_groups)
         attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+        if logit_transform is not None:
+            attn_weights = logit_transform(attn_weights, module.layer_idx)
         if attention_mask is not None:
             attn_weights = attn_weights + attention_mask
         attn_weights = F.softmax(attn_weights, dim=-1, dtype=query.dtype)
@@ -195,16 +211,17 @@ def _make_eager64(mod):
 
 
 @contextlib.contextmanager
-def float64_transformers():
+def float64_transformers(logit_transform=None):
     saved = []
     for mod, norm_cls, rope_cls in (
         (modeling_llama, modeling_llama.LlamaRMSNorm, modeling_llama.LlamaRotaryEmbedding),
         (modeling_qwen2, modeling_qwen2.Qwen2RMSNorm, modeling_qwen2.Qwen2RotaryEmbedding),
+        (modeling_qwen3, modeling_qwen3.Qwen3RMSNorm, modeling_qwen3.Qwen3RotaryEmbedding),
     ):
         saved.append((mod, "eager_attention_forward", mod.eager_attention_forward))
         saved.append((norm_cls, "forward", norm_cls.forward))
         saved.append((rope_cls, "forward", rope_cls.forward))
-        mod.eager_attention_forward = _make_eager64(mod)
+        mod.eager_attention_forward = _make_eager64(mod, logit_transform)
         norm_cls.forward = _rms_forward64
         rope_cls.forward = _rope_forward64
     try:
@@ -214,15 +231,16 @@ def float64_transformers():
             setattr(obj, attr, val)
 
 
-def hf_forward(model_dir, cls, ids, inv_freq64, precise):
-    """Run transformers itself (eager, output_attentions) in float64."""
+def hf_forward(model_dir, cls, ids, inv_freq64, precise, logit_transform=None):
+    """Run transformers itself (eager, output_attentions) in float64; `logit_transform`
+    patches a variant's logit rule into its eager attention (precise only)."""
     model = cls.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32)
     model = model.double().eval()
     if precise:
         # replace the float32-computed inv_freq by the float64 one (same formula; checked below)
         model.model.rotary_emb.inv_freq = inv_freq64.clone()
         model.model.rotary_emb.original_inv_freq = inv_freq64.clone()
-    ctx = float64_transformers() if precise else contextlib.nullcontext()
+    ctx = float64_transformers(logit_transform) if precise else contextlib.nullcontext()
     with ctx, torch.no_grad():
         out = model(input_ids=ids, output_attentions=True, use_cache=False)
     return model, out.logits.detach(), [a.detach() for a in out.attentions]
@@ -260,6 +278,24 @@ def rope_inv_freq(cfg):
     k = np.arange(0, d, 2, dtype=np.float64)
     inv = 1.0 / theta ** (k / d)
     branches = []
+    if rp["rope_type"] == "p_rope":
+        # SPEC section 2: n = floor(p d/2) pairs rotate, the other d/2 - n have frequency 0;
+        # spacing rope keeps theta^(-2k/d), spacing log uses theta^(-k/(n-1)) (1 when n = 1).
+        p = float(rp["p"])
+        n = math.floor(p * (d // 2) + 1e-9)
+        assert 0 < p <= 1 and n >= 1, (p, n)
+        spacing = rp.get("spacing", "rope")
+        out = []
+        for kk in range(d // 2):
+            if kk >= n:
+                out.append(0.0)
+            elif spacing == "rope":
+                out.append(1.0 / theta ** (2 * kk / d))
+            elif spacing == "log":
+                out.append(1.0 if n == 1 else 1.0 / theta ** (kk / (n - 1)))
+            else:
+                raise ValueError(spacing)
+        return torch.tensor(out, dtype=TORCH64), ["rotate"] * n + ["zero"] * (d // 2 - n)
     if rp["rope_type"] == "llama3":
         factor = rp["factor"]
         lo, hi = rp["low_freq_factor"], rp["high_freq_factor"]
@@ -302,9 +338,24 @@ def phi(z, activation):
     raise ValueError(activation)
 
 
+def scale_invariant_coeffs(t, tau):
+    """a_t = sqrt(1 + 2 ln(1 + t/tau)), m_t = -2 ln(1 + t/tau) (t >= 0, float64 tensors)."""
+    lg = torch.log1p(t / tau)
+    return torch.sqrt(1.0 + 2.0 * lg), -2.0 * lg
+
+
+def logn_scales(sd, cfg, layer, H):
+    """s_h [H] of a logn layer: the stored logn_scale, else config.json's logn.scale."""
+    key = f"model.layers.{layer}.self_attn.logn_scale"
+    if key in sd:
+        return sd[key]
+    return torch.full((H,), float(cfg["logn"]["scale"]), dtype=TORCH64)
+
+
 def own_forward(sd, cfg, ids, variant, *, affine=None, gate_logit_override=None):
     """Returns logits [B,T,V] and per-layer captures. variant in
-    softmax|off_by_one|sink|gated|affine_scaled|affine_scaled_gated."""
+    softmax|off_by_one|sink|gated|affine_scaled|affine_scaled_gated|scale_invariant|logn.
+    QK-norm (per-head RMSNorm of q and k before RoPE) when the weights have q_norm."""
     Bn, Tn = ids.shape
     H, KV, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     rep = H // KV
@@ -343,18 +394,28 @@ def own_forward(sd, cfg, ids, variant, *, affine=None, gate_logit_override=None)
             q = qfull.view(Bn, Tn, H, D)
         k = lin(x, p + "self_attn.k_proj").view(Bn, Tn, KV, D)
         v = lin(x, p + "self_attn.v_proj").view(Bn, Tn, KV, D)
+        if p + "self_attn.q_norm.weight" in sd:  # QK-norm over each head's D dims
+            q = rms(q, sd[p + "self_attn.q_norm.weight"], eps)
+            k = rms(k, sd[p + "self_attn.k_norm.weight"], eps)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, heads, T, D]
         q, k = rope(q, cos, sin), rope(k, cos, sin)
         c["q"], c["k"] = q, k
         kr = k.repeat_interleave(rep, dim=1)  # query head h uses kv head h // rep
         vr = v.repeat_interleave(rep, dim=1)
         s = (q @ kr.transpose(-1, -2)) / math.sqrt(D)
+        if variant == "scale_invariant":
+            t = (pos[:, None] - pos[None, :]).clamp(min=0.0)  # [T, T], i - j
+            a_t, m_t = scale_invariant_coeffs(t, float(cfg["scale_invariant"]["tau"]))
+            s = a_t * s + m_t
+        elif variant == "logn":
+            s_h = logn_scales(sd, cfg, l, H).view(1, H, 1, 1)
+            s = s * s_h * torch.log(pos + 1.0).view(1, 1, Tn, 1)
         s = s.masked_fill(~causal, float("-inf"))
         c["attn_scores"] = s
         m = s.max(-1, keepdim=True).values
         e = torch.exp(s - m)
         pm = e / e.sum(-1, keepdim=True)  # plain softmax over visible keys
-        if variant in ("softmax", "gated"):
+        if variant in ("softmax", "gated", "scale_invariant", "logn"):
             a = pm
         elif variant == "off_by_one":
             # exp(s)/(sum exp(s) + 1), stably: shift by m' = max(row max, 0)
@@ -630,7 +691,9 @@ def write_json(path, obj, indent=2):
         f.write("\n")
 
 
-def write_reference(name, variant, ids, logits, caps, alpha_ma=None):
+def write_reference(name, variant, ids, logits, caps, alpha_ma=None, logit_fn=None):
+    """logit_fn(layer, head, i, j, s) -> the logit the variant normalises, for the
+    cross-check (None: s unchanged)."""
     tens = {"input_ids": ids.to(torch.int64).contiguous(), "logits": logits.to(TORCH64).contiguous()}
     layers_np = []
     for l, c in enumerate(caps):
@@ -641,15 +704,17 @@ def write_reference(name, variant, ids, logits, caps, alpha_ma=None):
     save_file(tens, os.path.join(REFS, f"{name}.safetensors"), metadata={"format": "pt"})
     M, imp = compute_metrics(name, variant, ids.numpy(), logits.numpy(), layers_np, alpha_ma)
     write_json(os.path.join(REFS, f"{name}.metrics.json"), M)
-    worst = crosscheck_metrics(name, variant, alpha_ma)
+    worst = crosscheck_metrics(name, variant, alpha_ma, logit_fn)
     print(f"{name}: metrics re-derived with Python loops from the written files, max diff {worst[0]:.3e} ({worst[1]})")
     # threshold safety for sink_rate counting
     margin = np.abs(imp - SINK_EPS).min()
     return M, margin
 
 
-def crosscheck_metrics(name, variant, alpha_ma):
+def crosscheck_metrics(name, variant, alpha_ma, logit_fn=None):
     """Re-read the written files and recompute the metrics with plain Python loops."""
+    if logit_fn is None:
+        logit_fn = lambda l, h, i, j, s: s  # noqa: E731
     with safe_open(os.path.join(REFS, f"{name}.safetensors"), framework="np") as f:
         R = {k: f.get_tensor(k) for k in f.keys()}
     with open(os.path.join(REFS, f"{name}.metrics.json")) as f:
@@ -736,7 +801,8 @@ def crosscheck_metrics(name, variant, alpha_ma):
                     for j in range(i + 1):
                         dot = math.fsum(Q[b][h][i][d] * K[b][kh][j][d] for d in range(D))
                         qk.append(dot)
-                        assert abs(dot / math.sqrt(D) - S[b][h][i][j]) < 1e-12 * max(1.0, abs(dot))
+                        want = logit_fn(l, h, i, j, dot / math.sqrt(D))
+                        assert abs(want - S[b][h][i][j]) < 1e-12 * max(1.0, abs(dot)), (name, l, b, h, i, j)
         close(mean(qk), M["qk_mean"]["per_layer_mean"][l], f"qk_mean.per_layer_mean[{l}]")
         close(mean([abs(x) for x in qk]), M["qk_mean"]["per_layer_abs_mean"][l], f"qk_mean.per_layer_abs_mean[{l}]")
         for h in range(H):
@@ -1100,6 +1166,148 @@ def main():
         M, margin = write_reference(name, variant, ids, logits, caps, alpha_ma)
         summary.append((name, peak_stats(caps), margin, M, extra_info))
 
+    # ---------------------------------------------------------------- qwen3
+    # Qwen3 dense as transformers writes it: q_norm / k_norm per head, no q/k/v bias, and a
+    # head_dim (12) that is not hidden / heads (8): q_proj is [48, 32], o_proj [32, 48].
+    name = "qwen3"
+    q3cfg = Qwen3Config(
+        **{**common_cfg(bos, eos), "head_dim": QWEN3_HEAD_DIM},
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        tie_word_embeddings=False,
+        use_sliding_window=False,
+        max_window_layers=LAYERS,
+    )
+    torch.manual_seed(9)
+    model = Qwen3ForCausalLM(q3cfg)
+    init_weights(model, seed=909)
+    d = os.path.join(MODELS, name)
+    model.save_pretrained(d)
+    finish_dir(d)
+    sd_chk = load_state(d)
+    assert sd_chk["model.layers.0.self_attn.q_proj.weight"].shape == (HEADS * QWEN3_HEAD_DIM, HIDDEN)
+    assert sd_chk["model.layers.0.self_attn.q_norm.weight"].shape == (QWEN3_HEAD_DIM,)
+    assert not any(k.endswith(".bias") for k in sd_chk), "qwen3 has no biases"
+    with open(os.path.join(d, "config.json")) as f:
+        assert json.load(f)["head_dim"] == QWEN3_HEAD_DIM
+    _, _, caps, logits, _, _ = plain_fixture(name, Qwen3ForCausalLM, d)
+    M, margin = write_reference(name, "softmax", ids, logits, caps)
+    summary.append((name, peak_stats(caps), margin, M, f" head_dim {QWEN3_HEAD_DIM}, QK-norm;"))
+
+    # ---------------------------------------------------------------- scale_invariant, logn
+    # Both are written from plain transformers models plus what the variant adds; the
+    # reference is this script's own path, checked against transformers itself with the
+    # variant's logit rule patched into its (float64) eager attention.
+    def transformers_check(name, cls, hf_cfg, sd, jcfg, variant, transform, neutral_cfg=None):
+        inv64, branches = rope_inv_freq(jcfg)
+        sd64 = {k: v.to(TORCH64) for k, v in sd.items()}
+        with tempfile.TemporaryDirectory() as tmp:
+            plain = cls(hf_cfg)
+            plain.load_state_dict({k: v for k, v in sd.items() if not k.endswith("logn_scale")}, strict=True)
+            plain.save_pretrained(tmp)
+            _, lg_hf, at_hf = hf_forward(tmp, cls, ids, inv64, precise=True, logit_transform=transform)
+            lo, co = own_forward(sd64, jcfg, ids, variant)
+            dl = (lo - lg_hf).abs().max().item()
+            da = max((c["pattern"] - a).abs().max().item() for c, a in zip(co, at_hf))
+            assert dl < 1e-12 and da < 1e-12, (name, dl, da)
+            checks.append(f"{name}: own path vs transformers {cls.__name__} with the logit rule patched into "
+                          f"eager attention (float64 patch, rope inv_freq {branches.count('rotate') or 'all'} "
+                          f"rotating): logits {fmt(dl)}, pattern {fmt(da)} (assert < 1e-12)")
+            if neutral_cfg is not None:
+                _, lg_p, at_p = hf_forward(tmp, cls, ids, inv64, precise=True)
+                ln_, cn = own_forward(sd64, neutral_cfg, ids, variant)
+                dn = (ln_ - lg_p).abs().max().item()
+                dna = max((c["pattern"] - a).abs().max().item() for c, a in zip(cn, at_p))
+                assert dn < 1e-12 and dna < 1e-12, (name, dn, dna)
+                checks.append(f"{name}: tau = inf vs plain transformers {cls.__name__} (same p-RoPE "
+                              f"inv_freq): logits {fmt(dn)}, pattern {fmt(dna)} (assert < 1e-12)")
+        return sd64
+
+    def write_variant_dir(name, sd, jc):
+        d = os.path.join(MODELS, name)
+        os.makedirs(d)
+        save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+        write_json(os.path.join(d, "config.json"), jc)
+        finish_dir(d)
+        with open(os.path.join(d, "config.json")) as f:
+            return json.load(f)
+
+    # scale_invariant: Qwen3 (QK-norm) with p-RoPE, spacing log, p = 0.5, rope_theta 1024
+    # (the paper's setting), head_dim 16: n = 4 pairs rotate at 1024^(-k/3), 4 have frequency 0.
+    name = "scale_invariant"
+    si_hf = Qwen3Config(
+        **{**common_cfg(bos, eos), "head_dim": SI_HEAD_DIM},
+        rope_parameters={"rope_type": "default", "rope_theta": 1024.0},
+        tie_word_embeddings=False,
+        use_sliding_window=False,
+        max_window_layers=LAYERS,
+    )
+    si_hf.architectures = ["Qwen3ForCausalLM"]
+    torch.manual_seed(10)
+    base = Qwen3ForCausalLM(si_hf)
+    init_weights(base, seed=1010)
+    sd = {k: v.detach().clone().to(torch.float32).contiguous() for k, v in base.state_dict().items()}
+    jc = json.loads(si_hf.to_json_string(use_diff=True))
+    jc["dtype"] = "float32"
+    jc["rope_parameters"] = {"rope_type": "p_rope", "p": 0.5, "rope_theta": 1024.0, "spacing": "log"}
+    jc["attention_variant"] = "scale_invariant"
+    jc["scale_invariant"] = {"tau": SI_TAU}
+    jcfg = write_variant_dir(name, sd, jc)
+    inv64, _ = rope_inv_freq(jcfg)
+    want_inv = [1.0, 1024 ** (-1 / 3), 1024 ** (-2 / 3), 1 / 1024, 0, 0, 0, 0]
+    assert (inv64 - torch.tensor(want_inv, dtype=TORCH64)).abs().max() < 1e-15, inv64
+
+    def si_rule(scores, layer_idx):
+        Tq, Tk = scores.shape[-2:]
+        t = (torch.arange(Tq, dtype=TORCH64)[:, None] - torch.arange(Tk, dtype=TORCH64)[None, :]).clamp(min=0)
+        x = torch.log(1.0 + t / SI_TAU)
+        return torch.sqrt(1.0 + 2.0 * x) * scores - 2.0 * x
+
+    neutral = json.loads(json.dumps(jcfg))
+    neutral["scale_invariant"]["tau"] = float("inf")
+    sd64 = transformers_check(name, Qwen3ForCausalLM, si_hf, sd, jcfg, "scale_invariant", si_rule, neutral)
+    logits, caps = own_forward(sd64, jcfg, ids, "scale_invariant")
+
+    def si_logit(l, h, i, j, s_):
+        x = math.log(1.0 + (i - j) / SI_TAU)
+        return math.sqrt(1.0 + 2.0 * x) * s_ - 2.0 * x
+
+    M, margin = write_reference(name, "scale_invariant", ids, logits, caps, logit_fn=si_logit)
+    summary.append((name, peak_stats(caps), margin, M, f" tau {SI_TAU}, p-RoPE log p 0.5 theta 1024, QK-norm;"))
+
+    # logn: Llama + self_attn.logn_scale [heads] ~ U(0.4, 1.2); config.json also has
+    # "logn": {"scale": 1.0}, which the stored tensor overrides.
+    name = "logn"
+    torch.manual_seed(11)
+    base = LlamaForCausalLM(vcfg)
+    init_weights(base, seed=1111)
+    sd = {k: v.detach().clone().to(torch.float32).contiguous() for k, v in base.state_dict().items()}
+    gen = torch.Generator().manual_seed(1112)
+    scales = []
+    for l in range(LAYERS):
+        sc = (0.4 + 0.8 * torch.rand(HEADS, generator=gen)).to(torch.float32)
+        sd[f"model.layers.{l}.self_attn.logn_scale"] = sc
+        scales.append(sc.to(TORCH64))
+    jc = dict(base_cfg_json)
+    jc["dtype"] = "float32"
+    jc["attention_variant"] = "logn"
+    jc["logn"] = {"scale": 1.0}
+    jcfg = write_variant_dir(name, sd, jc)
+
+    def logn_rule(scores, layer_idx):
+        Tq = scores.shape[-2]
+        n_i = torch.arange(1, Tq + 1, dtype=TORCH64).view(1, 1, Tq, 1)
+        return scores * scales[layer_idx].view(1, HEADS, 1, 1) * torch.log(n_i)
+
+    sd64 = transformers_check(name, LlamaForCausalLM, vcfg, sd, jcfg, "logn", logn_rule)
+    logits, caps = own_forward(sd64, jcfg, ids, "logn")
+    M, margin = write_reference(
+        name, "logn", ids, logits, caps,
+        logit_fn=lambda l, h, i, j, s_: s_ * float(scales[l][h]) * math.log(i + 1),
+    )
+    sc_all = torch.cat(scales)
+    summary.append((name, peak_stats(caps), margin, M,
+                    f" logn_scale range [{sc_all.min().item():.3f}, {sc_all.max().item():.3f}];"))
+
     os.remove(tok_json)
 
     # ---------------------------------------------------------------- corpus
@@ -1132,7 +1340,7 @@ def main():
         print(f"  {os.path.relpath(sub, ROOT)}: {n} bytes")
         total += n
     print(f"written by this script: {total} bytes")
-    assert total < 3_000_000
+    assert total < 4_500_000
 
 
 CORPUS_DOCS = [

@@ -1,16 +1,18 @@
-//! One attention layer: projections, RoPE, then the query-block loop that computes logits,
-//! the variant's effective weights, the probe's hooks and the output. The same code runs on
-//! every device; only the dtype differs.
+//! One attention layer: projections, QK-norm, RoPE, then the query-block loop that computes
+//! logits, the variant's logit transform and effective weights, the probe's hooks and the
+//! output. The same code runs on every device; only the dtype differs.
 
 use candle_core::{DType, Tensor, D};
 
 use super::affine_scaled::{activate, affine_weights};
 use super::blocks::{mask_invisible, query_blocks, visibility};
 use super::gated::split_query_gate;
+use super::logn::logn_logits;
+use super::scale_invariant::DistanceTable;
 use super::sink::softmax_with_sink;
-use super::variant::{AffineConfig, VariantKind};
-use crate::error::Result;
-use crate::model::layers::Linear;
+use super::variant::{AffineConfig, ScaleInvariantConfig, VariantKind};
+use crate::error::{Error, Result};
+use crate::model::layers::{Linear, RmsNorm};
 use crate::model::rope::Rope;
 use crate::model::weights::WeightStore;
 use crate::probe::{BlockCtx, Hook, Probe};
@@ -26,6 +28,25 @@ pub struct AttentionShape {
     pub o_bias: bool,
     pub variant: VariantKind,
     pub affine: AffineConfig,
+    /// Whether `q_norm` / `k_norm` are required (Qwen3); other architectures use them when
+    /// the checkpoint has `self_attn.q_norm.weight`.
+    pub qk_norm: bool,
+    /// epsilon of the QK-norm RMSNorm.
+    pub rms_norm_eps: f64,
+    /// scale_invariant settings (used by that variant only).
+    pub scale_invariant: ScaleInvariantConfig,
+    /// logn: s_h for every head from config.json, when no `self_attn.logn_scale` is stored.
+    pub logn_scale: Option<f64>,
+}
+
+/// How the scaled logits s_ij become the logits the variant normalises.
+enum LogitRule {
+    /// Unchanged.
+    Plain,
+    /// l = a_t s + m_t, t = i - j.
+    ScaleInvariant { tau: f64 },
+    /// l = s * s_h * ln(i + 1); `scale` `[1, heads, 1, 1]` f32.
+    Logn { scale: Tensor },
 }
 
 /// Parameters of one attention layer (`model.layers.{l}.self_attn`).
@@ -34,12 +55,16 @@ pub struct Attention {
     k_proj: Linear,
     v_proj: Linear,
     o_proj: Linear,
+    /// RMSNorm over each query / key head before RoPE (`[head_dim]` weights).
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
     /// Sink logits `[1, heads, 1, 1]` f32 (sink: stored; off_by_one: zeros).
     sink_logits: Option<Tensor>,
     /// Affine-Scaled alpha projection `[heads, hidden]`.
     alpha_proj: Option<Linear>,
     /// Stored moving average of alpha `[heads]`, f32.
     alpha_ma: Option<Tensor>,
+    logit_rule: LogitRule,
     shape: AttentionShape,
 }
 
@@ -97,6 +122,28 @@ impl Attention {
             )?),
             _ => None,
         };
+        let (q_norm, k_norm) = if s.qk_norm || store.contains(&format!("{prefix}.q_norm.weight")) {
+            let norm = |name: &str| {
+                RmsNorm::load(
+                    store,
+                    &format!("{prefix}.{name}"),
+                    s.head_dim,
+                    s.rms_norm_eps,
+                )
+            };
+            (Some(norm("q_norm")?), Some(norm("k_norm")?))
+        } else {
+            (None, None)
+        };
+        let logit_rule = match s.variant {
+            VariantKind::ScaleInvariant => LogitRule::ScaleInvariant {
+                tau: s.scale_invariant.tau,
+            },
+            VariantKind::Logn => LogitRule::Logn {
+                scale: load_logn_scale(store, prefix, s)?,
+            },
+            _ => LogitRule::Plain,
+        };
         let (alpha_proj, alpha_ma) = if s.variant.is_affine() {
             let bias = store.contains(&format!("{prefix}.alpha_proj.bias"));
             (
@@ -117,9 +164,12 @@ impl Attention {
             k_proj,
             v_proj,
             o_proj,
+            q_norm,
+            k_norm,
             sink_logits,
             alpha_proj,
             alpha_ma,
+            logit_rule,
             shape,
         })
     }
@@ -144,11 +194,15 @@ impl Attention {
         } else {
             (q_out.reshape((b, t, s.heads, s.head_dim))?, None)
         };
-        let q = rope.apply(&q.transpose(1, 2)?.contiguous()?)?;
         let k = self
             .k_proj
             .forward(xs)?
             .reshape((b, t, s.kv_heads, s.head_dim))?;
+        let (q, k) = match (&self.q_norm, &self.k_norm) {
+            (Some(q_norm), Some(k_norm)) => (q_norm.forward(&q)?, k_norm.forward(&k)?),
+            _ => (q, k),
+        };
+        let q = rope.apply(&q.transpose(1, 2)?.contiguous()?)?;
         let k = rope.apply(&k.transpose(1, 2)?.contiguous()?)?;
         let v = self
             .v_proj
@@ -196,6 +250,10 @@ impl Attention {
         // Grouped-query attention without copying keys: view the query heads of one kv
         // head as extra rows, [b, kv, groups * n, d] x [b, kv, d, keys].
         let scale = 1.0 / (s.head_dim as f64).sqrt();
+        let distance_table = match self.logit_rule {
+            LogitRule::ScaleInvariant { tau } => Some(DistanceTable::new(tau, t, xs.device())?),
+            _ => None,
+        };
         let mut outputs = Vec::new();
         for (q_start, n) in query_blocks(t, block) {
             let keys = q_start + n;
@@ -219,7 +277,13 @@ impl Attention {
             if probe.wants(Hook::Qk, layer) {
                 probe.on_tensor(Hook::Qk, &ctx, &raw)?;
             }
-            let scores = mask_invisible(&(raw * scale)?, &visible)?;
+            let scaled = (raw * scale)?;
+            let logits = match (&self.logit_rule, &distance_table) {
+                (LogitRule::ScaleInvariant { .. }, Some(table)) => table.apply(&scaled, q_start)?,
+                (LogitRule::Logn { scale }, _) => logn_logits(&scaled, scale, q_start)?,
+                _ => scaled,
+            };
+            let scores = mask_invisible(&logits, &visible)?;
             if probe.wants(Hook::AttnScores, layer) {
                 probe.on_tensor(Hook::AttnScores, &ctx, &scores)?;
             }
@@ -315,4 +379,27 @@ impl Attention {
     pub fn shape(&self) -> &AttentionShape {
         &self.shape
     }
+}
+
+/// s_h `[1, heads, 1, 1]` f32 of a logn layer: the stored `{prefix}.logn_scale` [heads], else
+/// config.json's `logn.scale` for every head.
+fn load_logn_scale(store: &WeightStore, prefix: &str, s: &AttentionShape) -> Result<Tensor> {
+    let name = format!("{prefix}.logn_scale");
+    let scale = match s.logn_scale {
+        Some(value) if !store.contains(&name) => {
+            Tensor::full(value as f32, s.heads, store.device())?
+        }
+        _ => store
+            .get_as(&name, &[s.heads], DType::F32)
+            .map_err(|err| match err {
+                Error::Input { path, message } => Error::Input {
+                    path,
+                    message: format!(
+                        "{message} (logn needs it, or \"logn\": {{\"scale\": s}} in config.json)"
+                    ),
+                },
+                other => other,
+            })?,
+    };
+    Ok(scale.reshape((1, s.heads, 1, 1))?)
 }

@@ -5,10 +5,14 @@ mod affine_scaled;
 pub mod blocks;
 mod gated;
 mod layer;
+mod logn;
+mod scale_invariant;
 mod sink;
 mod variant;
 
 pub use affine_scaled::{activate, affine_weights};
 pub use layer::{Attention, AttentionShape};
+pub use logn::logn_logits;
+pub use scale_invariant::{distance_coefficients, DistanceTable};
 pub use sink::softmax_with_sink;
-pub use variant::{Activation, AffineConfig, BetaLength, VariantKind};
+pub use variant::{Activation, AffineConfig, BetaLength, ScaleInvariantConfig, VariantKind};

@@ -19,12 +19,16 @@ pub enum VariantKind {
     AffineScaled,
     /// affine_scaled weights with a gated output.
     AffineScaledGated,
+    /// softmax over a_t s + m_t, t = i - j (Anson, Wang, Aitchison, arXiv 2505.17083).
+    ScaleInvariant,
+    /// softmax over s * s_h * ln(i + 1) (LogN / Scalable-Softmax).
+    Logn,
 }
 
 impl VariantKind {
     /// Names accepted in config.json, for error messages.
     pub const SUPPORTED: &'static str =
-        "softmax, off_by_one, sink, gated, affine_scaled, affine_scaled_gated";
+        "softmax, off_by_one, sink, gated, affine_scaled, affine_scaled_gated, scale_invariant, logn";
 
     /// Parses a config.json name.
     pub fn parse(name: &str) -> Option<Self> {
@@ -35,6 +39,8 @@ impl VariantKind {
             "gated" => VariantKind::Gated,
             "affine_scaled" => VariantKind::AffineScaled,
             "affine_scaled_gated" => VariantKind::AffineScaledGated,
+            "scale_invariant" => VariantKind::ScaleInvariant,
+            "logn" => VariantKind::Logn,
             _ => return None,
         })
     }
@@ -48,6 +54,8 @@ impl VariantKind {
             VariantKind::Gated => "gated",
             VariantKind::AffineScaled => "affine_scaled",
             VariantKind::AffineScaledGated => "affine_scaled_gated",
+            VariantKind::ScaleInvariant => "scale_invariant",
+            VariantKind::Logn => "logn",
         }
     }
 
@@ -108,5 +116,19 @@ impl Default for AffineConfig {
             beta_length: BetaLength::Full,
             momentum: 0.9,
         }
+    }
+}
+
+/// The `scale_invariant` block of config.json.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ScaleInvariantConfig {
+    /// tau in a_t = sqrt(1 + 2 ln(1 + t / tau)), m_t = -2 ln(1 + t / tau); > 0.
+    pub tau: f64,
+}
+
+impl Default for ScaleInvariantConfig {
+    /// tau = 10, the paper's best of 0.01..100.
+    fn default() -> Self {
+        ScaleInvariantConfig { tau: 10.0 }
     }
 }

@@ -13,7 +13,7 @@ use crate::model::Checkpoint;
 /// Arguments of `inspect`.
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
-    /// Checkpoint folder (config.json + safetensors).
+    /// Checkpoint folder (config.json + safetensors) or GGUF file.
     pub checkpoint: PathBuf,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -24,10 +24,17 @@ pub struct InspectArgs {
 pub fn run(args: InspectArgs) -> Result<()> {
     let ckpt = Checkpoint::open(&args.checkpoint, &Device::Cpu, DType::F32)?.validate()?;
     let c = &ckpt.config;
-    let mut stored: BTreeMap<String, usize> = BTreeMap::new();
-    for (_, _, dtype) in ckpt.store.tensors() {
-        *stored.entry(dtype).or_default() += 1;
-    }
+    // GGUF: the llama.cpp tensor types (Q4_1, Q8_0, ...) the weights are dequantized from
+    let stored: BTreeMap<String, usize> = match ckpt.dequantized_from() {
+        Some(types) => types,
+        None => {
+            let mut stored = BTreeMap::new();
+            for (_, _, dtype) in ckpt.store.tensors() {
+                *stored.entry(dtype).or_default() += 1;
+            }
+            stored
+        }
+    };
     let rope = match c.rope.partial_rotary_factor {
         f if f < 1.0 => format!(
             "{:?}, theta {}, partial_rotary_factor {f} ({} of {} dims rotate)",
@@ -38,8 +45,11 @@ pub fn run(args: InspectArgs) -> Result<()> {
         ),
         _ => format!("{:?}, theta {}", c.rope.scaling, c.rope.theta),
     };
-    let report = json!({
+    let gguf = ckpt.gguf();
+    let format = if gguf.is_some() { "gguf" } else { "safetensors" };
+    let mut report = json!({
         "checkpoint": args.checkpoint.display().to_string(),
+        "format": format,
         "architecture": c.architecture.name(),
         "variant": ckpt.variant.kind.name(),
         "variant_source": ckpt.variant.source,
@@ -55,6 +65,11 @@ pub fn run(args: InspectArgs) -> Result<()> {
         "delta_parameters": ckpt.delta_params(),
         "stored_dtypes": stored,
     });
+    if let Some(g) = gguf {
+        report["gguf_file"] = json!(g.path().display().to_string());
+        report["gguf_tensor_types"] = json!(stored);
+        report["rope_source"] = json!(g.rope_source());
+    }
     if args.json {
         println!(
             "{}",
@@ -64,6 +79,18 @@ pub fn run(args: InspectArgs) -> Result<()> {
     }
     let rows = [
         ("checkpoint", args.checkpoint.display().to_string()),
+        (
+            "format",
+            match gguf {
+                Some(g) => format!(
+                    "gguf {} (tensors dequantized to {} on load; rope from {})",
+                    g.path().display(),
+                    format!("{:?}", ckpt.store.dtype()).to_lowercase(),
+                    g.rope_source()
+                ),
+                None => format.to_string(),
+            },
+        ),
         ("architecture", c.architecture.name().to_string()),
         (
             "variant",

@@ -6,9 +6,13 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::error::Result;
+use crate::metrics::Metric;
 
+mod analyze;
+mod figures;
 mod inspect;
 mod logs;
+mod report;
 
 /// Analyse attention in transformer checkpoints (Affine-Scaled Attention and friends).
 #[derive(Debug, Parser)]
@@ -20,6 +24,32 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Every attention metric in one pass: tables under --out, a summary on stdout.
+    Analyze(analyze::MetricArgs),
+    /// Attention entropy per layer and head (paper Fig. 6).
+    Entropy(analyze::MetricArgs),
+    /// First-token attention mass per layer (paper Fig. 4).
+    FirstToken(analyze::MetricArgs),
+    /// Per-query attention weight sums: summaries and histogram (paper Fig. 3).
+    WeightSums(analyze::MetricArgs),
+    /// Raw QK^T means; a folder of step checkpoints gives the training curve (paper Fig. 2).
+    Qk(analyze::MetricArgs),
+    /// Total attention per layer and head (paper Fig. 5).
+    Heads(analyze::MetricArgs),
+    /// 30 x 30 attention heatmap of one layer (paper Fig. 9).
+    Heatmap(analyze::MetricArgs),
+    /// One query's attention over keys with its sink mass (paper Fig. 1).
+    Profile(analyze::MetricArgs),
+    /// Sink mass (sink, off_by_one) per layer and head, and the sink rate.
+    Sink(analyze::MetricArgs),
+    /// Affine-Scaled alpha statistics per layer and head (paper Sec. 4.3).
+    Alpha(analyze::MetricArgs),
+    /// Next-token NLL and perplexity, overall and per position.
+    Nll(analyze::MetricArgs),
+    /// First-token importance per head and the sink rate (Gu et al., ICLR 2025).
+    SinkRate(analyze::MetricArgs),
+    /// Attention mass by query-key distance band.
+    Distance(analyze::MetricArgs),
     /// Architecture, attention variant (and how it was detected), shapes, parameter counts.
     Inspect(inspect::InspectArgs),
     /// Gradient-norm statistics over a step window: mean, std, var, CV (paper Table 4).
@@ -28,6 +58,8 @@ enum Command {
     Spikes(logs::SpikesArgs),
     /// Loss and gradient-norm curves with optional EMA smoothing (paper Figs. 7, 8, 10).
     Curves(logs::CurvesArgs),
+    /// Every paper figure (PNG + SVG) and Tables 4-5 (Markdown) from exported tables.
+    Figures(figures::FiguresArgs),
 }
 
 /// Runs the CLI with the process arguments; returns the exit code.
@@ -46,8 +78,22 @@ pub fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Inspect(args) => inspect::run(args),
+        Command::Analyze(args) => analyze::run(args, &Metric::ALL, "analyze"),
+        Command::Entropy(args) => analyze::run(args, &[Metric::Entropy], "entropy"),
+        Command::FirstToken(args) => analyze::run(args, &[Metric::FirstToken], "first-token"),
+        Command::WeightSums(args) => analyze::run(args, &[Metric::WeightSum], "weight-sums"),
+        Command::Qk(args) => analyze::run(args, &[Metric::QkMean], "qk"),
+        Command::Heads(args) => analyze::run(args, &[Metric::HeadTotal], "heads"),
+        Command::Heatmap(args) => analyze::run(args, &[Metric::Heatmap], "heatmap"),
+        Command::Profile(args) => analyze::run(args, &[Metric::QueryProfile], "profile"),
+        Command::Sink(args) => analyze::run(args, &[Metric::SinkMass, Metric::SinkRate], "sink"),
+        Command::Alpha(args) => analyze::run(args, &[Metric::Alpha], "alpha"),
+        Command::Nll(args) => analyze::run(args, &[Metric::Nll], "nll"),
+        Command::SinkRate(args) => analyze::run(args, &[Metric::SinkRate], "sink-rate"),
+        Command::Distance(args) => analyze::run(args, &[Metric::DistanceProfile], "distance"),
         Command::GradStats(args) => logs::grad_stats(args),
         Command::Spikes(args) => logs::spikes(args),
         Command::Curves(args) => logs::curves(args),
+        Command::Figures(args) => figures::run(args),
     }
 }

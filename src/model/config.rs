@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::attention::{Activation, AffineConfig, BetaLength, VariantKind};
+use crate::attention::{Activation, AffineConfig, BetaLength, ScaleInvariantConfig, VariantKind};
 use crate::error::{Error, Result};
 
 /// Architectures the loader implements (`model_type`).
@@ -18,16 +18,19 @@ pub enum Architecture {
     Llama,
     /// Qwen2: q/k/v biases.
     Qwen2,
+    /// Qwen3 dense: per-head q_norm / k_norm before RoPE, no q/k/v bias, `head_dim` from config.
+    Qwen3,
 }
 
 impl Architecture {
     /// `model_type` values accepted, for error messages.
-    pub const SUPPORTED: &'static str = "llama, qwen2";
+    pub const SUPPORTED: &'static str = "llama, qwen2, qwen3";
 
     fn parse(name: &str) -> Option<Self> {
         match name {
             "llama" => Some(Architecture::Llama),
             "qwen2" => Some(Architecture::Qwen2),
+            "qwen3" => Some(Architecture::Qwen3),
             _ => None,
         }
     }
@@ -37,8 +40,20 @@ impl Architecture {
         match self {
             Architecture::Llama => "llama",
             Architecture::Qwen2 => "qwen2",
+            Architecture::Qwen3 => "qwen3",
         }
     }
+}
+
+/// How p-RoPE spaces the frequencies of its rotating pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PRopeSpacing {
+    /// Barbero et al. 2024: pair k keeps RoPE's own rope_theta^(-2k/d).
+    Rope,
+    /// The scale-invariant paper's modded-nanogpt code: rope_theta^(-k/(n-1)), from 1 down
+    /// to 1/rope_theta (1 when n = 1).
+    Log,
 }
 
 /// How rotary frequencies are derived from `rope_theta`.
@@ -53,6 +68,15 @@ pub enum RopeScaling {
         low_freq_factor: f64,
         high_freq_factor: f64,
         original_max_position_embeddings: f64,
+    },
+    /// p-RoPE (`rope_type: p_rope`): the first `rotating_pairs` = floor(p * d / 2) frequency
+    /// pairs of each head rotate, the other d/2 - n have frequency 0. Not HF's
+    /// `partial_rotary_factor` (which drops trailing dimensions, not frequencies).
+    PRope {
+        p: f64,
+        spacing: PRopeSpacing,
+        /// n = floor(p * head_dim / 2) >= 1.
+        rotating_pairs: usize,
     },
 }
 
@@ -95,6 +119,14 @@ pub struct ModelConfig {
     pub declared_variant: Option<VariantKind>,
     /// Affine-Scaled settings (defaults when the block is absent).
     pub affine: AffineConfig,
+    /// Per-head RMSNorm of queries and keys before RoPE is required (Qwen3). Other
+    /// architectures use it when the weights have `self_attn.q_norm.weight`.
+    pub qk_norm: bool,
+    /// scale_invariant settings (tau 10 when the block is absent).
+    pub scale_invariant: ScaleInvariantConfig,
+    /// logn: s_h for every head from `"logn": {"scale": s}`; a stored
+    /// `self_attn.logn_scale` [heads] takes precedence.
+    pub logn_scale: Option<f64>,
 }
 
 /// Serde mirror of config.json: everything optional, unknown fields ignored.
@@ -125,6 +157,20 @@ pub struct RawConfig {
     pub hidden_act: Option<String>,
     pub attention_variant: Option<String>,
     pub affine_scaled: Option<RawAffine>,
+    pub scale_invariant: Option<RawScaleInvariant>,
+    pub logn: Option<RawLogn>,
+}
+
+/// The `scale_invariant` block of config.json.
+#[derive(Debug, Deserialize, Default)]
+pub struct RawScaleInvariant {
+    pub tau: Option<f64>,
+}
+
+/// The `logn` block of config.json.
+#[derive(Debug, Deserialize, Default)]
+pub struct RawLogn {
+    pub scale: Option<f64>,
 }
 
 /// The `affine_scaled` block of config.json.
@@ -189,6 +235,8 @@ impl RawConfig {
         }
         let head_dim = match self.head_dim {
             Some(d) => d,
+            // transformers' Qwen3Config default (it does not derive it from hidden / heads)
+            None if architecture == Architecture::Qwen3 => 128,
             None if hidden_size % num_heads == 0 => hidden_size / num_heads,
             None => {
                 return Err(Error::input(
@@ -221,10 +269,10 @@ impl RawConfig {
         }
         let attention_bias = self.attention_bias.unwrap_or(false);
         let (qkv_bias, o_bias) = match architecture {
-            Architecture::Llama => (attention_bias, attention_bias),
+            Architecture::Llama | Architecture::Qwen3 => (attention_bias, attention_bias),
             Architecture::Qwen2 => (true, false),
         };
-        let rope = self.resolve_rope(path)?;
+        let rope = self.resolve_rope(path, head_dim)?;
         let declared_variant = match &self.attention_variant {
             None => None,
             Some(name) => Some(VariantKind::parse(name).ok_or_else(|| {
@@ -238,6 +286,16 @@ impl RawConfig {
             })?),
         };
         let affine = resolve_affine(self.affine_scaled.as_ref(), path)?;
+        let scale_invariant = resolve_scale_invariant(self.scale_invariant.as_ref(), path)?;
+        let logn_scale = match self.logn.as_ref().and_then(|l| l.scale) {
+            Some(s) if !s.is_finite() => {
+                return Err(Error::input(
+                    path,
+                    format!("logn.scale {s} must be a finite number"),
+                ))
+            }
+            other => other,
+        };
         Ok(ModelConfig {
             architecture,
             hidden_size,
@@ -258,11 +316,14 @@ impl RawConfig {
             eos_token_id: token_id(&self.eos_token_id),
             declared_variant,
             affine,
+            qk_norm: architecture == Architecture::Qwen3,
+            scale_invariant,
+            logn_scale,
         })
     }
 
     /// RoPE from transformers 5 `rope_parameters` or older `rope_theta` + `rope_scaling`.
-    fn resolve_rope(&self, path: &Path) -> Result<RopeConfig> {
+    fn resolve_rope(&self, path: &Path, head_dim: usize) -> Result<RopeConfig> {
         let params = self.rope_parameters.as_ref().or(self.rope_scaling.as_ref());
         let params = params.filter(|v| !v.is_null());
         let theta = params
@@ -299,11 +360,15 @@ impl RawConfig {
                     original_max_position_embeddings: get("original_max_position_embeddings")?,
                 }
             }
+            "p_rope" => {
+                let p = params.expect("rope_type came from params");
+                resolve_p_rope(p, head_dim, partial_rotary_factor, path)?
+            }
             other => {
-                return Err(Error::input(
-                    path,
-                    format!("rope_type `{other}` is not implemented (supported: default, llama3)"),
-                ))
+                let supported = "default, llama3, p_rope";
+                let message =
+                    format!("rope_type `{other}` is not implemented (supported: {supported})");
+                return Err(Error::input(path, message));
             }
         };
         Ok(RopeConfig {
@@ -312,6 +377,85 @@ impl RawConfig {
             partial_rotary_factor,
         })
     }
+}
+
+/// p-RoPE's `p` and `spacing` (SPEC section 2), checked: p in (0, 1], n = floor(p d/2) >= 1.
+fn resolve_p_rope(
+    params: &Value,
+    head_dim: usize,
+    partial_rotary_factor: f64,
+    path: &Path,
+) -> Result<RopeScaling> {
+    let p = match params.get("p") {
+        None => return Err(Error::input(path, "p_rope rope parameters are missing `p`")),
+        Some(v) => v
+            .as_f64()
+            .ok_or_else(|| Error::input(path, format!("p_rope `p` must be a number, got {v}")))?,
+    };
+    if !(p > 0.0 && p <= 1.0) {
+        return Err(Error::input(
+            path,
+            format!("p_rope p = {p} must be in (0, 1]"),
+        ));
+    }
+    let rotating_pairs = p_rope_pairs(p, head_dim);
+    if rotating_pairs == 0 {
+        return Err(Error::input(
+            path,
+            format!(
+                "p_rope p = {p} rotates no frequency pair: n = floor({p} * {head_dim} / 2) = 0 (head_dim {head_dim})"
+            ),
+        ));
+    }
+    let spacing = match params.get("spacing") {
+        None => PRopeSpacing::Rope,
+        Some(v) => match v.as_str() {
+            Some("rope") => PRopeSpacing::Rope,
+            Some("log") => PRopeSpacing::Log,
+            _ => {
+                return Err(Error::input(
+                    path,
+                    format!("unknown p_rope spacing {v} (supported: rope, log)"),
+                ))
+            }
+        },
+    };
+    if partial_rotary_factor != 1.0 {
+        return Err(Error::input(
+            path,
+            format!(
+                "p_rope cannot be combined with partial_rotary_factor {partial_rotary_factor} (two different rules for which dimensions rotate)"
+            ),
+        ));
+    }
+    Ok(RopeScaling::PRope {
+        p,
+        spacing,
+        rotating_pairs,
+    })
+}
+
+/// n = floor(p * head_dim / 2), the p-RoPE pairs that rotate. A product within 1e-9 below
+/// an integer counts as that integer (p = 0.29, d/2 = 100 gives 29, not 28.999...).
+pub fn p_rope_pairs(p: f64, head_dim: usize) -> usize {
+    (p * (head_dim / 2) as f64 + 1e-9).floor() as usize
+}
+
+fn resolve_scale_invariant(
+    raw: Option<&RawScaleInvariant>,
+    path: &Path,
+) -> Result<ScaleInvariantConfig> {
+    let mut cfg = ScaleInvariantConfig::default();
+    if let Some(tau) = raw.and_then(|r| r.tau) {
+        if !(tau > 0.0) {
+            return Err(Error::input(
+                path,
+                format!("scale_invariant.tau = {tau} must be > 0"),
+            ));
+        }
+        cfg.tau = tau;
+    }
+    Ok(cfg)
 }
 
 fn resolve_affine(raw: Option<&RawAffine>, path: &Path) -> Result<AffineConfig> {
@@ -330,17 +474,18 @@ fn resolve_affine(raw: Option<&RawAffine>, path: &Path) -> Result<AffineConfig> 
         };
     }
     if let Some(name) = &raw.beta_length {
-        cfg.beta_length =
-            match name.as_str() {
-                "full" => BetaLength::Full,
-                "visible" => BetaLength::Visible,
-                other => return Err(Error::input(
+        cfg.beta_length = match name.as_str() {
+            "full" => BetaLength::Full,
+            "visible" => BetaLength::Visible,
+            other => {
+                return Err(Error::input(
                     path,
                     format!(
                         "unknown affine_scaled.beta_length `{other}` (supported: full, visible)"
                     ),
-                )),
-            };
+                ))
+            }
+        };
     }
     if let Some(m) = raw.momentum {
         cfg.momentum = m;
@@ -398,6 +543,126 @@ mod tests {
             err.contains("gpt2") && err.contains("llama, qwen2"),
             "{err}"
         );
+    }
+
+    fn p_rope(params: &str) -> Result<ModelConfig> {
+        resolve(&format!(
+            r#"{{{BASE}, "rope_parameters": {{"rope_type": "p_rope", "rope_theta": 1024, {params}}}}}"#
+        ))
+    }
+
+    #[test]
+    fn p_rope_resolves_pairs_and_spacing() {
+        // head_dim 16: p = 0.5 gives n = floor(0.5 * 16 / 2) = 4
+        let cfg = resolve(&format!(
+            r#"{{{BASE}, "head_dim": 16, "rope_parameters": {{"rope_type": "p_rope", "p": 0.5,
+            "rope_theta": 1024, "spacing": "log"}}}}"#
+        ))
+        .unwrap();
+        assert_eq!(
+            cfg.rope.scaling,
+            RopeScaling::PRope {
+                p: 0.5,
+                spacing: PRopeSpacing::Log,
+                rotating_pairs: 4
+            }
+        );
+        assert_eq!(cfg.rope.theta, 1024.0);
+        assert_eq!(cfg.rope.partial_rotary_factor, 1.0);
+        // spacing defaults to rope; head_dim 16 (64 / 4): p = 0.3 gives floor(2.4) = 2
+        let cfg = p_rope(r#""p": 0.3"#).unwrap();
+        assert_eq!(
+            cfg.rope.scaling,
+            RopeScaling::PRope {
+                p: 0.3,
+                spacing: PRopeSpacing::Rope,
+                rotating_pairs: 2
+            }
+        );
+        // floor(p d/2) on the intended integer: 0.29 * 100 = 28.999999999999996 in f64
+        assert_eq!(p_rope_pairs(0.29, 200), 29);
+    }
+
+    #[test]
+    fn bad_p_rope_settings_name_the_value() {
+        for (params, needle) in [
+            (r#""p": 0"#, "p = 0 must be in (0, 1]"),
+            (r#""p": 1.5"#, "p = 1.5 must be in (0, 1]"),
+            (r#""p": -0.5"#, "p = -0.5"),
+            (r#""p": 0.1"#, "n = floor(0.1 * 16 / 2) = 0"),
+            (r#""p": 0.5, "spacing": "linear""#, r#"spacing "linear""#),
+            (r#""spacing": "log""#, "missing `p`"),
+            (r#""p": "half""#, r#"got "half""#),
+        ] {
+            let err = p_rope(params).unwrap_err().to_string();
+            assert!(
+                err.starts_with("config.json: ") && err.contains(needle),
+                "{params}: {err}"
+            );
+        }
+        let err = resolve(&format!(
+            r#"{{{BASE}, "partial_rotary_factor": 0.5, "rope_parameters": {{"rope_type": "p_rope",
+            "p": 0.5}}}}"#
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("partial_rotary_factor 0.5"), "{err}");
+    }
+
+    #[test]
+    fn partial_rotary_factor_stays_apart_from_p_rope() {
+        let cfg = resolve(&format!(r#"{{{BASE}, "partial_rotary_factor": 0.5}}"#)).unwrap();
+        assert_eq!(cfg.rope.scaling, RopeScaling::Default);
+        assert_eq!(cfg.rope.partial_rotary_factor, 0.5);
+    }
+
+    #[test]
+    fn scale_invariant_tau_defaults_to_10_and_must_be_positive() {
+        let cfg = resolve(&format!(
+            r#"{{{BASE}, "attention_variant": "scale_invariant"}}"#
+        ))
+        .unwrap();
+        assert_eq!(cfg.declared_variant, Some(VariantKind::ScaleInvariant));
+        assert_eq!(cfg.scale_invariant.tau, 10.0);
+        let cfg = resolve(&format!(r#"{{{BASE}, "scale_invariant": {{"tau": 0.5}}}}"#)).unwrap();
+        assert_eq!(cfg.scale_invariant.tau, 0.5);
+        for tau in ["0", "-1", "0.0"] {
+            let err = resolve(&format!(
+                r#"{{{BASE}, "attention_variant": "scale_invariant", "scale_invariant": {{"tau": {tau}}}}}"#
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(
+                err.starts_with("config.json: ")
+                    && err.contains("scale_invariant.tau = ")
+                    && err.contains("must be > 0"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn qwen3_has_qk_norm_no_qwen2_bias_and_its_own_head_dim() {
+        let qwen3 = BASE.replace(r#""llama""#, r#""qwen3""#);
+        let cfg = resolve(&format!(r#"{{{qwen3}, "head_dim": 12}}"#)).unwrap();
+        assert_eq!(cfg.architecture, Architecture::Qwen3);
+        assert!(cfg.qk_norm && !cfg.qkv_bias && !cfg.o_bias);
+        assert_eq!(cfg.head_dim, 12); // not 64 / 4
+                                      // without head_dim, transformers' Qwen3Config default
+        let cfg = resolve(&format!(r#"{{{qwen3}}}"#)).unwrap();
+        assert_eq!(cfg.head_dim, 128);
+        let cfg = resolve(&format!(r#"{{{BASE}}}"#)).unwrap();
+        assert!(!cfg.qk_norm);
+    }
+
+    #[test]
+    fn logn_scale_from_config() {
+        let cfg = resolve(&format!(
+            r#"{{{BASE}, "attention_variant": "logn", "logn": {{"scale": 0.7}}}}"#
+        ))
+        .unwrap();
+        assert_eq!(cfg.declared_variant, Some(VariantKind::Logn));
+        assert_eq!(cfg.logn_scale, Some(0.7));
     }
 
     #[test]

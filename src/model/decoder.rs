@@ -1,5 +1,6 @@
-//! The decoder stack shared by Llama-family and Qwen2 checkpoints: embeddings, layers of
-//! (RMSNorm, attention, RMSNorm, MLP), final norm, language-model head.
+//! The decoder stack shared by Llama-family, Qwen2 and Qwen3 checkpoints: embeddings, layers
+//! of (RMSNorm, attention, RMSNorm, MLP), final norm, language-model head. The architectures
+//! differ only in attention (biases, QK-norm), which [`AttentionShape`] carries.
 
 use candle_core::{DType, Tensor};
 
@@ -44,6 +45,10 @@ impl Model {
             o_bias: c.o_bias,
             variant,
             affine: c.affine,
+            qk_norm: c.qk_norm,
+            rms_norm_eps: c.rms_norm_eps,
+            scale_invariant: c.scale_invariant,
+            logn_scale: c.logn_scale,
         };
         let mut layers = Vec::with_capacity(c.num_layers);
         for l in 0..c.num_layers {

@@ -1,5 +1,6 @@
 //! Which attention variant a checkpoint uses: named in config.json, or detected from its
-//! weights (sinks, alpha_proj, a doubled q_proj), and how we know.
+//! weights (sinks, alpha_proj, a doubled q_proj, logn_scale), and how we know.
+//! scale_invariant has no weights of its own: only config.json can name it.
 
 use serde::Serialize;
 
@@ -26,6 +27,7 @@ pub fn detect_variant(config: &ModelConfig, store: &WeightStore) -> DetectedVari
     let attn = "model.layers.0.self_attn";
     let sinks = format!("{attn}.sinks");
     let alpha = format!("{attn}.alpha_proj.weight");
+    let logn = format!("{attn}.logn_scale");
     let q = format!("{attn}.q_proj.weight");
     let doubled_q = store
         .shape(&q)
@@ -44,6 +46,8 @@ pub fn detect_variant(config: &ModelConfig, store: &WeightStore) -> DetectedVari
             VariantKind::Gated,
             format!("weights: {q} has 2 x heads x head_dim rows (query + gate)"),
         )
+    } else if store.contains(&logn) {
+        (VariantKind::Logn, format!("weights: {logn}"))
     } else {
         (
             VariantKind::Softmax,

@@ -1,25 +1,37 @@
-//! Checkpoints: config.json, weights, variant detection, and the decoder they build.
+//! Checkpoints: config.json, weights, variant detection, and the decoder they build. A
+//! checkpoint is a Hugging Face folder (config.json + safetensors) or a GGUF file
+//! ([`gguf`]); both end up as a [`ModelConfig`] and a [`WeightStore`] serving HF names.
 
 pub mod config;
 mod decoder;
 mod detect;
+pub mod gguf;
+mod gguf_rope;
+pub mod gguf_tokenizer;
 pub mod layers;
 pub mod rope;
 pub mod weights;
 
+use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device};
+use tokenizers::Tokenizer;
 
 pub use config::{Architecture, ModelConfig};
 pub use decoder::Model;
 pub use detect::{detect_variant, DetectedVariant};
+pub use gguf::GgufFile;
+pub use gguf_tokenizer::tokenizer_from_gguf;
 pub use weights::WeightStore;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
-/// A checkpoint folder opened for analysis: config, weights, detected variant.
+/// A checkpoint opened for analysis: config, weights, detected variant.
 pub struct Checkpoint {
+    /// The path as given: a checkpoint folder, or a `.gguf` file (see [`Checkpoint::gguf`]
+    /// for the file a folder holding one resolved to).
     pub dir: PathBuf,
     pub config: ModelConfig,
     pub variant: DetectedVariant,
@@ -27,23 +39,65 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    /// Opens `dir` (config.json + safetensors), weights cast to `dtype` on `device` when loaded.
-    pub fn open(dir: &Path, device: &Device, dtype: DType) -> Result<Self> {
-        if !dir.is_dir() {
-            return Err(crate::error::Error::input(
-                dir,
-                "not a checkpoint folder (no such directory)",
-            ));
-        }
-        let config = ModelConfig::from_dir(dir)?;
-        let store = WeightStore::open(dir, device, dtype)?;
+    /// Opens `path`, weights cast to `dtype` on `device` when loaded: a folder with
+    /// config.json + safetensors, a `.gguf` file, or a folder without config.json holding
+    /// exactly one `.gguf` file.
+    pub fn open(path: &Path, device: &Device, dtype: DType) -> Result<Self> {
+        let (config, store) = match checkpoint_kind(path)? {
+            Kind::HuggingFace => (
+                ModelConfig::from_dir(path)?,
+                WeightStore::open(path, device, dtype)?,
+            ),
+            Kind::Gguf(file) => {
+                let gguf = GgufFile::open(&file)?;
+                let config = gguf.config().clone();
+                (config, WeightStore::from_gguf(gguf, device, dtype))
+            }
+        };
         let variant = detect_variant(&config, &store);
         Ok(Checkpoint {
-            dir: dir.to_path_buf(),
+            dir: path.to_path_buf(),
             config,
             variant,
             store,
         })
+    }
+
+    /// The GGUF file the weights come from, if the checkpoint is one.
+    pub fn gguf(&self) -> Option<&GgufFile> {
+        self.store.gguf()
+    }
+
+    /// For GGUF checkpoints: the stored tensor types and how many tensors each (e.g.
+    /// `{"F32": 61, "Q4_1": 210, "Q8_0": 1}`), all dequantized to the analysis dtype on load.
+    pub fn dequantized_from(&self) -> Option<BTreeMap<String, usize>> {
+        self.gguf().map(GgufFile::type_counts)
+    }
+
+    /// Where the tokenizer of a Hugging Face checkpoint would be (`tokenizer.json`, which
+    /// may not exist); `None` for GGUF files, whose tokenizer is [`Checkpoint::tokenizer`].
+    pub fn tokenizer_json(&self) -> Option<PathBuf> {
+        match self.gguf() {
+            Some(_) => None,
+            None => Some(self.dir.join("tokenizer.json")),
+        }
+    }
+
+    /// The checkpoint's own tokenizer: `tokenizer.json` of the folder, or the one built from
+    /// the GGUF metadata. A missing tokenizer is an error naming the file.
+    pub fn tokenizer(&self) -> Result<Tokenizer> {
+        match self.gguf() {
+            Some(g) => gguf_tokenizer::tokenizer_from_content(g.content(), g.path()),
+            None => {
+                let path = self.dir.join("tokenizer.json");
+                if !path.is_file() {
+                    return Err(Error::input(&path, "missing tokenizer.json"));
+                }
+                Tokenizer::from_file(&path).map_err(|e| {
+                    Error::input(&path, format!("invalid tokenizer.json: {e}"))
+                })
+            }
+        }
     }
 
     /// Builds the model (loads every tensor).
@@ -101,4 +155,56 @@ impl Checkpoint {
             .map(|(_, shape, _)| shape.iter().product::<usize>())
             .sum()
     }
+}
+
+/// What kind of checkpoint a path holds.
+enum Kind {
+    HuggingFace,
+    Gguf(PathBuf),
+}
+
+fn checkpoint_kind(path: &Path) -> Result<Kind> {
+    if path.is_file() {
+        if gguf::is_gguf_path(path) || has_gguf_magic(path) {
+            return Ok(Kind::Gguf(path.to_path_buf()));
+        }
+        return Err(Error::input(
+            path,
+            "not a checkpoint: expected a folder (config.json + safetensors) or a .gguf file",
+        ));
+    }
+    if !path.is_dir() {
+        return Err(Error::input(
+            path,
+            "not a checkpoint (no such folder or .gguf file)",
+        ));
+    }
+    if path.join("config.json").is_file() {
+        return Ok(Kind::HuggingFace);
+    }
+    match gguf::gguf_files_in(path)?.as_slice() {
+        [] => Ok(Kind::HuggingFace),
+        [one] => Ok(Kind::Gguf(one.clone())),
+        several => Err(Error::input(
+            path,
+            format!(
+                "the folder holds {} .gguf files ({}); name the one to analyse",
+                several.len(),
+                several
+                    .iter()
+                    .filter_map(|p| p.file_name())
+                    .map(|n| n.to_string_lossy())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
+    }
+}
+
+/// Whether a file starts with the GGUF magic (a `.gguf` file renamed).
+fn has_gguf_magic(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok_and(|_| &magic == b"GGUF")
 }

@@ -1,13 +1,15 @@
 //! Rotary position embeddings in Hugging Face's rotate-half convention: default RoPE,
-//! Llama-3 frequency scaling, and `partial_rotary_factor` (only the first fraction of
-//! each head's dimensions rotates).
+//! Llama-3 frequency scaling, `partial_rotary_factor` (only the first fraction of each
+//! head's dimensions rotates) and p-RoPE (only the first n frequency pairs rotate, the
+//! others have frequency 0; SPEC section 2).
 
 use candle_core::{DType, Device, Tensor};
 
-use super::config::{RopeConfig, RopeScaling};
+use super::config::{PRopeSpacing, RopeConfig, RopeScaling};
 use crate::error::Result;
 
-/// The inverse frequencies theta_k of one head, `rot_dim / 2` values (before scaling).
+/// The inverse frequencies theta_k of one head, `rot_dim / 2` values (after scaling; p-RoPE's
+/// non-rotating pairs are 0).
 pub fn inverse_frequencies(rope: &RopeConfig, head_dim: usize) -> Vec<f64> {
     let rot_dim = rotary_dim(rope, head_dim);
     let base: Vec<f64> = (0..rot_dim / 2)
@@ -38,6 +40,20 @@ pub fn inverse_frequencies(rope: &RopeConfig, head_dim: usize) -> Vec<f64> {
                 })
                 .collect()
         }
+        RopeScaling::PRope {
+            spacing,
+            rotating_pairs: n,
+            ..
+        } => base
+            .into_iter()
+            .enumerate()
+            .map(|(k, f)| match spacing {
+                _ if k >= n => 0.0,
+                PRopeSpacing::Rope => f,
+                PRopeSpacing::Log if n == 1 => 1.0,
+                PRopeSpacing::Log => 1.0 / rope.theta.powf(k as f64 / (n - 1) as f64),
+            })
+            .collect(),
     }
 }
 
@@ -100,5 +116,128 @@ impl Rope {
         let pass = xs.narrow(3, self.rot_dim, head_dim - self.rot_dim)?;
         let rot = candle_nn::rotary_emb::rope(&rot, &self.cos, &self.sin)?;
         Ok(Tensor::cat(&[&rot, &pass], 3)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(theta: f64, scaling: RopeScaling) -> RopeConfig {
+        RopeConfig {
+            theta,
+            scaling,
+            partial_rotary_factor: 1.0,
+        }
+    }
+
+    #[test]
+    fn p_rope_with_rope_spacing_and_p_1_is_standard_rope() {
+        let plain = config(10000.0, RopeScaling::Default);
+        let p_rope = config(
+            10000.0,
+            RopeScaling::PRope {
+                p: 1.0,
+                spacing: PRopeSpacing::Rope,
+                rotating_pairs: 4,
+            },
+        );
+        assert_eq!(
+            inverse_frequencies(&plain, 8),
+            inverse_frequencies(&p_rope, 8)
+        );
+        let xs = Tensor::arange(0f32, 2.0 * 3.0 * 16.0 * 8.0, &Device::Cpu)
+            .unwrap()
+            .affine(0.01, -1.0)
+            .unwrap()
+            .reshape((2, 3, 16, 8))
+            .unwrap();
+        let rotate = |cfg: &RopeConfig| {
+            let rope = Rope::new(cfg, 8, 16, DType::F32, &Device::Cpu).unwrap();
+            let out = rope.apply(&xs).unwrap();
+            out.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+        };
+        assert_eq!(rotate(&plain), rotate(&p_rope)); // bit for bit
+    }
+
+    #[test]
+    fn p_rope_rope_spacing_zeroes_the_lowest_frequencies() {
+        // d = 8, p = 0.5: n = 2 of 4 pairs rotate at 1e4^(-0/8) = 1 and 1e4^(-2/8) = 0.1
+        let cfg = config(
+            10000.0,
+            RopeScaling::PRope {
+                p: 0.5,
+                spacing: PRopeSpacing::Rope,
+                rotating_pairs: 2,
+            },
+        );
+        let inv = inverse_frequencies(&cfg, 8);
+        assert_eq!(inv[0], 1.0);
+        assert!((inv[1] - 0.1).abs() < 1e-15);
+        assert_eq!(&inv[2..], &[0.0, 0.0]);
+    }
+
+    #[test]
+    fn p_rope_log_spacing_angles() {
+        // d = 16, p = 0.5, rope_theta 1024: n = floor(0.5 * 8) = 4 pairs rotate at
+        // 1024^(-k/3), k = 0..3: 1, 1024^(-1/3) = 0.0992126, 1024^(-2/3) = 0.00984313,
+        // 1024^(-1) = 0.000976563; pairs 4..7 have frequency 0. At position 5 the angles are
+        // 5, 0.496063, 0.0492157, 0.00488281 and 0.
+        let cfg = config(
+            1024.0,
+            RopeScaling::PRope {
+                p: 0.5,
+                spacing: PRopeSpacing::Log,
+                rotating_pairs: 4,
+            },
+        );
+        let inv = inverse_frequencies(&cfg, 16);
+        let want = [1.0, 0.0992126, 0.00984313, 0.000976563, 0.0, 0.0, 0.0, 0.0];
+        assert_eq!(inv.len(), 8);
+        for (k, (got, want)) in inv.iter().zip(want).enumerate() {
+            assert!(
+                (got - want).abs() <= 1e-6 * want,
+                "pair {k}: {got} vs {want}"
+            );
+        }
+        let angles: Vec<f64> = inv.iter().map(|f| 5.0 * f).collect();
+        let want = [5.0, 0.496063, 0.0492157, 0.00488281];
+        for (got, want) in angles.iter().zip(want) {
+            assert!((got - want).abs() <= 1e-6 * want, "{got} vs {want}");
+        }
+        // one rotating pair: frequency 1
+        let one = config(
+            1024.0,
+            RopeScaling::PRope {
+                p: 0.25,
+                spacing: PRopeSpacing::Log,
+                rotating_pairs: 1,
+            },
+        );
+        assert_eq!(inverse_frequencies(&one, 8), vec![1.0, 0.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn non_rotating_pairs_are_left_unchanged() {
+        let cfg = config(
+            1024.0,
+            RopeScaling::PRope {
+                p: 0.5,
+                spacing: PRopeSpacing::Log,
+                rotating_pairs: 2,
+            },
+        );
+        let rope = Rope::new(&cfg, 8, 6, DType::F32, &Device::Cpu).unwrap();
+        let xs = Tensor::arange(1f32, 1.0 + 6.0 * 8.0, &Device::Cpu)
+            .unwrap()
+            .reshape((1, 1, 6, 8))
+            .unwrap();
+        let out = rope.apply(&xs).unwrap();
+        // rotate-half pairs (k, k + 4) for k = 2, 3: dims 2, 3, 6, 7 pass through exactly
+        for dim in [2, 3, 6, 7] {
+            let a = xs.narrow(3, dim, 1).unwrap().flatten_all().unwrap();
+            let b = out.narrow(3, dim, 1).unwrap().flatten_all().unwrap();
+            assert_eq!(a.to_vec1::<f32>().unwrap(), b.to_vec1::<f32>().unwrap());
+        }
     }
 }

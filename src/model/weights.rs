@@ -1,5 +1,6 @@
 //! Where a checkpoint's tensors come from: memory-mapped safetensors (one file or shards
-//! listed in `model.safetensors.index.json`). Every lookup checks the shape and names the
+//! listed in `model.safetensors.index.json`) or a GGUF file (dequantized on load, under the
+//! Hugging Face names; see [`super::gguf`]). Every lookup checks the shape and names the
 //! tensor, the file and both shapes when they disagree.
 
 use std::collections::BTreeMap;
@@ -8,17 +9,26 @@ use std::path::{Path, PathBuf};
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
 
+use super::gguf::GgufFile;
 use crate::error::{Error, Result};
 
 /// The tensors of one checkpoint, loaded lazily and cast to the analysis dtype on `get`.
 pub struct WeightStore {
-    files: MmapedSafetensors,
-    /// File (for error messages) of each tensor.
-    origin: BTreeMap<String, PathBuf>,
+    source: Source,
     device: Device,
     dtype: DType,
     /// Check names and shapes only: `get` returns a broadcast zero without reading data.
     shapes_only: bool,
+}
+
+/// The file format behind a store; both serve tensors under the HF names.
+enum Source {
+    Safetensors {
+        files: MmapedSafetensors,
+        /// File (for error messages) of each tensor.
+        origin: BTreeMap<String, PathBuf>,
+    },
+    Gguf(Box<GgufFile>),
 }
 
 impl WeightStore {
@@ -54,12 +64,29 @@ impl WeightStore {
         let files = unsafe { MmapedSafetensors::multi(&paths) }
             .map_err(|e| Error::input(dir, format!("cannot map weights: {e}")))?;
         Ok(WeightStore {
-            files,
-            origin,
+            source: Source::Safetensors { files, origin },
             device: device.clone(),
             dtype,
             shapes_only: false,
         })
+    }
+
+    /// Serves the tensors of an opened GGUF file, dequantized to `dtype` on `get`.
+    pub fn from_gguf(gguf: GgufFile, device: &Device, dtype: DType) -> Self {
+        WeightStore {
+            source: Source::Gguf(Box::new(gguf)),
+            device: device.clone(),
+            dtype,
+            shapes_only: false,
+        }
+    }
+
+    /// The GGUF file behind the store, if it is one.
+    pub fn gguf(&self) -> Option<&GgufFile> {
+        match &self.source {
+            Source::Gguf(g) => Some(g),
+            Source::Safetensors { .. } => None,
+        }
     }
 
     /// A store that checks every tensor's name and shape on `get` but reads no data (each
@@ -78,12 +105,20 @@ impl WeightStore {
 
     /// Whether a tensor called `name` exists.
     pub fn contains(&self, name: &str) -> bool {
-        self.origin.contains_key(name)
+        match &self.source {
+            Source::Safetensors { origin, .. } => origin.contains_key(name),
+            Source::Gguf(g) => g.contains(name),
+        }
     }
 
     /// The stored shape of `name`, if it exists.
     pub fn shape(&self, name: &str) -> Option<Vec<usize>> {
-        self.files.get(name).ok().map(|view| view.shape().to_vec())
+        match &self.source {
+            Source::Safetensors { files, .. } => {
+                files.get(name).ok().map(|view| view.shape().to_vec())
+            }
+            Source::Gguf(g) => g.shape(name),
+        }
     }
 
     /// Loads `name`, checks it has `expected` shape, casts to the analysis dtype.
@@ -93,33 +128,34 @@ impl WeightStore {
 
     /// Like [`WeightStore::get`] but casts to `dtype` (e.g. f32 for small parameters).
     pub fn get_as(&self, name: &str, expected: &[usize], dtype: DType) -> Result<Tensor> {
-        let Some(path) = self.origin.get(name) else {
+        let Some(stored) = self.shape(name) else {
             return Err(Error::input(
                 self.any_file(),
                 format!("tensor {name} is missing"),
             ));
         };
-        let view = self
-            .files
-            .get(name)
-            .map_err(|e| Error::input(path, format!("cannot read tensor {name}: {e}")))?;
-        if view.shape() != expected {
+        if stored != expected {
+            let (path, gguf_name) = match &self.source {
+                Source::Safetensors { origin, .. } => (origin[name].clone(), String::new()),
+                Source::Gguf(g) => (
+                    g.path().to_path_buf(),
+                    format!(" (GGUF {})", g.gguf_name(name).unwrap_or("?")),
+                ),
+            };
             return Err(Error::input(
                 path,
-                format!(
-                    "tensor {name} has shape {:?}, expected {:?}",
-                    view.shape(),
-                    expected
-                ),
+                format!("tensor {name}{gguf_name} has shape {stored:?}, expected {expected:?}"),
             ));
         }
         if self.shapes_only {
             return Ok(Tensor::zeros((), dtype, &self.device)?.broadcast_as(expected)?);
         }
-        let tensor = self
-            .files
-            .load(name, &Device::Cpu)
-            .map_err(|e| Error::input(path, format!("cannot load tensor {name}: {e}")))?;
+        let tensor = match &self.source {
+            Source::Safetensors { files, origin } => files
+                .load(name, &Device::Cpu)
+                .map_err(|e| Error::input(&origin[name], format!("cannot load tensor {name}: {e}")))?,
+            Source::Gguf(g) => g.load(name)?,
+        };
         Ok(tensor.to_dtype(dtype)?.to_device(&self.device)?)
     }
 
@@ -132,19 +168,23 @@ impl WeightStore {
         }
     }
 
-    /// Every tensor name with its shape and stored dtype.
+    /// Every tensor name with its shape and stored dtype (a GGUF type such as `q4_1` for
+    /// GGUF files).
     pub fn tensors(&self) -> Vec<(String, Vec<usize>, String)> {
-        self.files
-            .tensors()
-            .into_iter()
-            .map(|(name, view)| {
-                (
-                    name,
-                    view.shape().to_vec(),
-                    format!("{:?}", view.dtype()).to_lowercase(),
-                )
-            })
-            .collect()
+        match &self.source {
+            Source::Safetensors { files, .. } => files
+                .tensors()
+                .into_iter()
+                .map(|(name, view)| {
+                    (
+                        name,
+                        view.shape().to_vec(),
+                        format!("{:?}", view.dtype()).to_lowercase(),
+                    )
+                })
+                .collect(),
+            Source::Gguf(g) => g.tensors(),
+        }
     }
 
     /// The analysis dtype.
@@ -158,11 +198,14 @@ impl WeightStore {
     }
 
     fn any_file(&self) -> PathBuf {
-        self.origin
-            .values()
-            .next()
-            .cloned()
-            .unwrap_or_else(|| PathBuf::from("model.safetensors"))
+        match &self.source {
+            Source::Safetensors { origin, .. } => origin
+                .values()
+                .next()
+                .cloned()
+                .unwrap_or_else(|| PathBuf::from("model.safetensors")),
+            Source::Gguf(g) => g.path().to_path_buf(),
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use candle_core::{Device, Tensor};
 
 /// Every model fixture written by `tools/make_fixtures.py`.
-pub const MODEL_FIXTURES: [&str; 8] = [
+pub const MODEL_FIXTURES: [&str; 11] = [
     "llama_gqa",
     "qwen2",
     "off_by_one",
@@ -18,6 +18,9 @@ pub const MODEL_FIXTURES: [&str; 8] = [
     "affine_scaled",
     "affine_scaled_sigmoid_visible",
     "affine_scaled_gated",
+    "qwen3",
+    "scale_invariant",
+    "logn",
 ];
 
 pub fn fixtures() -> PathBuf {

@@ -1,5 +1,8 @@
 //! One model's analysis: batches of token windows through the forward pass with the
-//! metric probe attached, query block by query block.
+//! metric probe attached, query block by query block; the block planner; training series.
+
+pub mod plan;
+pub mod series;
 
 use candle_core::Tensor;
 

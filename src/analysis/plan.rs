@@ -1,0 +1,71 @@
+//! The block planner: how many queries per attention block fit a memory budget
+//! (`--max-memory`), so attention memory is O(heads x block x T), never O(heads x T^2).
+
+use crate::error::{Error, Result};
+
+/// f32 tensors of `[batch, heads, block, T]` alive at once at the peak of one block:
+/// raw q.k, scaled scores, masked scores, exp, weights, softmax, the probe's reduction
+/// temporaries (products with masks), and one spare.
+pub const LIVE_MAPS: usize = 8;
+
+/// Queries per block so that `LIVE_MAPS` maps of `[batch, heads, block, seq_len]` f32 fit
+/// in `budget` bytes; at least 1, at most `seq_len`.
+pub fn block_size(budget: u64, batch: usize, heads: usize, seq_len: usize) -> usize {
+    let per_query = (LIVE_MAPS * batch * heads * seq_len * 4) as u64;
+    let block = (budget / per_query.max(1)) as usize;
+    block.clamp(1, seq_len.max(1))
+}
+
+/// Parses a memory size: `512M`, `4G`, `2GiB`, `1500000000`.
+pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num.parse().map_err(|_| format!("`{s}` is not a memory size (e.g. 512M, 4G)"))?;
+    let scale = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" | "kib" => 1024.0,
+        "m" | "mb" | "mib" => 1024.0 * 1024.0,
+        "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => return Err(format!("unknown memory unit `{other}` in `{s}` (use K, M or G)")),
+    };
+    Ok((value * scale) as u64)
+}
+
+/// The default attention budget: a quarter of the memory available now (Linux
+/// `/proc/meminfo` MemAvailable), 1 GiB when it cannot be read.
+pub fn default_budget() -> u64 {
+    available_memory().map_or(1 << 30, |avail| avail / 4)
+}
+
+fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Checks an explicit `--block-size`.
+pub fn check_block(block: usize) -> Result<usize> {
+    if block == 0 {
+        return Err(Error::usage("--block-size must be at least 1"));
+    }
+    Ok(block)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_fit_the_budget() {
+        // 1 seq, 9 heads, T = 32768: one query row of 8 maps = 8 * 9 * 32768 * 4 B = 9 MiB
+        let per_row = 8 * 9 * 32768 * 4;
+        assert_eq!(block_size(64 * per_row as u64, 1, 9, 32768), 64);
+        assert_eq!(block_size(1, 1, 9, 32768), 1);
+        assert_eq!(block_size(u64::MAX / 2, 1, 9, 100), 100);
+        assert_eq!(parse_bytes("4G").unwrap(), 4 << 30);
+        assert_eq!(parse_bytes("512MiB").unwrap(), 512 << 20);
+        assert!(parse_bytes("12 parsecs").is_err());
+    }
+}

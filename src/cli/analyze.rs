@@ -1,0 +1,319 @@
+//! `analyze` and the one-metric commands (`entropy`, `first-token`, `weight-sums`, `qk`,
+//! `heads`, `heatmap`, `profile`, `sink`, `alpha`, `nll`, `sink-rate`, `distance`): models
+//! as `label=path`, a corpus, one forward pass per batch computing every metric asked for,
+//! tidy tables under `--out`, a compact table on stdout.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use candle_core::DType;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::json;
+
+use super::report;
+use crate::analysis::plan::{block_size, default_budget, parse_bytes};
+use crate::analysis::series::find_series;
+use crate::analysis::{analyze, RunShape};
+use crate::corpus::{load_windows, BosMode, CorpusOptions, CorpusSource, SpecialTokens};
+use crate::device::{parse_dtype, resolve_device, resolve_dtype, DeviceRequest};
+use crate::error::{Error, Result};
+use crate::export::{attention_tables, qk_series_table, Format, OutputDir};
+use crate::metrics::distance::Bands;
+use crate::metrics::entropy::EntropyOf;
+use crate::metrics::{Metric, MetricOptions, ModelMetrics};
+use crate::model::Checkpoint;
+
+/// Options shared by every metric command.
+#[derive(Debug, clap::Args)]
+pub struct MetricArgs {
+    /// Checkpoints: `label=path` or `path` (label = folder name). A folder of step
+    /// checkpoints (`step-1000/`, `checkpoint-2000/`) is a training series.
+    #[arg(required = true, value_name = "MODEL")]
+    pub models: Vec<String>,
+    /// Text (.txt, .jsonl) or token ids (.npy, .json); default: built-in generated prose.
+    #[arg(long, value_name = "FILE")]
+    pub corpus: Option<PathBuf>,
+    /// Tokens per sequence (BOS included).
+    #[arg(long, default_value_t = 1024)]
+    pub seq_len: usize,
+    /// Number of sequences.
+    #[arg(long, default_value_t = 10)]
+    pub num_seqs: usize,
+    /// Whether each sequence starts with BOS.
+    #[arg(long, value_enum, default_value_t = BosMode::Auto)]
+    pub bos: BosMode,
+    /// Sequences per forward pass.
+    #[arg(long, default_value_t = 1)]
+    pub batch_size: usize,
+    /// Seed of the built-in corpus.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// auto, cpu, cuda or cuda:N.
+    #[arg(long, default_value = "auto")]
+    pub device: DeviceRequest,
+    /// Analysis dtype: f32, bf16, f16 (default f32 on CPU, bf16 on GPU).
+    #[arg(long, value_parser = parse_dtype)]
+    pub dtype: Option<DType>,
+    /// Memory for attention blocks (e.g. 2G); default a quarter of available memory.
+    #[arg(long, value_parser = parse_bytes, value_name = "BYTES")]
+    pub max_memory: Option<u64>,
+    /// Queries per attention block (overrides --max-memory).
+    #[arg(long)]
+    pub block_size: Option<usize>,
+    /// Output folder for the tables and run.json.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+    /// Table format.
+    #[arg(long, value_enum, default_value_t = Format::Csv)]
+    pub format: Format,
+    /// Queries i < min-query are left out of query averages.
+    #[arg(long, default_value_t = 1)]
+    pub min_query: usize,
+    /// Heatmap / profile layer, 1-based (default 8, clipped to the model's depth).
+    #[arg(long)]
+    pub layer: Option<usize>,
+    /// Heatmap size (queries and keys).
+    #[arg(long, default_value_t = 30)]
+    pub size: usize,
+    /// Query of the profile, 0-based (default: the last).
+    #[arg(long)]
+    pub profile_query: Option<usize>,
+    /// Weight-sum histogram bins.
+    #[arg(long, default_value_t = 20)]
+    pub bins: usize,
+    /// Sink-rate threshold epsilon.
+    #[arg(long, default_value_t = 0.3)]
+    pub sink_eps: f64,
+    /// Distance band edges after 0 (e.g. 1,10,100); default decades.
+    #[arg(long, value_delimiter = ',')]
+    pub bands: Option<Vec<usize>>,
+    /// Entropy of the effective weights (clamped, renormalised) or of the plain softmax.
+    #[arg(long, value_enum, default_value_t = EntropyOf::Effective)]
+    pub entropy_of: EntropyOf,
+    /// Print results as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bars or warnings.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// A model named on the command line.
+struct ModelSpec {
+    label: String,
+    path: PathBuf,
+}
+
+fn parse_models(raw: &[String]) -> Result<Vec<ModelSpec>> {
+    let mut specs: Vec<ModelSpec> = Vec::new();
+    for item in raw {
+        let (label, path) = match item.split_once('=') {
+            Some((label, path)) if !label.is_empty() && !label.contains('/') => (label.to_string(), PathBuf::from(path)),
+            _ => {
+                let path = PathBuf::from(item);
+                let name = path
+                    .canonicalize()
+                    .ok()
+                    .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().to_string()))
+                    .unwrap_or_else(|| item.clone());
+                (name, path)
+            }
+        };
+        if specs.iter().any(|s| s.label == label) {
+            return Err(Error::usage(format!("model label `{label}` is given twice; name them with label=path")));
+        }
+        specs.push(ModelSpec { label, path });
+    }
+    Ok(specs)
+}
+
+/// What one model's run recorded for run.json.
+struct ModelRun {
+    label: String,
+    metrics: ModelMetrics,
+    record: serde_json::Value,
+}
+
+/// Runs a metric command computing `metrics`; `command` names it in run.json.
+pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
+    let started = Instant::now();
+    let specs = parse_models(&args.models)?;
+    let device = resolve_device(args.device)?;
+    let dtype = resolve_dtype(args.dtype, &device);
+    if let Some(b) = args.block_size {
+        crate::analysis::plan::check_block(b)?;
+    }
+    let mut out = OutputDir::create(&args.out, args.format)?;
+    let metric_set: BTreeSet<Metric> = metrics.iter().copied().collect();
+    let mut runs = Vec::new();
+    let mut series_rows = Vec::new();
+    for spec in &specs {
+        match find_series(&spec.path)? {
+            Some(steps) => {
+                // a training series: QK^T per step; other metrics on the last step
+                for step in &steps {
+                    let qk_only: BTreeSet<Metric> = [Metric::QkMean].into();
+                    let r = run_model(&args, &spec.label, &step.dir, &qk_only, &device, dtype, command)?;
+                    let qk = r.metrics.qk.as_ref().expect("qk computed");
+                    series_rows.push((spec.label.clone(), step.step, qk.mean, qk.abs_mean));
+                }
+                let last = &steps.last().expect("non-empty series").dir;
+                if metric_set.iter().any(|m| *m != Metric::QkMean) {
+                    runs.push(run_model(&args, &spec.label, last, &metric_set, &device, dtype, command)?);
+                }
+            }
+            None => runs.push(run_model(&args, &spec.label, &spec.path, &metric_set, &device, dtype, command)?),
+        }
+    }
+    let models: Vec<(String, ModelMetrics)> = runs.iter().map(|r| (r.label.clone(), r.metrics.clone())).collect();
+    for table in attention_tables(&models) {
+        out.write(&table)?;
+    }
+    if !series_rows.is_empty() {
+        out.write(&qk_series_table(&series_rows))?;
+    }
+    let record = json!({
+        "command": command,
+        "asa_analyze_version": env!("CARGO_PKG_VERSION"),
+        "candle_version": "0.11.1",
+        "device": format!("{device:?}"),
+        "dtype": format!("{dtype:?}").to_lowercase(),
+        "metrics": metric_set,
+        "options": {
+            "seq_len": args.seq_len, "num_seqs": args.num_seqs, "bos": args.bos, "batch_size": args.batch_size,
+            "min_query": args.min_query, "size": args.size, "bins": args.bins, "sink_eps": args.sink_eps,
+            "entropy_of": args.entropy_of, "format": args.format, "seed": args.seed,
+        },
+        "models": runs.iter().map(|r| r.record.clone()).collect::<Vec<_>>(),
+        "series": series_rows.iter().map(|r| json!({"model": r.0, "step": r.1})).collect::<Vec<_>>(),
+        "seconds": started.elapsed().as_secs_f64(),
+    });
+    out.write_bytes("run.json", serde_json::to_string_pretty(&record).expect("json").as_bytes())?;
+    let written = out.commit()?;
+    if args.json {
+        let doc = json!({
+            "models": models.iter().map(|(l, m)| json!({"model": l, "metrics": m})).collect::<Vec<_>>(),
+            "qk_series": series_rows.iter().map(|r| json!({"model": r.0, "step": r.1, "qk_mean": r.2, "qk_abs_mean": r.3})).collect::<Vec<_>>(),
+            "files": written,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).expect("json"));
+    } else {
+        report::print_summary(&models, &series_rows, &metric_set);
+        if !args.quiet {
+            eprintln!("wrote {} files to {}", written.len(), args.out.display());
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_model(
+    args: &MetricArgs,
+    label: &str,
+    path: &Path,
+    metric_set: &BTreeSet<Metric>,
+    device: &candle_core::Device,
+    dtype: DType,
+    command: &str,
+) -> Result<ModelRun> {
+    let ckpt = Checkpoint::open(path, device, dtype)?.validate()?;
+    let c = &ckpt.config;
+    let source = match &args.corpus {
+        Some(p) => CorpusSource::File(p.clone()),
+        None => CorpusSource::BuiltIn { seed: args.seed },
+    };
+    let corpus_opts = CorpusOptions { seq_len: args.seq_len, num_seqs: args.num_seqs, bos: args.bos };
+    let special = SpecialTokens { bos: c.bos_token_id, eos: c.eos_token_id };
+    let tokenizer = path.join("tokenizer.json");
+    let windows = load_windows(&source, Some(&tokenizer), special, c.vocab_size, &corpus_opts)?;
+    let t = args.seq_len;
+    if t > c.max_position_embeddings && !args.quiet {
+        eprintln!(
+            "asa-analyze: warning: {label}: --seq-len {t} exceeds max_position_embeddings {} (analysing past the training length)",
+            c.max_position_embeddings
+        );
+    }
+    let heatmap_layer = match args.layer {
+        Some(0) => return Err(Error::usage("--layer is 1-based; 0 is not a layer")),
+        Some(l) if l > c.num_layers => {
+            return Err(Error::usage(format!("--layer {l} does not exist: {label} has {} layers", c.num_layers)))
+        }
+        Some(l) => l - 1,
+        None => 8.min(c.num_layers) - 1,
+    };
+    let profile_query = match args.profile_query {
+        Some(q) if q >= t => return Err(Error::usage(format!("--profile-query {q} is outside the sequence (0..{t})"))),
+        Some(q) => q,
+        None => t - 1,
+    };
+    let opts = MetricOptions {
+        metrics: metric_set.clone(),
+        min_query: args.min_query,
+        heatmap_layer,
+        heatmap_size: args.size.min(t),
+        profile_query,
+        bins: args.bins,
+        sink_eps: args.sink_eps,
+        bands: match &args.bands {
+            Some(edges) => bands_from(edges)?,
+            None => Bands::decades(t),
+        },
+        entropy_of: args.entropy_of,
+    };
+    let batch = args.batch_size.max(1);
+    let block = match args.block_size {
+        Some(b) => b,
+        None => block_size(args.max_memory.unwrap_or_else(default_budget), batch, c.num_heads, t),
+    };
+    let model = ckpt.load_model()?;
+    let bar = progress_bar(args.quiet, (windows.ids.len() * t) as u64, label);
+    let started = Instant::now();
+    let metrics = analyze(&ckpt, &model, &windows.ids, &opts, RunShape { batch_size: batch, block }, |done| {
+        bar.set_position((done * t) as u64)
+    })?;
+    bar.finish_and_clear();
+    let record = json!({
+        "model": label,
+        "command": command,
+        "path": path.display().to_string(),
+        "architecture": c.architecture.name(),
+        "variant": ckpt.variant.kind.name(),
+        "variant_source": ckpt.variant.source,
+        "layers": c.num_layers,
+        "heads": c.num_heads,
+        "kv_heads": c.num_kv_heads,
+        "head_dim": c.head_dim,
+        "corpus": windows.description,
+        "seq_len": t,
+        "beta_length_n": t,
+        "block_size": block,
+        "batch_size": batch,
+        "heatmap_layer": heatmap_layer + 1,
+        "profile_query": profile_query,
+        "seconds": started.elapsed().as_secs_f64(),
+        "tokens_per_second": (windows.ids.len() * t) as f64 / started.elapsed().as_secs_f64(),
+    });
+    Ok(ModelRun { label: label.to_string(), metrics, record })
+}
+
+fn bands_from(edges: &[usize]) -> Result<Bands> {
+    if edges.is_empty() || edges[0] == 0 || edges.windows(2).any(|w| w[1] <= w[0]) {
+        return Err(Error::usage("--bands must be increasing edges starting at 1 or more, e.g. 1,10,100"));
+    }
+    Ok(Bands { edges: edges.to_vec() })
+}
+
+fn progress_bar(quiet: bool, total: u64, label: &str) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{msg:>12} [{bar:30}] {pos}/{len} tokens {per_sec} eta {eta}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(label.to_string());
+    bar
+}

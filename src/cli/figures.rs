@@ -1,0 +1,61 @@
+//! `figures`: every paper figure (PNG and SVG) and Tables 4-5 (Markdown) from exported
+//! tables. Glue only: [`crate::plot`] does the work; notes on skipped figures go to stderr.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::error::{Error, Result};
+use crate::export::{Format, OutputDir};
+use crate::plot::{self, FigureOptions};
+use crate::stats::StepWindow;
+
+/// `figures RESULTS_DIR... --out DIR`.
+#[derive(Debug, Args)]
+pub struct FiguresArgs {
+    /// Folders with exported tables (from analyze, curves, spikes, grad-stats ...);
+    /// several are merged.
+    #[arg(required = true, value_name = "RESULTS_DIR")]
+    results: Vec<PathBuf>,
+    /// Output folder for the figures (created; files appear all at once).
+    #[arg(long, value_name = "DIR", default_value = "figures")]
+    out: PathBuf,
+    /// Step window of the late-phase loss figure (Fig. 10), e.g. 7000..9000; default:
+    /// the last 20% of the logged steps.
+    #[arg(long, value_name = "A..B")]
+    late_steps: Option<StepWindow>,
+    /// Print no notes and no summary (errors still print).
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// Runs `figures`.
+pub fn run(args: FiguresArgs) -> Result<()> {
+    if let Some(w) = &args.late_steps {
+        if w.is_empty() {
+            return Err(Error::usage(format!("--late-steps {w} is an empty window")));
+        }
+    }
+    // Check the inputs before the output folder is created: a typo leaves nothing behind.
+    if let Some(bad) = args.results.iter().find(|d| !d.is_dir()) {
+        return Err(Error::input(bad, "not a results folder"));
+    }
+    let opts = FigureOptions {
+        late_steps: args.late_steps,
+        ..FigureOptions::default()
+    };
+    let mut out = OutputDir::create(&args.out, Format::Csv)?;
+    let report = plot::render_all_with(&args.results, &mut out, &opts)?;
+    out.commit()?;
+    if !args.quiet {
+        for note in &report.notes {
+            eprintln!("asa-analyze: note: {note}");
+        }
+        eprintln!(
+            "asa-analyze: wrote {} files to {}",
+            report.files.len(),
+            args.out.display()
+        );
+    }
+    Ok(())
+}

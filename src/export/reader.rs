@@ -1,0 +1,116 @@
+//! Reading tables back (`figures` re-renders from exported tables alone): CSV or Parquet
+//! by extension, through polars, into the crate's own [`Table`].
+//!
+//! Column types follow what polars infers: integers become [`Column::Int`], floats
+//! [`Column::Float`], everything else (strings, booleans, all-null columns) [`Column::Str`].
+//! CSV schemas are inferred from every row, so an empty `layer` cell in the first rows
+//! does not make a later integer unreadable.
+
+use std::path::Path;
+
+use polars::prelude::{
+    Column as PlColumn, CsvReadOptions, DataFrame, DataType, ParquetReader, SerReader,
+};
+
+use super::table::{Column, Table};
+use crate::error::{Error, Result};
+
+/// Reads `path` (`.csv` or `.parquet`) into a [`Table`] named after the file stem.
+pub fn read_table(path: &Path) -> Result<Table> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let frame = match ext.as_deref() {
+        Some("csv") => read_csv(path)?,
+        Some("parquet") => {
+            let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+            ParquetReader::new(file)
+                .finish()
+                .map_err(|e| Error::input(path, format!("cannot read Parquet table: {e}")))?
+        }
+        _ => {
+            return Err(Error::input(
+                path,
+                "unknown table format (expected .csv or .parquet)",
+            ))
+        }
+    };
+    let name = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or_default()
+        .to_string();
+    let columns = frame
+        .columns()
+        .iter()
+        .map(|c| Ok((c.name().to_string(), convert(c, path)?)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Table { name, columns })
+}
+
+fn read_csv(path: &Path) -> Result<DataFrame> {
+    CsvReadOptions::default()
+        .with_has_header(true)
+        .with_infer_schema_length(None)
+        .try_into_reader_with_file_path(Some(path.to_path_buf()))
+        .and_then(|r| r.finish())
+        .map_err(|e| Error::input(path, format!("cannot read CSV table: {e}")))
+}
+
+fn convert(col: &PlColumn, path: &Path) -> Result<Column> {
+    let fail =
+        |e: polars::prelude::PolarsError| Error::input(path, format!("column {}: {e}", col.name()));
+    let dtype = col.dtype();
+    if dtype.is_integer() {
+        let c = col.cast(&DataType::Int64).map_err(fail)?;
+        return Ok(Column::Int(c.i64().map_err(fail)?.iter().collect()));
+    }
+    if dtype.is_float() {
+        let c = col.cast(&DataType::Float64).map_err(fail)?;
+        return Ok(Column::Float(c.f64().map_err(fail)?.iter().collect()));
+    }
+    let c = col.cast(&DataType::String).map_err(fail)?;
+    let values = c
+        .str()
+        .map_err(fail)?
+        .iter()
+        .map(|v| v.map(str::to_string))
+        .collect();
+    Ok(Column::Str(values))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::{write_table, Format};
+
+    #[test]
+    fn round_trip_csv_and_parquet() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = Table::new(
+            "attention",
+            vec![
+                (
+                    "model",
+                    Column::Str(vec![Some("base".into()), Some("asa".into())]),
+                ),
+                ("layer", Column::Int(vec![None, Some(2)])),
+                ("value", Column::Float(vec![Some(0.5), Some(f64::NAN)])),
+            ],
+        );
+        for format in [Format::Csv, Format::Parquet] {
+            let path = dir.path().join(format!("attention.{}", format.extension()));
+            write_table(&table, &path, format).unwrap();
+            let back = read_table(&path).unwrap();
+            assert_eq!(back.name, "attention");
+            assert_eq!(back.column("model"), table.column("model"));
+            assert_eq!(back.column("layer"), table.column("layer"));
+            let Some(Column::Float(v)) = back.column("value") else {
+                panic!("value is not a float column: {:?}", back.column("value"));
+            };
+            assert_eq!(v[0], Some(0.5));
+            assert!(v[1].unwrap().is_nan());
+        }
+    }
+}

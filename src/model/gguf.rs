@@ -1,0 +1,612 @@
+//! GGUF checkpoints (llama.cpp): one `.gguf` file carrying the hyperparameters, the
+//! tokenizer and the (usually quantized) tensors. This module reads the file with candle,
+//! checks it up front (architecture, tensor types, truncation), maps llama.cpp tensor names
+//! to the Hugging Face names the decoder loads, resolves the metadata into a [`ModelConfig`]
+//! through the same [`RawConfig`] path as config.json, and dequantizes tensors on demand.
+//!
+//! Conventions undone on load, as transformers' own GGUF loader does:
+//! - llama.cpp permutes the rows of the llama q and k projections (weights and biases) so
+//!   that its interleaved RoPE matches HF's rotate-half; [`GgufFile::load`] permutes them
+//!   back (q with `head_count`, k with `head_count_kv`). Qwen2 files are not permuted.
+//! - Tied models have no `output.weight`: no `lm_head.weight` is served and
+//!   `tie_word_embeddings` is set.
+//! - Llama-3.x files carry their RoPE scaling as a `rope_freqs.weight` tensor (llama.cpp
+//!   divides each inverse frequency by its factor). The factors are turned back into the
+//!   Llama-3 rule's parameters ([`super::gguf_rope`]), checked to reproduce every factor.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::GgmlDType;
+use candle_core::{Device, Tensor};
+use serde_json::json;
+
+use super::config::{ModelConfig, RawConfig};
+use super::gguf_rope::llama3_from_freq_factors;
+use crate::error::{Error, Result};
+
+/// GGUF architectures (`general.architecture`) the loader maps, for error messages.
+pub const SUPPORTED_ARCHITECTURES: &str = "llama, qwen2";
+
+/// Tensor types candle dequantizes, for error messages.
+const SUPPORTED_TYPES: &str =
+    "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K";
+
+/// One tensor of the file, under its Hugging Face name.
+#[derive(Debug, Clone)]
+struct GgufTensor {
+    /// llama.cpp name, e.g. `blk.0.attn_q.weight`.
+    gguf_name: String,
+    /// Row-major shape (HF orientation: `[out, in]` for projections).
+    shape: Vec<usize>,
+    dtype: GgmlDType,
+    /// Undo llama.cpp's q/k row permutation with this many heads.
+    unpermute_heads: Option<usize>,
+}
+
+/// An opened `.gguf` file: metadata, the tensor table under HF names, the resolved config.
+pub struct GgufFile {
+    path: PathBuf,
+    content: Content,
+    tensors: BTreeMap<String, GgufTensor>,
+    config: ModelConfig,
+    /// How the RoPE settings were read, e.g. "rope_freqs.weight as llama3 scaling".
+    rope_source: String,
+}
+
+impl std::fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufFile")
+            .field("path", &self.path)
+            .field("tensors", &self.tensors.len())
+            .finish()
+    }
+}
+
+impl GgufFile {
+    /// Opens and checks `path`: readable GGUF, supported architecture and tensor types, every
+    /// tensor inside the file, every tensor name known. Reads no tensor data except the small
+    /// `rope_freqs` table.
+    pub fn open(path: &Path) -> Result<Self> {
+        let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let file_size = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        let content = Content::read(&mut file).map_err(|e| read_error(path, &e))?;
+        check_extents(path, &content, file_size)?;
+        let arch = metadata_str(&content, "general.architecture")
+            .ok_or_else(|| Error::input(path, "not a model: no general.architecture metadata"))?
+            .to_string();
+        let permuted = match arch.as_str() {
+            "llama" => true,
+            "qwen2" => false,
+            other => {
+                return Err(Error::input(
+                    path,
+                    format!(
+                        "unsupported GGUF architecture `{other}` (supported: {SUPPORTED_ARCHITECTURES})"
+                    ),
+                ))
+            }
+        };
+        let meta = Meta {
+            content: &content,
+            arch: &arch,
+            path,
+        };
+        let heads = meta.usize_key("attention.head_count")?;
+        let kv_heads = meta.opt_usize_key("attention.head_count_kv")?.unwrap_or(heads);
+        let mut tensors = BTreeMap::new();
+        for (gguf_name, info) in &content.tensor_infos {
+            if gguf_name == "rope_freqs.weight" {
+                continue;
+            }
+            let Some(hf_name) = hf_name(gguf_name) else {
+                return Err(Error::input(
+                    path,
+                    format!("tensor {gguf_name} is not part of the {arch} architecture this loader maps"),
+                ));
+            };
+            let unpermute_heads = match hf_name.rsplit('.').nth(1) {
+                Some("q_proj") if permuted => Some(heads),
+                Some("k_proj") if permuted => Some(kv_heads),
+                _ => None,
+            };
+            tensors.insert(
+                hf_name,
+                GgufTensor {
+                    gguf_name: gguf_name.clone(),
+                    shape: info.shape.dims().to_vec(),
+                    dtype: info.ggml_dtype,
+                    unpermute_heads,
+                },
+            );
+        }
+        let (raw, rope_source) = raw_config(&meta, &mut file, &tensors, heads, kv_heads)?;
+        let config = serde_json::from_value::<RawConfig>(raw)
+            .map_err(|e| Error::input(path, format!("cannot read the metadata: {e}")))?
+            .resolve(path)?;
+        if let Some(rope_source) = &rope_source {
+            super::gguf_rope::check_resolved(path, rope_source, &config)?;
+        }
+        Ok(GgufFile {
+            path: path.to_path_buf(),
+            content,
+            tensors,
+            config,
+            rope_source: rope_source
+                .map(|r| r.describe())
+                .unwrap_or_else(|| "metadata".into()),
+        })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The hyperparameters, resolved like a config.json.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// Where the RoPE settings came from ("metadata" or the rope_freqs recovery).
+    pub fn rope_source(&self) -> &str {
+        &self.rope_source
+    }
+
+    /// The parsed header (metadata keys, tensor table).
+    pub fn content(&self) -> &Content {
+        &self.content
+    }
+
+    /// Whether the HF-named tensor exists.
+    pub fn contains(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+    }
+
+    /// The HF-oriented shape of `name`.
+    pub fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        self.tensors.get(name).map(|t| t.shape.clone())
+    }
+
+    /// The llama.cpp name behind the HF name, for messages.
+    pub fn gguf_name(&self, name: &str) -> Option<&str> {
+        self.tensors.get(name).map(|t| t.gguf_name.as_str())
+    }
+
+    /// Every tensor as (HF name, shape, llama.cpp type name such as `q4_1`).
+    pub fn tensors(&self) -> Vec<(String, Vec<usize>, String)> {
+        self.tensors
+            .iter()
+            .map(|(name, t)| {
+                (
+                    name.clone(),
+                    t.shape.clone(),
+                    type_name(t.dtype).to_lowercase(),
+                )
+            })
+            .collect()
+    }
+
+    /// Tensor count per stored type (`Q4_1` -> 210), the types the weights are dequantized from.
+    pub fn type_counts(&self) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for t in self.tensors.values() {
+            *counts.entry(type_name(t.dtype).to_string()).or_default() += 1;
+        }
+        counts
+    }
+
+    /// Reads and dequantizes `name` to f32 on the CPU, rows un-permuted where llama.cpp
+    /// permuted them.
+    pub fn load(&self, name: &str) -> Result<Tensor> {
+        let t = self
+            .tensors
+            .get(name)
+            .ok_or_else(|| Error::input(&self.path, format!("tensor {name} is missing")))?;
+        let mut file = File::open(&self.path).map_err(|e| Error::io(&self.path, e))?;
+        let q = self
+            .content
+            .tensor(&mut file, &t.gguf_name, &Device::Cpu)
+            .map_err(|e| {
+                Error::input(
+                    &self.path,
+                    format!("cannot read tensor {}: {}", t.gguf_name, root_cause(&e)),
+                )
+            })?;
+        let xs = q.dequantize(&Device::Cpu)?;
+        match t.unpermute_heads {
+            Some(heads) => unpermute_rows(&xs, heads)
+                .map_err(|message| Error::input(&self.path, format!("{}: {message}", t.gguf_name))),
+            None => Ok(xs),
+        }
+    }
+}
+
+/// Whether `path` names a GGUF file by its extension.
+pub fn is_gguf_path(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+}
+
+/// The `.gguf` files directly inside `dir`, sorted.
+pub fn gguf_files_in(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let path = entry.map_err(|e| Error::io(dir, e))?.path();
+        if path.is_file() && is_gguf_path(&path) {
+            found.push(path);
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// The llama.cpp name of a type (`Q4_K`, not candle's `Q4K`).
+pub fn type_name(dtype: GgmlDType) -> &'static str {
+    match dtype {
+        GgmlDType::F32 => "F32",
+        GgmlDType::F16 => "F16",
+        GgmlDType::BF16 => "BF16",
+        GgmlDType::Q4_0 => "Q4_0",
+        GgmlDType::Q4_1 => "Q4_1",
+        GgmlDType::Q5_0 => "Q5_0",
+        GgmlDType::Q5_1 => "Q5_1",
+        GgmlDType::Q8_0 => "Q8_0",
+        GgmlDType::Q8_1 => "Q8_1",
+        GgmlDType::Q2K => "Q2_K",
+        GgmlDType::Q3K => "Q3_K",
+        GgmlDType::Q4K => "Q4_K",
+        GgmlDType::Q5K => "Q5_K",
+        GgmlDType::Q6K => "Q6_K",
+        GgmlDType::Q8K => "Q8_K",
+    }
+}
+
+/// llama.cpp's `ggml_type` ids candle cannot read, by name (ggml.h).
+fn unsupported_type_name(id: u32) -> Option<&'static str> {
+    Some(match id {
+        4 => "Q4_2 (removed from ggml)",
+        5 => "Q4_3 (removed from ggml)",
+        16 => "IQ2_XXS",
+        17 => "IQ2_XS",
+        18 => "IQ3_XXS",
+        19 => "IQ1_S",
+        20 => "IQ4_NL",
+        21 => "IQ3_S",
+        22 => "IQ2_S",
+        23 => "IQ4_XS",
+        24 => "I8",
+        25 => "I16",
+        26 => "I32",
+        27 => "I64",
+        28 => "F64",
+        29 => "IQ1_M",
+        34 => "TQ1_0",
+        35 => "TQ2_0",
+        39 => "MXFP4",
+        _ => return None,
+    })
+}
+
+/// The HF name of a llama.cpp tensor name, for the llama / qwen2 layout.
+fn hf_name(gguf: &str) -> Option<String> {
+    let fixed = match gguf {
+        "token_embd.weight" => Some("model.embed_tokens.weight"),
+        "output_norm.weight" => Some("model.norm.weight"),
+        "output.weight" => Some("lm_head.weight"),
+        _ => None,
+    };
+    if let Some(name) = fixed {
+        return Some(name.to_string());
+    }
+    let rest = gguf.strip_prefix("blk.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (part, kind) = rest.rsplit_once('.')?;
+    if kind != "weight" && kind != "bias" {
+        return None;
+    }
+    let hf = match part {
+        "attn_norm" => "input_layernorm",
+        "attn_q" => "self_attn.q_proj",
+        "attn_k" => "self_attn.k_proj",
+        "attn_v" => "self_attn.v_proj",
+        "attn_output" => "self_attn.o_proj",
+        "ffn_norm" => "post_attention_layernorm",
+        "ffn_gate" => "mlp.gate_proj",
+        "ffn_up" => "mlp.up_proj",
+        "ffn_down" => "mlp.down_proj",
+        _ => return None,
+    };
+    Some(format!("model.layers.{layer}.{hf}.{kind}"))
+}
+
+/// Undoes llama.cpp's `permute`: within each head the rows were reordered from HF's
+/// `[2, d/2]` (half, pair) to `[d/2, 2]`; `xs` is `[heads * d, ...]` (a weight or a bias).
+fn unpermute_rows(xs: &Tensor, heads: usize) -> std::result::Result<Tensor, String> {
+    let dims = xs.dims().to_vec();
+    let rows = dims[0];
+    if heads == 0 || rows % heads != 0 || (rows / heads) % 2 != 0 {
+        return Err(format!(
+            "{rows} rows cannot be split into {heads} heads of even size"
+        ));
+    }
+    let half = rows / heads / 2;
+    let rest: usize = dims[1..].iter().product();
+    let undo = || -> candle_core::Result<Tensor> {
+        xs.reshape((heads, half, 2, rest))?
+            .transpose(1, 2)?
+            .contiguous()?
+            .reshape(dims.as_slice())
+    };
+    undo().map_err(|e| e.to_string())
+}
+
+/// Typed access to `{arch}.*` metadata, errors naming the file and the key.
+pub(crate) struct Meta<'a> {
+    pub content: &'a Content,
+    pub arch: &'a str,
+    pub path: &'a Path,
+}
+
+impl Meta<'_> {
+    fn key(&self, key: &str) -> String {
+        format!("{}.{key}", self.arch)
+    }
+
+    fn opt_usize_key(&self, key: &str) -> Result<Option<usize>> {
+        let full = self.key(key);
+        match self.content.metadata.get(&full) {
+            None => Ok(None),
+            Some(v) => value_as_u64(v).map(|v| Some(v as usize)).ok_or_else(|| {
+                Error::input(
+                    self.path,
+                    format!("metadata {full} must be one integer, got {}", short(v)),
+                )
+            }),
+        }
+    }
+
+    fn usize_key(&self, key: &str) -> Result<usize> {
+        self.opt_usize_key(key)?.ok_or_else(|| {
+            Error::input(self.path, format!("missing metadata {}", self.key(key)))
+        })
+    }
+
+    fn opt_f64_key(&self, key: &str) -> Result<Option<f64>> {
+        let full = self.key(key);
+        match self.content.metadata.get(&full) {
+            None => Ok(None),
+            Some(Value::F32(v)) => Ok(Some(f64::from(*v))),
+            Some(Value::F64(v)) => Ok(Some(*v)),
+            Some(v) => value_as_u64(v).map(|v| Some(v as f64)).ok_or_else(|| {
+                Error::input(
+                    self.path,
+                    format!("metadata {full} must be a number, got {}", short(v)),
+                )
+            }),
+        }
+    }
+}
+
+/// The metadata as a config.json mirror, and the rope_freqs recovery when the file has them.
+fn raw_config(
+    meta: &Meta,
+    file: &mut File,
+    tensors: &BTreeMap<String, GgufTensor>,
+    heads: usize,
+    kv_heads: usize,
+) -> Result<(serde_json::Value, Option<super::gguf_rope::Recovered>)> {
+    let path = meta.path;
+    if let Some(n) = meta.opt_usize_key("expert_count")? {
+        if n > 0 {
+            return Err(Error::input(
+                path,
+                format!("mixture-of-experts models ({}.expert_count {n}) are not supported", meta.arch),
+            ));
+        }
+    }
+    if let Some(kind) = metadata_str(meta.content, &meta.key("rope.scaling.type")) {
+        if kind != "none" {
+            return Err(Error::input(
+                path,
+                format!("rope scaling `{kind}` ({}.rope.scaling.type) is not implemented (supported: none, llama3 rope_freqs)", meta.arch),
+            ));
+        }
+    }
+    let hidden = meta.usize_key("embedding_length")?;
+    let embed = tensors.get("model.embed_tokens.weight").ok_or_else(|| {
+        Error::input(path, "tensor token_embd.weight is missing")
+    })?;
+    let vocab = embed.shape[0];
+    let head_dim = match meta.opt_usize_key("attention.key_length")? {
+        Some(d) => d,
+        None if heads > 0 && hidden % heads == 0 => hidden / heads,
+        None => {
+            return Err(Error::input(
+                path,
+                format!("{}.embedding_length {hidden} is not divisible by head_count {heads}", meta.arch),
+            ))
+        }
+    };
+    let rot_dim = meta.opt_usize_key("rope.dimension_count")?.unwrap_or(head_dim);
+    let theta = meta.opt_f64_key("rope.freq_base")?.unwrap_or(10000.0);
+    let context = meta.opt_usize_key("context_length")?.unwrap_or(2048);
+    let mut rope = json!({"rope_type": "default", "rope_theta": theta});
+    let mut recovered = None;
+    if let Some(info) = meta.content.tensor_infos.get("rope_freqs.weight") {
+        let factors = super::gguf_rope::read_factors(meta, file, info, rot_dim)?;
+        let original = meta
+            .opt_usize_key("rope.scaling.original_context_length")?
+            .unwrap_or(context);
+        match llama3_from_freq_factors(theta, rot_dim, &factors, original as f64) {
+            Some(r) => {
+                if let Some(params) = r.params.clone() {
+                    rope = params;
+                }
+                recovered = Some(r);
+            }
+            None => {
+                return Err(Error::input(
+                    path,
+                    "rope_freqs.weight is not a Llama-3 frequency scaling (the only per-frequency factors implemented)",
+                ))
+            }
+        }
+    }
+    let token = |key: &str| {
+        meta.content
+            .metadata
+            .get(key)
+            .and_then(value_as_u64)
+            .map(|v| json!(v))
+            .unwrap_or(serde_json::Value::Null)
+    };
+    let raw = json!({
+        "model_type": meta.arch,
+        "hidden_size": hidden,
+        "intermediate_size": meta.usize_key("feed_forward_length")?,
+        "num_hidden_layers": meta.usize_key("block_count")?,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "vocab_size": vocab,
+        "rms_norm_eps": meta.opt_f64_key("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5),
+        "max_position_embeddings": context,
+        "tie_word_embeddings": !tensors.contains_key("lm_head.weight"),
+        "attention_bias": meta.arch == "llama" && tensors.contains_key("model.layers.0.self_attn.q_proj.bias"),
+        "partial_rotary_factor": rot_dim as f64 / head_dim as f64,
+        "rope_parameters": rope,
+        "bos_token_id": token("tokenizer.ggml.bos_token_id"),
+        "eos_token_id": token("tokenizer.ggml.eos_token_id"),
+        "hidden_act": "silu",
+    });
+    Ok((raw, recovered))
+}
+
+/// A string metadata value.
+pub(crate) fn metadata_str<'a>(content: &'a Content, key: &str) -> Option<&'a str> {
+    match content.metadata.get(key) {
+        Some(Value::String(s)) => Some(s.as_str()),
+        _ => None,
+    }
+}
+
+/// Any non-negative integer metadata value as u64.
+pub(crate) fn value_as_u64(v: &Value) -> Option<u64> {
+    match *v {
+        Value::U8(x) => Some(u64::from(x)),
+        Value::U16(x) => Some(u64::from(x)),
+        Value::U32(x) => Some(u64::from(x)),
+        Value::U64(x) => Some(x),
+        Value::I8(x) => u64::try_from(x).ok(),
+        Value::I16(x) => u64::try_from(x).ok(),
+        Value::I32(x) => u64::try_from(x).ok(),
+        Value::I64(x) => u64::try_from(x).ok(),
+        _ => None,
+    }
+}
+
+/// A metadata value for an error message (arrays by length).
+fn short(v: &Value) -> String {
+    match v {
+        Value::Array(items) => format!("an array of {}", items.len()),
+        Value::String(s) => format!("`{s}`"),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Every tensor's bytes lie inside the file (a truncated download fails here, not mid-run).
+fn check_extents(path: &Path, content: &Content, file_size: u64) -> Result<()> {
+    let mut worst: Option<(&str, u64)> = None;
+    for (name, info) in &content.tensor_infos {
+        let elems = info.shape.elem_count();
+        let block = info.ggml_dtype.block_size();
+        if elems % block != 0 {
+            return Err(Error::input(
+                path,
+                format!("tensor {name} has {elems} elements, not a multiple of the {} block size {block}", type_name(info.ggml_dtype)),
+            ));
+        }
+        let bytes = (elems / block * info.ggml_dtype.type_size()) as u64;
+        let end = content
+            .tensor_data_offset
+            .saturating_add(info.offset)
+            .saturating_add(bytes);
+        if end > file_size && worst.is_none_or(|(_, e)| end > e) {
+            worst = Some((name, end));
+        }
+    }
+    match worst {
+        Some((name, end)) => Err(Error::input(
+            path,
+            format!("truncated GGUF file: {file_size} bytes, but tensor {name} ends at byte {end}"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// One line for a header that candle cannot read.
+fn read_error(path: &Path, err: &candle_core::Error) -> Error {
+    let cause = root_cause(err);
+    if let Some(id) = cause
+        .strip_prefix("unknown dtype for tensor ")
+        .and_then(|s| s.trim().parse::<u32>().ok())
+    {
+        let name = unsupported_type_name(id).unwrap_or("unknown to ggml");
+        return Error::input(
+            path,
+            format!("tensor type {id} ({name}) cannot be dequantized (supported: {SUPPORTED_TYPES}); re-quantize the model or convert it to safetensors"),
+        );
+    }
+    if cause.starts_with("unknown magic") || cause.contains("unsupported magic") {
+        return Error::input(path, format!("not a GGUF file ({cause})"));
+    }
+    Error::input(path, format!("invalid or truncated GGUF file: {cause}"))
+}
+
+pub(crate) fn root_cause(err: &candle_core::Error) -> String {
+    match err {
+        candle_core::Error::WithPath { inner, .. } => root_cause(inner),
+        candle_core::Error::WithBacktrace { inner, .. } => root_cause(inner),
+        candle_core::Error::Context { inner, .. } => root_cause(inner),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llama_cpp_names_map_to_hf_names() {
+        assert_eq!(hf_name("token_embd.weight").unwrap(), "model.embed_tokens.weight");
+        assert_eq!(
+            hf_name("blk.12.attn_q.bias").unwrap(),
+            "model.layers.12.self_attn.q_proj.bias"
+        );
+        assert_eq!(
+            hf_name("blk.0.ffn_norm.weight").unwrap(),
+            "model.layers.0.post_attention_layernorm.weight"
+        );
+        assert!(hf_name("blk.0.ffn_gate_exps.weight").is_none());
+        assert!(hf_name("blk.x.attn_q.weight").is_none());
+    }
+
+    #[test]
+    fn unpermute_inverts_llama_cpp_permute() {
+        // llama.cpp: w.reshape(heads, 2, d/2, in).swapaxes(1, 2).reshape(w.shape)
+        // 2 heads of d = 4, one input column: HF rows 0..8 -> GGUF rows [0, 2, 1, 3, 4, 6, 5, 7]
+        let gguf = Tensor::new(&[0f32, 2., 1., 3., 4., 6., 5., 7.], &Device::Cpu)
+            .unwrap()
+            .reshape((8, 1))
+            .unwrap();
+        let hf = unpermute_rows(&gguf, 2).unwrap();
+        let rows: Vec<f32> = hf.flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(rows, [0., 1., 2., 3., 4., 5., 6., 7.]);
+        assert!(unpermute_rows(&gguf, 3).is_err());
+    }
+}

@@ -1,0 +1,221 @@
+//! The tokenizer a GGUF file describes in its metadata (`tokenizer.ggml.*`), rebuilt as a
+//! `tokenizers` tokenizer that splits text the way llama.cpp does.
+//!
+//! Supported: byte-level BPE (`tokenizer.ggml.model = gpt2`: GPT-2, SmolLM, Llama 3, Qwen2
+//! and their relatives) with the pre-tokenizers of [`PRE_TOKENIZERS`]. Tokens marked
+//! control (type 3) become special added tokens, user-defined ones (type 4) plain added
+//! tokens, as in transformers' GGUF loader. No BOS/EOS is added by the tokenizer: windows
+//! get their BOS from the corpus packing (`--bos`). Anything else (SentencePiece `llama`
+//! vocabularies, an unknown `tokenizer.ggml.pre`) is an error that points to `--tokenizer`.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::{Content, Value};
+use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
+
+use super::gguf::{metadata_str, root_cause, value_as_u64};
+use crate::error::{Error, Result};
+
+/// `tokenizer.ggml.pre` values understood, for error messages.
+pub const PRE_TOKENIZERS: &str = "default, gpt2, smollm, starcoder, refact, command-r, codeshell, llama-bpe, llama3, smaug-bpe, falcon3, dbrx, qwen2, deepseek-r1-qwen";
+
+/// GPT-4 style split (Llama 3), with digits in groups of up to three.
+const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Qwen2: as Llama 3 with single digits.
+const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// Whether the file carries a tokenizer at all.
+pub fn has_tokenizer(content: &Content) -> bool {
+    content.metadata.contains_key("tokenizer.ggml.tokens")
+}
+
+/// Builds the tokenizer of the GGUF file at `path` from its metadata.
+pub fn tokenizer_from_gguf(path: &Path) -> Result<Tokenizer> {
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let content = Content::read(&mut file).map_err(|e| {
+        Error::input(
+            path,
+            format!("invalid or truncated GGUF file: {}", root_cause(&e)),
+        )
+    })?;
+    tokenizer_from_content(&content, path)
+}
+
+/// Builds the tokenizer described by `content` (read from `path`, named in errors).
+pub fn tokenizer_from_content(content: &Content, path: &Path) -> Result<Tokenizer> {
+    let fail = |message: String| Error::input(path, message);
+    if !has_tokenizer(content) {
+        return Err(fail(
+            "the GGUF file has no tokenizer (no tokenizer.ggml.tokens metadata); pass --tokenizer tokenizer.json, or give token ids (--corpus FILE.npy or FILE.json)".into(),
+        ));
+    }
+    let model = metadata_str(content, "tokenizer.ggml.model").unwrap_or("(none)");
+    if model != "gpt2" {
+        let kind = match model {
+            "llama" => " (SentencePiece)",
+            "bert" => " (WordPiece)",
+            _ => "",
+        };
+        return Err(fail(format!(
+            "the GGUF tokenizer model `{model}`{kind} is not supported (supported: gpt2 byte-level BPE); pass --tokenizer tokenizer.json"
+        )));
+    }
+    let pre = metadata_str(content, "tokenizer.ggml.pre").unwrap_or("default");
+    let pre_tokenizer = pre_tokenizer(pre).ok_or_else(|| {
+        fail(format!(
+            "the GGUF pre-tokenizer `{pre}` (tokenizer.ggml.pre) is not supported (supported: {PRE_TOKENIZERS}); pass --tokenizer tokenizer.json"
+        ))
+    })?;
+    let tokens = string_array(content, "tokenizer.ggml.tokens").map_err(fail)?;
+    let merges = string_array(content, "tokenizer.ggml.merges").map_err(fail)?;
+    let types: Vec<u64> = match content.metadata.get("tokenizer.ggml.token_type") {
+        Some(Value::Array(items)) => items.iter().map(|v| value_as_u64(v).unwrap_or(1)).collect(),
+        _ => Vec::new(),
+    };
+
+    let spelling = bytes_to_unicode();
+    let alphabet: std::collections::HashSet<char> = spelling.values().copied().collect();
+    let respell = |token: &str| -> String {
+        if token.chars().all(|c| alphabet.contains(&c)) {
+            token.to_string()
+        } else {
+            token.bytes().map(|b| spelling[&b]).collect()
+        }
+    };
+    let mut vocab = Vocab::default();
+    for (id, token) in tokens.iter().enumerate() {
+        vocab.entry(respell(token)).or_insert(id as u32);
+    }
+    let mut pairs = Vec::with_capacity(merges.len());
+    for merge in &merges {
+        let (a, b) = merge
+            .split_once(' ')
+            .ok_or_else(|| fail(format!("invalid merge `{merge}` in tokenizer.ggml.merges")))?;
+        pairs.push((a.to_string(), b.to_string()));
+    }
+    // llama.cpp matches a whole pre-token found in the vocabulary before merging for the
+    // Llama 3 family (as their tokenizer.json's `ignore_merges`)
+    let ignore_merges = matches!(pre, "llama-bpe" | "llama3" | "llama-v3");
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, pairs)
+        .ignore_merges(ignore_merges)
+        .build()
+        .map_err(|e| fail(format!("invalid GGUF tokenizer: {e}")))?;
+    let mut tokenizer = Tokenizer::new(bpe);
+    tokenizer.with_pre_tokenizer(Some(pre_tokenizer));
+    tokenizer.with_decoder(Some(ByteLevelDecoder::default()));
+
+    let mut control = Vec::new();
+    let mut user = Vec::new();
+    for (token, kind) in tokens.iter().zip(&types) {
+        match kind {
+            3 if token.chars().all(|c| alphabet.contains(&c)) => {
+                control.push(AddedToken::from(token.clone(), true).normalized(false))
+            }
+            4 => user.push(AddedToken::from(token.clone(), false).normalized(false)),
+            _ => {}
+        }
+    }
+    tokenizer.add_special_tokens(&control);
+    tokenizer.add_tokens(&user);
+    Ok(tokenizer)
+}
+
+/// The pre-tokenizer llama.cpp uses for `tokenizer.ggml.pre` (llama-vocab.cpp).
+fn pre_tokenizer(pre: &str) -> Option<PreTokenizerWrapper> {
+    let byte_level = |use_regex| ByteLevel::new(false, true, use_regex);
+    let split = |regex: &str| {
+        Split::new(
+            SplitPattern::Regex(regex.to_string()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .expect("the built-in split patterns compile")
+    };
+    Some(match pre {
+        // GPT-2's own regex, which ByteLevel applies
+        "default" | "gpt2" | "mpt" | "olmo" | "jais" => byte_level(true).into(),
+        // "\p{N}" first (every digit alone), then GPT-2's regex
+        "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" => {
+            Sequence::new(vec![Digits::new(true).into(), byte_level(true).into()]).into()
+        }
+        "llama-bpe" | "llama3" | "llama-v3" | "smaug-bpe" | "falcon3" | "dbrx" => {
+            Sequence::new(vec![split(LLAMA3_SPLIT).into(), byte_level(false).into()]).into()
+        }
+        "qwen2" | "deepseek-r1-qwen" => {
+            Sequence::new(vec![split(QWEN2_SPLIT).into(), byte_level(false).into()]).into()
+        }
+        _ => return None,
+    })
+}
+
+fn string_array(content: &Content, key: &str) -> std::result::Result<Vec<String>, String> {
+    match content.metadata.get(key) {
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => Ok(s.clone()),
+                other => Err(format!("{key} holds a non-string {other:?}")),
+            })
+            .collect(),
+        Some(_) => Err(format!("{key} is not an array")),
+        None => Err(format!("missing tokenizer metadata {key}")),
+    }
+}
+
+/// GPT-2's reversible byte -> printable character map.
+fn bytes_to_unicode() -> HashMap<u8, char> {
+    let printable = |b: u8| (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || b >= 0xAE;
+    let mut map = HashMap::with_capacity(256);
+    let mut next = 256u32;
+    for b in 0..=255u8 {
+        let c = if printable(b) {
+            char::from(b)
+        } else {
+            let c = char::from_u32(next).expect("valid code point");
+            next += 1;
+            c
+        };
+        map.insert(b, c);
+    }
+    map
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_map_is_gpt2s() {
+        let m = bytes_to_unicode();
+        assert_eq!(m[&b' '], '\u{120}'); // "Ġ"
+        assert_eq!(m[&b'\n'], '\u{10a}'); // "Ċ"
+        assert_eq!(m[&b'A'], 'A');
+        assert_eq!(m.values().collect::<std::collections::HashSet<_>>().len(), 256);
+    }
+
+    #[test]
+    fn smollm_splits_every_digit() {
+        use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
+        let pt = pre_tokenizer("smollm").unwrap();
+        let mut s = PreTokenizedString::from("In 1603, it's  ok");
+        pt.pre_tokenize(&mut s).unwrap();
+        let parts: Vec<String> = s
+            .get_splits(OffsetReferential::Original, OffsetType::Byte)
+            .into_iter()
+            .map(|(p, _, _)| p.to_string())
+            .collect();
+        assert_eq!(
+            parts,
+            ["In", "\u{120}", "1", "6", "0", "3", ",", "\u{120}it", "'s", "\u{120}", "\u{120}ok"]
+        );
+    }
+}

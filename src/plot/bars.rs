@@ -1,0 +1,361 @@
+//! Bar charts: one query's attention over keys with its sink mass (Fig. 1) and the
+//! per-query weight-sum histograms (Fig. 3).
+
+use std::collections::BTreeMap;
+
+use super::data::{attention_rows, Cols};
+use super::lines::model_legend;
+use super::scene::{fit_range, Axis, Dash, Figure, LegendEntry, Mark, Panel, Swatch};
+use super::theme::{INK, MUTED};
+use super::{Built, Ctx};
+
+/// One model's profile: (layer, query, [(key, value)], sink mass).
+struct Profile {
+    layer: i64,
+    query: i64,
+    keys: Vec<(i64, f64)>,
+    sink: Option<f64>,
+}
+
+/// Fig. 1: a_ij over keys j for one query i of one layer, one panel per model; the sink
+/// mass (sink and off_by_one: the share that goes to no token) is its own grey bar left
+/// of key 0. All panels share the y axis.
+pub fn fig1_query_profile(ctx: &mut Ctx) -> Built {
+    const FIG: &str = "fig1_query_profile";
+    let t = ctx
+        .res
+        .get("query_profile")
+        .ok_or("no query_profile table")?;
+    let c = Cols::new(t, "query_profile.csv");
+    let (model, key, value) = (c.text("model")?, c.int("key")?, c.num("value")?);
+    let (layer, query, sink) = (
+        c.int_or_empty("layer"),
+        c.int_or_empty("query"),
+        c.num_or_empty("sink_mass"),
+    );
+    let mut profiles: BTreeMap<String, Profile> = BTreeMap::new();
+    let mut nan = 0;
+    let mut other_layers = 0;
+    for i in 0..t.height() {
+        let (Some(m), Some(k)) = (&model[i], key[i]) else {
+            continue;
+        };
+        let (l, q) = (layer[i].unwrap_or(0), query[i].unwrap_or(0));
+        let p = profiles.entry(m.clone()).or_insert_with(|| Profile {
+            layer: l,
+            query: q,
+            keys: Vec::new(),
+            sink: None,
+        });
+        if (l, q) != (p.layer, p.query) {
+            other_layers += 1;
+            continue;
+        }
+        match value[i] {
+            Some(v) if v.is_finite() => p.keys.push((k, v)),
+            _ => nan += 1,
+        }
+        if p.sink.is_none() {
+            p.sink = sink[i].filter(|s| s.is_finite());
+        }
+    }
+    if nan > 0 {
+        ctx.note(FIG, format!("{nan} non-finite weights left out"));
+    }
+    if other_layers > 0 {
+        ctx.note(
+            FIG,
+            format!(
+                "{other_layers} rows of other layers or queries not drawn (one profile per model)"
+            ),
+        );
+    }
+    profiles.retain(|_, p| !p.keys.is_empty());
+    if profiles.is_empty() {
+        return Err("query_profile.csv has no finite weights".into());
+    }
+    let has_sink = profiles.values().any(|p| p.sink.is_some());
+    let values = profiles
+        .values()
+        .flat_map(|p| p.keys.iter().map(|k| k.1).chain(p.sink));
+    let (y0, y1) = fit_range(values, true);
+    let y_range = (y0, y1 + 0.08 * (y1 - y0));
+    let models = ctx.pal.order(profiles.keys().cloned());
+    let mut panels = Vec::new();
+    for m in &models {
+        let p = &profiles[m];
+        let color = ctx.pal.color(m);
+        let last = p.keys.iter().map(|k| k.0).max().unwrap_or(0).max(0) as f64;
+        let n = last + 1.0;
+        let half = 0.42;
+        let mut marks = vec![Mark::Rects {
+            rects: p
+                .keys
+                .iter()
+                .map(|&(k, v)| (k as f64 - half, 0.0, k as f64 + half, v))
+                .collect(),
+            color,
+        }];
+        // The sink bar sits left of key 0, a few keys wide so it stays visible, with room
+        // for its label.
+        let width = (n / 20.0).max(0.8);
+        let gap = (n / 20.0).max(1.2);
+        let sink_x = -0.5 - gap - width / 2.0;
+        let mut lo = -0.5 - 0.02 * n;
+        if has_sink {
+            lo = sink_x - width / 2.0 - (n / 20.0).max(1.0);
+            let s = p.sink.unwrap_or(0.0);
+            marks.push(Mark::Rects {
+                rects: vec![(sink_x - width / 2.0, 0.0, sink_x + width / 2.0, s)],
+                color: MUTED,
+            });
+            let label = if p.sink.is_some() { "sink" } else { "none" };
+            marks.push(Mark::Text {
+                x: sink_x,
+                y: s.max(0.0) + 0.05 * (y_range.1 - y_range.0),
+                text: label.into(),
+                color: INK,
+            });
+            marks.push(Mark::VLine {
+                x: -0.5 - gap / 2.0,
+                color: MUTED,
+                dash: Dash::Dotted,
+                width: 1.0,
+            });
+        }
+        let sink_txt = p.sink.map_or(String::new(), |s| format!(", sink {s:.3}"));
+        let mut x = Axis::integer("key position j", (lo, last + 0.5 + 0.02 * n));
+        x.hide_below = Some(-0.5);
+        panels.push(Panel {
+            title: format!("{m} (layer {}, query {}{sink_txt})", p.layer, p.query),
+            x,
+            y: Axis::new("attention weight a_ij", y_range),
+            marks,
+            grid: true,
+        });
+    }
+    let mut f = Figure::new(
+        FIG,
+        "Fig. 1: attention of one query over key positions",
+        panels,
+    );
+    f.legend = model_legend(ctx, &models, Swatch::Patch);
+    if has_sink {
+        f.legend.push(LegendEntry {
+            label: "sink mass (to no token)".into(),
+            color: MUTED,
+            swatch: Swatch::Patch,
+        });
+    }
+    Ok(f)
+}
+
+/// One model's histogram bins: (lo, hi, count).
+type Bins = Vec<(f64, f64, f64)>;
+
+/// Mean and median from the bins (median by linear interpolation within its bin).
+fn hist_stats(bins: &Bins) -> (f64, f64) {
+    let total: f64 = bins.iter().map(|b| b.2).sum();
+    if total <= 0.0 {
+        return (f64::NAN, f64::NAN);
+    }
+    let mean = bins.iter().map(|b| b.2 * (b.0 + b.1) / 2.0).sum::<f64>() / total;
+    let mut seen = 0.0;
+    for b in bins {
+        if seen + b.2 >= total / 2.0 && b.2 > 0.0 {
+            let frac = (total / 2.0 - seen) / b.2;
+            return (mean, b.0 + frac * (b.1 - b.0));
+        }
+        seen += b.2;
+    }
+    (mean, f64::NAN)
+}
+
+/// Fig. 3: histogram of per-query weight sums W_i, one panel per model, with dashed mean
+/// and dotted median lines.
+///
+/// Mean: the mean over layers of the per-layer `weight_sum` means in attention.csv (every
+/// layer pools the same queries, so this is the pooled mean exactly), else from the bins.
+/// Median: a pooled `p50` row (empty layer) when attention.csv has one, else interpolated
+/// within the histogram bin that holds the middle query (exact to one bin width), clamped
+/// to the range of the per-layer medians (the pooled median always lies in it; when the
+/// layers agree, as for softmax where every W_i is 1, it is exact).
+pub fn fig3_weight_sums(ctx: &mut Ctx) -> Built {
+    const FIG: &str = "fig3_weight_sums";
+    let t = ctx
+        .res
+        .get("weight_sum_hist")
+        .ok_or("no weight_sum_hist table")?;
+    let c = Cols::new(t, "weight_sum_hist.csv");
+    let (model, lo, hi, count) = (
+        c.text("model")?,
+        c.num("bin_lo")?,
+        c.num("bin_hi")?,
+        c.num("count")?,
+    );
+    let mut hists: BTreeMap<String, Bins> = BTreeMap::new();
+    let mut bad = 0;
+    for i in 0..t.height() {
+        let Some(m) = &model[i] else { continue };
+        match (lo[i], hi[i], count[i]) {
+            (Some(a), Some(b), Some(n)) if a.is_finite() && b.is_finite() && n.is_finite() => hists
+                .entry(m.clone())
+                .or_default()
+                .push((a.min(b), a.max(b), n.max(0.0))),
+            _ => bad += 1,
+        }
+    }
+    if bad > 0 {
+        ctx.note(
+            FIG,
+            format!("{bad} bins with a non-finite edge or count left out"),
+        );
+    }
+    hists.retain(|_, b| b.iter().any(|b| b.2 > 0.0));
+    if hists.is_empty() {
+        return Err("weight_sum_hist.csv has no non-empty bins".into());
+    }
+    // Summary rows of attention.csv: per-layer means, pooled mean/median if present.
+    let mut layer_means: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut layer_medians: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut pooled: BTreeMap<(String, String), f64> = BTreeMap::new();
+    if let Ok(rows) = attention_rows(ctx.res, "weight_sum") {
+        for r in rows
+            .iter()
+            .filter(|r| r.head.is_none() && r.value.is_finite())
+        {
+            match (r.layer, r.stat.as_str()) {
+                (Some(_), "mean") => layer_means
+                    .entry(r.model.clone())
+                    .or_default()
+                    .push(r.value),
+                (Some(_), "p50") => layer_medians
+                    .entry(r.model.clone())
+                    .or_default()
+                    .push(r.value),
+                (None, "mean" | "p50") => {
+                    pooled.insert((r.model.clone(), r.stat.clone()), r.value);
+                }
+                _ => {}
+            }
+        }
+    }
+    let models = ctx.pal.order(hists.keys().cloned());
+    let mut panels = Vec::new();
+    for m in &models {
+        let bins = &mut hists.get_mut(m).expect("model has bins");
+        bins.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (h_mean, h_median) = hist_stats(bins);
+        let mean = pooled
+            .get(&(m.clone(), "mean".into()))
+            .copied()
+            .or_else(|| {
+                layer_means
+                    .get(m)
+                    .map(|v| v.iter().sum::<f64>() / v.len() as f64)
+            })
+            .unwrap_or(h_mean);
+        // The pooled median lies between the smallest and largest per-layer median.
+        let h_median = match layer_medians.get(m) {
+            Some(v) if !v.is_empty() => {
+                let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                if h_median.is_finite() {
+                    h_median.clamp(lo, hi)
+                } else {
+                    (lo + hi) / 2.0
+                }
+            }
+            _ => h_median,
+        };
+        let median = pooled
+            .get(&(m.clone(), "p50".into()))
+            .copied()
+            .unwrap_or(h_median);
+        let total: f64 = bins.iter().map(|b| b.2).sum();
+        let (xlo, xhi) = fit_range(
+            bins.iter().flat_map(|b| [b.0, b.1]).chain([mean, median]),
+            false,
+        );
+        // Zero-width bins (every W_i equal) still show as a visible bar.
+        let min_w = (xhi - xlo) / 60.0;
+        let rects = bins
+            .iter()
+            .filter(|b| b.2 > 0.0)
+            .map(|b| {
+                let (mut a, mut z) = (b.0, b.1);
+                if z - a < min_w {
+                    let mid = (a + z) / 2.0;
+                    (a, z) = (mid - min_w / 2.0, mid + min_w / 2.0);
+                }
+                (a, 0.0, z, 100.0 * b.2 / total)
+            })
+            .collect::<Vec<_>>();
+        let top = rects.iter().map(|r| r.3).fold(0.0, f64::max);
+        let marks = vec![
+            Mark::Rects {
+                rects,
+                color: ctx.pal.color(m),
+            },
+            Mark::VLine {
+                x: mean,
+                color: INK,
+                dash: Dash::Dashed,
+                width: 1.8,
+            },
+            Mark::VLine {
+                x: median,
+                color: MUTED,
+                dash: Dash::Dotted,
+                width: 2.0,
+            },
+        ];
+        panels.push(Panel {
+            title: format!("{m} (mean {}, median {})", fmt3(mean), fmt3(median)),
+            x: Axis::new("per-query weight sum W_i = Σ_j a_ij", (xlo, xhi)),
+            y: Axis::new("share of queries (%)", (0.0, (top * 1.1).max(1e-9))),
+            marks,
+            grid: true,
+        });
+    }
+    let mut f = Figure::new(FIG, "Fig. 3: per-query attention weight sums", panels);
+    f.legend = model_legend(ctx, &models, Swatch::Patch);
+    f.legend.push(LegendEntry {
+        label: "mean".into(),
+        color: INK,
+        swatch: Swatch::Line(Dash::Dashed),
+    });
+    f.legend.push(LegendEntry {
+        label: "median".into(),
+        color: MUTED,
+        swatch: Swatch::Line(Dash::Dotted),
+    });
+    Ok(f)
+}
+
+/// Three significant decimals for captions; `n/a` for NaN.
+pub(crate) fn fmt3(v: f64) -> String {
+    if !v.is_finite() {
+        "n/a".into()
+    } else if v.abs() >= 1000.0 || (v != 0.0 && v.abs() < 0.001) {
+        format!("{v:.2e}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_interpolates_within_its_bin() {
+        // 10 queries in [0, 1), 10 in [1, 2): the middle is the end of the first bin.
+        let (mean, median) = hist_stats(&vec![(0.0, 1.0, 10.0), (1.0, 2.0, 10.0)]);
+        assert_eq!(mean, 1.0); // (10 * 0.5 + 10 * 1.5) / 20
+        assert_eq!(median, 1.0);
+        // 30 in [0, 1), 10 in [1, 2): half (20) is 2/3 into the first bin.
+        let (_, median) = hist_stats(&vec![(0.0, 1.0, 30.0), (1.0, 2.0, 10.0)]);
+        assert!((median - 2.0 / 3.0).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,356 @@
+//! The exported tables figures are drawn from (SPEC section 6), read from one or more
+//! results folders and merged by table name, with lenient typed access: a column polars
+//! inferred as text (all empty, `NaN`) still reads as numbers.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::export::{read_table, Column, Table};
+
+/// Table names figures read (file stems; `.csv` or `.parquet`).
+pub const TABLES: [&str; 11] = [
+    "attention",
+    "weight_sum_hist",
+    "heatmap",
+    "query_profile",
+    "distance_profile",
+    "nll_position",
+    "qk_series",
+    "grad_stats",
+    "spikes",
+    "spike_steps",
+    "curves",
+];
+
+/// Every known table found in the results folders.
+#[derive(Debug, Default)]
+pub struct Results {
+    tables: BTreeMap<String, Table>,
+    /// Where each table came from, for notes.
+    pub sources: BTreeMap<String, Vec<PathBuf>>,
+}
+
+impl Results {
+    /// Reads the known tables of every folder; a table present in several folders is
+    /// concatenated (e.g. two `analyze` outputs). A folder that does not exist is an error.
+    pub fn load(dirs: &[PathBuf]) -> Result<Results> {
+        let mut results = Results::default();
+        for dir in dirs {
+            if !dir.is_dir() {
+                return Err(Error::input(dir, "not a results folder"));
+            }
+            for name in TABLES {
+                let Some(path) = table_path(dir, name) else {
+                    continue;
+                };
+                let table = read_table(&path)?;
+                results.insert(table, path);
+            }
+        }
+        Ok(results)
+    }
+
+    /// Builds results from tables in memory (tests, `analyze --figures`).
+    pub fn from_tables(tables: impl IntoIterator<Item = Table>) -> Results {
+        let mut results = Results::default();
+        for t in tables {
+            let path = PathBuf::from(format!("{}.csv", t.name));
+            results.insert(t, path);
+        }
+        results
+    }
+
+    fn insert(&mut self, table: Table, path: PathBuf) {
+        let name = table.name.clone();
+        self.sources.entry(name.clone()).or_default().push(path);
+        let merged = match self.tables.remove(&name) {
+            Some(old) => concat(old, table),
+            None => table,
+        };
+        self.tables.insert(name, merged);
+    }
+
+    /// The table called `name`, if any folder had it.
+    pub fn get(&self, name: &str) -> Option<&Table> {
+        self.tables.get(name)
+    }
+
+    /// Names of the tables found.
+    pub fn names(&self) -> Vec<&str> {
+        self.tables.keys().map(String::as_str).collect()
+    }
+
+    /// Every model or run label in any table (for one palette across all figures).
+    pub fn labels(&self) -> Vec<String> {
+        let mut labels = Vec::new();
+        for t in self.tables.values() {
+            for col in ["model", "run"] {
+                if let Some(v) = text(t, col) {
+                    labels.extend(v.into_iter().flatten());
+                }
+            }
+        }
+        labels.sort();
+        labels.dedup();
+        labels
+    }
+}
+
+/// `dir/name.csv`, else `dir/name.parquet`.
+fn table_path(dir: &Path, name: &str) -> Option<PathBuf> {
+    ["csv", "parquet"]
+        .iter()
+        .map(|ext| dir.join(format!("{name}.{ext}")))
+        .find(|p| p.is_file())
+}
+
+/// Rows of `b` appended to `a`, columns matched by name (missing cells empty; an integer
+/// column meeting a float one becomes float, anything else meeting text becomes text).
+fn concat(a: Table, b: Table) -> Table {
+    let (ha, hb) = (a.height(), b.height());
+    let mut names: Vec<String> = a.columns.iter().map(|(n, _)| n.clone()).collect();
+    for (n, _) in &b.columns {
+        if !names.contains(n) {
+            names.push(n.clone());
+        }
+    }
+    let columns = names
+        .into_iter()
+        .map(|n| {
+            let ca = a.column(&n);
+            let cb = b.column(&n);
+            let col = match (ca, cb) {
+                (Some(Column::Int(x)), Some(Column::Int(y))) => Column::Int(join(x, y)),
+                (
+                    Some(Column::Int(_) | Column::Float(_)),
+                    Some(Column::Int(_) | Column::Float(_)),
+                ) => Column::Float(join(&numbers(ca.unwrap()), &numbers(cb.unwrap()))),
+                (Some(_), Some(_)) => {
+                    Column::Str(join(&strings(ca.unwrap()), &strings(cb.unwrap())))
+                }
+                (Some(c), None) => pad(c, hb, false),
+                (None, Some(c)) => pad(c, ha, true),
+                (None, None) => Column::Str(Vec::new()),
+            };
+            (n, col)
+        })
+        .collect();
+    Table {
+        name: a.name,
+        columns,
+    }
+}
+
+fn join<T: Clone>(a: &[T], b: &[T]) -> Vec<T> {
+    a.iter().chain(b).cloned().collect()
+}
+
+/// `c` with `n` empty cells after it (or before it when `before`).
+fn pad(c: &Column, n: usize, before: bool) -> Column {
+    fn fill<T: Clone>(v: &[Option<T>], n: usize, before: bool) -> Vec<Option<T>> {
+        let empty = std::iter::repeat_n(None, n);
+        if before {
+            empty.chain(v.iter().cloned()).collect()
+        } else {
+            v.iter().cloned().chain(empty).collect()
+        }
+    }
+    match c {
+        Column::Str(v) => Column::Str(fill(v, n, before)),
+        Column::Int(v) => Column::Int(fill(v, n, before)),
+        Column::Float(v) => Column::Float(fill(v, n, before)),
+    }
+}
+
+fn strings(c: &Column) -> Vec<Option<String>> {
+    match c {
+        Column::Str(v) => v.clone(),
+        Column::Int(v) => v.iter().map(|x| x.map(|x| x.to_string())).collect(),
+        Column::Float(v) => v.iter().map(|x| x.map(|x| x.to_string())).collect(),
+    }
+}
+
+fn numbers(c: &Column) -> Vec<Option<f64>> {
+    match c {
+        Column::Float(v) => v.clone(),
+        Column::Int(v) => v.iter().map(|x| x.map(|x| x as f64)).collect(),
+        Column::Str(v) => v
+            .iter()
+            .map(|x| {
+                x.as_deref().and_then(|s| {
+                    let s = s.trim();
+                    match s.to_ascii_lowercase().as_str() {
+                        "" => None,
+                        "nan" => Some(f64::NAN),
+                        "inf" | "+inf" | "infinity" => Some(f64::INFINITY),
+                        "-inf" | "-infinity" => Some(f64::NEG_INFINITY),
+                        _ => s.parse().ok(),
+                    }
+                })
+            })
+            .collect(),
+    }
+}
+
+/// Column `name` as text (numbers printed), or `None` when the table lacks it.
+pub fn text(t: &Table, name: &str) -> Option<Vec<Option<String>>> {
+    t.column(name).map(strings)
+}
+
+/// Column `name` as numbers (empty cells `None`, `NaN` kept), or `None` when missing.
+pub fn num(t: &Table, name: &str) -> Option<Vec<Option<f64>>> {
+    t.column(name).map(numbers)
+}
+
+/// Column `name` as integers (non-integral numbers `None`), or `None` when missing.
+pub fn int(t: &Table, name: &str) -> Option<Vec<Option<i64>>> {
+    t.column(name).map(|c| match c {
+        Column::Int(v) => v.clone(),
+        c => numbers(c)
+            .into_iter()
+            .map(|x| {
+                x.filter(|x| x.is_finite() && x.fract() == 0.0)
+                    .map(|x| x as i64)
+            })
+            .collect(),
+    })
+}
+
+/// Fetches required columns, or says which one a figure misses.
+pub struct Cols<'a> {
+    table: &'a Table,
+    file: &'a str,
+}
+
+impl<'a> Cols<'a> {
+    /// Access to `table`, named `file` in messages.
+    pub fn new(table: &'a Table, file: &'a str) -> Self {
+        Cols { table, file }
+    }
+
+    fn missing(&self, name: &str) -> String {
+        format!("{} has no column `{name}`", self.file)
+    }
+
+    /// A required text column.
+    pub fn text(&self, name: &str) -> std::result::Result<Vec<Option<String>>, String> {
+        text(self.table, name).ok_or_else(|| self.missing(name))
+    }
+
+    /// A required number column.
+    pub fn num(&self, name: &str) -> std::result::Result<Vec<Option<f64>>, String> {
+        num(self.table, name).ok_or_else(|| self.missing(name))
+    }
+
+    /// A required integer column.
+    pub fn int(&self, name: &str) -> std::result::Result<Vec<Option<i64>>, String> {
+        int(self.table, name).ok_or_else(|| self.missing(name))
+    }
+
+    /// An optional integer column (all empty when missing).
+    pub fn int_or_empty(&self, name: &str) -> Vec<Option<i64>> {
+        int(self.table, name).unwrap_or_else(|| vec![None; self.table.height()])
+    }
+
+    /// An optional number column (all empty when missing).
+    pub fn num_or_empty(&self, name: &str) -> Vec<Option<f64>> {
+        num(self.table, name).unwrap_or_else(|| vec![None; self.table.height()])
+    }
+
+    /// An optional text column (all empty when missing).
+    pub fn text_or_empty(&self, name: &str) -> Vec<Option<String>> {
+        text(self.table, name).unwrap_or_else(|| vec![None; self.table.height()])
+    }
+}
+
+/// One row of `attention.csv` (model, metric, layer, head, stat, value).
+#[derive(Debug, Clone)]
+pub struct AttnRow {
+    pub model: String,
+    pub metric: String,
+    /// 1-based; `None` for a summary over layers.
+    pub layer: Option<i64>,
+    /// 1-based; `None` for a summary over heads.
+    pub head: Option<i64>,
+    /// `mean` when the table has no stat column.
+    pub stat: String,
+    /// `NaN` kept (callers count and skip it); empty cells are NaN too.
+    pub value: f64,
+}
+
+/// The rows of `attention.csv` whose metric is `metric`.
+pub fn attention_rows(res: &Results, metric: &str) -> std::result::Result<Vec<AttnRow>, String> {
+    let t = res
+        .get("attention")
+        .ok_or_else(|| "no attention table".to_string())?;
+    let c = Cols::new(t, "attention.csv");
+    let (model, metrics, value) = (c.text("model")?, c.text("metric")?, c.num("value")?);
+    let (layer, head, stat) = (
+        c.int_or_empty("layer"),
+        c.int_or_empty("head"),
+        c.text_or_empty("stat"),
+    );
+    let mut rows = Vec::new();
+    for i in 0..t.height() {
+        if metrics[i].as_deref() != Some(metric) {
+            continue;
+        }
+        let Some(m) = &model[i] else { continue };
+        rows.push(AttnRow {
+            model: m.clone(),
+            metric: metric.to_string(),
+            layer: layer[i],
+            head: head[i],
+            stat: stat[i].clone().unwrap_or_else(|| "mean".into()),
+            value: value[i].unwrap_or(f64::NAN),
+        });
+    }
+    if rows.is_empty() {
+        return Err(format!("attention.csv has no {metric} rows"));
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn concat_matches_columns_by_name() {
+        let a = Table::new(
+            "t",
+            vec![
+                ("model", Column::Str(vec![Some("a".into())])),
+                ("value", Column::Int(vec![Some(1)])),
+            ],
+        );
+        let b = Table::new(
+            "t",
+            vec![
+                ("value", Column::Float(vec![Some(2.5)])),
+                ("extra", Column::Str(vec![Some("x".into())])),
+            ],
+        );
+        let c = concat(a, b);
+        assert_eq!(c.height(), 2);
+        assert_eq!(num(&c, "value").unwrap(), vec![Some(1.0), Some(2.5)]);
+        assert_eq!(text(&c, "model").unwrap(), vec![Some("a".into()), None]);
+        assert_eq!(text(&c, "extra").unwrap(), vec![None, Some("x".into())]);
+    }
+
+    #[test]
+    fn text_columns_read_as_numbers() {
+        let t = Table::new(
+            "t",
+            vec![(
+                "v",
+                Column::Str(vec![Some("NaN".into()), None, Some("2".into())]),
+            )],
+        );
+        let v = num(&t, "v").unwrap();
+        assert!(v[0].unwrap().is_nan());
+        assert_eq!(v[1], None);
+        assert_eq!(int(&t, "v").unwrap(), vec![None, None, Some(2)]);
+    }
+}

@@ -1,0 +1,616 @@
+//! Line charts: per-layer metrics (Figs. 4, 6), the QK^T training series (Fig. 2),
+//! training curves (Figs. 7, 8, 10) and the distance-band profile.
+
+use std::collections::BTreeMap;
+
+use super::data::{attention_rows, Cols};
+use super::scene::{
+    fit_range, int_range, Axis, Dash, Figure, LegendEntry, Mark, Panel, Shape, Swatch,
+};
+use super::theme::{viridis, FAINT, INK};
+use super::{Built, Ctx};
+use crate::stats::StepWindow;
+
+/// One legend line per model, in palette order.
+pub(crate) fn model_legend(ctx: &Ctx, models: &[String], swatch: Swatch) -> Vec<LegendEntry> {
+    models
+        .iter()
+        .map(|m| LegendEntry {
+            label: m.clone(),
+            color: ctx.pal.color(m),
+            swatch,
+        })
+        .collect()
+}
+
+/// Per-layer `mean` (and `std`) rows of one attention metric, one line per model with a
+/// ±1 std band (std over sequences).
+fn per_layer(ctx: &mut Ctx, fig: &str, metric: &str, title: &str, y_label: &str) -> Built {
+    let rows = attention_rows(ctx.res, metric)?;
+    let mut by_model: BTreeMap<String, BTreeMap<i64, (f64, f64)>> = BTreeMap::new();
+    let mut nan = 0;
+    for r in rows.iter().filter(|r| r.head.is_none()) {
+        let Some(layer) = r.layer else { continue };
+        let e = by_model
+            .entry(r.model.clone())
+            .or_default()
+            .entry(layer)
+            .or_insert((f64::NAN, f64::NAN));
+        match r.stat.as_str() {
+            "mean" if r.value.is_finite() => e.0 = r.value,
+            "mean" => nan += 1,
+            "std" => e.1 = r.value,
+            _ => {}
+        }
+    }
+    if nan > 0 {
+        ctx.note(fig, format!("{nan} non-finite {metric} means left out"));
+    }
+    by_model.retain(|_, layers| {
+        layers.retain(|_, (m, _)| m.is_finite());
+        !layers.is_empty()
+    });
+    if by_model.is_empty() {
+        return Err(format!(
+            "attention.csv has no finite per-layer {metric} means"
+        ));
+    }
+    let models = ctx.pal.order(by_model.keys().cloned());
+    let mut marks = Vec::new();
+    let mut ys = Vec::new();
+    let mut xs = Vec::new();
+    for m in &models {
+        let layers = &by_model[m];
+        let color = ctx.pal.color(m);
+        let pts: Vec<(f64, f64)> = layers.iter().map(|(&l, &(v, _))| (l as f64, v)).collect();
+        let spread: Vec<(f64, f64, f64)> = layers
+            .iter()
+            .filter(|(_, (_, s))| s.is_finite())
+            .map(|(&l, &(v, s))| (l as f64, v - s, v + s))
+            .collect();
+        if spread.len() >= 2 {
+            ys.extend(spread.iter().flat_map(|&(_, lo, hi)| [lo, hi]));
+            marks.push(Mark::Band {
+                upper: spread.iter().map(|&(x, _, hi)| (x, hi)).collect(),
+                lower: spread.iter().map(|&(x, lo, _)| (x, lo)).collect(),
+                color,
+            });
+        }
+        xs.extend(pts.iter().map(|p| p.0));
+        ys.extend(pts.iter().map(|p| p.1));
+        marks.push(Mark::line(pts, color));
+    }
+    let panel = Panel {
+        title: String::new(),
+        x: Axis::integer("layer", int_range(xs)),
+        y: Axis::new(y_label, fit_range(ys, true)),
+        marks,
+        grid: true,
+    };
+    let mut f = Figure::new(fig, title, vec![panel]);
+    f.panel_size = (560, 380);
+    f.legend = model_legend(ctx, &models, Swatch::Line(Dash::Solid));
+    Ok(f)
+}
+
+/// Fig. 4: mean attention weight on the first token, per layer.
+pub fn fig4_first_token(ctx: &mut Ctx) -> Built {
+    per_layer(
+        ctx,
+        "fig4_first_token",
+        "first_token",
+        "Fig. 4: first-token attention per layer (band: ±1 std over sequences)",
+        "first-token weight a_i0 (mean over queries)",
+    )
+}
+
+/// Fig. 6: mean attention entropy per layer.
+pub fn fig6_entropy(ctx: &mut Ctx) -> Built {
+    per_layer(
+        ctx,
+        "fig6_entropy",
+        "entropy",
+        "Fig. 6: attention entropy per layer (band: ±1 std over sequences)",
+        "attention entropy (nats)",
+    )
+}
+
+/// Fig. 2: raw QK^T mean (and mean absolute value) over training steps, one line per run.
+pub fn fig2_qk_mean(ctx: &mut Ctx) -> Built {
+    const FIG: &str = "fig2_qk_mean";
+    let t = ctx
+        .res
+        .get("qk_series")
+        .ok_or("no qk_series table: a folder of step checkpoints gives one")?;
+    let c = Cols::new(t, "qk_series.csv");
+    let (model, step, mean, abs) = (
+        c.text("model")?,
+        c.num("step")?,
+        c.num("qk_mean")?,
+        c.num_or_empty("qk_abs_mean"),
+    );
+    let mut series: BTreeMap<String, Vec<(f64, f64, f64)>> = BTreeMap::new();
+    let mut dropped = 0;
+    for i in 0..t.height() {
+        let (Some(m), Some(s)) = (&model[i], step[i]) else {
+            dropped += 1;
+            continue;
+        };
+        let (v, a) = (mean[i].unwrap_or(f64::NAN), abs[i].unwrap_or(f64::NAN));
+        if !v.is_finite() && !a.is_finite() {
+            dropped += 1;
+            continue;
+        }
+        series.entry(m.clone()).or_default().push((s, v, a));
+    }
+    if dropped > 0 {
+        ctx.note(
+            FIG,
+            format!("{dropped} rows without a finite value left out"),
+        );
+    }
+    if series.is_empty() {
+        return Err("qk_series.csv has no finite values".into());
+    }
+    let models = ctx.pal.order(series.keys().cloned());
+    let steps: Vec<f64> = series.values().flatten().map(|p| p.0).collect();
+    let x_range = fit_range(steps, false);
+    let mut panels = Vec::new();
+    for (k, (title, y_label)) in [
+        ("mean q·k", "mean raw q·k (before 1/√d)"),
+        ("mean |q·k|", "mean |q·k| (before 1/√d)"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut marks = Vec::new();
+        let mut ys = Vec::new();
+        for m in &models {
+            let mut pts: Vec<(f64, f64)> = series[m]
+                .iter()
+                .map(|p| (p.0, if k == 0 { p.1 } else { p.2 }))
+                .filter(|p| p.1.is_finite())
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            ys.extend(pts.iter().map(|p| p.1));
+            marks.push(Mark::line(pts, ctx.pal.color(m)));
+        }
+        if k == 1 && ys.is_empty() {
+            continue;
+        }
+        panels.push(Panel {
+            title: title.into(),
+            x: Axis::new("training step", x_range),
+            y: Axis::new(y_label, fit_range(ys, k == 1)),
+            marks,
+            grid: true,
+        });
+    }
+    let mut f = Figure::new(FIG, "Fig. 2: QKᵀ logits over training", panels);
+    f.legend = model_legend(ctx, &models, Swatch::Line(Dash::Solid));
+    Ok(f)
+}
+
+/// Whether a curves/spikes metric name is the wanted one: `loss`, `train/loss`,
+/// `train_loss` for loss; `grad_norm`, `train/grad_norm`, `gradient_norm` for grad.
+fn is_metric(name: &str, want: &str) -> bool {
+    let last = name.rsplit('/').next().unwrap_or(name).to_lowercase();
+    let last = last.strip_prefix("train_").unwrap_or(&last);
+    match want {
+        "loss" => last == "loss",
+        _ => matches!(
+            last,
+            "grad_norm" | "gradient_norm" | "grad_norm_total" | "gradnorm"
+        ),
+    }
+}
+
+/// (step, value, smoothed) per run of one metric of `curves.csv`.
+type Curves = BTreeMap<String, Vec<(f64, f64, f64)>>;
+
+fn curves(ctx: &mut Ctx, fig: &str, want: &str) -> std::result::Result<Curves, String> {
+    let t = ctx.res.get("curves").ok_or("no curves table")?;
+    let c = Cols::new(t, "curves.csv");
+    let (run, metric, step, value) = (
+        c.text("run")?,
+        c.text("metric")?,
+        c.num("step")?,
+        c.num("value")?,
+    );
+    let smoothed = c.num_or_empty("smoothed");
+    let mut out: Curves = BTreeMap::new();
+    let mut dropped = 0;
+    for i in 0..t.height() {
+        if !metric[i].as_deref().is_some_and(|m| is_metric(m, want)) {
+            continue;
+        }
+        let (Some(r), Some(s)) = (&run[i], step[i]) else {
+            continue;
+        };
+        let v = value[i].unwrap_or(f64::NAN);
+        if !v.is_finite() {
+            dropped += 1;
+            continue;
+        }
+        out.entry(r.clone())
+            .or_default()
+            .push((s, v, smoothed[i].unwrap_or(f64::NAN)));
+    }
+    if dropped > 0 {
+        ctx.note(fig, format!("{dropped} non-finite {want} values left out"));
+    }
+    if out.is_empty() {
+        return Err(format!("curves.csv has no {want} rows"));
+    }
+    for pts in out.values_mut() {
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    Ok(out)
+}
+
+/// Raw curves (faint when a smoothed curve exists) and smoothed curves, one colour per run.
+fn curve_marks(ctx: &Ctx, runs: &[String], data: &Curves) -> (Vec<Mark>, Vec<f64>) {
+    let mut faint = Vec::new();
+    let mut marks = Vec::new();
+    let mut ys = Vec::new();
+    for r in runs {
+        let pts = &data[r];
+        let color = ctx.pal.color(r);
+        let raw: Vec<(f64, f64)> = pts.iter().map(|p| (p.0, p.1)).collect();
+        let smooth: Vec<(f64, f64)> = pts
+            .iter()
+            .filter(|p| p.2.is_finite())
+            .map(|p| (p.0, p.2))
+            .collect();
+        ys.extend(raw.iter().chain(&smooth).map(|p| p.1));
+        let markers = raw.len() <= 40;
+        if smooth.len() == raw.len() && smooth != raw {
+            faint.push(Mark::Line {
+                points: raw,
+                color,
+                width: 1.0,
+                dash: Dash::Solid,
+                opacity: 0.3,
+                markers: false,
+            });
+            marks.push(Mark::Line {
+                points: smooth,
+                color,
+                width: 2.0,
+                dash: Dash::Solid,
+                opacity: 1.0,
+                markers,
+            });
+        } else {
+            marks.push(Mark::Line {
+                points: raw,
+                color,
+                width: 1.6,
+                dash: Dash::Solid,
+                opacity: 1.0,
+                markers,
+            });
+        }
+    }
+    // Every faint raw line under every solid one.
+    faint.extend(marks);
+    (faint, ys)
+}
+
+fn steps_range(data: &Curves) -> (f64, f64) {
+    fit_range(data.values().flatten().map(|p| p.0), false)
+}
+
+/// Legend entries for runs, plus one saying what the faint lines are when curves are
+/// smoothed.
+fn curve_legend(ctx: &Ctx, runs: &[String], data: &Curves) -> Vec<LegendEntry> {
+    let mut legend = model_legend(ctx, runs, Swatch::Line(Dash::Solid));
+    if data
+        .values()
+        .flatten()
+        .any(|p| p.2.is_finite() && p.2 != p.1)
+    {
+        legend.push(LegendEntry {
+            label: "faint: raw, solid: EMA".into(),
+            color: FAINT,
+            swatch: Swatch::Line(Dash::Solid),
+        });
+    }
+    legend
+}
+
+/// Fig. 7: training loss over the whole run, one line per run.
+pub fn fig7_loss(ctx: &mut Ctx) -> Built {
+    const FIG: &str = "fig7_loss";
+    let data = curves(ctx, FIG, "loss")?;
+    let runs = ctx.pal.order(data.keys().cloned());
+    let (marks, ys) = curve_marks(ctx, &runs, &data);
+    let panel = Panel {
+        title: String::new(),
+        x: Axis::new("training step", steps_range(&data)),
+        y: Axis::new("training loss (nats/token)", fit_range(ys, false)),
+        marks,
+        grid: true,
+    };
+    let mut f = Figure::new(FIG, "Fig. 7: training loss", vec![panel]);
+    f.panel_size = (620, 400);
+    f.legend = curve_legend(ctx, &runs, &data);
+    Ok(f)
+}
+
+/// The late window: `--late-steps`, else the last `late_fraction` of the logged steps.
+fn late_window(ctx: &Ctx, data: &Curves) -> (StepWindow, String) {
+    if let Some(w) = ctx.opts.late_steps {
+        return (w, w.describe());
+    }
+    let steps = data.values().flatten().map(|p| p.0);
+    let (lo, hi) = steps.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), s| {
+        (a.min(s), b.max(s))
+    });
+    let start = (hi - ctx.opts.late_fraction * (hi - lo)).floor() as i64;
+    let end = hi as i64;
+    let pct = (ctx.opts.late_fraction * 100.0).round();
+    (
+        StepWindow {
+            start: Some(start),
+            end: Some(end),
+            inclusive: true,
+        },
+        format!("steps {start}–{end}, last {pct}% of the run"),
+    )
+}
+
+/// Fig. 10: training loss in the late phase, zoomed to its own range.
+pub fn fig10_loss_late(ctx: &mut Ctx) -> Built {
+    const FIG: &str = "fig10_loss_late";
+    let all = curves(ctx, FIG, "loss")?;
+    let (window, what) = late_window(ctx, &all);
+    let data: Curves = all
+        .into_iter()
+        .map(|(r, pts)| {
+            let keep = pts
+                .into_iter()
+                .filter(|p| window.contains(p.0 as i64))
+                .collect::<Vec<_>>();
+            (r, keep)
+        })
+        .filter(|(_, pts)| !pts.is_empty())
+        .collect();
+    if data.is_empty() {
+        return Err(format!("no loss values in the late window ({what})"));
+    }
+    let runs = ctx.pal.order(data.keys().cloned());
+    let (marks, ys) = curve_marks(ctx, &runs, &data);
+    let panel = Panel {
+        title: String::new(),
+        x: Axis::new("training step", steps_range(&data)),
+        y: Axis::new("training loss (nats/token)", fit_range(ys, false)),
+        marks,
+        grid: true,
+    };
+    let mut f = Figure::new(
+        FIG,
+        format!("Fig. 10: training loss, late phase ({what})"),
+        vec![panel],
+    );
+    f.panel_size = (620, 400);
+    f.legend = curve_legend(ctx, &runs, &data);
+    Ok(f)
+}
+
+/// Fig. 8: gradient-norm trajectories with the spike steps of `spike_steps.csv` marked
+/// (one marker shape per k, in the run's colour).
+pub fn fig8_grad_norm(ctx: &mut Ctx) -> Built {
+    const FIG: &str = "fig8_grad_norm";
+    let data = curves(ctx, FIG, "grad_norm")?;
+    let runs = ctx.pal.order(data.keys().cloned());
+    let (mut marks, ys) = curve_marks(ctx, &runs, &data);
+    let mut legend = curve_legend(ctx, &runs, &data);
+    match ctx.res.get("spike_steps") {
+        None => ctx.note(FIG, "no spike_steps table: spikes not marked"),
+        Some(t) => {
+            let c = Cols::new(t, "spike_steps.csv");
+            let (run, k, step, value) =
+                (c.text("run")?, c.num("k")?, c.num("step")?, c.num("value")?);
+            let metric = c.text_or_empty("metric");
+            let mut by_k: BTreeMap<(String, i64), Vec<(f64, f64)>> = BTreeMap::new();
+            for i in 0..t.height() {
+                let grad = metric[i]
+                    .as_deref()
+                    .is_none_or(|m| is_metric(m, "grad_norm"));
+                let (Some(r), Some(k), Some(s), Some(v)) = (&run[i], k[i], step[i], value[i])
+                else {
+                    continue;
+                };
+                if grad && data.contains_key(r) && k.is_finite() {
+                    // k as thousandths so it can key a map (k = 6, 9, 4.5 ...).
+                    let key = (r.clone(), (k * 1000.0).round() as i64);
+                    by_k.entry(key).or_default().push((s, v));
+                }
+            }
+            let mut ks: Vec<i64> = by_k.keys().map(|(_, k)| *k).collect();
+            ks.sort();
+            ks.dedup();
+            let shapes = [Shape::Ring, Shape::Triangle, Shape::Cross, Shape::Dot];
+            let sizes = [6.0, 3.5, 3.0, 2.5];
+            for ((r, k), pts) in &by_k {
+                let i = ks.iter().position(|x| x == k).unwrap_or(0).min(3);
+                marks.push(Mark::Points {
+                    points: pts.clone(),
+                    color: ctx.pal.color(r),
+                    shape: shapes[i],
+                    size: sizes[i],
+                });
+            }
+            for (i, k) in ks.iter().enumerate().take(4) {
+                let k = *k as f64 / 1000.0;
+                legend.push(LegendEntry {
+                    label: format!("spike, k = {k}"),
+                    color: INK,
+                    swatch: Swatch::Marker(shapes[i]),
+                });
+            }
+            if ks.is_empty() {
+                ctx.note(FIG, "spike_steps.csv has no spikes of the plotted runs");
+            }
+        }
+    }
+    let panel = Panel {
+        title: String::new(),
+        x: Axis::new("training step", steps_range(&data)),
+        y: Axis::new("gradient norm ‖g‖₂", fit_range(ys, true)),
+        marks,
+        grid: true,
+    };
+    let mut f = Figure::new(
+        FIG,
+        "Fig. 8: gradient norm with spike steps (g > median + k·MAD)",
+        vec![panel],
+    );
+    f.panel_size = (620, 400);
+    f.legend = legend;
+    Ok(f)
+}
+
+/// Sort key of a distance band: `first`, `0`, `1-10`, `10-100`, ... by lower bound.
+fn band_key(band: &str) -> (i64, String) {
+    if band == "first" {
+        return (-1, band.into());
+    }
+    let lo = band
+        .split('-')
+        .next()
+        .and_then(|s| s.trim().parse::<i64>().ok());
+    (lo.unwrap_or(i64::MAX), band.into())
+}
+
+fn band_label(band: &str) -> String {
+    match band {
+        "first" => "first token (key 0)".into(),
+        "0" => "t = 0 (itself)".into(),
+        b => match b.split_once('-') {
+            Some((lo, hi)) => format!("{lo} ≤ t < {hi}"),
+            None => format!("t in {b}"),
+        },
+    }
+}
+
+/// Attention mass per distance band t = i - j over layers, one panel per model, one line
+/// per band (per-layer rows; per-head rows are not drawn).
+pub fn distance_profile(ctx: &mut Ctx) -> Built {
+    const FIG: &str = "distance_profile";
+    let t = ctx
+        .res
+        .get("distance_profile")
+        .ok_or("no distance_profile table")?;
+    let c = Cols::new(t, "distance_profile.csv");
+    let (model, layer, band, value) = (
+        c.text("model")?,
+        c.int("layer")?,
+        c.text("band")?,
+        c.num("value")?,
+    );
+    let head = c.int_or_empty("head");
+    let mut data: BTreeMap<String, BTreeMap<(i64, String), Vec<(f64, f64)>>> = BTreeMap::new();
+    let mut nan = 0;
+    for i in 0..t.height() {
+        let (Some(m), Some(l), Some(b)) = (&model[i], layer[i], &band[i]) else {
+            continue;
+        };
+        if head[i].is_some() {
+            continue;
+        }
+        match value[i] {
+            Some(v) if v.is_finite() => data
+                .entry(m.clone())
+                .or_default()
+                .entry(band_key(b))
+                .or_default()
+                .push((l as f64, v)),
+            _ => nan += 1,
+        }
+    }
+    if nan > 0 {
+        ctx.note(FIG, format!("{nan} non-finite values left out"));
+    }
+    if data.is_empty() {
+        return Err("distance_profile.csv has no finite per-layer rows".into());
+    }
+    let mut bands: Vec<(i64, String)> = data.values().flat_map(|b| b.keys().cloned()).collect();
+    bands.sort();
+    bands.dedup();
+    let color = |b: &(i64, String)| {
+        let i = bands.iter().position(|x| x == b).unwrap_or(0);
+        viridis(0.9 * i as f64 / (bands.len().max(2) - 1) as f64)
+    };
+    let all: Vec<f64> = data
+        .values()
+        .flat_map(|b| b.values().flatten().map(|p| p.1))
+        .collect();
+    let y_range = fit_range(all, true);
+    let models = ctx.pal.order(data.keys().cloned());
+    let panels = models
+        .iter()
+        .map(|m| {
+            let mut xs = Vec::new();
+            let marks = data[m]
+                .iter()
+                .map(|(b, pts)| {
+                    let mut pts = pts.clone();
+                    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    xs.extend(pts.iter().map(|p| p.0));
+                    Mark::line(pts, color(b))
+                })
+                .collect();
+            Panel {
+                title: m.clone(),
+                x: Axis::integer("layer", int_range(xs)),
+                y: Axis::new("attention mass in band", y_range),
+                marks,
+                grid: true,
+            }
+        })
+        .collect();
+    let mut f = Figure::new(
+        FIG,
+        "Attention mass by query-key distance t = i − j (mean over queries)",
+        panels,
+    );
+    f.legend = bands
+        .iter()
+        .map(|b| LegendEntry {
+            label: band_label(&b.1),
+            color: color(b),
+            swatch: Swatch::Line(Dash::Solid),
+        })
+        .collect();
+    Ok(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_aliases() {
+        assert!(is_metric("train/loss", "loss"));
+        assert!(is_metric("loss", "loss"));
+        assert!(!is_metric("val/loss_scale", "loss"));
+        assert!(is_metric("train/grad_norm", "grad_norm"));
+        assert!(is_metric("gradient_norm", "grad_norm"));
+        assert!(!is_metric("loss", "grad_norm"));
+    }
+
+    #[test]
+    fn bands_sort_by_distance() {
+        let mut b = vec![
+            band_key("10-100"),
+            band_key("0"),
+            band_key("first"),
+            band_key("1-10"),
+        ];
+        b.sort();
+        let names: Vec<&str> = b.iter().map(|k| k.1.as_str()).collect();
+        assert_eq!(names, ["first", "0", "1-10", "10-100"]);
+    }
+}

@@ -1,0 +1,558 @@
+//! Draws a [`Figure`] with plotters: title, a grid of panels, then a side column with the
+//! colour bar and the legend, so a legend never covers data. The same code draws SVG
+//! (1 px per logical px) and PNG (2 px per logical px).
+
+use plotters::coord::Shift;
+use plotters::element::DashedPathElement;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use super::scene::{ColorBar, Dash, Figure, LegendEntry, Mark, Panel, Shape, Swatch};
+use super::theme::{
+    self, bold_width, text_width, Theme, AXIS, CAPTION, GRID, INK, LEGEND, MISSING, TICK, TITLE,
+};
+use crate::error::{Error, Result};
+
+type Drawn<DB> = std::result::Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+
+/// Logical widths of the side column parts.
+const COLORBAR_BAR_W: f64 = 22.0;
+const LEGEND_PAD: f64 = 16.0;
+const SWATCH_W: f64 = 30.0;
+const TITLE_H: f64 = 40.0;
+
+/// Logical size of the whole figure and of its parts.
+struct Layout {
+    rows: usize,
+    cols: usize,
+    panels_w: f64,
+    colorbar_w: f64,
+    legend_w: f64,
+    width: f64,
+    height: f64,
+}
+
+fn layout(fig: &Figure) -> Layout {
+    let cols = fig.columns.max(1);
+    let rows = fig.panels.len().max(1).div_ceil(cols);
+    let (pw, ph) = (fig.panel_size.0 as f64, fig.panel_size.1 as f64);
+    let panels_w = pw * cols as f64;
+    let legend_w = if fig.legend.is_empty() {
+        0.0
+    } else {
+        let widest = fig
+            .legend
+            .iter()
+            .map(|e| text_width(&e.label, LEGEND))
+            .fold(0.0, f64::max);
+        widest + SWATCH_W + 3.0 * LEGEND_PAD
+    };
+    let colorbar_w = fig
+        .colorbar
+        .as_ref()
+        .map_or(0.0, |cb| COLORBAR_BAR_W + colorbar_labels_w(cb) + 20.0);
+    let title_w = bold_width(&fig.title, TITLE) + 40.0;
+    let width = (panels_w + colorbar_w + legend_w).max(title_w);
+    Layout {
+        rows,
+        cols,
+        panels_w,
+        colorbar_w,
+        legend_w,
+        width,
+        height: TITLE_H + ph * rows as f64,
+    }
+}
+
+/// The figure as an SVG document.
+pub fn to_svg(fig: &Figure) -> Result<String> {
+    theme::ensure_fonts()?;
+    let th = Theme::SVG;
+    let l = layout(fig);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (th.upx(l.width), th.upx(l.height)))
+            .into_drawing_area();
+        draw_figure(&root, fig, &th, &l).map_err(|e| failed(fig, "svg", e))?;
+        root.present().map_err(|e| failed(fig, "svg", e))?;
+    }
+    Ok(svg)
+}
+
+/// The figure as PNG bytes (8-bit RGB).
+pub fn to_png(fig: &Figure) -> Result<Vec<u8>> {
+    theme::ensure_fonts()?;
+    let th = Theme::PNG;
+    let l = layout(fig);
+    let (w, h) = (th.upx(l.width), th.upx(l.height));
+    let mut pixels = vec![255u8; w as usize * h as usize * 3];
+    {
+        let root = BitMapBackend::with_buffer(&mut pixels, (w, h)).into_drawing_area();
+        draw_figure(&root, fig, &th, &l).map_err(|e| failed(fig, "png", e))?;
+        root.present().map_err(|e| failed(fig, "png", e))?;
+    }
+    let mut bytes = Vec::new();
+    let mut encoder = png::Encoder::new(&mut bytes, w, h);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    // 2 px per logical px at 72 logical px per inch: 144 dpi.
+    encoder.set_pixel_dims(Some(png::PixelDimensions {
+        xppu: 5669,
+        yppu: 5669,
+        unit: png::Unit::Meter,
+    }));
+    let encoded = encoder
+        .write_header()
+        .and_then(|mut w| w.write_image_data(&pixels).and_then(|()| w.finish()));
+    encoded
+        .map_err(|e| Error::input(format!("{}.png", fig.name), format!("cannot encode: {e}")))?;
+    Ok(bytes)
+}
+
+fn failed(fig: &Figure, ext: &str, e: impl std::fmt::Display) -> Error {
+    Error::input(
+        format!("{}.{ext}", fig.name),
+        format!("cannot draw figure: {e}"),
+    )
+}
+
+fn draw_figure<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    fig: &Figure,
+    th: &Theme,
+    l: &Layout,
+) -> Drawn<DB> {
+    root.fill(&WHITE)?;
+    let (title, body) = root.split_vertically(th.px(TITLE_H));
+    let (tw, th_px) = title.dim_in_pixel();
+    title.draw(&Text::new(
+        fig.title.clone(),
+        (tw as i32 / 2, th_px as i32 / 2),
+        th.bold(TITLE)
+            .color(&INK)
+            .pos(Pos::new(HPos::Center, VPos::Center)),
+    ))?;
+    // A title wider than the panels widens the figure: centre the content under it.
+    let content_w = l.panels_w + l.colorbar_w + l.legend_w;
+    let body = body.margin(0, 0, th.px(((l.width - content_w) / 2.0).max(0.0)), 0);
+    let (panels, side) = body.split_horizontally(th.px(l.panels_w));
+    let cells = panels.split_evenly((l.rows, l.cols));
+    for (panel, area) in fig.panels.iter().zip(&cells) {
+        draw_panel(area, panel, th)?;
+    }
+    let mut side = side;
+    if let Some(cb) = &fig.colorbar {
+        let (bar, rest) = side.split_horizontally(th.px(l.colorbar_w));
+        draw_colorbar(&bar, cb, th, fig.panel_size.1 as f64 * l.rows as f64)?;
+        side = rest;
+    }
+    if !fig.legend.is_empty() {
+        let (legend, _) = side.split_horizontally(th.px(l.legend_w));
+        draw_legend(&legend, &fig.legend, th)?;
+    }
+    Ok(())
+}
+
+/// Decimals that tell ticks `span / n` apart, trailing zeros trimmed; `12k` for large
+/// integers.
+fn tick_label(v: f64, span: f64, n: usize, integer: bool) -> String {
+    if integer {
+        return if (v - v.round()).abs() < 1e-6 {
+            format!("{}", v.round() as i64)
+        } else {
+            String::new()
+        };
+    }
+    let step = (span / n.max(1) as f64).abs();
+    if v.abs() >= 1e4 && step >= 500.0 {
+        let k = v / 1000.0;
+        return trim(format!("{k:.1}")) + "k";
+    }
+    let decimals = if step > 0.0 {
+        (-step.log10()).ceil().clamp(0.0, 8.0) as usize + 1
+    } else {
+        3
+    };
+    let s = trim(format!("{v:.decimals$}"));
+    if s == "-0" {
+        "0".into()
+    } else {
+        s
+    }
+}
+
+fn trim(s: String) -> String {
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// Number of tick labels to ask plotters for.
+fn tick_count(range: (f64, f64), integer: bool, len_px: f64) -> usize {
+    let by_space = (len_px / 34.0).clamp(3.0, 10.0) as usize;
+    if integer {
+        let n = (range.1 - range.0).round().max(1.0) as usize;
+        n.min(by_space.max(2))
+    } else {
+        by_space
+    }
+}
+
+/// A line style; opacity is blended with the white background up front, so overlapping
+/// segments of one faint line do not darken each other.
+fn stroke(color: RGBColor, opacity: f64, width: f64, th: &Theme) -> ShapeStyle {
+    let o = opacity.clamp(0.0, 1.0);
+    let blend = |v: u8| (v as f64 * o + 255.0 * (1.0 - o)).round() as u8;
+    ShapeStyle {
+        color: RGBColor(blend(color.0), blend(color.1), blend(color.2)).to_rgba(),
+        filled: false,
+        stroke_width: th.upx(width).max(1),
+    }
+}
+
+fn draw_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    p: &Panel,
+    th: &Theme,
+) -> Drawn<DB> {
+    let flip = |v: f64| if p.y.reversed { -v } else { v };
+    let (x0, x1) = p.x.range;
+    let (y0, y1) = if p.y.reversed {
+        (-p.y.range.1, -p.y.range.0)
+    } else {
+        p.y.range
+    };
+    let (w, h) = area.dim_in_pixel();
+    let (w, h) = (w as f64 / th.scale, h as f64 / th.scale);
+    let nx = tick_count(p.x.range, p.x.integer, w - 90.0);
+    let ny = tick_count(p.y.range, p.y.integer, h - 90.0);
+    let (xspan, yspan) = (x1 - x0, y1 - y0);
+    let x_fmt = |v: &f64| {
+        if p.x.hide_below.is_some_and(|h| *v < h) {
+            String::new()
+        } else {
+            tick_label(*v, xspan, nx, p.x.integer)
+        }
+    };
+    let y_fmt = |v: &f64| tick_label(flip(*v), yspan, ny, p.y.integer);
+    // Room for the widest y tick label plus the rotated axis title.
+    let y_labels_w = [
+        y0,
+        y1,
+        (y0 + y1) / 2.0,
+        y0 + yspan * 0.25,
+        y0 + yspan * 0.75,
+    ]
+    .iter()
+    .map(|v| text_width(&y_fmt(v), TICK))
+    .fold(0.0, f64::max);
+    let mut builder = ChartBuilder::on(area);
+    if !p.title.is_empty() {
+        builder.caption(&p.title, th.bold(CAPTION).color(&INK));
+    }
+    let mut chart = builder
+        .margin_top(th.px(if p.title.is_empty() { 14.0 } else { 4.0 }))
+        .margin_bottom(th.px(6.0))
+        .margin_left(th.px(6.0))
+        .margin_right(th.px(18.0))
+        .x_label_area_size(th.px(TICK + AXIS + 22.0))
+        .y_label_area_size(th.px(y_labels_w + AXIS + 20.0))
+        .build_cartesian_2d(x0..x1, y0..y1)?;
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(p.x.label.as_str())
+        .y_desc(p.y.label.as_str())
+        .x_labels(nx)
+        .y_labels(ny)
+        .x_label_formatter(&x_fmt)
+        .y_label_formatter(&y_fmt)
+        .label_style(th.text(TICK, INK))
+        .axis_desc_style(th.text(AXIS, INK))
+        .axis_style(stroke(INK, 1.0, 1.0, th))
+        .bold_line_style(stroke(GRID, 1.0, 1.0, th))
+        .light_line_style(TRANSPARENT)
+        .set_all_tick_mark_size(th.px(4.0));
+    if !p.grid {
+        mesh.disable_mesh();
+    }
+    mesh.draw()?;
+
+    let finite = |pts: &[(f64, f64)]| -> Vec<(f64, f64)> {
+        pts.iter()
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+            .map(|&(x, y)| (x, flip(y)))
+            .collect()
+    };
+    for mark in &p.marks {
+        match mark {
+            Mark::Line {
+                points,
+                color,
+                width,
+                dash,
+                opacity,
+                markers,
+            } => {
+                let pts = finite(points);
+                let style = stroke(*color, *opacity, *width, th);
+                match dash {
+                    Dash::Solid if th.split_paths && style.stroke_width > 1 => {
+                        chart.draw_series(
+                            pts.windows(2)
+                                .map(|w| PathElement::new(vec![w[0], w[1]], style)),
+                        )?;
+                    }
+                    Dash::Solid => {
+                        chart.draw_series(LineSeries::new(pts.clone(), style))?;
+                    }
+                    Dash::Dashed | Dash::Dotted => {
+                        let (on, off) = dash_pattern(*dash, th);
+                        chart.draw_series(DashedLineSeries::new(pts.clone(), on, off, style))?;
+                    }
+                }
+                if *markers {
+                    let r = th.px(*width + 1.5);
+                    chart.draw_series(
+                        pts.iter().map(|&c| {
+                            Circle::new(c, r, stroke(*color, *opacity, 1.0, th).filled())
+                        }),
+                    )?;
+                }
+            }
+            Mark::Band {
+                upper,
+                lower,
+                color,
+            } => {
+                let mut poly = finite(upper);
+                let mut low = finite(lower);
+                low.reverse();
+                poly.extend(low);
+                if poly.len() >= 3 {
+                    chart.draw_series(std::iter::once(Polygon::new(
+                        poly,
+                        color.mix(0.18).filled(),
+                    )))?;
+                }
+            }
+            Mark::Rects { rects, color } => {
+                chart.draw_series(
+                    rects
+                        .iter()
+                        .filter(|r| [r.0, r.1, r.2, r.3].iter().all(|v| v.is_finite()))
+                        .map(|r| {
+                            Rectangle::new([(r.0, flip(r.1)), (r.2, flip(r.3))], color.filled())
+                        }),
+                )?;
+            }
+            Mark::Cells { cells } => {
+                chart.draw_series(cells.iter().map(|(r, c)| {
+                    Rectangle::new([(r.0, flip(r.1)), (r.2, flip(r.3))], c.filled())
+                }))?;
+            }
+            Mark::VLine {
+                x,
+                color,
+                dash,
+                width,
+            } => {
+                if x.is_finite() {
+                    let pts = vec![(*x, y0), (*x, y1)];
+                    let style = stroke(*color, 1.0, *width, th);
+                    if *dash == Dash::Solid {
+                        chart.draw_series(LineSeries::new(pts, style))?;
+                    } else {
+                        let (on, off) = dash_pattern(*dash, th);
+                        chart.draw_series(DashedLineSeries::new(pts, on, off, style))?;
+                    }
+                }
+            }
+            Mark::Points {
+                points,
+                color,
+                shape,
+                size,
+            } => {
+                let pts = finite(points);
+                let r = th.px(*size);
+                let c = *color;
+                match shape {
+                    Shape::Dot => {
+                        chart.draw_series(pts.iter().map(|&p| Circle::new(p, r, c.filled())))?;
+                    }
+                    Shape::Ring => {
+                        let s = stroke(c, 1.0, 1.5, th);
+                        chart.draw_series(pts.iter().map(|&p| Circle::new(p, r, s)))?;
+                    }
+                    Shape::Triangle => {
+                        chart.draw_series(
+                            pts.iter()
+                                .map(|&p| TriangleMarker::new(p, r + 1, c.filled())),
+                        )?;
+                    }
+                    Shape::Cross => {
+                        let s = stroke(c, 1.0, 1.5, th);
+                        chart.draw_series(pts.iter().map(|&p| Cross::new(p, r, s)))?;
+                    }
+                }
+            }
+            Mark::Text { x, y, text, color } => {
+                if x.is_finite() && y.is_finite() {
+                    chart.draw_series(std::iter::once(Text::new(
+                        text.clone(),
+                        (*x, flip(*y)),
+                        th.text(LEGEND, *color)
+                            .pos(Pos::new(HPos::Center, VPos::Center)),
+                    )))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn dash_pattern(dash: Dash, th: &Theme) -> (i32, i32) {
+    match dash {
+        Dash::Dashed => (th.px(8.0), th.px(5.0)),
+        _ => (th.px(2.5), th.px(3.5)),
+    }
+}
+
+/// Width of the colour bar's tick labels and rotated title.
+fn colorbar_labels_w(cb: &ColorBar) -> f64 {
+    let (lo, hi) = cb.range;
+    let widest = [lo, hi, (lo + hi) / 2.0, lo + (hi - lo) * 0.2]
+        .iter()
+        .map(|v| text_width(&tick_label(*v, hi - lo, 6, false), TICK))
+        .fold(0.0, f64::max);
+    widest + AXIS + 22.0
+}
+
+fn draw_colorbar<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    cb: &ColorBar,
+    th: &Theme,
+    panels_h: f64,
+) -> Drawn<DB> {
+    // Align the bar with the plotting areas of the panels (caption above, ticks below).
+    let (lo, hi) = if cb.range.0 < cb.range.1 {
+        cb.range
+    } else {
+        (cb.range.0 - 0.5, cb.range.0 + 0.5)
+    };
+    let top = CAPTION + 16.0;
+    let bottom = TICK + AXIS + 28.0;
+    let height = (panels_h - top - bottom).max(40.0);
+    let mut chart = ChartBuilder::on(area)
+        .margin_top(th.px(top))
+        .margin_bottom(th.px((panels_h - top - height).max(0.0)))
+        .margin_left(th.px(4.0))
+        .margin_right(th.px(10.0))
+        .y_label_area_size(th.px(0.0))
+        .right_y_label_area_size(th.px(colorbar_labels_w(cb)))
+        .build_cartesian_2d(0f64..1f64, lo..hi)?;
+    let ny = 6;
+    let span = hi - lo;
+    let fmt = |v: &f64| tick_label(*v, span, ny, false);
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .disable_x_axis()
+        .y_labels(ny)
+        .y_label_formatter(&fmt)
+        .y_desc(cb.label.as_str())
+        .label_style(th.text(TICK, INK))
+        .axis_desc_style(th.text(AXIS, INK))
+        .axis_style(stroke(INK, 1.0, 1.0, th))
+        .set_all_tick_mark_size(th.px(4.0))
+        .draw()?;
+    let steps = 128;
+    chart.draw_series((0..steps).map(|i| {
+        let a = lo + span * i as f64 / steps as f64;
+        let b = lo + span * (i + 1) as f64 / steps as f64;
+        let t = (i as f64 + 0.5) / steps as f64;
+        Rectangle::new([(0.0, a), (1.0, b)], theme::viridis(t).filled())
+    }))?;
+    Ok(())
+}
+
+fn draw_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    entries: &[LegendEntry],
+    th: &Theme,
+) -> Drawn<DB> {
+    let x = th.px(LEGEND_PAD);
+    let row = th.px(LEGEND + 10.0);
+    let mut y = th.px(CAPTION + 30.0);
+    let box_w = area.dim_in_pixel().0 as i32 - th.px(LEGEND_PAD);
+    let box_h = row * entries.len() as i32 + th.px(10.0);
+    area.draw(&Rectangle::new(
+        [
+            (th.px(LEGEND_PAD * 0.4), y - row / 2 - th.px(5.0)),
+            (box_w, y - row / 2 + box_h - th.px(5.0)),
+        ],
+        stroke(MISSING, 1.0, 1.0, th),
+    ))?;
+    for e in entries {
+        let sw = th.px(SWATCH_W);
+        match e.swatch {
+            Swatch::Line(Dash::Solid) => {
+                area.draw(&PathElement::new(
+                    vec![(x, y), (x + sw, y)],
+                    stroke(e.color, 1.0, 2.5, th),
+                ))?;
+            }
+            Swatch::Line(dash) => {
+                let (on, off) = dash_pattern(dash, th);
+                area.draw(&DashedPathElement::new(
+                    vec![(x, y), (x + sw, y)],
+                    on,
+                    off,
+                    stroke(e.color, 1.0, 2.0, th),
+                ))?;
+            }
+            Swatch::Patch => {
+                let half = th.px(LEGEND * 0.45);
+                area.draw(&Rectangle::new(
+                    [(x + sw / 2 - half, y - half), (x + sw / 2 + half, y + half)],
+                    e.color.filled(),
+                ))?;
+            }
+            Swatch::Marker(shape) => {
+                let r = th.px(4.5);
+                let c = (x + sw / 2, y);
+                match shape {
+                    Shape::Dot => area.draw(&Circle::new(c, r, e.color.filled()))?,
+                    Shape::Ring => area.draw(&Circle::new(c, r, stroke(e.color, 1.0, 1.5, th)))?,
+                    Shape::Triangle => {
+                        area.draw(&TriangleMarker::new(c, r + 1, e.color.filled()))?
+                    }
+                    Shape::Cross => area.draw(&Cross::new(c, r, stroke(e.color, 1.0, 1.5, th)))?,
+                }
+            }
+        }
+        area.draw(&Text::new(
+            e.label.clone(),
+            (x + sw + th.px(8.0), y),
+            th.text(LEGEND, INK).pos(Pos::new(HPos::Left, VPos::Center)),
+        ))?;
+        y += row;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tick_labels_are_short_and_distinct() {
+        assert_eq!(tick_label(0.30000000000000004, 1.0, 5, false), "0.3");
+        assert_eq!(tick_label(-0.0, 1.0, 5, false), "0");
+        assert_eq!(tick_label(12000.0, 10000.0, 5, false), "12k");
+        assert_eq!(tick_label(2.0, 10.0, 5, true), "2");
+        assert_eq!(tick_label(2.5, 10.0, 5, true), "");
+        assert_eq!(tick_label(0.0025, 0.01, 5, false), "0.0025");
+    }
+}

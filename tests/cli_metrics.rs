@@ -1,0 +1,258 @@
+//! The metric commands end to end: the real binary on the fixtures, tables read back with
+//! polars (CSV and Parquet), values against the fixture script's references, bad input.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+
+use candle_core::DType;
+use common::*;
+use polars::prelude::*;
+
+/// Writes the reference input ids of `name` as a .json corpus of ready-made windows.
+fn ids_corpus(name: &str, dir: &Path) -> String {
+    let ids = reference(name)["input_ids"].to_dtype(DType::U32).unwrap().to_vec2::<u32>().unwrap();
+    let path = dir.join(format!("{name}.ids.json"));
+    fs::write(&path, serde_json::to_string(&ids).unwrap()).unwrap();
+    path.display().to_string()
+}
+
+fn read_csv(path: &Path) -> DataFrame {
+    CsvReadOptions::default()
+        .with_has_header(true)
+        .try_into_reader_with_file_path(Some(path.to_path_buf()))
+        .unwrap()
+        .finish()
+        .unwrap()
+}
+
+fn read_parquet(path: &Path) -> DataFrame {
+    ParquetReader::new(fs::File::open(path).unwrap()).finish().unwrap()
+}
+
+/// The `value` of the attention row (model, metric, layer, head, stat).
+fn value(df: &DataFrame, model: &str, metric: &str, layer: Option<i64>, head: Option<i64>, stat: &str) -> f64 {
+    let models = df.column("model").unwrap().str().unwrap().clone();
+    let metrics = df.column("metric").unwrap().str().unwrap().clone();
+    let layers = df.column("layer").unwrap().cast(&DataType::Int64).unwrap().i64().unwrap().clone();
+    let heads = df.column("head").unwrap().cast(&DataType::Int64).unwrap().i64().unwrap().clone();
+    let stats = df.column("stat").unwrap().str().unwrap().clone();
+    let values = df.column("value").unwrap().f64().unwrap().clone();
+    let mut found = None;
+    for i in 0..df.height() {
+        if models.get(i) == Some(model)
+            && metrics.get(i) == Some(metric)
+            && layers.get(i) == layer
+            && heads.get(i) == head
+            && stats.get(i) == Some(stat)
+        {
+            assert!(found.is_none(), "duplicate row {model} {metric} {layer:?} {head:?} {stat}");
+            found = values.get(i);
+        }
+    }
+    found.unwrap_or_else(|| panic!("no row {model} {metric} {layer:?} {head:?} {stat}"))
+}
+
+fn analyze(tmp: &Path, extra: &[&str]) -> std::process::Output {
+    let base = model_dir("llama_gqa").display().to_string();
+    let asa = model_dir("affine_scaled").display().to_string();
+    let corpus = ids_corpus("llama_gqa", tmp);
+    let mut args = vec![
+        "analyze".to_string(),
+        format!("base={base}"),
+        format!("asa={asa}"),
+        "--corpus".into(),
+        corpus,
+        "--seq-len".into(),
+        "20".into(),
+        "--num-seqs".into(),
+        "3".into(),
+        "--bos".into(),
+        "never".into(),
+        "--quiet".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    run_cli(tmp, &refs)
+}
+
+fn check_attention_table(df: &DataFrame) {
+    assert_eq!(
+        df.get_column_names().iter().map(|c| c.as_str()).collect::<Vec<_>>(),
+        vec!["model", "metric", "layer", "head", "stat", "value"]
+    );
+    for (label, fixture) in [("base", "llama_gqa"), ("asa", "affine_scaled")] {
+        let want = reference_metrics(fixture);
+        let num = |v: &serde_json::Value| v.as_f64().unwrap();
+        for l in 0..2usize {
+            let layer = Some(l as i64 + 1);
+            assert_close(value(df, label, "first_token", layer, None, "mean"), num(&want["first_token"]["mean"][l]), 1e-6, 1e-5, "first_token");
+            assert_close(value(df, label, "entropy", layer, None, "std"), num(&want["entropy"]["std"][l]), 1e-6, 1e-5, "entropy std");
+            assert_close(value(df, label, "weight_sum", layer, None, "p95"), num(&want["weight_sum"]["p95"][l]), 1e-6, 1e-5, "weight_sum p95");
+            for h in 0..4usize {
+                let head = Some(h as i64 + 1);
+                assert_close(value(df, label, "head_total", layer, head, "mean"), num(&want["head_total"][l][h]), 1e-6, 1e-5, "head_total");
+                assert_close(value(df, label, "sink_importance", layer, head, "mean"), num(&want["sink_rate"]["importance"][l][h]), 1e-6, 1e-5, "importance");
+            }
+        }
+        assert_close(value(df, label, "qk_mean", None, None, "mean"), num(&want["qk_mean"]["mean"]), 1e-6, 1e-5, "qk_mean");
+        assert_close(value(df, label, "ppl", None, None, "mean"), num(&want["nll"]["ppl"]), 1e-6, 1e-5, "ppl");
+    }
+    let want = reference_metrics("affine_scaled");
+    assert_close(
+        value(df, "asa", "alpha", Some(2), Some(3), "p25"),
+        want["alpha"]["p25"][1][2].as_f64().unwrap(),
+        1e-6,
+        1e-5,
+        "alpha p25",
+    );
+}
+
+#[test]
+fn analyze_writes_every_table_matching_the_references() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = analyze(tmp.path(), &["--out", "res"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let res = tmp.path().join("res");
+    for table in ["attention", "weight_sum_hist", "heatmap", "query_profile", "distance_profile", "nll_position"] {
+        assert!(res.join(format!("{table}.csv")).is_file(), "{table}.csv missing");
+    }
+    check_attention_table(&read_csv(&res.join("attention.csv")));
+    // heatmap rows: 2 models x 20 x 20, 1-based layer 2 (default 8 clipped), 0-based positions
+    let heat = read_csv(&res.join("heatmap.csv"));
+    assert_eq!(heat.height(), 2 * 20 * 20);
+    let run: serde_json::Value = serde_json::from_str(&fs::read_to_string(res.join("run.json")).unwrap()).unwrap();
+    assert_eq!(run["models"][1]["variant"], "affine_scaled");
+    assert_eq!(run["models"][0]["heatmap_layer"], 2);
+    // stdout summary names both models
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("base") && stdout.contains("asa"), "{stdout}");
+}
+
+#[test]
+fn parquet_tables_hold_the_same_values() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = analyze(tmp.path(), &["--out", "pq", "--format", "parquet", "--batch-size", "3", "--block-size", "7"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    check_attention_table(&read_parquet(&tmp.path().join("pq/attention.parquet")));
+    let dist = read_parquet(&tmp.path().join("pq/distance_profile.parquet"));
+    assert_eq!(
+        dist.get_column_names().iter().map(|c| c.as_str()).collect::<Vec<_>>(),
+        vec!["model", "layer", "head", "band", "value"]
+    );
+}
+
+#[test]
+fn newcomer_entropy_on_the_built_in_corpus() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model_dir("llama_gqa").display().to_string();
+    let out = run_cli(tmp.path(), &["entropy", &model, "--seq-len", "64", "--num-seqs", "2", "--quiet"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("entropy (nats) by layer"), "{stdout}");
+    let df = read_csv(&tmp.path().join("results/attention.csv"));
+    // 2 layers x (mean, std) + 2 x 4 heads
+    assert_eq!(df.height(), 4 + 8);
+}
+
+#[test]
+fn json_output_is_machine_readable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = analyze(tmp.path(), &["--out", "j", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["models"][0]["model"], "base");
+    assert!(doc["models"][1]["metrics"]["alpha"].is_object());
+}
+
+#[test]
+fn training_series_gives_the_qk_curve() {
+    let tmp = tempfile::tempdir().unwrap();
+    let series = tmp.path().join("run");
+    for (step, fixture) in [(1000, "llama_gqa"), (2000, "qwen2")] {
+        let dir = series.join(format!("step-{step}"));
+        fs::create_dir_all(&dir).unwrap();
+        for entry in fs::read_dir(model_dir(fixture)).unwrap() {
+            let entry = entry.unwrap();
+            fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
+        }
+    }
+    let corpus = ids_corpus("llama_gqa", tmp.path());
+    let out = run_cli(tmp.path(), &["qk", "run", "--corpus", &corpus, "--seq-len", "20", "--num-seqs", "3", "--bos", "never", "--quiet"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let df = read_csv(&tmp.path().join("results/qk_series.csv"));
+    let steps: Vec<i64> = df.column("step").unwrap().i64().unwrap().into_no_null_iter().collect();
+    assert_eq!(steps, vec![1000, 2000]);
+    let qk: Vec<f64> = df.column("qk_mean").unwrap().f64().unwrap().into_no_null_iter().collect();
+    assert_close(qk[0], reference_metrics("llama_gqa")["qk_mean"]["mean"].as_f64().unwrap(), 1e-6, 1e-5, "step 1000");
+    assert_close(qk[1], reference_metrics("qwen2")["qk_mean"]["mean"].as_f64().unwrap(), 1e-6, 1e-5, "step 2000");
+}
+
+fn assert_no_output(dir: &Path) {
+    if dir.exists() {
+        let left: Vec<_> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(left.is_empty(), "partial output left: {left:?}");
+    }
+}
+
+#[test]
+fn corpus_shorter_than_one_sequence_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model_dir("llama_gqa").display().to_string();
+    let corpus = fixtures().join("corpus/tiny.txt").display().to_string();
+    let out = run_cli(tmp.path(), &["analyze", &model, "--corpus", &corpus, "--seq-len", "5000", "--num-seqs", "1", "--out", "o"]);
+    let err = expect_error(&out);
+    assert!(err.contains("tiny.txt") && err.contains("shorter"), "{err}");
+    assert_no_output(&tmp.path().join("o"));
+}
+
+#[test]
+fn text_without_a_tokenizer_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpt = tmp.path().join("ckpt");
+    fs::create_dir(&ckpt).unwrap();
+    for entry in fs::read_dir(model_dir("qwen2")).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() != "tokenizer.json" {
+            fs::copy(entry.path(), ckpt.join(entry.file_name())).unwrap();
+        }
+    }
+    let corpus = fixtures().join("corpus/tiny.txt").display().to_string();
+    let out = run_cli(tmp.path(), &["entropy", "ckpt", "--corpus", &corpus, "--seq-len", "8", "--num-seqs", "1", "--out", "o"]);
+    let err = expect_error(&out);
+    assert!(err.contains("tokenizer.json"), "{err}");
+    assert_no_output(&tmp.path().join("o"));
+}
+
+#[test]
+fn layer_out_of_range_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model_dir("llama_gqa").display().to_string();
+    let out = run_cli(tmp.path(), &["heatmap", &model, "--layer", "3", "--seq-len", "16", "--num-seqs", "1", "--out", "o"]);
+    let err = expect_error(&out);
+    assert!(err.contains("--layer 3") && err.contains("2 layers"), "{err}");
+    assert_no_output(&tmp.path().join("o"));
+}
+
+#[test]
+fn unwritable_output_folder_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::write(tmp.path().join("taken"), "a file, not a folder").unwrap();
+    let model = model_dir("llama_gqa").display().to_string();
+    let out = run_cli(tmp.path(), &["entropy", &model, "--seq-len", "16", "--num-seqs", "1", "--out", "taken/results"]);
+    let err = expect_error(&out);
+    assert!(err.contains("taken/results"), "{err}");
+}
+
+#[test]
+fn cuda_without_the_feature_is_a_clear_error() {
+    if cfg!(feature = "cuda") {
+        return; // this build has CUDA; the error path does not exist
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model_dir("llama_gqa").display().to_string();
+    let out = run_cli(tmp.path(), &["entropy", &model, "--device", "cuda", "--out", "o"]);
+    let err = expect_error(&out);
+    assert!(err.contains("built without `cuda`") && err.contains("--features cuda"), "{err}");
+    assert_no_output(&tmp.path().join("o"));
+}
