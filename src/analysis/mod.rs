@@ -9,6 +9,7 @@ use candle_core::Tensor;
 use crate::error::Result;
 use crate::metrics::{MetricOptions, MetricProbe, ModelMetrics};
 use crate::model::{Checkpoint, Model};
+use crate::probe::{BlockCtx, Hook, Probe};
 
 /// How the forward passes are cut.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
@@ -19,8 +20,32 @@ pub struct RunShape {
     pub block: usize,
 }
 
+/// Forwards everything to the metric probe and reports each finished layer, so long runs
+/// show progress layer by layer.
+struct LayerTicker<'a, F: FnMut(usize)> {
+    inner: &'a mut MetricProbe,
+    on_layer: F,
+}
+
+impl<F: FnMut(usize)> Probe for LayerTicker<'_, F> {
+    fn wants(&self, hook: Hook, layer: usize) -> bool {
+        self.inner.wants(hook, layer)
+    }
+
+    fn on_tensor(&mut self, hook: Hook, ctx: &BlockCtx, xs: &Tensor) -> Result<()> {
+        self.inner.on_tensor(hook, ctx, xs)
+    }
+
+    fn on_layer_end(&mut self, layer: usize) -> Result<()> {
+        self.inner.on_layer_end(layer)?;
+        (self.on_layer)(layer);
+        Ok(())
+    }
+}
+
 /// Computes `opts` metrics of `model` over `windows` (all of equal length), calling
-/// `progress(done_sequences)` after each batch.
+/// `progress(tokens_done)` after every layer of every batch (fractional batches count
+/// in proportion to the layers done).
 pub fn analyze(
     ckpt: &Checkpoint,
     model: &Model,
@@ -38,9 +63,15 @@ pub fn analyze(
         let flat: Vec<u32> = batch.iter().flatten().copied().collect();
         let ids = Tensor::from_vec(flat, (batch.len(), t), device)?;
         probe.set_batch_offset(done);
-        model.forward(&ids, shape.block, &mut probe)?;
+        let layers = c.num_layers.max(1);
+        let batch_tokens = batch.len() * t;
+        let before = done * t;
+        let mut ticker = LayerTicker {
+            inner: &mut probe,
+            on_layer: |layer: usize| progress(before + batch_tokens * (layer + 1) / layers),
+        };
+        model.forward(&ids, shape.block, &mut ticker)?;
         done += batch.len();
-        progress(done);
     }
     let alpha_ma = if ckpt.variant.kind.is_affine() {
         let mut per_layer = Vec::with_capacity(c.num_layers);

@@ -91,6 +91,10 @@ pub struct MetricArgs {
     /// Entropy of the effective weights (clamped, renormalised) or of the plain softmax.
     #[arg(long, value_enum, default_value_t = EntropyOf::Effective)]
     pub entropy_of: EntropyOf,
+    /// `analyze` only: compute just these metrics (comma-separated), e.g.
+    /// first_token,entropy,weight_sum,head_total,heatmap,nll.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub metrics: Option<Vec<Metric>>,
     /// Print results as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -145,7 +149,11 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
         crate::analysis::plan::check_block(b)?;
     }
     let mut out = OutputDir::create(&args.out, args.format)?;
-    let metric_set: BTreeSet<Metric> = metrics.iter().copied().collect();
+    let metric_set: BTreeSet<Metric> = match (&args.metrics, command) {
+        (Some(chosen), "analyze") => chosen.iter().copied().collect(),
+        (Some(_), _) => return Err(Error::usage(format!("--metrics applies to `analyze`; `{command}` computes its own metric"))),
+        (None, _) => metrics.iter().copied().collect(),
+    };
     let mut runs = Vec::new();
     let mut series_rows = Vec::new();
     for spec in &specs {
@@ -269,8 +277,8 @@ fn run_model(
     let model = ckpt.load_model()?;
     let bar = progress_bar(args.quiet, (windows.ids.len() * t) as u64, label);
     let started = Instant::now();
-    let metrics = analyze(&ckpt, &model, &windows.ids, &opts, RunShape { batch_size: batch, block }, |done| {
-        bar.set_position((done * t) as u64)
+    let metrics = analyze(&ckpt, &model, &windows.ids, &opts, RunShape { batch_size: batch, block }, |tokens| {
+        bar.set_position(tokens as u64)
     })?;
     bar.finish_and_clear();
     let record = json!({

@@ -32,8 +32,9 @@ use rows::{to_host, RowAccumulator};
 use weight_sum::{WeightSum, WeightSumResult};
 
 /// A metric of SPEC section 4.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
 pub enum Metric {
     FirstToken,
     WeightSum,

@@ -1,0 +1,133 @@
+"""Side-by-side benchmark: asa-analyze vs the transformers way, same checkpoint, same ids.
+
+  python benches/side_by_side.py --model CKPT --seq-len 512 --num-seqs 10 --device cpu \
+      --dtype float32 [--asa target/release/asa-analyze] [--runs 1] [--json-out results.json]
+
+Runs, each in its own process: (a) `asa-analyze analyze --metrics <core set>`, (b)
+benches/transformers_way.py --mode eager (output_attentions=True + metrics in torch),
+(c) --mode sdpa (plain forward: the floor). Measures wall time, tokens/s, peak RSS  and on GPU peak device memory (nvidia-smi polled every 20 ms), and
+checks that (a) and (b) agree on the metrics. Peak RSS comes from `/usr/bin/time -f %M`. Token ids: deterministic pseudo-random ids
+(or --ids FILE), written once and given to all three.
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORE = "first_token,weight_sum,entropy,head_total,nll"
+
+
+def gpu_poller(pid_holder, peak, stop):
+    while not stop.is_set():
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=5).stdout
+            used = sum(int(line.split(",")[1]) for line in out.strip().splitlines() if line.strip())
+            peak[0] = max(peak[0], used)
+        except Exception:
+            pass
+        time.sleep(0.02)
+
+
+def run(cmd, gpu):
+    peak = [0]
+    stop = threading.Event()
+    poller = None
+    if gpu:
+        poller = threading.Thread(target=gpu_poller, args=(None, peak, stop), daemon=True)
+        poller.start()
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate()
+    wall = time.perf_counter() - start
+    stop.set()
+    if poller:
+        poller.join()
+    return out, err, wall, peak[0] / 1024.0
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", required=True)
+    p.add_argument("--seq-len", type=int, default=512)
+    p.add_argument("--num-seqs", type=int, default=10)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--asa", default=os.path.join(HERE, "..", "target", "release", "asa-analyze"))
+    p.add_argument("--python", default=sys.executable)
+    p.add_argument("--ids")
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--json-out")
+    p.add_argument("--skip-eager", action="store_true")
+    args = p.parse_args()
+    cfg = json.load(open(os.path.join(args.model, "config.json")))
+    ids_path = args.ids or os.path.join("/tmp", f"bench_ids_{args.num_seqs}x{args.seq_len}.json")
+    if not args.ids:
+        rng = random.Random(0)
+        ids = [[rng.randrange(cfg["vocab_size"]) for _ in range(args.seq_len)] for _ in range(args.num_seqs)]
+        json.dump(ids, open(ids_path, "w"))
+    gpu = args.device.startswith("cuda")
+    asa_dtype = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}[args.dtype]
+    results = {}
+    tokens = args.seq_len * args.num_seqs
+
+    def timed(name, cmd):
+        wrapped = ["/usr/bin/time", "-f", "%M", *cmd] if os.path.exists("/usr/bin/time") else cmd
+        out, err, wall, gpu_gib = run(wrapped, gpu)
+        rss = None
+        if os.path.exists("/usr/bin/time"):
+            try:
+                rss = int(err.strip().splitlines()[-1]) / 2**20
+            except Exception:
+                rss = None
+        results[name] = {"wall_s": wall, "tokens_per_s": tokens / wall, "peak_rss_gib": rss,
+                         "peak_gpu_gib": gpu_gib if gpu else None}
+        return out, err
+
+    out, err = timed("asa-analyze", [args.asa, "analyze", args.model, "--corpus", ids_path, "--seq-len", str(args.seq_len),
+                                      "--num-seqs", str(args.num_seqs), "--bos", "never", "--metrics", CORE,
+                                      "--device", "cuda" if gpu else "cpu", "--dtype", asa_dtype,
+                                      "--batch-size", str(args.batch_size), "--out", "/tmp/bench_asa_out",
+                                      "--json", "--quiet"])
+    try:
+        asa = json.loads(out)["models"][0]["metrics"]
+    except Exception:
+        print(out, err, file=sys.stderr)
+        raise
+    tw = os.path.join(HERE, "transformers_way.py")
+    common = ["--model", args.model, "--ids", ids_path, "--device", "cuda" if gpu else "cpu", "--dtype", args.dtype,
+              "--batch-size", str(args.batch_size)]
+    if not args.skip_eager:
+        out, err = timed("transformers eager + metrics", [args.python, tw, "--mode", "eager", *common])
+        try:
+            eager = json.loads(out.strip().splitlines()[-1])
+            results["transformers eager + metrics"]["inner_s"] = eager["seconds"]
+            diffs = {
+                "first_token": max(abs(a - b) for a, b in zip(asa["first_token"]["mean"], eager["metrics"]["first_token"])),
+                "weight_sum": max(abs(a["mean"] - b) for a, b in zip(asa["weight_sum"]["per_layer"], eager["metrics"]["weight_sum"])),
+                "entropy": max(abs(a - b) for a, b in zip(asa["entropy"]["per_layer"]["mean"], eager["metrics"]["entropy"])),
+                "head_total": max(abs(a - b) for ra, rb in zip(asa["weight_sum"]["head_total"], eager["metrics"]["head_total"]) for a, b in zip(ra, rb)),
+                "nll": abs(asa["nll"]["mean"] - eager["metrics"]["nll"]),
+            }
+            results["agreement_max_abs_diff"] = diffs
+        except Exception as e:
+            results["transformers eager + metrics"]["error"] = (err.strip().splitlines() or ["?"])[-1][:300]
+    out, err = timed("transformers sdpa forward (floor)", [args.python, tw, "--mode", "sdpa", *common])
+    try:
+        results["transformers sdpa forward (floor)"]["inner_s"] = json.loads(out.strip().splitlines()[-1])["seconds"]
+    except Exception:
+        results["transformers sdpa forward (floor)"]["error"] = (err.strip().splitlines() or ["?"])[-1][:300]
+    report = {"model": args.model, "device": args.device, "dtype": args.dtype, "seq_len": args.seq_len,
+              "num_seqs": args.num_seqs, "results": results}
+    print(json.dumps(report, indent=1))
+    if args.json_out:
+        json.dump(report, open(args.json_out, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
