@@ -95,6 +95,9 @@ pub struct MetricArgs {
     /// first_token,entropy,weight_sum,head_total,heatmap,nll.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub metrics: Option<Vec<Metric>>,
+    /// Also render every figure the tables allow into OUT/figures/ (as `figures` would).
+    #[arg(long)]
+    pub figures: bool,
     /// Print results as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -198,7 +201,23 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
         "seconds": started.elapsed().as_secs_f64(),
     });
     out.write_bytes("run.json", serde_json::to_string_pretty(&record).expect("json").as_bytes())?;
-    let written = out.commit()?;
+    // figures from the staged tables, so tables and figures appear together or not at all
+    let figures = if args.figures {
+        let mut fig_out = OutputDir::create(&args.out.join("figures"), args.format)?;
+        let report = crate::plot::render_all(&[out.staging().to_path_buf()], &mut fig_out)?;
+        if !args.quiet {
+            for note in &report.notes {
+                eprintln!("asa-analyze: note: {note}");
+            }
+        }
+        Some(fig_out)
+    } else {
+        None
+    };
+    let mut written = out.commit()?;
+    if let Some(fig_out) = figures {
+        written.extend(fig_out.commit()?);
+    }
     if args.json {
         let doc = json!({
             "models": models.iter().map(|(l, m)| json!({"model": l, "metrics": m})).collect::<Vec<_>>(),

@@ -93,6 +93,11 @@ impl OutputDir {
         &self.target
     }
 
+    /// The hidden folder files are staged in until [`OutputDir::commit`].
+    pub fn staging(&self) -> &Path {
+        &self.staging
+    }
+
     /// Stages a table as `<name>.<ext>`.
     pub fn write(&mut self, table: &Table) -> Result<()> {
         let file = format!("{}.{}", table.name, self.format.extension());

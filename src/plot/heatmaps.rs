@@ -9,6 +9,9 @@ use super::scene::{int_range, Axis, ColorBar, Figure, Mark, Panel};
 use super::theme::{viridis, INK, MISSING};
 use super::{Built, Ctx};
 
+/// One map: (query, key) -> weight.
+type Cells = BTreeMap<(i64, i64), f64>;
+
 /// A cell centred on integer `(x, y)`.
 fn cell(x: i64, y: i64) -> (f64, f64, f64, f64) {
     let (x, y) = (x as f64, y as f64);
@@ -118,7 +121,7 @@ pub fn fig9_heatmap(ctx: &mut Ctx) -> Built {
         c.num("value")?,
     );
     let layer = c.int_or_empty("layer");
-    let mut maps: BTreeMap<String, (Option<i64>, BTreeMap<(i64, i64), f64>)> = BTreeMap::new();
+    let mut maps: BTreeMap<String, (Option<i64>, Cells)> = BTreeMap::new();
     let (mut nan, mut other) = (0, 0);
     for i in 0..t.height() {
         let (Some(m), Some(q), Some(k)) = (&model[i], query[i], key[i]) else {

@@ -1,5 +1,5 @@
-//! Line charts: per-layer metrics (Figs. 4, 6), the QK^T training series (Fig. 2),
-//! training curves (Figs. 7, 8, 10) and the distance-band profile.
+//! Line charts: per-layer metrics (Figs. 4, 6), the QK^T training series (Fig. 2) and
+//! training curves (Figs. 7, 8, 10).
 
 use std::collections::BTreeMap;
 
@@ -7,7 +7,7 @@ use super::data::{attention_rows, Cols};
 use super::scene::{
     fit_range, int_range, Axis, Dash, Figure, LegendEntry, Mark, Panel, Shape, Swatch,
 };
-use super::theme::{viridis, FAINT, INK};
+use super::theme::{FAINT, INK};
 use super::{Built, Ctx};
 use crate::stats::StepWindow;
 
@@ -24,8 +24,14 @@ pub(crate) fn model_legend(ctx: &Ctx, models: &[String], swatch: Swatch) -> Vec<
 }
 
 /// Per-layer `mean` (and `std`) rows of one attention metric, one line per model with a
-/// ±1 std band (std over sequences).
-fn per_layer(ctx: &mut Ctx, fig: &str, metric: &str, title: &str, y_label: &str) -> Built {
+/// ±1 std band (std over sequences); `from_zero` anchors the y axis at 0.
+fn per_layer(
+    ctx: &mut Ctx,
+    fig: &str,
+    metric: &str,
+    (title, y_label): (&str, &str),
+    from_zero: bool,
+) -> Built {
     let rows = attention_rows(ctx.res, metric)?;
     let mut by_model: BTreeMap<String, BTreeMap<i64, (f64, f64)>> = BTreeMap::new();
     let mut nan = 0;
@@ -83,7 +89,7 @@ fn per_layer(ctx: &mut Ctx, fig: &str, metric: &str, title: &str, y_label: &str)
     let panel = Panel {
         title: String::new(),
         x: Axis::integer("layer", int_range(xs)),
-        y: Axis::new(y_label, fit_range(ys, true)),
+        y: Axis::new(y_label, fit_range(ys, from_zero)),
         marks,
         grid: true,
     };
@@ -99,8 +105,11 @@ pub fn fig4_first_token(ctx: &mut Ctx) -> Built {
         ctx,
         "fig4_first_token",
         "first_token",
-        "Fig. 4: first-token attention per layer (band: ±1 std over sequences)",
-        "first-token weight a_i0 (mean over queries)",
+        (
+            "Fig. 4: first-token attention per layer (band: ±1 std over sequences)",
+            "first-token weight a_i0 (mean over queries)",
+        ),
+        true,
     )
 }
 
@@ -110,8 +119,12 @@ pub fn fig6_entropy(ctx: &mut Ctx) -> Built {
         ctx,
         "fig6_entropy",
         "entropy",
-        "Fig. 6: attention entropy per layer (band: ±1 std over sequences)",
-        "attention entropy (nats)",
+        (
+            "Fig. 6: attention entropy per layer (band: ±1 std over sequences)",
+            "attention entropy (nats)",
+        ),
+        // Entropies differ by tenths of a nat around ~3: zoom to them.
+        false,
     )
 }
 
@@ -472,121 +485,6 @@ pub fn fig8_grad_norm(ctx: &mut Ctx) -> Built {
     Ok(f)
 }
 
-/// Sort key of a distance band: `first`, `0`, `1-10`, `10-100`, ... by lower bound.
-fn band_key(band: &str) -> (i64, String) {
-    if band == "first" {
-        return (-1, band.into());
-    }
-    let lo = band
-        .split('-')
-        .next()
-        .and_then(|s| s.trim().parse::<i64>().ok());
-    (lo.unwrap_or(i64::MAX), band.into())
-}
-
-fn band_label(band: &str) -> String {
-    match band {
-        "first" => "first token (key 0)".into(),
-        "0" => "t = 0 (itself)".into(),
-        b => match b.split_once('-') {
-            Some((lo, hi)) => format!("{lo} ≤ t < {hi}"),
-            None => format!("t in {b}"),
-        },
-    }
-}
-
-/// Attention mass per distance band t = i - j over layers, one panel per model, one line
-/// per band (per-layer rows; per-head rows are not drawn).
-pub fn distance_profile(ctx: &mut Ctx) -> Built {
-    const FIG: &str = "distance_profile";
-    let t = ctx
-        .res
-        .get("distance_profile")
-        .ok_or("no distance_profile table")?;
-    let c = Cols::new(t, "distance_profile.csv");
-    let (model, layer, band, value) = (
-        c.text("model")?,
-        c.int("layer")?,
-        c.text("band")?,
-        c.num("value")?,
-    );
-    let head = c.int_or_empty("head");
-    let mut data: BTreeMap<String, BTreeMap<(i64, String), Vec<(f64, f64)>>> = BTreeMap::new();
-    let mut nan = 0;
-    for i in 0..t.height() {
-        let (Some(m), Some(l), Some(b)) = (&model[i], layer[i], &band[i]) else {
-            continue;
-        };
-        if head[i].is_some() {
-            continue;
-        }
-        match value[i] {
-            Some(v) if v.is_finite() => data
-                .entry(m.clone())
-                .or_default()
-                .entry(band_key(b))
-                .or_default()
-                .push((l as f64, v)),
-            _ => nan += 1,
-        }
-    }
-    if nan > 0 {
-        ctx.note(FIG, format!("{nan} non-finite values left out"));
-    }
-    if data.is_empty() {
-        return Err("distance_profile.csv has no finite per-layer rows".into());
-    }
-    let mut bands: Vec<(i64, String)> = data.values().flat_map(|b| b.keys().cloned()).collect();
-    bands.sort();
-    bands.dedup();
-    let color = |b: &(i64, String)| {
-        let i = bands.iter().position(|x| x == b).unwrap_or(0);
-        viridis(0.9 * i as f64 / (bands.len().max(2) - 1) as f64)
-    };
-    let all: Vec<f64> = data
-        .values()
-        .flat_map(|b| b.values().flatten().map(|p| p.1))
-        .collect();
-    let y_range = fit_range(all, true);
-    let models = ctx.pal.order(data.keys().cloned());
-    let panels = models
-        .iter()
-        .map(|m| {
-            let mut xs = Vec::new();
-            let marks = data[m]
-                .iter()
-                .map(|(b, pts)| {
-                    let mut pts = pts.clone();
-                    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-                    xs.extend(pts.iter().map(|p| p.0));
-                    Mark::line(pts, color(b))
-                })
-                .collect();
-            Panel {
-                title: m.clone(),
-                x: Axis::integer("layer", int_range(xs)),
-                y: Axis::new("attention mass in band", y_range),
-                marks,
-                grid: true,
-            }
-        })
-        .collect();
-    let mut f = Figure::new(
-        FIG,
-        "Attention mass by query-key distance t = i − j (mean over queries)",
-        panels,
-    );
-    f.legend = bands
-        .iter()
-        .map(|b| LegendEntry {
-            label: band_label(&b.1),
-            color: color(b),
-            swatch: Swatch::Line(Dash::Solid),
-        })
-        .collect();
-    Ok(f)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -599,18 +497,5 @@ mod tests {
         assert!(is_metric("train/grad_norm", "grad_norm"));
         assert!(is_metric("gradient_norm", "grad_norm"));
         assert!(!is_metric("loss", "grad_norm"));
-    }
-
-    #[test]
-    fn bands_sort_by_distance() {
-        let mut b = vec![
-            band_key("10-100"),
-            band_key("0"),
-            band_key("first"),
-            band_key("1-10"),
-        ];
-        b.sort();
-        let names: Vec<&str> = b.iter().map(|k| k.1.as_str()).collect();
-        assert_eq!(names, ["first", "0", "1-10", "10-100"]);
     }
 }

@@ -20,6 +20,18 @@
 //! | `fig11_clipping` | sigmoid vs linear clipping (analytic) | none |
 //! | `distance_profile` | attention mass by query-key distance band | distance_profile |
 //! | `tables4_5.md` | Table 4 (gradient statistics), Table 5 (spikes) | grad_stats, spikes |
+//!
+//! Choices the tables leave open:
+//! - Fig. 3 mean: the mean of the per-layer `weight_sum` means (exact: every layer pools
+//!   the same queries); median: a pooled `p50` row when attention.csv has one, else
+//!   interpolated in the histogram bin holding the middle query and clamped to the range
+//!   of the per-layer medians, where the pooled median always lies.
+//! - Fig. 5: a model whose head totals spread by less than 0.1% (softmax, gated: 1 by
+//!   construction) is a grey panel labelled constant, never stretched by min-max.
+//! - Fig. 10: the last 20% of the logged steps unless `--late-steps A..B` says otherwise
+//!   (the paper's 1B runs: 7k-9k).
+//! - Colours follow the label's method keywords (see [`theme::Method`]); one palette per
+//!   run, so a label has one colour in every figure.
 
 use std::path::PathBuf;
 
@@ -30,6 +42,7 @@ use crate::stats::StepWindow;
 pub mod analytic;
 pub mod bars;
 pub mod data;
+pub mod distance;
 pub mod heatmaps;
 pub mod lines;
 pub mod render;
@@ -116,7 +129,7 @@ pub const FIGURES: [(&str, fn(&mut Ctx) -> Built); 12] = [
     ("fig9_heatmap", heatmaps::fig9_heatmap),
     ("fig10_loss_late", lines::fig10_loss_late),
     ("fig11_clipping", analytic::fig11_clipping),
-    ("distance_profile", lines::distance_profile),
+    ("distance_profile", distance::distance_profile),
 ];
 
 /// Builds every figure whose tables exist; skipped ones become notes.

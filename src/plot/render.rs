@@ -297,7 +297,7 @@ fn draw_panel<DB: DrawingBackend>(
                 let pts = finite(points);
                 let style = stroke(*color, *opacity, *width, th);
                 match dash {
-                    Dash::Solid if th.split_paths && style.stroke_width > 1 => {
+                    Dash::Solid if th.bitmap && style.stroke_width > 1 => {
                         chart.draw_series(
                             pts.windows(2)
                                 .map(|w| PathElement::new(vec![w[0], w[1]], style)),
@@ -532,9 +532,10 @@ fn draw_legend<DB: DrawingBackend>(
                 }
             }
         }
+        let nudge = if th.bitmap { th.px(1.5) } else { 0 };
         area.draw(&Text::new(
             e.label.clone(),
-            (x + sw + th.px(8.0), y),
+            (x + sw + th.px(8.0), y + nudge),
             th.text(LEGEND, INK).pos(Pos::new(HPos::Left, VPos::Center)),
         ))?;
         y += row;

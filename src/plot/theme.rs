@@ -208,9 +208,11 @@ pub fn ensure_fonts() -> Result<()> {
 pub struct Theme {
     /// Pixels per logical pixel.
     pub scale: f64,
-    /// Draw thick polylines segment by segment: the bitmap rasterizer's miter joins
-    /// spike at near-reversals of noisy curves (SVG joins are the viewer's, and fine).
-    pub split_paths: bool,
+    /// Bitmap output: thick polylines are drawn segment by segment (the rasterizer's
+    /// miter joins spike at near-reversals of noisy curves; SVG joins are the viewer's),
+    /// and legend text is nudged down to sit centred on its swatch (ab_glyph places
+    /// glyphs a little high for a centred anchor).
+    pub bitmap: bool,
 }
 
 /// Font sizes (logical pixels).
@@ -228,12 +230,12 @@ impl Theme {
     /// The theme of vector output (1 px = 1 logical px).
     pub const SVG: Theme = Theme {
         scale: 1.0,
-        split_paths: false,
+        bitmap: false,
     };
     /// The theme of PNG output (2 px per logical px: sharp on print and high-DPI screens).
     pub const PNG: Theme = Theme {
         scale: 2.0,
-        split_paths: true,
+        bitmap: true,
     };
 
     /// `v` logical pixels, in device pixels.

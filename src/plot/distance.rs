@@ -1,0 +1,145 @@
+//! Attention mass by query-key distance band t = i - j, per layer (the extra figure
+//! `distance_profile`, from distance_profile.csv).
+
+use std::collections::BTreeMap;
+
+use super::data::Cols;
+use super::scene::{fit_range, int_range, Axis, Dash, Figure, LegendEntry, Mark, Panel, Swatch};
+use super::theme::viridis;
+use super::{Built, Ctx};
+
+/// Sort key of a distance band: `first`, `0`, `1-10`, `10-100`, ... by lower bound.
+fn band_key(band: &str) -> (i64, String) {
+    if band == "first" {
+        return (-1, band.into());
+    }
+    let lo = band
+        .split('-')
+        .next()
+        .and_then(|s| s.trim().parse::<i64>().ok());
+    (lo.unwrap_or(i64::MAX), band.into())
+}
+
+fn band_label(band: &str) -> String {
+    match band {
+        "first" => "first token (key 0)".into(),
+        "0" => "t = 0 (itself)".into(),
+        b => match b.split_once('-') {
+            Some((lo, hi)) => format!("{lo} ≤ t < {hi}"),
+            None => format!("t in {b}"),
+        },
+    }
+}
+
+/// One model's bands: (sort key, band) -> (layer, value) points.
+type Bands = BTreeMap<(i64, String), Vec<(f64, f64)>>;
+
+/// Attention mass per distance band t = i - j over layers, one panel per model, one line
+/// per band (per-layer rows; per-head rows are not drawn).
+pub fn distance_profile(ctx: &mut Ctx) -> Built {
+    const FIG: &str = "distance_profile";
+    let t = ctx
+        .res
+        .get("distance_profile")
+        .ok_or("no distance_profile table")?;
+    let c = Cols::new(t, "distance_profile.csv");
+    let (model, layer, band, value) = (
+        c.text("model")?,
+        c.int("layer")?,
+        c.text("band")?,
+        c.num("value")?,
+    );
+    let head = c.int_or_empty("head");
+    let mut data: BTreeMap<String, Bands> = BTreeMap::new();
+    let mut nan = 0;
+    for i in 0..t.height() {
+        let (Some(m), Some(l), Some(b)) = (&model[i], layer[i], &band[i]) else {
+            continue;
+        };
+        if head[i].is_some() {
+            continue;
+        }
+        match value[i] {
+            Some(v) if v.is_finite() => data
+                .entry(m.clone())
+                .or_default()
+                .entry(band_key(b))
+                .or_default()
+                .push((l as f64, v)),
+            _ => nan += 1,
+        }
+    }
+    if nan > 0 {
+        ctx.note(FIG, format!("{nan} non-finite values left out"));
+    }
+    if data.is_empty() {
+        return Err("distance_profile.csv has no finite per-layer rows".into());
+    }
+    let mut bands: Vec<(i64, String)> = data.values().flat_map(|b| b.keys().cloned()).collect();
+    bands.sort();
+    bands.dedup();
+    let color = |b: &(i64, String)| {
+        let i = bands.iter().position(|x| x == b).unwrap_or(0);
+        viridis(0.9 * i as f64 / (bands.len().max(2) - 1) as f64)
+    };
+    let all: Vec<f64> = data
+        .values()
+        .flat_map(|b| b.values().flatten().map(|p| p.1))
+        .collect();
+    let y_range = fit_range(all, true);
+    let models = ctx.pal.order(data.keys().cloned());
+    let panels = models
+        .iter()
+        .map(|m| {
+            let mut xs = Vec::new();
+            let marks = data[m]
+                .iter()
+                .map(|(b, pts)| {
+                    let mut pts = pts.clone();
+                    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    xs.extend(pts.iter().map(|p| p.0));
+                    Mark::line(pts, color(b))
+                })
+                .collect();
+            Panel {
+                title: m.clone(),
+                x: Axis::integer("layer", int_range(xs)),
+                y: Axis::new("attention mass in band", y_range),
+                marks,
+                grid: true,
+            }
+        })
+        .collect();
+    let mut f = Figure::new(
+        FIG,
+        "Attention mass by query-key distance t = i − j (mean over queries)",
+        panels,
+    );
+    f.legend = bands
+        .iter()
+        .map(|b| LegendEntry {
+            label: band_label(&b.1),
+            color: color(b),
+            swatch: Swatch::Line(Dash::Solid),
+        })
+        .collect();
+    Ok(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bands_sort_by_distance() {
+        let mut b = [
+            band_key("10-100"),
+            band_key("0"),
+            band_key("first"),
+            band_key("1-10"),
+        ];
+        b.sort();
+        let names: Vec<&str> = b.iter().map(|k| k.1.as_str()).collect();
+        assert_eq!(names, ["first", "0", "1-10", "10-100"]);
+    }
+}
