@@ -17,5 +17,6 @@ pub mod model;
 pub mod plot;
 pub mod probe;
 pub mod stats;
+pub mod train;
 
 pub use error::{Error, Result};

@@ -337,7 +337,14 @@ impl Attention {
         alpha: Option<&Tensor>,
         want_softmax: bool,
     ) -> Result<BlockWeights> {
-        let softmax = || -> Result<Tensor> { Ok(candle_nn::ops::softmax_last_dim(scores)?) };
+        // the fused kernel has no backward pass: differentiable ops when training
+        let softmax = || -> Result<Tensor> {
+            Ok(if scores.track_op() {
+                candle_nn::ops::softmax(scores, D::Minus1)?
+            } else {
+                candle_nn::ops::softmax_last_dim(scores)?
+            })
+        };
         if let Some(sink) = &self.sink_logits {
             let (weights, mass) = softmax_with_sink(scores, sink)?;
             let p = if want_softmax { Some(softmax()?) } else { None };

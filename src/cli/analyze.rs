@@ -15,7 +15,7 @@ use super::report;
 use crate::analysis::plan::{block_size, default_budget, parse_bytes};
 use crate::analysis::series::find_series;
 use crate::analysis::{analyze, RunShape};
-use crate::corpus::{load_windows, BosMode, CorpusOptions, CorpusSource, SpecialTokens};
+use crate::corpus::{load_windows_with, BosMode, CorpusOptions, CorpusSource, SpecialTokens, TokenizerRef};
 use crate::device::{parse_dtype, resolve_device, resolve_dtype, DeviceRequest};
 use crate::error::{Error, Result};
 use crate::export::{attention_tables, qk_series_table, Format, OutputDir};
@@ -34,6 +34,9 @@ pub struct MetricArgs {
     /// Text (.txt, .jsonl) or token ids (.npy, .json); default: built-in generated prose.
     #[arg(long, value_name = "FILE")]
     pub corpus: Option<PathBuf>,
+    /// tokenizer.json to use instead of the checkpoint's own (or its GGUF metadata).
+    #[arg(long, value_name = "FILE")]
+    pub tokenizer: Option<PathBuf>,
     /// Tokens per sequence (BOS included).
     #[arg(long, default_value_t = 1024)]
     pub seq_len: usize,
@@ -252,8 +255,25 @@ fn run_model(
     };
     let corpus_opts = CorpusOptions { seq_len: args.seq_len, num_seqs: args.num_seqs, bos: args.bos };
     let special = SpecialTokens { bos: c.bos_token_id, eos: c.eos_token_id };
-    let tokenizer = path.join("tokenizer.json");
-    let windows = load_windows(&source, Some(&tokenizer), special, c.vocab_size, &corpus_opts)?;
+    let needs_text = !matches!(&args.corpus, Some(p) if is_token_ids(p));
+    let built;
+    let origin;
+    let tokenizer_json;
+    let tokenizer = match (&args.tokenizer, ckpt.tokenizer_json()) {
+        (Some(file), _) => Some(TokenizerRef::Path(file)),
+        (None, Some(json)) => {
+            tokenizer_json = json;
+            Some(TokenizerRef::Path(&tokenizer_json))
+        }
+        // GGUF: the tokenizer lives in the metadata; build it only when text needs it
+        (None, None) if needs_text => {
+            built = ckpt.tokenizer()?;
+            origin = path.to_path_buf();
+            Some(TokenizerRef::Built(&built, &origin))
+        }
+        (None, None) => None,
+    };
+    let windows = load_windows_with(&source, tokenizer, special, c.vocab_size, &corpus_opts)?;
     let t = args.seq_len;
     if t > c.max_position_embeddings && !args.quiet {
         eprintln!(
@@ -312,6 +332,7 @@ fn run_model(
         "kv_heads": c.num_kv_heads,
         "head_dim": c.head_dim,
         "corpus": windows.description,
+        "dequantized_from": ckpt.dequantized_from(),
         "seq_len": t,
         "beta_length_n": t,
         "block_size": block,
@@ -322,6 +343,11 @@ fn run_model(
         "tokens_per_second": (windows.ids.len() * t) as f64 / started.elapsed().as_secs_f64(),
     });
     Ok(ModelRun { label: label.to_string(), metrics, record })
+}
+
+/// Whether a corpus file holds token ids (no tokenizer needed).
+fn is_token_ids(path: &Path) -> bool {
+    matches!(path.extension().and_then(|e| e.to_str()), Some("npy") | Some("json"))
 }
 
 fn bands_from(edges: &[usize]) -> Result<Bands> {

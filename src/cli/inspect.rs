@@ -46,7 +46,11 @@ pub fn run(args: InspectArgs) -> Result<()> {
         _ => format!("{:?}, theta {}", c.rope.scaling, c.rope.theta),
     };
     let gguf = ckpt.gguf();
-    let format = if gguf.is_some() { "gguf" } else { "safetensors" };
+    let format = if gguf.is_some() {
+        "gguf"
+    } else {
+        "safetensors"
+    };
     let mut report = json!({
         "checkpoint": args.checkpoint.display().to_string(),
         "format": format,

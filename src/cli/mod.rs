@@ -13,6 +13,8 @@ mod figures;
 mod inspect;
 mod logs;
 mod report;
+mod train;
+mod demo;
 
 /// Analyse attention in transformer checkpoints (Affine-Scaled Attention and friends).
 #[derive(Debug, Parser)]
@@ -60,6 +62,10 @@ enum Command {
     Curves(logs::CurvesArgs),
     /// Every paper figure (PNG + SVG) and Tables 4-5 (Markdown) from exported tables.
     Figures(figures::FiguresArgs),
+    /// Train a small Llama-style model for one attention variant (CSV log, HF checkpoints).
+    Train(train::TrainArgs),
+    /// Train baseline, sink and Affine-Scaled models here and analyse them end to end.
+    Demo(demo::DemoArgs),
 }
 
 /// Runs the CLI with the process arguments; returns the exit code.
@@ -95,5 +101,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Spikes(args) => logs::spikes(args),
         Command::Curves(args) => logs::curves(args),
         Command::Figures(args) => figures::run(args),
+        Command::Train(args) => train::run(args),
+        Command::Demo(args) => demo::run(args),
     }
 }

@@ -103,6 +103,27 @@ pub struct Windows {
     pub tokens: usize,
 }
 
+/// Where text gets its tokenizer: a `tokenizer.json` (read only when needed), or one
+/// already built (e.g. from GGUF metadata) with the file it came from, for error messages.
+#[derive(Clone, Copy)]
+pub enum TokenizerRef<'a> {
+    /// A tokenizer.json path; may not exist (then a text corpus is an error naming it).
+    Path(&'a Path),
+    /// A built tokenizer and its origin.
+    Built(&'a Tokenizer, &'a Path),
+}
+
+/// [`load_windows`] with a tokenizer that may already be built (GGUF, `--tokenizer`).
+pub fn load_windows_with(
+    source: &CorpusSource,
+    tokenizer: Option<TokenizerRef<'_>>,
+    special: SpecialTokens,
+    vocab_size: usize,
+    opts: &CorpusOptions,
+) -> Result<Windows> {
+    load(source, tokenizer, special, vocab_size, opts)
+}
+
 /// Loads, tokenizes (when text) and packs.
 ///
 /// `tokenizer`: path of the checkpoint's tokenizer.json. Pass it whenever the checkpoint
@@ -111,6 +132,16 @@ pub struct Windows {
 pub fn load_windows(
     source: &CorpusSource,
     tokenizer: Option<&Path>,
+    special: SpecialTokens,
+    vocab_size: usize,
+    opts: &CorpusOptions,
+) -> Result<Windows> {
+    load(source, tokenizer.map(TokenizerRef::Path), special, vocab_size, opts)
+}
+
+fn load(
+    source: &CorpusSource,
+    tokenizer: Option<TokenizerRef<'_>>,
     special: SpecialTokens,
     vocab_size: usize,
     opts: &CorpusOptions,
@@ -192,7 +223,14 @@ fn one_line(message: impl fmt::Display) -> String {
 
 impl Tok {
     /// The tokenizer needed to tokenize the text corpus `label`.
-    fn load(path: Option<&Path>, label: &str) -> Result<Tok> {
+    fn load(source: Option<TokenizerRef<'_>>, label: &str) -> Result<Tok> {
+        let path = match source {
+            Some(TokenizerRef::Built(tokenizer, origin)) => {
+                return Ok(Tok { path: origin.to_path_buf(), tokenizer: tokenizer.clone() })
+            }
+            Some(TokenizerRef::Path(p)) => Some(p),
+            None => None,
+        };
         let Some(path) = path else {
             return Err(Error::usage(format!(
                 "{label} is text and the checkpoint has no tokenizer.json to tokenize it; \
@@ -463,17 +501,17 @@ fn pack_text(
 fn pack_ids(
     path: &Path,
     docs: read::IdDocs,
-    tokenizer: Option<&Path>,
+    tokenizer: Option<TokenizerRef<'_>>,
     special: SpecialTokens,
     vocab_size: usize,
     opts: &CorpusOptions,
 ) -> Result<Windows> {
     let label = path.display().to_string();
     // The tokenizer is only consulted for special ids config.json lacks, and only if present.
+    let missing_special = special.bos.is_none() || special.eos.is_none();
     let tok = match tokenizer {
-        Some(t) if (special.bos.is_none() || special.eos.is_none()) && t.is_file() => {
-            Some(Tok::open(t)?)
-        }
+        Some(TokenizerRef::Path(t)) if missing_special && t.is_file() => Some(Tok::open(t)?),
+        Some(built @ TokenizerRef::Built(..)) if missing_special => Some(Tok::load(Some(built), &label)?),
         _ => None,
     };
     let (bos, eos) = resolve_special(special, tok.as_ref(), vocab_size, opts.bos)?;

@@ -4,6 +4,8 @@
 //! to the Hugging Face names the decoder loads, resolves the metadata into a [`ModelConfig`]
 //! through the same [`RawConfig`] path as config.json, and dequantizes tensors on demand.
 //!
+//! The metadata side lives in [`super::gguf_config`], RoPE factors in [`super::gguf_rope`].
+//!
 //! Conventions undone on load, as transformers' own GGUF loader does:
 //! - llama.cpp permutes the rows of the llama q and k projections (weights and biases) so
 //!   that its interleaved RoPE matches HF's rotate-half; [`GgufFile::load`] permutes them
@@ -18,13 +20,12 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::gguf_file::Content;
 use candle_core::quantized::GgmlDType;
 use candle_core::{Device, Tensor};
-use serde_json::json;
 
 use super::config::{ModelConfig, RawConfig};
-use super::gguf_rope::llama3_from_freq_factors;
+use super::gguf_config::{metadata_str, raw_config, Meta, TensorFacts};
 use crate::error::{Error, Result};
 
 /// GGUF architectures (`general.architecture`) the loader maps, for error messages.
@@ -95,7 +96,9 @@ impl GgufFile {
             path,
         };
         let heads = meta.usize_key("attention.head_count")?;
-        let kv_heads = meta.opt_usize_key("attention.head_count_kv")?.unwrap_or(heads);
+        let kv_heads = meta
+            .opt_usize_key("attention.head_count_kv")?
+            .unwrap_or(heads);
         let mut tensors = BTreeMap::new();
         for (gguf_name, info) in &content.tensor_infos {
             if gguf_name == "rope_freqs.weight" {
@@ -122,7 +125,15 @@ impl GgufFile {
                 },
             );
         }
-        let (raw, rope_source) = raw_config(&meta, &mut file, &tensors, heads, kv_heads)?;
+        let embed = tensors
+            .get("model.embed_tokens.weight")
+            .ok_or_else(|| Error::input(path, "tensor token_embd.weight is missing"))?;
+        let facts = TensorFacts {
+            vocab: embed.shape[0],
+            has_output: tensors.contains_key("lm_head.weight"),
+            has_q_bias: tensors.contains_key("model.layers.0.self_attn.q_proj.bias"),
+        };
+        let (raw, rope_source) = raw_config(&meta, &mut file, &facts, heads, kv_heads)?;
         let config = serde_json::from_value::<RawConfig>(raw)
             .map_err(|e| Error::input(path, format!("cannot read the metadata: {e}")))?
             .resolve(path)?;
@@ -329,7 +340,7 @@ fn hf_name(gguf: &str) -> Option<String> {
 fn unpermute_rows(xs: &Tensor, heads: usize) -> std::result::Result<Tensor, String> {
     let dims = xs.dims().to_vec();
     let rows = dims[0];
-    if heads == 0 || rows % heads != 0 || (rows / heads) % 2 != 0 {
+    if heads == 0 || !rows.is_multiple_of(heads) || !(rows / heads).is_multiple_of(2) {
         return Err(format!(
             "{rows} rows cannot be split into {heads} heads of even size"
         ));
@@ -345,187 +356,13 @@ fn unpermute_rows(xs: &Tensor, heads: usize) -> std::result::Result<Tensor, Stri
     undo().map_err(|e| e.to_string())
 }
 
-/// Typed access to `{arch}.*` metadata, errors naming the file and the key.
-pub(crate) struct Meta<'a> {
-    pub content: &'a Content,
-    pub arch: &'a str,
-    pub path: &'a Path,
-}
-
-impl Meta<'_> {
-    fn key(&self, key: &str) -> String {
-        format!("{}.{key}", self.arch)
-    }
-
-    fn opt_usize_key(&self, key: &str) -> Result<Option<usize>> {
-        let full = self.key(key);
-        match self.content.metadata.get(&full) {
-            None => Ok(None),
-            Some(v) => value_as_u64(v).map(|v| Some(v as usize)).ok_or_else(|| {
-                Error::input(
-                    self.path,
-                    format!("metadata {full} must be one integer, got {}", short(v)),
-                )
-            }),
-        }
-    }
-
-    fn usize_key(&self, key: &str) -> Result<usize> {
-        self.opt_usize_key(key)?.ok_or_else(|| {
-            Error::input(self.path, format!("missing metadata {}", self.key(key)))
-        })
-    }
-
-    fn opt_f64_key(&self, key: &str) -> Result<Option<f64>> {
-        let full = self.key(key);
-        match self.content.metadata.get(&full) {
-            None => Ok(None),
-            Some(Value::F32(v)) => Ok(Some(f64::from(*v))),
-            Some(Value::F64(v)) => Ok(Some(*v)),
-            Some(v) => value_as_u64(v).map(|v| Some(v as f64)).ok_or_else(|| {
-                Error::input(
-                    self.path,
-                    format!("metadata {full} must be a number, got {}", short(v)),
-                )
-            }),
-        }
-    }
-}
-
-/// The metadata as a config.json mirror, and the rope_freqs recovery when the file has them.
-fn raw_config(
-    meta: &Meta,
-    file: &mut File,
-    tensors: &BTreeMap<String, GgufTensor>,
-    heads: usize,
-    kv_heads: usize,
-) -> Result<(serde_json::Value, Option<super::gguf_rope::Recovered>)> {
-    let path = meta.path;
-    if let Some(n) = meta.opt_usize_key("expert_count")? {
-        if n > 0 {
-            return Err(Error::input(
-                path,
-                format!("mixture-of-experts models ({}.expert_count {n}) are not supported", meta.arch),
-            ));
-        }
-    }
-    if let Some(kind) = metadata_str(meta.content, &meta.key("rope.scaling.type")) {
-        if kind != "none" {
-            return Err(Error::input(
-                path,
-                format!("rope scaling `{kind}` ({}.rope.scaling.type) is not implemented (supported: none, llama3 rope_freqs)", meta.arch),
-            ));
-        }
-    }
-    let hidden = meta.usize_key("embedding_length")?;
-    let embed = tensors.get("model.embed_tokens.weight").ok_or_else(|| {
-        Error::input(path, "tensor token_embd.weight is missing")
-    })?;
-    let vocab = embed.shape[0];
-    let head_dim = match meta.opt_usize_key("attention.key_length")? {
-        Some(d) => d,
-        None if heads > 0 && hidden % heads == 0 => hidden / heads,
-        None => {
-            return Err(Error::input(
-                path,
-                format!("{}.embedding_length {hidden} is not divisible by head_count {heads}", meta.arch),
-            ))
-        }
-    };
-    let rot_dim = meta.opt_usize_key("rope.dimension_count")?.unwrap_or(head_dim);
-    let theta = meta.opt_f64_key("rope.freq_base")?.unwrap_or(10000.0);
-    let context = meta.opt_usize_key("context_length")?.unwrap_or(2048);
-    let mut rope = json!({"rope_type": "default", "rope_theta": theta});
-    let mut recovered = None;
-    if let Some(info) = meta.content.tensor_infos.get("rope_freqs.weight") {
-        let factors = super::gguf_rope::read_factors(meta, file, info, rot_dim)?;
-        let original = meta
-            .opt_usize_key("rope.scaling.original_context_length")?
-            .unwrap_or(context);
-        match llama3_from_freq_factors(theta, rot_dim, &factors, original as f64) {
-            Some(r) => {
-                if let Some(params) = r.params.clone() {
-                    rope = params;
-                }
-                recovered = Some(r);
-            }
-            None => {
-                return Err(Error::input(
-                    path,
-                    "rope_freqs.weight is not a Llama-3 frequency scaling (the only per-frequency factors implemented)",
-                ))
-            }
-        }
-    }
-    let token = |key: &str| {
-        meta.content
-            .metadata
-            .get(key)
-            .and_then(value_as_u64)
-            .map(|v| json!(v))
-            .unwrap_or(serde_json::Value::Null)
-    };
-    let raw = json!({
-        "model_type": meta.arch,
-        "hidden_size": hidden,
-        "intermediate_size": meta.usize_key("feed_forward_length")?,
-        "num_hidden_layers": meta.usize_key("block_count")?,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads,
-        "head_dim": head_dim,
-        "vocab_size": vocab,
-        "rms_norm_eps": meta.opt_f64_key("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5),
-        "max_position_embeddings": context,
-        "tie_word_embeddings": !tensors.contains_key("lm_head.weight"),
-        "attention_bias": meta.arch == "llama" && tensors.contains_key("model.layers.0.self_attn.q_proj.bias"),
-        "partial_rotary_factor": rot_dim as f64 / head_dim as f64,
-        "rope_parameters": rope,
-        "bos_token_id": token("tokenizer.ggml.bos_token_id"),
-        "eos_token_id": token("tokenizer.ggml.eos_token_id"),
-        "hidden_act": "silu",
-    });
-    Ok((raw, recovered))
-}
-
-/// A string metadata value.
-pub(crate) fn metadata_str<'a>(content: &'a Content, key: &str) -> Option<&'a str> {
-    match content.metadata.get(key) {
-        Some(Value::String(s)) => Some(s.as_str()),
-        _ => None,
-    }
-}
-
-/// Any non-negative integer metadata value as u64.
-pub(crate) fn value_as_u64(v: &Value) -> Option<u64> {
-    match *v {
-        Value::U8(x) => Some(u64::from(x)),
-        Value::U16(x) => Some(u64::from(x)),
-        Value::U32(x) => Some(u64::from(x)),
-        Value::U64(x) => Some(x),
-        Value::I8(x) => u64::try_from(x).ok(),
-        Value::I16(x) => u64::try_from(x).ok(),
-        Value::I32(x) => u64::try_from(x).ok(),
-        Value::I64(x) => u64::try_from(x).ok(),
-        _ => None,
-    }
-}
-
-/// A metadata value for an error message (arrays by length).
-fn short(v: &Value) -> String {
-    match v {
-        Value::Array(items) => format!("an array of {}", items.len()),
-        Value::String(s) => format!("`{s}`"),
-        other => format!("{other:?}"),
-    }
-}
-
 /// Every tensor's bytes lie inside the file (a truncated download fails here, not mid-run).
 fn check_extents(path: &Path, content: &Content, file_size: u64) -> Result<()> {
     let mut worst: Option<(&str, u64)> = None;
     for (name, info) in &content.tensor_infos {
         let elems = info.shape.elem_count();
         let block = info.ggml_dtype.block_size();
-        if elems % block != 0 {
+        if !elems.is_multiple_of(block) {
             return Err(Error::input(
                 path,
                 format!("tensor {name} has {elems} elements, not a multiple of the {} block size {block}", type_name(info.ggml_dtype)),
@@ -583,7 +420,10 @@ mod tests {
 
     #[test]
     fn llama_cpp_names_map_to_hf_names() {
-        assert_eq!(hf_name("token_embd.weight").unwrap(), "model.embed_tokens.weight");
+        assert_eq!(
+            hf_name("token_embd.weight").unwrap(),
+            "model.embed_tokens.weight"
+        );
         assert_eq!(
             hf_name("blk.12.attn_q.bias").unwrap(),
             "model.layers.12.self_attn.q_proj.bias"

@@ -18,7 +18,8 @@ use candle_core::Device;
 use serde_json::json;
 
 use super::config::ModelConfig;
-use super::gguf::{root_cause, Meta};
+use super::gguf::root_cause;
+use super::gguf_config::Meta;
 use super::rope::inverse_frequencies;
 use crate::error::{Error, Result};
 
@@ -179,8 +180,8 @@ fn fit_line(high: &[f64], low: &[f64], mid: &[(f64, f64)]) -> Option<(f64, f64)>
             (a, ms - a * mf)
         }
     };
-    let ok = high.iter().all(|f| a * f + b >= 1.0 - S_TOL)
-        && low.iter().all(|f| a * f + b <= S_TOL);
+    let ok =
+        high.iter().all(|f| a * f + b >= 1.0 - S_TOL) && low.iter().all(|f| a * f + b <= S_TOL);
     ok.then_some((a, b))
 }
 
@@ -206,7 +207,14 @@ mod tests {
     use super::*;
 
     /// llama.cpp's converter (convert_hf_to_gguf.py, LlamaModel.generate_extra_tensors).
-    fn llama_cpp_factors(theta: f64, dim: usize, factor: f64, low: f64, high: f64, old: f64) -> Vec<f64> {
+    fn llama_cpp_factors(
+        theta: f64,
+        dim: usize,
+        factor: f64,
+        low: f64,
+        high: f64,
+        old: f64,
+    ) -> Vec<f64> {
         (0..dim / 2)
             .map(|k| {
                 let f = 1.0 / theta.powf((2 * k) as f64 / dim as f64);
@@ -241,8 +249,14 @@ mod tests {
         let factors = llama_cpp_factors(500000.0, 128, 8.0, 1.0, 4.0, 8192.0);
         let r = llama3_from_freq_factors(500000.0, 128, &factors, 8192.0).unwrap();
         let p = r.params.unwrap();
-        assert!((p["low_freq_factor"].as_f64().unwrap() - 1.0).abs() < 1e-4, "{p}");
-        assert!((p["high_freq_factor"].as_f64().unwrap() - 4.0).abs() < 1e-4, "{p}");
+        assert!(
+            (p["low_freq_factor"].as_f64().unwrap() - 1.0).abs() < 1e-4,
+            "{p}"
+        );
+        assert!(
+            (p["high_freq_factor"].as_f64().unwrap() - 4.0).abs() < 1e-4,
+            "{p}"
+        );
         for (a, b) in llama3_rule(500000.0, 128, &p).iter().zip(&factors) {
             assert!((a - b).abs() <= 1e-6 * b, "{a} vs {b}");
         }
@@ -253,16 +267,25 @@ mod tests {
         // head_dim 8, theta 1e4: frequencies 1, 0.1, 0.01, 0.001; old 64 puts 0.1 in the
         // smooth band (wavelength 62.8 in [16, 64]) and 0.01, 0.001 below it
         let factors = llama_cpp_factors(10000.0, 8, 8.0, 1.0, 4.0, 64.0);
-        let p = llama3_from_freq_factors(10000.0, 8, &factors, 64.0).unwrap().params.unwrap();
+        let p = llama3_from_freq_factors(10000.0, 8, &factors, 64.0)
+            .unwrap()
+            .params
+            .unwrap();
         for (a, b) in llama3_rule(10000.0, 8, &p).iter().zip(&factors) {
             assert!((a - b).abs() <= 1e-6 * b, "{a} vs {b}");
         }
         // no smooth band: [1, 1, 8, 8]
         let factors = [1.0, 1.0, 8.0, 8.0];
-        let p = llama3_from_freq_factors(10000.0, 8, &factors, 64.0).unwrap().params.unwrap();
+        let p = llama3_from_freq_factors(10000.0, 8, &factors, 64.0)
+            .unwrap()
+            .params
+            .unwrap();
         assert_eq!(llama3_rule(10000.0, 8, &p), factors);
         // all ones: no scaling
-        assert!(llama3_from_freq_factors(10000.0, 8, &[1.0; 4], 64.0).unwrap().params.is_none());
+        assert!(llama3_from_freq_factors(10000.0, 8, &[1.0; 4], 64.0)
+            .unwrap()
+            .params
+            .is_none());
     }
 
     #[test]

@@ -21,7 +21,8 @@ use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 
-use super::gguf::{metadata_str, root_cause, value_as_u64};
+use super::gguf::root_cause;
+use super::gguf_config::{metadata_str, value_as_u64};
 use crate::error::{Error, Result};
 
 /// `tokenizer.ggml.pre` values understood, for error messages.
@@ -193,13 +194,68 @@ fn bytes_to_unicode() -> HashMap<u8, char> {
 mod tests {
     use super::*;
 
+    use candle_core::quantized::gguf_file::VersionedMagic;
+
+    fn content(model: &str, pre: &str, with_tokens: bool) -> Content {
+        let strings =
+            |xs: &[&str]| Value::Array(xs.iter().map(|x| Value::String(x.to_string())).collect());
+        let mut metadata = std::collections::HashMap::new();
+        metadata.insert("tokenizer.ggml.model".into(), Value::String(model.into()));
+        metadata.insert("tokenizer.ggml.pre".into(), Value::String(pre.into()));
+        if with_tokens {
+            let tokens = ["<s>", "a", "b", "ab", "\u{120}", "\u{120}ab", "1", "2"];
+            metadata.insert("tokenizer.ggml.tokens".into(), strings(&tokens));
+            metadata.insert(
+                "tokenizer.ggml.merges".into(),
+                strings(&["a b", "\u{120} ab"]),
+            );
+            let types = [3, 1, 1, 1, 1, 1, 1, 1].map(Value::I32).to_vec();
+            metadata.insert("tokenizer.ggml.token_type".into(), Value::Array(types));
+        }
+        Content {
+            magic: VersionedMagic::GgufV3,
+            metadata,
+            tensor_infos: Default::default(),
+            tensor_data_offset: 0,
+        }
+    }
+
+    #[test]
+    fn byte_level_bpe_from_metadata() {
+        let tok =
+            tokenizer_from_content(&content("gpt2", "smollm", true), Path::new("t.gguf")).unwrap();
+        // "ab" + " ab" + "12" (digits alone) + the control token kept whole
+        let ids = tok.encode("ab ab12<s>", false).unwrap().get_ids().to_vec();
+        assert_eq!(ids, [3, 5, 6, 7, 0]);
+    }
+
+    #[test]
+    fn unsupported_tokenizers_point_to_the_tokenizer_option() {
+        let path = Path::new("m.gguf");
+        for (c, needle) in [
+            (
+                content("gpt2", "jina-v2-code", true),
+                "pre-tokenizer `jina-v2-code`",
+            ),
+            (content("llama", "default", true), "`llama` (SentencePiece)"),
+            (content("gpt2", "default", false), "has no tokenizer"),
+        ] {
+            let err = tokenizer_from_content(&c, path).err().unwrap().to_string();
+            assert!(err.contains("m.gguf") && err.contains(needle), "{err}");
+            assert!(err.contains("--tokenizer"), "{err}");
+        }
+    }
+
     #[test]
     fn byte_map_is_gpt2s() {
         let m = bytes_to_unicode();
         assert_eq!(m[&b' '], '\u{120}'); // "Ġ"
         assert_eq!(m[&b'\n'], '\u{10a}'); // "Ċ"
         assert_eq!(m[&b'A'], 'A');
-        assert_eq!(m.values().collect::<std::collections::HashSet<_>>().len(), 256);
+        assert_eq!(
+            m.values().collect::<std::collections::HashSet<_>>().len(),
+            256
+        );
     }
 
     #[test]
@@ -215,7 +271,19 @@ mod tests {
             .collect();
         assert_eq!(
             parts,
-            ["In", "\u{120}", "1", "6", "0", "3", ",", "\u{120}it", "'s", "\u{120}", "\u{120}ok"]
+            [
+                "In",
+                "\u{120}",
+                "1",
+                "6",
+                "0",
+                "3",
+                ",",
+                "\u{120}it",
+                "'s",
+                "\u{120}",
+                "\u{120}ok"
+            ]
         );
     }
 }

@@ -59,8 +59,12 @@ impl RmsNorm {
         })
     }
 
-    /// Normalises the last dimension.
+    /// Normalises the last dimension. The fused kernel has no backward pass, so when
+    /// gradients are tracked (training) the same formula runs as differentiable tensor ops.
     pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        if xs.track_op() || self.weight.track_op() {
+            return Ok(candle_nn::ops::rms_norm_slow(xs, &self.weight, self.eps)?);
+        }
         Ok(candle_nn::ops::rms_norm(
             &xs.contiguous()?,
             &self.weight,

@@ -6,6 +6,7 @@ pub mod config;
 mod decoder;
 mod detect;
 pub mod gguf;
+mod gguf_config;
 mod gguf_rope;
 pub mod gguf_tokenizer;
 pub mod layers;
@@ -93,9 +94,8 @@ impl Checkpoint {
                 if !path.is_file() {
                     return Err(Error::input(&path, "missing tokenizer.json"));
                 }
-                Tokenizer::from_file(&path).map_err(|e| {
-                    Error::input(&path, format!("invalid tokenizer.json: {e}"))
-                })
+                Tokenizer::from_file(&path)
+                    .map_err(|e| Error::input(&path, format!("invalid tokenizer.json: {e}")))
             }
         }
     }

@@ -99,22 +99,26 @@ impl Rope {
         })
     }
 
-    /// Rotates `xs` `[batch, heads, seq, head_dim]`.
+    /// Rotates `xs` `[batch, heads, seq, head_dim]`. The fused kernel has no backward pass,
+    /// so when gradients are tracked (training) the rotate-half formula runs as tensor ops.
     pub fn apply(&self, xs: &Tensor) -> Result<Tensor> {
         let (_, _, _, head_dim) = xs.dims4()?;
         if self.rot_dim == 0 {
             return Ok(xs.clone());
         }
+        let rope = |x: &Tensor| -> Result<Tensor> {
+            Ok(if x.track_op() {
+                candle_nn::rotary_emb::rope_slow(x, &self.cos, &self.sin)?
+            } else {
+                candle_nn::rotary_emb::rope(x, &self.cos, &self.sin)?
+            })
+        };
         if self.rot_dim == head_dim {
-            return Ok(candle_nn::rotary_emb::rope(
-                &xs.contiguous()?,
-                &self.cos,
-                &self.sin,
-            )?);
+            return rope(&xs.contiguous()?);
         }
         let rot = xs.narrow(3, 0, self.rot_dim)?.contiguous()?;
         let pass = xs.narrow(3, self.rot_dim, head_dim - self.rot_dim)?;
-        let rot = candle_nn::rotary_emb::rope(&rot, &self.cos, &self.sin)?;
+        let rot = rope(&rot)?;
         Ok(Tensor::cat(&[&rot, &pass], 3)?)
     }
 }

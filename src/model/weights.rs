@@ -29,6 +29,9 @@ enum Source {
         origin: BTreeMap<String, PathBuf>,
     },
     Gguf(Box<GgufFile>),
+    /// Tensors already in memory (the trainer's parameters, served as they are so that
+    /// gradients flow through the model built from them).
+    Memory(BTreeMap<String, Tensor>),
 }
 
 impl WeightStore {
@@ -81,11 +84,22 @@ impl WeightStore {
         }
     }
 
+    /// Serves in-memory tensors under their HF names (the trainer's `Var`s): `get` returns
+    /// the same tensor when dtype and device already match, so gradients reach the variables.
+    pub fn from_tensors(tensors: BTreeMap<String, Tensor>, device: &Device, dtype: DType) -> Self {
+        WeightStore {
+            source: Source::Memory(tensors),
+            device: device.clone(),
+            dtype,
+            shapes_only: false,
+        }
+    }
+
     /// The GGUF file behind the store, if it is one.
     pub fn gguf(&self) -> Option<&GgufFile> {
         match &self.source {
             Source::Gguf(g) => Some(g),
-            Source::Safetensors { .. } => None,
+            Source::Safetensors { .. } | Source::Memory(_) => None,
         }
     }
 
@@ -108,6 +122,7 @@ impl WeightStore {
         match &self.source {
             Source::Safetensors { origin, .. } => origin.contains_key(name),
             Source::Gguf(g) => g.contains(name),
+            Source::Memory(map) => map.contains_key(name),
         }
     }
 
@@ -118,6 +133,7 @@ impl WeightStore {
                 files.get(name).ok().map(|view| view.shape().to_vec())
             }
             Source::Gguf(g) => g.shape(name),
+            Source::Memory(map) => map.get(name).map(|t| t.dims().to_vec()),
         }
     }
 
@@ -141,6 +157,7 @@ impl WeightStore {
                     g.path().to_path_buf(),
                     format!(" (GGUF {})", g.gguf_name(name).unwrap_or("?")),
                 ),
+                Source::Memory(_) => (PathBuf::from("<memory>"), String::new()),
             };
             return Err(Error::input(
                 path,
@@ -151,10 +168,13 @@ impl WeightStore {
             return Ok(Tensor::zeros((), dtype, &self.device)?.broadcast_as(expected)?);
         }
         let tensor = match &self.source {
-            Source::Safetensors { files, origin } => files
-                .load(name, &Device::Cpu)
-                .map_err(|e| Error::input(&origin[name], format!("cannot load tensor {name}: {e}")))?,
+            Source::Safetensors { files, origin } => {
+                files.load(name, &Device::Cpu).map_err(|e| {
+                    Error::input(&origin[name], format!("cannot load tensor {name}: {e}"))
+                })?
+            }
             Source::Gguf(g) => g.load(name)?,
+            Source::Memory(map) => map[name].clone(),
         };
         Ok(tensor.to_dtype(dtype)?.to_device(&self.device)?)
     }
@@ -184,6 +204,13 @@ impl WeightStore {
                 })
                 .collect(),
             Source::Gguf(g) => g.tensors(),
+            Source::Memory(map) => map
+                .iter()
+                .map(|(name, t)| {
+                    let dtype = format!("{:?}", t.dtype()).to_lowercase();
+                    (name.clone(), t.dims().to_vec(), dtype)
+                })
+                .collect(),
         }
     }
 
@@ -205,6 +232,7 @@ impl WeightStore {
                 .cloned()
                 .unwrap_or_else(|| PathBuf::from("model.safetensors")),
             Source::Gguf(g) => g.path().to_path_buf(),
+            Source::Memory(_) => PathBuf::from("<memory>"),
         }
     }
 }

@@ -29,7 +29,9 @@ pub enum Hook {
     AttnScores,
     /// `hook_pattern`: effective weights a_ij (what multiplies v_j), `[batch, head, q_block, keys]`, f32.
     Pattern,
-    /// `hook_softmax`: plain softmax p_ij over the scaled logits, `[batch, head, q_block, keys]`, f32.
+    /// `hook_softmax`: plain softmax p_ij over the logits of `hook_attn_scores` (scaled, and
+    /// transformed for scale_invariant / logn), before any sink or affine step,
+    /// `[batch, head, q_block, keys]`, f32.
     Softmax,
     /// `hook_sink_mass`: mass that goes to no token (sink, off_by_one), `[batch, head, q_block]`, f32.
     SinkMass,

@@ -1,0 +1,392 @@
+//! `demo`: trains baseline (softmax), sink and Affine-Scaled models here with the same
+//! data, seed and budget, then runs the toolkit on them end to end: `analyze` on the final
+//! checkpoints over held-out text (with `qk` over each checkpoint series), `grad-stats`,
+//! `spikes` and `curves` over the training logs, and `figures`. Glue only: every step is
+//! the real command. Layout of `--out`:
+//!
+//! ```text
+//! DIR/tokenizer.json              BPE tokenizer shared by the three runs
+//! DIR/runs/{baseline,sink,asa}/   log.csv, checkpoints/step-N/, train.json
+//! DIR/results/{attention,grad_stats,spikes,curves}/   the exported tables
+//! DIR/figures/                    every figure (PNG + SVG) and tables4_5.md
+//! ```
+//!
+//! Training that finished with the same options is reused unless `--force`. The three runs
+//! train in parallel threads with one compute thread each (`RAYON_NUM_THREADS=1` unless the
+//! environment sets it): on a small model that is faster than sharing the cores per matmul.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::{Args, Parser};
+use indicatif::MultiProgress;
+
+use super::train::{step_bar, TrainSettings};
+use super::{run as run_command, Cli};
+use crate::attention::VariantKind;
+use crate::device::DeviceRequest;
+use crate::error::{Error, Result};
+use crate::train::data::TextSource;
+use crate::train::run::finished_run;
+use crate::train::tokenizer::train_bpe;
+use crate::train::{self, TrainOptions, TrainSummary};
+
+/// The methods the demo compares: (label, variant).
+pub const METHODS: [(&str, VariantKind); 3] = [
+    ("baseline", VariantKind::Softmax),
+    ("sink", VariantKind::Sink),
+    ("asa", VariantKind::AffineScaled),
+];
+
+/// Seed offset of the held-out built-in prose (the training text uses `--seed`).
+const HELD_OUT_SEED: u64 = 1_000_003;
+
+/// `demo [--out DIR] [--steps N] [--corpus FILE] [--device ...]`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Output folder.
+    #[arg(long, default_value = "demo", value_name = "DIR")]
+    pub out: PathBuf,
+    /// Training steps per model.
+    #[arg(long, default_value_t = 500)]
+    pub steps: usize,
+    /// Train on this text (.txt or .jsonl; its last 10% is held out for the analysis)
+    /// instead of the built-in generated prose.
+    #[arg(long, value_name = "FILE")]
+    pub corpus: Option<PathBuf>,
+    /// auto, cpu, cuda or cuda:N.
+    #[arg(long, default_value = "auto")]
+    pub device: DeviceRequest,
+    /// Seed of the weights, the batch order and the built-in training text.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Retrain even when a finished run with the same options exists.
+    #[arg(long)]
+    pub force: bool,
+    /// No progress bars.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// `TrainSettings` at their `train` defaults.
+#[derive(Parser)]
+struct Defaults {
+    #[command(flatten)]
+    settings: TrainSettings,
+}
+
+/// Runs `demo`.
+pub fn run(args: DemoArgs) -> Result<()> {
+    let started = Instant::now();
+    if args.steps == 0 {
+        return Err(Error::usage("--steps must be at least 1"));
+    }
+    if let Some(c) = &args.corpus {
+        if !c.is_file() {
+            return Err(Error::input(c, "no such corpus file"));
+        }
+    }
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        std::env::set_var("RAYON_NUM_THREADS", "1");
+    }
+    let out = args.out.clone();
+    std::fs::create_dir_all(&out).map_err(|e| Error::io(&out, e))?;
+    let mut settings = Defaults::parse_from(["demo"]).settings;
+    settings.steps = args.steps;
+    settings.seed = args.seed;
+    settings.device = args.device;
+    settings.warmup = settings.warmup.min(args.steps / 5);
+    settings.save_every = Some((args.steps / 10).max(1));
+
+    // data: the built-in prose (held out: another seed) or the file split 90 / 10
+    let held_out = match &args.corpus {
+        Some(path) => {
+            let (train_txt, held) = split_corpus(path, &out.join("data"))?;
+            settings.corpus = Some(train_txt);
+            Some(held)
+        }
+        None => None,
+    };
+    let base = settings.options(VariantKind::Softmax, out.clone())?;
+    let tokenizer = shared_tokenizer(&base, &out, args.force)?;
+
+    // training, in parallel
+    let mut plans = Vec::new();
+    for (label, variant) in METHODS {
+        let mut opts = settings.options(variant, out.join("runs").join(label))?;
+        opts.tokenizer = Some(tokenizer.clone());
+        let done = if args.force {
+            None
+        } else {
+            finished_run(&opts)
+        };
+        plans.push((label, opts, done));
+    }
+    let bars = MultiProgress::new();
+    let summaries: Vec<Result<TrainSummary>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = plans
+            .iter()
+            .map(|(label, opts, done)| {
+                let bars = &bars;
+                let quiet = args.quiet;
+                scope.spawn(move || match done {
+                    Some(summary) => {
+                        if !quiet {
+                            eprintln!(
+                                "asa-analyze: demo: reusing the finished {label} run in {}",
+                                opts.out.display()
+                            );
+                        }
+                        Ok(summary.clone())
+                    }
+                    None => {
+                        let bar = bars.add(step_bar(quiet, opts.steps, label));
+                        let summary = train::train(opts, &mut |row| {
+                            bar.set_position(row.step as u64);
+                            bar.set_message(format!("loss {:.3}", row.loss));
+                        });
+                        bar.finish();
+                        summary
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("training thread"))
+            .collect()
+    });
+    let summaries: Vec<TrainSummary> = summaries.into_iter().collect::<Result<_>>()?;
+    let trained_at = started.elapsed().as_secs_f64();
+
+    // analysis with the real commands
+    let results = out.join("results");
+    let q = |v: &mut Vec<String>| {
+        if args.quiet {
+            v.push("--quiet".into());
+        }
+    };
+    let mut analyze: Vec<String> = vec!["analyze".into()];
+    for (label, _) in METHODS {
+        analyze.push(format!(
+            "{label}={}",
+            out.join("runs").join(label).join("checkpoints").display()
+        ));
+    }
+    analyze.extend([
+        "--seq-len".into(),
+        settings.seq_len.to_string(),
+        "--num-seqs".into(),
+        "10".into(),
+        "--device".into(),
+        device_arg(args.device),
+        "--out".into(),
+        results.join("attention").display().to_string(),
+    ]);
+    match &held_out {
+        Some(path) => analyze.extend(["--corpus".into(), path.display().to_string()]),
+        None => analyze.extend(["--seed".into(), (args.seed + HELD_OUT_SEED).to_string()]),
+    }
+    q(&mut analyze);
+    if !args.quiet {
+        eprintln!("asa-analyze: demo: analysing the final checkpoints and the checkpoint series");
+    }
+    command(analyze)?;
+    let logs: Vec<String> = METHODS
+        .iter()
+        .map(|(label, _)| {
+            format!(
+                "{label}={}",
+                out.join("runs").join(label).join("log.csv").display()
+            )
+        })
+        .collect();
+    for (cmd, extra) in [
+        ("grad-stats", vec!["--steps", "all"]),
+        ("spikes", vec![]),
+        ("curves", vec!["--ema", "0.9"]),
+    ] {
+        let mut v: Vec<String> = vec![cmd.into()];
+        v.extend(logs.iter().cloned());
+        v.extend(extra.into_iter().map(String::from));
+        v.extend([
+            "--out".into(),
+            results.join(cmd.replace('-', "_")).display().to_string(),
+            "--quiet".into(),
+        ]);
+        command(v)?;
+    }
+    let mut figs: Vec<String> = vec!["figures".into()];
+    for sub in ["attention", "grad_stats", "spikes", "curves"] {
+        figs.push(results.join(sub).display().to_string());
+    }
+    figs.extend([
+        "--out".into(),
+        out.join("figures").display().to_string(),
+        "--quiet".into(),
+    ]);
+    command(figs)?;
+
+    print_summary(&summaries, &results)?;
+    if !args.quiet {
+        eprintln!(
+            "asa-analyze: demo: done in {:.0}s (training {:.0}s); tables in {}, figures in {}",
+            started.elapsed().as_secs_f64(),
+            trained_at,
+            results.display(),
+            out.join("figures").display()
+        );
+    }
+    Ok(())
+}
+
+fn device_arg(d: DeviceRequest) -> String {
+    match d {
+        DeviceRequest::Auto => "auto".into(),
+        DeviceRequest::Cpu => "cpu".into(),
+        DeviceRequest::Cuda(n) => format!("cuda:{n}"),
+    }
+}
+
+/// Runs one asa-analyze command line in-process.
+fn command(args: Vec<String>) -> Result<()> {
+    let argv = std::iter::once("asa-analyze".to_string()).chain(args);
+    let cli = Cli::try_parse_from(argv).map_err(|e| Error::usage(format!("demo: {e}")))?;
+    run_command(cli)
+}
+
+/// The tokenizer the three runs share: `DIR/tokenizer.json`, trained on the training text
+/// unless one trained on the same text is there already.
+fn shared_tokenizer(opts: &TrainOptions, out: &Path, force: bool) -> Result<PathBuf> {
+    let path = out.join("tokenizer.json");
+    let stamp = out.join("tokenizer.source.json");
+    let source = serde_json::json!({ "text": opts.text, "vocab_size": opts.arch.vocab_size });
+    let same = std::fs::read_to_string(&stamp)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .is_some_and(|v| v == source);
+    if same && !force && path.is_file() {
+        return Ok(path);
+    }
+    let docs = train::data::documents(&opts.text)?;
+    train_bpe(docs.iter(), opts.arch.vocab_size, &path)?;
+    train::checkpoint::write_json(&stamp, &source)?;
+    Ok(path)
+}
+
+/// Splits a corpus file into `dir/train.txt` (first 90% of the text, at a line break) and
+/// `dir/heldout.txt` (the rest); `.jsonl` is split by documents.
+fn split_corpus(path: &Path, dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    let docs = train::data::documents(&TextSource::File(path.to_path_buf()))?;
+    let (train_text, held) = if docs.len() >= 10 {
+        let cut = docs.len() * 9 / 10;
+        (docs[..cut].join("\n\n"), docs[cut..].join("\n\n"))
+    } else {
+        let text = docs.join("\n\n");
+        let mut cut = text.len() * 9 / 10;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let cut = text[..cut]
+            .rfind('\n')
+            .map(|i| i + 1)
+            .filter(|&i| i > 0)
+            .unwrap_or(cut);
+        (text[..cut].to_string(), text[cut..].to_string())
+    };
+    if held.trim().is_empty() || train_text.trim().is_empty() {
+        return Err(Error::input(
+            path,
+            "too short to hold out 10% for the analysis",
+        ));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let (t, h) = (dir.join("train.txt"), dir.join("heldout.txt"));
+    for (p, text) in [(&t, &train_text), (&h, &held)] {
+        let same = std::fs::read_to_string(p).is_ok_and(|old| &old == text);
+        if !same {
+            std::fs::write(p, text).map_err(|e| Error::io(p, e))?;
+        }
+    }
+    Ok((t, h))
+}
+
+/// Per method: final loss, perplexity, first-token mass, mean entropy, spike counts.
+fn print_summary(summaries: &[TrainSummary], results: &Path) -> Result<()> {
+    let attention = read_csv(&results.join("attention").join("attention.csv"))?;
+    let spikes = read_csv(&results.join("spikes").join("spikes.csv"))?;
+    let layer_mean = |model: &str, metric: &str| -> Option<f64> {
+        let v: Vec<f64> = attention
+            .iter()
+            .filter(|r| r["model"] == model && r["metric"] == metric && r["stat"] == "mean")
+            .filter(|r| !r["layer"].is_empty() && r["head"].is_empty())
+            .filter_map(|r| r["value"].parse().ok())
+            .collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    let ppl = |model: &str| -> Option<f64> {
+        attention
+            .iter()
+            .find(|r| r["model"] == model && r["metric"] == "ppl" && r["stat"] == "mean")
+            .and_then(|r| r["value"].parse().ok())
+    };
+    let spike = |model: &str, k: &str| -> String {
+        spikes
+            .iter()
+            .find(|r| {
+                r["run"] == model
+                    && r["metric"] == "grad_norm"
+                    && r["k"].parse::<f64>().ok() == k.parse().ok()
+            })
+            .map(|r| r["count"].clone())
+            .unwrap_or_else(|| "-".into())
+    };
+    let f = |v: Option<f64>| v.map(|v| format!("{v:.4}")).unwrap_or_else(|| "-".into());
+    println!();
+    println!(
+        "{:<9} {:>8} {:>10} {:>11} {:>9} {:>11} {:>11}",
+        "method", "variant", "final_loss", "perplexity", "first_tok", "entropy", "spikes k=6/9"
+    );
+    for ((label, _), s) in METHODS.iter().zip(summaries) {
+        println!(
+            "{:<9} {:>8} {:>10.4} {:>11} {:>9} {:>11} {:>11}",
+            label,
+            short(&s.variant),
+            s.final_loss,
+            f(ppl(label)),
+            f(layer_mean(label, "first_token")),
+            f(layer_mean(label, "entropy")),
+            format!("{}/{}", spike(label, "6"), spike(label, "9")),
+        );
+    }
+    Ok(())
+}
+
+fn short(variant: &str) -> &str {
+    match variant {
+        "affine_scaled" => "affine",
+        other => other,
+    }
+}
+
+type Row = std::collections::HashMap<String, String>;
+
+fn read_csv(path: &Path) -> Result<Vec<Row>> {
+    let mut reader = csv::Reader::from_path(path).map_err(|e| Error::input(path, e.to_string()))?;
+    let headers = reader
+        .headers()
+        .map_err(|e| Error::input(path, e.to_string()))?
+        .clone();
+    let mut rows = Vec::new();
+    for rec in reader.records() {
+        let rec = rec.map_err(|e| Error::input(path, e.to_string()))?;
+        rows.push(
+            headers
+                .iter()
+                .zip(rec.iter())
+                .map(|(h, v)| (h.to_string(), v.to_string()))
+                .collect(),
+        );
+    }
+    Ok(rows)
+}

@@ -1,0 +1,200 @@
+//! A GGUF file's hyperparameters (`{arch}.block_count`, `{arch}.attention.head_count`, ...)
+//! as a config.json mirror ([`RawConfig`](super::config::RawConfig) JSON), so that GGUF and
+//! Hugging Face checkpoints resolve through the same code and the same checks.
+
+use std::fs::File;
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::{Content, Value};
+use serde_json::json;
+
+use super::gguf_rope::{llama3_from_freq_factors, read_factors, Recovered};
+use crate::error::{Error, Result};
+
+/// What the config needs from the tensor table (under HF names).
+pub(crate) struct TensorFacts {
+    /// Rows of `model.embed_tokens.weight`.
+    pub vocab: usize,
+    /// `output.weight` exists (else the embeddings are tied).
+    pub has_output: bool,
+    /// `blk.0.attn_q.bias` exists.
+    pub has_q_bias: bool,
+}
+
+/// Typed access to `{arch}.*` metadata, errors naming the file and the key.
+pub(crate) struct Meta<'a> {
+    pub content: &'a Content,
+    pub arch: &'a str,
+    pub path: &'a Path,
+}
+
+impl Meta<'_> {
+    pub(crate) fn key(&self, key: &str) -> String {
+        format!("{}.{key}", self.arch)
+    }
+
+    pub(crate) fn opt_usize_key(&self, key: &str) -> Result<Option<usize>> {
+        let full = self.key(key);
+        match self.content.metadata.get(&full) {
+            None => Ok(None),
+            Some(v) => value_as_u64(v).map(|v| Some(v as usize)).ok_or_else(|| {
+                Error::input(
+                    self.path,
+                    format!("metadata {full} must be one integer, got {}", short(v)),
+                )
+            }),
+        }
+    }
+
+    pub(crate) fn usize_key(&self, key: &str) -> Result<usize> {
+        self.opt_usize_key(key)?
+            .ok_or_else(|| Error::input(self.path, format!("missing metadata {}", self.key(key))))
+    }
+
+    pub(crate) fn opt_f64_key(&self, key: &str) -> Result<Option<f64>> {
+        let full = self.key(key);
+        match self.content.metadata.get(&full) {
+            None => Ok(None),
+            Some(Value::F32(v)) => Ok(Some(f64::from(*v))),
+            Some(Value::F64(v)) => Ok(Some(*v)),
+            Some(v) => value_as_u64(v).map(|v| Some(v as f64)).ok_or_else(|| {
+                Error::input(
+                    self.path,
+                    format!("metadata {full} must be a number, got {}", short(v)),
+                )
+            }),
+        }
+    }
+}
+
+/// The metadata as a config.json mirror, and the rope_freqs recovery when the file has them.
+pub(crate) fn raw_config(
+    meta: &Meta,
+    file: &mut File,
+    tensors: &TensorFacts,
+    heads: usize,
+    kv_heads: usize,
+) -> Result<(serde_json::Value, Option<Recovered>)> {
+    let path = meta.path;
+    if let Some(n) = meta.opt_usize_key("expert_count")? {
+        if n > 0 {
+            return Err(Error::input(
+                path,
+                format!(
+                    "mixture-of-experts models ({}.expert_count {n}) are not supported",
+                    meta.arch
+                ),
+            ));
+        }
+    }
+    if let Some(kind) = metadata_str(meta.content, &meta.key("rope.scaling.type")) {
+        if kind != "none" {
+            return Err(Error::input(
+                path,
+                format!("rope scaling `{kind}` ({}.rope.scaling.type) is not implemented (supported: none, llama3 rope_freqs)", meta.arch),
+            ));
+        }
+    }
+    let hidden = meta.usize_key("embedding_length")?;
+    let vocab = tensors.vocab;
+    let head_dim = match meta.opt_usize_key("attention.key_length")? {
+        Some(d) => d,
+        None if heads > 0 && hidden % heads == 0 => hidden / heads,
+        None => {
+            return Err(Error::input(
+                path,
+                format!(
+                    "{}.embedding_length {hidden} is not divisible by head_count {heads}",
+                    meta.arch
+                ),
+            ))
+        }
+    };
+    let rot_dim = meta
+        .opt_usize_key("rope.dimension_count")?
+        .unwrap_or(head_dim);
+    let theta = meta.opt_f64_key("rope.freq_base")?.unwrap_or(10000.0);
+    let context = meta.opt_usize_key("context_length")?.unwrap_or(2048);
+    let mut rope = json!({"rope_type": "default", "rope_theta": theta});
+    let mut recovered = None;
+    if let Some(info) = meta.content.tensor_infos.get("rope_freqs.weight") {
+        let factors = read_factors(meta, file, info, rot_dim)?;
+        let original = meta
+            .opt_usize_key("rope.scaling.original_context_length")?
+            .unwrap_or(context);
+        match llama3_from_freq_factors(theta, rot_dim, &factors, original as f64) {
+            Some(r) => {
+                if let Some(params) = r.params.clone() {
+                    rope = params;
+                }
+                recovered = Some(r);
+            }
+            None => {
+                return Err(Error::input(
+                    path,
+                    "rope_freqs.weight is not a Llama-3 frequency scaling (the only per-frequency factors implemented)",
+                ))
+            }
+        }
+    }
+    let token = |key: &str| {
+        meta.content
+            .metadata
+            .get(key)
+            .and_then(value_as_u64)
+            .map(|v| json!(v))
+            .unwrap_or(serde_json::Value::Null)
+    };
+    let raw = json!({
+        "model_type": meta.arch,
+        "hidden_size": hidden,
+        "intermediate_size": meta.usize_key("feed_forward_length")?,
+        "num_hidden_layers": meta.usize_key("block_count")?,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "vocab_size": vocab,
+        "rms_norm_eps": meta.opt_f64_key("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5),
+        "max_position_embeddings": context,
+        "tie_word_embeddings": !tensors.has_output,
+        "attention_bias": meta.arch == "llama" && tensors.has_q_bias,
+        "partial_rotary_factor": rot_dim as f64 / head_dim as f64,
+        "rope_parameters": rope,
+        "bos_token_id": token("tokenizer.ggml.bos_token_id"),
+        "eos_token_id": token("tokenizer.ggml.eos_token_id"),
+        "hidden_act": "silu",
+    });
+    Ok((raw, recovered))
+}
+
+/// A string metadata value.
+pub(crate) fn metadata_str<'a>(content: &'a Content, key: &str) -> Option<&'a str> {
+    match content.metadata.get(key) {
+        Some(Value::String(s)) => Some(s.as_str()),
+        _ => None,
+    }
+}
+
+/// Any non-negative integer metadata value as u64.
+pub(crate) fn value_as_u64(v: &Value) -> Option<u64> {
+    match *v {
+        Value::U8(x) => Some(u64::from(x)),
+        Value::U16(x) => Some(u64::from(x)),
+        Value::U32(x) => Some(u64::from(x)),
+        Value::U64(x) => Some(x),
+        Value::I8(x) => u64::try_from(x).ok(),
+        Value::I16(x) => u64::try_from(x).ok(),
+        Value::I32(x) => u64::try_from(x).ok(),
+        Value::I64(x) => u64::try_from(x).ok(),
+        _ => None,
+    }
+}
+
+/// A metadata value for an error message (arrays by length).
+fn short(v: &Value) -> String {
+    match v {
+        Value::Array(items) => format!("an array of {}", items.len()),
+        Value::String(s) => format!("`{s}`"),
+        other => format!("{other:?}"),
+    }
+}

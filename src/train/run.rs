@@ -1,0 +1,244 @@
+//! A whole training run: tokenizer, data, parameters, the step loop with its CSV log, and
+//! checkpoints every `save_every` steps as `checkpoints/step-N/`. Layout of `out`:
+//!
+//! ```text
+//! out/tokenizer.json          the BPE tokenizer (trained here unless one is given)
+//! out/log.csv                 step, loss, grad_norm, lr, qk_mean (every step)
+//! out/checkpoints/step-N/     HF checkpoints (config.json, model.safetensors, tokenizer.json)
+//! out/train.json              options and summary, written last: the run finished
+//! ```
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use candle_core::Device;
+use serde_json::json;
+
+use super::checkpoint::{save, write_json};
+use super::data::{documents, TextSource, TokenStream};
+use super::params::{config_json, init_params, resolve, Arch, SplitMix64};
+use super::schedule::Schedule;
+use super::tokenizer::{train_bpe, BOS, EOS};
+use super::{OptimConfig, StepLog, Trainer};
+use crate::attention::VariantKind;
+use crate::error::{Error, Result};
+
+/// Everything a run needs.
+#[derive(Debug, Clone)]
+pub struct TrainOptions {
+    pub variant: VariantKind,
+    pub arch: Arch,
+    pub text: TextSource,
+    /// An existing tokenizer.json to use instead of training one.
+    pub tokenizer: Option<PathBuf>,
+    pub steps: usize,
+    pub batch_size: usize,
+    /// Tokens per training window (BOS included).
+    pub seq_len: usize,
+    pub warmup: usize,
+    /// Share of the steps in the final decay phase.
+    pub decay_frac: f64,
+    pub min_lr_ratio: f64,
+    pub optim: OptimConfig,
+    pub seed: u64,
+    /// Checkpoint every this many steps (and at the last step).
+    pub save_every: usize,
+    pub out: PathBuf,
+    pub device: Device,
+}
+
+impl TrainOptions {
+    /// The learning-rate schedule.
+    pub fn schedule(&self) -> Schedule {
+        Schedule {
+            peak: self.optim.lr,
+            warmup: self.warmup,
+            decay: (self.steps as f64 * self.decay_frac).round() as usize,
+            total: self.steps,
+            min_ratio: self.min_lr_ratio,
+        }
+    }
+
+    /// The options as recorded in train.json (what decides whether a finished run can be
+    /// reused).
+    pub fn record(&self) -> serde_json::Value {
+        json!({
+            "variant": self.variant.name(),
+            "arch": self.arch,
+            "text": self.text,
+            "tokenizer": self.tokenizer,
+            "steps": self.steps,
+            "batch_size": self.batch_size,
+            "seq_len": self.seq_len,
+            "schedule": self.schedule(),
+            "weight_decay": self.optim.weight_decay,
+            "betas": [self.optim.beta1, self.optim.beta2],
+            "grad_clip": self.optim.grad_clip,
+            "seed": self.seed,
+            "save_every": self.save_every,
+        })
+    }
+}
+
+/// What a finished run reports.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct TrainSummary {
+    pub variant: String,
+    pub steps: usize,
+    pub first_loss: f64,
+    /// Mean loss over the last 10 steps.
+    pub final_loss: f64,
+    pub seconds: f64,
+    pub checkpoints: Vec<PathBuf>,
+    pub log: PathBuf,
+}
+
+/// Trains per `opts`, calling `on_step` after each step.
+pub fn train(opts: &TrainOptions, on_step: &mut dyn FnMut(&StepLog)) -> Result<TrainSummary> {
+    validate(opts)?;
+    let started = Instant::now();
+    let out = &opts.out;
+    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+    let finished = out.join("train.json");
+    if finished.exists() {
+        std::fs::remove_file(&finished).map_err(|e| Error::io(&finished, e))?;
+    }
+    let docs = documents(&opts.text)?;
+    let tok_path = out.join("tokenizer.json");
+    let tokenizer = match &opts.tokenizer {
+        Some(given) => {
+            if given != &tok_path {
+                std::fs::copy(given, &tok_path).map_err(|e| Error::io(given, e))?;
+            }
+            tokenizers::Tokenizer::from_file(&tok_path)
+                .map_err(|e| Error::input(given, format!("invalid tokenizer.json: {e}")))?
+        }
+        None => train_bpe(docs.iter(), opts.arch.vocab_size, &tok_path)?,
+    };
+    let ids = |t: &str| {
+        tokenizer
+            .token_to_id(t)
+            .ok_or_else(|| Error::input(&tok_path, format!("the tokenizer has no {t} token")))
+    };
+    let (bos, eos) = (ids(BOS)?, ids(EOS)?);
+    let vocab = tokenizer.get_vocab_size(true);
+    if vocab > opts.arch.vocab_size {
+        return Err(Error::input(
+            &tok_path,
+            format!(
+                "the tokenizer has {vocab} tokens, more than --vocab-size {}",
+                opts.arch.vocab_size
+            ),
+        ));
+    }
+    let stream = TokenStream::encode(&tokenizer, &docs, bos, eos)?;
+    let config = config_json(&opts.arch, opts.variant, bos, eos);
+    let resolved = resolve(&config)?;
+    let params = init_params(&opts.arch, opts.variant, opts.seed, &opts.device)?;
+    let mut trainer = Trainer::new(resolved, opts.variant, params, opts.optim, &opts.device)?;
+    let schedule = opts.schedule();
+    let log_path = out.join("log.csv");
+    let file = std::fs::File::create(&log_path).map_err(|e| Error::io(&log_path, e))?;
+    let mut log = std::io::BufWriter::new(file);
+    let io = |e| Error::io(&log_path, e);
+    writeln!(log, "step,loss,grad_norm,lr,qk_mean").map_err(io)?;
+    let mut rng = SplitMix64::new(opts.seed.wrapping_add(0x5eed));
+    let mut losses = Vec::with_capacity(opts.steps);
+    let mut checkpoints = Vec::new();
+    let ckpt_dir = out.join("checkpoints");
+    if ckpt_dir.exists() {
+        std::fs::remove_dir_all(&ckpt_dir).map_err(|e| Error::io(&ckpt_dir, e))?;
+    }
+    for step in 1..=opts.steps {
+        let batch = stream.batch(&mut rng, opts.batch_size, opts.seq_len - 1, &opts.device)?;
+        let row = trainer.step(&batch, schedule.lr(step))?;
+        if !row.loss.is_finite() {
+            return Err(Error::usage(format!(
+                "training diverged at step {step} (loss {}); lower --lr",
+                row.loss
+            )));
+        }
+        writeln!(
+            log,
+            "{},{},{},{},{}",
+            row.step, row.loss, row.grad_norm, row.lr, row.qk_mean
+        )
+        .map_err(io)?;
+        log.flush().map_err(io)?;
+        losses.push(row.loss);
+        on_step(&row);
+        if step % opts.save_every == 0 || step == opts.steps {
+            let dir = ckpt_dir.join(format!("step-{step}"));
+            checkpoints.push(save(&trainer, &config, &tok_path, &dir)?);
+        }
+    }
+    let tail = &losses[losses.len().saturating_sub(10)..];
+    let summary = TrainSummary {
+        variant: opts.variant.name().to_string(),
+        steps: opts.steps,
+        first_loss: losses[0],
+        final_loss: tail.iter().sum::<f64>() / tail.len() as f64,
+        seconds: started.elapsed().as_secs_f64(),
+        checkpoints,
+        log: log_path.clone(),
+    };
+    write_json(
+        &finished,
+        &json!({ "options": opts.record(), "summary": summary }),
+    )?;
+    Ok(summary)
+}
+
+/// A finished run in `out` trained with the same options, if there is one.
+pub fn finished_run(opts: &TrainOptions) -> Option<TrainSummary> {
+    let text = std::fs::read_to_string(opts.out.join("train.json")).ok()?;
+    let json: serde_json::Value = serde_json::from_str(&text).ok()?;
+    if json.get("options")? != &opts.record() {
+        return None;
+    }
+    let summary: TrainSummary = serde_json::from_value(json.get("summary")?.clone()).ok()?;
+    summary
+        .checkpoints
+        .iter()
+        .all(|c| c.join("config.json").is_file())
+        .then_some(summary)
+}
+
+fn validate(opts: &TrainOptions) -> Result<()> {
+    opts.arch.validate()?;
+    if !super::is_trainable(opts.variant) {
+        return Err(Error::usage(format!(
+            "variant `{}` has no training rule here (trainable: {})",
+            opts.variant.name(),
+            super::TRAINABLE
+        )));
+    }
+    if opts.steps == 0 || opts.batch_size == 0 || opts.save_every == 0 {
+        return Err(Error::usage(
+            "--steps, --batch-size and --save-every must be at least 1",
+        ));
+    }
+    if opts.seq_len < 2 || opts.seq_len > opts.arch.max_position_embeddings {
+        return Err(Error::usage(format!(
+            "--seq-len {} must be in 2..={} (max_position_embeddings)",
+            opts.seq_len, opts.arch.max_position_embeddings
+        )));
+    }
+    if !(0.0..=1.0).contains(&opts.decay_frac) || !(0.0..=1.0).contains(&opts.min_lr_ratio) {
+        return Err(Error::usage(
+            "--decay-frac and --min-lr-ratio must be in [0, 1]",
+        ));
+    }
+    if let TextSource::File(path) = &opts.text {
+        if !path.is_file() {
+            return Err(Error::input(path, "no such corpus file"));
+        }
+    }
+    if let Some(t) = &opts.tokenizer {
+        if !t.is_file() {
+            return Err(Error::input(t, "no such tokenizer.json"));
+        }
+    }
+    Ok(())
+}
