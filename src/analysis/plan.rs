@@ -33,9 +33,10 @@ pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
 }
 
 /// The default attention budget: a quarter of the memory available now (Linux
-/// `/proc/meminfo` MemAvailable), 1 GiB when it cannot be read.
+/// `/proc/meminfo` MemAvailable), at most 1 GiB (larger blocks buy no speed), and 1 GiB
+/// when it cannot be read.
 pub fn default_budget() -> u64 {
-    available_memory().map_or(1 << 30, |avail| avail / 4)
+    available_memory().map_or(1 << 30, |avail| (avail / 4).min(1 << 30))
 }
 
 fn available_memory() -> Option<u64> {

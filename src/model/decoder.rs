@@ -110,7 +110,10 @@ impl Model {
         }
         if probe.wants(Hook::Logits, self.layers.len()) {
             let hidden = self.norm.forward(&xs)?;
-            for (start, n) in query_blocks(t, block) {
+            // logit blocks hold as many values as an attention block ([heads, block, T]), so
+            // the vocabulary never multiplies the sequence length in memory
+            let logit_block = (block * c.num_heads * t / c.vocab_size.max(1)).clamp(1, t);
+            for (start, n) in query_blocks(t, logit_block) {
                 let logits = self
                     .lm_head
                     .forward(&hidden.narrow(1, start, n)?.contiguous()?)?

@@ -50,13 +50,15 @@ impl Arch {
         if a.hidden_size == 0 || a.num_layers == 0 || a.num_heads == 0 || a.num_kv_heads == 0 {
             return Err(Error::usage("model sizes must be positive"));
         }
-        if a.hidden_size % a.num_heads != 0 || (a.hidden_size / a.num_heads) % 2 != 0 {
+        if !a.hidden_size.is_multiple_of(a.num_heads)
+            || !(a.hidden_size / a.num_heads).is_multiple_of(2)
+        {
             return Err(Error::usage(format!(
                 "--hidden-size {} must split into {} heads of an even dimension",
                 a.hidden_size, a.num_heads
             )));
         }
-        if a.num_heads % a.num_kv_heads != 0 {
+        if !a.num_heads.is_multiple_of(a.num_kv_heads) {
             return Err(Error::usage(format!(
                 "--heads {} is not a multiple of --kv-heads {}",
                 a.num_heads, a.num_kv_heads
