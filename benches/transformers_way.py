@@ -38,7 +38,10 @@ def make_random(out, shape, dtype):
     from transformers import LlamaConfig, LlamaForCausalLM
     torch.manual_seed(0)
     cfg = LlamaConfig(**SHAPES[shape], initializer_range=0.02)
-    model = LlamaForCausalLM(cfg).to(getattr(torch, dtype))
+    # initialise on the GPU when there is one: a 1B model inits in seconds there
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = LlamaForCausalLM(cfg)
+    model = model.to(getattr(torch, dtype)).cpu()
     model.save_pretrained(out)
     n = sum(p.numel() for p in model.parameters())
     print(json.dumps({"made": out, "shape": shape, "parameters": n}))
