@@ -12,7 +12,11 @@ use polars::prelude::*;
 
 /// Writes the reference input ids of `name` as a .json corpus of ready-made windows.
 fn ids_corpus(name: &str, dir: &Path) -> String {
-    let ids = reference(name)["input_ids"].to_dtype(DType::U32).unwrap().to_vec2::<u32>().unwrap();
+    let ids = reference(name)["input_ids"]
+        .to_dtype(DType::U32)
+        .unwrap()
+        .to_vec2::<u32>()
+        .unwrap();
     let path = dir.join(format!("{name}.ids.json"));
     fs::write(&path, serde_json::to_string(&ids).unwrap()).unwrap();
     path.display().to_string()
@@ -28,15 +32,38 @@ fn read_csv(path: &Path) -> DataFrame {
 }
 
 fn read_parquet(path: &Path) -> DataFrame {
-    ParquetReader::new(fs::File::open(path).unwrap()).finish().unwrap()
+    ParquetReader::new(fs::File::open(path).unwrap())
+        .finish()
+        .unwrap()
 }
 
 /// The `value` of the attention row (model, metric, layer, head, stat).
-fn value(df: &DataFrame, model: &str, metric: &str, layer: Option<i64>, head: Option<i64>, stat: &str) -> f64 {
+fn value(
+    df: &DataFrame,
+    model: &str,
+    metric: &str,
+    layer: Option<i64>,
+    head: Option<i64>,
+    stat: &str,
+) -> f64 {
     let models = df.column("model").unwrap().str().unwrap().clone();
     let metrics = df.column("metric").unwrap().str().unwrap().clone();
-    let layers = df.column("layer").unwrap().cast(&DataType::Int64).unwrap().i64().unwrap().clone();
-    let heads = df.column("head").unwrap().cast(&DataType::Int64).unwrap().i64().unwrap().clone();
+    let layers = df
+        .column("layer")
+        .unwrap()
+        .cast(&DataType::Int64)
+        .unwrap()
+        .i64()
+        .unwrap()
+        .clone();
+    let heads = df
+        .column("head")
+        .unwrap()
+        .cast(&DataType::Int64)
+        .unwrap()
+        .i64()
+        .unwrap()
+        .clone();
     let stats = df.column("stat").unwrap().str().unwrap().clone();
     let values = df.column("value").unwrap().f64().unwrap().clone();
     let mut found = None;
@@ -47,7 +74,10 @@ fn value(df: &DataFrame, model: &str, metric: &str, layer: Option<i64>, head: Op
             && heads.get(i) == head
             && stats.get(i) == Some(stat)
         {
-            assert!(found.is_none(), "duplicate row {model} {metric} {layer:?} {head:?} {stat}");
+            assert!(
+                found.is_none(),
+                "duplicate row {model} {metric} {layer:?} {head:?} {stat}"
+            );
             found = values.get(i);
         }
     }
@@ -79,7 +109,10 @@ fn analyze(tmp: &Path, extra: &[&str]) -> std::process::Output {
 
 fn check_attention_table(df: &DataFrame) {
     assert_eq!(
-        df.get_column_names().iter().map(|c| c.as_str()).collect::<Vec<_>>(),
+        df.get_column_names()
+            .iter()
+            .map(|c| c.as_str())
+            .collect::<Vec<_>>(),
         vec!["model", "metric", "layer", "head", "stat", "value"]
     );
     for (label, fixture) in [("base", "llama_gqa"), ("asa", "affine_scaled")] {
@@ -87,17 +120,59 @@ fn check_attention_table(df: &DataFrame) {
         let num = |v: &serde_json::Value| v.as_f64().unwrap();
         for l in 0..2usize {
             let layer = Some(l as i64 + 1);
-            assert_close(value(df, label, "first_token", layer, None, "mean"), num(&want["first_token"]["mean"][l]), 1e-6, 1e-5, "first_token");
-            assert_close(value(df, label, "entropy", layer, None, "std"), num(&want["entropy"]["std"][l]), 1e-6, 1e-5, "entropy std");
-            assert_close(value(df, label, "weight_sum", layer, None, "p95"), num(&want["weight_sum"]["p95"][l]), 1e-6, 1e-5, "weight_sum p95");
+            assert_close(
+                value(df, label, "first_token", layer, None, "mean"),
+                num(&want["first_token"]["mean"][l]),
+                1e-6,
+                1e-5,
+                "first_token",
+            );
+            assert_close(
+                value(df, label, "entropy", layer, None, "std"),
+                num(&want["entropy"]["std"][l]),
+                1e-6,
+                1e-5,
+                "entropy std",
+            );
+            assert_close(
+                value(df, label, "weight_sum", layer, None, "p95"),
+                num(&want["weight_sum"]["p95"][l]),
+                1e-6,
+                1e-5,
+                "weight_sum p95",
+            );
             for h in 0..4usize {
                 let head = Some(h as i64 + 1);
-                assert_close(value(df, label, "head_total", layer, head, "mean"), num(&want["head_total"][l][h]), 1e-6, 1e-5, "head_total");
-                assert_close(value(df, label, "sink_importance", layer, head, "mean"), num(&want["sink_rate"]["importance"][l][h]), 1e-6, 1e-5, "importance");
+                assert_close(
+                    value(df, label, "head_total", layer, head, "mean"),
+                    num(&want["head_total"][l][h]),
+                    1e-6,
+                    1e-5,
+                    "head_total",
+                );
+                assert_close(
+                    value(df, label, "sink_importance", layer, head, "mean"),
+                    num(&want["sink_rate"]["importance"][l][h]),
+                    1e-6,
+                    1e-5,
+                    "importance",
+                );
             }
         }
-        assert_close(value(df, label, "qk_mean", None, None, "mean"), num(&want["qk_mean"]["mean"]), 1e-6, 1e-5, "qk_mean");
-        assert_close(value(df, label, "ppl", None, None, "mean"), num(&want["nll"]["ppl"]), 1e-6, 1e-5, "ppl");
+        assert_close(
+            value(df, label, "qk_mean", None, None, "mean"),
+            num(&want["qk_mean"]["mean"]),
+            1e-6,
+            1e-5,
+            "qk_mean",
+        );
+        assert_close(
+            value(df, label, "ppl", None, None, "mean"),
+            num(&want["nll"]["ppl"]),
+            1e-6,
+            1e-5,
+            "ppl",
+        );
     }
     let want = reference_metrics("affine_scaled");
     assert_close(
@@ -113,32 +188,69 @@ fn check_attention_table(df: &DataFrame) {
 fn analyze_writes_every_table_matching_the_references() {
     let tmp = tempfile::tempdir().unwrap();
     let out = analyze(tmp.path(), &["--out", "res"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let res = tmp.path().join("res");
-    for table in ["attention", "weight_sum_hist", "heatmap", "query_profile", "distance_profile", "nll_position"] {
-        assert!(res.join(format!("{table}.csv")).is_file(), "{table}.csv missing");
+    for table in [
+        "attention",
+        "weight_sum_hist",
+        "heatmap",
+        "query_profile",
+        "distance_profile",
+        "nll_position",
+    ] {
+        assert!(
+            res.join(format!("{table}.csv")).is_file(),
+            "{table}.csv missing"
+        );
     }
     check_attention_table(&read_csv(&res.join("attention.csv")));
     // heatmap rows: 2 models x 20 x 20, 1-based layer 2 (default 8 clipped), 0-based positions
     let heat = read_csv(&res.join("heatmap.csv"));
     assert_eq!(heat.height(), 2 * 20 * 20);
-    let run: serde_json::Value = serde_json::from_str(&fs::read_to_string(res.join("run.json")).unwrap()).unwrap();
+    let run: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(res.join("run.json")).unwrap()).unwrap();
     assert_eq!(run["models"][1]["variant"], "affine_scaled");
     assert_eq!(run["models"][0]["heatmap_layer"], 2);
     // stdout summary names both models
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("base") && stdout.contains("asa"), "{stdout}");
+    assert!(
+        stdout.contains("base") && stdout.contains("asa"),
+        "{stdout}"
+    );
 }
 
 #[test]
 fn parquet_tables_hold_the_same_values() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = analyze(tmp.path(), &["--out", "pq", "--format", "parquet", "--batch-size", "3", "--block-size", "7"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = analyze(
+        tmp.path(),
+        &[
+            "--out",
+            "pq",
+            "--format",
+            "parquet",
+            "--batch-size",
+            "3",
+            "--block-size",
+            "7",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     check_attention_table(&read_parquet(&tmp.path().join("pq/attention.parquet")));
     let dist = read_parquet(&tmp.path().join("pq/distance_profile.parquet"));
     assert_eq!(
-        dist.get_column_names().iter().map(|c| c.as_str()).collect::<Vec<_>>(),
+        dist.get_column_names()
+            .iter()
+            .map(|c| c.as_str())
+            .collect::<Vec<_>>(),
         vec!["model", "layer", "head", "band", "value"]
     );
 }
@@ -147,8 +259,23 @@ fn parquet_tables_hold_the_same_values() {
 fn newcomer_entropy_on_the_built_in_corpus() {
     let tmp = tempfile::tempdir().unwrap();
     let model = model_dir("llama_gqa").display().to_string();
-    let out = run_cli(tmp.path(), &["entropy", &model, "--seq-len", "64", "--num-seqs", "2", "--quiet"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run_cli(
+        tmp.path(),
+        &[
+            "entropy",
+            &model,
+            "--seq-len",
+            "64",
+            "--num-seqs",
+            "2",
+            "--quiet",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("entropy (nats) by layer"), "{stdout}");
     let df = read_csv(&tmp.path().join("results/attention.csv"));
@@ -178,19 +305,69 @@ fn training_series_gives_the_qk_curve() {
         }
     }
     let corpus = ids_corpus("llama_gqa", tmp.path());
-    let out = run_cli(tmp.path(), &["qk", "run", "--corpus", &corpus, "--seq-len", "20", "--num-seqs", "3", "--bos", "never", "--quiet"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run_cli(
+        tmp.path(),
+        &[
+            "qk",
+            "run",
+            "--corpus",
+            &corpus,
+            "--seq-len",
+            "20",
+            "--num-seqs",
+            "3",
+            "--bos",
+            "never",
+            "--quiet",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let df = read_csv(&tmp.path().join("results/qk_series.csv"));
-    let steps: Vec<i64> = df.column("step").unwrap().i64().unwrap().into_no_null_iter().collect();
+    let steps: Vec<i64> = df
+        .column("step")
+        .unwrap()
+        .i64()
+        .unwrap()
+        .into_no_null_iter()
+        .collect();
     assert_eq!(steps, vec![1000, 2000]);
-    let qk: Vec<f64> = df.column("qk_mean").unwrap().f64().unwrap().into_no_null_iter().collect();
-    assert_close(qk[0], reference_metrics("llama_gqa")["qk_mean"]["mean"].as_f64().unwrap(), 1e-6, 1e-5, "step 1000");
-    assert_close(qk[1], reference_metrics("qwen2")["qk_mean"]["mean"].as_f64().unwrap(), 1e-6, 1e-5, "step 2000");
+    let qk: Vec<f64> = df
+        .column("qk_mean")
+        .unwrap()
+        .f64()
+        .unwrap()
+        .into_no_null_iter()
+        .collect();
+    assert_close(
+        qk[0],
+        reference_metrics("llama_gqa")["qk_mean"]["mean"]
+            .as_f64()
+            .unwrap(),
+        1e-6,
+        1e-5,
+        "step 1000",
+    );
+    assert_close(
+        qk[1],
+        reference_metrics("qwen2")["qk_mean"]["mean"]
+            .as_f64()
+            .unwrap(),
+        1e-6,
+        1e-5,
+        "step 2000",
+    );
 }
 
 fn assert_no_output(dir: &Path) {
     if dir.exists() {
-        let left: Vec<_> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let left: Vec<_> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert!(left.is_empty(), "partial output left: {left:?}");
     }
 }
@@ -200,7 +377,21 @@ fn corpus_shorter_than_one_sequence_is_an_error() {
     let tmp = tempfile::tempdir().unwrap();
     let model = model_dir("llama_gqa").display().to_string();
     let corpus = fixtures().join("corpus/tiny.txt").display().to_string();
-    let out = run_cli(tmp.path(), &["analyze", &model, "--corpus", &corpus, "--seq-len", "5000", "--num-seqs", "1", "--out", "o"]);
+    let out = run_cli(
+        tmp.path(),
+        &[
+            "analyze",
+            &model,
+            "--corpus",
+            &corpus,
+            "--seq-len",
+            "5000",
+            "--num-seqs",
+            "1",
+            "--out",
+            "o",
+        ],
+    );
     let err = expect_error(&out);
     assert!(err.contains("tiny.txt") && err.contains("shorter"), "{err}");
     assert_no_output(&tmp.path().join("o"));
@@ -218,7 +409,21 @@ fn text_without_a_tokenizer_is_an_error() {
         }
     }
     let corpus = fixtures().join("corpus/tiny.txt").display().to_string();
-    let out = run_cli(tmp.path(), &["entropy", "ckpt", "--corpus", &corpus, "--seq-len", "8", "--num-seqs", "1", "--out", "o"]);
+    let out = run_cli(
+        tmp.path(),
+        &[
+            "entropy",
+            "ckpt",
+            "--corpus",
+            &corpus,
+            "--seq-len",
+            "8",
+            "--num-seqs",
+            "1",
+            "--out",
+            "o",
+        ],
+    );
     let err = expect_error(&out);
     assert!(err.contains("tokenizer.json"), "{err}");
     assert_no_output(&tmp.path().join("o"));
@@ -228,9 +433,26 @@ fn text_without_a_tokenizer_is_an_error() {
 fn layer_out_of_range_is_an_error() {
     let tmp = tempfile::tempdir().unwrap();
     let model = model_dir("llama_gqa").display().to_string();
-    let out = run_cli(tmp.path(), &["heatmap", &model, "--layer", "3", "--seq-len", "16", "--num-seqs", "1", "--out", "o"]);
+    let out = run_cli(
+        tmp.path(),
+        &[
+            "heatmap",
+            &model,
+            "--layer",
+            "3",
+            "--seq-len",
+            "16",
+            "--num-seqs",
+            "1",
+            "--out",
+            "o",
+        ],
+    );
     let err = expect_error(&out);
-    assert!(err.contains("--layer 3") && err.contains("2 layers"), "{err}");
+    assert!(
+        err.contains("--layer 3") && err.contains("2 layers"),
+        "{err}"
+    );
     assert_no_output(&tmp.path().join("o"));
 }
 
@@ -239,7 +461,19 @@ fn unwritable_output_folder_is_an_error() {
     let tmp = tempfile::tempdir().unwrap();
     fs::write(tmp.path().join("taken"), "a file, not a folder").unwrap();
     let model = model_dir("llama_gqa").display().to_string();
-    let out = run_cli(tmp.path(), &["entropy", &model, "--seq-len", "16", "--num-seqs", "1", "--out", "taken/results"]);
+    let out = run_cli(
+        tmp.path(),
+        &[
+            "entropy",
+            &model,
+            "--seq-len",
+            "16",
+            "--num-seqs",
+            "1",
+            "--out",
+            "taken/results",
+        ],
+    );
     let err = expect_error(&out);
     assert!(err.contains("taken/results"), "{err}");
 }
@@ -251,8 +485,14 @@ fn cuda_without_the_feature_is_a_clear_error() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let model = model_dir("llama_gqa").display().to_string();
-    let out = run_cli(tmp.path(), &["entropy", &model, "--device", "cuda", "--out", "o"]);
+    let out = run_cli(
+        tmp.path(),
+        &["entropy", &model, "--device", "cuda", "--out", "o"],
+    );
     let err = expect_error(&out);
-    assert!(err.contains("built without `cuda`") && err.contains("--features cuda"), "{err}");
+    assert!(
+        err.contains("built without `cuda`") && err.contains("--features cuda"),
+        "{err}"
+    );
     assert_no_output(&tmp.path().join("o"));
 }

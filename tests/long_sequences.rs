@@ -70,15 +70,41 @@ fn four_thousand_tokens_stay_under_a_cap_the_unblocked_path_exceeds() {
     assert!(block < t);
     let base = CURRENT.load(Ordering::Relaxed);
     PEAK.store(base, Ordering::Relaxed);
-    let metrics = analyze(&ckpt, &model, &windows, &opts, RunShape { batch_size: 1, block }, |_| {}).unwrap();
+    let metrics = analyze(
+        &ckpt,
+        &model,
+        &windows,
+        &opts,
+        RunShape {
+            batch_size: 1,
+            block,
+        },
+        |_| {},
+    )
+    .unwrap();
     let peak = PEAK.load(Ordering::Relaxed) - base;
-    eprintln!("block {block}: peak heap above baseline {} MiB (cap {} MiB)", peak / MIB, cap / MIB);
-    assert!(peak < cap, "peak {} MiB exceeds the cap {} MiB", peak / MIB, cap / MIB);
+    eprintln!(
+        "block {block}: peak heap above baseline {} MiB (cap {} MiB)",
+        peak / MIB,
+        cap / MIB
+    );
+    assert!(
+        peak < cap,
+        "peak {} MiB exceeds the cap {} MiB",
+        peak / MIB,
+        cap / MIB
+    );
     // and the numbers are real: every query's bands sum to its weight sum
     let d = metrics.distance.unwrap();
     let ws = metrics.weight_sum.unwrap();
     for (l, bands) in d.per_layer.iter().enumerate() {
-        assert_close(bands.iter().sum(), ws.per_layer[l].mean, 1e-5, 0.0, "bands sum");
+        assert_close(
+            bands.iter().sum(),
+            ws.per_layer[l].mean,
+            1e-5,
+            0.0,
+            "bands sum",
+        );
     }
     assert!(metrics.nll.unwrap().per_position.len() == t - 1);
 }

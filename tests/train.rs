@@ -306,6 +306,54 @@ fn saved_checkpoints_reload_with_identical_logits() {
 }
 
 #[test]
+fn long_context_variants_train_and_reload() {
+    // issue 10 item 6: scale_invariant (no parameters) and logn (learnable s_h per head)
+    let arch = tiny_arch();
+    let tmp = tempfile::tempdir().unwrap();
+    let ids = Tensor::arange(0u32, 2 * 21, &Device::Cpu)
+        .unwrap()
+        .reshape((2, 21))
+        .unwrap();
+    for variant in [VariantKind::ScaleInvariant, VariantKind::Logn] {
+        let params = init_params(&arch, variant, 11, &Device::Cpu).unwrap();
+        let mut trainer = trainer_for(&arch, variant, params);
+        for _ in 0..3 {
+            trainer.step(&ids, 1e-2).unwrap();
+        }
+        let tensors = trainer.tensors().unwrap();
+        if variant == VariantKind::Logn {
+            // the scale moved away from its initial 1.0: it received gradients
+            let s = tensors["model.layers.0.self_attn.logn_scale"]
+                .to_vec1::<f32>()
+                .unwrap();
+            assert!(
+                s.iter().any(|v| (v - 1.0).abs() > 1e-4),
+                "logn_scale did not train: {s:?}"
+            );
+        }
+        let dir = tmp.path().join(variant.name()).join("step-3");
+        let cfg = config_json(&arch, variant, 0, 1);
+        train::checkpoint::save(
+            &trainer,
+            &cfg,
+            &fixture("softmax_ckpt/tokenizer.json"),
+            &dir,
+        )
+        .unwrap();
+        let ckpt = Checkpoint::open(&dir, &Device::Cpu, DType::F32).unwrap();
+        assert_eq!(ckpt.variant.kind, variant);
+        let input = ids.narrow(1, 0, 20).unwrap();
+        let reloaded = logits(&ckpt.load_model().unwrap(), &input, 7);
+        let trained = logits(&trainer.model().unwrap(), &input, 20);
+        let diff = max_abs(&(&reloaded - &trained).unwrap());
+        assert!(
+            diff < 1e-4,
+            "{variant:?}: training forward differs by {diff}"
+        );
+    }
+}
+
+#[test]
 fn softmax_checkpoint_matches_transformers() {
     // tests/fixtures/train/softmax_ckpt was written by `asa-analyze train --variant softmax`;
     // tools/train_check.py hf recorded transformers' logits for it (atol 1e-4, SPEC 4)

@@ -77,7 +77,9 @@ pub fn analyze(
         let mut per_layer = Vec::with_capacity(c.num_layers);
         for l in 0..c.num_layers {
             let name = format!("model.layers.{l}.self_attn.alpha_ma");
-            let t = ckpt.store.get_as(&name, &[c.num_heads], candle_core::DType::F32)?;
+            let t = ckpt
+                .store
+                .get_as(&name, &[c.num_heads], candle_core::DType::F32)?;
             per_layer.push(t.to_vec1::<f32>()?.into_iter().map(f64::from).collect());
         }
         Some(per_layer)

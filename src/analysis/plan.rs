@@ -19,15 +19,23 @@ pub fn block_size(budget: u64, batch: usize, heads: usize, seq_len: usize) -> us
 /// Parses a memory size: `512M`, `4G`, `2GiB`, `1500000000`.
 pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let value: f64 = num.parse().map_err(|_| format!("`{s}` is not a memory size (e.g. 512M, 4G)"))?;
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a memory size (e.g. 512M, 4G)"))?;
     let scale = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "k" | "kb" | "kib" => 1024.0,
         "m" | "mb" | "mib" => 1024.0 * 1024.0,
         "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        other => return Err(format!("unknown memory unit `{other}` in `{s}` (use K, M or G)")),
+        other => {
+            return Err(format!(
+                "unknown memory unit `{other}` in `{s}` (use K, M or G)"
+            ))
+        }
     };
     Ok((value * scale) as u64)
 }

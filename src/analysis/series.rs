@@ -48,7 +48,11 @@ fn step_of(path: &Path) -> Result<Option<u64>> {
         }
     }
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    let digits: String = name.chars().rev().take_while(|c| c.is_ascii_digit()).collect();
+    let digits: String = name
+        .chars()
+        .rev()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
     if digits.is_empty() {
         return Ok(None);
     }
@@ -62,17 +66,31 @@ mod tests {
     #[test]
     fn steps_come_from_names_or_trainer_state() {
         let tmp = tempfile::tempdir().unwrap();
-        for (name, state) in [("step-2000", None), ("step-1000", None), ("checkpoint-x", Some(500)), ("notes", None)] {
+        for (name, state) in [
+            ("step-2000", None),
+            ("step-1000", None),
+            ("checkpoint-x", Some(500)),
+            ("notes", None),
+        ] {
             let d = tmp.path().join(name);
             std::fs::create_dir(&d).unwrap();
             if name != "notes" {
                 std::fs::write(d.join("config.json"), "{}").unwrap();
             }
             if let Some(step) = state {
-                std::fs::write(d.join("trainer_state.json"), format!("{{\"global_step\": {step}}}")).unwrap();
+                std::fs::write(
+                    d.join("trainer_state.json"),
+                    format!("{{\"global_step\": {step}}}"),
+                )
+                .unwrap();
             }
         }
-        let steps: Vec<u64> = find_series(tmp.path()).unwrap().unwrap().iter().map(|s| s.step).collect();
+        let steps: Vec<u64> = find_series(tmp.path())
+            .unwrap()
+            .unwrap()
+            .iter()
+            .map(|s| s.step)
+            .collect();
         assert_eq!(steps, vec![500, 1000, 2000]);
     }
 }

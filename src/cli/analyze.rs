@@ -15,7 +15,9 @@ use super::report;
 use crate::analysis::plan::{block_size, default_budget, parse_bytes};
 use crate::analysis::series::find_series;
 use crate::analysis::{analyze, RunShape};
-use crate::corpus::{load_windows_with, BosMode, CorpusOptions, CorpusSource, SpecialTokens, TokenizerRef};
+use crate::corpus::{
+    load_windows_with, BosMode, CorpusOptions, CorpusSource, SpecialTokens, TokenizerRef,
+};
 use crate::device::{parse_dtype, resolve_device, resolve_dtype, DeviceRequest};
 use crate::error::{Error, Result};
 use crate::export::{attention_tables, qk_series_table, Format, OutputDir};
@@ -119,7 +121,9 @@ fn parse_models(raw: &[String]) -> Result<Vec<ModelSpec>> {
     let mut specs: Vec<ModelSpec> = Vec::new();
     for item in raw {
         let (label, path) = match item.split_once('=') {
-            Some((label, path)) if !label.is_empty() && !label.contains('/') => (label.to_string(), PathBuf::from(path)),
+            Some((label, path)) if !label.is_empty() && !label.contains('/') => {
+                (label.to_string(), PathBuf::from(path))
+            }
             _ => {
                 let path = PathBuf::from(item);
                 let name = path
@@ -131,7 +135,9 @@ fn parse_models(raw: &[String]) -> Result<Vec<ModelSpec>> {
             }
         };
         if specs.iter().any(|s| s.label == label) {
-            return Err(Error::usage(format!("model label `{label}` is given twice; name them with label=path")));
+            return Err(Error::usage(format!(
+                "model label `{label}` is given twice; name them with label=path"
+            )));
         }
         specs.push(ModelSpec { label, path });
     }
@@ -157,7 +163,11 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
     let mut out = OutputDir::create(&args.out, args.format)?;
     let metric_set: BTreeSet<Metric> = match (&args.metrics, command) {
         (Some(chosen), "analyze") => chosen.iter().copied().collect(),
-        (Some(_), _) => return Err(Error::usage(format!("--metrics applies to `analyze`; `{command}` computes its own metric"))),
+        (Some(_), _) => {
+            return Err(Error::usage(format!(
+                "--metrics applies to `analyze`; `{command}` computes its own metric"
+            )))
+        }
         (None, _) => metrics.iter().copied().collect(),
     };
     let mut runs = Vec::new();
@@ -168,19 +178,46 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
                 // a training series: QK^T per step; other metrics on the last step
                 for step in &steps {
                     let qk_only: BTreeSet<Metric> = [Metric::QkMean].into();
-                    let r = run_model(&args, &spec.label, &step.dir, &qk_only, &device, dtype, command)?;
+                    let r = run_model(
+                        &args,
+                        &spec.label,
+                        &step.dir,
+                        &qk_only,
+                        &device,
+                        dtype,
+                        command,
+                    )?;
                     let qk = r.metrics.qk.as_ref().expect("qk computed");
                     series_rows.push((spec.label.clone(), step.step, qk.mean, qk.abs_mean));
                 }
                 let last = &steps.last().expect("non-empty series").dir;
                 if metric_set.iter().any(|m| *m != Metric::QkMean) {
-                    runs.push(run_model(&args, &spec.label, last, &metric_set, &device, dtype, command)?);
+                    runs.push(run_model(
+                        &args,
+                        &spec.label,
+                        last,
+                        &metric_set,
+                        &device,
+                        dtype,
+                        command,
+                    )?);
                 }
             }
-            None => runs.push(run_model(&args, &spec.label, &spec.path, &metric_set, &device, dtype, command)?),
+            None => runs.push(run_model(
+                &args,
+                &spec.label,
+                &spec.path,
+                &metric_set,
+                &device,
+                dtype,
+                command,
+            )?),
         }
     }
-    let models: Vec<(String, ModelMetrics)> = runs.iter().map(|r| (r.label.clone(), r.metrics.clone())).collect();
+    let models: Vec<(String, ModelMetrics)> = runs
+        .iter()
+        .map(|r| (r.label.clone(), r.metrics.clone()))
+        .collect();
     for table in attention_tables(&models) {
         out.write(&table)?;
     }
@@ -203,7 +240,12 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
         "series": series_rows.iter().map(|r| json!({"model": r.0, "step": r.1})).collect::<Vec<_>>(),
         "seconds": started.elapsed().as_secs_f64(),
     });
-    out.write_bytes("run.json", serde_json::to_string_pretty(&record).expect("json").as_bytes())?;
+    out.write_bytes(
+        "run.json",
+        serde_json::to_string_pretty(&record)
+            .expect("json")
+            .as_bytes(),
+    )?;
     // figures from the staged tables, so tables and figures appear together or not at all
     let figures = if args.figures {
         let mut fig_out = OutputDir::create(&args.out.join("figures"), args.format)?;
@@ -253,8 +295,15 @@ fn run_model(
         Some(p) => CorpusSource::File(p.clone()),
         None => CorpusSource::BuiltIn { seed: args.seed },
     };
-    let corpus_opts = CorpusOptions { seq_len: args.seq_len, num_seqs: args.num_seqs, bos: args.bos };
-    let special = SpecialTokens { bos: c.bos_token_id, eos: c.eos_token_id };
+    let corpus_opts = CorpusOptions {
+        seq_len: args.seq_len,
+        num_seqs: args.num_seqs,
+        bos: args.bos,
+    };
+    let special = SpecialTokens {
+        bos: c.bos_token_id,
+        eos: c.eos_token_id,
+    };
     let needs_text = !matches!(&args.corpus, Some(p) if is_token_ids(p));
     let built;
     let origin;
@@ -284,13 +333,20 @@ fn run_model(
     let heatmap_layer = match args.layer {
         Some(0) => return Err(Error::usage("--layer is 1-based; 0 is not a layer")),
         Some(l) if l > c.num_layers => {
-            return Err(Error::usage(format!("--layer {l} does not exist: {label} has {} layers", c.num_layers)))
+            return Err(Error::usage(format!(
+                "--layer {l} does not exist: {label} has {} layers",
+                c.num_layers
+            )))
         }
         Some(l) => l - 1,
         None => 8.min(c.num_layers) - 1,
     };
     let profile_query = match args.profile_query {
-        Some(q) if q >= t => return Err(Error::usage(format!("--profile-query {q} is outside the sequence (0..{t})"))),
+        Some(q) if q >= t => {
+            return Err(Error::usage(format!(
+                "--profile-query {q} is outside the sequence (0..{t})"
+            )))
+        }
         Some(q) => q,
         None => t - 1,
     };
@@ -311,14 +367,27 @@ fn run_model(
     let batch = args.batch_size.max(1);
     let block = match args.block_size {
         Some(b) => b,
-        None => block_size(args.max_memory.unwrap_or_else(default_budget), batch, c.num_heads, t),
+        None => block_size(
+            args.max_memory.unwrap_or_else(default_budget),
+            batch,
+            c.num_heads,
+            t,
+        ),
     };
     let model = ckpt.load_model()?;
     let bar = progress_bar(args.quiet, (windows.ids.len() * t) as u64, label);
     let started = Instant::now();
-    let metrics = analyze(&ckpt, &model, &windows.ids, &opts, RunShape { batch_size: batch, block }, |tokens| {
-        bar.set_position(tokens as u64)
-    })?;
+    let metrics = analyze(
+        &ckpt,
+        &model,
+        &windows.ids,
+        &opts,
+        RunShape {
+            batch_size: batch,
+            block,
+        },
+        |tokens| bar.set_position(tokens as u64),
+    )?;
     bar.finish_and_clear();
     let record = json!({
         "model": label,
@@ -342,19 +411,30 @@ fn run_model(
         "seconds": started.elapsed().as_secs_f64(),
         "tokens_per_second": (windows.ids.len() * t) as f64 / started.elapsed().as_secs_f64(),
     });
-    Ok(ModelRun { label: label.to_string(), metrics, record })
+    Ok(ModelRun {
+        label: label.to_string(),
+        metrics,
+        record,
+    })
 }
 
 /// Whether a corpus file holds token ids (no tokenizer needed).
 fn is_token_ids(path: &Path) -> bool {
-    matches!(path.extension().and_then(|e| e.to_str()), Some("npy") | Some("json"))
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("npy") | Some("json")
+    )
 }
 
 fn bands_from(edges: &[usize]) -> Result<Bands> {
     if edges.is_empty() || edges[0] == 0 || edges.windows(2).any(|w| w[1] <= w[0]) {
-        return Err(Error::usage("--bands must be increasing edges starting at 1 or more, e.g. 1,10,100"));
+        return Err(Error::usage(
+            "--bands must be increasing edges starting at 1 or more, e.g. 1,10,100",
+        ));
     }
-    Ok(Bands { edges: edges.to_vec() })
+    Ok(Bands {
+        edges: edges.to_vec(),
+    })
 }
 
 fn progress_bar(quiet: bool, total: u64, label: &str) -> ProgressBar {

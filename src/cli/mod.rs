@@ -9,12 +9,12 @@ use crate::error::Result;
 use crate::metrics::Metric;
 
 mod analyze;
+mod demo;
 mod figures;
 mod inspect;
 mod logs;
 mod report;
 mod train;
-mod demo;
 
 /// Analyse attention in transformer checkpoints (Affine-Scaled Attention and friends).
 #[derive(Debug, Parser)]

@@ -18,9 +18,18 @@ fn mean(values: &[f64]) -> f64 {
 
 /// Prints one summary row per model, then a per-layer table for each per-layer metric
 /// asked for, then the QK^T series.
-pub fn print_summary(models: &[(String, ModelMetrics)], series: &[(String, u64, f64, f64)], asked: &BTreeSet<Metric>) {
+pub fn print_summary(
+    models: &[(String, ModelMetrics)],
+    series: &[(String, u64, f64, f64)],
+    asked: &BTreeSet<Metric>,
+) {
     if !models.is_empty() {
-        let width = models.iter().map(|(l, _)| l.len()).max().unwrap_or(5).max(5);
+        let width = models
+            .iter()
+            .map(|(l, _)| l.len())
+            .max()
+            .unwrap_or(5)
+            .max(5);
         println!(
             "{:<width$}  {:>9} {:>11} {:>9} {:>10} {:>10} {:>9}",
             "model", "ppl", "first_token", "entropy", "weight_sum", "qk_mean", "sink_rate"
@@ -32,23 +41,39 @@ pub fn print_summary(models: &[(String, ModelMetrics)], series: &[(String, u64, 
                 fmt(m.nll.as_ref().map(|n| n.ppl)),
                 fmt(m.first_token.as_ref().map(|f| mean(&f.mean))),
                 fmt(m.entropy.as_ref().map(|e| mean(&e.per_layer.mean))),
-                fmt(m.weight_sum.as_ref().map(|w| mean(&w.per_layer.iter().map(|d| d.mean).collect::<Vec<_>>()))),
+                fmt(m
+                    .weight_sum
+                    .as_ref()
+                    .map(|w| mean(&w.per_layer.iter().map(|d| d.mean).collect::<Vec<_>>()))),
                 fmt(m.qk.as_ref().map(|q| q.mean)),
                 fmt(m.sink_rate.as_ref().map(|s| s.rate)),
             );
         }
     }
     let per_layer: [(Metric, &str, fn(&ModelMetrics) -> Option<Vec<f64>>); 4] = [
-        (Metric::FirstToken, "first_token", |m| m.first_token.as_ref().map(|f| f.mean.clone())),
-        (Metric::Entropy, "entropy (nats)", |m| m.entropy.as_ref().map(|e| e.per_layer.mean.clone())),
-        (Metric::WeightSum, "weight_sum", |m| m.weight_sum.as_ref().map(|w| w.per_layer.iter().map(|d| d.mean).collect())),
-        (Metric::QkMean, "qk_mean", |m| m.qk.as_ref().map(|q| q.per_layer_mean.clone())),
+        (Metric::FirstToken, "first_token", |m| {
+            m.first_token.as_ref().map(|f| f.mean.clone())
+        }),
+        (Metric::Entropy, "entropy (nats)", |m| {
+            m.entropy.as_ref().map(|e| e.per_layer.mean.clone())
+        }),
+        (Metric::WeightSum, "weight_sum", |m| {
+            m.weight_sum
+                .as_ref()
+                .map(|w| w.per_layer.iter().map(|d| d.mean).collect())
+        }),
+        (Metric::QkMean, "qk_mean", |m| {
+            m.qk.as_ref().map(|q| q.per_layer_mean.clone())
+        }),
     ];
     for (metric, title, get) in per_layer {
         if asked.len() > 2 || !asked.contains(&metric) {
             continue;
         }
-        let columns: Vec<(&str, Vec<f64>)> = models.iter().filter_map(|(l, m)| get(m).map(|v| (l.as_str(), v))).collect();
+        let columns: Vec<(&str, Vec<f64>)> = models
+            .iter()
+            .filter_map(|(l, m)| get(m).map(|v| (l.as_str(), v)))
+            .collect();
         if columns.is_empty() {
             continue;
         }

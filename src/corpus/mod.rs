@@ -136,7 +136,13 @@ pub fn load_windows(
     vocab_size: usize,
     opts: &CorpusOptions,
 ) -> Result<Windows> {
-    load(source, tokenizer.map(TokenizerRef::Path), special, vocab_size, opts)
+    load(
+        source,
+        tokenizer.map(TokenizerRef::Path),
+        special,
+        vocab_size,
+        opts,
+    )
 }
 
 fn load(
@@ -226,7 +232,10 @@ impl Tok {
     fn load(source: Option<TokenizerRef<'_>>, label: &str) -> Result<Tok> {
         let path = match source {
             Some(TokenizerRef::Built(tokenizer, origin)) => {
-                return Ok(Tok { path: origin.to_path_buf(), tokenizer: tokenizer.clone() })
+                return Ok(Tok {
+                    path: origin.to_path_buf(),
+                    tokenizer: tokenizer.clone(),
+                })
             }
             Some(TokenizerRef::Path(p)) => Some(p),
             None => None,
@@ -511,7 +520,9 @@ fn pack_ids(
     let missing_special = special.bos.is_none() || special.eos.is_none();
     let tok = match tokenizer {
         Some(TokenizerRef::Path(t)) if missing_special && t.is_file() => Some(Tok::open(t)?),
-        Some(built @ TokenizerRef::Built(..)) if missing_special => Some(Tok::load(Some(built), &label)?),
+        Some(built @ TokenizerRef::Built(..)) if missing_special => {
+            Some(Tok::load(Some(built), &label)?)
+        }
         _ => None,
     };
     let (bos, eos) = resolve_special(special, tok.as_ref(), vocab_size, opts.bos)?;

@@ -17,7 +17,15 @@ struct LongRows {
 
 impl LongRows {
     /// One row; `layer`/`head` 0-based (written 1-based) or `None` for summaries.
-    fn push(&mut self, model: &str, metric: &str, layer: Option<usize>, head: Option<usize>, stat: &str, value: f64) {
+    fn push(
+        &mut self,
+        model: &str,
+        metric: &str,
+        layer: Option<usize>,
+        head: Option<usize>,
+        stat: &str,
+        value: f64,
+    ) {
         self.model.push(Some(model.to_string()));
         self.metric.push(Some(metric.to_string()));
         self.layer.push(layer.map(|l| l as i64 + 1));
@@ -71,8 +79,14 @@ fn floats(values: impl IntoIterator<Item = f64>) -> Column {
 /// Every attention table for `models` (label, metrics); tables with no rows are left out.
 pub fn attention_tables(models: &[(String, ModelMetrics)]) -> Vec<Table> {
     let mut long = LongRows::default();
-    let (mut hist, mut heat, mut prof, mut dist, mut npos, mut nbin) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut hist, mut heat, mut prof, mut dist, mut npos, mut nbin) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
     for (label, m) in models {
         let label = label.as_str();
         if let Some(ft) = &m.first_token {
@@ -90,13 +104,23 @@ pub fn attention_tables(models: &[(String, ModelMetrics)]) -> Vec<Table> {
             }
             long.per_head(label, "head_total", &ws.head_total);
             for k in 0..ws.histogram.count.len() {
-                hist.push((label, ws.histogram.bin_lo[k], ws.histogram.bin_hi[k], ws.histogram.count[k]));
+                hist.push((
+                    label,
+                    ws.histogram.bin_lo[k],
+                    ws.histogram.bin_hi[k],
+                    ws.histogram.count[k],
+                ));
             }
         }
         if let Some(qk) = &m.qk {
             long.push(label, "qk_mean", None, None, "mean", qk.mean);
             long.push(label, "qk_abs_mean", None, None, "mean", qk.abs_mean);
-            for (l, (&a, &b)) in qk.per_layer_mean.iter().zip(&qk.per_layer_abs_mean).enumerate() {
+            for (l, (&a, &b)) in qk
+                .per_layer_mean
+                .iter()
+                .zip(&qk.per_layer_abs_mean)
+                .enumerate()
+            {
                 long.push(label, "qk_mean", Some(l), None, "mean", a);
                 long.push(label, "qk_abs_mean", Some(l), None, "mean", b);
             }
@@ -140,7 +164,14 @@ pub fn attention_tables(models: &[(String, ModelMetrics)]) -> Vec<Table> {
         }
         if let Some(p) = &m.query_profile {
             for (k, &v) in p.values.iter().enumerate() {
-                prof.push((label, p.layer as i64 + 1, p.query as i64, k as i64, v, p.sink_mass));
+                prof.push((
+                    label,
+                    p.layer as i64 + 1,
+                    p.query as i64,
+                    k as i64,
+                    v,
+                    p.sink_mass,
+                ));
             }
         }
         if let Some(d) = &m.distance {
@@ -150,7 +181,13 @@ pub fn attention_tables(models: &[(String, ModelMetrics)]) -> Vec<Table> {
                 }
                 for (h, bands) in d.per_head[l].iter().enumerate() {
                     for (b, &v) in bands.iter().enumerate() {
-                        dist.push((label, l as i64 + 1, Some(h as i64 + 1), d.bands[b].clone(), v));
+                        dist.push((
+                            label,
+                            l as i64 + 1,
+                            Some(h as i64 + 1),
+                            d.bands[b].clone(),
+                            v,
+                        ));
                     }
                 }
             }
@@ -236,8 +273,13 @@ pub fn decade_bins(per_position: &[f64]) -> Vec<(String, f64)> {
     let mut lo = 1usize;
     while lo <= per_position.len() {
         let hi = lo * 10;
-        let values: Vec<f64> = (lo..hi.min(per_position.len() + 1)).map(|p| per_position[p - 1]).collect();
-        bins.push((format!("{lo}-{hi}"), values.iter().sum::<f64>() / values.len() as f64));
+        let values: Vec<f64> = (lo..hi.min(per_position.len() + 1))
+            .map(|p| per_position[p - 1])
+            .collect();
+        bins.push((
+            format!("{lo}-{hi}"),
+            values.iter().sum::<f64>() / values.len() as f64,
+        ));
         lo = hi;
     }
     bins

@@ -22,7 +22,11 @@ pub struct AlphaResult {
 impl AlphaStats {
     /// For `layers` x `heads`.
     pub fn new(layers: usize, heads: usize, min_query: usize) -> Self {
-        AlphaStats { heads, min_query, values: vec![vec![Vec::new(); heads]; layers] }
+        AlphaStats {
+            heads,
+            min_query,
+            values: vec![vec![Vec::new(); heads]; layers],
+        }
     }
 
     /// Adds alpha `[batch, head, T]` (host, row-major) of one layer.
@@ -36,7 +40,11 @@ impl AlphaStats {
     /// Summaries with the stored `alpha_ma` `[layer][head]`.
     pub fn finish(&self, alpha_ma: Vec<Vec<f64>>) -> AlphaResult {
         AlphaResult {
-            per_head: self.values.iter().map(|hs| hs.iter().map(|v| Distribution::of(v)).collect()).collect(),
+            per_head: self
+                .values
+                .iter()
+                .map(|hs| hs.iter().map(|v| Distribution::of(v)).collect())
+                .collect(),
             alpha_ma,
         }
     }
@@ -53,7 +61,12 @@ pub struct GateStats {
 impl GateStats {
     /// For `layers` x `heads`.
     pub fn new(layers: usize, heads: usize, min_query: usize) -> Self {
-        GateStats { heads, min_query, sum: vec![vec![0.0; heads]; layers], count: vec![vec![0.0; heads]; layers] }
+        GateStats {
+            heads,
+            min_query,
+            sum: vec![vec![0.0; heads]; layers],
+            count: vec![vec![0.0; heads]; layers],
+        }
     }
 
     /// Adds per-(sequence, position, head) gate means `[batch, T, head]` (host).
@@ -81,6 +94,10 @@ impl GateStats {
 
     /// `[layer][head]` means.
     pub fn finish(&self) -> Vec<Vec<f64>> {
-        self.sum.iter().zip(&self.count).map(|(s, c)| s.iter().zip(c).map(|(s, c)| s / c).collect()).collect()
+        self.sum
+            .iter()
+            .zip(&self.count)
+            .map(|(s, c)| s.iter().zip(c).map(|(s, c)| s / c).collect())
+            .collect()
     }
 }

@@ -65,16 +65,27 @@ pub struct DistanceResult {
 /// 0/1 masks `[n, keys]` (f32) of the block's (query, key) pairs in each band, `first` first.
 fn band_masks(bands: &Bands, q_start: usize, n: usize, device: &Device) -> Result<Vec<Tensor>> {
     let keys = q_start + n;
-    let i = Tensor::arange(q_start as i64, keys as i64, device)?.to_dtype(DType::F32)?.reshape((n, 1))?;
-    let j = Tensor::arange(0i64, keys as i64, device)?.to_dtype(DType::F32)?.reshape((1, keys))?;
+    let i = Tensor::arange(q_start as i64, keys as i64, device)?
+        .to_dtype(DType::F32)?
+        .reshape((n, 1))?;
+    let j = Tensor::arange(0i64, keys as i64, device)?
+        .to_dtype(DType::F32)?
+        .reshape((1, keys))?;
     let t = i.broadcast_sub(&j)?;
     // first: j == 0 and i > 0
-    let first = j.eq(0f32)?.to_dtype(DType::F32)?.broadcast_mul(&i.gt(0f32)?.to_dtype(DType::F32)?)?;
+    let first = j
+        .eq(0f32)?
+        .to_dtype(DType::F32)?
+        .broadcast_mul(&i.gt(0f32)?.to_dtype(DType::F32)?)?;
     let not_first = (1.0 - &first)?;
     let mut masks = vec![first];
     for (lo, hi) in bands.ranges() {
         let in_band = t.ge(lo as f32)?.to_dtype(DType::F32)?;
-        let in_band = if hi == usize::MAX { in_band } else { (in_band * t.lt(hi as f32)?.to_dtype(DType::F32)?)? };
+        let in_band = if hi == usize::MAX {
+            in_band
+        } else {
+            (in_band * t.lt(hi as f32)?.to_dtype(DType::F32)?)?
+        };
         masks.push((in_band * &not_first)?);
     }
     Ok(masks)
@@ -84,13 +95,26 @@ impl DistanceProfile {
     /// For `layers` x `seqs` x `heads`.
     pub fn new(bands: Bands, layers: usize, seqs: usize, heads: usize, min_query: usize) -> Self {
         let n = bands.labels().len();
-        DistanceProfile { bands, rows: vec![RowAccumulator::new(layers, seqs, heads, min_query); n] }
+        DistanceProfile {
+            bands,
+            rows: vec![RowAccumulator::new(layers, seqs, heads, min_query); n],
+        }
     }
 
     /// Adds a block of weights `[batch, head, n, keys]`.
-    pub fn add(&mut self, layer: usize, seq_offset: usize, q_start: usize, weights: &Tensor) -> Result<()> {
+    pub fn add(
+        &mut self,
+        layer: usize,
+        seq_offset: usize,
+        q_start: usize,
+        weights: &Tensor,
+    ) -> Result<()> {
         let n = weights.dim(2)?;
-        for (acc, mask) in self.rows.iter_mut().zip(band_masks(&self.bands, q_start, n, weights.device())?) {
+        for (acc, mask) in
+            self.rows
+                .iter_mut()
+                .zip(band_masks(&self.bands, q_start, n, weights.device())?)
+        {
             let mass = weights.broadcast_mul(&mask)?.sum(D::Minus1)?;
             acc.add(layer, seq_offset, q_start, n, &to_host(&mass)?);
         }
@@ -104,9 +128,15 @@ impl DistanceProfile {
         let heads = self.rows[0].heads();
         DistanceResult {
             bands: self.bands.labels(),
-            per_layer: (0..layers).map(|l| self.rows.iter().map(|r| r.layer_mean(l)).collect()).collect(),
+            per_layer: (0..layers)
+                .map(|l| self.rows.iter().map(|r| r.layer_mean(l)).collect())
+                .collect(),
             per_head: (0..layers)
-                .map(|l| (0..heads).map(|h| per_band.iter().map(|b| b[l][h]).collect()).collect())
+                .map(|l| {
+                    (0..heads)
+                        .map(|h| per_band.iter().map(|b| b[l][h]).collect())
+                        .collect()
+                })
                 .collect(),
         }
     }
@@ -118,7 +148,10 @@ mod tests {
 
     #[test]
     fn decade_bands_cover_the_sequence() {
-        assert_eq!(Bands::decades(20).labels(), vec!["first", "0", "1-10", "10-100"]);
+        assert_eq!(
+            Bands::decades(20).labels(),
+            vec!["first", "0", "1-10", "10-100"]
+        );
         assert_eq!(Bands::decades(5).labels(), vec!["first", "0", "1-10"]);
         assert_eq!(Bands::decades(1024).labels().len(), 6); // first 0 1-10 10-100 100-1000 1000-10000
     }

@@ -46,11 +46,20 @@ pub struct EntropyResult {
 impl Entropy {
     /// For `layers` x `seqs` x `heads`.
     pub fn new(layers: usize, seqs: usize, heads: usize, min_query: usize) -> Self {
-        Entropy { rows: RowAccumulator::new(layers, seqs, heads, min_query) }
+        Entropy {
+            rows: RowAccumulator::new(layers, seqs, heads, min_query),
+        }
     }
 
     /// Adds a block's row entropies `[batch, head, n]`.
-    pub fn add(&mut self, layer: usize, seq_offset: usize, q_start: usize, n: usize, values: &[f32]) {
+    pub fn add(
+        &mut self,
+        layer: usize,
+        seq_offset: usize,
+        q_start: usize,
+        n: usize,
+        values: &[f32],
+    ) {
         self.rows.add(layer, seq_offset, q_start, n, values);
     }
 
@@ -59,7 +68,9 @@ impl Entropy {
         EntropyResult {
             per_layer: LayerStat::from_rows(&self.rows),
             per_head: head_means(&self.rows),
-            nan_count: (0..self.rows.layers()).map(|l| self.rows.nan_count(l)).sum(),
+            nan_count: (0..self.rows.layers())
+                .map(|l| self.rows.nan_count(l))
+                .sum(),
         }
     }
 }
@@ -73,8 +84,17 @@ mod tests {
     fn entropy_clamps_negative_weights_and_renormalises() {
         // row 1: (0.5, 0.5) -> ln 2 = 0.693147; row 2: (0.6, -0.2, 0.2) -> q = (0.75, 0, 0.25):
         // -(0.75 ln 0.75 + 0.25 ln 0.25) = 0.562335; row 3: no positive mass -> NaN
-        let a = Tensor::new(&[[[[0.5f32, 0.5, 0.0], [0.6, -0.2, 0.2], [-0.1, 0.0, -0.3]]]], &Device::Cpu).unwrap();
-        let h = row_entropy(&a).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let a = Tensor::new(
+            &[[[[0.5f32, 0.5, 0.0], [0.6, -0.2, 0.2], [-0.1, 0.0, -0.3]]]],
+            &Device::Cpu,
+        )
+        .unwrap();
+        let h = row_entropy(&a)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
         assert!((h[0] - 0.693147).abs() < 1e-6);
         assert!((h[1] - 0.562335).abs() < 1e-6);
         assert!(h[2].is_nan());

@@ -31,7 +31,14 @@ impl FirstToken {
     }
 
     /// Adds a block's a_i0 values `[batch, head, n]`.
-    pub fn add(&mut self, layer: usize, seq_offset: usize, q_start: usize, n: usize, first: &[f32]) {
+    pub fn add(
+        &mut self,
+        layer: usize,
+        seq_offset: usize,
+        q_start: usize,
+        n: usize,
+        first: &[f32],
+    ) {
         self.rows.add(layer, seq_offset, q_start, n, first);
         self.all_rows.add(layer, seq_offset, q_start, n, first);
     }

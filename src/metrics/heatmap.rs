@@ -26,7 +26,12 @@ pub struct HeatmapResult {
 impl Heatmap {
     /// A `size` x `size` corner of `layer` (size already clipped to T).
     pub fn new(layer: usize, size: usize) -> Self {
-        Heatmap { layer, size, sum: vec![vec![0.0; size]; size], cells: 0.0 }
+        Heatmap {
+            layer,
+            size,
+            sum: vec![vec![0.0; size]; size],
+            cells: 0.0,
+        }
     }
 
     /// Adds the block's rows that fall in the corner; `weights` `[batch, head, n, keys]`.
@@ -40,7 +45,11 @@ impl Heatmap {
         }
         let rows = n.min(self.size - q_start);
         let cols = keys.min(self.size);
-        let corner = weights.narrow(2, 0, rows)?.narrow(3, 0, cols)?.sum(0)?.sum(0)?;
+        let corner = weights
+            .narrow(2, 0, rows)?
+            .narrow(3, 0, cols)?
+            .sum(0)?
+            .sum(0)?;
         for (r, row) in corner.to_vec2::<f32>()?.into_iter().enumerate() {
             for (c, v) in row.into_iter().enumerate() {
                 self.sum[q_start + r][c] += v as f64;
@@ -53,7 +62,11 @@ impl Heatmap {
     pub fn finish(&self) -> HeatmapResult {
         HeatmapResult {
             layer: self.layer,
-            values: self.sum.iter().map(|row| row.iter().map(|v| v / self.cells).collect()).collect(),
+            values: self
+                .sum
+                .iter()
+                .map(|row| row.iter().map(|v| v / self.cells).collect())
+                .collect(),
         }
     }
 }
@@ -82,7 +95,13 @@ pub struct QueryProfileResult {
 impl QueryProfile {
     /// Profile of `query` (0-based) in `layer` (0-based).
     pub fn new(layer: usize, query: usize) -> Self {
-        QueryProfile { layer, query, sum: vec![0.0; query + 1], sink_sum: 0.0, cells: 0.0 }
+        QueryProfile {
+            layer,
+            query,
+            sum: vec![0.0; query + 1],
+            sink_sum: 0.0,
+            cells: 0.0,
+        }
     }
 
     /// The block's row for the query, if the block holds it: `weights` `[batch, head, n, keys]`.

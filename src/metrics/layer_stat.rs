@@ -16,7 +16,9 @@ impl LayerStat {
     pub fn from_rows(rows: &RowAccumulator) -> Self {
         LayerStat {
             mean: (0..rows.layers()).map(|l| rows.layer_mean(l)).collect(),
-            std: (0..rows.layers()).map(|l| rows.layer_std_over_seqs(l)).collect(),
+            std: (0..rows.layers())
+                .map(|l| rows.layer_std_over_seqs(l))
+                .collect(),
         }
     }
 }

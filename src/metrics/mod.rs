@@ -32,7 +32,9 @@ use rows::{to_host, RowAccumulator};
 use weight_sum::{WeightSum, WeightSumResult};
 
 /// A metric of SPEC section 4.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum Metric {
@@ -135,12 +137,16 @@ impl MetricProbe {
         let q = opts.min_query;
         MetricProbe {
             seq_offset: 0,
-            first: (m(Metric::FirstToken) || m(Metric::SinkRate)).then(|| FirstToken::new(layers, seqs, heads, q)),
-            weight_sum: (m(Metric::WeightSum) || m(Metric::HeadTotal)).then(|| WeightSum::new(layers, seqs, heads, q)),
+            first: (m(Metric::FirstToken) || m(Metric::SinkRate))
+                .then(|| FirstToken::new(layers, seqs, heads, q)),
+            weight_sum: (m(Metric::WeightSum) || m(Metric::HeadTotal))
+                .then(|| WeightSum::new(layers, seqs, heads, q)),
             entropy: m(Metric::Entropy).then(|| Entropy::new(layers, seqs, heads, q)),
             qk: m(Metric::QkMean).then(|| QkMean::new(layers)),
-            heatmap: m(Metric::Heatmap).then(|| Heatmap::new(opts.heatmap_layer, opts.heatmap_size)),
-            profile: m(Metric::QueryProfile).then(|| QueryProfile::new(opts.heatmap_layer, opts.profile_query)),
+            heatmap: m(Metric::Heatmap)
+                .then(|| Heatmap::new(opts.heatmap_layer, opts.heatmap_size)),
+            profile: m(Metric::QueryProfile)
+                .then(|| QueryProfile::new(opts.heatmap_layer, opts.profile_query)),
             sink_mass: m(Metric::SinkMass).then(|| RowAccumulator::new(layers, seqs, heads, q)),
             alpha: m(Metric::Alpha).then(|| AlphaStats::new(layers, heads, q)),
             gate: m(Metric::Gate).then(|| GateStats::new(layers, heads, q)),
@@ -161,7 +167,11 @@ impl MetricProbe {
     pub fn finish(&self, alpha_ma: Option<Vec<Vec<f64>>>, has_sink: bool) -> ModelMetrics {
         let m = |metric| self.opts.metrics.contains(&metric);
         ModelMetrics {
-            first_token: self.first.as_ref().filter(|_| m(Metric::FirstToken)).map(FirstToken::first_token),
+            first_token: self
+                .first
+                .as_ref()
+                .filter(|_| m(Metric::FirstToken))
+                .map(FirstToken::first_token),
             weight_sum: self.weight_sum.as_ref().map(|w| w.finish(self.opts.bins)),
             entropy: self.entropy.as_ref().map(Entropy::finish),
             qk: self.qk.as_ref().map(QkMean::finish),
@@ -172,9 +182,17 @@ impl MetricProbe {
                 (Some(a), Some(ma)) => Some(a.finish(ma)),
                 _ => None,
             },
-            gate: self.gate.as_ref().filter(|g| g.has_data()).map(GateStats::finish),
+            gate: self
+                .gate
+                .as_ref()
+                .filter(|g| g.has_data())
+                .map(GateStats::finish),
             nll: self.nll.as_ref().map(Nll::finish),
-            sink_rate: self.first.as_ref().filter(|_| m(Metric::SinkRate)).map(|f| f.sink_rate(self.opts.sink_eps)),
+            sink_rate: self
+                .first
+                .as_ref()
+                .filter(|_| m(Metric::SinkRate))
+                .map(|f| f.sink_rate(self.opts.sink_eps)),
             distance: self.distance.as_ref().map(DistanceProfile::finish),
         }
     }
@@ -184,7 +202,8 @@ impl MetricProbe {
             || self.weight_sum.is_some()
             || (self.entropy.is_some() && self.opts.entropy_of == EntropyOf::Effective)
             || self.distance.is_some()
-            || (layer == self.opts.heatmap_layer && (self.heatmap.is_some() || self.profile.is_some()))
+            || (layer == self.opts.heatmap_layer
+                && (self.heatmap.is_some() || self.profile.is_some()))
     }
 
     fn on_pattern(&mut self, ctx: &BlockCtx, a: &Tensor) -> Result<()> {
@@ -223,7 +242,8 @@ impl Probe for MetricProbe {
             Hook::Softmax => self.entropy.is_some() && self.opts.entropy_of == EntropyOf::Softmax,
             Hook::Qk => self.qk.is_some(),
             Hook::SinkMass => {
-                self.sink_mass.is_some() || (self.profile.is_some() && layer == self.opts.heatmap_layer)
+                self.sink_mass.is_some()
+                    || (self.profile.is_some() && layer == self.opts.heatmap_layer)
             }
             Hook::Alpha => self.alpha.is_some(),
             Hook::Gate => self.gate.is_some(),
@@ -238,7 +258,13 @@ impl Probe for MetricProbe {
             Hook::Pattern => self.on_pattern(ctx, xs)?,
             Hook::Softmax => {
                 if let Some(e) = &mut self.entropy {
-                    e.add(layer, s0, ctx.q_start, ctx.q_len, &to_host(&row_entropy(xs)?)?);
+                    e.add(
+                        layer,
+                        s0,
+                        ctx.q_start,
+                        ctx.q_len,
+                        &to_host(&row_entropy(xs)?)?,
+                    );
                 }
             }
             Hook::Qk => {
@@ -280,4 +306,3 @@ impl Probe for MetricProbe {
         Ok(())
     }
 }
-

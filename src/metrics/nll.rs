@@ -26,7 +26,11 @@ impl Nll {
     /// For the run's token windows.
     pub fn new(windows: &[Vec<u32>]) -> Self {
         let t = windows.first().map_or(0, Vec::len);
-        Nll { targets: windows.to_vec(), sum: vec![0.0; t.saturating_sub(1)], count: vec![0.0; t.saturating_sub(1)] }
+        Nll {
+            targets: windows.to_vec(),
+            sum: vec![0.0; t.saturating_sub(1)],
+            count: vec![0.0; t.saturating_sub(1)],
+        }
     }
 
     /// Adds logits `[batch, n, vocab]` for positions `start .. start + n` of sequences
@@ -38,14 +42,22 @@ impl Nll {
         if n_pred == 0 {
             return Ok(());
         }
-        let logits = logits.narrow(1, 0, n_pred)?.to_dtype(DType::F32)?.contiguous()?;
+        let logits = logits
+            .narrow(1, 0, n_pred)?
+            .to_dtype(DType::F32)?
+            .contiguous()?;
         let mut ids = Vec::with_capacity(b * n_pred);
         for s in 0..b {
             ids.extend_from_slice(&self.targets[seq_offset + s][start + 1..start + 1 + n_pred]);
         }
         let ids = Tensor::from_vec(ids, (b, n_pred, 1), logits.device())?;
         let max = logits.max_keepdim(D::Minus1)?;
-        let lse = (logits.broadcast_sub(&max)?.exp()?.sum_keepdim(D::Minus1)?.log()? + &max)?;
+        let lse = (logits
+            .broadcast_sub(&max)?
+            .exp()?
+            .sum_keepdim(D::Minus1)?
+            .log()?
+            + &max)?;
         let picked = logits.gather(&ids, D::Minus1)?;
         let nll = (lse - picked)?.flatten_all()?.to_vec1::<f32>()?;
         for (i, v) in nll.into_iter().enumerate() {
@@ -62,7 +74,12 @@ impl Nll {
         NllResult {
             mean,
             ppl: mean.exp(),
-            per_position: self.sum.iter().zip(&self.count).map(|(s, c)| s / c).collect(),
+            per_position: self
+                .sum
+                .iter()
+                .zip(&self.count)
+                .map(|(s, c)| s / c)
+                .collect(),
         }
     }
 }

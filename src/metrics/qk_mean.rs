@@ -27,7 +27,11 @@ pub struct QkResult {
 impl QkMean {
     /// For `layers` layers.
     pub fn new(layers: usize) -> Self {
-        QkMean { sum: vec![0.0; layers], abs_sum: vec![0.0; layers], count: vec![0.0; layers] }
+        QkMean {
+            sum: vec![0.0; layers],
+            abs_sum: vec![0.0; layers],
+            count: vec![0.0; layers],
+        }
     }
 
     /// Adds raw q.k `[batch, head, n, keys]` with causal visibility `[n, keys]` (0/1).
@@ -36,7 +40,11 @@ impl QkMean {
         let masked = raw.broadcast_mul(visible)?;
         // per-row partial sums keep f32 accumulation short; the total is summed in f64
         let rows = masked.sum(D::Minus1)?.flatten_all()?.to_vec1::<f32>()?;
-        let abs_rows = masked.abs()?.sum(D::Minus1)?.flatten_all()?.to_vec1::<f32>()?;
+        let abs_rows = masked
+            .abs()?
+            .sum(D::Minus1)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
         self.sum[layer] += rows.iter().map(|&v| v as f64).sum::<f64>();
         self.abs_sum[layer] += abs_rows.iter().map(|&v| v as f64).sum::<f64>();
         self.count[layer] += (b * h) as f64 * visible.sum_all()?.to_scalar::<f32>()? as f64;
@@ -49,8 +57,18 @@ impl QkMean {
         QkResult {
             mean: self.sum.iter().sum::<f64>() / total,
             abs_mean: self.abs_sum.iter().sum::<f64>() / total,
-            per_layer_mean: self.sum.iter().zip(&self.count).map(|(s, c)| s / c).collect(),
-            per_layer_abs_mean: self.abs_sum.iter().zip(&self.count).map(|(s, c)| s / c).collect(),
+            per_layer_mean: self
+                .sum
+                .iter()
+                .zip(&self.count)
+                .map(|(s, c)| s / c)
+                .collect(),
+            per_layer_abs_mean: self
+                .abs_sum
+                .iter()
+                .zip(&self.count)
+                .map(|(s, c)| s / c)
+                .collect(),
         }
     }
 }

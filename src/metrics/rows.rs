@@ -36,7 +36,14 @@ impl RowAccumulator {
 
     /// Adds a block of values `[batch, head, n]` (host, row-major) for queries
     /// `q_start .. q_start + n` of sequences `seq_offset ..`.
-    pub fn add(&mut self, layer: usize, seq_offset: usize, q_start: usize, n: usize, values: &[f32]) {
+    pub fn add(
+        &mut self,
+        layer: usize,
+        seq_offset: usize,
+        q_start: usize,
+        n: usize,
+        values: &[f32],
+    ) {
         if n == 0 {
             return;
         }

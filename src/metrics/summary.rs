@@ -86,7 +86,9 @@ pub fn histogram(values: &[f64], bins: usize) -> Histogram {
     let bins = bins.max(1);
     let (mut lo, hi) = values
         .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| {
+            (a.min(v), b.max(v))
+        });
     let mut hi = hi;
     if values.is_empty() {
         (lo, hi) = (0.0, 1.0);
@@ -96,12 +98,18 @@ pub fn histogram(values: &[f64], bins: usize) -> Histogram {
         // all values are the mean up to rounding: bin them as that one value
         let v = mean(values);
         let mut h = histogram(&[v], bins);
-        let k = h.count.iter().position(|&c| c == 1).expect("one value lands in one bin");
+        let k = h
+            .count
+            .iter()
+            .position(|&c| c == 1)
+            .expect("one value lands in one bin");
         h.count[k] = values.len() as u64;
         return h;
     }
     let width = (hi - lo) / bins as f64;
-    let edges: Vec<f64> = (0..=bins).map(|k| lo + (hi - lo) * k as f64 / bins as f64).collect();
+    let edges: Vec<f64> = (0..=bins)
+        .map(|k| lo + (hi - lo) * k as f64 / bins as f64)
+        .collect();
     let mut count = vec![0u64; bins];
     for &v in values {
         let mut k = ((v - lo) / width) as usize;

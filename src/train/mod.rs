@@ -35,7 +35,8 @@ pub use run::{train, TrainOptions, TrainSummary};
 pub use schedule::Schedule;
 
 /// The variants `train` accepts, for messages.
-pub const TRAINABLE: &str = "softmax, off_by_one, sink, gated, affine_scaled, affine_scaled_gated";
+pub const TRAINABLE: &str =
+    "softmax, off_by_one, sink, gated, affine_scaled, affine_scaled_gated, scale_invariant, logn";
 
 /// Whether `variant` has a training rule here.
 pub fn is_trainable(variant: VariantKind) -> bool {
@@ -47,6 +48,8 @@ pub fn is_trainable(variant: VariantKind) -> bool {
             | VariantKind::Gated
             | VariantKind::AffineScaled
             | VariantKind::AffineScaledGated
+            | VariantKind::ScaleInvariant
+            | VariantKind::Logn
     )
 }
 

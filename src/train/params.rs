@@ -98,6 +98,13 @@ pub fn config_json(arch: &Arch, variant: VariantKind, bos: u32, eos: u32) -> Val
         "torch_dtype": "float32",
         "attention_variant": variant.name(),
     });
+    if variant == VariantKind::ScaleInvariant {
+        cfg["scale_invariant"] = json!({ "tau": 10.0 });
+    }
+    if variant == VariantKind::Logn {
+        // s_h starts at this scale and is learned per head (self_attn.logn_scale)
+        cfg["logn"] = json!({ "scale": 1.0 });
+    }
     if variant.is_affine() {
         cfg["affine_scaled"] = json!({
             "activation": "linear_clipping",
@@ -183,6 +190,10 @@ fn parameter_specs(arch: &Arch, variant: VariantKind) -> Vec<(String, Vec<usize>
         ]);
         if variant == VariantKind::Sink {
             specs.push((format!("{p}.self_attn.sinks"), vec![heads], Init::Zeros));
+        }
+        if variant == VariantKind::Logn {
+            // learnable s_h, initialised from the config scale (1.0)
+            specs.push((format!("{p}.self_attn.logn_scale"), vec![heads], Init::Ones));
         }
         if variant.is_affine() {
             specs.push((
