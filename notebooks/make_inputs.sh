@@ -34,6 +34,14 @@ start=$(date +%s)
 # 1. The reduced demo: trains three small models and writes every table.
 "$bin" demo --out "$out/demo" --steps "$steps" --force --quiet >"$out/demo.stdout"
 echo "make_inputs: demo --steps $steps -> $out/demo ($(( $(date +%s) - start )) s)"
+# The notebooks find tables by name anywhere under DIR; make sure the demo wrote them all.
+for t in attention weight_sum_hist heatmap query_profile distance_profile nll_position qk_series \
+         grad_stats spikes spike_steps curves; do
+    if [ -z "$(find "$out/demo" -name "$t.csv" -o -name "$t.parquet" | head -1)" ]; then
+        echo "make_inputs: the demo wrote no $t table under $out/demo" >&2
+        exit 1
+    fi
+done
 
 # 2. Log-statistics tables over the fixture logs, with non-default options.
 fx="$out/fixture-logs"

@@ -70,6 +70,7 @@ enum Command {
 
 /// Runs the CLI with the process arguments; returns the exit code.
 pub fn main() -> ExitCode {
+    exit_quietly_on_broken_pipe();
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -104,4 +105,23 @@ fn run(cli: Cli) -> Result<()> {
         Command::Train(args) => train::run(args),
         Command::Demo(args) => demo::run(args),
     }
+}
+
+/// `asa-analyze ... | head` closes stdout early: that is not an error. `println!` panics on
+/// a closed pipe; this hook turns exactly that panic into a silent exit 0 (as ripgrep does)
+/// and leaves every other panic to the default hook.
+fn exit_quietly_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.contains("Broken pipe") || message.contains("failed printing to stdout") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
 }
