@@ -275,3 +275,11 @@ fn inspect_names_qwen3_p_rope_and_logn_detection() {
         "{text}"
     );
 }
+
+#[test]
+fn logn_delta_params_count_the_stored_scales() {
+    let out = run_cli(&fixtures(), &["inspect", "models/logn", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // 2 layers x 4 heads of logn_scale
+    assert_eq!(json["delta_parameters"], 8);
+}

@@ -133,6 +133,12 @@ impl Checkpoint {
             crate::attention::VariantKind::AffineScaledGated => {
                 self.alpha_params() + c.num_heads * c.head_dim * c.hidden_size
             }
+            // learnable s_h per head when stored (a config scalar adds nothing)
+            crate::attention::VariantKind::Logn
+                if self.store.contains("model.layers.0.self_attn.logn_scale") =>
+            {
+                c.num_heads
+            }
             _ => 0,
         };
         per_layer * c.num_layers
