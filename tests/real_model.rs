@@ -8,6 +8,9 @@
 //! - Tiny GGUF files written from two fixture checkpoints the way llama.cpp's converter writes
 //!   them (`tests/fixtures/gguf/`), which must reproduce those checkpoints' references.
 //! - Bad GGUF input: one line naming the file, exit 2.
+//! - Issue 12 on SmolLM2: query blocks of 1, 7 and 64 give the metrics of one block of all
+//!   512 queries, and one 2048-token window matches `tools/smollm2.py reference2k`
+//!   (`tests/fixtures/smollm2/metrics_2k.json`, float64, computed layer by layer).
 //!
 //! Tolerances: f32 against float64. Attention metrics: SPEC section 4, |x - y| <= 1e-6 +
 //! 1e-5 |y|, for the tiny files and for SmolLM2 alike. Logits: 1e-5 for the tiny files; 2e-4
@@ -840,4 +843,179 @@ fn gguf_without_tokenizer_cannot_tokenize_text() {
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
     assert!(left.is_empty(), "partial output written: {left:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 12 on SmolLM2: query blocks, and 2k tokens against the float64 reference
+// ---------------------------------------------------------------------------------------
+
+/// `tools/smollm2.py reference2k`: ONE window of 2048 tokens ([BOS] + the first 2047 ids of
+/// the file's first 10000 characters) and every metric of it in float64.
+fn smollm2_reference_2k() -> &'static Value {
+    static REF: OnceLock<Value> = OnceLock::new();
+    REF.get_or_init(|| read_json(&smollm2_fixture("metrics_2k.json")))
+}
+
+fn smollm2_window_2k() -> Vec<u32> {
+    ids_of(&smollm2_reference_2k()["window"])
+}
+
+/// `smollm2_options()` for one window of `t` tokens: the profile query is the last one and
+/// the distance bands are the decades of `t`.
+fn smollm2_options_at(t: usize) -> MetricOptions {
+    MetricOptions {
+        profile_query: t - 1,
+        bands: Bands::decades(t),
+        ..smollm2_options()
+    }
+}
+
+fn smollm2_analyze(windows: &[Vec<u32>], block: usize) -> (ModelMetrics, f64) {
+    let (ckpt, model) = smollm2();
+    let t = windows[0].len();
+    let start = std::time::Instant::now();
+    let got = analyze(
+        ckpt,
+        model,
+        windows,
+        &smollm2_options_at(t),
+        RunShape {
+            batch_size: 1,
+            block,
+        },
+        |_| {},
+    )
+    .unwrap();
+    (got, start.elapsed().as_secs_f64())
+}
+
+/// Every number of two metric trees (the serialized `ModelMetrics`): integers (counts)
+/// equal, the sink rate equal, nll within `nll_tol` (absolute; relative for ppl), every
+/// other float within atol + rtol |want|; NaN (null) only where the other is NaN.
+fn compare_trees(got: &Value, want: &Value, path: &str, nll_tol: f64, w: &mut Worst) {
+    match (got, want) {
+        (Value::Object(g), Value::Object(x)) => {
+            assert_eq!(
+                g.keys().collect::<Vec<_>>(),
+                x.keys().collect::<Vec<_>>(),
+                "{path}: keys"
+            );
+            for (k, v) in g {
+                compare_trees(v, &x[k], &format!("{path}.{k}"), nll_tol, w);
+            }
+        }
+        (Value::Array(g), Value::Array(x)) => {
+            assert_eq!(g.len(), x.len(), "{path}: length");
+            for (i, (a, b)) in g.iter().zip(x).enumerate() {
+                compare_trees(a, b, &format!("{path}[{i}]"), nll_tol, w);
+            }
+        }
+        (Value::Number(a), Value::Number(b)) if a.is_u64() && b.is_u64() => {
+            assert_eq!(a, b, "{path}")
+        }
+        (Value::Number(a), Value::Number(_)) if path.ends_with("sink_rate.rate") => {
+            assert_eq!(a.as_f64(), want.as_f64(), "{path}")
+        }
+        (Value::Number(a), Value::Number(_)) => {
+            let a = a.as_f64().unwrap();
+            // `what` up to its first index names the metric in the report
+            let what = path.trim_start_matches('$').trim_start_matches('.');
+            if path.starts_with("$.nll.ppl") {
+                w.close_within(a, want, what, 0.0, nll_tol);
+            } else if path.starts_with("$.nll") {
+                w.close_within(a, want, what, nll_tol, 0.0);
+            } else {
+                w.close(a, want, what);
+            }
+        }
+        _ => assert_eq!(got, want, "{path}"),
+    }
+}
+
+#[test]
+fn smollm2_query_blocks_do_not_change_the_metrics_at_512_tokens() {
+    // issue 12: blocks 1, 7, 64 against one block of all T queries, every metric of the full
+    // suite, the per-key sums (head_total, sink importance, heatmap, distance bands) included
+    let t = 512;
+    let windows = vec![smollm2_window_2k()[..t].to_vec()];
+    let (full, secs) = smollm2_analyze(&windows, t);
+    eprintln!("smollm2 {t} tokens, block {t}: {secs:.1} s");
+    let want = serde_json::to_value(&full).unwrap();
+    let imp = &full.sink_rate.as_ref().unwrap().importance;
+    let eps = smollm2_options().sink_eps;
+    let margin = imp
+        .iter()
+        .flatten()
+        .map(|v| (v - eps).abs())
+        .fold(f64::INFINITY, f64::min);
+    assert!(
+        margin > ATOL + RTOL,
+        "an importance within tolerance of epsilon"
+    );
+    for name in [
+        "first_token",
+        "weight_sum",
+        "entropy",
+        "qk",
+        "heatmap",
+        "query_profile",
+        "nll",
+        "sink_rate",
+        "distance",
+    ] {
+        assert!(!want[name].is_null(), "{name} not computed");
+    }
+    for block in [1, 7, 64] {
+        let (got, secs) = smollm2_analyze(&windows, block);
+        let mut w = Worst::default();
+        compare_trees(
+            &serde_json::to_value(&got).unwrap(),
+            &want,
+            "$",
+            1e-4,
+            &mut w,
+        );
+        eprintln!("smollm2 {t} tokens, block {block} ({secs:.1} s) vs block {t}: {w}");
+        w.check(&format!("smollm2 block {block}"));
+    }
+}
+
+#[test]
+fn smollm2_metrics_at_2k_tokens_match_the_reference() {
+    // issue 12: one window of 2048 tokens against tools/smollm2.py reference2k (float64,
+    // transformers eager); the same tolerances as at 128 tokens (see the module comment),
+    // and the issue's 1e-5 absolute on every metric of the attention weights (all within
+    // [0, log 2048]; measured 2.8e-6 at most). Not on qk (|qk| ~ 50: f32 dot products round
+    // at ~3e-6 each, measured 1.3e-5 = 2.5e-7 relative) nor on nll (logits, 4.2e-5 measured).
+    let want = smollm2_reference_2k();
+    let window = smollm2_window_2k();
+    let t = window.len();
+    assert_eq!(t, 2048);
+    // the window is [BOS] + the first 2047 ids of the text, as the GGUF tokenizer cuts it
+    let (ckpt, _) = smollm2();
+    let spec = &want["text"];
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(spec["file"].as_str().unwrap());
+    let text: String = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .chars()
+        .take(spec["chars"].as_u64().unwrap() as usize)
+        .collect();
+    assert!(text.ends_with(spec["tail"].as_str().unwrap()));
+    let ids = ckpt.tokenizer().unwrap().encode(text, false).unwrap();
+    assert_eq!(window[0], ckpt.config.bos_token_id.unwrap());
+    assert_eq!(&window[1..], &ids.get_ids()[..t - 1], "ids of the text");
+
+    let (got, secs) = smollm2_analyze(&[window], 256);
+    let margin = want["sink_eps_margin"].as_f64().unwrap();
+    let report = compare_metrics(&got, want, margin, Some(SMOLLM2_LOGITS_ATOL));
+    eprintln!("smollm2 2k tokens ({secs:.1} s): {report}");
+    report.check("smollm2 2k");
+    for (metric, (_, diff, what)) in &report.per_metric {
+        if !metric.starts_with("qk") && !metric.starts_with("nll") {
+            assert!(
+                *diff <= 1e-5,
+                "smollm2 2k {metric}: |diff| {diff:e} > 1e-5 ({what})"
+            );
+        }
+    }
 }

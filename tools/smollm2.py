@@ -14,6 +14,10 @@ Commands (default: all, in this order):
   reference  float64 transformers eager reference (output_attentions=True, the float64 patches
              of tools/make_fixtures.py) on a fixed text from ../shared/data/tinyshakespeare.txt,
              metrics in numpy float64 -> tests/fixtures/smollm2/
+  reference2k the same at 2k tokens (issue 12): ONE sequence, [BOS] + the first 2047 ids of
+             the file's first 10000 characters, the maps reduced and dropped layer by layer
+             (all 30 layers' float64 maps would be 9 GiB) -> tests/fixtures/smollm2/metrics_2k.json;
+             first checks the layer-by-layer code against `reference`'s on its 2 x 128 windows
   fixtures   tiny GGUF files -> tests/fixtures/gguf/ (llama_gqa and qwen2 written from the
              tests/fixtures/models checkpoints the way llama.cpp's converter writes them, so
              they must reproduce tests/fixtures/reference; bad/ inputs)
@@ -406,6 +410,218 @@ def reference():
         log(f"wrote tests/fixtures/smollm2/{name} ({os.path.getsize(os.path.join(OUT, name))} bytes)")
 
 
+
+# ----------------------------------------------------------------------------
+# reference2k: one sequence of 2048 tokens, layer by layer (issue 12)
+# ----------------------------------------------------------------------------
+SEQ_LEN_2K = 2048
+TEXT_2K_CHARS = 10000  # the file's first 10000 characters (~2500 tokens)
+
+
+class LayerwiseMetrics:
+    """metrics_json computed one layer at a time: `append` takes one layer's captured q, k,
+    attn_scores and pattern (torch, as float64_capture records them), reduces them to what
+    metrics_json keeps of that layer and drops the maps, so memory stays O(heads x T^2) for
+    ONE layer (at 2k in float64: ~0.3 GiB a map) instead of 30 layers' worth. The same numpy
+    expressions as metrics_json, so the same float64 values (checked by `selfcheck`)."""
+
+    def __init__(self, ids, num_layers, profile_query):
+        self.ids = ids
+        self.Bn, self.Tn = ids.shape
+        self.L = num_layers
+        self.profile_query = profile_query
+        self.labels, ranges = bands_for(self.Tn)
+        Tn = self.Tn
+        self.vis = np.tril(np.ones((Tn, Tn), dtype=bool))
+        ii, jj = np.arange(Tn)[:, None], np.arange(Tn)[None, :]
+        t = ii - jj
+        self.masks = [(jj == 0) & (ii >= 1), t == 0] + [(t >= a) & (t < b) & (jj != 0) for a, b in ranges]
+        self.count = 0
+        self.ft = []
+        self.ent = {"entropy": ([], [], [], [0]), "entropy_softmax": ([], [], [], [0])}
+        self.ws = {k: [] for k in ["mean", "std"] + mf.QNAMES}
+        self.pooled = []
+        self.qk_m, self.qk_a, self.qk_tot, self.qk_tot_abs, self.qk_n = [], [], 0.0, 0.0, 0
+        self.head_total, self.imp, self.per_layer, self.per_head = [], [], [], []
+        self.heatmap = self.profile = None
+        self.H = None
+
+    def mean_std(self, cells):  # [B, H, Tq]
+        per_seq = np.array([np.nanmean(cells[b]) for b in range(self.Bn)])
+        return np.nanmean(cells), np.std(per_seq)
+
+    def append(self, cap):
+        lay = {k: v.numpy() for k, v in cap.items()}
+        cap.clear()
+        mq = MIN_QUERY
+        a = lay["pattern"]
+        H = a.shape[1]
+        self.H = H
+        rep = H // lay["k"].shape[1]
+        self.ft.append(self.mean_std(a[:, :, mq:, 0]))
+        for key, src in (("entropy", "pattern"), ("entropy_softmax", "softmax_np")):
+            em, es, eh, nan = self.ent[key]
+            if src == "softmax_np":
+                sc = lay["attn_scores"]
+                e = np.exp(sc - sc.max(-1, keepdims=True))
+                lay["softmax_np"] = e / e.sum(-1, keepdims=True)
+                del e
+            Hh = mf.row_entropy(lay[src])[:, :, mq:]
+            nan[0] += int(np.isnan(Hh).sum())
+            m, s = self.mean_std(Hh)
+            em.append(m)
+            es.append(s)
+            eh.append([np.nanmean(Hh[:, h]) for h in range(H)])
+            if src == "softmax_np":
+                del lay["softmax_np"]
+        W = a.sum(-1).mean(1)[:, mq:]
+        vals = W.reshape(-1)
+        self.pooled.append(vals)
+        self.ws["mean"].append(vals.mean())
+        self.ws["std"].append(np.std(W.mean(1)))
+        for qn, qv in zip(mf.QNAMES, np.quantile(vals, mf.QS)):
+            self.ws[qn].append(qv)
+        qk = np.einsum("bhid,bhjd->bhij", lay["q"], np.repeat(lay["k"], rep, axis=1))[:, :, self.vis]
+        self.qk_m.append(qk.mean())
+        self.qk_a.append(np.abs(qk).mean())
+        self.qk_tot, self.qk_tot_abs, self.qk_n = self.qk_tot + qk.sum(), self.qk_tot_abs + np.abs(qk).sum(), self.qk_n + qk.size
+        del qk
+        self.head_total.append([a[:, h, mq:].sum(-1).mean() for h in range(H)])
+        if self.count == HEATMAP_LAYER - 1:
+            S = HEATMAP_SIZE
+            self.heatmap = a[:, :, :S, :S].mean(axis=(0, 1))
+            self.profile = a[:, :, self.profile_query, :].mean(axis=(0, 1))
+        self.imp.append([a[:, h, :, 0].mean() for h in range(H)])
+        bands = np.stack([(a * m).sum(-1) for m in self.masks], axis=-1)[:, :, mq:]
+        assert np.abs(bands.sum(-1) - a.sum(-1)[:, :, mq:]).max() < 1e-12
+        self.per_head.append(bands.mean(axis=(0, 2)))
+        self.per_layer.append(bands.mean(axis=(0, 1, 2)))
+        self.count += 1
+        if self.Tn > 512:
+            log(f"{self.Bn} x {self.Tn}: layer {self.count}/{self.L} reduced")
+
+    def finish(self, logits):
+        assert self.count == self.L, (self.count, self.L)
+        mq = MIN_QUERY
+        ids = self.ids
+        M = {"model": "smollm2-135m-instruct", "variant": "softmax",
+             "options": {"min_query": mq, "heatmap_layer": HEATMAP_LAYER, "heatmap_size": HEATMAP_SIZE,
+                         "profile_query": self.profile_query, "bins": BINS, "sink_eps": SINK_EPS,
+                         "bands": self.labels, "num_seqs": self.Bn, "seq_len": self.Tn}}
+        M["first_token"] = {"mean": mf.fl_list([m for m, _ in self.ft]), "std": mf.fl_list([s for _, s in self.ft])}
+        for key, (em, es, eh, nan) in self.ent.items():
+            M[key] = {"mean": mf.fl_list(em), "std": mf.fl_list(es), "per_head": mf.fl_list(eh), "nan_count": nan[0]}
+        M["weight_sum"] = {k: mf.fl_list(v) for k, v in self.ws.items()}
+        pooled = np.concatenate(self.pooled)
+        lo, hi = pooled.min(), pooled.max()
+        degenerate = bool(hi - lo <= 1e-9 * max(1.0, abs(hi)))
+        src = np.full(pooled.shape, round(float(pooled.mean()), 9)) if degenerate else pooled
+        cnt, edges = np.histogram(src, bins=BINS)
+        M["weight_sum_hist"] = {"bin_lo": mf.fl_list(edges[:-1]), "bin_hi": mf.fl_list(edges[1:]),
+                                "count": [int(c) for c in cnt], "min": mf.fl(lo), "max": mf.fl(hi),
+                                "n": int(pooled.size), "degenerate": degenerate}
+        M["qk_mean"] = {"mean": mf.fl(self.qk_tot / self.qk_n), "abs_mean": mf.fl(self.qk_tot_abs / self.qk_n),
+                        "per_layer_mean": mf.fl_list(self.qk_m), "per_layer_abs_mean": mf.fl_list(self.qk_a)}
+        M["head_total"] = mf.fl_list(self.head_total)
+        M["heatmap"] = {"layer": HEATMAP_LAYER, "values": mf.fl_list(self.heatmap)}
+        M["query_profile"] = {"layer": HEATMAP_LAYER, "query": self.profile_query,
+                              "values": mf.fl_list(self.profile), "sink_mass": 0.0}
+        lg = logits - logits.max(-1, keepdims=True)
+        logp = lg - np.log(np.exp(lg).sum(-1, keepdims=True))
+        del lg
+        nll = -np.take_along_axis(logp[:, :-1], ids[:, 1:, None], axis=-1)[..., 0]
+        del logp
+        M["nll"] = {"mean": mf.fl(nll.mean()), "ppl": mf.fl(math.exp(nll.mean())), "per_position": mf.fl_list(nll.mean(0))}
+        imp = np.array(self.imp)
+        M["sink_rate"] = {"importance": mf.fl_list(imp), "rate": mf.fl((imp > SINK_EPS).sum() / imp.size)}
+        M["distance_profile"] = {"bands": self.labels, "per_layer": mf.fl_list(self.per_layer),
+                                 "per_head": mf.fl_list(self.per_head)}
+        return M, imp
+
+
+def load_f64_model():
+    from transformers import LlamaForCausalLM
+
+    assert os.path.exists(os.path.join(HF, "model.safetensors")), f"{HF} is missing: run `tools/smollm2.py convert`"
+    cfg = json.load(open(os.path.join(HF, "config.json")))
+    model = LlamaForCausalLM.from_pretrained(HF, attn_implementation="eager", dtype=torch.float32).double().eval()
+    d = cfg["head_dim"]
+    theta = cfg["rope_parameters"]["rope_theta"]
+    assert cfg["rope_parameters"]["rope_type"] == "default"
+    inv64 = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    model.model.rotary_emb.inv_freq = inv64.clone()
+    model.model.rotary_emb.original_inv_freq = inv64.clone()
+    return cfg, model
+
+
+def layerwise_metrics(model, cfg, input_ids, profile_query):
+    """Every metric of `input_ids` from a float64 eager forward, the maps reduced and dropped
+    layer by layer (output_attentions off: transformers keeps no map)."""
+    lm = LayerwiseMetrics(input_ids.numpy(), cfg["num_hidden_layers"], profile_query)
+    with float64_capture(lm), torch.no_grad():
+        out = model(input_ids=input_ids, output_attentions=False, use_cache=False)
+    return lm.finish(out.logits.detach().numpy())
+
+
+def max_json_diff(a, b, path="$"):
+    """(max |a - b| over the numbers, path) of two JSON trees of the same shape."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        return max([max_json_diff(a[k], b[k], f"{path}.{k}") for k in a] or [(0.0, path)])
+    if isinstance(a, list):
+        assert len(a) == len(b), path
+        return max([max_json_diff(x, y, f"{path}[{i}]") for i, (x, y) in enumerate(zip(a, b))] or [(0.0, path)])
+    if isinstance(a, (int, float)) and not isinstance(a, bool):
+        return (abs(a - b), path)
+    assert a == b, (path, a, b)
+    return (0.0, path)
+
+
+def selfcheck(model, cfg):
+    """LayerwiseMetrics against metrics_json on the 2 x 128 windows of `reference`."""
+    windows = json.load(open(os.path.join(OUT, "reference.json")))["windows"]
+    input_ids = torch.tensor(windows, dtype=torch.int64)
+    caps = []
+    with float64_capture(caps), torch.no_grad():
+        out = model(input_ids=input_ids, output_attentions=False, use_cache=False)
+    logits = out.logits.detach().numpy()
+    want, _ = metrics_json(input_ids.numpy(), logits, [{k: v.numpy() for k, v in c.items()} for c in caps])
+    got, _ = layerwise_metrics(model, cfg, input_ids, PROFILE_QUERY)
+    d, where = max_json_diff(got, want)
+    log(f"layer-by-layer metrics vs metrics_json on 2 x {SEQ_LEN}: max |diff| {d:.3e} ({where})")
+    assert d == 0.0, (d, where)
+    stored = json.load(open(os.path.join(OUT, "metrics.json")))
+    d, where = max_json_diff(got, stored)
+    log(f"... and vs the stored tests/fixtures/smollm2/metrics.json: max |diff| {d:.3e} ({where})")
+
+
+def reference2k():
+    """tests/fixtures/smollm2/metrics_2k.json: [BOS] + the first 2047 ids of the file's first
+    TEXT_2K_CHARS characters, every metric in float64 (issue 12)."""
+    from tokenizers import Tokenizer
+
+    cfg, model = load_f64_model()
+    selfcheck(model, cfg)
+    tok = Tokenizer.from_file(os.path.join(HF, "tokenizer.json"))
+    with open(TEXT_FILE, encoding="utf-8") as f:
+        text = f.read()[:TEXT_2K_CHARS]
+    ids = tok.encode(text, add_special_tokens=False).ids
+    need = SEQ_LEN_2K - 1
+    assert len(ids) >= need + 50, (len(ids), need)  # the cut stays clear of the window
+    window = [cfg["bos_token_id"]] + ids[:need]
+    M, imp = layerwise_metrics(model, cfg, torch.tensor([window], dtype=torch.int64), SEQ_LEN_2K - 1)
+    margin = float(np.abs(imp - SINK_EPS).min())
+    log(f"2k: sink rate {M['sink_rate']['rate']:.4f}, closest importance to eps: {margin:.2e} away; "
+        f"nll {M['nll']['mean']:.4f}")
+    M["text"] = {"file": "../shared/data/tinyshakespeare.txt", "chars": TEXT_2K_CHARS,
+                 "head": text[:40], "tail": text[-40:]}
+    M["window"] = window
+    M["sink_eps_margin"] = margin
+    path = os.path.join(OUT, "metrics_2k.json")
+    write_json(path, M)
+    log(f"wrote tests/fixtures/smollm2/metrics_2k.json ({os.path.getsize(path)} bytes)")
+
+
 # ----------------------------------------------------------------------------
 # tiny GGUF fixtures
 # ----------------------------------------------------------------------------
@@ -521,11 +737,12 @@ def crosscheck():
     subprocess.run(["cargo", "test", "--release", "--test", "real_model", "--", "--ignored"], cwd=ROOT, env=env, check=True)
 
 
-COMMANDS = {"fetch": fetch, "convert": convert, "reference": reference, "fixtures": fixtures, "crosscheck": crosscheck}
+COMMANDS = {"fetch": fetch, "convert": convert, "reference": reference, "reference2k": reference2k,
+            "fixtures": fixtures, "crosscheck": crosscheck}
 
 
 def main(argv):
-    names = argv or ["fetch", "convert", "reference", "fixtures"]
+    names = argv or ["fetch", "convert", "reference", "reference2k", "fixtures"]
     for name in names:
         if name not in COMMANDS:
             sys.exit(f"unknown command {name!r} (commands: {', '.join(COMMANDS)})")
