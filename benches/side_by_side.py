@@ -64,6 +64,8 @@ def main():
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--json-out")
     p.add_argument("--skip-eager", action="store_true")
+    p.add_argument("--asa-metrics", default=CORE, help="metrics for asa-analyze, or 'all' for the full suite")
+    p.add_argument("--max-memory", help="asa-analyze --max-memory (e.g. 1G)")
     args = p.parse_args()
     cfg = json.load(open(os.path.join(args.model, "config.json")))
     ids_path = args.ids or os.path.join("/tmp", f"bench_ids_{args.num_seqs}x{args.seq_len}.json")
@@ -90,7 +92,9 @@ def main():
         return out, err
 
     out, err = timed("asa-analyze", [args.asa, "analyze", args.model, "--corpus", ids_path, "--seq-len", str(args.seq_len),
-                                      "--num-seqs", str(args.num_seqs), "--bos", "never", "--metrics", CORE,
+                                      "--num-seqs", str(args.num_seqs), "--bos", "never",
+                                      *([] if args.asa_metrics == "all" else ["--metrics", args.asa_metrics]),
+                                      *(["--max-memory", args.max_memory] if args.max_memory else []),
                                       "--device", "cuda" if gpu else "cpu", "--dtype", asa_dtype,
                                       "--batch-size", str(args.batch_size), "--out", "/tmp/bench_asa_out",
                                       "--json", "--quiet"])
