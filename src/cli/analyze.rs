@@ -175,32 +175,32 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
     for spec in &specs {
         match find_series(&spec.path)? {
             Some(steps) => {
-                // a training series: QK^T per step; other metrics on the last step
-                for step in &steps {
-                    let qk_only: BTreeSet<Metric> = [Metric::QkMean].into();
-                    let r = run_model(
+                // a training series: QK^T per step; the other metrics on the last step, in the
+                // same forward pass as its QK^T (no step runs twice)
+                let others = metric_set.iter().any(|m| *m != Metric::QkMean);
+                for (k, step) in steps.iter().enumerate() {
+                    let last = k + 1 == steps.len();
+                    let mut wanted: BTreeSet<Metric> = [Metric::QkMean].into();
+                    if last && others {
+                        wanted.extend(metric_set.iter().copied());
+                    }
+                    let mut r = run_model(
                         &args,
                         &spec.label,
                         &step.dir,
-                        &qk_only,
+                        &wanted,
                         &device,
                         dtype,
                         command,
                     )?;
-                    let qk = r.metrics.qk.as_ref().expect("qk computed");
+                    let qk = r.metrics.qk.as_ref().expect("qk was asked for");
                     series_rows.push((spec.label.clone(), step.step, qk.mean, qk.abs_mean));
-                }
-                let last = &steps.last().expect("non-empty series").dir;
-                if metric_set.iter().any(|m| *m != Metric::QkMean) {
-                    runs.push(run_model(
-                        &args,
-                        &spec.label,
-                        last,
-                        &metric_set,
-                        &device,
-                        dtype,
-                        command,
-                    )?);
+                    if last && others {
+                        if !metric_set.contains(&Metric::QkMean) {
+                            r.metrics.qk = None;
+                        }
+                        runs.push(r);
+                    }
                 }
             }
             None => runs.push(run_model(

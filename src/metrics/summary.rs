@@ -15,16 +15,12 @@ pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
 
 /// Mean of `values` (NaN when empty).
 pub fn mean(values: &[f64]) -> f64 {
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    values.iter().sum::<f64>() / values.len() as f64
+    crate::stats::robust::moments(values, 0).map_or(f64::NAN, |m| m.mean)
 }
 
 /// Population standard deviation (ddof 0; NaN when empty).
 pub fn std_pop(values: &[f64]) -> f64 {
-    let m = mean(values);
-    (values.iter().map(|v| (v - m).powi(2)).sum::<f64>() / values.len() as f64).sqrt()
+    crate::stats::robust::moments(values, 0).map_or(f64::NAN, |m| m.std)
 }
 
 /// The distribution summary exported for weight sums and alpha: mean, std, p05 ... p95.
