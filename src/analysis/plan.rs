@@ -8,12 +8,17 @@ use crate::error::{Error, Result};
 /// temporaries (products with masks), and one spare.
 pub const LIVE_MAPS: usize = 8;
 
+/// The most queries per block the planner chooses: larger blocks buy no speed, they only
+/// cost cache misses and page faults (SmolLM2 at 2k tokens on 2 cores: blocks of 64-256
+/// queries 10.8-11.6 s, 1,820 queries 24 s; BENCHMARKS.md).
+pub const FAST_BLOCK: usize = 128;
+
 /// Queries per block so that `LIVE_MAPS` maps of `[batch, heads, block, seq_len]` f32 fit
-/// in `budget` bytes; at least 1, at most `seq_len`.
+/// in `budget` bytes; at least 1, at most `FAST_BLOCK` and `seq_len`.
 pub fn block_size(budget: u64, batch: usize, heads: usize, seq_len: usize) -> usize {
     let per_query = (LIVE_MAPS * batch * heads * seq_len * 4) as u64;
     let block = (budget / per_query.max(1)) as usize;
-    block.clamp(1, seq_len.max(1))
+    block.clamp(1, FAST_BLOCK.min(seq_len.max(1)))
 }
 
 /// Parses a memory size: `512M`, `4G`, `2GiB`, `1500000000`.
@@ -73,6 +78,7 @@ mod tests {
         assert_eq!(block_size(64 * per_row as u64, 1, 9, 32768), 64);
         assert_eq!(block_size(1, 1, 9, 32768), 1);
         assert_eq!(block_size(u64::MAX / 2, 1, 9, 100), 100);
+        assert_eq!(block_size(u64::MAX / 2, 1, 9, 2048), FAST_BLOCK);
         assert_eq!(parse_bytes("4G").unwrap(), 4 << 30);
         assert_eq!(parse_bytes("512MiB").unwrap(), 512 << 20);
         assert!(parse_bytes("12 parsecs").is_err());

@@ -36,7 +36,8 @@ impl Bands {
         labels
     }
 
-    fn ranges(&self) -> Vec<(usize, usize)> {
+    /// The distance ranges `[lo, hi)` after `first` (`hi` = `usize::MAX` for the last).
+    pub fn ranges(&self) -> Vec<(usize, usize)> {
         let mut ranges = vec![(0, 1)];
         for (k, &lo) in self.edges.iter().enumerate() {
             ranges.push((lo, self.edges.get(k + 1).copied().unwrap_or(usize::MAX)));
@@ -119,6 +120,25 @@ impl DistanceProfile {
             acc.add(layer, seq_offset, q_start, n, &to_host(&mass)?);
         }
         Ok(())
+    }
+
+    /// The bands' distance ranges (after `first`).
+    pub fn ranges(&self) -> Vec<(usize, usize)> {
+        self.bands.ranges()
+    }
+
+    /// Adds per-row band masses `[band][batch * head * n]`, `first` first.
+    pub fn add_rows(
+        &mut self,
+        layer: usize,
+        seq_offset: usize,
+        q_start: usize,
+        n: usize,
+        bands: &[Vec<f32>],
+    ) {
+        for (acc, mass) in self.rows.iter_mut().zip(bands) {
+            acc.add(layer, seq_offset, q_start, n, mass);
+        }
     }
 
     /// Per-layer and per-head band masses.

@@ -10,6 +10,7 @@ pub mod heatmap;
 pub mod layer_stat;
 pub mod nll;
 pub mod qk_mean;
+pub mod row_pass;
 pub mod rows;
 pub mod summary;
 pub mod weight_sum;
@@ -28,6 +29,7 @@ use heatmap::{Heatmap, HeatmapResult, QueryProfile, QueryProfileResult};
 use layer_stat::{head_means, LayerStat};
 use nll::{Nll, NllResult};
 use qk_mean::{QkMean, QkResult};
+use row_pass::{weight_rows, RowWants};
 use rows::{to_host, RowAccumulator};
 use weight_sum::{WeightSum, WeightSumResult};
 
@@ -208,20 +210,44 @@ impl MetricProbe {
 
     fn on_pattern(&mut self, ctx: &BlockCtx, a: &Tensor) -> Result<()> {
         let (layer, s0, q0, n) = (ctx.layer, self.seq_offset, ctx.q_start, ctx.q_len);
-        if let Some(first) = &mut self.first {
-            let col = to_host(&a.narrow(D::Minus1, 0, 1)?.squeeze(D::Minus1)?)?;
-            first.add(layer, s0, q0, n, &col);
-        }
-        if let Some(ws) = &mut self.weight_sum {
-            ws.add(layer, s0, q0, n, &to_host(&a.sum(D::Minus1)?)?);
-        }
-        if self.opts.entropy_of == EntropyOf::Effective {
-            if let Some(e) = &mut self.entropy {
+        let effective_entropy = self.opts.entropy_of == EntropyOf::Effective;
+        let wants = RowWants {
+            first: self.first.is_some(),
+            sum: self.weight_sum.is_some(),
+            entropy: self.entropy.is_some() && effective_entropy,
+            bands: self
+                .distance
+                .as_ref()
+                .map(DistanceProfile::ranges)
+                .unwrap_or_default(),
+        };
+        if let Some(rows) = weight_rows(a, q0, &wants)? {
+            if let Some(first) = &mut self.first {
+                first.add(layer, s0, q0, n, &rows.first);
+            }
+            if let Some(ws) = &mut self.weight_sum {
+                ws.add(layer, s0, q0, n, &rows.sum);
+            }
+            if let (Some(e), true) = (&mut self.entropy, effective_entropy) {
+                e.add(layer, s0, q0, n, &rows.entropy);
+            }
+            if let Some(d) = &mut self.distance {
+                d.add_rows(layer, s0, q0, n, &rows.bands);
+            }
+        } else {
+            if let Some(first) = &mut self.first {
+                let col = to_host(&a.narrow(D::Minus1, 0, 1)?.squeeze(D::Minus1)?)?;
+                first.add(layer, s0, q0, n, &col);
+            }
+            if let Some(ws) = &mut self.weight_sum {
+                ws.add(layer, s0, q0, n, &to_host(&a.sum(D::Minus1)?)?);
+            }
+            if let (Some(e), true) = (&mut self.entropy, effective_entropy) {
                 e.add(layer, s0, q0, n, &to_host(&row_entropy(a)?)?);
             }
-        }
-        if let Some(d) = &mut self.distance {
-            d.add(layer, s0, q0, a)?;
+            if let Some(d) = &mut self.distance {
+                d.add(layer, s0, q0, a)?;
+            }
         }
         if layer == self.opts.heatmap_layer {
             if let Some(h) = &mut self.heatmap {
@@ -258,13 +284,15 @@ impl Probe for MetricProbe {
             Hook::Pattern => self.on_pattern(ctx, xs)?,
             Hook::Softmax => {
                 if let Some(e) = &mut self.entropy {
-                    e.add(
-                        layer,
-                        s0,
-                        ctx.q_start,
-                        ctx.q_len,
-                        &to_host(&row_entropy(xs)?)?,
-                    );
+                    let wants = RowWants {
+                        entropy: true,
+                        ..RowWants::default()
+                    };
+                    let values = match weight_rows(xs, ctx.q_start, &wants)? {
+                        Some(rows) => rows.entropy,
+                        None => to_host(&row_entropy(xs)?)?,
+                    };
+                    e.add(layer, s0, ctx.q_start, ctx.q_len, &values);
                 }
             }
             Hook::Qk => {

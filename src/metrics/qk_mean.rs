@@ -4,6 +4,7 @@
 
 use candle_core::{Tensor, D};
 
+use super::row_pass::qk_sums;
 use crate::error::Result;
 
 /// Running sums per layer.
@@ -36,7 +37,16 @@ impl QkMean {
 
     /// Adds raw q.k `[batch, head, n, keys]` with causal visibility `[n, keys]` (0/1).
     pub fn add(&mut self, layer: usize, raw: &Tensor, visible: &Tensor) -> Result<()> {
-        let (b, h, _, _) = raw.dims4()?;
+        let (b, h, n, keys) = raw.dims4()?;
+        let q_start = keys.saturating_sub(n);
+        if let Some((sum, abs_sum)) = qk_sums(raw, q_start)? {
+            // visible pairs of the block: query i sees i + 1 keys
+            let pairs = (q_start + 1..=keys).sum::<usize>();
+            self.sum[layer] += sum;
+            self.abs_sum[layer] += abs_sum;
+            self.count[layer] += (b * h * pairs) as f64;
+            return Ok(());
+        }
         let masked = raw.broadcast_mul(visible)?;
         // per-row partial sums keep f32 accumulation short; the total is summed in f64
         let rows = masked.sum(D::Minus1)?.flatten_all()?.to_vec1::<f32>()?;
