@@ -9,6 +9,7 @@ pub mod analysis;
 pub mod attention;
 pub mod cli;
 pub mod corpus;
+pub mod cpu;
 pub mod device;
 pub mod error;
 pub mod export;

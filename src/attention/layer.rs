@@ -6,6 +6,7 @@ use candle_core::{DType, Tensor, D};
 
 use super::affine_scaled::{activate, affine_weights};
 use super::blocks::{mask_invisible, query_blocks, visibility};
+use super::cpu_softmax::causal_softmax;
 use super::gated::split_query_gate;
 use super::logn::logn_logits;
 use super::scale_invariant::DistanceTable;
@@ -254,6 +255,10 @@ impl Attention {
             LogitRule::ScaleInvariant { tau } => Some(DistanceTable::new(tau, t, xs.device())?),
             _ => None,
         };
+        let sinks = match &self.sink_logits {
+            Some(sink) => Some(sink.flatten_all()?.to_vec1::<f32>()?),
+            None => None,
+        };
         let mut outputs = Vec::new();
         for (q_start, n) in query_blocks(t, block) {
             let keys = q_start + n;
@@ -277,24 +282,41 @@ impl Attention {
             if probe.wants(Hook::Qk, layer) {
                 probe.on_tensor(Hook::Qk, &ctx, &raw)?;
             }
-            let scaled = (raw * scale)?;
-            let logits = match (&self.logit_rule, &distance_table) {
-                (LogitRule::ScaleInvariant { .. }, Some(table)) => table.apply(&scaled, q_start)?,
-                (LogitRule::Logn { scale }, _) => logn_logits(&scaled, scale, q_start)?,
-                _ => scaled,
+            let want_softmax = probe.wants(Hook::Softmax, layer);
+            // CPU f32 inference: scale, mask and softmax in one fused pass
+            let fused = if raw.track_op()
+                || probe.wants(Hook::AttnScores, layer)
+                || (sinks.is_some() && want_softmax)
+            {
+                None
+            } else {
+                let (logits, kernel_scale) = match self.logit_rule {
+                    LogitRule::Plain => (raw.clone(), scale as f32),
+                    _ => (
+                        self.logits(&raw, scale, q_start, distance_table.as_ref())?,
+                        1.0,
+                    ),
+                };
+                causal_softmax(&logits, kernel_scale, q_start, sinks.as_deref())?
             };
-            let scores = mask_invisible(&logits, &visible)?;
-            if probe.wants(Hook::AttnScores, layer) {
-                probe.on_tensor(Hook::AttnScores, &ctx, &scores)?;
-            }
-            let bw = self.block_weights(
-                &scores,
-                &visible,
-                q_start,
-                t,
-                alpha.as_ref(),
-                probe.wants(Hook::Softmax, layer),
-            )?;
+            let bw = match fused {
+                Some((weights, Some(mass))) => BlockWeights {
+                    weights,
+                    softmax: None,
+                    sink_mass: Some(mass),
+                },
+                Some((p, None)) => {
+                    self.weights_from_softmax(p, &visible, q_start, t, alpha.as_ref())?
+                }
+                None => {
+                    let logits = self.logits(&raw, scale, q_start, distance_table.as_ref())?;
+                    let scores = mask_invisible(&logits, &visible)?;
+                    if probe.wants(Hook::AttnScores, layer) {
+                        probe.on_tensor(Hook::AttnScores, &ctx, &scores)?;
+                    }
+                    self.block_weights(&scores, &visible, q_start, t, alpha.as_ref(), want_softmax)?
+                }
+            };
             if probe.wants(Hook::Pattern, layer) {
                 probe.on_tensor(Hook::Pattern, &ctx, &bw.weights)?;
             }
@@ -354,10 +376,22 @@ impl Attention {
                 sink_mass: Some(mass),
             });
         }
-        let p = softmax()?;
+        self.weights_from_softmax(softmax()?, visible, q_start, seq_len, alpha)
+    }
+
+    /// The block's effective weights from its softmax `p` (no sink): Affine-Scaled
+    /// weights for the affine variants, `p` itself otherwise.
+    fn weights_from_softmax(
+        &self,
+        p: Tensor,
+        visible: &Tensor,
+        q_start: usize,
+        seq_len: usize,
+        alpha: Option<&Tensor>,
+    ) -> Result<BlockWeights> {
         match (alpha, &self.alpha_ma) {
             (Some(alpha), Some(alpha_ma)) => {
-                let n = scores.dim(2)?;
+                let n = p.dim(2)?;
                 let alpha_block = alpha.narrow(D::Minus1, q_start, n)?;
                 let weights = affine_weights(
                     &p,
@@ -379,6 +413,22 @@ impl Attention {
                 softmax: Some(p),
                 sink_mass: None,
             }),
+        }
+    }
+
+    /// The logits the variant normalises: raw q.k times `scale`, then the layer's rule.
+    fn logits(
+        &self,
+        raw: &Tensor,
+        scale: f64,
+        q_start: usize,
+        table: Option<&DistanceTable>,
+    ) -> Result<Tensor> {
+        let scaled = (raw * scale)?;
+        match (&self.logit_rule, table) {
+            (LogitRule::ScaleInvariant { .. }, Some(table)) => table.apply(&scaled, q_start),
+            (LogitRule::Logn { scale }, _) => logn_logits(&scaled, scale, q_start),
+            _ => Ok(scaled),
         }
     }
 

@@ -3,6 +3,7 @@
 
 mod affine_scaled;
 pub mod blocks;
+pub mod cpu_softmax;
 mod gated;
 mod layer;
 mod logn;

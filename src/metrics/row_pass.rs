@@ -4,14 +4,13 @@
 //! are read. On other devices and dtypes the metrics use their candle reductions instead,
 //! which define the same quantities.
 
-use candle_core::{DType, Device, Storage, Tensor};
+use candle_core::Tensor;
 use rayon::prelude::*;
 
+use crate::cpu::fast_math::ln;
+use crate::cpu::host::{lane_sum, with_cpu_f32};
 use crate::error::Result;
-
-/// Lanes of the partial sums: independent f32 accumulators the compiler can keep in vector
-/// registers; each row's lanes are combined in f64.
-const LANES: usize = 16;
+use crate::simd_dispatch;
 
 /// What one call of [`weight_rows`] computes.
 #[derive(Debug, Clone, Default)]
@@ -34,40 +33,21 @@ pub struct RowValues {
     pub bands: Vec<Vec<f32>>,
 }
 
-/// Runs `f` on the elements of a contiguous f32 CPU tensor without copying; `None` for
-/// other devices, dtypes or layouts.
-fn with_cpu_f32<R>(xs: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Option<R> {
-    if !matches!(xs.device(), Device::Cpu) || xs.dtype() != DType::F32 {
-        return None;
-    }
-    let (storage, layout) = xs.storage_and_layout();
-    let (start, end) = layout.contiguous_offsets()?;
-    match &*storage {
-        Storage::Cpu(cpu) => cpu.as_slice::<f32>().ok().map(|all| f(&all[start..end])),
-        _ => None,
-    }
-}
-
-/// Sum of a slice with `LANES` f32 partial sums combined in f64.
-fn lane_sum(xs: &[f32], map: impl Fn(f32) -> f32) -> f64 {
-    let mut acc = [0f32; LANES];
-    let mut chunks = xs.chunks_exact(LANES);
-    for chunk in &mut chunks {
-        for (a, &x) in acc.iter_mut().zip(chunk) {
-            *a += map(x);
-        }
-    }
-    let tail: f64 = chunks.remainder().iter().map(|&x| map(x) as f64).sum();
-    acc.iter().map(|&a| a as f64).sum::<f64>() + tail
-}
-
 /// Entropy in nats of `max(w, 0)` renormalised; NaN without positive mass.
+#[inline(always)]
 fn clamped_entropy(visible: &[f32]) -> f32 {
     let mass = lane_sum(visible, |w| w.max(0.0));
     if mass <= 0.0 {
         return f32::NAN;
     }
-    let q_ln_q = lane_sum(visible, |w| if w > 0.0 { w * w.ln() } else { 0.0 });
+    // q ln q -> 0 as q -> 0: weights below the normal range contribute nothing
+    let q_ln_q = lane_sum(visible, |w| {
+        if w >= f32::MIN_POSITIVE {
+            w * ln(w.max(f32::MIN_POSITIVE))
+        } else {
+            0.0
+        }
+    });
     (mass.ln() - q_ln_q / mass) as f32
 }
 
@@ -83,6 +63,37 @@ fn band_keys(i: usize, lo: usize, hi: usize) -> (usize, usize) {
         i + 1 - hi
     };
     (start.max(first_key), i + 1 - lo)
+}
+
+/// Fills `cell` (first, sum, entropy, bands...) for query `i` with visible weights `visible`.
+#[inline(always)]
+fn row_values(cell: &mut [f32], visible: &[f32], i: usize, wants: &RowWants) {
+    if wants.first {
+        cell[0] = visible[0];
+    }
+    if wants.sum {
+        cell[1] = lane_sum(visible, |x| x) as f32;
+    }
+    if wants.entropy {
+        cell[2] = clamped_entropy(visible);
+    }
+    if !wants.bands.is_empty() {
+        cell[3] = if i > 0 { visible[0] } else { 0.0 };
+        for (k, &(lo, hi)) in wants.bands.iter().enumerate() {
+            let (start, end) = band_keys(i, lo, hi);
+            cell[4 + k] = if start < end {
+                lane_sum(&visible[start..end], |x| x) as f32
+            } else {
+                0.0
+            };
+        }
+    }
+}
+
+/// Sum and absolute sum of one row of raw q.k.
+#[inline(always)]
+fn qk_row(visible: &[f32]) -> (f64, f64) {
+    (lane_sum(visible, |x| x), lane_sum(visible, f32::abs))
 }
 
 /// The per-row reductions of causal `weights` `[batch, head, n, q_start + n]` on CPU f32,
@@ -111,27 +122,7 @@ pub fn weight_rows(
             .enumerate()
             .for_each(|(row, (cell, w))| {
                 let i = q_start + row % n;
-                let visible = &w[..=i];
-                if wants.first {
-                    cell[0] = visible[0];
-                }
-                if wants.sum {
-                    cell[1] = lane_sum(visible, |x| x) as f32;
-                }
-                if wants.entropy {
-                    cell[2] = clamped_entropy(visible);
-                }
-                if bands > 0 {
-                    cell[3] = if i > 0 { visible[0] } else { 0.0 };
-                    for (k, &(lo, hi)) in wants.bands.iter().enumerate() {
-                        let (start, end) = band_keys(i, lo, hi);
-                        cell[4 + k] = if start < end {
-                            lane_sum(&visible[start..end], |x| x) as f32
-                        } else {
-                            0.0
-                        };
-                    }
-                }
+                simd_dispatch!(row_values(cell, &w[..=i], i, wants));
             });
         out
     });
@@ -159,7 +150,7 @@ pub fn qk_sums(raw: &Tensor, q_start: usize) -> Result<Option<(f64, f64)>> {
             .enumerate()
             .map(|(row, w)| {
                 let visible = &w[..=q_start + row % n];
-                (lane_sum(visible, |x| x), lane_sum(visible, f32::abs))
+                simd_dispatch!(qk_row(visible))
             })
             .reduce(|| (0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1))
     }))
@@ -168,6 +159,7 @@ pub fn qk_sums(raw: &Tensor, q_start: usize) -> Result<Option<(f64, f64)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use candle_core::Device;
 
     #[test]
     fn band_keys_partition_a_row() {
@@ -210,6 +202,7 @@ mod device_path_tests {
     use super::*;
     use crate::metrics::distance::{Bands, DistanceProfile};
     use crate::metrics::entropy::row_entropy;
+    use candle_core::Device;
     use candle_core::D;
 
     #[test]

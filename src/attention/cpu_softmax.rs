@@ -1,0 +1,143 @@
+//! The fused causal softmax on CPU: for each row of a query block, in one pass over the
+//! visible keys j <= i, the scaled logits' maximum, exp, the sum with an optional sink
+//! logit, and the normalised weights; invisible keys are written as 0 without being read.
+//! It replaces the scale, mask and softmax ops (three passes over the block and a mask
+//! tensor) where candle's CPU backend computes in f32 without autograd; other devices and
+//! training use `mask_invisible` + softmax, which define the same weights.
+
+use candle_core::{Device, Tensor};
+use rayon::prelude::*;
+
+use crate::cpu::fast_math::exp;
+use crate::cpu::host::{lane_max, with_cpu_f32};
+use crate::error::Result;
+use crate::simd_dispatch;
+
+/// Writes softmax(scale * x ++ [sink]) over `x` into `out` and returns the sink's share
+/// (0 without a sink).
+#[inline(always)]
+fn softmax_row(x: &[f32], out: &mut [f32], scale: f32, sink: Option<f32>) -> f32 {
+    let row_max = lane_max(x, |v| v * scale);
+    let max = sink.map_or(row_max, |s| row_max.max(s));
+    let mut acc = [0f32; 16];
+    let mut chunks = out.chunks_exact_mut(16).zip(x.chunks_exact(16));
+    for (o, v) in &mut chunks {
+        for k in 0..16 {
+            let e = exp(v[k] * scale - max);
+            o[k] = e;
+            acc[k] += e;
+        }
+    }
+    let done = x.len() - x.len() % 16;
+    let mut sum: f64 = acc.iter().map(|&a| a as f64).sum();
+    for (o, &v) in out[done..].iter_mut().zip(&x[done..]) {
+        *o = exp(v * scale - max);
+        sum += *o as f64;
+    }
+    let sink_exp = sink.map_or(0.0, |s| exp(s - max) as f64);
+    let inv = (1.0 / (sum + sink_exp)) as f32;
+    for o in out.iter_mut() {
+        *o *= inv;
+    }
+    (sink_exp * inv as f64) as f32
+}
+
+/// Causal softmax of `logits` `[batch, heads, n, q_start + n]` (f32, CPU) times `scale`,
+/// with per-head sink logits `sinks` `[heads]` in the denominator when given. Returns the
+/// weights and, with sinks, the sink mass `[batch, heads, n]`; `None` where the tensor is
+/// not a contiguous f32 CPU tensor.
+pub fn causal_softmax(
+    logits: &Tensor,
+    scale: f32,
+    q_start: usize,
+    sinks: Option<&[f32]>,
+) -> Result<Option<(Tensor, Option<Tensor>)>> {
+    let (b, h, n, keys) = logits.dims4()?;
+    if keys != q_start + n {
+        return Ok(None);
+    }
+    let computed = with_cpu_f32(logits, |data| {
+        let mut weights = vec![0f32; data.len()];
+        let mut mass = vec![0f32; b * h * n];
+        weights
+            .par_chunks_mut(keys)
+            .zip(data.par_chunks(keys))
+            .zip(mass.par_iter_mut())
+            .enumerate()
+            .for_each(|(row, ((out, x), mass))| {
+                let visible = q_start + row % n + 1;
+                let sink = sinks.map(|s| s[(row / n) % h]);
+                let (x, out) = (&x[..visible], &mut out[..visible]);
+                *mass = simd_dispatch!(softmax_row(x, out, scale, sink));
+            });
+        (weights, mass)
+    });
+    let Some((weights, mass)) = computed else {
+        return Ok(None);
+    };
+    let weights = Tensor::from_vec(weights, (b, h, n, keys), &Device::Cpu)?;
+    let mass = match sinks {
+        Some(_) => Some(Tensor::from_vec(mass, (b, h, n), &Device::Cpu)?),
+        None => None,
+    };
+    Ok(Some((weights, mass)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attention::blocks::{mask_invisible, visibility};
+    use crate::attention::sink::softmax_with_sink;
+
+    fn block() -> Tensor {
+        // 1 seq, 2 heads, queries 3..7 against keys 0..7; 37-key rows exercise the lanes
+        let (h, q_start, n) = (2, 33, 4);
+        let keys = q_start + n;
+        let data: Vec<f32> = (0..h * n * keys)
+            .map(|k| ((k * 7919) % 101) as f32 / 10.0 - 5.0)
+            .collect();
+        Tensor::from_vec(data, (1, h, n, keys), &Device::Cpu).unwrap()
+    }
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+    }
+
+    #[test]
+    fn equals_mask_then_softmax() {
+        let raw = block();
+        let (weights, mass) = causal_softmax(&raw, 0.125, 33, None).unwrap().unwrap();
+        assert!(mass.is_none());
+        let visible = visibility(33, 4, &Device::Cpu).unwrap();
+        let scores = mask_invisible(&(&raw * 0.125).unwrap(), &visible).unwrap();
+        let expected = candle_nn::ops::softmax_last_dim(&scores).unwrap();
+        assert!(max_diff(&weights, &expected) < 1e-7);
+    }
+
+    #[test]
+    fn sinks_take_their_share() {
+        let raw = block();
+        let sinks = [0.5f32, -1.0];
+        let (weights, mass) = causal_softmax(&raw, 1.0, 33, Some(&sinks))
+            .unwrap()
+            .unwrap();
+        let visible = visibility(33, 4, &Device::Cpu).unwrap();
+        let scores = mask_invisible(&raw, &visible).unwrap();
+        let sink = Tensor::new(&sinks, &Device::Cpu)
+            .unwrap()
+            .reshape((1, 2, 1, 1))
+            .unwrap();
+        let (expected, expected_mass) = softmax_with_sink(&scores, &sink).unwrap();
+        assert!(max_diff(&weights, &expected) < 1e-7);
+        assert!(max_diff(&mass.unwrap(), &expected_mass) < 1e-7);
+    }
+}

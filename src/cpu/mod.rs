@@ -1,0 +1,7 @@
+//! CPU kernels: zero-copy host views of candle tensors, vectorisable exp/ln, and the
+//! dispatch that compiles a row kernel for AVX2 where the CPU has it. The fused passes
+//! built on them (the causal softmax, the metric row pass) replace chains of candle
+//! elementwise ops, each of which would read and write the whole block again.
+
+pub mod fast_math;
+pub mod host;
