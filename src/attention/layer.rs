@@ -216,7 +216,6 @@ impl Attention {
             q_start: 0,
             q_len: t,
             seq_len: t,
-            visible: None,
         };
         if probe.wants(Hook::Q, layer) {
             probe.on_tensor(Hook::Q, &whole, &q)?;
@@ -271,13 +270,11 @@ impl Attention {
                 .matmul(&kb.t()?)?
                 .reshape((b, s.heads, n, keys))?
                 .to_dtype(DType::F32)?;
-            let visible = visibility(q_start, n, xs.device())?;
             let ctx = BlockCtx {
                 layer,
                 q_start,
                 q_len: n,
                 seq_len: t,
-                visible: Some(&visible),
             };
             if probe.wants(Hook::Qk, layer) {
                 probe.on_tensor(Hook::Qk, &ctx, &raw)?;
@@ -305,16 +302,15 @@ impl Attention {
                     softmax: None,
                     sink_mass: Some(mass),
                 },
-                Some((p, None)) => {
-                    self.weights_from_softmax(p, &visible, q_start, t, alpha.as_ref())?
-                }
+                Some((p, None)) => self.weights_from_softmax(p, q_start, t, alpha.as_ref())?,
                 None => {
+                    let visible = visibility(q_start, n, xs.device())?;
                     let logits = self.logits(&raw, scale, q_start, distance_table.as_ref())?;
                     let scores = mask_invisible(&logits, &visible)?;
                     if probe.wants(Hook::AttnScores, layer) {
                         probe.on_tensor(Hook::AttnScores, &ctx, &scores)?;
                     }
-                    self.block_weights(&scores, &visible, q_start, t, alpha.as_ref(), want_softmax)?
+                    self.block_weights(&scores, q_start, t, alpha.as_ref(), want_softmax)?
                 }
             };
             if probe.wants(Hook::Pattern, layer) {
@@ -353,7 +349,6 @@ impl Attention {
     fn block_weights(
         &self,
         scores: &Tensor,
-        visible: &Tensor,
         q_start: usize,
         seq_len: usize,
         alpha: Option<&Tensor>,
@@ -376,7 +371,7 @@ impl Attention {
                 sink_mass: Some(mass),
             });
         }
-        self.weights_from_softmax(softmax()?, visible, q_start, seq_len, alpha)
+        self.weights_from_softmax(softmax()?, q_start, seq_len, alpha)
     }
 
     /// The block's effective weights from its softmax `p` (no sink): Affine-Scaled
@@ -384,7 +379,6 @@ impl Attention {
     fn weights_from_softmax(
         &self,
         p: Tensor,
-        visible: &Tensor,
         q_start: usize,
         seq_len: usize,
         alpha: Option<&Tensor>,
@@ -392,12 +386,13 @@ impl Attention {
         match (alpha, &self.alpha_ma) {
             (Some(alpha), Some(alpha_ma)) => {
                 let n = p.dim(2)?;
+                let visible = visibility(q_start, n, p.device())?;
                 let alpha_block = alpha.narrow(D::Minus1, q_start, n)?;
                 let weights = affine_weights(
                     &p,
                     &alpha_block,
                     alpha_ma,
-                    visible,
+                    &visible,
                     q_start,
                     seq_len,
                     &self.shape.affine,

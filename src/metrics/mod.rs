@@ -296,8 +296,8 @@ impl Probe for MetricProbe {
                 }
             }
             Hook::Qk => {
-                if let (Some(qk), Some(visible)) = (&mut self.qk, ctx.visible) {
-                    qk.add(layer, xs, visible)?;
+                if let Some(qk) = &mut self.qk {
+                    qk.add(layer, xs, ctx.q_start)?;
                 }
             }
             Hook::SinkMass => {

@@ -5,6 +5,7 @@
 use candle_core::{Tensor, D};
 
 use super::row_pass::qk_sums;
+use crate::attention::blocks::visibility;
 use crate::error::Result;
 
 /// Running sums per layer.
@@ -35,10 +36,9 @@ impl QkMean {
         }
     }
 
-    /// Adds raw q.k `[batch, head, n, keys]` with causal visibility `[n, keys]` (0/1).
-    pub fn add(&mut self, layer: usize, raw: &Tensor, visible: &Tensor) -> Result<()> {
+    /// Adds raw q.k `[batch, head, n, q_start + n]` of queries `q_start ..`.
+    pub fn add(&mut self, layer: usize, raw: &Tensor, q_start: usize) -> Result<()> {
         let (b, h, n, keys) = raw.dims4()?;
-        let q_start = keys.saturating_sub(n);
         if let Some((sum, abs_sum)) = qk_sums(raw, q_start)? {
             // visible pairs of the block: query i sees i + 1 keys
             let pairs = (q_start + 1..=keys).sum::<usize>();
@@ -47,7 +47,8 @@ impl QkMean {
             self.count[layer] += (b * h * pairs) as f64;
             return Ok(());
         }
-        let masked = raw.broadcast_mul(visible)?;
+        let visible = visibility(q_start, n, raw.device())?;
+        let masked = raw.broadcast_mul(&visible)?;
         // per-row partial sums keep f32 accumulation short; the total is summed in f64
         let rows = masked.sum(D::Minus1)?.flatten_all()?.to_vec1::<f32>()?;
         let abs_rows = masked

@@ -123,7 +123,6 @@ impl Model {
                     q_start: start,
                     q_len: n,
                     seq_len: t,
-                    visible: None,
                 };
                 probe.on_tensor(Hook::Logits, &ctx, &logits)?;
             }

@@ -22,7 +22,7 @@ pub enum Hook {
     /// `hook_k`: keys after RoPE, `[batch, kv_head, pos, d_head]`, once per layer.
     K,
     /// `hook_qk`: raw q . k before 1/sqrt(d) and any variant transform, unmasked,
-    /// `[batch, head, q_block, keys]` (use `ctx.visible` for the causal mask).
+    /// `[batch, head, q_block, keys]` (key j is visible to query i = `ctx.q_start + r` when j <= i; `attention::blocks::visibility` builds the mask).
     Qk,
     /// `hook_attn_scores`: the logits the variant normalises (scaled, masked with -inf),
     /// `[batch, head, q_block, keys]`, f32.
@@ -91,7 +91,7 @@ impl Hook {
 }
 
 /// Where a pushed tensor sits.
-pub struct BlockCtx<'a> {
+pub struct BlockCtx {
     /// 0-based layer (the number of layers for logits).
     pub layer: usize,
     /// First query (or position) of the block.
@@ -100,9 +100,6 @@ pub struct BlockCtx<'a> {
     pub q_len: usize,
     /// Sequence length T of the forward pass.
     pub seq_len: usize,
-    /// Causal visibility `[q_len, q_start + q_len]`, f32 1.0 where key j <= query i, else 0.0;
-    /// `None` for per-layer and logits hooks.
-    pub visible: Option<&'a Tensor>,
 }
 
 /// Receives tensors from the forward pass. Every method defaults to a no-op, so a probe

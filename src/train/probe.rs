@@ -60,9 +60,7 @@ impl Probe for TrainProbe {
             Hook::Logits => self.logits.push(xs.clone()),
             Hook::Alpha => self.alpha[ctx.layer] = Some(xs.detach()),
             Hook::Qk => {
-                if let Some(visible) = ctx.visible {
-                    self.qk.add(ctx.layer, &xs.detach(), visible)?;
-                }
+                self.qk.add(ctx.layer, &xs.detach(), ctx.q_start)?;
             }
             _ => {}
         }
