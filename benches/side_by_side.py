@@ -6,13 +6,16 @@
 Runs, each in its own process: (a) `asa-analyze analyze --metrics <core set>`, (b)
 benches/transformers_way.py --mode eager (output_attentions=True + metrics in torch),
 (c) --mode sdpa (plain forward: the floor). Measures wall time, tokens/s, peak RSS  and on GPU peak device memory (nvidia-smi polled every 20 ms), and
-checks that (a) and (b) agree on the metrics. Peak RSS comes from `/usr/bin/time -f %M`. Token ids: deterministic pseudo-random ids
-(or --ids FILE), written once and given to all three.
+checks that (a) and (b) agree on the metrics. Peak RSS comes from `/usr/bin/time -f %M`. Token ids: deterministic pseudo-random ids,
+--ids FILE, or --text FILE (the text tokenised with the checkpoint's tokenizer.json and repeated as needed), written
+once and given to all three. --mem-limit caps each process's address space (RLIMIT_AS), so a run that would exhaust the
+machine fails with an allocation error that is recorded, instead of the kernel's OOM killer.
 """
 import argparse
 import json
 import os
 import random
+import resource
 import subprocess
 import sys
 import threading
@@ -34,7 +37,36 @@ def gpu_poller(pid_holder, peak, stop):
         time.sleep(0.02)
 
 
-def run(cmd, gpu):
+def limit_memory(gib):
+    """preexec_fn for a child: cap its address space at `gib` GiB (None: no cap)."""
+    def apply():
+        if gib:
+            cap = int(gib * 2**30)
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    return apply
+
+
+def text_ids(model, text_path, seq_len, num_seqs):
+    """Token ids of `text_path` with the checkpoint's tokenizer.json, repeated to fill the windows."""
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(os.path.join(model, "tokenizer.json"))
+    ids = tok.encode(open(text_path, encoding="utf-8").read(), add_special_tokens=False).ids
+    need = seq_len * num_seqs
+    ids = (ids * (need // len(ids) + 1))[:need]
+    return [ids[k * seq_len:(k + 1) * seq_len] for k in range(num_seqs)]
+
+
+def error_line(err):
+    """The most telling line of a failed child's stderr: its last error, else its exit status."""
+    lines = [l.strip() for l in err.strip().splitlines() if l.strip()]
+    for line in reversed(lines):
+        if "Error" in line or "error:" in line or "Killed" in line:
+            return line[:300]
+    exits = [l for l in lines if l.startswith("Command ")]
+    return (exits or lines or ["?"])[-1][:300]
+
+
+def run(cmd, gpu, mem_limit=None):
     peak = [0]
     stop = threading.Event()
     poller = None
@@ -42,7 +74,8 @@ def run(cmd, gpu):
         poller = threading.Thread(target=gpu_poller, args=(None, peak, stop), daemon=True)
         poller.start()
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=limit_memory(mem_limit))
     out, err = proc.communicate()
     wall = time.perf_counter() - start
     stop.set()
@@ -61,6 +94,8 @@ def main():
     p.add_argument("--asa", default=os.path.join(HERE, "..", "target", "release", "asa-analyze"))
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--ids")
+    p.add_argument("--text", help="tokenise this text file (repeated as needed) instead of random ids")
+    p.add_argument("--mem-limit", type=float, help="address-space cap per process, GiB")
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--json-out")
     p.add_argument("--skip-eager", action="store_true")
@@ -68,8 +103,11 @@ def main():
     p.add_argument("--max-memory", help="asa-analyze --max-memory (e.g. 1G)")
     args = p.parse_args()
     cfg = json.load(open(os.path.join(args.model, "config.json")))
-    ids_path = args.ids or os.path.join("/tmp", f"bench_ids_{args.num_seqs}x{args.seq_len}.json")
-    if not args.ids:
+    kind = "text" if args.text else "ids"
+    ids_path = args.ids or os.path.join("/tmp", f"bench_{kind}_{args.num_seqs}x{args.seq_len}.json")
+    if args.text:
+        json.dump(text_ids(args.model, args.text, args.seq_len, args.num_seqs), open(ids_path, "w"))
+    elif not args.ids:
         rng = random.Random(0)
         ids = [[rng.randrange(cfg["vocab_size"]) for _ in range(args.seq_len)] for _ in range(args.num_seqs)]
         json.dump(ids, open(ids_path, "w"))
@@ -80,7 +118,7 @@ def main():
 
     def timed(name, cmd):
         wrapped = ["/usr/bin/time", "-f", "%M", *cmd] if os.path.exists("/usr/bin/time") else cmd
-        out, err, wall, gpu_gib = run(wrapped, gpu)
+        out, err, wall, gpu_gib = run(wrapped, gpu, args.mem_limit)
         rss = None
         if os.path.exists("/usr/bin/time"):
             try:
@@ -89,6 +127,8 @@ def main():
                 rss = None
         results[name] = {"wall_s": wall, "tokens_per_s": tokens / wall, "peak_rss_gib": rss,
                          "peak_gpu_gib": gpu_gib if gpu else None}
+        if "Command exited with non-zero status" in err or "Command terminated by signal" in err:
+            results[name]["error"] = error_line(err)
         return out, err
 
     out, err = timed("asa-analyze", [args.asa, "analyze", args.model, "--corpus", ids_path, "--seq-len", str(args.seq_len),
@@ -120,14 +160,15 @@ def main():
             }
             results["agreement_max_abs_diff"] = diffs
         except Exception as e:
-            results["transformers eager + metrics"]["error"] = (err.strip().splitlines() or ["?"])[-1][:300]
+            results["transformers eager + metrics"]["error"] = error_line(err)
     out, err = timed("transformers sdpa forward (floor)", [args.python, tw, "--mode", "sdpa", *common])
     try:
         results["transformers sdpa forward (floor)"]["inner_s"] = json.loads(out.strip().splitlines()[-1])["seconds"]
     except Exception:
-        results["transformers sdpa forward (floor)"]["error"] = (err.strip().splitlines() or ["?"])[-1][:300]
+        results["transformers sdpa forward (floor)"]["error"] = error_line(err)
     report = {"model": args.model, "device": args.device, "dtype": args.dtype, "seq_len": args.seq_len,
-              "num_seqs": args.num_seqs, "results": results}
+              "num_seqs": args.num_seqs, "tokens": args.text or args.ids or "random ids",
+              "mem_limit_gib": args.mem_limit, "asa_metrics": args.asa_metrics, "results": results}
     print(json.dumps(report, indent=1))
     if args.json_out:
         json.dump(report, open(args.json_out, "w"), indent=1)
