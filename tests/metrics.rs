@@ -388,3 +388,38 @@ fn distance_bands_sum_to_the_weight_sum() {
         }
     }
 }
+
+#[test]
+fn progress_is_reported_block_by_block() {
+    // batches of 2 sequences, blocks of 7 queries: one report per block of every layer of
+    // every batch, rising to every token
+    let name = "llama_gqa";
+    let ckpt = Checkpoint::open(&model_dir(name), &Device::Cpu, DType::F32).unwrap();
+    let model = ckpt.load_model().unwrap();
+    let ids = windows(name);
+    let t = ids[0].len();
+    let layers = ckpt.config.num_layers;
+    let total: usize = ids.iter().map(Vec::len).sum();
+    let mut seen = Vec::new();
+    let shape = RunShape {
+        batch_size: 2,
+        block: 7,
+    };
+    analyze(
+        &ckpt,
+        &model,
+        &ids,
+        &options(EntropyOf::Effective),
+        shape,
+        |done| seen.push(done),
+    )
+    .unwrap();
+    let batches = ids.len().div_ceil(2);
+    assert!(t > 7 && layers > 1);
+    assert_eq!(seen.len(), batches * layers * t.div_ceil(7), "{seen:?}");
+    assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
+    assert_eq!(*seen.last().unwrap(), total);
+    // the first report is the first block of the first layer of the first batch
+    let first_batch = ids.len().min(2) * t;
+    assert_eq!(seen[0], first_batch * 7 / (layers * t), "{seen:?}");
+}

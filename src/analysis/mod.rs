@@ -20,14 +20,14 @@ pub struct RunShape {
     pub block: usize,
 }
 
-/// Forwards everything to the metric probe and reports each finished layer, so long runs
-/// show progress layer by layer.
-struct LayerTicker<'a, F: FnMut(usize)> {
+/// Forwards everything to the metric probe and reports each finished query block as
+/// `(layer, queries done in the layer)`, so long runs show progress block by block.
+struct BlockTicker<'a, F: FnMut(usize, usize)> {
     inner: &'a mut MetricProbe,
-    on_layer: F,
+    on_block: F,
 }
 
-impl<F: FnMut(usize)> Probe for LayerTicker<'_, F> {
+impl<F: FnMut(usize, usize)> Probe for BlockTicker<'_, F> {
     fn wants(&self, hook: Hook, layer: usize) -> bool {
         self.inner.wants(hook, layer)
     }
@@ -36,16 +36,20 @@ impl<F: FnMut(usize)> Probe for LayerTicker<'_, F> {
         self.inner.on_tensor(hook, ctx, xs)
     }
 
-    fn on_layer_end(&mut self, layer: usize) -> Result<()> {
-        self.inner.on_layer_end(layer)?;
-        (self.on_layer)(layer);
+    fn on_block_end(&mut self, ctx: &BlockCtx) -> Result<()> {
+        self.inner.on_block_end(ctx)?;
+        (self.on_block)(ctx.layer, ctx.q_start + ctx.q_len);
         Ok(())
+    }
+
+    fn on_layer_end(&mut self, layer: usize) -> Result<()> {
+        self.inner.on_layer_end(layer)
     }
 }
 
 /// Computes `opts` metrics of `model` over `windows` (all of equal length), calling
-/// `progress(tokens_done)` after every layer of every batch (fractional batches count
-/// in proportion to the layers done).
+/// `progress(tokens_done)` after every query block of every layer (a batch counts in
+/// proportion to the layers and queries done).
 pub fn analyze(
     ckpt: &Checkpoint,
     model: &Model,
@@ -66,9 +70,11 @@ pub fn analyze(
         let layers = c.num_layers.max(1);
         let batch_tokens = batch.len() * t;
         let before = done * t;
-        let mut ticker = LayerTicker {
+        let mut ticker = BlockTicker {
             inner: &mut probe,
-            on_layer: |layer: usize| progress(before + batch_tokens * (layer + 1) / layers),
+            on_block: |layer: usize, queries: usize| {
+                progress(before + batch_tokens * (layer * t + queries) / (layers * t))
+            },
         };
         model.forward(&ids, shape.block, &mut ticker)?;
         done += batch.len();

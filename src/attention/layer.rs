@@ -333,6 +333,7 @@ impl Attention {
                 .matmul(&vb)?
                 .reshape((b, s.heads, n, s.head_dim))?;
             outputs.push(out);
+            probe.on_block_end(&ctx)?;
         }
         probe.on_layer_end(layer)?;
         let out =

@@ -115,6 +115,11 @@ pub trait Probe {
         Ok(())
     }
 
+    /// Called when a query block's attention is done.
+    fn on_block_end(&mut self, _ctx: &BlockCtx) -> Result<()> {
+        Ok(())
+    }
+
     /// Called when a layer's attention is done (0-based layer).
     fn on_layer_end(&mut self, _layer: usize) -> Result<()> {
         Ok(())
@@ -148,6 +153,13 @@ impl Probe for ProbeSet<'_> {
             if probe.wants(hook, ctx.layer) {
                 probe.on_tensor(hook, ctx, xs)?;
             }
+        }
+        Ok(())
+    }
+
+    fn on_block_end(&mut self, ctx: &BlockCtx) -> Result<()> {
+        for probe in self.probes.iter_mut() {
+            probe.on_block_end(ctx)?;
         }
         Ok(())
     }
