@@ -5,6 +5,8 @@
 //! tensor) where candle's CPU backend computes in f32 without autograd; other devices and
 //! training use `mask_invisible` + softmax, which define the same weights.
 
+use std::mem::MaybeUninit;
+
 use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 
@@ -13,10 +15,10 @@ use crate::cpu::host::{lane_max, with_cpu_f32};
 use crate::error::Result;
 use crate::simd_dispatch;
 
-/// Writes softmax(scale * x ++ [sink]) over `x` into `out` and returns the sink's share
-/// (0 without a sink).
+/// Writes softmax(scale * x ++ [sink]) over `x` into `out` (same length) and returns the
+/// sink's share (0 without a sink).
 #[inline(always)]
-fn softmax_row(x: &[f32], out: &mut [f32], scale: f32, sink: Option<f32>) -> f32 {
+fn softmax_row(x: &[f32], out: &mut [MaybeUninit<f32>], scale: f32, sink: Option<f32>) -> f32 {
     let row_max = lane_max(x, |v| v * scale);
     let max = sink.map_or(row_max, |s| row_max.max(s));
     let mut acc = [0f32; 16];
@@ -24,16 +26,17 @@ fn softmax_row(x: &[f32], out: &mut [f32], scale: f32, sink: Option<f32>) -> f32
     for (o, v) in &mut chunks {
         for k in 0..16 {
             let e = exp(v[k] * scale - max);
-            o[k] = e;
+            o[k].write(e);
             acc[k] += e;
         }
     }
     let done = x.len() - x.len() % 16;
     let mut sum: f64 = acc.iter().map(|&a| a as f64).sum();
     for (o, &v) in out[done..].iter_mut().zip(&x[done..]) {
-        *o = exp(v * scale - max);
-        sum += *o as f64;
+        sum += *o.write(exp(v * scale - max)) as f64;
     }
+    // SAFETY: every element of `out` was written above
+    let out = unsafe { &mut *(out as *mut [MaybeUninit<f32>] as *mut [f32]) };
     let sink_exp = sink.map_or(0.0, |s| exp(s - max) as f64);
     let inv = (1.0 / (sum + sink_exp)) as f32;
     for o in out.iter_mut() {
@@ -57,9 +60,11 @@ pub fn causal_softmax(
         return Ok(None);
     }
     let computed = with_cpu_f32(logits, |data| {
-        let mut weights = vec![0f32; data.len()];
+        // every element is written below (the weights of visible keys, 0 for the rest), so
+        // the block is not zero-filled first
+        let mut weights = Vec::with_capacity(data.len());
         let mut mass = vec![0f32; b * h * n];
-        weights
+        weights.spare_capacity_mut()[..data.len()]
             .par_chunks_mut(keys)
             .zip(data.par_chunks(keys))
             .zip(mass.par_iter_mut())
@@ -67,9 +72,14 @@ pub fn causal_softmax(
             .for_each(|(row, ((out, x), mass))| {
                 let visible = q_start + row % n + 1;
                 let sink = sinks.map(|s| s[(row / n) % h]);
-                let (x, out) = (&x[..visible], &mut out[..visible]);
-                *mass = simd_dispatch!(softmax_row(x, out, scale, sink));
+                let (out, invisible) = out.split_at_mut(visible);
+                for o in invisible {
+                    o.write(0.0);
+                }
+                *mass = simd_dispatch!(softmax_row(&x[..visible], out, scale, sink));
             });
+        // SAFETY: the loop above wrote all `data.len()` elements
+        unsafe { weights.set_len(data.len()) };
         (weights, mass)
     });
     let Some((weights, mass)) = computed else {
