@@ -9,6 +9,7 @@ slope of each way's peak RSS against T (GiB per 1k tokens).
 """
 import argparse
 import json
+import re
 
 import matplotlib
 
@@ -23,39 +24,52 @@ WAYS = [
 ]
 
 
+def asked_gib(error):
+    """The allocation a failed run asked for, in GiB, from torch's error message (or None)."""
+    m = re.search(r"allocate (\d+) bytes", error)
+    return int(m.group(1)) / 2**30 if m else None
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("reports", nargs="+")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     reports = sorted((json.load(open(f)) for f in args.reports), key=lambda r: r["seq_len"])
-    fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(11, 4.6))
     for key, label, colour in WAYS:
         ok = [(r["seq_len"], r["results"][key]) for r in reports if key in r["results"] and "error" not in r["results"][key]]
         failed = [(r["seq_len"], r["results"][key]) for r in reports if key in r["results"] and "error" in r["results"][key]]
         if ok:
             t = np.array([x for x, _ in ok])
             rss = np.array([v["peak_rss_gib"] for _, v in ok])
-            secs = np.array([v.get("inner_s", v["wall_s"]) if key != "asa-analyze" else v["wall_s"] for _, v in ok])
-            ax_mem.plot(t, rss, "o-", color=colour, label=label)
-            ax_time.plot(t, secs, "o-", color=colour, label=label)
+            secs = np.array([v["wall_s"] if key == "asa-analyze" else v.get("inner_s", v["wall_s"]) for _, v in ok])
+            ax_mem.plot(t / 1024, rss, "o-", color=colour, label=label)
+            ax_time.plot(t / 1024, secs, "o-", color=colour)
             if len(t) >= 2:
-                slope = np.polyfit(t / 1024, rss, 1)[0]
-                print(f"{label}: peak RSS slope {slope:.4f} GiB per 1k tokens over T = {list(t)}")
+                slope, icept = np.polyfit(t / 1024, rss, 1)
+                print(f"{label}: peak RSS {icept:.3f} GiB + {slope:.4f} GiB per 1k tokens (least squares over T = {[int(x) for x in t]})")
         for t, v in failed:
-            ax_mem.plot([t], [v["peak_rss_gib"]], "x", color=colour, markersize=10, mew=2,
-                        label=f"{label}: out of memory at T = {t}")
-    for ax, title, unit in ((ax_mem, "Peak memory", "peak RSS (GiB)"), (ax_time, "Time", "seconds")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("sequence length T (tokens)")
-        ax.set_ylabel(unit)
+            ax_mem.plot([t / 1024], [v["peak_rss_gib"]], "x", color=colour, markersize=10, mew=2)
+            asked = asked_gib(v["error"])
+            note = f"out of memory\n(asked for {asked:.1f} GiB more)" if asked else "failed"
+            last = t == reports[-1]["seq_len"]
+            ax_mem.annotate(note, (t / 1024, v["peak_rss_gib"]), textcoords="offset points",
+                            xytext=(-10 if last else 10, -6), ha="right" if last else "left", va="top",
+                            fontsize=7, color=colour)
+    ticks = [r["seq_len"] / 1024 for r in reports]
+    ax_mem.set_ylabel("peak RSS (GiB)")
+    ax_mem.set_ylim(0, ax_mem.get_ylim()[1] * 1.1)
+    ax_time.set_ylabel("seconds (log scale)")
+    ax_time.set_yscale("log")
+    for ax, title in ((ax_mem, "Peak memory"), (ax_time, "Time")):
+        ax.set_xlabel("sequence length T (k tokens)")
         ax.set_title(title)
-        ax.set_xticks([r["seq_len"] for r in reports], [f"{r['seq_len'] // 1024}k" for r in reports])
+        ax.set_xticks(ticks, [f"{int(x)}k" for x in ticks])
         ax.grid(True, which="both", alpha=0.3)
-    ax_mem.legend(fontsize=7, loc="upper left")
+    fig.legend(loc="lower center", ncol=3, fontsize=8, frameon=False)
     fig.suptitle("SmolLM2-135M, f32, 1 sequence, 2 CPU cores (time: asa-analyze wall; transformers: forward only)", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(args.out, dpi=120)
 
 

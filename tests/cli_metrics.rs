@@ -224,6 +224,29 @@ fn analyze_writes_every_table_matching_the_references() {
 }
 
 #[test]
+fn a_tight_memory_budget_splits_the_batch_without_changing_the_metrics() {
+    // 3 sequences asked for in one batch; 5 KiB of attention budget fits the query rows of
+    // fewer, so the planner runs smaller batches (and blocks of 1 query)
+    let tmp = tempfile::tempdir().unwrap();
+    let out = analyze(
+        tmp.path(),
+        &["--out", "small", "--batch-size", "3", "--max-memory", "5K"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let res = tmp.path().join("small");
+    let run: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(res.join("run.json")).unwrap()).unwrap();
+    let batch = run["models"][0]["batch_size"].as_u64().unwrap();
+    assert!((1..3).contains(&batch), "batch {batch}");
+    assert_eq!(run["models"][0]["block_size"], 1);
+    check_attention_table(&read_csv(&res.join("attention.csv")));
+}
+
+#[test]
 fn parquet_tables_hold_the_same_values() {
     let tmp = tempfile::tempdir().unwrap();
     let out = analyze(

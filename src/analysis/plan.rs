@@ -21,6 +21,15 @@ pub fn block_size(budget: u64, batch: usize, heads: usize, seq_len: usize) -> us
     block.clamp(1, FAST_BLOCK.min(seq_len.max(1)))
 }
 
+/// Sequences per forward pass: `batch`, or fewer when one query row of `LIVE_MAPS` maps
+/// for the whole batch would not fit in `budget` bytes (then even blocks of one query would
+/// break the budget); at least 1.
+pub fn batch_chunk(budget: u64, batch: usize, heads: usize, seq_len: usize) -> usize {
+    let per_sequence = (LIVE_MAPS * heads * seq_len * 4) as u64;
+    let fits = (budget / per_sequence.max(1)) as usize;
+    batch.min(fits).max(1)
+}
+
 /// Parses a memory size: `512M`, `4G`, `2GiB`, `1500000000`.
 pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
     let t = s.trim();
@@ -79,6 +88,10 @@ mod tests {
         assert_eq!(block_size(1, 1, 9, 32768), 1);
         assert_eq!(block_size(u64::MAX / 2, 1, 9, 100), 100);
         assert_eq!(block_size(u64::MAX / 2, 1, 9, 2048), FAST_BLOCK);
+        // 10 sequences whose query rows need 9 MiB each, in a 40 MiB budget: 4 at a time
+        assert_eq!(batch_chunk(40 << 20, 10, 9, 32768), 4);
+        assert_eq!(batch_chunk(1, 10, 9, 32768), 1);
+        assert_eq!(batch_chunk(u64::MAX / 2, 10, 9, 32768), 10);
         assert_eq!(parse_bytes("4G").unwrap(), 4 << 30);
         assert_eq!(parse_bytes("512MiB").unwrap(), 512 << 20);
         assert!(parse_bytes("12 parsecs").is_err());

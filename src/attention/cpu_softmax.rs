@@ -56,7 +56,7 @@ pub fn causal_softmax(
     sinks: Option<&[f32]>,
 ) -> Result<Option<(Tensor, Option<Tensor>)>> {
     let (b, h, n, keys) = logits.dims4()?;
-    if keys != q_start + n {
+    if keys != q_start + n || keys == 0 {
         return Ok(None);
     }
     let computed = with_cpu_f32(logits, |data| {
@@ -100,13 +100,13 @@ mod tests {
     use crate::attention::sink::softmax_with_sink;
 
     fn block() -> Tensor {
-        // 1 seq, 2 heads, queries 3..7 against keys 0..7; 37-key rows exercise the lanes
-        let (h, q_start, n) = (2, 33, 4);
+        // 2 seqs, 2 heads, queries 33..37 against keys 0..37 (rows cross the 16 lanes)
+        let (b, h, q_start, n) = (2, 2, 33, 4);
         let keys = q_start + n;
-        let data: Vec<f32> = (0..h * n * keys)
+        let data: Vec<f32> = (0..b * h * n * keys)
             .map(|k| ((k * 7919) % 101) as f32 / 10.0 - 5.0)
             .collect();
-        Tensor::from_vec(data, (1, h, n, keys), &Device::Cpu).unwrap()
+        Tensor::from_vec(data, (b, h, n, keys), &Device::Cpu).unwrap()
     }
 
     fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
@@ -149,5 +149,32 @@ mod tests {
         let (expected, expected_mass) = softmax_with_sink(&scores, &sink).unwrap();
         assert!(max_diff(&weights, &expected) < 1e-7);
         assert!(max_diff(&mass.unwrap(), &expected_mass) < 1e-7);
+    }
+}
+
+#[cfg(test)]
+mod wide_tests {
+    use super::*;
+
+    #[test]
+    fn the_vectorised_copy_equals_the_baseline_bit_for_bit() {
+        // rows of 1..200 keys (chunks and tails), logits from -90 to 30, a dominant sink
+        for len in [1usize, 15, 16, 17, 100, 200] {
+            let x: Vec<f32> = (0..len)
+                .map(|k| ((k * 7919) % 1201) as f32 / 10.0 - 90.0)
+                .collect();
+            for sink in [None, Some(0.0), Some(1e3)] {
+                let mut base = vec![MaybeUninit::new(f32::NAN); len];
+                let mut vectorised = vec![MaybeUninit::new(f32::NAN); len];
+                let m_base = softmax_row(&x, &mut base, 0.7, sink);
+                let m_wide = simd_dispatch!(softmax_row(&x, &mut vectorised, 0.7, sink));
+                assert_eq!(m_base.to_bits(), m_wide.to_bits());
+                for (a, b) in base.iter().zip(&vectorised) {
+                    // SAFETY: both rows were fully written by softmax_row
+                    let (a, b) = unsafe { (a.assume_init(), b.assume_init()) };
+                    assert_eq!(a.to_bits(), b.to_bits(), "len {len} sink {sink:?}");
+                }
+            }
+        }
     }
 }

@@ -254,9 +254,13 @@ impl Attention {
             LogitRule::ScaleInvariant { tau } => Some(DistanceTable::new(tau, t, xs.device())?),
             _ => None,
         };
+        // host copies of the sink logits for the fused CPU softmax (not on other devices,
+        // where the copy would wait for the device, nor when the sinks are being trained)
         let sinks = match &self.sink_logits {
-            Some(sink) => Some(sink.flatten_all()?.to_vec1::<f32>()?),
-            None => None,
+            Some(sink) if xs.device().is_cpu() && !sink.track_op() => {
+                Some(sink.flatten_all()?.to_vec1::<f32>()?)
+            }
+            _ => None,
         };
         let mut outputs = Vec::new();
         for (q_start, n) in query_blocks(t, block) {
@@ -281,10 +285,8 @@ impl Attention {
             }
             let want_softmax = probe.wants(Hook::Softmax, layer);
             // CPU f32 inference: scale, mask and softmax in one fused pass
-            let fused = if raw.track_op()
-                || probe.wants(Hook::AttnScores, layer)
-                || (sinks.is_some() && want_softmax)
-            {
+            let sinks_unfused = self.sink_logits.is_some() && (sinks.is_none() || want_softmax);
+            let fused = if raw.track_op() || sinks_unfused || probe.wants(Hook::AttnScores, layer) {
                 None
             } else {
                 let (logits, kernel_scale) = match self.logit_rule {

@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
 use super::report;
-use crate::analysis::plan::{block_size, default_budget, parse_bytes};
+use crate::analysis::plan::{batch_chunk, block_size, default_budget, parse_bytes};
 use crate::analysis::series::find_series;
 use crate::analysis::{analyze, RunShape};
 use crate::corpus::{
@@ -364,16 +364,21 @@ fn run_model(
         },
         entropy_of: args.entropy_of,
     };
-    let batch = args.batch_size.max(1);
-    let block = match args.block_size {
-        Some(b) => b,
-        None => block_size(
-            args.max_memory.unwrap_or_else(default_budget),
-            batch,
-            c.num_heads,
-            t,
-        ),
+    let budget = args.max_memory.unwrap_or_else(default_budget);
+    let (batch, block) = match args.block_size {
+        Some(b) => (args.batch_size.max(1), b),
+        None => {
+            let batch = batch_chunk(budget, args.batch_size.max(1), c.num_heads, t);
+            (batch, block_size(budget, batch, c.num_heads, t))
+        }
     };
+    if batch < args.batch_size && !args.quiet {
+        eprintln!(
+            "note: {label}: --batch-size {} runs as batches of {batch} sequences to fit the attention memory budget ({} MiB)",
+            args.batch_size,
+            budget >> 20
+        );
+    }
     let model = ckpt.load_model()?;
     let bar = progress_bar(args.quiet, (windows.ids.len() * t) as u64, label);
     let started = Instant::now();

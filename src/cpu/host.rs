@@ -60,16 +60,19 @@ macro_rules! simd_dispatch {
         #[cfg(target_arch = "x86_64")]
         {
             #[target_feature(enable = "avx2,fma")]
-            fn wide<F: FnOnce() -> R, R>(f: F) -> R {
+            fn __simd_wide<F: FnOnce() -> R, R>(f: F) -> R {
                 f()
             }
+            // the call is built outside `unsafe`, so the arguments get no unsafe context
+            #[allow(unused_mut)]
+            let mut call = || $kernel($($arg),*);
             if std::arch::is_x86_feature_detected!("avx2")
                 && std::arch::is_x86_feature_detected!("fma")
             {
                 // SAFETY: the CPU was just checked for AVX2 and FMA
-                unsafe { wide(#[inline(always)] || $kernel($($arg),*)) }
+                unsafe { __simd_wide(call) }
             } else {
-                $kernel($($arg),*)
+                call()
             }
         }
         #[cfg(not(target_arch = "x86_64"))]

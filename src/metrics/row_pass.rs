@@ -104,7 +104,7 @@ pub fn weight_rows(
     wants: &RowWants,
 ) -> Result<Option<RowValues>> {
     let (b, h, n, keys) = weights.dims4()?;
-    if keys != q_start + n {
+    if keys != q_start + n || keys == 0 {
         return Ok(None);
     }
     let rows = b * h * n;
@@ -142,7 +142,7 @@ pub fn weight_rows(
 /// pairs, on CPU f32; `None` where the candle reductions must run.
 pub fn qk_sums(raw: &Tensor, q_start: usize) -> Result<Option<(f64, f64)>> {
     let (_, _, n, keys) = raw.dims4()?;
-    if keys != q_start + n {
+    if keys != q_start + n || keys == 0 {
         return Ok(None);
     }
     Ok(with_cpu_f32(raw, |data| {
@@ -152,7 +152,10 @@ pub fn qk_sums(raw: &Tensor, q_start: usize) -> Result<Option<(f64, f64)>> {
                 let visible = &w[..=q_start + row % n];
                 simd_dispatch!(qk_row(visible))
             })
-            .reduce(|| (0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1))
+            .collect::<Vec<_>>()
+            .into_iter()
+            // rows summed in order: the same bits on every run, whatever the threads did
+            .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1))
     }))
 }
 
