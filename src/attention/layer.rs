@@ -286,7 +286,11 @@ impl Attention {
             let want_softmax = probe.wants(Hook::Softmax, layer);
             // CPU f32 inference: scale, mask and softmax in one fused pass
             let sinks_unfused = self.sink_logits.is_some() && (sinks.is_none() || want_softmax);
-            let fused = if raw.track_op() || sinks_unfused || probe.wants(Hook::AttnScores, layer) {
+            let fused = if !xs.device().is_cpu()
+                || raw.track_op()
+                || sinks_unfused
+                || probe.wants(Hook::AttnScores, layer)
+            {
                 None
             } else {
                 let (logits, kernel_scale) = match self.logit_rule {
