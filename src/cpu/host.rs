@@ -63,16 +63,20 @@ macro_rules! simd_dispatch {
             fn __simd_wide<F: FnOnce() -> R, R>(f: F) -> R {
                 f()
             }
-            // the call is built outside `unsafe`, so the arguments get no unsafe context
-            #[allow(unused_mut)]
-            let mut call = || $kernel($($arg),*);
+            /// Runs `f` as AVX2 code; `f` must be `#[inline(always)]` so that it is
+            /// compiled into `__simd_wide` rather than called from it.
+            #[inline(always)]
+            fn __simd_run_wide<F: FnOnce() -> R, R>(f: F) -> R {
+                // SAFETY: only called after the CPU was checked for AVX2 and FMA
+                unsafe { __simd_wide(f) }
+            }
             if std::arch::is_x86_feature_detected!("avx2")
                 && std::arch::is_x86_feature_detected!("fma")
             {
-                // SAFETY: the CPU was just checked for AVX2 and FMA
-                unsafe { __simd_wide(call) }
+                // the closure is built outside `unsafe`: the arguments get no unsafe context
+                __simd_run_wide(#[inline(always)] || $kernel($($arg),*))
             } else {
-                call()
+                $kernel($($arg),*)
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
