@@ -82,6 +82,9 @@ mod tests {
         }
         assert!(worst <= 2.0, "{worst} ulp");
         assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+        assert!(exp(f32::NAN).is_nan());
+        // the flush to 0 starts below -87.3, where e^x leaves the normal range
+        assert!(exp(-87.29) >= f32::MIN_POSITIVE);
         assert_eq!(exp(-100.0), 0.0);
         assert_eq!(exp(0.0), 1.0);
     }

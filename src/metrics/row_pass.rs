@@ -210,7 +210,8 @@ mod device_path_tests {
 
     #[test]
     fn candle_reductions_equal_the_row_pass() {
-        let (h, q_start, n) = (2, 5, 7);
+        // rows of 31-37 keys cross the 16-lane chunks and leave tails
+        let (h, q_start, n) = (2, 30, 7);
         let keys = q_start + n;
         let mut data = Vec::new();
         for head in 0..h {
@@ -223,7 +224,7 @@ mod device_path_tests {
         }
         let w = Tensor::from_vec(data, (1, h, n, keys), &Device::Cpu).unwrap();
         let bands = Bands {
-            edges: vec![1, 3, 9],
+            edges: vec![1, 3, 9, 27],
         };
         let wants = RowWants {
             first: true,
@@ -253,5 +254,10 @@ mod device_path_tests {
         {
             assert!((x - y).abs() < 1e-6, "{x} vs {y}");
         }
+        // q.k sums over the visible pairs (the invisible entries above are 0 already)
+        let (sum, abs_sum) = qk_sums(&w, q_start).unwrap().unwrap();
+        let want = |t: Tensor| t.sum_all().unwrap().to_scalar::<f32>().unwrap() as f64;
+        assert!((sum - want(w.clone())).abs() < 1e-4, "{sum}");
+        assert!((abs_sum - want(w.abs().unwrap())).abs() < 1e-4, "{abs_sum}");
     }
 }
