@@ -283,3 +283,53 @@ fn logn_delta_params_count_the_stored_scales() {
     // 2 layers x 4 heads of logn_scale
     assert_eq!(json["delta_parameters"], 8);
 }
+
+#[test]
+fn a_diverged_checkpoint_with_nan_weights_is_analysed_not_a_crash() {
+    // a training run that blew up: NaN in one q_proj weight makes every later value NaN;
+    // the run must finish, report NaN and still draw the figures (no panic, exit 0)
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpt = tmp.path().join("ckpt");
+    copy_fixture("llama_gqa", &ckpt);
+    let name = "model.layers.0.self_attn.q_proj.weight";
+    let index: serde_json::Value = serde_json::from_str(
+        &fs::read_to_string(ckpt.join("model.safetensors.index.json")).unwrap(),
+    )
+    .unwrap();
+    let shard = ckpt.join(index["weight_map"][name].as_str().unwrap());
+    let mut tensors = candle_core::safetensors::load(&shard, &candle_core::Device::Cpu).unwrap();
+    let w = &tensors[name];
+    let mut values = w.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    values[0] = f32::NAN;
+    let poisoned = candle_core::Tensor::from_vec(values, w.shape(), w.device()).unwrap();
+    tensors.insert(name.to_string(), poisoned);
+    candle_core::safetensors::save(&tensors, &shard).unwrap();
+
+    let out = run_cli(
+        tmp.path(),
+        &[
+            "analyze",
+            "ckpt",
+            "--seq-len",
+            "16",
+            "--num-seqs",
+            "2",
+            "--out",
+            "res",
+            "--quiet",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("nan"), "{stdout}");
+    let figs = run_cli(tmp.path(), &["figures", "res", "--out", "figs", "--quiet"]);
+    assert!(
+        figs.status.success(),
+        "{}",
+        String::from_utf8_lossy(&figs.stderr)
+    );
+}

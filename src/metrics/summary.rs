@@ -78,7 +78,10 @@ pub struct Histogram {
 /// a constant sample gets numpy's range [v - 0.5, v + 0.5]. A sample whose spread is
 /// only float rounding (max - min <= 1e-4 max(1, |max|), e.g. softmax weight sums of 1
 /// in f32) counts as constant, so the bins show the value rather than its rounding noise.
+/// NaN and infinite values (a diverged checkpoint) are left out of the counts.
 pub fn histogram(values: &[f64], bins: usize) -> Histogram {
+    let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    let values = finite.as_slice();
     let bins = bins.max(1);
     let (mut lo, hi) = values
         .iter()
@@ -149,5 +152,10 @@ mod tests {
         let h = histogram(&[1.0; 3], 20);
         assert_eq!(h.count[10], 3);
         assert_eq!(h.bin_lo[0], 0.5);
+        // non-finite values are left out; none at all gives numpy's empty range [0, 1]
+        let h = histogram(&[f64::NAN, 0., 1., 1., 2., f64::INFINITY, 4.], 4);
+        assert_eq!(h.count, vec![1, 2, 1, 1]);
+        let h = histogram(&[f64::NAN; 3], 2);
+        assert_eq!((h.count, h.bin_lo), (vec![0, 0], vec![0.0, 0.5]));
     }
 }
