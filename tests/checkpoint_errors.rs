@@ -3,25 +3,8 @@
 mod common;
 
 use std::fs;
-use std::path::Path;
 
 use common::*;
-
-fn copy_fixture(name: &str, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for entry in fs::read_dir(model_dir(name)).unwrap() {
-        let entry = entry.unwrap();
-        fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-    }
-}
-
-fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
-    let path = dir.join("config.json");
-    let mut cfg: serde_json::Value =
-        serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
-    edit(&mut cfg);
-    fs::write(&path, serde_json::to_string(&cfg).unwrap()).unwrap();
-}
 
 #[test]
 fn missing_config_json() {
