@@ -101,6 +101,8 @@ def main():
     p.add_argument("--skip-eager", action="store_true")
     p.add_argument("--asa-metrics", default=CORE, help="metrics for asa-analyze, or 'all' for the full suite")
     p.add_argument("--max-memory", help="asa-analyze --max-memory (e.g. 1G)")
+    p.add_argument("--warmup", type=int, default=0,
+                   help="untimed forward passes before the Python scripts' timed loop (asa-analyze is timed cold)")
     args = p.parse_args()
     cfg = json.load(open(os.path.join(args.model, "config.json")))
     kind = "text" if args.text else "ids"
@@ -145,7 +147,7 @@ def main():
         raise
     tw = os.path.join(HERE, "transformers_way.py")
     common = ["--model", args.model, "--ids", ids_path, "--device", "cuda" if gpu else "cpu", "--dtype", args.dtype,
-              "--batch-size", str(args.batch_size)]
+              "--batch-size", str(args.batch_size), "--warmup", str(args.warmup)]
     if not args.skip_eager:
         out, err = timed("transformers eager + metrics", [args.python, tw, "--mode", "eager", *common])
         try:

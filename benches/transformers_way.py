@@ -91,6 +91,7 @@ def main():
     p.add_argument("--make-random")
     p.add_argument("--shape", default="30m")
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--warmup", type=int, default=0, help="untimed forward passes before the timed ones")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -104,6 +105,10 @@ def main():
     model.eval()
     windows = torch.tensor(json.load(open(args.ids)), dtype=torch.long)
     heads = model.config.num_attention_heads
+    with torch.no_grad():
+        # untimed passes first: CUDA context, kernel loading and autotuning are not counted
+        for _ in range(args.warmup):
+            model(windows[:args.batch_size].to(args.device), output_attentions=args.mode == "eager")
     if args.device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()

@@ -10,6 +10,8 @@ pub mod attention;
 pub mod cli;
 pub mod corpus;
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod device;
 pub mod error;
 pub mod export;

@@ -9,6 +9,7 @@ use candle_core::Tensor;
 use crate::error::Result;
 use crate::metrics::{MetricOptions, MetricProbe, ModelMetrics};
 use crate::model::{Checkpoint, Model};
+use crate::probe::row_table::RowWants;
 use crate::probe::{BlockCtx, Hook, Probe};
 
 /// How the forward passes are cut.
@@ -44,6 +45,14 @@ impl<F: FnMut(usize, usize)> Probe for BlockTicker<'_, F> {
 
     fn on_layer_end(&mut self, layer: usize) -> Result<()> {
         self.inner.on_layer_end(layer)
+    }
+
+    fn row_request(&self, layer: usize) -> Option<RowWants> {
+        self.inner.row_request(layer)
+    }
+
+    fn on_row_table(&mut self, ctx: &BlockCtx, table: &Tensor, has_sink: bool) -> Result<()> {
+        self.inner.on_row_table(ctx, table, has_sink)
     }
 }
 

@@ -8,6 +8,7 @@ use super::affine_scaled::{activate, affine_weights};
 use super::blocks::{mask_invisible, query_blocks, visibility};
 use super::cpu_softmax::causal_softmax;
 use super::gated::split_query_gate;
+use super::gpu_softmax::causal_softmax_rows;
 use super::logn::logn_logits;
 use super::scale_invariant::DistanceTable;
 use super::sink::softmax_with_sink;
@@ -262,6 +263,20 @@ impl Attention {
             }
             _ => None,
         };
+        // GPU inference: the fused softmax writes the weights and the probe's row table in
+        // one pass, where the probe takes rows (plain logits, no affine step, no training)
+        let row_wants = if xs.device().is_cuda()
+            && matches!(self.logit_rule, LogitRule::Plain)
+            && alpha.is_none()
+            && !q.track_op()
+            && !self.sink_logits.as_ref().is_some_and(Tensor::track_op)
+            && !probe.wants(Hook::AttnScores, layer)
+            && !probe.wants(Hook::Softmax, layer)
+        {
+            probe.row_request(layer)
+        } else {
+            None
+        };
         let mut outputs = Vec::new();
         for (q_start, n) in query_blocks(t, block) {
             let keys = q_start + n;
@@ -270,16 +285,32 @@ impl Attention {
                 .reshape((b, s.kv_heads, groups * n, s.head_dim))?;
             let kb = k.narrow(2, 0, keys)?;
             let vb = v.narrow(2, 0, keys)?;
-            let raw = qb
-                .matmul(&kb.t()?)?
-                .reshape((b, s.heads, n, keys))?
-                .to_dtype(DType::F32)?;
+            // weights [b, heads, n, keys] times values, without copying keys per group
+            let value_product = |weights: &Tensor| -> Result<Tensor> {
+                Ok(weights
+                    .to_dtype(v.dtype())?
+                    .reshape((b, s.kv_heads, groups * n, keys))?
+                    .matmul(&vb)?
+                    .reshape((b, s.heads, n, s.head_dim))?)
+            };
+            let raw = qb.matmul(&kb.t()?)?.reshape((b, s.heads, n, keys))?;
             let ctx = BlockCtx {
                 layer,
                 q_start,
                 q_len: n,
                 seq_len: t,
             };
+            if let Some(wants) = &row_wants {
+                let sinks = self.sink_logits.as_ref();
+                let fused = causal_softmax_rows(&raw, scale as f32, q_start, sinks, wants)?;
+                if let Some((weights, table)) = fused {
+                    probe.on_row_table(&ctx, &table, sinks.is_some())?;
+                    outputs.push(value_product(&weights)?);
+                    probe.on_block_end(&ctx)?;
+                    continue;
+                }
+            }
+            let raw = raw.to_dtype(DType::F32)?;
             if probe.wants(Hook::Qk, layer) {
                 probe.on_tensor(Hook::Qk, &ctx, &raw)?;
             }
@@ -332,13 +363,7 @@ impl Attention {
                     probe.on_tensor(Hook::SinkMass, &ctx, mass)?;
                 }
             }
-            let out = bw
-                .weights
-                .to_dtype(v.dtype())?
-                .reshape((b, s.kv_heads, groups * n, keys))?
-                .matmul(&vb)?
-                .reshape((b, s.heads, n, s.head_dim))?;
-            outputs.push(out);
+            outputs.push(value_product(&bw.weights)?);
             probe.on_block_end(&ctx)?;
         }
         probe.on_layer_end(layer)?;

@@ -5,6 +5,7 @@ mod affine_scaled;
 pub mod blocks;
 pub mod cpu_softmax;
 mod gated;
+mod gpu_softmax;
 mod layer;
 mod logn;
 mod scale_invariant;

@@ -20,6 +20,7 @@ use std::collections::BTreeSet;
 use candle_core::{DType, Tensor, D};
 
 use crate::error::Result;
+use crate::probe::row_table::{split_table, RowValues, RowWants};
 use crate::probe::{BlockCtx, Hook, Probe};
 use alpha_gate::{AlphaResult, AlphaStats, GateStats};
 use distance::{Bands, DistanceProfile, DistanceResult};
@@ -28,8 +29,8 @@ use first_token::{FirstToken, SinkRate};
 use heatmap::{Heatmap, HeatmapResult, QueryProfile, QueryProfileResult};
 use layer_stat::{head_means, LayerStat};
 use nll::{Nll, NllResult};
-use qk_mean::{QkMean, QkResult};
-use row_pass::{weight_rows, RowWants};
+use qk_mean::{visible_pairs, QkMean, QkResult};
+use row_pass::{weight_rows, weight_table_on_device};
 use rows::{to_host, RowAccumulator};
 use weight_sum::{WeightSum, WeightSumResult};
 
@@ -114,10 +115,27 @@ pub struct ModelMetrics {
     pub distance: Option<DistanceResult>,
 }
 
+/// A block's row table left on the GPU until the layer ends (one copy to the host per
+/// layer instead of one wait per block).
+struct DeviceRows {
+    /// `[rows, width]` f32.
+    table: Tensor,
+    seq_offset: usize,
+    q_start: usize,
+    n: usize,
+    /// Whether the fused softmax filled the table: its q.k columns hold the raw q.k sums,
+    /// and with `has_sink` its sink column the sink mass.
+    fused: bool,
+    has_sink: bool,
+}
+
 /// The probe that feeds every requested accumulator during one model's forward passes.
 pub struct MetricProbe {
     opts: MetricOptions,
     seq_offset: usize,
+    /// Row tables of the pattern and of the softmax still on the device.
+    pending_pattern: Vec<DeviceRows>,
+    pending_softmax: Vec<DeviceRows>,
     first: Option<FirstToken>,
     weight_sum: Option<WeightSum>,
     entropy: Option<Entropy>,
@@ -139,6 +157,8 @@ impl MetricProbe {
         let q = opts.min_query;
         MetricProbe {
             seq_offset: 0,
+            pending_pattern: Vec::new(),
+            pending_softmax: Vec::new(),
             first: (m(Metric::FirstToken) || m(Metric::SinkRate))
                 .then(|| FirstToken::new(layers, seqs, heads, q)),
             weight_sum: (m(Metric::WeightSum) || m(Metric::HeadTotal))
@@ -208,33 +228,44 @@ impl MetricProbe {
                 && (self.heatmap.is_some() || self.profile.is_some()))
     }
 
-    fn on_pattern(&mut self, ctx: &BlockCtx, a: &Tensor) -> Result<()> {
-        let (layer, s0, q0, n) = (ctx.layer, self.seq_offset, ctx.q_start, ctx.q_len);
-        let effective_entropy = self.opts.entropy_of == EntropyOf::Effective;
-        let wants = RowWants {
+    /// The per-row reductions of the pattern hook.
+    fn pattern_wants(&self) -> RowWants {
+        RowWants {
             first: self.first.is_some(),
             sum: self.weight_sum.is_some(),
-            entropy: self.entropy.is_some() && effective_entropy,
+            entropy: self.entropy.is_some() && self.opts.entropy_of == EntropyOf::Effective,
             bands: self
                 .distance
                 .as_ref()
                 .map(DistanceProfile::ranges)
                 .unwrap_or_default(),
-        };
-        if let Some(rows) = weight_rows(a, q0, &wants)? {
-            if let Some(first) = &mut self.first {
-                first.add(layer, s0, q0, n, &rows.first);
-            }
-            if let Some(ws) = &mut self.weight_sum {
-                ws.add(layer, s0, q0, n, &rows.sum);
-            }
-            if let (Some(e), true) = (&mut self.entropy, effective_entropy) {
-                e.add(layer, s0, q0, n, &rows.entropy);
-            }
-            if let Some(d) = &mut self.distance {
-                d.add_rows(layer, s0, q0, n, &rows.bands);
-            }
+        }
+    }
+
+    /// The per-row reductions of the softmax hook.
+    fn softmax_wants() -> RowWants {
+        RowWants {
+            entropy: true,
+            ..RowWants::default()
+        }
+    }
+
+    fn on_pattern(&mut self, ctx: &BlockCtx, a: &Tensor) -> Result<()> {
+        let (layer, s0, q0, n) = (ctx.layer, self.seq_offset, ctx.q_start, ctx.q_len);
+        let wants = self.pattern_wants();
+        if let Some(table) = weight_table_on_device(a, q0, &wants)? {
+            self.pending_pattern.push(DeviceRows {
+                table,
+                seq_offset: s0,
+                q_start: q0,
+                n,
+                fused: false,
+                has_sink: false,
+            });
+        } else if let Some(rows) = weight_rows(a, q0, &wants)? {
+            self.add_pattern_rows(layer, s0, q0, n, &rows);
         } else {
+            let effective_entropy = wants.entropy;
             if let Some(first) = &mut self.first {
                 let col = to_host(&a.narrow(D::Minus1, 0, 1)?.squeeze(D::Minus1)?)?;
                 first.add(layer, s0, q0, n, &col);
@@ -259,6 +290,78 @@ impl MetricProbe {
         }
         Ok(())
     }
+
+    /// Adds the pattern's per-row values of queries `q_start .. q_start + n`.
+    fn add_pattern_rows(&mut self, layer: usize, s0: usize, q0: usize, n: usize, rows: &RowValues) {
+        if let Some(first) = &mut self.first {
+            first.add(layer, s0, q0, n, &rows.first);
+        }
+        if let Some(ws) = &mut self.weight_sum {
+            ws.add(layer, s0, q0, n, &rows.sum);
+        }
+        if let (Some(e), false) = (&mut self.entropy, rows.entropy.is_empty()) {
+            e.add(layer, s0, q0, n, &rows.entropy);
+        }
+        if let Some(d) = &mut self.distance {
+            d.add_rows(layer, s0, q0, n, &rows.bands);
+        }
+    }
+
+    /// Copies the row tables of `layer` still on the device to the host, one copy for each
+    /// hook, and adds them.
+    fn flush_device_rows(&mut self, layer: usize) -> Result<()> {
+        let pattern = std::mem::take(&mut self.pending_pattern);
+        let wants = self.pattern_wants();
+        for (block, table) in pull_tables(&pattern)? {
+            let rows = split_table(&table, &wants);
+            let (s0, q0, n) = (block.seq_offset, block.q_start, block.n);
+            self.add_pattern_rows(layer, s0, q0, n, &rows);
+            if !block.fused {
+                continue;
+            }
+            if let Some(qk) = &mut self.qk {
+                // per-row sums pooled in f64, in row order
+                let sum = rows.qk_sum.iter().map(|&v| v as f64).sum();
+                let abs_sum = rows.qk_abs_sum.iter().map(|&v| v as f64).sum();
+                let heads_x_batch = rows.qk_sum.len() / n.max(1);
+                qk.add_sums(layer, sum, abs_sum, heads_x_batch * visible_pairs(q0, n));
+            }
+            if let (Some(acc), true) = (&mut self.sink_mass, block.has_sink) {
+                acc.add(layer, s0, q0, n, &rows.sink_mass);
+            }
+        }
+        let softmax = std::mem::take(&mut self.pending_softmax);
+        for (block, table) in pull_tables(&softmax)? {
+            if let Some(e) = &mut self.entropy {
+                let rows = split_table(&table, &Self::softmax_wants());
+                e.add(
+                    layer,
+                    block.seq_offset,
+                    block.q_start,
+                    block.n,
+                    &rows.entropy,
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The host copies of device row tables of one width, in one transfer.
+fn pull_tables(blocks: &[DeviceRows]) -> Result<Vec<(&DeviceRows, Vec<f32>)>> {
+    if blocks.is_empty() {
+        return Ok(Vec::new());
+    }
+    let tables: Vec<&Tensor> = blocks.iter().map(|b| &b.table).collect();
+    let host = Tensor::cat(&tables, 0)?.flatten_all()?.to_vec1::<f32>()?;
+    let mut offset = 0;
+    let mut out = Vec::with_capacity(blocks.len());
+    for block in blocks {
+        let len = block.table.elem_count();
+        out.push((block, host[offset..offset + len].to_vec()));
+        offset += len;
+    }
+    Ok(out)
 }
 
 impl Probe for MetricProbe {
@@ -278,16 +381,45 @@ impl Probe for MetricProbe {
         }
     }
 
+    fn on_layer_end(&mut self, layer: usize) -> Result<()> {
+        self.flush_device_rows(layer)
+    }
+
+    fn row_request(&self, layer: usize) -> Option<RowWants> {
+        let softmax_entropy = self.entropy.is_some() && self.opts.entropy_of == EntropyOf::Softmax;
+        let maps =
+            layer == self.opts.heatmap_layer && (self.heatmap.is_some() || self.profile.is_some());
+        (!softmax_entropy && !maps).then(|| self.pattern_wants())
+    }
+
+    fn on_row_table(&mut self, ctx: &BlockCtx, table: &Tensor, has_sink: bool) -> Result<()> {
+        self.pending_pattern.push(DeviceRows {
+            table: table.clone(),
+            seq_offset: self.seq_offset,
+            q_start: ctx.q_start,
+            n: ctx.q_len,
+            fused: true,
+            has_sink,
+        });
+        Ok(())
+    }
+
     fn on_tensor(&mut self, hook: Hook, ctx: &BlockCtx, xs: &Tensor) -> Result<()> {
         let (layer, s0) = (ctx.layer, self.seq_offset);
         match hook {
             Hook::Pattern => self.on_pattern(ctx, xs)?,
-            Hook::Softmax => {
-                if let Some(e) = &mut self.entropy {
-                    let wants = RowWants {
-                        entropy: true,
-                        ..RowWants::default()
-                    };
+            Hook::Softmax if self.entropy.is_some() => {
+                let wants = Self::softmax_wants();
+                if let Some(table) = weight_table_on_device(xs, ctx.q_start, &wants)? {
+                    self.pending_softmax.push(DeviceRows {
+                        table,
+                        seq_offset: s0,
+                        q_start: ctx.q_start,
+                        n: ctx.q_len,
+                        fused: false,
+                        has_sink: false,
+                    });
+                } else if let Some(e) = &mut self.entropy {
                     let values = match weight_rows(xs, ctx.q_start, &wants)? {
                         Some(rows) => rows.entropy,
                         None => to_host(&row_entropy(xs)?)?,

@@ -1,5 +1,6 @@
 //! nll: next-token negative log-likelihood from logit blocks, never holding [T, vocab]
-//! logits for the whole sequence; per target position and overall (perplexity).
+//! logits for the whole sequence; per target position and overall (perplexity). On a GPU
+//! one kernel computes each block's log-sum-exp and picks the target (`cuda::nll`).
 
 use candle_core::{DType, Tensor, D};
 
@@ -50,16 +51,21 @@ impl Nll {
         for s in 0..b {
             ids.extend_from_slice(&self.targets[seq_offset + s][start + 1..start + 1 + n_pred]);
         }
-        let ids = Tensor::from_vec(ids, (b, n_pred, 1), logits.device())?;
-        let max = logits.max_keepdim(D::Minus1)?;
-        let lse = (logits
-            .broadcast_sub(&max)?
-            .exp()?
-            .sum_keepdim(D::Minus1)?
-            .log()?
-            + &max)?;
-        let picked = logits.gather(&ids, D::Minus1)?;
-        let nll = (lse - picked)?.flatten_all()?.to_vec1::<f32>()?;
+        let nll = match device_nll(&logits.reshape((b * n_pred, ()))?, &ids)? {
+            Some(nll) => nll,
+            None => {
+                let ids = Tensor::from_vec(ids, (b, n_pred, 1), logits.device())?;
+                let max = logits.max_keepdim(D::Minus1)?;
+                let lse = (logits
+                    .broadcast_sub(&max)?
+                    .exp()?
+                    .sum_keepdim(D::Minus1)?
+                    .log()?
+                    + &max)?;
+                let picked = logits.gather(&ids, D::Minus1)?;
+                (lse - picked)?.flatten_all()?.to_vec1::<f32>()?
+            }
+        };
         for (i, v) in nll.into_iter().enumerate() {
             let p = start + i % n_pred;
             self.sum[p] += v as f64;
@@ -82,4 +88,15 @@ impl Nll {
                 .collect(),
         }
     }
+}
+
+/// Per-row NLL of `logits` `[rows, vocab]` by the CUDA kernel, where they are on a GPU.
+#[cfg(feature = "cuda")]
+fn device_nll(logits: &Tensor, targets: &[u32]) -> Result<Option<Vec<f32>>> {
+    crate::cuda::nll::nll_rows(logits, targets)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn device_nll(_: &Tensor, _: &[u32]) -> Result<Option<Vec<f32>>> {
+    Ok(None)
 }

@@ -38,13 +38,9 @@ impl QkMean {
 
     /// Adds raw q.k `[batch, head, n, q_start + n]` of queries `q_start ..`.
     pub fn add(&mut self, layer: usize, raw: &Tensor, q_start: usize) -> Result<()> {
-        let (b, h, n, keys) = raw.dims4()?;
+        let (b, h, n, _) = raw.dims4()?;
         if let Some((sum, abs_sum)) = qk_sums(raw, q_start)? {
-            // visible pairs of the block: query i sees i + 1 keys
-            let pairs = (q_start + 1..=keys).sum::<usize>();
-            self.sum[layer] += sum;
-            self.abs_sum[layer] += abs_sum;
-            self.count[layer] += (b * h * pairs) as f64;
+            self.add_sums(layer, sum, abs_sum, b * h * visible_pairs(q_start, n));
             return Ok(());
         }
         let visible = visibility(q_start, n, raw.device())?;
@@ -60,6 +56,13 @@ impl QkMean {
         self.abs_sum[layer] += abs_rows.iter().map(|&v| v as f64).sum::<f64>();
         self.count[layer] += (b * h) as f64 * visible.sum_all()?.to_scalar::<f32>()? as f64;
         Ok(())
+    }
+
+    /// Adds the sum and absolute sum of raw q.k over `pairs` visible (query, key) pairs.
+    pub fn add_sums(&mut self, layer: usize, sum: f64, abs_sum: f64, pairs: usize) {
+        self.sum[layer] += sum;
+        self.abs_sum[layer] += abs_sum;
+        self.count[layer] += pairs as f64;
     }
 
     /// Overall and per-layer means.
@@ -82,4 +85,10 @@ impl QkMean {
                 .collect(),
         }
     }
+}
+
+/// Visible (query, key) pairs of queries `q_start .. q_start + n` of one head: query i sees
+/// i + 1 keys.
+pub fn visible_pairs(q_start: usize, n: usize) -> usize {
+    (q_start + 1..=q_start + n).sum()
 }

@@ -1,8 +1,9 @@
-//! The CPU row pass: every per-row reduction of a block of causal weights (first-token
-//! mass, weight sum, entropy, distance-band masses) or raw q.k (sum, absolute sum) in one
-//! pass over the block's host memory, rows split across threads. Only visible keys j <= i
-//! are read. On other devices and dtypes the metrics use their candle reductions instead,
-//! which define the same quantities.
+//! The row pass: every per-row reduction of a block of causal weights (first-token mass,
+//! weight sum, entropy, distance-band masses) or raw q.k (sum, absolute sum) in one pass
+//! over the block, on the CPU over its host memory with rows split across threads, on CUDA
+//! by the kernels of [`crate::cuda`] (feature `cuda`), which fill the same tables. Only
+//! visible keys j <= i are read. Elsewhere (other dtypes, layouts or devices) the metrics
+//! use their candle reductions instead, which define the same quantities.
 
 use candle_core::Tensor;
 use rayon::prelude::*;
@@ -10,28 +11,8 @@ use rayon::prelude::*;
 use crate::cpu::fast_math::ln;
 use crate::cpu::host::{lane_sum, with_cpu_f32};
 use crate::error::Result;
+use crate::probe::row_table::{split_table, RowValues, RowWants, BANDS, ENTROPY, FIRST, SUM};
 use crate::simd_dispatch;
-
-/// What one call of [`weight_rows`] computes.
-#[derive(Debug, Clone, Default)]
-pub struct RowWants {
-    pub first: bool,
-    pub sum: bool,
-    pub entropy: bool,
-    /// Distance bands `[lo, hi)` of t = i - j, key 0 of queries i > 0 left out (its own
-    /// `first` band); empty for none.
-    pub bands: Vec<(usize, usize)>,
-}
-
-/// Per-row values `[batch, head, n]` (row-major), each empty unless asked for.
-#[derive(Debug, Clone, Default)]
-pub struct RowValues {
-    pub first: Vec<f32>,
-    pub sum: Vec<f32>,
-    pub entropy: Vec<f32>,
-    /// One vector per band: `first` (a_i0 for i > 0), then each of `RowWants::bands`.
-    pub bands: Vec<Vec<f32>>,
-}
 
 /// Entropy in nats of `max(w, 0)` renormalised; NaN without positive mass.
 #[inline(always)]
@@ -65,23 +46,23 @@ fn band_keys(i: usize, lo: usize, hi: usize) -> (usize, usize) {
     (start.max(first_key), i + 1 - lo)
 }
 
-/// Fills `cell` (first, sum, entropy, bands...) for query `i` with visible weights `visible`.
+/// Fills the row-table `cell` of query `i` with visible weights `visible`.
 #[inline(always)]
 fn row_values(cell: &mut [f32], visible: &[f32], i: usize, wants: &RowWants) {
     if wants.first {
-        cell[0] = visible[0];
+        cell[FIRST] = visible[0];
     }
     if wants.sum {
-        cell[1] = lane_sum(visible, |x| x) as f32;
+        cell[SUM] = lane_sum(visible, |x| x) as f32;
     }
     if wants.entropy {
-        cell[2] = clamped_entropy(visible);
+        cell[ENTROPY] = clamped_entropy(visible);
     }
     if !wants.bands.is_empty() {
-        cell[3] = if i > 0 { visible[0] } else { 0.0 };
+        cell[BANDS] = if i > 0 { visible[0] } else { 0.0 };
         for (k, &(lo, hi)) in wants.bands.iter().enumerate() {
             let (start, end) = band_keys(i, lo, hi);
-            cell[4 + k] = if start < end {
+            cell[BANDS + 1 + k] = if start < end {
                 lane_sum(&visible[start..end], |x| x) as f32
             } else {
                 0.0
@@ -96,8 +77,8 @@ fn qk_row(visible: &[f32]) -> (f64, f64) {
     (lane_sum(visible, |x| x), lane_sum(visible, f32::abs))
 }
 
-/// The per-row reductions of causal `weights` `[batch, head, n, q_start + n]` on CPU f32,
-/// or `None` where the candle reductions must run.
+/// The per-row reductions of causal `weights` `[batch, head, n, q_start + n]` on CPU f32
+/// or a CUDA device (f32), or `None` where the candle reductions must run.
 pub fn weight_rows(
     weights: &Tensor,
     q_start: usize,
@@ -108,14 +89,8 @@ pub fn weight_rows(
         return Ok(None);
     }
     let rows = b * h * n;
-    let bands = if wants.bands.is_empty() {
-        0
-    } else {
-        wants.bands.len() + 1
-    };
-    // per row: first, sum, entropy, bands...
-    let width = 3 + bands;
-    let values = with_cpu_f32(weights, |data| {
+    let width = wants.width();
+    let host = with_cpu_f32(weights, |data| {
         let mut out = vec![0f32; rows * width];
         out.par_chunks_mut(width)
             .zip(data.par_chunks(keys))
@@ -126,16 +101,29 @@ pub fn weight_rows(
             });
         out
     });
-    Ok(values.map(|out| {
-        let column = |c: usize| out.iter().skip(c).step_by(width).copied().collect();
-        let pick = |want: bool, c: usize| if want { column(c) } else { Vec::new() };
-        RowValues {
-            first: pick(wants.first, 0),
-            sum: pick(wants.sum, 1),
-            entropy: pick(wants.entropy, 2),
-            bands: (0..bands).map(|k| column(3 + k)).collect(),
-        }
-    }))
+    let table = match host {
+        Some(out) => out,
+        None => match weight_table_on_device(weights, q_start, wants)? {
+            Some(table) => table.flatten_all()?.to_vec1::<f32>()?,
+            None => return Ok(None),
+        },
+    };
+    Ok(Some(split_table(&table, wants)))
+}
+
+/// The row table `[rows, width]` of causal `weights` `[batch, head, n, q_start + n]` on a
+/// GPU, computed there and left there (copy it to the host with others, then
+/// [`crate::probe::row_table::split_table`]); `None` on the CPU and where the candle reductions must run.
+pub fn weight_table_on_device(
+    weights: &Tensor,
+    q_start: usize,
+    wants: &RowWants,
+) -> Result<Option<Tensor>> {
+    let (_, _, n, keys) = weights.dims4()?;
+    if keys != q_start + n || keys == 0 {
+        return Ok(None);
+    }
+    device_weight_table(weights, q_start, wants)
 }
 
 /// Sum and absolute sum of raw causal q.k `[batch, head, n, q_start + n]` over the visible
@@ -145,7 +133,7 @@ pub fn qk_sums(raw: &Tensor, q_start: usize) -> Result<Option<(f64, f64)>> {
     if keys != q_start + n || keys == 0 {
         return Ok(None);
     }
-    Ok(with_cpu_f32(raw, |data| {
+    let host = with_cpu_f32(raw, |data| {
         data.par_chunks(keys)
             .enumerate()
             .map(|(row, w)| {
@@ -153,10 +141,45 @@ pub fn qk_sums(raw: &Tensor, q_start: usize) -> Result<Option<(f64, f64)>> {
                 simd_dispatch!(qk_row(visible))
             })
             .collect::<Vec<_>>()
-            .into_iter()
-            // rows summed in order: the same bits on every run, whatever the threads did
-            .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1))
-    }))
+    });
+    let rows = match host {
+        Some(rows) => rows,
+        None => match device_qk_table(raw, q_start)? {
+            Some(table) => table.chunks_exact(2).map(|r| (r[0], r[1])).collect(),
+            None => return Ok(None),
+        },
+    };
+    // rows summed in order: the same bits on every run, whatever the threads did
+    Ok(Some(
+        rows.into_iter()
+            .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1)),
+    ))
+}
+
+/// The row table from the CUDA kernel, where `weights` is on a GPU.
+#[cfg(feature = "cuda")]
+fn device_weight_table(
+    weights: &Tensor,
+    q_start: usize,
+    wants: &RowWants,
+) -> Result<Option<Tensor>> {
+    crate::cuda::rows::weight_table(weights, q_start, wants)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn device_weight_table(_: &Tensor, _: usize, _: &RowWants) -> Result<Option<Tensor>> {
+    Ok(None)
+}
+
+/// Per-row (sum, absolute sum) of [`qk_sums`] from the CUDA kernel, where `raw` is on a GPU.
+#[cfg(feature = "cuda")]
+fn device_qk_table(raw: &Tensor, q_start: usize) -> Result<Option<Vec<f64>>> {
+    crate::cuda::rows::qk_table(raw, q_start)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn device_qk_table(_: &Tensor, _: usize) -> Result<Option<Vec<f64>>> {
+    Ok(None)
 }
 
 #[cfg(test)]
@@ -259,5 +282,80 @@ mod device_path_tests {
         let want = |t: Tensor| t.sum_all().unwrap().to_scalar::<f32>().unwrap() as f64;
         assert!((sum - want(w.clone())).abs() < 1e-4, "{sum}");
         assert!((abs_sum - want(w.abs().unwrap())).abs() < 1e-4, "{abs_sum}");
+    }
+}
+
+#[cfg(all(test, feature = "cuda"))]
+mod cuda_tests {
+    //! The CUDA row kernels and the CPU row pass fill the same tables (run on a GPU machine:
+    //! `cargo test --release --features cuda cuda_`).
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn cuda_row_kernels_equal_the_cpu_pass() {
+        let gpu = Device::new_cuda(0).expect("the cuda feature's tests need a CUDA device");
+        // rows of 301-305 keys (a warp per row: more keys than threads, and a tail) and of
+        // 5,001-5,003 keys (a block per row)
+        for (b, h, q_start, n) in [(2, 3, 300, 5), (1, 2, 5000, 3)] {
+            row_kernel_case(&gpu, b, h, q_start, n);
+        }
+    }
+
+    fn row_kernel_case(gpu: &Device, b: usize, h: usize, q_start: usize, n: usize) {
+        let keys = q_start + n;
+        let mut data = Vec::new();
+        for s in 0..b * h {
+            for r in 0..n {
+                for j in 0..keys {
+                    let x = ((s * 31 + r * 7 + j * 13) % 23) as f32 / 23.0 - 0.1;
+                    // invisible keys hold garbage that must not be read; one tiny weight
+                    let x = if j > q_start + r {
+                        1e6
+                    } else if j == 5 {
+                        1e-40
+                    } else {
+                        x
+                    };
+                    data.push(x);
+                }
+            }
+        }
+        let cpu_w = Tensor::from_vec(data, (b, h, n, keys), &Device::Cpu).unwrap();
+        let gpu_w = cpu_w.to_device(gpu).unwrap();
+        let wants = RowWants {
+            first: true,
+            sum: true,
+            entropy: true,
+            bands: vec![(0, 1), (1, 10), (10, 100), (100, usize::MAX)],
+        };
+        let cpu = weight_rows(&cpu_w, q_start, &wants).unwrap().unwrap();
+        let gpu_rows = weight_rows(&gpu_w, q_start, &wants).unwrap().unwrap();
+        let close = |a: &[f32], b: &[f32]| {
+            assert_eq!(a.len(), b.len());
+            for (x, y) in a.iter().zip(b) {
+                assert!((x - y).abs() <= 1e-6 * (1.0 + y.abs()), "{x} vs {y}");
+            }
+        };
+        close(&gpu_rows.first, &cpu.first);
+        close(&gpu_rows.sum, &cpu.sum);
+        close(&gpu_rows.entropy, &cpu.entropy);
+        assert_eq!(gpu_rows.bands.len(), cpu.bands.len());
+        for (g, c) in gpu_rows.bands.iter().zip(&cpu.bands) {
+            close(g, c);
+        }
+        // a row without positive mass has no entropy (NaN) on both
+        let negative = Tensor::new(&[[[[-0.5f32, -0.5]]]], &Device::Cpu).unwrap();
+        let e = weight_rows(&negative.to_device(gpu).unwrap(), 1, &wants)
+            .unwrap()
+            .unwrap()
+            .entropy;
+        assert!(e[0].is_nan());
+        let (s, a) = qk_sums(&cpu_w, q_start).unwrap().unwrap();
+        let (gs, ga) = qk_sums(&gpu_w, q_start).unwrap().unwrap();
+        assert!(
+            (gs - s).abs() <= 1e-6 * s.abs() && (ga - a).abs() <= 1e-6 * a,
+            "{gs} {s} {ga} {a}"
+        );
     }
 }

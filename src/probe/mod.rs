@@ -7,12 +7,14 @@
 //! query of the block and are not materialised).
 
 mod capture;
+pub mod row_table;
 
 pub use capture::CaptureProbe;
 
 use candle_core::Tensor;
 
 use crate::error::Result;
+use row_table::RowWants;
 
 /// A hook point inside one layer (or after the last, for logits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -124,6 +126,21 @@ pub trait Probe {
     fn on_layer_end(&mut self, _layer: usize) -> Result<()> {
         Ok(())
     }
+
+    /// Whether this probe can take layer `layer`'s attention as row tables
+    /// ([`row_table`]) instead of its block tensors: `Some(wants)` when the rows cover
+    /// every `Qk`, `Pattern` and `SinkMass` tensor it wants there, so a fused kernel can
+    /// skip them (`AttnScores` and `Softmax` are still pushed as tensors).
+    fn row_request(&self, _layer: usize) -> Option<RowWants> {
+        None
+    }
+
+    /// Receives a query block's row table `[rows, wants.width()]` (f32, on the device of
+    /// the forward pass) in place of its `Qk`, `Pattern` and `SinkMass` tensors; the sink
+    /// column is meaningful only when `has_sink`.
+    fn on_row_table(&mut self, _ctx: &BlockCtx, _table: &Tensor, _has_sink: bool) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A probe that wants nothing: a plain forward pass.
@@ -170,4 +187,35 @@ impl Probe for ProbeSet<'_> {
         }
         Ok(())
     }
+
+    /// Row tables only when a single probe wants the layer's attention and takes rows.
+    fn row_request(&self, layer: usize) -> Option<RowWants> {
+        let mut takers = self.probes.iter().filter(|p| wants_attention(&***p, layer));
+        match (takers.next(), takers.next()) {
+            (Some(probe), None) => probe.row_request(layer),
+            _ => None,
+        }
+    }
+
+    fn on_row_table(&mut self, ctx: &BlockCtx, table: &Tensor, has_sink: bool) -> Result<()> {
+        for probe in self.probes.iter_mut() {
+            if wants_attention(&**probe, ctx.layer) && probe.row_request(ctx.layer).is_some() {
+                probe.on_row_table(ctx, table, has_sink)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether `probe` wants any of layer `layer`'s per-block attention tensors.
+fn wants_attention(probe: &dyn Probe, layer: usize) -> bool {
+    [
+        Hook::Qk,
+        Hook::AttnScores,
+        Hook::Pattern,
+        Hook::Softmax,
+        Hook::SinkMass,
+    ]
+    .into_iter()
+    .any(|hook| probe.wants(hook, layer))
 }

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Everything issue 8 measures on a GPU machine, in one go (the device tool's machine: torch,
+# transformers and nvidia-smi there, no Rust). Expects the CUDA binary xz-compressed at
+# target-gpu/asa-analyze.xz and, for `unit`, the library's test binary at
+# target-gpu/lib-tests.xz (both built elsewhere: see README, "GPU"); writes reports to
+# ${OUT:-/tmp/gpu_out}.
+#
+#   bash benches/gpu_session.sh [unit] [verify] [bench] [probe]
+#
+# unit:   the cuda feature's unit tests (CUDA kernels against the CPU row pass).
+# verify: benches/gpu_verify.py on every fixture (CPU f32 vs CUDA f32 / bf16).
+# bench:  benches/side_by_side.py, Llama-3.2-1B shape, 10 x 1024 bf16, batch 10 and 1 (the
+#         Python runs after one untimed pass, asa-analyze cold).
+# probe:  asa-analyze alone on the same case with other settings (what the time goes to).
+# kernels: GPU time per kernel (Nsight Compute) of asa-analyze on 2 x 1024 tokens.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu_out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
+export PYTHONUNBUFFERED=1
+ASA=/tmp/asa-analyze
+unpack() {
+    python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$1" "$2"
+    chmod +x "$2"
+}
+unpack target-gpu/asa-analyze.xz "$ASA"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+steps=${*:-unit verify bench probe}
+needs_model() {
+    [ -d /tmp/b1 ] || python3 benches/transformers_way.py --make-random /tmp/b1 --shape 1b --dtype bfloat16
+}
+for step in $steps; do
+    case $step in
+    unit)
+        unpack target-gpu/lib-tests.xz /tmp/lib-tests
+        /tmp/lib-tests cuda_ 2>&1 | tee "$OUT/unit.txt" || echo "UNIT TESTS FAILED"
+        ;;
+    verify)
+        python3 benches/gpu_verify.py --asa "$ASA" --out /tmp/gpu_verify | tee "$OUT/gpu_verify.json"
+        ;;
+    bench)
+        needs_model
+        for bs in 10 1; do
+            python3 benches/side_by_side.py --model /tmp/b1 --seq-len 1024 --num-seqs 10 --device cuda \
+                --dtype bfloat16 --asa "$ASA" --batch-size $bs --warmup 1 --json-out "$OUT/gpu_1b_bs$bs.json" >/dev/null
+            python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results']; print(json.dumps({k: {m: v for m, v in x.items() if m in ('wall_s','inner_s','peak_gpu_gib','error')} for k, x in r.items() if isinstance(x, dict) and 'wall_s' in x}))" "$OUT/gpu_1b_bs$bs.json"
+        done
+        ;;
+    probe)
+        # steady state: the time of 20 sequences minus that of 10 is 10 sequences' worth
+        # without the once-per-process costs (CUDA context, kernel loading)
+        needs_model
+        ids=/tmp/bench_ids_20x1024.json
+        [ -f $ids ] || python3 -c "import json,random; r=random.Random(0); json.dump([[r.randrange(128256) for _ in range(1024)] for _ in range(20)], open('$ids','w'))"
+        core=first_token,weight_sum,entropy,head_total,nll
+        for extra in "--metrics $core" "--metrics nll" "--metrics $core --block-size 256" "--metrics $core --entropy-of softmax" ""; do
+            for seqs in 10 20; do
+                secs=$("$ASA" analyze /tmp/b1 --corpus $ids --seq-len 1024 --num-seqs $seqs --bos never --device cuda \
+                    --dtype bf16 --batch-size 10 --out /tmp/probe_out --quiet $extra >/dev/null &&
+                    python3 -c "import json; m=json.load(open('/tmp/probe_out/run.json'))['models'][0]; print(m['seconds'], 'block', m['block_size'])")
+                echo "probe [$extra] $seqs x 1024: $secs s" | tee -a "$OUT/probe.txt"
+            done
+        done
+        python3 benches/transformers_way.py --model /tmp/b1 --ids $ids --device cuda --dtype bfloat16 --batch-size 10 \
+            --mode sdpa --warmup 1 | tee -a "$OUT/probe.txt"
+        ;;
+    kernels)
+        needs_model
+        ids=/tmp/bench_ids_2x1024.json
+        python3 -c "import json,random; r=random.Random(0); json.dump([[r.randrange(128256) for _ in range(1024)] for _ in range(2)], open('$ids','w'))"
+        ncu --metrics gpu__time_duration.sum --csv --print-units base --log-file /tmp/ncu.csv \
+            "$ASA" analyze /tmp/b1 --corpus $ids --seq-len 1024 --num-seqs 2 --bos never --device cuda \
+            --dtype bf16 --batch-size 2 --out /tmp/ncu_out --quiet --metrics first_token,weight_sum,entropy,head_total,nll >/dev/null
+        python3 - /tmp/ncu.csv <<'PY' | tee "$OUT/kernels.txt"
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head, body = rows[0], rows[1:]
+name, value = head.index("Kernel Name"), head.index("Metric Value")
+total, count = collections.Counter(), collections.Counter()
+for r in body:
+    k = r[name].split("(")[0][:70]
+    total[k] += float(r[value].replace(",", "")) * 1e-6
+    count[k] += 1
+print(f"all kernels: {sum(total.values()):.1f} ms in {sum(count.values())} launches")
+for k, ms in total.most_common(25):
+    print(f"{ms:9.2f} ms {count[k]:6d}x  {k}")
+PY
+        ;;
+    esac
+done

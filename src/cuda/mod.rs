@@ -1,0 +1,45 @@
+//! CUDA kernels of the metric reductions (feature `cuda`): `kernels.cu`, compiled to PTX by
+//! build.rs with the toolkit's nvcc, loaded once per device.
+
+pub mod nll;
+pub mod rows;
+pub mod softmax;
+
+use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaView};
+use candle_core::cuda_backend::CudaDevice;
+use candle_core::{DType, Device, Storage, Tensor};
+
+use crate::error::Result;
+
+/// PTX of `kernels.cu`.
+const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/asa_kernels.ptx"));
+
+/// The kernel `name` of `kernels.cu` on `dev` (the module is loaded at the first call).
+fn kernel(dev: &CudaDevice, name: &str) -> Result<CudaFunction> {
+    Ok(dev
+        .get_or_load_custom_func(name, "asa_analyze_kernels", PTX)?
+        .into_cuda_function())
+}
+
+/// Runs `f` on the device memory of a contiguous f32 CUDA tensor without copying; `None`
+/// for other devices, dtypes or layouts (those use candle ops).
+fn with_cuda_f32<R>(
+    xs: &Tensor,
+    f: impl FnOnce(&CudaDevice, &CudaView<'_, f32>) -> Result<R>,
+) -> Result<Option<R>> {
+    let Device::Cuda(dev) = xs.device() else {
+        return Ok(None);
+    };
+    if xs.dtype() != DType::F32 {
+        return Ok(None);
+    }
+    let (storage, layout) = xs.storage_and_layout();
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        return Ok(None);
+    };
+    let Storage::Cuda(cuda) = &*storage else {
+        return Ok(None);
+    };
+    let view = cuda.as_cuda_slice::<f32>()?.slice(start..end);
+    f(dev, &view).map(Some)
+}
