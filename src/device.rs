@@ -39,7 +39,9 @@ pub fn resolve_device(request: DeviceRequest) -> Result<Device> {
         DeviceRequest::Cpu => Ok(Device::Cpu),
         DeviceRequest::Auto => {
             if cfg!(feature = "cuda") {
-                Ok(Device::cuda_if_available(0).unwrap_or(Device::Cpu))
+                Ok(prepared(
+                    Device::cuda_if_available(0).unwrap_or(Device::Cpu),
+                ))
             } else {
                 Ok(Device::Cpu)
             }
@@ -50,10 +52,32 @@ pub fn resolve_device(request: DeviceRequest) -> Result<Device> {
                     "--device cuda:{n}: this asa-analyze was built without `cuda`; rebuild with `cargo build --release --features cuda`"
                 )));
             }
-            Device::new_cuda(n).map_err(|e| {
+            let device = Device::new_cuda(n).map_err(|e| {
                 Error::usage(format!("--device cuda:{n}: no usable CUDA device ({e})"))
-            })
+            })?;
+            Ok(prepared(device))
         }
+    }
+}
+
+/// `device`, set up for analysis where it is a GPU (`cuda::prepare`).
+fn prepared(device: Device) -> Device {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(dev) = &device {
+        crate::cuda::prepare(dev);
+    }
+    device
+}
+
+/// Bytes free on a GPU now (`None` on the CPU, or where it cannot be read).
+pub fn free_device_memory(device: &Device) -> Option<u64> {
+    match device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(dev) => {
+            let (free, _total) = dev.cuda_stream().context().mem_get_info().ok()?;
+            Some(free as u64)
+        }
+        _ => None,
     }
 }
 

@@ -1,6 +1,9 @@
 //! The block planner: how many queries per attention block fit a memory budget
 //! (`--max-memory`), so attention memory is O(heads x block x T), never O(heads x T^2).
 
+use candle_core::Device;
+
+use crate::device::free_device_memory;
 use crate::error::{Error, Result};
 
 /// f32 tensors of `[batch, heads, block, T]` alive at once at the peak of one block:
@@ -54,11 +57,16 @@ pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
     Ok((value * scale) as u64)
 }
 
-/// The default attention budget: a quarter of the memory available now (Linux
-/// `/proc/meminfo` MemAvailable), at most 1 GiB (larger blocks buy no speed), and 1 GiB
-/// when it cannot be read.
-pub fn default_budget() -> u64 {
-    available_memory().map_or(1 << 30, |avail| (avail / 4).min(1 << 30))
+/// The default attention budget on `device`: a quarter of the memory free there now (a
+/// GPU's free device memory; on the CPU, Linux `/proc/meminfo` MemAvailable), at most 1 GiB
+/// (larger blocks buy no speed), and 1 GiB when it cannot be read.
+pub fn default_budget(device: &Device) -> u64 {
+    let free = if device.is_cpu() {
+        available_memory()
+    } else {
+        free_device_memory(device)
+    };
+    free.map_or(1 << 30, |free| (free / 4).min(1 << 30))
 }
 
 fn available_memory() -> Option<u64> {

@@ -364,7 +364,7 @@ fn run_model(
         },
         entropy_of: args.entropy_of,
     };
-    let budget = args.max_memory.unwrap_or_else(default_budget);
+    let budget = args.max_memory.unwrap_or_else(|| default_budget(device));
     let (batch, block) = match args.block_size {
         Some(b) => (args.batch_size.max(1), b),
         None => {

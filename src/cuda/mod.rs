@@ -11,6 +11,29 @@ use candle_core::{DType, Device, Storage, Tensor};
 
 use crate::error::Result;
 
+/// Sets up `dev` for analysis on its one stream: freed device memory stays in the
+/// allocator's pool for the next query block (the default pool hands it back to the driver
+/// at every synchronisation, and the next block maps it again), and allocations carry no
+/// events (one stream orders every use). Call before any tensor is made on `dev`.
+pub fn prepare(dev: &CudaDevice) {
+    use candle_core::cuda_backend::cudarc::driver::sys;
+    let ctx = dev.cuda_stream().context().clone();
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    let mut threshold = u64::MAX;
+    // SAFETY: plain driver calls on the context's own device with valid out-pointers; a
+    // failure leaves the pool's default in place, which is only slower
+    unsafe {
+        if sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) == sys::CUresult::CUDA_SUCCESS
+        {
+            let attribute = sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+            let value = (&mut threshold as *mut u64).cast();
+            let _ = sys::cuMemPoolSetAttribute(pool, attribute, value);
+        }
+        // SAFETY: the analysis uses the device's one stream only
+        dev.disable_event_tracking();
+    }
+}
+
 /// PTX of `kernels.cu`.
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/asa_kernels.ptx"));
 
