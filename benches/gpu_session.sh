@@ -12,7 +12,8 @@
 # bench:  benches/side_by_side.py, Llama-3.2-1B shape, 10 x 1024 bf16, batch 10 and 1 (the
 #         Python runs after one untimed pass, asa-analyze cold).
 # probe:  asa-analyze alone on the same case with other settings (what the time goes to).
-# kernels: GPU time per kernel (Nsight Compute) of asa-analyze on 2 x 1024 tokens.
+# kernels: GPU time per kernel (Nsight Compute, clocks as in a plain run) of asa-analyze on
+#         NSEQ x 1024 tokens (NSEQ=2 unless set), one batch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_out}
@@ -67,11 +68,12 @@ for step in $steps; do
         ;;
     kernels)
         needs_model
-        ids=/tmp/bench_ids_2x1024.json
-        python3 -c "import json,random; r=random.Random(0); json.dump([[r.randrange(128256) for _ in range(1024)] for _ in range(2)], open('$ids','w'))"
-        ncu --metrics gpu__time_duration.sum --csv --print-units base --log-file /tmp/ncu.csv \
-            "$ASA" analyze /tmp/b1 --corpus $ids --seq-len 1024 --num-seqs 2 --bos never --device cuda \
-            --dtype bf16 --batch-size 2 --out /tmp/ncu_out --quiet --metrics first_token,weight_sum,entropy,head_total,nll >/dev/null
+        nseq=${NSEQ:-2}
+        ids=/tmp/bench_ids_${nseq}x1024.json
+        python3 -c "import json,random; r=random.Random(0); json.dump([[r.randrange(128256) for _ in range(1024)] for _ in range($nseq)], open('$ids','w'))"
+        ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base --log-file /tmp/ncu.csv \
+            "$ASA" analyze /tmp/b1 --corpus $ids --seq-len 1024 --num-seqs $nseq --bos never --device cuda \
+            --dtype bf16 --batch-size $nseq --out /tmp/ncu_out --quiet --metrics first_token,weight_sum,entropy,head_total,nll >/dev/null
         python3 - /tmp/ncu.csv <<'PY' | tee "$OUT/kernels.txt"
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
