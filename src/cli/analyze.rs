@@ -24,7 +24,7 @@ use crate::export::{attention_tables, qk_series_table, Format, OutputDir};
 use crate::metrics::distance::Bands;
 use crate::metrics::entropy::EntropyOf;
 use crate::metrics::{Metric, MetricOptions, ModelMetrics};
-use crate::model::Checkpoint;
+use crate::model::{Checkpoint, WeightMap};
 
 /// Options shared by every metric command.
 #[derive(Debug, clap::Args)]
@@ -39,6 +39,10 @@ pub struct MetricArgs {
     /// tokenizer.json to use instead of the checkpoint's own (or its GGUF metadata).
     #[arg(long, value_name = "FILE")]
     pub tokenizer: Option<PathBuf>,
+    /// JSON of "convention name": "checkpoint name" patterns ({l} placeholders) for
+    /// checkpoints whose tensors are named otherwise.
+    #[arg(long, value_name = "FILE")]
+    pub weight_map: Option<PathBuf>,
     /// Tokens per sequence (BOS included).
     #[arg(long, default_value_t = 1024)]
     pub seq_len: usize,
@@ -160,6 +164,7 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
     if let Some(b) = args.block_size {
         crate::analysis::plan::check_block(b)?;
     }
+    let map = WeightMap::from_option(args.weight_map.as_deref())?;
     let mut out = OutputDir::create(&args.out, args.format)?;
     let metric_set: BTreeSet<Metric> = match (&args.metrics, command) {
         (Some(chosen), "analyze") => chosen.iter().copied().collect(),
@@ -186,6 +191,7 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
                     }
                     let mut r = run_model(
                         &args,
+                        &map,
                         &spec.label,
                         &step.dir,
                         &wanted,
@@ -205,6 +211,7 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
             }
             None => runs.push(run_model(
                 &args,
+                &map,
                 &spec.label,
                 &spec.path,
                 &metric_set,
@@ -282,6 +289,7 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
 #[allow(clippy::too_many_arguments)]
 fn run_model(
     args: &MetricArgs,
+    map: &WeightMap,
     label: &str,
     path: &Path,
     metric_set: &BTreeSet<Metric>,
@@ -289,7 +297,7 @@ fn run_model(
     dtype: DType,
     command: &str,
 ) -> Result<ModelRun> {
-    let ckpt = Checkpoint::open(path, device, dtype)?.validate()?;
+    let ckpt = Checkpoint::open_mapped(path, device, dtype, map)?.validate()?;
     let c = &ckpt.config;
     let source = match &args.corpus {
         Some(p) => CorpusSource::File(p.clone()),

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::error::Result;
 use crate::model::rope::rotary_dim;
-use crate::model::Checkpoint;
+use crate::model::{Checkpoint, WeightMap};
 
 /// Arguments of `inspect`.
 #[derive(Debug, clap::Args)]
@@ -18,11 +18,16 @@ pub struct InspectArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// JSON of "convention name": "checkpoint name" patterns (see `analyze --help`).
+    #[arg(long, value_name = "FILE")]
+    pub weight_map: Option<PathBuf>,
 }
 
 /// Prints architecture, variant and shapes of a checkpoint.
 pub fn run(args: InspectArgs) -> Result<()> {
-    let ckpt = Checkpoint::open(&args.checkpoint, &Device::Cpu, DType::F32)?.validate()?;
+    let map = WeightMap::from_option(args.weight_map.as_deref())?;
+    let ckpt =
+        Checkpoint::open_mapped(&args.checkpoint, &Device::Cpu, DType::F32, &map)?.validate()?;
     let c = &ckpt.config;
     // GGUF: the llama.cpp tensor types (Q4_1, Q8_0, ...) the weights are dequantized from
     let stored: BTreeMap<String, usize> = match ckpt.dequantized_from() {

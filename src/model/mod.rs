@@ -11,6 +11,7 @@ mod gguf_rope;
 pub mod gguf_tokenizer;
 pub mod layers;
 pub mod rope;
+pub mod weight_map;
 pub mod weights;
 
 use std::collections::BTreeMap;
@@ -25,6 +26,7 @@ pub use decoder::Model;
 pub use detect::{detect_variant, DetectedVariant};
 pub use gguf::GgufFile;
 pub use gguf_tokenizer::tokenizer_from_gguf;
+pub use weight_map::WeightMap;
 pub use weights::WeightStore;
 
 use crate::error::{Error, Result};
@@ -44,6 +46,17 @@ impl Checkpoint {
     /// config.json + safetensors, a `.gguf` file, or a folder without config.json holding
     /// exactly one `.gguf` file.
     pub fn open(path: &Path, device: &Device, dtype: DType) -> Result<Self> {
+        Self::open_mapped(path, device, dtype, &WeightMap::default())
+    }
+
+    /// Like [`Checkpoint::open`], the tensors that `map` (`--weight-map`) renames known by
+    /// their convention names, variant detection included.
+    pub fn open_mapped(
+        path: &Path,
+        device: &Device,
+        dtype: DType,
+        map: &WeightMap,
+    ) -> Result<Self> {
         let (config, store) = match checkpoint_kind(path)? {
             Kind::HuggingFace => (
                 ModelConfig::from_dir(path)?,
@@ -54,6 +67,11 @@ impl Checkpoint {
                 let config = gguf.config().clone();
                 (config, WeightStore::from_gguf(gguf, device, dtype))
             }
+        };
+        let store = if map.is_empty() {
+            store
+        } else {
+            store.renamed(map)?
         };
         let variant = detect_variant(&config, &store);
         Ok(Checkpoint {

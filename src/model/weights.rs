@@ -10,6 +10,7 @@ use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
 
 use super::gguf::GgufFile;
+use super::weight_map::WeightMap;
 use crate::error::{Error, Result};
 
 /// The tensors of one checkpoint, loaded lazily and cast to the analysis dtype on `get`.
@@ -19,6 +20,8 @@ pub struct WeightStore {
     dtype: DType,
     /// Check names and shapes only: `get` returns a broadcast zero without reading data.
     shapes_only: bool,
+    /// Convention name -> stored name, from a weight map ([`WeightStore::renamed`]).
+    aliases: BTreeMap<String, String>,
 }
 
 /// The file format behind a store; both serve tensors under the HF names.
@@ -71,6 +74,7 @@ impl WeightStore {
             device: device.clone(),
             dtype,
             shapes_only: false,
+            aliases: BTreeMap::new(),
         })
     }
 
@@ -81,6 +85,7 @@ impl WeightStore {
             device: device.clone(),
             dtype,
             shapes_only: false,
+            aliases: BTreeMap::new(),
         }
     }
 
@@ -92,6 +97,7 @@ impl WeightStore {
             device: device.clone(),
             dtype,
             shapes_only: false,
+            aliases: BTreeMap::new(),
         }
     }
 
@@ -117,8 +123,48 @@ impl WeightStore {
         self
     }
 
+    /// The store with the tensors that `map` renames known by their convention names
+    /// (the others keep theirs); an error when two tensors would get one name.
+    pub fn renamed(mut self, map: &WeightMap) -> Result<Self> {
+        let mut aliases: BTreeMap<String, String> = BTreeMap::new();
+        let stored: Vec<String> = self.tensors().into_iter().map(|t| t.0).collect();
+        for name in &stored {
+            let Some(convention) = map.convention_name(name) else {
+                continue;
+            };
+            let clash = aliases.get(&convention).cloned().or_else(|| {
+                // a tensor already stored under the convention name and not renamed itself
+                (stored.contains(&convention) && map.convention_name(&convention).is_none())
+                    .then(|| convention.clone())
+            });
+            if let Some(other) = clash {
+                return Err(Error::input(
+                    map.path(),
+                    format!("weight map: {name} and {other} would both be {convention}"),
+                ));
+            }
+            aliases.insert(convention, name.clone());
+        }
+        self.aliases = aliases;
+        Ok(self)
+    }
+
+    /// The name `name` (a convention name) is stored under.
+    fn stored_name<'a>(&'a self, name: &'a str) -> &'a str {
+        self.aliases.get(name).map_or(name, String::as_str)
+    }
+
+    /// `name` for messages: with the stored name when a weight map renamed it.
+    fn shown(&self, name: &str) -> String {
+        match self.aliases.get(name) {
+            Some(stored) => format!("{name} ({stored} in the checkpoint)"),
+            None => name.to_string(),
+        }
+    }
+
     /// Whether a tensor called `name` exists.
     pub fn contains(&self, name: &str) -> bool {
+        let name = self.stored_name(name);
         match &self.source {
             Source::Safetensors { origin, .. } => origin.contains_key(name),
             Source::Gguf(g) => g.contains(name),
@@ -128,6 +174,7 @@ impl WeightStore {
 
     /// The stored shape of `name`, if it exists.
     pub fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        let name = self.stored_name(name);
         match &self.source {
             Source::Safetensors { files, .. } => {
                 files.get(name).ok().map(|view| view.shape().to_vec())
@@ -144,12 +191,14 @@ impl WeightStore {
 
     /// Like [`WeightStore::get`] but casts to `dtype` (e.g. f32 for small parameters).
     pub fn get_as(&self, name: &str, expected: &[usize], dtype: DType) -> Result<Tensor> {
+        let shown = self.shown(name);
         let Some(stored) = self.shape(name) else {
             return Err(Error::input(
                 self.any_file(),
-                format!("tensor {name} is missing"),
+                format!("tensor {shown} is missing"),
             ));
         };
+        let name = self.stored_name(name);
         if stored != expected {
             let (path, gguf_name) = match &self.source {
                 Source::Safetensors { origin, .. } => (origin[name].clone(), String::new()),
@@ -161,7 +210,7 @@ impl WeightStore {
             };
             return Err(Error::input(
                 path,
-                format!("tensor {name}{gguf_name} has shape {stored:?}, expected {expected:?}"),
+                format!("tensor {shown}{gguf_name} has shape {stored:?}, expected {expected:?}"),
             ));
         }
         if self.shapes_only {
@@ -170,7 +219,7 @@ impl WeightStore {
         let tensor = match &self.source {
             Source::Safetensors { files, origin } => {
                 files.load(name, &Device::Cpu).map_err(|e| {
-                    Error::input(&origin[name], format!("cannot load tensor {name}: {e}"))
+                    Error::input(&origin[name], format!("cannot load tensor {shown}: {e}"))
                 })?
             }
             Source::Gguf(g) => g.load(name)?,

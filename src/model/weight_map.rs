@@ -1,0 +1,196 @@
+//! `--weight-map FILE` (SPEC section 3): a checkpoint whose tensors are named otherwise
+//! than the conventions adapted without code changes. The file is a JSON object of
+//! `"convention name pattern": "checkpoint name pattern"`, where `{name}` placeholders
+//! stand for one dot-free part of a name and must appear on both sides, e.g.
+//!
+//! ```json
+//! {"model.layers.{l}.self_attn.sinks": "blocks.{l}.attn.sink_logits",
+//!  "model.embed_tokens.weight": "wte.weight"}
+//! ```
+//!
+//! A stored tensor that matches a checkpoint pattern is known by the convention name;
+//! every other tensor keeps its own name.
+
+use std::path::{Path, PathBuf};
+
+use regex::Regex;
+
+use crate::error::{Error, Result};
+
+/// The rules of a weight-map file (none: names are used as stored).
+#[derive(Debug, Clone, Default)]
+pub struct WeightMap {
+    rules: Vec<Rule>,
+    path: PathBuf,
+}
+
+/// One `convention <- checkpoint` pattern pair.
+#[derive(Debug, Clone)]
+struct Rule {
+    /// Matches a stored name, capturing the placeholders.
+    stored: Regex,
+    /// The convention pattern, placeholders as `{name}`.
+    convention: String,
+    /// Placeholder names, as they appear in `convention`.
+    placeholders: Vec<String>,
+}
+
+impl WeightMap {
+    /// Reads and checks a weight-map file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        Self::parse(&text, path)
+    }
+
+    /// The map of `--weight-map`, or none.
+    pub fn from_option(path: Option<&Path>) -> Result<Self> {
+        path.map_or_else(|| Ok(WeightMap::default()), Self::load)
+    }
+
+    /// Parses weight-map JSON read from `path` (named in errors).
+    pub fn parse(text: &str, path: &Path) -> Result<Self> {
+        let bad = |message: String| Error::input(path, format!("weight map: {message}"));
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| bad(format!("not valid JSON ({e})")))?;
+        let object = value.as_object().ok_or_else(|| {
+            bad("expected a JSON object of \"convention name\": \"checkpoint name\"".into())
+        })?;
+        let mut rules = Vec::new();
+        for (convention, stored) in object {
+            let stored = stored
+                .as_str()
+                .ok_or_else(|| bad(format!("the value of \"{convention}\" is not a string")))?;
+            let (conv_names, _) = split_pattern(convention).map_err(&bad)?;
+            let (stored_names, regex) = split_pattern(stored).map_err(&bad)?;
+            let (mut a, mut b) = (conv_names.clone(), stored_names);
+            a.sort();
+            b.sort();
+            if a != b {
+                return Err(bad(format!(
+                    "\"{convention}\" and \"{stored}\" must use the same placeholders"
+                )));
+            }
+            rules.push(Rule {
+                stored: Regex::new(&regex).map_err(|e| bad(e.to_string()))?,
+                convention: convention.clone(),
+                placeholders: conv_names,
+            });
+        }
+        Ok(WeightMap {
+            rules,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Whether the map renames nothing.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// The file the map was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The convention name of the stored tensor `stored`, when a rule matches it.
+    pub fn convention_name(&self, stored: &str) -> Option<String> {
+        self.rules.iter().find_map(|rule| {
+            let caps = rule.stored.captures(stored)?;
+            let mut name = rule.convention.clone();
+            for p in &rule.placeholders {
+                name = name.replace(&format!("{{{p}}}"), &caps[p.as_str()]);
+            }
+            Some(name)
+        })
+    }
+}
+
+/// The placeholders of `pattern` in order and an anchored regex matching names of it.
+fn split_pattern(pattern: &str) -> std::result::Result<(Vec<String>, String), String> {
+    if pattern.is_empty() {
+        return Err("empty name pattern".into());
+    }
+    let mut names = Vec::new();
+    let mut regex = String::from("^");
+    let mut rest = pattern;
+    while let Some(open) = rest.find('{') {
+        regex.push_str(&regex::escape(&rest[..open]));
+        let close = rest[open..]
+            .find('}')
+            .ok_or_else(|| format!("unclosed `{{` in \"{pattern}\""))?;
+        let name = &rest[open + 1..open + close];
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!(
+                "placeholder `{{{name}}}` in \"{pattern}\" must be letters, digits or _"
+            ));
+        }
+        if names.iter().any(|n| n == name) {
+            return Err(format!("placeholder `{{{name}}}` twice in \"{pattern}\""));
+        }
+        regex.push_str(&format!("(?P<{name}>[^.]+)"));
+        names.push(name.to_string());
+        rest = &rest[open + close + 1..];
+    }
+    if rest.contains('}') {
+        return Err(format!("unmatched `}}` in \"{pattern}\""));
+    }
+    regex.push_str(&regex::escape(rest));
+    regex.push('$');
+    Ok((names, regex))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(json: &str) -> Result<WeightMap> {
+        WeightMap::parse(json, Path::new("map.json"))
+    }
+
+    #[test]
+    fn patterns_rename_by_placeholder() {
+        let m = map(
+            r#"{"model.layers.{l}.self_attn.sinks": "blocks.{l}.attn.sink_logits",
+                        "model.layers.{l}.mlp.{p}.weight": "h.{l}.ff.{p}.w",
+                        "model.embed_tokens.weight": "wte.weight"}"#,
+        )
+        .unwrap();
+        let name = |s: &str| m.convention_name(s);
+        assert_eq!(
+            name("blocks.12.attn.sink_logits").as_deref(),
+            Some("model.layers.12.self_attn.sinks")
+        );
+        assert_eq!(
+            name("h.3.ff.up_proj.w").as_deref(),
+            Some("model.layers.3.mlp.up_proj.weight")
+        );
+        assert_eq!(
+            name("wte.weight").as_deref(),
+            Some("model.embed_tokens.weight")
+        );
+        // placeholders take one dot-free part; literal dots are not wildcards
+        assert_eq!(name("blocks.1.2.attn.sink_logits"), None);
+        assert_eq!(name("wteXweight"), None);
+        assert_eq!(name("lm_head.weight"), None);
+    }
+
+    #[test]
+    fn bad_maps_are_named_errors() {
+        for (json, says) in [
+            ("[1, 2]", "JSON object"),
+            ("{\"a\": 3}", "not a string"),
+            ("{not json", "not valid JSON"),
+            (r#"{"model.layers.{l}.x": "h.{n}.x"}"#, "same placeholders"),
+            (r#"{"model.layers.{l.x": "h.{l}.x"}"#, "unclosed"),
+            (r#"{"a.{l}.{l}": "b.{l}"}"#, "twice"),
+            (r#"{"a}": "b"}"#, "unmatched"),
+            (r#"{"": "b"}"#, "empty"),
+        ] {
+            let err = map(json).unwrap_err().to_string();
+            assert!(
+                err.contains("map.json") && err.contains(says),
+                "{json}: {err}"
+            );
+        }
+    }
+}
