@@ -125,8 +125,9 @@ pub fn tokenizer_from_content(content: &Content, path: &Path) -> Result<Tokenize
             _ => {}
         }
     }
-    tokenizer.add_special_tokens(&control);
-    tokenizer.add_tokens(&user);
+    let added = |e: tokenizers::Error| fail(format!("cannot add the GGUF's special tokens: {e}"));
+    tokenizer.add_special_tokens(control).map_err(added)?;
+    tokenizer.add_tokens(user).map_err(added)?;
     Ok(tokenizer)
 }
 
