@@ -6,6 +6,7 @@ use candle_core::{DType, Tensor, D};
 
 use super::affine_scaled::{activate, affine_weights};
 use super::blocks::{mask_invisible, query_blocks, visibility};
+use super::cpu_affine::affine_rows;
 use super::cpu_softmax::causal_softmax;
 use super::gated::split_query_gate;
 use super::gpu_softmax::causal_softmax_rows;
@@ -418,17 +419,21 @@ impl Attention {
         match (alpha, &self.alpha_ma) {
             (Some(alpha), Some(alpha_ma)) => {
                 let n = p.dim(2)?;
-                let visible = visibility(q_start, n, p.device())?;
                 let alpha_block = alpha.narrow(D::Minus1, q_start, n)?;
-                let weights = affine_weights(
-                    &p,
-                    &alpha_block,
-                    alpha_ma,
-                    &visible,
-                    q_start,
-                    seq_len,
-                    &self.shape.affine,
-                )?;
+                let beta_length = self.shape.affine.beta_length;
+                let fused = affine_rows(&p, &alpha_block, alpha_ma, q_start, seq_len, beta_length)?;
+                let weights = match fused {
+                    Some(weights) => weights,
+                    None => affine_weights(
+                        &p,
+                        &alpha_block,
+                        alpha_ma,
+                        &visibility(q_start, n, p.device())?,
+                        q_start,
+                        seq_len,
+                        &self.shape.affine,
+                    )?,
+                };
                 Ok(BlockWeights {
                     weights,
                     softmax: Some(p),

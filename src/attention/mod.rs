@@ -3,6 +3,7 @@
 
 mod affine_scaled;
 pub mod blocks;
+mod cpu_affine;
 pub mod cpu_softmax;
 mod gated;
 mod gpu_softmax;
