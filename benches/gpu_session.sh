@@ -63,6 +63,10 @@ for step in $steps; do
                 echo "probe [$extra] $seqs x 1024: $secs s" | tee -a "$OUT/probe.txt"
             done
         done
+        # where a batch's time goes, phase by phase (each phase waits for the GPU at its end)
+        "$ASA" analyze /tmp/b1 --corpus $ids --seq-len 1024 --num-seqs 20 --bos never --device cuda --dtype bf16 \
+            --batch-size 10 --out /tmp/probe_out --quiet --profile \
+            --metrics first_token,weight_sum,entropy,head_total,nll 2>&1 >/dev/null | tee -a "$OUT/probe.txt"
         python3 benches/transformers_way.py --model /tmp/b1 --ids $ids --device cuda --dtype bfloat16 --batch-size 10 \
             --mode sdpa --warmup 1 | tee -a "$OUT/probe.txt"
         ;;

@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod model;
 pub mod plot;
 pub mod probe;
+pub mod profile;
 pub mod stats;
 pub mod train;
 

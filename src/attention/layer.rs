@@ -19,6 +19,7 @@ use crate::model::layers::{Linear, RmsNorm};
 use crate::model::rope::Rope;
 use crate::model::weights::WeightStore;
 use crate::probe::{BlockCtx, Hook, Probe};
+use crate::profile::phase;
 
 /// Shapes and variant of an attention layer.
 #[derive(Debug, Clone)]
@@ -190,6 +191,7 @@ impl Attention {
         let s = &self.shape;
         let (b, t, _) = xs.dims3()?;
         let groups = s.heads / s.kv_heads;
+        let projections = phase("attention: q/k/v, norms, rope");
         let q_out = self.q_proj.forward(xs)?;
         let (q, gate) = if s.variant.is_gated() {
             let (q, gate) = split_query_gate(&q_out, s.heads, s.head_dim)?;
@@ -213,6 +215,7 @@ impl Attention {
             .reshape((b, t, s.kv_heads, s.head_dim))?
             .transpose(1, 2)?
             .contiguous()?;
+        drop(projections);
         let whole = BlockCtx {
             layer,
             q_start: 0,
@@ -294,7 +297,10 @@ impl Attention {
                     .matmul(&vb)?
                     .reshape((b, s.heads, n, s.head_dim))?)
             };
-            let raw = qb.matmul(&kb.t()?)?.reshape((b, s.heads, n, keys))?;
+            let raw = {
+                let _p = phase("attention: q.k products");
+                qb.matmul(&kb.t()?)?.reshape((b, s.heads, n, keys))?
+            };
             let ctx = BlockCtx {
                 layer,
                 q_start,
@@ -303,14 +309,20 @@ impl Attention {
             };
             if let Some(wants) = &row_wants {
                 let sinks = self.sink_logits.as_ref();
-                let fused = causal_softmax_rows(&raw, scale as f32, q_start, sinks, wants)?;
+                let fused = {
+                    let _p = phase("attention: fused softmax + row table");
+                    causal_softmax_rows(&raw, scale as f32, q_start, sinks, wants)?
+                };
                 if let Some((weights, table)) = fused {
                     probe.on_row_table(&ctx, &table, sinks.is_some())?;
+                    let _p = phase("attention: value products");
                     outputs.push(value_product(&weights)?);
+                    drop(_p);
                     probe.on_block_end(&ctx)?;
                     continue;
                 }
             }
+            let softmax = phase("attention: softmax and block hooks");
             let raw = raw.to_dtype(DType::F32)?;
             if probe.wants(Hook::Qk, layer) {
                 probe.on_tensor(Hook::Qk, &ctx, &raw)?;
@@ -364,10 +376,14 @@ impl Attention {
                     probe.on_tensor(Hook::SinkMass, &ctx, mass)?;
                 }
             }
+            drop(softmax);
+            let _p = phase("attention: value products");
             outputs.push(value_product(&bw.weights)?);
+            drop(_p);
             probe.on_block_end(&ctx)?;
         }
         probe.on_layer_end(layer)?;
+        let _p = phase("attention: gate, o_proj");
         let out =
             Tensor::cat(&outputs, 2)?
                 .transpose(1, 2)?

@@ -110,6 +110,10 @@ pub struct MetricArgs {
     /// Print results as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Time each phase of the forward pass and the metrics (waiting for the device after
+    /// each: slower), print the table to stderr and record it in run.json.
+    #[arg(long)]
+    pub profile: bool,
     /// No progress bars or warnings.
     #[arg(long, short)]
     pub quiet: bool,
@@ -161,6 +165,9 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
     let specs = parse_models(&args.models)?;
     let device = resolve_device(args.device)?;
     let dtype = resolve_dtype(args.dtype, &device);
+    if args.profile {
+        crate::profile::enable(&device);
+    }
     if let Some(b) = args.block_size {
         crate::analysis::plan::check_block(b)?;
     }
@@ -246,6 +253,7 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
         "models": runs.iter().map(|r| r.record.clone()).collect::<Vec<_>>(),
         "series": series_rows.iter().map(|r| json!({"model": r.0, "step": r.1})).collect::<Vec<_>>(),
         "seconds": started.elapsed().as_secs_f64(),
+        "profile": args.profile.then(profile_record),
     });
     out.write_bytes(
         "run.json",
@@ -283,7 +291,22 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
             eprintln!("wrote {} files to {}", written.len(), args.out.display());
         }
     }
+    if args.profile {
+        eprint!("{}", crate::profile::report(started.elapsed()));
+    }
     Ok(())
+}
+
+/// The `--profile` phases for run.json: calls, host and total seconds by phase.
+fn profile_record() -> serde_json::Value {
+    let phases: serde_json::Map<String, serde_json::Value> = crate::profile::totals()
+        .into_iter()
+        .map(|(name, t)| {
+            let row = json!({"calls": t.calls, "host_s": t.host.as_secs_f64(), "total_s": t.total.as_secs_f64()});
+            (name.to_string(), row)
+        })
+        .collect();
+    serde_json::Value::Object(phases)
 }
 
 #[allow(clippy::too_many_arguments)]

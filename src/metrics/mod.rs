@@ -22,6 +22,7 @@ use candle_core::{DType, Tensor, D};
 use crate::error::Result;
 use crate::probe::row_table::{split_table, RowValues, RowWants};
 use crate::probe::{BlockCtx, Hook, Probe};
+use crate::profile::phase;
 use alpha_gate::{AlphaResult, AlphaStats, GateStats};
 use distance::{Bands, DistanceProfile, DistanceResult};
 use entropy::{row_entropy, Entropy, EntropyOf, EntropyResult};
@@ -310,6 +311,7 @@ impl MetricProbe {
     /// Copies the row tables of `layer` still on the device to the host, one copy for each
     /// hook, and adds them.
     fn flush_device_rows(&mut self, layer: usize) -> Result<()> {
+        let _p = phase("metrics: row tables to host");
         let pattern = std::mem::take(&mut self.pending_pattern);
         let wants = self.pattern_wants();
         for (block, table) in pull_tables(&pattern)? {

@@ -5,6 +5,7 @@
 use candle_core::{DType, Tensor, D};
 
 use crate::error::Result;
+use crate::profile::phase;
 
 /// Accumulates -log p(x_{p} | x_{<p}) per target position p = 1 .. T-1.
 pub struct Nll {
@@ -37,6 +38,7 @@ impl Nll {
     /// Adds logits `[batch, n, vocab]` for positions `start .. start + n` of sequences
     /// `seq_offset ..`: position p predicts the token at p + 1.
     pub fn add(&mut self, seq_offset: usize, start: usize, logits: &Tensor) -> Result<()> {
+        let _p = phase("nll");
         let (b, n, _) = logits.dims3()?;
         let t = self.sum.len() + 1;
         let n_pred = n.min(t - 1 - start.min(t - 1));

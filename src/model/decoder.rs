@@ -12,6 +12,7 @@ use crate::attention::blocks::query_blocks;
 use crate::attention::{Attention, AttentionShape, VariantKind};
 use crate::error::Result;
 use crate::probe::{BlockCtx, Hook, Probe};
+use crate::profile::phase;
 
 /// One decoder layer (`model.layers.{l}`).
 pub struct DecoderLayer {
@@ -100,12 +101,21 @@ impl Model {
         let device = input_ids.device();
         let dtype = self.embed_tokens.embeddings().dtype();
         let rope = Rope::new(&c.rope, c.head_dim, t, dtype, device)?;
-        let mut xs = candle_core::Module::forward(&self.embed_tokens, input_ids)?;
+        let mut xs = {
+            let _p = phase("embedding");
+            candle_core::Module::forward(&self.embed_tokens, input_ids)?
+        };
         for (l, layer) in self.layers.iter().enumerate() {
-            let normed = layer.input_layernorm.forward(&xs)?;
+            let normed = {
+                let _p = phase("norms, residuals");
+                layer.input_layernorm.forward(&xs)?
+            };
             let attn = layer.self_attn.forward(&normed, &rope, l, block, probe)?;
+            let _p = phase("norms, residuals");
             xs = (xs + attn)?;
             let normed = layer.post_attention_layernorm.forward(&xs)?;
+            drop(_p);
+            let _p = phase("mlp");
             xs = (&xs + layer.mlp.forward(&normed)?)?;
         }
         if probe.wants(Hook::Logits, self.layers.len()) {
@@ -114,10 +124,12 @@ impl Model {
             // the vocabulary never multiplies the sequence length in memory
             let logit_block = (block * c.num_heads * t / c.vocab_size.max(1)).clamp(1, t);
             for (start, n) in query_blocks(t, logit_block) {
-                let logits = self
-                    .lm_head
-                    .forward(&hidden.narrow(1, start, n)?.contiguous()?)?
-                    .to_dtype(DType::F32)?;
+                let logits = {
+                    let _p = phase("logits (lm_head, f32)");
+                    self.lm_head
+                        .forward(&hidden.narrow(1, start, n)?.contiguous()?)?
+                        .to_dtype(DType::F32)?
+                };
                 let ctx = BlockCtx {
                     layer: self.layers.len(),
                     q_start: start,
