@@ -309,14 +309,28 @@ fn newcomer_entropy_on_the_built_in_corpus() {
 #[test]
 fn profile_times_every_phase() {
     let tmp = tempfile::tempdir().unwrap();
-    let args = ["--out", "p", "--profile", "--block-size", "5", "--batch-size", "3"];
+    let args = [
+        "--out",
+        "p",
+        "--profile",
+        "--block-size",
+        "5",
+        "--batch-size",
+        "3",
+    ];
     let out = analyze(tmp.path(), &args);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("all phases:"), "{stderr}");
     let run: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(tmp.path().join("p/run.json")).unwrap()).unwrap();
-    let phases = run["profile"].as_object().expect("run.json has the profile");
+    let phases = run["profile"]
+        .as_object()
+        .expect("run.json has the profile");
     // 2 models x 2 layers, 20 queries in blocks of 5, 3 sequences in one batch
     let calls = |phase: &str| phases[phase]["calls"].as_u64().unwrap();
     assert_eq!(calls("attention: q/k/v, norms, rope"), 4);
@@ -324,8 +338,14 @@ fn profile_times_every_phase() {
     assert_eq!(calls("attention: value products"), 16);
     assert_eq!(calls("mlp"), 4);
     for (name, t) in phases {
-        let (host, total) = (t["host_s"].as_f64().unwrap(), t["total_s"].as_f64().unwrap());
-        assert!(0.0 <= host && host <= total, "{name}: host {host} total {total}");
+        let (host, total) = (
+            t["host_s"].as_f64().unwrap(),
+            t["total_s"].as_f64().unwrap(),
+        );
+        assert!(
+            0.0 <= host && host <= total,
+            "{name}: host {host} total {total}"
+        );
     }
     // without --profile nothing is recorded
     let plain = analyze(tmp.path(), &["--out", "q"]);
