@@ -121,8 +121,12 @@ impl Model {
         if probe.wants(Hook::Logits, self.layers.len()) {
             let hidden = self.norm.forward(&xs)?;
             // logit blocks hold as many values as an attention block ([heads, block, T]), so
-            // the vocabulary never multiplies the sequence length in memory
-            let logit_block = (block * c.num_heads * t / c.vocab_size.max(1)).clamp(1, t);
+            // the vocabulary never multiplies the sequence length in memory, and at least as
+            // many positions as an attention block has queries: each block reads the whole
+            // lm_head, so blocks of a few positions would read it again and again
+            let logit_block = (block * c.num_heads * t / c.vocab_size.max(1))
+                .max(block)
+                .clamp(1, t);
             for (start, n) in query_blocks(t, logit_block) {
                 let logits = {
                     let _p = phase("logits (lm_head, f32)");
