@@ -4,13 +4,12 @@
 
 mod common;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 
 use asa_analyze::analysis::{analyze, RunShape};
-use asa_analyze::metrics::distance::Bands;
 use asa_analyze::metrics::entropy::EntropyOf;
-use asa_analyze::metrics::{Metric, MetricOptions};
+use asa_analyze::metrics::Metric;
 use asa_analyze::model::Checkpoint;
 use asa_analyze::probe::{CaptureProbe, Hook};
 use candle_core::{DType, Device, Tensor};
@@ -162,17 +161,7 @@ fn llama_checkpoint_with_q_norm_weights_uses_qk_norm() {
 
 #[test]
 fn distance_bands_sum_to_the_weight_sum() {
-    let options = MetricOptions {
-        metrics: Metric::ALL.into_iter().collect::<BTreeSet<_>>(),
-        min_query: 1,
-        heatmap_layer: 1,
-        heatmap_size: 20,
-        profile_query: 19,
-        bins: 20,
-        sink_eps: 0.3,
-        bands: Bands::decades(20),
-        entropy_of: EntropyOf::Effective,
-    };
+    let options = fixture_options(Metric::ALL, EntropyOf::Effective);
     let ids = input_ids().to_vec2::<u32>().unwrap();
     for name in ["scale_invariant", "logn", "qwen3"] {
         let ckpt = Checkpoint::open(&model_dir(name), &Device::Cpu, DType::F32).unwrap();

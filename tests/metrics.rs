@@ -3,10 +3,7 @@
 
 mod common;
 
-use std::collections::BTreeSet;
-
 use asa_analyze::analysis::{analyze, RunShape};
-use asa_analyze::metrics::distance::Bands;
 use asa_analyze::metrics::entropy::EntropyOf;
 use asa_analyze::metrics::{Metric, MetricOptions, ModelMetrics};
 use asa_analyze::model::Checkpoint;
@@ -18,17 +15,7 @@ const ATOL: f64 = 1e-6;
 const RTOL: f64 = 1e-5;
 
 fn options(entropy_of: EntropyOf) -> MetricOptions {
-    MetricOptions {
-        metrics: Metric::ALL.into_iter().collect::<BTreeSet<_>>(),
-        min_query: 1,
-        heatmap_layer: 1, // the default 8 clipped to the 2 layers
-        heatmap_size: 20,
-        profile_query: 19,
-        bins: 20,
-        sink_eps: 0.3,
-        bands: Bands::decades(20),
-        entropy_of,
-    }
+    fixture_options(Metric::ALL, entropy_of)
 }
 
 fn windows(name: &str) -> Vec<Vec<u32>> {

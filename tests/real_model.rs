@@ -646,17 +646,7 @@ fn check_tiny_gguf(name: &str) {
         assert!(d < 1e-5, "{name}.gguf layer {l}: pattern differs by {d:e}");
     }
     let windows: Vec<Vec<u32>> = ids.to_vec2().unwrap();
-    let opts = MetricOptions {
-        metrics: Metric::ALL.into_iter().collect::<BTreeSet<_>>(),
-        min_query: 1,
-        heatmap_layer: 1,
-        heatmap_size: 20,
-        profile_query: 19,
-        bins: 20,
-        sink_eps: 0.3,
-        bands: Bands::decades(20),
-        entropy_of: EntropyOf::Effective,
-    };
+    let opts = fixture_options(Metric::ALL, EntropyOf::Effective);
     let got = analyze(
         &ckpt,
         &model,

@@ -4,13 +4,12 @@
 
 mod common;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 
 use asa_analyze::analysis::{analyze, RunShape};
-use asa_analyze::metrics::distance::Bands;
 use asa_analyze::metrics::entropy::EntropyOf;
-use asa_analyze::metrics::{Metric, MetricOptions};
+use asa_analyze::metrics::Metric;
 use asa_analyze::model::{Checkpoint, WeightMap};
 use candle_core::{DType, Device, Tensor};
 use common::*;
@@ -63,19 +62,10 @@ fn a_mapped_checkpoint_gives_the_reference_metrics() {
         .unwrap()
         .to_vec2::<u32>()
         .unwrap();
-    let opts = MetricOptions {
-        metrics: [Metric::FirstToken, Metric::SinkMass, Metric::Entropy]
-            .into_iter()
-            .collect::<BTreeSet<_>>(),
-        min_query: 1,
-        heatmap_layer: 1,
-        heatmap_size: 20,
-        profile_query: 19,
-        bins: 20,
-        sink_eps: 0.3,
-        bands: Bands::decades(20),
-        entropy_of: EntropyOf::Effective,
-    };
+    let opts = fixture_options(
+        [Metric::FirstToken, Metric::SinkMass, Metric::Entropy],
+        EntropyOf::Effective,
+    );
     let shape = RunShape {
         batch_size: 1,
         block: 8,

@@ -6,6 +6,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use std::collections::BTreeSet;
+
+use asa_analyze::metrics::distance::Bands;
+use asa_analyze::metrics::entropy::EntropyOf;
+use asa_analyze::metrics::{Metric, MetricOptions};
 use candle_core::{Device, Tensor};
 
 /// Every model fixture written by `tools/make_fixtures.py`.
@@ -22,6 +27,25 @@ pub const MODEL_FIXTURES: [&str; 11] = [
     "scale_invariant",
     "logn",
 ];
+
+/// The options the fixture references were computed with (`tools/make_fixtures.py`: 20
+/// tokens, 2 layers): `metrics`, heatmap and profile of the last layer, decade bands.
+pub fn fixture_options(
+    metrics: impl IntoIterator<Item = Metric>,
+    entropy_of: EntropyOf,
+) -> MetricOptions {
+    MetricOptions {
+        metrics: metrics.into_iter().collect::<BTreeSet<_>>(),
+        min_query: 1,
+        heatmap_layer: 1, // the default 8 clipped to the 2 layers
+        heatmap_size: 20,
+        profile_query: 19,
+        bins: 20,
+        sink_eps: 0.3,
+        bands: Bands::decades(20),
+        entropy_of,
+    }
+}
 
 pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
