@@ -302,17 +302,9 @@ fn a_diverged_checkpoint_with_nan_weights_is_analysed_not_a_crash() {
             "--quiet",
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    expect_success(&out);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("nan"), "{stdout}");
     let figs = run_cli(tmp.path(), &["figures", "res", "--out", "figs", "--quiet"]);
-    assert!(
-        figs.status.success(),
-        "{}",
-        String::from_utf8_lossy(&figs.stderr)
-    );
+    expect_success(&figs);
 }

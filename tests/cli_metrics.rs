@@ -188,11 +188,7 @@ fn check_attention_table(df: &DataFrame) {
 fn analyze_writes_every_table_matching_the_references() {
     let tmp = tempfile::tempdir().unwrap();
     let out = analyze(tmp.path(), &["--out", "res"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    expect_success(&out);
     let res = tmp.path().join("res");
     for table in [
         "attention",
@@ -232,11 +228,7 @@ fn a_tight_memory_budget_splits_the_batch_without_changing_the_metrics() {
         tmp.path(),
         &["--out", "small", "--batch-size", "3", "--max-memory", "5K"],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    expect_success(&out);
     let res = tmp.path().join("small");
     let run: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(res.join("run.json")).unwrap()).unwrap();
@@ -262,11 +254,7 @@ fn parquet_tables_hold_the_same_values() {
             "7",
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    expect_success(&out);
     check_attention_table(&read_parquet(&tmp.path().join("pq/attention.parquet")));
     let dist = read_parquet(&tmp.path().join("pq/distance_profile.parquet"));
     assert_eq!(
@@ -294,11 +282,7 @@ fn newcomer_entropy_on_the_built_in_corpus() {
             "--quiet",
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    expect_success(&out);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("entropy (nats) by layer"), "{stdout}");
     let df = read_csv(&tmp.path().join("results/attention.csv"));
@@ -319,11 +303,7 @@ fn profile_times_every_phase() {
         "3",
     ];
     let out = analyze(tmp.path(), &args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    expect_success(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("all phases:"), "{stderr}");
     let run: serde_json::Value =
@@ -393,11 +373,7 @@ fn training_series_gives_the_qk_curve() {
             "--quiet",
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    expect_success(&out);
     let df = read_csv(&tmp.path().join("results/qk_series.csv"));
     let steps: Vec<i64> = df
         .column("step")

@@ -721,11 +721,7 @@ fn inspect_reports_gguf_tensor_types() {
             gguf_fixture("llama_gqa.gguf").to_str().unwrap(),
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    expect_success(&out);
     let json: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["format"], "gguf");
     assert_eq!(json["gguf_tensor_types"]["F32"], 21, "{json}");

@@ -102,11 +102,7 @@ fn the_cli_takes_a_weight_map_and_rejects_bad_ones() {
         tmp.path(),
         &["inspect", "foreign", "--weight-map", "map.json", "--json"],
     );
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    expect_success(&ok);
     assert!(String::from_utf8_lossy(&ok.stdout).contains("sink"));
 
     // without the map the conventional names are missing

@@ -115,6 +115,16 @@ pub fn run_cli(dir: &Path, args: &[&str]) -> Output {
         .expect("binary runs")
 }
 
+/// stdout of a run, asserting it succeeded (its stderr in the failure message).
+pub fn expect_success(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).to_string()
+}
+
 /// stderr of a failed run, asserting exit status 2 and a single line.
 pub fn expect_error(output: &Output) -> String {
     let stderr = String::from_utf8_lossy(&output.stderr).to_string();
