@@ -5,7 +5,7 @@
 use candle_core::{DType, Device, Tensor, D};
 
 use super::layer_stat::head_means;
-use super::rows::{to_host, RowAccumulator};
+use super::rows::{to_host, Pool, RowAccumulator};
 use crate::error::Result;
 
 /// Distance bands: `first`, then `[edges[k], edges[k+1])` with edges starting at 0, 1.
@@ -127,17 +127,11 @@ impl DistanceProfile {
         self.bands.ranges()
     }
 
-    /// Adds per-row band masses `[band][batch * head * n]`, `first` first.
-    pub fn add_rows(
-        &mut self,
-        layer: usize,
-        seq_offset: usize,
-        q_start: usize,
-        n: usize,
-        bands: &[Vec<f32>],
-    ) {
-        for (acc, mass) in self.rows.iter_mut().zip(bands) {
-            acc.add(layer, seq_offset, q_start, n, mass);
+    /// Adds a block's pools `[band][batch * head]` (`first` first) over its counted rows
+    /// ([`RowAccumulator::counted_rows`]).
+    pub fn add_pools(&mut self, layer: usize, seq_offset: usize, bands: &[Vec<Pool>]) {
+        for (acc, pools) in self.rows.iter_mut().zip(bands) {
+            acc.add_pools(layer, seq_offset, pools);
         }
     }
 

@@ -5,8 +5,9 @@
 use candle_core::{Tensor, D};
 
 use super::layer_stat::{head_means, LayerStat};
-use super::rows::RowAccumulator;
+use super::rows::{Pool, RowAccumulator};
 use crate::error::Result;
+use crate::probe::row_table::Column;
 
 /// Row entropies `[batch, head, n]` (f32) of weights `[batch, head, n, keys]`, on the device.
 pub fn row_entropy(weights: &Tensor) -> Result<Tensor> {
@@ -52,15 +53,21 @@ impl Entropy {
     }
 
     /// Adds a block's row entropies `[batch, head, n]`.
-    pub fn add(
+    pub fn add<'v>(
         &mut self,
         layer: usize,
         seq_offset: usize,
         q_start: usize,
         n: usize,
-        values: &[f32],
+        values: impl Into<Column<'v>>,
     ) {
         self.rows.add(layer, seq_offset, q_start, n, values);
+    }
+
+    /// Adds a block's pools `[batch * head]` over its counted rows
+    /// ([`RowAccumulator::counted_rows`]).
+    pub fn add_pools(&mut self, layer: usize, seq_offset: usize, pools: &[Pool]) {
+        self.rows.add_pools(layer, seq_offset, pools);
     }
 
     /// Per-layer and per-head entropy.

@@ -2,7 +2,8 @@
 //! query gives the first token.
 
 use super::layer_stat::{head_means, LayerStat};
-use super::rows::RowAccumulator;
+use super::rows::{Pool, RowAccumulator};
+use crate::probe::row_table::Column;
 
 /// Accumulates a_i0 per row, once with `min_query` (first_token) and once over all
 /// queries (the sink-rate importance, query 0 included as in Gu et al.).
@@ -31,16 +32,30 @@ impl FirstToken {
     }
 
     /// Adds a block's a_i0 values `[batch, head, n]`.
-    pub fn add(
+    pub fn add<'v>(
         &mut self,
         layer: usize,
         seq_offset: usize,
         q_start: usize,
         n: usize,
-        first: &[f32],
+        first: impl Into<Column<'v>>,
     ) {
+        let first = first.into();
         self.rows.add(layer, seq_offset, q_start, n, first);
         self.all_rows.add(layer, seq_offset, q_start, n, first);
+    }
+
+    /// Adds a block's pools `[batch * head]` of a_i0: `counted` over the queries
+    /// `>= min_query` ([`RowAccumulator::counted_rows`]), `early` over those before.
+    pub fn add_pools(&mut self, layer: usize, seq_offset: usize, counted: &[Pool], early: &[Pool]) {
+        self.rows.add_pools(layer, seq_offset, counted);
+        self.all_rows.add_pools(layer, seq_offset, counted);
+        self.all_rows.add_pools(layer, seq_offset, early);
+    }
+
+    /// The rows of a block that count for `first_token` (see [`RowAccumulator::counted_rows`]).
+    pub fn counted_rows(&self, q_start: usize, n: usize) -> std::ops::Range<usize> {
+        self.rows.counted_rows(q_start, n)
     }
 
     /// Per-layer first-token mass.

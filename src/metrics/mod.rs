@@ -20,7 +20,7 @@ use std::collections::BTreeSet;
 use candle_core::{DType, Tensor, D};
 
 use crate::error::Result;
-use crate::probe::row_table::{split_table, RowValues, RowWants};
+use crate::probe::row_table::{split_table, RowWants, BANDS, ENTROPY, FIRST, SUM};
 use crate::probe::{BlockCtx, Hook, Probe};
 use crate::profile::phase;
 use alpha_gate::{AlphaResult, AlphaStats, GateStats};
@@ -32,7 +32,7 @@ use layer_stat::{head_means, LayerStat};
 use nll::{Nll, NllResult};
 use qk_mean::{visible_pairs, QkMean, QkResult};
 use row_pass::{weight_rows, weight_table_on_device};
-use rows::{to_host, RowAccumulator};
+use rows::{pool_rows, to_host, RowAccumulator};
 use weight_sum::{WeightSum, WeightSumResult};
 
 /// A metric of SPEC section 4.
@@ -263,8 +263,8 @@ impl MetricProbe {
                 fused: false,
                 has_sink: false,
             });
-        } else if let Some(rows) = weight_rows(a, q0, &wants)? {
-            self.add_pattern_rows(layer, s0, q0, n, &rows);
+        } else if let Some(table) = weight_rows(a, q0, &wants)? {
+            self.add_pattern_table(layer, s0, q0, n, &table, &wants);
         } else {
             let effective_entropy = wants.entropy;
             if let Some(first) = &mut self.first {
@@ -292,19 +292,45 @@ impl MetricProbe {
         Ok(())
     }
 
-    /// Adds the pattern's per-row values of queries `q_start .. q_start + n`.
-    fn add_pattern_rows(&mut self, layer: usize, s0: usize, q0: usize, n: usize, rows: &RowValues) {
-        if let Some(first) = &mut self.first {
-            first.add(layer, s0, q0, n, &rows.first);
+    /// Adds the pattern's row table (laid out for `wants`) of queries `q0 .. q0 + n` of
+    /// sequences `s0 ..`: every wanted column pooled per (sequence, head) in one pass.
+    fn add_pattern_table(
+        &mut self,
+        layer: usize,
+        s0: usize,
+        q0: usize,
+        n: usize,
+        table: &[f32],
+        wants: &RowWants,
+    ) {
+        let width = wants.width();
+        // every accumulator counts the queries >= min_query
+        let counted = self.opts.min_query.saturating_sub(q0).min(n)..n;
+        let mut cols: Vec<usize> = [
+            (wants.first, FIRST),
+            (wants.sum, SUM),
+            (wants.entropy, ENTROPY),
+        ]
+        .into_iter()
+        .filter_map(|(want, c)| want.then_some(c))
+        .collect();
+        let first_band = cols.len();
+        cols.extend(BANDS..width);
+        let pools = pool_rows(table, width, n, counted.clone(), &cols);
+        let pools_of = |c: usize| cols.iter().position(|&k| k == c).map(|k| &pools[k]);
+        if let (Some(first), Some(counted_pools)) = (&mut self.first, pools_of(FIRST)) {
+            let early = pool_rows(table, width, n, 0..counted.start, &[FIRST]);
+            first.add_pools(layer, s0, counted_pools, &early[0]);
         }
-        if let Some(ws) = &mut self.weight_sum {
-            ws.add(layer, s0, q0, n, &rows.sum);
+        if let (Some(ws), Some(sums)) = (&mut self.weight_sum, pools_of(SUM)) {
+            let column = split_table(table, wants).sum;
+            ws.add_pools(layer, s0, q0, n, sums, column);
         }
-        if let (Some(e), false) = (&mut self.entropy, rows.entropy.is_empty()) {
-            e.add(layer, s0, q0, n, &rows.entropy);
+        if let (Some(e), Some(entropy)) = (&mut self.entropy, pools_of(ENTROPY)) {
+            e.add_pools(layer, s0, entropy);
         }
         if let Some(d) = &mut self.distance {
-            d.add_rows(layer, s0, q0, n, &rows.bands);
+            d.add_pools(layer, s0, &pools[first_band..]);
         }
     }
 
@@ -314,34 +340,36 @@ impl MetricProbe {
         let _p = phase("metrics: row tables to host");
         let pattern = std::mem::take(&mut self.pending_pattern);
         let wants = self.pattern_wants();
-        for (block, table) in pull_tables(&pattern)? {
-            let rows = split_table(&table, &wants);
+        let host = pull_tables(&pattern)?;
+        for (block, table) in pattern.iter().zip(host.chunks()) {
             let (s0, q0, n) = (block.seq_offset, block.q_start, block.n);
-            self.add_pattern_rows(layer, s0, q0, n, &rows);
+            self.add_pattern_table(layer, s0, q0, n, table, &wants);
             if !block.fused {
                 continue;
             }
+            let rows = split_table(table, &wants);
             if let Some(qk) = &mut self.qk {
                 // per-row sums pooled in f64, in row order
-                let sum = rows.qk_sum.iter().map(|&v| v as f64).sum();
-                let abs_sum = rows.qk_abs_sum.iter().map(|&v| v as f64).sum();
+                let sum = rows.qk_sum.iter().map(f64::from).sum();
+                let abs_sum = rows.qk_abs_sum.iter().map(f64::from).sum();
                 let heads_x_batch = rows.qk_sum.len() / n.max(1);
                 qk.add_sums(layer, sum, abs_sum, heads_x_batch * visible_pairs(q0, n));
             }
             if let (Some(acc), true) = (&mut self.sink_mass, block.has_sink) {
-                acc.add(layer, s0, q0, n, &rows.sink_mass);
+                acc.add(layer, s0, q0, n, rows.sink_mass);
             }
         }
         let softmax = std::mem::take(&mut self.pending_softmax);
-        for (block, table) in pull_tables(&softmax)? {
+        let host = pull_tables(&softmax)?;
+        for (block, table) in softmax.iter().zip(host.chunks()) {
             if let Some(e) = &mut self.entropy {
-                let rows = split_table(&table, &Self::softmax_wants());
+                let rows = split_table(table, &Self::softmax_wants());
                 e.add(
                     layer,
                     block.seq_offset,
                     block.q_start,
                     block.n,
-                    &rows.entropy,
+                    rows.entropy,
                 );
             }
         }
@@ -349,21 +377,34 @@ impl MetricProbe {
     }
 }
 
-/// The host copies of device row tables of one width, in one transfer.
-fn pull_tables(blocks: &[DeviceRows]) -> Result<Vec<(&DeviceRows, Vec<f32>)>> {
-    if blocks.is_empty() {
-        return Ok(Vec::new());
+/// Device row tables of one width copied to the host in one transfer, read in place.
+struct HostTables {
+    data: Vec<f32>,
+    /// Values of each block's table, in order.
+    lens: Vec<usize>,
+}
+
+impl HostTables {
+    /// Each block's table.
+    fn chunks(&self) -> impl Iterator<Item = &[f32]> {
+        self.lens.iter().scan(0, |offset, &len| {
+            let table = &self.data[*offset..*offset + len];
+            *offset += len;
+            Some(table)
+        })
     }
-    let tables: Vec<&Tensor> = blocks.iter().map(|b| &b.table).collect();
-    let host = Tensor::cat(&tables, 0)?.flatten_all()?.to_vec1::<f32>()?;
-    let mut offset = 0;
-    let mut out = Vec::with_capacity(blocks.len());
-    for block in blocks {
-        let len = block.table.elem_count();
-        out.push((block, host[offset..offset + len].to_vec()));
-        offset += len;
-    }
-    Ok(out)
+}
+
+/// The host copy of the row tables of `blocks`.
+fn pull_tables(blocks: &[DeviceRows]) -> Result<HostTables> {
+    let lens = blocks.iter().map(|b| b.table.elem_count()).collect();
+    let data = if blocks.is_empty() {
+        Vec::new()
+    } else {
+        let tables: Vec<&Tensor> = blocks.iter().map(|b| &b.table).collect();
+        Tensor::cat(&tables, 0)?.flatten_all()?.to_vec1::<f32>()?
+    };
+    Ok(HostTables { data, lens })
 }
 
 impl Probe for MetricProbe {
@@ -423,7 +464,7 @@ impl Probe for MetricProbe {
                     });
                 } else if let Some(e) = &mut self.entropy {
                     let values = match weight_rows(xs, ctx.q_start, &wants)? {
-                        Some(rows) => rows.entropy,
+                        Some(table) => split_table(&table, &wants).entropy.to_vec(),
                         None => to_host(&row_entropy(xs)?)?,
                     };
                     e.add(layer, s0, ctx.q_start, ctx.q_len, &values);

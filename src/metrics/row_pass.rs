@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use crate::cpu::fast_math::ln;
 use crate::cpu::host::{lane_sum, with_cpu_f32};
 use crate::error::Result;
-use crate::probe::row_table::{split_table, RowValues, RowWants, BANDS, ENTROPY, FIRST, SUM};
+use crate::probe::row_table::{RowWants, BANDS, ENTROPY, FIRST, SUM};
 use crate::simd_dispatch;
 
 /// Entropy in nats of `max(w, 0)` renormalised; NaN without positive mass.
@@ -77,13 +77,10 @@ fn qk_row(visible: &[f32]) -> (f64, f64) {
     (lane_sum(visible, |x| x), lane_sum(visible, f32::abs))
 }
 
-/// The per-row reductions of causal `weights` `[batch, head, n, q_start + n]` on CPU f32
-/// or a CUDA device (f32), or `None` where the candle reductions must run.
-pub fn weight_rows(
-    weights: &Tensor,
-    q_start: usize,
-    wants: &RowWants,
-) -> Result<Option<RowValues>> {
+/// The host row table (read it with [`crate::probe::row_table::split_table`]) of causal `weights`
+/// `[batch, head, n, q_start + n]` on CPU f32 or a CUDA device (f32), or `None` where the
+/// candle reductions must run.
+pub fn weight_rows(weights: &Tensor, q_start: usize, wants: &RowWants) -> Result<Option<Vec<f32>>> {
     let (b, h, n, keys) = weights.dims4()?;
     if keys != q_start + n || keys == 0 {
         return Ok(None);
@@ -108,7 +105,7 @@ pub fn weight_rows(
             None => return Ok(None),
         },
     };
-    Ok(Some(split_table(&table, wants)))
+    Ok(Some(table))
 }
 
 /// The row table `[rows, width]` of causal `weights` `[batch, head, n, q_start + n]` on a
@@ -185,6 +182,7 @@ fn device_qk_table(_: &Tensor, _: usize) -> Result<Option<Vec<f64>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probe::row_table::split_table;
     use candle_core::Device;
 
     #[test]
@@ -209,14 +207,15 @@ mod tests {
             entropy: true,
             bands: vec![(0, 1), (1, usize::MAX)],
         };
-        let v = weight_rows(&w, 1, &wants).unwrap().unwrap();
-        assert_eq!(v.first, vec![0.5, 0.6]);
-        assert!((v.sum[0] - 1.0).abs() < 1e-7 && (v.sum[1] - 1.0).abs() < 1e-7);
+        let table = weight_rows(&w, 1, &wants).unwrap().unwrap();
+        let v = split_table(&table, &wants);
+        assert_eq!(v.first.to_vec(), vec![0.5, 0.6]);
+        assert!((v.sum.get(0) - 1.0).abs() < 1e-7 && (v.sum.get(1) - 1.0).abs() < 1e-7);
         // row 2: q = (0.5, 0, 0.5) -> ln 2
-        assert!((v.entropy[1] - std::f32::consts::LN_2).abs() < 1e-6);
-        assert_eq!(v.bands[0], vec![0.5, 0.6]); // first
-        assert_eq!(v.bands[1], vec![0.5, 0.6]); // distance 0
-        assert!((v.bands[2][0]).abs() < 1e-7 && (v.bands[2][1] + 0.2).abs() < 1e-7);
+        assert!((v.entropy.get(1) - std::f32::consts::LN_2).abs() < 1e-6);
+        assert_eq!(v.bands[0].to_vec(), vec![0.5, 0.6]); // first
+        assert_eq!(v.bands[1].to_vec(), vec![0.5, 0.6]); // distance 0
+        assert!((v.bands[2].get(0)).abs() < 1e-7 && (v.bands[2].get(1) + 0.2).abs() < 1e-7);
         let (s, a) = qk_sums(&w, 1).unwrap().unwrap();
         assert!((s - 2.0).abs() < 1e-6 && (a - 2.4).abs() < 1e-6);
     }
@@ -228,6 +227,8 @@ mod device_path_tests {
     use super::*;
     use crate::metrics::distance::{Bands, DistanceProfile};
     use crate::metrics::entropy::row_entropy;
+    use crate::metrics::rows::pool_rows;
+    use crate::probe::row_table::split_table;
     use candle_core::Device;
     use candle_core::D;
 
@@ -255,18 +256,27 @@ mod device_path_tests {
             entropy: true,
             bands: bands.ranges(),
         };
-        let rows = weight_rows(&w, q_start, &wants).unwrap().unwrap();
+        let table = weight_rows(&w, q_start, &wants).unwrap().unwrap();
+        let rows = split_table(&table, &wants);
         let host = |t: Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
         let close = |a: &[f32], b: &[f32]| {
             a.iter()
                 .zip(b)
                 .all(|(x, y)| (x - y).abs() < 1e-6 || (x.is_nan() && y.is_nan()))
         };
-        assert!(close(&rows.entropy, &host(row_entropy(&w).unwrap())));
-        assert!(close(&rows.sum, &host(w.sum(D::Minus1).unwrap())));
-        assert!(close(&rows.first, &host(w.narrow(3, 0, 1).unwrap())));
+        assert!(close(
+            &rows.entropy.to_vec(),
+            &host(row_entropy(&w).unwrap())
+        ));
+        assert!(close(&rows.sum.to_vec(), &host(w.sum(D::Minus1).unwrap())));
+        assert!(close(
+            &rows.first.to_vec(),
+            &host(w.narrow(3, 0, 1).unwrap())
+        ));
         let mut fused = DistanceProfile::new(bands.clone(), 1, 1, h, 0);
-        fused.add_rows(0, 0, q_start, n, &rows.bands);
+        let band_columns: Vec<usize> = (BANDS..wants.width()).collect();
+        let pools = pool_rows(&table, wants.width(), n, 0..n, &band_columns);
+        fused.add_pools(0, 0, &pools);
         let mut candle = DistanceProfile::new(bands, 1, 1, h, 0);
         candle.add(0, 0, q_start, &w).unwrap();
         let (a, b) = (fused.finish(), candle.finish());
@@ -290,6 +300,7 @@ mod cuda_tests {
     //! The CUDA row kernels and the CPU row pass fill the same tables (run on a GPU machine:
     //! `cargo test --release --features cuda cuda_`).
     use super::*;
+    use crate::probe::row_table::{split_table, Column};
     use candle_core::Device;
 
     #[test]
@@ -329,11 +340,15 @@ mod cuda_tests {
             entropy: true,
             bands: vec![(0, 1), (1, 10), (10, 100), (100, usize::MAX)],
         };
-        let cpu = weight_rows(&cpu_w, q_start, &wants).unwrap().unwrap();
-        let gpu_rows = weight_rows(&gpu_w, q_start, &wants).unwrap().unwrap();
-        let close = |a: &[f32], b: &[f32]| {
+        let cpu_table = weight_rows(&cpu_w, q_start, &wants).unwrap().unwrap();
+        let gpu_table = weight_rows(&gpu_w, q_start, &wants).unwrap().unwrap();
+        let (cpu, gpu_rows) = (
+            split_table(&cpu_table, &wants),
+            split_table(&gpu_table, &wants),
+        );
+        let close = |a: &Column, b: &Column| {
             assert_eq!(a.len(), b.len());
-            for (x, y) in a.iter().zip(b) {
+            for (x, y) in a.iter().zip(b.iter()) {
                 assert!((x - y).abs() <= 1e-6 * (1.0 + y.abs()), "{x} vs {y}");
             }
         };
@@ -346,11 +361,10 @@ mod cuda_tests {
         }
         // a row without positive mass has no entropy (NaN) on both
         let negative = Tensor::new(&[[[[-0.5f32, -0.5]]]], &Device::Cpu).unwrap();
-        let e = weight_rows(&negative.to_device(gpu).unwrap(), 1, &wants)
+        let table = weight_rows(&negative.to_device(gpu).unwrap(), 1, &wants)
             .unwrap()
-            .unwrap()
-            .entropy;
-        assert!(e[0].is_nan());
+            .unwrap();
+        assert!(split_table(&table, &wants).entropy.get(0).is_nan());
         let (s, a) = qk_sums(&cpu_w, q_start).unwrap().unwrap();
         let (gs, ga) = qk_sums(&gpu_w, q_start).unwrap().unwrap();
         assert!(

@@ -2,13 +2,13 @@
 //! heads (W_i) or over queries per head.
 
 use super::layer_stat::head_means;
-use super::rows::RowAccumulator;
+use super::rows::{Pool, RowAccumulator};
 use super::summary::{histogram, Distribution, Histogram};
+use crate::probe::row_table::Column;
 
 /// Accumulates row sums.
 pub struct WeightSum {
     heads: usize,
-    min_query: usize,
     rows: RowAccumulator,
     /// `[layer]` pooled W_i values (mean over heads), queries >= min_query.
     values: Vec<Vec<f64>>,
@@ -30,27 +30,59 @@ impl WeightSum {
     pub fn new(layers: usize, seqs: usize, heads: usize, min_query: usize) -> Self {
         WeightSum {
             heads,
-            min_query,
             rows: RowAccumulator::new(layers, seqs, heads, min_query),
             values: vec![Vec::new(); layers],
         }
     }
 
     /// Adds a block's row sums `[batch, head, n]`.
-    pub fn add(&mut self, layer: usize, seq_offset: usize, q_start: usize, n: usize, sums: &[f32]) {
+    pub fn add<'v>(
+        &mut self,
+        layer: usize,
+        seq_offset: usize,
+        q_start: usize,
+        n: usize,
+        sums: impl Into<Column<'v>>,
+    ) {
+        let sums = sums.into();
         self.rows.add(layer, seq_offset, q_start, n, sums);
+        self.add_query_means(layer, q_start, n, sums);
+    }
+
+    /// Adds a block's row sums `[batch, head, n]` whose pools over the counted rows
+    /// ([`RowAccumulator::counted_rows`]) are `pools` `[batch * head]`.
+    pub fn add_pools(
+        &mut self,
+        layer: usize,
+        seq_offset: usize,
+        q_start: usize,
+        n: usize,
+        pools: &[Pool],
+        sums: Column<'_>,
+    ) {
+        self.rows.add_pools(layer, seq_offset, pools);
+        self.add_query_means(layer, q_start, n, sums);
+    }
+
+    /// W_i, the mean over heads, of each counted query of a block's row sums.
+    fn add_query_means(&mut self, layer: usize, q_start: usize, n: usize, sums: Column<'_>) {
+        if n == 0 {
+            return;
+        }
         let batch = sums.len() / (self.heads * n);
+        let counted = self.rows.counted_rows(q_start, n);
+        let skip = counted.start;
+        let mut per_query = vec![0.0f64; counted.len()];
         for b in 0..batch {
-            for r in 0..n {
-                if q_start + r < self.min_query {
-                    continue;
+            per_query.fill(0.0);
+            // heads summed in order for each query
+            for h in 0..self.heads {
+                let row = (b * self.heads + h) * n;
+                for (r, w) in (skip..n).zip(per_query.iter_mut()) {
+                    *w += sums.get(row + r) as f64;
                 }
-                let w: f64 = (0..self.heads)
-                    .map(|h| sums[(b * self.heads + h) * n + r] as f64)
-                    .sum::<f64>()
-                    / self.heads as f64;
-                self.values[layer].push(w);
             }
+            self.values[layer].extend(per_query.iter().map(|w| w / self.heads as f64));
         }
     }
 

@@ -47,25 +47,103 @@ impl RowWants {
     }
 }
 
-/// Per-row values `[batch, head, n]` (row-major), each empty unless asked for.
-#[derive(Debug, Clone, Default)]
-pub struct RowValues {
-    pub first: Vec<f32>,
-    pub sum: Vec<f32>,
-    pub entropy: Vec<f32>,
-    /// One vector per band: `first` (a_i0 for i > 0), then each of `RowWants::bands`.
-    pub bands: Vec<Vec<f32>>,
+/// One column of a host row table: a value per row, `stride` apart (1 for a plain
+/// per-row vector). Reading columns in place spares a copy of every table.
+#[derive(Debug, Clone, Copy)]
+pub struct Column<'a> {
+    /// From the column's first value to the table's end.
+    data: &'a [f32],
+    stride: usize,
+}
+
+impl<'a> Column<'a> {
+    /// Column `c` of `table`, `width` values per row.
+    pub fn of_table(table: &'a [f32], width: usize, c: usize) -> Self {
+        Column {
+            data: table.get(c..).unwrap_or_default(),
+            stride: width.max(1),
+        }
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.data.len().div_ceil(self.stride)
+    }
+
+    /// Whether the column has no rows (a column nobody asked for).
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// The value of row `i`.
+    #[inline(always)]
+    pub fn get(&self, i: usize) -> f32 {
+        self.data[i * self.stride]
+    }
+
+    /// The column as a table: values from its first one on, and the row width.
+    pub fn as_table(&self) -> (&'a [f32], usize) {
+        (self.data, self.stride)
+    }
+
+    /// The values in row order.
+    pub fn iter(&self) -> impl Iterator<Item = f32> + 'a {
+        self.data.iter().step_by(self.stride).copied()
+    }
+
+    /// The values as a vector.
+    pub fn to_vec(&self) -> Vec<f32> {
+        self.iter().collect()
+    }
+}
+
+impl<'a> From<&'a [f32]> for Column<'a> {
+    fn from(values: &'a [f32]) -> Self {
+        Column {
+            data: values,
+            stride: 1,
+        }
+    }
+}
+
+impl<'a> From<&'a Vec<f32>> for Column<'a> {
+    fn from(values: &'a Vec<f32>) -> Self {
+        Column::from(values.as_slice())
+    }
+}
+
+impl<'a, const N: usize> From<&'a [f32; N]> for Column<'a> {
+    fn from(values: &'a [f32; N]) -> Self {
+        Column::from(values.as_slice())
+    }
+}
+
+/// Per-row values `[batch, head, n]` (row-major), read in place from a host row table; a
+/// column not asked for is empty.
+#[derive(Debug, Clone)]
+pub struct RowValues<'a> {
+    pub first: Column<'a>,
+    pub sum: Column<'a>,
+    pub entropy: Column<'a>,
+    /// One column per band: `first` (a_i0 for i > 0), then each of `RowWants::bands`.
+    pub bands: Vec<Column<'a>>,
     /// Sink mass, raw q.k sum and |q.k| sum (filled by the fused softmax; 0 otherwise).
-    pub sink_mass: Vec<f32>,
-    pub qk_sum: Vec<f32>,
-    pub qk_abs_sum: Vec<f32>,
+    pub sink_mass: Column<'a>,
+    pub qk_sum: Column<'a>,
+    pub qk_abs_sum: Column<'a>,
 }
 
 /// The columns of a host row table laid out for `wants`.
-pub fn split_table(table: &[f32], wants: &RowWants) -> RowValues {
+pub fn split_table<'a>(table: &'a [f32], wants: &RowWants) -> RowValues<'a> {
     let width = wants.width();
-    let column = |c: usize| table.iter().skip(c).step_by(width).copied().collect();
-    let pick = |want: bool, c: usize| if want { column(c) } else { Vec::new() };
+    let column = |c: usize| Column::of_table(table, width, c);
+    let pick = |want: bool, c: usize| {
+        if want {
+            column(c)
+        } else {
+            Column::from(&[] as &[f32])
+        }
+    };
     RowValues {
         first: pick(wants.first, FIRST),
         sum: pick(wants.sum, SUM),
@@ -74,5 +152,34 @@ pub fn split_table(table: &[f32], wants: &RowWants) -> RowValues {
         sink_mass: column(SINK_MASS),
         qk_sum: column(QK_SUM),
         qk_abs_sum: column(QK_ABS_SUM),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_read_a_table_in_place() {
+        // two rows of width 7 (one band: the `first` band column only)
+        let wants = RowWants {
+            first: true,
+            sum: false,
+            entropy: true,
+            bands: Vec::new(),
+        };
+        assert_eq!(wants.width(), 6);
+        let table: Vec<f32> = (0..12).map(|v| v as f32).collect();
+        let rows = split_table(&table, &wants);
+        assert_eq!(rows.first.to_vec(), [0.0, 6.0]);
+        assert!(rows.sum.is_empty());
+        assert_eq!(rows.sum.len(), 0);
+        assert_eq!(rows.entropy.to_vec(), [2.0, 8.0]);
+        assert_eq!(rows.qk_abs_sum.to_vec(), [5.0, 11.0]);
+        assert_eq!(rows.qk_abs_sum.len(), 2);
+        assert_eq!(rows.entropy.get(1), 8.0);
+        assert!(rows.bands.is_empty());
+        let dense = Column::from(&[1.0f32, 2.0, 3.0]);
+        assert_eq!((dense.len(), dense.get(2)), (3, 3.0));
     }
 }

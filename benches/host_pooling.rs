@@ -1,0 +1,98 @@
+//! Host cost of the metric pooling of one GPU batch: the row tables of a 10 x 1024 batch of
+//! a Llama-3.2-1B-shaped model (16 layers, 32 heads, query blocks of 102) with the core
+//! metric set (first_token, weight_sum, entropy, head_total), fed to `MetricProbe` as the
+//! fused CUDA softmax hands them over and pooled at each layer's end, as in a GPU run. On a
+//! GPU the device waits for this work at every layer, so it adds to the run's time.
+//!
+//! Here the tables are CPU tensors, so the one device-to-host copy per layer of a GPU run is
+//! a concatenation plus a host copy. Run: `cargo bench --bench host_pooling`.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use asa_analyze::metrics::distance::Bands;
+use asa_analyze::metrics::entropy::EntropyOf;
+use asa_analyze::metrics::{Metric, MetricOptions, MetricProbe};
+use asa_analyze::probe::{BlockCtx, Probe};
+use candle_core::{Device, Tensor};
+
+const BATCH: usize = 10;
+const HEADS: usize = 32;
+const SEQ_LEN: usize = 1024;
+const LAYERS: usize = 16;
+const BLOCK: usize = 102;
+const BATCHES: usize = 5;
+
+fn main() {
+    // the binary's allocator settings (src/main.rs): large buffers are reused, not mapped anew
+    // SAFETY: mallopt only sets allocator tunables; no other thread exists yet
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 30);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+    }
+    let opts = MetricOptions {
+        metrics: [
+            Metric::FirstToken,
+            Metric::WeightSum,
+            Metric::Entropy,
+            Metric::HeadTotal,
+        ]
+        .into_iter()
+        .collect::<BTreeSet<_>>(),
+        min_query: 1,
+        heatmap_layer: 8,
+        heatmap_size: 64,
+        profile_query: SEQ_LEN - 1,
+        bins: 20,
+        sink_eps: 0.3,
+        bands: Bands::decades(SEQ_LEN),
+        entropy_of: EntropyOf::Effective,
+    };
+    let windows = vec![vec![0u32; SEQ_LEN]; BATCH * BATCHES];
+    let mut probe = MetricProbe::new(opts, LAYERS, HEADS, &windows);
+    let wants = probe
+        .row_request(0)
+        .expect("the core metrics take row tables");
+    let blocks: Vec<(usize, usize)> = (0..SEQ_LEN)
+        .step_by(BLOCK)
+        .map(|q| (q, BLOCK.min(SEQ_LEN - q)))
+        .collect();
+    let tables: Vec<Tensor> = blocks
+        .iter()
+        .map(|&(_, n)| {
+            Tensor::rand(0f32, 1f32, (BATCH * HEADS * n, wants.width()), &Device::Cpu)
+                .expect("random table")
+        })
+        .collect();
+    let mut times = Vec::new();
+    for batch in 0..BATCHES {
+        probe.set_batch_offset(batch * BATCH);
+        let mut pooling = 0.0;
+        for layer in 0..LAYERS {
+            for (&(q_start, q_len), table) in blocks.iter().zip(&tables) {
+                let ctx = BlockCtx {
+                    layer,
+                    q_start,
+                    q_len,
+                    seq_len: SEQ_LEN,
+                };
+                probe.on_row_table(&ctx, table, false).expect("table");
+            }
+            let started = Instant::now();
+            probe.on_layer_end(layer).expect("pooling");
+            pooling += started.elapsed().as_secs_f64();
+        }
+        times.push(pooling * 1e3);
+    }
+    let first = times[0];
+    let steady = &mut times[1..];
+    steady.sort_by(f64::total_cmp);
+    println!(
+        "pooling one {BATCH} x {SEQ_LEN} batch ({LAYERS} layers, {HEADS} heads, {} row-table columns): \
+         first batch {:.1} ms, median of the next {} {:.1} ms",
+        wants.width(),
+        first,
+        steady.len(),
+        steady[steady.len() / 2]
+    );
+}
