@@ -323,12 +323,12 @@ SOFTMAX_ROWS(softmax_rows_f32_g256, float, THREADS)
 SOFTMAX_ROWS(softmax_rows_bf16_g256, __nv_bfloat16, THREADS)
 SOFTMAX_ROWS(softmax_rows_f16_g256, __half, THREADS)
 
-// Rows of next-token logits `logits` [rows, vocab] with their target ids `targets` [rows]:
-// writes `out` [rows], each row's negative log-likelihood log sum_v exp(x_v) - x_target.
-// One block per row.
-extern "C" __global__ void nll_rows_f32(const float* __restrict__ logits,
-                                        const unsigned int* __restrict__ targets,
-                                        float* __restrict__ out, int rows, int vocab) {
+// Rows of next-token logits `logits` [rows, vocab] (in the model's dtype, read as f32) with
+// their target ids `targets` [rows]: writes `out` [rows], each row's negative
+// log-likelihood log sum_v exp(x_v) - x_target. One block per row.
+template <typename T>
+__device__ void nll_rows(const T* __restrict__ logits, const unsigned int* __restrict__ targets,
+                         float* __restrict__ out, int rows, int vocab) {
     __shared__ double shared[THREADS / 32];
     long long row;
     int rank;
@@ -336,18 +336,29 @@ extern "C" __global__ void nll_rows_f32(const float* __restrict__ logits,
     if (row < 0) {
         return;
     }
-    const float* x = logits + row * (long long)vocab;
+    const T* x = logits + row * (long long)vocab;
     float m = -INFINITY;
     for (int v = rank; v < vocab; v += THREADS) {
-        m = fmaxf(m, x[v]);
+        m = fmaxf(m, to_f32(x[v]));
     }
     m = group_max<THREADS>(m, shared);
     double z = 0.0;
     for (int v = rank; v < vocab; v += THREADS) {
-        z += expf(x[v] - m);
+        z += expf(to_f32(x[v]) - m);
     }
     z = group_sum<THREADS>(z, shared);
     if (rank == 0) {
-        out[row] = (float)(log(z) + (double)m - (double)x[targets[row]]);
+        out[row] = (float)(log(z) + (double)m - (double)to_f32(x[targets[row]]));
     }
 }
+
+#define NLL_ROWS(NAME, T)                                                                      \
+    extern "C" __global__ void NAME(const T* __restrict__ logits,                              \
+                                    const unsigned int* __restrict__ targets,                  \
+                                    float* __restrict__ out, int rows, int vocab) {            \
+        nll_rows<T>(logits, targets, out, rows, vocab);                                        \
+    }
+
+NLL_ROWS(nll_rows_f32, float)
+NLL_ROWS(nll_rows_bf16, __nv_bfloat16)
+NLL_ROWS(nll_rows_f16, __half)

@@ -35,7 +35,7 @@ impl Nll {
         }
     }
 
-    /// Adds logits `[batch, n, vocab]` for positions `start .. start + n` of sequences
+    /// Adds logits `[batch, n, vocab]` (any float dtype; f32 math) for positions `start .. start + n` of sequences
     /// `seq_offset ..`: position p predicts the token at p + 1.
     pub fn add(&mut self, seq_offset: usize, start: usize, logits: &Tensor) -> Result<()> {
         let _p = phase("nll");
@@ -45,10 +45,7 @@ impl Nll {
         if n_pred == 0 {
             return Ok(());
         }
-        let logits = logits
-            .narrow(1, 0, n_pred)?
-            .to_dtype(DType::F32)?
-            .contiguous()?;
+        let logits = logits.narrow(1, 0, n_pred)?.contiguous()?;
         let mut ids = Vec::with_capacity(b * n_pred);
         for s in 0..b {
             ids.extend_from_slice(&self.targets[seq_offset + s][start + 1..start + 1 + n_pred]);
@@ -56,6 +53,7 @@ impl Nll {
         let nll = match device_nll(&logits.reshape((b * n_pred, ()))?, &ids)? {
             Some(nll) => nll,
             None => {
+                let logits = logits.to_dtype(DType::F32)?;
                 let ids = Tensor::from_vec(ids, (b, n_pred, 1), logits.device())?;
                 let max = logits.max_keepdim(D::Minus1)?;
                 let lse = (logits

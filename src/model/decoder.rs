@@ -2,7 +2,7 @@
 //! of (RMSNorm, attention, RMSNorm, MLP), final norm, language-model head. The architectures
 //! differ only in attention (biases, QK-norm), which [`AttentionShape`] carries.
 
-use candle_core::{DType, Tensor};
+use candle_core::Tensor;
 
 use super::config::ModelConfig;
 use super::layers::{Linear, Mlp, RmsNorm};
@@ -129,10 +129,9 @@ impl Model {
                 .clamp(1, t);
             for (start, n) in query_blocks(t, logit_block) {
                 let logits = {
-                    let _p = phase("logits (lm_head, f32)");
+                    let _p = phase("logits (lm_head)");
                     self.lm_head
                         .forward(&hidden.narrow(1, start, n)?.contiguous()?)?
-                        .to_dtype(DType::F32)?
                 };
                 let ctx = BlockCtx {
                     layer: self.layers.len(),

@@ -41,7 +41,8 @@ pub enum Hook {
     Alpha,
     /// `hook_gate`: sigmoid gate values, `[batch, pos, head * d_head]`, f32, once per layer.
     Gate,
-    /// `hook_logits`: next-token logits, `[batch, pos_block, vocab]`, f32, after the last layer.
+    /// `hook_logits`: next-token logits, `[batch, pos_block, vocab]`, in the model's dtype
+    /// (f32 unless the run is bf16/f16), after the last layer.
     Logits,
 }
 
