@@ -3,6 +3,7 @@
 //! head and query) and small corners leave it, and are pooled in f64 on the host.
 
 pub mod alpha_gate;
+pub mod block_pools;
 pub mod distance;
 pub mod entropy;
 pub mod first_token;
@@ -20,10 +21,13 @@ use std::collections::BTreeSet;
 use candle_core::{DType, Tensor, D};
 
 use crate::error::Result;
-use crate::probe::row_table::{split_table, RowWants, BANDS, ENTROPY, FIRST, SUM};
+use crate::probe::row_table::{
+    RowWants, BANDS, ENTROPY, FIRST, QK_ABS_SUM, QK_SUM, SINK_MASS, SUM,
+};
 use crate::probe::{BlockCtx, Hook, Probe};
 use crate::profile::phase;
 use alpha_gate::{AlphaResult, AlphaStats, GateStats};
+use block_pools::{pool_host, pool_on_device, BlockPools, PoolShape};
 use distance::{Bands, DistanceProfile, DistanceResult};
 use entropy::{row_entropy, Entropy, EntropyOf, EntropyResult};
 use first_token::{FirstToken, SinkRate};
@@ -32,7 +36,7 @@ use layer_stat::{head_means, LayerStat};
 use nll::{Nll, NllResult};
 use qk_mean::{visible_pairs, QkMean, QkResult};
 use row_pass::{weight_rows, weight_table_on_device};
-use rows::{pool_rows, to_host, RowAccumulator};
+use rows::{to_host, RowAccumulator};
 use weight_sum::{WeightSum, WeightSumResult};
 
 /// A metric of SPEC section 4.
@@ -116,27 +120,36 @@ pub struct ModelMetrics {
     pub distance: Option<DistanceResult>,
 }
 
-/// A block's row table left on the GPU until the layer ends (one copy to the host per
-/// layer instead of one wait per block).
-struct DeviceRows {
-    /// `[rows, width]` f32.
+/// What a row table held.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum TableSource {
+    /// The pattern's reductions; `fused`: filled by the fused softmax, so its q.k columns
+    /// hold the raw q.k sums and, with `has_sink`, its sink column the sink mass.
+    Pattern { fused: bool, has_sink: bool },
+    /// The plain softmax's entropy (`--entropy-of softmax`).
+    Softmax,
+}
+
+/// A block's sums left on the GPU until the layer ends (one copy to the host per layer
+/// instead of one wait per block).
+struct DevicePools {
+    /// Flat f64 sums ([`pool_on_device`]).
+    sums: Tensor,
+    /// The row table, copied only when it holds a NaN.
     table: Tensor,
+    shape: PoolShape,
     seq_offset: usize,
     q_start: usize,
-    n: usize,
-    /// Whether the fused softmax filled the table: its q.k columns hold the raw q.k sums,
-    /// and with `has_sink` its sink column the sink mass.
-    fused: bool,
-    has_sink: bool,
+    source: TableSource,
 }
 
 /// The probe that feeds every requested accumulator during one model's forward passes.
 pub struct MetricProbe {
     opts: MetricOptions,
     seq_offset: usize,
-    /// Row tables of the pattern and of the softmax still on the device.
-    pending_pattern: Vec<DeviceRows>,
-    pending_softmax: Vec<DeviceRows>,
+    heads: usize,
+    /// Pools of row tables still on the device, in block order.
+    pending: Vec<DevicePools>,
     first: Option<FirstToken>,
     weight_sum: Option<WeightSum>,
     entropy: Option<Entropy>,
@@ -158,8 +171,8 @@ impl MetricProbe {
         let q = opts.min_query;
         MetricProbe {
             seq_offset: 0,
-            pending_pattern: Vec::new(),
-            pending_softmax: Vec::new(),
+            heads,
+            pending: Vec::new(),
             first: (m(Metric::FirstToken) || m(Metric::SinkRate))
                 .then(|| FirstToken::new(layers, seqs, heads, q)),
             weight_sum: (m(Metric::WeightSum) || m(Metric::HeadTotal))
@@ -254,17 +267,15 @@ impl MetricProbe {
     fn on_pattern(&mut self, ctx: &BlockCtx, a: &Tensor) -> Result<()> {
         let (layer, s0, q0, n) = (ctx.layer, self.seq_offset, ctx.q_start, ctx.q_len);
         let wants = self.pattern_wants();
+        let source = TableSource::Pattern {
+            fused: false,
+            has_sink: false,
+        };
         if let Some(table) = weight_table_on_device(a, q0, &wants)? {
-            self.pending_pattern.push(DeviceRows {
-                table,
-                seq_offset: s0,
-                q_start: q0,
-                n,
-                fused: false,
-                has_sink: false,
-            });
+            self.pool_on_device(&table, ctx, source)?;
         } else if let Some(table) = weight_rows(a, q0, &wants)? {
-            self.add_pattern_table(layer, s0, q0, n, &table, &wants);
+            let shape = self.pool_shape(ctx, table.len(), wants.width());
+            self.add_block((layer, s0, q0, n), &pool_host(&table, &shape), source);
         } else {
             let effective_entropy = wants.entropy;
             if let Some(first) = &mut self.first {
@@ -292,119 +303,105 @@ impl MetricProbe {
         Ok(())
     }
 
-    /// Adds the pattern's row table (laid out for `wants`) of queries `q0 .. q0 + n` of
-    /// sequences `s0 ..`: every wanted column pooled per (sequence, head) in one pass.
-    fn add_pattern_table(
-        &mut self,
-        layer: usize,
-        s0: usize,
-        q0: usize,
-        n: usize,
-        table: &[f32],
-        wants: &RowWants,
-    ) {
-        let width = wants.width();
-        // every accumulator counts the queries >= min_query
-        let counted = self.opts.min_query.saturating_sub(q0).min(n)..n;
-        let mut cols: Vec<usize> = [
-            (wants.first, FIRST),
-            (wants.sum, SUM),
-            (wants.entropy, ENTROPY),
-        ]
-        .into_iter()
-        .filter_map(|(want, c)| want.then_some(c))
-        .collect();
-        let first_band = cols.len();
-        cols.extend(BANDS..width);
-        let pools = pool_rows(table, width, n, counted.clone(), &cols);
-        let pools_of = |c: usize| cols.iter().position(|&k| k == c).map(|k| &pools[k]);
-        if let (Some(first), Some(counted_pools)) = (&mut self.first, pools_of(FIRST)) {
-            let early = pool_rows(table, width, n, 0..counted.start, &[FIRST]);
-            first.add_pools(layer, s0, counted_pools, &early[0]);
-        }
-        if let (Some(ws), Some(sums)) = (&mut self.weight_sum, pools_of(SUM)) {
-            let column = split_table(table, wants).sum;
-            ws.add_pools(layer, s0, q0, n, sums, column);
-        }
-        if let (Some(e), Some(entropy)) = (&mut self.entropy, pools_of(ENTROPY)) {
-            e.add_pools(layer, s0, entropy);
-        }
-        if let Some(d) = &mut self.distance {
-            d.add_pools(layer, s0, &pools[first_band..]);
+    /// The pool shape of a row table of `values` values, `width` columns, for block `ctx`.
+    fn pool_shape(&self, ctx: &BlockCtx, values: usize, width: usize) -> PoolShape {
+        let n = ctx.q_len;
+        PoolShape {
+            batch: values / (width * self.heads * n).max(1),
+            heads: self.heads,
+            n,
+            // every accumulator counts the queries >= min_query
+            skip: self.opts.min_query.saturating_sub(ctx.q_start).min(n),
+            width,
         }
     }
 
-    /// Copies the row tables of `layer` still on the device to the host, one copy for each
-    /// hook, and adds them.
-    fn flush_device_rows(&mut self, layer: usize) -> Result<()> {
-        let _p = phase("metrics: row tables to host");
-        let pattern = std::mem::take(&mut self.pending_pattern);
+    /// Sums a row table `[rows, width]` on its device and keeps the sums there until the
+    /// layer ends.
+    fn pool_on_device(
+        &mut self,
+        table: &Tensor,
+        ctx: &BlockCtx,
+        source: TableSource,
+    ) -> Result<()> {
+        let _p = phase("metrics: pool row tables");
+        let shape = self.pool_shape(ctx, table.elem_count(), table.dim(1)?);
+        self.pending.push(DevicePools {
+            sums: pool_on_device(table, &shape)?,
+            table: table.clone(),
+            shape,
+            seq_offset: self.seq_offset,
+            q_start: ctx.q_start,
+            source,
+        });
+        Ok(())
+    }
+
+    /// Adds a block's pools, of queries `q0 .. q0 + n` of sequences `s0 ..`, to the
+    /// accumulators of what its table held.
+    fn add_block(
+        &mut self,
+        (layer, s0, q0, n): (usize, usize, usize, usize),
+        pools: &BlockPools,
+        source: TableSource,
+    ) {
+        let (fused, has_sink) = match source {
+            TableSource::Softmax => {
+                if let Some(e) = &mut self.entropy {
+                    e.add_pools(layer, s0, &pools.counted[ENTROPY]);
+                }
+                return;
+            }
+            TableSource::Pattern { fused, has_sink } => (fused, has_sink),
+        };
         let wants = self.pattern_wants();
-        let host = pull_tables(&pattern)?;
-        for (block, table) in pattern.iter().zip(host.chunks()) {
-            let (s0, q0, n) = (block.seq_offset, block.q_start, block.n);
-            self.add_pattern_table(layer, s0, q0, n, table, &wants);
-            if !block.fused {
-                continue;
-            }
-            let rows = split_table(table, &wants);
-            if let Some(qk) = &mut self.qk {
-                // per-row sums pooled in f64, in row order
-                let sum = rows.qk_sum.iter().map(f64::from).sum();
-                let abs_sum = rows.qk_abs_sum.iter().map(f64::from).sum();
-                let heads_x_batch = rows.qk_sum.len() / n.max(1);
-                qk.add_sums(layer, sum, abs_sum, heads_x_batch * visible_pairs(q0, n));
-            }
-            if let (Some(acc), true) = (&mut self.sink_mass, block.has_sink) {
-                acc.add(layer, s0, q0, n, rows.sink_mass);
-            }
+        if let (Some(first), true) = (&mut self.first, wants.first) {
+            first.add_pools(layer, s0, &pools.counted[FIRST], &pools.early[FIRST]);
         }
-        let softmax = std::mem::take(&mut self.pending_softmax);
-        let host = pull_tables(&softmax)?;
-        for (block, table) in softmax.iter().zip(host.chunks()) {
-            if let Some(e) = &mut self.entropy {
-                let rows = split_table(table, &Self::softmax_wants());
-                e.add(
-                    layer,
-                    block.seq_offset,
-                    block.q_start,
-                    block.n,
-                    rows.entropy,
-                );
-            }
+        if let (Some(ws), true) = (&mut self.weight_sum, wants.sum) {
+            ws.add_pools(layer, s0, &pools.counted[SUM], &pools.query_means);
+        }
+        if let (Some(e), true) = (&mut self.entropy, wants.entropy) {
+            e.add_pools(layer, s0, &pools.counted[ENTROPY]);
+        }
+        if let Some(d) = &mut self.distance {
+            d.add_pools(layer, s0, &pools.counted[BANDS..]);
+        }
+        if !fused {
+            return;
+        }
+        if let Some(qk) = &mut self.qk {
+            let pairs = pools.counted[QK_SUM].len() * visible_pairs(q0, n);
+            qk.add_sums(layer, pools.total(QK_SUM), pools.total(QK_ABS_SUM), pairs);
+        }
+        if let (Some(acc), true) = (&mut self.sink_mass, has_sink) {
+            acc.add_pools(layer, s0, &pools.counted[SINK_MASS]);
+        }
+    }
+
+    /// Copies the sums of `layer` still on the device to the host in one transfer and adds
+    /// their pools (a block with a NaN is pooled from its table on the host).
+    fn flush_device_pools(&mut self, layer: usize) -> Result<()> {
+        let pending = std::mem::take(&mut self.pending);
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let _p = phase("metrics: pools to host");
+        let parts: Vec<&Tensor> = pending.iter().map(|b| &b.sums).collect();
+        let host = Tensor::cat(&parts, 0)?.to_vec1::<f64>()?;
+        let mut offset = 0;
+        for block in &pending {
+            let len = block.shape.flat_len();
+            let pools = match BlockPools::from_sums(&host[offset..offset + len], &block.shape) {
+                Some(pools) => pools,
+                None => pool_host(&to_host(&block.table)?, &block.shape),
+            };
+            offset += len;
+            let at = (layer, block.seq_offset, block.q_start, block.shape.n);
+            self.add_block(at, &pools, block.source);
         }
         Ok(())
     }
-}
-
-/// Device row tables of one width copied to the host in one transfer, read in place.
-struct HostTables {
-    data: Vec<f32>,
-    /// Values of each block's table, in order.
-    lens: Vec<usize>,
-}
-
-impl HostTables {
-    /// Each block's table.
-    fn chunks(&self) -> impl Iterator<Item = &[f32]> {
-        self.lens.iter().scan(0, |offset, &len| {
-            let table = &self.data[*offset..*offset + len];
-            *offset += len;
-            Some(table)
-        })
-    }
-}
-
-/// The host copy of the row tables of `blocks`.
-fn pull_tables(blocks: &[DeviceRows]) -> Result<HostTables> {
-    let lens = blocks.iter().map(|b| b.table.elem_count()).collect();
-    let data = if blocks.is_empty() {
-        Vec::new()
-    } else {
-        let tables: Vec<&Tensor> = blocks.iter().map(|b| &b.table).collect();
-        Tensor::cat(&tables, 0)?.flatten_all()?.to_vec1::<f32>()?
-    };
-    Ok(HostTables { data, lens })
 }
 
 impl Probe for MetricProbe {
@@ -425,7 +422,7 @@ impl Probe for MetricProbe {
     }
 
     fn on_layer_end(&mut self, layer: usize) -> Result<()> {
-        self.flush_device_rows(layer)
+        self.flush_device_pools(layer)
     }
 
     fn row_request(&self, layer: usize) -> Option<RowWants> {
@@ -436,15 +433,11 @@ impl Probe for MetricProbe {
     }
 
     fn on_row_table(&mut self, ctx: &BlockCtx, table: &Tensor, has_sink: bool) -> Result<()> {
-        self.pending_pattern.push(DeviceRows {
-            table: table.clone(),
-            seq_offset: self.seq_offset,
-            q_start: ctx.q_start,
-            n: ctx.q_len,
+        let source = TableSource::Pattern {
             fused: true,
             has_sink,
-        });
-        Ok(())
+        };
+        self.pool_on_device(table, ctx, source)
     }
 
     fn on_tensor(&mut self, hook: Hook, ctx: &BlockCtx, xs: &Tensor) -> Result<()> {
@@ -454,20 +447,20 @@ impl Probe for MetricProbe {
             Hook::Softmax if self.entropy.is_some() => {
                 let wants = Self::softmax_wants();
                 if let Some(table) = weight_table_on_device(xs, ctx.q_start, &wants)? {
-                    self.pending_softmax.push(DeviceRows {
-                        table,
-                        seq_offset: s0,
-                        q_start: ctx.q_start,
-                        n: ctx.q_len,
-                        fused: false,
-                        has_sink: false,
-                    });
+                    self.pool_on_device(&table, ctx, TableSource::Softmax)?;
+                } else if let Some(table) = weight_rows(xs, ctx.q_start, &wants)? {
+                    let shape = self.pool_shape(ctx, table.len(), wants.width());
+                    let pools = pool_host(&table, &shape);
+                    let at = (layer, s0, ctx.q_start, ctx.q_len);
+                    self.add_block(at, &pools, TableSource::Softmax);
                 } else if let Some(e) = &mut self.entropy {
-                    let values = match weight_rows(xs, ctx.q_start, &wants)? {
-                        Some(table) => split_table(&table, &wants).entropy.to_vec(),
-                        None => to_host(&row_entropy(xs)?)?,
-                    };
-                    e.add(layer, s0, ctx.q_start, ctx.q_len, &values);
+                    e.add(
+                        layer,
+                        s0,
+                        ctx.q_start,
+                        ctx.q_len,
+                        &to_host(&row_entropy(xs)?)?,
+                    );
                 }
             }
             Hook::Qk => {
@@ -507,5 +500,156 @@ impl Probe for MetricProbe {
             _ => {}
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The GPU path of the probe (row tables pooled by candle ops on their device, pools
+    //! copied at the layer's end) run on the CPU against the host path (tables pooled on
+    //! the host as they come).
+    use super::*;
+    use crate::attention::blocks::query_blocks;
+    use candle_core::Device;
+    use serde_json::Value;
+
+    /// Causal weights `[b, h, n, q0 + n]` of queries `q0 ..`: each row's visible keys get
+    /// positive weights summing to 1, a few rows slightly off (as affine weights are) and a
+    /// few negative (no entropy: NaN, which the GPU path pools on the host).
+    fn weights(b: usize, h: usize, q0: usize, n: usize) -> Tensor {
+        let keys = q0 + n;
+        let mut data = Vec::new();
+        for s in 0..b * h {
+            for r in 0..n {
+                let i = q0 + r;
+                let raw: Vec<f32> = (0..keys)
+                    .map(|j| {
+                        if j <= i {
+                            1.0 + ((s * 7 + r * 3 + j * 5) % 11) as f32
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect();
+                let total: f32 = raw.iter().sum();
+                let scale = match (s + r) % 5 {
+                    0 => 1.1,
+                    _ if (s * 5 + r) % 13 == 4 => -1.0,
+                    _ => 1.0,
+                };
+                data.extend(raw.iter().map(|v| v / total * scale));
+            }
+        }
+        Tensor::from_vec(data, (b, h, n, keys), &Device::Cpu).unwrap()
+    }
+
+    /// `a` and `b` are the same JSON up to 1e-12 in every number (NaN equal to NaN).
+    fn assert_close(a: &Value, b: &Value, path: &str) {
+        match (a, b) {
+            (Value::Number(x), Value::Number(y)) => {
+                let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+                assert!(
+                    (x - y).abs() <= 1e-12 * (1.0 + y.abs()),
+                    "{path}: {x} vs {y}"
+                );
+            }
+            (Value::Array(x), Value::Array(y)) => {
+                assert_eq!(x.len(), y.len(), "{path}");
+                for (k, (x, y)) in x.iter().zip(y).enumerate() {
+                    assert_close(x, y, &format!("{path}[{k}]"));
+                }
+            }
+            (Value::Object(x), Value::Object(y)) => {
+                assert_eq!(x.len(), y.len(), "{path}");
+                for (k, x) in x {
+                    assert_close(x, &y[k], &format!("{path}.{k}"));
+                }
+            }
+            _ => assert_eq!(a, b, "{path}"),
+        }
+    }
+
+    #[test]
+    fn pools_made_on_the_device_give_the_metrics_of_the_host_path() {
+        let (b, h, t, block) = (2, 3, 23, 7);
+        let metrics = [
+            Metric::FirstToken,
+            Metric::WeightSum,
+            Metric::Entropy,
+            Metric::HeadTotal,
+            Metric::SinkRate,
+            Metric::DistanceProfile,
+            Metric::QkMean,
+            Metric::SinkMass,
+        ];
+        let opts = MetricOptions {
+            metrics: metrics.into_iter().collect(),
+            min_query: 2,
+            heatmap_layer: 5,
+            heatmap_size: t,
+            profile_query: t - 1,
+            bins: 7,
+            sink_eps: 0.1,
+            bands: Bands::decades(t),
+            entropy_of: EntropyOf::Effective,
+        };
+        let windows = vec![vec![0u32; t]; 2 * b];
+        let mut host = MetricProbe::new(opts.clone(), 1, h, &windows);
+        let mut device = MetricProbe::new(opts, 1, h, &windows);
+        let wants = device.row_request(0).expect("row tables");
+        let width = wants.width();
+        // two batches of b sequences
+        for batch in 0..2 {
+            host.set_batch_offset(batch * b);
+            device.set_batch_offset(batch * b);
+            for (q0, n) in query_blocks(t, block) {
+                let w = weights(b, h, q0 + batch, n)
+                    .narrow(3, batch, q0 + n)
+                    .unwrap();
+                let w = w.contiguous().unwrap();
+                let ctx = BlockCtx {
+                    layer: 0,
+                    q_start: q0,
+                    q_len: n,
+                    seq_len: t,
+                };
+                host.on_tensor(Hook::Pattern, &ctx, &w).unwrap();
+                // the table the fused softmax hands over: its q.k and sink columns by hand
+                let mut table = row_pass::weight_rows(&w, q0, &wants).unwrap().unwrap();
+                for cell in table.chunks_mut(width) {
+                    cell[SINK_MASS] = 0.25;
+                    cell[QK_SUM] = 1.0;
+                    cell[QK_ABS_SUM] = 2.0;
+                }
+                let rows = table.len() / width;
+                let table = Tensor::from_vec(table, (rows, width), &Device::Cpu).unwrap();
+                device.on_row_table(&ctx, &table, true).unwrap();
+            }
+            host.on_layer_end(0).unwrap();
+            device.on_layer_end(0).unwrap();
+        }
+        let (from_host, from_device) = (host.finish(None, true), device.finish(None, true));
+        let json = |m: &ModelMetrics| {
+            let mut v = serde_json::to_value(m).unwrap();
+            // only the device path saw q.k and sink columns
+            v.as_object_mut().unwrap().remove("qk");
+            v.as_object_mut().unwrap().remove("sink_mass");
+            v
+        };
+        assert!(from_device.first_token.is_some() && from_device.distance.is_some());
+        assert!(from_device.entropy.as_ref().unwrap().nan_count > 0);
+        assert_close(&json(&from_device), &json(&from_host), "metrics");
+        // q.k: every row sums 1 and 2 over its i + 1 visible keys, so the mean over pairs
+        // is sum_i 1 / sum_i (i + 1) = 2 / (t + 1)
+        let qk = from_device.qk.unwrap();
+        assert!(
+            (qk.mean - 2.0 / (t as f64 + 1.0)).abs() < 1e-12,
+            "{}",
+            qk.mean
+        );
+        assert!((qk.abs_mean - 4.0 / (t as f64 + 1.0)).abs() < 1e-12);
+        for per_head in from_device.sink_mass.unwrap() {
+            assert!(per_head.iter().all(|&m| (m - 0.25).abs() < 1e-12));
+        }
     }
 }

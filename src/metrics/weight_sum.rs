@@ -1,6 +1,8 @@
 //! weight_sum (paper Fig. 3) and head_total (Fig. 5): sum_j a_ij per query, averaged over
 //! heads (W_i) or over queries per head.
 
+use std::ops::Range;
+
 use super::layer_stat::head_means;
 use super::rows::{Pool, RowAccumulator};
 use super::summary::{histogram, Distribution, Histogram};
@@ -46,44 +48,15 @@ impl WeightSum {
     ) {
         let sums = sums.into();
         self.rows.add(layer, seq_offset, q_start, n, sums);
-        self.add_query_means(layer, q_start, n, sums);
-    }
-
-    /// Adds a block's row sums `[batch, head, n]` whose pools over the counted rows
-    /// ([`RowAccumulator::counted_rows`]) are `pools` `[batch * head]`.
-    pub fn add_pools(
-        &mut self,
-        layer: usize,
-        seq_offset: usize,
-        q_start: usize,
-        n: usize,
-        pools: &[Pool],
-        sums: Column<'_>,
-    ) {
-        self.rows.add_pools(layer, seq_offset, pools);
-        self.add_query_means(layer, q_start, n, sums);
-    }
-
-    /// W_i, the mean over heads, of each counted query of a block's row sums.
-    fn add_query_means(&mut self, layer: usize, q_start: usize, n: usize, sums: Column<'_>) {
-        if n == 0 {
-            return;
-        }
-        let batch = sums.len() / (self.heads * n);
         let counted = self.rows.counted_rows(q_start, n);
-        let skip = counted.start;
-        let mut per_query = vec![0.0f64; counted.len()];
-        for b in 0..batch {
-            per_query.fill(0.0);
-            // heads summed in order for each query
-            for h in 0..self.heads {
-                let row = (b * self.heads + h) * n;
-                for (r, w) in (skip..n).zip(per_query.iter_mut()) {
-                    *w += sums.get(row + r) as f64;
-                }
-            }
-            self.values[layer].extend(per_query.iter().map(|w| w / self.heads as f64));
-        }
+        self.values[layer].extend(query_means(sums, self.heads, n, counted));
+    }
+
+    /// Adds a block's pools `[batch * head]` of the row sums over its counted rows
+    /// ([`RowAccumulator::counted_rows`]) and W_i of those rows `[batch, counted]`.
+    pub fn add_pools(&mut self, layer: usize, seq_offset: usize, pools: &[Pool], means: &[f64]) {
+        self.rows.add_pools(layer, seq_offset, pools);
+        self.values[layer].extend_from_slice(means);
     }
 
     /// Summaries, histogram with `bins` bins, head totals.
@@ -104,4 +77,27 @@ impl WeightSum {
             head_total: head_means(&self.rows),
         }
     }
+}
+
+/// W_i, the mean over heads of the row sums `sums` `[batch, head, n]`, of the queries
+/// `counted` of each sequence: `[batch, counted]`.
+pub fn query_means(sums: Column<'_>, heads: usize, n: usize, counted: Range<usize>) -> Vec<f64> {
+    if n == 0 || heads == 0 {
+        return Vec::new();
+    }
+    let batch = sums.len() / (heads * n);
+    let mut means = Vec::with_capacity(batch * counted.len());
+    let mut per_query = vec![0.0f64; counted.len()];
+    for b in 0..batch {
+        per_query.fill(0.0);
+        // heads summed in order for each query
+        for h in 0..heads {
+            let row = (b * heads + h) * n;
+            for (r, w) in counted.clone().zip(per_query.iter_mut()) {
+                *w += sums.get(row + r) as f64;
+            }
+        }
+        means.extend(per_query.iter().map(|w| w / heads as f64));
+    }
+    means
 }
