@@ -6,8 +6,10 @@ pub mod rows;
 pub mod softmax;
 
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaView};
-use candle_core::cuda_backend::CudaDevice;
-use candle_core::{DType, Device, Storage, Tensor};
+use std::ops::Range;
+
+use candle_core::cuda_backend::{CudaDevice, CudaStorageSlice};
+use candle_core::{Device, Storage, Tensor};
 
 use crate::error::Result;
 
@@ -44,18 +46,16 @@ fn kernel(dev: &CudaDevice, name: &str) -> Result<CudaFunction> {
         .into_cuda_function())
 }
 
-/// Runs `f` on the device memory of a contiguous f32 CUDA tensor without copying; `None`
-/// for other devices, dtypes or layouts (those use candle ops).
-fn with_cuda_f32<R>(
+/// Runs `f` on the device storage of a contiguous CUDA tensor without copying: the storage's
+/// slice and the range of the tensor's elements in it; `None` for other devices and
+/// layouts (those use candle ops).
+fn with_cuda_storage<R>(
     xs: &Tensor,
-    f: impl FnOnce(&CudaDevice, &CudaView<'_, f32>) -> Result<R>,
+    f: impl FnOnce(&CudaDevice, &CudaStorageSlice, Range<usize>) -> Result<Option<R>>,
 ) -> Result<Option<R>> {
     let Device::Cuda(dev) = xs.device() else {
         return Ok(None);
     };
-    if xs.dtype() != DType::F32 {
-        return Ok(None);
-    }
     let (storage, layout) = xs.storage_and_layout();
     let Some((start, end)) = layout.contiguous_offsets() else {
         return Ok(None);
@@ -63,6 +63,17 @@ fn with_cuda_f32<R>(
     let Storage::Cuda(cuda) = &*storage else {
         return Ok(None);
     };
-    let view = cuda.as_cuda_slice::<f32>()?.slice(start..end);
-    f(dev, &view).map(Some)
+    f(dev, &cuda.slice, start..end)
+}
+
+/// Runs `f` on the device memory of a contiguous f32 CUDA tensor without copying; `None`
+/// for other devices, dtypes or layouts (those use candle ops).
+fn with_cuda_f32<R>(
+    xs: &Tensor,
+    f: impl FnOnce(&CudaDevice, &CudaView<'_, f32>) -> Result<R>,
+) -> Result<Option<R>> {
+    with_cuda_storage(xs, |dev, slice, range| match slice {
+        CudaStorageSlice::F32(s) => f(dev, &s.slice(range)).map(Some),
+        _ => Ok(None),
+    })
 }

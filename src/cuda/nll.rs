@@ -6,9 +6,9 @@ use candle_core::cuda_backend::cudarc::driver::{
     CudaView, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use candle_core::cuda_backend::{CudaDevice, CudaStorageSlice, WrapErr};
-use candle_core::{Device, Storage, Tensor};
+use candle_core::Tensor;
 
-use super::kernel;
+use super::{kernel, with_cuda_storage};
 use crate::error::Result;
 
 /// Threads per row (`THREADS` in kernels.cu): vocabularies are long rows.
@@ -22,23 +22,14 @@ pub fn nll_rows(logits: &Tensor, targets: &[u32]) -> Result<Option<Vec<f32>>> {
     if rows == 0 || targets.len() != rows || targets.iter().any(|&t| t as usize >= vocab) {
         return Ok(None);
     }
-    let Device::Cuda(dev) = logits.device() else {
-        return Ok(None);
-    };
-    let (storage, layout) = logits.storage_and_layout();
-    let Some((start, end)) = layout.contiguous_offsets() else {
-        return Ok(None);
-    };
-    let Storage::Cuda(cuda) = &*storage else {
-        return Ok(None);
-    };
-    let nll = match &cuda.slice {
-        CudaStorageSlice::F32(s) => launch(dev, "nll_rows_f32", &s.slice(start..end), targets)?,
-        CudaStorageSlice::BF16(s) => launch(dev, "nll_rows_bf16", &s.slice(start..end), targets)?,
-        CudaStorageSlice::F16(s) => launch(dev, "nll_rows_f16", &s.slice(start..end), targets)?,
-        _ => return Ok(None),
-    };
-    Ok(Some(nll))
+    with_cuda_storage(logits, |dev, slice, range| {
+        Ok(Some(match slice {
+            CudaStorageSlice::F32(s) => launch(dev, "nll_rows_f32", &s.slice(range), targets)?,
+            CudaStorageSlice::BF16(s) => launch(dev, "nll_rows_bf16", &s.slice(range), targets)?,
+            CudaStorageSlice::F16(s) => launch(dev, "nll_rows_f16", &s.slice(range), targets)?,
+            _ => return Ok(None),
+        }))
+    })
 }
 
 /// Runs kernel `name` on `logits` (`targets.len()` rows) and copies the NLLs to the host.
@@ -78,17 +69,13 @@ mod tests {
     use super::*;
     use candle_core::{DType, Device, D};
 
-    #[test]
-    fn cuda_nll_rows_equal_log_softmax() {
-        let gpu = Device::new_cuda(0).expect("the cuda feature's tests need a CUDA device");
-        let (rows, vocab) = (7, 50_000);
-        let data: Vec<f32> = (0..rows * vocab)
-            .map(|k| ((k * 7919) % 2003) as f32 / 100.0 - 10.0)
-            .collect();
-        let targets: Vec<u32> = (0..rows as u32).map(|r| r * 7001 % vocab as u32).collect();
-        let cpu = Tensor::from_vec(data, (rows, vocab), &Device::Cpu).unwrap();
-        let lsm = candle_nn::ops::log_softmax(&cpu, D::Minus1).unwrap();
-        let ids = Tensor::from_vec(targets.clone(), (rows, 1), &Device::Cpu).unwrap();
+    /// `nll_rows` of `logits` (CPU, any float dtype) on `gpu` equals -log-softmax of their
+    /// exact f32 values at `targets`.
+    fn check(gpu: &Device, logits: &Tensor, targets: &[u32]) {
+        let rows = targets.len();
+        let exact = logits.to_dtype(DType::F32).unwrap();
+        let lsm = candle_nn::ops::log_softmax(&exact, D::Minus1).unwrap();
+        let ids = Tensor::from_vec(targets.to_vec(), (rows, 1), &Device::Cpu).unwrap();
         let want: Vec<f32> = lsm
             .gather(&ids, D::Minus1)
             .unwrap()
@@ -96,48 +83,42 @@ mod tests {
             .unwrap()
             .to_vec1()
             .unwrap();
-        let got = nll_rows(&cpu.to_device(&gpu).unwrap(), &targets)
+        let got = nll_rows(&logits.to_device(gpu).unwrap(), targets)
             .unwrap()
-            .unwrap();
+            .expect("the kernel takes f32, bf16 and f16 logits");
+        let dtype = logits.dtype();
         for (g, w) in got.iter().zip(&want) {
-            assert!((g + w).abs() <= 1e-5 * (1.0 + w.abs()), "{g} vs {}", -w);
+            assert!(
+                (g + w).abs() <= 1e-5 * (1.0 + w.abs()),
+                "{dtype:?}: {g} vs {}",
+                -w
+            );
         }
+    }
+
+    /// `rows` x `vocab` logits in [-10, 10) and a target per row.
+    fn logits(rows: usize, vocab: usize, step: usize) -> (Tensor, Vec<u32>) {
+        let data: Vec<f32> = (0..rows * vocab)
+            .map(|k| ((k * step) % 2003) as f32 / 100.0 - 10.0)
+            .collect();
+        let targets = (0..rows as u32).map(|r| r * 7001 % vocab as u32).collect();
+        let cpu = Tensor::from_vec(data, (rows, vocab), &Device::Cpu).unwrap();
+        (cpu, targets)
+    }
+
+    #[test]
+    fn cuda_nll_rows_equal_log_softmax() {
+        let gpu = Device::new_cuda(0).expect("the cuda feature's tests need a CUDA device");
+        let (cpu, targets) = logits(7, 50_000, 7919);
+        check(&gpu, &cpu, &targets);
     }
 
     #[test]
     fn cuda_nll_rows_read_bf16_and_f16_logits_as_their_f32_values() {
         let gpu = Device::new_cuda(0).expect("the cuda feature's tests need a CUDA device");
-        let (rows, vocab) = (5, 49_999);
-        let data: Vec<f32> = (0..rows * vocab)
-            .map(|k| ((k * 104_729) % 4001) as f32 / 200.0 - 10.0)
-            .collect();
-        let targets: Vec<u32> = (0..rows as u32).map(|r| r * 9973 % vocab as u32).collect();
+        let (cpu, targets) = logits(5, 49_999, 104_729);
         for dtype in [DType::BF16, DType::F16] {
-            // the kernel on the rounded logits equals log-softmax of their exact f32 values
-            let rounded = Tensor::from_vec(data.clone(), (rows, vocab), &Device::Cpu)
-                .unwrap()
-                .to_dtype(dtype)
-                .unwrap();
-            let exact = rounded.to_dtype(DType::F32).unwrap();
-            let lsm = candle_nn::ops::log_softmax(&exact, D::Minus1).unwrap();
-            let ids = Tensor::from_vec(targets.clone(), (rows, 1), &Device::Cpu).unwrap();
-            let want: Vec<f32> = lsm
-                .gather(&ids, D::Minus1)
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .to_vec1()
-                .unwrap();
-            let got = nll_rows(&rounded.to_device(&gpu).unwrap(), &targets)
-                .unwrap()
-                .expect("the kernel takes bf16 and f16 logits");
-            for (g, w) in got.iter().zip(&want) {
-                assert!(
-                    (g + w).abs() <= 1e-5 * (1.0 + w.abs()),
-                    "{dtype:?}: {g} vs {}",
-                    -w
-                );
-            }
+            check(&gpu, &cpu.to_dtype(dtype).unwrap(), &targets);
         }
     }
 }

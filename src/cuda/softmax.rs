@@ -5,10 +5,10 @@
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorageSlice, WrapErr};
 use candle_core::op::BackpropOp;
-use candle_core::{DType, Device, Storage, Tensor};
+use candle_core::{DType, Storage, Tensor};
 
 use super::rows::{band_table, config, grouped, BandTable};
-use super::{kernel, with_cuda_f32};
+use super::{kernel, with_cuda_f32, with_cuda_storage};
 use crate::error::Result;
 use crate::probe::row_table::RowWants;
 
@@ -44,19 +44,9 @@ pub fn causal_softmax_rows(
     let Some(bands) = band_table(wants) else {
         return Ok(None);
     };
-    let Device::Cuda(dev) = raw.device() else {
-        return Ok(None);
-    };
     if keys != q_start + n || keys == 0 || n == 0 {
         return Ok(None);
     }
-    let (storage, layout) = raw.storage_and_layout();
-    let Some((start, end)) = layout.contiguous_offsets() else {
-        return Ok(None);
-    };
-    let Storage::Cuda(cuda) = &*storage else {
-        return Ok(None);
-    };
     let launch = |name| Launch {
         name,
         rows: b * heads * n,
@@ -70,23 +60,25 @@ pub fn causal_softmax_rows(
         bands,
         nbands: wants.bands.len() as i32,
     };
-    let run = |sinks: Option<&CudaView<'_, f32>>| -> Result<Option<(Tensor, Tensor)>> {
-        let shape = (b, heads, n, keys);
-        Ok(Some(match &cuda.slice {
-            CudaStorageSlice::F32(s) => {
-                let l = launch(grouped("softmax_rows_f32", keys));
-                fused(dev, &s.slice(start..end), sinks, &l, shape)?
-            }
-            CudaStorageSlice::BF16(s) => {
-                let l = launch(grouped("softmax_rows_bf16", keys));
-                fused(dev, &s.slice(start..end), sinks, &l, shape)?
-            }
-            CudaStorageSlice::F16(s) => {
-                let l = launch(grouped("softmax_rows_f16", keys));
-                fused(dev, &s.slice(start..end), sinks, &l, shape)?
-            }
-            _ => return Ok(None),
-        }))
+    let shape = (b, heads, n, keys);
+    let run = |sinks: Option<&CudaView<'_, f32>>| {
+        with_cuda_storage(raw, |dev, slice, range| {
+            Ok(Some(match slice {
+                CudaStorageSlice::F32(s) => {
+                    let l = launch(grouped("softmax_rows_f32", keys));
+                    fused(dev, &s.slice(range), sinks, &l, shape)?
+                }
+                CudaStorageSlice::BF16(s) => {
+                    let l = launch(grouped("softmax_rows_bf16", keys));
+                    fused(dev, &s.slice(range), sinks, &l, shape)?
+                }
+                CudaStorageSlice::F16(s) => {
+                    let l = launch(grouped("softmax_rows_f16", keys));
+                    fused(dev, &s.slice(range), sinks, &l, shape)?
+                }
+                _ => return Ok(None),
+            }))
+        })
     };
     match sinks {
         Some(sinks) if sinks.dtype() == DType::F32 => {
@@ -159,7 +151,7 @@ mod tests {
     use crate::attention::softmax_with_sink;
     use crate::metrics::row_pass::{qk_sums, weight_rows};
     use crate::probe::row_table::split_table;
-    use candle_core::D;
+    use candle_core::{Device, D};
 
     fn host(t: &Tensor) -> Vec<f32> {
         t.to_dtype(DType::F32)
