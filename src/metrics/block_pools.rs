@@ -88,10 +88,12 @@ pub fn pool_on_device(table: &Tensor, shape: &PoolShape) -> Result<Tensor> {
 }
 
 impl BlockPools {
-    /// The pools from the sums of [`pool_on_device`]; `None` when a sum is NaN (a NaN in
-    /// the table: its rows must be counted apart, on the host, by [`pool_host`]).
+    /// The pools from the sums of [`pool_on_device`]; `None` when a sum is not finite (a NaN
+    /// or infinity in the table: NaN rows must be counted apart, and the rows before
+    /// min_query cannot be subtracted from an infinite sum), when [`pool_host`] must pool the
+    /// table on the host.
     pub fn from_sums(flat: &[f64], shape: &PoolShape) -> Option<Self> {
-        if flat.iter().any(|v| v.is_nan()) {
+        if flat.iter().any(|v| !v.is_finite()) {
             return None;
         }
         let (cells, width, n) = (shape.cells(), shape.width, shape.n);
@@ -198,6 +200,14 @@ mod tests {
         for v in table.iter_mut().filter(|v| v.is_nan()) {
             *v = 0.5;
         }
+        // an infinity in a row before min_query (cell 0, query 1): the host keeps it out of
+        // the counted rows, where the device's all-rows sum minus early sum would be NaN
+        let mut with_inf = table.clone();
+        with_inf[7 + 2] = f32::INFINITY;
+        let t = Tensor::from_vec(with_inf.clone(), (30, 7), &Device::Cpu).unwrap();
+        let flat: Vec<f64> = pool_on_device(&t, &shape).unwrap().to_vec1().unwrap();
+        assert!(BlockPools::from_sums(&flat, &shape).is_none());
+        assert!(pool_host(&with_inf, &shape).counted[2][0].sum.is_finite());
         for skip in [0, 2, 5] {
             let shape = PoolShape { skip, ..shape };
             let want = pool_host(&table, &shape);

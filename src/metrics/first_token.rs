@@ -53,11 +53,6 @@ impl FirstToken {
         self.all_rows.add_pools(layer, seq_offset, early);
     }
 
-    /// The rows of a block that count for `first_token` (see [`RowAccumulator::counted_rows`]).
-    pub fn counted_rows(&self, q_start: usize, n: usize) -> std::ops::Range<usize> {
-        self.rows.counted_rows(q_start, n)
-    }
-
     /// Per-layer first-token mass.
     pub fn first_token(&self) -> LayerStat {
         LayerStat::from_rows(&self.rows)

@@ -392,6 +392,7 @@ impl MetricProbe {
         let mut offset = 0;
         for block in &pending {
             let len = block.shape.flat_len();
+            // non-finite sums: the block is pooled from its table on the host
             let pools = match BlockPools::from_sums(&host[offset..offset + len], &block.shape) {
                 Some(pools) => pools,
                 None => pool_host(&to_host(&block.table)?, &block.shape),

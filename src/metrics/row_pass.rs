@@ -109,8 +109,9 @@ pub fn weight_rows(weights: &Tensor, q_start: usize, wants: &RowWants) -> Result
 }
 
 /// The row table `[rows, width]` of causal `weights` `[batch, head, n, q_start + n]` on a
-/// GPU, computed there and left there (copy it to the host with others, then
-/// [`crate::probe::row_table::split_table`]); `None` on the CPU and where the candle reductions must run.
+/// GPU, computed there and left there (pooled there too:
+/// [`crate::metrics::block_pools::pool_on_device`]); `None` on the CPU and where the candle
+/// reductions must run.
 pub fn weight_table_on_device(
     weights: &Tensor,
     q_start: usize,
