@@ -2,7 +2,7 @@
 # Everything issue 8 measures on a GPU machine, in one go (the device tool's machine: torch,
 # transformers and nvidia-smi there, no Rust). Expects the CUDA binary xz-compressed at
 # target-gpu/asa-analyze.xz and, for `unit`, the library's test binary at
-# target-gpu/lib-tests.xz (both built elsewhere: see README, "GPU"); writes reports to
+# target-gpu/lib-tests.xz (both built elsewhere by benches/pack_gpu.sh); writes reports to
 # ${OUT:-/tmp/gpu_out}.
 #
 #   bash benches/gpu_session.sh [unit] [verify] [bench] [probe]
@@ -27,6 +27,7 @@ unpack() {
 }
 unpack target-gpu/asa-analyze.xz "$ASA"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+echo "binaries built at commit $(cat target-gpu/COMMIT 2>/dev/null || echo unknown)" | tee -a "$OUT/gpu.txt"
 steps=${*:-unit verify bench probe}
 needs_model() {
     [ -d /tmp/b1 ] || python3 benches/transformers_way.py --make-random /tmp/b1 --shape 1b --dtype bfloat16
