@@ -3,7 +3,9 @@
 //! logit, and the normalised weights; invisible keys are written as 0 without being read.
 //! It replaces the scale, mask and softmax ops (three passes over the block and a mask
 //! tensor) where candle's CPU backend computes in f32 without autograd; other devices and
-//! training use `mask_invisible` + softmax, which define the same weights.
+//! training use `mask_invisible` + softmax, which define the same weights. Like the GPU's
+//! fused softmax it can also fill the probe's row table while the row is in cache
+//! ([`causal_softmax_rows`]).
 
 use std::mem::MaybeUninit;
 
@@ -13,6 +15,8 @@ use rayon::prelude::*;
 use crate::cpu::fast_math::exp;
 use crate::cpu::host::{lane_max, with_cpu_f32};
 use crate::error::Result;
+use crate::metrics::row_pass::{qk_row, row_values};
+use crate::probe::row_table::{RowWants, QK_ABS_SUM, QK_SUM, SINK_MASS};
 use crate::simd_dispatch;
 
 /// Writes softmax(scale * x ++ [sink]) over `x` into `out` (same length) and returns the
@@ -45,6 +49,78 @@ fn softmax_row(x: &[f32], out: &mut [MaybeUninit<f32>], scale: f32, sink: Option
     (sink_exp * inv as f64) as f32
 }
 
+/// Softmax of row `x` (the visible logits of query `i`) into `out`, and the row's `cell`:
+/// the sink mass alone without `wants`, else its line of the row table (the reductions of
+/// the weights, the sink mass and the raw q.k sums).
+#[inline(always)]
+fn softmax_cell(
+    x: &[f32],
+    out: &mut [MaybeUninit<f32>],
+    cell: &mut [f32],
+    (scale, sink, i): (f32, Option<f32>, usize),
+    wants: Option<&RowWants>,
+) {
+    let mass = softmax_row(x, out, scale, sink);
+    let Some(wants) = wants else {
+        cell[0] = mass;
+        return;
+    };
+    // SAFETY: softmax_row wrote every element of `out`
+    let weights = unsafe { &*(out as *const [MaybeUninit<f32>] as *const [f32]) };
+    row_values(cell, weights, i, wants);
+    let (qk, qk_abs) = qk_row(x);
+    cell[SINK_MASS] = mass;
+    cell[QK_SUM] = qk as f32;
+    cell[QK_ABS_SUM] = qk_abs as f32;
+}
+
+/// The weights `[batch, heads, n, keys]` and, per row, `width` values of
+/// [`softmax_cell`]; `None` where `logits` is not a contiguous f32 CPU tensor.
+fn fused_block(
+    logits: &Tensor,
+    scale: f32,
+    q_start: usize,
+    sinks: Option<&[f32]>,
+    wants: Option<&RowWants>,
+) -> Result<Option<(Tensor, Vec<f32>)>> {
+    let (b, h, n, keys) = logits.dims4()?;
+    if keys != q_start + n || keys == 0 || n == 0 {
+        return Ok(None);
+    }
+    let width = wants.map_or(1, RowWants::width);
+    let computed = with_cpu_f32(logits, |data| {
+        // every element is written below (the weights of visible keys, 0 for the rest), so
+        // the block is not zero-filled first
+        let mut weights = Vec::with_capacity(data.len());
+        let mut cells = vec![0f32; b * h * n * width];
+        weights.spare_capacity_mut()[..data.len()]
+            .par_chunks_mut(keys)
+            .zip(data.par_chunks(keys))
+            .zip(cells.par_chunks_mut(width))
+            .enumerate()
+            .for_each(|(row, ((out, x), cell))| {
+                let i = q_start + row % n;
+                let sink = sinks.map(|s| s[(row / n) % h]);
+                let (out, invisible) = out.split_at_mut(i + 1);
+                for o in invisible {
+                    o.write(0.0);
+                }
+                let row = (scale, sink, i);
+                simd_dispatch!(softmax_cell(&x[..=i], out, cell, row, wants));
+            });
+        // SAFETY: the loop above wrote all `data.len()` elements
+        unsafe { weights.set_len(data.len()) };
+        (weights, cells)
+    });
+    let Some((weights, cells)) = computed else {
+        return Ok(None);
+    };
+    Ok(Some((
+        Tensor::from_vec(weights, (b, h, n, keys), &Device::Cpu)?,
+        cells,
+    )))
+}
+
 /// Causal softmax of `logits` `[batch, heads, n, q_start + n]` (f32, CPU) times `scale`,
 /// with per-head sink logits `sinks` `[heads]` in the denominator when given. Returns the
 /// weights and, with sinks, the sink mass `[batch, heads, n]`; `None` where the tensor is
@@ -55,42 +131,33 @@ pub fn causal_softmax(
     q_start: usize,
     sinks: Option<&[f32]>,
 ) -> Result<Option<(Tensor, Option<Tensor>)>> {
-    let (b, h, n, keys) = logits.dims4()?;
-    if keys != q_start + n || keys == 0 {
-        return Ok(None);
-    }
-    let computed = with_cpu_f32(logits, |data| {
-        // every element is written below (the weights of visible keys, 0 for the rest), so
-        // the block is not zero-filled first
-        let mut weights = Vec::with_capacity(data.len());
-        let mut mass = vec![0f32; b * h * n];
-        weights.spare_capacity_mut()[..data.len()]
-            .par_chunks_mut(keys)
-            .zip(data.par_chunks(keys))
-            .zip(mass.par_iter_mut())
-            .enumerate()
-            .for_each(|(row, ((out, x), mass))| {
-                let visible = q_start + row % n + 1;
-                let sink = sinks.map(|s| s[(row / n) % h]);
-                let (out, invisible) = out.split_at_mut(visible);
-                for o in invisible {
-                    o.write(0.0);
-                }
-                *mass = simd_dispatch!(softmax_row(&x[..visible], out, scale, sink));
-            });
-        // SAFETY: the loop above wrote all `data.len()` elements
-        unsafe { weights.set_len(data.len()) };
-        (weights, mass)
-    });
-    let Some((weights, mass)) = computed else {
+    let Some((weights, mass)) = fused_block(logits, scale, q_start, sinks, None)? else {
         return Ok(None);
     };
-    let weights = Tensor::from_vec(weights, (b, h, n, keys), &Device::Cpu)?;
+    let (b, h, n, _) = logits.dims4()?;
     let mass = match sinks {
         Some(_) => Some(Tensor::from_vec(mass, (b, h, n), &Device::Cpu)?),
         None => None,
     };
     Ok(Some((weights, mass)))
+}
+
+/// [`causal_softmax`] of raw q.k `raw` that also fills the row table `[rows, wants.width()]`
+/// of the block (the layout of `crate::probe::row_table`, as the GPU's fused softmax):
+/// the reductions of the weights, the sink mass and the raw q.k sums.
+pub fn causal_softmax_rows(
+    raw: &Tensor,
+    scale: f32,
+    q_start: usize,
+    sinks: Option<&[f32]>,
+    wants: &RowWants,
+) -> Result<Option<(Tensor, Tensor)>> {
+    let Some((weights, table)) = fused_block(raw, scale, q_start, sinks, Some(wants))? else {
+        return Ok(None);
+    };
+    let rows = table.len() / wants.width();
+    let table = Tensor::from_vec(table, (rows, wants.width()), &Device::Cpu)?;
+    Ok(Some((weights, table)))
 }
 
 #[cfg(test)]
@@ -149,6 +216,60 @@ mod tests {
         let (expected, expected_mass) = softmax_with_sink(&scores, &sink).unwrap();
         assert!(max_diff(&weights, &expected) < 1e-7);
         assert!(max_diff(&mass.unwrap(), &expected_mass) < 1e-7);
+    }
+}
+
+#[cfg(test)]
+mod row_table_tests {
+    use super::*;
+    use crate::metrics::row_pass::weight_rows;
+    use crate::probe::row_table::BANDS;
+
+    #[test]
+    fn the_row_table_is_the_row_pass_of_the_weights_with_sink_and_qk_columns() {
+        // 2 seqs, 2 heads, queries 33..37 (rows cross the 16 lanes)
+        let (b, h, q_start, n) = (2, 2, 33, 4);
+        let keys = q_start + n;
+        let data: Vec<f32> = (0..b * h * n * keys)
+            .map(|k| ((k * 7919) % 101) as f32 / 10.0 - 5.0)
+            .collect();
+        let raw = Tensor::from_vec(data.clone(), (b, h, n, keys), &Device::Cpu).unwrap();
+        let wants = RowWants {
+            first: true,
+            sum: true,
+            entropy: true,
+            bands: vec![(0, 1), (1, 10), (10, usize::MAX)],
+        };
+        let width = wants.width();
+        let sinks = [0.5f32, -1.0];
+        for sink in [None, Some(&sinks[..])] {
+            let (weights, table) = causal_softmax_rows(&raw, 0.125, q_start, sink, &wants)
+                .unwrap()
+                .unwrap();
+            let (want_weights, mass) = causal_softmax(&raw, 0.125, q_start, sink).unwrap().unwrap();
+            let host = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            assert_eq!(host(&weights), host(&want_weights));
+            let want = weight_rows(&want_weights, q_start, &wants)
+                .unwrap()
+                .unwrap();
+            let table = host(&table);
+            assert_eq!(table.len(), b * h * n * width);
+            let mass = mass.map(|m| host(&m));
+            for (row, (got, want)) in table.chunks(width).zip(want.chunks(width)).enumerate() {
+                // the same reductions of the same weights
+                assert_eq!(got[..3], want[..3], "row {row}");
+                assert_eq!(got[BANDS..], want[BANDS..], "row {row}");
+                let want_mass = mass.as_ref().map_or(0.0, |m| m[row]);
+                assert_eq!(got[SINK_MASS], want_mass, "row {row}");
+                // raw q.k over the visible keys, summed by hand
+                let i = q_start + row % n;
+                let visible = &data[row * keys..row * keys + i + 1];
+                let sum: f64 = visible.iter().map(|&v| v as f64).sum();
+                let abs: f64 = visible.iter().map(|&v| v.abs() as f64).sum();
+                assert!((got[QK_SUM] as f64 - sum).abs() < 1e-5, "row {row}");
+                assert!((got[QK_ABS_SUM] as f64 - abs).abs() < 1e-5, "row {row}");
+            }
+        }
     }
 }
 

@@ -8,8 +8,8 @@ use super::affine_scaled::{activate, affine_weights};
 use super::blocks::{mask_invisible, query_blocks, visibility};
 use super::cpu_affine::affine_rows;
 use super::cpu_softmax::causal_softmax;
+use super::fused_softmax::causal_softmax_rows;
 use super::gated::split_query_gate;
-use super::gpu_softmax::causal_softmax_rows;
 use super::logn::logn_logits;
 use super::scale_invariant::DistanceTable;
 use super::sink::softmax_with_sink;
@@ -267,10 +267,10 @@ impl Attention {
             }
             _ => None,
         };
-        // GPU inference: the fused softmax writes the weights and the probe's row table in
-        // one pass, where the probe takes rows (plain logits, no affine step, no training)
-        let row_wants = if xs.device().is_cuda()
-            && matches!(self.logit_rule, LogitRule::Plain)
+        // inference: the fused softmax (CPU or GPU) writes the weights and the probe's row
+        // table in one pass, where the probe takes rows (plain logits, no affine step, no
+        // training)
+        let row_wants = if matches!(self.logit_rule, LogitRule::Plain)
             && alpha.is_none()
             && !q.track_op()
             && !self.sink_logits.as_ref().is_some_and(Tensor::track_op)
@@ -308,13 +308,14 @@ impl Attention {
                 seq_len: t,
             };
             if let Some(wants) = &row_wants {
-                let sinks = self.sink_logits.as_ref();
+                let sink_logits = self.sink_logits.as_ref();
                 let fused = {
                     let _p = phase("attention: fused softmax + row table");
+                    let sinks = (sink_logits, sinks.as_deref());
                     causal_softmax_rows(&raw, scale as f32, q_start, sinks, wants)?
                 };
                 if let Some((weights, table)) = fused {
-                    probe.on_row_table(&ctx, &table, sinks.is_some())?;
+                    probe.on_row_table(&ctx, &table, sink_logits.is_some())?;
                     let _p = phase("attention: value products");
                     outputs.push(value_product(&weights)?);
                     drop(_p);

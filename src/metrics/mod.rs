@@ -20,6 +20,7 @@ use std::collections::BTreeSet;
 
 use candle_core::{DType, Tensor, D};
 
+use crate::cpu::host::with_cpu_f32;
 use crate::error::Result;
 use crate::probe::row_table::{
     RowWants, BANDS, ENTROPY, FIRST, QK_ABS_SUM, QK_SUM, SINK_MASS, SUM,
@@ -438,7 +439,16 @@ impl Probe for MetricProbe {
             fused: true,
             has_sink,
         };
-        self.pool_on_device(table, ctx, source)
+        // a host table (the CPU's fused softmax) is pooled at once, in place
+        let shape = self.pool_shape(ctx, table.elem_count(), table.dim(1)?);
+        match with_cpu_f32(table, |data| pool_host(data, &shape)) {
+            Some(pools) => {
+                let at = (ctx.layer, self.seq_offset, ctx.q_start, ctx.q_len);
+                self.add_block(at, &pools, source);
+                Ok(())
+            }
+            None => self.pool_on_device(table, ctx, source),
+        }
     }
 
     fn on_tensor(&mut self, hook: Hook, ctx: &BlockCtx, xs: &Tensor) -> Result<()> {
@@ -624,7 +634,12 @@ mod tests {
                 }
                 let rows = table.len() / width;
                 let table = Tensor::from_vec(table, (rows, width), &Device::Cpu).unwrap();
-                device.on_row_table(&ctx, &table, true).unwrap();
+                // what on_row_table does with a table on a GPU
+                let source = TableSource::Pattern {
+                    fused: true,
+                    has_sink: true,
+                };
+                device.pool_on_device(&table, &ctx, source).unwrap();
             }
             host.on_layer_end(0).unwrap();
             device.on_layer_end(0).unwrap();

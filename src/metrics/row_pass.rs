@@ -48,7 +48,7 @@ fn band_keys(i: usize, lo: usize, hi: usize) -> (usize, usize) {
 
 /// Fills the row-table `cell` of query `i` with visible weights `visible`.
 #[inline(always)]
-fn row_values(cell: &mut [f32], visible: &[f32], i: usize, wants: &RowWants) {
+pub(crate) fn row_values(cell: &mut [f32], visible: &[f32], i: usize, wants: &RowWants) {
     if wants.first {
         cell[FIRST] = visible[0];
     }
@@ -73,7 +73,7 @@ fn row_values(cell: &mut [f32], visible: &[f32], i: usize, wants: &RowWants) {
 
 /// Sum and absolute sum of one row of raw q.k.
 #[inline(always)]
-fn qk_row(visible: &[f32]) -> (f64, f64) {
+pub(crate) fn qk_row(visible: &[f32]) -> (f64, f64) {
     (lane_sum(visible, |x| x), lane_sum(visible, f32::abs))
 }
 
