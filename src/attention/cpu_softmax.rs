@@ -23,6 +23,7 @@ use crate::simd_dispatch;
 /// sink's share (0 without a sink).
 #[inline(always)]
 fn softmax_row(x: &[f32], out: &mut [MaybeUninit<f32>], scale: f32, sink: Option<f32>) -> f32 {
+    debug_assert_eq!(x.len(), out.len());
     let row_max = lane_max(x, |v| v * scale);
     let max = sink.map_or(row_max, |s| row_max.max(s));
     let mut acc = [0f32; 16];

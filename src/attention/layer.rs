@@ -307,7 +307,8 @@ impl Attention {
                 q_len: n,
                 seq_len: t,
             };
-            if let Some(wants) = &row_wants {
+            // the fused kernels have no backward pass
+            if let (Some(wants), false) = (&row_wants, raw.track_op()) {
                 let sink_logits = self.sink_logits.as_ref();
                 let fused = {
                     let _p = phase("attention: fused softmax + row table");
