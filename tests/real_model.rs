@@ -690,6 +690,32 @@ fn qwen2_gguf_with_biases_and_tied_embeddings_reproduces_its_checkpoint() {
 }
 
 #[test]
+fn gguf_sentencepiece_tokenizer_gives_sentencepieces_ids() {
+    // tools/make_spm_gguf.py: a SentencePiece BPE (byte fallback, dummy prefix) written the
+    // way llama.cpp's converter writes one, and SentencePiece's own ids for its texts
+    let want = read_json(&gguf_fixture("spm_tokenizer.json"));
+    let tokenizer =
+        asa_analyze::model::tokenizer_from_gguf(&gguf_fixture("spm_tokenizer.gguf")).unwrap();
+    assert_eq!(
+        tokenizer.get_vocab_size(true) as u64,
+        want["vocab_size"].as_u64().unwrap()
+    );
+    let texts = want["texts"].as_array().unwrap();
+    let ids = want["ids"].as_array().unwrap();
+    assert!(texts.len() > 10 && texts[0].as_str().unwrap().len() > 1000);
+    for (text, ids) in texts.iter().zip(ids) {
+        let text = text.as_str().unwrap();
+        let got = tokenizer.encode(text, false).unwrap();
+        let shown: String = text.chars().take(60).collect();
+        assert_eq!(got.get_ids(), ids_of(ids).as_slice(), "ids of {shown:?}");
+        // the decoder gives the text back (byte pieces fused, the dummy prefix stripped)
+        if !text.contains("<s>") && !text.contains("</s>") {
+            assert_eq!(tokenizer.decode(got.get_ids(), true).unwrap(), text);
+        }
+    }
+}
+
+#[test]
 fn a_folder_holding_one_gguf_is_a_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();
     std::fs::copy(gguf_fixture("qwen2.gguf"), tmp.path().join("model.gguf")).unwrap();

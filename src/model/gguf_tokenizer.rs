@@ -2,11 +2,12 @@
 //! `tokenizers` tokenizer that splits text the way llama.cpp does.
 //!
 //! Supported: byte-level BPE (`tokenizer.ggml.model = gpt2`: GPT-2, SmolLM, Llama 3, Qwen2
-//! and their relatives) with the pre-tokenizers of [`PRE_TOKENIZERS`]. Tokens marked
-//! control (type 3) become special added tokens, user-defined ones (type 4) plain added
-//! tokens, as in transformers' GGUF loader. No BOS/EOS is added by the tokenizer: windows
-//! get their BOS from the corpus packing (`--bos`). Anything else (SentencePiece `llama`
-//! vocabularies, an unknown `tokenizer.ggml.pre`) is an error that points to `--tokenizer`.
+//! and their relatives) with the pre-tokenizers of [`PRE_TOKENIZERS`], and SentencePiece
+//! (`llama`: Llama 2, Mistral, Gemma; see `gguf_sentencepiece`). Tokens marked control
+//! (type 3) become special added tokens, user-defined ones (type 4) plain added tokens, as
+//! in transformers' GGUF loader. No BOS/EOS is added by the tokenizer: windows get their BOS
+//! from the corpus packing (`--bos`). Anything else (WordPiece `bert`, an unknown
+//! `tokenizer.ggml.pre`) is an error that points to `--tokenizer`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -23,6 +24,7 @@ use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 
 use super::gguf::root_cause;
 use super::gguf_config::{metadata_str, value_as_u64};
+use super::gguf_sentencepiece::sentencepiece_tokenizer;
 use crate::error::{Error, Result};
 
 /// `tokenizer.ggml.pre` values understood, for error messages.
@@ -59,15 +61,15 @@ pub fn tokenizer_from_content(content: &Content, path: &Path) -> Result<Tokenize
         ));
     }
     let model = metadata_str(content, "tokenizer.ggml.model").unwrap_or("(none)");
-    if model != "gpt2" {
-        let kind = match model {
-            "llama" => " (SentencePiece)",
-            "bert" => " (WordPiece)",
-            _ => "",
-        };
-        return Err(fail(format!(
-            "the GGUF tokenizer model `{model}`{kind} is not supported (supported: gpt2 byte-level BPE); pass --tokenizer tokenizer.json"
-        )));
+    match model {
+        "gpt2" => {}
+        "llama" => return sentencepiece_tokenizer(content, path),
+        _ => {
+            let kind = if model == "bert" { " (WordPiece)" } else { "" };
+            return Err(fail(format!(
+                "the GGUF tokenizer model `{model}`{kind} is not supported (supported: gpt2 byte-level BPE, llama SentencePiece); pass --tokenizer tokenizer.json"
+            )));
+        }
     }
     let pre = metadata_str(content, "tokenizer.ggml.pre").unwrap_or("default");
     let pre_tokenizer = pre_tokenizer(pre).ok_or_else(|| {
@@ -77,10 +79,7 @@ pub fn tokenizer_from_content(content: &Content, path: &Path) -> Result<Tokenize
     })?;
     let tokens = string_array(content, "tokenizer.ggml.tokens").map_err(fail)?;
     let merges = string_array(content, "tokenizer.ggml.merges").map_err(fail)?;
-    let types: Vec<u64> = match content.metadata.get("tokenizer.ggml.token_type") {
-        Some(Value::Array(items)) => items.iter().map(|v| value_as_u64(v).unwrap_or(1)).collect(),
-        _ => Vec::new(),
-    };
+    let types = token_types(content, tokens.len());
 
     let spelling = bytes_to_unicode();
     let alphabet: std::collections::HashSet<char> = spelling.values().copied().collect();
@@ -113,22 +112,68 @@ pub fn tokenizer_from_content(content: &Content, path: &Path) -> Result<Tokenize
     let mut tokenizer = Tokenizer::new(bpe);
     tokenizer.with_pre_tokenizer(Some(pre_tokenizer));
     tokenizer.with_decoder(Some(ByteLevelDecoder::default()));
+    // control tokens written in GPT-2's byte alphabet only (as transformers' loader)
+    add_listed_tokens(&mut tokenizer, &tokens, &types, |token| {
+        token.chars().all(|c| alphabet.contains(&c))
+    })
+    .map_err(fail)?;
+    Ok(tokenizer)
+}
 
+/// `tokenizer.ggml.token_type` values (llama.cpp's `llama_token_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TokenType {
+    Normal,
+    Unknown,
+    Control,
+    UserDefined,
+    Unused,
+    Byte,
+}
+
+/// The type of each of `n` tokens; Normal where the file lists none (or an unknown code).
+pub(super) fn token_types(content: &Content, n: usize) -> Vec<TokenType> {
+    let mut types = vec![TokenType::Normal; n];
+    if let Some(Value::Array(items)) = content.metadata.get("tokenizer.ggml.token_type") {
+        for (t, v) in types.iter_mut().zip(items) {
+            *t = match value_as_u64(v) {
+                Some(2) => TokenType::Unknown,
+                Some(3) => TokenType::Control,
+                Some(4) => TokenType::UserDefined,
+                Some(5) => TokenType::Unused,
+                Some(6) => TokenType::Byte,
+                _ => TokenType::Normal,
+            };
+        }
+    }
+    types
+}
+
+/// Adds the control tokens that `keep_control` accepts as special tokens and the
+/// user-defined ones as plain added tokens, both matched whole in raw text.
+pub(super) fn add_listed_tokens(
+    tokenizer: &mut Tokenizer,
+    tokens: &[String],
+    types: &[TokenType],
+    keep_control: impl Fn(&str) -> bool,
+) -> std::result::Result<(), String> {
     let mut control = Vec::new();
     let mut user = Vec::new();
-    for (token, kind) in tokens.iter().zip(&types) {
+    for (token, kind) in tokens.iter().zip(types) {
         match kind {
-            3 if token.chars().all(|c| alphabet.contains(&c)) => {
+            TokenType::Control if keep_control(token) => {
                 control.push(AddedToken::from(token.clone(), true).normalized(false))
             }
-            4 => user.push(AddedToken::from(token.clone(), false).normalized(false)),
+            TokenType::UserDefined => {
+                user.push(AddedToken::from(token.clone(), false).normalized(false))
+            }
             _ => {}
         }
     }
-    let added = |e: tokenizers::Error| fail(format!("cannot add the GGUF's special tokens: {e}"));
+    let added = |e: tokenizers::Error| format!("cannot add the GGUF's special tokens: {e}");
     tokenizer.add_special_tokens(control).map_err(added)?;
     tokenizer.add_tokens(user).map_err(added)?;
-    Ok(tokenizer)
+    Ok(())
 }
 
 /// The pre-tokenizer llama.cpp uses for `tokenizer.ggml.pre` (llama-vocab.cpp).
@@ -159,7 +204,10 @@ fn pre_tokenizer(pre: &str) -> Option<PreTokenizerWrapper> {
     })
 }
 
-fn string_array(content: &Content, key: &str) -> std::result::Result<Vec<String>, String> {
+pub(super) fn string_array(
+    content: &Content,
+    key: &str,
+) -> std::result::Result<Vec<String>, String> {
     match content.metadata.get(key) {
         Some(Value::Array(items)) => items
             .iter()
@@ -238,7 +286,7 @@ mod tests {
                 content("gpt2", "jina-v2-code", true),
                 "pre-tokenizer `jina-v2-code`",
             ),
-            (content("llama", "default", true), "`llama` (SentencePiece)"),
+            (content("bert", "default", true), "`bert` (WordPiece)"),
             (content("gpt2", "default", false), "has no tokenizer"),
         ] {
             let err = tokenizer_from_content(&c, path).err().unwrap().to_string();

@@ -8,6 +8,7 @@ mod detect;
 pub mod gguf;
 mod gguf_config;
 mod gguf_rope;
+mod gguf_sentencepiece;
 pub mod gguf_tokenizer;
 pub mod layers;
 pub mod rope;
