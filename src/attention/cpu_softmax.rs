@@ -20,25 +20,46 @@ use crate::probe::row_table::{RowWants, QK_ABS_SUM, QK_SUM, SINK_MASS};
 use crate::simd_dispatch;
 
 /// Writes softmax(scale * x ++ [sink]) over `x` into `out` (same length) and returns the
-/// sink's share (0 without a sink).
+/// sink's share (0 without a sink) and, with `ENTROPY`, the entropy in nats of the weights
+/// renormalised over the real keys (NaN without it).
+///
+/// The entropy comes from the logits: with y = scale * x, m the maximum, e = exp(y - m) and
+/// S = sum e over the real keys, q = e / S and H = -sum q ln q = ln S - sum e (y - m) / S.
+/// That is one multiply-add per key in the exp loop instead of a logarithm per weight.
 #[inline(always)]
-fn softmax_row(x: &[f32], out: &mut [MaybeUninit<f32>], scale: f32, sink: Option<f32>) -> f32 {
+fn softmax_row<const ENTROPY: bool>(
+    x: &[f32],
+    out: &mut [MaybeUninit<f32>],
+    scale: f32,
+    sink: Option<f32>,
+) -> (f32, f32) {
     debug_assert_eq!(x.len(), out.len());
     let row_max = lane_max(x, |v| v * scale);
     let max = sink.map_or(row_max, |s| row_max.max(s));
     let mut acc = [0f32; 16];
+    let mut acc_ey = [0f32; 16];
     let mut chunks = out.chunks_exact_mut(16).zip(x.chunks_exact(16));
     for (o, v) in &mut chunks {
         for k in 0..16 {
-            let e = exp(v[k] * scale - max);
+            let y = v[k] * scale - max;
+            let e = exp(y);
             o[k].write(e);
             acc[k] += e;
+            if ENTROPY {
+                acc_ey[k] += e * y;
+            }
         }
     }
     let done = x.len() - x.len() % 16;
     let mut sum: f64 = acc.iter().map(|&a| a as f64).sum();
+    let mut sum_ey: f64 = acc_ey.iter().map(|&a| a as f64).sum();
     for (o, &v) in out[done..].iter_mut().zip(&x[done..]) {
-        sum += *o.write(exp(v * scale - max)) as f64;
+        let y = v * scale - max;
+        let e = *o.write(exp(y));
+        sum += e as f64;
+        if ENTROPY {
+            sum_ey += (e * y) as f64;
+        }
     }
     // SAFETY: every element of `out` was written above
     let out = unsafe { &mut *(out as *mut [MaybeUninit<f32>] as *mut [f32]) };
@@ -47,12 +68,19 @@ fn softmax_row(x: &[f32], out: &mut [MaybeUninit<f32>], scale: f32, sink: Option
     for o in out.iter_mut() {
         *o *= inv;
     }
-    (sink_exp * inv as f64) as f32
+    // ln S - sum e (y - m) / S does not depend on the shift m (the sink's logit where it
+    // is the maximum); NaN when every real key's e underflowed (no mass left to them)
+    let entropy = if ENTROPY {
+        (sum.ln() - sum_ey / sum) as f32
+    } else {
+        f32::NAN
+    };
+    ((sink_exp * inv as f64) as f32, entropy)
 }
 
 /// Softmax of row `x` (the visible logits of query `i`) into `out`, and the row's `cell`:
 /// the sink mass alone without `wants`, else its line of the row table (the reductions of
-/// the weights, the sink mass and the raw q.k sums).
+/// the weights, the entropy from the logits, the sink mass and the raw q.k sums).
 #[inline(always)]
 fn softmax_cell(
     x: &[f32],
@@ -61,14 +89,18 @@ fn softmax_cell(
     (scale, sink, i): (f32, Option<f32>, usize),
     wants: Option<&RowWants>,
 ) {
-    let mass = softmax_row(x, out, scale, sink);
     let Some(wants) = wants else {
-        cell[0] = mass;
+        cell[0] = softmax_row::<false>(x, out, scale, sink).0;
         return;
+    };
+    let (mass, entropy) = if wants.entropy {
+        softmax_row::<true>(x, out, scale, sink)
+    } else {
+        softmax_row::<false>(x, out, scale, sink)
     };
     // SAFETY: softmax_row wrote every element of `out`
     let weights = unsafe { &*(out as *const [MaybeUninit<f32>] as *const [f32]) };
-    row_values(cell, weights, i, wants);
+    row_values(cell, weights, i, wants, Some(entropy));
     let (qk, qk_abs) = qk_row(x);
     cell[SINK_MASS] = mass;
     cell[QK_SUM] = qk as f32;
@@ -224,7 +256,7 @@ mod tests {
 mod row_table_tests {
     use super::*;
     use crate::metrics::row_pass::weight_rows;
-    use crate::probe::row_table::BANDS;
+    use crate::probe::row_table::{BANDS, ENTROPY, FIRST, SUM};
 
     #[test]
     fn the_row_table_is_the_row_pass_of_the_weights_with_sink_and_qk_columns() {
@@ -258,13 +290,33 @@ mod row_table_tests {
             let mass = mass.map(|m| host(&m));
             for (row, (got, want)) in table.chunks(width).zip(want.chunks(width)).enumerate() {
                 // the same reductions of the same weights
-                assert_eq!(got[..3], want[..3], "row {row}");
+                assert_eq!(got[FIRST], want[FIRST], "row {row}");
+                assert_eq!(got[SUM], want[SUM], "row {row}");
                 assert_eq!(got[BANDS..], want[BANDS..], "row {row}");
                 let want_mass = mass.as_ref().map_or(0.0, |m| m[row]);
                 assert_eq!(got[SINK_MASS], want_mass, "row {row}");
-                // raw q.k over the visible keys, summed by hand
+                // the entropy from the logits: the row pass's of the weights, and a float64
+                // softmax over the real keys by hand
                 let i = q_start + row % n;
                 let visible = &data[row * keys..row * keys + i + 1];
+                let y: Vec<f64> = visible.iter().map(|&v| v as f64 * 0.125).collect();
+                let m = y.iter().cloned().fold(f64::MIN, f64::max);
+                let z: f64 = y.iter().map(|v| (v - m).exp()).sum();
+                let h: f64 = y
+                    .iter()
+                    .map(|v| {
+                        let q = (v - m).exp() / z;
+                        -q * q.ln()
+                    })
+                    .sum();
+                let tol = |x: f64| 1e-6 + 1e-6 * x.abs();
+                assert!(
+                    (got[ENTROPY] as f64 - h).abs() < tol(h),
+                    "row {row}: {} vs {h}",
+                    got[ENTROPY]
+                );
+                assert!((got[ENTROPY] - want[ENTROPY]).abs() < 1e-5, "row {row}");
+                // raw q.k over the visible keys, summed by hand
                 let sum: f64 = visible.iter().map(|&v| v as f64).sum();
                 let abs: f64 = visible.iter().map(|&v| v.abs() as f64).sum();
                 assert!((got[QK_SUM] as f64 - sum).abs() < 1e-5, "row {row}");
@@ -278,6 +330,11 @@ mod row_table_tests {
 mod wide_tests {
     use super::*;
 
+    #[inline(always)]
+    fn with_entropy(x: &[f32], out: &mut [MaybeUninit<f32>], sink: Option<f32>) -> (f32, f32) {
+        softmax_row::<true>(x, out, 0.7, sink)
+    }
+
     #[test]
     fn the_vectorised_copy_equals_the_baseline_bit_for_bit() {
         // rows of 1..200 keys (chunks and tails), logits from -90 to 30, a dominant sink
@@ -288,9 +345,10 @@ mod wide_tests {
             for sink in [None, Some(0.0), Some(1e3)] {
                 let mut base = vec![MaybeUninit::new(f32::NAN); len];
                 let mut vectorised = vec![MaybeUninit::new(f32::NAN); len];
-                let m_base = softmax_row(&x, &mut base, 0.7, sink);
-                let m_wide = simd_dispatch!(softmax_row(&x, &mut vectorised, 0.7, sink));
+                let (m_base, h_base) = with_entropy(&x, &mut base, sink);
+                let (m_wide, h_wide) = simd_dispatch!(with_entropy(&x, &mut vectorised, sink));
                 assert_eq!(m_base.to_bits(), m_wide.to_bits());
+                assert_eq!(h_base.to_bits(), h_wide.to_bits());
                 for (a, b) in base.iter().zip(&vectorised) {
                     // SAFETY: both rows were fully written by softmax_row
                     let (a, b) = unsafe { (a.assume_init(), b.assume_init()) };

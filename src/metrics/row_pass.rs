@@ -46,9 +46,16 @@ fn band_keys(i: usize, lo: usize, hi: usize) -> (usize, usize) {
     (start.max(first_key), i + 1 - lo)
 }
 
-/// Fills the row-table `cell` of query `i` with visible weights `visible`.
+/// Fills the row-table `cell` of query `i` with visible weights `visible`; the entropy is
+/// `known_entropy` where the caller has it (the fused softmax computes it from the logits).
 #[inline(always)]
-pub(crate) fn row_values(cell: &mut [f32], visible: &[f32], i: usize, wants: &RowWants) {
+pub(crate) fn row_values(
+    cell: &mut [f32],
+    visible: &[f32],
+    i: usize,
+    wants: &RowWants,
+    known_entropy: Option<f32>,
+) {
     if wants.first {
         cell[FIRST] = visible[0];
     }
@@ -56,7 +63,7 @@ pub(crate) fn row_values(cell: &mut [f32], visible: &[f32], i: usize, wants: &Ro
         cell[SUM] = lane_sum(visible, |x| x) as f32;
     }
     if wants.entropy {
-        cell[ENTROPY] = clamped_entropy(visible);
+        cell[ENTROPY] = known_entropy.unwrap_or_else(|| clamped_entropy(visible));
     }
     if !wants.bands.is_empty() {
         cell[BANDS] = if i > 0 { visible[0] } else { 0.0 };
@@ -94,7 +101,7 @@ pub fn weight_rows(weights: &Tensor, q_start: usize, wants: &RowWants) -> Result
             .enumerate()
             .for_each(|(row, (cell, w))| {
                 let i = q_start + row % n;
-                simd_dispatch!(row_values(cell, &w[..=i], i, wants));
+                simd_dispatch!(row_values(cell, &w[..=i], i, wants, None));
             });
         out
     });
