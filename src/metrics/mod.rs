@@ -428,10 +428,14 @@ impl Probe for MetricProbe {
     }
 
     fn row_request(&self, layer: usize) -> Option<RowWants> {
+        // no table where no metric reads one (e.g. `--metrics nll`): the plain softmax runs
+        let read = self.wants_pattern(layer)
+            || self.wants(Hook::Qk, layer)
+            || self.wants(Hook::SinkMass, layer);
         let softmax_entropy = self.entropy.is_some() && self.opts.entropy_of == EntropyOf::Softmax;
         let maps =
             layer == self.opts.heatmap_layer && (self.heatmap.is_some() || self.profile.is_some());
-        (!softmax_entropy && !maps).then(|| self.pattern_wants())
+        (read && !softmax_entropy && !maps).then(|| self.pattern_wants())
     }
 
     fn on_row_table(&mut self, ctx: &BlockCtx, table: &Tensor, has_sink: bool) -> Result<()> {
