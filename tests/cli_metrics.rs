@@ -505,6 +505,33 @@ fn layer_out_of_range_is_an_error() {
 }
 
 #[test]
+fn options_that_leave_nothing_to_compute_are_errors() {
+    let model = model_dir("llama_gqa").display().to_string();
+    for (option, value, needle) in [
+        ("--bins", "0", "--bins must be at least 1"),
+        ("--size", "0", "--size must be at least 1"),
+        ("--min-query", "16", "--min-query 16 leaves no query"),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let args = [
+            "analyze",
+            &model,
+            option,
+            value,
+            "--seq-len",
+            "16",
+            "--num-seqs",
+            "1",
+            "--out",
+            "o",
+        ];
+        let err = expect_error(&run_cli(tmp.path(), &args));
+        assert!(err.contains(needle), "{option} {value}: {err}");
+        assert_no_output(&tmp.path().join("o"));
+    }
+}
+
+#[test]
 fn unwritable_output_folder_is_an_error() {
     let tmp = tempfile::tempdir().unwrap();
     fs::write(tmp.path().join("taken"), "a file, not a folder").unwrap();

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use asa_analyze::analysis::{analyze, RunShape};
+use asa_analyze::metrics::distance::Bands;
 use asa_analyze::metrics::entropy::EntropyOf;
 use asa_analyze::metrics::Metric;
 use asa_analyze::model::Checkpoint;
@@ -161,9 +162,21 @@ fn llama_checkpoint_with_q_norm_weights_uses_qk_norm() {
 
 #[test]
 fn distance_bands_sum_to_the_weight_sum() {
-    let options = fixture_options(Metric::ALL, EntropyOf::Effective);
     let ids = input_ids().to_vec2::<u32>().unwrap();
-    for name in ["scale_invariant", "logn", "qwen3"] {
+    let t = ids[0].len();
+    // the sink model's weight sums are not 1; edges 2, 5 leave distance 1 below the first,
+    // which still needs a band of its own ([1, 2)) for the bands to add up
+    for (name, edges) in [
+        ("scale_invariant", None),
+        ("logn", None),
+        ("qwen3", None),
+        ("sink", Some([2, 5])),
+    ] {
+        let mut options = fixture_options(Metric::ALL, EntropyOf::Effective);
+        if let Some(edges) = edges {
+            options.bands = Bands::with_edges(&edges, t);
+            assert_eq!(options.bands.labels(), ["first", "0", "1-2", "2-5", "5-20"]);
+        }
         let ckpt = Checkpoint::open(&model_dir(name), &Device::Cpu, DType::F32).unwrap();
         let model = ckpt.load_model().unwrap();
         let shape = RunShape {
@@ -184,7 +197,14 @@ fn distance_bands_sum_to_the_weight_sum() {
             );
             for (h, bands) in d.per_head[l].iter().enumerate() {
                 let total: f64 = bands.iter().sum();
-                assert_close(total, 1.0, 1e-6, 0.0, &format!("{name} layer {l} head {h}"));
+                let want = ws.head_total[l][h];
+                assert_close(
+                    total,
+                    want,
+                    1e-6,
+                    0.0,
+                    &format!("{name} layer {l} head {h}"),
+                );
             }
         }
     }

@@ -101,5 +101,5 @@ pub fn analyze(
     } else {
         None
     };
-    Ok(probe.finish(alpha_ma, ckpt.variant.kind.has_sink_mass()))
+    Ok(probe.finish(alpha_ma, ckpt.variant.kind))
 }

@@ -72,6 +72,13 @@ impl VariantKind {
         )
     }
 
+    /// Whether every query's weights sum to 1 by construction (a plain softmax over the real
+    /// keys: softmax, gated, scale_invariant, logn), so weight sums differ from 1 only by
+    /// float rounding.
+    pub fn weights_sum_to_one(self) -> bool {
+        !self.has_sink_mass() && !self.is_affine()
+    }
+
     /// Whether part of each row's mass goes to no token (sink, off_by_one).
     pub fn has_sink_mass(self) -> bool {
         matches!(self, VariantKind::Sink | VariantKind::OffByOne)

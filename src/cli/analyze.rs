@@ -171,6 +171,10 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
     if let Some(b) = args.block_size {
         crate::analysis::plan::check_block(b)?;
     }
+    if args.bins == 0 || args.size == 0 {
+        let name = if args.bins == 0 { "--bins" } else { "--size" };
+        return Err(Error::usage(format!("{name} must be at least 1")));
+    }
     let map = WeightMap::from_option(args.weight_map.as_deref())?;
     let mut out = OutputDir::create(&args.out, args.format)?;
     let metric_set: BTreeSet<Metric> = match (&args.metrics, command) {
@@ -381,6 +385,12 @@ fn run_model(
         Some(q) => q,
         None => t - 1,
     };
+    if args.min_query >= t {
+        return Err(Error::usage(format!(
+            "--min-query {} leaves no query to average in windows of {t} tokens (queries 0..{t})",
+            args.min_query
+        )));
+    }
     let opts = MetricOptions {
         metrics: metric_set.clone(),
         min_query: args.min_query,
@@ -390,7 +400,7 @@ fn run_model(
         bins: args.bins,
         sink_eps: args.sink_eps,
         bands: match &args.bands {
-            Some(edges) => bands_from(edges)?,
+            Some(edges) => bands_from(edges, t)?,
             None => Bands::decades(t),
         },
         entropy_of: args.entropy_of,
@@ -462,15 +472,13 @@ fn is_token_ids(path: &Path) -> bool {
     )
 }
 
-fn bands_from(edges: &[usize]) -> Result<Bands> {
+fn bands_from(edges: &[usize], seq_len: usize) -> Result<Bands> {
     if edges.is_empty() || edges[0] == 0 || edges.windows(2).any(|w| w[1] <= w[0]) {
         return Err(Error::usage(
             "--bands must be increasing edges starting at 1 or more, e.g. 1,10,100",
         ));
     }
-    Ok(Bands {
-        edges: edges.to_vec(),
-    })
+    Ok(Bands::with_edges(edges, seq_len))
 }
 
 fn progress_bar(quiet: bool, total: u64, label: &str) -> ProgressBar {

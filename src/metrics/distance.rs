@@ -11,8 +11,12 @@ use crate::error::Result;
 /// Distance bands: `first`, then `[edges[k], edges[k+1])` with edges starting at 0, 1.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Bands {
-    /// Lower edges after 0: e.g. [1, 10, 100] gives bands 0, 1-10, 10-100, 100-inf.
+    /// Lower edges after 0, starting at 1: e.g. [1, 10, 100] gives bands 0, 1-10, 10-100
+    /// and 100 on.
     pub edges: Vec<usize>,
+    /// The upper end the last band's label names: every distance the analysed windows
+    /// have lies below it.
+    pub end: usize,
 }
 
 impl Bands {
@@ -23,14 +27,26 @@ impl Bands {
             let next = edges.last().expect("non-empty") * 10;
             edges.push(next);
         }
-        Bands { edges }
+        let end = edges.last().expect("non-empty") * 10;
+        Bands { edges, end }
     }
 
-    /// Band labels: `first`, `0`, `1-10`, ... (the last closes at the next decade or edge).
+    /// Bands at the given increasing lower edges (each >= 1) for windows of `seq_len`
+    /// tokens: 1 is added in front when missing, so that the bands cover every distance
+    /// and sum to the weight sum, and edges at or beyond `seq_len` (bands no distance falls
+    /// in) are dropped; the last band's label closes at `seq_len`.
+    pub fn with_edges(edges: &[usize], seq_len: usize) -> Self {
+        let mut kept = vec![1];
+        kept.extend(edges.iter().copied().filter(|&e| e > 1 && e < seq_len));
+        let end = seq_len.max(kept.last().expect("non-empty") + 1);
+        Bands { edges: kept, end }
+    }
+
+    /// Band labels: `first`, `0`, `1-10`, ... (the last closes at `end`).
     pub fn labels(&self) -> Vec<String> {
         let mut labels = vec!["first".to_string(), "0".to_string()];
         for (k, lo) in self.edges.iter().enumerate() {
-            let hi = self.edges.get(k + 1).copied().unwrap_or(lo * 10);
+            let hi = self.edges.get(k + 1).copied().unwrap_or(self.end);
             labels.push(format!("{lo}-{hi}"));
         }
         labels
@@ -168,5 +184,18 @@ mod tests {
         );
         assert_eq!(Bands::decades(5).labels(), vec!["first", "0", "1-10"]);
         assert_eq!(Bands::decades(1024).labels().len(), 6); // first 0 1-10 10-100 100-1000 1000-10000
+    }
+
+    #[test]
+    fn given_edges_cover_every_distance_and_name_the_last_bands_end() {
+        // --bands 1,10 at 300 tokens: the last band is [10, 300), not "10-100"
+        let b = Bands::with_edges(&[1, 10], 300);
+        assert_eq!(b.labels(), ["first", "0", "1-10", "10-300"]);
+        assert_eq!(b.ranges(), [(0, 1), (1, 10), (10, usize::MAX)]);
+        // distance 1 gets a band when the first edge is above it
+        assert_eq!(Bands::with_edges(&[2, 5], 20).edges, [1, 2, 5]);
+        // edges no distance reaches are dropped
+        let b = Bands::with_edges(&[1, 50, 100], 20);
+        assert_eq!(b.labels(), ["first", "0", "1-20"]);
     }
 }

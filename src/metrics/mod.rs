@@ -20,6 +20,7 @@ use std::collections::BTreeSet;
 
 use candle_core::{DType, Tensor, D};
 
+use crate::attention::VariantKind;
 use crate::cpu::host::with_cpu_f32;
 use crate::error::Result;
 use crate::probe::row_table::{
@@ -199,17 +200,22 @@ impl MetricProbe {
         self.seq_offset = offset;
     }
 
-    /// Results; `alpha_ma` `[layer][head]` is the stored buffer (affine variants), and
-    /// `has_sink` says whether the variant sends mass to no token.
-    pub fn finish(&self, alpha_ma: Option<Vec<Vec<f64>>>, has_sink: bool) -> ModelMetrics {
+    /// Results of a model of variant `kind`; `alpha_ma` `[layer][head]` is the stored buffer
+    /// (affine variants).
+    pub fn finish(&self, alpha_ma: Option<Vec<Vec<f64>>>, kind: VariantKind) -> ModelMetrics {
         let m = |metric| self.opts.metrics.contains(&metric);
+        let has_sink = kind.has_sink_mass();
+        let bins = self.opts.bins;
         ModelMetrics {
             first_token: self
                 .first
                 .as_ref()
                 .filter(|_| m(Metric::FirstToken))
                 .map(FirstToken::first_token),
-            weight_sum: self.weight_sum.as_ref().map(|w| w.finish(self.opts.bins)),
+            weight_sum: self
+                .weight_sum
+                .as_ref()
+                .map(|w| w.finish(bins, kind.weights_sum_to_one())),
             entropy: self.entropy.as_ref().map(Entropy::finish),
             qk: self.qk.as_ref().map(QkMean::finish),
             heatmap: self.heatmap.as_ref().map(Heatmap::finish),
@@ -648,7 +654,8 @@ mod tests {
             host.on_layer_end(0).unwrap();
             device.on_layer_end(0).unwrap();
         }
-        let (from_host, from_device) = (host.finish(None, true), device.finish(None, true));
+        let sink = VariantKind::Sink;
+        let (from_host, from_device) = (host.finish(None, sink), device.finish(None, sink));
         let json = |m: &ModelMetrics| {
             let mut v = serde_json::to_value(m).unwrap();
             // only the device path saw q.k and sink columns

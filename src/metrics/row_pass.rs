@@ -255,9 +255,7 @@ mod device_path_tests {
             }
         }
         let w = Tensor::from_vec(data, (1, h, n, keys), &Device::Cpu).unwrap();
-        let bands = Bands {
-            edges: vec![1, 3, 9, 27],
-        };
+        let bands = Bands::with_edges(&[1, 3, 9, 27], 100);
         let wants = RowWants {
             first: true,
             sum: true,

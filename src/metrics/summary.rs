@@ -74,11 +74,19 @@ pub struct Histogram {
     pub count: Vec<u64>,
 }
 
+/// `np.histogram([value] * count, bins)`: a constant sample, numpy's range
+/// [v - 0.5, v + 0.5], every value in the bin that holds v.
+pub fn constant_histogram(value: f64, count: u64, bins: usize) -> Histogram {
+    let mut h = histogram(&[value], bins);
+    if let Some(k) = h.count.iter().position(|&c| c == 1) {
+        h.count[k] = count;
+    }
+    h
+}
+
 /// `np.histogram(values, bins)`: equal-width bins over [min, max], the last bin closed;
-/// a constant sample gets numpy's range [v - 0.5, v + 0.5]. A sample whose spread is
-/// only float rounding (max - min <= 1e-4 max(1, |max|), e.g. softmax weight sums of 1
-/// in f32) counts as constant, so the bins show the value rather than its rounding noise.
-/// NaN and infinite values (a diverged checkpoint) are left out of the counts.
+/// a constant sample gets numpy's range [v - 0.5, v + 0.5]. NaN and infinite values (a
+/// diverged checkpoint) are left out of the counts.
 pub fn histogram(values: &[f64], bins: usize) -> Histogram {
     let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
     let values = finite.as_slice();
@@ -93,17 +101,6 @@ pub fn histogram(values: &[f64], bins: usize) -> Histogram {
         (lo, hi) = (0.0, 1.0);
     } else if lo == hi {
         (lo, hi) = (lo - 0.5, hi + 0.5);
-    } else if hi - lo <= 1e-4 * hi.abs().max(1.0) {
-        // all values are the mean up to rounding: bin them as that one value
-        let v = mean(values);
-        let mut h = histogram(&[v], bins);
-        let k = h
-            .count
-            .iter()
-            .position(|&c| c == 1)
-            .expect("one value lands in one bin");
-        h.count[k] = values.len() as u64;
-        return h;
     }
     let width = (hi - lo) / bins as f64;
     let edges: Vec<f64> = (0..=bins)
@@ -157,5 +154,15 @@ mod tests {
         assert_eq!(h.count, vec![1, 2, 1, 1]);
         let h = histogram(&[f64::NAN; 3], 2);
         assert_eq!((h.count, h.bin_lo), (vec![0, 0], vec![0.0, 0.5]));
+        // a spread of 4.5e-5 is split like any other: np.histogram(
+        // [0.9999552, 0.99997, 0.9999998], 4) -> edges 0.9999552 + k 1.115e-5, counts 1, 1, 0, 1
+        let h = histogram(&[0.9999552, 0.99997, 0.9999998], 4);
+        assert_eq!(h.count, vec![1, 1, 0, 1]);
+        assert!((h.bin_hi[3] - 0.9999998).abs() < 1e-15);
+        assert_eq!(constant_histogram(1.0, 7, 20), {
+            let mut h = histogram(&[1.0], 20);
+            h.count[10] = 7;
+            h
+        });
     }
 }

@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use super::layer_stat::head_means;
 use super::rows::{Pool, RowAccumulator};
-use super::summary::{histogram, Distribution, Histogram};
+use super::summary::{constant_histogram, histogram, mean, Distribution, Histogram};
 use crate::probe::row_table::Column;
 
 /// Accumulates row sums.
@@ -59,8 +59,10 @@ impl WeightSum {
         self.values[layer].extend_from_slice(means);
     }
 
-    /// Summaries, histogram with `bins` bins, head totals.
-    pub fn finish(&self, bins: usize) -> WeightSumResult {
+    /// Summaries, histogram with `bins` bins, head totals. Where the weights sum to 1 by
+    /// construction (`sums_to_one`), the histogram is that of a constant at the pooled
+    /// mean: the spread of f32 rounding around 1 is not binned as if it were data.
+    pub fn finish(&self, bins: usize, sums_to_one: bool) -> WeightSumResult {
         let per_layer = self
             .values
             .iter()
@@ -71,9 +73,15 @@ impl WeightSum {
             })
             .collect();
         let pooled: Vec<f64> = self.values.iter().flatten().copied().collect();
+        let finite: Vec<f64> = pooled.iter().copied().filter(|v| v.is_finite()).collect();
+        let histogram = if sums_to_one && !finite.is_empty() {
+            constant_histogram(mean(&finite), finite.len() as u64, bins)
+        } else {
+            histogram(&pooled, bins)
+        };
         WeightSumResult {
             per_layer,
-            histogram: histogram(&pooled, bins),
+            histogram,
             head_total: head_means(&self.rows),
         }
     }
