@@ -5,6 +5,8 @@
 //! many colours. Degenerate tables (one model, layer or head, constant values, NaN,
 //! header-only files) are skipped or drawn with a note, never a panic.
 
+mod common;
+
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -487,6 +489,31 @@ fn folders_are_merged_and_parquet_is_read() {
         legend(find(&figs, "fig4_first_token")),
         ["base", "sink", "asa", "run3"]
     );
+}
+
+#[test]
+fn folders_sharing_a_label_are_an_error_not_one_line() {
+    // two folders with a run or model of the same name would be drawn as one line
+    let out = tempfile::tempdir().unwrap();
+    let copy = out.path().join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    std::fs::copy(
+        tables("full").join("attention.csv"),
+        copy.join("attention.csv"),
+    )
+    .unwrap();
+    let (full, copy) = (tables("full"), copy.display().to_string());
+    let full = full.display().to_string();
+    let f = out.path().join("f").display().to_string();
+    let err = common::expect_error(&run(&["figures", &full, &copy, "--out", &f]));
+    assert!(
+        err.contains("copy/attention.csv") && err.contains("label `asa` is also in"),
+        "{err}"
+    );
+    assert!(!out.path().join("f").exists());
+    // the same folder twice is read once
+    let o = run(&["figures", &full, &full, "--out", &f]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 fn run(args: &[&str]) -> Output {

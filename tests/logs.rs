@@ -193,6 +193,32 @@ fn every_fixture_case_has_a_test() {
 }
 
 #[test]
+fn wandb_exports_with_another_x_axis_are_read_as_exports() {
+    // W&B names the first column after the chart's x axis: a step key (HF Trainer's
+    // train/global_step) or any key, recognised by the runs' __MIN / __MAX companions
+    let cases = expected_cases();
+    let case = cases
+        .iter()
+        .find(|c| c["name"] == "wandb_grad_stats")
+        .unwrap();
+    let text = std::fs::read_to_string(fixtures().join("wandb_export.csv")).unwrap();
+    for axis in ["train/global_step", "custom_x"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let renamed = text.replacen("\"Step\"", &format!("\"{axis}\""), 1);
+        std::fs::write(tmp.path().join("export.csv"), renamed).unwrap();
+        let o = run_in(
+            tmp.path(),
+            &["grad-stats", "export.csv", "--ddof", "0", "--json"],
+        );
+        assert!(o.status.success(), "{axis}: {}", stderr(&o));
+        let got: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let want = case["expect"]["grad_stats"].as_array().unwrap();
+        let got = got["grad_stats"].as_array().unwrap();
+        compare_rows(axis, "grad_stats", want, got);
+    }
+}
+
+#[test]
 fn hand_checkable_tables() {
     // hand.csv, steps 0..8: g = [3, 4, 5, 5, 5, 6, 7, 12, 50].
     //

@@ -61,9 +61,12 @@ pub fn write_table(table: &Table, path: &Path, format: Format) -> Result<()> {
 /// An output folder whose files appear all at once, or not at all.
 ///
 /// Files are written into a hidden staging folder inside the target; [`OutputDir::commit`]
-/// renames them into place. Dropping an uncommitted `OutputDir` removes the staging folder.
+/// renames them into place. Dropping an uncommitted `OutputDir` removes the staging folder,
+/// and the folders `create` made for it where they are still empty.
 pub struct OutputDir {
     target: PathBuf,
+    /// The outermost folder `create` made (`target` or a parent), if it made any.
+    made: Option<PathBuf>,
     staging: PathBuf,
     format: Format,
     files: Vec<String>,
@@ -73,6 +76,11 @@ pub struct OutputDir {
 impl OutputDir {
     /// Creates `target` (and parents) and a fresh staging folder inside it.
     pub fn create(target: &Path, format: Format) -> Result<Self> {
+        let made = target
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+            .last()
+            .map(Path::to_path_buf);
         fs::create_dir_all(target).map_err(|e| Error::io(target, e))?;
         let staging = target.join(format!(".asa-staging-{}", std::process::id()));
         if staging.exists() {
@@ -81,6 +89,7 @@ impl OutputDir {
         fs::create_dir(&staging).map_err(|e| Error::io(target, e))?;
         Ok(OutputDir {
             target: target.to_path_buf(),
+            made,
             staging,
             format,
             files: Vec::new(),
@@ -150,6 +159,14 @@ impl Drop for OutputDir {
     fn drop(&mut self) {
         if !self.committed {
             let _ = fs::remove_dir_all(&self.staging);
+            if let Some(made) = &self.made {
+                // innermost first; remove_dir leaves a folder that is not empty
+                for dir in self.target.ancestors() {
+                    if fs::remove_dir(dir).is_err() || dir == made {
+                        break;
+                    }
+                }
+            }
         }
     }
 }

@@ -36,7 +36,12 @@ impl Results {
     /// concatenated (e.g. two `analyze` outputs). A folder that does not exist is an error.
     pub fn load(dirs: &[PathBuf]) -> Result<Results> {
         let mut results = Results::default();
+        let mut seen = std::collections::HashSet::new();
         for dir in dirs {
+            // the same folder named twice is read once
+            if !seen.insert(dir.canonicalize().unwrap_or_else(|_| dir.clone())) {
+                continue;
+            }
             if !dir.is_dir() {
                 return Err(Error::input(dir, "not a results folder"));
             }
@@ -45,7 +50,7 @@ impl Results {
                     continue;
                 };
                 let table = read_table(&path)?;
-                results.insert(table, path);
+                results.insert(table, path)?;
             }
         }
         Ok(results)
@@ -56,19 +61,38 @@ impl Results {
         let mut results = Results::default();
         for t in tables {
             let path = PathBuf::from(format!("{}.csv", t.name));
-            results.insert(t, path);
+            results
+                .insert(t, path)
+                .expect("tables built in memory have distinct names");
         }
         results
     }
 
-    fn insert(&mut self, table: Table, path: PathBuf) {
+    /// Adds `table` read from `path`; an error where a model or run label of it is already
+    /// in the same table from another folder (the rows of two runs would be drawn as one).
+    fn insert(&mut self, table: Table, path: PathBuf) -> Result<()> {
         let name = table.name.clone();
+        if let Some(old) = self.tables.get(&name) {
+            let seen = table_labels(old);
+            if let Some(label) = table_labels(&table).into_iter().find(|l| seen.contains(l)) {
+                let other = self.sources[&name]
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Err(Error::input(
+                    &path,
+                    format!("label `{label}` is also in {other}; give the models or runs distinct labels (label=path) before drawing them together"),
+                ));
+            }
+        }
         self.sources.entry(name.clone()).or_default().push(path);
         let merged = match self.tables.remove(&name) {
             Some(old) => concat(old, table),
             None => table,
         };
         self.tables.insert(name, merged);
+        Ok(())
     }
 
     /// The table called `name`, if any folder had it.
@@ -95,6 +119,16 @@ impl Results {
         labels.dedup();
         labels
     }
+}
+
+/// The model and run labels in a table's `model` / `run` column.
+fn table_labels(t: &Table) -> std::collections::BTreeSet<String> {
+    ["model", "run"]
+        .iter()
+        .filter_map(|col| text(t, col))
+        .flatten()
+        .flatten()
+        .collect()
 }
 
 /// `dir/name.csv`, else `dir/name.parquet`.

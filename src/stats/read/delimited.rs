@@ -58,7 +58,7 @@ pub(super) fn read(path: &Path, request: &LogRequest, delimiter: Option<u8>) -> 
     }
 
     let mut warnings = Vec::new();
-    let wandb = headers.iter().any(|h| h == "Step") && headers.iter().any(|h| h.contains(" - "));
+    let wandb = is_wandb_export(&headers);
     let step_col = match &request.step_column {
         Some(want) => Some(headers.iter().position(|h| h == want).ok_or_else(|| {
             Error::input(
@@ -66,7 +66,11 @@ pub(super) fn read(path: &Path, request: &LogRequest, delimiter: Option<u8>) -> 
                 format!("no step column `{want}`; columns: {}", list_names(&headers)),
             )
         })?),
-        None if wandb => headers.iter().position(|h| h == "Step"),
+        // W&B writes the chart's x axis first: `Step`, or the key chosen (e.g. train/global_step)
+        None if wandb => headers
+            .iter()
+            .position(|h| h == "Step")
+            .or_else(|| (!headers[0].contains(" - ")).then_some(0)),
         None => metric::find_step(headers.iter().map(String::as_str), None)
             .and_then(|s| headers.iter().position(|h| h == s)),
     };
@@ -189,6 +193,18 @@ pub(super) fn read(path: &Path, request: &LogRequest, delimiter: Option<u8>) -> 
 type Targets = (Vec<Target>, Vec<String>, Vec<String>);
 
 /// W&B columns `<run> - <metric>`: one target per run and requested metric.
+/// Whether a header is a Weights & Biases CSV export: `<run> - <metric>` columns beside the
+/// x axis, which is `Step` by default, or any key with the `__MIN` / `__MAX` companion
+/// columns W&B writes for sampled charts, or a known step name first.
+fn is_wandb_export(headers: &[String]) -> bool {
+    let runs = headers.iter().any(|h| h.contains(" - "));
+    let step_first = metric::find_step(headers.iter().take(1).map(String::as_str), None).is_some();
+    let companions = headers
+        .iter()
+        .any(|h| h.contains(" - ") && (h.ends_with("__MIN") || h.ends_with("__MAX")));
+    runs && (headers.iter().any(|h| h == "Step") || companions || step_first)
+}
+
 fn wandb_targets(
     path: &Path,
     headers: &[String],
