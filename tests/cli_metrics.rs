@@ -235,6 +235,10 @@ fn a_tight_memory_budget_splits_the_batch_without_changing_the_metrics() {
     let batch = run["models"][0]["batch_size"].as_u64().unwrap();
     assert!((1..3).contains(&batch), "batch {batch}");
     assert_eq!(run["models"][0]["block_size"], 1);
+    // the options as asked for are recorded (5K = 5 * 1024 bytes)
+    assert_eq!(run["options"]["max_memory"], 5 * 1024);
+    assert_eq!(run["options"]["bands"], serde_json::Value::Null);
+    assert_eq!(run["options"]["device"], "auto");
     check_attention_table(&read_csv(&res.join("attention.csv")));
 }
 

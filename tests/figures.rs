@@ -554,10 +554,10 @@ fn cli_writes_every_figure_and_the_tables() {
         "{md}"
     );
     assert!(
-        md.contains("| Method | Metric | k = 6 | k = 9 | Median | MAD |"),
+        md.contains("| Method | Metric | Steps | k = 6 | k = 9 | Median | MAD |"),
         "{md}"
     );
-    assert!(md.contains("| softmax | grad_norm | 2 | 1 |"), "{md}");
+    assert!(md.contains("| softmax | grad_norm | all | 2 | 1 |"), "{md}");
 }
 
 #[test]

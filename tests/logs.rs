@@ -373,6 +373,32 @@ fn spikes_out_writes_the_table_contract() {
 }
 
 #[test]
+fn table5_names_the_step_window_of_its_counts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("res");
+    let args = ["spikes", "hand.csv", "--steps", "2..8", "--out"];
+    let o = run_in(&fixtures(), &[&args[..], &[out.to_str().unwrap()]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let figs = tmp.path().join("figs");
+    let o = run_in(
+        &fixtures(),
+        &[
+            "figures",
+            out.to_str().unwrap(),
+            "--out",
+            figs.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let md = std::fs::read_to_string(figs.join("tables4_5.md")).unwrap();
+    assert!(
+        md.contains("| Method | Metric | Steps | k = 6 | k = 9 |"),
+        "{md}"
+    );
+    assert!(md.contains("| hand | grad_norm | 2..8 |"), "{md}");
+}
+
+#[test]
 fn grad_stats_out_and_markdown() {
     let tmp = tempfile::tempdir().unwrap();
     let o = run_in(

@@ -41,12 +41,7 @@ fn table4(res: &Results) -> std::result::Result<String, String> {
         c.int_or_empty("n"),
         c.int_or_empty("ddof"),
     );
-    let window = |i: usize| match (start[i], end[i]) {
-        (Some(a), Some(b)) => format!("{a}..{b}"),
-        (Some(a), None) => format!("{a}.."),
-        (None, Some(b)) => format!("..{b}"),
-        (None, None) => "all".into(),
-    };
+    let window = |i: usize| window_cell(start[i], end[i]);
     let mut s = String::from(
         "## Table 4: gradient-norm statistics\n\n\
          Over each run's step window (half-open); std and var with the ddof shown.\n\n\
@@ -70,7 +65,18 @@ fn table4(res: &Results) -> std::result::Result<String, String> {
     Ok(s)
 }
 
-/// Table 5 rows: one per run (and metric), the spike count for each k, then median, MAD.
+/// A half-open step window `a..b` (`all` when unbounded).
+fn window_cell(start: Option<i64>, end: Option<i64>) -> String {
+    match (start, end) {
+        (Some(a), Some(b)) => format!("{a}..{b}"),
+        (Some(a), None) => format!("{a}.."),
+        (None, Some(b)) => format!("..{b}"),
+        (None, None) => "all".into(),
+    }
+}
+
+/// Table 5 rows: one per run (and metric) and step window, the spike count for each k,
+/// then median, MAD.
 fn table5(res: &Results) -> std::result::Result<String, String> {
     let t = res.get("spikes").ok_or("no spikes table")?;
     let c = Cols::new(t, "spikes.csv");
@@ -81,6 +87,7 @@ fn table5(res: &Results) -> std::result::Result<String, String> {
         c.num_or_empty("mad"),
         c.num_or_empty("mad_scale"),
     );
+    let (start, end) = (c.int_or_empty("step_start"), c.int_or_empty("step_end"));
     let mut ks: Vec<f64> = k
         .iter()
         .flatten()
@@ -89,14 +96,15 @@ fn table5(res: &Results) -> std::result::Result<String, String> {
         .collect();
     ks.sort_by(f64::total_cmp);
     ks.dedup();
-    // (run, metric) in first-seen order -> (k -> count, median, mad).
-    let mut order: Vec<(String, String)> = Vec::new();
+    // (run, metric, window) in first-seen order -> (k -> count, median, mad).
+    let mut order: Vec<(String, String, String)> = Vec::new();
     type Row = (BTreeMap<u64, f64>, Option<f64>, Option<f64>);
-    let mut rows: BTreeMap<(String, String), Row> = BTreeMap::new();
+    let mut rows: BTreeMap<(String, String, String), Row> = BTreeMap::new();
     for i in 0..t.height() {
         let key = (
             run[i].clone().unwrap_or_else(|| "-".into()),
             metric[i].clone().unwrap_or_else(|| "-".into()),
+            window_cell(start[i], end[i]),
         );
         if !rows.contains_key(&key) {
             order.push(key.clone());
@@ -116,17 +124,18 @@ fn table5(res: &Results) -> std::result::Result<String, String> {
     };
     let mut s = format!(
         "## Table 5: gradient-norm spikes\n\n\
-         Steps with g > median + k * MAD ({scale_note}).\n\n| Method | Metric |"
+         Steps with g > median + k * MAD ({scale_note}), median and MAD over each run's step \
+         window (half-open).\n\n| Method | Metric | Steps |"
     );
     for &k in &ks {
         s.push_str(&format!(" k = {} |", k_label(k)));
     }
-    s.push_str(" Median | MAD |\n|---|---|");
+    s.push_str(" Median | MAD |\n|---|---|---|");
     s.push_str(&"---:|".repeat(ks.len() + 2));
     s.push('\n');
     for key in &order {
         let (counts, med, mad) = &rows[key];
-        s.push_str(&format!("| {} | {} |", key.0, key.1));
+        s.push_str(&format!("| {} | {} | {} |", key.0, key.1, key.2));
         for k in &ks {
             let n = counts
                 .get(&k.to_bits())
