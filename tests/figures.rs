@@ -492,6 +492,28 @@ fn folders_are_merged_and_parquet_is_read() {
 }
 
 #[test]
+fn run_json_gives_each_models_variant() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        tables("full").join("attention.csv"),
+        dir.path().join("attention.csv"),
+    )
+    .unwrap();
+    let run = r#"{"models": [{"model": "base", "variant": "softmax"},
+                             {"model": "asa", "variant": "affine_scaled"}]}"#;
+    std::fs::write(dir.path().join("run.json"), run).unwrap();
+    let res = Results::load(&[dir.path().to_path_buf()]).unwrap();
+    assert_eq!(res.variants["base"], "softmax");
+    assert_eq!(res.variants["asa"], "affine_scaled");
+    // a folder without a readable run.json still loads
+    std::fs::write(dir.path().join("run.json"), "not json").unwrap();
+    assert!(Results::load(&[dir.path().to_path_buf()])
+        .unwrap()
+        .variants
+        .is_empty());
+}
+
+#[test]
 fn folders_sharing_a_label_are_an_error_not_one_line() {
     // two folders with a run or model of the same name would be drawn as one line
     let out = tempfile::tempdir().unwrap();

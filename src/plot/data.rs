@@ -29,6 +29,9 @@ pub struct Results {
     tables: BTreeMap<String, Table>,
     /// Where each table came from, for notes.
     pub sources: BTreeMap<String, Vec<PathBuf>>,
+    /// Model label -> detected attention variant, from the folders' run.json (colours
+    /// follow the method, not the label's wording, where it is known).
+    pub variants: BTreeMap<String, String>,
 }
 
 impl Results {
@@ -52,6 +55,7 @@ impl Results {
                 let table = read_table(&path)?;
                 results.insert(table, path)?;
             }
+            results.variants.extend(run_variants(dir));
         }
         Ok(results)
     }
@@ -119,6 +123,30 @@ impl Results {
         labels.dedup();
         labels
     }
+}
+
+/// Model label -> variant of the models `analyze` recorded in `dir/run.json`; empty when
+/// the folder has none or it is not readable (the tables alone still draw every figure).
+fn run_variants(dir: &Path) -> BTreeMap<String, String> {
+    let Ok(text) = std::fs::read_to_string(dir.join("run.json")) else {
+        return BTreeMap::new();
+    };
+    let Ok(run) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return BTreeMap::new();
+    };
+    let models = run["models"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    models
+        .iter()
+        .filter_map(|m| {
+            Some((
+                m["model"].as_str()?.to_string(),
+                m["variant"].as_str()?.to_string(),
+            ))
+        })
+        .collect()
 }
 
 /// The model and run labels in a table's `model` / `run` column.

@@ -135,7 +135,7 @@ pub const FIGURES: [(&str, fn(&mut Ctx) -> Built); 12] = [
 /// Builds every figure whose tables exist; skipped ones become notes.
 pub fn build_figures(res: &Results, opts: &FigureOptions) -> (Vec<Figure>, Vec<String>) {
     let labels = res.labels();
-    let pal = Palette::new(labels.iter().map(String::as_str));
+    let pal = Palette::with_variants(labels.iter().map(String::as_str), &res.variants);
     let mut ctx = Ctx::new(res, &pal, opts);
     let mut figures = Vec::new();
     for (name, build) in FIGURES {

@@ -35,6 +35,21 @@ pub enum Method {
 }
 
 impl Method {
+    /// The method of a detected attention variant (run.json's `variant`), if known.
+    pub fn of_variant(variant: &str) -> Option<Method> {
+        Some(match variant {
+            "softmax" => Method::Baseline,
+            "sink" => Method::Sink,
+            "off_by_one" => Method::OffByOne,
+            "gated" => Method::Gated,
+            "affine_scaled" => Method::Affine,
+            "affine_scaled_gated" => Method::AffineGated,
+            "scale_invariant" => Method::ScaleInvariant,
+            "logn" => Method::LogN,
+            _ => return None,
+        })
+    }
+
     /// Classifies a free-form label by keywords, e.g. `asa-1b` -> Affine,
     /// `gated_asa` -> AffineGated, `softmax` -> Baseline, `run3` -> Other.
     pub fn of_label(label: &str) -> Method {
@@ -129,18 +144,34 @@ fn variant(c: RGBColor, k: usize) -> RGBColor {
 #[derive(Debug, Clone, Default)]
 pub struct Palette {
     colors: BTreeMap<String, RGBColor>,
+    /// The method of each label: its detected variant where known, else its keywords.
+    methods: BTreeMap<String, Method>,
 }
 
 impl Palette {
-    /// Assigns colours to every label (order of input does not matter).
+    /// Assigns colours to every label by its keywords (order of input does not matter).
     pub fn new<'a>(labels: impl IntoIterator<Item = &'a str>) -> Palette {
-        let mut sorted: Vec<&str> = labels.into_iter().collect();
-        sorted.sort_by(|a, b| (Method::of_label(a), *a).cmp(&(Method::of_label(b), *b)));
-        sorted.dedup();
+        Palette::with_variants(labels, &BTreeMap::new())
+    }
+
+    /// Assigns colours to every label, by its detected attention variant where `variants`
+    /// (label -> variant name, from run.json) knows it, else by its keywords.
+    pub fn with_variants<'a>(
+        labels: impl IntoIterator<Item = &'a str>,
+        variants: &BTreeMap<String, String>,
+    ) -> Palette {
+        let methods: BTreeMap<String, Method> = labels
+            .into_iter()
+            .map(|l| {
+                let known = variants.get(l).and_then(|v| Method::of_variant(v));
+                (l.to_string(), known.unwrap_or_else(|| Method::of_label(l)))
+            })
+            .collect();
+        let mut sorted: Vec<(&Method, &String)> = methods.iter().map(|(l, m)| (m, l)).collect();
+        sorted.sort();
         let mut per_method: BTreeMap<Method, usize> = BTreeMap::new();
         let mut colors = BTreeMap::new();
-        for label in sorted {
-            let method = Method::of_label(label);
+        for (&method, label) in sorted {
             let k = per_method.entry(method).or_default();
             let color = match method.color() {
                 Some(c) => variant(c, *k),
@@ -149,7 +180,15 @@ impl Palette {
             *k += 1;
             colors.insert(label.to_string(), color);
         }
-        Palette { colors }
+        Palette { colors, methods }
+    }
+
+    /// The label's method (keywords for a label the palette was not built with).
+    fn method(&self, label: &str) -> Method {
+        self.methods
+            .get(label)
+            .copied()
+            .unwrap_or_else(|| Method::of_label(label))
     }
 
     /// The label's colour (a neutral grey for a label the palette was not built with).
@@ -163,7 +202,7 @@ impl Palette {
     /// `labels` in legend order: by method (baseline first), then by label.
     pub fn order(&self, labels: impl IntoIterator<Item = String>) -> Vec<String> {
         let mut v: Vec<String> = labels.into_iter().collect();
-        v.sort_by(|a, b| (Method::of_label(a), a).cmp(&(Method::of_label(b), b)));
+        v.sort_by(|a, b| (self.method(a), a).cmp(&(self.method(b), b)));
         v.dedup();
         v
     }
@@ -289,6 +328,25 @@ fn measure(text: &str, size: f64, style: FontStyle) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn detected_variants_colour_labels_that_name_no_method() {
+        // the folder names of three checkpoints; run.json says what they are
+        let variants: BTreeMap<String, String> = [
+            ("llama_gqa", "softmax"),
+            ("zeta", "affine_scaled"),
+            ("mid", "off_by_one"),
+        ]
+        .map(|(l, v)| (l.to_string(), v.to_string()))
+        .into();
+        let pal = Palette::with_variants(["llama_gqa", "zeta", "mid", "run3"], &variants);
+        assert_eq!(pal.color("llama_gqa"), Method::Baseline.color().unwrap());
+        assert_eq!(pal.color("zeta"), Method::Affine.color().unwrap());
+        assert_eq!(pal.color("mid"), Method::OffByOne.color().unwrap());
+        assert_eq!(pal.color("run3"), FALLBACK[0]);
+        let order = pal.order(["zeta", "run3", "mid", "llama_gqa"].map(String::from));
+        assert_eq!(order, ["llama_gqa", "mid", "zeta", "run3"]);
+    }
 
     #[test]
     fn labels_map_to_methods() {
