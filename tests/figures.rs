@@ -327,10 +327,10 @@ fn training_curves_late_window_and_spikes() {
     }
     assert_eq!(count_text(&svg, "training loss (nats/token)"), 1);
 
-    // Steps 0..=99: the late window is the last 20%, from step 79.
+    // Steps 0..=99: the late window is the last 20%, the 20 steps from 80.
     let f10 = find(&figs, "fig10_loss_late");
     assert!(
-        f10.title.contains("steps 79–99, last 20% of the run"),
+        f10.title.contains("steps 80–99, last 20% of the run"),
         "{}",
         f10.title
     );

@@ -360,7 +360,8 @@ fn late_window(ctx: &Ctx, data: &Curves) -> (StepWindow, String) {
     let (lo, hi) = steps.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), s| {
         (a.min(s), b.max(s))
     });
-    let start = (hi - ctx.opts.late_fraction * (hi - lo)).floor() as i64;
+    // steps 0..=9999 at 20%: 8000..=9999, 2000 steps
+    let start = (hi - ctx.opts.late_fraction * (hi - lo)).ceil() as i64;
     let end = hi as i64;
     let pct = (ctx.opts.late_fraction * 100.0).round();
     (
