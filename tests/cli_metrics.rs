@@ -510,12 +510,18 @@ fn layer_out_of_range_is_an_error() {
 }
 
 #[test]
-fn options_that_leave_nothing_to_compute_are_errors() {
+fn bad_option_values_are_one_line_errors() {
     let model = model_dir("llama_gqa").display().to_string();
     for (option, value, needle) in [
         ("--bins", "0", "--bins must be at least 1"),
         ("--size", "0", "--size must be at least 1"),
+        ("--batch-size", "0", "--batch-size must be at least 1"),
         ("--min-query", "16", "--min-query 16 leaves no query"),
+        ("--sink-eps", "nan", "--sink-eps must be a finite number"),
+        // clap's own errors, kept to one line
+        ("--dtype", "f64", "invalid value 'f64' for '--dtype"),
+        ("--format", "xlsx", "[possible values: csv, parquet]"),
+        ("--no-such-option", "1", "unexpected argument '--no-such-option'"),
     ] {
         let tmp = tempfile::tempdir().unwrap();
         let args = [

@@ -171,9 +171,20 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
     if let Some(b) = args.block_size {
         crate::analysis::plan::check_block(b)?;
     }
-    if args.bins == 0 || args.size == 0 {
-        let name = if args.bins == 0 { "--bins" } else { "--size" };
-        return Err(Error::usage(format!("{name} must be at least 1")));
+    for (name, value) in [
+        ("--bins", args.bins),
+        ("--size", args.size),
+        ("--batch-size", args.batch_size),
+    ] {
+        if value == 0 {
+            return Err(Error::usage(format!("{name} must be at least 1")));
+        }
+    }
+    if !args.sink_eps.is_finite() {
+        return Err(Error::usage(format!(
+            "--sink-eps must be a finite number, got {}",
+            args.sink_eps
+        )));
     }
     let map = WeightMap::from_option(args.weight_map.as_deref())?;
     let mut out = OutputDir::create(&args.out, args.format)?;

@@ -71,7 +71,20 @@ enum Command {
 /// Runs the CLI with the process arguments; returns the exit code.
 pub fn main() -> ExitCode {
     exit_quietly_on_broken_pipe();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help, --version (stdout, status 0), and no command at all: the help itself
+        Err(e)
+            if !e.use_stderr()
+                || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
+        {
+            e.exit()
+        }
+        Err(e) => {
+            eprintln!("asa-analyze: {}", usage_line(&e));
+            return ExitCode::from(2);
+        }
+    };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -80,6 +93,21 @@ pub fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// clap's usage error as one line: its message (with any tip or list of values) without
+/// the usage block, e.g. "invalid value 'f64' for '--dtype <DTYPE>': ... (see --help)".
+fn usage_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let parts: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let message = parts.join(" ");
+    let message = message.strip_prefix("error: ").unwrap_or(&message);
+    format!("{message} (see --help)")
 }
 
 fn run(cli: Cli) -> Result<()> {
