@@ -521,7 +521,11 @@ fn bad_option_values_are_one_line_errors() {
         // clap's own errors, kept to one line
         ("--dtype", "f64", "invalid value 'f64' for '--dtype"),
         ("--format", "xlsx", "[possible values: csv, parquet]"),
-        ("--no-such-option", "1", "unexpected argument '--no-such-option'"),
+        (
+            "--no-such-option",
+            "1",
+            "unexpected argument '--no-such-option'",
+        ),
     ] {
         let tmp = tempfile::tempdir().unwrap();
         let args = [
@@ -562,6 +566,19 @@ fn unwritable_output_folder_is_an_error() {
     );
     let err = expect_error(&out);
     assert!(err.contains("taken/results"), "{err}");
+    // --out naming the file itself
+    let args = [
+        "entropy",
+        &model,
+        "--seq-len",
+        "16",
+        "--num-seqs",
+        "1",
+        "--out",
+        "taken",
+    ];
+    let err = expect_error(&run_cli(tmp.path(), &args));
+    assert!(err.contains("taken: the output folder is a file"), "{err}");
 }
 
 #[test]

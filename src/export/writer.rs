@@ -76,6 +76,12 @@ pub struct OutputDir {
 impl OutputDir {
     /// Creates `target` (and parents) and a fresh staging folder inside it.
     pub fn create(target: &Path, format: Format) -> Result<Self> {
+        if target.exists() && !target.is_dir() {
+            return Err(Error::input(
+                target,
+                "the output folder is a file; name a folder with --out",
+            ));
+        }
         let made = target
             .ancestors()
             .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
