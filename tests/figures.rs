@@ -412,6 +412,23 @@ fn one_colour_per_label_across_figures() {
 }
 
 #[test]
+fn heatmap_positions_out_of_range_are_noted_not_allocated() {
+    // query 200000 once asked for a 4e10-cell grid (the process was killed at 24 GB)
+    let dir = tempfile::tempdir().unwrap();
+    let rows = "model,layer,query,key,value\nm,1,0,0,0.5\nm,1,200000,0,0.5\nm,1,1,-5,0.5\n";
+    std::fs::write(dir.path().join("heatmap.csv"), rows).unwrap();
+    let res = Results::load(&[dir.path().to_path_buf()]).unwrap();
+    let (figs, notes) = build_figures(&res, &FigureOptions::default());
+    render(find(&figs, "fig9_heatmap"));
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("2 rows with a position outside")),
+        "{notes:?}"
+    );
+}
+
+#[test]
 fn degenerate_tables_do_not_panic() {
     let (figs, notes) = build_figures(&load(&["degenerate"]), &FigureOptions::default());
     for f in &figs {

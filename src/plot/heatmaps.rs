@@ -107,6 +107,10 @@ pub fn fig5_head_total(ctx: &mut Ctx) -> Built {
     Ok(f)
 }
 
+/// The largest position Fig. 9 draws (`--size` is 30 by default): a table naming query
+/// 200000 would otherwise ask for a grid of 4e10 cells.
+const MAX_HEATMAP_POSITION: i64 = 1024;
+
 /// Fig. 9: mean attention a_ij for i, j < 30 of one layer (mean over heads and
 /// sequences), one panel per model, query 0 at the top, one colour scale for all panels.
 /// Keys a query cannot see (j > i) are grey.
@@ -122,11 +126,15 @@ pub fn fig9_heatmap(ctx: &mut Ctx) -> Built {
     );
     let layer = c.int_or_empty("layer");
     let mut maps: BTreeMap<String, (Option<i64>, Cells)> = BTreeMap::new();
-    let (mut nan, mut other) = (0, 0);
+    let (mut nan, mut other, mut outside) = (0, 0, 0);
     for i in 0..t.height() {
         let (Some(m), Some(q), Some(k)) = (&model[i], query[i], key[i]) else {
             continue;
         };
+        if !(0..MAX_HEATMAP_POSITION).contains(&q) || !(0..MAX_HEATMAP_POSITION).contains(&k) {
+            outside += 1;
+            continue;
+        }
         let e = maps
             .entry(m.clone())
             .or_insert_with(|| (layer[i], BTreeMap::new()));
@@ -143,6 +151,12 @@ pub fn fig9_heatmap(ctx: &mut Ctx) -> Built {
     }
     if nan > 0 {
         ctx.note(FIG, format!("{nan} non-finite weights left blank"));
+    }
+    if outside > 0 {
+        ctx.note(
+            FIG,
+            format!("{outside} rows with a position outside 0..{MAX_HEATMAP_POSITION} not drawn"),
+        );
     }
     if other > 0 {
         ctx.note(
