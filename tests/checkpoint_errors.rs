@@ -129,6 +129,40 @@ fn inspect_reports_variant_detection_and_delta_params() {
     assert_eq!(json["delta_parameters"], 2 * (132 + 1024));
 }
 
+#[test]
+fn config_values_that_give_nan_metrics_or_bad_ids_are_errors() {
+    // rms_norm_eps < 0 made every norm NaN (exit 0 with NaN tables); a BOS id past the
+    // vocabulary was reported without naming config.json
+    let cases: [(&str, serde_json::Value, &str); 4] = [
+        (
+            "rms_norm_eps",
+            (-1.0).into(),
+            "rms_norm_eps -1 must be a finite number >= 0",
+        ),
+        (
+            "bos_token_id",
+            100_000.into(),
+            "bos_token_id 100000 is out of range for vocab_size",
+        ),
+        (
+            "eos_token_id",
+            serde_json::json!([100_000, 1]),
+            "eos_token_id 100000 is out of range",
+        ),
+        ("bos_token_id", 100_000.into(), "config.json: "),
+    ];
+    for (field, value, says) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        copy_fixture("llama_gqa", tmp.path());
+        edit_config(tmp.path(), |c| c[field] = value.clone());
+        for args in [&["inspect", "."][..], &["entropy", ".", "--out", "res"][..]] {
+            let err = expect_error(&run_cli(tmp.path(), args));
+            assert!(err.contains(says), "{field} = {value}, {args:?}: {err}");
+            assert!(!tmp.path().join("res").exists());
+        }
+    }
+}
+
 // ---- issue 10: scale_invariant, logn, p-RoPE, Qwen3 ----
 
 #[test]

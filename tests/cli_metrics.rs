@@ -599,3 +599,119 @@ fn cuda_without_the_feature_is_a_clear_error() {
     );
     assert_no_output(&tmp.path().join("o"));
 }
+
+/// The values of the per-layer table titled `title` on stdout, one per layer.
+fn layer_table(stdout: &str, title: &str) -> Vec<f64> {
+    let mut lines = stdout.lines().skip_while(|l| !l.starts_with(title)).skip(2);
+    let mut values = Vec::new();
+    while let Some(line) = lines.next().filter(|l| !l.trim().is_empty()) {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cells[0], (values.len() + 1).to_string(), "{stdout}");
+        values.push(cells[1].parse().unwrap());
+    }
+    assert!(!values.is_empty(), "no table `{title}`: {stdout}");
+    values
+}
+
+#[test]
+fn alpha_and_sink_print_their_values_per_layer() {
+    // they printed a summary row of dashes; now a per-layer table of the mean over heads,
+    // here against the float64 references (mean of the 4 heads' values, 4 decimals shown)
+    let tmp = tempfile::tempdir().unwrap();
+    for (command, fixture, title, reference) in [
+        (
+            "alpha",
+            "affine_scaled",
+            "alpha (mean over heads)",
+            "/alpha/mean",
+        ),
+        ("sink", "sink", "sink_mass (mean over heads)", "/sink_mass"),
+    ] {
+        let corpus = ids_corpus(fixture, tmp.path());
+        let model = model_dir(fixture).display().to_string();
+        let out = run_cli(
+            tmp.path(),
+            &[
+                command,
+                &model,
+                "--corpus",
+                &corpus,
+                "--seq-len",
+                "20",
+                "--num-seqs",
+                "3",
+                "--bos",
+                "never",
+                "--quiet",
+                "--out",
+                command,
+            ],
+        );
+        let stdout = expect_success(&out);
+        assert!(!stdout.contains(" -"), "a dash on stdout: {stdout}");
+        let want = reference_metrics(fixture);
+        let want: Vec<f64> = want
+            .pointer(reference)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|heads| {
+                let heads = heads.as_array().unwrap();
+                heads.iter().map(|h| h.as_f64().unwrap()).sum::<f64>() / heads.len() as f64
+            })
+            .collect();
+        let got = layer_table(&stdout, title);
+        assert_eq!(got.len(), want.len(), "{stdout}");
+        for (g, w) in got.iter().zip(&want) {
+            // 5e-5 for the 4 decimals shown, 1e-5 for the float32 forward pass
+            assert!((g - w).abs() <= 6e-5, "{command}: {g} vs {w}: {stdout}");
+        }
+    }
+}
+
+#[test]
+fn alpha_of_a_model_without_alpha_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model_dir("llama_gqa").display().to_string();
+    let out = run_cli(
+        tmp.path(),
+        &[
+            "alpha",
+            &model,
+            "--seq-len",
+            "16",
+            "--num-seqs",
+            "1",
+            "--quiet",
+        ],
+    );
+    let stdout = expect_success(&out);
+    assert!(
+        stdout.contains("alpha: none of these models computes it"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn analyze_option_checks_before_any_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model_dir("llama_gqa").display().to_string();
+    let cases: [(&[&str], &str); 2] = [
+        (
+            &["--tokenizer", "nope.json"],
+            "nope.json: no such file (--tokenizer)",
+        ),
+        (
+            &["--seq-len", "100000000", "--num-seqs", "100"],
+            "asks for more than 268435456 tokens",
+        ),
+    ];
+    for (extra, says) in cases {
+        let mut args = vec!["entropy", model.as_str(), "--out", "res", "--quiet"];
+        args.extend_from_slice(extra);
+        let err = expect_error(&run_cli(tmp.path(), &args));
+        assert!(err.contains(says), "{extra:?}: {err}");
+        assert!(!tmp.path().join("res").exists());
+    }
+}

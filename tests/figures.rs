@@ -632,3 +632,49 @@ fn cli_notes_skipped_figures_and_rejects_a_missing_folder() {
     assert!(err.contains("nope: not a results folder"), "{err}");
     assert!(!dest.exists(), "no output folder on bad input");
 }
+
+#[test]
+fn unparsable_cells_are_errors_naming_line_and_column() {
+    // a value that is no number, or a layer that is no integer, would have been drawn as a
+    // gap (read as empty); it is bad input instead
+    let out = tempfile::tempdir().unwrap();
+    let full = std::fs::read_to_string(tables("full").join("attention.csv")).unwrap();
+    let header = full.lines().next().unwrap();
+    let cols: Vec<&str> = header.split(',').collect();
+    let (value, layer) = (
+        cols.iter().position(|c| *c == "value").unwrap(),
+        cols.iter().position(|c| *c == "layer").unwrap(),
+    );
+    for (column, cell, says) in [
+        (
+            value,
+            "0.5x",
+            "line 3, column `value`: `0.5x` is not a number",
+        ),
+        (
+            layer,
+            "1.5",
+            "line 3, column `layer`: `1.5` is not an integer",
+        ),
+    ] {
+        let dir = out.path().join(format!("bad{column}"));
+        std::fs::create_dir(&dir).unwrap();
+        let mut lines: Vec<String> = full.lines().map(str::to_string).collect();
+        let mut row: Vec<String> = lines[2].split(',').map(str::to_string).collect();
+        row[column] = cell.to_string();
+        lines[2] = row.join(",");
+        std::fs::write(dir.join("attention.csv"), lines.join("\n") + "\n").unwrap();
+        let dest = out.path().join(format!("figs{column}"));
+        let err = common::expect_error(&run(&[
+            "figures",
+            dir.to_str().unwrap(),
+            "--out",
+            dest.to_str().unwrap(),
+        ]));
+        assert!(
+            err.contains("attention.csv: ") && err.contains(says),
+            "{err}"
+        );
+        assert!(!dest.exists(), "no output folder on bad input");
+    }
+}

@@ -564,6 +564,25 @@ fn truncated_event_file_is_read_up_to_the_cut() {
     );
 }
 
+#[test]
+fn an_event_file_without_one_whole_record_is_named() {
+    // the folder's only event file holds 5 bytes: the error names that file, not the folder
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    std::fs::create_dir(&run).unwrap();
+    std::fs::write(run.join("events.out.tfevents.1.host"), [1u8, 2, 3, 4, 5]).unwrap();
+    let o = run_in(tmp.path(), &["spikes", "run"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(
+            "run/events.out.tfevents.1.host: event file holds no complete record (5 bytes)"
+        ),
+        "{err}"
+    );
+}
+
 /// Bad input: exit 2, one line on stderr naming `needle_file` and `needle`, nothing
 /// on stdout, nothing under --out.
 fn assert_bad(args: &[&str], needle_file: &str, needle: &str) {
@@ -586,6 +605,22 @@ fn assert_bad(args: &[&str], needle_file: &str, needle: &str) {
         listing(&out).is_empty(),
         "{args:?}: partial output {:?}",
         listing(&out)
+    );
+}
+
+#[test]
+fn bad_rows_and_headers_that_leave_a_value_unattributed() {
+    // line 3 holds a third value the header names no column for; line 2's trailing
+    // delimiter (an empty third cell) is fine
+    assert_bad(
+        &["spikes", "bad/extra_field.csv"],
+        "extra_field.csv",
+        "line 3: 3 fields, but the header names 2 columns",
+    );
+    assert_bad(
+        &["grad-stats", "bad/duplicate_column.csv"],
+        "duplicate_column.csv",
+        "column `grad_norm` appears more than once",
     );
 }
 

@@ -565,6 +565,9 @@ def main():
     (OUT / "bad" / "empty.jsonl").write_text("\n\n")
     (OUT / "bad" / "broken.jsonl").write_text('{"step": 0, "grad_norm": 1.0}\n{"step": 1, "grad_norm": \n')
     (OUT / "bad" / "ambiguous.csv").write_text("step,train/grad_norm,gradient_norm\n0,1.0,1.0\n")
+    # a row with a value the header has no column for (a trailing delimiter is fine)
+    (OUT / "bad" / "extra_field.csv").write_text("step,grad_norm\n0,1.0,\n1,2.0,7\n2,3.0\n")
+    (OUT / "bad" / "duplicate_column.csv").write_text("step,grad_norm,lr,grad_norm\n0,1.0,0.1,2.0\n")
 
     with open(OUT / "expected.json", "w") as f:
         json.dump(dict(generated_by="tools/make_log_fixtures.py", cases=cases), f, indent=1)

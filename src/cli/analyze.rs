@@ -180,11 +180,24 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
             return Err(Error::usage(format!("{name} must be at least 1")));
         }
     }
+    // beyond any analysis that finishes; refused before the built-in text is generated
+    const MAX_TOKENS: usize = 1 << 28;
+    if args.seq_len.saturating_mul(args.num_seqs) > MAX_TOKENS {
+        return Err(Error::usage(format!(
+            "--seq-len {} x --num-seqs {} asks for more than {MAX_TOKENS} tokens",
+            args.seq_len, args.num_seqs
+        )));
+    }
     if !args.sink_eps.is_finite() {
         return Err(Error::usage(format!(
             "--sink-eps must be a finite number, got {}",
             args.sink_eps
         )));
+    }
+    if let Some(file) = &args.tokenizer {
+        if !file.is_file() {
+            return Err(Error::input(file, "no such file (--tokenizer)"));
+        }
     }
     let map = WeightMap::from_option(args.weight_map.as_deref())?;
     let mut out = OutputDir::create(&args.out, args.format)?;

@@ -116,7 +116,7 @@ impl TrainSettings {
             optim: OptimConfig {
                 lr: self.lr,
                 weight_decay: self.weight_decay,
-                grad_clip: (self.grad_clip > 0.0).then_some(self.grad_clip),
+                grad_clip: (self.grad_clip != 0.0).then_some(self.grad_clip),
                 ..OptimConfig::default()
             },
             seed: self.seed,

@@ -3,11 +3,13 @@
 //! rename), as CSV or Parquet.
 
 mod attention_tables;
+mod interrupt;
 mod reader;
 mod table;
 mod writer;
 
 pub use attention_tables::{attention_tables, decade_bins, qk_series_table};
+pub use interrupt::INTERRUPTED_STATUS;
 pub use reader::read_table;
 pub use table::{Column, Table};
 pub use writer::{write_table, Format, OutputDir};

@@ -69,8 +69,17 @@ pub struct OutputDir {
     made: Option<PathBuf>,
     staging: PathBuf,
     format: Format,
-    files: Vec<String>,
+    /// Staged entries in commit order: a file name, or a folder that replaces its namesake.
+    files: Vec<Staged>,
     committed: bool,
+}
+
+/// One entry of the staging folder, moved into the target on commit.
+struct Staged {
+    /// Path relative to the staging folder and the target.
+    name: String,
+    /// A folder that replaces an existing folder of its name (a file never replaces a folder).
+    folder: bool,
 }
 
 impl OutputDir {
@@ -88,11 +97,13 @@ impl OutputDir {
             .last()
             .map(Path::to_path_buf);
         fs::create_dir_all(target).map_err(|e| Error::io(target, e))?;
-        let staging = target.join(format!(".asa-staging-{}", std::process::id()));
+        remove_stale_staging(target);
+        let staging = target.join(format!("{STAGING_PREFIX}{}", std::process::id()));
         if staging.exists() {
             fs::remove_dir_all(&staging).map_err(|e| Error::io(&staging, e))?;
         }
         fs::create_dir(&staging).map_err(|e| Error::io(target, e))?;
+        super::interrupt::register(&staging, made.as_deref(), target);
         Ok(OutputDir {
             target: target.to_path_buf(),
             made,
@@ -117,7 +128,7 @@ impl OutputDir {
     pub fn write(&mut self, table: &Table) -> Result<()> {
         let file = format!("{}.{}", table.name, self.format.extension());
         write_table(table, &self.staging.join(&file), self.format)?;
-        self.files.push(file);
+        self.push(file, false);
         Ok(())
     }
 
@@ -128,7 +139,7 @@ impl OutputDir {
             fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
         }
         fs::write(&path, bytes).map_err(|e| Error::io(&path, e))?;
-        self.files.push(file.to_string());
+        self.push(file.to_string(), false);
         Ok(())
     }
 
@@ -139,23 +150,82 @@ impl OutputDir {
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
         }
-        self.files.push(file.to_string());
+        self.push(file.to_string(), false);
         Ok(path)
     }
 
+    /// A folder inside the staging folder that the caller fills (e.g. `checkpoints`); on
+    /// commit it replaces a folder of the same name in the target, whole.
+    pub fn staged_folder(&mut self, name: &str) -> Result<PathBuf> {
+        let path = self.staging.join(name);
+        fs::create_dir_all(&path).map_err(|e| Error::io(&path, e))?;
+        self.push(name.to_string(), true);
+        Ok(path)
+    }
+
+    /// Where a staged entry lands on commit.
+    pub fn final_path(&self, name: &str) -> PathBuf {
+        self.target.join(name)
+    }
+
+    fn push(&mut self, name: String, folder: bool) {
+        self.files.retain(|s| s.name != name);
+        self.files.push(Staged { name, folder });
+    }
+
+    /// Checks that every staged entry can be moved into place, before any is: a folder in
+    /// the way of a file, or a file in the way of a folder, fails the commit with nothing
+    /// moved.
+    fn check_targets(&self) -> Result<()> {
+        for entry in &self.files {
+            let to = self.target.join(&entry.name);
+            let mut dir = to.parent();
+            while let Some(d) = dir {
+                if d == self.target {
+                    break;
+                }
+                if d.exists() && !d.is_dir() {
+                    return Err(Error::input(d, "is a file where the output needs a folder"));
+                }
+                dir = d.parent();
+            }
+            if entry.folder && to.exists() && !to.is_dir() {
+                return Err(Error::input(
+                    &to,
+                    "is a file where the output needs a folder",
+                ));
+            }
+            if !entry.folder && to.is_dir() {
+                return Err(Error::input(
+                    &to,
+                    "is a folder where the output needs a file; move it away",
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Moves every staged file into the target folder; returns their final paths.
+    /// Nothing is moved when any entry could not be (see `check_targets`).
     pub fn commit(mut self) -> Result<Vec<PathBuf>> {
+        self.check_targets()?;
+        let mut commit = super::interrupt::Commit::begin();
         let mut done = Vec::new();
-        for file in &self.files {
-            let from = self.staging.join(file);
-            let to = self.target.join(file);
+        for entry in &self.files {
+            let from = self.staging.join(&entry.name);
+            let to = self.target.join(&entry.name);
             if let Some(parent) = to.parent() {
                 fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+            }
+            if entry.folder && to.is_dir() {
+                fs::remove_dir_all(&to).map_err(|e| Error::io(&to, e))?;
             }
             fs::rename(&from, &to).map_err(|e| Error::io(&to, e))?;
             done.push(to);
         }
         self.committed = true;
+        commit.done(&self.staging);
+        drop(commit);
         let _ = fs::remove_dir_all(&self.staging);
         Ok(done)
     }
@@ -164,15 +234,135 @@ impl OutputDir {
 impl Drop for OutputDir {
     fn drop(&mut self) {
         if !self.committed {
-            let _ = fs::remove_dir_all(&self.staging);
-            if let Some(made) = &self.made {
-                // innermost first; remove_dir leaves a folder that is not empty
-                for dir in self.target.ancestors() {
-                    if fs::remove_dir(dir).is_err() || dir == made {
-                        break;
-                    }
-                }
+            super::interrupt::unregister(&self.staging);
+            remove_uncommitted(&self.staging, self.made.as_deref(), &self.target);
+        }
+    }
+}
+
+/// Name of a staging folder, followed by the process id.
+const STAGING_PREFIX: &str = ".asa-staging-";
+
+/// Removes staging folders in `target` left by processes that no longer run (killed
+/// before they could clean up); another run's live folder is left alone.
+fn remove_stale_staging(target: &Path) {
+    let Ok(entries) = fs::read_dir(target) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(STAGING_PREFIX))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !process_alive(pid) {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+#[cfg(unix)]
+fn process_alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return true;
+    };
+    // SAFETY: signal 0 sends nothing; it only asks whether the process exists
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+#[cfg(not(unix))]
+fn process_alive(_pid: u32) -> bool {
+    true
+}
+
+/// Removes a staging folder and the folders made for it that are empty (innermost first;
+/// `remove_dir` leaves a folder that is not empty).
+pub(super) fn remove_uncommitted(staging: &Path, made: Option<&Path>, target: &Path) {
+    let _ = fs::remove_dir_all(staging);
+    if let Some(made) = made {
+        for dir in target.ancestors() {
+            if fs::remove_dir(dir).is_err() || dir == made {
+                break;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stage(target: &Path, files: &[&str]) -> OutputDir {
+        let mut out = OutputDir::create(target, Format::Csv).unwrap();
+        for f in files {
+            out.write_bytes(f, f.as_bytes()).unwrap();
+        }
+        out
+    }
+
+    #[test]
+    fn a_folder_in_the_way_fails_the_commit_before_anything_moves() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out");
+        std::fs::create_dir_all(target.join("b.csv")).unwrap();
+        let out = stage(&target, &["a.csv", "b.csv", "c.csv"]);
+        let err = out.commit().unwrap_err().to_string();
+        assert!(err.contains("b.csv: is a folder"), "{err}");
+        assert!(
+            !target.join("a.csv").exists(),
+            "a.csv moved before the clash"
+        );
+        let left: Vec<_> = std::fs::read_dir(&target).unwrap().collect();
+        assert_eq!(left.len(), 1, "only the folder in the way is left");
+    }
+
+    #[test]
+    fn a_file_in_the_way_of_a_subfolder_fails_the_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out");
+        std::fs::create_dir_all(&target).unwrap();
+        std::fs::write(target.join("figures"), "x").unwrap();
+        let out = stage(&target, &["a.csv", "figures/fig1.svg"]);
+        assert!(out.commit().is_err());
+        assert!(!target.join("a.csv").exists());
+    }
+
+    #[test]
+    fn a_dead_process_staging_folder_is_cleaned_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out");
+        // Linux pids stop at 2^22 (pid_max's ceiling); pid 1 (init) always runs
+        let (dead, alive) = (
+            target.join(format!("{STAGING_PREFIX}{}", (1u32 << 22) + 1)),
+            target.join(format!("{STAGING_PREFIX}1")),
+        );
+        std::fs::create_dir_all(dead.join("checkpoints")).unwrap();
+        std::fs::create_dir_all(&alive).unwrap();
+        let out = stage(&target, &["a.csv"]);
+        assert!(!dead.exists(), "stale staging folder kept");
+        assert!(alive.exists(), "a live process's staging folder removed");
+        out.commit().unwrap();
+    }
+
+    #[test]
+    fn a_staged_folder_replaces_its_namesake_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out");
+        std::fs::create_dir_all(target.join("checkpoints/step-9")).unwrap();
+        let mut out = OutputDir::create(&target, Format::Csv).unwrap();
+        let ckpts = out.staged_folder("checkpoints").unwrap();
+        std::fs::create_dir(ckpts.join("step-1")).unwrap();
+        assert_eq!(out.final_path("checkpoints"), target.join("checkpoints"));
+        out.commit().unwrap();
+        assert!(target.join("checkpoints/step-1").is_dir());
+        assert!(!target.join("checkpoints/step-9").exists());
+        let hidden = std::fs::read_dir(&target)
+            .unwrap()
+            .any(|e| e.unwrap().file_name().to_string_lossy().starts_with('.'));
+        assert!(!hidden, "staging folder left behind");
     }
 }

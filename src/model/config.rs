@@ -296,6 +296,27 @@ impl RawConfig {
             }
             other => other,
         };
+        let vocab_size = required(self.vocab_size, "vocab_size", path)?;
+        let rms_norm_eps = self.rms_norm_eps.unwrap_or(1e-6);
+        if !(rms_norm_eps.is_finite() && rms_norm_eps >= 0.0) {
+            return Err(Error::input(
+                path,
+                format!("rms_norm_eps {rms_norm_eps} must be a finite number >= 0"),
+            ));
+        }
+        let (bos_token_id, eos_token_id) =
+            (token_id(&self.bos_token_id), token_id(&self.eos_token_id));
+        for (field, id) in [
+            ("bos_token_id", bos_token_id),
+            ("eos_token_id", eos_token_id),
+        ] {
+            if let Some(id) = id.filter(|&id| id as usize >= vocab_size) {
+                return Err(Error::input(
+                    path,
+                    format!("{field} {id} is out of range for vocab_size {vocab_size}"),
+                ));
+            }
+        }
         Ok(ModelConfig {
             architecture,
             hidden_size,
@@ -304,16 +325,16 @@ impl RawConfig {
             num_heads,
             num_kv_heads,
             head_dim,
-            vocab_size: required(self.vocab_size, "vocab_size", path)?,
-            rms_norm_eps: self.rms_norm_eps.unwrap_or(1e-6),
+            vocab_size,
+            rms_norm_eps,
             max_position_embeddings: self.max_position_embeddings.unwrap_or(2048),
             tie_word_embeddings: self.tie_word_embeddings.unwrap_or(false),
             qkv_bias,
             o_bias,
             mlp_bias: self.mlp_bias.unwrap_or(false),
             rope,
-            bos_token_id: token_id(&self.bos_token_id),
-            eos_token_id: token_id(&self.eos_token_id),
+            bos_token_id,
+            eos_token_id,
             declared_variant,
             affine,
             qk_norm: architecture == Architecture::Qwen3,

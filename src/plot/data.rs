@@ -23,6 +23,33 @@ pub const TABLES: [&str; 11] = [
     "curves",
 ];
 
+/// Per table: its number columns and its integer columns (the rest are text).
+const NUMERIC_COLUMNS: [(&str, &[&str], &[&str]); 11] = [
+    ("attention", &["value"], &["layer", "head"]),
+    ("weight_sum_hist", &["bin_lo", "bin_hi"], &["count"]),
+    ("heatmap", &["value"], &["layer", "query", "key"]),
+    (
+        "query_profile",
+        &["value", "sink_mass"],
+        &["layer", "query", "key"],
+    ),
+    ("distance_profile", &["value"], &["layer", "head"]),
+    ("nll_position", &["nll"], &["position"]),
+    ("qk_series", &["qk_mean", "qk_abs_mean"], &["step"]),
+    (
+        "grad_stats",
+        &["mean", "std", "var", "cv"],
+        &["step_start", "step_end", "n", "ddof", "n_excluded"],
+    ),
+    (
+        "spikes",
+        &["k", "mad_scale", "median", "mad", "tau"],
+        &["count"],
+    ),
+    ("spike_steps", &["k", "value"], &["step"]),
+    ("curves", &["value", "smoothed"], &["step"]),
+];
+
 /// Every known table found in the results folders.
 #[derive(Debug, Default)]
 pub struct Results {
@@ -53,6 +80,7 @@ impl Results {
                     continue;
                 };
                 let table = read_table(&path)?;
+                check_numbers(&table, &path)?;
                 results.insert(table, path)?;
             }
             results.variants.extend(run_variants(dir));
@@ -239,20 +267,79 @@ fn numbers(c: &Column) -> Vec<Option<f64>> {
         Column::Int(v) => v.iter().map(|x| x.map(|x| x as f64)).collect(),
         Column::Str(v) => v
             .iter()
-            .map(|x| {
-                x.as_deref().and_then(|s| {
-                    let s = s.trim();
-                    match s.to_ascii_lowercase().as_str() {
-                        "" => None,
-                        "nan" => Some(f64::NAN),
-                        "inf" | "+inf" | "infinity" => Some(f64::INFINITY),
-                        "-inf" | "-infinity" => Some(f64::NEG_INFINITY),
-                        _ => s.parse().ok(),
-                    }
-                })
-            })
+            .map(|x| x.as_deref().and_then(|s| parse_number(s).ok().flatten()))
             .collect(),
     }
+}
+
+/// A text cell as a number: empty is `None`, `NaN` and `inf` are kept; `Err` for text
+/// that is no number.
+fn parse_number(s: &str) -> std::result::Result<Option<f64>, ()> {
+    let s = s.trim();
+    match s.to_ascii_lowercase().as_str() {
+        "" => Ok(None),
+        "nan" => Ok(Some(f64::NAN)),
+        "inf" | "+inf" | "infinity" => Ok(Some(f64::INFINITY)),
+        "-inf" | "-infinity" => Ok(Some(f64::NEG_INFINITY)),
+        _ => s.parse().map(Some).map_err(|_| ()),
+    }
+}
+
+/// Checks the columns the table contract (SPEC section 6) holds as numbers: a cell that is
+/// no number, or a non-integer where the contract has integers (layer, step, ...), is an
+/// error naming the file, the line and the column; empty cells are allowed.
+fn check_numbers(table: &Table, path: &Path) -> Result<()> {
+    let Some(spec) = NUMERIC_COLUMNS.iter().find(|(t, _, _)| *t == table.name) else {
+        return Ok(());
+    };
+    let csv = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
+    let at = |row: usize| match csv {
+        true => format!("line {}", row + 2),
+        false => format!("row {}", row + 1),
+    };
+    let columns = spec
+        .1
+        .iter()
+        .map(|c| (*c, false))
+        .chain(spec.2.iter().map(|c| (*c, true)));
+    for (name, integer) in columns {
+        let Some(col) = table.column(name) else {
+            continue;
+        };
+        let bad = |row: usize, cell: String, what: &str| {
+            Error::input(
+                path,
+                format!("{}, column `{name}`: `{cell}` is not {what}", at(row)),
+            )
+        };
+        match col {
+            Column::Int(_) => {}
+            Column::Str(v) => {
+                for (row, cell) in v.iter().enumerate() {
+                    let Some(cell) = cell else { continue };
+                    match parse_number(cell) {
+                        Err(()) => return Err(bad(row, cell.clone(), "a number")),
+                        Ok(Some(x)) if integer && !(x.is_finite() && x.fract() == 0.0) => {
+                            return Err(bad(row, cell.clone(), "an integer"))
+                        }
+                        Ok(_) => {}
+                    }
+                }
+            }
+            Column::Float(v) if integer => {
+                if let Some((row, x)) = v.iter().enumerate().find_map(|(r, x)| {
+                    x.filter(|x| !(x.is_finite() && x.fract() == 0.0))
+                        .map(|x| (r, x))
+                }) {
+                    return Err(bad(row, x.to_string(), "an integer"));
+                }
+            }
+            Column::Float(_) => {}
+        }
+    }
+    Ok(())
 }
 
 /// Column `name` as text (numbers printed), or `None` when the table lacks it.

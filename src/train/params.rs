@@ -47,8 +47,17 @@ impl Arch {
     /// Checks the shape is buildable.
     pub fn validate(&self) -> Result<()> {
         let a = self;
-        if a.hidden_size == 0 || a.num_layers == 0 || a.num_heads == 0 || a.num_kv_heads == 0 {
-            return Err(Error::usage("model sizes must be positive"));
+        for (name, size) in [
+            ("--hidden-size", a.hidden_size),
+            ("--layers", a.num_layers),
+            ("--heads", a.num_heads),
+            ("--kv-heads", a.num_kv_heads),
+            ("--intermediate-size", a.intermediate_size),
+            ("--vocab-size", a.vocab_size),
+        ] {
+            if size == 0 {
+                return Err(Error::usage(format!("{name} must be at least 1")));
+            }
         }
         if !a.hidden_size.is_multiple_of(a.num_heads)
             || !(a.hidden_size / a.num_heads).is_multiple_of(2)

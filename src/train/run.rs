@@ -23,6 +23,7 @@ use super::tokenizer::{train_bpe, BOS, EOS};
 use super::{OptimConfig, StepLog, Trainer};
 use crate::attention::VariantKind;
 use crate::error::{Error, Result};
+use crate::export::{Format, OutputDir};
 
 /// Everything a run needs.
 #[derive(Debug, Clone)]
@@ -94,38 +95,37 @@ pub struct TrainSummary {
     pub log: PathBuf,
 }
 
-/// Trains per `opts`, calling `on_step` after each step.
+/// Trains per `opts`, calling `on_step` after each step. Everything is written to a
+/// staging folder inside `out` and moved into place when the last step is done (train.json
+/// last): a run that fails or is interrupted leaves `out` as it was.
 pub fn train(opts: &TrainOptions, on_step: &mut dyn FnMut(&StepLog)) -> Result<TrainSummary> {
     validate(opts)?;
     let started = Instant::now();
-    let out = &opts.out;
-    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
-    let finished = out.join("train.json");
-    if finished.exists() {
-        std::fs::remove_file(&finished).map_err(|e| Error::io(&finished, e))?;
-    }
     let docs = documents(&opts.text)?;
-    let tok_path = out.join("tokenizer.json");
+    let mut out = OutputDir::create(&opts.out, Format::Csv)?;
+    let tok_path = out.staged_path("tokenizer.json")?;
     let tokenizer = match &opts.tokenizer {
         Some(given) => {
-            if given != &tok_path {
-                std::fs::copy(given, &tok_path).map_err(|e| Error::io(given, e))?;
-            }
+            std::fs::copy(given, &tok_path).map_err(|e| Error::io(given, e))?;
             tokenizers::Tokenizer::from_file(&tok_path)
                 .map_err(|e| Error::input(given, format!("invalid tokenizer.json: {e}")))?
         }
         None => train_bpe(docs.iter(), opts.arch.vocab_size, &tok_path)?,
     };
+    let tok_name = opts
+        .tokenizer
+        .clone()
+        .unwrap_or_else(|| out.final_path("tokenizer.json"));
     let ids = |t: &str| {
         tokenizer
             .token_to_id(t)
-            .ok_or_else(|| Error::input(&tok_path, format!("the tokenizer has no {t} token")))
+            .ok_or_else(|| Error::input(&tok_name, format!("the tokenizer has no {t} token")))
     };
     let (bos, eos) = (ids(BOS)?, ids(EOS)?);
     let vocab = tokenizer.get_vocab_size(true);
     if vocab > opts.arch.vocab_size {
         return Err(Error::input(
-            &tok_path,
+            &tok_name,
             format!(
                 "the tokenizer has {vocab} tokens, more than --vocab-size {}",
                 opts.arch.vocab_size
@@ -133,12 +133,27 @@ pub fn train(opts: &TrainOptions, on_step: &mut dyn FnMut(&StepLog)) -> Result<T
         ));
     }
     let stream = TokenStream::encode(&tokenizer, &docs, bos, eos)?;
+    if stream.ids.len() < opts.seq_len {
+        let problem = format!(
+            "holds {} tokens, fewer than one training window of {} (--seq-len {} is BOS + {})",
+            stream.ids.len(),
+            opts.seq_len,
+            opts.seq_len,
+            opts.seq_len - 1
+        );
+        return Err(match &opts.text {
+            TextSource::File(path) => Error::input(path, problem),
+            TextSource::BuiltIn { chars, .. } => Error::usage(format!(
+                "the built-in text of --corpus-chars {chars} {problem}; raise --corpus-chars"
+            )),
+        });
+    }
     let config = config_json(&opts.arch, opts.variant, bos, eos);
     let resolved = resolve(&config)?;
     let params = init_params(&opts.arch, opts.variant, opts.seed, &opts.device)?;
     let mut trainer = Trainer::new(resolved, opts.variant, params, opts.optim, &opts.device)?;
     let schedule = opts.schedule();
-    let log_path = out.join("log.csv");
+    let log_path = out.staged_path("log.csv")?;
     let file = std::fs::File::create(&log_path).map_err(|e| Error::io(&log_path, e))?;
     let mut log = std::io::BufWriter::new(file);
     let io = |e| Error::io(&log_path, e);
@@ -146,10 +161,7 @@ pub fn train(opts: &TrainOptions, on_step: &mut dyn FnMut(&StepLog)) -> Result<T
     let mut rng = SplitMix64::new(opts.seed.wrapping_add(0x5eed));
     let mut losses = Vec::with_capacity(opts.steps);
     let mut checkpoints = Vec::new();
-    let ckpt_dir = out.join("checkpoints");
-    if ckpt_dir.exists() {
-        std::fs::remove_dir_all(&ckpt_dir).map_err(|e| Error::io(&ckpt_dir, e))?;
-    }
+    let ckpt_dir = out.staged_folder("checkpoints")?;
     for step in 1..=opts.steps {
         let batch = stream.batch(&mut rng, opts.batch_size, opts.seq_len - 1, &opts.device)?;
         let row = trainer.step(&batch, schedule.lr(step))?;
@@ -169,10 +181,12 @@ pub fn train(opts: &TrainOptions, on_step: &mut dyn FnMut(&StepLog)) -> Result<T
         losses.push(row.loss);
         on_step(&row);
         if step % opts.save_every == 0 || step == opts.steps {
-            let dir = ckpt_dir.join(format!("step-{step}"));
-            checkpoints.push(save(&trainer, &config, &tok_path, &dir)?);
+            let name = format!("step-{step}");
+            save(&trainer, &config, &tok_path, &ckpt_dir.join(&name))?;
+            checkpoints.push(out.final_path("checkpoints").join(name));
         }
     }
+    drop(log);
     let tail = &losses[losses.len().saturating_sub(10)..];
     let summary = TrainSummary {
         variant: opts.variant.name().to_string(),
@@ -181,12 +195,20 @@ pub fn train(opts: &TrainOptions, on_step: &mut dyn FnMut(&StepLog)) -> Result<T
         final_loss: tail.iter().sum::<f64>() / tail.len() as f64,
         seconds: started.elapsed().as_secs_f64(),
         checkpoints,
-        log: log_path.clone(),
+        log: out.final_path("log.csv"),
     };
+    // staged last, so moved last: train.json marks the run finished
     write_json(
-        &finished,
+        &out.staged_path("train.json")?,
         &json!({ "options": opts.record(), "summary": summary }),
     )?;
+    // an older run's marker goes before anything moves: a commit that fails halfway leaves
+    // an unfinished run, never an old train.json beside new checkpoints
+    let finished = out.final_path("train.json");
+    if finished.is_file() {
+        std::fs::remove_file(&finished).map_err(|e| Error::io(&finished, e))?;
+    }
+    out.commit()?;
     Ok(summary)
 }
 
@@ -225,6 +247,23 @@ fn validate(opts: &TrainOptions) -> Result<()> {
             opts.seq_len, opts.arch.max_position_embeddings
         )));
     }
+    let o = &opts.optim;
+    if !(o.lr.is_finite() && o.lr > 0.0) {
+        return Err(Error::usage(format!(
+            "--lr must be a positive number, got {}",
+            o.lr
+        )));
+    }
+    for (name, value) in [
+        ("--weight-decay", o.weight_decay),
+        ("--grad-clip", o.grad_clip.unwrap_or(0.0)),
+    ] {
+        if !(value.is_finite() && value >= 0.0) {
+            return Err(Error::usage(format!(
+                "{name} must be a number >= 0, got {value}"
+            )));
+        }
+    }
     if !(0.0..=1.0).contains(&opts.decay_frac) || !(0.0..=1.0).contains(&opts.min_lr_ratio) {
         return Err(Error::usage(
             "--decay-frac and --min-lr-ratio must be in [0, 1]",
@@ -237,7 +276,7 @@ fn validate(opts: &TrainOptions) -> Result<()> {
     }
     if let Some(t) = &opts.tokenizer {
         if !t.is_file() {
-            return Err(Error::input(t, "no such tokenizer.json"));
+            return Err(Error::input(t, "no such file (--tokenizer)"));
         }
     }
     Ok(())

@@ -112,6 +112,15 @@ pub(super) fn read(path: &Path, request: &LogRequest, delimiter: Option<u8>) -> 
         (targets, absent, names, format)
     };
 
+    for column in step_col.iter().chain(targets.iter().map(|t| &t.column)) {
+        let name = &headers[*column];
+        if headers.iter().filter(|h| *h == name).count() > 1 {
+            return Err(Error::input(
+                path,
+                format!("column `{name}` appears more than once in the header; which one to read is ambiguous"),
+            ));
+        }
+    }
     let skip_empty = format == LogFormat::WandbCsv;
     let mut record = csv::StringRecord::new();
     let mut n_rows: i64 = 0;
@@ -125,6 +134,22 @@ pub(super) fn read(path: &Path, request: &LogRequest, delimiter: Option<u8>) -> 
         let line = record.position().map_or(0, |p| p.line());
         if record.iter().all(|c| c.trim().is_empty()) {
             continue;
+        }
+        // more cells than the header names: which column a value belongs to is unknown
+        // (empty trailing cells, a trailing delimiter, are fine)
+        if record
+            .iter()
+            .skip(headers.len())
+            .any(|c| !c.trim().is_empty())
+        {
+            return Err(Error::input(
+                path,
+                format!(
+                    "line {line}: {} fields, but the header names {} columns",
+                    record.len(),
+                    headers.len()
+                ),
+            ));
         }
         let index = n_rows;
         n_rows += 1;

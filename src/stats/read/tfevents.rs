@@ -218,13 +218,15 @@ pub(super) fn read(path: &Path, request: &LogRequest) -> Result<LogFile> {
     let mut hits_by_tag: std::collections::HashMap<String, Vec<usize>> = Default::default();
     let mut warnings = Vec::new();
     let mut any_record = false;
-    for file in event_files(path)? {
-        let mut reader = Records::open(&file)?;
+    let files = event_files(path)?;
+    for file in &files {
+        let file = file.as_path();
+        let mut reader = Records::open(file)?;
         while let Some(payload) = reader.next_record(&mut warnings)? {
             any_record = true;
             let event = Event::decode(payload).map_err(|e| {
                 Error::input(
-                    &file,
+                    file,
                     format!(
                         "corrupt event file: record at byte {} is not a tensorflow.Event: {e}",
                         reader.record_start
@@ -256,7 +258,22 @@ pub(super) fn read(path: &Path, request: &LogRequest) -> Result<LogFile> {
         }
     }
     if !any_record {
-        return Err(Error::input(path, "event file is empty"));
+        return Err(match files.as_slice() {
+            [one] => {
+                let bytes = std::fs::metadata(one).map(|m| m.len()).unwrap_or(0);
+                Error::input(
+                    one,
+                    format!("event file holds no complete record ({bytes} bytes)"),
+                )
+            }
+            all => Error::input(
+                path,
+                format!(
+                    "none of its {} event files holds a complete record",
+                    all.len()
+                ),
+            ),
+        });
     }
     collector.finish(path, LogFormat::TensorBoard, &matcher, names, warnings)
 }
