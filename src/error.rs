@@ -41,6 +41,16 @@ impl Error {
         Error::Usage(message.into())
     }
 
+    /// `path`, given with `option`, is missing or is not a regular file (a folder, a device).
+    pub fn not_a_file(path: impl AsRef<Path>, option: &str) -> Self {
+        let path = path.as_ref();
+        let why = match path.exists() {
+            true => "not a regular file",
+            false => "no such file",
+        };
+        Error::input(path, format!("{why} ({option})"))
+    }
+
     /// An I/O failure on `path`.
     pub fn io(path: impl AsRef<Path>, source: std::io::Error) -> Self {
         Error::Io {

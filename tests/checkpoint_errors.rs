@@ -131,36 +131,191 @@ fn inspect_reports_variant_detection_and_delta_params() {
 
 #[test]
 fn config_values_that_give_nan_metrics_or_bad_ids_are_errors() {
-    // rms_norm_eps < 0 made every norm NaN (exit 0 with NaN tables); a BOS id past the
-    // vocabulary was reported without naming config.json
-    let cases: [(&str, serde_json::Value, &str); 4] = [
+    use serde_json::json;
+    let cases: Vec<(&str, serde_json::Value, &str)> = vec![
+        // rms_norm_eps < 0 made every norm NaN (exit 0 with NaN tables)
         (
             "rms_norm_eps",
-            (-1.0).into(),
+            json!(-1.0),
             "rms_norm_eps -1 must be a finite number >= 0",
         ),
+        // a BOS id past the vocabulary was reported without naming config.json
         (
             "bos_token_id",
-            100_000.into(),
+            json!(100_000),
             "bos_token_id 100000 is out of range for vocab_size",
         ),
         (
             "eos_token_id",
-            serde_json::json!([100_000, 1]),
+            json!([100_000, 1]),
             "eos_token_id 100000 is out of range",
         ),
-        ("bos_token_id", 100_000.into(), "config.json: "),
+        ("bos_token_id", json!(100_000), "config.json: "),
+        // 2^32 + 1 used to wrap around to id 1; -1 and "1" were dropped without a word
+        (
+            "bos_token_id",
+            json!(4_294_967_297u64),
+            "bos_token_id must be a token id",
+        ),
+        (
+            "bos_token_id",
+            json!(-1),
+            "bos_token_id must be a token id (an integer from 0), got -1",
+        ),
+        (
+            "eos_token_id",
+            json!("1"),
+            "eos_token_id must be a token id",
+        ),
+        // sizes of 0 gave NaN tables (and layer numbers that wrapped around)
+        (
+            "num_hidden_layers",
+            json!(0),
+            "num_hidden_layers must be at least 1",
+        ),
+        (
+            "intermediate_size",
+            json!(0),
+            "intermediate_size must be at least 1",
+        ),
+        ("head_dim", json!(0), "head_dim must be at least 1"),
+        ("num_attention_heads", json!(0), "must be at least 1"),
+        // RoPE values that gave NaN everywhere, or were ignored
+        (
+            "rope_parameters/rope_theta",
+            json!(0.0),
+            "rope_theta 0 must be a finite number > 0",
+        ),
+        (
+            "rope_parameters/rope_theta",
+            json!(-10000.0),
+            "rope_theta -10000 must be",
+        ),
+        (
+            "rope_parameters/rope_theta",
+            json!("500000"),
+            "`rope_theta` must be a number, got \"500000\"",
+        ),
+        (
+            "rope_parameters/factor",
+            json!(0.0),
+            "llama3 rope scaling `factor` 0 must be a finite number > 0",
+        ),
+        (
+            "rope_parameters/factor",
+            json!("8"),
+            "`factor` must be a number",
+        ),
+        (
+            "rope_parameters/rope_type",
+            json!(3),
+            "rope_type must be a string, got 3",
+        ),
+        (
+            "partial_rotary_factor",
+            json!(0.1),
+            "rotates no dimension pair",
+        ),
     ];
     for (field, value, says) in cases {
         let tmp = tempfile::tempdir().unwrap();
         copy_fixture("llama_gqa", tmp.path());
-        edit_config(tmp.path(), |c| c[field] = value.clone());
+        edit_config(tmp.path(), |c| match field.split_once('/') {
+            Some((outer, inner)) => c[outer][inner] = value.clone(),
+            None => c[field] = value.clone(),
+        });
         for args in [&["inspect", "."][..], &["entropy", ".", "--out", "res"][..]] {
             let err = expect_error(&run_cli(tmp.path(), args));
             assert!(err.contains(says), "{field} = {value}, {args:?}: {err}");
             assert!(!tmp.path().join("res").exists());
         }
     }
+}
+
+#[test]
+fn a_tensor_in_two_shards_is_an_error_not_a_silent_pick() {
+    // a stale file listed in the index held every tensor again; whichever came last won
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("llama_gqa", tmp.path());
+    fs::copy(
+        model_dir("affine_scaled").join("model.safetensors"),
+        tmp.path().join("model-00000-stale.safetensors"),
+    )
+    .unwrap();
+    let index = tmp.path().join("model.safetensors.index.json");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&index).unwrap()).unwrap();
+    json["weight_map"]["model.norm.weight"] = "model-00000-stale.safetensors".into();
+    fs::write(&index, json.to_string()).unwrap();
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
+    assert!(
+        err.contains("model.safetensors.index.json: tensor ")
+            && err.contains("is stored twice, in ")
+            && err.contains("model-00000-stale.safetensors"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_tensor_of_a_sharded_checkpoint_names_the_index() {
+    // it named whichever shard came first
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("llama_gqa", tmp.path());
+    edit_config(tmp.path(), |c| c["attention_variant"] = "sink".into());
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
+    assert!(
+        err.contains(
+            "model.safetensors.index.json: tensor model.layers.0.self_attn.sinks is missing"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn integer_weights_are_refused_not_cast() {
+    // an I32 q_proj (same bytes as F32) was cast to float and gave qk_mean -8e7 with exit 0
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("affine_scaled", tmp.path());
+    let path = tmp.path().join("model.safetensors");
+    let mut bytes = fs::read(&path).unwrap();
+    let key = br#""model.layers.0.self_attn.q_proj.weight":{"dtype":"F32""#;
+    let at = bytes.windows(key.len()).position(|w| w == key).unwrap();
+    let dtype_at = at + key.len() - 4;
+    bytes[dtype_at..dtype_at + 3].copy_from_slice(b"I32");
+    fs::write(&path, &bytes).unwrap();
+    for args in [&["inspect", "."][..], &["entropy", ".", "--out", "res"][..]] {
+        let err = expect_error(&run_cli(tmp.path(), args));
+        assert!(
+            err.contains(
+                "model.safetensors: tensor model.layers.0.self_attn.q_proj.weight has dtype I32"
+            ),
+            "{err}"
+        );
+        assert!(!tmp.path().join("res").exists());
+    }
+}
+
+#[test]
+fn weights_the_declared_variant_leaves_unused_are_noted() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("affine_scaled", tmp.path());
+    edit_config(tmp.path(), |c| c["attention_variant"] = "softmax".into());
+    let stdout = expect_success(&run_cli(tmp.path(), &["inspect", "."]));
+    assert!(
+        stdout.contains("config.json declares softmax but the weights point to affine_scaled")
+            && stdout.contains("alpha_proj"),
+        "{stdout}"
+    );
+    let out = run_cli(
+        tmp.path(),
+        &["entropy", ".", "--seq-len", "16", "--num-seqs", "1"],
+    );
+    expect_success(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("note: ") && stderr.contains("config.json declares softmax"),
+        "{stderr}"
+    );
 }
 
 // ---- issue 10: scale_invariant, logn, p-RoPE, Qwen3 ----

@@ -377,7 +377,11 @@ fn training_series_gives_the_qk_curve() {
             "--quiet",
         ],
     );
-    expect_success(&out);
+    let stdout = expect_success(&out);
+    assert!(
+        stdout.starts_with("qk_mean over training steps") && !stdout.contains("none of"),
+        "{stdout}"
+    );
     let df = read_csv(&tmp.path().join("results/qk_series.csv"));
     let steps: Vec<i64> = df
         .column("step")
@@ -697,11 +701,18 @@ fn alpha_of_a_model_without_alpha_says_so() {
 fn analyze_option_checks_before_any_work() {
     let tmp = tempfile::tempdir().unwrap();
     let model = model_dir("llama_gqa").display().to_string();
-    let cases: [(&[&str], &str); 2] = [
+    std::fs::create_dir(tmp.path().join("a_folder")).unwrap();
+    let cases: [(&[&str], &str); 4] = [
         (
             &["--tokenizer", "nope.json"],
             "nope.json: no such file (--tokenizer)",
         ),
+        (
+            &["--tokenizer", "a_folder"],
+            "a_folder: not a regular file (--tokenizer)",
+        ),
+        // 10^9 bins grew past 12 GB; 10^7 wrote a 0.5 GB table
+        (&["--bins", "1000000"], "--bins 1000000 is more than 100000"),
         (
             &["--seq-len", "100000000", "--num-seqs", "100"],
             "asks for more than 268435456 tokens",

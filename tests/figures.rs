@@ -656,15 +656,20 @@ fn unparsable_cells_are_errors_naming_line_and_column() {
             "1.5",
             "line 3, column `layer`: `1.5` is not an integer",
         ),
+        (
+            layer,
+            "-3",
+            "line 3, column `layer`: `-3` is not an integer >= 1",
+        ),
     ] {
-        let dir = out.path().join(format!("bad{column}"));
+        let dir = out.path().join(format!("bad{column}{cell}"));
         std::fs::create_dir(&dir).unwrap();
         let mut lines: Vec<String> = full.lines().map(str::to_string).collect();
         let mut row: Vec<String> = lines[2].split(',').map(str::to_string).collect();
         row[column] = cell.to_string();
         lines[2] = row.join(",");
         std::fs::write(dir.join("attention.csv"), lines.join("\n") + "\n").unwrap();
-        let dest = out.path().join(format!("figs{column}"));
+        let dest = out.path().join(format!("figs{column}{cell}"));
         let err = common::expect_error(&run(&[
             "figures",
             dir.to_str().unwrap(),

@@ -565,6 +565,47 @@ fn truncated_event_file_is_read_up_to_the_cut() {
 }
 
 #[test]
+fn jsonl_steps_past_exact_integers_are_errors_not_clamped() {
+    // 1e300 and u64::MAX were both clamped to i64::MAX and merged as duplicates
+    let tmp = tempfile::tempdir().unwrap();
+    for step in ["1e300", "18446744073709551615"] {
+        let text = format!(
+            "{{\"step\": 1, \"grad_norm\": 1.0}}\n{{\"step\": {step}, \"grad_norm\": 2.0}}\n"
+        );
+        std::fs::write(tmp.path().join("log.jsonl"), text).unwrap();
+        let o = run_in(tmp.path(), &["grad-stats", "log.jsonl"]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{step}: {err}");
+        assert!(
+            err.contains("log.jsonl: line 2: step `step` is") && err.contains("not an integer"),
+            "{step}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_metric_named_twice_is_read_once() {
+    // it was read as two runs of one label and refused with advice about labels
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let o = run_in(
+        &fixtures(),
+        &[
+            "curves",
+            "hand.csv",
+            "--metric",
+            "grad_norm,grad_norm",
+            "--json",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["curve_summary"].as_array().unwrap().len(), 1, "{v}");
+}
+
+#[test]
 fn an_event_file_without_one_whole_record_is_named() {
     // the folder's only event file holds 5 bytes: the error names that file, not the folder
     let tmp = tempfile::tempdir().unwrap();

@@ -792,6 +792,39 @@ fn truncated_gguf_is_one_line_naming_the_file() {
 }
 
 #[test]
+fn gguf_metadata_that_would_give_nan_is_refused() {
+    // rope.freq_base 0 made every metric NaN; a NaN rms epsilon became JSON null and so
+    // silently the default 1e-6 (both F32 values, patched in a copy of the qwen2 fixture)
+    let bytes = std::fs::read(gguf_fixture("qwen2.gguf")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    for (key, value, says) in [
+        (
+            "qwen2.rope.freq_base",
+            0f32,
+            "qwen2.rope.freq_base 0 must be a finite number > 0",
+        ),
+        (
+            "qwen2.attention.layer_norm_rms_epsilon",
+            f32::NAN,
+            "qwen2.attention.layer_norm_rms_epsilon NaN must be a finite number >= 0",
+        ),
+    ] {
+        let at = bytes
+            .windows(key.len())
+            .position(|w| w == key.as_bytes())
+            .unwrap()
+            + key.len();
+        assert_eq!(bytes[at..at + 4], [6, 0, 0, 0], "{key} is stored as F32");
+        let mut patched = bytes.clone();
+        patched[at + 4..at + 8].copy_from_slice(&value.to_le_bytes());
+        let path = tmp.path().join("patched.gguf");
+        std::fs::write(&path, &patched).unwrap();
+        let err = inspect_error(&path);
+        assert!(err.contains("patched.gguf") && err.contains(says), "{err}");
+    }
+}
+
+#[test]
 fn unknown_gguf_architecture_is_named() {
     let err = inspect_error(&gguf_fixture("bad/unknown_arch.gguf"));
     assert!(

@@ -495,15 +495,36 @@ fn train_writes_its_run_at_once_and_a_failed_rerun_keeps_it() {
 
 #[cfg(unix)]
 #[test]
-fn an_interrupted_run_leaves_no_output() {
-    // Ctrl-C (SIGINT) in the middle of training: exit 130 and no `--out` folder at all
+fn an_interrupted_or_terminated_run_leaves_no_output() {
+    // Ctrl-C (SIGINT) or SIGTERM in the middle of training: exit 128 + signal, no `--out`
+    for (signal, status, says) in [
+        (libc::SIGINT, 130, "interrupted"),
+        (libc::SIGTERM, 143, "terminated"),
+    ] {
+        signalled_run_leaves_no_output(signal, status, says);
+    }
+}
+
+#[cfg(unix)]
+fn signalled_run_leaves_no_output(signal: i32, status: i32, says: &str) {
+    use std::os::unix::process::CommandExt;
     let tmp = tempfile::tempdir().unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_asa-analyze"))
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_asa-analyze"));
+    command
         .args(tiny_train_args("run", &["--steps", "1000000"]))
         .current_dir(tmp.path())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: only resets signal dispositions in the child before exec. A test runner
+    // started in the background by a non-interactive shell passes SIGINT down ignored, and
+    // the binary rightly leaves an ignored signal alone.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().unwrap();
     let run = tmp.path().join("run");
     // wait until steps are being logged in the staging folder
     let started = std::time::Instant::now();
@@ -521,18 +542,18 @@ fn an_interrupted_run_leaves_no_output() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     // SAFETY: sends a signal to our own child process
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    unsafe { libc::kill(child.id() as i32, signal) };
     let waited = std::time::Instant::now();
     while child.try_wait().unwrap().is_none() {
         if waited.elapsed().as_secs() > 60 {
             child.kill().unwrap();
-            panic!("SIGINT did not end the run");
+            panic!("signal {signal} did not end the run");
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(130), "{out:?}");
+    assert_eq!(out.status.code(), Some(status), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("interrupted"), "{stderr}");
+    assert!(stderr.contains(says), "{stderr}");
     assert!(!run.exists(), "left {:?}", tree(&run));
 }

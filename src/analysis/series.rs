@@ -33,7 +33,18 @@ pub fn find_series(dir: &Path) -> Result<Option<Vec<StepCheckpoint>>> {
     if steps.is_empty() {
         return Ok(None);
     }
-    steps.sort_by_key(|s| s.step);
+    steps.sort_by(|a, b| a.step.cmp(&b.step).then_with(|| a.dir.cmp(&b.dir)));
+    if let Some(pair) = steps.windows(2).find(|w| w[0].step == w[1].step) {
+        return Err(Error::input(
+            dir,
+            format!(
+                "two checkpoints claim step {}: {} and {}",
+                pair[0].step,
+                pair[0].dir.display(),
+                pair[1].dir.display()
+            ),
+        ));
+    }
     Ok(Some(steps))
 }
 
@@ -56,12 +67,37 @@ fn step_of(path: &Path) -> Result<Option<u64>> {
     if digits.is_empty() {
         return Ok(None);
     }
-    Ok(digits.chars().rev().collect::<String>().parse().ok())
+    let digits: String = digits.chars().rev().collect();
+    digits.parse().map(Some).map_err(|_| {
+        Error::input(
+            path,
+            format!("step {digits} in the folder name is out of range"),
+        )
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_checkpoints_of_one_step_are_an_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        for name in ["step-100", "checkpoint-100"] {
+            let d = tmp.path().join(name);
+            std::fs::create_dir(&d).unwrap();
+            std::fs::write(d.join("config.json"), "{}").unwrap();
+        }
+        let err = find_series(tmp.path()).unwrap_err().to_string();
+        assert!(err.contains("two checkpoints claim step 100"), "{err}");
+        let big = tmp.path().join("big").join("step-99999999999999999999999");
+        std::fs::create_dir_all(&big).unwrap();
+        std::fs::write(big.join("config.json"), "{}").unwrap();
+        let err = find_series(&tmp.path().join("big"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("out of range"), "{err}");
+    }
 
     #[test]
     fn steps_come_from_names_or_trainer_state() {

@@ -180,6 +180,14 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
             return Err(Error::usage(format!("{name} must be at least 1")));
         }
     }
+    // more bins than any figure can show; each is a table row (10^7 wrote 0.5 GB)
+    const MAX_BINS: usize = 100_000;
+    if args.bins > MAX_BINS {
+        return Err(Error::usage(format!(
+            "--bins {} is more than {MAX_BINS}",
+            args.bins
+        )));
+    }
     // beyond any analysis that finishes; refused before the built-in text is generated
     const MAX_TOKENS: usize = 1 << 28;
     if args.seq_len.saturating_mul(args.num_seqs) > MAX_TOKENS {
@@ -196,7 +204,7 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
     }
     if let Some(file) = &args.tokenizer {
         if !file.is_file() {
-            return Err(Error::input(file, "no such file (--tokenizer)"));
+            return Err(Error::not_a_file(file, "--tokenizer"));
         }
     }
     let map = WeightMap::from_option(args.weight_map.as_deref())?;
@@ -353,6 +361,9 @@ fn run_model(
     command: &str,
 ) -> Result<ModelRun> {
     let ckpt = Checkpoint::open_mapped(path, device, dtype, map)?.validate()?;
+    if let (Some(note), false) = (&ckpt.variant.unused_weights, args.quiet) {
+        eprintln!("asa-analyze: note: {label}: {note}");
+    }
     let c = &ckpt.config;
     let source = match &args.corpus {
         Some(p) => CorpusSource::File(p.clone()),
@@ -470,6 +481,7 @@ fn run_model(
         "architecture": c.architecture.name(),
         "variant": ckpt.variant.kind.name(),
         "variant_source": ckpt.variant.source,
+        "unused_weights": ckpt.variant.unused_weights,
         "layers": c.num_layers,
         "heads": c.num_heads,
         "kv_heads": c.num_kv_heads,

@@ -62,6 +62,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
         "architecture": c.architecture.name(),
         "variant": ckpt.variant.kind.name(),
         "variant_source": ckpt.variant.source,
+        "unused_weights": ckpt.variant.unused_weights,
         "layers": c.num_layers,
         "heads": c.num_heads,
         "kv_heads": c.num_kv_heads,
@@ -134,6 +135,9 @@ pub fn run(args: InspectArgs) -> Result<()> {
     ];
     for (key, value) in rows {
         println!("{key:<14} {value}");
+    }
+    if let Some(note) = &ckpt.variant.unused_weights {
+        println!("{:<14} {note}", "note");
     }
     Ok(())
 }

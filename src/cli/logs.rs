@@ -367,7 +367,14 @@ pub fn curves(args: CurvesArgs) -> Result<()> {
     let (metrics, optional) = if args.metric.is_empty() {
         (vec!["loss".to_string(), "grad_norm".to_string()], true)
     } else {
-        (args.metric.clone(), false)
+        // a metric named twice is read once (it would be two runs of one label)
+        let mut unique: Vec<String> = Vec::new();
+        for m in &args.metric {
+            if !unique.contains(m) {
+                unique.push(m.clone());
+            }
+        }
+        (unique, false)
     };
     let series = load(&args.inputs, metrics.clone(), optional, out.quiet)?;
     let mut points = Vec::new();

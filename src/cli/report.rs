@@ -120,6 +120,9 @@ pub fn print_summary(
             .iter()
             .filter_map(|(l, m)| get(m).map(|v| (l.as_str(), v)))
             .collect();
+        if columns.is_empty() && models.is_empty() {
+            continue; // a training series alone (qk): its table follows
+        }
         gap();
         if columns.is_empty() {
             let name = title.split(' ').next().unwrap_or(title);

@@ -1,7 +1,8 @@
-//! Ctrl-C leaves no partial output: every live staging folder is registered here, and the
-//! SIGINT handler removes them (with the output folders made for them that are still empty)
-//! before the process exits with status 130. A commit holds the registry's lock while it
-//! moves files, so an interrupt lands before or after it, never halfway.
+//! Ctrl-C (SIGINT) and SIGTERM (`timeout`, Slurm, CI) leave no partial output: every live
+//! staging folder is registered here, and a signal thread removes them (with the output
+//! folders made for them that are still empty) before the process exits with status 128 +
+//! the signal (130, 143). A commit holds the registry's lock while it moves files, so a
+//! signal lands before or after it, never halfway. SIGHUP is left alone (`nohup` runs go on).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, Once};
@@ -16,19 +17,9 @@ struct Live {
 static LIVE: Mutex<Vec<Live>> = Mutex::new(Vec::new());
 static HANDLER: Once = Once::new();
 
-/// Exit status after an interrupt (128 + SIGINT, as shells report it).
-pub const INTERRUPTED_STATUS: i32 = 130;
-
-/// Records a staging folder; installs the SIGINT handler on first use, unless SIGINT is
-/// ignored (a job started in the background by a non-interactive shell keeps ignoring it).
+/// Records a staging folder; starts the signal thread on first use.
 pub(super) fn register(staging: &Path, made: Option<&Path>, target: &Path) {
-    HANDLER.call_once(|| {
-        if !sigint_ignored() {
-            // fails only where a handler was set through ctrlc before (a host program
-            // embedding the library); that one stays
-            let _ = ctrlc::set_handler(on_interrupt);
-        }
-    });
+    HANDLER.call_once(watch_signals);
     live().push(Live {
         staging: staging.to_path_buf(),
         made: made.map(Path::to_path_buf),
@@ -62,23 +53,48 @@ fn live() -> MutexGuard<'static, Vec<Live>> {
     LIVE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Waits for SIGINT or SIGTERM on a thread of its own, each unless the process was started
+/// with it ignored (a job put in the background by a non-interactive shell ignores SIGINT,
+/// and keeps doing so).
 #[cfg(unix)]
-fn sigint_ignored() -> bool {
-    // SAFETY: queries the current action only (a null new action changes nothing)
-    unsafe {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(libc::SIGINT, std::ptr::null(), &mut old) == 0
-            && old.sa_sigaction == libc::SIG_IGN
+fn watch_signals() {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let wanted: Vec<i32> = [SIGINT, SIGTERM]
+        .into_iter()
+        .filter(|&s| !ignored(s))
+        .collect();
+    if wanted.is_empty() {
+        return;
+    }
+    // without the thread the signals keep their default action: no worse than before
+    if let Ok(mut signals) = signal_hook::iterator::Signals::new(&wanted) {
+        let _ = std::thread::Builder::new()
+            .name("asa-signals".into())
+            .spawn(move || {
+                if let Some(signal) = signals.forever().next() {
+                    remove_and_exit(signal);
+                }
+            });
     }
 }
 
 #[cfg(not(unix))]
-fn sigint_ignored() -> bool {
-    false
+fn watch_signals() {}
+
+/// Whether `signal`'s disposition is "ignore".
+#[cfg(unix)]
+fn ignored(signal: i32) -> bool {
+    // SAFETY: queries the current action only (a null new action changes nothing)
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_IGN
+    }
 }
 
-/// Removes every registered staging folder, says so, and exits at once.
-fn on_interrupt() {
+/// Removes every registered staging folder, says so, and exits at once with 128 + `signal`.
+#[cfg(unix)]
+fn remove_and_exit(signal: i32) -> ! {
     // the lock is held until exit: no staging folder is registered or committed meanwhile
     let live = live();
     // twice: a writer thread may have recreated a folder inside a staging folder while the
@@ -92,18 +108,13 @@ fn on_interrupt() {
             super::writer::remove_uncommitted(&l.staging, l.made.as_deref(), &l.target);
         }
     }
-    eprintln!("asa-analyze: interrupted; unfinished output removed");
-    exit_now();
-}
-
-/// Exits without running exit handlers (other threads may be inside a device kernel).
-#[cfg(unix)]
-fn exit_now() -> ! {
-    // SAFETY: _exit ends the process; stderr is unbuffered, so the message is out
-    unsafe { libc::_exit(INTERRUPTED_STATUS) }
-}
-
-#[cfg(not(unix))]
-fn exit_now() -> ! {
-    std::process::exit(INTERRUPTED_STATUS)
+    let name = if signal == libc::SIGINT {
+        "interrupted"
+    } else {
+        "terminated"
+    };
+    eprintln!("asa-analyze: {name}; unfinished output removed");
+    // SAFETY: _exit ends the process without exit handlers (other threads may be inside a
+    // device kernel); stderr is unbuffered, so the message is out
+    unsafe { libc::_exit(128 + signal) }
 }

@@ -9,7 +9,6 @@ mod table;
 mod writer;
 
 pub use attention_tables::{attention_tables, decade_bins, qk_series_table};
-pub use interrupt::INTERRUPTED_STATUS;
 pub use reader::read_table;
 pub use table::{Column, Table};
 pub use writer::{write_table, Format, OutputDir};

@@ -199,16 +199,49 @@ fn required<T>(value: Option<T>, field: &str, path: &Path) -> Result<T> {
     value.ok_or_else(|| Error::input(path, format!("missing field `{field}`")))
 }
 
-fn token_id(value: &Option<Value>) -> Option<u32> {
-    match value {
-        Some(Value::Number(n)) => n.as_u64().map(|v| v as u32),
-        Some(Value::Array(items)) => items.first().and_then(|v| v.as_u64()).map(|v| v as u32),
-        _ => None,
+/// A special token id field: a non-negative integer, a list of them (the first counts), or
+/// null / absent.
+fn token_id(value: &Option<Value>, field: &str, path: &Path) -> Result<Option<u32>> {
+    let one = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(items)) => match items.first() {
+            None => return Ok(None),
+            Some(first) => first,
+        },
+        Some(v) => v,
+    };
+    one.as_u64()
+        .and_then(|id| u32::try_from(id).ok())
+        .map(Some)
+        .ok_or_else(|| {
+            Error::input(
+                path,
+                format!("{field} must be a token id (an integer from 0), got {one}"),
+            )
+        })
+}
+
+/// `obj[key]` as a number: `None` when absent or null, an error for another type.
+fn float_field(obj: &Value, key: &str, path: &Path) -> Result<Option<f64>> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_f64()
+            .map(Some)
+            .ok_or_else(|| Error::input(path, format!("`{key}` must be a number, got {v}"))),
     }
 }
 
-fn float_field(obj: &Value, key: &str) -> Option<f64> {
-    obj.get(key).and_then(Value::as_f64)
+/// `value` when it is a finite number > 0, else an error naming `what`.
+fn positive(value: f64, what: &str, path: &Path) -> Result<f64> {
+    if value.is_finite() && value > 0.0 {
+        Ok(value)
+    } else {
+        Err(Error::input(
+            path,
+            format!("{what} {value} must be a finite number > 0"),
+        ))
+    }
 }
 
 impl RawConfig {
@@ -227,7 +260,13 @@ impl RawConfig {
         let hidden_size = required(self.hidden_size, "hidden_size", path)?;
         let num_heads = required(self.num_attention_heads, "num_attention_heads", path)?;
         let num_kv_heads = self.num_key_value_heads.unwrap_or(num_heads);
-        if num_heads == 0 || num_kv_heads == 0 || num_heads % num_kv_heads != 0 {
+        if num_heads == 0 || num_kv_heads == 0 {
+            return Err(Error::input(
+                path,
+                format!("num_attention_heads {num_heads} and num_key_value_heads {num_kv_heads} must be at least 1"),
+            ));
+        }
+        if num_heads % num_kv_heads != 0 {
             return Err(Error::input(
                 path,
                 format!("num_attention_heads {num_heads} is not a multiple of num_key_value_heads {num_kv_heads}"),
@@ -272,6 +311,20 @@ impl RawConfig {
             Architecture::Llama | Architecture::Qwen3 => (attention_bias, attention_bias),
             Architecture::Qwen2 => (true, false),
         };
+        let vocab_size = required(self.vocab_size, "vocab_size", path)?;
+        let intermediate_size = required(self.intermediate_size, "intermediate_size", path)?;
+        let num_layers = required(self.num_hidden_layers, "num_hidden_layers", path)?;
+        for (field, size) in [
+            ("hidden_size", hidden_size),
+            ("intermediate_size", intermediate_size),
+            ("num_hidden_layers", num_layers),
+            ("vocab_size", vocab_size),
+            ("head_dim", head_dim),
+        ] {
+            if size == 0 {
+                return Err(Error::input(path, format!("{field} must be at least 1")));
+            }
+        }
         let rope = self.resolve_rope(path, head_dim)?;
         let declared_variant = match &self.attention_variant {
             None => None,
@@ -296,7 +349,6 @@ impl RawConfig {
             }
             other => other,
         };
-        let vocab_size = required(self.vocab_size, "vocab_size", path)?;
         let rms_norm_eps = self.rms_norm_eps.unwrap_or(1e-6);
         if !(rms_norm_eps.is_finite() && rms_norm_eps >= 0.0) {
             return Err(Error::input(
@@ -304,8 +356,8 @@ impl RawConfig {
                 format!("rms_norm_eps {rms_norm_eps} must be a finite number >= 0"),
             ));
         }
-        let (bos_token_id, eos_token_id) =
-            (token_id(&self.bos_token_id), token_id(&self.eos_token_id));
+        let bos_token_id = token_id(&self.bos_token_id, "bos_token_id", path)?;
+        let eos_token_id = token_id(&self.eos_token_id, "eos_token_id", path)?;
         for (field, id) in [
             ("bos_token_id", bos_token_id),
             ("eos_token_id", eos_token_id),
@@ -320,8 +372,8 @@ impl RawConfig {
         Ok(ModelConfig {
             architecture,
             hidden_size,
-            intermediate_size: required(self.intermediate_size, "intermediate_size", path)?,
-            num_layers: required(self.num_hidden_layers, "num_hidden_layers", path)?,
+            intermediate_size,
+            num_layers,
             num_heads,
             num_kv_heads,
             head_dim,
@@ -347,12 +399,12 @@ impl RawConfig {
     fn resolve_rope(&self, path: &Path, head_dim: usize) -> Result<RopeConfig> {
         let params = self.rope_parameters.as_ref().or(self.rope_scaling.as_ref());
         let params = params.filter(|v| !v.is_null());
-        let theta = params
-            .and_then(|p| float_field(p, "rope_theta"))
-            .or(self.rope_theta)
-            .unwrap_or(10000.0);
-        let partial_rotary_factor = params
-            .and_then(|p| float_field(p, "partial_rotary_factor"))
+        let field = |key: &str| -> Result<Option<f64>> {
+            params.map_or(Ok(None), |p| float_field(p, key, path))
+        };
+        let theta = field("rope_theta")?.or(self.rope_theta).unwrap_or(10000.0);
+        let theta = positive(theta, "rope_theta", path)?;
+        let partial_rotary_factor = field("partial_rotary_factor")?
             .or(self.partial_rotary_factor)
             .unwrap_or(1.0);
         if !(partial_rotary_factor > 0.0 && partial_rotary_factor <= 1.0) {
@@ -361,18 +413,31 @@ impl RawConfig {
                 format!("partial_rotary_factor {partial_rotary_factor} must be in (0, 1]"),
             ));
         }
-        let rope_type = params
-            .and_then(|p| p.get("rope_type").or_else(|| p.get("type")))
-            .and_then(Value::as_str)
-            .unwrap_or("default");
+        if ((head_dim as f64 * partial_rotary_factor) as usize) < 2 {
+            return Err(Error::input(
+                path,
+                format!("partial_rotary_factor {partial_rotary_factor} of head_dim {head_dim} rotates no dimension pair"),
+            ));
+        }
+        let rope_type = match params.and_then(|p| p.get("rope_type").or_else(|| p.get("type"))) {
+            None | Some(Value::Null) => "default",
+            Some(Value::String(t)) => t.as_str(),
+            Some(other) => {
+                return Err(Error::input(
+                    path,
+                    format!("rope_type must be a string, got {other}"),
+                ))
+            }
+        };
         let scaling = match rope_type {
             "default" => RopeScaling::Default,
             "llama3" => {
                 let p = params.expect("rope_type came from params");
                 let get = |key: &str| {
-                    float_field(p, key).ok_or_else(|| {
+                    let value = float_field(p, key, path)?.ok_or_else(|| {
                         Error::input(path, format!("llama3 rope scaling is missing `{key}`"))
-                    })
+                    })?;
+                    positive(value, &format!("llama3 rope scaling `{key}`"), path)
                 };
                 RopeScaling::Llama3 {
                     factor: get("factor")?,

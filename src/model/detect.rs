@@ -14,16 +14,39 @@ pub struct DetectedVariant {
     pub kind: VariantKind,
     /// e.g. "config.json attention_variant" or "weights: model.layers.0.self_attn.sinks".
     pub source: String,
+    /// When config.json names a variant other than the one its weights point to: what the
+    /// declared variant leaves unused (the declared one is analysed, as transformers would
+    /// load it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unused_weights: Option<String>,
 }
 
 /// The variant of a checkpoint with `config` and weights `store`.
 pub fn detect_variant(config: &ModelConfig, store: &WeightStore) -> DetectedVariant {
-    if let Some(kind) = config.declared_variant {
-        return DetectedVariant {
+    let (found, evidence) = from_weights(config, store);
+    match config.declared_variant {
+        Some(kind) => DetectedVariant {
             kind,
             source: "config.json attention_variant".into(),
-        };
+            // weights of another variant that the declared one does not read
+            unused_weights: (found != kind && found != VariantKind::Softmax).then(|| {
+                format!(
+                    "config.json declares {} but the weights point to {} ({evidence}); those weights are not used",
+                    kind.name(),
+                    found.name()
+                )
+            }),
+        },
+        None => DetectedVariant {
+            kind: found,
+            source: evidence,
+            unused_weights: None,
+        },
     }
+}
+
+/// The variant the weights point to, and the evidence.
+fn from_weights(config: &ModelConfig, store: &WeightStore) -> (VariantKind, String) {
     let attn = "model.layers.0.self_attn";
     let sinks = format!("{attn}.sinks");
     let alpha = format!("{attn}.alpha_proj.weight");
@@ -54,5 +77,5 @@ pub fn detect_variant(config: &ModelConfig, store: &WeightStore) -> DetectedVari
             "no attention_variant in config.json and no variant weights: standard softmax".into(),
         )
     };
-    DetectedVariant { kind, source }
+    (kind, source)
 }

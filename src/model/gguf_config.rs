@@ -115,6 +115,33 @@ pub(crate) fn raw_config(
         .unwrap_or(head_dim);
     let theta = meta.opt_f64_key("rope.freq_base")?.unwrap_or(10000.0);
     let context = meta.opt_usize_key("context_length")?.unwrap_or(2048);
+    let rms_eps = meta
+        .opt_f64_key("attention.layer_norm_rms_epsilon")?
+        .unwrap_or(1e-5);
+    // checked here: JSON has no NaN (it would turn into a default), and the rope_freqs
+    // recovery below needs them sound
+    let bad = |key: &str, value: String, want: &str| {
+        Err(Error::input(
+            path,
+            format!("metadata {} {value} must be {want}", meta.key(key)),
+        ))
+    };
+    if head_dim == 0 {
+        return bad("attention.key_length", "0".into(), "at least 1");
+    }
+    if context == 0 {
+        return bad("context_length", "0".into(), "at least 1");
+    }
+    if !(theta.is_finite() && theta > 0.0) {
+        return bad("rope.freq_base", theta.to_string(), "a finite number > 0");
+    }
+    if !(rms_eps.is_finite() && rms_eps >= 0.0) {
+        return bad(
+            "attention.layer_norm_rms_epsilon",
+            rms_eps.to_string(),
+            "a finite number >= 0",
+        );
+    }
     let mut rope = json!({"rope_type": "default", "rope_theta": theta});
     let mut recovered = None;
     if let Some(info) = meta.content.tensor_infos.get("rope_freqs.weight") {
@@ -154,7 +181,7 @@ pub(crate) fn raw_config(
         "num_key_value_heads": kv_heads,
         "head_dim": head_dim,
         "vocab_size": vocab,
-        "rms_norm_eps": meta.opt_f64_key("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5),
+        "rms_norm_eps": rms_eps,
         "max_position_embeddings": context,
         "tie_word_embeddings": !tensors.has_output,
         "attention_bias": meta.arch == "llama" && tensors.has_q_bias,

@@ -119,9 +119,11 @@ fn split_pattern(pattern: &str) -> std::result::Result<(Vec<String>, String), St
             .find('}')
             .ok_or_else(|| format!("unclosed `{{` in \"{pattern}\""))?;
         let name = &rest[open + 1..open + close];
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        // a regex group name: a letter or _ first, then letters, digits or _
+        let starts_well = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_');
+        if !starts_well || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             return Err(format!(
-                "placeholder `{{{name}}}` in \"{pattern}\" must be letters, digits or _"
+                "placeholder `{{{name}}}` in \"{pattern}\" must be a letter or _ followed by letters, digits or _"
             ));
         }
         if names.iter().any(|n| n == name) {
@@ -185,6 +187,10 @@ mod tests {
             (r#"{"a.{l}.{l}": "b.{l}"}"#, "twice"),
             (r#"{"a}": "b"}"#, "unmatched"),
             (r#"{"": "b"}"#, "empty"),
+            (
+                r#"{"model.layers.{1}.x": "h.{1}.x"}"#,
+                "must be a letter or _",
+            ),
         ] {
             let err = map(json).unwrap_err().to_string();
             assert!(

@@ -30,6 +30,9 @@ enum Source {
         files: MmapedSafetensors,
         /// File (for error messages) of each tensor.
         origin: BTreeMap<String, PathBuf>,
+        /// What names the checkpoint's weights as a whole: model.safetensors, or the index
+        /// of a sharded checkpoint (where a missing tensor is reported).
+        listing: PathBuf,
     },
     Gguf(Box<GgufFile>),
     /// Tensors already in memory (the trainer's parameters, served as they are so that
@@ -42,10 +45,10 @@ impl WeightStore {
     pub fn open(dir: &Path, device: &Device, dtype: DType) -> Result<Self> {
         let single = dir.join("model.safetensors");
         let index = dir.join("model.safetensors.index.json");
-        let paths = if single.is_file() {
-            vec![single]
+        let (paths, listing) = if single.is_file() {
+            (vec![single.clone()], single)
         } else if index.is_file() {
-            shard_paths(dir, &index)?
+            (shard_paths(dir, &index)?, index)
         } else {
             return Err(Error::input(
                 dir,
@@ -63,14 +66,27 @@ impl WeightStore {
                 )
             })?;
             for (name, _) in one.tensors() {
-                origin.insert(name, path.clone());
+                if let Some(first) = origin.insert(name.clone(), path.clone()) {
+                    return Err(Error::input(
+                        &listing,
+                        format!(
+                            "tensor {name} is stored twice, in {} and {}",
+                            first.display(),
+                            path.display()
+                        ),
+                    ));
+                }
             }
         }
         // SAFETY: as above.
         let files = unsafe { MmapedSafetensors::multi(&paths) }
             .map_err(|e| Error::input(dir, format!("cannot map weights: {e}")))?;
         Ok(WeightStore {
-            source: Source::Safetensors { files, origin },
+            source: Source::Safetensors {
+                files,
+                origin,
+                listing,
+            },
             device: device.clone(),
             dtype,
             shapes_only: false,
@@ -213,11 +229,26 @@ impl WeightStore {
                 format!("tensor {shown}{gguf_name} has shape {stored:?}, expected {expected:?}"),
             ));
         }
+        if let Source::Safetensors { files, origin, .. } = &self.source {
+            // integers would be cast to floats as they are: weights are floating point
+            // (safetensors' Dtype by name: candle does not re-export the type)
+            if let Ok(view) = files.get(name) {
+                let d = format!("{:?}", view.dtype());
+                if !matches!(d.as_str(), "F16" | "BF16" | "F32" | "F64") {
+                    return Err(Error::input(
+                        &origin[name],
+                        format!(
+                            "tensor {shown} has dtype {d}; weights must be F16, BF16, F32 or F64"
+                        ),
+                    ));
+                }
+            }
+        }
         if self.shapes_only {
             return Ok(Tensor::zeros((), dtype, &self.device)?.broadcast_as(expected)?);
         }
         let tensor = match &self.source {
-            Source::Safetensors { files, origin } => {
+            Source::Safetensors { files, origin, .. } => {
                 files.load(name, &Device::Cpu).map_err(|e| {
                     Error::input(&origin[name], format!("cannot load tensor {shown}: {e}"))
                 })?
@@ -275,11 +306,7 @@ impl WeightStore {
 
     fn any_file(&self) -> PathBuf {
         match &self.source {
-            Source::Safetensors { origin, .. } => origin
-                .values()
-                .next()
-                .cloned()
-                .unwrap_or_else(|| PathBuf::from("model.safetensors")),
+            Source::Safetensors { listing, .. } => listing.clone(),
             Source::Gguf(g) => g.path().to_path_buf(),
             Source::Memory(_) => PathBuf::from("<memory>"),
         }
@@ -303,6 +330,9 @@ fn shard_paths(dir: &Path, index: &Path) -> Result<Vec<PathBuf>> {
         if !files.iter().any(|f| f == file) {
             files.push(file.to_string());
         }
+    }
+    if files.is_empty() {
+        return Err(Error::input(index, "weight_map lists no shard file"));
     }
     files.sort();
     let paths: Vec<PathBuf> = files.iter().map(|f| dir.join(f)).collect();

@@ -276,7 +276,7 @@ fn validate(opts: &TrainOptions) -> Result<()> {
     }
     if let Some(t) = &opts.tokenizer {
         if !t.is_file() {
-            return Err(Error::input(t, "no such file (--tokenizer)"));
+            return Err(Error::not_a_file(t, "--tokenizer"));
         }
     }
     Ok(())

@@ -148,9 +148,16 @@ impl State<'_> {
                     self.no_step += 1;
                     return Ok(());
                 }
-                Some((_, v)) => match scalar(v).ok().flatten() {
-                    Some(s) if s.is_finite() && s.fract() == 0.0 => s as i64,
-                    _ => {
+                // an integer, or a float that is one exactly (as in CSV logs: below 9e15)
+                Some((_, v)) => match v.as_i64().or_else(|| {
+                    scalar(v)
+                        .ok()
+                        .flatten()
+                        .filter(|s| s.is_finite() && s.fract() == 0.0 && s.abs() < 9.0e15)
+                        .map(|s| s as i64)
+                }) {
+                    Some(s) => s,
+                    None => {
                         return Err(Error::input(
                             self.path,
                             format!("{place}: step `{key}` is {v}, not an integer"),
