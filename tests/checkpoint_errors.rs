@@ -302,8 +302,20 @@ fn weights_the_declared_variant_leaves_unused_are_noted() {
     edit_config(tmp.path(), |c| c["attention_variant"] = "softmax".into());
     let stdout = expect_success(&run_cli(tmp.path(), &["inspect", "."]));
     assert!(
-        stdout.contains("config.json declares softmax but the weights point to affine_scaled")
-            && stdout.contains("alpha_proj"),
+        stdout.contains(
+            "config.json declares softmax; it does not use model.layers.0.self_attn.alpha_proj.weight (the weights point to affine_scaled)"
+        ),
+        "{stdout}"
+    );
+    // gated over Affine-Scaled + gated weights reads the gate rows: only alpha_proj is unused
+    let both = tempfile::tempdir().unwrap();
+    copy_fixture("affine_scaled_gated", both.path());
+    edit_config(both.path(), |c| c["attention_variant"] = "gated".into());
+    let stdout = expect_success(&run_cli(both.path(), &["inspect", "."]));
+    assert!(
+        stdout.contains(
+            "declares gated; it does not use model.layers.0.self_attn.alpha_proj.weight ("
+        ) && !stdout.contains("gate rows"),
         "{stdout}"
     );
     let out = run_cli(

@@ -19,43 +19,53 @@ pub fn find_series(dir: &Path) -> Result<Option<Vec<StepCheckpoint>>> {
     if dir.join("config.json").is_file() || !dir.is_dir() {
         return Ok(None);
     }
-    let mut steps = Vec::new();
+    // (checkpoint, where its step came from, the folder it resolves to)
+    let mut found: Vec<(StepCheckpoint, String, PathBuf)> = Vec::new();
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     for entry in entries {
         let path = entry.map_err(|e| Error::io(dir, e))?.path();
         if !path.join("config.json").is_file() {
             continue;
         }
-        if let Some(step) = step_of(&path)? {
-            steps.push(StepCheckpoint { step, dir: path });
+        if let Some((step, source)) = step_of(&path)? {
+            let real = path.canonicalize().unwrap_or_else(|_| path.clone());
+            found.push((StepCheckpoint { step, dir: path }, source, real));
         }
     }
-    if steps.is_empty() {
+    if found.is_empty() {
         return Ok(None);
     }
-    steps.sort_by(|a, b| a.step.cmp(&b.step).then_with(|| a.dir.cmp(&b.dir)));
-    if let Some(pair) = steps.windows(2).find(|w| w[0].step == w[1].step) {
+    found.sort_by(|a, b| a.0.step.cmp(&b.0.step).then_with(|| a.0.dir.cmp(&b.0.dir)));
+    // a link to another step folder (`latest -> checkpoint-1000`) is that folder
+    found.dedup_by(|later, first| later.2 == first.2);
+    if let Some(pair) = found.windows(2).find(|w| w[0].0.step == w[1].0.step) {
+        let name = |(c, source, _): &(StepCheckpoint, String, PathBuf)| {
+            format!("{} ({source})", c.dir.display())
+        };
         return Err(Error::input(
             dir,
             format!(
                 "two checkpoints claim step {}: {} and {}",
-                pair[0].step,
-                pair[0].dir.display(),
-                pair[1].dir.display()
+                pair[0].0.step,
+                name(&pair[0]),
+                name(&pair[1])
             ),
         ));
     }
-    Ok(Some(steps))
+    Ok(Some(found.into_iter().map(|f| f.0).collect()))
 }
 
-fn step_of(path: &Path) -> Result<Option<u64>> {
+/// The step of a checkpoint folder and where it came from: `trainer_state.json`'s
+/// `global_step`, else the folder name's trailing number (one too long for a step, say a
+/// timestamp, makes it no step folder).
+fn step_of(path: &Path) -> Result<Option<(u64, String)>> {
     let state = path.join("trainer_state.json");
     if state.is_file() {
         let text = std::fs::read_to_string(&state).map_err(|e| Error::io(&state, e))?;
         let json: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| Error::input(&state, format!("invalid JSON: {e}")))?;
         if let Some(step) = json.get("global_step").and_then(|v| v.as_u64()) {
-            return Ok(Some(step));
+            return Ok(Some((step, "global_step of trainer_state.json".into())));
         }
     }
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -64,16 +74,8 @@ fn step_of(path: &Path) -> Result<Option<u64>> {
         .rev()
         .take_while(|c| c.is_ascii_digit())
         .collect();
-    if digits.is_empty() {
-        return Ok(None);
-    }
     let digits: String = digits.chars().rev().collect();
-    digits.parse().map(Some).map_err(|_| {
-        Error::input(
-            path,
-            format!("step {digits} in the folder name is out of range"),
-        )
-    })
+    Ok(digits.parse().ok().map(|step| (step, "folder name".into())))
 }
 
 #[cfg(test)]
@@ -89,14 +91,24 @@ mod tests {
             std::fs::write(d.join("config.json"), "{}").unwrap();
         }
         let err = find_series(tmp.path()).unwrap_err().to_string();
-        assert!(err.contains("two checkpoints claim step 100"), "{err}");
-        let big = tmp.path().join("big").join("step-99999999999999999999999");
-        std::fs::create_dir_all(&big).unwrap();
-        std::fs::write(big.join("config.json"), "{}").unwrap();
-        let err = find_series(&tmp.path().join("big"))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("out of range"), "{err}");
+        assert!(
+            err.contains("two checkpoints claim step 100")
+                && err.contains("checkpoint-100 (folder name)"),
+            "{err}"
+        );
+        // a link to a step folder is that folder, not a second step
+        let linked = tmp.path().join("linked");
+        std::fs::create_dir(&linked).unwrap();
+        std::fs::rename(tmp.path().join("step-100"), linked.join("step-100")).unwrap();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(linked.join("step-100"), linked.join("latest-100")).unwrap();
+        let steps = find_series(&linked).unwrap().unwrap();
+        assert_eq!(steps.len(), 1, "{steps:?}");
+        // a trailing number too long for a step (a timestamp) is no step folder
+        let stamp = linked.join("run-99999999999999999999999");
+        std::fs::create_dir(&stamp).unwrap();
+        std::fs::write(stamp.join("config.json"), "{}").unwrap();
+        assert_eq!(find_series(&linked).unwrap().unwrap().len(), 1);
     }
 
     #[test]

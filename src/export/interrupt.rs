@@ -1,8 +1,9 @@
 //! Ctrl-C (SIGINT) and SIGTERM (`timeout`, Slurm, CI) leave no partial output: every live
 //! staging folder is registered here, and a signal thread removes them (with the output
-//! folders made for them that are still empty) before the process exits with status 128 +
-//! the signal (130, 143). A commit holds the registry's lock while it moves files, so a
-//! signal lands before or after it, never halfway. SIGHUP is left alone (`nohup` runs go on).
+//! folders made for them that are still empty) before the process ends by the signal's
+//! default action (a shell reports 130 or 143). A commit holds the registry's lock while it
+//! moves files, so a signal lands before or after it, never halfway. SIGHUP is left alone
+//! (`nohup` runs go on).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, Once};
@@ -66,15 +67,22 @@ fn watch_signals() {
     if wanted.is_empty() {
         return;
     }
-    // without the thread the signals keep their default action: no worse than before
-    if let Ok(mut signals) = signal_hook::iterator::Signals::new(&wanted) {
-        let _ = std::thread::Builder::new()
-            .name("asa-signals".into())
-            .spawn(move || {
-                if let Some(signal) = signals.forever().next() {
-                    remove_and_exit(signal);
-                }
-            });
+    let Ok(mut signals) = signal_hook::iterator::Signals::new(&wanted) else {
+        return; // nothing was installed: the signals keep their default action
+    };
+    let spawned = std::thread::Builder::new()
+        .name("asa-signals".into())
+        .spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                remove_and_exit(signal);
+            }
+        });
+    if spawned.is_err() {
+        // the handlers stay installed with nobody to act on them: give the default back
+        for signal in wanted {
+            // SAFETY: restores the default disposition of a signal we installed a handler for
+            unsafe { libc::signal(signal, libc::SIG_DFL) };
+        }
     }
 }
 
@@ -92,7 +100,8 @@ fn ignored(signal: i32) -> bool {
     }
 }
 
-/// Removes every registered staging folder, says so, and exits at once with 128 + `signal`.
+/// Removes every registered staging folder, says so, and ends the process by `signal`'s
+/// default action (so a calling shell sees the signal, e.g. a loop stops on Ctrl-C).
 #[cfg(unix)]
 fn remove_and_exit(signal: i32) -> ! {
     // the lock is held until exit: no staging folder is registered or committed meanwhile
@@ -114,7 +123,9 @@ fn remove_and_exit(signal: i32) -> ! {
         "terminated"
     };
     eprintln!("asa-analyze: {name}; unfinished output removed");
-    // SAFETY: _exit ends the process without exit handlers (other threads may be inside a
-    // device kernel); stderr is unbuffered, so the message is out
+    // the default action runs no exit handlers (other threads may be inside a device
+    // kernel); stderr is unbuffered, so the message is out
+    let _ = signal_hook::low_level::emulate_default_handler(signal);
+    // SAFETY: as above; only reached if the default action could not be raised
     unsafe { libc::_exit(128 + signal) }
 }

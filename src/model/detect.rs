@@ -25,18 +25,21 @@ pub struct DetectedVariant {
 pub fn detect_variant(config: &ModelConfig, store: &WeightStore) -> DetectedVariant {
     let (found, evidence) = from_weights(config, store);
     match config.declared_variant {
-        Some(kind) => DetectedVariant {
-            kind,
-            source: "config.json attention_variant".into(),
-            // weights of another variant that the declared one does not read
-            unused_weights: (found != kind && found != VariantKind::Softmax).then(|| {
-                format!(
-                    "config.json declares {} but the weights point to {} ({evidence}); those weights are not used",
-                    kind.name(),
-                    found.name()
-                )
-            }),
-        },
+        Some(kind) => {
+            let unused = unused_markers(config, store, kind);
+            DetectedVariant {
+                kind,
+                source: "config.json attention_variant".into(),
+                unused_weights: (!unused.is_empty()).then(|| {
+                    format!(
+                        "config.json declares {}; it does not use {} (the weights point to {})",
+                        kind.name(),
+                        unused.join(", "),
+                        found.name()
+                    )
+                }),
+            }
+        }
         None => DetectedVariant {
             kind: found,
             source: evidence,
@@ -45,16 +48,61 @@ pub fn detect_variant(config: &ModelConfig, store: &WeightStore) -> DetectedVari
     }
 }
 
+/// The variant weights of layer 0 that `kind` does not read.
+fn unused_markers(config: &ModelConfig, store: &WeightStore, kind: VariantKind) -> Vec<String> {
+    use VariantKind::{AffineScaled, AffineScaledGated, Gated, Logn, Sink};
+    let m = Markers::of(config, store);
+    let mut unused = Vec::new();
+    if store.contains(&m.sinks) && kind != Sink {
+        unused.push(m.sinks);
+    }
+    if store.contains(&m.alpha) && !matches!(kind, AffineScaled | AffineScaledGated) {
+        unused.push(m.alpha);
+    }
+    if m.doubled_q && !matches!(kind, Gated | AffineScaledGated) {
+        unused.push(format!("the gate rows of {}", m.q));
+    }
+    if store.contains(&m.logn) && kind != Logn {
+        unused.push(m.logn);
+    }
+    unused
+}
+
+/// The names whose presence marks a variant (layer 0), and whether q_proj holds the gate.
+struct Markers {
+    sinks: String,
+    alpha: String,
+    logn: String,
+    q: String,
+    doubled_q: bool,
+}
+
+impl Markers {
+    fn of(config: &ModelConfig, store: &WeightStore) -> Markers {
+        let attn = "model.layers.0.self_attn";
+        let q = format!("{attn}.q_proj.weight");
+        let doubled_q = store
+            .shape(&q)
+            .is_some_and(|s| s.first() == Some(&(2 * config.num_heads * config.head_dim)));
+        Markers {
+            sinks: format!("{attn}.sinks"),
+            alpha: format!("{attn}.alpha_proj.weight"),
+            logn: format!("{attn}.logn_scale"),
+            q,
+            doubled_q,
+        }
+    }
+}
+
 /// The variant the weights point to, and the evidence.
 fn from_weights(config: &ModelConfig, store: &WeightStore) -> (VariantKind, String) {
-    let attn = "model.layers.0.self_attn";
-    let sinks = format!("{attn}.sinks");
-    let alpha = format!("{attn}.alpha_proj.weight");
-    let logn = format!("{attn}.logn_scale");
-    let q = format!("{attn}.q_proj.weight");
-    let doubled_q = store
-        .shape(&q)
-        .is_some_and(|s| s.first() == Some(&(2 * config.num_heads * config.head_dim)));
+    let Markers {
+        sinks,
+        alpha,
+        logn,
+        q,
+        doubled_q,
+    } = Markers::of(config, store);
     let (kind, source) = if store.contains(&sinks) {
         (VariantKind::Sink, format!("weights: {sinks}"))
     } else if store.contains(&alpha) && doubled_q {

@@ -33,6 +33,8 @@ enum Source {
         /// What names the checkpoint's weights as a whole: model.safetensors, or the index
         /// of a sharded checkpoint (where a missing tensor is reported).
         listing: PathBuf,
+        /// Tensors stored in two files (a stale shard): an error when the model reads one.
+        twice: BTreeMap<String, (PathBuf, PathBuf)>,
     },
     Gguf(Box<GgufFile>),
     /// Tensors already in memory (the trainer's parameters, served as they are so that
@@ -56,6 +58,7 @@ impl WeightStore {
             ));
         };
         let mut origin = BTreeMap::new();
+        let mut twice = BTreeMap::new();
         for path in &paths {
             // SAFETY: the files are opened read-only; modifying a checkpoint while it is
             // being analysed is outside what we guard against (as in every mmap loader).
@@ -67,14 +70,7 @@ impl WeightStore {
             })?;
             for (name, _) in one.tensors() {
                 if let Some(first) = origin.insert(name.clone(), path.clone()) {
-                    return Err(Error::input(
-                        &listing,
-                        format!(
-                            "tensor {name} is stored twice, in {} and {}",
-                            first.display(),
-                            path.display()
-                        ),
-                    ));
+                    twice.insert(name, (first, path.clone()));
                 }
             }
         }
@@ -86,6 +82,7 @@ impl WeightStore {
                 files,
                 origin,
                 listing,
+                twice,
             },
             device: device.clone(),
             dtype,
@@ -215,6 +212,19 @@ impl WeightStore {
             ));
         };
         let name = self.stored_name(name);
+        if let Source::Safetensors { listing, twice, .. } = &self.source {
+            // which copy the model would read is a guess: refuse
+            if let Some((first, second)) = twice.get(name) {
+                return Err(Error::input(
+                    listing,
+                    format!(
+                        "tensor {shown} is stored twice, in {} and {}",
+                        first.display(),
+                        second.display()
+                    ),
+                ));
+            }
+        }
         if stored != expected {
             let (path, gguf_name) = match &self.source {
                 Source::Safetensors { origin, .. } => (origin[name].clone(), String::new()),
