@@ -661,6 +661,8 @@ fn unparsable_cells_are_errors_naming_line_and_column() {
             "-3",
             "line 3, column `layer`: `-3` is not an integer >= 1",
         ),
+        // a row without a model label was dropped without a word
+        (0, "", "line 3, column `model`: the label is empty"),
     ] {
         let dir = out.path().join(format!("bad{column}{cell}"));
         std::fs::create_dir(&dir).unwrap();

@@ -297,9 +297,10 @@ fn parse_number(s: &str) -> std::result::Result<Option<f64>, ()> {
     }
 }
 
-/// Checks the columns the table contract (SPEC section 6) holds as numbers: a cell that is
-/// no number, or a non-integer where the contract has integers (layer, step, ...), is an
-/// error naming the file, the line and the column; empty cells are allowed.
+/// Checks the cells of a table of the contract (SPEC section 6): a model or run label is
+/// never empty (the row would belong to no line); a cell that is no number, or a
+/// non-integer where the contract has integers (layer, step, ...), is an error naming the
+/// file, the line and the column; empty number cells are allowed.
 fn check_numbers(table: &Table, path: &Path) -> Result<()> {
     let Some(spec) = NUMERIC_COLUMNS.iter().find(|(t, _, _)| *t == table.name) else {
         return Ok(());
@@ -311,6 +312,20 @@ fn check_numbers(table: &Table, path: &Path) -> Result<()> {
         true => format!("line {}", row + 2),
         false => format!("row {}", row + 1),
     };
+    for label in ["model", "run"] {
+        let Some(cells) = text(table, label) else {
+            continue;
+        };
+        if let Some(row) = cells
+            .iter()
+            .position(|c| c.as_deref().is_none_or(|c| c.trim().is_empty()))
+        {
+            return Err(Error::input(
+                path,
+                format!("{}, column `{label}`: the label is empty", at(row)),
+            ));
+        }
+    }
     let columns = spec
         .1
         .iter()
