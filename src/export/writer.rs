@@ -98,7 +98,7 @@ impl OutputDir {
             .map(Path::to_path_buf);
         fs::create_dir_all(target).map_err(|e| Error::io(target, e))?;
         remove_stale_staging(target);
-        let staging = target.join(format!("{STAGING_PREFIX}{}", std::process::id()));
+        let staging = target.join(staging_name(&host_name(), std::process::id()));
         if staging.exists() {
             fs::remove_dir_all(&staging).map_err(|e| Error::io(&staging, e))?;
         }
@@ -240,20 +240,56 @@ impl Drop for OutputDir {
     }
 }
 
-/// Name of a staging folder, followed by the process id.
+/// Start of a staging folder's name; the host and process id follow.
 const STAGING_PREFIX: &str = ".asa-staging-";
 
-/// Removes staging folders in `target` left by processes that no longer run (killed
-/// before they could clean up); another run's live folder is left alone.
+/// `.asa-staging-<host>-<pid>`: the host, so that a run on another machine sharing the
+/// folder (a cluster's network file system) is never taken for a dead process here.
+fn staging_name(host: &str, pid: u32) -> String {
+    format!("{STAGING_PREFIX}{host}-{pid}")
+}
+
+/// This machine's name, reduced to characters safe in a file name.
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    #[cfg(unix)]
+    // SAFETY: gethostname writes at most buf.len() bytes into buf
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    #[cfg(not(unix))]
+    let ok = false;
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    let name: String = String::from_utf8_lossy(&buf[..len])
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if ok && !name.is_empty() {
+        name
+    } else {
+        "host".into()
+    }
+}
+
+/// Removes staging folders in `target` that this machine's processes left when they were
+/// killed before they could clean up; a live run's folder, and other machines' folders, are
+/// left alone.
 fn remove_stale_staging(target: &Path) {
     let Ok(entries) = fs::read_dir(target) else {
         return;
     };
+    let host = host_name();
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(pid) = name
             .to_str()
             .and_then(|n| n.strip_prefix(STAGING_PREFIX))
+            .and_then(|rest| rest.strip_prefix(host.as_str()))
+            .and_then(|rest| rest.strip_prefix('-'))
             .and_then(|p| p.parse::<u32>().ok())
         else {
             continue;
@@ -335,16 +371,24 @@ mod tests {
     fn a_dead_process_staging_folder_is_cleaned_up() {
         let dir = tempfile::tempdir().unwrap();
         let target = dir.path().join("out");
-        // Linux pids stop at 2^22 (pid_max's ceiling); pid 1 (init) always runs
-        let (dead, alive) = (
-            target.join(format!("{STAGING_PREFIX}{}", (1u32 << 22) + 1)),
-            target.join(format!("{STAGING_PREFIX}1")),
+        // Linux pids stop at 2^22 (pid_max's ceiling); pid 1 (init) always runs; the same
+        // dead pid on another machine may be a live run there
+        let host = host_name();
+        let (dead, alive, elsewhere) = (
+            target.join(staging_name(&host, (1 << 22) + 1)),
+            target.join(staging_name(&host, 1)),
+            target.join(staging_name("other-node", (1 << 22) + 1)),
         );
         std::fs::create_dir_all(dead.join("checkpoints")).unwrap();
         std::fs::create_dir_all(&alive).unwrap();
+        std::fs::create_dir_all(&elsewhere).unwrap();
         let out = stage(&target, &["a.csv"]);
         assert!(!dead.exists(), "stale staging folder kept");
         assert!(alive.exists(), "a live process's staging folder removed");
+        assert!(
+            elsewhere.exists(),
+            "another machine's staging folder removed"
+        );
         out.commit().unwrap();
     }
 

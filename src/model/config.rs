@@ -413,7 +413,7 @@ impl RawConfig {
                 format!("partial_rotary_factor {partial_rotary_factor} must be in (0, 1]"),
             ));
         }
-        if ((head_dim as f64 * partial_rotary_factor) as usize) < 2 {
+        if super::rope::rotated_dims(head_dim, partial_rotary_factor) == 0 {
             return Err(Error::input(
                 path,
                 format!("partial_rotary_factor {partial_rotary_factor} of head_dim {head_dim} rotates no dimension pair"),

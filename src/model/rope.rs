@@ -59,7 +59,12 @@ pub fn inverse_frequencies(rope: &RopeConfig, head_dim: usize) -> Vec<f64> {
 
 /// How many leading dimensions of a head rotate (`int(head_dim * partial_rotary_factor)`).
 pub fn rotary_dim(rope: &RopeConfig, head_dim: usize) -> usize {
-    let d = (head_dim as f64 * rope.partial_rotary_factor) as usize;
+    rotated_dims(head_dim, rope.partial_rotary_factor)
+}
+
+/// `int(head_dim * partial_rotary_factor)`, rounded down to whole pairs.
+pub fn rotated_dims(head_dim: usize, partial_rotary_factor: f64) -> usize {
+    let d = (head_dim as f64 * partial_rotary_factor) as usize;
     d - d % 2
 }
 

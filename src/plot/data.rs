@@ -9,19 +9,15 @@ use crate::error::{Error, Result};
 use crate::export::{read_table, Column, Table};
 
 /// Table names figures read (file stems; `.csv` or `.parquet`).
-pub const TABLES: [&str; 11] = [
-    "attention",
-    "weight_sum_hist",
-    "heatmap",
-    "query_profile",
-    "distance_profile",
-    "nll_position",
-    "qk_series",
-    "grad_stats",
-    "spikes",
-    "spike_steps",
-    "curves",
-];
+pub const TABLES: [&str; 11] = {
+    let mut names = [""; 11];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = NUMERIC_COLUMNS[i].0;
+        i += 1;
+    }
+    names
+};
 
 /// Integer columns with a least value: 1-based layers and heads, counts and positions
 /// from 0 (heatmap positions outside the map are skipped by Fig. 9 with a note).
@@ -35,7 +31,8 @@ const MINIMUM: [(&str, f64); 7] = [
     ("ddof", 0.0),
 ];
 
-/// Per table: its number columns and its integer columns (the rest are text).
+/// Per table of the contract: its number columns and its integer columns (the rest are
+/// text); the order is [`TABLES`]'s.
 const NUMERIC_COLUMNS: [(&str, &[&str], &[&str]); 11] = [
     ("attention", &["value"], &["layer", "head"]),
     ("weight_sum_hist", &["bin_lo", "bin_hi"], &["count"]),
