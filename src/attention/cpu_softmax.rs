@@ -19,6 +19,58 @@ use crate::metrics::row_pass::{qk_row, row_values};
 use crate::probe::row_table::{RowWants, QK_ABS_SUM, QK_SUM, SINK_MASS};
 use crate::simd_dispatch;
 
+/// Writes e = exp(scale * x - max) over `x` into `out` (same length) and returns sum e and,
+/// with `ENTROPY`, sum e (scale * x - max) (0 without it), in f32 lanes combined in f64.
+/// The one exp loop of the CPU attention kernels: [`softmax_row`] normalises its output,
+/// the flash-style block (`cpu_flash`) rescales it tile by tile.
+#[inline(always)]
+pub(crate) fn exp_row<const ENTROPY: bool>(
+    x: &[f32],
+    out: &mut [MaybeUninit<f32>],
+    scale: f32,
+    max: f32,
+) -> (f64, f64) {
+    debug_assert_eq!(x.len(), out.len());
+    let mut acc = [0f32; 16];
+    let mut acc_ey = [0f32; 16];
+    let mut chunks = out.chunks_exact_mut(16).zip(x.chunks_exact(16));
+    for (o, v) in &mut chunks {
+        // computed in a local chunk, then written: reads of `x` and writes of `out` never
+        // interleave, so the sums stay in vector registers (no alias check, no spills)
+        let mut e = [0f32; 16];
+        for k in 0..16 {
+            let y = v[k] * scale - max;
+            e[k] = exp(y);
+            acc[k] += e[k];
+            if ENTROPY {
+                acc_ey[k] += e[k] * y;
+            }
+        }
+        for (o, e) in o.iter_mut().zip(e) {
+            o.write(e);
+        }
+    }
+    let done = x.len() - x.len() % 16;
+    let mut sum: f64 = acc.iter().map(|&a| a as f64).sum();
+    let mut sum_ey: f64 = acc_ey.iter().map(|&a| a as f64).sum();
+    for (o, &v) in out[done..].iter_mut().zip(&x[done..]) {
+        let y = v * scale - max;
+        let e = *o.write(exp(y));
+        sum += e as f64;
+        if ENTROPY {
+            sum_ey += (e * y) as f64;
+        }
+    }
+    (sum, sum_ey)
+}
+
+/// Entropy in nats of the weights e / S from S = sum e and E = sum e (y - m) (see
+/// [`softmax_row`]); NaN when S is 0 (every real key's e underflowed: no mass left to them).
+#[inline(always)]
+pub(crate) fn entropy_from_sums(sum: f64, sum_ey: f64) -> f32 {
+    (sum.ln() - sum_ey / sum) as f32
+}
+
 /// Writes softmax(scale * x ++ [sink]) over `x` into `out` (same length) and returns the
 /// sink's share (0 without a sink) and, with `ENTROPY`, the entropy in nats of the weights
 /// renormalised over the real keys (NaN without it).
@@ -33,35 +85,10 @@ fn softmax_row<const ENTROPY: bool>(
     scale: f32,
     sink: Option<f32>,
 ) -> (f32, f32) {
-    debug_assert_eq!(x.len(), out.len());
     let row_max = lane_max(x, |v| v * scale);
     let max = sink.map_or(row_max, |s| row_max.max(s));
-    let mut acc = [0f32; 16];
-    let mut acc_ey = [0f32; 16];
-    let mut chunks = out.chunks_exact_mut(16).zip(x.chunks_exact(16));
-    for (o, v) in &mut chunks {
-        for k in 0..16 {
-            let y = v[k] * scale - max;
-            let e = exp(y);
-            o[k].write(e);
-            acc[k] += e;
-            if ENTROPY {
-                acc_ey[k] += e * y;
-            }
-        }
-    }
-    let done = x.len() - x.len() % 16;
-    let mut sum: f64 = acc.iter().map(|&a| a as f64).sum();
-    let mut sum_ey: f64 = acc_ey.iter().map(|&a| a as f64).sum();
-    for (o, &v) in out[done..].iter_mut().zip(&x[done..]) {
-        let y = v * scale - max;
-        let e = *o.write(exp(y));
-        sum += e as f64;
-        if ENTROPY {
-            sum_ey += (e * y) as f64;
-        }
-    }
-    // SAFETY: every element of `out` was written above
+    let (sum, sum_ey) = exp_row::<ENTROPY>(x, out, scale, max);
+    // SAFETY: exp_row wrote every element of `out`
     let out = unsafe { &mut *(out as *mut [MaybeUninit<f32>] as *mut [f32]) };
     let sink_exp = sink.map_or(0.0, |s| exp(s - max) as f64);
     let inv = (1.0 / (sum + sink_exp)) as f32;
@@ -69,9 +96,9 @@ fn softmax_row<const ENTROPY: bool>(
         *o *= inv;
     }
     // ln S - sum e (y - m) / S does not depend on the shift m (the sink's logit where it
-    // is the maximum); NaN when every real key's e underflowed (no mass left to them)
+    // is the maximum)
     let entropy = if ENTROPY {
-        (sum.ln() - sum_ey / sum) as f32
+        entropy_from_sums(sum, sum_ey)
     } else {
         f32::NAN
     };

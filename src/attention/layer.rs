@@ -7,6 +7,7 @@ use candle_core::{DType, Tensor, D};
 use super::affine_scaled::{activate, affine_weights};
 use super::blocks::{mask_invisible, query_blocks, visibility};
 use super::cpu_affine::affine_rows;
+use super::cpu_flash::{causal_attention, Tiles};
 use super::cpu_softmax::causal_softmax;
 use super::fused_softmax::causal_softmax_rows;
 use super::gated::split_query_gate;
@@ -281,8 +282,56 @@ impl Attention {
         } else {
             None
         };
+        // CPU f32 inference where no block's maps are wanted (the probe takes row tables,
+        // or nothing): flash-style tiles that never hold a block's weights whole
+        let flash_wants = match &row_wants {
+            _ if !xs.device().is_cpu() || q.dtype() != DType::F32 => None,
+            _ if self.sink_logits.is_some() && sinks.is_none() => None,
+            Some(wants) => Some(Some(wants.clone())),
+            None if matches!(self.logit_rule, LogitRule::Plain)
+                && alpha.is_none()
+                && !q.track_op()
+                && !k.track_op()
+                && !v.track_op()
+                && !Hook::ALL
+                    .iter()
+                    .any(|&h| h.is_blocked() && probe.wants(h, layer)) =>
+            {
+                Some(None)
+            }
+            None => None,
+        };
         let mut outputs = Vec::new();
         for (q_start, n) in query_blocks(t, block) {
+            if let Some(wants) = &flash_wants {
+                let ctx = BlockCtx {
+                    layer,
+                    q_start,
+                    q_len: n,
+                    seq_len: t,
+                };
+                let flash = {
+                    let _p = phase("attention: flash tiles (q.k, softmax, row table, values)");
+                    let (qkv, block) = ((&q, &k, &v), (q_start, n));
+                    let tiles = Tiles::default();
+                    causal_attention(
+                        qkv,
+                        block,
+                        scale as f32,
+                        sinks.as_deref(),
+                        wants.as_ref(),
+                        tiles,
+                    )?
+                };
+                if let Some((out, table)) = flash {
+                    if wants.is_some() {
+                        probe.on_row_table(&ctx, &table, self.sink_logits.is_some())?;
+                    }
+                    outputs.push(out);
+                    probe.on_block_end(&ctx)?;
+                    continue;
+                }
+            }
             let keys = q_start + n;
             let qb = q
                 .narrow(2, q_start, n)?

@@ -52,28 +52,45 @@ pub fn lane_max(xs: &[f32], map: impl Fn(f32) -> f32) -> f32 {
     acc.iter().fold(tail, |m, &a| m.max(a))
 }
 
-/// Runs a row kernel compiled for AVX2 + FMA where the CPU has them, else for the
-/// baseline; `$kernel` must be `#[inline(always)]` so each copy gets its own code.
+/// Runs a row kernel compiled for AVX-512 where the CPU has it, else for AVX2 + FMA where
+/// it has those, else for the baseline; `$kernel` must be `#[inline(always)]` so each copy
+/// gets its own code. Every copy computes the same bits (no operation is contracted or
+/// reordered by the target features; only the vector width and registers differ).
 #[macro_export]
 macro_rules! simd_dispatch {
     ($kernel:ident ( $($arg:expr),* $(,)? )) => {{
         #[cfg(target_arch = "x86_64")]
         {
+            #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+            fn __simd_512<F: FnOnce() -> R, R>(f: F) -> R {
+                f()
+            }
             #[target_feature(enable = "avx2,fma")]
             fn __simd_wide<F: FnOnce() -> R, R>(f: F) -> R {
                 f()
             }
-            /// Runs `f` as AVX2 code; `f` must be `#[inline(always)]` so that it is
-            /// compiled into `__simd_wide` rather than called from it.
+            /// Runs `f` as AVX-512 code; `f` must be `#[inline(always)]` so that it is
+            /// compiled into `__simd_512` rather than called from it.
+            #[inline(always)]
+            fn __simd_run_512<F: FnOnce() -> R, R>(f: F) -> R {
+                // SAFETY: only called after the CPU was checked for AVX-512 F/VL, AVX2, FMA
+                unsafe { __simd_512(f) }
+            }
+            /// Runs `f` as AVX2 code, like `__simd_run_512`.
             #[inline(always)]
             fn __simd_run_wide<F: FnOnce() -> R, R>(f: F) -> R {
                 // SAFETY: only called after the CPU was checked for AVX2 and FMA
                 unsafe { __simd_wide(f) }
             }
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
+            let wide = std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma");
+            if wide
+                && std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512vl")
             {
                 // the closure is built outside `unsafe`: the arguments get no unsafe context
+                __simd_run_512(#[inline(always)] || $kernel($($arg),*))
+            } else if wide {
                 __simd_run_wide(#[inline(always)] || $kernel($($arg),*))
             } else {
                 $kernel($($arg),*)

@@ -33,7 +33,7 @@ fn clamped_entropy(visible: &[f32]) -> f32 {
 }
 
 /// The (start, end) key range of band `[lo, hi)` for query `i`, key 0 left out for i > 0.
-fn band_keys(i: usize, lo: usize, hi: usize) -> (usize, usize) {
+pub(crate) fn band_keys(i: usize, lo: usize, hi: usize) -> (usize, usize) {
     if lo > i {
         return (0, 0);
     }
