@@ -6,12 +6,16 @@
 //! all stay in the core's caches. The block's logits and weights, 150 MB per block at
 //! 32k tokens for SmolLM2, are never written to memory and read back.
 //!
-//! The same numbers as [`super::cpu_softmax::causal_softmax_rows`] followed by the value
-//! product, which it replaces where the probe takes row tables (or nothing): plain
-//! logits, with or without sinks, f32, no autograd. The row table's columns are those of
-//! `crate::probe::row_table`; each is a sum over the row's keys of e = exp(y - m),
-//! y = scale * q.k and m the running maximum, divided at the end by the row's
-//! denominator S (+ the sink's e).
+//! It replaces the materialised block (the q.k product, the fused softmax of
+//! `super::cpu_softmax` with its row table, the variant's logit rule and the value product)
+//! where the probe takes row tables, or nothing: plain, LogN and scale-invariant logits,
+//! with or without sinks, f32, no autograd. The row table's columns are those of
+//! `crate::probe::row_table`; each is a sum over the row's keys of e = exp(y - m), y the
+//! row's logits and m their running maximum, divided at the end by the row's denominator
+//! S (+ the sink's e). The numbers are the materialised path's up to rounding, except where
+//! a sink logit exceeds every real logit by more than ~87: there every f32 e of the
+//! materialised path underflows and its entropy is NaN, while the tiles, which never shift
+//! by the sink, keep the entropy of the (tiny but positive) weights the real keys get.
 
 use std::mem::MaybeUninit;
 
@@ -49,6 +53,44 @@ impl Default for Tiles {
         Tiles {
             rows: ROWS_PER_TASK,
             keys: KEY_TILE,
+        }
+    }
+}
+
+/// How the scaled logits s = scale * q.k of a row become the logits y it normalises (the
+/// variants' logit rules, computed as their candle versions compute them).
+#[derive(Debug, Clone)]
+pub enum TileLogits {
+    /// y = s.
+    Plain,
+    /// LogN: y = s * (s_h ln(i + 1)), s_h per head.
+    Logn { head_scale: Vec<f32> },
+    /// Scale-invariant: y = s a_t + m_t at distance t = i - j, from coefficient tables
+    /// stored in reverse (`a[len - 1 - t]`, `crate::attention::reversed_coefficients`) so
+    /// that a row's keys read one slice in key order.
+    Distance { a: Vec<f32>, m: Vec<f32> },
+}
+
+/// One row's rule: its factor, or its keys' coefficient slices from key `k0` on.
+enum RowLogits<'a> {
+    Plain,
+    Factor(f32),
+    Distance(&'a [f32], &'a [f32]),
+}
+
+impl TileLogits {
+    /// The rule of query `i` of head `head` for keys from `k0`.
+    fn row(&self, head: usize, i: usize, k0: usize) -> RowLogits<'_> {
+        match self {
+            TileLogits::Plain => RowLogits::Plain,
+            TileLogits::Logn { head_scale } => {
+                RowLogits::Factor(head_scale[head] * ((i + 1) as f64).ln() as f32)
+            }
+            TileLogits::Distance { a, m } => {
+                // key j is at distance i - j, stored at a.len() - 1 - (i - j)
+                let from = a.len() - 1 - i + k0;
+                RowLogits::Distance(&a[from..], &m[from..])
+            }
         }
     }
 }
@@ -94,8 +136,10 @@ impl RowSums {
 /// length), sums updated; `bands` are the row's band sums and `out` its output row, both
 /// rescaled when the maximum grows. `k0` is the tile's first key, `i` the query.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn tile_row(
     x: &[f32],
+    (rule, scratch): (RowLogits, &mut [f32]),
     weights: &mut [MaybeUninit<f32>],
     sums: &mut RowSums,
     bands: &mut [f64],
@@ -106,6 +150,24 @@ fn tile_row(
     let (qk, qk_abs) = qk_row(x);
     sums.qk += qk;
     sums.qk_abs += qk_abs;
+    // the logits y the row normalises, as scale * y' for the exp loop
+    let (x, scale) = match rule {
+        RowLogits::Plain => (x, scale),
+        RowLogits::Factor(factor) => {
+            let y = &mut scratch[..x.len()];
+            for (y, &v) in y.iter_mut().zip(x) {
+                *y = v * scale * factor;
+            }
+            (&*y, 1.0)
+        }
+        RowLogits::Distance(a, m) => {
+            let y = &mut scratch[..x.len()];
+            for (((y, &v), &a), &m) in y.iter_mut().zip(x).zip(a).zip(m) {
+                *y = v * scale * a + m;
+            }
+            (&*y, 1.0)
+        }
+    };
     let max = sums.max.max(lane_max(x, |v| v * scale));
     if max > sums.max && sums.max > f32::NEG_INFINITY {
         // e (y - m) = e' (y - m') / c + e' (m' - m) / c with c = exp(m - m') and e' = c e
@@ -160,22 +222,26 @@ fn finish_row(
     (sink, i): (Option<f32>, usize),
     wants: Option<&RowWants>,
 ) {
-    let sink_e = sink.map_or(0.0, |s| (s as f64 - sums.max as f64).exp());
-    let total = sums.sum + sink_e;
-    let inv = 1.0 / total;
+    // the denominator shifted by max(m, sink), so that neither term overflows: the real
+    // keys' sums take c = exp(m - max) <= 1, the sink exp(sink - max) <= 1
+    let max = sink.map_or(sums.max, |s| sums.max.max(s)) as f64;
+    let c = (sums.max as f64 - max).exp();
+    let sink_e = sink.map_or(0.0, |s| (s as f64 - max).exp());
+    let inv = 1.0 / (sums.sum * c + sink_e);
+    let weight = c * inv;
     for o in out.iter_mut() {
-        *o = (*o as f64 * inv) as f32;
+        *o = (*o as f64 * weight) as f32;
     }
     let Some(wants) = wants else {
         cell[0] = (sink_e * inv) as f32;
         return;
     };
-    let first = (sums.first * inv) as f32;
+    let first = (sums.first * weight) as f32;
     if wants.first {
         cell[FIRST] = first;
     }
     if wants.sum {
-        cell[SUM] = (sums.sum * inv) as f32;
+        cell[SUM] = (sums.sum * weight) as f32;
     }
     if wants.entropy {
         cell[ENTROPY] = entropy_from_sums(sums.sum, sums.sum_ey);
@@ -185,8 +251,8 @@ fn finish_row(
     cell[QK_ABS_SUM] = sums.qk_abs as f32;
     if !wants.bands.is_empty() {
         cell[BANDS] = if i > 0 { first } else { 0.0 };
-        for (c, b) in cell[BANDS + 1..].iter_mut().zip(bands) {
-            *c = (b * inv) as f32;
+        for (cell, band) in cell[BANDS + 1..].iter_mut().zip(bands) {
+            *cell = (band * weight) as f32;
         }
     }
 }
@@ -199,7 +265,7 @@ fn task(
     (q, k, v): (&[f32], &[f32], &[f32]),
     dims: Dims,
     (seq, kv_head, q0, nq): (usize, usize, usize, usize),
-    scale: f32,
+    (scale, logits_rule): (f32, &TileLogits),
     sinks: Option<&[f32]>,
     wants: Option<&RowWants>,
     tile: usize,
@@ -219,8 +285,14 @@ fn task(
     let kv_at = (seq * kv + kv_head) * t * d;
     let (k, v) = (&k[kv_at..kv_at + t * d], &v[kv_at..kv_at + t * d]);
     let keys = q0 + nq;
+    // short rows need no full-width tile buffers
+    let tile = tile.min(keys);
     let mut logits = vec![0f32; rows * tile];
     let mut weights = vec![0f32; rows * tile];
+    let mut scratch = match logits_rule {
+        TileLogits::Plain => Vec::new(),
+        _ => vec![0f32; tile],
+    };
     let mut out = vec![0f32; rows * d];
     let mut sums = vec![RowSums::new(); rows];
     let mut bands = vec![0f64; rows * n_bands];
@@ -270,8 +342,12 @@ fn task(
             let x = &logits[row..row + visible];
             let band = &mut bands[r * n_bands..(r + 1) * n_bands];
             let o = &mut out[r * d..(r + 1) * d];
+            let rule = (
+                logits_rule.row(kv_head * groups + r / nq, i, k0),
+                &mut scratch[..],
+            );
             let at = (scale, k0, i);
-            simd_dispatch!(tile_row(x, e, &mut sums[r], band, o, at, wants));
+            simd_dispatch!(tile_row(x, rule, e, &mut sums[r], band, o, at, wants));
         }
         // SAFETY: out [rows, d] += weights [rows, width_k] (row stride `tile`) x v's rows
         // k0..k0 + width_k
@@ -317,21 +393,41 @@ fn task(
 
 /// Causal attention of the queries `q_start..q_start + n` of `q` `[batch, heads, t, d]`
 /// against keys and values `k`, `v` `[batch, kv, t, d]` (contiguous f32 on the CPU):
-/// softmax(scale * q.k) over keys j <= i, with per-head sink logits `sinks` `[heads]` in
-/// the denominator when given. Returns the output `[batch, heads, n, d]` and the row table
-/// `[batch * heads * n, wants.width()]` (with no `wants`, one column: the sink mass);
-/// `None` where the tensors are not contiguous f32 CPU tensors.
+/// softmax(y) over keys j <= i with y the `rule` of scale * q.k, with per-head sink logits
+/// `sinks` `[heads]` in the denominator when given. Returns the output
+/// `[batch, heads, n, d]` and the row table `[batch * heads * n, wants.width()]` (with no
+/// `wants`, one column: the sink mass); `None` where the tensors are not contiguous f32
+/// CPU tensors, their shapes do not fit (kv heads not dividing the heads, the block past
+/// `t`, sinks or the rule's tables shorter than the heads or `t`) or the block is empty.
 pub fn causal_attention(
     (q, k, v): (&Tensor, &Tensor, &Tensor),
     (q_start, n): (usize, usize),
-    scale: f32,
+    (scale, rule): (f32, &TileLogits),
     sinks: Option<&[f32]>,
     wants: Option<&RowWants>,
     tiles: Tiles,
 ) -> Result<Option<(Tensor, Tensor)>> {
     let (b, heads, t, d) = q.dims4()?;
     let kv = k.dim(1)?;
-    if n == 0 || q_start + n > t || kv == 0 || heads % kv != 0 || v.dims4()? != k.dims4()? {
+    if n == 0
+        || q_start + n > t
+        || kv == 0
+        || heads % kv != 0
+        || v.dims4()? != k.dims4()?
+        || sinks.is_some_and(|s| s.len() < heads)
+    {
+        return Ok(None);
+    }
+    let tiles = Tiles {
+        rows: tiles.rows.max(1),
+        keys: tiles.keys.max(1),
+    };
+    let short_table = match rule {
+        TileLogits::Plain => false,
+        TileLogits::Logn { head_scale } => head_scale.len() < heads,
+        TileLogits::Distance { a, m } => a.len() < t || m.len() < t,
+    };
+    if short_table {
         return Ok(None);
     }
     let dims = Dims { heads, kv, t, d };
@@ -351,7 +447,10 @@ pub fn causal_attention(
             with_cpu_f32(v, |v| {
                 tasks
                     .par_iter()
-                    .map(|&at| task((q, k, v), dims, at, scale, sinks, wants, tiles.keys))
+                    .map(|&at| {
+                        let logits = (scale, rule);
+                        task((q, k, v), dims, at, logits, sinks, wants, tiles.keys)
+                    })
                     .collect::<Vec<_>>()
             })
         })
@@ -395,12 +494,48 @@ mod tests {
         cells: Vec<Vec<f64>>,
     }
 
+    /// The logit rules, in f64 from their papers' formulas.
+    #[derive(Debug, Clone, Copy)]
+    enum Rule<'a> {
+        Plain,
+        /// s * s_h ln(i + 1)
+        Logn(&'a [f32]),
+        /// a_t s + m_t, a_t = sqrt(1 + 2 ln(1 + t / tau)), m_t = -2 ln(1 + t / tau)
+        ScaleInvariant(f64),
+    }
+
+    impl Rule<'_> {
+        fn logit(self, s: f64, head: usize, i: usize, j: usize) -> f64 {
+            match self {
+                Rule::Plain => s,
+                Rule::Logn(scale) => s * scale[head] as f64 * ((i + 1) as f64).ln(),
+                Rule::ScaleInvariant(tau) => {
+                    let log = (1.0 + (i - j) as f64 / tau).ln();
+                    (1.0 + 2.0 * log).sqrt() * s - 2.0 * log
+                }
+            }
+        }
+
+        fn tiles(self, t: usize) -> TileLogits {
+            match self {
+                Rule::Plain => TileLogits::Plain,
+                Rule::Logn(scale) => TileLogits::Logn {
+                    head_scale: scale.to_vec(),
+                },
+                Rule::ScaleInvariant(tau) => {
+                    let (a, m) = crate::attention::reversed_coefficients(tau, t);
+                    TileLogits::Distance { a, m }
+                }
+            }
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn expected(
         (q, k, v): (&[f32], &[f32], &[f32]),
         (b, heads, kv, t, d): (usize, usize, usize, usize, usize),
         (q_start, n): (usize, usize),
-        scale: f64,
+        (scale, rule): (f64, Rule),
         sinks: Option<&[f32]>,
         bands: &[(usize, usize)],
     ) -> Expected {
@@ -418,7 +553,9 @@ mod tests {
                     let raw: Vec<f64> = (0..=i)
                         .map(|j| qi.iter().zip(key(j)).map(|(a, b)| a * b).sum::<f32>() as f64)
                         .collect();
-                    let y: Vec<f64> = raw.iter().map(|x| x * scale).collect();
+                    let y: Vec<f64> = (0..=i)
+                        .map(|j| rule.logit(raw[j] * scale, h, i, j))
+                        .collect();
                     let sink = sinks.map(|s| s[h] as f64);
                     let m = y.iter().cloned().chain(sink).fold(f64::MIN, f64::max);
                     let e: Vec<f64> = y.iter().map(|y| (y - m).exp()).collect();
@@ -455,8 +592,9 @@ mod tests {
     #[test]
     fn tiles_give_the_attention_and_row_table_of_a_float64_softmax() {
         // 2 sequences, 6 query heads on 2 kv heads, 45 positions, head dim 8; logits up to
-        // ~±25 so the running maximum moves across tiles; tiles of 4 rows x 7 keys cross
-        // every boundary (diagonal tiles, partial last tiles, rows without visible keys)
+        // ~±18 (LogN ~±70) so the running maximum moves across tiles; tasks of 3-4 queries
+        // (x 3 heads) against tiles of 5-7 keys cross every boundary: diagonal tiles, partial
+        // last tiles, rows with no visible key in a tile; 1 x 1 tiles; and one tile
         let (b, heads, kv, t, d) = (2, 6, 2, 45, 8);
         let q = values(b * heads * t * d, 1, 2.5);
         let k = values(b * kv * t * d, 2, 2.5);
@@ -474,17 +612,27 @@ mod tests {
         };
         let sinks = values(heads, 4, 3.0);
         let scale = 1.0 / (d as f64).sqrt();
-        for (q_start, n) in [(0, 45), (0, 13), (30, 15), (44, 1)] {
+        let logn_scale = [0.5f32, 0.8, 1.1, 0.3, 0.6, 0.9];
+        let rules = [
+            Rule::Plain,
+            Rule::Logn(&logn_scale),
+            Rule::ScaleInvariant(10.0),
+        ];
+        for ((q_start, n), rule) in [(0, 45), (0, 13), (30, 15), (44, 1)]
+            .into_iter()
+            .flat_map(|block| rules.iter().map(move |&rule| (block, rule)))
+        {
             for sink in [None, Some(&sinks[..])] {
                 for tiles in [
-                    Tiles { rows: 4, keys: 7 },
+                    Tiles { rows: 12, keys: 7 },
+                    Tiles { rows: 9, keys: 5 },
                     Tiles { rows: 1, keys: 1 },
                     Tiles::default(),
                 ] {
                     let (out, table) = causal_attention(
                         (&qt, &kt, &vt),
                         (q_start, n),
-                        scale as f32,
+                        (scale as f32, &rule.tiles(t)),
                         sink,
                         Some(&wants),
                         tiles,
@@ -495,7 +643,7 @@ mod tests {
                         (&q, &k, &v),
                         (b, heads, kv, t, d),
                         (q_start, n),
-                        scale,
+                        (scale, rule),
                         sink,
                         &bands,
                     );
@@ -506,7 +654,7 @@ mod tests {
                     for (at, (&g, &w)) in out.iter().zip(&want.out).enumerate() {
                         assert!(
                             close(g, w),
-                            "output {at}: {g} vs {w} ({q_start}, {n}, {tiles:?})"
+                            "output {at}: {g} vs {w} ({q_start}, {n}, {rule:?}, {tiles:?})"
                         );
                     }
                     let table = table.to_vec2::<f32>().unwrap();
@@ -522,7 +670,7 @@ mod tests {
                             };
                             assert!(
                                 close(g, w) || (g as f64 - w).abs() <= w_tol * w.abs().max(1.0),
-                                "row {row} column {c}: {g} vs {w} ({q_start}, {n}, sink {}, {tiles:?})",
+                                "row {row} column {c}: {g} vs {w} ({q_start}, {n}, {rule:?}, sink {}, {tiles:?})",
                                 sink.is_some()
                             );
                         }
@@ -545,7 +693,7 @@ mod tests {
         let (_, table) = causal_attention(
             (&tensor(&q, heads), &tensor(&k, kv), &tensor(&v, kv)),
             (0, t),
-            0.5,
+            (0.5, &TileLogits::Plain),
             Some(&sinks),
             None,
             Tiles { rows: 2, keys: 3 },
@@ -556,7 +704,7 @@ mod tests {
             (&q, &k, &v),
             (b, heads, kv, t, d),
             (0, t),
-            0.5,
+            (0.5, Rule::Plain),
             Some(&sinks),
             &[],
         );
@@ -570,5 +718,93 @@ mod tests {
                 want[SINK_MASS]
             );
         }
+    }
+
+    #[test]
+    fn columns_nobody_asked_for_stay_zero() {
+        let (b, heads, kv, t, d) = (1, 4, 2, 20, 4);
+        let q = values(b * heads * t * d, 8, 1.5);
+        let k = values(b * kv * t * d, 9, 1.5);
+        let v = values(b * kv * t * d, 10, 1.0);
+        let tensor = |x: &Vec<f32>, h: usize| {
+            Tensor::from_vec(x.clone(), (b, h, t, d), &Device::Cpu).unwrap()
+        };
+        let wants = RowWants {
+            first: true,
+            ..RowWants::default()
+        };
+        let (_, table) = causal_attention(
+            (&tensor(&q, heads), &tensor(&k, kv), &tensor(&v, kv)),
+            (3, 17),
+            (0.5, &TileLogits::Plain),
+            None,
+            Some(&wants),
+            Tiles { rows: 6, keys: 4 },
+        )
+        .unwrap()
+        .unwrap();
+        let want = expected(
+            (&q, &k, &v),
+            (b, heads, kv, t, d),
+            (3, 17),
+            (0.5, Rule::Plain),
+            None,
+            &[],
+        );
+        for (got, want) in table.to_vec2::<f32>().unwrap().iter().zip(&want.cells) {
+            assert_eq!(got.len(), BANDS);
+            assert!((got[FIRST] as f64 - want[FIRST]).abs() < 1e-6);
+            assert_eq!((got[SUM], got[ENTROPY]), (0.0, 0.0));
+        }
+    }
+
+    #[test]
+    fn a_sink_far_above_every_logit_takes_all_the_mass_without_overflow() {
+        // exp(1000 - max) overflows f64: the denominator is shifted by the sink instead
+        let (b, heads, kv, t, d) = (1, 2, 1, 12, 4);
+        let q = values(b * heads * t * d, 11, 1.0);
+        let k = values(b * kv * t * d, 12, 1.0);
+        let v = values(b * kv * t * d, 13, 1.0);
+        let tensor = |x: &Vec<f32>, h: usize| {
+            Tensor::from_vec(x.clone(), (b, h, t, d), &Device::Cpu).unwrap()
+        };
+        let wants = RowWants {
+            first: true,
+            sum: true,
+            entropy: true,
+            bands: vec![(0, 1), (1, usize::MAX)],
+        };
+        let sinks = [1000f32, 1000.0];
+        let (out, table) = causal_attention(
+            (&tensor(&q, heads), &tensor(&k, kv), &tensor(&v, kv)),
+            (0, t),
+            (0.5, &TileLogits::Plain),
+            Some(&sinks),
+            Some(&wants),
+            Tiles { rows: 2, keys: 5 },
+        )
+        .unwrap()
+        .unwrap();
+        // the real keys' softmax (without the sink) keeps its entropy
+        let want = expected(
+            (&q, &k, &v),
+            (b, heads, kv, t, d),
+            (0, t),
+            (0.5, Rule::Plain),
+            None,
+            &[],
+        );
+        for (got, want) in table.to_vec2::<f32>().unwrap().iter().zip(&want.cells) {
+            assert_eq!(got[SINK_MASS], 1.0);
+            assert_eq!((got[FIRST], got[SUM]), (0.0, 0.0));
+            assert!(got[BANDS..].iter().all(|&w| w == 0.0));
+            assert!(
+                (got[ENTROPY] as f64 - want[ENTROPY]).abs() < 1e-5,
+                "{:?}",
+                got
+            );
+        }
+        let out = out.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert!(out.iter().all(|&o| o == 0.0));
     }
 }

@@ -7,19 +7,19 @@ use candle_core::{DType, Tensor, D};
 use super::affine_scaled::{activate, affine_weights};
 use super::blocks::{mask_invisible, query_blocks, visibility};
 use super::cpu_affine::affine_rows;
-use super::cpu_flash::{causal_attention, Tiles};
+use super::cpu_flash::{causal_attention, TileLogits, Tiles};
 use super::cpu_softmax::causal_softmax;
 use super::fused_softmax::causal_softmax_rows;
 use super::gated::split_query_gate;
 use super::logn::logn_logits;
-use super::scale_invariant::DistanceTable;
+use super::scale_invariant::{reversed_coefficients, DistanceTable};
 use super::sink::softmax_with_sink;
 use super::variant::{AffineConfig, ScaleInvariantConfig, VariantKind};
 use crate::error::{Error, Result};
 use crate::model::layers::{Linear, RmsNorm};
 use crate::model::rope::Rope;
 use crate::model::weights::WeightStore;
-use crate::probe::{BlockCtx, Hook, Probe};
+use crate::probe::{wants_attention, BlockCtx, Hook, Probe};
 use crate::profile::phase;
 
 /// Shapes and variant of an attention layer.
@@ -271,12 +271,13 @@ impl Attention {
         // inference: the fused softmax (CPU or GPU) writes the weights and the probe's row
         // table in one pass, where the probe takes rows (plain logits, no affine step, no
         // training)
+        let reads_scores =
+            probe.wants(Hook::AttnScores, layer) || probe.wants(Hook::Softmax, layer);
         let row_wants = if matches!(self.logit_rule, LogitRule::Plain)
             && alpha.is_none()
             && !q.track_op()
             && !self.sink_logits.as_ref().is_some_and(Tensor::track_op)
-            && !probe.wants(Hook::AttnScores, layer)
-            && !probe.wants(Hook::Softmax, layer)
+            && !reads_scores
         {
             probe.row_request(layer)
         } else {
@@ -284,26 +285,18 @@ impl Attention {
         };
         // CPU f32 inference where no block's maps are wanted (the probe takes row tables,
         // or nothing): flash-style tiles that never hold a block's weights whole
-        let flash_wants = match &row_wants {
-            _ if !xs.device().is_cpu() || q.dtype() != DType::F32 => None,
-            _ if self.sink_logits.is_some() && sinks.is_none() => None,
-            Some(wants) => Some(Some(wants.clone())),
-            None if matches!(self.logit_rule, LogitRule::Plain)
-                && alpha.is_none()
-                && !q.track_op()
-                && !k.track_op()
-                && !v.track_op()
-                && !Hook::ALL
-                    .iter()
-                    .any(|&h| h.is_blocked() && probe.wants(h, layer)) =>
-            {
-                Some(None)
-            }
+        let flash = match self.flash_logits((&q, &k, &v), alpha.is_some(), sinks.is_some(), t)? {
+            Some(_) if reads_scores => None,
+            Some(rule) => match probe.row_request(layer) {
+                Some(wants) => Some((rule, Some(wants))),
+                None if !wants_attention(&*probe, layer) => Some((rule, None)),
+                None => None,
+            },
             None => None,
         };
         let mut outputs = Vec::new();
         for (q_start, n) in query_blocks(t, block) {
-            if let Some(wants) = &flash_wants {
+            if let Some((rule, wants)) = &flash {
                 let ctx = BlockCtx {
                     layer,
                     q_start,
@@ -313,15 +306,8 @@ impl Attention {
                 let flash = {
                     let _p = phase("attention: flash tiles (q.k, softmax, row table, values)");
                     let (qkv, block) = ((&q, &k, &v), (q_start, n));
-                    let tiles = Tiles::default();
-                    causal_attention(
-                        qkv,
-                        block,
-                        scale as f32,
-                        sinks.as_deref(),
-                        wants.as_ref(),
-                        tiles,
-                    )?
+                    let (logits, tiles) = ((scale as f32, rule), Tiles::default());
+                    causal_attention(qkv, block, logits, sinks.as_deref(), wants.as_ref(), tiles)?
                 };
                 if let Some((out, table)) = flash {
                     if wants.is_some() {
@@ -513,6 +499,41 @@ impl Attention {
                 sink_mass: None,
             }),
         }
+    }
+
+    /// The flash tiles' logit rule for `q`, `k`, `v` (sequence length `t`), where they can run: CPU
+    /// f32 inference, no Affine-Scaled step (its weights need the whole row's softmax) and,
+    /// with sinks, their host copy (`have_host_sinks`).
+    fn flash_logits(
+        &self,
+        (q, k, v): (&Tensor, &Tensor, &Tensor),
+        affine: bool,
+        have_host_sinks: bool,
+        t: usize,
+    ) -> Result<Option<TileLogits>> {
+        let logn_trained =
+            matches!(&self.logit_rule, LogitRule::Logn { scale } if scale.track_op());
+        let training = [q, k, v].iter().any(|x| x.track_op())
+            || self.sink_logits.as_ref().is_some_and(Tensor::track_op)
+            || logn_trained;
+        if !q.device().is_cpu()
+            || q.dtype() != DType::F32
+            || affine
+            || training
+            || (self.sink_logits.is_some() && !have_host_sinks)
+        {
+            return Ok(None);
+        }
+        Ok(Some(match &self.logit_rule {
+            LogitRule::Plain => TileLogits::Plain,
+            LogitRule::Logn { scale } => TileLogits::Logn {
+                head_scale: scale.flatten_all()?.to_vec1::<f32>()?,
+            },
+            LogitRule::ScaleInvariant { tau } => {
+                let (a, m) = reversed_coefficients(*tau, t);
+                TileLogits::Distance { a, m }
+            }
+        }))
     }
 
     /// The logits the variant normalises: raw q.k times `scale`, then the layer's rule.

@@ -17,6 +17,6 @@ mod variant;
 pub use affine_scaled::{activate, affine_weights};
 pub use layer::{Attention, AttentionShape};
 pub use logn::logn_logits;
-pub use scale_invariant::{distance_coefficients, DistanceTable};
+pub use scale_invariant::{distance_coefficients, reversed_coefficients, DistanceTable};
 pub use sink::softmax_with_sink;
 pub use variant::{Activation, AffineConfig, BetaLength, ScaleInvariantConfig, VariantKind};

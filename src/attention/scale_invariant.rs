@@ -14,6 +14,21 @@ pub fn distance_coefficients(t: usize, tau: f64) -> (f64, f64) {
     ((1.0 + 2.0 * log).sqrt(), -2.0 * log)
 }
 
+/// a_t and m_t (f32) for the distances `ts`.
+fn coefficient_lists(tau: f64, ts: impl Iterator<Item = usize>) -> (Vec<f32>, Vec<f32>) {
+    ts.map(|t| {
+        let (a, m) = distance_coefficients(t, tau);
+        (a as f32, m as f32)
+    })
+    .unzip()
+}
+
+/// a_t and m_t (f32) for t = len - 1 down to 0: reversed, so that the keys 0..=i of query
+/// i read the slice from `len - 1 - i` on in key order (the CPU's flash tiles).
+pub fn reversed_coefficients(tau: f64, len: usize) -> (Vec<f32>, Vec<f32>) {
+    coefficient_lists(tau, (0..len).rev())
+}
+
 /// a_t and m_t for t = 0 .. len - 1, as f32 tensors `[len]` on the device.
 pub struct DistanceTable {
     a: Tensor,
@@ -23,12 +38,7 @@ pub struct DistanceTable {
 impl DistanceTable {
     /// Coefficients for every distance of a sequence of `len` tokens.
     pub fn new(tau: f64, len: usize, device: &Device) -> Result<Self> {
-        let (a, m): (Vec<f32>, Vec<f32>) = (0..len.max(1))
-            .map(|t| {
-                let (a, m) = distance_coefficients(t, tau);
-                (a as f32, m as f32)
-            })
-            .unzip();
+        let (a, m) = coefficient_lists(tau, 0..len.max(1));
         let n = a.len();
         Ok(DistanceTable {
             a: Tensor::from_vec(a, n, device)?,

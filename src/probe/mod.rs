@@ -209,7 +209,7 @@ impl Probe for ProbeSet<'_> {
 }
 
 /// Whether `probe` wants any of layer `layer`'s per-block attention tensors.
-fn wants_attention(probe: &dyn Probe, layer: usize) -> bool {
+pub(crate) fn wants_attention(probe: &dyn Probe, layer: usize) -> bool {
     [
         Hook::Qk,
         Hook::AttnScores,

@@ -7,7 +7,8 @@
 //! [`QK_SUM`] and [`QK_ABS_SUM`] sum of raw q.k and of |q.k| over the visible keys; then,
 //! when bands are asked for, [`BANDS`] a_i0 for i > 0 (else 0) and one column per distance
 //! range of [`RowWants::bands`]. A column nobody asked for (or that the filler does not
-//! compute: sink and q.k columns come from the fused softmax only) holds 0.
+//! compute: sink and q.k columns come from the fused softmaxes and the CPU's flash tiles
+//! only) holds 0.
 
 /// Column of a_i0.
 pub const FIRST: usize = 0;
