@@ -487,6 +487,31 @@ mod tests {
             .collect()
     }
 
+    /// Deterministic q, k, v of `(batch, heads, kv, t, d)` from `seed` (q and k within
+    /// ±`qk`, v within ±1), as host vectors and CPU tensors.
+    struct Inputs {
+        host: (Vec<f32>, Vec<f32>, Vec<f32>),
+        tensors: (Tensor, Tensor, Tensor),
+    }
+
+    fn inputs(
+        (b, heads, kv, t, d): (usize, usize, usize, usize, usize),
+        seed: usize,
+        qk: f32,
+    ) -> Inputs {
+        let q = values(b * heads * t * d, seed, qk);
+        let k = values(b * kv * t * d, seed + 1, qk);
+        let v = values(b * kv * t * d, seed + 2, 1.0);
+        let tensor = |x: &Vec<f32>, h: usize| {
+            Tensor::from_vec(x.clone(), (b, h, t, d), &Device::Cpu).unwrap()
+        };
+        let tensors = (tensor(&q, heads), tensor(&k, kv), tensor(&v, kv));
+        Inputs {
+            host: (q, k, v),
+            tensors,
+        }
+    }
+
     /// The reference, in f64 by hand: for each query row, softmax over the visible keys (and
     /// the sink), its weights' reductions and the weighted sum of values.
     struct Expected {
@@ -596,13 +621,10 @@ mod tests {
         // (x 3 heads) against tiles of 5-7 keys cross every boundary: diagonal tiles, partial
         // last tiles, rows with no visible key in a tile; 1 x 1 tiles; and one tile
         let (b, heads, kv, t, d) = (2, 6, 2, 45, 8);
-        let q = values(b * heads * t * d, 1, 2.5);
-        let k = values(b * kv * t * d, 2, 2.5);
-        let v = values(b * kv * t * d, 3, 1.0);
-        let tensor = |x: &Vec<f32>, h: usize| {
-            Tensor::from_vec(x.clone(), (b, h, t, d), &Device::Cpu).unwrap()
-        };
-        let (qt, kt, vt) = (tensor(&q, heads), tensor(&k, kv), tensor(&v, kv));
+        let Inputs {
+            host: (q, k, v),
+            tensors: (qt, kt, vt),
+        } = inputs((b, heads, kv, t, d), 1, 2.5);
         let bands = vec![(0, 1), (1, 10), (10, usize::MAX)];
         let wants = RowWants {
             first: true,
@@ -683,15 +705,13 @@ mod tests {
     #[test]
     fn without_wants_the_one_column_is_the_sink_mass() {
         let (b, heads, kv, t, d) = (1, 2, 1, 9, 4);
-        let q = values(b * heads * t * d, 5, 1.0);
-        let k = values(b * kv * t * d, 6, 1.0);
-        let v = values(b * kv * t * d, 7, 1.0);
-        let tensor = |x: &Vec<f32>, h: usize| {
-            Tensor::from_vec(x.clone(), (b, h, t, d), &Device::Cpu).unwrap()
-        };
+        let Inputs {
+            host: (q, k, v),
+            tensors: (qt, kt, vt),
+        } = inputs((b, heads, kv, t, d), 5, 1.0);
         let sinks = [0.5f32, -2.0];
         let (_, table) = causal_attention(
-            (&tensor(&q, heads), &tensor(&k, kv), &tensor(&v, kv)),
+            (&qt, &kt, &vt),
             (0, t),
             (0.5, &TileLogits::Plain),
             Some(&sinks),
@@ -723,18 +743,16 @@ mod tests {
     #[test]
     fn columns_nobody_asked_for_stay_zero() {
         let (b, heads, kv, t, d) = (1, 4, 2, 20, 4);
-        let q = values(b * heads * t * d, 8, 1.5);
-        let k = values(b * kv * t * d, 9, 1.5);
-        let v = values(b * kv * t * d, 10, 1.0);
-        let tensor = |x: &Vec<f32>, h: usize| {
-            Tensor::from_vec(x.clone(), (b, h, t, d), &Device::Cpu).unwrap()
-        };
+        let Inputs {
+            host: (q, k, v),
+            tensors: (qt, kt, vt),
+        } = inputs((b, heads, kv, t, d), 8, 1.5);
         let wants = RowWants {
             first: true,
             ..RowWants::default()
         };
         let (_, table) = causal_attention(
-            (&tensor(&q, heads), &tensor(&k, kv), &tensor(&v, kv)),
+            (&qt, &kt, &vt),
             (3, 17),
             (0.5, &TileLogits::Plain),
             None,
@@ -762,12 +780,10 @@ mod tests {
     fn a_sink_far_above_every_logit_takes_all_the_mass_without_overflow() {
         // exp(1000 - max) overflows f64: the denominator is shifted by the sink instead
         let (b, heads, kv, t, d) = (1, 2, 1, 12, 4);
-        let q = values(b * heads * t * d, 11, 1.0);
-        let k = values(b * kv * t * d, 12, 1.0);
-        let v = values(b * kv * t * d, 13, 1.0);
-        let tensor = |x: &Vec<f32>, h: usize| {
-            Tensor::from_vec(x.clone(), (b, h, t, d), &Device::Cpu).unwrap()
-        };
+        let Inputs {
+            host: (q, k, v),
+            tensors: (qt, kt, vt),
+        } = inputs((b, heads, kv, t, d), 11, 1.0);
         let wants = RowWants {
             first: true,
             sum: true,
@@ -776,7 +792,7 @@ mod tests {
         };
         let sinks = [1000f32, 1000.0];
         let (out, table) = causal_attention(
-            (&tensor(&q, heads), &tensor(&k, kv), &tensor(&v, kv)),
+            (&qt, &kt, &vt),
             (0, t),
             (0.5, &TileLogits::Plain),
             Some(&sinks),
