@@ -10,6 +10,29 @@ use super::variant::BetaLength;
 use crate::cpu::host::with_cpu_f32;
 use crate::error::Result;
 
+/// beta_i = (alpha_ma - alpha_i) / N of query `i` (N = `seq_len`, or i + 1 for
+/// `BetaLength::Visible`), rounded as the candle path rounds it: times 1/N for N = T
+/// (candle's tensor / scalar), divided by i + 1 for `Visible`.
+#[inline(always)]
+pub(crate) fn beta(
+    alpha: f32,
+    alpha_ma: f32,
+    (i, seq_len): (usize, usize),
+    beta_length: BetaLength,
+) -> f32 {
+    let diff = alpha_ma - alpha;
+    match beta_length {
+        BetaLength::Full => diff * (1.0 / seq_len as f64) as f32,
+        BetaLength::Visible => diff / (i + 1) as f32,
+    }
+}
+
+/// The effective weight alpha p + beta of a visible key.
+#[inline(always)]
+pub(crate) fn affine_weight(alpha: f32, p: f32, beta: f32) -> f32 {
+    alpha * p + beta
+}
+
 /// Effective weights `[b, h, n, q_start + n]` from the causal softmax `p` of the block
 /// (f32, CPU), `alpha` `[b, h, n]` of its queries and `alpha_ma` `[h]`, with beta_i =
 /// (alpha_ma - alpha_i) / N (N = `seq_len`, or i + 1 for `BetaLength::Visible`). `None`
@@ -44,16 +67,10 @@ pub fn affine_rows(
             .for_each(|(row, (out, p))| {
                 let i = q_start + row % n;
                 let a = alpha[row];
-                // rounded as the candle path rounds it: times 1/N for N = T (candle's
-                // tensor / scalar), divided by i + 1 for `Visible`
-                let diff = alpha_ma[(row / n) % h] - a;
-                let beta = match beta_length {
-                    BetaLength::Full => diff * (1.0 / seq_len as f64) as f32,
-                    BetaLength::Visible => diff / (i + 1) as f32,
-                };
+                let beta = beta(a, alpha_ma[(row / n) % h], (i, seq_len), beta_length);
                 let (visible, invisible) = out.split_at_mut(i + 1);
                 for (o, &p) in visible.iter_mut().zip(p) {
-                    o.write(a * p + beta);
+                    o.write(affine_weight(a, p, beta));
                 }
                 for o in invisible {
                     o.write(0.0);

@@ -9,7 +9,8 @@
 //! It replaces the materialised block (the q.k product, the fused softmax of
 //! `super::cpu_softmax` with its row table, the variant's logit rule and the value product)
 //! where the probe takes row tables, or nothing: plain, LogN and scale-invariant logits,
-//! with or without sinks, f32, no autograd. The row table's columns are those of
+//! with or without sinks, softmax or Affine-Scaled weights ([`AffineTile`], two passes),
+//! f32, no autograd. The row table's columns are those of
 //! `crate::probe::row_table`; each is a sum over the row's keys of e = exp(y - m), y the
 //! row's logits and m their running maximum, divided at the end by the row's denominator
 //! S (+ the sink's e). The numbers are the materialised path's up to rounding, except where
@@ -23,10 +24,12 @@ use candle_core::{Device, Tensor};
 use gemm::{gemm, Parallelism};
 use rayon::prelude::*;
 
+use super::cpu_affine::{affine_weight, beta};
 use super::cpu_softmax::{entropy_from_sums, exp_row};
+use super::variant::BetaLength;
 use crate::cpu::host::{lane_max, lane_sum, with_cpu_f32};
 use crate::error::Result;
-use crate::metrics::row_pass::{band_keys, qk_row};
+use crate::metrics::row_pass::{band_keys, clamped_entropy_sums, entropy_of_clamped_sums, qk_row};
 use crate::probe::row_table::{
     RowWants, BANDS, ENTROPY, FIRST, QK_ABS_SUM, QK_SUM, SINK_MASS, SUM,
 };
@@ -132,6 +135,33 @@ impl RowSums {
     }
 }
 
+/// The logits y a row normalises from its raw q.k `x`, as (y', s) with y = s * y': `x`
+/// itself for plain logits, else the rule's logits written to `scratch` and s = 1.
+#[inline(always)]
+fn row_logits<'a>(
+    x: &'a [f32],
+    (rule, scratch): (RowLogits, &'a mut [f32]),
+    scale: f32,
+) -> (&'a [f32], f32) {
+    match rule {
+        RowLogits::Plain => (x, scale),
+        RowLogits::Factor(factor) => {
+            let y = &mut scratch[..x.len()];
+            for (y, &v) in y.iter_mut().zip(x) {
+                *y = v * scale * factor;
+            }
+            (&*y, 1.0)
+        }
+        RowLogits::Distance(a, m) => {
+            let y = &mut scratch[..x.len()];
+            for (((y, &v), &a), &m) in y.iter_mut().zip(x).zip(a).zip(m) {
+                *y = v * scale * a + m;
+            }
+            (&*y, 1.0)
+        }
+    }
+}
+
 /// One query row's visible keys of one key tile: raw q.k `x` in, e out (`weights`, same
 /// length), sums updated; `bands` are the row's band sums and `out` its output row, both
 /// rescaled when the maximum grows. `k0` is the tile's first key, `i` the query.
@@ -150,24 +180,7 @@ fn tile_row(
     let (qk, qk_abs) = qk_row(x);
     sums.qk += qk;
     sums.qk_abs += qk_abs;
-    // the logits y the row normalises, as scale * y' for the exp loop
-    let (x, scale) = match rule {
-        RowLogits::Plain => (x, scale),
-        RowLogits::Factor(factor) => {
-            let y = &mut scratch[..x.len()];
-            for (y, &v) in y.iter_mut().zip(x) {
-                *y = v * scale * factor;
-            }
-            (&*y, 1.0)
-        }
-        RowLogits::Distance(a, m) => {
-            let y = &mut scratch[..x.len()];
-            for (((y, &v), &a), &m) in y.iter_mut().zip(x).zip(a).zip(m) {
-                *y = v * scale * a + m;
-            }
-            (&*y, 1.0)
-        }
-    };
+    let (x, scale) = row_logits(x, (rule, scratch), scale);
     let max = sums.max.max(lane_max(x, |v| v * scale));
     if max > sums.max && sums.max > f32::NEG_INFINITY {
         // e (y - m) = e' (y - m') / c + e' (m' - m) / c with c = exp(m - m') and e' = c e
@@ -257,6 +270,202 @@ fn finish_row(
     }
 }
 
+/// Affine-Scaled weights a_ij = alpha_i p_ij + beta_i over the visible keys, with beta_i =
+/// (alpha_ma - alpha_i) / N (`crate::attention::cpu_affine::beta`): they need each row's
+/// finished softmax, so their tiles take two passes over the keys (the first finds each
+/// row's maximum and denominator, the second forms the weights, their sums and the output).
+#[derive(Debug, Clone)]
+pub struct AffineTile {
+    /// alpha of every query, `[batch, heads, t]`.
+    pub alpha: Vec<f32>,
+    /// The stored moving average of alpha, `[heads]`.
+    pub alpha_ma: Vec<f32>,
+    pub beta_length: BetaLength,
+    /// N of `BetaLength::Full`: the analysed window's length.
+    pub seq_len: usize,
+}
+
+/// The running sums of one row's Affine-Scaled weights (plain sums: the second pass knows
+/// the softmax's final maximum and denominator).
+#[derive(Debug, Clone, Default)]
+struct AffineSums {
+    first: f64,
+    sum: f64,
+    /// [`clamped_entropy_sums`]: positive mass and sum w ln w.
+    mass: f64,
+    w_ln_w: f64,
+}
+
+/// The second pass over one row's visible keys of a tile: the softmax p = e / S from the
+/// row's final maximum and denominator (`softmax`), the weights alpha p + beta into
+/// `weights`, and their sums.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn affine_tile_row(
+    x: &[f32],
+    logits: (RowLogits, &mut [f32]),
+    weights: &mut [f32],
+    softmax: &RowSums,
+    acc: &mut AffineSums,
+    bands: &mut [f64],
+    (scale, k0, i): (f32, usize, usize),
+    (alpha, beta): (f32, f32),
+    wants: Option<&RowWants>,
+) {
+    let (y, scale) = row_logits(x, logits, scale);
+    // SAFETY: f32 -> MaybeUninit<f32> of the same slice; exp_row only writes floats
+    let uninit = unsafe { &mut *(weights as *mut [f32] as *mut [MaybeUninit<f32>]) };
+    exp_row::<false>(y, uninit, scale, softmax.max);
+    // as the materialised path rounds it: p = e * (1 / S) in f32
+    let inv = (1.0 / softmax.sum) as f32;
+    for w in weights.iter_mut() {
+        *w = affine_weight(alpha, *w * inv, beta);
+    }
+    if k0 == 0 {
+        acc.first = weights[0] as f64;
+    }
+    acc.sum += lane_sum(weights, |w| w);
+    let (mass, w_ln_w) = clamped_entropy_sums(weights);
+    acc.mass += mass;
+    acc.w_ln_w += w_ln_w;
+    let Some(wants) = wants else { return };
+    let tile_end = k0 + weights.len();
+    for (band, &(lo, hi)) in bands.iter_mut().zip(&wants.bands) {
+        let (start, end) = band_keys(i, lo, hi);
+        let (start, end) = (start.max(k0), end.min(tile_end));
+        if start < end {
+            *band += lane_sum(&weights[start - k0..end - k0], |w| w);
+        }
+    }
+}
+
+/// The table line of a row of Affine-Scaled weights (no sink).
+fn finish_affine_row(
+    softmax: &RowSums,
+    acc: &AffineSums,
+    bands: &[f64],
+    cell: &mut [f32],
+    i: usize,
+    wants: Option<&RowWants>,
+) {
+    let Some(wants) = wants else {
+        cell[0] = 0.0;
+        return;
+    };
+    let first = acc.first as f32;
+    if wants.first {
+        cell[FIRST] = first;
+    }
+    if wants.sum {
+        cell[SUM] = acc.sum as f32;
+    }
+    if wants.entropy {
+        cell[ENTROPY] = entropy_of_clamped_sums((acc.mass, acc.w_ln_w));
+    }
+    cell[SINK_MASS] = 0.0;
+    cell[QK_SUM] = softmax.qk as f32;
+    cell[QK_ABS_SUM] = softmax.qk_abs as f32;
+    if !wants.bands.is_empty() {
+        cell[BANDS] = if i > 0 { first } else { 0.0 };
+        for (cell, band) in cell[BANDS + 1..].iter_mut().zip(bands) {
+            *cell = *band as f32;
+        }
+    }
+}
+
+/// Where a task's tiles sit: `rows` query rows, head dim `d`, tile buffers of row stride
+/// `tile`, this tile's `width` keys from key `k0`.
+#[derive(Debug, Clone, Copy)]
+struct TileAt {
+    rows: usize,
+    d: usize,
+    tile: usize,
+    k0: usize,
+    width: usize,
+}
+
+/// logits `[rows, tile]` <- q_rows `[rows, d]` x the key rows k0..k0 + width of `k`.
+fn qk_tile(logits: &mut [f32], q_rows: &[f32], k: &[f32], at: TileAt) {
+    let TileAt {
+        rows,
+        d,
+        tile,
+        k0,
+        width,
+    } = at;
+    assert!(logits.len() >= rows * tile && q_rows.len() >= rows * d && k.len() >= (k0 + width) * d);
+    // SAFETY: the extents were checked above; the gemm reads and writes nothing else
+    unsafe {
+        gemm(
+            rows,
+            width,
+            d,
+            logits.as_mut_ptr(),
+            1,
+            tile as isize,
+            false,
+            q_rows.as_ptr(),
+            1,
+            d as isize,
+            k[k0 * d..].as_ptr(),
+            d as isize,
+            1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            Parallelism::None,
+        );
+    }
+}
+
+/// out `[rows, d]` += weights `[rows, tile]` (the first `width` columns) x the value rows
+/// k0..k0 + width of `v`.
+fn value_tile(out: &mut [f32], weights: &[f32], v: &[f32], at: TileAt) {
+    let TileAt {
+        rows,
+        d,
+        tile,
+        k0,
+        width,
+    } = at;
+    assert!(out.len() >= rows * d && weights.len() >= rows * tile && v.len() >= (k0 + width) * d);
+    // SAFETY: the extents were checked above; the gemm reads and writes nothing else
+    unsafe {
+        gemm(
+            rows,
+            d,
+            width,
+            out.as_mut_ptr(),
+            1,
+            d as isize,
+            true,
+            weights.as_ptr(),
+            1,
+            tile as isize,
+            v[k0 * d..].as_ptr(),
+            1,
+            d as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            Parallelism::None,
+        );
+    }
+}
+
+/// Keys of a tile from `k0` (of `width`) that query `i` sees.
+fn visible_keys(i: usize, k0: usize, width: usize) -> usize {
+    if i >= k0 {
+        (i + 1 - k0).min(width)
+    } else {
+        0
+    }
+}
+
 /// One task: the query heads `head0..head0 + groups` (sharing one kv head) of sequence
 /// `seq`, queries `q0..q0 + nq`. Returns their output rows `[groups * nq, d]` and table
 /// cells `[groups * nq, width]`, row `g * nq + qi`.
@@ -265,7 +474,7 @@ fn task(
     (q, k, v): (&[f32], &[f32], &[f32]),
     dims: Dims,
     (seq, kv_head, q0, nq): (usize, usize, usize, usize),
-    (scale, logits_rule): (f32, &TileLogits),
+    (scale, logits_rule, affine): (f32, &TileLogits, Option<&AffineTile>),
     sinks: Option<&[f32]>,
     wants: Option<&RowWants>,
     tile: usize,
@@ -296,42 +505,25 @@ fn task(
     let mut out = vec![0f32; rows * d];
     let mut sums = vec![RowSums::new(); rows];
     let mut bands = vec![0f64; rows * n_bands];
+    let head_of = |r: usize| kv_head * groups + r / nq;
+    let tile_at = |k0: usize| TileAt {
+        rows,
+        d,
+        tile,
+        k0,
+        width: tile.min(keys - k0),
+    };
+    // the online softmax: with plain weights, everything in one pass; Affine-Scaled
+    // weights take its maximum and denominator only, then a second pass
+    let online_wants = if affine.is_some() { None } else { wants };
     for k0 in (0..keys).step_by(tile) {
-        let width_k = tile.min(keys - k0);
-        // SAFETY: logits [rows, tile] (row stride `tile`) <- q_rows [rows, d] x k^T, k's rows
-        // k0..k0 + width_k of d values each, all inside their slices
-        unsafe {
-            gemm(
-                rows,
-                width_k,
-                d,
-                logits.as_mut_ptr(),
-                1,
-                tile as isize,
-                false,
-                q_rows.as_ptr(),
-                1,
-                d as isize,
-                k[k0 * d..].as_ptr(),
-                d as isize,
-                1,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                Parallelism::None,
-            );
-        }
+        let at = tile_at(k0);
+        qk_tile(&mut logits, &q_rows, k, at);
         for r in 0..rows {
             let i = q0 + r % nq;
             let row = r * tile;
-            let visible = if i >= k0 {
-                (i + 1 - k0).min(width_k)
-            } else {
-                0
-            };
-            let (e, hidden) = weights[row..row + width_k].split_at_mut(visible);
+            let visible = visible_keys(i, k0, at.width);
+            let (e, hidden) = weights[row..row + at.width].split_at_mut(visible);
             // invisible keys weigh 0 in the value product
             hidden.fill(0.0);
             if visible == 0 {
@@ -340,51 +532,89 @@ fn task(
             // SAFETY: f32 -> MaybeUninit<f32> of the same slice; tile_row only writes floats
             let e = unsafe { &mut *(e as *mut [f32] as *mut [MaybeUninit<f32>]) };
             let x = &logits[row..row + visible];
-            let band = &mut bands[r * n_bands..(r + 1) * n_bands];
-            let o = &mut out[r * d..(r + 1) * d];
-            let rule = (
-                logits_rule.row(kv_head * groups + r / nq, i, k0),
-                &mut scratch[..],
-            );
+            let rule = (logits_rule.row(head_of(r), i, k0), &mut scratch[..]);
+            let (band, o): (&mut [f64], &mut [f32]) = match affine {
+                Some(_) => (&mut [], &mut []),
+                None => (
+                    &mut bands[r * n_bands..(r + 1) * n_bands],
+                    &mut out[r * d..(r + 1) * d],
+                ),
+            };
             let at = (scale, k0, i);
-            simd_dispatch!(tile_row(x, rule, e, &mut sums[r], band, o, at, wants));
+            simd_dispatch!(tile_row(
+                x,
+                rule,
+                e,
+                &mut sums[r],
+                band,
+                o,
+                at,
+                online_wants
+            ));
         }
-        // SAFETY: out [rows, d] += weights [rows, width_k] (row stride `tile`) x v's rows
-        // k0..k0 + width_k
-        unsafe {
-            gemm(
-                rows,
-                d,
-                width_k,
-                out.as_mut_ptr(),
-                1,
-                d as isize,
-                true,
-                weights.as_ptr(),
-                1,
-                tile as isize,
-                v[k0 * d..].as_ptr(),
-                1,
-                d as isize,
-                1.0,
-                1.0,
-                false,
-                false,
-                false,
-                Parallelism::None,
-            );
+        if affine.is_none() {
+            value_tile(&mut out, &weights, v, at);
         }
     }
     let mut cells = vec![0f32; rows * width];
+    let Some(affine) = affine else {
+        for r in 0..rows {
+            finish_row(
+                &sums[r],
+                &bands[r * n_bands..(r + 1) * n_bands],
+                &mut out[r * d..(r + 1) * d],
+                &mut cells[r * width..(r + 1) * width],
+                (sinks.map(|s| s[head_of(r)]), q0 + r % nq),
+                wants,
+            );
+        }
+        return (out, cells);
+    };
+    let mut acc = vec![AffineSums::default(); rows];
+    for k0 in (0..keys).step_by(tile) {
+        let at = tile_at(k0);
+        qk_tile(&mut logits, &q_rows, k, at);
+        for r in 0..rows {
+            let (head, i) = (head_of(r), q0 + r % nq);
+            let row = r * tile;
+            let visible = visible_keys(i, k0, at.width);
+            let (w, hidden) = weights[row..row + at.width].split_at_mut(visible);
+            hidden.fill(0.0);
+            if visible == 0 {
+                continue;
+            }
+            let alpha = affine.alpha[(seq * heads + head) * t + i];
+            let beta = beta(
+                alpha,
+                affine.alpha_ma[head],
+                (i, affine.seq_len),
+                affine.beta_length,
+            );
+            let x = &logits[row..row + visible];
+            let rule = (logits_rule.row(head, i, k0), &mut scratch[..]);
+            let band = &mut bands[r * n_bands..(r + 1) * n_bands];
+            let at = (scale, k0, i);
+            simd_dispatch!(affine_tile_row(
+                x,
+                rule,
+                w,
+                &sums[r],
+                &mut acc[r],
+                band,
+                at,
+                (alpha, beta),
+                wants
+            ));
+        }
+        value_tile(&mut out, &weights, v, at);
+    }
     for r in 0..rows {
-        let head = kv_head * groups + r / nq;
-        let sink = sinks.map(|s| s[head]);
-        finish_row(
+        finish_affine_row(
             &sums[r],
+            &acc[r],
             &bands[r * n_bands..(r + 1) * n_bands],
-            &mut out[r * d..(r + 1) * d],
             &mut cells[r * width..(r + 1) * width],
-            (sink, q0 + r % nq),
+            q0 + r % nq,
             wants,
         );
     }
@@ -402,7 +632,7 @@ fn task(
 pub fn causal_attention(
     (q, k, v): (&Tensor, &Tensor, &Tensor),
     (q_start, n): (usize, usize),
-    (scale, rule): (f32, &TileLogits),
+    (scale, rule, affine): (f32, &TileLogits, Option<&AffineTile>),
     sinks: Option<&[f32]>,
     wants: Option<&RowWants>,
     tiles: Tiles,
@@ -415,6 +645,9 @@ pub fn causal_attention(
         || heads % kv != 0
         || v.dims4()? != k.dims4()?
         || sinks.is_some_and(|s| s.len() < heads)
+        || affine.is_some_and(|a| {
+            sinks.is_some() || a.alpha.len() < b * heads * t || a.alpha_ma.len() < heads
+        })
     {
         return Ok(None);
     }
@@ -448,7 +681,7 @@ pub fn causal_attention(
                 tasks
                     .par_iter()
                     .map(|&at| {
-                        let logits = (scale, rule);
+                        let logits = (scale, rule, affine);
                         task((q, k, v), dims, at, logits, sinks, wants, tiles.keys)
                     })
                     .collect::<Vec<_>>()
@@ -564,6 +797,30 @@ mod tests {
         sinks: Option<&[f32]>,
         bands: &[(usize, usize)],
     ) -> Expected {
+        expected_affine(
+            (q, k, v),
+            (b, heads, kv, t, d),
+            (q_start, n),
+            (scale, rule),
+            sinks,
+            bands,
+            None,
+        )
+    }
+
+    /// [`expected`] with Affine-Scaled weights a = alpha p + beta, beta = (alpha_ma - alpha)
+    /// / N, N = t (`full`) or i + 1, when `affine` = (alpha `[b, heads, t]`, alpha_ma, full)
+    /// is given; then the entropy is that of max(a, 0) renormalised.
+    #[allow(clippy::too_many_arguments)]
+    fn expected_affine(
+        (q, k, v): (&[f32], &[f32], &[f32]),
+        (b, heads, kv, t, d): (usize, usize, usize, usize, usize),
+        (q_start, n): (usize, usize),
+        (scale, rule): (f64, Rule),
+        sinks: Option<&[f32]>,
+        bands: &[(usize, usize)],
+        affine: Option<(&[f32], &[f32], bool)>,
+    ) -> Expected {
         let groups = heads / kv;
         let mut out = Vec::new();
         let mut cells = Vec::new();
@@ -587,16 +844,31 @@ mod tests {
                     let sink_e = sink.map_or(0.0, |s| (s - m).exp());
                     let real: f64 = e.iter().sum();
                     let z = real + sink_e;
-                    let w: Vec<f64> = e.iter().map(|e| e / z).collect();
+                    let mut w: Vec<f64> = e.iter().map(|e| e / z).collect();
+                    let mut entropy: f64 = e.iter().map(|e| e / real).map(|p| -p * p.ln()).sum();
+                    if let Some((alpha, alpha_ma, full)) = affine {
+                        let a = alpha[(s * heads + h) * t + i] as f64;
+                        let len = if full { t } else { i + 1 } as f64;
+                        let beta = (alpha_ma[h] as f64 - a) / len;
+                        w = e.iter().map(|e| a * e / real + beta).collect();
+                        let mass: f64 = w.iter().map(|w| w.max(0.0)).sum();
+                        entropy = w
+                            .iter()
+                            .filter(|&&w| w > 0.0)
+                            .map(|w| -(w / mass) * (w / mass).ln())
+                            .sum();
+                        if mass <= 0.0 {
+                            entropy = f64::NAN;
+                        }
+                    }
                     for c in 0..d {
                         out.push((0..=i).map(|j| w[j] * value(j)[c] as f64).sum());
                     }
-                    let entropy: f64 = e.iter().map(|e| e / real).map(|p| -p * p.ln()).sum();
                     let mut cell = vec![0.0; BANDS + 1 + bands.len()];
                     cell[FIRST] = w[0];
                     cell[SUM] = w.iter().sum();
                     cell[ENTROPY] = entropy;
-                    cell[SINK_MASS] = sink_e / z;
+                    cell[SINK_MASS] = if affine.is_some() { 0.0 } else { sink_e / z };
                     cell[QK_SUM] = raw.iter().sum();
                     cell[QK_ABS_SUM] = raw.iter().map(|x| x.abs()).sum();
                     cell[BANDS] = if i > 0 { w[0] } else { 0.0 };
@@ -654,7 +926,7 @@ mod tests {
                     let (out, table) = causal_attention(
                         (&qt, &kt, &vt),
                         (q_start, n),
-                        (scale as f32, &rule.tiles(t)),
+                        (scale as f32, &rule.tiles(t), None),
                         sink,
                         Some(&wants),
                         tiles,
@@ -713,7 +985,7 @@ mod tests {
         let (_, table) = causal_attention(
             (&qt, &kt, &vt),
             (0, t),
-            (0.5, &TileLogits::Plain),
+            (0.5, &TileLogits::Plain, None),
             Some(&sinks),
             None,
             Tiles { rows: 2, keys: 3 },
@@ -754,7 +1026,7 @@ mod tests {
         let (_, table) = causal_attention(
             (&qt, &kt, &vt),
             (3, 17),
-            (0.5, &TileLogits::Plain),
+            (0.5, &TileLogits::Plain, None),
             None,
             Some(&wants),
             Tiles { rows: 6, keys: 4 },
@@ -794,7 +1066,7 @@ mod tests {
         let (out, table) = causal_attention(
             (&qt, &kt, &vt),
             (0, t),
-            (0.5, &TileLogits::Plain),
+            (0.5, &TileLogits::Plain, None),
             Some(&sinks),
             Some(&wants),
             Tiles { rows: 2, keys: 5 },
@@ -822,5 +1094,93 @@ mod tests {
         }
         let out = out.flatten_all().unwrap().to_vec1::<f32>().unwrap();
         assert!(out.iter().all(|&o| o == 0.0));
+    }
+
+    #[test]
+    fn affine_tiles_give_the_weights_and_row_table_of_a_float64_affine_softmax() {
+        // alpha from -0.2 to 1.2 (clipped activations stay in [0, 1]; the kernel takes any),
+        // alpha_ma of both signs: some rows carry negative weights, and with alpha 0 and a
+        // negative alpha_ma every weight of the row is negative (entropy NaN)
+        let (b, heads, kv, t, d) = (2, 6, 2, 33, 8);
+        let Inputs {
+            host: (q, k, v),
+            tensors: (qt, kt, vt),
+        } = inputs((b, heads, kv, t, d), 21, 2.0);
+        let mut alpha: Vec<f32> = values(b * heads * t, 24, 0.7)
+            .iter()
+            .map(|a| a + 0.5)
+            .collect();
+        alpha[t + 5] = 0.0; // sequence 0, head 1 (alpha_ma -0.4), query 5
+        let alpha_ma = [0.6f32, -0.4, 0.9, 0.2, -0.1, 1.0];
+        let bands = vec![(0, 1), (1, 10), (10, usize::MAX)];
+        let wants = RowWants {
+            first: true,
+            sum: true,
+            entropy: true,
+            bands: bands.clone(),
+        };
+        let scale = 0.35f64;
+        for (full, beta_length) in [(true, BetaLength::Full), (false, BetaLength::Visible)] {
+            let affine = AffineTile {
+                alpha: alpha.clone(),
+                alpha_ma: alpha_ma.to_vec(),
+                beta_length,
+                seq_len: t,
+            };
+            for (q_start, n) in [(0, 33), (5, 20)] {
+                for tiles in [
+                    Tiles { rows: 12, keys: 7 },
+                    Tiles { rows: 1, keys: 1 },
+                    Tiles::default(),
+                ] {
+                    let (out, table) = causal_attention(
+                        (&qt, &kt, &vt),
+                        (q_start, n),
+                        (scale as f32, &TileLogits::Plain, Some(&affine)),
+                        None,
+                        Some(&wants),
+                        tiles,
+                    )
+                    .unwrap()
+                    .unwrap();
+                    let want = expected_affine(
+                        (&q, &k, &v),
+                        (b, heads, kv, t, d),
+                        (q_start, n),
+                        (scale, Rule::Plain),
+                        None,
+                        &bands,
+                        Some((&alpha, &alpha_ma, full)),
+                    );
+                    let close = |got: f32, want: f64| {
+                        (got.is_nan() && want.is_nan())
+                            || (got as f64 - want).abs() <= 1e-6 + 1e-5 * want.abs()
+                    };
+                    let out = out.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                    for (at, (&g, &w)) in out.iter().zip(&want.out).enumerate() {
+                        assert!(
+                            close(g, w),
+                            "output {at}: {g} vs {w} ({full}, {q_start}, {tiles:?})"
+                        );
+                    }
+                    let table = table.to_vec2::<f32>().unwrap();
+                    let mut nan_rows = 0;
+                    for (row, (got, want)) in table.iter().zip(&want.cells).enumerate() {
+                        nan_rows += usize::from(want[ENTROPY].is_nan());
+                        for (c, (&g, &w)) in got.iter().zip(want).enumerate() {
+                            let qk = c == QK_SUM || c == QK_ABS_SUM;
+                            assert!(
+                                close(g, w)
+                                    || (qk && (g as f64 - w).abs() <= 1e-4 * w.abs().max(1.0)),
+                                "row {row} column {c}: {g} vs {w} ({full}, {q_start}, {tiles:?})"
+                            );
+                        }
+                    }
+                    if q_start == 0 {
+                        assert!(nan_rows > 0, "the all-negative row is in the block");
+                    }
+                }
+            }
+        }
     }
 }

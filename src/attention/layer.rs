@@ -7,7 +7,7 @@ use candle_core::{DType, Tensor, D};
 use super::affine_scaled::{activate, affine_weights};
 use super::blocks::{mask_invisible, query_blocks, visibility};
 use super::cpu_affine::affine_rows;
-use super::cpu_flash::{causal_attention, TileLogits, Tiles};
+use super::cpu_flash::{causal_attention, AffineTile, TileLogits, Tiles};
 use super::cpu_softmax::causal_softmax;
 use super::fused_softmax::causal_softmax_rows;
 use super::gated::split_query_gate;
@@ -285,7 +285,7 @@ impl Attention {
         };
         // CPU f32 inference where no block's maps are wanted (the probe takes row tables,
         // or nothing): flash-style tiles that never hold a block's weights whole
-        let flash = match self.flash_logits((&q, &k, &v), alpha.is_some(), sinks.is_some(), t)? {
+        let flash = match self.flash_logits((&q, &k, &v), alpha.as_ref(), sinks.is_some(), t)? {
             Some(_) if reads_scores => None,
             Some(rule) => match probe.row_request(layer) {
                 Some(wants) => Some((rule, Some(wants))),
@@ -296,7 +296,7 @@ impl Attention {
         };
         let mut outputs = Vec::new();
         for (q_start, n) in query_blocks(t, block) {
-            if let Some((rule, wants)) = &flash {
+            if let Some(((rule, affine), wants)) = &flash {
                 let ctx = BlockCtx {
                     layer,
                     q_start,
@@ -306,7 +306,8 @@ impl Attention {
                 let flash = {
                     let _p = phase("attention: flash tiles (q.k, softmax, row table, values)");
                     let (qkv, block) = ((&q, &k, &v), (q_start, n));
-                    let (logits, tiles) = ((scale as f32, rule), Tiles::default());
+                    let logits = (scale as f32, rule, affine.as_ref());
+                    let tiles = Tiles::default();
                     causal_attention(qkv, block, logits, sinks.as_deref(), wants.as_ref(), tiles)?
                 };
                 if let Some((out, table)) = flash {
@@ -501,30 +502,41 @@ impl Attention {
         }
     }
 
-    /// The flash tiles' logit rule for `q`, `k`, `v` (sequence length `t`), where they can run: CPU
-    /// f32 inference, no Affine-Scaled step (its weights need the whole row's softmax) and,
-    /// with sinks, their host copy (`have_host_sinks`).
+    /// The flash tiles' logit rule for `q`, `k`, `v` (sequence length `t`) and, with `alpha`
+    /// `[b, heads, t]`, their Affine-Scaled weights, where the tiles can run: CPU f32
+    /// inference and, with sinks, their host copy (`have_host_sinks`).
     fn flash_logits(
         &self,
         (q, k, v): (&Tensor, &Tensor, &Tensor),
-        affine: bool,
+        alpha: Option<&Tensor>,
         have_host_sinks: bool,
         t: usize,
-    ) -> Result<Option<TileLogits>> {
+    ) -> Result<Option<(TileLogits, Option<AffineTile>)>> {
         let logn_trained =
             matches!(&self.logit_rule, LogitRule::Logn { scale } if scale.track_op());
         let training = [q, k, v].iter().any(|x| x.track_op())
             || self.sink_logits.as_ref().is_some_and(Tensor::track_op)
+            || alpha.is_some_and(Tensor::track_op)
             || logn_trained;
         if !q.device().is_cpu()
             || q.dtype() != DType::F32
-            || affine
             || training
             || (self.sink_logits.is_some() && !have_host_sinks)
         {
             return Ok(None);
         }
-        Ok(Some(match &self.logit_rule {
+        let affine = match (alpha, &self.alpha_ma) {
+            (Some(alpha), Some(alpha_ma)) => Some(AffineTile {
+                alpha: alpha.flatten_all()?.to_vec1::<f32>()?,
+                alpha_ma: alpha_ma.flatten_all()?.to_vec1::<f32>()?,
+                beta_length: self.shape.affine.beta_length,
+                seq_len: t,
+            }),
+            (None, _) => None,
+            // alpha without its moving average: the candle path says what is missing
+            (Some(_), None) => return Ok(None),
+        };
+        let rule = match &self.logit_rule {
             LogitRule::Plain => TileLogits::Plain,
             LogitRule::Logn { scale } => TileLogits::Logn {
                 head_scale: scale.flatten_all()?.to_vec1::<f32>()?,
@@ -533,7 +545,8 @@ impl Attention {
                 let (a, m) = reversed_coefficients(*tau, t);
                 TileLogits::Distance { a, m }
             }
-        }))
+        };
+        Ok(Some((rule, affine)))
     }
 
     /// The logits the variant normalises: raw q.k times `scale`, then the layer's rule.

@@ -3,7 +3,7 @@
 
 mod affine_scaled;
 pub mod blocks;
-mod cpu_affine;
+pub(crate) mod cpu_affine;
 pub mod cpu_flash;
 pub mod cpu_softmax;
 mod fused_softmax;

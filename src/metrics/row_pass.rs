@@ -14,22 +14,35 @@ use crate::error::Result;
 use crate::probe::row_table::{RowWants, BANDS, ENTROPY, FIRST, SUM};
 use crate::simd_dispatch;
 
-/// Entropy in nats of `max(w, 0)` renormalised; NaN without positive mass.
+/// The sums the entropy of `max(w, 0)` renormalised is made of: the positive mass sum
+/// max(w, 0) and sum w ln w over the positive weights; additive over a row's parts.
 #[inline(always)]
-fn clamped_entropy(visible: &[f32]) -> f32 {
-    let mass = lane_sum(visible, |w| w.max(0.0));
-    if mass <= 0.0 {
-        return f32::NAN;
-    }
+pub(crate) fn clamped_entropy_sums(weights: &[f32]) -> (f64, f64) {
+    let mass = lane_sum(weights, |w| w.max(0.0));
     // q ln q -> 0 as q -> 0: weights below the normal range contribute nothing
-    let q_ln_q = lane_sum(visible, |w| {
+    let q_ln_q = lane_sum(weights, |w| {
         if w >= f32::MIN_POSITIVE {
             w * ln(w.max(f32::MIN_POSITIVE))
         } else {
             0.0
         }
     });
+    (mass, q_ln_q)
+}
+
+/// Entropy in nats from [`clamped_entropy_sums`] of a whole row; NaN without positive mass.
+#[inline(always)]
+pub(crate) fn entropy_of_clamped_sums((mass, q_ln_q): (f64, f64)) -> f32 {
+    if mass <= 0.0 {
+        return f32::NAN;
+    }
     (mass.ln() - q_ln_q / mass) as f32
+}
+
+/// Entropy in nats of `max(w, 0)` renormalised; NaN without positive mass.
+#[inline(always)]
+fn clamped_entropy(visible: &[f32]) -> f32 {
+    entropy_of_clamped_sums(clamped_entropy_sums(visible))
 }
 
 /// The (start, end) key range of band `[lo, hi)` for query `i`, key 0 left out for i > 0.
