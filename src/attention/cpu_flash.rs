@@ -162,6 +162,67 @@ fn row_logits<'a>(
     }
 }
 
+/// Adds query `i`'s weights `w` of the tile from key `k0` to its distance-band sums; a band
+/// holding the whole tile takes `tile_sum`, the sum of `w` (most tiles of a long row).
+#[inline(always)]
+fn add_band_sums(
+    bands: &mut [f64],
+    wants: &RowWants,
+    (k0, i): (usize, usize),
+    w: &[f32],
+    tile_sum: f64,
+) {
+    let tile_end = k0 + w.len();
+    for (band, &(lo, hi)) in bands.iter_mut().zip(&wants.bands) {
+        let (start, end) = band_keys(i, lo, hi);
+        let (start, end) = (start.max(k0), end.min(tile_end));
+        if start == k0 && end == tile_end {
+            *band += tile_sum;
+        } else if start < end {
+            *band += lane_sum(&w[start - k0..end - k0], |v| v);
+        }
+    }
+}
+
+/// A finished row's values for its table line.
+struct RowLine {
+    first: f32,
+    sum: f32,
+    entropy: f32,
+    sink_mass: f32,
+    qk: f64,
+    qk_abs: f64,
+}
+
+/// Writes a row's table line (the columns of `crate::probe::row_table` that `wants` asks
+/// for, the sink and q.k columns always) with its bands' weights `bands`.
+fn write_line(
+    cell: &mut [f32],
+    wants: &RowWants,
+    line: RowLine,
+    bands: impl Iterator<Item = f32>,
+    i: usize,
+) {
+    if wants.first {
+        cell[FIRST] = line.first;
+    }
+    if wants.sum {
+        cell[SUM] = line.sum;
+    }
+    if wants.entropy {
+        cell[ENTROPY] = line.entropy;
+    }
+    cell[SINK_MASS] = line.sink_mass;
+    cell[QK_SUM] = line.qk as f32;
+    cell[QK_ABS_SUM] = line.qk_abs as f32;
+    if !wants.bands.is_empty() {
+        cell[BANDS] = if i > 0 { line.first } else { 0.0 };
+        for (cell, band) in cell[BANDS + 1..].iter_mut().zip(bands) {
+            *cell = band;
+        }
+    }
+}
+
 /// One query row's visible keys of one key tile: raw q.k `x` in, e out (`weights`, same
 /// length), sums updated; `bands` are the row's band sums and `out` its output row, both
 /// rescaled when the maximum grows. `k0` is the tile's first key, `i` the query.
@@ -211,17 +272,8 @@ fn tile_row(
     if k0 == 0 {
         sums.first += e[0] as f64;
     }
-    let Some(wants) = wants else { return };
-    let tile_end = k0 + e.len();
-    for (band, &(lo, hi)) in bands.iter_mut().zip(&wants.bands) {
-        let (start, end) = band_keys(i, lo, hi);
-        let (start, end) = (start.max(k0), end.min(tile_end));
-        if start == k0 && end == tile_end {
-            // the band holds the whole tile (most tiles of a long row): its sum is known
-            *band += sum;
-        } else if start < end {
-            *band += lane_sum(&e[start - k0..end - k0], |v| v);
-        }
+    if let Some(wants) = wants {
+        add_band_sums(bands, wants, (k0, i), e, sum);
     }
 }
 
@@ -249,25 +301,21 @@ fn finish_row(
         cell[0] = (sink_e * inv) as f32;
         return;
     };
-    let first = (sums.first * weight) as f32;
-    if wants.first {
-        cell[FIRST] = first;
-    }
-    if wants.sum {
-        cell[SUM] = (sums.sum * weight) as f32;
-    }
-    if wants.entropy {
-        cell[ENTROPY] = entropy_from_sums(sums.sum, sums.sum_ey);
-    }
-    cell[SINK_MASS] = (sink_e * inv) as f32;
-    cell[QK_SUM] = sums.qk as f32;
-    cell[QK_ABS_SUM] = sums.qk_abs as f32;
-    if !wants.bands.is_empty() {
-        cell[BANDS] = if i > 0 { first } else { 0.0 };
-        for (cell, band) in cell[BANDS + 1..].iter_mut().zip(bands) {
-            *cell = (band * weight) as f32;
-        }
-    }
+    let line = RowLine {
+        first: (sums.first * weight) as f32,
+        sum: (sums.sum * weight) as f32,
+        entropy: entropy_from_sums(sums.sum, sums.sum_ey),
+        sink_mass: (sink_e * inv) as f32,
+        qk: sums.qk,
+        qk_abs: sums.qk_abs,
+    };
+    write_line(
+        cell,
+        wants,
+        line,
+        bands.iter().map(|b| (b * weight) as f32),
+        i,
+    );
 }
 
 /// Affine-Scaled weights a_ij = alpha_i p_ij + beta_i over the visible keys, with beta_i =
@@ -324,18 +372,13 @@ fn affine_tile_row(
     if k0 == 0 {
         acc.first = weights[0] as f64;
     }
-    acc.sum += lane_sum(weights, |w| w);
+    let tile_sum = lane_sum(weights, |w| w);
+    acc.sum += tile_sum;
     let (mass, w_ln_w) = clamped_entropy_sums(weights);
     acc.mass += mass;
     acc.w_ln_w += w_ln_w;
-    let Some(wants) = wants else { return };
-    let tile_end = k0 + weights.len();
-    for (band, &(lo, hi)) in bands.iter_mut().zip(&wants.bands) {
-        let (start, end) = band_keys(i, lo, hi);
-        let (start, end) = (start.max(k0), end.min(tile_end));
-        if start < end {
-            *band += lane_sum(&weights[start - k0..end - k0], |w| w);
-        }
+    if let Some(wants) = wants {
+        add_band_sums(bands, wants, (k0, i), weights, tile_sum);
     }
 }
 
@@ -352,25 +395,15 @@ fn finish_affine_row(
         cell[0] = 0.0;
         return;
     };
-    let first = acc.first as f32;
-    if wants.first {
-        cell[FIRST] = first;
-    }
-    if wants.sum {
-        cell[SUM] = acc.sum as f32;
-    }
-    if wants.entropy {
-        cell[ENTROPY] = entropy_of_clamped_sums((acc.mass, acc.w_ln_w));
-    }
-    cell[SINK_MASS] = 0.0;
-    cell[QK_SUM] = softmax.qk as f32;
-    cell[QK_ABS_SUM] = softmax.qk_abs as f32;
-    if !wants.bands.is_empty() {
-        cell[BANDS] = if i > 0 { first } else { 0.0 };
-        for (cell, band) in cell[BANDS + 1..].iter_mut().zip(bands) {
-            *cell = *band as f32;
-        }
-    }
+    let line = RowLine {
+        first: acc.first as f32,
+        sum: acc.sum as f32,
+        entropy: entropy_of_clamped_sums((acc.mass, acc.w_ln_w)),
+        sink_mass: 0.0,
+        qk: softmax.qk,
+        qk_abs: softmax.qk_abs,
+    };
+    write_line(cell, wants, line, bands.iter().map(|&b| b as f32), i);
 }
 
 /// Where a task's tiles sit: `rows` query rows, head dim `d`, tile buffers of row stride
