@@ -1,0 +1,511 @@
+//! Bad checkpoints (SPEC section 7): one line naming the file and the problem, exit 2.
+
+use crate::common;
+
+use std::fs;
+
+use common::*;
+
+#[test]
+fn missing_config_json() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("qwen2", tmp.path());
+    fs::remove_file(tmp.path().join("config.json")).unwrap();
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
+    assert!(
+        err.contains("config.json") && err.contains("missing"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unknown_model_type_lists_supported_types() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("qwen2", tmp.path());
+    edit_config(tmp.path(), |c| c["model_type"] = "mamba".into());
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
+    assert!(
+        err.contains("config.json") && err.contains("mamba") && err.contains("llama, qwen2"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unknown_variant_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("qwen2", tmp.path());
+    edit_config(tmp.path(), |c| c["attention_variant"] = "magic".into());
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
+    assert!(
+        err.contains("magic") && err.contains("affine_scaled"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_tensor_is_named() {
+    // the sink fixture declared as affine_scaled lacks alpha_proj
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("sink", tmp.path());
+    edit_config(tmp.path(), |c| {
+        c["attention_variant"] = "affine_scaled".into()
+    });
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
+    assert!(
+        err.contains("model.layers.0.self_attn.alpha_proj.weight is missing"),
+        "{err}"
+    );
+}
+
+#[test]
+fn wrong_shape_names_both_shapes() {
+    // claiming 8 heads of dim 4 makes k_proj [16, 32] expected where [16, 32] is stored... so
+    // change intermediate_size instead: gate_proj is stored [64, 32]
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("qwen2", tmp.path());
+    edit_config(tmp.path(), |c| c["intermediate_size"] = 48.into());
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
+    assert!(
+        err.contains("model.layers.0.mlp.gate_proj.weight has shape [64, 32], expected [48, 32]")
+            && err.contains("model.safetensors"),
+        "{err}"
+    );
+}
+
+#[test]
+fn truncated_safetensors() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("qwen2", tmp.path());
+    let path = tmp.path().join("model.safetensors");
+    let bytes = fs::read(&path).unwrap();
+    fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
+    assert!(
+        err.contains("model.safetensors") && err.contains("truncated"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_shard_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("llama_gqa", tmp.path());
+    fs::remove_file(tmp.path().join("model-00002-of-00003.safetensors")).unwrap();
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
+    assert!(
+        err.contains("model-00002-of-00003.safetensors") && err.contains("missing"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unimplemented_rope_type_names_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("llama_gqa", tmp.path());
+    edit_config(tmp.path(), |c| {
+        c["rope_parameters"]["rope_type"] = "yarn".into()
+    });
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
+    assert!(err.contains("config.json") && err.contains("yarn"), "{err}");
+}
+
+#[test]
+fn inspect_reports_variant_detection_and_delta_params() {
+    let out = run_cli(&fixtures(), &["inspect", "models/sink"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        text.contains("sink (weights: model.layers.0.self_attn.sinks)"),
+        "{text}"
+    );
+    // 2 layers x 4 heads of sink logits
+    assert!(text.contains("delta params   8 "), "{text}");
+    let out = run_cli(
+        &fixtures(),
+        &["inspect", "models/affine_scaled_gated", "--json"],
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // per layer: alpha_proj 4 x 32 + bias 4, gate rows 4 x 8 x 32 = 132 + 1024; x 2 layers
+    assert_eq!(json["delta_parameters"], 2 * (132 + 1024));
+}
+
+#[test]
+fn config_values_that_give_nan_metrics_or_bad_ids_are_errors() {
+    use serde_json::json;
+    let cases: Vec<(&str, serde_json::Value, &str)> = vec![
+        // rms_norm_eps < 0 made every norm NaN (exit 0 with NaN tables)
+        (
+            "rms_norm_eps",
+            json!(-1.0),
+            "rms_norm_eps -1 must be a finite number >= 0",
+        ),
+        // a BOS id past the vocabulary was reported without naming config.json
+        (
+            "bos_token_id",
+            json!(100_000),
+            "bos_token_id 100000 is out of range for vocab_size",
+        ),
+        (
+            "eos_token_id",
+            json!([100_000, 1]),
+            "eos_token_id 100000 is out of range",
+        ),
+        ("bos_token_id", json!(100_000), "config.json: "),
+        // 2^32 + 1 used to wrap around to id 1; -1 and "1" were dropped without a word
+        (
+            "bos_token_id",
+            json!(4_294_967_297u64),
+            "bos_token_id must be a token id",
+        ),
+        (
+            "bos_token_id",
+            json!(-1),
+            "bos_token_id must be a token id (an integer from 0), got -1",
+        ),
+        (
+            "eos_token_id",
+            json!("1"),
+            "eos_token_id must be a token id",
+        ),
+        // sizes of 0 gave NaN tables (and layer numbers that wrapped around)
+        (
+            "num_hidden_layers",
+            json!(0),
+            "num_hidden_layers must be at least 1",
+        ),
+        (
+            "intermediate_size",
+            json!(0),
+            "intermediate_size must be at least 1",
+        ),
+        ("head_dim", json!(0), "head_dim must be at least 1"),
+        ("num_attention_heads", json!(0), "must be at least 1"),
+        // RoPE values that gave NaN everywhere, or were ignored
+        (
+            "rope_parameters/rope_theta",
+            json!(0.0),
+            "rope_theta 0 must be a finite number > 0",
+        ),
+        (
+            "rope_parameters/rope_theta",
+            json!(-10000.0),
+            "rope_theta -10000 must be",
+        ),
+        (
+            "rope_parameters/rope_theta",
+            json!("500000"),
+            "`rope_theta` must be a number, got \"500000\"",
+        ),
+        (
+            "rope_parameters/factor",
+            json!(0.0),
+            "llama3 rope scaling `factor` 0 must be a finite number > 0",
+        ),
+        (
+            "rope_parameters/factor",
+            json!("8"),
+            "`factor` must be a number",
+        ),
+        (
+            "rope_parameters/rope_type",
+            json!(3),
+            "rope_type must be a string, got 3",
+        ),
+        (
+            "partial_rotary_factor",
+            json!(0.1),
+            "rotates no dimension pair",
+        ),
+    ];
+    for (field, value, says) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        copy_fixture("llama_gqa", tmp.path());
+        edit_config(tmp.path(), |c| match field.split_once('/') {
+            Some((outer, inner)) => c[outer][inner] = value.clone(),
+            None => c[field] = value.clone(),
+        });
+        for args in [&["inspect", "."][..], &["entropy", ".", "--out", "res"][..]] {
+            let err = expect_error(&run_cli(tmp.path(), args));
+            assert!(err.contains(says), "{field} = {value}, {args:?}: {err}");
+            assert!(!tmp.path().join("res").exists());
+        }
+    }
+}
+
+#[test]
+fn a_tensor_in_two_shards_is_an_error_not_a_silent_pick() {
+    // a stale file listed in the index held every tensor again; whichever came last won
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("llama_gqa", tmp.path());
+    fs::copy(
+        model_dir("affine_scaled").join("model.safetensors"),
+        tmp.path().join("model-00000-stale.safetensors"),
+    )
+    .unwrap();
+    let index = tmp.path().join("model.safetensors.index.json");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&index).unwrap()).unwrap();
+    json["weight_map"]["model.norm.weight"] = "model-00000-stale.safetensors".into();
+    fs::write(&index, json.to_string()).unwrap();
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
+    assert!(
+        err.contains("model.safetensors.index.json: tensor ")
+            && err.contains("is stored twice, in ")
+            && err.contains("model-00000-stale.safetensors"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_tensor_of_a_sharded_checkpoint_names_the_index() {
+    // it named whichever shard came first
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("llama_gqa", tmp.path());
+    edit_config(tmp.path(), |c| c["attention_variant"] = "sink".into());
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
+    assert!(
+        err.contains(
+            "model.safetensors.index.json: tensor model.layers.0.self_attn.sinks is missing"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn integer_weights_are_refused_not_cast() {
+    // an I32 q_proj (same bytes as F32) was cast to float and gave qk_mean -8e7 with exit 0
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("affine_scaled", tmp.path());
+    let path = tmp.path().join("model.safetensors");
+    let mut bytes = fs::read(&path).unwrap();
+    let key = br#""model.layers.0.self_attn.q_proj.weight":{"dtype":"F32""#;
+    let at = bytes.windows(key.len()).position(|w| w == key).unwrap();
+    let dtype_at = at + key.len() - 4;
+    bytes[dtype_at..dtype_at + 3].copy_from_slice(b"I32");
+    fs::write(&path, &bytes).unwrap();
+    for args in [&["inspect", "."][..], &["entropy", ".", "--out", "res"][..]] {
+        let err = expect_error(&run_cli(tmp.path(), args));
+        assert!(
+            err.contains(
+                "model.safetensors: tensor model.layers.0.self_attn.q_proj.weight has dtype I32"
+            ),
+            "{err}"
+        );
+        assert!(!tmp.path().join("res").exists());
+    }
+}
+
+#[test]
+fn weights_the_declared_variant_leaves_unused_are_noted() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("affine_scaled", tmp.path());
+    edit_config(tmp.path(), |c| c["attention_variant"] = "softmax".into());
+    let stdout = expect_success(&run_cli(tmp.path(), &["inspect", "."]));
+    assert!(
+        stdout.contains(
+            "config.json declares softmax; it does not use model.layers.0.self_attn.alpha_proj.weight (the weights point to affine_scaled)"
+        ),
+        "{stdout}"
+    );
+    // gated over Affine-Scaled + gated weights reads the gate rows: only alpha_proj is unused
+    let both = tempfile::tempdir().unwrap();
+    copy_fixture("affine_scaled_gated", both.path());
+    edit_config(both.path(), |c| c["attention_variant"] = "gated".into());
+    let stdout = expect_success(&run_cli(both.path(), &["inspect", "."]));
+    assert!(
+        stdout.contains(
+            "declares gated; it does not use model.layers.0.self_attn.alpha_proj.weight ("
+        ) && !stdout.contains("gate rows"),
+        "{stdout}"
+    );
+    let out = run_cli(
+        tmp.path(),
+        &["entropy", ".", "--seq-len", "16", "--num-seqs", "1"],
+    );
+    expect_success(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("note: ") && stderr.contains("config.json declares softmax"),
+        "{stderr}"
+    );
+}
+
+// ---- issue 10: scale_invariant, logn, p-RoPE, Qwen3 ----
+
+#[test]
+fn scale_invariant_tau_must_be_positive() {
+    for (tau, shown) in [(0.0, "tau = 0 "), (-2.5, "tau = -2.5 ")] {
+        let tmp = tempfile::tempdir().unwrap();
+        copy_fixture("scale_invariant", tmp.path());
+        edit_config(tmp.path(), |c| c["scale_invariant"]["tau"] = tau.into());
+        let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
+        assert!(
+            err.contains("config.json") && err.contains(shown) && err.contains("must be > 0"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn bad_p_rope_parameters_name_the_value() {
+    // the scale_invariant fixture has head_dim 16: p = 0.1 rotates floor(0.8) = 0 pairs
+    for (key, value, shown) in [
+        ("p", serde_json::json!(1.5), "p = 1.5 must be in (0, 1]"),
+        ("p", serde_json::json!(0.0), "p = 0 must be in (0, 1]"),
+        ("p", serde_json::json!(0.1), "n = floor(0.1 * 16 / 2) = 0"),
+        (
+            "spacing",
+            serde_json::json!("linear"),
+            "unknown p_rope spacing \"linear\"",
+        ),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        copy_fixture("scale_invariant", tmp.path());
+        edit_config(tmp.path(), |c| c["rope_parameters"][key] = value.clone());
+        let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
+        assert!(err.contains("config.json") && err.contains(shown), "{err}");
+    }
+}
+
+#[test]
+fn unimplemented_rope_types_are_errors() {
+    for kind in ["yarn", "linear", "dynamic", "longrope"] {
+        let tmp = tempfile::tempdir().unwrap();
+        copy_fixture("qwen3", tmp.path());
+        edit_config(tmp.path(), |c| {
+            c["rope_parameters"]["rope_type"] = kind.into();
+            c["rope_parameters"]["factor"] = 2.0.into();
+        });
+        let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
+        assert!(
+            err.contains("config.json") && err.contains(&format!("rope_type `{kind}`")),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn qwen3_without_q_norm_is_a_missing_tensor() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("qwen3", tmp.path());
+    let path = tmp.path().join("model.safetensors");
+    let mut tensors = candle_core::safetensors::load(&path, &candle_core::Device::Cpu).unwrap();
+    tensors.remove("model.layers.0.self_attn.q_norm.weight");
+    candle_core::safetensors::save(&tensors, &path).unwrap();
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
+    assert!(
+        err.contains("model.safetensors")
+            && err.contains("tensor model.layers.0.self_attn.q_norm.weight is missing"),
+        "{err}"
+    );
+}
+
+#[test]
+fn logn_without_scale_names_both_sources() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("qwen2", tmp.path());
+    edit_config(tmp.path(), |c| c["attention_variant"] = "logn".into());
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
+    assert!(
+        err.contains("model.layers.0.self_attn.logn_scale is missing")
+            && err.contains("\"logn\": {\"scale\": s} in config.json"),
+        "{err}"
+    );
+}
+
+#[test]
+fn inspect_names_qwen3_p_rope_and_logn_detection() {
+    let out = run_cli(&fixtures(), &["inspect", "models/scale_invariant"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("architecture   qwen3"), "{text}");
+    assert!(
+        text.contains("scale_invariant (config.json attention_variant)"),
+        "{text}"
+    );
+    // p-RoPE says how many frequency pairs rotate, and is not partial_rotary_factor
+    assert!(
+        text.contains("PRope { p: 0.5, spacing: Log, rotating_pairs: 4 }, theta 1024"),
+        "{text}"
+    );
+    assert!(!text.contains("partial_rotary_factor"), "{text}");
+
+    let out = run_cli(&fixtures(), &["inspect", "models/qwen3", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["architecture"], "qwen3");
+    assert_eq!(json["head_dim"], 12); // hidden 32 / 4 heads would be 8
+
+    // HF partial_rotary_factor: the first half of each head's dims rotate, frequencies kept
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("qwen3", tmp.path());
+    edit_config(tmp.path(), |c| c["partial_rotary_factor"] = 0.5.into());
+    let out = run_cli(tmp.path(), &["inspect", "."]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Default, theta 10000, partial_rotary_factor 0.5 (6 of 12 dims rotate)"),
+        "{text}"
+    );
+
+    // logn detected from its weights when config.json does not name it
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("logn", tmp.path());
+    edit_config(tmp.path(), |c| {
+        c.as_object_mut().unwrap().remove("attention_variant");
+    });
+    let out = run_cli(tmp.path(), &["inspect", "."]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("logn (weights: model.layers.0.self_attn.logn_scale)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn logn_delta_params_count_the_stored_scales() {
+    let out = run_cli(&fixtures(), &["inspect", "models/logn", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // 2 layers x 4 heads of logn_scale
+    assert_eq!(json["delta_parameters"], 8);
+}
+
+#[test]
+fn a_diverged_checkpoint_with_nan_weights_is_analysed_not_a_crash() {
+    // a training run that blew up: NaN in one q_proj weight makes every later value NaN;
+    // the run must finish, report NaN and still draw the figures (no panic, exit 0)
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpt = tmp.path().join("ckpt");
+    copy_fixture("llama_gqa", &ckpt);
+    let name = "model.layers.0.self_attn.q_proj.weight";
+    let index: serde_json::Value = serde_json::from_str(
+        &fs::read_to_string(ckpt.join("model.safetensors.index.json")).unwrap(),
+    )
+    .unwrap();
+    let shard = ckpt.join(index["weight_map"][name].as_str().unwrap());
+    let mut tensors = candle_core::safetensors::load(&shard, &candle_core::Device::Cpu).unwrap();
+    let w = &tensors[name];
+    let mut values = w.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    values[0] = f32::NAN;
+    let poisoned = candle_core::Tensor::from_vec(values, w.shape(), w.device()).unwrap();
+    tensors.insert(name.to_string(), poisoned);
+    candle_core::safetensors::save(&tensors, &shard).unwrap();
+
+    let out = run_cli(
+        tmp.path(),
+        &[
+            "analyze",
+            "ckpt",
+            "--seq-len",
+            "16",
+            "--num-seqs",
+            "2",
+            "--out",
+            "res",
+            "--quiet",
+        ],
+    );
+    expect_success(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("nan"), "{stdout}");
+    let figs = run_cli(tmp.path(), &["figures", "res", "--out", "figs", "--quiet"]);
+    expect_success(&figs);
+}

@@ -1,0 +1,687 @@
+//! Paper figures from exported tables (issue 5, SPEC section 6): every figure renders
+//! from the small fixture tables of `tests/fixtures/tables` (written by its
+//! `make_tables.py`) to an SVG string and to a PNG, and the checks are what a reader
+//! would check: panels, series, legend labels, axis titles, a PNG with drawn text and
+//! many colours. Degenerate tables (one model, layer or head, constant values, NaN,
+//! header-only files) are skipped or drawn with a note, never a panic.
+
+use crate::common;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use asa_analyze::export::{read_table, write_table, Format};
+use asa_analyze::plot::scene::Figure;
+use asa_analyze::plot::theme::{Palette, MISSING};
+use asa_analyze::plot::{build_figures, to_png, to_svg, FigureOptions, Results};
+use asa_analyze::stats::StepWindow;
+use plotters::style::RGBColor;
+
+fn tables(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/tables")
+        .join(name)
+}
+
+fn load(dirs: &[&str]) -> Results {
+    let dirs: Vec<PathBuf> = dirs.iter().map(|d| tables(d)).collect();
+    Results::load(&dirs).expect("fixture tables load")
+}
+
+/// Every figure of the full fixtures (attention tables + training logs).
+fn full() -> (Vec<Figure>, Vec<String>) {
+    build_figures(&load(&["full", "logs"]), &FigureOptions::default())
+}
+
+fn find<'a>(figs: &'a [Figure], name: &str) -> &'a Figure {
+    figs.iter()
+        .find(|f| f.name == name)
+        .unwrap_or_else(|| panic!("no figure {name}"))
+}
+
+/// The text of every `<text>` element, entities decoded.
+fn texts(svg: &str) -> Vec<String> {
+    svg.split("<text")
+        .skip(1)
+        .filter_map(|t| {
+            let body = &t[t.find('>')? + 1..t.find("</text>")?];
+            Some(
+                body.trim()
+                    .replace("&lt;", "<")
+                    .replace("&gt;", ">")
+                    .replace("&quot;", "\"")
+                    .replace("&apos;", "'")
+                    .replace("&amp;", "&"),
+            )
+        })
+        .collect()
+}
+
+fn count_text(svg: &str, text: &str) -> usize {
+    texts(svg).iter().filter(|t| *t == text).count()
+}
+
+fn hex(c: RGBColor) -> String {
+    format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2)
+}
+
+/// `<polyline>` elements (one per drawn series) of one colour and stroke width; legend
+/// swatches are 3 px wide, series 2 px (raw curves 1 px).
+fn polylines(svg: &str, color: RGBColor, width: u32) -> usize {
+    let stroke = format!("stroke=\"{}\" stroke-width=\"{width}\"", hex(color));
+    svg.split("<polyline")
+        .skip(1)
+        .filter(|p| p[..p.find("/>").unwrap_or(p.len())].contains(&stroke))
+        .count()
+}
+
+/// Filled `<rect>` elements of one colour (bars, heatmap cells, legend patches).
+fn rects(svg: &str, color: RGBColor) -> usize {
+    let fill = format!("fill=\"{}\"", hex(color));
+    svg.split("<rect")
+        .skip(1)
+        .filter(|r| r[..r.find("/>").unwrap_or(r.len())].contains(&fill))
+        .count()
+}
+
+/// (width, height, distinct colours, dark pixels in the title band) of a PNG.
+fn png_stats(bytes: &[u8]) -> (u32, u32, usize, usize) {
+    let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+    let mut reader = decoder.read_info().expect("a PNG header");
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).expect("PNG pixels");
+    assert_eq!(info.color_type, png::ColorType::Rgb);
+    let (w, h) = (info.width, info.height);
+    let px: Vec<[u8; 3]> = buf[..info.buffer_size()]
+        .chunks(3)
+        .map(|c| [c[0], c[1], c[2]])
+        .collect();
+    let distinct = px.iter().collect::<HashSet<_>>().len();
+    // The title band (top 80 px at 2x): dark pixels exist only if glyphs were drawn.
+    let dark = px[..(w * 80.min(h)) as usize]
+        .iter()
+        .filter(|p| p.iter().all(|&c| c < 90))
+        .count();
+    (w, h, distinct, dark)
+}
+
+/// Renders `fig` both ways; asserts the PNG is a real picture with text; returns the SVG.
+fn render(fig: &Figure) -> String {
+    let svg = to_svg(fig).unwrap_or_else(|e| panic!("{}: svg: {e}", fig.name));
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    let png = to_png(fig).unwrap_or_else(|e| panic!("{}: png: {e}", fig.name));
+    let (w, h, distinct, dark) = png_stats(&png);
+    assert!(w >= 600 && h >= 400, "{}: {w} x {h}", fig.name);
+    assert!(
+        distinct >= 64,
+        "{}: only {distinct} colours: blank?",
+        fig.name
+    );
+    assert!(
+        dark >= 200,
+        "{}: title not drawn ({dark} dark pixels)",
+        fig.name
+    );
+    svg
+}
+
+fn legend(fig: &Figure) -> Vec<&str> {
+    fig.legend.iter().map(|e| e.label.as_str()).collect()
+}
+
+fn color(fig: &Figure, label: &str) -> RGBColor {
+    fig.legend
+        .iter()
+        .find(|e| e.label == label)
+        .unwrap_or_else(|| panic!("{}: no legend entry {label}", fig.name))
+        .color
+}
+
+#[test]
+fn every_figure_is_drawn_from_full_tables() {
+    let (figs, notes) = full();
+    let names: Vec<&str> = figs.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "fig1_query_profile",
+            "fig2_qk_mean",
+            "fig3_weight_sums",
+            "fig4_first_token",
+            "fig5_head_total",
+            "fig6_entropy",
+            "fig7_loss",
+            "fig8_grad_norm",
+            "fig9_heatmap",
+            "fig10_loss_late",
+            "fig11_clipping",
+            "distance_profile",
+        ]
+    );
+    assert!(notes.is_empty(), "unexpected notes: {notes:?}");
+    for f in &figs {
+        let svg = render(f);
+        let t = texts(&svg);
+        assert!(t.contains(&f.title), "{}: title missing", f.name);
+        for label in legend(f) {
+            assert!(
+                t.iter().any(|x| x == label),
+                "{}: legend {label} missing",
+                f.name
+            );
+        }
+    }
+}
+
+#[test]
+fn per_layer_lines_have_one_series_per_model() {
+    let (figs, _) = full();
+    for (name, y) in [
+        (
+            "fig4_first_token",
+            "first-token weight a_i0 (mean over queries)",
+        ),
+        ("fig6_entropy", "attention entropy (nats)"),
+    ] {
+        let f = find(&figs, name);
+        assert_eq!(legend(f), ["base", "sink", "asa"]);
+        let svg = render(f);
+        assert_eq!(count_text(&svg, "layer"), 1);
+        assert_eq!(count_text(&svg, y), 1);
+        for m in ["base", "sink", "asa"] {
+            // One 2 px series line and one 3 px legend swatch per model.
+            assert_eq!(polylines(&svg, color(f, m), 2), 1, "{name} {m}");
+            assert_eq!(polylines(&svg, color(f, m), 3), 1, "{name} {m}");
+        }
+        // ±1 std bands, one per model.
+        assert_eq!(svg.matches("<polygon").count(), 3, "{name}");
+    }
+    // Layer ticks are the integers 1..3 only (the y ticks of Fig. 4 are all below 1).
+    let svg = render(find(&figs, "fig4_first_token"));
+    for tick in ["1", "2", "3"] {
+        assert_eq!(count_text(&svg, tick), 1, "tick {tick}");
+    }
+    assert_eq!(count_text(&svg, "1.5"), 0, "no half layers");
+}
+
+#[test]
+fn fig1_has_a_panel_per_model_and_a_sink_bar() {
+    let (figs, _) = full();
+    let f = find(&figs, "fig1_query_profile");
+    assert_eq!(f.panels.len(), 3);
+    let svg = render(f);
+    let t = texts(&svg);
+    for (m, sink) in [("base", "0.000"), ("sink", "0.250"), ("asa", "0.000")] {
+        let title = format!("{m} (layer 2, query 7, sink {sink})");
+        assert!(t.contains(&title), "missing panel {title}");
+        // 8 key bars and the legend patch.
+        assert_eq!(rects(&svg, color(f, m)), 9, "{m}");
+    }
+    assert_eq!(count_text(&svg, "key position j"), 3);
+    assert_eq!(count_text(&svg, "attention weight a_ij"), 3);
+    // A label over each panel's sink bar, and the legend entry of the model `sink`.
+    assert_eq!(count_text(&svg, "sink"), 4);
+    assert!(legend(f).contains(&"sink mass (to no token)"));
+}
+
+#[test]
+fn fig2_draws_both_qk_panels_per_run() {
+    let (figs, _) = full();
+    let f = find(&figs, "fig2_qk_mean");
+    assert_eq!(f.panels.len(), 2);
+    let svg = render(f);
+    assert_eq!(count_text(&svg, "training step"), 2);
+    assert_eq!(count_text(&svg, "mean raw q·k (before 1/√d)"), 1);
+    assert_eq!(count_text(&svg, "mean |q·k| (before 1/√d)"), 1);
+    for m in ["base", "sink", "asa"] {
+        assert_eq!(
+            polylines(&svg, color(f, m), 2),
+            2,
+            "{m}: a line in each panel"
+        );
+    }
+}
+
+#[test]
+fn fig3_marks_mean_and_median_per_model() {
+    let (figs, _) = full();
+    let f = find(&figs, "fig3_weight_sums");
+    assert_eq!(f.panels.len(), 3);
+    assert_eq!(legend(f), ["base", "sink", "asa", "mean", "median"]);
+    let svg = render(f);
+    let t = texts(&svg);
+    // base: every W_i is 1; its pooled mean and median come from the per-layer rows.
+    assert!(
+        t.contains(&"base (mean 1.000, median 1.000)".to_string()),
+        "{t:?}"
+    );
+    // asa: mean of the per-layer means (0.65 + 0.70 + 0.75) / 3.
+    assert!(
+        t.iter().any(|x| x.starts_with("asa (mean 0.700, median ")),
+        "{t:?}"
+    );
+    assert_eq!(count_text(&svg, "share of queries (%)"), 3);
+    assert_eq!(count_text(&svg, "per-query weight sum W_i = Σ_j a_ij"), 3);
+}
+
+#[test]
+fn fig5_normalises_per_model_and_labels_the_constant_one() {
+    let (figs, _) = full();
+    let f = find(&figs, "fig5_head_total");
+    assert_eq!(f.panels.len(), 3);
+    let cb = f.colorbar.as_ref().expect("a shared colour bar");
+    assert_eq!(cb.range, (0.0, 1.0));
+    let svg = render(f);
+    let t = texts(&svg);
+    assert!(
+        t.contains(&"base (constant, not normalised)".to_string()),
+        "{t:?}"
+    );
+    assert!(t.contains(&"constant: every head 1.000".to_string()));
+    assert!(t.iter().any(|x| x.starts_with("sink (raw 0.93")), "{t:?}");
+    assert_eq!(count_text(&svg, "head"), 3);
+    assert_eq!(count_text(&svg, "layer"), 3);
+    assert_eq!(count_text(&svg, "head total, normalised per model"), 1);
+    // The constant panel's 3 x 2 cells are grey, not a colour from 0/0.
+    assert_eq!(rects(&svg, MISSING), 6);
+    assert!(!svg.contains("NaN"));
+}
+
+#[test]
+fn fig9_draws_a_masked_map_per_model_with_a_colour_bar() {
+    let (figs, _) = full();
+    let f = find(&figs, "fig9_heatmap");
+    assert_eq!(f.panels.len(), 3);
+    let svg = render(f);
+    for m in ["base", "sink", "asa"] {
+        assert_eq!(count_text(&svg, &format!("{m}, layer 2")), 1);
+    }
+    // 6 x 6 maps: the 15 keys above the diagonal of each are masked grey.
+    assert_eq!(rects(&svg, MISSING), 45);
+    assert_eq!(count_text(&svg, "query position i"), 3);
+    assert_eq!(count_text(&svg, "key position j"), 3);
+    assert_eq!(count_text(&svg, "attention weight a_ij"), 1);
+    // Query 0 at the top: its tick label is above query 5's.
+    let y_of = |label: &str| -> i64 {
+        let at = svg
+            .split("<text")
+            .find(|t| {
+                t.contains(&format!(">\n{label}\n</text>")) && t.contains("text-anchor=\"end\"")
+            })
+            .expect("a y tick");
+        let y = at.split("y=\"").nth(1).unwrap();
+        y[..y.find('"').unwrap()].parse().unwrap()
+    };
+    assert!(y_of("0") < y_of("4"), "queries grow downwards");
+}
+
+#[test]
+fn training_curves_late_window_and_spikes() {
+    let (figs, _) = full();
+    let f7 = find(&figs, "fig7_loss");
+    assert_eq!(legend(f7), ["softmax", "asa", "faint: raw, solid: EMA"]);
+    let svg = render(f7);
+    for r in ["softmax", "asa"] {
+        assert_eq!(polylines(&svg, color(f7, r), 2), 1, "{r}: smoothed line");
+    }
+    assert_eq!(count_text(&svg, "training loss (nats/token)"), 1);
+
+    // Steps 0..=99: the late window is the last 20%, the 20 steps from 80.
+    let f10 = find(&figs, "fig10_loss_late");
+    assert!(
+        f10.title.contains("steps 80–99, last 20% of the run"),
+        "{}",
+        f10.title
+    );
+    assert!(f10.panels[0].x.range.0 > 75.0);
+    render(f10);
+
+    let f8 = find(&figs, "fig8_grad_norm");
+    assert!(legend(f8).contains(&"spike, k = 6") && legend(f8).contains(&"spike, k = 9"));
+    let svg = render(f8);
+    // Two k = 6 spikes of softmax as rings, one k = 9 spike as a triangle.
+    let rings = svg
+        .split("<circle")
+        .skip(1)
+        .filter(|c| {
+            c.contains(&format!("stroke=\"{}\"", hex(color(f8, "softmax"))))
+                && c.contains("fill=\"none\"")
+        })
+        .count();
+    assert_eq!(rings, 2);
+    assert_eq!(count_text(&svg, "gradient norm ‖g‖₂"), 1);
+}
+
+#[test]
+fn late_window_can_be_given() {
+    let opts = FigureOptions {
+        late_steps: Some("50..80".parse::<StepWindow>().unwrap()),
+        ..FigureOptions::default()
+    };
+    let (figs, _) = build_figures(&load(&["logs"]), &opts);
+    let f = find(&figs, "fig10_loss_late");
+    assert!(f.title.contains("steps 50..80"), "{}", f.title);
+    let (lo, hi) = f.panels[0].x.range;
+    assert!(lo > 45.0 && hi < 85.0, "{lo}..{hi}");
+}
+
+#[test]
+fn fig11_and_distance_profile() {
+    let (figs, _) = full();
+    let f = find(&figs, "fig11_clipping");
+    assert_eq!(f.panels.len(), 2);
+    let svg = render(f);
+    assert_eq!(count_text(&svg, "α = φ(x)"), 1);
+    assert_eq!(count_text(&svg, "dφ/dx"), 1);
+    let d = find(&figs, "distance_profile");
+    assert_eq!(d.panels.len(), 3);
+    assert_eq!(
+        legend(d),
+        [
+            "first token (key 0)",
+            "t = 0 (itself)",
+            "1 ≤ t < 10",
+            "10 ≤ t < 100"
+        ]
+    );
+    let svg = render(d);
+    for e in &d.legend {
+        assert_eq!(
+            polylines(&svg, e.color, 2),
+            3,
+            "{}: a line per panel",
+            e.label
+        );
+    }
+}
+
+#[test]
+fn one_colour_per_label_across_figures() {
+    let (figs, _) = full();
+    let pal = Palette::new(["base", "sink", "asa", "softmax"]);
+    for f in &figs {
+        for e in &f.legend {
+            if ["base", "sink", "asa", "softmax"].contains(&e.label.as_str()) {
+                assert_eq!(e.color, pal.color(&e.label), "{}: {}", f.name, e.label);
+            }
+        }
+    }
+    // Baseline-like labels share the baseline hue but are told apart.
+    assert_ne!(pal.color("base"), pal.color("softmax"));
+}
+
+#[test]
+fn heatmap_positions_out_of_range_are_noted_not_allocated() {
+    // query 200000 once asked for a 4e10-cell grid (the process was killed at 24 GB)
+    let dir = tempfile::tempdir().unwrap();
+    let rows = "model,layer,query,key,value\nm,1,0,0,0.5\nm,1,200000,0,0.5\nm,1,1,-5,0.5\n";
+    std::fs::write(dir.path().join("heatmap.csv"), rows).unwrap();
+    let res = Results::load(&[dir.path().to_path_buf()]).unwrap();
+    let (figs, notes) = build_figures(&res, &FigureOptions::default());
+    render(find(&figs, "fig9_heatmap"));
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("2 rows with a position outside")),
+        "{notes:?}"
+    );
+}
+
+#[test]
+fn degenerate_tables_do_not_panic() {
+    let (figs, notes) = build_figures(&load(&["degenerate"]), &FigureOptions::default());
+    for f in &figs {
+        render(f);
+    }
+    let names: Vec<&str> = figs.iter().map(|f| f.name.as_str()).collect();
+    assert!(
+        !names.contains(&"fig6_entropy"),
+        "every entropy mean is NaN"
+    );
+    for want in [
+        "fig1_query_profile",
+        "fig3_weight_sums",
+        "fig4_first_token",
+        "fig5_head_total",
+        "fig9_heatmap",
+        "fig2_qk_mean",
+        "fig7_loss",
+        "fig8_grad_norm",
+        "fig11_clipping",
+    ] {
+        assert!(names.contains(&want), "{want} not drawn: {notes:?}");
+    }
+    let has = |s: &str| notes.iter().any(|n| n.contains(s));
+    assert!(has("fig6_entropy: skipped"), "{notes:?}");
+    assert!(
+        has("fig7_loss: 1 non-finite loss values left out"),
+        "{notes:?}"
+    );
+    assert!(
+        has("distance_profile: 1 non-finite values left out"),
+        "{notes:?}"
+    );
+    let f5 = find(&figs, "fig5_head_total");
+    assert_eq!(f5.panels[0].title, "run3 (constant, not normalised)");
+}
+
+#[test]
+fn header_only_tables_are_skipped_with_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, header) in [
+        ("attention", "model,metric,layer,head,stat,value"),
+        ("heatmap", "model,layer,query,key,value"),
+        ("curves", "run,metric,step,value,smoothed"),
+        ("weight_sum_hist", "model,bin_lo,bin_hi,count"),
+    ] {
+        std::fs::write(
+            dir.path().join(format!("{name}.csv")),
+            format!("{header}\n"),
+        )
+        .unwrap();
+    }
+    let res = Results::load(&[dir.path().to_path_buf()]).unwrap();
+    let (figs, notes) = build_figures(&res, &FigureOptions::default());
+    let names: Vec<&str> = figs.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["fig11_clipping"]);
+    assert_eq!(notes.len(), 11, "{notes:?}");
+    assert!(notes.iter().all(|n| n.contains("skipped")), "{notes:?}");
+}
+
+#[test]
+fn folders_are_merged_and_parquet_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = tables("full").join("attention.csv");
+    let table = read_table(&csv).unwrap();
+    write_table(
+        &table,
+        &dir.path().join("attention.parquet"),
+        Format::Parquet,
+    )
+    .unwrap();
+    let res = Results::load(&[dir.path().to_path_buf(), tables("degenerate")]).unwrap();
+    let (figs, _) = build_figures(&res, &FigureOptions::default());
+    assert_eq!(
+        legend(find(&figs, "fig4_first_token")),
+        ["base", "sink", "asa", "run3"]
+    );
+}
+
+#[test]
+fn run_json_gives_each_models_variant() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        tables("full").join("attention.csv"),
+        dir.path().join("attention.csv"),
+    )
+    .unwrap();
+    let run = r#"{"models": [{"model": "base", "variant": "softmax"},
+                             {"model": "asa", "variant": "affine_scaled"}]}"#;
+    std::fs::write(dir.path().join("run.json"), run).unwrap();
+    let res = Results::load(&[dir.path().to_path_buf()]).unwrap();
+    assert_eq!(res.variants["base"], "softmax");
+    assert_eq!(res.variants["asa"], "affine_scaled");
+    // a folder without a readable run.json still loads
+    std::fs::write(dir.path().join("run.json"), "not json").unwrap();
+    assert!(Results::load(&[dir.path().to_path_buf()])
+        .unwrap()
+        .variants
+        .is_empty());
+}
+
+#[test]
+fn folders_sharing_a_label_are_an_error_not_one_line() {
+    // two folders with a run or model of the same name would be drawn as one line
+    let out = tempfile::tempdir().unwrap();
+    let copy = out.path().join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    std::fs::copy(
+        tables("full").join("attention.csv"),
+        copy.join("attention.csv"),
+    )
+    .unwrap();
+    let (full, copy) = (tables("full"), copy.display().to_string());
+    let full = full.display().to_string();
+    let f = out.path().join("f").display().to_string();
+    let err = common::expect_error(&run(&["figures", &full, &copy, "--out", &f]));
+    assert!(
+        err.contains("copy/attention.csv") && err.contains("label `asa` is also in"),
+        "{err}"
+    );
+    assert!(!out.path().join("f").exists());
+    // the same folder twice is read once
+    let o = run(&["figures", &full, &full, "--out", &f]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_asa-analyze"))
+        .args(args)
+        .output()
+        .expect("the asa-analyze binary runs")
+}
+
+#[test]
+fn cli_writes_every_figure_and_the_tables() {
+    let out = tempfile::tempdir().unwrap();
+    let dest = out.path().join("figures");
+    let (full, logs) = (tables("full"), tables("logs"));
+    let o = run(&[
+        "figures",
+        full.to_str().unwrap(),
+        logs.to_str().unwrap(),
+        "--out",
+        dest.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("wrote 25 files"), "{err}");
+    let mut files: Vec<String> = std::fs::read_dir(&dest)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 25, "{files:?}");
+    assert!(
+        files.iter().all(|f| !f.starts_with('.')),
+        "staging left behind"
+    );
+    let md = std::fs::read_to_string(dest.join("tables4_5.md")).unwrap();
+    assert!(
+        md.contains("| softmax | grad_norm | 0..100 | 1.060 |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| Method | Metric | Steps | k = 6 | k = 9 | Median | MAD |"),
+        "{md}"
+    );
+    assert!(md.contains("| softmax | grad_norm | all | 2 | 1 |"), "{md}");
+}
+
+#[test]
+fn cli_notes_skipped_figures_and_rejects_a_missing_folder() {
+    let out = tempfile::tempdir().unwrap();
+    let dest = out.path().join("figs");
+    let logs = tables("logs");
+    let o = run(&[
+        "figures",
+        logs.to_str().unwrap(),
+        "--out",
+        dest.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("note: fig4_first_token: skipped (no attention table)"),
+        "{err}"
+    );
+    assert!(dest.join("fig7_loss.png").is_file() && dest.join("fig11_clipping.svg").is_file());
+    assert!(!dest.join("fig4_first_token.png").exists());
+
+    let missing = out.path().join("nope");
+    let dest = out.path().join("never");
+    let o = run(&[
+        "figures",
+        missing.to_str().unwrap(),
+        "--out",
+        dest.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("nope: not a results folder"), "{err}");
+    assert!(!dest.exists(), "no output folder on bad input");
+}
+
+#[test]
+fn unparsable_cells_are_errors_naming_line_and_column() {
+    // a value that is no number, or a layer that is no integer, would have been drawn as a
+    // gap (read as empty); it is bad input instead
+    let out = tempfile::tempdir().unwrap();
+    let full = std::fs::read_to_string(tables("full").join("attention.csv")).unwrap();
+    let header = full.lines().next().unwrap();
+    let cols: Vec<&str> = header.split(',').collect();
+    let (value, layer) = (
+        cols.iter().position(|c| *c == "value").unwrap(),
+        cols.iter().position(|c| *c == "layer").unwrap(),
+    );
+    for (column, cell, says) in [
+        (
+            value,
+            "0.5x",
+            "line 3, column `value`: `0.5x` is not a number",
+        ),
+        (
+            layer,
+            "1.5",
+            "line 3, column `layer`: `1.5` is not an integer",
+        ),
+        (
+            layer,
+            "-3",
+            "line 3, column `layer`: `-3` is not an integer >= 1",
+        ),
+        // a row without a model label was dropped without a word
+        (0, "", "line 3, column `model`: the label is empty"),
+    ] {
+        let dir = out.path().join(format!("bad{column}{cell}"));
+        std::fs::create_dir(&dir).unwrap();
+        let mut lines: Vec<String> = full.lines().map(str::to_string).collect();
+        let mut row: Vec<String> = lines[2].split(',').map(str::to_string).collect();
+        row[column] = cell.to_string();
+        lines[2] = row.join(",");
+        std::fs::write(dir.join("attention.csv"), lines.join("\n") + "\n").unwrap();
+        let dest = out.path().join(format!("figs{column}{cell}"));
+        let err = common::expect_error(&run(&[
+            "figures",
+            dir.to_str().unwrap(),
+            "--out",
+            dest.to_str().unwrap(),
+        ]));
+        assert!(
+            err.contains("attention.csv: ") && err.contains(says),
+            "{err}"
+        );
+        assert!(!dest.exists(), "no output folder on bad input");
+    }
+}

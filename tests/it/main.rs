@@ -1,0 +1,20 @@
+//! The one integration-test binary (as ripgrep has it): a module per area, each running the
+//! library or the built `asa-analyze` binary against fixtures computed independently by the
+//! scripts in `tools/`. One binary links candle, polars and plotters once.
+
+mod common;
+
+mod checkpoint_errors;
+mod cli_metrics;
+mod conformance;
+mod corpus;
+mod demo;
+mod figures;
+mod golden;
+mod logs;
+mod long_context;
+mod long_sequences;
+mod metrics;
+mod real_model;
+mod train;
+mod weight_map;

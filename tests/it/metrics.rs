@@ -1,0 +1,412 @@
+//! Every metric on every fixture against `tools/make_fixtures.py`'s numpy float64 values,
+//! in f32: |x - y| <= 1e-6 + 1e-5 |y| (SPEC section 4 tolerances).
+
+use crate::common;
+
+use asa_analyze::analysis::{analyze, RunShape};
+use asa_analyze::metrics::entropy::EntropyOf;
+use asa_analyze::metrics::{Metric, MetricOptions, ModelMetrics};
+use asa_analyze::model::Checkpoint;
+use candle_core::{DType, Device};
+use common::*;
+use serde_json::Value;
+
+const ATOL: f64 = 1e-6;
+const RTOL: f64 = 1e-5;
+
+fn options(entropy_of: EntropyOf) -> MetricOptions {
+    fixture_options(Metric::ALL, entropy_of)
+}
+
+fn windows(name: &str) -> Vec<Vec<u32>> {
+    let ids = &reference(name)["input_ids"];
+    ids.to_dtype(DType::U32).unwrap().to_vec2::<u32>().unwrap()
+}
+
+fn compute(name: &str, shape: RunShape, entropy_of: EntropyOf) -> ModelMetrics {
+    let ckpt = Checkpoint::open(&model_dir(name), &Device::Cpu, DType::F32).unwrap();
+    let model = ckpt.load_model().unwrap();
+    analyze(
+        &ckpt,
+        &model,
+        &windows(name),
+        &options(entropy_of),
+        shape,
+        |_| {},
+    )
+    .unwrap()
+}
+
+fn num(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+fn close_vec(got: &[f64], want: &Value, what: &str) {
+    let want = want
+        .as_array()
+        .unwrap_or_else(|| panic!("{what}: reference is not a list"));
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_close(*g, num(w), ATOL, RTOL, &format!("{what}[{i}]"));
+    }
+}
+
+fn close_mat(got: &[Vec<f64>], want: &Value, what: &str) {
+    let want = want.as_array().unwrap();
+    assert_eq!(got.len(), want.len(), "{what}: rows");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        close_vec(g, w, &format!("{what}[{i}]"));
+    }
+}
+
+fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
+    let ft = got.first_token.as_ref().unwrap();
+    close_vec(
+        &ft.mean,
+        &want["first_token"]["mean"],
+        &format!("{name} first_token.mean"),
+    );
+    close_vec(
+        &ft.std,
+        &want["first_token"]["std"],
+        &format!("{name} first_token.std"),
+    );
+
+    let e = got.entropy.as_ref().unwrap();
+    close_vec(
+        &e.per_layer.mean,
+        &want["entropy"]["mean"],
+        &format!("{name} entropy.mean"),
+    );
+    close_vec(
+        &e.per_layer.std,
+        &want["entropy"]["std"],
+        &format!("{name} entropy.std"),
+    );
+    close_mat(
+        &e.per_head,
+        &want["entropy"]["per_head"],
+        &format!("{name} entropy.per_head"),
+    );
+    assert_eq!(e.nan_count, want["entropy"]["nan_count"].as_u64().unwrap());
+
+    let ws = got.weight_sum.as_ref().unwrap();
+    for (stat, idx) in [
+        ("mean", 0),
+        ("std", 1),
+        ("p05", 2),
+        ("p25", 3),
+        ("p50", 4),
+        ("p75", 5),
+        ("p95", 6),
+    ] {
+        let values: Vec<f64> = ws.per_layer.iter().map(|d| d.named()[idx].1).collect();
+        close_vec(
+            &values,
+            &want["weight_sum"][stat],
+            &format!("{name} weight_sum.{stat}"),
+        );
+    }
+    let hist = &want["weight_sum_hist"];
+    if hist["degenerate"].as_bool() != Some(true) {
+        close_vec(
+            &ws.histogram.bin_lo,
+            &hist["bin_lo"],
+            &format!("{name} hist.bin_lo"),
+        );
+        close_vec(
+            &ws.histogram.bin_hi,
+            &hist["bin_hi"],
+            &format!("{name} hist.bin_hi"),
+        );
+        let counts: Vec<u64> = hist["count"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        assert_eq!(ws.histogram.count, counts, "{name} histogram counts");
+    } else {
+        // every weight sum is 1 up to rounding: one bin holds all of them
+        let total: u64 = ws.histogram.count.iter().sum();
+        assert_eq!(
+            ws.histogram.count.iter().max(),
+            Some(&total),
+            "{name} degenerate histogram"
+        );
+    }
+    close_mat(
+        &ws.head_total,
+        &want["head_total"],
+        &format!("{name} head_total"),
+    );
+
+    let qk = got.qk.as_ref().unwrap();
+    assert_close(
+        qk.mean,
+        num(&want["qk_mean"]["mean"]),
+        ATOL,
+        RTOL,
+        &format!("{name} qk.mean"),
+    );
+    assert_close(
+        qk.abs_mean,
+        num(&want["qk_mean"]["abs_mean"]),
+        ATOL,
+        RTOL,
+        &format!("{name} qk.abs_mean"),
+    );
+    close_vec(
+        &qk.per_layer_mean,
+        &want["qk_mean"]["per_layer_mean"],
+        &format!("{name} qk.per_layer_mean"),
+    );
+    close_vec(
+        &qk.per_layer_abs_mean,
+        &want["qk_mean"]["per_layer_abs_mean"],
+        &format!("{name} qk.per_layer_abs_mean"),
+    );
+
+    let hm = got.heatmap.as_ref().unwrap();
+    assert_eq!(
+        hm.layer + 1,
+        want["heatmap"]["layer"].as_u64().unwrap() as usize
+    );
+    close_mat(
+        &hm.values,
+        &want["heatmap"]["values"],
+        &format!("{name} heatmap"),
+    );
+
+    let qp = got.query_profile.as_ref().unwrap();
+    assert_eq!(
+        qp.query,
+        want["query_profile"]["query"].as_u64().unwrap() as usize
+    );
+    close_vec(
+        &qp.values,
+        &want["query_profile"]["values"],
+        &format!("{name} query_profile"),
+    );
+    assert_close(
+        qp.sink_mass,
+        num(&want["query_profile"]["sink_mass"]),
+        ATOL,
+        RTOL,
+        &format!("{name} profile sink"),
+    );
+
+    match (&got.sink_mass, want.get("sink_mass")) {
+        (Some(g), Some(w)) => close_mat(g, w, &format!("{name} sink_mass")),
+        (None, None) => {}
+        (g, w) => panic!(
+            "{name}: sink_mass computed {} vs reference {}",
+            g.is_some(),
+            w.is_some()
+        ),
+    }
+    match (&got.alpha, want.get("alpha")) {
+        (Some(a), Some(w)) => {
+            for (stat, idx) in [
+                ("mean", 0),
+                ("std", 1),
+                ("p05", 2),
+                ("p25", 3),
+                ("p50", 4),
+                ("p75", 5),
+                ("p95", 6),
+            ] {
+                let values: Vec<Vec<f64>> = a
+                    .per_head
+                    .iter()
+                    .map(|hs| hs.iter().map(|d| d.named()[idx].1).collect())
+                    .collect();
+                close_mat(&values, &w[stat], &format!("{name} alpha.{stat}"));
+            }
+            close_mat(&a.alpha_ma, &w["alpha_ma"], &format!("{name} alpha_ma"));
+        }
+        (None, None) => {}
+        (g, w) => panic!(
+            "{name}: alpha computed {} vs reference {}",
+            g.is_some(),
+            w.is_some()
+        ),
+    }
+    match (&got.gate, want.get("gate")) {
+        (Some(g), Some(w)) => close_mat(g, w, &format!("{name} gate")),
+        (None, None) => {}
+        (g, w) => panic!(
+            "{name}: gate computed {} vs reference {}",
+            g.is_some(),
+            w.is_some()
+        ),
+    }
+
+    let nll = got.nll.as_ref().unwrap();
+    assert_close(
+        nll.mean,
+        num(&want["nll"]["mean"]),
+        ATOL,
+        RTOL,
+        &format!("{name} nll"),
+    );
+    assert_close(
+        nll.ppl,
+        num(&want["nll"]["ppl"]),
+        ATOL,
+        RTOL,
+        &format!("{name} ppl"),
+    );
+    close_vec(
+        &nll.per_position,
+        &want["nll"]["per_position"],
+        &format!("{name} nll per position"),
+    );
+
+    let sr = got.sink_rate.as_ref().unwrap();
+    close_mat(
+        &sr.importance,
+        &want["sink_rate"]["importance"],
+        &format!("{name} sink importance"),
+    );
+    assert_eq!(sr.rate, num(&want["sink_rate"]["rate"]), "{name} sink rate");
+
+    let d = got.distance.as_ref().unwrap();
+    let labels: Vec<String> = want["distance_profile"]["bands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(d.bands, labels);
+    close_mat(
+        &d.per_layer,
+        &want["distance_profile"]["per_layer"],
+        &format!("{name} distance per layer"),
+    );
+    for (l, heads) in d.per_head.iter().enumerate() {
+        close_mat(
+            heads,
+            &want["distance_profile"]["per_head"][l],
+            &format!("{name} distance layer {l}"),
+        );
+    }
+}
+
+#[test]
+fn every_metric_matches_the_reference_on_every_fixture() {
+    for name in MODEL_FIXTURES {
+        let got = compute(
+            name,
+            RunShape {
+                batch_size: 3,
+                block: 64,
+            },
+            EntropyOf::Effective,
+        );
+        check_all(name, &got, &reference_metrics(name));
+    }
+}
+
+#[test]
+fn entropy_of_softmax_matches_the_reference() {
+    for name in ["affine_scaled", "sink", "off_by_one"] {
+        let got = compute(
+            name,
+            RunShape {
+                batch_size: 3,
+                block: 64,
+            },
+            EntropyOf::Softmax,
+        );
+        let want = &reference_metrics(name)["entropy_softmax"];
+        let e = got.entropy.unwrap();
+        close_vec(
+            &e.per_layer.mean,
+            &want["mean"],
+            &format!("{name} entropy_softmax.mean"),
+        );
+        close_mat(
+            &e.per_head,
+            &want["per_head"],
+            &format!("{name} entropy_softmax.per_head"),
+        );
+    }
+}
+
+#[test]
+fn batch_size_and_block_size_do_not_change_the_metrics() {
+    // issue 3: batch 1 vs N; issue 12: blocks 1, 7, T (per-key sums included)
+    for name in ["affine_scaled_sigmoid_visible", "sink", "llama_gqa"] {
+        let want = reference_metrics(name);
+        for (batch_size, block) in [(1, 20), (1, 1), (2, 7), (3, 3)] {
+            let got = compute(name, RunShape { batch_size, block }, EntropyOf::Effective);
+            check_all(
+                &format!("{name} batch {batch_size} block {block}"),
+                &got,
+                &want,
+            );
+        }
+    }
+}
+
+#[test]
+fn distance_bands_sum_to_the_weight_sum() {
+    for name in ["llama_gqa", "affine_scaled"] {
+        let got = compute(
+            name,
+            RunShape {
+                batch_size: 3,
+                block: 5,
+            },
+            EntropyOf::Effective,
+        );
+        let d = got.distance.unwrap();
+        let ws = got.weight_sum.unwrap();
+        for (l, bands) in d.per_layer.iter().enumerate() {
+            let total: f64 = bands.iter().sum();
+            assert_close(
+                total,
+                ws.per_layer[l].mean,
+                1e-6,
+                0.0,
+                &format!("{name} layer {l} bands"),
+            );
+        }
+    }
+}
+
+#[test]
+fn progress_is_reported_block_by_block() {
+    // batches of 2 sequences, blocks of 7 queries: one report per block of every layer of
+    // every batch, rising to every token
+    let name = "llama_gqa";
+    let ckpt = Checkpoint::open(&model_dir(name), &Device::Cpu, DType::F32).unwrap();
+    let model = ckpt.load_model().unwrap();
+    let ids = windows(name);
+    let t = ids[0].len();
+    let layers = ckpt.config.num_layers;
+    let total: usize = ids.iter().map(Vec::len).sum();
+    let mut seen = Vec::new();
+    let shape = RunShape {
+        batch_size: 2,
+        block: 7,
+    };
+    analyze(
+        &ckpt,
+        &model,
+        &ids,
+        &options(EntropyOf::Effective),
+        shape,
+        |done| seen.push(done),
+    )
+    .unwrap();
+    let batches = ids.len().div_ceil(2);
+    assert!(t > 7 && layers > 1);
+    assert_eq!(seen.len(), batches * layers * t.div_ceil(7), "{seen:?}");
+    assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
+    assert_eq!(*seen.last().unwrap(), total);
+    // the first report is the first block of the first layer of the first batch
+    let first_batch = ids.len().min(2) * t;
+    assert_eq!(seen[0], first_batch * 7 / (layers * t), "{seen:?}");
+}
