@@ -65,13 +65,29 @@ pub fn analyze(
     windows: &[Vec<u32>],
     opts: &MetricOptions,
     shape: RunShape,
-    mut progress: impl FnMut(usize),
+    progress: impl FnMut(usize),
 ) -> Result<ModelMetrics> {
+    let all = 0..windows.len();
+    let probe = accumulate(ckpt, model, (windows, all), opts, shape, progress)?;
+    finish(ckpt, &probe)
+}
+
+/// The metric accumulators of `model` over the windows `range` of the run's `windows`
+/// (sequence numbers stay those of the whole run): a part of a run whose parts, merged
+/// ([`MetricProbe::merge`]) and finished, give the whole run's metrics.
+pub fn accumulate(
+    ckpt: &Checkpoint,
+    model: &Model,
+    (windows, range): (&[Vec<u32>], std::ops::Range<usize>),
+    opts: &MetricOptions,
+    shape: RunShape,
+    mut progress: impl FnMut(usize),
+) -> Result<MetricProbe> {
     let c = &ckpt.config;
     let mut probe = MetricProbe::new(opts.clone(), c.num_layers, c.num_heads, windows);
     let device = ckpt.store.device();
-    let mut done = 0;
-    for batch in windows.chunks(shape.batch_size.max(1)) {
+    let mut done = range.start;
+    for batch in windows[range].chunks(shape.batch_size.max(1)) {
         let t = batch[0].len();
         let flat: Vec<u32> = batch.iter().flatten().copied().collect();
         let ids = Tensor::from_vec(flat, (batch.len(), t), device)?;
@@ -88,6 +104,12 @@ pub fn analyze(
         model.forward(&ids, shape.block, &mut ticker)?;
         done += batch.len();
     }
+    Ok(probe)
+}
+
+/// The metrics of accumulators `probe` of `ckpt`'s model (with its stored alpha_ma buffers).
+pub fn finish(ckpt: &Checkpoint, probe: &MetricProbe) -> Result<ModelMetrics> {
+    let c = &ckpt.config;
     let alpha_ma = if ckpt.variant.kind.is_affine() {
         let mut per_layer = Vec::with_capacity(c.num_layers);
         for l in 0..c.num_layers {

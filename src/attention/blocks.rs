@@ -1,7 +1,7 @@
 //! Query blocks: attention is computed for `block` queries at a time against the keys they
 //! can see, so attention memory is O(heads x block x T), never O(heads x T^2).
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device, Tensor, D};
 
 use crate::error::Result;
 
@@ -31,6 +31,29 @@ pub fn mask_invisible(scores: &Tensor, visible: &Tensor) -> Result<Tensor> {
     Ok(mask.where_cond(scores, &neg_inf)?)
 }
 
+/// Each row's largest logit over its visible keys, `[b, h, n]` f32, of `logits`
+/// `[b, h, n, q_start + n]` (queries `q_start ..`; invisible keys are left out whatever they hold).
+pub fn row_max_logits(logits: &Tensor, q_start: usize) -> Result<Tensor> {
+    let n = logits.dim(2)?;
+    let visible = visibility(q_start, n, logits.device())?;
+    let masked = mask_invisible(&logits.to_dtype(DType::F32)?, &visible)?;
+    Ok(masked.max(D::Minus1)?)
+}
+
+/// `table` `[rows, width]` with its column `c` replaced by `values` (`rows` values, any shape).
+pub fn with_column(table: &Tensor, c: usize, values: &Tensor) -> Result<Tensor> {
+    let (rows, width) = table.dims2()?;
+    let column = values
+        .flatten_all()?
+        .to_dtype(table.dtype())?
+        .reshape((rows, 1))?;
+    let mut parts = vec![table.narrow(1, 0, c)?, column];
+    if c + 1 < width {
+        parts.push(table.narrow(1, c + 1, width - c - 1)?);
+    }
+    Ok(Tensor::cat(&parts, 1)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,5 +73,26 @@ mod tests {
             .unwrap();
         // queries 2 and 3 see keys 0..=2 and 0..=3
         assert_eq!(v, vec![vec![1., 1., 1., 0.], vec![1., 1., 1., 1.]]);
+    }
+
+    #[test]
+    fn row_maxima_see_only_visible_keys() {
+        // queries 1 and 2 of one head: keys 0..=1 and 0..=2; the 9s are invisible
+        let logits =
+            Tensor::new(&[[[[-1f32, -3.0, 9.0], [0.5, -2.0, -0.25]]]], &Device::Cpu).unwrap();
+        let max = row_max_logits(&logits, 1).unwrap().flatten_all().unwrap();
+        assert_eq!(max.to_vec1::<f32>().unwrap(), [-1.0, 0.5]);
+        // column 1 of a 2 x 3 table replaced, then the last column
+        let table = Tensor::new(&[[1f32, 2.0, 3.0], [4.0, 5.0, 6.0]], &Device::Cpu).unwrap();
+        let t = with_column(&table, 1, &max).unwrap();
+        assert_eq!(
+            t.to_vec2::<f32>().unwrap(),
+            [[1.0, -1.0, 3.0], [4.0, 0.5, 6.0]]
+        );
+        let t = with_column(&table, 2, &max).unwrap();
+        assert_eq!(
+            t.to_vec2::<f32>().unwrap(),
+            [[1.0, 2.0, -1.0], [4.0, 5.0, 0.5]]
+        );
     }
 }

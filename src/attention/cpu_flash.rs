@@ -192,6 +192,8 @@ struct RowLine {
     sink_mass: f32,
     qk: f64,
     qk_abs: f64,
+    /// The row's largest logit over its visible keys.
+    max_logit: f32,
 }
 
 /// Writes a row's table line (the columns of `crate::probe::row_table` that `wants` asks
@@ -220,6 +222,9 @@ fn write_line(
         for (cell, band) in cell[BANDS + 1..].iter_mut().zip(bands) {
             *cell = band;
         }
+    }
+    if let Some(c) = wants.max_logit_column() {
+        cell[c] = line.max_logit;
     }
 }
 
@@ -308,6 +313,7 @@ fn finish_row(
         sink_mass: (sink_e * inv) as f32,
         qk: sums.qk,
         qk_abs: sums.qk_abs,
+        max_logit: sums.max,
     };
     write_line(
         cell,
@@ -402,6 +408,7 @@ fn finish_affine_row(
         sink_mass: 0.0,
         qk: softmax.qk,
         qk_abs: softmax.qk_abs,
+        max_logit: softmax.max,
     };
     write_line(cell, wants, line, bands.iter().map(|&b| b as f32), i);
 }
@@ -912,6 +919,8 @@ mod tests {
                             .map(|j| w[j])
                             .sum();
                     }
+                    // the row's largest logit over its real keys (never the sink)
+                    cell.push(y.iter().cloned().fold(f64::MIN, f64::max));
                     cells.push(cell);
                 }
             }
@@ -936,6 +945,7 @@ mod tests {
             sum: true,
             entropy: true,
             bands: bands.clone(),
+            max_logit: true,
         };
         let sinks = values(heads, 4, 3.0);
         let scale = 1.0 / (d as f64).sqrt();
@@ -1094,6 +1104,7 @@ mod tests {
             sum: true,
             entropy: true,
             bands: vec![(0, 1), (1, usize::MAX)],
+            max_logit: false,
         };
         let sinks = [1000f32, 1000.0];
         let (out, table) = causal_attention(
@@ -1151,6 +1162,7 @@ mod tests {
             sum: true,
             entropy: true,
             bands: bands.clone(),
+            max_logit: true,
         };
         let scale = 0.35f64;
         for (full, beta_length) in [(true, BetaLength::Full), (false, BetaLength::Visible)] {

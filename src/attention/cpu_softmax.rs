@@ -299,6 +299,7 @@ mod row_table_tests {
             sum: true,
             entropy: true,
             bands: vec![(0, 1), (1, 10), (10, usize::MAX)],
+            max_logit: false,
         };
         let width = wants.width();
         let sinks = [0.5f32, -1.0];

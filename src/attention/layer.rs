@@ -2,16 +2,17 @@
 //! logits, the variant's logit transform and effective weights, the probe's hooks and the
 //! output. The same code runs on every device; only the dtype differs.
 
-use candle_core::{DType, Tensor, D};
+use candle_core::{DType, Device, Tensor, D};
 
 use super::affine_scaled::{activate, affine_weights};
-use super::blocks::{mask_invisible, query_blocks, visibility};
+use super::blocks::{mask_invisible, query_blocks, row_max_logits, visibility, with_column};
 use super::cpu_affine::affine_rows;
 use super::cpu_flash::{causal_attention, AffineTile, TileLogits, Tiles};
 use super::cpu_softmax::causal_softmax;
 use super::fused_softmax::causal_softmax_rows;
 use super::gated::split_query_gate;
 use super::logn::logn_logits;
+use super::plan::{plan, DeviceKind, Facts, Kernel};
 use super::scale_invariant::{reversed_coefficients, DistanceTable};
 use super::sink::softmax_with_sink;
 use super::variant::{AffineConfig, ScaleInvariantConfig, VariantKind};
@@ -180,7 +181,8 @@ impl Attention {
     }
 
     /// Attention output `[b, t, hidden]` for the normed hidden states `xs` `[b, t, hidden]`,
-    /// computing `block` queries at a time and pushing hooks of `layer` to `probe`.
+    /// computing `block` queries at a time and pushing hooks of `layer` to `probe`: the
+    /// projections, then the kernel [`plan`] picks for the layer, then the output.
     pub fn forward(
         &self,
         xs: &Tensor,
@@ -191,8 +193,41 @@ impl Attention {
     ) -> Result<Tensor> {
         let s = &self.shape;
         let (b, t, _) = xs.dims3()?;
-        let groups = s.heads / s.kv_heads;
-        let projections = phase("attention: q/k/v, norms, rope");
+        let p = self.project(xs, rope, layer, probe)?;
+        let kernel = plan(&self.facts(&p, layer, &*probe));
+        probe.on_kernel(layer, kernel);
+        let outputs = match kernel {
+            Kernel::FlashTiles => self.flash_blocks(&p, (layer, block), probe)?,
+            Kernel::FusedRows => self.fused_row_blocks(&p, (layer, block), probe)?,
+            Kernel::MaterialisedFused | Kernel::Materialised => {
+                let fused = kernel == Kernel::MaterialisedFused;
+                self.materialised_blocks(&p, (layer, block), fused, probe)?
+            }
+        };
+        probe.on_layer_end(layer)?;
+        let _p = phase("attention: gate, o_proj");
+        let out =
+            Tensor::cat(&outputs, 2)?
+                .transpose(1, 2)?
+                .reshape((b, t, s.heads * s.head_dim))?;
+        let out = match p.gate {
+            Some(g) => (out * g)?,
+            None => out,
+        };
+        self.o_proj.forward(&out)
+    }
+
+    /// q, k, v (after QK-norm and RoPE), the gate and alpha of `xs`, with their hooks.
+    fn project(
+        &self,
+        xs: &Tensor,
+        rope: &Rope,
+        layer: usize,
+        probe: &mut dyn Probe,
+    ) -> Result<Projected> {
+        let s = &self.shape;
+        let (b, t, _) = xs.dims3()?;
+        let _p = phase("attention: q/k/v, norms, rope");
         let q_out = self.q_proj.forward(xs)?;
         let (q, gate) = if s.variant.is_gated() {
             let (q, gate) = split_query_gate(&q_out, s.heads, s.head_dim)?;
@@ -208,36 +243,33 @@ impl Attention {
             (Some(q_norm), Some(k_norm)) => (q_norm.forward(&q)?, k_norm.forward(&k)?),
             _ => (q, k),
         };
-        let q = rope.apply(&q.transpose(1, 2)?.contiguous()?)?;
-        let k = rope.apply(&k.transpose(1, 2)?.contiguous()?)?;
-        let v = self
-            .v_proj
-            .forward(xs)?
-            .reshape((b, t, s.kv_heads, s.head_dim))?
-            .transpose(1, 2)?
-            .contiguous()?;
-        drop(projections);
         let whole = BlockCtx {
             layer,
             q_start: 0,
             q_len: t,
             seq_len: t,
         };
-        if probe.wants(Hook::Q, layer) {
-            probe.on_tensor(Hook::Q, &whole, &q)?;
-        }
-        if probe.wants(Hook::K, layer) {
-            probe.on_tensor(Hook::K, &whole, &k)?;
-        }
+        // TransformerLens' hook points and layout: [batch, pos, head, d_head], before and
+        // after RoPE
+        push(probe, Hook::Q, &whole, || Ok(q.clone()))?;
+        push(probe, Hook::K, &whole, || Ok(k.clone()))?;
+        let q = rope.apply(&q.transpose(1, 2)?.contiguous()?)?;
+        let k = rope.apply(&k.transpose(1, 2)?.contiguous()?)?;
+        push(probe, Hook::RotQ, &whole, || Ok(q.transpose(1, 2)?))?;
+        push(probe, Hook::RotK, &whole, || Ok(k.transpose(1, 2)?))?;
+        let v = self
+            .v_proj
+            .forward(xs)?
+            .reshape((b, t, s.kv_heads, s.head_dim))?
+            .transpose(1, 2)?
+            .contiguous()?;
         let alpha = match &self.alpha_proj {
             Some(proj) => {
                 let raw = proj.forward(xs)?.to_dtype(DType::F32)?;
                 let alpha = activate(&raw, s.affine.activation)?
                     .transpose(1, 2)?
                     .contiguous()?;
-                if probe.wants(Hook::Alpha, layer) {
-                    probe.on_tensor(Hook::Alpha, &whole, &alpha)?;
-                }
+                push(probe, Hook::Alpha, &whole, || Ok(alpha.clone()))?;
                 Some(alpha)
             }
             None => None,
@@ -245,192 +277,244 @@ impl Attention {
         let gate = match gate {
             Some(g) => {
                 let g = candle_nn::ops::sigmoid(&g.contiguous()?)?;
-                if probe.wants(Hook::Gate, layer) {
-                    probe.on_tensor(Hook::Gate, &whole, &g.to_dtype(DType::F32)?)?;
-                }
+                push(probe, Hook::Gate, &whole, || Ok(g.to_dtype(DType::F32)?))?;
                 Some(g)
             }
             None => None,
         };
-
-        // Grouped-query attention without copying keys: view the query heads of one kv
-        // head as extra rows, [b, kv, groups * n, d] x [b, kv, d, keys].
-        let scale = 1.0 / (s.head_dim as f64).sqrt();
-        let distance_table = match self.logit_rule {
-            LogitRule::ScaleInvariant { tau } => Some(DistanceTable::new(tau, t, xs.device())?),
-            _ => None,
-        };
-        // host copies of the sink logits for the fused CPU softmax (not on other devices,
-        // where the copy would wait for the device, nor when the sinks are being trained)
-        let sinks = match &self.sink_logits {
+        // host copies of the sink logits for the CPU kernels (not on other devices, where
+        // the copy would wait for the device, nor when the sinks are being trained)
+        let host_sinks = match &self.sink_logits {
             Some(sink) if xs.device().is_cpu() && !sink.track_op() => {
                 Some(sink.flatten_all()?.to_vec1::<f32>()?)
             }
             _ => None,
         };
-        // inference: the fused softmax (CPU or GPU) writes the weights and the probe's row
-        // table in one pass, where the probe takes rows (plain logits, no affine step, no
-        // training)
-        let reads_scores =
-            probe.wants(Hook::AttnScores, layer) || probe.wants(Hook::Softmax, layer);
-        let row_wants = if matches!(self.logit_rule, LogitRule::Plain)
-            && alpha.is_none()
-            && !q.track_op()
-            && !self.sink_logits.as_ref().is_some_and(Tensor::track_op)
-            && !reads_scores
-        {
-            probe.row_request(layer)
-        } else {
-            None
+        Ok(Projected {
+            q,
+            k,
+            v,
+            gate,
+            alpha,
+            host_sinks,
+            t,
+        })
+    }
+
+    /// What [`plan`] decides from for this layer.
+    fn facts(&self, p: &Projected, layer: usize, probe: &dyn Probe) -> Facts {
+        let device = match p.q.device() {
+            Device::Cpu => DeviceKind::Cpu,
+            Device::Cuda(_) if cfg!(feature = "cuda") => DeviceKind::Cuda,
+            _ => DeviceKind::Other,
         };
-        // CPU f32 inference where no block's maps are wanted (the probe takes row tables,
-        // or nothing): flash-style tiles that never hold a block's weights whole
-        let flash = match self.flash_logits((&q, &k, &v), alpha.as_ref(), sinks.is_some(), t)? {
-            Some(_) if reads_scores => None,
-            Some(rule) => match probe.row_request(layer) {
-                Some(wants) => Some((rule, Some(wants))),
-                None if !wants_attention(&*probe, layer) => Some((rule, None)),
-                None => None,
-            },
-            None => None,
-        };
+        let logn_trained =
+            matches!(&self.logit_rule, LogitRule::Logn { scale } if scale.track_op());
+        let sinks = self.sink_logits.as_ref();
+        Facts {
+            device,
+            f32: p.q.dtype() == DType::F32,
+            qk_tracks: p.q.track_op() || p.k.track_op(),
+            others_track: p.v.track_op()
+                || sinks.is_some_and(Tensor::track_op)
+                || p.alpha.as_ref().is_some_and(Tensor::track_op)
+                || logn_trained,
+            sinks: sinks.is_some(),
+            host_sinks: p.host_sinks.is_some(),
+            sinks_f32: sinks.is_none_or(|s| s.dtype() == DType::F32),
+            plain_logits: matches!(self.logit_rule, LogitRule::Plain),
+            affine: p.alpha.is_some(),
+            alpha_ma: self.alpha_ma.is_some(),
+            rows: probe.row_request(layer),
+            wants_attention: wants_attention(probe, layer),
+            wants_scores: probe.wants(Hook::AttnScores, layer),
+            wants_softmax: probe.wants(Hook::Softmax, layer),
+        }
+    }
+
+    /// [`Kernel::FlashTiles`]: each block's output and row table from the tiles.
+    fn flash_blocks(
+        &self,
+        p: &Projected,
+        (layer, block): (usize, usize),
+        probe: &mut dyn Probe,
+    ) -> Result<Vec<Tensor>> {
+        // the scale of the other kernels, rounded to f32
+        let scale = (1.0 / (self.shape.head_dim as f64).sqrt()) as f32;
+        let (rule, affine) = self.tile_logits(p)?;
+        let wants = probe.row_request(layer);
         let mut outputs = Vec::new();
-        for (q_start, n) in query_blocks(t, block) {
-            if let Some(((rule, affine), wants)) = &flash {
-                let ctx = BlockCtx {
-                    layer,
-                    q_start,
-                    q_len: n,
-                    seq_len: t,
-                };
-                let flash = {
-                    let _p = phase("attention: flash tiles (q.k, softmax, row table, values)");
-                    let (qkv, block) = ((&q, &k, &v), (q_start, n));
-                    let logits = (scale as f32, rule, affine.as_ref());
-                    let tiles = Tiles::default();
-                    causal_attention(qkv, block, logits, sinks.as_deref(), wants.as_ref(), tiles)?
-                };
-                if let Some((out, table)) = flash {
-                    if wants.is_some() {
-                        probe.on_row_table(&ctx, &table, self.sink_logits.is_some())?;
-                    }
-                    outputs.push(out);
-                    probe.on_block_end(&ctx)?;
-                    continue;
-                }
+        for (q_start, n) in query_blocks(p.t, block) {
+            let ctx = block_ctx(layer, (q_start, n), p.t);
+            let _p = phase("attention: flash tiles (q.k, softmax, row table, values)");
+            let (out, table) = causal_attention(
+                (&p.q, &p.k, &p.v),
+                (q_start, n),
+                (scale, &rule, affine.as_ref()),
+                p.host_sinks.as_deref(),
+                wants.as_ref(),
+                Tiles::default(),
+            )?
+            .ok_or_else(|| unplanned("flash tiles"))?;
+            if wants.is_some() {
+                probe.on_row_table(&ctx, &table, self.sink_logits.is_some())?;
             }
-            let keys = q_start + n;
-            let qb = q
-                .narrow(2, q_start, n)?
-                .reshape((b, s.kv_heads, groups * n, s.head_dim))?;
-            let kb = k.narrow(2, 0, keys)?;
-            let vb = v.narrow(2, 0, keys)?;
-            // weights [b, heads, n, keys] times values, without copying keys per group
-            let value_product = |weights: &Tensor| -> Result<Tensor> {
-                Ok(weights
-                    .to_dtype(v.dtype())?
-                    .reshape((b, s.kv_heads, groups * n, keys))?
-                    .matmul(&vb)?
-                    .reshape((b, s.heads, n, s.head_dim))?)
+            outputs.push(out);
+            probe.on_block_end(&ctx)?;
+        }
+        Ok(outputs)
+    }
+
+    /// [`Kernel::FusedRows`]: each block's weights and row table from the fused softmax of
+    /// its raw q.k (plain logits), then the value product.
+    fn fused_row_blocks(
+        &self,
+        p: &Projected,
+        (layer, block): (usize, usize),
+        probe: &mut dyn Probe,
+    ) -> Result<Vec<Tensor>> {
+        let scale = 1.0 / (self.shape.head_dim as f64).sqrt();
+        let wants = probe
+            .row_request(layer)
+            .ok_or_else(|| unplanned("fused softmax rows without a row request"))?;
+        let sinks = (self.sink_logits.as_ref(), p.host_sinks.as_deref());
+        let mut outputs = Vec::new();
+        for (q_start, n) in query_blocks(p.t, block) {
+            let ctx = block_ctx(layer, (q_start, n), p.t);
+            let raw = self.raw_scores(p, (q_start, n))?;
+            let (weights, table) = {
+                let _p = phase("attention: fused softmax + row table");
+                causal_softmax_rows(&raw, scale as f32, q_start, sinks, &wants)?
+                    .ok_or_else(|| unplanned("fused softmax rows"))?
             };
-            let raw = {
-                let _p = phase("attention: q.k products");
-                qb.matmul(&kb.t()?)?.reshape((b, s.heads, n, keys))?
+            // the fused kernels leave the max-logit column to the logits (plain here)
+            let table = match wants.max_logit_column() {
+                Some(c) => with_column(&table, c, &row_max_logits(&(&raw * scale)?, q_start)?)?,
+                None => table,
             };
-            let ctx = BlockCtx {
-                layer,
-                q_start,
-                q_len: n,
-                seq_len: t,
-            };
-            // the fused kernels have no backward pass
-            if let (Some(wants), false) = (&row_wants, raw.track_op()) {
-                let sink_logits = self.sink_logits.as_ref();
-                let fused = {
-                    let _p = phase("attention: fused softmax + row table");
-                    let sinks = (sink_logits, sinks.as_deref());
-                    causal_softmax_rows(&raw, scale as f32, q_start, sinks, wants)?
-                };
-                if let Some((weights, table)) = fused {
-                    probe.on_row_table(&ctx, &table, sink_logits.is_some())?;
-                    let _p = phase("attention: value products");
-                    outputs.push(value_product(&weights)?);
-                    drop(_p);
-                    probe.on_block_end(&ctx)?;
-                    continue;
-                }
-            }
+            probe.on_row_table(&ctx, &table, self.sink_logits.is_some())?;
+            let _p = phase("attention: value products");
+            outputs.push(self.value_product(p, &weights, (q_start, n))?);
+            drop(_p);
+            probe.on_block_end(&ctx)?;
+        }
+        Ok(outputs)
+    }
+
+    /// [`Kernel::MaterialisedFused`] / [`Kernel::Materialised`]: each block's weights in
+    /// memory (from the CPU's fused softmax when `fused`, else candle ops), its hooks, then
+    /// the value product.
+    fn materialised_blocks(
+        &self,
+        p: &Projected,
+        (layer, block): (usize, usize),
+        fused: bool,
+        probe: &mut dyn Probe,
+    ) -> Result<Vec<Tensor>> {
+        let scale = 1.0 / (self.shape.head_dim as f64).sqrt();
+        let distance_table = match self.logit_rule {
+            LogitRule::ScaleInvariant { tau } => Some(DistanceTable::new(tau, p.t, p.q.device())?),
+            _ => None,
+        };
+        let logits_of =
+            |raw: &Tensor, q_start| self.logits(raw, scale, q_start, distance_table.as_ref());
+        let mut outputs = Vec::new();
+        for (q_start, n) in query_blocks(p.t, block) {
+            let ctx = block_ctx(layer, (q_start, n), p.t);
             let softmax = phase("attention: softmax and block hooks");
-            let raw = raw.to_dtype(DType::F32)?;
+            let raw = self.raw_scores(p, (q_start, n))?.to_dtype(DType::F32)?;
             if probe.wants(Hook::Qk, layer) {
                 probe.on_tensor(Hook::Qk, &ctx, &raw)?;
             }
-            let want_softmax = probe.wants(Hook::Softmax, layer);
-            // CPU f32 inference: scale, mask and softmax in one fused pass
-            let sinks_unfused = self.sink_logits.is_some() && (sinks.is_none() || want_softmax);
-            let fused = if !xs.device().is_cpu()
-                || raw.track_op()
-                || sinks_unfused
-                || probe.wants(Hook::AttnScores, layer)
-            {
-                None
+            if probe.wants(Hook::MaxLogit, layer) {
+                let logits = logits_of(&raw, q_start)?;
+                probe.on_tensor(Hook::MaxLogit, &ctx, &row_max_logits(&logits, q_start)?)?;
+            }
+            let bw = if fused {
+                self.fused_block_weights(p, &raw, (scale, q_start), distance_table.as_ref())?
             } else {
-                let (logits, kernel_scale) = match self.logit_rule {
-                    LogitRule::Plain => (raw.clone(), scale as f32),
-                    _ => (
-                        self.logits(&raw, scale, q_start, distance_table.as_ref())?,
-                        1.0,
-                    ),
-                };
-                causal_softmax(&logits, kernel_scale, q_start, sinks.as_deref())?
-            };
-            let bw = match fused {
-                Some((weights, Some(mass))) => BlockWeights {
-                    weights,
-                    softmax: None,
-                    sink_mass: Some(mass),
-                },
-                Some((p, None)) => self.weights_from_softmax(p, q_start, t, alpha.as_ref())?,
-                None => {
-                    let visible = visibility(q_start, n, xs.device())?;
-                    let logits = self.logits(&raw, scale, q_start, distance_table.as_ref())?;
-                    let scores = mask_invisible(&logits, &visible)?;
-                    if probe.wants(Hook::AttnScores, layer) {
-                        probe.on_tensor(Hook::AttnScores, &ctx, &scores)?;
-                    }
-                    self.block_weights(&scores, q_start, t, alpha.as_ref(), want_softmax)?
+                let visible = visibility(q_start, n, p.q.device())?;
+                let scores = mask_invisible(&logits_of(&raw, q_start)?, &visible)?;
+                if probe.wants(Hook::AttnScores, layer) {
+                    probe.on_tensor(Hook::AttnScores, &ctx, &scores)?;
                 }
+                let want_softmax = probe.wants(Hook::Softmax, layer);
+                self.block_weights(&scores, q_start, p.t, p.alpha.as_ref(), want_softmax)?
             };
-            if probe.wants(Hook::Pattern, layer) {
-                probe.on_tensor(Hook::Pattern, &ctx, &bw.weights)?;
-            }
-            if let Some(p) = &bw.softmax {
-                if probe.wants(Hook::Softmax, layer) {
-                    probe.on_tensor(Hook::Softmax, &ctx, p)?;
-                }
-            }
-            if let Some(mass) = &bw.sink_mass {
-                if probe.wants(Hook::SinkMass, layer) {
-                    probe.on_tensor(Hook::SinkMass, &ctx, mass)?;
+            for (hook, xs) in [
+                (Hook::Pattern, Some(&bw.weights)),
+                (Hook::Softmax, bw.softmax.as_ref()),
+                (Hook::SinkMass, bw.sink_mass.as_ref()),
+            ] {
+                if let (Some(xs), true) = (xs, probe.wants(hook, layer)) {
+                    probe.on_tensor(hook, &ctx, xs)?;
                 }
             }
             drop(softmax);
             let _p = phase("attention: value products");
-            outputs.push(value_product(&bw.weights)?);
+            outputs.push(self.value_product(p, &bw.weights, (q_start, n))?);
             drop(_p);
             probe.on_block_end(&ctx)?;
         }
-        probe.on_layer_end(layer)?;
-        let _p = phase("attention: gate, o_proj");
-        let out =
-            Tensor::cat(&outputs, 2)?
-                .transpose(1, 2)?
-                .reshape((b, t, s.heads * s.head_dim))?;
-        let out = match gate {
-            Some(g) => (out * g)?,
-            None => out,
+        Ok(outputs)
+    }
+
+    /// The CPU's fused scale, mask and softmax of a block's raw q.k (f32), then the
+    /// variant's weights.
+    fn fused_block_weights(
+        &self,
+        p: &Projected,
+        raw: &Tensor,
+        (scale, q_start): (f64, usize),
+        table: Option<&DistanceTable>,
+    ) -> Result<BlockWeights> {
+        let (logits, kernel_scale) = match self.logit_rule {
+            LogitRule::Plain => (raw.clone(), scale as f32),
+            _ => (self.logits(raw, scale, q_start, table)?, 1.0),
         };
-        self.o_proj.forward(&out)
+        let fused = causal_softmax(&logits, kernel_scale, q_start, p.host_sinks.as_deref())?
+            .ok_or_else(|| unplanned("fused CPU softmax"))?;
+        match fused {
+            (weights, Some(mass)) => Ok(BlockWeights {
+                weights,
+                softmax: None,
+                sink_mass: Some(mass),
+            }),
+            (softmax, None) => self.weights_from_softmax(softmax, q_start, p.t, p.alpha.as_ref()),
+        }
+    }
+
+    /// Raw q.k `[b, heads, n, q_start + n]` of a block, without copying keys per group:
+    /// the query heads of one kv head as extra rows, `[b, kv, groups * n, d] x [b, kv, d, keys]`.
+    fn raw_scores(&self, p: &Projected, (q_start, n): (usize, usize)) -> Result<Tensor> {
+        let s = &self.shape;
+        let b = p.q.dim(0)?;
+        let groups = s.heads / s.kv_heads;
+        let keys = q_start + n;
+        let qb =
+            p.q.narrow(2, q_start, n)?
+                .reshape((b, s.kv_heads, groups * n, s.head_dim))?;
+        let kb = p.k.narrow(2, 0, keys)?;
+        let _p = phase("attention: q.k products");
+        Ok(qb.matmul(&kb.t()?)?.reshape((b, s.heads, n, keys))?)
+    }
+
+    /// Weights `[b, heads, n, keys]` times the values the block sees, `[b, heads, n, d]`.
+    fn value_product(
+        &self,
+        p: &Projected,
+        weights: &Tensor,
+        (q_start, n): (usize, usize),
+    ) -> Result<Tensor> {
+        let s = &self.shape;
+        let b = p.q.dim(0)?;
+        let (groups, keys) = (s.heads / s.kv_heads, q_start + n);
+        let vb = p.v.narrow(2, 0, keys)?;
+        Ok(weights
+            .to_dtype(p.v.dtype())?
+            .reshape((b, s.kv_heads, groups * n, keys))?
+            .matmul(&vb)?
+            .reshape((b, s.heads, n, s.head_dim))?)
     }
 
     fn block_weights(
@@ -502,39 +586,17 @@ impl Attention {
         }
     }
 
-    /// The flash tiles' logit rule for `q`, `k`, `v` (sequence length `t`) and, with `alpha`
-    /// `[b, heads, t]`, their Affine-Scaled weights, where the tiles can run: CPU f32
-    /// inference and, with sinks, their host copy (`have_host_sinks`).
-    fn flash_logits(
-        &self,
-        (q, k, v): (&Tensor, &Tensor, &Tensor),
-        alpha: Option<&Tensor>,
-        have_host_sinks: bool,
-        t: usize,
-    ) -> Result<Option<(TileLogits, Option<AffineTile>)>> {
-        let logn_trained =
-            matches!(&self.logit_rule, LogitRule::Logn { scale } if scale.track_op());
-        let training = [q, k, v].iter().any(|x| x.track_op())
-            || self.sink_logits.as_ref().is_some_and(Tensor::track_op)
-            || alpha.is_some_and(Tensor::track_op)
-            || logn_trained;
-        if !q.device().is_cpu()
-            || q.dtype() != DType::F32
-            || training
-            || (self.sink_logits.is_some() && !have_host_sinks)
-        {
-            return Ok(None);
-        }
-        let affine = match (alpha, &self.alpha_ma) {
+    /// The flash tiles' logit rule and, for Affine-Scaled layers, their alpha and alpha_ma.
+    fn tile_logits(&self, p: &Projected) -> Result<(TileLogits, Option<AffineTile>)> {
+        let affine = match (&p.alpha, &self.alpha_ma) {
             (Some(alpha), Some(alpha_ma)) => Some(AffineTile {
                 alpha: alpha.flatten_all()?.to_vec1::<f32>()?,
                 alpha_ma: alpha_ma.flatten_all()?.to_vec1::<f32>()?,
                 beta_length: self.shape.affine.beta_length,
-                seq_len: t,
+                seq_len: p.t,
             }),
             (None, _) => None,
-            // alpha without its moving average: the candle path says what is missing
-            (Some(_), None) => return Ok(None),
+            (Some(_), None) => return Err(unplanned("Affine-Scaled tiles without alpha_ma")),
         };
         let rule = match &self.logit_rule {
             LogitRule::Plain => TileLogits::Plain,
@@ -542,11 +604,11 @@ impl Attention {
                 head_scale: scale.flatten_all()?.to_vec1::<f32>()?,
             },
             LogitRule::ScaleInvariant { tau } => {
-                let (a, m) = reversed_coefficients(*tau, t);
+                let (a, m) = reversed_coefficients(*tau, p.t);
                 TileLogits::Distance { a, m }
             }
         };
-        Ok(Some((rule, affine)))
+        Ok((rule, affine))
     }
 
     /// The logits the variant normalises: raw q.k times `scale`, then the layer's rule.
@@ -569,6 +631,49 @@ impl Attention {
     pub fn shape(&self) -> &AttentionShape {
         &self.shape
     }
+}
+
+/// One layer's projections: q `[b, heads, t, d]` and k, v `[b, kv, t, d]` after QK-norm and
+/// RoPE, the sigmoid gate, alpha `[b, heads, t]`, the sinks' host copy.
+struct Projected {
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    gate: Option<Tensor>,
+    alpha: Option<Tensor>,
+    host_sinks: Option<Vec<f32>>,
+    t: usize,
+}
+
+/// Pushes `make()` as `hook` of `ctx` when the probe wants it (nothing is made otherwise).
+fn push(
+    probe: &mut dyn Probe,
+    hook: Hook,
+    ctx: &BlockCtx,
+    make: impl FnOnce() -> Result<Tensor>,
+) -> Result<()> {
+    if probe.wants(hook, ctx.layer) {
+        probe.on_tensor(hook, ctx, &make()?)?;
+    }
+    Ok(())
+}
+
+/// Where block `(q_start, n)` of `layer` sits in a sequence of `t` tokens.
+fn block_ctx(layer: usize, (q_start, q_len): (usize, usize), seq_len: usize) -> BlockCtx {
+    BlockCtx {
+        layer,
+        q_start,
+        q_len,
+        seq_len,
+    }
+}
+
+/// A kernel handed a case the plan does not give it: a bug, never a fallback.
+fn unplanned(kernel: &str) -> Error {
+    candle_core::Error::Msg(format!(
+        "internal error: {kernel} asked for a case it cannot serve"
+    ))
+    .into()
 }
 
 /// s_h `[1, heads, 1, 1]` f32 of a logn layer: the stored `{prefix}.logn_scale` [heads], else

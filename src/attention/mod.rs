@@ -10,6 +10,7 @@ mod fused_softmax;
 mod gated;
 mod layer;
 mod logn;
+pub mod plan;
 mod scale_invariant;
 mod sink;
 mod variant;

@@ -52,6 +52,10 @@ enum Command {
     SinkRate(analyze::MetricArgs),
     /// Attention mass by query-key distance band.
     Distance(analyze::MetricArgs),
+    /// Largest logit per layer and head, and the mean row maximum (what QK-clip monitors).
+    MaxLogit(analyze::MetricArgs),
+    /// Attention each key position receives (H2O's heavy-hitter score): key_received.csv.
+    KeyReceived(analyze::MetricArgs),
     /// Architecture, attention variant (and how it was detected), shapes, parameter counts.
     Inspect(inspect::InspectArgs),
     /// Gradient-norm statistics over a step window: mean, std, var, CV (paper Table 4).
@@ -126,6 +130,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Nll(args) => analyze::run(args, &[Metric::Nll], "nll"),
         Command::SinkRate(args) => analyze::run(args, &[Metric::SinkRate], "sink-rate"),
         Command::Distance(args) => analyze::run(args, &[Metric::DistanceProfile], "distance"),
+        Command::MaxLogit(args) => analyze::run(args, &[Metric::MaxLogit], "max-logit"),
+        Command::KeyReceived(args) => analyze::run(args, &[Metric::KeyReceived], "key-received"),
         Command::GradStats(args) => logs::grad_stats(args),
         Command::Spikes(args) => logs::spikes(args),
         Command::Curves(args) => logs::curves(args),

@@ -194,6 +194,7 @@ mod tests {
             sum: true,
             entropy: true,
             bands: vec![(0, 1), (1, 10), (10, 100), (100, usize::MAX)],
+            max_logit: false,
         };
         let sink_logits = Tensor::new(&[0.5f32, -1.0, 9.0], &cpu)
             .unwrap()

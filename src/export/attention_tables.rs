@@ -2,6 +2,8 @@
 //! meanings here are the contract that figures, notebooks and other tools read.
 
 use super::table::{Column, Table};
+use crate::metrics::key_received::KeyReceivedResult;
+use crate::metrics::max_logit::MaxLogitResult;
 use crate::metrics::ModelMetrics;
 
 /// Rows of `attention.csv`: model, metric, layer, head, stat, value.
@@ -46,6 +48,18 @@ impl LongRows {
         for (l, (&m, &s)) in mean.iter().zip(std).enumerate() {
             self.push(model, metric, Some(l), None, "mean", m);
             self.push(model, metric, Some(l), None, "std", s);
+        }
+    }
+
+    /// max_logit rows: per (layer, head) and per layer, stats `max` and `mean`.
+    fn max_logit(&mut self, model: &str, ml: &MaxLogitResult) {
+        for (l, (max, mean)) in ml.max.iter().zip(&ml.mean).enumerate() {
+            self.push(model, "max_logit", Some(l), None, "max", ml.layer_max[l]);
+            self.push(model, "max_logit", Some(l), None, "mean", ml.layer_mean[l]);
+            for (h, (&x, &m)) in max.iter().zip(mean).enumerate() {
+                self.push(model, "max_logit", Some(l), Some(h), "max", x);
+                self.push(model, "max_logit", Some(l), Some(h), "mean", m);
+            }
         }
     }
 
@@ -193,9 +207,21 @@ pub fn attention_tables(models: &[(String, ModelMetrics)]) -> Vec<Table> {
             }
         }
     }
+    for (label, m) in models {
+        if let Some(ml) = &m.max_logit {
+            long.max_logit(label, ml);
+        }
+    }
     let mut tables = Vec::new();
     if !long.model.is_empty() {
         tables.push(long.into_table());
+    }
+    let received: Vec<(&str, &KeyReceivedResult)> = models
+        .iter()
+        .filter_map(|(label, m)| Some((label.as_str(), m.key_received.as_ref()?)))
+        .collect();
+    if !received.is_empty() {
+        tables.push(key_received_table(&received));
     }
     if !hist.is_empty() {
         tables.push(Table::new(
@@ -266,6 +292,64 @@ pub fn attention_tables(models: &[(String, ModelMetrics)]) -> Vec<Table> {
     tables
 }
 
+/// Key positions exported one by one: keys below this, then decade bins.
+pub const EXACT_KEYS: usize = 30;
+
+/// The key ranges `[lo, hi)` of `key_received.csv` for windows of `seq_len` tokens: each key
+/// below [`EXACT_KEYS`], then `[30, 100)`, `[100, 1000)`, ... (the last cut at `seq_len`).
+pub fn key_bins(seq_len: usize) -> Vec<(usize, usize)> {
+    let mut bins: Vec<(usize, usize)> = (0..EXACT_KEYS.min(seq_len)).map(|j| (j, j + 1)).collect();
+    let (mut lo, mut hi) = (EXACT_KEYS, 100);
+    while lo < seq_len {
+        bins.push((lo, hi.min(seq_len)));
+        (lo, hi) = (hi, hi * 10);
+    }
+    bins
+}
+
+/// `key_received.csv`: model, layer, head (empty: mean over heads), key_lo, key_hi, stat
+/// (`sum`, `mean`), value: a bin's value is the mean over its keys.
+fn key_received_table(models: &[(&str, &KeyReceivedResult)]) -> Table {
+    type Row = (String, i64, Option<i64>, i64, i64, &'static str, f64);
+    let mut rows: Vec<Row> = Vec::new();
+    for &(label, k) in models {
+        for l in 0..k.sum.len() {
+            let heads = (0..k.sum[l].len()).map(|h| (Some(h), &k.sum[l][h], &k.mean[l][h]));
+            for (head, sums, means) in
+                std::iter::once((None, &k.layer_sum[l], &k.layer_mean[l])).chain(heads)
+            {
+                for (lo, hi) in key_bins(sums.len()) {
+                    for (stat, values) in [("sum", sums), ("mean", means)] {
+                        let value = values[lo..hi].iter().sum::<f64>() / (hi - lo) as f64;
+                        let head = head.map(|h| h as i64 + 1);
+                        rows.push((
+                            label.to_string(),
+                            l as i64 + 1,
+                            head,
+                            lo as i64,
+                            hi as i64,
+                            stat,
+                            value,
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Table::new(
+        "key_received",
+        vec![
+            ("model", strs(rows.iter().map(|r| r.0.clone()))),
+            ("layer", ints(rows.iter().map(|r| r.1))),
+            ("head", Column::Int(rows.iter().map(|r| r.2).collect())),
+            ("key_lo", ints(rows.iter().map(|r| r.3))),
+            ("key_hi", ints(rows.iter().map(|r| r.4))),
+            ("stat", strs(rows.iter().map(|r| r.5.to_string()))),
+            ("value", floats(rows.iter().map(|r| r.6))),
+        ],
+    )
+}
+
 /// Mean NLL over target positions in decade bins `1-10`, `10-100`, ... (half-open).
 /// `per_position[0]` is position 1.
 pub fn decade_bins(per_position: &[f64]) -> Vec<(String, f64)> {
@@ -301,6 +385,15 @@ pub fn qk_series_table(rows: &[(String, u64, f64, f64)]) -> Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_bins_are_exact_below_30_then_decades_cut_at_the_length() {
+        assert_eq!(key_bins(3), [(0, 1), (1, 2), (2, 3)]);
+        let bins = key_bins(1024);
+        assert_eq!(bins.len(), 30 + 3);
+        assert_eq!(bins[29..], [(29, 30), (30, 100), (100, 1000), (1000, 1024)]);
+        assert_eq!(key_bins(100)[30..], [(30, 100)]);
+    }
 
     #[test]
     fn nll_decade_bins_are_half_open() {

@@ -1,9 +1,11 @@
 //! alpha (paper Sec. 4.3) and gate statistics per (layer, head): the per-query scalars the
 //! Affine-Scaled and gated variants compute.
 
+use super::merge::Merge;
 use super::summary::Distribution;
 
 /// Pools alpha values per (layer, head), queries >= min_query.
+#[derive(Debug, Clone)]
 pub struct AlphaStats {
     heads: usize,
     min_query: usize,
@@ -51,6 +53,7 @@ impl AlphaStats {
 }
 
 /// Mean gate value per (layer, head) over sequences, queries >= min_query and head dims.
+#[derive(Debug, Clone)]
 pub struct GateStats {
     heads: usize,
     min_query: usize,
@@ -99,5 +102,21 @@ impl GateStats {
             .zip(&self.count)
             .map(|(s, c)| s.iter().zip(c).map(|(s, c)| s / c).collect())
             .collect()
+    }
+}
+
+/// The pooled alpha values of `other` follow this one's.
+impl Merge for AlphaStats {
+    fn merge(&mut self, other: &AlphaStats) {
+        for (mine, theirs) in self.values.iter_mut().zip(&other.values) {
+            super::merge::concat(mine, theirs);
+        }
+    }
+}
+
+impl Merge for GateStats {
+    fn merge(&mut self, other: &GateStats) {
+        self.sum.merge(&other.sum);
+        self.count.merge(&other.count);
     }
 }

@@ -2,6 +2,7 @@
 //! [10, 100), ... ; key 0 seen from a query i > 0 is its own band "first" and is left out
 //! of its distance band, so a query's bands sum to its weight sum.
 
+use super::merge::Merge;
 use candle_core::{DType, Device, Tensor, D};
 
 use super::layer_stat::head_means;
@@ -63,6 +64,7 @@ impl Bands {
 }
 
 /// Accumulates band masses per row.
+#[derive(Debug, Clone)]
 pub struct DistanceProfile {
     bands: Bands,
     /// One accumulator per band label (first, 0, ...).
@@ -169,6 +171,12 @@ impl DistanceProfile {
                 })
                 .collect(),
         }
+    }
+}
+
+impl Merge for DistanceProfile {
+    fn merge(&mut self, other: &DistanceProfile) {
+        self.rows.merge(&other.rows);
     }
 }
 

@@ -2,6 +2,7 @@
 //! sum 1 (or the plain softmax p with `--entropy-of softmax`). A row with no positive mass
 //! is NaN: counted, left out of averages.
 
+use super::merge::Merge;
 use candle_core::{Tensor, D};
 
 use super::layer_stat::{head_means, LayerStat};
@@ -30,6 +31,7 @@ pub enum EntropyOf {
 }
 
 /// Accumulates row entropies.
+#[derive(Debug, Clone)]
 pub struct Entropy {
     rows: RowAccumulator,
 }
@@ -79,6 +81,12 @@ impl Entropy {
                 .map(|l| self.rows.nan_count(l))
                 .sum(),
         }
+    }
+}
+
+impl Merge for Entropy {
+    fn merge(&mut self, other: &Entropy) {
+        self.rows.merge(&other.rows);
     }
 }
 

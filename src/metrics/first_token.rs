@@ -2,11 +2,13 @@
 //! query gives the first token.
 
 use super::layer_stat::{head_means, LayerStat};
+use super::merge::Merge;
 use super::rows::{Pool, RowAccumulator};
 use crate::probe::row_table::Column;
 
 /// Accumulates a_i0 per row, once with `min_query` (first_token) and once over all
 /// queries (the sink-rate importance, query 0 included as in Gu et al.).
+#[derive(Debug, Clone)]
 pub struct FirstToken {
     rows: RowAccumulator,
     all_rows: RowAccumulator,
@@ -73,6 +75,13 @@ impl FirstToken {
 pub fn sink_rate(importance: &[Vec<f64>], eps: f64) -> f64 {
     let all: Vec<f64> = importance.iter().flatten().copied().collect();
     all.iter().filter(|&&v| v > eps).count() as f64 / all.len() as f64
+}
+
+impl Merge for FirstToken {
+    fn merge(&mut self, other: &FirstToken) {
+        self.rows.merge(&other.rows);
+        self.all_rows.merge(&other.all_rows);
+    }
 }
 
 #[cfg(test)]

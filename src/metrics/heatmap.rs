@@ -1,11 +1,13 @@
 //! heatmap (paper Fig. 9) and query_profile (Fig. 1): small corners and single rows of one
 //! layer's weights, averaged over heads and sequences.
 
-use candle_core::{Tensor, D};
+use candle_core::{DType, Tensor, D};
 
+use super::merge::Merge;
 use crate::error::Result;
 
 /// Mean over heads and sequences of a_ij for i, j < size in one layer.
+#[derive(Debug, Clone)]
 pub struct Heatmap {
     /// 0-based layer.
     pub layer: usize,
@@ -45,14 +47,19 @@ impl Heatmap {
         }
         let rows = n.min(self.size - q_start);
         let cols = keys.min(self.size);
+        // summed over heads on the device, over sequences in f64: the same sums whichever
+        // sequences share a batch (merged parts of a run give the run's heatmap)
         let corner = weights
             .narrow(2, 0, rows)?
             .narrow(3, 0, cols)?
-            .sum(0)?
-            .sum(0)?;
-        for (r, row) in corner.to_vec2::<f32>()?.into_iter().enumerate() {
-            for (c, v) in row.into_iter().enumerate() {
-                self.sum[q_start + r][c] += v as f64;
+            .sum(1)?
+            .to_dtype(DType::F32)?
+            .to_vec3::<f32>()?;
+        for seq in corner {
+            for (r, row) in seq.into_iter().enumerate() {
+                for (c, v) in row.into_iter().enumerate() {
+                    self.sum[q_start + r][c] += v as f64;
+                }
             }
         }
         Ok(())
@@ -73,6 +80,7 @@ impl Heatmap {
 
 /// a_ij over keys j for one query of one layer, mean over heads and sequences, with the
 /// mean sink mass of that query.
+#[derive(Debug, Clone)]
 pub struct QueryProfile {
     pub layer: usize,
     pub query: usize,
@@ -110,15 +118,18 @@ impl QueryProfile {
         if self.query < q_start || self.query >= q_start + n {
             return Ok(());
         }
-        let row = weights
+        // per sequence, as the heatmap
+        let rows = weights
             .narrow(2, self.query - q_start, 1)?
             .narrow(3, 0, self.query + 1)?
-            .sum(0)?
-            .sum(0)?
+            .sum(1)?
+            .to_dtype(DType::F32)?
             .flatten_all()?
             .to_vec1::<f32>()?;
-        for (s, v) in self.sum.iter_mut().zip(row) {
-            *s += v as f64;
+        for row in rows.chunks(self.query + 1) {
+            for (s, &v) in self.sum.iter_mut().zip(row) {
+                *s += v as f64;
+            }
         }
         self.cells += (b * h) as f64;
         Ok(())
@@ -128,8 +139,10 @@ impl QueryProfile {
     pub fn add_sink_mass(&mut self, q_start: usize, mass: &Tensor) -> Result<()> {
         let n = mass.dim(D::Minus1)?;
         if self.query >= q_start && self.query < q_start + n {
-            let col = mass.narrow(2, self.query - q_start, 1)?;
-            self.sink_sum += col.sum_all()?.to_scalar::<f32>()? as f64;
+            let col = mass.narrow(2, self.query - q_start, 1)?.sum(1)?;
+            for v in col.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()? {
+                self.sink_sum += v as f64;
+            }
         }
         Ok(())
     }
@@ -142,5 +155,20 @@ impl QueryProfile {
             values: self.sum.iter().map(|v| v / self.cells).collect(),
             sink_mass: self.sink_sum / self.cells,
         }
+    }
+}
+
+impl Merge for Heatmap {
+    fn merge(&mut self, other: &Heatmap) {
+        self.sum.merge(&other.sum);
+        self.cells.merge(&other.cells);
+    }
+}
+
+impl Merge for QueryProfile {
+    fn merge(&mut self, other: &QueryProfile) {
+        self.sum.merge(&other.sum);
+        self.sink_sum.merge(&other.sink_sum);
+        self.cells.merge(&other.cells);
     }
 }

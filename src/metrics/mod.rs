@@ -1,6 +1,23 @@
 //! Attention metrics (SPEC section 4), each an accumulator fed block by block by
 //! [`MetricProbe`]. Reductions run on the device; only per-row values (one per sequence,
 //! head and query) and small corners leave it, and are pooled in f64 on the host.
+//!
+//! Every accumulator implements [`merge::Merge`] exactly: sums and counts per (layer,
+//! sequence, head) add, pooled values for quantiles are kept and concatenated, maxima take
+//! the larger. [`MetricProbe::merge`] folds the probes of disjoint parts of a run into the
+//! run's probe (`analysis::accumulate` / `analysis::finish`).
+//!
+//! Adding a metric (how `max_logit` and `key_received` were added):
+//! 1. `metrics/<name>.rs`: the accumulator (`new`, `add` from a row-table column or a block
+//!    tensor, `impl Merge`, `finish` -> a serde result struct), with a unit test by hand.
+//! 2. Here: a [`Metric`] variant (in [`Metric::ALL`] when `analyze` computes it by default),
+//!    a field of [`MetricProbe`] and [`ModelMetrics`], and its lines in `new`, `finish`,
+//!    `merge` and the routing: a row-table column (`pattern_wants` and the readers of row
+//!    tables) or a hook (`wants` and `on_tensor`).
+//! 3. A kernel column when the metric is a new per-row sum (`probe::row_table`, the flash
+//!    tiles' `write_line`), or a hook pushed by `attention::layer` where blocks materialise.
+//! 4. `export/attention_tables.rs`: its rows (SPEC section 6), and a command in `cli/`.
+//! 5. A float64 reference in `tools/` and a test against it (`tests/it/metrics.rs`).
 
 pub mod alpha_gate;
 pub mod block_pools;
@@ -8,7 +25,10 @@ pub mod distance;
 pub mod entropy;
 pub mod first_token;
 pub mod heatmap;
+pub mod key_received;
 pub mod layer_stat;
+pub mod max_logit;
+pub mod merge;
 pub mod nll;
 pub mod qk_mean;
 pub mod row_pass;
@@ -23,6 +43,7 @@ use candle_core::{DType, Tensor, D};
 use crate::attention::VariantKind;
 use crate::cpu::host::with_cpu_f32;
 use crate::error::Result;
+use crate::probe::row_table::Column;
 use crate::probe::row_table::{
     RowWants, BANDS, ENTROPY, FIRST, QK_ABS_SUM, QK_SUM, SINK_MASS, SUM,
 };
@@ -34,7 +55,10 @@ use distance::{Bands, DistanceProfile, DistanceResult};
 use entropy::{row_entropy, Entropy, EntropyOf, EntropyResult};
 use first_token::{FirstToken, SinkRate};
 use heatmap::{Heatmap, HeatmapResult, QueryProfile, QueryProfileResult};
+use key_received::{KeyReceived, KeyReceivedResult};
 use layer_stat::{head_means, LayerStat};
+use max_logit::{MaxLogit, MaxLogitResult};
+use merge::Merge;
 use nll::{Nll, NllResult};
 use qk_mean::{visible_pairs, QkMean, QkResult};
 use row_pass::{weight_rows, weight_table_on_device};
@@ -61,11 +85,15 @@ pub enum Metric {
     Nll,
     SinkRate,
     DistanceProfile,
+    MaxLogit,
+    KeyReceived,
 }
 
 impl Metric {
-    /// Every metric (what `analyze` computes).
-    pub const ALL: [Metric; 13] = [
+    /// Every metric `analyze` computes unless `--metrics` names others: all but
+    /// key_received, which reads every block's weights (per-key sums are column sums, which
+    /// the flash tiles never hold), so it is computed when asked for by name.
+    pub const ALL: [Metric; 14] = [
         Metric::FirstToken,
         Metric::WeightSum,
         Metric::Entropy,
@@ -79,6 +107,7 @@ impl Metric {
         Metric::Nll,
         Metric::SinkRate,
         Metric::DistanceProfile,
+        Metric::MaxLogit,
     ];
 }
 
@@ -120,6 +149,8 @@ pub struct ModelMetrics {
     pub nll: Option<NllResult>,
     pub sink_rate: Option<SinkRate>,
     pub distance: Option<DistanceResult>,
+    pub max_logit: Option<MaxLogitResult>,
+    pub key_received: Option<KeyReceivedResult>,
 }
 
 /// What a row table held.
@@ -163,12 +194,15 @@ pub struct MetricProbe {
     gate: Option<GateStats>,
     nll: Option<Nll>,
     distance: Option<DistanceProfile>,
+    max_logit: Option<MaxLogit>,
+    key_received: Option<KeyReceived>,
 }
 
 impl MetricProbe {
     /// Accumulators for a model with `layers` x `heads`, over `windows` (all sequences of the run).
     pub fn new(opts: MetricOptions, layers: usize, heads: usize, windows: &[Vec<u32>]) -> Self {
         let seqs = windows.len();
+        let seq_len = windows.first().map_or(0, Vec::len);
         let m = |metric| opts.metrics.contains(&metric);
         let q = opts.min_query;
         MetricProbe {
@@ -191,6 +225,9 @@ impl MetricProbe {
             nll: m(Metric::Nll).then(|| Nll::new(windows)),
             distance: m(Metric::DistanceProfile)
                 .then(|| DistanceProfile::new(opts.bands.clone(), layers, seqs, heads, q)),
+            max_logit: m(Metric::MaxLogit).then(|| MaxLogit::new(layers, heads, q)),
+            key_received: m(Metric::KeyReceived)
+                .then(|| KeyReceived::new(layers, heads, seq_len, q)),
             opts,
         }
     }
@@ -237,7 +274,28 @@ impl MetricProbe {
                 .filter(|_| m(Metric::SinkRate))
                 .map(|f| f.sink_rate(self.opts.sink_eps)),
             distance: self.distance.as_ref().map(DistanceProfile::finish),
+            max_logit: self.max_logit.as_ref().map(MaxLogit::finish),
+            key_received: self.key_received.as_ref().map(KeyReceived::finish),
         }
+    }
+
+    /// Folds in `other`, a probe of the same model and options that saw other windows of
+    /// the same run (each window in exactly one of them): afterwards this probe finishes to
+    /// the tables of one probe that saw them all ([`merge`]).
+    pub fn merge(&mut self, other: &MetricProbe) {
+        self.first.merge(&other.first);
+        self.weight_sum.merge(&other.weight_sum);
+        self.entropy.merge(&other.entropy);
+        self.qk.merge(&other.qk);
+        self.heatmap.merge(&other.heatmap);
+        self.profile.merge(&other.profile);
+        self.sink_mass.merge(&other.sink_mass);
+        self.alpha.merge(&other.alpha);
+        self.gate.merge(&other.gate);
+        self.nll.merge(&other.nll);
+        self.distance.merge(&other.distance);
+        self.max_logit.merge(&other.max_logit);
+        self.key_received.merge(&other.key_received);
     }
 
     fn wants_pattern(&self, layer: usize) -> bool {
@@ -245,6 +303,7 @@ impl MetricProbe {
             || self.weight_sum.is_some()
             || (self.entropy.is_some() && self.opts.entropy_of == EntropyOf::Effective)
             || self.distance.is_some()
+            || self.key_received.is_some()
             || (layer == self.opts.heatmap_layer
                 && (self.heatmap.is_some() || self.profile.is_some()))
     }
@@ -260,6 +319,7 @@ impl MetricProbe {
                 .as_ref()
                 .map(DistanceProfile::ranges)
                 .unwrap_or_default(),
+            max_logit: self.max_logit.is_some(),
         }
     }
 
@@ -298,6 +358,9 @@ impl MetricProbe {
             if let Some(d) = &mut self.distance {
                 d.add(layer, s0, q0, a)?;
             }
+        }
+        if let Some(k) = &mut self.key_received {
+            k.add(layer, q0, a)?;
         }
         if layer == self.opts.heatmap_layer {
             if let Some(h) = &mut self.heatmap {
@@ -372,7 +435,7 @@ impl MetricProbe {
             e.add_pools(layer, s0, &pools.counted[ENTROPY]);
         }
         if let Some(d) = &mut self.distance {
-            d.add_pools(layer, s0, &pools.counted[BANDS..]);
+            d.add_pools(layer, s0, &pools.counted[BANDS..wants.bands_end()]);
         }
         if !fused {
             return;
@@ -407,6 +470,12 @@ impl MetricProbe {
             offset += len;
             let at = (layer, block.seq_offset, block.q_start, block.shape.n);
             self.add_block(at, &pools, block.source);
+            let fused = matches!(block.source, TableSource::Pattern { fused: true, .. });
+            let column = self.pattern_wants().max_logit_column();
+            if let (Some(m), Some(c), true) = (&mut self.max_logit, column, fused) {
+                let maxima = to_host(&block.table.narrow(1, c, 1)?)?;
+                m.add(layer, block.q_start, block.shape.n, &maxima);
+            }
         }
         Ok(())
     }
@@ -422,6 +491,7 @@ impl Probe for MetricProbe {
                 self.sink_mass.is_some()
                     || (self.profile.is_some() && layer == self.opts.heatmap_layer)
             }
+            Hook::MaxLogit => self.max_logit.is_some(),
             Hook::Alpha => self.alpha.is_some(),
             Hook::Gate => self.gate.is_some(),
             Hook::Logits => self.nll.is_some(),
@@ -437,10 +507,13 @@ impl Probe for MetricProbe {
         // no table where no metric reads one (e.g. `--metrics nll`): the plain softmax runs
         let read = self.wants_pattern(layer)
             || self.wants(Hook::Qk, layer)
-            || self.wants(Hook::SinkMass, layer);
+            || self.wants(Hook::SinkMass, layer)
+            || self.wants(Hook::MaxLogit, layer);
         let softmax_entropy = self.entropy.is_some() && self.opts.entropy_of == EntropyOf::Softmax;
         let maps =
             layer == self.opts.heatmap_layer && (self.heatmap.is_some() || self.profile.is_some());
+        // per-key sums need the weights themselves
+        let maps = maps || self.key_received.is_some();
         (read && !softmax_entropy && !maps).then(|| self.pattern_wants())
     }
 
@@ -451,7 +524,16 @@ impl Probe for MetricProbe {
         };
         // a host table (the CPU's fused softmax) is pooled at once, in place
         let shape = self.pool_shape(ctx, table.elem_count(), table.dim(1)?);
-        match with_cpu_f32(table, |data| pool_host(data, &shape)) {
+        let column = self.pattern_wants().max_logit_column();
+        let max_logit = &mut self.max_logit;
+        let pooled = with_cpu_f32(table, |data| {
+            if let (Some(m), Some(c)) = (max_logit, column) {
+                let maxima = Column::of_table(data, shape.width, c);
+                m.add(ctx.layer, ctx.q_start, ctx.q_len, maxima);
+            }
+            pool_host(data, &shape)
+        });
+        match pooled {
             Some(pools) => {
                 let at = (ctx.layer, self.seq_offset, ctx.q_start, ctx.q_len);
                 self.add_block(at, &pools, source);
@@ -497,6 +579,11 @@ impl Probe for MetricProbe {
                     if let Some(p) = &mut self.profile {
                         p.add_sink_mass(ctx.q_start, xs)?;
                     }
+                }
+            }
+            Hook::MaxLogit => {
+                if let Some(m) = &mut self.max_logit {
+                    m.add(layer, ctx.q_start, ctx.q_len, &to_host(xs)?);
                 }
             }
             Hook::Alpha => {

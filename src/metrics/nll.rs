@@ -2,12 +2,14 @@
 //! logits for the whole sequence; per target position and overall (perplexity). On a GPU
 //! one kernel computes each block's log-sum-exp and picks the target (`cuda::nll`).
 
+use super::merge::Merge;
 use candle_core::{DType, Tensor, D};
 
 use crate::error::Result;
 use crate::profile::phase;
 
 /// Accumulates -log p(x_{p} | x_{<p}) per target position p = 1 .. T-1.
+#[derive(Debug, Clone)]
 pub struct Nll {
     /// Target ids `[seq][T]` of the whole run.
     targets: Vec<Vec<u32>>,
@@ -99,4 +101,11 @@ fn device_nll(logits: &Tensor, targets: &[u32]) -> Result<Option<Vec<f32>>> {
 #[cfg(not(feature = "cuda"))]
 fn device_nll(_: &Tensor, _: &[u32]) -> Result<Option<Vec<f32>>> {
     Ok(None)
+}
+
+impl Merge for Nll {
+    fn merge(&mut self, other: &Nll) {
+        self.sum.merge(&other.sum);
+        self.count.merge(&other.count);
+    }
 }

@@ -2,6 +2,7 @@
 //! variant transform) over all causal pairs j <= i incl. the diagonal, every query, head,
 //! layer and sequence; also the mean absolute value and per-layer values.
 
+use super::merge::Merge;
 use candle_core::{Tensor, D};
 
 use super::row_pass::qk_sums;
@@ -9,6 +10,7 @@ use crate::attention::blocks::visibility;
 use crate::error::Result;
 
 /// Running sums per layer.
+#[derive(Debug, Clone)]
 pub struct QkMean {
     sum: Vec<f64>,
     abs_sum: Vec<f64>,
@@ -91,4 +93,12 @@ impl QkMean {
 /// i + 1 keys.
 pub fn visible_pairs(q_start: usize, n: usize) -> usize {
     (q_start + 1..=q_start + n).sum()
+}
+
+impl Merge for QkMean {
+    fn merge(&mut self, other: &QkMean) {
+        self.sum.merge(&other.sum);
+        self.abs_sum.merge(&other.abs_sum);
+        self.count.merge(&other.count);
+    }
 }

@@ -227,6 +227,7 @@ mod tests {
             sum: true,
             entropy: true,
             bands: vec![(0, 1), (1, usize::MAX)],
+            max_logit: false,
         };
         let table = weight_rows(&w, 1, &wants).unwrap().unwrap();
         let v = split_table(&table, &wants);
@@ -274,6 +275,7 @@ mod device_path_tests {
             sum: true,
             entropy: true,
             bands: bands.ranges(),
+            max_logit: false,
         };
         let table = weight_rows(&w, q_start, &wants).unwrap().unwrap();
         let rows = split_table(&table, &wants);
@@ -358,6 +360,7 @@ mod cuda_tests {
             sum: true,
             entropy: true,
             bands: vec![(0, 1), (1, 10), (10, 100), (100, usize::MAX)],
+            max_logit: false,
         };
         let cpu_table = weight_rows(&cpu_w, q_start, &wants).unwrap().unwrap();
         let gpu_table = weight_rows(&gpu_w, q_start, &wants).unwrap().unwrap();

@@ -3,6 +3,8 @@
 
 use std::ops::Range;
 
+use super::merge::Merge;
+
 use candle_core::{DType, Tensor};
 
 use crate::error::Result;
@@ -179,6 +181,14 @@ fn pool_column(values: &[f32], stride: usize, count: usize) -> Pool {
         sum: (sums[0] + sums[1]) + (sums[2] + sums[3]),
         count: count_kept,
         nan: count as u64 - count_kept,
+    }
+}
+
+impl Merge for RowAccumulator {
+    fn merge(&mut self, other: &RowAccumulator) {
+        self.sum.merge(&other.sum);
+        self.count.merge(&other.count);
+        self.nan.merge(&other.nan);
     }
 }
 

@@ -1,6 +1,7 @@
 //! weight_sum (paper Fig. 3) and head_total (Fig. 5): sum_j a_ij per query, averaged over
 //! heads (W_i) or over queries per head.
 
+use super::merge::Merge;
 use std::ops::Range;
 
 use super::layer_stat::head_means;
@@ -9,6 +10,7 @@ use super::summary::{constant_histogram, histogram, mean, Distribution, Histogra
 use crate::probe::row_table::Column;
 
 /// Accumulates row sums.
+#[derive(Debug, Clone)]
 pub struct WeightSum {
     heads: usize,
     rows: RowAccumulator,
@@ -108,4 +110,12 @@ pub fn query_means(sums: Column<'_>, heads: usize, n: usize, counted: Range<usiz
         means.extend(per_query.iter().map(|w| w / heads as f64));
     }
     means
+}
+
+/// Row sums add; the pooled W_i values of `other` follow this one's.
+impl Merge for WeightSum {
+    fn merge(&mut self, other: &WeightSum) {
+        self.rows.merge(&other.rows);
+        super::merge::concat(&mut self.values, &other.values);
+    }
 }

@@ -13,16 +13,23 @@ pub use capture::CaptureProbe;
 
 use candle_core::Tensor;
 
+use crate::attention::plan::Kernel;
 use crate::error::Result;
 use row_table::RowWants;
 
 /// A hook point inside one layer (or after the last, for logits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Hook {
-    /// `hook_q`: queries after RoPE (and QK-norm), `[batch, head, pos, d_head]`, once per layer.
+    /// `hook_q`: queries after the projection (and QK-norm), before RoPE, as TransformerLens
+    /// has it, `[batch, pos, head, d_head]`, once per layer.
     Q,
-    /// `hook_k`: keys after RoPE, `[batch, kv_head, pos, d_head]`, once per layer.
+    /// `hook_k`: keys after the projection (and QK-norm), before RoPE,
+    /// `[batch, pos, kv_head, d_head]`, once per layer.
     K,
+    /// `hook_rot_q`: queries after RoPE, `[batch, pos, head, d_head]`, once per layer.
+    RotQ,
+    /// `hook_rot_k`: keys after RoPE, `[batch, pos, kv_head, d_head]`, once per layer.
+    RotK,
     /// `hook_qk`: raw q . k before 1/sqrt(d) and any variant transform, unmasked,
     /// `[batch, head, q_block, keys]` (key j is visible to query i = `ctx.q_start + r` when j <= i; `attention::blocks::visibility` builds the mask).
     Qk,
@@ -37,6 +44,9 @@ pub enum Hook {
     Softmax,
     /// `hook_sink_mass`: mass that goes to no token (sink, off_by_one), `[batch, head, q_block]`, f32.
     SinkMass,
+    /// `hook_max_logit`: each row's largest logit over its visible keys (the logit the
+    /// variant normalises, as in `hook_attn_scores`), `[batch, head, q_block]`, f32.
+    MaxLogit,
     /// `hook_alpha`: Affine-Scaled alpha, `[batch, head, pos]`, f32, once per layer.
     Alpha,
     /// `hook_gate`: sigmoid gate values, `[batch, pos, head * d_head]`, f32, once per layer.
@@ -48,14 +58,17 @@ pub enum Hook {
 
 impl Hook {
     /// Every hook, in forward order.
-    pub const ALL: [Hook; 10] = [
+    pub const ALL: [Hook; 13] = [
         Hook::Q,
         Hook::K,
+        Hook::RotQ,
+        Hook::RotK,
         Hook::Qk,
         Hook::AttnScores,
         Hook::Pattern,
         Hook::Softmax,
         Hook::SinkMass,
+        Hook::MaxLogit,
         Hook::Alpha,
         Hook::Gate,
         Hook::Logits,
@@ -67,11 +80,14 @@ impl Hook {
         let short = match self {
             Hook::Q => "hook_q",
             Hook::K => "hook_k",
+            Hook::RotQ => "hook_rot_q",
+            Hook::RotK => "hook_rot_k",
             Hook::Qk => "hook_qk",
             Hook::AttnScores => "hook_attn_scores",
             Hook::Pattern => "hook_pattern",
             Hook::Softmax => "hook_softmax",
             Hook::SinkMass => "hook_sink_mass",
+            Hook::MaxLogit => "hook_max_logit",
             Hook::Alpha => "hook_alpha",
             Hook::Gate => "hook_gate",
             Hook::Logits => return "hook_logits".to_string(),
@@ -88,6 +104,7 @@ impl Hook {
                 | Hook::Pattern
                 | Hook::Softmax
                 | Hook::SinkMass
+                | Hook::MaxLogit
                 | Hook::Logits
         )
     }
@@ -123,6 +140,10 @@ pub trait Probe {
         Ok(())
     }
 
+    /// Which kernel computes layer `layer`'s attention (once per layer and forward pass,
+    /// before its first block).
+    fn on_kernel(&mut self, _layer: usize, _kernel: Kernel) {}
+
     /// Called when a layer's attention is done (0-based layer).
     fn on_layer_end(&mut self, _layer: usize) -> Result<()> {
         Ok(())
@@ -130,14 +151,14 @@ pub trait Probe {
 
     /// Whether this probe can take layer `layer`'s attention as row tables
     /// ([`row_table`]) instead of its block tensors: `Some(wants)` when the rows cover
-    /// every `Qk`, `Pattern` and `SinkMass` tensor it wants there, so a fused kernel can
+    /// every `Qk`, `Pattern`, `SinkMass` and `MaxLogit` tensor it wants there, so a fused kernel can
     /// skip them (`AttnScores` and `Softmax` are still pushed as tensors).
     fn row_request(&self, _layer: usize) -> Option<RowWants> {
         None
     }
 
     /// Receives a query block's row table `[rows, wants.width()]` (f32, on the device of
-    /// the forward pass) in place of its `Qk`, `Pattern` and `SinkMass` tensors; the sink
+    /// the forward pass) in place of its `Qk`, `Pattern`, `SinkMass` and `MaxLogit` tensors; the sink
     /// column is meaningful only when `has_sink`.
     fn on_row_table(&mut self, _ctx: &BlockCtx, _table: &Tensor, _has_sink: bool) -> Result<()> {
         Ok(())
@@ -182,6 +203,12 @@ impl Probe for ProbeSet<'_> {
         Ok(())
     }
 
+    fn on_kernel(&mut self, layer: usize, kernel: Kernel) {
+        for probe in self.probes.iter_mut() {
+            probe.on_kernel(layer, kernel);
+        }
+    }
+
     fn on_layer_end(&mut self, layer: usize) -> Result<()> {
         for probe in self.probes.iter_mut() {
             probe.on_layer_end(layer)?;
@@ -216,6 +243,7 @@ pub(crate) fn wants_attention(probe: &dyn Probe, layer: usize) -> bool {
         Hook::Pattern,
         Hook::Softmax,
         Hook::SinkMass,
+        Hook::MaxLogit,
     ]
     .into_iter()
     .any(|hook| probe.wants(hook, layer))

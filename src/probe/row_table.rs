@@ -6,9 +6,10 @@
 //! renormalised (NaN without positive mass); [`SINK_MASS`] the mass sent to no token;
 //! [`QK_SUM`] and [`QK_ABS_SUM`] sum of raw q.k and of |q.k| over the visible keys; then,
 //! when bands are asked for, [`BANDS`] a_i0 for i > 0 (else 0) and one column per distance
-//! range of [`RowWants::bands`]. A column nobody asked for (or that the filler does not
-//! compute: sink and q.k columns come from the fused softmaxes and the CPU's flash tiles
-//! only) holds 0.
+//! range of [`RowWants::bands`]; last, when asked for, the row's largest logit over its
+//! visible keys ([`RowWants::max_logit_column`]). A column nobody asked for (or that the
+//! filler does not compute: sink and q.k columns come from the fused softmaxes and the CPU's
+//! flash tiles only) holds 0.
 
 /// Column of a_i0.
 pub const FIRST: usize = 0;
@@ -34,17 +35,29 @@ pub struct RowWants {
     /// Distance bands `[lo, hi)` of t = i - j, key 0 of queries i > 0 left out (its own
     /// `first` band); empty for none.
     pub bands: Vec<(usize, usize)>,
+    /// The row's largest logit over its visible keys (the logit the variant normalises).
+    pub max_logit: bool,
 }
 
 impl RowWants {
     /// Columns of the table.
     pub fn width(&self) -> usize {
+        self.bands_end() + self.max_logit as usize
+    }
+
+    /// One past the last band column.
+    pub fn bands_end(&self) -> usize {
         BANDS
             + if self.bands.is_empty() {
                 0
             } else {
                 self.bands.len() + 1
             }
+    }
+
+    /// The column of the row's largest logit, after the bands, when asked for.
+    pub fn max_logit_column(&self) -> Option<usize> {
+        self.max_logit.then(|| self.bands_end())
     }
 }
 
@@ -132,6 +145,8 @@ pub struct RowValues<'a> {
     pub sink_mass: Column<'a>,
     pub qk_sum: Column<'a>,
     pub qk_abs_sum: Column<'a>,
+    /// The row's largest logit (empty when not asked for).
+    pub max_logit: Column<'a>,
 }
 
 /// The columns of a host row table laid out for `wants`.
@@ -149,10 +164,13 @@ pub fn split_table<'a>(table: &'a [f32], wants: &RowWants) -> RowValues<'a> {
         first: pick(wants.first, FIRST),
         sum: pick(wants.sum, SUM),
         entropy: pick(wants.entropy, ENTROPY),
-        bands: (BANDS..width).map(column).collect(),
+        bands: (BANDS..wants.bands_end()).map(column).collect(),
         sink_mass: column(SINK_MASS),
         qk_sum: column(QK_SUM),
         qk_abs_sum: column(QK_ABS_SUM),
+        max_logit: wants
+            .max_logit_column()
+            .map_or(Column::from(&[] as &[f32]), column),
     }
 }
 
@@ -168,6 +186,7 @@ mod tests {
             sum: false,
             entropy: true,
             bands: Vec::new(),
+            max_logit: false,
         };
         assert_eq!(wants.width(), 6);
         let table: Vec<f32> = (0..12).map(|v| v as f32).collect();

@@ -30,8 +30,8 @@ fn logits_and_weights_match_references_for_every_fixture() {
     let hooks = [
         Hook::Logits,
         Hook::Pattern,
-        Hook::Q,
-        Hook::K,
+        Hook::RotQ,
+        Hook::RotK,
         Hook::SinkMass,
         Hook::Alpha,
         Hook::Gate,
@@ -46,14 +46,20 @@ fn logits_and_weights_match_references_for_every_fixture() {
             let d = max_abs_diff(&pattern, &refs[&format!("layers.{l}.pattern")]);
             assert!(d < ATOL, "{name} layer {l}: pattern differs by {d:e}");
             for (hook, key) in [
-                (Hook::Q, "q"),
-                (Hook::K, "k"),
+                (Hook::RotQ, "q"),
+                (Hook::RotK, "k"),
                 (Hook::SinkMass, "sink_mass"),
                 (Hook::Alpha, "alpha"),
                 (Hook::Gate, "gate"),
             ] {
                 let reference = refs.get(&format!("layers.{l}.{key}"));
                 let got = probe.get(hook, l).unwrap();
+                // TransformerLens' layout [batch, pos, head, d_head]; the reference's is
+                // [batch, head, pos, d_head]
+                let got = match hook {
+                    Hook::RotQ | Hook::RotK => got.map(|t| t.transpose(1, 2).unwrap()),
+                    _ => got,
+                };
                 match (got, reference) {
                     (Some(got), Some(want)) => {
                         let d = max_abs_diff(&got, want);
@@ -109,6 +115,43 @@ fn query_blocks_give_the_same_weights_and_logits() {
                 let tol = if hook == Hook::Logits { 1e-5 } else { 1e-6 };
                 assert!(d < tol, "{name} block {block} {hook:?} layer {l}: {d:e}");
             }
+        }
+    }
+}
+
+#[test]
+fn hook_q_and_hook_k_are_before_rope_as_in_transformer_lens() {
+    // RoPE turns position 0 by angle 0 and never changes a head vector's length: before
+    // RoPE, position 0 is the reference's (rotated) q and k, and every position has their norm
+    for name in ["llama_gqa", "qwen3", "scale_invariant", "logn"] {
+        let (probe, refs) = run(name, 64, &[Hook::Q, Hook::K, Hook::RotQ]);
+        for l in 0..2 {
+            for (hook, key) in [(Hook::Q, "q"), (Hook::K, "k")] {
+                // [batch, pos, head, d] against the reference's [batch, head, pos, d]
+                let got = probe.get(hook, l).unwrap().unwrap();
+                let want = refs[&format!("layers.{l}.{key}")].transpose(1, 2).unwrap();
+                let first = |t: &Tensor| t.narrow(1, 0, 1).unwrap();
+                let d = max_abs_diff(&first(&got), &first(&want));
+                assert!(
+                    d < ATOL,
+                    "{name} layer {l}: {key} at position 0 differs by {d:e}"
+                );
+                let norms = |t: &Tensor| {
+                    let t = t.to_dtype(DType::F64).unwrap();
+                    t.sqr().unwrap().sum(3).unwrap().sqrt().unwrap()
+                };
+                let d = max_abs_diff(&norms(&got), &norms(&want));
+                assert!(d < 1e-5, "{name} layer {l}: {key} norms differ by {d:e}");
+            }
+            // and RoPE did turn the later positions
+            let (q, rot) = (
+                probe.get(Hook::Q, l).unwrap().unwrap(),
+                probe.get(Hook::RotQ, l).unwrap().unwrap(),
+            );
+            assert!(
+                max_abs_diff(&q, &rot) > 1e-3,
+                "{name} layer {l}: hook_q is already rotated"
+            );
         }
     }
 }

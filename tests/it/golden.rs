@@ -3,6 +3,12 @@
 //! (`tools/make_golden_tables.sh` at b037276, kept in `tests/fixtures/golden/`): CPU f32
 //! results bit-identical. Metrics added since (their rows and tables) are not in the old
 //! tables and are left out of the comparison; everything else must match exactly.
+//!
+//! One exception, by design: with two windows per forward pass, the heatmap and the query
+//! profile were summed over the batch in f32 on the device, so their last bits depended on
+//! which windows shared a batch. They are now summed per window in f64, as every other
+//! metric is, so that parts of a run merge into the run's tables exactly; with one window
+//! per pass (the CLI's default) they are the same bytes as before.
 
 use std::path::Path;
 
@@ -25,11 +31,25 @@ fn old_rows(file: &str, text: &str) -> String {
         .collect()
 }
 
+/// Tables summed over a batch in f32 before the redesign (see the module comment).
+const SUMMED_OVER_BATCH: [&str; 2] = ["heatmap.csv", "query_profile.csv"];
+
 #[test]
 fn every_fixture_gives_the_tables_of_main_before_the_redesign_bit_for_bit() {
+    compare_with_golden(1, &[]);
+}
+
+#[test]
+fn batches_of_two_give_the_tables_of_main_before_the_redesign_bit_for_bit() {
+    compare_with_golden(2, &SUMMED_OVER_BATCH);
+}
+
+/// Runs every fixture with `batch` windows per pass and compares every golden table but `skip`.
+fn compare_with_golden(batch: usize, skip: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
+    let batch_arg = batch.to_string();
     for name in MODEL_FIXTURES {
-        let golden = fixtures().join("golden").join(name);
+        let golden = fixtures().join(format!("golden/batch{batch}")).join(name);
         let out = tmp.path().join(name);
         let model = format!("{name}={}", fixtures().join("models").join(name).display());
         let args = [
@@ -40,7 +60,7 @@ fn every_fixture_gives_the_tables_of_main_before_the_redesign_bit_for_bit() {
             "--num-seqs",
             "3",
             "--batch-size",
-            "2",
+            &batch_arg,
             "--block-size",
             "16",
             "--quiet",
@@ -51,12 +71,21 @@ fn every_fixture_gives_the_tables_of_main_before_the_redesign_bit_for_bit() {
         let mut compared = 0;
         for entry in std::fs::read_dir(&golden).unwrap() {
             let file = entry.unwrap().file_name().into_string().unwrap();
+            if skip.contains(&file.as_str()) {
+                continue;
+            }
             let want = read(&golden.join(&file));
             let got = old_rows(&file, &read(&out.join(&file)));
-            assert!(got == want, "{name}/{file} differs from main before the redesign");
+            assert!(
+                got == want,
+                "{name}/{file} differs from main before the redesign"
+            );
             compared += 1;
         }
-        assert!(compared >= 7, "{name}: only {compared} golden tables");
+        assert!(
+            compared >= 7 - skip.len(),
+            "{name}: only {compared} golden tables"
+        );
     }
 }
 

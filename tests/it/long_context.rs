@@ -152,11 +152,13 @@ fn llama_checkpoint_with_q_norm_weights_uses_qk_norm() {
     let tmp = tempfile::tempdir().unwrap();
     copy_fixture("scale_invariant", tmp.path());
     edit_config(tmp.path(), |c| c["model_type"] = "llama".into());
-    let probe = forward(tmp.path(), 64, &[Hook::Logits, Hook::Q]);
+    let probe = forward(tmp.path(), 64, &[Hook::Logits, Hook::RotQ]);
     let refs = reference("scale_invariant");
     let d = max_abs_diff(&captured(&probe, Hook::Logits, 2), &refs["logits"]);
     assert!(d < ATOL, "logits differ by {d:e}");
-    let d = max_abs_diff(&captured(&probe, Hook::Q, 1), &refs["layers.1.q"]);
+    // hook_rot_q is [batch, pos, head, d]; the reference [batch, head, pos, d]
+    let got = captured(&probe, Hook::RotQ, 1).transpose(1, 2).unwrap();
+    let d = max_abs_diff(&got, &refs["layers.1.q"]);
     assert!(d < ATOL, "q differs by {d:e}");
 }
 

@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use asa_analyze::analysis::{analyze, RunShape};
+use asa_analyze::analysis::{accumulate, analyze, finish, RunShape};
 use asa_analyze::metrics::entropy::EntropyOf;
 use asa_analyze::metrics::{Metric, MetricOptions, ModelMetrics};
 use asa_analyze::model::Checkpoint;
@@ -409,4 +409,174 @@ fn progress_is_reported_block_by_block() {
     // the first report is the first block of the first layer of the first batch
     let first_batch = ids.len().min(2) * t;
     assert_eq!(seen[0], first_batch * 7 / (layers * t), "{seen:?}");
+}
+
+/// `tools/make_logit_key_fixtures.py`'s float64 max_logit and key_received of a fixture.
+fn logit_key_reference(name: &str) -> Value {
+    let path = fixtures()
+        .join("reference")
+        .join(format!("{name}.logit_key.json"));
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn max_logit_and_key_received_match_the_float64_reference() {
+    // the flash tiles (every metric but key_received: layer 1 on tiles, layer 2 the
+    // materialised heatmap layer) and the materialised blocks (key_received asked for),
+    // in one block and in blocks of 7 queries
+    let with_keys: Vec<Metric> = Metric::ALL
+        .into_iter()
+        .chain([Metric::KeyReceived])
+        .collect();
+    for name in MODEL_FIXTURES {
+        let want = logit_key_reference(name);
+        let ckpt = Checkpoint::open(&model_dir(name), &Device::Cpu, DType::F32).unwrap();
+        let model = ckpt.load_model().unwrap();
+        for (metrics, (batch_size, block)) in [
+            (Metric::ALL.to_vec(), (3, 64)),
+            (Metric::ALL.to_vec(), (2, 7)),
+            (with_keys.clone(), (3, 64)),
+            (with_keys.clone(), (2, 7)),
+        ] {
+            let keys = metrics.contains(&Metric::KeyReceived);
+            let opts = fixture_options(metrics, EntropyOf::Effective);
+            let shape = RunShape { batch_size, block };
+            let got = analyze(&ckpt, &model, &windows(name), &opts, shape, |_| {}).unwrap();
+            let what = format!("{name} (keys {keys}, batch {batch_size}, block {block})");
+            let ml = got.max_logit.unwrap();
+            let w = &want["max_logit"];
+            close_mat(&ml.max, &w["max"], &format!("{what} max_logit max"));
+            close_mat(&ml.mean, &w["mean"], &format!("{what} max_logit mean"));
+            close_vec(&ml.layer_max, &w["layer_max"], &format!("{what} layer max"));
+            close_vec(
+                &ml.layer_mean,
+                &w["layer_mean"],
+                &format!("{what} layer mean"),
+            );
+            assert_eq!(got.key_received.is_some(), keys, "{what}");
+            let Some(kr) = got.key_received else { continue };
+            let w = &want["key_received"];
+            for l in 0..kr.sum.len() {
+                close_mat(
+                    &kr.sum[l],
+                    &w["sum"][l],
+                    &format!("{what} key sum layer {l}"),
+                );
+                close_mat(
+                    &kr.mean[l],
+                    &w["mean"][l],
+                    &format!("{what} key mean layer {l}"),
+                );
+            }
+            close_mat(
+                &kr.layer_sum,
+                &w["layer_sum"],
+                &format!("{what} layer key sum"),
+            );
+            close_mat(
+                &kr.layer_mean,
+                &w["layer_mean"],
+                &format!("{what} layer key mean"),
+            );
+        }
+    }
+}
+
+/// A small deterministic generator (xorshift64*) for split points and orders.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n.max(1)
+    }
+}
+
+/// Same JSON: integers (counts) equal, floats within 1e-12 relative, NaN equal to NaN.
+fn same_tables(a: &Value, b: &Value, path: &str) {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) if x.is_u64() && y.is_u64() => {
+            assert_eq!(x, y, "{path}: counts differ")
+        }
+        (Value::Number(x), Value::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            assert!(
+                (x - y).abs() <= 1e-12 * x.abs().max(y.abs()),
+                "{path}: {x} vs {y}"
+            );
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            assert_eq!(x.len(), y.len(), "{path}: lengths");
+            for (k, (x, y)) in x.iter().zip(y).enumerate() {
+                same_tables(x, y, &format!("{path}[{k}]"));
+            }
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            assert_eq!(x.len(), y.len(), "{path}: fields");
+            for (k, x) in x {
+                same_tables(x, &y[k], &format!("{path}.{k}"));
+            }
+        }
+        _ => assert_eq!(a, b, "{path}"),
+    }
+}
+
+#[test]
+fn a_run_split_at_random_and_merged_in_any_order_gives_the_single_run() {
+    // 9 windows of 20 tokens; each trial cuts them at random points into up to 4 groups
+    // (so batches of 2 pair other windows than in the single run), accumulates each group
+    // apart, merges the groups in a random order, and must finish to the single run's
+    // tables. Query blocks stay those of the single run: other blocks change f32 rounding,
+    // which is no matter of merging (batch_size_and_block_size_do_not_change_the_metrics)
+    let ids: Vec<Vec<u32>> = (0..9u32)
+        .map(|s| (0..20u32).map(|i| (s * 17 + i * i * 5 + 3) % 64).collect())
+        .collect();
+    let metrics: Vec<Metric> = Metric::ALL
+        .into_iter()
+        .chain([Metric::KeyReceived])
+        .collect();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for name in ["sink", "affine_scaled_gated", "logn"] {
+        let ckpt = Checkpoint::open(&model_dir(name), &Device::Cpu, DType::F32).unwrap();
+        let model = ckpt.load_model().unwrap();
+        for flash in [true, false] {
+            // without key_received the tiles run (layer 1); with it every block is materialised
+            let metrics = if flash {
+                Metric::ALL.to_vec()
+            } else {
+                metrics.clone()
+            };
+            let opts = fixture_options(metrics, EntropyOf::Effective);
+            let shape = RunShape {
+                batch_size: 2,
+                block: 8,
+            };
+            let whole = analyze(&ckpt, &model, &ids, &opts, shape, |_| {}).unwrap();
+            let whole = serde_json::to_value(&whole).unwrap();
+            for trial in 0..4 {
+                let mut cuts: Vec<usize> = (0..3).map(|_| rng.below(ids.len() + 1)).collect();
+                cuts.extend([0, ids.len()]);
+                cuts.sort();
+                cuts.dedup();
+                let mut parts: Vec<_> = cuts
+                    .windows(2)
+                    .map(|w| {
+                        accumulate(&ckpt, &model, (&ids, w[0]..w[1]), &opts, shape, |_| {}).unwrap()
+                    })
+                    .collect();
+                let mut merged = parts.swap_remove(rng.below(parts.len()));
+                while !parts.is_empty() {
+                    merged.merge(&parts.swap_remove(rng.below(parts.len())));
+                }
+                let got = serde_json::to_value(finish(&ckpt, &merged).unwrap()).unwrap();
+                same_tables(
+                    &got,
+                    &whole,
+                    &format!("{name} flash {flash} trial {trial} {cuts:?}"),
+                );
+            }
+        }
+    }
 }

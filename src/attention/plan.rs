@@ -1,0 +1,215 @@
+//! The one place that decides how a layer's query blocks are computed: from the variant,
+//! the device and dtype, whether anything trains, and what the probe asked for, [`plan`]
+//! picks one [`Kernel`], and `Attention::forward` matches it once. A kernel is only ever
+//! asked to compute what it can: none of them falls back to another.
+
+use crate::probe::row_table::RowWants;
+
+/// Distance bands the CUDA fused softmax accumulates per row (`MAX_BANDS` in kernels.cu).
+pub const CUDA_MAX_BANDS: usize = 16;
+
+/// How a layer's query blocks are computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kernel {
+    /// CPU f32 inference where the probe takes row tables or nothing: flash-style tiles
+    /// (`cpu_flash`) that never hold a block's weights; every logit rule, sinks and
+    /// Affine-Scaled weights.
+    FlashTiles,
+    /// Plain softmax logits (with or without sinks) whose fused kernel (CPU f32, or CUDA)
+    /// writes the weights and the probe's row table in one pass.
+    FusedRows,
+    /// The block's weights in memory, from the CPU's fused softmax (f32 inference).
+    MaterialisedFused,
+    /// The block's weights in memory, from candle ops (any device and dtype, autograd).
+    Materialised,
+}
+
+impl Kernel {
+    /// What `--verbose` and run.json call it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Kernel::FlashTiles => "flash tiles (no block map held)",
+            Kernel::FusedRows => "fused softmax with row table",
+            Kernel::MaterialisedFused => "materialised blocks, fused CPU softmax",
+            Kernel::Materialised => "materialised blocks, candle ops",
+        }
+    }
+}
+
+/// The device a layer runs on, as far as the kernels care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceKind {
+    Cpu,
+    /// A GPU with the `cuda` feature's kernels.
+    Cuda,
+    /// Any other device (Metal, a GPU without the kernels): candle ops only.
+    Other,
+}
+
+/// Everything [`plan`] decides from, known once per layer before its first block.
+#[derive(Debug, Clone)]
+pub struct Facts {
+    pub device: DeviceKind,
+    /// q, k and v are f32 (the analysis dtype).
+    pub f32: bool,
+    /// q or k takes part in autograd (the q.k product tracks gradients).
+    pub qk_tracks: bool,
+    /// v, the sink logits, alpha or the LogN scale take part in autograd.
+    pub others_track: bool,
+    /// The layer has sink logits (sink, off_by_one), and a host copy of them (CPU, not
+    /// trained).
+    pub sinks: bool,
+    pub host_sinks: bool,
+    /// The sink logits are f32 (what the CUDA kernel reads).
+    pub sinks_f32: bool,
+    /// The logits are q.k scaled, nothing else (no LogN, no scale-invariant rule).
+    pub plain_logits: bool,
+    /// Affine-Scaled weights (alpha), and whether the stored alpha_ma is there.
+    pub affine: bool,
+    pub alpha_ma: bool,
+    /// The probe's row table for the layer, if it takes its attention as rows.
+    pub rows: Option<RowWants>,
+    /// The probe wants any per-block attention tensor of the layer.
+    pub wants_attention: bool,
+    /// The probe wants `hook_attn_scores` / `hook_softmax` tensors.
+    pub wants_scores: bool,
+    pub wants_softmax: bool,
+}
+
+/// The kernel for a layer with these `facts`.
+pub fn plan(f: &Facts) -> Kernel {
+    let training = f.qk_tracks || f.others_track;
+    let reads_maps = f.wants_scores || f.wants_softmax;
+    let cpu_inference = f.device == DeviceKind::Cpu && f.f32 && !training;
+    let flash_serves = cpu_inference
+        && (!f.sinks || f.host_sinks)
+        && (!f.affine || f.alpha_ma)
+        && !reads_maps
+        && (f.rows.is_some() || !f.wants_attention);
+    if flash_serves {
+        return Kernel::FlashTiles;
+    }
+    if let Some(rows) = &f.rows {
+        let plain = f.plain_logits && !f.affine && !reads_maps && !training;
+        let device = match f.device {
+            DeviceKind::Cpu => f.f32 && (!f.sinks || f.host_sinks),
+            DeviceKind::Cuda => rows.bands.len() <= CUDA_MAX_BANDS && (!f.sinks || f.sinks_f32),
+            DeviceKind::Other => false,
+        };
+        if plain && device {
+            return Kernel::FusedRows;
+        }
+    }
+    // the CPU's fused softmax reads host sinks and pushes no scores or plain softmax
+    let sinks_unfused = f.sinks && (!f.host_sinks || f.wants_softmax);
+    if f.device == DeviceKind::Cpu && !f.qk_tracks && !sinks_unfused && !f.wants_scores {
+        Kernel::MaterialisedFused
+    } else {
+        Kernel::Materialised
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// CPU f32 inference of a softmax layer whose probe takes rows.
+    fn cpu_rows() -> Facts {
+        Facts {
+            device: DeviceKind::Cpu,
+            f32: true,
+            qk_tracks: false,
+            others_track: false,
+            sinks: false,
+            host_sinks: false,
+            sinks_f32: true,
+            plain_logits: true,
+            affine: false,
+            alpha_ma: false,
+            rows: Some(RowWants::default()),
+            wants_attention: true,
+            wants_scores: false,
+            wants_softmax: false,
+        }
+    }
+
+    #[test]
+    fn each_case_gets_the_kernel_that_serves_it() {
+        let f = cpu_rows();
+        assert_eq!(plan(&f), Kernel::FlashTiles);
+        // nothing wanted: tiles too; maps wanted (heatmap layer): the fused softmax
+        assert_eq!(
+            plan(&Facts {
+                rows: None,
+                wants_attention: false,
+                ..f.clone()
+            }),
+            Kernel::FlashTiles
+        );
+        assert_eq!(
+            plan(&Facts {
+                rows: None,
+                ..f.clone()
+            }),
+            Kernel::MaterialisedFused
+        );
+        // scores asked for: only candle ops push them
+        let scores = Facts {
+            wants_scores: true,
+            ..f.clone()
+        };
+        assert_eq!(plan(&scores), Kernel::Materialised);
+        // training: candle ops (autograd)
+        assert_eq!(
+            plan(&Facts {
+                qk_tracks: true,
+                ..f.clone()
+            }),
+            Kernel::Materialised
+        );
+        // bf16 on the CPU: neither the tiles nor the fused rows; the fused softmax takes
+        // the f32 logits of a materialised block
+        let bf16 = Facts {
+            f32: false,
+            ..f.clone()
+        };
+        assert_eq!(plan(&bf16), Kernel::MaterialisedFused);
+        // CUDA: fused rows for plain logits up to 16 bands, else candle ops
+        let cuda = Facts {
+            device: DeviceKind::Cuda,
+            ..f.clone()
+        };
+        assert_eq!(plan(&cuda), Kernel::FusedRows);
+        let many = RowWants {
+            bands: vec![(0, 1); 17],
+            ..RowWants::default()
+        };
+        assert_eq!(
+            plan(&Facts {
+                rows: Some(many),
+                ..cuda.clone()
+            }),
+            Kernel::Materialised
+        );
+        let logn = Facts {
+            plain_logits: false,
+            ..cuda
+        };
+        assert_eq!(plan(&logn), Kernel::Materialised);
+        // sinks whose host copy is missing (trained sinks) never reach the CPU kernels
+        let sinks = Facts {
+            sinks: true,
+            host_sinks: false,
+            ..f.clone()
+        };
+        assert_eq!(plan(&sinks), Kernel::Materialised);
+        // Affine-Scaled without its stored alpha_ma: candle ops say what is missing
+        let affine = Facts {
+            affine: true,
+            alpha_ma: false,
+            ..f
+        };
+        assert_eq!(plan(&affine), Kernel::MaterialisedFused);
+    }
+}

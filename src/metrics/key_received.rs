@@ -1,0 +1,147 @@
+//! key_received (H2O's heavy-hitter score): the attention each key position j receives,
+//! sum over queries i >= max(j, min_query) of a_ij, per (layer, head) and key, mean over
+//! sequences; also divided by the number of those queries. Per-key sums are column sums of
+//! the weights, which flash tiles never hold: the weights of each block are read.
+
+use candle_core::{DType, Tensor};
+
+use super::merge::Merge;
+use crate::error::Result;
+
+/// Per (layer, head, key): the received weight summed over sequences, and the sequences seen.
+#[derive(Debug, Clone)]
+pub struct KeyReceived {
+    heads: usize,
+    min_query: usize,
+    seq_len: usize,
+    /// `[layer][head][key]`.
+    sum: Vec<Vec<Vec<f64>>>,
+    /// `[layer]` sequences added.
+    seqs: Vec<u64>,
+}
+
+/// key_received results, mean over sequences: `[layer][head][key]` and, averaged over
+/// heads, `[layer][key]`; `sum` is the received weight, `mean` that over its query count.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct KeyReceivedResult {
+    pub sum: Vec<Vec<Vec<f64>>>,
+    pub mean: Vec<Vec<Vec<f64>>>,
+    pub layer_sum: Vec<Vec<f64>>,
+    pub layer_mean: Vec<Vec<f64>>,
+}
+
+impl KeyReceived {
+    /// For `layers` x `heads` and windows of `seq_len` tokens, queries >= `min_query`.
+    pub fn new(layers: usize, heads: usize, seq_len: usize, min_query: usize) -> Self {
+        KeyReceived {
+            heads,
+            min_query,
+            seq_len,
+            sum: vec![vec![vec![0.0; seq_len]; heads]; layers],
+            seqs: vec![0; layers],
+        }
+    }
+
+    /// Adds a block's weights `[batch, head, n, keys]` of queries `q_start ..`: the column
+    /// sums over its counted queries, reduced on the device.
+    pub fn add(&mut self, layer: usize, q_start: usize, weights: &Tensor) -> Result<()> {
+        let (b, h, n, keys) = weights.dims4()?;
+        if q_start == 0 {
+            self.seqs[layer] += b as u64;
+        }
+        let skip = self.min_query.saturating_sub(q_start).min(n);
+        if skip == n {
+            return Ok(());
+        }
+        let columns = weights
+            .narrow(2, skip, n - skip)?
+            .to_dtype(DType::F32)?
+            .sum(2)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        for (cell, column) in columns.chunks(keys).enumerate() {
+            let sums = &mut self.sum[layer][cell % h];
+            for (s, &v) in sums.iter_mut().zip(column) {
+                *s += v as f64;
+            }
+        }
+        Ok(())
+    }
+
+    /// Queries that count for key `j`: i in max(j, min_query) .. seq_len.
+    fn queries(&self, j: usize) -> usize {
+        self.seq_len - j.max(self.min_query).min(self.seq_len)
+    }
+
+    /// Means over sequences (and heads for the per-layer rows).
+    pub fn finish(&self) -> KeyReceivedResult {
+        let per_seq = |l: usize, v: f64| v / self.seqs[l] as f64;
+        let sum: Vec<Vec<Vec<f64>>> = (0..self.sum.len())
+            .map(|l| {
+                let heads = &self.sum[l];
+                heads
+                    .iter()
+                    .map(|k| k.iter().map(|&v| per_seq(l, v)).collect())
+                    .collect()
+            })
+            .collect();
+        let over_queries = |keys: &[f64]| -> Vec<f64> {
+            keys.iter()
+                .enumerate()
+                .map(|(j, v)| v / self.queries(j) as f64)
+                .collect()
+        };
+        let mean = sum
+            .iter()
+            .map(|heads| heads.iter().map(|k| over_queries(k)).collect())
+            .collect();
+        let layer_sum: Vec<Vec<f64>> = sum
+            .iter()
+            .map(|heads: &Vec<Vec<f64>>| {
+                (0..self.seq_len)
+                    .map(|j| heads.iter().map(|k| k[j]).sum::<f64>() / self.heads as f64)
+                    .collect()
+            })
+            .collect();
+        let layer_mean = layer_sum.iter().map(|k| over_queries(k)).collect();
+        KeyReceivedResult {
+            sum,
+            mean,
+            layer_sum,
+            layer_mean,
+        }
+    }
+}
+
+impl Merge for KeyReceived {
+    fn merge(&mut self, other: &KeyReceived) {
+        self.sum.merge(&other.sum);
+        self.seqs.merge(&other.seqs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn column_sums_over_counted_queries() {
+        // one sequence, one head, T = 3, min_query 1, in blocks of 2 and 1 queries:
+        // rows i = 0: (1, 0, 0) left out; i = 1: (0.25, 0.75, 0); i = 2: (0.5, 0.125, 0.375)
+        let mut acc = KeyReceived::new(1, 1, 3, 1);
+        let a = Tensor::new(&[[[[1f32, 0.0], [0.25, 0.75]]]], &Device::Cpu).unwrap();
+        acc.add(0, 0, &a).unwrap();
+        let b = Tensor::new(&[[[[0.5f32, 0.125, 0.375]]]], &Device::Cpu).unwrap();
+        acc.add(0, 2, &b).unwrap();
+        let r = acc.finish();
+        // key 0: 0.25 + 0.5 over 2 queries; key 1: 0.75 + 0.125 over 2; key 2: 0.375 over 1
+        assert_eq!(r.sum, [[[0.75, 0.875, 0.375]]]);
+        assert_eq!(r.mean, [[[0.375, 0.4375, 0.375]]]);
+        assert_eq!(r.layer_sum, [[0.75, 0.875, 0.375]]);
+        // merged with itself: twice the sums over twice the sequences, the same means
+        let mut twice = acc.clone();
+        twice.merge(&acc);
+        assert_eq!(twice.finish(), r);
+    }
+}

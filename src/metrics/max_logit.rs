@@ -1,0 +1,139 @@
+//! max_logit (what QK-clip monitors): per (layer, head) the largest logit the variant
+//! normalises over sequences, queries i >= min_query and visible keys, and the mean over
+//! those queries of each row's largest logit. Flash kernels keep only a row maximum, so this
+//! is read from the row table (or the `MaxLogit` hook where a block is materialised).
+
+use super::merge::Merge;
+use super::rows::Pool;
+use crate::probe::row_table::Column;
+
+/// Per (layer, head): the largest row maximum, and the sum and count of row maxima.
+#[derive(Debug, Clone)]
+pub struct MaxLogit {
+    heads: usize,
+    min_query: usize,
+    /// `[layer][head]`.
+    max: Vec<Vec<f64>>,
+    sum: Vec<Vec<Pool>>,
+}
+
+/// max_logit results, `[layer][head]` and per layer over heads.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct MaxLogitResult {
+    pub max: Vec<Vec<f64>>,
+    pub mean: Vec<Vec<f64>>,
+    pub layer_max: Vec<f64>,
+    pub layer_mean: Vec<f64>,
+}
+
+impl MaxLogit {
+    /// For `layers` x `heads`, queries >= `min_query`.
+    pub fn new(layers: usize, heads: usize, min_query: usize) -> Self {
+        MaxLogit {
+            heads,
+            min_query,
+            max: vec![vec![f64::NEG_INFINITY; heads]; layers],
+            sum: vec![vec![Pool::default(); heads]; layers],
+        }
+    }
+
+    /// Adds a block's row maxima `[batch, head, n]` of queries `q_start .. q_start + n`
+    /// (NaN rows are counted apart).
+    pub fn add<'v>(
+        &mut self,
+        layer: usize,
+        q_start: usize,
+        n: usize,
+        maxima: impl Into<Column<'v>>,
+    ) {
+        let maxima = maxima.into();
+        let skip = self.min_query.saturating_sub(q_start).min(n);
+        for cell in 0..maxima.len() / n.max(1) {
+            let h = cell % self.heads;
+            let (max, pool) = (&mut self.max[layer][h], &mut self.sum[layer][h]);
+            for r in skip..n {
+                let v = maxima.get(cell * n + r) as f64;
+                if v.is_nan() {
+                    pool.nan += 1;
+                    continue;
+                }
+                *max = max.max(v);
+                pool.sum += v;
+                pool.count += 1;
+            }
+        }
+    }
+
+    /// Per (layer, head) and per layer: the largest logit and the mean row maximum.
+    pub fn finish(&self) -> MaxLogitResult {
+        let mean = |pools: &[Pool]| {
+            let (s, c) = pools
+                .iter()
+                .fold((0.0, 0), |(s, c), p| (s + p.sum, c + p.count));
+            s / c as f64
+        };
+        MaxLogitResult {
+            max: self.max.clone(),
+            mean: self
+                .sum
+                .iter()
+                .map(|heads| {
+                    heads
+                        .iter()
+                        .map(|p| mean(std::slice::from_ref(p)))
+                        .collect()
+                })
+                .collect(),
+            layer_max: self
+                .max
+                .iter()
+                .map(|heads| heads.iter().copied().fold(f64::NEG_INFINITY, f64::max))
+                .collect(),
+            layer_mean: self.sum.iter().map(|heads| mean(heads)).collect(),
+        }
+    }
+}
+
+/// Maxima take the larger; sums and counts add.
+impl Merge for MaxLogit {
+    fn merge(&mut self, other: &MaxLogit) {
+        for (mine, theirs) in self
+            .max
+            .iter_mut()
+            .flatten()
+            .zip(other.max.iter().flatten())
+        {
+            *mine = mine.max(*theirs);
+        }
+        self.sum.merge(&other.sum);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maxima_and_means_over_counted_queries_merge_exactly() {
+        // one layer, two heads, queries 0..3 of one sequence, min_query 1:
+        // head 0 rows (9 left out, query 0), 2, -1 -> max 2, mean 0.5
+        // head 1 rows (left out), 4, NaN -> max 4, mean 4
+        let rows = [9.0f32, 2.0, -1.0, 7.0, 4.0, f32::NAN];
+        let mut whole = MaxLogit::new(1, 2, 1);
+        whole.add(0, 0, 3, &rows);
+        let r = whole.finish();
+        assert_eq!(r.max, [[2.0, 4.0]]);
+        assert_eq!(r.mean, [[0.5, 4.0]]);
+        // layer: max over heads 4, mean (2 - 1 + 4) / 3
+        assert_eq!((r.layer_max[0], r.layer_mean[0]), (4.0, 5.0 / 3.0));
+        // a second sequence accumulated apart, then merged: the same as one accumulator
+        let second = [0.0f32, 8.0, 1.0, 0.0, -3.0, -5.0];
+        let mut apart = MaxLogit::new(1, 2, 1);
+        apart.add(0, 0, 3, &second);
+        whole.add(0, 0, 3, &second);
+        let mut merged = MaxLogit::new(1, 2, 1);
+        merged.add(0, 0, 3, &rows);
+        merged.merge(&apart);
+        assert_eq!(merged.finish(), whole.finish());
+    }
+}
