@@ -17,6 +17,7 @@ pub mod error;
 pub mod export;
 pub mod metrics;
 pub mod model;
+pub mod nn;
 pub mod plot;
 pub mod probe;
 pub mod profile;

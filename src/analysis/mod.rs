@@ -7,7 +7,7 @@ pub mod series;
 use candle_core::Tensor;
 
 use crate::error::Result;
-use crate::metrics::{MetricOptions, MetricProbe, ModelMetrics};
+use crate::metrics::{MetricOptions, MetricProbe, ModelMetrics, VariantTraits};
 use crate::model::{Checkpoint, Model};
 use crate::probe::row_table::RowWants;
 use crate::probe::{BlockCtx, Hook, Probe};
@@ -123,5 +123,10 @@ pub fn finish(ckpt: &Checkpoint, probe: &MetricProbe) -> Result<ModelMetrics> {
     } else {
         None
     };
-    Ok(probe.finish(alpha_ma, ckpt.variant.kind))
+    let kind = ckpt.variant.kind;
+    let traits = VariantTraits {
+        has_sink_mass: kind.has_sink_mass(),
+        weights_sum_to_one: kind.weights_sum_to_one(),
+    };
+    Ok(probe.finish(alpha_ma, traits))
 }

@@ -94,8 +94,8 @@ pub fn affine_rows(
 mod tests {
     use super::*;
     use crate::attention::affine_weights;
-    use crate::attention::blocks::visibility;
     use crate::attention::variant::{Activation, AffineConfig};
+    use crate::probe::blocks::visibility;
 
     #[test]
     fn equals_the_candle_path() {

@@ -29,7 +29,7 @@ use super::cpu_softmax::{entropy_from_sums, exp_row};
 use super::variant::BetaLength;
 use crate::cpu::host::{lane_max, lane_sum, with_cpu_f32};
 use crate::error::Result;
-use crate::metrics::row_pass::{band_keys, clamped_entropy_sums, entropy_of_clamped_sums, qk_row};
+use crate::probe::row_pass::{band_keys, clamped_entropy_sums, entropy_of_clamped_sums, qk_row};
 use crate::probe::row_table::{
     RowWants, BANDS, ENTROPY, FIRST, QK_ABS_SUM, QK_SUM, SINK_MASS, SUM,
 };

@@ -15,7 +15,7 @@ use rayon::prelude::*;
 use crate::cpu::fast_math::exp;
 use crate::cpu::host::{lane_max, with_cpu_f32};
 use crate::error::Result;
-use crate::metrics::row_pass::{qk_row, row_values};
+use crate::probe::row_pass::{qk_row, row_values};
 use crate::probe::row_table::{RowWants, QK_ABS_SUM, QK_SUM, SINK_MASS};
 use crate::simd_dispatch;
 
@@ -223,8 +223,8 @@ pub fn causal_softmax_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attention::blocks::{mask_invisible, visibility};
     use crate::attention::sink::softmax_with_sink;
+    use crate::probe::blocks::{mask_invisible, visibility};
 
     fn block() -> Tensor {
         // 2 seqs, 2 heads, queries 33..37 against keys 0..37 (rows cross the 16 lanes)
@@ -282,7 +282,7 @@ mod tests {
 #[cfg(test)]
 mod row_table_tests {
     use super::*;
-    use crate::metrics::row_pass::weight_rows;
+    use crate::probe::row_pass::weight_rows;
     use crate::probe::row_table::{BANDS, ENTROPY, FIRST, SUM};
 
     #[test]

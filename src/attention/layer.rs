@@ -5,7 +5,6 @@
 use candle_core::{DType, Device, Tensor, D};
 
 use super::affine_scaled::{activate, affine_weights};
-use super::blocks::{mask_invisible, query_blocks, row_max_logits, visibility, with_column};
 use super::cpu_affine::affine_rows;
 use super::cpu_flash::{causal_attention, AffineTile, TileLogits, Tiles};
 use super::cpu_softmax::causal_softmax;
@@ -17,9 +16,8 @@ use super::scale_invariant::{reversed_coefficients, DistanceTable};
 use super::sink::softmax_with_sink;
 use super::variant::{AffineConfig, ScaleInvariantConfig, VariantKind};
 use crate::error::{Error, Result};
-use crate::model::layers::{Linear, RmsNorm};
-use crate::model::rope::Rope;
-use crate::model::weights::WeightStore;
+use crate::nn::{Linear, RmsNorm, Rope};
+use crate::probe::blocks::{mask_invisible, query_blocks, row_max_logits, visibility, with_column};
 use crate::probe::{wants_attention, BlockCtx, Hook, Probe};
 use crate::profile::phase;
 
@@ -55,6 +53,23 @@ enum LogitRule {
     Logn { scale: Tensor },
 }
 
+/// The tensors of one attention layer (`model.layers.{l}.self_attn`), as loaded.
+pub struct AttentionWeights {
+    pub q_proj: Linear,
+    pub k_proj: Linear,
+    pub v_proj: Linear,
+    pub o_proj: Linear,
+    pub q_norm: Option<RmsNorm>,
+    pub k_norm: Option<RmsNorm>,
+    /// Sink logits `[1, heads, 1, 1]` f32 (sink: stored; off_by_one: zeros).
+    pub sink_logits: Option<Tensor>,
+    /// Affine-Scaled alpha projection `[heads, hidden]` and stored alpha_ma `[heads]` f32.
+    pub alpha_proj: Option<Linear>,
+    pub alpha_ma: Option<Tensor>,
+    /// LogN's s_h `[1, heads, 1, 1]` f32 (logn only).
+    pub logn_scale: Option<Tensor>,
+}
+
 /// Parameters of one attention layer (`model.layers.{l}.self_attn`).
 pub struct Attention {
     q_proj: Linear,
@@ -82,102 +97,28 @@ struct BlockWeights {
 }
 
 impl Attention {
-    /// Loads the layer under `prefix` (e.g. `model.layers.3.self_attn`).
-    pub fn load(store: &WeightStore, prefix: &str, shape: AttentionShape) -> Result<Self> {
-        let s = &shape;
-        let q_out = if s.variant.is_gated() { 2 } else { 1 } * s.heads * s.head_dim;
-        let kv_out = s.kv_heads * s.head_dim;
-        let q_proj = Linear::load(
-            store,
-            &format!("{prefix}.q_proj"),
-            s.hidden,
-            q_out,
-            s.qkv_bias,
-        )?;
-        let k_proj = Linear::load(
-            store,
-            &format!("{prefix}.k_proj"),
-            s.hidden,
-            kv_out,
-            s.qkv_bias,
-        )?;
-        let v_proj = Linear::load(
-            store,
-            &format!("{prefix}.v_proj"),
-            s.hidden,
-            kv_out,
-            s.qkv_bias,
-        )?;
-        let o_proj = Linear::load(
-            store,
-            &format!("{prefix}.o_proj"),
-            s.heads * s.head_dim,
-            s.hidden,
-            s.o_bias,
-        )?;
-        let sink_logits = match s.variant {
-            VariantKind::Sink => Some(
-                store
-                    .get_as(&format!("{prefix}.sinks"), &[s.heads], DType::F32)?
-                    .reshape((1, s.heads, 1, 1))?,
-            ),
-            VariantKind::OffByOne => Some(Tensor::zeros(
-                (1, s.heads, 1, 1),
-                DType::F32,
-                store.device(),
-            )?),
-            _ => None,
-        };
-        let (q_norm, k_norm) = if s.qk_norm || store.contains(&format!("{prefix}.q_norm.weight")) {
-            let norm = |name: &str| {
-                RmsNorm::load(
-                    store,
-                    &format!("{prefix}.{name}"),
-                    s.head_dim,
-                    s.rms_norm_eps,
-                )
-            };
-            (Some(norm("q_norm")?), Some(norm("k_norm")?))
-        } else {
-            (None, None)
-        };
-        let logit_rule = match s.variant {
-            VariantKind::ScaleInvariant => LogitRule::ScaleInvariant {
-                tau: s.scale_invariant.tau,
+    /// The layer of its weights (`model::attention` loads them from a checkpoint).
+    pub fn new(w: AttentionWeights, shape: AttentionShape) -> Self {
+        let logit_rule = match (shape.variant, w.logn_scale) {
+            (VariantKind::ScaleInvariant, _) => LogitRule::ScaleInvariant {
+                tau: shape.scale_invariant.tau,
             },
-            VariantKind::Logn => LogitRule::Logn {
-                scale: load_logn_scale(store, prefix, s)?,
-            },
+            (VariantKind::Logn, Some(scale)) => LogitRule::Logn { scale },
             _ => LogitRule::Plain,
         };
-        let (alpha_proj, alpha_ma) = if s.variant.is_affine() {
-            let bias = store.contains(&format!("{prefix}.alpha_proj.bias"));
-            (
-                Some(Linear::load(
-                    store,
-                    &format!("{prefix}.alpha_proj"),
-                    s.hidden,
-                    s.heads,
-                    bias,
-                )?),
-                Some(store.get_as(&format!("{prefix}.alpha_ma"), &[s.heads], DType::F32)?),
-            )
-        } else {
-            (None, None)
-        };
-        Ok(Attention {
-            q_proj,
-            k_proj,
-            v_proj,
-            o_proj,
-            q_norm,
-            k_norm,
-            sink_logits,
-            alpha_proj,
-            alpha_ma,
+        Attention {
+            q_proj: w.q_proj,
+            k_proj: w.k_proj,
+            v_proj: w.v_proj,
+            o_proj: w.o_proj,
+            q_norm: w.q_norm,
+            k_norm: w.k_norm,
+            sink_logits: w.sink_logits,
+            alpha_proj: w.alpha_proj,
+            alpha_ma: w.alpha_ma,
             logit_rule,
             shape,
-        })
+        }
     }
 
     /// Attention output `[b, t, hidden]` for the normed hidden states `xs` `[b, t, hidden]`,
@@ -674,27 +615,4 @@ fn unplanned(kernel: &str) -> Error {
         "internal error: {kernel} asked for a case it cannot serve"
     ))
     .into()
-}
-
-/// s_h `[1, heads, 1, 1]` f32 of a logn layer: the stored `{prefix}.logn_scale` [heads], else
-/// config.json's `logn.scale` for every head.
-fn load_logn_scale(store: &WeightStore, prefix: &str, s: &AttentionShape) -> Result<Tensor> {
-    let name = format!("{prefix}.logn_scale");
-    let scale = match s.logn_scale {
-        Some(value) if !store.contains(&name) => {
-            Tensor::full(value as f32, s.heads, store.device())?
-        }
-        _ => store
-            .get_as(&name, &[s.heads], DType::F32)
-            .map_err(|err| match err {
-                Error::Input { path, message } => Error::Input {
-                    path,
-                    message: format!(
-                        "{message} (logn needs it, or \"logn\": {{\"scale\": s}} in config.json)"
-                    ),
-                },
-                other => other,
-            })?,
-    };
-    Ok(scale.reshape((1, s.heads, 1, 1))?)
 }

@@ -2,7 +2,6 @@
 //! device. One file per variant's math; `layer` holds the loop that feeds the probe.
 
 mod affine_scaled;
-pub mod blocks;
 pub(crate) mod cpu_affine;
 pub mod cpu_flash;
 pub mod cpu_softmax;
@@ -16,7 +15,7 @@ mod sink;
 mod variant;
 
 pub use affine_scaled::{activate, affine_weights};
-pub use layer::{Attention, AttentionShape};
+pub use layer::{Attention, AttentionShape, AttentionWeights};
 pub use logn::logn_logits;
 pub use scale_invariant::{distance_coefficients, reversed_coefficients, DistanceTable};
 pub use sink::softmax_with_sink;

@@ -4,38 +4,10 @@
 //! asked to compute what it can: none of them falls back to another.
 
 use crate::probe::row_table::RowWants;
+pub use crate::probe::Kernel;
 
 /// Distance bands the CUDA fused softmax accumulates per row (`MAX_BANDS` in kernels.cu).
 pub const CUDA_MAX_BANDS: usize = 16;
-
-/// How a layer's query blocks are computed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kernel {
-    /// CPU f32 inference where the probe takes row tables or nothing: flash-style tiles
-    /// (`cpu_flash`) that never hold a block's weights; every logit rule, sinks and
-    /// Affine-Scaled weights.
-    FlashTiles,
-    /// Plain softmax logits (with or without sinks) whose fused kernel (CPU f32, or CUDA)
-    /// writes the weights and the probe's row table in one pass.
-    FusedRows,
-    /// The block's weights in memory, from the CPU's fused softmax (f32 inference).
-    MaterialisedFused,
-    /// The block's weights in memory, from candle ops (any device and dtype, autograd).
-    Materialised,
-}
-
-impl Kernel {
-    /// What `--verbose` and run.json call it.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Kernel::FlashTiles => "flash tiles (no block map held)",
-            Kernel::FusedRows => "fused softmax with row table",
-            Kernel::MaterialisedFused => "materialised blocks, fused CPU softmax",
-            Kernel::Materialised => "materialised blocks, candle ops",
-        }
-    }
-}
 
 /// The device a layer runs on, as far as the kernels care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

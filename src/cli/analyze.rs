@@ -20,10 +20,10 @@ use crate::corpus::{
 };
 use crate::device::{parse_dtype, resolve_device, resolve_dtype, DeviceRequest};
 use crate::error::{Error, Result};
-use crate::export::{attention_tables, qk_series_table, Format, OutputDir};
+use crate::export::{Format, OutputDir};
 use crate::metrics::distance::Bands;
 use crate::metrics::entropy::EntropyOf;
-use crate::metrics::{Metric, MetricOptions, ModelMetrics};
+use crate::metrics::{attention_tables, qk_series_table, Metric, MetricOptions, ModelMetrics};
 use crate::model::{Checkpoint, WeightMap};
 
 /// Options shared by every metric command.

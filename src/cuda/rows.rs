@@ -1,4 +1,4 @@
-//! Launchers of the row kernels: the GPU side of [`crate::metrics::row_pass`], same tables.
+//! Launchers of the row kernels: the GPU side of [`crate::probe::row_pass`], same tables.
 
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::WrapErr;

@@ -147,9 +147,9 @@ mod tests {
     //! sink) and the CPU row pass of its weights. Needs a GPU: `cargo test --release
     //! --features cuda cuda_`.
     use super::*;
-    use crate::attention::blocks::{mask_invisible, visibility};
     use crate::attention::softmax_with_sink;
-    use crate::metrics::row_pass::{qk_sums, weight_rows};
+    use crate::probe::blocks::{mask_invisible, visibility};
+    use crate::probe::row_pass::{qk_sums, weight_rows};
     use crate::probe::row_table::split_table;
     use candle_core::{Device, D};
 

@@ -16,7 +16,7 @@
 //!    tables) or a hook (`wants` and `on_tensor`).
 //! 3. A kernel column when the metric is a new per-row sum (`probe::row_table`, the flash
 //!    tiles' `write_line`), or a hook pushed by `attention::layer` where blocks materialise.
-//! 4. `export/attention_tables.rs`: its rows (SPEC section 6), and a command in `cli/`.
+//! 4. `metrics/tables.rs`: its rows (SPEC section 6), and a command in `cli/`.
 //! 5. A float64 reference in `tools/` and a test against it (`tests/it/metrics.rs`).
 
 pub mod alpha_gate;
@@ -31,18 +31,18 @@ pub mod max_logit;
 pub mod merge;
 pub mod nll;
 pub mod qk_mean;
-pub mod row_pass;
 pub mod rows;
 pub mod summary;
+pub mod tables;
 pub mod weight_sum;
 
 use std::collections::BTreeSet;
 
 use candle_core::{DType, Tensor, D};
 
-use crate::attention::VariantKind;
 use crate::cpu::host::with_cpu_f32;
 use crate::error::Result;
+use crate::probe::row_pass::{weight_rows, weight_table_on_device};
 use crate::probe::row_table::Column;
 use crate::probe::row_table::{
     RowWants, BANDS, ENTROPY, FIRST, QK_ABS_SUM, QK_SUM, SINK_MASS, SUM,
@@ -61,8 +61,8 @@ use max_logit::{MaxLogit, MaxLogitResult};
 use merge::Merge;
 use nll::{Nll, NllResult};
 use qk_mean::{visible_pairs, QkMean, QkResult};
-use row_pass::{weight_rows, weight_table_on_device};
 use rows::{to_host, RowAccumulator};
+pub use tables::{attention_tables, decade_bins, qk_series_table};
 use weight_sum::{WeightSum, WeightSumResult};
 
 /// A metric of SPEC section 4.
@@ -153,6 +153,15 @@ pub struct ModelMetrics {
     pub key_received: Option<KeyReceivedResult>,
 }
 
+/// What the metrics need to know of a model's attention variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VariantTraits {
+    /// Mass can go to no token (sink, off_by_one): sink_mass is reported.
+    pub has_sink_mass: bool,
+    /// Every row's weights sum to 1 by construction (the weight-sum histogram is a constant).
+    pub weights_sum_to_one: bool,
+}
+
 /// What a row table held.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum TableSource {
@@ -237,11 +246,11 @@ impl MetricProbe {
         self.seq_offset = offset;
     }
 
-    /// Results of a model of variant `kind`; `alpha_ma` `[layer][head]` is the stored buffer
-    /// (affine variants).
-    pub fn finish(&self, alpha_ma: Option<Vec<Vec<f64>>>, kind: VariantKind) -> ModelMetrics {
+    /// Results of a model whose variant has `traits`; `alpha_ma` `[layer][head]` is the
+    /// stored buffer (affine variants).
+    pub fn finish(&self, alpha_ma: Option<Vec<Vec<f64>>>, kind: VariantTraits) -> ModelMetrics {
         let m = |metric| self.opts.metrics.contains(&metric);
-        let has_sink = kind.has_sink_mass();
+        let has_sink = kind.has_sink_mass;
         let bins = self.opts.bins;
         ModelMetrics {
             first_token: self
@@ -252,7 +261,7 @@ impl MetricProbe {
             weight_sum: self
                 .weight_sum
                 .as_ref()
-                .map(|w| w.finish(bins, kind.weights_sum_to_one())),
+                .map(|w| w.finish(bins, kind.weights_sum_to_one)),
             entropy: self.entropy.as_ref().map(Entropy::finish),
             qk: self.qk.as_ref().map(QkMean::finish),
             heatmap: self.heatmap.as_ref().map(Heatmap::finish),
@@ -617,7 +626,7 @@ mod tests {
     //! copied at the layer's end) run on the CPU against the host path (tables pooled on
     //! the host as they come).
     use super::*;
-    use crate::attention::blocks::query_blocks;
+    use crate::probe::blocks::query_blocks;
     use candle_core::Device;
     use serde_json::Value;
 
@@ -723,7 +732,7 @@ mod tests {
                 };
                 host.on_tensor(Hook::Pattern, &ctx, &w).unwrap();
                 // the table the fused softmax hands over: its q.k and sink columns by hand
-                let mut table = row_pass::weight_rows(&w, q0, &wants).unwrap().unwrap();
+                let mut table = weight_rows(&w, q0, &wants).unwrap().unwrap();
                 for cell in table.chunks_mut(width) {
                     cell[SINK_MASS] = 0.25;
                     cell[QK_SUM] = 1.0;
@@ -741,7 +750,10 @@ mod tests {
             host.on_layer_end(0).unwrap();
             device.on_layer_end(0).unwrap();
         }
-        let sink = VariantKind::Sink;
+        let sink = VariantTraits {
+            has_sink_mass: true,
+            weights_sum_to_one: false,
+        };
         let (from_host, from_device) = (host.finish(None, sink), device.finish(None, sink));
         let json = |m: &ModelMetrics| {
             let mut v = serde_json::to_value(m).unwrap();

@@ -5,9 +5,9 @@
 use super::merge::Merge;
 use candle_core::{Tensor, D};
 
-use super::row_pass::qk_sums;
-use crate::attention::blocks::visibility;
 use crate::error::Result;
+use crate::probe::blocks::visibility;
+use crate::probe::row_pass::qk_sums;
 
 /// Running sums per layer.
 #[derive(Debug, Clone)]

@@ -4,13 +4,15 @@
 
 use candle_core::Tensor;
 
+use super::attention;
 use super::config::ModelConfig;
-use super::layers::{Linear, Mlp, RmsNorm};
-use super::rope::Rope;
+use super::layers::{linear, mlp, rms_norm};
+use super::rope::rope_tables;
 use super::weights::WeightStore;
-use crate::attention::blocks::query_blocks;
 use crate::attention::{Attention, AttentionShape, VariantKind};
 use crate::error::Result;
+use crate::nn::{Linear, Mlp, RmsNorm};
+use crate::probe::blocks::query_blocks;
 use crate::probe::{BlockCtx, Hook, Probe};
 use crate::profile::phase;
 
@@ -55,20 +57,24 @@ impl Model {
         for l in 0..c.num_layers {
             let prefix = format!("model.layers.{l}");
             layers.push(DecoderLayer {
-                input_layernorm: RmsNorm::load(
+                input_layernorm: rms_norm(
                     store,
                     &format!("{prefix}.input_layernorm"),
                     c.hidden_size,
                     c.rms_norm_eps,
                 )?,
-                self_attn: Attention::load(store, &format!("{prefix}.self_attn"), shape.clone())?,
-                post_attention_layernorm: RmsNorm::load(
+                self_attn: attention::load_attention(
+                    store,
+                    &format!("{prefix}.self_attn"),
+                    shape.clone(),
+                )?,
+                post_attention_layernorm: rms_norm(
                     store,
                     &format!("{prefix}.post_attention_layernorm"),
                     c.hidden_size,
                     c.rms_norm_eps,
                 )?,
-                mlp: Mlp::load(
+                mlp: mlp(
                     store,
                     &format!("{prefix}.mlp"),
                     c.hidden_size,
@@ -80,12 +86,12 @@ impl Model {
         let lm_head = if c.tie_word_embeddings && !store.contains("lm_head.weight") {
             Linear::from_weight(embed.clone())
         } else {
-            Linear::load(store, "lm_head", c.hidden_size, c.vocab_size, false)?
+            linear(store, "lm_head", c.hidden_size, c.vocab_size, false)?
         };
         Ok(Model {
             embed_tokens: candle_nn::Embedding::new(embed, c.hidden_size),
             layers,
-            norm: RmsNorm::load(store, "model.norm", c.hidden_size, c.rms_norm_eps)?,
+            norm: rms_norm(store, "model.norm", c.hidden_size, c.rms_norm_eps)?,
             lm_head,
             config: config.clone(),
             variant,
@@ -100,7 +106,7 @@ impl Model {
         let c = &self.config;
         let device = input_ids.device();
         let dtype = self.embed_tokens.embeddings().dtype();
-        let rope = Rope::new(&c.rope, c.head_dim, t, dtype, device)?;
+        let rope = rope_tables(&c.rope, c.head_dim, t, dtype, device)?;
         let mut xs = {
             let _p = phase("embedding");
             candle_core::Module::forward(&self.embed_tokens, input_ids)?

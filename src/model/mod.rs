@@ -2,6 +2,7 @@
 //! checkpoint is a Hugging Face folder (config.json + safetensors) or a GGUF file
 //! ([`gguf`]); both end up as a [`ModelConfig`] and a [`WeightStore`] serving HF names.
 
+mod attention;
 pub mod config;
 mod decoder;
 mod detect;

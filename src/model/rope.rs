@@ -1,12 +1,13 @@
-//! Rotary position embeddings in Hugging Face's rotate-half convention: default RoPE,
+//! Rotary position embeddings from config.json, in Hugging Face's rotate-half convention: default RoPE,
 //! Llama-3 frequency scaling, `partial_rotary_factor` (only the first fraction of each
 //! head's dimensions rotates) and p-RoPE (only the first n frequency pairs rotate, the
 //! others have frequency 0; SPEC section 2).
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device};
 
 use super::config::{PRopeSpacing, RopeConfig, RopeScaling};
 use crate::error::Result;
+use crate::nn::Rope;
 
 /// The inverse frequencies theta_k of one head, `rot_dim / 2` values (after scaling; p-RoPE's
 /// non-rotating pairs are 0).
@@ -68,69 +69,21 @@ pub fn rotated_dims(head_dim: usize, partial_rotary_factor: f64) -> usize {
     d - d % 2
 }
 
-/// cos/sin tables for positions `0..seq_len`, ready to apply.
-pub struct Rope {
-    cos: Tensor,
-    sin: Tensor,
-    rot_dim: usize,
-}
-
-impl Rope {
-    /// Tables for `seq_len` positions, computed in f64 and cast to `dtype`.
-    pub fn new(
-        rope: &RopeConfig,
-        head_dim: usize,
-        seq_len: usize,
-        dtype: DType,
-        device: &Device,
-    ) -> Result<Self> {
-        let inv = inverse_frequencies(rope, head_dim);
-        let half = inv.len();
-        let mut cos = Vec::with_capacity(seq_len * half);
-        let mut sin = Vec::with_capacity(seq_len * half);
-        for pos in 0..seq_len {
-            for f in &inv {
-                let angle = pos as f64 * f;
-                cos.push(angle.cos());
-                sin.push(angle.sin());
-            }
-        }
-        let cos = Tensor::from_vec(cos, (seq_len, half), device)?.to_dtype(dtype)?;
-        let sin = Tensor::from_vec(sin, (seq_len, half), device)?.to_dtype(dtype)?;
-        Ok(Rope {
-            cos,
-            sin,
-            rot_dim: 2 * half,
-        })
-    }
-
-    /// Rotates `xs` `[batch, heads, seq, head_dim]`. The fused kernel has no backward pass,
-    /// so when gradients are tracked (training) the rotate-half formula runs as tensor ops.
-    pub fn apply(&self, xs: &Tensor) -> Result<Tensor> {
-        let (_, _, _, head_dim) = xs.dims4()?;
-        if self.rot_dim == 0 {
-            return Ok(xs.clone());
-        }
-        let rope = |x: &Tensor| -> Result<Tensor> {
-            Ok(if x.track_op() {
-                candle_nn::rotary_emb::rope_slow(x, &self.cos, &self.sin)?
-            } else {
-                candle_nn::rotary_emb::rope(x, &self.cos, &self.sin)?
-            })
-        };
-        if self.rot_dim == head_dim {
-            return rope(&xs.contiguous()?);
-        }
-        let rot = xs.narrow(3, 0, self.rot_dim)?.contiguous()?;
-        let pass = xs.narrow(3, self.rot_dim, head_dim - self.rot_dim)?;
-        let rot = rope(&rot)?;
-        Ok(Tensor::cat(&[&rot, &pass], 3)?)
-    }
+/// The cos/sin tables of `rope` for `seq_len` positions of heads of `head_dim`.
+pub fn rope_tables(
+    rope: &RopeConfig,
+    head_dim: usize,
+    seq_len: usize,
+    dtype: DType,
+    device: &Device,
+) -> Result<Rope> {
+    Rope::new(&inverse_frequencies(rope, head_dim), seq_len, dtype, device)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use candle_core::Tensor;
 
     fn config(theta: f64, scaling: RopeScaling) -> RopeConfig {
         RopeConfig {
@@ -162,7 +115,7 @@ mod tests {
             .reshape((2, 3, 16, 8))
             .unwrap();
         let rotate = |cfg: &RopeConfig| {
-            let rope = Rope::new(cfg, 8, 16, DType::F32, &Device::Cpu).unwrap();
+            let rope = rope_tables(cfg, 8, 16, DType::F32, &Device::Cpu).unwrap();
             let out = rope.apply(&xs).unwrap();
             out.flatten_all().unwrap().to_vec1::<f32>().unwrap()
         };
@@ -236,7 +189,7 @@ mod tests {
                 rotating_pairs: 2,
             },
         );
-        let rope = Rope::new(&cfg, 8, 6, DType::F32, &Device::Cpu).unwrap();
+        let rope = rope_tables(&cfg, 8, 6, DType::F32, &Device::Cpu).unwrap();
         let xs = Tensor::arange(1f32, 1.0 + 6.0 * 8.0, &Device::Cpu)
             .unwrap()
             .reshape((1, 1, 6, 8))

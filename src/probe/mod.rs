@@ -6,14 +6,17 @@
 //! can see, `0 .. ctx.q_start + ctx.q_len` (keys after the last query are invisible to every
 //! query of the block and are not materialised).
 
+pub mod blocks;
 mod capture;
+mod kernel;
+pub mod row_pass;
 pub mod row_table;
 
 pub use capture::CaptureProbe;
+pub use kernel::Kernel;
 
 use candle_core::Tensor;
 
-use crate::attention::plan::Kernel;
 use crate::error::Result;
 use row_table::RowWants;
 
@@ -31,7 +34,7 @@ pub enum Hook {
     /// `hook_rot_k`: keys after RoPE, `[batch, pos, kv_head, d_head]`, once per layer.
     RotK,
     /// `hook_qk`: raw q . k before 1/sqrt(d) and any variant transform, unmasked,
-    /// `[batch, head, q_block, keys]` (key j is visible to query i = `ctx.q_start + r` when j <= i; `attention::blocks::visibility` builds the mask).
+    /// `[batch, head, q_block, keys]` (key j is visible to query i = `ctx.q_start + r` when j <= i; `probe::blocks::visibility` builds the mask).
     Qk,
     /// `hook_attn_scores`: the logits the variant normalises (scaled, masked with -inf),
     /// `[batch, head, q_block, keys]`, f32.

@@ -1,10 +1,11 @@
-//! The attention tables of SPEC section 6, built from computed metrics. Column names and
-//! meanings here are the contract that figures, notebooks and other tools read.
+//! The attention tables of SPEC section 6, built from computed metrics (`export` writes
+//! them). Column names and meanings here are the contract that figures, notebooks and other
+//! tools read.
 
-use super::table::{Column, Table};
-use crate::metrics::key_received::KeyReceivedResult;
-use crate::metrics::max_logit::MaxLogitResult;
-use crate::metrics::ModelMetrics;
+use super::key_received::KeyReceivedResult;
+use super::max_logit::MaxLogitResult;
+use super::ModelMetrics;
+use crate::export::{Column, Table};
 
 /// Rows of `attention.csv`: model, metric, layer, head, stat, value.
 #[derive(Default)]

@@ -1,0 +1,84 @@
+//! Small building blocks of a decoder: linear projections, RMSNorm, the SwiGLU MLP. Built
+//! from tensors; `model::layers` loads them from a checkpoint.
+
+use candle_core::{Module, Tensor};
+
+use crate::error::Result;
+
+/// `y = x W^T (+ b)`, weights `[out, in]`.
+pub struct Linear {
+    inner: candle_nn::Linear,
+}
+
+impl Linear {
+    /// A projection with weight `[out, in]` and an optional bias `[out]`.
+    pub fn new(weight: Tensor, bias: Option<Tensor>) -> Self {
+        Linear {
+            inner: candle_nn::Linear::new(weight, bias),
+        }
+    }
+
+    /// A projection from an already-loaded weight (e.g. tied embeddings).
+    pub fn from_weight(weight: Tensor) -> Self {
+        Linear::new(weight, None)
+    }
+
+    /// Applies the projection to `[..., in]`.
+    pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        Ok(self.inner.forward(xs)?)
+    }
+}
+
+/// Root-mean-square normalisation with a learned scale.
+pub struct RmsNorm {
+    weight: Tensor,
+    eps: f32,
+}
+
+impl RmsNorm {
+    /// A norm with scale `weight` `[dim]`.
+    pub fn new(weight: Tensor, eps: f64) -> Self {
+        RmsNorm {
+            weight,
+            eps: eps as f32,
+        }
+    }
+
+    /// Normalises the last dimension. The fused kernel has no backward pass, so when
+    /// gradients are tracked (training) the same formula runs as differentiable tensor ops.
+    pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        if xs.track_op() || self.weight.track_op() {
+            return Ok(candle_nn::ops::rms_norm_slow(xs, &self.weight, self.eps)?);
+        }
+        Ok(candle_nn::ops::rms_norm(
+            &xs.contiguous()?,
+            &self.weight,
+            self.eps,
+        )?)
+    }
+}
+
+/// SwiGLU MLP: `down(silu(gate(x)) * up(x))`.
+pub struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+impl Mlp {
+    /// The MLP of its three projections.
+    pub fn new(gate_proj: Linear, up_proj: Linear, down_proj: Linear) -> Self {
+        Mlp {
+            gate_proj,
+            up_proj,
+            down_proj,
+        }
+    }
+
+    /// Applies the MLP to `[batch, seq, hidden]`.
+    pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        let gate = candle_nn::ops::silu(&self.gate_proj.forward(xs)?)?;
+        let up = self.up_proj.forward(xs)?;
+        self.down_proj.forward(&(gate * up)?)
+    }
+}
