@@ -251,7 +251,7 @@ fn device_arg(d: DeviceRequest) -> String {
 /// Runs one asa-analyze command line in-process.
 fn command(args: Vec<String>) -> Result<()> {
     let argv = std::iter::once("asa-analyze".to_string()).chain(args);
-    let cli = Cli::try_parse_from(argv).map_err(|e| Error::usage(format!("demo: {e}")))?;
+    let cli = Cli::try_parse_from(argv).map_err(|e| Error::failed("demo", e))?;
     run_command(cli)
 }
 
@@ -372,14 +372,15 @@ fn short(variant: &str) -> &str {
 type Row = std::collections::HashMap<String, String>;
 
 fn read_csv(path: &Path) -> Result<Vec<Row>> {
-    let mut reader = csv::Reader::from_path(path).map_err(|e| Error::input(path, e.to_string()))?;
+    let mut reader =
+        csv::Reader::from_path(path).map_err(|e| Error::invalid(path, "cannot read CSV", e))?;
     let headers = reader
         .headers()
-        .map_err(|e| Error::input(path, e.to_string()))?
+        .map_err(|e| Error::invalid(path, "cannot read CSV header", e))?
         .clone();
     let mut rows = Vec::new();
     for rec in reader.records() {
-        let rec = rec.map_err(|e| Error::input(path, e.to_string()))?;
+        let rec = rec.map_err(|e| Error::invalid(path, "cannot read CSV", e))?;
         rows.push(
             headers
                 .iter()

@@ -167,7 +167,7 @@ fn write_out(
     }
     let name = format!("run_{}.json", tables[0].name);
     let mut bytes = serde_json::to_vec_pretty(&record)
-        .map_err(|e| Error::usage(format!("cannot encode {name}: {e}")))?;
+        .map_err(|e| Error::failed(format!("cannot encode {name}"), e))?;
     bytes.push(b'\n');
     out.write_bytes(&name, &bytes)?;
     let files = out.commit()?;
@@ -195,7 +195,7 @@ fn emit(text: &str) -> Result<()> {
 
 fn emit_json(value: &serde_json::Value) -> Result<()> {
     let mut text = serde_json::to_string_pretty(value)
-        .map_err(|e| Error::usage(format!("cannot encode JSON output: {e}")))?;
+        .map_err(|e| Error::failed("cannot encode JSON output", e))?;
     text.push('\n');
     emit(&text)
 }

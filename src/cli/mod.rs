@@ -1,5 +1,6 @@
 //! Command-line interface: clap arguments (raw) turned into validated run configs, one
-//! file per command group. Errors print as `asa-analyze: {err}` and exit with status 2.
+//! file per command group. Errors print as one line, `asa-analyze: {err}` with its causes
+//! ([`crate::error::Error::report`]), and exit with status 2.
 
 use std::process::ExitCode;
 
@@ -88,8 +89,7 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            let line = err.to_string().replace('\n', " ");
-            eprintln!("asa-analyze: {line}");
+            eprintln!("asa-analyze: {}", err.report());
             ExitCode::from(2)
         }
     }

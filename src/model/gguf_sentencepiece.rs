@@ -55,9 +55,8 @@ pub fn sentencepiece_tokenizer(content: &Content, path: &Path) -> Result<Tokeniz
     if let Some(token) = unk.and_then(|id| tokens.get(id)) {
         bpe = bpe.unk_token(token.clone());
     }
-    let bpe = bpe
-        .build()
-        .map_err(|e| fail(format!("invalid GGUF SentencePiece tokenizer: {e}")))?;
+    let invalid = |e| Error::invalid(path, "invalid GGUF SentencePiece tokenizer", e);
+    let bpe = bpe.build().map_err(invalid)?;
 
     let mut tokenizer = Tokenizer::new(bpe);
     let mut normalizers: Vec<NormalizerWrapper> = Vec::new();
@@ -71,7 +70,7 @@ pub fn sentencepiece_tokenizer(content: &Content, path: &Path) -> Result<Tokeniz
     );
     tokenizer
         .with_normalizer(Some(NormalizerSequence::new(normalizers)))
-        .map_err(|e| fail(format!("invalid GGUF SentencePiece tokenizer: {e}")))?;
+        .map_err(invalid)?;
     let mut decoders: Vec<DecoderWrapper> = vec![
         Replace::new(SPACE, " ")
             .expect("a plain string pattern")
@@ -83,7 +82,7 @@ pub fn sentencepiece_tokenizer(content: &Content, path: &Path) -> Result<Tokeniz
         decoders.push(Strip::new(' ', 1, 0).into());
     }
     tokenizer.with_decoder(Some(DecoderSequence::new(decoders)));
-    add_listed_tokens(&mut tokenizer, &tokens, &types, |_| true).map_err(fail)?;
+    add_listed_tokens(&mut tokenizer, &tokens, &types, |_| true, path)?;
     Ok(tokenizer)
 }
 
