@@ -53,6 +53,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// Writing to stdout failed; a closed pipe (`| head`) is not reported
+    /// ([`Error::is_broken_pipe`]).
+    #[error("cannot write to stdout: {0}")]
+    Stdout(#[source] std::io::Error),
     /// A tensor operation failed (a bug or an unsupported device operation).
     #[error("tensor operation failed: {0}")]
     Candle(#[from] candle_core::Error),
@@ -132,6 +136,21 @@ impl Error {
         }
         line
     }
+
+    /// Whether a closed pipe caused this error (an [`std::io::ErrorKind::BrokenPipe`]
+    /// anywhere in the source chain): `asa-analyze ... | head` exits 0 quietly on it.
+    pub fn is_broken_pipe(&self) -> bool {
+        let mut cause: Option<&(dyn StdError + 'static)> = Some(self);
+        while let Some(c) = cause {
+            if let Some(io) = c.downcast_ref::<std::io::Error>() {
+                if io.kind() == std::io::ErrorKind::BrokenPipe {
+                    return true;
+                }
+            }
+            cause = c.source();
+        }
+        false
+    }
 }
 
 /// `message` on one line: runs of whitespace (newlines included) become one space.
@@ -180,5 +199,14 @@ mod tests {
         let io = std::io::Error::other("disk on fire");
         let err = Error::io("a.csv", io);
         assert_eq!(err.report(), "a.csv: disk on fire");
+    }
+
+    #[test]
+    fn broken_pipe_is_found_anywhere_in_the_chain() {
+        let pipe = || std::io::Error::from(std::io::ErrorKind::BrokenPipe);
+        assert!(Error::Stdout(pipe()).is_broken_pipe());
+        assert!(Error::invalid("x", "cannot write", Outer(pipe())).is_broken_pipe());
+        assert!(!Error::Stdout(std::io::Error::other("full")).is_broken_pipe());
+        assert!(!Error::usage("bad").is_broken_pipe());
     }
 }

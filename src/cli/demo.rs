@@ -21,6 +21,7 @@ use std::time::Instant;
 use clap::{Args, Parser};
 use indicatif::MultiProgress;
 
+use super::stdout::with_stdout;
 use super::train::{step_bar, TrainSettings};
 use super::{run as run_command, Cli};
 use crate::attention::VariantKind;
@@ -342,24 +343,28 @@ fn print_summary(summaries: &[TrainSummary], results: &Path) -> Result<()> {
             .unwrap_or_else(|| "-".into())
     };
     let f = |v: Option<f64>| v.map(|v| format!("{v:.4}")).unwrap_or_else(|| "-".into());
-    println!();
-    println!(
-        "{:<9} {:>8} {:>10} {:>11} {:>9} {:>11} {:>11}",
-        "method", "variant", "final_loss", "perplexity", "first_tok", "entropy", "spikes k=6/9"
-    );
-    for ((label, _), s) in METHODS.iter().zip(summaries) {
-        println!(
-            "{:<9} {:>8} {:>10.4} {:>11} {:>9} {:>11} {:>11}",
-            label,
-            short(&s.variant),
-            s.final_loss,
-            f(ppl(label)),
-            f(layer_mean(label, "first_token")),
-            f(layer_mean(label, "entropy")),
-            format!("{}/{}", spike(label, "6"), spike(label, "9")),
-        );
-    }
-    Ok(())
+    with_stdout(|out| {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "{:<9} {:>8} {:>10} {:>11} {:>9} {:>11} {:>11}",
+            "method", "variant", "final_loss", "perplexity", "first_tok", "entropy", "spikes k=6/9"
+        )?;
+        for ((label, _), s) in METHODS.iter().zip(summaries) {
+            writeln!(
+                out,
+                "{:<9} {:>8} {:>10.4} {:>11} {:>9} {:>11} {:>11}",
+                label,
+                short(&s.variant),
+                s.final_loss,
+                f(ppl(label)),
+                f(layer_mean(label, "first_token")),
+                f(layer_mean(label, "entropy")),
+                format!("{}/{}", spike(label, "6"), spike(label, "9")),
+            )?;
+        }
+        Ok(())
+    })
 }
 
 fn short(variant: &str) -> &str {

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use candle_core::{DType, Device};
 use serde_json::json;
 
+use super::stdout::{print_json, with_stdout};
 use crate::error::Result;
 use crate::model::rope::rotary_dim;
 use crate::model::{Checkpoint, WeightMap};
@@ -81,11 +82,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
         report["rope_source"] = json!(g.rope_source());
     }
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("json values serialise")
-        );
-        return Ok(());
+        return print_json(&report);
     }
     let rows = [
         ("checkpoint", args.checkpoint.display().to_string()),
@@ -133,13 +130,16 @@ pub fn run(args: InspectArgs) -> Result<()> {
                 .join(", "),
         ),
     ];
-    for (key, value) in rows {
-        println!("{key:<14} {value}");
-    }
-    if let Some(note) = &ckpt.variant.unused_weights {
-        println!("{:<14} {note}", "note");
-    }
-    Ok(())
+    let note = ckpt.variant.unused_weights.as_ref();
+    with_stdout(|out| {
+        for (key, value) in rows {
+            writeln!(out, "{key:<14} {value}")?;
+        }
+        if let Some(note) = note {
+            writeln!(out, "{:<14} {note}", "note")?;
+        }
+        Ok(())
+    })
 }
 
 fn format_count(n: usize) -> String {
