@@ -22,6 +22,7 @@ use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 use tokenizers::{DecoderWrapper, NormalizerWrapper, Tokenizer};
 
+use super::gguf_config::short;
 use super::gguf_tokenizer::{add_listed_tokens, string_array, token_types, TokenType};
 use crate::error::{Error, Result};
 
@@ -102,7 +103,7 @@ fn scores(content: &Content, n: usize) -> std::result::Result<Vec<f32>, String> 
         .map(|v| match v {
             Value::F32(x) => Ok(*x),
             Value::F64(x) => Ok(*x as f32),
-            other => Err(format!("{key} holds a non-float {other:?}")),
+            other => Err(format!("{key} holds a non-float, {}", short(other))),
         })
         .collect()
 }

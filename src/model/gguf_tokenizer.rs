@@ -23,7 +23,7 @@ use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 
 use super::gguf::read_error;
-use super::gguf_config::{metadata_str, value_as_u64};
+use super::gguf_config::{metadata_str, short, value_as_u64};
 use super::gguf_sentencepiece::sentencepiece_tokenizer;
 use crate::error::{Error, Result};
 
@@ -208,7 +208,7 @@ pub(super) fn string_array(
             .iter()
             .map(|v| match v {
                 Value::String(s) => Ok(s.clone()),
-                other => Err(format!("{key} holds a non-string {other:?}")),
+                other => Err(format!("{key} holds a non-string, {}", short(other))),
             })
             .collect(),
         Some(_) => Err(format!("{key} is not an array")),

@@ -241,7 +241,7 @@ impl WeightStore {
             // integers would be cast to floats as they are: weights are floating point
             // (safetensors' Dtype by name: candle does not re-export the type)
             if let Ok(view) = files.get(name) {
-                let d = format!("{:?}", view.dtype());
+                let d = view.dtype().to_string();
                 if !matches!(d.as_str(), "F16" | "BF16" | "F32" | "F64") {
                     return Err(Error::input(
                         &origin[name],
@@ -288,7 +288,7 @@ impl WeightStore {
                     (
                         name,
                         view.shape().to_vec(),
-                        format!("{:?}", view.dtype()).to_lowercase(),
+                        view.dtype().to_string().to_lowercase(),
                     )
                 })
                 .collect(),
@@ -296,7 +296,7 @@ impl WeightStore {
             Source::Memory(map) => map
                 .iter()
                 .map(|(name, t)| {
-                    let dtype = format!("{:?}", t.dtype()).to_lowercase();
+                    let dtype = t.dtype().as_str().to_string();
                     (name.clone(), t.dims().to_vec(), dtype)
                 })
                 .collect(),
