@@ -53,7 +53,7 @@ pub fn resolve_device(request: DeviceRequest) -> Result<Device> {
                 )));
             }
             let device = Device::new_cuda(n).map_err(|e| {
-                Error::usage(format!("--device cuda:{n}: no usable CUDA device ({e})"))
+                Error::failed(format!("--device cuda:{n}: no usable CUDA device"), e)
             })?;
             Ok(prepared(device))
         }

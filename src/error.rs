@@ -1,14 +1,48 @@
 //! The crate's one error type. Every error a user can cause names the file (or option)
-//! and the problem in one line; the binary prints it as `asa-analyze: {err}` and exits 2.
+//! and the problem in one line; the binary prints it as `asa-analyze: {err}` and exits 2
+//! (`cli::main`).
+//!
+//! Errors keep their cause: a failure inside a library we call (serde_json, polars,
+//! tokenizers, candle, csv, safetensors, ...) becomes [`Error::Invalid`] (a file to name)
+//! or [`Error::Failed`] (none), with our words for the operation in `what` and the
+//! library's error kept as `#[source]`, so callers can inspect or downcast it.
+//!
+//! The rule for `Display` and the source chain: **`Display` of every variant includes its
+//! direct cause, on one line** (`{path}: {what}: {cause}`), because library users and
+//! tests call `to_string()` and must not lose the cause. `source()` still returns that
+//! cause. Whoever prints the whole chain ([`Error::report`], used by `cli::main`) therefore
+//! starts from `Display` and appends only deeper causes whose text is not already in the
+//! line, so nothing is said twice.
 
+use std::error::Error as StdError;
 use std::path::{Path, PathBuf};
+
+/// A library's error kept as the cause of ours.
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
 /// Everything that can go wrong in asa-analyze.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A user-supplied file is missing, malformed or inconsistent.
+    /// A user-supplied file is missing, malformed or inconsistent (our own words, no
+    /// underlying error).
     #[error("{}: {message}", path.display())]
     Input { path: PathBuf, message: String },
+    /// A library could not read, parse or write `path`: `what` says which operation,
+    /// `source` is the library's error.
+    #[error("{}: {what}: {}", path.display(), one_line(source))]
+    Invalid {
+        path: PathBuf,
+        what: String,
+        #[source]
+        source: BoxError,
+    },
+    /// A library call with no file to name failed (training a tokenizer, encoding JSON).
+    #[error("{what}: {}", one_line(source))]
+    Failed {
+        what: String,
+        #[source]
+        source: BoxError,
+    },
     /// A command-line option or combination of options is invalid.
     #[error("{0}")]
     Usage(String),
@@ -19,6 +53,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// Writing to stdout failed; a closed pipe (`| head`) is not reported
+    /// ([`Error::is_broken_pipe`]).
+    #[error("cannot write to stdout: {0}")]
+    Stdout(#[source] std::io::Error),
     /// A tensor operation failed (a bug or an unsupported device operation).
     #[error("tensor operation failed: {0}")]
     Candle(#[from] candle_core::Error),
@@ -33,6 +71,29 @@ impl Error {
         Error::Input {
             path: path.as_ref().to_path_buf(),
             message: message.into(),
+        }
+    }
+
+    /// A library failed on `path`, e.g. `Error::invalid(path, "invalid config.json", e)`
+    /// for a serde_json error `e`; shown as `{path}: invalid config.json: {e}`.
+    pub fn invalid(
+        path: impl AsRef<Path>,
+        what: impl Into<String>,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        Error::Invalid {
+            path: path.as_ref().to_path_buf(),
+            what: what.into(),
+            source: source.into(),
+        }
+    }
+
+    /// A library call with no file to name failed, e.g.
+    /// `Error::failed("tokenizer training failed", e)`; shown as `{what}: {e}`.
+    pub fn failed(what: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Error::Failed {
+            what: what.into(),
+            source: source.into(),
         }
     }
 
@@ -57,5 +118,95 @@ impl Error {
             path: path.as_ref().to_path_buf(),
             source,
         }
+    }
+
+    /// The whole error on one line: `Display` (which holds the direct cause), then every
+    /// deeper cause of the `source()` chain whose text the line does not already hold,
+    /// joined with ": "; whitespace runs (newlines too) become one space.
+    pub fn report(&self) -> String {
+        let mut line = one_line(self);
+        let mut cause = self.source();
+        while let Some(c) = cause {
+            let text = one_line(c);
+            if !text.is_empty() && !line.contains(&text) {
+                line.push_str(": ");
+                line.push_str(&text);
+            }
+            cause = c.source();
+        }
+        line
+    }
+
+    /// Whether a closed pipe caused this error (an [`std::io::ErrorKind::BrokenPipe`]
+    /// anywhere in the source chain): `asa-analyze ... | head` exits 0 quietly on it.
+    pub fn is_broken_pipe(&self) -> bool {
+        let mut cause: Option<&(dyn StdError + 'static)> = Some(self);
+        while let Some(c) = cause {
+            if let Some(io) = c.downcast_ref::<std::io::Error>() {
+                if io.kind() == std::io::ErrorKind::BrokenPipe {
+                    return true;
+                }
+            }
+            cause = c.source();
+        }
+        false
+    }
+}
+
+/// `message` on one line: runs of whitespace (newlines included) become one space.
+pub(crate) fn one_line(message: impl std::fmt::Display) -> String {
+    message
+        .to_string()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cause that has a cause of its own, and says only its own part.
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer\ncause")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn invalid_keeps_its_cause_and_shows_it() {
+        let json = serde_json::from_str::<serde_json::Value>("{").unwrap_err();
+        let shown = json.to_string();
+        let err = Error::invalid("ckpt/config.json", "invalid config.json", json);
+        assert_eq!(
+            err.to_string(),
+            format!("ckpt/config.json: invalid config.json: {shown}")
+        );
+        let source = err.source().expect("the cause is kept");
+        assert!(source.downcast_ref::<serde_json::Error>().is_some());
+        // the printer says the cause once
+        assert_eq!(err.report(), err.to_string());
+    }
+
+    #[test]
+    fn report_adds_deeper_causes_once_on_one_line() {
+        let io = std::io::Error::other("disk on fire");
+        let err = Error::invalid("a.csv", "cannot write table", Outer(io));
+        assert_eq!(err.to_string(), "a.csv: cannot write table: outer cause");
+        assert_eq!(
+            err.report(),
+            "a.csv: cannot write table: outer cause: disk on fire"
+        );
+        // a cause whose Display already holds its own cause is not repeated
+        let io = std::io::Error::other("disk on fire");
+        let err = Error::io("a.csv", io);
+        assert_eq!(err.report(), "a.csv: disk on fire");
+    }
+
+    #[test]
+    fn broken_pipe_is_found_anywhere_in_the_chain() {
+        let pipe = || std::io::Error::from(std::io::ErrorKind::BrokenPipe);
+        assert!(Error::Stdout(pipe()).is_broken_pipe());
+        assert!(Error::invalid("x", "cannot write", Outer(pipe())).is_broken_pipe());
+        assert!(!Error::Stdout(std::io::Error::other("full")).is_broken_pipe());
+        assert!(!Error::usage("bad").is_broken_pipe());
     }
 }

@@ -21,6 +21,7 @@ use std::time::Instant;
 use clap::{Args, Parser};
 use indicatif::MultiProgress;
 
+use super::stdout::with_stdout;
 use super::train::{step_bar, TrainSettings};
 use super::{run as run_command, Cli};
 use crate::attention::VariantKind;
@@ -251,7 +252,7 @@ fn device_arg(d: DeviceRequest) -> String {
 /// Runs one asa-analyze command line in-process.
 fn command(args: Vec<String>) -> Result<()> {
     let argv = std::iter::once("asa-analyze".to_string()).chain(args);
-    let cli = Cli::try_parse_from(argv).map_err(|e| Error::usage(format!("demo: {e}")))?;
+    let cli = Cli::try_parse_from(argv).map_err(|e| Error::failed("demo", e))?;
     run_command(cli)
 }
 
@@ -342,24 +343,28 @@ fn print_summary(summaries: &[TrainSummary], results: &Path) -> Result<()> {
             .unwrap_or_else(|| "-".into())
     };
     let f = |v: Option<f64>| v.map(|v| format!("{v:.4}")).unwrap_or_else(|| "-".into());
-    println!();
-    println!(
-        "{:<9} {:>8} {:>10} {:>11} {:>9} {:>11} {:>11}",
-        "method", "variant", "final_loss", "perplexity", "first_tok", "entropy", "spikes k=6/9"
-    );
-    for ((label, _), s) in METHODS.iter().zip(summaries) {
-        println!(
-            "{:<9} {:>8} {:>10.4} {:>11} {:>9} {:>11} {:>11}",
-            label,
-            short(&s.variant),
-            s.final_loss,
-            f(ppl(label)),
-            f(layer_mean(label, "first_token")),
-            f(layer_mean(label, "entropy")),
-            format!("{}/{}", spike(label, "6"), spike(label, "9")),
-        );
-    }
-    Ok(())
+    with_stdout(|out| {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "{:<9} {:>8} {:>10} {:>11} {:>9} {:>11} {:>11}",
+            "method", "variant", "final_loss", "perplexity", "first_tok", "entropy", "spikes k=6/9"
+        )?;
+        for ((label, _), s) in METHODS.iter().zip(summaries) {
+            writeln!(
+                out,
+                "{:<9} {:>8} {:>10.4} {:>11} {:>9} {:>11} {:>11}",
+                label,
+                short(&s.variant),
+                s.final_loss,
+                f(ppl(label)),
+                f(layer_mean(label, "first_token")),
+                f(layer_mean(label, "entropy")),
+                format!("{}/{}", spike(label, "6"), spike(label, "9")),
+            )?;
+        }
+        Ok(())
+    })
 }
 
 fn short(variant: &str) -> &str {
@@ -372,14 +377,15 @@ fn short(variant: &str) -> &str {
 type Row = std::collections::HashMap<String, String>;
 
 fn read_csv(path: &Path) -> Result<Vec<Row>> {
-    let mut reader = csv::Reader::from_path(path).map_err(|e| Error::input(path, e.to_string()))?;
+    let mut reader =
+        csv::Reader::from_path(path).map_err(|e| Error::invalid(path, "cannot read CSV", e))?;
     let headers = reader
         .headers()
-        .map_err(|e| Error::input(path, e.to_string()))?
+        .map_err(|e| Error::invalid(path, "cannot read CSV header", e))?
         .clone();
     let mut rows = Vec::new();
     for rec in reader.records() {
-        let rec = rec.map_err(|e| Error::input(path, e.to_string()))?;
+        let rec = rec.map_err(|e| Error::invalid(path, "cannot read CSV", e))?;
         rows.push(
             headers
                 .iter()

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use candle_core::{DType, Device};
 use serde_json::json;
 
+use super::stdout::{print_json, with_stdout};
 use crate::error::Result;
-use crate::model::rope::rotary_dim;
+use crate::model::rope;
 use crate::model::{Checkpoint, WeightMap};
 
 /// Arguments of `inspect`.
@@ -28,37 +29,47 @@ pub fn run(args: InspectArgs) -> Result<()> {
     let map = WeightMap::from_option(args.weight_map.as_deref())?;
     let ckpt =
         Checkpoint::open_mapped(&args.checkpoint, &Device::Cpu, DType::F32, &map)?.validate()?;
-    let c = &ckpt.config;
-    // GGUF: the llama.cpp tensor types (Q4_1, Q8_0, ...) the weights are dequantized from
-    let stored: BTreeMap<String, usize> = match ckpt.dequantized_from() {
-        Some(types) => types,
-        None => {
-            let mut stored = BTreeMap::new();
-            for (_, _, dtype) in ckpt.store.tensors() {
-                *stored.entry(dtype).or_default() += 1;
-            }
-            stored
+    let stored = stored_dtypes(&ckpt);
+    if args.json {
+        return print_json(&json_report(&args, &ckpt, &stored));
+    }
+    let rows = table_rows(&args, &ckpt, &stored);
+    let note = ckpt.variant.unused_weights.as_ref();
+    with_stdout(|out| {
+        for (key, value) in rows {
+            writeln!(out, "{key:<14} {value}")?;
         }
-    };
-    let rope = match c.rope.partial_rotary_factor {
-        f if f < 1.0 => format!(
-            "{:?}, theta {}, partial_rotary_factor {f} ({} of {} dims rotate)",
-            c.rope.scaling,
-            c.rope.theta,
-            rotary_dim(&c.rope, c.head_dim),
-            c.head_dim
-        ),
-        _ => format!("{:?}, theta {}", c.rope.scaling, c.rope.theta),
-    };
+        if let Some(note) = note {
+            writeln!(out, "{:<14} {note}", "note")?;
+        }
+        Ok(())
+    })
+}
+
+/// Tensors by stored dtype; for GGUF the llama.cpp tensor types (Q4_1, Q8_0, ...) the
+/// weights are dequantized from.
+fn stored_dtypes(ckpt: &Checkpoint) -> BTreeMap<String, usize> {
+    if let Some(types) = ckpt.dequantized_from() {
+        return types;
+    }
+    let mut stored = BTreeMap::new();
+    for (_, _, dtype) in ckpt.store.tensors() {
+        *stored.entry(dtype).or_default() += 1;
+    }
+    stored
+}
+
+/// `inspect --json`: the same facts as values (the RoPE settings as config fields).
+fn json_report(
+    args: &InspectArgs,
+    ckpt: &Checkpoint,
+    stored: &BTreeMap<String, usize>,
+) -> serde_json::Value {
+    let c = &ckpt.config;
     let gguf = ckpt.gguf();
-    let format = if gguf.is_some() {
-        "gguf"
-    } else {
-        "safetensors"
-    };
     let mut report = json!({
         "checkpoint": args.checkpoint.display().to_string(),
-        "format": format,
+        "format": if gguf.is_some() { "gguf" } else { "safetensors" },
         "architecture": c.architecture.name(),
         "variant": ckpt.variant.kind.name(),
         "variant_source": ckpt.variant.source,
@@ -69,7 +80,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
         "head_dim": c.head_dim,
         "hidden_size": c.hidden_size,
         "vocab_size": c.vocab_size,
-        "rope": rope,
+        "rope": c.rope,
         "tie_word_embeddings": c.tie_word_embeddings,
         "parameters": ckpt.parameter_count(),
         "delta_parameters": ckpt.delta_params(),
@@ -80,32 +91,37 @@ pub fn run(args: InspectArgs) -> Result<()> {
         report["gguf_tensor_types"] = json!(stored);
         report["rope_source"] = json!(g.rope_source());
     }
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("json values serialise")
-        );
-        return Ok(());
-    }
-    let rows = [
+    report
+}
+
+/// The table `inspect` prints: a name and a phrase per line.
+fn table_rows(
+    args: &InspectArgs,
+    ckpt: &Checkpoint,
+    stored: &BTreeMap<String, usize>,
+) -> Vec<(&'static str, String)> {
+    let c = &ckpt.config;
+    let format = match ckpt.gguf() {
+        Some(g) => format!(
+            "gguf {} (tensors dequantized to {} on load; rope from {})",
+            g.path().display(),
+            ckpt.store.dtype().as_str(),
+            g.rope_source()
+        ),
+        None => "safetensors".to_string(),
+    };
+    let kind = ckpt.variant.kind.name();
+    let delta = format!("{} ({kind} adds them)", format_count(ckpt.delta_params()));
+    let dtypes = stored
+        .iter()
+        .map(|(k, v)| format!("{k} x{v}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    vec![
         ("checkpoint", args.checkpoint.display().to_string()),
-        (
-            "format",
-            match gguf {
-                Some(g) => format!(
-                    "gguf {} (tensors dequantized to {} on load; rope from {})",
-                    g.path().display(),
-                    format!("{:?}", ckpt.store.dtype()).to_lowercase(),
-                    g.rope_source()
-                ),
-                None => format.to_string(),
-            },
-        ),
+        ("format", format),
         ("architecture", c.architecture.name().to_string()),
-        (
-            "variant",
-            format!("{} ({})", ckpt.variant.kind.name(), ckpt.variant.source),
-        ),
+        ("variant", format!("{kind} ({})", ckpt.variant.source)),
         ("layers", c.num_layers.to_string()),
         (
             "heads",
@@ -114,32 +130,11 @@ pub fn run(args: InspectArgs) -> Result<()> {
         ("head dim", c.head_dim.to_string()),
         ("hidden size", c.hidden_size.to_string()),
         ("vocab size", c.vocab_size.to_string()),
-        ("rope", rope),
+        ("rope", rope::describe(&c.rope, c.head_dim)),
         ("parameters", format_count(ckpt.parameter_count())),
-        (
-            "delta params",
-            format!(
-                "{} ({} adds them)",
-                format_count(ckpt.delta_params()),
-                ckpt.variant.kind.name()
-            ),
-        ),
-        (
-            "stored dtypes",
-            stored
-                .iter()
-                .map(|(k, v)| format!("{k} x{v}"))
-                .collect::<Vec<_>>()
-                .join(", "),
-        ),
-    ];
-    for (key, value) in rows {
-        println!("{key:<14} {value}");
-    }
-    if let Some(note) = &ckpt.variant.unused_weights {
-        println!("{:<14} {note}", "note");
-    }
-    Ok(())
+        ("delta params", delta),
+        ("stored dtypes", dtypes),
+    ]
 }
 
 fn format_count(n: usize) -> String {

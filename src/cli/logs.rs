@@ -3,13 +3,13 @@
 //! table (or JSON) and, with `--out`, write the tables, their Markdown (paper Tables 4
 //! and 5) and `run_<table>.json` atomically.
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
 use serde::Serialize;
 use serde_json::json;
 
+use super::stdout;
 use crate::error::{Error, Result};
 use crate::export::{Format, OutputDir, Table};
 use crate::stats::{self, curves, grad, num, spikes, LogRequest, RunSeries, RunSpec, StepWindow};
@@ -167,7 +167,7 @@ fn write_out(
     }
     let name = format!("run_{}.json", tables[0].name);
     let mut bytes = serde_json::to_vec_pretty(&record)
-        .map_err(|e| Error::usage(format!("cannot encode {name}: {e}")))?;
+        .map_err(|e| Error::failed(format!("cannot encode {name}"), e))?;
     bytes.push(b'\n');
     out.write_bytes(&name, &bytes)?;
     let files = out.commit()?;
@@ -179,25 +179,6 @@ fn write_out(
         );
     }
     Ok(())
-}
-
-/// Prints to stdout; a closed pipe (`| head`) is not an error.
-fn emit(text: &str) -> Result<()> {
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Error::io("<stdout>", e)),
-        _ => Ok(()),
-    }
-}
-
-fn emit_json(value: &serde_json::Value) -> Result<()> {
-    let mut text = serde_json::to_string_pretty(value)
-        .map_err(|e| Error::usage(format!("cannot encode JSON output: {e}")))?;
-    text.push('\n');
-    emit(&text)
 }
 
 /// A plain aligned table: the first two columns left-aligned, the rest right-aligned.
@@ -257,7 +238,7 @@ pub fn grad_stats(args: GradStatsArgs) -> Result<()> {
         record,
     )?;
     if out.json {
-        return emit_json(&json!({ "grad_stats": rows }));
+        return stdout::print_json(&json!({ "grad_stats": rows }));
     }
     if out.quiet {
         return Ok(());
@@ -278,7 +259,7 @@ pub fn grad_stats(args: GradStatsArgs) -> Result<()> {
             ]
         })
         .collect();
-    emit(&render(
+    stdout::print(&render(
         &[
             "run", "metric", "steps", "n", "mean", "std", "var", "cv", "excluded",
         ],
@@ -323,7 +304,7 @@ pub fn spikes(args: SpikesArgs) -> Result<()> {
         record,
     )?;
     if out.json {
-        return emit_json(&json!({ "spikes": rows, "spike_steps": steps }));
+        return stdout::print_json(&json!({ "spikes": rows, "spike_steps": steps }));
     }
     if out.quiet {
         return Ok(());
@@ -345,7 +326,7 @@ pub fn spikes(args: SpikesArgs) -> Result<()> {
             ]
         })
         .collect();
-    emit(&render(
+    stdout::print(&render(
         &[
             "run", "metric", "steps", "n", "median", "mad", "k", "tau", "spikes", "excluded",
         ],
@@ -392,7 +373,7 @@ pub fn curves(args: CurvesArgs) -> Result<()> {
     });
     write_out(out, &[curves::table(&points)], &[], record)?;
     if out.json {
-        return emit_json(&json!({ "curve_summary": summary, "curves": points }));
+        return stdout::print_json(&json!({ "curve_summary": summary, "curves": points }));
     }
     if out.quiet {
         return Ok(());
@@ -414,7 +395,7 @@ pub fn curves(args: CurvesArgs) -> Result<()> {
             ]
         })
         .collect();
-    emit(&render(
+    stdout::print(&render(
         &[
             "run",
             "metric",

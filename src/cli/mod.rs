@@ -1,11 +1,12 @@
 //! Command-line interface: clap arguments (raw) turned into validated run configs, one
-//! file per command group. Errors print as `asa-analyze: {err}` and exit with status 2.
+//! file per command group. Errors print as one line, `asa-analyze: {err}` with its causes
+//! ([`Error::report`]), and exit with status 2; a closed stdout (`| head`) exits 0 quietly.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::metrics::Metric;
 
 mod analyze;
@@ -14,6 +15,7 @@ mod figures;
 mod inspect;
 mod logs;
 mod report;
+mod stdout;
 mod train;
 
 /// Analyse attention in transformer checkpoints (Affine-Scaled Attention and friends).
@@ -74,7 +76,6 @@ enum Command {
 
 /// Runs the CLI with the process arguments; returns the exit code.
 pub fn main() -> ExitCode {
-    exit_quietly_on_broken_pipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // --help, --version (stdout, status 0), and no command at all: the help itself
@@ -91,12 +92,18 @@ pub fn main() -> ExitCode {
     };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            let line = err.to_string().replace('\n', " ");
-            eprintln!("asa-analyze: {line}");
-            ExitCode::from(2)
-        }
+        Err(err) => exit_with(&err),
     }
+}
+
+/// The exit for an error: a closed pipe (`asa-analyze ... | head`) is not one (status 0,
+/// nothing printed); anything else prints one line with its causes, status 2.
+fn exit_with(err: &Error) -> ExitCode {
+    if err.is_broken_pipe() {
+        return ExitCode::SUCCESS;
+    }
+    eprintln!("asa-analyze: {}", err.report());
+    ExitCode::from(2)
 }
 
 /// clap's usage error as one line: its message (with any tip or list of values) without
@@ -139,23 +146,4 @@ fn run(cli: Cli) -> Result<()> {
         Command::Train(args) => train::run(args),
         Command::Demo(args) => demo::run(args),
     }
-}
-
-/// `asa-analyze ... | head` closes stdout early: that is not an error. `println!` panics on
-/// a closed pipe; this hook turns exactly that panic into a silent exit 0 (as ripgrep does)
-/// and leaves every other panic to the default hook.
-fn exit_quietly_on_broken_pipe() {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let message = info
-            .payload()
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| info.payload().downcast_ref::<&str>().copied())
-            .unwrap_or("");
-        if message.contains("Broken pipe") || message.contains("failed printing to stdout") {
-            std::process::exit(0);
-        }
-        default(info);
-    }));
 }

@@ -1,7 +1,10 @@
 //! The compact human table printed on stdout after a metric command.
 
 use std::collections::BTreeSet;
+use std::io::{self, Write};
 
+use super::stdout::with_stdout;
+use crate::error::Result;
 use crate::metrics::{Metric, ModelMetrics};
 
 fn fmt(v: Option<f64>) -> String {
@@ -42,114 +45,166 @@ fn head_means(per_head: &[Vec<f64>]) -> Vec<f64> {
     per_head.iter().map(|heads| mean(heads)).collect()
 }
 
+/// A metric shown per layer: which one, the table's title, the model's values by layer.
+type PerLayer = (Metric, &'static str, fn(&ModelMetrics) -> Option<Vec<f64>>);
+
+/// The per-layer tables, in the order they are printed.
+const PER_LAYER: [PerLayer; 7] = [
+    (Metric::FirstToken, "first_token", |m| {
+        m.first_token.as_ref().map(|f| f.mean.clone())
+    }),
+    (Metric::Entropy, "entropy (nats)", |m| {
+        m.entropy.as_ref().map(|e| e.per_layer.mean.clone())
+    }),
+    (Metric::WeightSum, "weight_sum", |m| {
+        m.weight_sum
+            .as_ref()
+            .map(|w| w.per_layer.iter().map(|d| d.mean).collect())
+    }),
+    (Metric::QkMean, "qk_mean", |m| {
+        m.qk.as_ref().map(|q| q.per_layer_mean.clone())
+    }),
+    (Metric::SinkMass, "sink_mass (mean over heads)", |m| {
+        m.sink_mass.as_deref().map(head_means)
+    }),
+    (Metric::Alpha, "alpha (mean over heads)", |m| {
+        m.alpha.as_ref().map(|a| {
+            a.per_head
+                .iter()
+                .map(|heads| mean(&heads.iter().map(|d| d.mean).collect::<Vec<_>>()))
+                .collect()
+        })
+    }),
+    (Metric::Gate, "gate (mean over heads)", |m| {
+        m.gate.as_deref().map(head_means)
+    }),
+];
+
+/// Blocks of output with one blank line between them, none before the first.
+#[derive(Default)]
+struct Blocks(usize);
+
+impl Blocks {
+    fn start(&mut self, out: &mut dyn Write) -> io::Result<()> {
+        if self.0 > 0 {
+            writeln!(out)?;
+        }
+        self.0 += 1;
+        Ok(())
+    }
+}
+
 /// Prints one summary row per model (the columns some model has), then a per-layer table
-/// for each per-layer metric asked for, then the QK^T series.
+/// for each per-layer metric asked for, then the QK^T series; a failed write (a closed
+/// pipe) is an error.
 pub fn print_summary(
     models: &[(String, ModelMetrics)],
     series: &[(String, u64, f64, f64)],
     asked: &BTreeSet<Metric>,
-) {
+) -> Result<()> {
+    with_stdout(|out| write_summary(out, models, series, asked))
+}
+
+/// [`print_summary`] into `out`.
+pub fn write_summary(
+    out: &mut dyn Write,
+    models: &[(String, ModelMetrics)],
+    series: &[(String, u64, f64, f64)],
+    asked: &BTreeSet<Metric>,
+) -> io::Result<()> {
+    let mut blocks = Blocks::default();
+    write_summary_rows(out, &mut blocks, models)?;
+    for per_layer in &PER_LAYER {
+        write_per_layer(out, &mut blocks, models, asked, per_layer)?;
+    }
+    if !series.is_empty() {
+        blocks.start(out)?;
+        writeln!(out, "qk_mean over training steps")?;
+        for (label, step, qk, abs) in series {
+            writeln!(
+                out,
+                "{label:<12} step {step:>8}  qk_mean {qk:>10.4}  qk_abs_mean {abs:>10.4}"
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// One row per model: the summary columns some model has.
+fn write_summary_rows(
+    out: &mut dyn Write,
+    blocks: &mut Blocks,
+    models: &[(String, ModelMetrics)],
+) -> io::Result<()> {
     let shown: Vec<&SummaryColumn> = SUMMARY
         .iter()
         .filter(|(_, get)| models.iter().any(|(_, m)| get(m).is_some()))
         .collect();
-    // a blank line between blocks, none before the first
-    let mut blocks = 0;
-    let mut gap = || {
-        if blocks > 0 {
-            println!();
-        }
-        blocks += 1;
-    };
-    if !models.is_empty() && !shown.is_empty() {
-        gap();
-        let width = models
-            .iter()
-            .map(|(l, _)| l.len())
-            .max()
-            .unwrap_or(5)
-            .max(5);
-        print!("{:<width$} ", "model");
-        for (title, _) in &shown {
-            print!(" {title:>11}");
-        }
-        println!();
-        for (label, m) in models {
-            print!("{label:<width$} ");
-            for (_, get) in &shown {
-                print!(" {:>11}", fmt(get(m)));
-            }
-            println!();
-        }
+    if models.is_empty() || shown.is_empty() {
+        return Ok(());
     }
-    let per_layer: [(Metric, &str, fn(&ModelMetrics) -> Option<Vec<f64>>); 7] = [
-        (Metric::FirstToken, "first_token", |m| {
-            m.first_token.as_ref().map(|f| f.mean.clone())
-        }),
-        (Metric::Entropy, "entropy (nats)", |m| {
-            m.entropy.as_ref().map(|e| e.per_layer.mean.clone())
-        }),
-        (Metric::WeightSum, "weight_sum", |m| {
-            m.weight_sum
-                .as_ref()
-                .map(|w| w.per_layer.iter().map(|d| d.mean).collect())
-        }),
-        (Metric::QkMean, "qk_mean", |m| {
-            m.qk.as_ref().map(|q| q.per_layer_mean.clone())
-        }),
-        (Metric::SinkMass, "sink_mass (mean over heads)", |m| {
-            m.sink_mass.as_deref().map(head_means)
-        }),
-        (Metric::Alpha, "alpha (mean over heads)", |m| {
-            m.alpha.as_ref().map(|a| {
-                a.per_head
-                    .iter()
-                    .map(|heads| mean(&heads.iter().map(|d| d.mean).collect::<Vec<_>>()))
-                    .collect()
-            })
-        }),
-        (Metric::Gate, "gate (mean over heads)", |m| {
-            m.gate.as_deref().map(head_means)
-        }),
-    ];
-    for (metric, title, get) in per_layer {
-        if asked.len() > 2 || !asked.contains(&metric) {
-            continue;
-        }
-        let columns: Vec<(&str, Vec<f64>)> = models
-            .iter()
-            .filter_map(|(l, m)| get(m).map(|v| (l.as_str(), v)))
-            .collect();
-        if columns.is_empty() && models.is_empty() {
-            continue; // a training series alone (qk): its table follows
-        }
-        gap();
-        if columns.is_empty() {
-            let name = title.split(' ').next().unwrap_or(title);
-            println!("{name}: none of these models computes it (their variant has no {name})");
-            continue;
-        }
-        println!("{title} by layer");
-        print!("{:>5}", "layer");
-        for (label, _) in &columns {
-            print!(" {label:>12}");
-        }
-        println!();
-        let layers = columns.iter().map(|(_, v)| v.len()).max().unwrap_or(0);
-        for l in 0..layers {
-            print!("{:>5}", l + 1);
-            for (label, v) in &columns {
-                let width = label.len().max(12);
-                print!(" {:>width$}", fmt(v.get(l).copied()));
-            }
-            println!();
-        }
+    blocks.start(out)?;
+    let width = models
+        .iter()
+        .map(|(l, _)| l.len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    write!(out, "{:<width$} ", "model")?;
+    for (title, _) in &shown {
+        write!(out, " {title:>11}")?;
     }
-    if !series.is_empty() {
-        gap();
-        println!("qk_mean over training steps");
-        for (label, step, qk, abs) in series {
-            println!("{label:<12} step {step:>8}  qk_mean {qk:>10.4}  qk_abs_mean {abs:>10.4}");
+    writeln!(out)?;
+    for (label, m) in models {
+        write!(out, "{label:<width$} ")?;
+        for (_, get) in &shown {
+            write!(out, " {:>11}", fmt(get(m)))?;
         }
+        writeln!(out)?;
     }
+    Ok(())
+}
+
+/// The by-layer table of one metric, if it was asked for (alone or with one other).
+fn write_per_layer(
+    out: &mut dyn Write,
+    blocks: &mut Blocks,
+    models: &[(String, ModelMetrics)],
+    asked: &BTreeSet<Metric>,
+    (metric, title, get): &PerLayer,
+) -> io::Result<()> {
+    if asked.len() > 2 || !asked.contains(metric) {
+        return Ok(());
+    }
+    let columns: Vec<(&str, Vec<f64>)> = models
+        .iter()
+        .filter_map(|(l, m)| get(m).map(|v| (l.as_str(), v)))
+        .collect();
+    if columns.is_empty() && models.is_empty() {
+        return Ok(()); // a training series alone (qk): its table follows
+    }
+    blocks.start(out)?;
+    if columns.is_empty() {
+        let name = title.split(' ').next().unwrap_or(title);
+        return writeln!(
+            out,
+            "{name}: none of these models computes it (their variant has no {name})"
+        );
+    }
+    writeln!(out, "{title} by layer")?;
+    write!(out, "{:>5}", "layer")?;
+    for (label, _) in &columns {
+        write!(out, " {label:>12}")?;
+    }
+    writeln!(out)?;
+    let layers = columns.iter().map(|(_, v)| v.len()).max().unwrap_or(0);
+    for l in 0..layers {
+        write!(out, "{:>5}", l + 1)?;
+        for (label, v) in &columns {
+            let width = label.len().max(12);
+            write!(out, " {:>width$}", fmt(v.get(l).copied()))?;
+        }
+        writeln!(out)?;
+    }
+    Ok(())
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use super::stdout;
 use crate::attention::VariantKind;
 use crate::device::{resolve_device, DeviceRequest};
 use crate::error::{Error, Result};
@@ -193,8 +194,8 @@ pub fn run(args: TrainArgs) -> Result<()> {
         bar.set_message(format!("loss {:.3}", row.loss));
     })?;
     bar.finish_and_clear();
-    println!(
-        "{}: {} steps in {:.1}s, loss {:.4} -> {:.4} (mean of the last 10), {} checkpoints under {}",
+    stdout::print(&format!(
+        "{}: {} steps in {:.1}s, loss {:.4} -> {:.4} (mean of the last 10), {} checkpoints under {}\n",
         summary.variant,
         summary.steps,
         summary.seconds,
@@ -202,6 +203,5 @@ pub fn run(args: TrainArgs) -> Result<()> {
         summary.final_loss,
         summary.checkpoints.len(),
         args.out.join("checkpoints").display()
-    );
-    Ok(())
+    ))
 }

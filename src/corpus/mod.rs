@@ -218,15 +218,6 @@ struct Tok {
     tokenizer: Tokenizer,
 }
 
-/// `message` on one line (tokenizer errors may carry newlines).
-fn one_line(message: impl fmt::Display) -> String {
-    message
-        .to_string()
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 impl Tok {
     /// The tokenizer needed to tokenize the text corpus `label`.
     fn load(source: Option<TokenizerRef<'_>>, label: &str) -> Result<Tok> {
@@ -259,9 +250,8 @@ impl Tok {
     }
 
     fn open(path: &Path) -> Result<Tok> {
-        let tokenizer = Tokenizer::from_file(path).map_err(|e| {
-            Error::input(path, format!("cannot read the tokenizer ({})", one_line(e)))
-        })?;
+        let tokenizer = Tokenizer::from_file(path)
+            .map_err(|e| Error::invalid(path, "cannot read the tokenizer", e))?;
         Ok(Tok {
             path: path.to_path_buf(),
             tokenizer,
@@ -270,12 +260,10 @@ impl Tok {
 
     /// `text` as ids, without special tokens, each checked `< vocab_size`.
     fn encode(&self, text: &str, label: &str, vocab_size: usize) -> Result<Vec<u32>> {
-        let enc = self.tokenizer.encode_fast(text, false).map_err(|e| {
-            Error::input(
-                &self.path,
-                format!("tokenizing {label} failed ({})", one_line(e)),
-            )
-        })?;
+        let enc = self
+            .tokenizer
+            .encode_fast(text, false)
+            .map_err(|e| Error::invalid(&self.path, format!("tokenizing {label} failed"), e))?;
         let ids = enc.get_ids().to_vec();
         if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab_size) {
             return Err(Error::input(

@@ -96,7 +96,10 @@ impl Iterator for JsonlDocs {
             }
             let value: Value = match serde_json::from_str(&line) {
                 Ok(v) => v,
-                Err(e) => return Some(Err(at(&format!("not valid JSON ({e})")))),
+                Err(e) => {
+                    let what = format!("line {}: not valid JSON", self.line);
+                    return Some(Err(Error::invalid(&self.path, what, e)));
+                }
             };
             return Some(match value.get("text") {
                 Some(Value::String(text)) => Ok(text.clone()),
@@ -130,8 +133,8 @@ pub(crate) fn read_npy(path: &Path, vocab_size: usize) -> Result<IdDocs> {
 pub(crate) fn read_json(path: &Path, vocab_size: usize) -> Result<IdDocs> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
     let text = utf8(bytes).map_err(|_| Error::input(path, "not UTF-8 text"))?;
-    let value: Value = serde_json::from_str(&text)
-        .map_err(|e| Error::input(path, format!("not valid JSON ({e})")))?;
+    let value: Value =
+        serde_json::from_str(&text).map_err(|e| Error::invalid(path, "not valid JSON", e))?;
     let shape_err = || {
         Error::input(
             path,

@@ -27,7 +27,7 @@ pub fn read_table(path: &Path) -> Result<Table> {
             let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
             ParquetReader::new(file)
                 .finish()
-                .map_err(|e| Error::input(path, format!("cannot read Parquet table: {e}")))?
+                .map_err(|e| Error::invalid(path, "cannot read Parquet table", e))?
         }
         _ => {
             return Err(Error::input(
@@ -55,12 +55,12 @@ fn read_csv(path: &Path) -> Result<DataFrame> {
         .with_infer_schema_length(None)
         .try_into_reader_with_file_path(Some(path.to_path_buf()))
         .and_then(|r| r.finish())
-        .map_err(|e| Error::input(path, format!("cannot read CSV table: {e}")))
+        .map_err(|e| Error::invalid(path, "cannot read CSV table", e))
 }
 
 fn convert(col: &PlColumn, path: &Path) -> Result<Column> {
     let fail =
-        |e: polars::prelude::PolarsError| Error::input(path, format!("column {}: {e}", col.name()));
+        |e: polars::prelude::PolarsError| Error::invalid(path, format!("column {}", col.name()), e);
     let dtype = col.dtype();
     if dtype.is_integer() {
         let c = col.cast(&DataType::Int64).map_err(fail)?;

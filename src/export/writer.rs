@@ -44,7 +44,7 @@ fn to_frame(table: &Table) -> Result<DataFrame> {
         })
         .collect::<Vec<_>>();
     DataFrame::new(table.height(), columns)
-        .map_err(|e| Error::usage(format!("table {}: {e}", table.name)))
+        .map_err(|e| Error::failed(format!("table {}", table.name), e))
 }
 
 /// Writes `table` to `path` in `format` (not atomic by itself; see [`OutputDir`]).
@@ -55,7 +55,7 @@ pub fn write_table(table: &Table, path: &Path, format: Format) -> Result<()> {
         Format::Csv => CsvWriter::new(file).include_header(true).finish(&mut frame),
         Format::Parquet => ParquetWriter::new(file).finish(&mut frame).map(|_| ()),
     };
-    result.map_err(|e| Error::input(path, format!("cannot write table: {e}")))
+    result.map_err(|e| Error::invalid(path, "cannot write table", e))
 }
 
 /// An output folder whose files appear all at once, or not at all.

@@ -190,7 +190,7 @@ impl ModelConfig {
             _ => Error::io(&path, e),
         })?;
         let raw: RawConfig = serde_json::from_str(&text)
-            .map_err(|e| Error::input(&path, format!("invalid config.json: {e}")))?;
+            .map_err(|e| Error::invalid(&path, "invalid config.json", e))?;
         raw.resolve(&path)
     }
 }

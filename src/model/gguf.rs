@@ -26,6 +26,7 @@ use candle_core::{Device, Tensor};
 
 use super::config::{ModelConfig, RawConfig};
 use super::gguf_config::{metadata_str, raw_config, Meta, TensorFacts};
+use super::root_cause;
 use crate::error::{Error, Result};
 
 /// GGUF architectures (`general.architecture`) the loader maps, for error messages.
@@ -73,7 +74,7 @@ impl GgufFile {
     pub fn open(path: &Path) -> Result<Self> {
         let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
         let file_size = file.metadata().map_err(|e| Error::io(path, e))?.len();
-        let content = Content::read(&mut file).map_err(|e| read_error(path, &e))?;
+        let content = Content::read(&mut file).map_err(|e| read_error(path, e))?;
         check_extents(path, &content, file_size)?;
         let arch = metadata_str(&content, "general.architecture")
             .ok_or_else(|| Error::input(path, "not a model: no general.architecture metadata"))?
@@ -135,7 +136,7 @@ impl GgufFile {
         };
         let (raw, rope_source) = raw_config(&meta, &mut file, &facts, heads, kv_heads)?;
         let config = serde_json::from_value::<RawConfig>(raw)
-            .map_err(|e| Error::input(path, format!("cannot read the metadata: {e}")))?
+            .map_err(|e| Error::invalid(path, "cannot read the metadata", e))?
             .resolve(path)?;
         if let Some(rope_source) = &rope_source {
             super::gguf_rope::check_resolved(path, rope_source, &config)?;
@@ -221,15 +222,13 @@ impl GgufFile {
             .content
             .tensor(&mut file, &t.gguf_name, &Device::Cpu)
             .map_err(|e| {
-                Error::input(
-                    &self.path,
-                    format!("cannot read tensor {}: {}", t.gguf_name, root_cause(&e)),
-                )
+                let what = format!("cannot read tensor {}", t.gguf_name);
+                Error::invalid(&self.path, what, root_cause(e))
             })?;
         let xs = q.dequantize(&Device::Cpu)?;
         match t.unpermute_heads {
             Some(heads) => unpermute_rows(&xs, heads)
-                .map_err(|message| Error::input(&self.path, format!("{}: {message}", t.gguf_name))),
+                .map_err(|e| Error::invalid(&self.path, &t.gguf_name, root_cause(e))),
             None => Ok(xs),
         }
     }
@@ -337,23 +336,18 @@ fn hf_name(gguf: &str) -> Option<String> {
 
 /// Undoes llama.cpp's `permute`: within each head the rows were reordered from HF's
 /// `[2, d/2]` (half, pair) to `[d/2, 2]`; `xs` is `[heads * d, ...]` (a weight or a bias).
-fn unpermute_rows(xs: &Tensor, heads: usize) -> std::result::Result<Tensor, String> {
+fn unpermute_rows(xs: &Tensor, heads: usize) -> candle_core::Result<Tensor> {
     let dims = xs.dims().to_vec();
     let rows = dims[0];
     if heads == 0 || !rows.is_multiple_of(heads) || !(rows / heads).is_multiple_of(2) {
-        return Err(format!(
-            "{rows} rows cannot be split into {heads} heads of even size"
-        ));
+        candle_core::bail!("{rows} rows cannot be split into {heads} heads of even size");
     }
     let half = rows / heads / 2;
     let rest: usize = dims[1..].iter().product();
-    let undo = || -> candle_core::Result<Tensor> {
-        xs.reshape((heads, half, 2, rest))?
-            .transpose(1, 2)?
-            .contiguous()?
-            .reshape(dims.as_slice())
-    };
-    undo().map_err(|e| e.to_string())
+    xs.reshape((heads, half, 2, rest))?
+        .transpose(1, 2)?
+        .contiguous()?
+        .reshape(dims.as_slice())
 }
 
 /// Every tensor's bytes lie inside the file (a truncated download fails here, not mid-run).
@@ -386,10 +380,12 @@ fn check_extents(path: &Path, content: &Content, file_size: u64) -> Result<()> {
     }
 }
 
-/// One line for a header that candle cannot read.
-fn read_error(path: &Path, err: &candle_core::Error) -> Error {
+/// One line for a header that candle cannot read (candle's own error kept as the cause
+/// where its words are shown).
+pub(crate) fn read_error(path: &Path, err: candle_core::Error) -> Error {
     let cause = root_cause(err);
-    if let Some(id) = cause
+    let text = cause.to_string();
+    if let Some(id) = text
         .strip_prefix("unknown dtype for tensor ")
         .and_then(|s| s.trim().parse::<u32>().ok())
     {
@@ -399,19 +395,10 @@ fn read_error(path: &Path, err: &candle_core::Error) -> Error {
             format!("tensor type {id} ({name}) cannot be dequantized (supported: {SUPPORTED_TYPES}); re-quantize the model or convert it to safetensors"),
         );
     }
-    if cause.starts_with("unknown magic") || cause.contains("unsupported magic") {
-        return Error::input(path, format!("not a GGUF file ({cause})"));
+    if text.starts_with("unknown magic") || text.contains("unsupported magic") {
+        return Error::invalid(path, "not a GGUF file", cause);
     }
-    Error::input(path, format!("invalid or truncated GGUF file: {cause}"))
-}
-
-pub(crate) fn root_cause(err: &candle_core::Error) -> String {
-    match err {
-        candle_core::Error::WithPath { inner, .. } => root_cause(inner),
-        candle_core::Error::WithBacktrace { inner, .. } => root_cause(inner),
-        candle_core::Error::Context { inner, .. } => root_cause(inner),
-        other => other.to_string(),
-    }
+    Error::invalid(path, "invalid or truncated GGUF file", cause)
 }
 
 #[cfg(test)]

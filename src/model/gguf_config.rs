@@ -217,11 +217,23 @@ pub(crate) fn value_as_u64(v: &Value) -> Option<u64> {
     }
 }
 
-/// A metadata value for an error message (arrays by length).
-fn short(v: &Value) -> String {
-    match v {
-        Value::Array(items) => format!("an array of {}", items.len()),
-        Value::String(s) => format!("`{s}`"),
-        other => format!("{other:?}"),
-    }
+/// A metadata value for an error message, its GGUF type named: "u32 5", "`text`",
+/// "an array of 3".
+pub(crate) fn short(v: &Value) -> String {
+    let (kind, value) = match v {
+        Value::Array(items) => return format!("an array of {}", items.len()),
+        Value::String(s) => return format!("`{s}`"),
+        Value::U8(x) => ("u8", x.to_string()),
+        Value::I8(x) => ("i8", x.to_string()),
+        Value::U16(x) => ("u16", x.to_string()),
+        Value::I16(x) => ("i16", x.to_string()),
+        Value::U32(x) => ("u32", x.to_string()),
+        Value::I32(x) => ("i32", x.to_string()),
+        Value::U64(x) => ("u64", x.to_string()),
+        Value::I64(x) => ("i64", x.to_string()),
+        Value::F32(x) => ("f32", x.to_string()),
+        Value::F64(x) => ("f64", x.to_string()),
+        Value::Bool(x) => ("bool", x.to_string()),
+    };
+    format!("{kind} {value}")
 }

@@ -18,8 +18,8 @@ use candle_core::Device;
 use serde_json::json;
 
 use super::config::ModelConfig;
-use super::gguf::root_cause;
 use super::gguf_config::Meta;
+use super::root_cause;
 use super::rope::inverse_frequencies;
 use crate::error::{Error, Result};
 
@@ -72,12 +72,7 @@ pub(crate) fn read_factors(
     }
     let q = info
         .read(file, meta.content.tensor_data_offset, &Device::Cpu)
-        .map_err(|e| {
-            Error::input(
-                path,
-                format!("cannot read tensor rope_freqs.weight: {}", root_cause(&e)),
-            )
-        })?;
+        .map_err(|e| Error::invalid(path, "cannot read tensor rope_freqs.weight", root_cause(e)))?;
     let factors: Vec<f32> = q.dequantize(&Device::Cpu)?.to_vec1()?;
     Ok(factors.into_iter().map(f64::from).collect())
 }

@@ -22,6 +22,7 @@ use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 use tokenizers::{DecoderWrapper, NormalizerWrapper, Tokenizer};
 
+use super::gguf_config::short;
 use super::gguf_tokenizer::{add_listed_tokens, string_array, token_types, TokenType};
 use crate::error::{Error, Result};
 
@@ -55,9 +56,8 @@ pub fn sentencepiece_tokenizer(content: &Content, path: &Path) -> Result<Tokeniz
     if let Some(token) = unk.and_then(|id| tokens.get(id)) {
         bpe = bpe.unk_token(token.clone());
     }
-    let bpe = bpe
-        .build()
-        .map_err(|e| fail(format!("invalid GGUF SentencePiece tokenizer: {e}")))?;
+    let invalid = |e| Error::invalid(path, "invalid GGUF SentencePiece tokenizer", e);
+    let bpe = bpe.build().map_err(invalid)?;
 
     let mut tokenizer = Tokenizer::new(bpe);
     let mut normalizers: Vec<NormalizerWrapper> = Vec::new();
@@ -71,7 +71,7 @@ pub fn sentencepiece_tokenizer(content: &Content, path: &Path) -> Result<Tokeniz
     );
     tokenizer
         .with_normalizer(Some(NormalizerSequence::new(normalizers)))
-        .map_err(|e| fail(format!("invalid GGUF SentencePiece tokenizer: {e}")))?;
+        .map_err(invalid)?;
     let mut decoders: Vec<DecoderWrapper> = vec![
         Replace::new(SPACE, " ")
             .expect("a plain string pattern")
@@ -83,7 +83,7 @@ pub fn sentencepiece_tokenizer(content: &Content, path: &Path) -> Result<Tokeniz
         decoders.push(Strip::new(' ', 1, 0).into());
     }
     tokenizer.with_decoder(Some(DecoderSequence::new(decoders)));
-    add_listed_tokens(&mut tokenizer, &tokens, &types, |_| true).map_err(fail)?;
+    add_listed_tokens(&mut tokenizer, &tokens, &types, |_| true, path)?;
     Ok(tokenizer)
 }
 
@@ -103,7 +103,7 @@ fn scores(content: &Content, n: usize) -> std::result::Result<Vec<f32>, String> 
         .map(|v| match v {
             Value::F32(x) => Ok(*x),
             Value::F64(x) => Ok(*x as f32),
-            other => Err(format!("{key} holds a non-float {other:?}")),
+            other => Err(format!("{key} holds a non-float, {}", short(other))),
         })
         .collect()
 }

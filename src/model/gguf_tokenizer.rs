@@ -22,8 +22,8 @@ use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 
-use super::gguf::root_cause;
-use super::gguf_config::{metadata_str, value_as_u64};
+use super::gguf::read_error;
+use super::gguf_config::{metadata_str, short, value_as_u64};
 use super::gguf_sentencepiece::sentencepiece_tokenizer;
 use crate::error::{Error, Result};
 
@@ -43,12 +43,7 @@ pub fn has_tokenizer(content: &Content) -> bool {
 /// Builds the tokenizer of the GGUF file at `path` from its metadata.
 pub fn tokenizer_from_gguf(path: &Path) -> Result<Tokenizer> {
     let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let content = Content::read(&mut file).map_err(|e| {
-        Error::input(
-            path,
-            format!("invalid or truncated GGUF file: {}", root_cause(&e)),
-        )
-    })?;
+    let content = Content::read(&mut file).map_err(|e| read_error(path, e))?;
     tokenizer_from_content(&content, path)
 }
 
@@ -108,15 +103,13 @@ pub fn tokenizer_from_content(content: &Content, path: &Path) -> Result<Tokenize
         .vocab_and_merges(vocab, pairs)
         .ignore_merges(ignore_merges)
         .build()
-        .map_err(|e| fail(format!("invalid GGUF tokenizer: {e}")))?;
+        .map_err(|e| Error::invalid(path, "invalid GGUF tokenizer", e))?;
     let mut tokenizer = Tokenizer::new(bpe);
     tokenizer.with_pre_tokenizer(Some(pre_tokenizer));
     tokenizer.with_decoder(Some(ByteLevelDecoder::default()));
     // control tokens written in GPT-2's byte alphabet only (as transformers' loader)
-    add_listed_tokens(&mut tokenizer, &tokens, &types, |token| {
-        token.chars().all(|c| alphabet.contains(&c))
-    })
-    .map_err(fail)?;
+    let byte_level = |token: &str| token.chars().all(|c| alphabet.contains(&c));
+    add_listed_tokens(&mut tokenizer, &tokens, &types, byte_level, path)?;
     Ok(tokenizer)
 }
 
@@ -150,13 +143,15 @@ pub(super) fn token_types(content: &Content, n: usize) -> Vec<TokenType> {
 }
 
 /// Adds the control tokens that `keep_control` accepts as special tokens and the
-/// user-defined ones as plain added tokens, both matched whole in raw text.
+/// user-defined ones as plain added tokens, both matched whole in raw text; a failure
+/// names `path`.
 pub(super) fn add_listed_tokens(
     tokenizer: &mut Tokenizer,
     tokens: &[String],
     types: &[TokenType],
     keep_control: impl Fn(&str) -> bool,
-) -> std::result::Result<(), String> {
+    path: &Path,
+) -> Result<()> {
     let mut control = Vec::new();
     let mut user = Vec::new();
     for (token, kind) in tokens.iter().zip(types) {
@@ -170,7 +165,7 @@ pub(super) fn add_listed_tokens(
             _ => {}
         }
     }
-    let added = |e: tokenizers::Error| format!("cannot add the GGUF's special tokens: {e}");
+    let added = |e| Error::invalid(path, "cannot add the GGUF's special tokens", e);
     tokenizer.add_special_tokens(control).map_err(added)?;
     tokenizer.add_tokens(user).map_err(added)?;
     Ok(())
@@ -213,7 +208,7 @@ pub(super) fn string_array(
             .iter()
             .map(|v| match v {
                 Value::String(s) => Ok(s.clone()),
-                other => Err(format!("{key} holds a non-string {other:?}")),
+                other => Err(format!("{key} holds a non-string, {}", short(other))),
             })
             .collect(),
         Some(_) => Err(format!("{key} is not an array")),

@@ -115,7 +115,7 @@ impl Checkpoint {
                     return Err(Error::input(&path, "missing tokenizer.json"));
                 }
                 Tokenizer::from_file(&path)
-                    .map_err(|e| Error::input(&path, format!("invalid tokenizer.json: {e}")))
+                    .map_err(|e| Error::invalid(&path, "invalid tokenizer.json", e))
             }
         }
     }
@@ -233,4 +233,15 @@ fn has_gguf_magic(path: &Path) -> bool {
     std::fs::File::open(path)
         .and_then(|mut f| f.read_exact(&mut magic))
         .is_ok_and(|_| &magic == b"GGUF")
+}
+
+/// What went wrong, inside the path, backtrace and context candle may wrap an error in: the
+/// error kept as the cause of ours (our message already names the file and the operation).
+pub(crate) fn root_cause(err: candle_core::Error) -> candle_core::Error {
+    match err {
+        candle_core::Error::WithPath { inner, .. }
+        | candle_core::Error::WithBacktrace { inner, .. }
+        | candle_core::Error::Context { inner, .. } => root_cause(*inner),
+        other => other,
+    }
 }

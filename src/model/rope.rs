@@ -63,6 +63,44 @@ pub fn rotary_dim(rope: &RopeConfig, head_dim: usize) -> usize {
     rotated_dims(head_dim, rope.partial_rotary_factor)
 }
 
+/// The rotary settings in words, for people (`inspect`): "RoPE, theta 10000",
+/// "p-RoPE, p = 0.5, log spacing, 4 of 8 pairs rotate, theta 1024", with how many
+/// dimensions rotate under `partial_rotary_factor`.
+pub fn describe(rope: &RopeConfig, head_dim: usize) -> String {
+    let kind = match &rope.scaling {
+        RopeScaling::Default => "RoPE".to_string(),
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+        } => format!(
+            "Llama-3 scaled RoPE (factor {factor}, low_freq_factor {low_freq_factor}, \
+             high_freq_factor {high_freq_factor}, original_max_position_embeddings \
+             {original_max_position_embeddings})"
+        ),
+        RopeScaling::PRope {
+            p,
+            spacing,
+            rotating_pairs,
+        } => {
+            let spacing = match spacing {
+                PRopeSpacing::Rope => "RoPE spacing",
+                PRopeSpacing::Log => "log spacing",
+            };
+            let pairs = head_dim / 2;
+            format!("p-RoPE, p = {p}, {spacing}, {rotating_pairs} of {pairs} pairs rotate")
+        }
+    };
+    let mut text = format!("{kind}, theta {}", rope.theta);
+    let f = rope.partial_rotary_factor;
+    if f < 1.0 {
+        let rotating = rotary_dim(rope, head_dim);
+        text += &format!(", partial_rotary_factor {f} ({rotating} of {head_dim} dims rotate)");
+    }
+    text
+}
+
 /// `int(head_dim * partial_rotary_factor)`, rounded down to whole pairs.
 pub fn rotated_dims(head_dim: usize, partial_rotary_factor: f64) -> usize {
     let d = (head_dim as f64 * partial_rotary_factor) as usize;
@@ -91,6 +129,37 @@ mod tests {
             scaling,
             partial_rotary_factor: 1.0,
         }
+    }
+
+    #[test]
+    fn describe_says_the_rope_in_words() {
+        let p_rope = RopeScaling::PRope {
+            p: 0.5,
+            spacing: PRopeSpacing::Log,
+            rotating_pairs: 4,
+        };
+        assert_eq!(
+            describe(&config(1024.0, p_rope), 16),
+            "p-RoPE, p = 0.5, log spacing, 4 of 8 pairs rotate, theta 1024"
+        );
+        let mut partial = config(10000.0, RopeScaling::Default);
+        partial.partial_rotary_factor = 0.5;
+        assert_eq!(
+            describe(&partial, 12),
+            "RoPE, theta 10000, partial_rotary_factor 0.5 (6 of 12 dims rotate)"
+        );
+        let llama3 = RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192.0,
+        };
+        let text = describe(&config(500000.0, llama3), 64);
+        assert!(
+            text.starts_with("Llama-3 scaled RoPE (factor 8, "),
+            "{text}"
+        );
+        assert!(!text.contains('{'), "{text}");
     }
 
     #[test]

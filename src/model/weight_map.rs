@@ -50,8 +50,8 @@ impl WeightMap {
     /// Parses weight-map JSON read from `path` (named in errors).
     pub fn parse(text: &str, path: &Path) -> Result<Self> {
         let bad = |message: String| Error::input(path, format!("weight map: {message}"));
-        let value: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| bad(format!("not valid JSON ({e})")))?;
+        let value: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| Error::invalid(path, "weight map: not valid JSON", e))?;
         let object = value.as_object().ok_or_else(|| {
             bad("expected a JSON object of \"convention name\": \"checkpoint name\"".into())
         })?;
@@ -71,7 +71,10 @@ impl WeightMap {
                 )));
             }
             rules.push(Rule {
-                stored: Regex::new(&regex).map_err(|e| bad(e.to_string()))?,
+                stored: Regex::new(&regex).map_err(|e| {
+                    let what = format!("weight map: \"{stored}\" is not a valid pattern");
+                    Error::invalid(path, what, e)
+                })?,
                 convention: convention.clone(),
                 placeholders: conv_names,
             });

@@ -10,6 +10,7 @@ use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
 
 use super::gguf::GgufFile;
+use super::root_cause;
 use super::weight_map::WeightMap;
 use crate::error::{Error, Result};
 
@@ -63,10 +64,7 @@ impl WeightStore {
             // SAFETY: the files are opened read-only; modifying a checkpoint while it is
             // being analysed is outside what we guard against (as in every mmap loader).
             let one = unsafe { MmapedSafetensors::new(path) }.map_err(|e| {
-                Error::input(
-                    path,
-                    format!("invalid or truncated safetensors file: {}", root_cause(&e)),
-                )
+                Error::invalid(path, "invalid or truncated safetensors file", root_cause(e))
             })?;
             for (name, _) in one.tensors() {
                 if let Some(first) = origin.insert(name.clone(), path.clone()) {
@@ -76,7 +74,7 @@ impl WeightStore {
         }
         // SAFETY: as above.
         let files = unsafe { MmapedSafetensors::multi(&paths) }
-            .map_err(|e| Error::input(dir, format!("cannot map weights: {e}")))?;
+            .map_err(|e| Error::invalid(dir, "cannot map weights", root_cause(e)))?;
         Ok(WeightStore {
             source: Source::Safetensors {
                 files,
@@ -243,7 +241,7 @@ impl WeightStore {
             // integers would be cast to floats as they are: weights are floating point
             // (safetensors' Dtype by name: candle does not re-export the type)
             if let Ok(view) = files.get(name) {
-                let d = format!("{:?}", view.dtype());
+                let d = view.dtype().to_string();
                 if !matches!(d.as_str(), "F16" | "BF16" | "F32" | "F64") {
                     return Err(Error::input(
                         &origin[name],
@@ -260,7 +258,8 @@ impl WeightStore {
         let tensor = match &self.source {
             Source::Safetensors { files, origin, .. } => {
                 files.load(name, &Device::Cpu).map_err(|e| {
-                    Error::input(&origin[name], format!("cannot load tensor {shown}: {e}"))
+                    let what = format!("cannot load tensor {shown}");
+                    Error::invalid(&origin[name], what, root_cause(e))
                 })?
             }
             Source::Gguf(g) => g.load(name)?,
@@ -289,7 +288,7 @@ impl WeightStore {
                     (
                         name,
                         view.shape().to_vec(),
-                        format!("{:?}", view.dtype()).to_lowercase(),
+                        view.dtype().to_string().to_lowercase(),
                     )
                 })
                 .collect(),
@@ -297,7 +296,7 @@ impl WeightStore {
             Source::Memory(map) => map
                 .iter()
                 .map(|(name, t)| {
-                    let dtype = format!("{:?}", t.dtype()).to_lowercase();
+                    let dtype = t.dtype().as_str().to_string();
                     (name.clone(), t.dims().to_vec(), dtype)
                 })
                 .collect(),
@@ -326,8 +325,8 @@ impl WeightStore {
 /// The distinct shard files named by an index, in order, checked to exist.
 fn shard_paths(dir: &Path, index: &Path) -> Result<Vec<PathBuf>> {
     let text = std::fs::read_to_string(index).map_err(|e| Error::io(index, e))?;
-    let json: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| Error::input(index, format!("invalid JSON: {e}")))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error::invalid(index, "invalid JSON", e))?;
     let map = json
         .get("weight_map")
         .and_then(|m| m.as_object())
@@ -353,12 +352,4 @@ fn shard_paths(dir: &Path, index: &Path) -> Result<Vec<PathBuf>> {
         ));
     }
     Ok(paths)
-}
-
-fn root_cause(err: &candle_core::Error) -> String {
-    match err {
-        candle_core::Error::WithPath { inner, .. } => root_cause(inner),
-        candle_core::Error::WithBacktrace { inner, .. } => root_cause(inner),
-        other => other.to_string(),
-    }
 }

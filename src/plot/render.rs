@@ -104,16 +104,12 @@ pub fn to_png(fig: &Figure) -> Result<Vec<u8>> {
     let encoded = encoder
         .write_header()
         .and_then(|mut w| w.write_image_data(&pixels).and_then(|()| w.finish()));
-    encoded
-        .map_err(|e| Error::input(format!("{}.png", fig.name), format!("cannot encode: {e}")))?;
+    encoded.map_err(|e| Error::invalid(format!("{}.png", fig.name), "cannot encode", e))?;
     Ok(bytes)
 }
 
-fn failed(fig: &Figure, ext: &str, e: impl std::fmt::Display) -> Error {
-    Error::input(
-        format!("{}.{ext}", fig.name),
-        format!("cannot draw figure: {e}"),
-    )
+fn failed(fig: &Figure, ext: &str, e: impl Into<crate::error::BoxError>) -> Error {
+    Error::invalid(format!("{}.{ext}", fig.name), "cannot draw figure", e)
 }
 
 fn draw_figure<DB: DrawingBackend>(

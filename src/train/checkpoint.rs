@@ -33,7 +33,7 @@ pub fn save(trainer: &Trainer, config: &Value, tokenizer: &Path, dir: &Path) -> 
         .collect::<Result<_>>()?;
     let weights = tmp.join("model.safetensors");
     candle_core::safetensors::save(&tensors, &weights)
-        .map_err(|e| Error::input(&weights, format!("cannot write weights: {e}")))?;
+        .map_err(|e| Error::invalid(&weights, "cannot write weights", e))?;
     write_json(&tmp.join("config.json"), config)?;
     write_json(
         &tmp.join("trainer_state.json"),

@@ -51,7 +51,7 @@ fn read_documents(path: &Path) -> Result<Vec<String>> {
             continue;
         }
         let value: serde_json::Value = serde_json::from_str(line)
-            .map_err(|e| Error::input(path, format!("line {}: invalid JSON: {e}", i + 1)))?;
+            .map_err(|e| Error::invalid(path, format!("line {}: invalid JSON", i + 1), e))?;
         match value.get("text").and_then(|t| t.as_str()) {
             Some(t) => docs.push(t.to_string()),
             None => {
@@ -78,7 +78,7 @@ impl TokenStream {
         for doc in documents {
             let enc = tokenizer
                 .encode(doc.as_str(), false)
-                .map_err(|e| Error::usage(format!("tokenizing the training text failed: {e}")))?;
+                .map_err(|e| Error::failed("tokenizing the training text failed", e))?;
             if enc.get_ids().is_empty() {
                 continue;
             }

@@ -127,7 +127,7 @@ pub fn config_json(arch: &Arch, variant: VariantKind, bos: u32, eos: u32) -> Val
 /// Resolves [`config_json`] the way the analyzer reads it.
 pub fn resolve(config: &Value) -> Result<ModelConfig> {
     let raw: RawConfig = serde_json::from_value(config.clone())
-        .map_err(|e| Error::usage(format!("internal config.json: {e}")))?;
+        .map_err(|e| Error::failed("internal config.json", e))?;
     raw.resolve(Path::new("config.json"))
 }
 

@@ -108,7 +108,7 @@ pub fn train(opts: &TrainOptions, on_step: &mut dyn FnMut(&StepLog)) -> Result<T
         Some(given) => {
             std::fs::copy(given, &tok_path).map_err(|e| Error::io(given, e))?;
             tokenizers::Tokenizer::from_file(&tok_path)
-                .map_err(|e| Error::input(given, format!("invalid tokenizer.json: {e}")))?
+                .map_err(|e| Error::invalid(given, "invalid tokenizer.json", e))?
         }
         None => train_bpe(docs.iter(), opts.arch.vocab_size, &tok_path)?,
     };

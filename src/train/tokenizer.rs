@@ -30,9 +30,7 @@ where
             "--vocab-size {vocab_size} is too small: a byte-level BPE needs at least 258 (256 bytes + BOS + EOS)"
         )));
     }
-    let wrap = |e: Box<dyn std::error::Error + Send + Sync>| {
-        Error::usage(format!("tokenizer training failed: {e}"))
-    };
+    let wrap = |e: tokenizers::Error| Error::failed("tokenizer training failed", e);
     let mut trainer = BpeTrainerBuilder::new()
         .show_progress(false)
         .vocab_size(vocab_size)
@@ -46,10 +44,10 @@ where
     let post = TemplateProcessing::builder()
         .try_single(format!("{BOS} $A"))
         .and_then(|b| b.try_pair(format!("{BOS} $A {BOS} $B")))
-        .map_err(|e| Error::usage(format!("tokenizer template: {e}")))?
+        .map_err(|e| Error::failed("tokenizer template", e))?
         .special_tokens(vec![(BOS, 0)])
         .build()
-        .map_err(|e| Error::usage(format!("tokenizer template: {e}")))?;
+        .map_err(|e| Error::failed("tokenizer template", e))?;
     let mut tokenizer =
         TokenizerBuilder::<BPE, NormalizerWrapper, ByteLevel, TemplateProcessing, ByteLevel>::new()
             .with_model(BPE::default())
@@ -62,9 +60,9 @@ where
     tokenizer.train(&mut trainer, documents).map_err(wrap)?;
     tokenizer
         .save(path, false)
-        .map_err(|e| Error::input(path, format!("cannot write tokenizer: {e}")))?;
+        .map_err(|e| Error::invalid(path, "cannot write tokenizer", e))?;
     let tokenizer = Tokenizer::from_file(path)
-        .map_err(|e| Error::input(path, format!("cannot read back tokenizer: {e}")))?;
+        .map_err(|e| Error::invalid(path, "cannot read back tokenizer", e))?;
     for (text, id) in [(BOS, 0), (EOS, 1)] {
         if tokenizer.token_to_id(text) != Some(id) {
             return Err(Error::input(path, format!("{text} did not get id {id}")));

@@ -423,9 +423,11 @@ fn inspect_names_qwen3_p_rope_and_logn_detection() {
         text.contains("scale_invariant (config.json attention_variant)"),
         "{text}"
     );
-    // p-RoPE says how many frequency pairs rotate, and is not partial_rotary_factor
+    // p-RoPE in words (issue 22): how many frequency pairs rotate, not partial_rotary_factor
     assert!(
-        text.contains("PRope { p: 0.5, spacing: Log, rotating_pairs: 4 }, theta 1024"),
+        text.contains(
+            "rope           p-RoPE, p = 0.5, log spacing, 4 of 8 pairs rotate, theta 1024"
+        ),
         "{text}"
     );
     assert!(!text.contains("partial_rotary_factor"), "{text}");
@@ -442,7 +444,7 @@ fn inspect_names_qwen3_p_rope_and_logn_detection() {
     let out = run_cli(tmp.path(), &["inspect", "."]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("Default, theta 10000, partial_rotary_factor 0.5 (6 of 12 dims rotate)"),
+        text.contains("RoPE, theta 10000, partial_rotary_factor 0.5 (6 of 12 dims rotate)"),
         "{text}"
     );
 
@@ -458,6 +460,31 @@ fn inspect_names_qwen3_p_rope_and_logn_detection() {
         text.contains("logn (weights: model.layers.0.self_attn.logn_scale)"),
         "{text}"
     );
+}
+
+/// Issue 22: `inspect` is text for people: no Rust Debug formatting (`Name { field: ... }`)
+/// in the output of any model fixture; `--json` keeps the RoPE settings as values.
+#[test]
+fn inspect_prints_no_rust_debug_text() {
+    let debug = regex::Regex::new(r"\w+ \{ \w+:").unwrap();
+    let models = fs::read_dir(fixtures().join("models")).unwrap();
+    for entry in models {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let text = expect_success(&run_cli(&fixtures(), &["inspect", path.to_str().unwrap()]));
+        assert!(!debug.is_match(&text), "{name}:\n{text}");
+        assert!(text.contains("rope           "), "{name}:\n{text}");
+    }
+    let out = run_cli(
+        &fixtures(),
+        &["inspect", "models/scale_invariant", "--json"],
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rope = &json["rope"];
+    assert_eq!(rope["theta"], 1024.0);
+    assert_eq!(rope["scaling"]["rope_type"], "p_rope");
+    assert_eq!(rope["scaling"]["spacing"], "log");
+    assert_eq!(rope["scaling"]["rotating_pairs"], 4);
 }
 
 #[test]

@@ -771,3 +771,53 @@ fn bad_options() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("holds no step"), "{}", stderr(&o));
 }
+
+/// Runs the binary in the fixtures folder with stdout sent to `stdout`.
+fn run_into(stdout: impl Into<std::process::Stdio>, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_asa-analyze"))
+        .current_dir(fixtures())
+        .args(args)
+        .stdout(stdout)
+        .output()
+        .expect("the asa-analyze binary runs")
+}
+
+/// Issue 22: `asa-analyze ... | head` is not an error. Rust ignores SIGPIPE, so a write to
+/// a pipe whose reader has closed fails with EPIPE: the command exits 0 and prints nothing
+/// (no panic text). The reader is closed before the command starts, so every write fails.
+#[test]
+fn a_closed_stdout_exits_0_quietly() {
+    let model = fixtures().join("../models/scale_invariant");
+    let model = model.to_str().unwrap();
+    for args in [
+        &["spikes", "long.csv"][..],
+        &["curves", "long.csv", "--json"],
+        &["grad-stats", "hand.csv", "--steps", "0..7"],
+        &["inspect", model],
+        &["inspect", model, "--json"],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let o = run_into(writer, args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o), "", "{args:?}");
+    }
+}
+
+/// Any other failure to write stdout is an error: one line, exit 2.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_full_stdout_is_an_error() {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = run_into(full, &["spikes", "long.csv"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("asa-analyze: cannot write to stdout: No space left"),
+        "{err}"
+    );
+}

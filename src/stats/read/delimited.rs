@@ -297,9 +297,12 @@ fn csv_error(path: &Path, e: csv::Error) -> Error {
         .position()
         .map(|p| format!("line {}: ", p.line()))
         .unwrap_or_default();
-    match e.into_kind() {
-        csv::ErrorKind::Io(io) => Error::io(path, io),
+    match e.kind() {
+        csv::ErrorKind::Io(_) => match e.into_kind() {
+            csv::ErrorKind::Io(io) => Error::io(path, io),
+            _ => unreachable!("the kind was just matched"),
+        },
         csv::ErrorKind::Utf8 { .. } => Error::input(path, format!("{line}not valid UTF-8 text")),
-        other => Error::input(path, format!("{line}cannot parse as CSV: {other:?}")),
+        _ => Error::invalid(path, format!("{line}cannot parse as CSV"), e),
     }
 }

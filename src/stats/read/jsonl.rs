@@ -86,7 +86,7 @@ pub(super) fn read(path: &Path, request: &LogRequest) -> Result<LogFile> {
                 continue;
             }
             let value: Value = serde_json::from_str(&python_literals(text))
-                .map_err(|e| Error::input(path, format!("line {number}: not valid JSON: {e}")))?;
+                .map_err(|e| Error::invalid(path, format!("line {number}: not valid JSON"), e))?;
             state.object(&value, &format!("line {number}"))?;
         }
     }

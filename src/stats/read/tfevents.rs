@@ -225,13 +225,10 @@ pub(super) fn read(path: &Path, request: &LogRequest) -> Result<LogFile> {
         while let Some(payload) = reader.next_record(&mut warnings)? {
             any_record = true;
             let event = Event::decode(payload).map_err(|e| {
-                Error::input(
-                    file,
-                    format!(
-                        "corrupt event file: record at byte {} is not a tensorflow.Event: {e}",
-                        reader.record_start
-                    ),
-                )
+                let at = reader.record_start;
+                let what =
+                    format!("corrupt event file: record at byte {at} is not a tensorflow.Event");
+                Error::invalid(file, what, e)
             })?;
             let Some(summary) = event.summary else {
                 continue;
