@@ -324,9 +324,9 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
             "qk_series": series_rows.iter().map(|r| json!({"model": r.0, "step": r.1, "qk_mean": r.2, "qk_abs_mean": r.3})).collect::<Vec<_>>(),
             "files": written,
         });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("json"));
+        super::stdout::print_json(&doc)?;
     } else {
-        report::print_summary(&models, &series_rows, &metric_set);
+        report::print_summary(&models, &series_rows, &metric_set)?;
         if !args.quiet {
             eprintln!("wrote {} files to {}", written.len(), args.out.display());
         }
