@@ -33,6 +33,17 @@ impl std::str::FromStr for DeviceRequest {
     }
 }
 
+/// As the option spells it: `auto`, `cpu`, `cuda:N`.
+impl std::fmt::Display for DeviceRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceRequest::Auto => f.write_str("auto"),
+            DeviceRequest::Cpu => f.write_str("cpu"),
+            DeviceRequest::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
 /// Resolves a request into a candle device, with a clear error when CUDA is unavailable.
 pub fn resolve_device(request: DeviceRequest) -> Result<Device> {
     match request {

@@ -2,7 +2,12 @@
 //! metric probe attached, query block by query block; the block planner; training series.
 
 pub mod plan;
+mod run;
 pub mod series;
+
+pub use run::{
+    kernel_layers, ModelResult, ModelSource, Run, RunEvents, RunOptions, RunOutput, Silent,
+};
 
 use candle_core::Tensor;
 
@@ -10,7 +15,7 @@ use crate::error::Result;
 use crate::metrics::{MetricOptions, MetricProbe, ModelMetrics, VariantTraits};
 use crate::model::{Checkpoint, Model};
 use crate::probe::row_table::RowWants;
-use crate::probe::{BlockCtx, Hook, Probe};
+use crate::probe::{BlockCtx, Hook, Kernel, Probe};
 
 /// How the forward passes are cut.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
@@ -41,6 +46,10 @@ impl<F: FnMut(usize, usize)> Probe for BlockTicker<'_, F> {
         self.inner.on_block_end(ctx)?;
         (self.on_block)(ctx.layer, ctx.q_start + ctx.q_len);
         Ok(())
+    }
+
+    fn on_kernel(&mut self, layer: usize, kernel: Kernel) {
+        self.inner.on_kernel(layer, kernel)
     }
 
     fn on_layer_end(&mut self, layer: usize) -> Result<()> {

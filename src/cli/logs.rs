@@ -9,6 +9,7 @@ use clap::Args;
 use serde::Serialize;
 use serde_json::json;
 
+use super::choice::choice;
 use super::stdout;
 use crate::error::{Error, Result};
 use crate::export::{Format, OutputDir, Table};
@@ -35,7 +36,7 @@ pub struct LogOutput {
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Table format under --out.
-    #[arg(long, value_enum, default_value_t = Format::Csv)]
+    #[arg(long, value_parser = choice::<Format>(&Format::NAMES), default_value = "csv")]
     format: Format,
     /// Print JSON rows on stdout instead of the table.
     #[arg(long)]

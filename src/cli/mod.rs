@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::metrics::Metric;
 
 mod analyze;
+mod choice;
 mod demo;
 mod figures;
 mod inspect;

@@ -37,7 +37,7 @@ use crate::error::{Error, Result};
 use read::Format;
 
 /// How each window starts (`--bos`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BosMode {
     /// BOS when the checkpoint names one (config.json, else tokenizer.json).
@@ -46,6 +46,25 @@ pub enum BosMode {
     Always,
     /// Never a BOS: windows are plain slices of the joined stream.
     Never,
+}
+
+impl BosMode {
+    /// The names `--bos` takes.
+    pub const NAMES: [&'static str; 3] = ["auto", "always", "never"];
+}
+
+impl std::str::FromStr for BosMode {
+    type Err = String;
+
+    /// The BOS mode named as in the CLI and the tables ([`BosMode::NAMES`]).
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
+            format!(
+                "unknown BOS mode `{s}` (one of {})",
+                BosMode::NAMES.join(", ")
+            )
+        })
+    }
 }
 
 impl fmt::Display for BosMode {

@@ -10,7 +10,7 @@ use super::table::{Column, Table};
 use crate::error::{Error, Result};
 
 /// Output file format (`--format`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Format {
     /// Comma-separated values with a header.
@@ -20,7 +20,24 @@ pub enum Format {
     Parquet,
 }
 
+impl std::str::FromStr for Format {
+    type Err = String;
+
+    /// The table format named as in the CLI and the tables ([`Format::NAMES`]).
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
+            format!(
+                "unknown table format `{s}` (one of {})",
+                Format::NAMES.join(", ")
+            )
+        })
+    }
+}
+
 impl Format {
+    /// The names `--format` takes.
+    pub const NAMES: [&'static str; 2] = ["csv", "parquet"];
+
     /// File extension without the dot.
     pub fn extension(self) -> &'static str {
         match self {

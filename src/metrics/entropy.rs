@@ -20,7 +20,7 @@ pub fn row_entropy(weights: &Tensor) -> Result<Tensor> {
 }
 
 /// Which weights the entropy is taken of (`--entropy-of`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EntropyOf {
     /// The effective weights a_ij, clamped at 0 and renormalised.
@@ -28,6 +28,25 @@ pub enum EntropyOf {
     Effective,
     /// The plain softmax p_ij.
     Softmax,
+}
+
+impl EntropyOf {
+    /// The names `--entropy-of` takes.
+    pub const NAMES: [&'static str; 2] = ["effective", "softmax"];
+}
+
+impl std::str::FromStr for EntropyOf {
+    type Err = String;
+
+    /// The entropy source named as in the CLI and the tables ([`EntropyOf::NAMES`]).
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
+            format!(
+                "unknown entropy source `{s}` (one of {})",
+                EntropyOf::NAMES.join(", ")
+            )
+        })
+    }
 }
 
 /// Accumulates row entropies.

@@ -36,7 +36,7 @@ pub mod summary;
 pub mod tables;
 pub mod weight_sum;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use candle_core::{DType, Tensor, D};
 
@@ -47,7 +47,7 @@ use crate::probe::row_table::Column;
 use crate::probe::row_table::{
     RowWants, BANDS, ENTROPY, FIRST, QK_ABS_SUM, QK_SUM, SINK_MASS, SUM,
 };
-use crate::probe::{BlockCtx, Hook, Probe};
+use crate::probe::{BlockCtx, Hook, Kernel, Probe};
 use crate::profile::phase;
 use alpha_gate::{AlphaResult, AlphaStats, GateStats};
 use block_pools::{pool_host, pool_on_device, BlockPools, PoolShape};
@@ -67,10 +67,9 @@ use weight_sum::{WeightSum, WeightSumResult};
 
 /// A metric of SPEC section 4.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, clap::ValueEnum,
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]
 #[serde(rename_all = "snake_case")]
-#[value(rename_all = "snake_case")]
 pub enum Metric {
     FirstToken,
     WeightSum,
@@ -90,6 +89,25 @@ pub enum Metric {
 }
 
 impl Metric {
+    /// Every metric's name, as `--metrics` and the tables spell it.
+    pub const NAMES: [&'static str; 15] = [
+        "first_token",
+        "weight_sum",
+        "entropy",
+        "qk_mean",
+        "head_total",
+        "heatmap",
+        "query_profile",
+        "sink_mass",
+        "alpha",
+        "gate",
+        "nll",
+        "sink_rate",
+        "distance_profile",
+        "max_logit",
+        "key_received",
+    ];
+
     /// Every metric `analyze` computes unless `--metrics` names others: all but
     /// key_received, which reads every block's weights (per-key sums are column sums, which
     /// the flash tiles never hold), so it is computed when asked for by name.
@@ -109,6 +127,16 @@ impl Metric {
         Metric::DistanceProfile,
         Metric::MaxLogit,
     ];
+}
+
+impl std::str::FromStr for Metric {
+    type Err = String;
+
+    /// The metric named as in the CLI and the tables ([`Metric::NAMES`]).
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        serde_json::from_value(serde_json::Value::String(s.to_string()))
+            .map_err(|_| format!("unknown metric `{s}` (one of {})", Metric::NAMES.join(", ")))
+    }
 }
 
 /// What to compute and how (resolved: layers 0-based and clipped, sizes clipped to T).
@@ -151,6 +179,9 @@ pub struct ModelMetrics {
     pub distance: Option<DistanceResult>,
     pub max_logit: Option<MaxLogitResult>,
     pub key_received: Option<KeyReceivedResult>,
+    /// The kernel that computed each layer (0-based), for run.json and `--verbose`.
+    #[serde(skip)]
+    pub kernels: BTreeMap<usize, Kernel>,
 }
 
 /// What the metrics need to know of a model's attention variant.
@@ -205,6 +236,7 @@ pub struct MetricProbe {
     distance: Option<DistanceProfile>,
     max_logit: Option<MaxLogit>,
     key_received: Option<KeyReceived>,
+    kernels: BTreeMap<usize, Kernel>,
 }
 
 impl MetricProbe {
@@ -237,6 +269,7 @@ impl MetricProbe {
             max_logit: m(Metric::MaxLogit).then(|| MaxLogit::new(layers, heads, q)),
             key_received: m(Metric::KeyReceived)
                 .then(|| KeyReceived::new(layers, heads, seq_len, q)),
+            kernels: BTreeMap::new(),
             opts,
         }
     }
@@ -285,6 +318,7 @@ impl MetricProbe {
             distance: self.distance.as_ref().map(DistanceProfile::finish),
             max_logit: self.max_logit.as_ref().map(MaxLogit::finish),
             key_received: self.key_received.as_ref().map(KeyReceived::finish),
+            kernels: self.kernels.clone(),
         }
     }
 
@@ -305,6 +339,8 @@ impl MetricProbe {
         self.distance.merge(&other.distance);
         self.max_logit.merge(&other.max_logit);
         self.key_received.merge(&other.key_received);
+        self.kernels
+            .extend(other.kernels.iter().map(|(&l, &k)| (l, k)));
     }
 
     fn wants_pattern(&self, layer: usize) -> bool {
@@ -506,6 +542,10 @@ impl Probe for MetricProbe {
             Hook::Logits => self.nll.is_some(),
             _ => false,
         }
+    }
+
+    fn on_kernel(&mut self, layer: usize, kernel: Kernel) {
+        self.kernels.insert(layer, kernel);
     }
 
     fn on_layer_end(&mut self, layer: usize) -> Result<()> {

@@ -1,0 +1,511 @@
+//! A whole analysis as the library runs it: checkpoints, a corpus and options in, each
+//! model's metrics (and a training series' QK^T curve) out, progress through
+//! [`RunEvents`]. The CLI (`analyze` and the metric commands), `demo` and the Python package
+//! are callers of [`Run::execute`]; none of them holds analysis logic of its own.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use candle_core::{DType, Device};
+use serde_json::json;
+
+use super::plan::{batch_chunk, block_size, check_block, default_budget};
+use super::series::find_series;
+use super::{analyze, RunShape};
+use crate::corpus::{
+    load_windows_with, BosMode, CorpusOptions, CorpusSource, SpecialTokens, TokenizerRef, Windows,
+};
+use crate::device::{resolve_device, resolve_dtype, DeviceRequest};
+use crate::error::{Error, Result};
+use crate::export::Table;
+use crate::metrics::distance::Bands;
+use crate::metrics::entropy::EntropyOf;
+use crate::metrics::{attention_tables, qk_series_table, Metric, MetricOptions, ModelMetrics};
+use crate::model::{Checkpoint, WeightMap};
+use crate::probe::Kernel;
+
+/// A checkpoint to analyse and the label its rows carry.
+#[derive(Debug, Clone)]
+pub struct ModelSource {
+    pub label: String,
+    /// A checkpoint folder, a GGUF file, or a folder of `step-N/` checkpoints (a series).
+    pub path: PathBuf,
+}
+
+/// Everything an analysis is asked for, as plain values (the CLI's flags, Python's keyword
+/// arguments); [`RunOptions::default`] is what `analyze` does without options.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunOptions {
+    pub metrics: BTreeSet<Metric>,
+    /// Text (.txt, .jsonl) or token ids (.npy, .json); `None`: the built-in generated prose.
+    pub corpus: Option<PathBuf>,
+    pub tokenizer: Option<PathBuf>,
+    pub weight_map: Option<PathBuf>,
+    pub seq_len: usize,
+    pub num_seqs: usize,
+    pub bos: BosMode,
+    pub batch_size: usize,
+    pub seed: u64,
+    #[serde(serialize_with = "display")]
+    pub device: DeviceRequest,
+    #[serde(skip)]
+    pub dtype: Option<DType>,
+    /// Attention block memory budget in bytes (default: a share of free memory).
+    pub max_memory: Option<u64>,
+    pub block_size: Option<usize>,
+    pub min_query: usize,
+    /// Heatmap / profile layer, 1-based (default 8, clipped to the depth).
+    pub layer: Option<usize>,
+    pub size: usize,
+    pub profile_query: Option<usize>,
+    pub bins: usize,
+    pub sink_eps: f64,
+    /// Distance band edges after 0; `None`: decades.
+    pub bands: Option<Vec<usize>>,
+    pub entropy_of: EntropyOf,
+}
+
+fn display<S: serde::Serializer>(d: &DeviceRequest, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&d.to_string())
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            metrics: Metric::ALL.into_iter().collect(),
+            corpus: None,
+            tokenizer: None,
+            weight_map: None,
+            seq_len: 1024,
+            num_seqs: 10,
+            bos: BosMode::Auto,
+            batch_size: 1,
+            seed: 0,
+            device: DeviceRequest::Auto,
+            dtype: None,
+            max_memory: None,
+            block_size: None,
+            min_query: 1,
+            layer: None,
+            size: 30,
+            profile_query: None,
+            bins: 20,
+            sink_eps: 0.3,
+            bands: None,
+            entropy_of: EntropyOf::Effective,
+        }
+    }
+}
+
+/// More histogram bins than any figure can show; each is a table row (10^7 wrote 0.5 GB).
+const MAX_BINS: usize = 100_000;
+/// Beyond any analysis that finishes; refused before the built-in text is generated.
+const MAX_TOKENS: usize = 1 << 28;
+
+impl RunOptions {
+    /// The options' own errors, before anything is read (the model-dependent ones, such as
+    /// a layer past the depth, come with each model).
+    pub fn validate(&self) -> Result<()> {
+        if let Some(b) = self.block_size {
+            check_block(b)?;
+        }
+        for (name, value) in [
+            ("--bins", self.bins),
+            ("--size", self.size),
+            ("--batch-size", self.batch_size),
+        ] {
+            if value == 0 {
+                return Err(Error::usage(format!("{name} must be at least 1")));
+            }
+        }
+        if self.bins > MAX_BINS {
+            let bins = self.bins;
+            return Err(Error::usage(format!(
+                "--bins {bins} is more than {MAX_BINS}"
+            )));
+        }
+        if self.seq_len.saturating_mul(self.num_seqs) > MAX_TOKENS {
+            return Err(Error::usage(format!(
+                "--seq-len {} x --num-seqs {} asks for more than {MAX_TOKENS} tokens",
+                self.seq_len, self.num_seqs
+            )));
+        }
+        if !self.sink_eps.is_finite() {
+            return Err(Error::usage(format!(
+                "--sink-eps must be a finite number, got {}",
+                self.sink_eps
+            )));
+        }
+        match &self.tokenizer {
+            Some(file) if !file.is_file() => Err(Error::not_a_file(file, "--tokenizer")),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What a caller hears while a run goes; every method defaults to nothing.
+pub trait RunEvents {
+    /// Model `label` starts: `tokens` to go through the forward pass.
+    fn model_started(&mut self, _label: &str, _tokens: u64) {}
+    /// Tokens of the current model done so far.
+    fn progress(&mut self, _tokens: u64) {}
+    /// The current model is done.
+    fn model_finished(&mut self) {}
+    /// Something the user should know (a variant note, a length warning, a smaller batch).
+    fn note(&mut self, _text: &str) {}
+}
+
+/// A caller that hears nothing.
+pub struct Silent;
+
+impl RunEvents for Silent {}
+
+/// One model's results.
+#[derive(Debug, Clone)]
+pub struct ModelResult {
+    pub label: String,
+    pub metrics: ModelMetrics,
+    /// What run.json records of it (inputs, variant, shapes, kernels, timing).
+    pub record: serde_json::Value,
+}
+
+/// One step of a training series: model label, step, QK^T mean and absolute mean.
+pub type SeriesPoint = (String, u64, f64, f64);
+
+/// Everything a run computed.
+#[derive(Debug, Clone)]
+pub struct RunOutput {
+    pub models: Vec<ModelResult>,
+    pub series: Vec<SeriesPoint>,
+    pub device: String,
+    pub dtype: String,
+    pub seconds: f64,
+}
+
+impl RunOutput {
+    /// The section 6 tables of the run (attention tables, the QK^T series).
+    pub fn tables(&self) -> Vec<Table> {
+        let models: Vec<(String, ModelMetrics)> = self
+            .models
+            .iter()
+            .map(|m| (m.label.clone(), m.metrics.clone()))
+            .collect();
+        let mut tables = attention_tables(&models);
+        if !self.series.is_empty() {
+            tables.push(qk_series_table(&self.series));
+        }
+        tables
+    }
+
+    /// run.json's record of the run, named `command`, with `options`.
+    pub fn record(&self, command: &str, options: &RunOptions) -> serde_json::Value {
+        json!({
+            "command": command,
+            "asa_analyze_version": env!("CARGO_PKG_VERSION"),
+            "candle_version": "0.11.1",
+            "device": self.device,
+            "dtype": self.dtype,
+            "metrics": options.metrics,
+            "options": options,
+            "models": self.models.iter().map(|m| m.record.clone()).collect::<Vec<_>>(),
+            "series": self.series.iter().map(|r| json!({"model": r.0, "step": r.1})).collect::<Vec<_>>(),
+            "seconds": self.seconds,
+        })
+    }
+}
+
+/// A whole analysis: models and options.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub models: Vec<ModelSource>,
+    pub options: RunOptions,
+}
+
+impl Run {
+    /// Analyses every model (a training series step by step: QK^T per step, the other
+    /// metrics on its last step in the same forward pass), telling `events` as it goes.
+    pub fn execute(&self, events: &mut dyn RunEvents) -> Result<RunOutput> {
+        let started = Instant::now();
+        let o = &self.options;
+        o.validate()?;
+        let device = resolve_device(o.device)?;
+        let dtype = resolve_dtype(o.dtype, &device);
+        let map = WeightMap::from_option(o.weight_map.as_deref())?;
+        let ctx = ModelContext {
+            options: o,
+            map: &map,
+            device: &device,
+            dtype,
+        };
+        let (mut models, mut series) = (Vec::new(), Vec::new());
+        for source in &self.models {
+            match find_series(&source.path)? {
+                Some(steps) => {
+                    let dirs: Vec<(u64, &Path)> =
+                        steps.iter().map(|s| (s.step, s.dir.as_path())).collect();
+                    let (last, points) = ctx.series(&source.label, &dirs, events)?;
+                    series.extend(points);
+                    models.extend(last);
+                }
+                None => {
+                    let metrics = &o.metrics;
+                    models.push(ctx.model(&source.label, &source.path, metrics, events)?)
+                }
+            }
+        }
+        Ok(RunOutput {
+            models,
+            series,
+            device: format!("{device:?}"),
+            dtype: format!("{dtype:?}").to_lowercase(),
+            seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+}
+
+/// What every model of a run shares.
+struct ModelContext<'a> {
+    options: &'a RunOptions,
+    map: &'a WeightMap,
+    device: &'a Device,
+    dtype: DType,
+}
+
+impl ModelContext<'_> {
+    /// A training series: QK^T per step; the other metrics on the last step.
+    fn series(
+        &self,
+        label: &str,
+        steps: &[(u64, &Path)],
+        events: &mut dyn RunEvents,
+    ) -> Result<(Option<ModelResult>, Vec<SeriesPoint>)> {
+        let asked = &self.options.metrics;
+        let others = asked.iter().any(|m| *m != Metric::QkMean);
+        let (mut last_result, mut points) = (None, Vec::new());
+        for (k, &(step, dir)) in steps.iter().enumerate() {
+            let last = k + 1 == steps.len();
+            let mut wanted: BTreeSet<Metric> = [Metric::QkMean].into();
+            if last && others {
+                wanted.extend(asked.iter().copied());
+            }
+            let mut r = self.model(label, dir, &wanted, events)?;
+            let qk = r
+                .metrics
+                .qk
+                .as_ref()
+                .ok_or_else(|| Error::input(dir, "no QK^T mean was computed for this step"))?;
+            points.push((label.to_string(), step, qk.mean, qk.abs_mean));
+            if last && others {
+                if !asked.contains(&Metric::QkMean) {
+                    r.metrics.qk = None;
+                }
+                last_result = Some(r);
+            }
+        }
+        Ok((last_result, points))
+    }
+
+    /// One checkpoint: its windows, its metric options, the forward passes.
+    fn model(
+        &self,
+        label: &str,
+        path: &Path,
+        metrics: &BTreeSet<Metric>,
+        events: &mut dyn RunEvents,
+    ) -> Result<ModelResult> {
+        let o = self.options;
+        let ckpt = Checkpoint::open_mapped(path, self.device, self.dtype, self.map)?.validate()?;
+        if let Some(note) = &ckpt.variant.unused_weights {
+            events.note(&format!("{label}: {note}"));
+        }
+        let windows = self.windows(&ckpt, path)?;
+        let t = o.seq_len;
+        let c = &ckpt.config;
+        if t > c.max_position_embeddings {
+            events.note(&format!(
+                "{label}: --seq-len {t} exceeds max_position_embeddings {} (analysing past the training length)",
+                c.max_position_embeddings
+            ));
+        }
+        let opts = metric_options(o, metrics, c.num_layers, label)?;
+        let shape = self.shape(&ckpt, label, events);
+        let model = ckpt.load_model()?;
+        let tokens = (windows.ids.len() * t) as u64;
+        events.model_started(label, tokens);
+        let started = Instant::now();
+        let metrics = analyze(&ckpt, &model, &windows.ids, &opts, shape, |done| {
+            events.progress(done as u64)
+        })?;
+        events.model_finished();
+        let seconds = started.elapsed().as_secs_f64();
+        let record = json!({
+            "model": label,
+            "path": path.display().to_string(),
+            "architecture": c.architecture.name(),
+            "variant": ckpt.variant.kind.name(),
+            "variant_source": ckpt.variant.source,
+            "unused_weights": ckpt.variant.unused_weights,
+            "layers": c.num_layers,
+            "heads": c.num_heads,
+            "kv_heads": c.num_kv_heads,
+            "head_dim": c.head_dim,
+            "corpus": windows.description,
+            "dequantized_from": ckpt.dequantized_from(),
+            "seq_len": t,
+            "beta_length_n": t,
+            "block_size": shape.block,
+            "batch_size": shape.batch_size,
+            "heatmap_layer": opts.heatmap_layer + 1,
+            "profile_query": opts.profile_query,
+            "kernels": kernel_layers(&metrics.kernels),
+            "seconds": seconds,
+            "tokens_per_second": tokens as f64 / seconds,
+        });
+        Ok(ModelResult {
+            label: label.to_string(),
+            metrics,
+            record,
+        })
+    }
+
+    /// The corpus windows for `ckpt` (its tokenizer, or `--tokenizer`, when text is read).
+    fn windows(&self, ckpt: &Checkpoint, path: &Path) -> Result<Windows> {
+        let o = self.options;
+        let c = &ckpt.config;
+        let source = match &o.corpus {
+            Some(p) => CorpusSource::File(p.clone()),
+            None => CorpusSource::BuiltIn { seed: o.seed },
+        };
+        let corpus_opts = CorpusOptions {
+            seq_len: o.seq_len,
+            num_seqs: o.num_seqs,
+            bos: o.bos,
+        };
+        let special = SpecialTokens {
+            bos: c.bos_token_id,
+            eos: c.eos_token_id,
+        };
+        let needs_text = !matches!(&o.corpus, Some(p) if is_token_ids(p));
+        let (built, tokenizer_json);
+        let origin = path.to_path_buf();
+        let tokenizer = match (&o.tokenizer, ckpt.tokenizer_json()) {
+            (Some(file), _) => Some(TokenizerRef::Path(file)),
+            (None, Some(json)) => {
+                tokenizer_json = json;
+                Some(TokenizerRef::Path(&tokenizer_json))
+            }
+            // GGUF: the tokenizer lives in the metadata; build it only when text needs it
+            (None, None) if needs_text => {
+                built = ckpt.tokenizer()?;
+                Some(TokenizerRef::Built(&built, &origin))
+            }
+            (None, None) => None,
+        };
+        load_windows_with(&source, tokenizer, special, c.vocab_size, &corpus_opts)
+    }
+
+    /// Sequences per pass and queries per block: `--block-size`, or what fits the budget.
+    fn shape(&self, ckpt: &Checkpoint, label: &str, events: &mut dyn RunEvents) -> RunShape {
+        let o = self.options;
+        let (heads, t) = (ckpt.config.num_heads, o.seq_len);
+        let budget = o.max_memory.unwrap_or_else(|| default_budget(self.device));
+        let (batch, block) = match o.block_size {
+            Some(b) => (o.batch_size.max(1), b),
+            None => {
+                let batch = batch_chunk(budget, o.batch_size.max(1), heads, t);
+                (batch, block_size(budget, batch, heads, t))
+            }
+        };
+        if batch < o.batch_size {
+            events.note(&format!(
+                "{label}: --batch-size {} runs as batches of {batch} sequences to fit the attention memory budget ({} MiB)",
+                o.batch_size,
+                budget >> 20
+            ));
+        }
+        RunShape {
+            batch_size: batch,
+            block,
+        }
+    }
+}
+
+/// The metric options of a model of `layers` layers (layers and positions checked).
+fn metric_options(
+    o: &RunOptions,
+    metrics: &BTreeSet<Metric>,
+    layers: usize,
+    label: &str,
+) -> Result<MetricOptions> {
+    let t = o.seq_len;
+    let heatmap_layer = match o.layer {
+        Some(0) => return Err(Error::usage("--layer is 1-based; 0 is not a layer")),
+        Some(l) if l > layers => {
+            return Err(Error::usage(format!(
+                "--layer {l} does not exist: {label} has {layers} layers"
+            )))
+        }
+        Some(l) => l - 1,
+        None => 8.min(layers) - 1,
+    };
+    let profile_query = match o.profile_query {
+        Some(q) if q >= t => {
+            return Err(Error::usage(format!(
+                "--profile-query {q} is outside the sequence (0..{t})"
+            )))
+        }
+        Some(q) => q,
+        None => t - 1,
+    };
+    if o.min_query >= t {
+        return Err(Error::usage(format!(
+            "--min-query {} leaves no query to average in windows of {t} tokens (queries 0..{t})",
+            o.min_query
+        )));
+    }
+    Ok(MetricOptions {
+        metrics: metrics.clone(),
+        min_query: o.min_query,
+        heatmap_layer,
+        heatmap_size: o.size.min(t),
+        profile_query,
+        bins: o.bins,
+        sink_eps: o.sink_eps,
+        bands: match &o.bands {
+            Some(edges) => bands_from(edges, t)?,
+            None => Bands::decades(t),
+        },
+        entropy_of: o.entropy_of,
+    })
+}
+
+/// `{kernel description: [1-based layers]}` for run.json and `--verbose`.
+pub fn kernel_layers(kernels: &BTreeMap<usize, Kernel>) -> BTreeMap<&'static str, Vec<usize>> {
+    let mut by_kernel: BTreeMap<&'static str, Vec<usize>> = BTreeMap::new();
+    for (&layer, kernel) in kernels {
+        by_kernel
+            .entry(kernel.describe())
+            .or_default()
+            .push(layer + 1);
+    }
+    by_kernel
+}
+
+/// Whether a corpus file holds token ids (no tokenizer needed).
+fn is_token_ids(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("npy") | Some("json")
+    )
+}
+
+/// Distance bands from `--bands` edges (increasing, from 1).
+fn bands_from(edges: &[usize], seq_len: usize) -> Result<Bands> {
+    if edges.is_empty() || edges[0] == 0 || edges.windows(2).any(|w| w[1] <= w[0]) {
+        return Err(Error::usage(
+            "--bands must be increasing edges starting at 1 or more, e.g. 1,10,100",
+        ));
+    }
+    Ok(Bands::with_edges(edges, seq_len))
+}
