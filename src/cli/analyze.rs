@@ -184,9 +184,9 @@ fn run_options(args: &MetricArgs, metrics: &[Metric], command: &str) -> Result<R
 }
 
 /// Progress bars and notes on stderr (nothing with `--quiet`).
-struct Terminal {
-    quiet: bool,
-    bar: Option<ProgressBar>,
+pub(super) struct Terminal {
+    pub quiet: bool,
+    pub bar: Option<ProgressBar>,
 }
 
 impl RunEvents for Terminal {
@@ -236,22 +236,31 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
             }
         }
     }
-    for table in output.tables() {
-        out.write(&table)?;
-    }
     let mut record = output.record(command, &run.options);
     record["options"]["format"] = json!(args.format);
     record["seconds"] = json!(started.elapsed().as_secs_f64());
     record["profile"] = json!(args.profile.then(profile_record));
-    let text = serde_json::to_string_pretty(&record)
-        .map_err(|e| Error::failed("cannot encode run.json", e))?;
-    out.write_bytes("run.json", text.as_bytes())?;
+    stage_tables(&mut out, &output, &record)?;
     let written = commit_with_figures(out, &args)?;
     print_results(&output, &run.options.metrics, &written, &args)?;
     if args.profile {
         eprint!("{}", crate::profile::report(started.elapsed()));
     }
     Ok(())
+}
+
+/// Stages a run's tables and its run.json `record` in `out` (moved into place on commit).
+pub(super) fn stage_tables(
+    out: &mut OutputDir,
+    output: &RunOutput,
+    record: &serde_json::Value,
+) -> Result<()> {
+    for table in output.tables() {
+        out.write(&table)?;
+    }
+    let text = serde_json::to_string_pretty(record)
+        .map_err(|e| Error::failed("cannot encode run.json", e))?;
+    out.write_bytes("run.json", text.as_bytes())
 }
 
 /// Renders the figures from the staged tables when `--figures` asks (so tables and

@@ -21,12 +21,15 @@ use std::time::Instant;
 use clap::{Args, Parser};
 use indicatif::MultiProgress;
 
+use super::analyze::{stage_tables, Terminal};
 use super::stdout::with_stdout;
 use super::train::{step_bar, TrainSettings};
 use super::{run as run_command, Cli};
+use crate::analysis::{ModelSource, Run, RunOptions};
 use crate::attention::VariantKind;
 use crate::device::DeviceRequest;
 use crate::error::{Error, Result};
+use crate::export::{Format, OutputDir};
 use crate::train::data::TextSource;
 use crate::train::run::finished_run;
 use crate::train::tokenizer::train_bpe;
@@ -160,39 +163,32 @@ pub fn run(args: DemoArgs) -> Result<()> {
     let summaries: Vec<TrainSummary> = summaries.into_iter().collect::<Result<_>>()?;
     let trained_at = started.elapsed().as_secs_f64();
 
-    // analysis with the real commands
+    // the analysis through the library (analysis::Run), the log commands and figures as
+    // their command lines
     let results = out.join("results");
-    let q = |v: &mut Vec<String>| {
-        if args.quiet {
-            v.push("--quiet".into());
-        }
-    };
-    let mut analyze: Vec<String> = vec!["analyze".into()];
-    for (label, _) in METHODS {
-        analyze.push(format!(
-            "{label}={}",
-            out.join("runs").join(label).join("checkpoints").display()
-        ));
-    }
-    analyze.extend([
-        "--seq-len".into(),
-        settings.seq_len.to_string(),
-        "--num-seqs".into(),
-        "10".into(),
-        "--device".into(),
-        device_arg(args.device),
-        "--out".into(),
-        results.join("attention").display().to_string(),
-    ]);
-    match &held_out {
-        Some(path) => analyze.extend(["--corpus".into(), path.display().to_string()]),
-        None => analyze.extend(["--seed".into(), (args.seed + HELD_OUT_SEED).to_string()]),
-    }
-    q(&mut analyze);
     if !args.quiet {
         eprintln!("asa-analyze: demo: analysing the final checkpoints and the checkpoint series");
     }
-    command(analyze)?;
+    let models = METHODS
+        .iter()
+        .map(|(label, _)| ModelSource {
+            label: label.to_string(),
+            path: out.join("runs").join(label).join("checkpoints"),
+        })
+        .collect();
+    let options = RunOptions {
+        seq_len: settings.seq_len,
+        num_seqs: 10,
+        device: args.device,
+        corpus: held_out.clone(),
+        seed: args.seed + HELD_OUT_SEED,
+        ..RunOptions::default()
+    };
+    analyze_in_process(
+        Run { models, options },
+        &results.join("attention"),
+        args.quiet,
+    )?;
     let logs: Vec<String> = METHODS
         .iter()
         .map(|(label, _)| {
@@ -241,12 +237,14 @@ pub fn run(args: DemoArgs) -> Result<()> {
     Ok(())
 }
 
-fn device_arg(d: DeviceRequest) -> String {
-    match d {
-        DeviceRequest::Auto => "auto".into(),
-        DeviceRequest::Cpu => "cpu".into(),
-        DeviceRequest::Cuda(n) => format!("cuda:{n}"),
-    }
+/// Runs `run` through the library and writes its tables as `analyze` does.
+fn analyze_in_process(run: Run, out: &Path, quiet: bool) -> Result<()> {
+    let mut dir = OutputDir::create(out, Format::Csv)?;
+    let mut terminal = Terminal { quiet, bar: None };
+    let output = run.execute(&mut terminal)?;
+    stage_tables(&mut dir, &output, &output.record("analyze", &run.options))?;
+    dir.commit()?;
+    Ok(())
 }
 
 /// Runs one asa-analyze command line in-process.

@@ -9,6 +9,7 @@ use std::path::Path;
 use candle_core::DType;
 use common::*;
 use polars::prelude::*;
+use serde_json::json;
 
 /// Writes the reference input ids of `name` as a .json corpus of ready-made windows.
 fn ids_corpus(name: &str, dir: &Path) -> String {
@@ -732,5 +733,109 @@ fn analyze_option_checks_before_any_work() {
         let err = expect_error(&run_cli(tmp.path(), &args));
         assert!(err.contains(says), "{extra:?}: {err}");
         assert!(!tmp.path().join("res").exists());
+    }
+}
+
+#[test]
+fn run_json_and_verbose_name_the_kernel_of_every_layer() {
+    // issue 22: the plan taken is visible. Every metric: layer 1 on the flash tiles, layer 2
+    // (the heatmap layer) materialised; key_received reads every block's weights
+    let model = model_dir("llama_gqa").display().to_string();
+    let flash = "flash tiles (no block map held)";
+    let fused = "materialised blocks, fused CPU softmax";
+    for (metrics, want) in [
+        (None, json!({flash: [1], fused: [2]})),
+        (Some("key_received"), json!({fused: [1, 2]})),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut args = vec![
+            "analyze",
+            &model,
+            "--seq-len",
+            "32",
+            "--num-seqs",
+            "2",
+            "--verbose",
+        ];
+        args.extend(["--out", "o"]);
+        if let Some(m) = metrics {
+            args.extend(["--metrics", m]);
+        }
+        let output = run_cli(tmp.path(), &args);
+        expect_success(&output);
+        let run: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(tmp.path().join("o/run.json")).unwrap())
+                .unwrap();
+        assert_eq!(run["models"][0]["kernels"], want, "{metrics:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(fused), "{stderr}");
+    }
+}
+
+#[test]
+fn the_library_run_gives_what_the_cli_writes() {
+    // analysis::Run is what the CLI calls: the same options give the same numbers
+    use asa_analyze::analysis::{ModelSource, Run, RunOptions, Silent};
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model_dir("sink");
+    let options = RunOptions {
+        seq_len: 24,
+        num_seqs: 2,
+        ..RunOptions::default()
+    };
+    let source = ModelSource {
+        label: "sink".into(),
+        path: model.clone(),
+    };
+    let output = Run {
+        models: vec![source],
+        options,
+    }
+    .execute(&mut Silent)
+    .unwrap();
+    let path = model.display().to_string();
+    let args = [
+        "analyze",
+        &path,
+        "--seq-len",
+        "24",
+        "--num-seqs",
+        "2",
+        "--json",
+        "--quiet",
+    ];
+    let cli: serde_json::Value = serde_json::from_str(&expect_success(&run_cli(
+        tmp.path(),
+        &[&args[..], &["--out", "o"]].concat(),
+    )))
+    .unwrap();
+    let library = serde_json::to_value(&output.models[0].metrics).unwrap();
+    // serde_json reads printed floats back to within an ulp, not always to the bit
+    same_json(&cli["models"][0]["metrics"], &library, "metrics");
+}
+
+fn same_json(a: &serde_json::Value, b: &serde_json::Value, path: &str) {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            assert!(
+                (x - y).abs() <= 1e-14 * x.abs().max(y.abs()),
+                "{path}: {x} vs {y}"
+            );
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            assert_eq!(x.len(), y.len(), "{path}");
+            for (k, (x, y)) in x.iter().zip(y).enumerate() {
+                same_json(x, y, &format!("{path}[{k}]"));
+            }
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            assert_eq!(x.len(), y.len(), "{path}");
+            for (k, x) in x {
+                same_json(x, &y[k], &format!("{path}.{k}"));
+            }
+        }
+        _ => assert_eq!(a, b, "{path}"),
     }
 }
