@@ -811,31 +811,5 @@ fn the_library_run_gives_what_the_cli_writes() {
     .unwrap();
     let library = serde_json::to_value(&output.models[0].metrics).unwrap();
     // serde_json reads printed floats back to within an ulp, not always to the bit
-    same_json(&cli["models"][0]["metrics"], &library, "metrics");
-}
-
-fn same_json(a: &serde_json::Value, b: &serde_json::Value, path: &str) {
-    use serde_json::Value;
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => {
-            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
-            assert!(
-                (x - y).abs() <= 1e-14 * x.abs().max(y.abs()),
-                "{path}: {x} vs {y}"
-            );
-        }
-        (Value::Array(x), Value::Array(y)) => {
-            assert_eq!(x.len(), y.len(), "{path}");
-            for (k, (x, y)) in x.iter().zip(y).enumerate() {
-                same_json(x, y, &format!("{path}[{k}]"));
-            }
-        }
-        (Value::Object(x), Value::Object(y)) => {
-            assert_eq!(x.len(), y.len(), "{path}");
-            for (k, x) in x {
-                same_json(x, &y[k], &format!("{path}.{k}"));
-            }
-        }
-        _ => assert_eq!(a, b, "{path}"),
-    }
+    assert_json_close(&cli["models"][0]["metrics"], &library, 1e-14, "metrics");
 }

@@ -159,3 +159,34 @@ pub fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
     edit(&mut cfg);
     std::fs::write(&path, serde_json::to_string(&cfg).unwrap()).unwrap();
 }
+
+/// The same JSON: integers (counts) equal, floats within `rel` relative, NaN equal to NaN
+/// (`null` both), objects with the same fields; panics naming the first place that differs.
+pub fn assert_json_close(a: &serde_json::Value, b: &serde_json::Value, rel: f64, path: &str) {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) if x.is_u64() && y.is_u64() => {
+            assert_eq!(x, y, "{path}: counts differ")
+        }
+        (Value::Number(x), Value::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            assert!(
+                (x - y).abs() <= rel * x.abs().max(y.abs()),
+                "{path}: {x} vs {y}"
+            );
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            assert_eq!(x.len(), y.len(), "{path}: lengths");
+            for (k, (x, y)) in x.iter().zip(y).enumerate() {
+                assert_json_close(x, y, rel, &format!("{path}[{k}]"));
+            }
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            assert_eq!(x.len(), y.len(), "{path}: fields");
+            for (k, x) in x {
+                assert_json_close(x, &y[k], rel, &format!("{path}.{k}"));
+            }
+        }
+        _ => assert_eq!(a, b, "{path}"),
+    }
+}

@@ -494,35 +494,6 @@ impl Rng {
     }
 }
 
-/// Same JSON: integers (counts) equal, floats within 1e-12 relative, NaN equal to NaN.
-fn same_tables(a: &Value, b: &Value, path: &str) {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) if x.is_u64() && y.is_u64() => {
-            assert_eq!(x, y, "{path}: counts differ")
-        }
-        (Value::Number(x), Value::Number(y)) => {
-            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
-            assert!(
-                (x - y).abs() <= 1e-12 * x.abs().max(y.abs()),
-                "{path}: {x} vs {y}"
-            );
-        }
-        (Value::Array(x), Value::Array(y)) => {
-            assert_eq!(x.len(), y.len(), "{path}: lengths");
-            for (k, (x, y)) in x.iter().zip(y).enumerate() {
-                same_tables(x, y, &format!("{path}[{k}]"));
-            }
-        }
-        (Value::Object(x), Value::Object(y)) => {
-            assert_eq!(x.len(), y.len(), "{path}: fields");
-            for (k, x) in x {
-                same_tables(x, &y[k], &format!("{path}.{k}"));
-            }
-        }
-        _ => assert_eq!(a, b, "{path}"),
-    }
-}
-
 #[test]
 fn a_run_split_at_random_and_merged_in_any_order_gives_the_single_run() {
     // 9 windows of 20 tokens; each trial cuts them at random points into up to 4 groups
@@ -571,9 +542,10 @@ fn a_run_split_at_random_and_merged_in_any_order_gives_the_single_run() {
                     merged.merge(&parts.swap_remove(rng.below(parts.len())));
                 }
                 let got = serde_json::to_value(finish(&ckpt, &merged).unwrap()).unwrap();
-                same_tables(
+                assert_json_close(
                     &got,
                     &whole,
+                    1e-12,
                     &format!("{name} flash {flash} trial {trial} {cuts:?}"),
                 );
             }
