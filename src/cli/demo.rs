@@ -114,53 +114,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     let base = settings.options(VariantKind::Softmax, out.clone())?;
     let tokenizer = shared_tokenizer(&base, &out, args.force)?;
 
-    // training, in parallel
-    let mut plans = Vec::new();
-    for (label, variant) in METHODS {
-        let mut opts = settings.options(variant, out.join("runs").join(label))?;
-        opts.tokenizer = Some(tokenizer.clone());
-        let done = if args.force {
-            None
-        } else {
-            finished_run(&opts)
-        };
-        plans.push((label, opts, done));
-    }
-    let bars = MultiProgress::new();
-    let summaries: Vec<Result<TrainSummary>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = plans
-            .iter()
-            .map(|(label, opts, done)| {
-                let bars = &bars;
-                let quiet = args.quiet;
-                scope.spawn(move || match done {
-                    Some(summary) => {
-                        if !quiet {
-                            eprintln!(
-                                "asa-analyze: demo: reusing the finished {label} run in {}",
-                                opts.out.display()
-                            );
-                        }
-                        Ok(summary.clone())
-                    }
-                    None => {
-                        let bar = bars.add(step_bar(quiet, opts.steps, label));
-                        let summary = train::train(opts, &mut |row| {
-                            bar.set_position(row.step as u64);
-                            bar.set_message(format!("loss {:.3}", row.loss));
-                        });
-                        bar.finish();
-                        summary
-                    }
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("training thread"))
-            .collect()
-    });
-    let summaries: Vec<TrainSummary> = summaries.into_iter().collect::<Result<_>>()?;
+    let summaries = train_all(&settings, &tokenizer, &out, (args.force, args.quiet))?;
     let trained_at = started.elapsed().as_secs_f64();
 
     // the analysis through the library (analysis::Run), the log commands and figures as
@@ -189,6 +143,23 @@ pub fn run(args: DemoArgs) -> Result<()> {
         &results.join("attention"),
         args.quiet,
     )?;
+    log_tables_and_figures(&out, &results)?;
+
+    print_summary(&summaries, &results)?;
+    if !args.quiet {
+        eprintln!(
+            "asa-analyze: demo: done in {:.0}s (training {:.0}s); tables in {}, figures in {}",
+            started.elapsed().as_secs_f64(),
+            trained_at,
+            results.display(),
+            out.join("figures").display()
+        );
+    }
+    Ok(())
+}
+
+/// `grad-stats`, `spikes` and `curves` over the three training logs, then every figure.
+fn log_tables_and_figures(out: &Path, results: &Path) -> Result<()> {
     let logs: Vec<String> = METHODS
         .iter()
         .map(|(label, _)| {
@@ -223,18 +194,59 @@ pub fn run(args: DemoArgs) -> Result<()> {
         "--quiet".into(),
     ]);
     command(figs)?;
-
-    print_summary(&summaries, &results)?;
-    if !args.quiet {
-        eprintln!(
-            "asa-analyze: demo: done in {:.0}s (training {:.0}s); tables in {}, figures in {}",
-            started.elapsed().as_secs_f64(),
-            trained_at,
-            results.display(),
-            out.join("figures").display()
-        );
-    }
     Ok(())
+}
+
+/// Trains every method in parallel (a finished run with the same options is reused unless
+/// `force`), one progress bar each.
+fn train_all(
+    settings: &TrainSettings,
+    tokenizer: &Path,
+    out: &Path,
+    (force, quiet): (bool, bool),
+) -> Result<Vec<TrainSummary>> {
+    let mut plans = Vec::new();
+    for (label, variant) in METHODS {
+        let mut opts = settings.options(variant, out.join("runs").join(label))?;
+        opts.tokenizer = Some(tokenizer.to_path_buf());
+        let done = if force { None } else { finished_run(&opts) };
+        plans.push((label, opts, done));
+    }
+    let bars = MultiProgress::new();
+    let summaries: Vec<Result<TrainSummary>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = plans
+            .iter()
+            .map(|(label, opts, done)| {
+                let bars = &bars;
+                let quiet = quiet;
+                scope.spawn(move || match done {
+                    Some(summary) => {
+                        if !quiet {
+                            eprintln!(
+                                "asa-analyze: demo: reusing the finished {label} run in {}",
+                                opts.out.display()
+                            );
+                        }
+                        Ok(summary.clone())
+                    }
+                    None => {
+                        let bar = bars.add(step_bar(quiet, opts.steps, label));
+                        let summary = train::train(opts, &mut |row| {
+                            bar.set_position(row.step as u64);
+                            bar.set_message(format!("loss {:.3}", row.loss));
+                        });
+                        bar.finish();
+                        summary
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("training thread"))
+            .collect()
+    });
+    summaries.into_iter().collect()
 }
 
 /// Runs `run` through the library and writes its tables as `analyze` does.

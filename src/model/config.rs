@@ -258,54 +258,8 @@ impl RawConfig {
             )
         })?;
         let hidden_size = required(self.hidden_size, "hidden_size", path)?;
-        let num_heads = required(self.num_attention_heads, "num_attention_heads", path)?;
-        let num_kv_heads = self.num_key_value_heads.unwrap_or(num_heads);
-        if num_heads == 0 || num_kv_heads == 0 {
-            return Err(Error::input(
-                path,
-                format!("num_attention_heads {num_heads} and num_key_value_heads {num_kv_heads} must be at least 1"),
-            ));
-        }
-        if num_heads % num_kv_heads != 0 {
-            return Err(Error::input(
-                path,
-                format!("num_attention_heads {num_heads} is not a multiple of num_key_value_heads {num_kv_heads}"),
-            ));
-        }
-        let head_dim = match self.head_dim {
-            Some(d) => d,
-            // transformers' Qwen3Config default (it does not derive it from hidden / heads)
-            None if architecture == Architecture::Qwen3 => 128,
-            None if hidden_size % num_heads == 0 => hidden_size / num_heads,
-            None => {
-                return Err(Error::input(
-                    path,
-                    format!("hidden_size {hidden_size} is not divisible by num_attention_heads {num_heads} and head_dim is not given"),
-                ))
-            }
-        };
-        if let Some(act) = &self.hidden_act {
-            if act != "silu" {
-                return Err(Error::input(
-                    path,
-                    format!("unsupported hidden_act `{act}` (supported: silu)"),
-                ));
-            }
-        }
-        if self.use_sliding_window == Some(true) {
-            return Err(Error::input(
-                path,
-                "sliding-window attention (use_sliding_window: true) is not implemented",
-            ));
-        }
-        if let Some(types) = &self.layer_types {
-            if let Some(other) = types.iter().find(|t| t.as_str() != "full_attention") {
-                return Err(Error::input(
-                    path,
-                    format!("layer type `{other}` is not implemented (only full_attention)"),
-                ));
-            }
-        }
+        let (num_heads, num_kv_heads, head_dim) = self.heads(path, architecture, hidden_size)?;
+        self.check_implemented(path)?;
         let attention_bias = self.attention_bias.unwrap_or(false);
         let (qkv_bias, o_bias) = match architecture {
             Architecture::Llama | Architecture::Qwen3 => (attention_bias, attention_bias),
@@ -356,19 +310,7 @@ impl RawConfig {
                 format!("rms_norm_eps {rms_norm_eps} must be a finite number >= 0"),
             ));
         }
-        let bos_token_id = token_id(&self.bos_token_id, "bos_token_id", path)?;
-        let eos_token_id = token_id(&self.eos_token_id, "eos_token_id", path)?;
-        for (field, id) in [
-            ("bos_token_id", bos_token_id),
-            ("eos_token_id", eos_token_id),
-        ] {
-            if let Some(id) = id.filter(|&id| id as usize >= vocab_size) {
-                return Err(Error::input(
-                    path,
-                    format!("{field} {id} is out of range for vocab_size {vocab_size}"),
-                ));
-            }
-        }
+        let (bos_token_id, eos_token_id) = self.special_tokens(path, vocab_size)?;
         Ok(ModelConfig {
             architecture,
             hidden_size,
@@ -393,6 +335,87 @@ impl RawConfig {
             scale_invariant,
             logn_scale,
         })
+    }
+
+    /// Query heads, key/value heads and head dimension, checked against each other.
+    fn heads(
+        &self,
+        path: &Path,
+        architecture: Architecture,
+        hidden_size: usize,
+    ) -> Result<(usize, usize, usize)> {
+        let num_heads = required(self.num_attention_heads, "num_attention_heads", path)?;
+        let num_kv_heads = self.num_key_value_heads.unwrap_or(num_heads);
+        if num_heads == 0 || num_kv_heads == 0 {
+            return Err(Error::input(
+                path,
+                format!("num_attention_heads {num_heads} and num_key_value_heads {num_kv_heads} must be at least 1"),
+            ));
+        }
+        if num_heads % num_kv_heads != 0 {
+            return Err(Error::input(
+                path,
+                format!("num_attention_heads {num_heads} is not a multiple of num_key_value_heads {num_kv_heads}"),
+            ));
+        }
+        let head_dim = match self.head_dim {
+            Some(d) => d,
+            // transformers' Qwen3Config default (it does not derive it from hidden / heads)
+            None if architecture == Architecture::Qwen3 => 128,
+            None if hidden_size % num_heads == 0 => hidden_size / num_heads,
+            None => {
+                return Err(Error::input(
+                    path,
+                    format!("hidden_size {hidden_size} is not divisible by num_attention_heads {num_heads} and head_dim is not given"),
+                ))
+            }
+        };
+        Ok((num_heads, num_kv_heads, head_dim))
+    }
+
+    /// Refuses what the loader does not implement (never ignored).
+    fn check_implemented(&self, path: &Path) -> Result<()> {
+        if let Some(act) = &self.hidden_act {
+            if act != "silu" {
+                return Err(Error::input(
+                    path,
+                    format!("unsupported hidden_act `{act}` (supported: silu)"),
+                ));
+            }
+        }
+        if self.use_sliding_window == Some(true) {
+            return Err(Error::input(
+                path,
+                "sliding-window attention (use_sliding_window: true) is not implemented",
+            ));
+        }
+        if let Some(types) = &self.layer_types {
+            if let Some(other) = types.iter().find(|t| t.as_str() != "full_attention") {
+                return Err(Error::input(
+                    path,
+                    format!("layer type `{other}` is not implemented (only full_attention)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// BOS and EOS ids, each inside the vocabulary.
+    fn special_tokens(&self, path: &Path, vocab_size: usize) -> Result<(Option<u32>, Option<u32>)> {
+        let bos_token_id = token_id(&self.bos_token_id, "bos_token_id", path)?;
+        let eos_token_id = token_id(&self.eos_token_id, "eos_token_id", path)?;
+        for (field, id) in [
+            ("bos_token_id", bos_token_id),
+            ("eos_token_id", eos_token_id),
+        ] {
+            if let Some(id) = id.filter(|&id| id as usize >= vocab_size) {
+                return Err(Error::input(
+                    path,
+                    format!("{field} {id} is out of range for vocab_size {vocab_size}"),
+                ));
+            }
+        }
+        Ok((bos_token_id, eos_token_id))
     }
 
     /// RoPE from transformers 5 `rope_parameters` or older `rope_theta` + `rope_scaling`.

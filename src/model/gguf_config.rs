@@ -67,14 +67,8 @@ impl Meta<'_> {
     }
 }
 
-/// The metadata as a config.json mirror, and the rope_freqs recovery when the file has them.
-pub(crate) fn raw_config(
-    meta: &Meta,
-    file: &mut File,
-    tensors: &TensorFacts,
-    heads: usize,
-    kv_heads: usize,
-) -> Result<(serde_json::Value, Option<Recovered>)> {
+/// Refuses what the GGUF loader does not implement: experts, RoPE scaling types.
+fn refuse_unimplemented(meta: &Meta) -> Result<()> {
     let path = meta.path;
     if let Some(n) = meta.opt_usize_key("expert_count")? {
         if n > 0 {
@@ -95,6 +89,52 @@ pub(crate) fn raw_config(
             ));
         }
     }
+    Ok(())
+}
+
+/// `rope_parameters` for config.json: default RoPE at `theta`, or the Llama-3 scaling that
+/// the file's `rope_freqs.weight` factors encode (with what the recovery found).
+fn rope_parameters(
+    meta: &Meta,
+    file: &mut File,
+    (theta, rot_dim, context): (f64, usize, usize),
+) -> Result<(serde_json::Value, Option<Recovered>)> {
+    let path = meta.path;
+    let mut rope = json!({"rope_type": "default", "rope_theta": theta});
+    let mut recovered = None;
+    if let Some(info) = meta.content.tensor_infos.get("rope_freqs.weight") {
+        let factors = read_factors(meta, file, info, rot_dim)?;
+        let original = meta
+            .opt_usize_key("rope.scaling.original_context_length")?
+            .unwrap_or(context);
+        match llama3_from_freq_factors(theta, rot_dim, &factors, original as f64) {
+            Some(r) => {
+                if let Some(params) = r.params.clone() {
+                    rope = params;
+                }
+                recovered = Some(r);
+            }
+            None => {
+                return Err(Error::input(
+                    path,
+                    "rope_freqs.weight is not a Llama-3 frequency scaling (the only per-frequency factors implemented)",
+                ))
+            }
+        }
+    }
+    Ok((rope, recovered))
+}
+
+/// The metadata as a config.json mirror, and the rope_freqs recovery when the file has them.
+pub(crate) fn raw_config(
+    meta: &Meta,
+    file: &mut File,
+    tensors: &TensorFacts,
+    heads: usize,
+    kv_heads: usize,
+) -> Result<(serde_json::Value, Option<Recovered>)> {
+    let path = meta.path;
+    refuse_unimplemented(meta)?;
     let hidden = meta.usize_key("embedding_length")?;
     let vocab = tensors.vocab;
     let head_dim = match meta.opt_usize_key("attention.key_length")? {
@@ -142,28 +182,7 @@ pub(crate) fn raw_config(
             "a finite number >= 0",
         );
     }
-    let mut rope = json!({"rope_type": "default", "rope_theta": theta});
-    let mut recovered = None;
-    if let Some(info) = meta.content.tensor_infos.get("rope_freqs.weight") {
-        let factors = read_factors(meta, file, info, rot_dim)?;
-        let original = meta
-            .opt_usize_key("rope.scaling.original_context_length")?
-            .unwrap_or(context);
-        match llama3_from_freq_factors(theta, rot_dim, &factors, original as f64) {
-            Some(r) => {
-                if let Some(params) = r.params.clone() {
-                    rope = params;
-                }
-                recovered = Some(r);
-            }
-            None => {
-                return Err(Error::input(
-                    path,
-                    "rope_freqs.weight is not a Llama-3 frequency scaling (the only per-frequency factors implemented)",
-                ))
-            }
-        }
-    }
+    let (rope, recovered) = rope_parameters(meta, file, (theta, rot_dim, context))?;
     let token = |key: &str| {
         meta.content
             .metadata
