@@ -506,6 +506,85 @@ fn visible_keys(i: usize, k0: usize, width: usize) -> usize {
     }
 }
 
+/// Where one task sits: sequence `seq`, the query heads of kv head `kv_head` (`groups` of
+/// them), queries `q0..q0 + nq`, in tiles of `tile` keys; `rows = groups * nq`.
+#[derive(Debug, Clone, Copy)]
+struct TaskAt {
+    seq: usize,
+    kv_head: usize,
+    groups: usize,
+    q0: usize,
+    nq: usize,
+    rows: usize,
+    tile: usize,
+    n_bands: usize,
+}
+
+impl TaskAt {
+    /// The query head of task row `r`.
+    fn head(&self, r: usize) -> usize {
+        self.kv_head * self.groups + r / self.nq
+    }
+
+    /// The query of task row `r`.
+    fn query(&self, r: usize) -> usize {
+        self.q0 + r % self.nq
+    }
+
+    /// The task's keys: every key its last query sees.
+    fn keys(&self) -> usize {
+        self.q0 + self.nq
+    }
+
+    /// Tile geometry of the tile from key `k0`.
+    fn tile_at(&self, d: usize, k0: usize) -> TileAt {
+        TileAt {
+            rows: self.rows,
+            d,
+            tile: self.tile,
+            k0,
+            width: self.tile.min(self.keys() - k0),
+        }
+    }
+}
+
+/// A task's buffers: its query rows, the tile's logits and weights, the rule's scratch row,
+/// the output rows, each row's running sums and band sums.
+struct TaskBuffers {
+    q_rows: Vec<f32>,
+    logits: Vec<f32>,
+    weights: Vec<f32>,
+    scratch: Vec<f32>,
+    out: Vec<f32>,
+    sums: Vec<RowSums>,
+    bands: Vec<f64>,
+}
+
+impl TaskBuffers {
+    /// Buffers for task `at` with its query rows packed `[rows, d]` from `q`.
+    fn new(q: &[f32], dims: Dims, at: TaskAt, rule: &TileLogits) -> Self {
+        let (rows, d) = (at.rows, dims.d);
+        let mut q_rows = Vec::with_capacity(rows * d);
+        for g in 0..at.groups {
+            let head = at.kv_head * at.groups + g;
+            let from = ((at.seq * dims.heads + head) * dims.t + at.q0) * d;
+            q_rows.extend_from_slice(&q[from..from + at.nq * d]);
+        }
+        TaskBuffers {
+            q_rows,
+            logits: vec![0f32; rows * at.tile],
+            weights: vec![0f32; rows * at.tile],
+            scratch: match rule {
+                TileLogits::Plain => Vec::new(),
+                _ => vec![0f32; at.tile],
+            },
+            out: vec![0f32; rows * d],
+            sums: vec![RowSums::new(); rows],
+            bands: vec![0f64; rows * at.n_bands],
+        }
+    }
+}
+
 /// One task: the query heads `head0..head0 + groups` (sharing one kv head) of sequence
 /// `seq`, queries `q0..q0 + nq`. Returns their output rows `[groups * nq, d]` and table
 /// cells `[groups * nq, width]`, row `g * nq + qi`.
@@ -521,49 +600,86 @@ fn task(
 ) -> (Vec<f32>, Vec<f32>) {
     let Dims { heads, kv, t, d } = dims;
     let groups = heads / kv;
-    let rows = groups * nq;
+    let at = TaskAt {
+        seq,
+        kv_head,
+        groups,
+        q0,
+        nq,
+        rows: groups * nq,
+        // short rows need no full-width tile buffers
+        tile: tile.min(q0 + nq),
+        n_bands: wants.map_or(0, |w| w.bands.len()),
+    };
     let width = wants.map_or(1, RowWants::width);
-    let n_bands = wants.map_or(0, |w| w.bands.len());
-    // the rows' queries packed [rows, d]
-    let mut q_rows = Vec::with_capacity(rows * d);
-    for g in 0..groups {
-        let head = kv_head * groups + g;
-        let at = ((seq * heads + head) * t + q0) * d;
-        q_rows.extend_from_slice(&q[at..at + nq * d]);
-    }
     let kv_at = (seq * kv + kv_head) * t * d;
     let (k, v) = (&k[kv_at..kv_at + t * d], &v[kv_at..kv_at + t * d]);
-    let keys = q0 + nq;
-    // short rows need no full-width tile buffers
-    let tile = tile.min(keys);
-    let mut logits = vec![0f32; rows * tile];
-    let mut weights = vec![0f32; rows * tile];
-    let mut scratch = match logits_rule {
-        TileLogits::Plain => Vec::new(),
-        _ => vec![0f32; tile],
+    let mut buf = TaskBuffers::new(q, dims, at, logits_rule);
+    online_pass(
+        &mut buf,
+        (k, v),
+        (dims, at),
+        (scale, logits_rule),
+        affine.is_none(),
+        wants,
+    );
+    let mut cells = vec![0f32; at.rows * width];
+    let bands_of = |r: usize| r * at.n_bands..(r + 1) * at.n_bands;
+    let Some(affine) = affine else {
+        for r in 0..at.rows {
+            finish_row(
+                &buf.sums[r],
+                &buf.bands[bands_of(r)],
+                &mut buf.out[r * d..(r + 1) * d],
+                &mut cells[r * width..(r + 1) * width],
+                (sinks.map(|s| s[at.head(r)]), at.query(r)),
+                wants,
+            );
+        }
+        return (buf.out, cells);
     };
-    let mut out = vec![0f32; rows * d];
-    let mut sums = vec![RowSums::new(); rows];
-    let mut bands = vec![0f64; rows * n_bands];
-    let head_of = |r: usize| kv_head * groups + r / nq;
-    let tile_at = |k0: usize| TileAt {
-        rows,
-        d,
-        tile,
-        k0,
-        width: tile.min(keys - k0),
-    };
-    // the online softmax: with plain weights, everything in one pass; Affine-Scaled
-    // weights take its maximum and denominator only, then a second pass
-    let online_wants = if affine.is_some() { None } else { wants };
-    for k0 in (0..keys).step_by(tile) {
-        let at = tile_at(k0);
-        qk_tile(&mut logits, &q_rows, k, at);
-        for r in 0..rows {
-            let i = q0 + r % nq;
-            let row = r * tile;
-            let visible = visible_keys(i, k0, at.width);
-            let (e, hidden) = weights[row..row + at.width].split_at_mut(visible);
+    let acc = affine_pass(
+        &mut buf,
+        (k, v),
+        (dims, at),
+        (scale, logits_rule),
+        affine,
+        wants,
+    );
+    for r in 0..at.rows {
+        finish_affine_row(
+            &buf.sums[r],
+            &acc[r],
+            &buf.bands[bands_of(r)],
+            &mut cells[r * width..(r + 1) * width],
+            at.query(r),
+            wants,
+        );
+    }
+    (buf.out, cells)
+}
+
+/// The online softmax over every key tile: each row's maximum and denominator; with plain
+/// weights (`weights_final`) also its sums, bands and output in the same pass, while
+/// Affine-Scaled weights take only the maximum and denominator here ([`affine_pass`]).
+fn online_pass(
+    buf: &mut TaskBuffers,
+    (k, v): (&[f32], &[f32]),
+    (dims, at): (Dims, TaskAt),
+    (scale, logits_rule): (f32, &TileLogits),
+    weights_final: bool,
+    wants: Option<&RowWants>,
+) {
+    let (d, n_bands) = (dims.d, at.n_bands);
+    let online_wants = if weights_final { wants } else { None };
+    for k0 in (0..at.keys()).step_by(at.tile) {
+        let tile = at.tile_at(d, k0);
+        qk_tile(&mut buf.logits, &buf.q_rows, k, tile);
+        for r in 0..at.rows {
+            let i = at.query(r);
+            let row = r * at.tile;
+            let visible = visible_keys(i, k0, tile.width);
+            let (e, hidden) = buf.weights[row..row + tile.width].split_at_mut(visible);
             // invisible keys weigh 0 in the value product
             hidden.fill(0.0);
             if visible == 0 {
@@ -571,13 +687,13 @@ fn task(
             }
             // SAFETY: f32 -> MaybeUninit<f32> of the same slice; tile_row only writes floats
             let e = unsafe { &mut *(e as *mut [f32] as *mut [MaybeUninit<f32>]) };
-            let x = &logits[row..row + visible];
-            let rule = (logits_rule.row(head_of(r), i, k0), &mut scratch[..]);
-            let (band, o): (&mut [f64], &mut [f32]) = match affine {
-                Some(_) => (&mut [], &mut []),
-                None => (
-                    &mut bands[r * n_bands..(r + 1) * n_bands],
-                    &mut out[r * d..(r + 1) * d],
+            let x = &buf.logits[row..row + visible];
+            let rule = (logits_rule.row(at.head(r), i, k0), &mut buf.scratch[..]);
+            let (band, o): (&mut [f64], &mut [f32]) = match weights_final {
+                false => (&mut [], &mut []),
+                true => (
+                    &mut buf.bands[r * n_bands..(r + 1) * n_bands],
+                    &mut buf.out[r * d..(r + 1) * d],
                 ),
             };
             let at = (scale, k0, i);
@@ -585,60 +701,59 @@ fn task(
                 x,
                 rule,
                 e,
-                &mut sums[r],
+                &mut buf.sums[r],
                 band,
                 o,
                 at,
                 online_wants
             ));
         }
-        if affine.is_none() {
-            value_tile(&mut out, &weights, v, at);
+        if weights_final {
+            value_tile(&mut buf.out, &buf.weights, v, tile);
         }
     }
-    let mut cells = vec![0f32; rows * width];
-    let Some(affine) = affine else {
-        for r in 0..rows {
-            finish_row(
-                &sums[r],
-                &bands[r * n_bands..(r + 1) * n_bands],
-                &mut out[r * d..(r + 1) * d],
-                &mut cells[r * width..(r + 1) * width],
-                (sinks.map(|s| s[head_of(r)]), q0 + r % nq),
-                wants,
-            );
-        }
-        return (out, cells);
-    };
-    let mut acc = vec![AffineSums::default(); rows];
-    for k0 in (0..keys).step_by(tile) {
-        let at = tile_at(k0);
-        qk_tile(&mut logits, &q_rows, k, at);
-        for r in 0..rows {
-            let (head, i) = (head_of(r), q0 + r % nq);
-            let row = r * tile;
-            let visible = visible_keys(i, k0, at.width);
-            let (w, hidden) = weights[row..row + at.width].split_at_mut(visible);
+}
+
+/// The Affine-Scaled second pass: with each row's finished softmax (`buf.sums`), the weights
+/// alpha p + beta of every tile, their sums and bands, and the output.
+fn affine_pass(
+    buf: &mut TaskBuffers,
+    (k, v): (&[f32], &[f32]),
+    (dims, at): (Dims, TaskAt),
+    (scale, logits_rule): (f32, &TileLogits),
+    affine: &AffineTile,
+    wants: Option<&RowWants>,
+) -> Vec<AffineSums> {
+    let (d, n_bands) = (dims.d, at.n_bands);
+    let mut acc = vec![AffineSums::default(); at.rows];
+    for k0 in (0..at.keys()).step_by(at.tile) {
+        let tile = at.tile_at(d, k0);
+        qk_tile(&mut buf.logits, &buf.q_rows, k, tile);
+        for r in 0..at.rows {
+            let (head, i) = (at.head(r), at.query(r));
+            let row = r * at.tile;
+            let visible = visible_keys(i, k0, tile.width);
+            let (w, hidden) = buf.weights[row..row + tile.width].split_at_mut(visible);
             hidden.fill(0.0);
             if visible == 0 {
                 continue;
             }
-            let alpha = affine.alpha[(seq * heads + head) * t + i];
+            let alpha = affine.alpha[(at.seq * dims.heads + head) * dims.t + i];
             let beta = beta(
                 alpha,
                 affine.alpha_ma[head],
                 (i, affine.seq_len),
                 affine.beta_length,
             );
-            let x = &logits[row..row + visible];
-            let rule = (logits_rule.row(head, i, k0), &mut scratch[..]);
-            let band = &mut bands[r * n_bands..(r + 1) * n_bands];
+            let x = &buf.logits[row..row + visible];
+            let rule = (logits_rule.row(head, i, k0), &mut buf.scratch[..]);
+            let band = &mut buf.bands[r * n_bands..(r + 1) * n_bands];
             let at = (scale, k0, i);
             simd_dispatch!(affine_tile_row(
                 x,
                 rule,
                 w,
-                &sums[r],
+                &buf.sums[r],
                 &mut acc[r],
                 band,
                 at,
@@ -646,19 +761,9 @@ fn task(
                 wants
             ));
         }
-        value_tile(&mut out, &weights, v, at);
+        value_tile(&mut buf.out, &buf.weights, v, tile);
     }
-    for r in 0..rows {
-        finish_affine_row(
-            &sums[r],
-            &acc[r],
-            &bands[r * n_bands..(r + 1) * n_bands],
-            &mut cells[r * width..(r + 1) * width],
-            q0 + r % nq,
-            wants,
-        );
-    }
-    (out, cells)
+    acc
 }
 
 /// Causal attention of the queries `q_start..q_start + n` of `q` `[batch, heads, t, d]`

@@ -15,6 +15,7 @@ use super::plan::{plan, DeviceKind, Facts, Kernel};
 use super::scale_invariant::{reversed_coefficients, DistanceTable};
 use super::sink::softmax_with_sink;
 use super::variant::{AffineConfig, ScaleInvariantConfig, VariantKind};
+use crate::cpu::host::{lane_max, with_cpu_f32};
 use crate::error::{Error, Result};
 use crate::nn::{Linear, RmsNorm, Rope};
 use crate::probe::blocks::{mask_invisible, query_blocks, row_max_logits, visibility, with_column};
@@ -367,21 +368,26 @@ impl Attention {
             if probe.wants(Hook::Qk, layer) {
                 probe.on_tensor(Hook::Qk, &ctx, &raw)?;
             }
-            if probe.wants(Hook::MaxLogit, layer) {
-                let logits = logits_of(&raw, q_start)?;
-                probe.on_tensor(Hook::MaxLogit, &ctx, &row_max_logits(&logits, q_start)?)?;
-            }
-            let bw = if fused {
-                self.fused_block_weights(p, &raw, (scale, q_start), distance_table.as_ref())?
+            // each row's largest logit, from the logits the block computes anyway
+            let want_max = probe.wants(Hook::MaxLogit, layer);
+            let (bw, max_logit) = if fused {
+                let table = distance_table.as_ref();
+                self.fused_block_weights(p, &raw, (scale, q_start), table, want_max)?
             } else {
                 let visible = visibility(q_start, n, p.q.device())?;
                 let scores = mask_invisible(&logits_of(&raw, q_start)?, &visible)?;
                 if probe.wants(Hook::AttnScores, layer) {
                     probe.on_tensor(Hook::AttnScores, &ctx, &scores)?;
                 }
+                let max_logit = want_max.then(|| scores.max(D::Minus1)).transpose()?;
                 let want_softmax = probe.wants(Hook::Softmax, layer);
-                self.block_weights(&scores, q_start, p.t, p.alpha.as_ref(), want_softmax)?
+                let bw =
+                    self.block_weights(&scores, q_start, p.t, p.alpha.as_ref(), want_softmax)?;
+                (bw, max_logit)
             };
+            if let Some(max_logit) = max_logit {
+                probe.on_tensor(Hook::MaxLogit, &ctx, &max_logit)?;
+            }
             for (hook, xs) in [
                 (Hook::Pattern, Some(&bw.weights)),
                 (Hook::Softmax, bw.softmax.as_ref()),
@@ -401,28 +407,36 @@ impl Attention {
     }
 
     /// The CPU's fused scale, mask and softmax of a block's raw q.k (f32), then the
-    /// variant's weights.
+    /// variant's weights; with `want_max`, each row's largest logit `[b, heads, n]` too.
     fn fused_block_weights(
         &self,
         p: &Projected,
         raw: &Tensor,
         (scale, q_start): (f64, usize),
         table: Option<&DistanceTable>,
-    ) -> Result<BlockWeights> {
+        want_max: bool,
+    ) -> Result<(BlockWeights, Option<Tensor>)> {
         let (logits, kernel_scale) = match self.logit_rule {
             LogitRule::Plain => (raw.clone(), scale as f32),
             _ => (self.logits(raw, scale, q_start, table)?, 1.0),
         };
+        let max_logit = match want_max {
+            true => Some(host_row_max(&logits, q_start, kernel_scale)?),
+            false => None,
+        };
         let fused = causal_softmax(&logits, kernel_scale, q_start, p.host_sinks.as_deref())?
             .ok_or_else(|| unplanned("fused CPU softmax"))?;
-        match fused {
-            (weights, Some(mass)) => Ok(BlockWeights {
+        let bw = match fused {
+            (weights, Some(mass)) => BlockWeights {
                 weights,
                 softmax: None,
                 sink_mass: Some(mass),
-            }),
-            (softmax, None) => self.weights_from_softmax(softmax, q_start, p.t, p.alpha.as_ref()),
-        }
+            },
+            (softmax, None) => {
+                self.weights_from_softmax(softmax, q_start, p.t, p.alpha.as_ref())?
+            }
+        };
+        Ok((bw, max_logit))
     }
 
     /// Raw q.k `[b, heads, n, q_start + n]` of a block, without copying keys per group:
@@ -607,6 +621,20 @@ fn block_ctx(layer: usize, (q_start, q_len): (usize, usize), seq_len: usize) -> 
         q_len,
         seq_len,
     }
+}
+
+/// Each row's largest `scale * logit` over its visible keys, `[b, h, n]`, of `logits`
+/// `[b, h, n, q_start + n]` (contiguous f32 on the CPU), as the flash tiles take it.
+fn host_row_max(logits: &Tensor, q_start: usize, scale: f32) -> Result<Tensor> {
+    let (b, h, n, keys) = logits.dims4()?;
+    let maxima = with_cpu_f32(logits, |data| {
+        data.chunks(keys.max(1))
+            .enumerate()
+            .map(|(r, row)| lane_max(&row[..=q_start + r % n], |v| v * scale))
+            .collect::<Vec<f32>>()
+    })
+    .ok_or_else(|| unplanned("the host row maximum"))?;
+    Ok(Tensor::from_vec(maxima, (b, h, n), logits.device())?)
 }
 
 /// A kernel handed a case the plan does not give it: a bug, never a fallback.
