@@ -82,7 +82,8 @@ pub fn analyze(
 }
 
 /// The metric accumulators of `model` over the windows `range` of the run's `windows`
-/// (sequence numbers stay those of the whole run): a part of a run whose parts, merged
+/// (sequence numbers stay those of the whole run; `progress` counts this part's tokens):
+/// a part of a run whose parts, merged
 /// ([`MetricProbe::merge`]) and finished, give the whole run's metrics.
 pub fn accumulate(
     ckpt: &Checkpoint,
@@ -95,7 +96,7 @@ pub fn accumulate(
     let c = &ckpt.config;
     let mut probe = MetricProbe::new(opts.clone(), c.num_layers, c.num_heads, windows);
     let device = ckpt.store.device();
-    let mut done = range.start;
+    let (start, mut done) = (range.start, range.start);
     for batch in windows[range].chunks(shape.batch_size.max(1)) {
         let t = batch[0].len();
         let flat: Vec<u32> = batch.iter().flatten().copied().collect();
@@ -103,7 +104,8 @@ pub fn accumulate(
         probe.set_batch_offset(done);
         let layers = c.num_layers.max(1);
         let batch_tokens = batch.len() * t;
-        let before = done * t;
+        // tokens of this part done so far (a part's progress starts at 0)
+        let before = (done - start) * t;
         let mut ticker = BlockTicker {
             inner: &mut probe,
             on_block: |layer: usize, queries: usize| {

@@ -534,7 +534,14 @@ fn a_run_split_at_random_and_merged_in_any_order_gives_the_single_run() {
                 let mut parts: Vec<_> = cuts
                     .windows(2)
                     .map(|w| {
-                        accumulate(&ckpt, &model, (&ids, w[0]..w[1]), &opts, shape, |_| {}).unwrap()
+                        // a part's progress counts its own tokens, up to all of them
+                        let mut done = 0;
+                        let range = w[0]..w[1];
+                        let part =
+                            accumulate(&ckpt, &model, (&ids, range), &opts, shape, |d| done = d)
+                                .unwrap();
+                        assert_eq!(done, (w[1] - w[0]) * 20, "progress of part {w:?}");
+                        part
                     })
                     .collect();
                 let mut merged = parts.swap_remove(rng.below(parts.len()));
