@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::export::Table;
 use crate::metrics::distance::Bands;
 use crate::metrics::entropy::EntropyOf;
+use crate::metrics::qk_mean::QkResult;
 use crate::metrics::{attention_tables, qk_series_table, Metric, MetricOptions, ModelMetrics};
 use crate::model::{Checkpoint, WeightMap};
 use crate::probe::Kernel;
@@ -73,7 +74,7 @@ fn display<S: serde::Serializer>(d: &DeviceRequest, s: S) -> std::result::Result
 impl Default for RunOptions {
     fn default() -> Self {
         RunOptions {
-            metrics: Metric::ALL.into_iter().collect(),
+            metrics: Metric::defaults().into_iter().collect(),
             corpus: None,
             tokenizer: None,
             weight_map: None,
@@ -281,24 +282,23 @@ impl ModelContext<'_> {
         events: &mut dyn RunEvents,
     ) -> Result<(Option<ModelResult>, Vec<SeriesPoint>)> {
         let asked = &self.options.metrics;
-        let others = asked.iter().any(|m| *m != Metric::QkMean);
+        let others = asked.iter().any(|m| *m != Metric::QK_MEAN);
         let (mut last_result, mut points) = (None, Vec::new());
         for (k, &(step, dir)) in steps.iter().enumerate() {
             let last = k + 1 == steps.len();
-            let mut wanted: BTreeSet<Metric> = [Metric::QkMean].into();
+            let mut wanted: BTreeSet<Metric> = [Metric::QK_MEAN].into();
             if last && others {
                 wanted.extend(asked.iter().copied());
             }
             let mut r = self.model(label, dir, &wanted, events)?;
             let qk = r
                 .metrics
-                .qk
-                .as_ref()
+                .get::<QkResult>(Metric::QK_MEAN)
                 .ok_or_else(|| Error::input(dir, "no QK^T mean was computed for this step"))?;
             points.push((label.to_string(), step, qk.mean, qk.abs_mean));
             if last && others {
-                if !asked.contains(&Metric::QkMean) {
-                    r.metrics.qk = None;
+                if !asked.contains(&Metric::QK_MEAN) {
+                    r.metrics.remove(Metric::QK_MEAN);
                 }
                 last_result = Some(r);
             }

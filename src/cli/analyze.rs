@@ -98,7 +98,7 @@ pub struct MetricArgs {
     pub entropy_of: EntropyOf,
     /// `analyze` only: compute just these metrics (comma-separated), e.g.
     /// first_token,entropy,weight_sum,head_total,heatmap,nll.
-    #[arg(long, value_parser = choice::<Metric>(&Metric::NAMES), value_delimiter = ',')]
+    #[arg(long, value_parser = choice::<Metric>(Metric::names()), value_delimiter = ',')]
     pub metrics: Option<Vec<Metric>>,
     /// Also render every figure the tables allow into OUT/figures/ (as `figures` would).
     #[arg(long)]

@@ -5,7 +5,14 @@ use std::io::{self, Write};
 
 use super::stdout::with_stdout;
 use crate::error::Result;
-use crate::metrics::{Metric, ModelMetrics};
+use crate::metrics::alpha_gate::AlphaResult;
+use crate::metrics::entropy::EntropyResult;
+use crate::metrics::first_token::SinkRate;
+use crate::metrics::layer_stat::LayerStat;
+use crate::metrics::nll::NllResult;
+use crate::metrics::qk_mean::QkResult;
+use crate::metrics::weight_sum::WeightSumResult;
+use crate::metrics::{Metric, ModelMetrics, PerHead};
 
 fn fmt(v: Option<f64>) -> String {
     match v {
@@ -24,20 +31,25 @@ type SummaryColumn = (&'static str, fn(&ModelMetrics) -> Option<f64>);
 
 /// The summary row's columns (mean over layers where the metric is per layer).
 const SUMMARY: [SummaryColumn; 6] = [
-    ("ppl", |m| m.nll.as_ref().map(|n| n.ppl)),
+    ("ppl", |m| m.get::<NllResult>(Metric::NLL).map(|n| n.ppl)),
     ("first_token", |m| {
-        m.first_token.as_ref().map(|f| mean(&f.mean))
+        m.get::<LayerStat>(Metric::FIRST_TOKEN)
+            .map(|f| mean(&f.mean))
     }),
     ("entropy", |m| {
-        m.entropy.as_ref().map(|e| mean(&e.per_layer.mean))
+        m.get::<EntropyResult>(Metric::ENTROPY)
+            .map(|e| mean(&e.per_layer.mean))
     }),
     ("weight_sum", |m| {
-        m.weight_sum
-            .as_ref()
+        m.get::<WeightSumResult>(Metric::WEIGHT_SUM)
             .map(|w| mean(&w.per_layer.iter().map(|d| d.mean).collect::<Vec<_>>()))
     }),
-    ("qk_mean", |m| m.qk.as_ref().map(|q| q.mean)),
-    ("sink_rate", |m| m.sink_rate.as_ref().map(|s| s.rate)),
+    ("qk_mean", |m| {
+        m.get::<QkResult>(Metric::QK_MEAN).map(|q| q.mean)
+    }),
+    ("sink_rate", |m| {
+        m.get::<SinkRate>(Metric::SINK_RATE).map(|s| s.rate)
+    }),
 ];
 
 /// Per layer: the mean over heads of `[layer][head]` values.
@@ -50,33 +62,36 @@ type PerLayer = (Metric, &'static str, fn(&ModelMetrics) -> Option<Vec<f64>>);
 
 /// The per-layer tables, in the order they are printed.
 const PER_LAYER: [PerLayer; 7] = [
-    (Metric::FirstToken, "first_token", |m| {
-        m.first_token.as_ref().map(|f| f.mean.clone())
+    (Metric::FIRST_TOKEN, "first_token", |m| {
+        m.get::<LayerStat>(Metric::FIRST_TOKEN)
+            .map(|f| f.mean.clone())
     }),
-    (Metric::Entropy, "entropy (nats)", |m| {
-        m.entropy.as_ref().map(|e| e.per_layer.mean.clone())
+    (Metric::ENTROPY, "entropy (nats)", |m| {
+        m.get::<EntropyResult>(Metric::ENTROPY)
+            .map(|e| e.per_layer.mean.clone())
     }),
-    (Metric::WeightSum, "weight_sum", |m| {
-        m.weight_sum
-            .as_ref()
+    (Metric::WEIGHT_SUM, "weight_sum", |m| {
+        m.get::<WeightSumResult>(Metric::WEIGHT_SUM)
             .map(|w| w.per_layer.iter().map(|d| d.mean).collect())
     }),
-    (Metric::QkMean, "qk_mean", |m| {
-        m.qk.as_ref().map(|q| q.per_layer_mean.clone())
+    (Metric::QK_MEAN, "qk_mean", |m| {
+        m.get::<QkResult>(Metric::QK_MEAN)
+            .map(|q| q.per_layer_mean.clone())
     }),
-    (Metric::SinkMass, "sink_mass (mean over heads)", |m| {
-        m.sink_mass.as_deref().map(head_means)
+    (Metric::SINK_MASS, "sink_mass (mean over heads)", |m| {
+        m.get::<PerHead>(Metric::SINK_MASS)
+            .map(|p| head_means(&p.0))
     }),
-    (Metric::Alpha, "alpha (mean over heads)", |m| {
-        m.alpha.as_ref().map(|a| {
+    (Metric::ALPHA, "alpha (mean over heads)", |m| {
+        m.get::<AlphaResult>(Metric::ALPHA).map(|a| {
             a.per_head
                 .iter()
                 .map(|heads| mean(&heads.iter().map(|d| d.mean).collect::<Vec<_>>()))
                 .collect()
         })
     }),
-    (Metric::Gate, "gate (mean over heads)", |m| {
-        m.gate.as_deref().map(head_means)
+    (Metric::GATE, "gate (mean over heads)", |m| {
+        m.get::<PerHead>(Metric::GATE).map(|p| head_means(&p.0))
     }),
 ];
 

@@ -25,6 +25,17 @@ impl Column {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Appends `other`'s values; `false` (nothing appended) when its type differs.
+    pub fn append(&mut self, other: Column) -> bool {
+        match (self, other) {
+            (Column::Str(a), Column::Str(b)) => a.extend(b),
+            (Column::Int(a), Column::Int(b)) => a.extend(b),
+            (Column::Float(a), Column::Float(b)) => a.extend(b),
+            _ => return false,
+        }
+        true
+    }
 }
 
 /// A named table whose columns all have the same length.
@@ -53,6 +64,20 @@ impl Table {
     /// Number of rows.
     pub fn height(&self) -> usize {
         self.columns.first().map_or(0, |(_, c)| c.len())
+    }
+
+    /// Appends the rows of `other`, a table of the same columns (name, order and type).
+    pub fn append(&mut self, other: Table) {
+        let same = self.columns.len() == other.columns.len()
+            && self
+                .columns
+                .iter()
+                .zip(&other.columns)
+                .all(|(a, b)| a.0 == b.0);
+        assert!(same, "table {}: appended rows of other columns", self.name);
+        for ((_, a), (_, b)) in self.columns.iter_mut().zip(other.columns) {
+            assert!(a.append(b), "table {}: a column of another type", self.name);
+        }
     }
 
     /// The column called `name`, if any.

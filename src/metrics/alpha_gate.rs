@@ -1,8 +1,19 @@
 //! alpha (paper Sec. 4.3) and gate statistics per (layer, head): the per-query scalars the
 //! Affine-Scaled and gated variants compute.
 
+use std::any::Any;
+
+use candle_core::{DType, D};
+
+use super::accumulator::{merge_same, Accumulator, Event, FinishCtx, Needs, Setup};
 use super::merge::Merge;
+use super::results::{MetricResult, ModelMetrics, PerHead};
+use super::rows::to_host;
 use super::summary::Distribution;
+use super::tables::TableRows;
+use super::Metric;
+use crate::error::Result;
+use crate::probe::Hook;
 
 /// Pools alpha values per (layer, head), queries >= min_query.
 #[derive(Debug, Clone)]
@@ -118,5 +129,114 @@ impl Merge for GateStats {
     fn merge(&mut self, other: &GateStats) {
         self.sum.merge(&other.sum);
         self.count.merge(&other.count);
+    }
+}
+
+impl Metric {
+    /// alpha: the Affine-Scaled alpha per (layer, head), and the stored moving average.
+    pub const ALPHA: Metric = Metric::by_default("alpha");
+    /// gate: the mean sigmoid gate per (layer, head) (gated variants).
+    pub const GATE: Metric = Metric::by_default("gate");
+}
+
+/// The alpha accumulator.
+pub fn build_alpha(s: &Setup) -> Box<dyn Accumulator> {
+    Box::new(AlphaStats::new(s.layers, s.heads, s.opts.min_query))
+}
+
+/// The gate accumulator.
+pub fn build_gate(s: &Setup) -> Box<dyn Accumulator> {
+    Box::new(GateStats::new(s.layers, s.heads, s.opts.min_query))
+}
+
+impl Accumulator for AlphaStats {
+    fn needs(&self, _layer: usize) -> Needs {
+        Needs {
+            tensors: vec![Hook::Alpha],
+            ..Needs::default()
+        }
+    }
+
+    fn add(&mut self, event: &Event) -> Result<()> {
+        if let Event::Tensor {
+            hook: Hook::Alpha,
+            ctx,
+            xs,
+            ..
+        } = event
+        {
+            AlphaStats::add(self, ctx.layer, ctx.seq_len, &to_host(xs)?);
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, other: &dyn Accumulator) {
+        merge_same(self, other);
+    }
+
+    /// Only for a variant with a stored alpha_ma (the Affine-Scaled ones).
+    fn finish(&self, ctx: &FinishCtx, out: &mut ModelMetrics) {
+        if let Some(ma) = ctx.alpha_ma {
+            out.insert(Metric::ALPHA, AlphaStats::finish(self, ma.to_vec()));
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl MetricResult for AlphaResult {
+    fn write_rows(&self, metric: Metric, model: &str, out: &mut TableRows) {
+        for (l, heads) in self.per_head.iter().enumerate() {
+            for (h, d) in heads.iter().enumerate() {
+                for (stat, v) in d.named() {
+                    out.push(model, metric.name(), Some(l), Some(h), stat, v);
+                }
+            }
+        }
+        out.per_head(model, "alpha_ma", &self.alpha_ma);
+    }
+}
+
+impl Accumulator for GateStats {
+    fn needs(&self, _layer: usize) -> Needs {
+        Needs {
+            tensors: vec![Hook::Gate],
+            ..Needs::default()
+        }
+    }
+
+    fn add(&mut self, event: &Event) -> Result<()> {
+        if let Event::Tensor {
+            hook: Hook::Gate,
+            ctx,
+            xs,
+            ..
+        } = event
+        {
+            // [batch, T, heads * d] -> mean over d -> [batch, T, heads]
+            let (b, t, hd) = xs.dims3()?;
+            let means = xs
+                .reshape((b, t, self.heads, hd / self.heads))?
+                .mean(D::Minus1)?;
+            GateStats::add(self, ctx.layer, t, &to_host(&means.to_dtype(DType::F32)?)?);
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, other: &dyn Accumulator) {
+        merge_same(self, other);
+    }
+
+    /// Only when gate values arrived (gated variants).
+    fn finish(&self, _ctx: &FinishCtx, out: &mut ModelMetrics) {
+        if self.has_data() {
+            out.insert(Metric::GATE, PerHead(GateStats::finish(self)));
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }

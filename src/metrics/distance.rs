@@ -2,12 +2,18 @@
 //! [10, 100), ... ; key 0 seen from a query i > 0 is its own band "first" and is left out
 //! of its distance band, so a query's bands sum to its weight sum.
 
-use super::merge::Merge;
-use candle_core::{DType, Device, Tensor, D};
+use std::any::Any;
 
+use super::accumulator::{merge_same, Accumulator, Event, FinishCtx, Needs, Setup};
 use super::layer_stat::head_means;
-use super::rows::{to_host, Pool, RowAccumulator};
+use super::merge::Merge;
+use super::results::{MetricResult, ModelMetrics};
+use super::rows::{Pool, RowAccumulator};
+use super::tables::{floats, ints, strs, TableRows};
+use super::Metric;
 use crate::error::Result;
+use crate::export::{Column, Table};
+use crate::probe::row_table::{RowWants, BANDS};
 
 /// Distance bands: `first`, then `[edges[k], edges[k+1])` with edges starting at 0, 1.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -81,35 +87,6 @@ pub struct DistanceResult {
     pub per_head: Vec<Vec<Vec<f64>>>,
 }
 
-/// 0/1 masks `[n, keys]` (f32) of the block's (query, key) pairs in each band, `first` first.
-fn band_masks(bands: &Bands, q_start: usize, n: usize, device: &Device) -> Result<Vec<Tensor>> {
-    let keys = q_start + n;
-    let i = Tensor::arange(q_start as i64, keys as i64, device)?
-        .to_dtype(DType::F32)?
-        .reshape((n, 1))?;
-    let j = Tensor::arange(0i64, keys as i64, device)?
-        .to_dtype(DType::F32)?
-        .reshape((1, keys))?;
-    let t = i.broadcast_sub(&j)?;
-    // first: j == 0 and i > 0
-    let first = j
-        .eq(0f32)?
-        .to_dtype(DType::F32)?
-        .broadcast_mul(&i.gt(0f32)?.to_dtype(DType::F32)?)?;
-    let not_first = (1.0 - &first)?;
-    let mut masks = vec![first];
-    for (lo, hi) in bands.ranges() {
-        let in_band = t.ge(lo as f32)?.to_dtype(DType::F32)?;
-        let in_band = if hi == usize::MAX {
-            in_band
-        } else {
-            (in_band * t.lt(hi as f32)?.to_dtype(DType::F32)?)?
-        };
-        masks.push((in_band * &not_first)?);
-    }
-    Ok(masks)
-}
-
 impl DistanceProfile {
     /// For `layers` x `seqs` x `heads`.
     pub fn new(bands: Bands, layers: usize, seqs: usize, heads: usize, min_query: usize) -> Self {
@@ -118,26 +95,6 @@ impl DistanceProfile {
             bands,
             rows: vec![RowAccumulator::new(layers, seqs, heads, min_query); n],
         }
-    }
-
-    /// Adds a block of weights `[batch, head, n, keys]`.
-    pub fn add(
-        &mut self,
-        layer: usize,
-        seq_offset: usize,
-        q_start: usize,
-        weights: &Tensor,
-    ) -> Result<()> {
-        let n = weights.dim(2)?;
-        for (acc, mask) in
-            self.rows
-                .iter_mut()
-                .zip(band_masks(&self.bands, q_start, n, weights.device())?)
-        {
-            let mass = weights.broadcast_mul(&mask)?.sum(D::Minus1)?;
-            acc.add(layer, seq_offset, q_start, n, &to_host(&mass)?);
-        }
-        Ok(())
     }
 
     /// The bands' distance ranges (after `first`).
@@ -177,6 +134,87 @@ impl DistanceProfile {
 impl Merge for DistanceProfile {
     fn merge(&mut self, other: &DistanceProfile) {
         self.rows.merge(&other.rows);
+    }
+}
+
+impl Metric {
+    /// distance_profile: mass per distance band t = i - j, per layer and head.
+    pub const DISTANCE_PROFILE: Metric = Metric::by_default("distance_profile");
+}
+
+/// The distance_profile accumulator over `--bands`.
+pub fn build(s: &Setup) -> Box<dyn Accumulator> {
+    let (layers, seqs, heads) = (s.layers, s.windows.len(), s.heads);
+    let bands = s.opts.bands.clone();
+    Box::new(DistanceProfile::new(
+        bands,
+        layers,
+        seqs,
+        heads,
+        s.opts.min_query,
+    ))
+}
+
+impl Accumulator for DistanceProfile {
+    fn needs(&self, _layer: usize) -> Needs {
+        Needs {
+            rows: RowWants {
+                bands: self.ranges(),
+                ..RowWants::default()
+            },
+            ..Needs::default()
+        }
+    }
+
+    fn add(&mut self, event: &Event) -> Result<()> {
+        if let Event::Block(b) = event {
+            if let Some(rows) = b.rows {
+                let end = BANDS + self.rows.len();
+                self.add_pools(b.layer, b.seq_offset, &rows.pools.counted[BANDS..end]);
+            }
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, other: &dyn Accumulator) {
+        merge_same(self, other);
+    }
+
+    fn finish(&self, _ctx: &FinishCtx, out: &mut ModelMetrics) {
+        out.insert(Metric::DISTANCE_PROFILE, DistanceProfile::finish(self));
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl MetricResult for DistanceResult {
+    /// `distance_profile.csv`: per layer (head empty), then per head.
+    fn write_rows(&self, _metric: Metric, model: &str, out: &mut TableRows) {
+        type Row = (i64, Option<i64>, String, f64);
+        let mut rows: Vec<Row> = Vec::new();
+        for (l, bands) in self.per_layer.iter().enumerate() {
+            let layer = l as i64 + 1;
+            for (b, &v) in bands.iter().enumerate() {
+                rows.push((layer, None, self.bands[b].clone(), v));
+            }
+            for (h, bands) in self.per_head[l].iter().enumerate() {
+                for (b, &v) in bands.iter().enumerate() {
+                    rows.push((layer, Some(h as i64 + 1), self.bands[b].clone(), v));
+                }
+            }
+        }
+        out.append(Table::new(
+            "distance_profile",
+            vec![
+                ("model", strs(rows.iter().map(|_| model.to_string()))),
+                ("layer", ints(rows.iter().map(|r| r.0))),
+                ("head", Column::Int(rows.iter().map(|r| r.1).collect())),
+                ("band", strs(rows.iter().map(|r| r.2.clone()))),
+                ("value", floats(rows.iter().map(|r| r.3))),
+            ],
+        ));
     }
 }
 

@@ -2,7 +2,14 @@
 //! sum 1 (or the plain softmax p with `--entropy-of softmax`). A row with no positive mass
 //! is NaN: counted, left out of averages.
 
+use std::any::Any;
+
+use super::accumulator::{merge_same, Accumulator, Event, FinishCtx, Needs, Setup};
 use super::merge::Merge;
+use super::results::{MetricResult, ModelMetrics};
+use super::tables::TableRows;
+use super::Metric;
+use crate::probe::row_table::{RowWants, ENTROPY};
 use candle_core::{Tensor, D};
 
 use super::layer_stat::{head_means, LayerStat};
@@ -106,6 +113,80 @@ impl Entropy {
 impl Merge for Entropy {
     fn merge(&mut self, other: &Entropy) {
         self.rows.merge(&other.rows);
+    }
+}
+
+impl Metric {
+    /// entropy: row entropy in nats, per layer and head (paper Fig. 6).
+    pub const ENTROPY: Metric = Metric::by_default("entropy");
+}
+
+/// The entropy accumulator (of the pattern, or of the plain softmax with
+/// `--entropy-of softmax`).
+pub fn build(s: &Setup) -> Box<dyn Accumulator> {
+    Box::new(EntropyAcc {
+        of: s.opts.entropy_of,
+        entropy: Entropy::new(s.layers, s.windows.len(), s.heads, s.opts.min_query),
+    })
+}
+
+/// [`Entropy`] of the weights `--entropy-of` names.
+struct EntropyAcc {
+    of: EntropyOf,
+    entropy: Entropy,
+}
+
+impl Merge for EntropyAcc {
+    fn merge(&mut self, other: &EntropyAcc) {
+        self.entropy.merge(&other.entropy);
+    }
+}
+
+impl Accumulator for EntropyAcc {
+    fn needs(&self, _layer: usize) -> Needs {
+        let effective = self.of == EntropyOf::Effective;
+        Needs {
+            rows: RowWants {
+                entropy: effective,
+                ..RowWants::default()
+            },
+            softmax_entropy: !effective,
+            ..Needs::default()
+        }
+    }
+
+    fn add(&mut self, event: &Event) -> Result<()> {
+        if let Event::Block(b) = event {
+            let pools = match self.of {
+                EntropyOf::Effective => b.rows.map(|r| r.pools),
+                EntropyOf::Softmax => b.softmax_rows,
+            };
+            if let Some(p) = pools {
+                self.entropy
+                    .add_pools(b.layer, b.seq_offset, &p.counted[ENTROPY]);
+            }
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, other: &dyn Accumulator) {
+        merge_same(self, other);
+    }
+
+    fn finish(&self, _ctx: &FinishCtx, out: &mut ModelMetrics) {
+        out.insert(Metric::ENTROPY, self.entropy.finish());
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl MetricResult for EntropyResult {
+    fn write_rows(&self, metric: Metric, model: &str, out: &mut TableRows) {
+        let m = &self.per_layer;
+        out.per_layer(model, metric.name(), &m.mean, &m.std);
+        out.per_head(model, metric.name(), &self.per_head);
     }
 }
 

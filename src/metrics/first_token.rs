@@ -2,9 +2,17 @@
 //! query gives the first token.
 
 use super::layer_stat::{head_means, LayerStat};
+use std::any::Any;
+
+use super::accumulator::{merge_same, Accumulator, Event, FinishCtx, Needs, Setup};
 use super::merge::Merge;
+use super::results::{MetricResult, ModelMetrics};
 use super::rows::{Pool, RowAccumulator};
+use super::tables::TableRows;
+use super::Metric;
+use crate::error::Result;
 use crate::probe::row_table::Column;
+use crate::probe::row_table::{RowWants, FIRST};
 
 /// Accumulates a_i0 per row, once with `min_query` (first_token) and once over all
 /// queries (the sink-rate importance, query 0 included as in Gu et al.).
@@ -81,6 +89,71 @@ impl Merge for FirstToken {
     fn merge(&mut self, other: &FirstToken) {
         self.rows.merge(&other.rows);
         self.all_rows.merge(&other.all_rows);
+    }
+}
+
+impl Metric {
+    /// first_token: mean a_i0 over queries, per layer (paper Fig. 5).
+    pub const FIRST_TOKEN: Metric = Metric::by_default("first_token");
+    /// sink_rate: share of heads whose first-token importance passes `--sink-eps`.
+    pub const SINK_RATE: Metric = Metric::by_default("sink_rate");
+}
+
+/// The accumulator of first_token and sink_rate.
+pub fn build(s: &Setup) -> Box<dyn Accumulator> {
+    let seqs = s.windows.len();
+    Box::new(FirstToken::new(s.layers, seqs, s.heads, s.opts.min_query))
+}
+
+impl Accumulator for FirstToken {
+    fn needs(&self, _layer: usize) -> Needs {
+        Needs {
+            rows: RowWants {
+                first: true,
+                ..RowWants::default()
+            },
+            ..Needs::default()
+        }
+    }
+
+    fn add(&mut self, event: &Event) -> Result<()> {
+        if let Event::Block(b) = event {
+            if let Some(rows) = b.rows {
+                let p = rows.pools;
+                self.add_pools(b.layer, b.seq_offset, &p.counted[FIRST], &p.early[FIRST]);
+            }
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, other: &dyn Accumulator) {
+        merge_same(self, other);
+    }
+
+    fn finish(&self, ctx: &FinishCtx, out: &mut ModelMetrics) {
+        if ctx.opts.metrics.contains(&Metric::FIRST_TOKEN) {
+            out.insert(Metric::FIRST_TOKEN, self.first_token());
+        }
+        if ctx.opts.metrics.contains(&Metric::SINK_RATE) {
+            out.insert(Metric::SINK_RATE, self.sink_rate(ctx.opts.sink_eps));
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl MetricResult for LayerStat {
+    fn write_rows(&self, metric: Metric, model: &str, out: &mut TableRows) {
+        out.per_layer(model, metric.name(), &self.mean, &self.std);
+    }
+}
+
+impl MetricResult for SinkRate {
+    fn write_rows(&self, metric: Metric, model: &str, out: &mut TableRows) {
+        out.per_head(model, "sink_importance", &self.importance);
+        out.push(model, metric.name(), None, None, "mean", self.rate);
     }
 }
 

@@ -3,8 +3,15 @@
 
 use candle_core::{DType, Tensor, D};
 
+use std::any::Any;
+
+use super::accumulator::{merge_same, Accumulator, Event, FinishCtx, Needs, Setup};
 use super::merge::Merge;
+use super::results::{MetricResult, ModelMetrics};
+use super::tables::{floats, ints, strs, TableRows};
+use super::Metric;
 use crate::error::Result;
+use crate::export::Table;
 
 /// Mean over heads and sequences of a_ij for i, j < size in one layer.
 #[derive(Debug, Clone)]
@@ -170,5 +177,131 @@ impl Merge for QueryProfile {
         self.sum.merge(&other.sum);
         self.sink_sum.merge(&other.sink_sum);
         self.cells.merge(&other.cells);
+    }
+}
+
+impl Metric {
+    /// heatmap: the top-left corner of one layer's weights (Fig. 9).
+    pub const HEATMAP: Metric = Metric::by_default("heatmap");
+    /// query_profile: one query's weights over keys, and its sink mass (Fig. 1).
+    pub const QUERY_PROFILE: Metric = Metric::by_default("query_profile");
+}
+
+/// The heatmap accumulator (`--heatmap-layer`, `--heatmap-size`).
+pub fn build_heatmap(s: &Setup) -> Box<dyn Accumulator> {
+    Box::new(Heatmap::new(s.opts.heatmap_layer, s.opts.heatmap_size))
+}
+
+/// The query_profile accumulator (`--heatmap-layer`, `--profile-query`).
+pub fn build_profile(s: &Setup) -> Box<dyn Accumulator> {
+    Box::new(QueryProfile::new(
+        s.opts.heatmap_layer,
+        s.opts.profile_query,
+    ))
+}
+
+impl Accumulator for Heatmap {
+    fn needs(&self, layer: usize) -> Needs {
+        Needs {
+            weights: layer == self.layer,
+            ..Needs::default()
+        }
+    }
+
+    fn add(&mut self, event: &Event) -> Result<()> {
+        match event {
+            Event::Block(b) if b.layer == self.layer => match b.weights {
+                Some(weights) => Heatmap::add(self, b.q_start, weights),
+                None => Ok(()),
+            },
+            _ => Ok(()),
+        }
+    }
+
+    fn merge(&mut self, other: &dyn Accumulator) {
+        merge_same(self, other);
+    }
+
+    fn finish(&self, _ctx: &FinishCtx, out: &mut ModelMetrics) {
+        out.insert(Metric::HEATMAP, Heatmap::finish(self));
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl MetricResult for HeatmapResult {
+    /// `heatmap.csv`: a row per (query, key) of the corner.
+    fn write_rows(&self, _metric: Metric, model: &str, out: &mut TableRows) {
+        let size = self.values.len();
+        let cells = || (0..size).flat_map(move |q| (0..self.values[q].len()).map(move |k| (q, k)));
+        out.append(Table::new(
+            "heatmap",
+            vec![
+                ("model", strs(cells().map(|_| model.to_string()))),
+                ("layer", ints(cells().map(|_| self.layer as i64 + 1))),
+                ("query", ints(cells().map(|(q, _)| q as i64))),
+                ("key", ints(cells().map(|(_, k)| k as i64))),
+                ("value", floats(cells().map(|(q, k)| self.values[q][k]))),
+            ],
+        ));
+    }
+}
+
+impl Accumulator for QueryProfile {
+    fn needs(&self, layer: usize) -> Needs {
+        Needs {
+            weights: layer == self.layer,
+            sink_mass: layer == self.layer,
+            ..Needs::default()
+        }
+    }
+
+    fn add(&mut self, event: &Event) -> Result<()> {
+        let Event::Block(b) = event else {
+            return Ok(());
+        };
+        if b.layer != self.layer {
+            return Ok(());
+        }
+        if let Some(weights) = b.weights {
+            QueryProfile::add(self, b.q_start, weights)?;
+        }
+        if let Some(mass) = b.sink_mass {
+            self.add_sink_mass(b.q_start, mass)?;
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, other: &dyn Accumulator) {
+        merge_same(self, other);
+    }
+
+    fn finish(&self, _ctx: &FinishCtx, out: &mut ModelMetrics) {
+        out.insert(Metric::QUERY_PROFILE, QueryProfile::finish(self));
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl MetricResult for QueryProfileResult {
+    /// `query_profile.csv`: a row per key.
+    fn write_rows(&self, _metric: Metric, model: &str, out: &mut TableRows) {
+        let keys = self.values.len();
+        let each = |v: i64| ints((0..keys).map(move |_| v));
+        out.append(Table::new(
+            "query_profile",
+            vec![
+                ("model", strs((0..keys).map(|_| model.to_string()))),
+                ("layer", each(self.layer as i64 + 1)),
+                ("query", each(self.query as i64)),
+                ("key", ints((0..keys).map(|k| k as i64))),
+                ("value", floats(self.values.iter().copied())),
+                ("sink_mass", floats((0..keys).map(|_| self.sink_mass))),
+            ],
+        ));
     }
 }

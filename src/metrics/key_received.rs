@@ -5,8 +5,15 @@
 
 use candle_core::{DType, Tensor};
 
+use std::any::Any;
+
+use super::accumulator::{merge_same, Accumulator, Event, FinishCtx, Needs, Setup};
 use super::merge::Merge;
+use super::results::{MetricResult, ModelMetrics};
+use super::tables::{floats, ints, strs, TableRows};
+use super::Metric;
 use crate::error::Result;
+use crate::export::{Column, Table};
 
 /// Per (layer, head, key): the received weight summed over sequences, and the sequences seen.
 #[derive(Debug, Clone)]
@@ -120,10 +127,128 @@ impl Merge for KeyReceived {
     }
 }
 
+impl Metric {
+    /// key_received: the attention each key receives (H2O's heavy-hitter score); reads
+    /// every block's weights, so computed only when asked for.
+    pub const KEY_RECEIVED: Metric = Metric::on_request("key_received");
+}
+
+/// The key_received accumulator, for windows of the run's length.
+pub fn build(s: &Setup) -> Box<dyn Accumulator> {
+    let seq_len = s.windows.first().map_or(0, Vec::len);
+    Box::new(KeyReceived::new(
+        s.layers,
+        s.heads,
+        seq_len,
+        s.opts.min_query,
+    ))
+}
+
+impl Accumulator for KeyReceived {
+    fn needs(&self, _layer: usize) -> Needs {
+        Needs {
+            weights: true,
+            ..Needs::default()
+        }
+    }
+
+    fn add(&mut self, event: &Event) -> Result<()> {
+        if let Event::Block(b) = event {
+            if let Some(weights) = b.weights {
+                KeyReceived::add(self, b.layer, b.q_start, weights)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, other: &dyn Accumulator) {
+        merge_same(self, other);
+    }
+
+    fn finish(&self, _ctx: &FinishCtx, out: &mut ModelMetrics) {
+        out.insert(Metric::KEY_RECEIVED, KeyReceived::finish(self));
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl MetricResult for KeyReceivedResult {
+    fn write_rows(&self, _metric: Metric, model: &str, out: &mut TableRows) {
+        out.append(key_received_table(model, self));
+    }
+}
+
+/// Key positions exported one by one: keys below this, then decade bins.
+pub const EXACT_KEYS: usize = 30;
+
+/// The key ranges `[lo, hi)` of `key_received.csv` for windows of `seq_len` tokens: each key
+/// below [`EXACT_KEYS`], then `[30, 100)`, `[100, 1000)`, ... (the last cut at `seq_len`).
+pub fn key_bins(seq_len: usize) -> Vec<(usize, usize)> {
+    let mut bins: Vec<(usize, usize)> = (0..EXACT_KEYS.min(seq_len)).map(|j| (j, j + 1)).collect();
+    let (mut lo, mut hi) = (EXACT_KEYS, 100);
+    while lo < seq_len {
+        bins.push((lo, hi.min(seq_len)));
+        (lo, hi) = (hi, hi * 10);
+    }
+    bins
+}
+
+/// `key_received.csv`: model, layer, head (empty: mean over heads), key_lo, key_hi, stat
+/// (`sum`, `mean`), value: a bin's value is the mean over its keys.
+fn key_received_table(label: &str, k: &KeyReceivedResult) -> Table {
+    type Row = (String, i64, Option<i64>, i64, i64, &'static str, f64);
+    let mut rows: Vec<Row> = Vec::new();
+    for l in 0..k.sum.len() {
+        let heads = (0..k.sum[l].len()).map(|h| (Some(h), &k.sum[l][h], &k.mean[l][h]));
+        for (head, sums, means) in
+            std::iter::once((None, &k.layer_sum[l], &k.layer_mean[l])).chain(heads)
+        {
+            for (lo, hi) in key_bins(sums.len()) {
+                for (stat, values) in [("sum", sums), ("mean", means)] {
+                    let value = values[lo..hi].iter().sum::<f64>() / (hi - lo) as f64;
+                    let head = head.map(|h| h as i64 + 1);
+                    rows.push((
+                        label.to_string(),
+                        l as i64 + 1,
+                        head,
+                        lo as i64,
+                        hi as i64,
+                        stat,
+                        value,
+                    ));
+                }
+            }
+        }
+    }
+    Table::new(
+        "key_received",
+        vec![
+            ("model", strs(rows.iter().map(|r| r.0.clone()))),
+            ("layer", ints(rows.iter().map(|r| r.1))),
+            ("head", Column::Int(rows.iter().map(|r| r.2).collect())),
+            ("key_lo", ints(rows.iter().map(|r| r.3))),
+            ("key_hi", ints(rows.iter().map(|r| r.4))),
+            ("stat", strs(rows.iter().map(|r| r.5.to_string()))),
+            ("value", floats(rows.iter().map(|r| r.6))),
+        ],
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use candle_core::Device;
+
+    #[test]
+    fn key_bins_are_exact_below_30_then_decades_cut_at_the_length() {
+        assert_eq!(key_bins(3), [(0, 1), (1, 2), (2, 3)]);
+        let bins = key_bins(1024);
+        assert_eq!(bins.len(), 30 + 3);
+        assert_eq!(bins[29..], [(29, 30), (30, 100), (100, 1000), (1000, 1024)]);
+        assert_eq!(key_bins(100)[30..], [(30, 100)]);
+    }
 
     #[test]
     fn column_sums_over_counted_queries() {
@@ -141,7 +266,7 @@ mod tests {
         assert_eq!(r.layer_sum, [[0.75, 0.875, 0.375]]);
         // merged with itself: twice the sums over twice the sequences, the same means
         let mut twice = acc.clone();
-        twice.merge(&acc);
+        Merge::merge(&mut twice, &acc);
         assert_eq!(twice.finish(), r);
     }
 }

@@ -3,9 +3,16 @@
 //! those queries of each row's largest logit. Flash kernels keep only a row maximum, so this
 //! is read from the row table (or the `MaxLogit` hook where a block is materialised).
 
+use std::any::Any;
+
+use super::accumulator::{merge_same, Accumulator, Event, FinishCtx, Needs, Setup};
 use super::merge::Merge;
+use super::results::{MetricResult, ModelMetrics};
 use super::rows::Pool;
-use crate::probe::row_table::Column;
+use super::tables::TableRows;
+use super::Metric;
+use crate::error::Result;
+use crate::probe::row_table::{Column, RowWants};
 
 /// Per (layer, head): the largest row maximum, and the sum and count of row maxima.
 #[derive(Debug, Clone)]
@@ -109,6 +116,64 @@ impl Merge for MaxLogit {
     }
 }
 
+impl Metric {
+    /// max_logit: the largest logit per (layer, head), and the mean row maximum.
+    pub const MAX_LOGIT: Metric = Metric::by_default("max_logit");
+}
+
+/// The max_logit accumulator.
+pub fn build(s: &Setup) -> Box<dyn Accumulator> {
+    Box::new(MaxLogit::new(s.layers, s.heads, s.opts.min_query))
+}
+
+impl Accumulator for MaxLogit {
+    fn needs(&self, _layer: usize) -> Needs {
+        Needs {
+            rows: RowWants {
+                max_logit: true,
+                ..RowWants::default()
+            },
+            ..Needs::default()
+        }
+    }
+
+    fn add(&mut self, event: &Event) -> Result<()> {
+        if let Event::Block(b) = event {
+            if let Some(maxima) = b.max_logit {
+                MaxLogit::add(self, b.layer, b.q_start, b.q_len, maxima);
+            }
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, other: &dyn Accumulator) {
+        merge_same(self, other);
+    }
+
+    fn finish(&self, _ctx: &FinishCtx, out: &mut ModelMetrics) {
+        out.insert(Metric::MAX_LOGIT, MaxLogit::finish(self));
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl MetricResult for MaxLogitResult {
+    /// Per layer and per (layer, head), stats `max` and `mean`.
+    fn write_rows(&self, metric: Metric, model: &str, out: &mut TableRows) {
+        let name = metric.name();
+        for (l, (max, mean)) in self.max.iter().zip(&self.mean).enumerate() {
+            out.push(model, name, Some(l), None, "max", self.layer_max[l]);
+            out.push(model, name, Some(l), None, "mean", self.layer_mean[l]);
+            for (h, (&x, &m)) in max.iter().zip(mean).enumerate() {
+                out.push(model, name, Some(l), Some(h), "max", x);
+                out.push(model, name, Some(l), Some(h), "mean", m);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,7 +198,7 @@ mod tests {
         whole.add(0, 0, 3, &second);
         let mut merged = MaxLogit::new(1, 2, 1);
         merged.add(0, 0, 3, &rows);
-        merged.merge(&apart);
+        Merge::merge(&mut merged, &apart);
         assert_eq!(merged.finish(), whole.finish());
     }
 }

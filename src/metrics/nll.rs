@@ -2,7 +2,15 @@
 //! logits for the whole sequence; per target position and overall (perplexity). On a GPU
 //! one kernel computes each block's log-sum-exp and picks the target (`cuda::nll`).
 
+use std::any::Any;
+
+use super::accumulator::{merge_same, Accumulator, Event, FinishCtx, Needs, Setup};
 use super::merge::Merge;
+use super::results::{MetricResult, ModelMetrics};
+use super::tables::{decade_bins, floats, ints, strs, TableRows};
+use super::Metric;
+use crate::export::Table;
+use crate::probe::Hook;
 use candle_core::{DType, Tensor, D};
 
 use crate::error::Result;
@@ -107,5 +115,75 @@ impl Merge for Nll {
     fn merge(&mut self, other: &Nll) {
         self.sum.merge(&other.sum);
         self.count.merge(&other.count);
+    }
+}
+
+impl Metric {
+    /// nll: next-token negative log-likelihood per position, and perplexity.
+    pub const NLL: Metric = Metric::by_default("nll");
+}
+
+/// The nll accumulator over the run's windows.
+pub fn build(s: &Setup) -> Box<dyn Accumulator> {
+    Box::new(Nll::new(s.windows))
+}
+
+impl Accumulator for Nll {
+    fn needs(&self, _layer: usize) -> Needs {
+        Needs {
+            tensors: vec![Hook::Logits],
+            ..Needs::default()
+        }
+    }
+
+    fn add(&mut self, event: &Event) -> Result<()> {
+        if let Event::Tensor {
+            hook: Hook::Logits,
+            ctx,
+            seq_offset,
+            xs,
+        } = event
+        {
+            Nll::add(self, *seq_offset, ctx.q_start, xs)?;
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, other: &dyn Accumulator) {
+        merge_same(self, other);
+    }
+
+    fn finish(&self, _ctx: &FinishCtx, out: &mut ModelMetrics) {
+        out.insert(Metric::NLL, Nll::finish(self));
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl MetricResult for NllResult {
+    /// `nll` and `ppl` rows, `nll_position.csv` and `nll_bins.csv`.
+    fn write_rows(&self, metric: Metric, model: &str, out: &mut TableRows) {
+        out.push(model, metric.name(), None, None, "mean", self.mean);
+        out.push(model, "ppl", None, None, "mean", self.ppl);
+        let positions = self.per_position.len();
+        out.append(Table::new(
+            "nll_position",
+            vec![
+                ("model", strs((0..positions).map(|_| model.to_string()))),
+                ("position", ints((1..=positions).map(|p| p as i64))),
+                ("nll", floats(self.per_position.iter().copied())),
+            ],
+        ));
+        let bins = decade_bins(&self.per_position);
+        out.append(Table::new(
+            "nll_bins",
+            vec![
+                ("model", strs(bins.iter().map(|_| model.to_string()))),
+                ("positions", strs(bins.iter().map(|b| b.0.clone()))),
+                ("nll", floats(bins.iter().map(|b| b.1))),
+            ],
+        ));
     }
 }

@@ -2,7 +2,14 @@
 //! variant transform) over all causal pairs j <= i incl. the diagonal, every query, head,
 //! layer and sequence; also the mean absolute value and per-layer values.
 
+use std::any::Any;
+
+use super::accumulator::{merge_same, Accumulator, Event, FinishCtx, Needs, Setup};
 use super::merge::Merge;
+use super::results::{MetricResult, ModelMetrics};
+use super::tables::TableRows;
+use super::Metric;
+use crate::probe::row_table::{QK_ABS_SUM, QK_SUM};
 use candle_core::{Tensor, D};
 
 use crate::error::Result;
@@ -100,5 +107,65 @@ impl Merge for QkMean {
         self.sum.merge(&other.sum);
         self.abs_sum.merge(&other.abs_sum);
         self.count.merge(&other.count);
+    }
+}
+
+impl Metric {
+    /// qk_mean: mean raw q.k over causal pairs, and of |q.k| (Fig. 2).
+    pub const QK_MEAN: Metric = Metric::by_default("qk_mean");
+}
+
+/// The qk_mean accumulator.
+pub fn build(s: &Setup) -> Box<dyn Accumulator> {
+    Box::new(QkMean::new(s.layers))
+}
+
+impl Accumulator for QkMean {
+    fn needs(&self, _layer: usize) -> Needs {
+        Needs {
+            qk: true,
+            ..Needs::default()
+        }
+    }
+
+    /// From a fused kernel's q.k columns, or a materialised block's raw q.k.
+    fn add(&mut self, event: &Event) -> Result<()> {
+        let Event::Block(b) = event else {
+            return Ok(());
+        };
+        if let Some(qk) = b.qk {
+            QkMean::add(self, b.layer, qk, b.q_start)?;
+        }
+        if let Some(rows) = b.rows.filter(|r| r.fused) {
+            let p = rows.pools;
+            let pairs = p.counted[QK_SUM].len() * visible_pairs(b.q_start, b.q_len);
+            self.add_sums(b.layer, p.total(QK_SUM), p.total(QK_ABS_SUM), pairs);
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, other: &dyn Accumulator) {
+        merge_same(self, other);
+    }
+
+    fn finish(&self, _ctx: &FinishCtx, out: &mut ModelMetrics) {
+        out.insert(Metric::QK_MEAN, QkMean::finish(self));
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl MetricResult for QkResult {
+    fn write_rows(&self, metric: Metric, model: &str, out: &mut TableRows) {
+        let (mean, abs_mean) = (metric.name(), "qk_abs_mean");
+        out.push(model, mean, None, None, "mean", self.mean);
+        out.push(model, abs_mean, None, None, "mean", self.abs_mean);
+        let layers = self.per_layer_mean.iter().zip(&self.per_layer_abs_mean);
+        for (l, (&a, &b)) in layers.enumerate() {
+            out.push(model, mean, Some(l), None, "mean", a);
+            out.push(model, abs_mean, Some(l), None, "mean", b);
+        }
     }
 }

@@ -1,7 +1,16 @@
 //! weight_sum (paper Fig. 3) and head_total (Fig. 5): sum_j a_ij per query, averaged over
 //! heads (W_i) or over queries per head.
 
+use std::any::Any;
+
+use super::accumulator::{merge_same, Accumulator, Event, FinishCtx, Needs, Setup};
 use super::merge::Merge;
+use super::results::{MetricResult, ModelMetrics};
+use super::tables::{floats, ints, strs, TableRows};
+use super::Metric;
+use crate::error::Result;
+use crate::export::Table;
+use crate::probe::row_table::{RowWants, SUM};
 use std::ops::Range;
 
 use super::layer_stat::head_means;
@@ -117,5 +126,74 @@ impl Merge for WeightSum {
     fn merge(&mut self, other: &WeightSum) {
         self.rows.merge(&other.rows);
         super::merge::concat(&mut self.values, &other.values);
+    }
+}
+
+impl Metric {
+    /// weight_sum: W_i = sum_j a_ij, its distribution per layer and histogram (Fig. 3).
+    pub const WEIGHT_SUM: Metric = Metric::by_default("weight_sum");
+    /// head_total: mean W_i per (layer, head) (Fig. 4); part of weight_sum's result.
+    pub const HEAD_TOTAL: Metric = Metric::by_default("head_total");
+}
+
+/// The accumulator of weight_sum and head_total.
+pub fn build(s: &Setup) -> Box<dyn Accumulator> {
+    let seqs = s.windows.len();
+    Box::new(WeightSum::new(s.layers, seqs, s.heads, s.opts.min_query))
+}
+
+impl Accumulator for WeightSum {
+    fn needs(&self, _layer: usize) -> Needs {
+        Needs {
+            rows: RowWants {
+                sum: true,
+                ..RowWants::default()
+            },
+            ..Needs::default()
+        }
+    }
+
+    fn add(&mut self, event: &Event) -> Result<()> {
+        if let Event::Block(b) = event {
+            if let Some(rows) = b.rows {
+                let p = rows.pools;
+                self.add_pools(b.layer, b.seq_offset, &p.counted[SUM], &p.query_means);
+            }
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, other: &dyn Accumulator) {
+        merge_same(self, other);
+    }
+
+    fn finish(&self, ctx: &FinishCtx, out: &mut ModelMetrics) {
+        let result = WeightSum::finish(self, ctx.opts.bins, ctx.traits.weights_sum_to_one);
+        out.insert(Metric::WEIGHT_SUM, result);
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl MetricResult for WeightSumResult {
+    fn write_rows(&self, metric: Metric, model: &str, out: &mut TableRows) {
+        for (l, d) in self.per_layer.iter().enumerate() {
+            for (stat, v) in d.named() {
+                out.push(model, metric.name(), Some(l), None, stat, v);
+            }
+        }
+        out.per_head(model, Metric::HEAD_TOTAL.name(), &self.head_total);
+        let h = &self.histogram;
+        out.append(Table::new(
+            "weight_sum_hist",
+            vec![
+                ("model", strs(h.count.iter().map(|_| model.to_string()))),
+                ("bin_lo", floats(h.bin_lo.iter().copied())),
+                ("bin_hi", floats(h.bin_hi.iter().copied())),
+                ("count", ints(h.count.iter().map(|&c| c as i64))),
+            ],
+        ));
     }
 }

@@ -114,6 +114,7 @@ impl Hook {
 }
 
 /// Where a pushed tensor sits.
+#[derive(Debug, Clone, Copy)]
 pub struct BlockCtx {
     /// 0-based layer (the number of layers for logits).
     pub layer: usize,

@@ -247,9 +247,8 @@ mod tests {
 mod device_path_tests {
     //! The candle reductions (the path of GPUs and other dtypes) and the CPU row pass agree.
     use super::*;
-    use crate::metrics::distance::{Bands, DistanceProfile};
+    use crate::metrics::distance::Bands;
     use crate::metrics::entropy::row_entropy;
-    use crate::metrics::rows::pool_rows;
     use crate::probe::row_table::split_table;
     use candle_core::Device;
     use candle_core::D;
@@ -294,19 +293,26 @@ mod device_path_tests {
             &rows.first.to_vec(),
             &host(w.narrow(3, 0, 1).unwrap())
         ));
-        let mut fused = DistanceProfile::new(bands.clone(), 1, 1, h, 0);
-        let band_columns: Vec<usize> = (BANDS..wants.width()).collect();
-        let pools = pool_rows(&table, wants.width(), n, 0..n, &band_columns);
-        fused.add_pools(0, 0, &pools);
-        let mut candle = DistanceProfile::new(bands, 1, 1, h, 0);
-        candle.add(0, 0, q_start, &w).unwrap();
-        let (a, b) = (fused.finish(), candle.finish());
-        for (x, y) in a.per_head[0]
-            .iter()
-            .flatten()
-            .zip(b.per_head[0].iter().flatten())
-        {
-            assert!((x - y).abs() < 1e-6, "{x} vs {y}");
+        // band masses by their definition: key 0 of a query i > 0 is `first`; the others
+        // go to the band of their distance t = i - j
+        let data = host(w.clone());
+        for row in 0..h * n {
+            let i = q_start + row % n;
+            let weights = &data[row * keys..row * keys + i + 1];
+            let cell = &table[row * wants.width()..(row + 1) * wants.width()];
+            let first = if i > 0 { weights[0] } else { 0.0 };
+            assert!((cell[BANDS] - first).abs() < 1e-6);
+            for (k, &(lo, hi)) in wants.bands.iter().enumerate() {
+                let mass: f32 = (0..=i)
+                    .filter(|&j| !(j == 0 && i > 0) && i - j >= lo && i - j < hi)
+                    .map(|j| weights[j])
+                    .sum();
+                let got = cell[BANDS + 1 + k];
+                assert!(
+                    (got - mass).abs() < 1e-5,
+                    "row {row} band {k}: {got} vs {mass}"
+                );
+            }
         }
         // q.k sums over the visible pairs (the invisible entries above are 0 already)
         let (sum, abs_sum) = qk_sums(&w, q_start).unwrap().unwrap();

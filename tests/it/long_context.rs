@@ -174,7 +174,7 @@ fn distance_bands_sum_to_the_weight_sum() {
         ("qwen3", None),
         ("sink", Some([2, 5])),
     ] {
-        let mut options = fixture_options(Metric::ALL, EntropyOf::Effective);
+        let mut options = fixture_options(Metric::defaults(), EntropyOf::Effective);
         if let Some(edges) = edges {
             options.bands = Bands::with_edges(&edges, t);
             assert_eq!(options.bands.labels(), ["first", "0", "1-2", "2-5", "5-20"]);
@@ -186,8 +186,16 @@ fn distance_bands_sum_to_the_weight_sum() {
             block: 5,
         };
         let got = analyze(&ckpt, &model, &ids, &options, shape, |_| {}).unwrap();
-        let d = got.distance.unwrap();
-        let ws = got.weight_sum.unwrap();
+        let d = got
+            .get::<asa_analyze::metrics::distance::DistanceResult>(
+                asa_analyze::metrics::Metric::DISTANCE_PROFILE,
+            )
+            .unwrap();
+        let ws = got
+            .get::<asa_analyze::metrics::weight_sum::WeightSumResult>(
+                asa_analyze::metrics::Metric::WEIGHT_SUM,
+            )
+            .unwrap();
         for (l, bands) in d.per_layer.iter().enumerate() {
             let total: f64 = bands.iter().sum();
             assert_close(

@@ -78,7 +78,7 @@ fn measure_four_thousand_tokens() {
     let ids: Vec<u32> = (0..t as u32).map(|i| (i * 7 + 3) % 64).collect();
     let windows = vec![ids];
     let opts = MetricOptions {
-        metrics: Metric::ALL.into_iter().collect::<BTreeSet<_>>(),
+        metrics: Metric::defaults().into_iter().collect::<BTreeSet<_>>(),
         min_query: 1,
         heatmap_layer: 1,
         heatmap_size: 30,
@@ -117,8 +117,16 @@ fn measure_four_thousand_tokens() {
         cap / MIB
     );
     // and the numbers are real: every query's bands sum to its weight sum
-    let d = metrics.distance.unwrap();
-    let ws = metrics.weight_sum.unwrap();
+    let d = metrics
+        .get::<asa_analyze::metrics::distance::DistanceResult>(
+            asa_analyze::metrics::Metric::DISTANCE_PROFILE,
+        )
+        .unwrap();
+    let ws = metrics
+        .get::<asa_analyze::metrics::weight_sum::WeightSumResult>(
+            asa_analyze::metrics::Metric::WEIGHT_SUM,
+        )
+        .unwrap();
     for (l, bands) in d.per_layer.iter().enumerate() {
         assert_close(
             bands.iter().sum(),
@@ -128,5 +136,12 @@ fn measure_four_thousand_tokens() {
             "bands sum",
         );
     }
-    assert!(metrics.nll.unwrap().per_position.len() == t - 1);
+    assert!(
+        metrics
+            .get::<asa_analyze::metrics::nll::NllResult>(asa_analyze::metrics::Metric::NLL)
+            .unwrap()
+            .per_position
+            .len()
+            == t - 1
+    );
 }

@@ -4,8 +4,9 @@
 use crate::common;
 
 use asa_analyze::analysis::{accumulate, analyze, finish, RunShape};
+use asa_analyze::metrics::alpha_gate::AlphaResult;
 use asa_analyze::metrics::entropy::EntropyOf;
-use asa_analyze::metrics::{Metric, MetricOptions, ModelMetrics};
+use asa_analyze::metrics::{Metric, MetricOptions, ModelMetrics, PerHead};
 use asa_analyze::model::Checkpoint;
 use candle_core::{DType, Device};
 use common::*;
@@ -15,7 +16,7 @@ const ATOL: f64 = 1e-6;
 const RTOL: f64 = 1e-5;
 
 fn options(entropy_of: EntropyOf) -> MetricOptions {
-    fixture_options(Metric::ALL, entropy_of)
+    fixture_options(Metric::defaults(), entropy_of)
 }
 
 fn windows(name: &str) -> Vec<Vec<u32>> {
@@ -60,7 +61,11 @@ fn close_mat(got: &[Vec<f64>], want: &Value, what: &str) {
 }
 
 fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
-    let ft = got.first_token.as_ref().unwrap();
+    let ft = got
+        .get::<asa_analyze::metrics::layer_stat::LayerStat>(
+            asa_analyze::metrics::Metric::FIRST_TOKEN,
+        )
+        .unwrap();
     close_vec(
         &ft.mean,
         &want["first_token"]["mean"],
@@ -72,7 +77,9 @@ fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
         &format!("{name} first_token.std"),
     );
 
-    let e = got.entropy.as_ref().unwrap();
+    let e = got
+        .get::<asa_analyze::metrics::entropy::EntropyResult>(asa_analyze::metrics::Metric::ENTROPY)
+        .unwrap();
     close_vec(
         &e.per_layer.mean,
         &want["entropy"]["mean"],
@@ -90,7 +97,11 @@ fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
     );
     assert_eq!(e.nan_count, want["entropy"]["nan_count"].as_u64().unwrap());
 
-    let ws = got.weight_sum.as_ref().unwrap();
+    let ws = got
+        .get::<asa_analyze::metrics::weight_sum::WeightSumResult>(
+            asa_analyze::metrics::Metric::WEIGHT_SUM,
+        )
+        .unwrap();
     for (stat, idx) in [
         ("mean", 0),
         ("std", 1),
@@ -141,7 +152,9 @@ fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
         &format!("{name} head_total"),
     );
 
-    let qk = got.qk.as_ref().unwrap();
+    let qk = got
+        .get::<asa_analyze::metrics::qk_mean::QkResult>(asa_analyze::metrics::Metric::QK_MEAN)
+        .unwrap();
     assert_close(
         qk.mean,
         num(&want["qk_mean"]["mean"]),
@@ -167,7 +180,9 @@ fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
         &format!("{name} qk.per_layer_abs_mean"),
     );
 
-    let hm = got.heatmap.as_ref().unwrap();
+    let hm = got
+        .get::<asa_analyze::metrics::heatmap::HeatmapResult>(asa_analyze::metrics::Metric::HEATMAP)
+        .unwrap();
     assert_eq!(
         hm.layer + 1,
         want["heatmap"]["layer"].as_u64().unwrap() as usize
@@ -178,7 +193,11 @@ fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
         &format!("{name} heatmap"),
     );
 
-    let qp = got.query_profile.as_ref().unwrap();
+    let qp = got
+        .get::<asa_analyze::metrics::heatmap::QueryProfileResult>(
+            asa_analyze::metrics::Metric::QUERY_PROFILE,
+        )
+        .unwrap();
     assert_eq!(
         qp.query,
         want["query_profile"]["query"].as_u64().unwrap() as usize
@@ -196,8 +215,8 @@ fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
         &format!("{name} profile sink"),
     );
 
-    match (&got.sink_mass, want.get("sink_mass")) {
-        (Some(g), Some(w)) => close_mat(g, w, &format!("{name} sink_mass")),
+    match (got.get::<PerHead>(Metric::SINK_MASS), want.get("sink_mass")) {
+        (Some(g), Some(w)) => close_mat(&g.0, w, &format!("{name} sink_mass")),
         (None, None) => {}
         (g, w) => panic!(
             "{name}: sink_mass computed {} vs reference {}",
@@ -205,7 +224,7 @@ fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
             w.is_some()
         ),
     }
-    match (&got.alpha, want.get("alpha")) {
+    match (got.get::<AlphaResult>(Metric::ALPHA), want.get("alpha")) {
         (Some(a), Some(w)) => {
             for (stat, idx) in [
                 ("mean", 0),
@@ -232,8 +251,8 @@ fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
             w.is_some()
         ),
     }
-    match (&got.gate, want.get("gate")) {
-        (Some(g), Some(w)) => close_mat(g, w, &format!("{name} gate")),
+    match (got.get::<PerHead>(Metric::GATE), want.get("gate")) {
+        (Some(g), Some(w)) => close_mat(&g.0, w, &format!("{name} gate")),
         (None, None) => {}
         (g, w) => panic!(
             "{name}: gate computed {} vs reference {}",
@@ -242,7 +261,9 @@ fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
         ),
     }
 
-    let nll = got.nll.as_ref().unwrap();
+    let nll = got
+        .get::<asa_analyze::metrics::nll::NllResult>(asa_analyze::metrics::Metric::NLL)
+        .unwrap();
     assert_close(
         nll.mean,
         num(&want["nll"]["mean"]),
@@ -263,7 +284,9 @@ fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
         &format!("{name} nll per position"),
     );
 
-    let sr = got.sink_rate.as_ref().unwrap();
+    let sr = got
+        .get::<asa_analyze::metrics::first_token::SinkRate>(asa_analyze::metrics::Metric::SINK_RATE)
+        .unwrap();
     close_mat(
         &sr.importance,
         &want["sink_rate"]["importance"],
@@ -271,7 +294,11 @@ fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
     );
     assert_eq!(sr.rate, num(&want["sink_rate"]["rate"]), "{name} sink rate");
 
-    let d = got.distance.as_ref().unwrap();
+    let d = got
+        .get::<asa_analyze::metrics::distance::DistanceResult>(
+            asa_analyze::metrics::Metric::DISTANCE_PROFILE,
+        )
+        .unwrap();
     let labels: Vec<String> = want["distance_profile"]["bands"]
         .as_array()
         .unwrap()
@@ -320,7 +347,11 @@ fn entropy_of_softmax_matches_the_reference() {
             EntropyOf::Softmax,
         );
         let want = &reference_metrics(name)["entropy_softmax"];
-        let e = got.entropy.unwrap();
+        let e = got
+            .get::<asa_analyze::metrics::entropy::EntropyResult>(
+                asa_analyze::metrics::Metric::ENTROPY,
+            )
+            .unwrap();
         close_vec(
             &e.per_layer.mean,
             &want["mean"],
@@ -361,8 +392,16 @@ fn distance_bands_sum_to_the_weight_sum() {
             },
             EntropyOf::Effective,
         );
-        let d = got.distance.unwrap();
-        let ws = got.weight_sum.unwrap();
+        let d = got
+            .get::<asa_analyze::metrics::distance::DistanceResult>(
+                asa_analyze::metrics::Metric::DISTANCE_PROFILE,
+            )
+            .unwrap();
+        let ws = got
+            .get::<asa_analyze::metrics::weight_sum::WeightSumResult>(
+                asa_analyze::metrics::Metric::WEIGHT_SUM,
+            )
+            .unwrap();
         for (l, bands) in d.per_layer.iter().enumerate() {
             let total: f64 = bands.iter().sum();
             assert_close(
@@ -424,26 +463,30 @@ fn max_logit_and_key_received_match_the_float64_reference() {
     // the flash tiles (every metric but key_received: layer 1 on tiles, layer 2 the
     // materialised heatmap layer) and the materialised blocks (key_received asked for),
     // in one block and in blocks of 7 queries
-    let with_keys: Vec<Metric> = Metric::ALL
+    let with_keys: Vec<Metric> = Metric::defaults()
         .into_iter()
-        .chain([Metric::KeyReceived])
+        .chain([Metric::KEY_RECEIVED])
         .collect();
     for name in MODEL_FIXTURES {
         let want = logit_key_reference(name);
         let ckpt = Checkpoint::open(&model_dir(name), &Device::Cpu, DType::F32).unwrap();
         let model = ckpt.load_model().unwrap();
         for (metrics, (batch_size, block)) in [
-            (Metric::ALL.to_vec(), (3, 64)),
-            (Metric::ALL.to_vec(), (2, 7)),
+            (Metric::defaults().to_vec(), (3, 64)),
+            (Metric::defaults().to_vec(), (2, 7)),
             (with_keys.clone(), (3, 64)),
             (with_keys.clone(), (2, 7)),
         ] {
-            let keys = metrics.contains(&Metric::KeyReceived);
+            let keys = metrics.contains(&Metric::KEY_RECEIVED);
             let opts = fixture_options(metrics, EntropyOf::Effective);
             let shape = RunShape { batch_size, block };
             let got = analyze(&ckpt, &model, &windows(name), &opts, shape, |_| {}).unwrap();
             let what = format!("{name} (keys {keys}, batch {batch_size}, block {block})");
-            let ml = got.max_logit.unwrap();
+            let ml = got
+                .get::<asa_analyze::metrics::max_logit::MaxLogitResult>(
+                    asa_analyze::metrics::Metric::MAX_LOGIT,
+                )
+                .unwrap();
             let w = &want["max_logit"];
             close_mat(&ml.max, &w["max"], &format!("{what} max_logit max"));
             close_mat(&ml.mean, &w["mean"], &format!("{what} max_logit mean"));
@@ -453,8 +496,19 @@ fn max_logit_and_key_received_match_the_float64_reference() {
                 &w["layer_mean"],
                 &format!("{what} layer mean"),
             );
-            assert_eq!(got.key_received.is_some(), keys, "{what}");
-            let Some(kr) = got.key_received else { continue };
+            assert_eq!(
+                got.get::<asa_analyze::metrics::key_received::KeyReceivedResult>(
+                    asa_analyze::metrics::Metric::KEY_RECEIVED
+                )
+                .is_some(),
+                keys,
+                "{what}"
+            );
+            let Some(kr) = got.get::<asa_analyze::metrics::key_received::KeyReceivedResult>(
+                asa_analyze::metrics::Metric::KEY_RECEIVED,
+            ) else {
+                continue;
+            };
             let w = &want["key_received"];
             for l in 0..kr.sum.len() {
                 close_mat(
@@ -504,9 +558,9 @@ fn a_run_split_at_random_and_merged_in_any_order_gives_the_single_run() {
     let ids: Vec<Vec<u32>> = (0..9u32)
         .map(|s| (0..20u32).map(|i| (s * 17 + i * i * 5 + 3) % 64).collect())
         .collect();
-    let metrics: Vec<Metric> = Metric::ALL
+    let metrics: Vec<Metric> = Metric::defaults()
         .into_iter()
-        .chain([Metric::KeyReceived])
+        .chain([Metric::KEY_RECEIVED])
         .collect();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     for name in ["sink", "affine_scaled_gated", "logn"] {
@@ -515,7 +569,7 @@ fn a_run_split_at_random_and_merged_in_any_order_gives_the_single_run() {
         for flash in [true, false] {
             // without key_received the tiles run (layer 1); with it every block is materialised
             let metrics = if flash {
-                Metric::ALL.to_vec()
+                Metric::defaults().to_vec()
             } else {
                 metrics.clone()
             };

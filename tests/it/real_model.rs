@@ -165,7 +165,7 @@ fn smollm2_options() -> MetricOptions {
     let o = &smollm2_reference()["options"];
     let n = |k: &str| o[k].as_u64().unwrap() as usize;
     MetricOptions {
-        metrics: Metric::ALL.into_iter().collect::<BTreeSet<_>>(),
+        metrics: Metric::defaults().into_iter().collect::<BTreeSet<_>>(),
         min_query: n("min_query"),
         heatmap_layer: n("heatmap_layer") - 1,
         heatmap_size: n("heatmap_size"),
@@ -359,13 +359,24 @@ fn smollm2_every_metric_matches_the_reference() {
     eprintln!("smollm2 metrics: {report}");
     report.check("smollm2");
     // the paper's point, on a real model: a first-token sink in most layers
-    let ft = got.first_token.as_ref().unwrap();
+    let ft = got
+        .get::<asa_analyze::metrics::layer_stat::LayerStat>(
+            asa_analyze::metrics::Metric::FIRST_TOKEN,
+        )
+        .unwrap();
     assert!(
         ft.mean.iter().filter(|m| **m > 0.2).count() >= 20,
         "{:?}",
         ft.mean
     );
-    assert!(got.sink_rate.as_ref().unwrap().rate > 0.5);
+    assert!(
+        got.get::<asa_analyze::metrics::first_token::SinkRate>(
+            asa_analyze::metrics::Metric::SINK_RATE
+        )
+        .unwrap()
+        .rate
+            > 0.5
+    );
 }
 
 /// Ignored by default: the same metrics from the converted safetensors checkpoint that
@@ -516,10 +527,16 @@ impl Worst {
 /// the SPEC metric tolerance.
 fn compare_metrics(got: &ModelMetrics, want: &Value, margin: f64, nll_atol: Option<f64>) -> Worst {
     let mut w = Worst::default();
-    let ft = got.first_token.as_ref().unwrap();
+    let ft = got
+        .get::<asa_analyze::metrics::layer_stat::LayerStat>(
+            asa_analyze::metrics::Metric::FIRST_TOKEN,
+        )
+        .unwrap();
     w.vec(&ft.mean, &want["first_token"]["mean"], "first_token.mean");
     w.vec(&ft.std, &want["first_token"]["std"], "first_token.std");
-    let e = got.entropy.as_ref().unwrap();
+    let e = got
+        .get::<asa_analyze::metrics::entropy::EntropyResult>(asa_analyze::metrics::Metric::ENTROPY)
+        .unwrap();
     w.vec(&e.per_layer.mean, &want["entropy"]["mean"], "entropy.mean");
     w.vec(&e.per_layer.std, &want["entropy"]["std"], "entropy.std");
     w.mat(
@@ -528,7 +545,11 @@ fn compare_metrics(got: &ModelMetrics, want: &Value, margin: f64, nll_atol: Opti
         "entropy.per_head",
     );
     assert_eq!(e.nan_count, want["entropy"]["nan_count"].as_u64().unwrap());
-    let ws = got.weight_sum.as_ref().unwrap();
+    let ws = got
+        .get::<asa_analyze::metrics::weight_sum::WeightSumResult>(
+            asa_analyze::metrics::Metric::WEIGHT_SUM,
+        )
+        .unwrap();
     for (stat, idx) in [
         ("mean", 0),
         ("std", 1),
@@ -562,7 +583,9 @@ fn compare_metrics(got: &ModelMetrics, want: &Value, margin: f64, nll_atol: Opti
         assert_eq!(ws.histogram.count, counts, "histogram counts");
     }
     w.mat(&ws.head_total, &want["head_total"], "head_total");
-    let qk = got.qk.as_ref().unwrap();
+    let qk = got
+        .get::<asa_analyze::metrics::qk_mean::QkResult>(asa_analyze::metrics::Metric::QK_MEAN)
+        .unwrap();
     w.close(qk.mean, &want["qk_mean"]["mean"], "qk.mean");
     w.close(qk.abs_mean, &want["qk_mean"]["abs_mean"], "qk.abs_mean");
     w.vec(
@@ -575,13 +598,19 @@ fn compare_metrics(got: &ModelMetrics, want: &Value, margin: f64, nll_atol: Opti
         &want["qk_mean"]["per_layer_abs_mean"],
         "qk.per_layer_abs_mean",
     );
-    let hm = got.heatmap.as_ref().unwrap();
+    let hm = got
+        .get::<asa_analyze::metrics::heatmap::HeatmapResult>(asa_analyze::metrics::Metric::HEATMAP)
+        .unwrap();
     assert_eq!(
         hm.layer + 1,
         want["heatmap"]["layer"].as_u64().unwrap() as usize
     );
     w.mat(&hm.values, &want["heatmap"]["values"], "heatmap");
-    let qp = got.query_profile.as_ref().unwrap();
+    let qp = got
+        .get::<asa_analyze::metrics::heatmap::QueryProfileResult>(
+            asa_analyze::metrics::Metric::QUERY_PROFILE,
+        )
+        .unwrap();
     assert_eq!(
         qp.query,
         want["query_profile"]["query"].as_u64().unwrap() as usize
@@ -591,8 +620,21 @@ fn compare_metrics(got: &ModelMetrics, want: &Value, margin: f64, nll_atol: Opti
         &want["query_profile"]["values"],
         "query_profile",
     );
-    assert!(got.sink_mass.is_none() && got.alpha.is_none() && got.gate.is_none());
-    let nll = got.nll.as_ref().unwrap();
+    assert!(
+        got.get::<asa_analyze::metrics::PerHead>(asa_analyze::metrics::Metric::SINK_MASS)
+            .is_none()
+            && got
+                .get::<asa_analyze::metrics::alpha_gate::AlphaResult>(
+                    asa_analyze::metrics::Metric::ALPHA
+                )
+                .is_none()
+            && got
+                .get::<asa_analyze::metrics::PerHead>(asa_analyze::metrics::Metric::GATE)
+                .is_none()
+    );
+    let nll = got
+        .get::<asa_analyze::metrics::nll::NllResult>(asa_analyze::metrics::Metric::NLL)
+        .unwrap();
     let (atol, rtol) = nll_atol.map_or((ATOL, RTOL), |a| (a, 0.0));
     w.close_within(nll.mean, &want["nll"]["mean"], "nll.mean", atol, rtol);
     let (atol, rtol) = nll_atol.map_or((ATOL, RTOL), |a| (0.0, a));
@@ -603,7 +645,9 @@ fn compare_metrics(got: &ModelMetrics, want: &Value, margin: f64, nll_atol: Opti
     for (i, (g, v)) in nll.per_position.iter().zip(per_position).enumerate() {
         w.close_within(*g, v, &format!("nll.per_position[{i}]"), atol, rtol);
     }
-    let sr = got.sink_rate.as_ref().unwrap();
+    let sr = got
+        .get::<asa_analyze::metrics::first_token::SinkRate>(asa_analyze::metrics::Metric::SINK_RATE)
+        .unwrap();
     w.mat(
         &sr.importance,
         &want["sink_rate"]["importance"],
@@ -619,7 +663,11 @@ fn compare_metrics(got: &ModelMetrics, want: &Value, margin: f64, nll_atol: Opti
         want["sink_rate"]["rate"].as_f64().unwrap(),
         "sink rate"
     );
-    let d = got.distance.as_ref().unwrap();
+    let d = got
+        .get::<asa_analyze::metrics::distance::DistanceResult>(
+            asa_analyze::metrics::Metric::DISTANCE_PROFILE,
+        )
+        .unwrap();
     let labels: Vec<String> = want["distance_profile"]["bands"]
         .as_array()
         .unwrap()
@@ -675,7 +723,7 @@ fn check_tiny_gguf(name: &str) {
         assert!(d < 1e-5, "{name}.gguf layer {l}: pattern differs by {d:e}");
     }
     let windows: Vec<Vec<u32>> = ids.to_vec2().unwrap();
-    let opts = fixture_options(Metric::ALL, EntropyOf::Effective);
+    let opts = fixture_options(Metric::defaults(), EntropyOf::Effective);
     let got = analyze(
         &ckpt,
         &model,
@@ -1015,7 +1063,10 @@ fn smollm2_query_blocks_do_not_change_the_metrics_at_512_tokens() {
     let (full, secs) = smollm2_analyze(&windows, t);
     eprintln!("smollm2 {t} tokens, block {t}: {secs:.1} s");
     let want = serde_json::to_value(&full).unwrap();
-    let imp = &full.sink_rate.as_ref().unwrap().importance;
+    let imp = &full
+        .get::<asa_analyze::metrics::first_token::SinkRate>(asa_analyze::metrics::Metric::SINK_RATE)
+        .unwrap()
+        .importance;
     let eps = smollm2_options().sink_eps;
     let margin = imp
         .iter()
@@ -1030,12 +1081,12 @@ fn smollm2_query_blocks_do_not_change_the_metrics_at_512_tokens() {
         "first_token",
         "weight_sum",
         "entropy",
-        "qk",
+        "qk_mean",
         "heatmap",
         "query_profile",
         "nll",
         "sink_rate",
-        "distance",
+        "distance_profile",
     ] {
         assert!(!want[name].is_null(), "{name} not computed");
     }

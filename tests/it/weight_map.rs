@@ -63,7 +63,7 @@ fn a_mapped_checkpoint_gives_the_reference_metrics() {
         .to_vec2::<u32>()
         .unwrap();
     let opts = fixture_options(
-        [Metric::FirstToken, Metric::SinkMass, Metric::Entropy],
+        [Metric::FIRST_TOKEN, Metric::SINK_MASS, Metric::ENTROPY],
         EntropyOf::Effective,
     );
     let shape = RunShape {
@@ -73,18 +73,26 @@ fn a_mapped_checkpoint_gives_the_reference_metrics() {
     let got = analyze(&ckpt, &model, &ids, &opts, shape, |_| {}).unwrap();
     let want = reference_metrics("sink");
     let num = |v: &serde_json::Value| v.as_f64().unwrap();
-    let first = got.first_token.unwrap();
+    let first = got
+        .get::<asa_analyze::metrics::layer_stat::LayerStat>(
+            asa_analyze::metrics::Metric::FIRST_TOKEN,
+        )
+        .unwrap();
     for (l, g) in first.mean.iter().enumerate() {
         let w = num(&want["first_token"]["mean"][l]);
         assert_close(*g, w, 1e-6, 1e-5, &format!("first_token layer {l}"));
     }
-    let entropy = got.entropy.unwrap();
+    let entropy = got
+        .get::<asa_analyze::metrics::entropy::EntropyResult>(asa_analyze::metrics::Metric::ENTROPY)
+        .unwrap();
     for (l, g) in entropy.per_layer.mean.iter().enumerate() {
         let w = num(&want["entropy"]["mean"][l]);
         assert_close(*g, w, 1e-6, 1e-5, &format!("entropy layer {l}"));
     }
-    let sink = got.sink_mass.expect("the sinks were found under the map");
-    for (l, heads) in sink.iter().enumerate() {
+    let sink = got
+        .get::<asa_analyze::metrics::PerHead>(Metric::SINK_MASS)
+        .expect("the sinks were found under the map");
+    for (l, heads) in sink.0.iter().enumerate() {
         for (h, g) in heads.iter().enumerate() {
             let w = num(&want["sink_mass"][l][h]);
             assert_close(*g, w, 1e-6, 1e-5, &format!("sink_mass {l}/{h}"));

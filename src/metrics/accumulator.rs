@@ -1,0 +1,186 @@
+//! The one shape every metric has: an [`Accumulator`] says what it [`Needs`], takes
+//! [`Event`]s (the same ones whichever kernel computed a block), merges exactly with another
+//! of its kind, and finishes into results ([`super::results`]).
+
+use std::any::Any;
+
+use candle_core::Tensor;
+
+use super::block_pools::BlockPools;
+use super::results::ModelMetrics;
+use super::{MetricOptions, VariantTraits};
+use crate::error::Result;
+use crate::probe::row_table::{Column, RowWants};
+use crate::probe::{BlockCtx, Hook};
+
+/// What an accumulator reads. The probe asks the kernels for the union of every
+/// accumulator's needs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Needs {
+    /// Columns of the pattern's row table (first-token mass, weight sum, entropy, distance
+    /// bands, the row's largest logit).
+    pub rows: RowWants,
+    /// Sums of raw q.k over the visible keys.
+    pub qk: bool,
+    /// Each row's mass that goes to no token (sink, off_by_one).
+    pub sink_mass: bool,
+    /// The entropy of the plain softmax instead of the pattern (`--entropy-of softmax`).
+    pub softmax_entropy: bool,
+    /// The block's weights themselves (per-key metrics): the block is materialised.
+    pub weights: bool,
+    /// Once-per-layer hooks (`Alpha`, `Gate`) or the logits (`Logits`).
+    pub tensors: Vec<Hook>,
+}
+
+impl Needs {
+    /// Both needs: what either reads.
+    pub fn union(mut self, other: Needs) -> Needs {
+        self.rows.first |= other.rows.first;
+        self.rows.sum |= other.rows.sum;
+        self.rows.entropy |= other.rows.entropy;
+        self.rows.max_logit |= other.rows.max_logit;
+        if self.rows.bands.is_empty() {
+            self.rows.bands = other.rows.bands;
+        }
+        self.qk |= other.qk;
+        self.sink_mass |= other.sink_mass;
+        self.softmax_entropy |= other.softmax_entropy;
+        self.weights |= other.weights;
+        self.tensors.extend(other.tensors);
+        self
+    }
+
+    /// Whether a column of the pattern's row table is read (the weights' reductions).
+    pub fn reads_pattern_rows(&self) -> bool {
+        let r = &self.rows;
+        r.first || r.sum || r.entropy || !r.bands.is_empty()
+    }
+
+    /// Whether `hook` (a block or once-per-layer hook) must be computed for these needs.
+    pub fn wants(&self, hook: Hook) -> bool {
+        match hook {
+            Hook::Pattern => self.reads_pattern_rows() || self.weights,
+            Hook::Softmax => self.softmax_entropy,
+            Hook::Qk => self.qk,
+            Hook::SinkMass => self.sink_mass,
+            Hook::MaxLogit => self.rows.max_logit,
+            other => self.tensors.contains(&other),
+        }
+    }
+}
+
+/// A block's row table, pooled ([`BlockPools`]; columns as in [`crate::probe::row_table`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Rows<'a> {
+    pub pools: &'a BlockPools,
+    /// Filled by a fused kernel (softmax or flash tiles): the q.k columns hold the raw q.k
+    /// sums and, with `has_sink`, the sink column the sink mass.
+    pub fused: bool,
+    pub has_sink: bool,
+}
+
+/// What a kernel computed for one query block: queries `q_start .. q_start + q_len` of the
+/// sequences `seq_offset ..` of the run. Every kernel hands the same event; a field is
+/// `None` where nobody asked for it or where the kernel hands it in another field (the fused
+/// kernels put q.k and sink sums in `rows`; materialised blocks hand their tensors). On a
+/// GPU the pooled rows of a layer's blocks arrive in events of their own at the layer's end.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockEvent<'a> {
+    pub layer: usize,
+    pub seq_offset: usize,
+    pub q_start: usize,
+    pub q_len: usize,
+    /// The pattern's row table.
+    pub rows: Option<Rows<'a>>,
+    /// The plain softmax's row table (its entropy column), `--entropy-of softmax`.
+    pub softmax_rows: Option<&'a BlockPools>,
+    /// Each row's largest logit, `[batch, head, n]`.
+    pub max_logit: Option<Column<'a>>,
+    /// Raw q.k `[batch, head, n, keys]` (materialised blocks).
+    pub qk: Option<&'a Tensor>,
+    /// Sink mass `[batch, head, n]` (materialised blocks).
+    pub sink_mass: Option<&'a Tensor>,
+    /// The weights `[batch, head, n, q_start + n]` (materialised blocks).
+    pub weights: Option<&'a Tensor>,
+}
+
+/// One event of a forward pass.
+#[derive(Debug, Clone, Copy)]
+pub enum Event<'a> {
+    /// A query block.
+    Block(BlockEvent<'a>),
+    /// A once-per-layer tensor (`Alpha`, `Gate`) or a block of logits (`Logits`), as the
+    /// probe received it; `seq_offset` is the first sequence of the batch.
+    Tensor {
+        hook: Hook,
+        ctx: &'a BlockCtx,
+        seq_offset: usize,
+        xs: &'a Tensor,
+    },
+}
+
+/// What an accumulator is made from.
+pub struct Setup<'a> {
+    pub opts: &'a MetricOptions,
+    pub layers: usize,
+    pub heads: usize,
+    /// Every window (sequence) of the run.
+    pub windows: &'a [Vec<u32>],
+}
+
+/// What finishing knows beyond the accumulator.
+pub struct FinishCtx<'a> {
+    pub opts: &'a MetricOptions,
+    pub traits: VariantTraits,
+    /// The stored moving average of alpha `[layer][head]` (Affine-Scaled variants).
+    pub alpha_ma: Option<&'a [Vec<f64>]>,
+}
+
+/// One metric's (or a few metrics') state over a run. See the module doc of `metrics` for
+/// how to add one.
+pub trait Accumulator: Send {
+    /// What it reads in layer `layer` (0-based).
+    fn needs(&self, layer: usize) -> Needs;
+
+    /// Takes one event (any field it does not read is ignored).
+    fn add(&mut self, event: &Event) -> Result<()>;
+
+    /// Folds in `other`, an accumulator of the same kind over other windows of the run
+    /// ([`merge_same`]).
+    fn merge(&mut self, other: &dyn Accumulator);
+
+    /// Puts its results (those of the asked metrics) into `out`.
+    fn finish(&self, ctx: &FinishCtx, out: &mut ModelMetrics);
+
+    /// Itself as `Any`, for [`merge_same`].
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// `this.merge(other)` for an `other` of the same type (the registry builds the same
+/// accumulators for every part of a run).
+pub fn merge_same<T: super::merge::Merge + 'static>(this: &mut T, other: &dyn Accumulator) {
+    let other = other
+        .as_any()
+        .downcast_ref::<T>()
+        .expect("merged accumulators come from the same registry entry");
+    this.merge(other);
+}
+
+/// The block event's fields that the probe fills: see [`BlockEvent`].
+impl<'a> BlockEvent<'a> {
+    /// An event of block `ctx` with nothing in it yet.
+    pub fn empty(ctx: &BlockCtx, seq_offset: usize) -> Self {
+        BlockEvent {
+            layer: ctx.layer,
+            seq_offset,
+            q_start: ctx.q_start,
+            q_len: ctx.q_len,
+            rows: None,
+            softmax_rows: None,
+            max_logit: None,
+            qk: None,
+            sink_mass: None,
+            weights: None,
+        }
+    }
+}

@@ -1,0 +1,557 @@
+//! [`MetricProbe`]: the probe that turns what the kernels hand over (row tables, or a
+//! materialised block's tensors) into [`Event`]s and feeds them to the registry's
+//! accumulators. Row tables are pooled here, on the host or (on a GPU) on their device
+//! until the layer ends.
+
+use std::collections::BTreeMap;
+
+use candle_core::{DType, Device, Tensor};
+
+use super::accumulator::{Accumulator, BlockEvent, Event, FinishCtx, Needs, Rows, Setup};
+use super::block_pools::{pool_host, pool_on_device, BlockPools, PoolShape};
+use super::registry::REGISTRY;
+use super::results::ModelMetrics;
+use super::rows::to_host;
+use super::{MetricOptions, VariantTraits};
+use crate::cpu::host::with_cpu_f32;
+use crate::error::{Error, Result};
+use crate::probe::row_pass::{weight_rows, weight_table_on_device};
+use crate::probe::row_table::{Column, RowWants};
+use crate::probe::{BlockCtx, Hook, Kernel, Probe};
+use crate::profile::phase;
+
+/// What a row table held.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum TableSource {
+    /// The pattern's reductions; `fused`: filled by a fused kernel, so its q.k columns hold
+    /// the raw q.k sums and, with `has_sink`, its sink column the sink mass.
+    Pattern { fused: bool, has_sink: bool },
+    /// The plain softmax's entropy (`--entropy-of softmax`).
+    Softmax,
+}
+
+/// A block's row table left on the GPU until the layer ends (one copy to the host per
+/// layer instead of one wait per block).
+struct DevicePools {
+    /// Flat f64 sums ([`pool_on_device`]).
+    sums: Tensor,
+    /// The row table, copied whole only when it holds a NaN.
+    table: Tensor,
+    shape: PoolShape,
+    seq_offset: usize,
+    q_start: usize,
+    source: TableSource,
+}
+
+/// A materialised block's tensors, gathered until the block ends.
+#[derive(Default)]
+struct BlockTensors {
+    qk: Option<Tensor>,
+    pattern: Option<Tensor>,
+    softmax: Option<Tensor>,
+    sink_mass: Option<Tensor>,
+    max_logit: Option<Tensor>,
+}
+
+/// The probe that feeds every requested accumulator during one model's forward passes.
+pub struct MetricProbe {
+    opts: MetricOptions,
+    seq_offset: usize,
+    heads: usize,
+    accumulators: Vec<Box<dyn Accumulator>>,
+    /// The current materialised block's tensors.
+    block: BlockTensors,
+    /// Row tables still on the device, in block order.
+    pending: Vec<DevicePools>,
+    kernels: BTreeMap<usize, Kernel>,
+}
+
+impl MetricProbe {
+    /// Accumulators for a model with `layers` x `heads`, over `windows` (all sequences of
+    /// the run): one per registry entry with an asked metric.
+    pub fn new(opts: MetricOptions, layers: usize, heads: usize, windows: &[Vec<u32>]) -> Self {
+        let setup = Setup {
+            opts: &opts,
+            layers,
+            heads,
+            windows,
+        };
+        let accumulators = REGISTRY
+            .iter()
+            .filter(|(metrics, _)| metrics.iter().any(|m| opts.metrics.contains(m)))
+            .map(|(_, build)| build(&setup))
+            .collect();
+        MetricProbe {
+            seq_offset: 0,
+            heads,
+            accumulators,
+            block: BlockTensors::default(),
+            pending: Vec::new(),
+            kernels: BTreeMap::new(),
+            opts,
+        }
+    }
+
+    /// The next forward pass covers sequences `offset ..`.
+    pub fn set_batch_offset(&mut self, offset: usize) {
+        self.seq_offset = offset;
+    }
+
+    /// Results of a model whose variant has `traits`; `alpha_ma` `[layer][head]` is the
+    /// stored buffer (affine variants).
+    pub fn finish(&self, alpha_ma: Option<Vec<Vec<f64>>>, traits: VariantTraits) -> ModelMetrics {
+        let ctx = FinishCtx {
+            opts: &self.opts,
+            traits,
+            alpha_ma: alpha_ma.as_deref(),
+        };
+        let mut out = ModelMetrics::default();
+        for acc in &self.accumulators {
+            acc.finish(&ctx, &mut out);
+        }
+        out.kernels = self.kernels.clone();
+        out
+    }
+
+    /// Folds in `other`, a probe of the same model and options that saw other windows of
+    /// the same run (each window in exactly one of them): afterwards this probe finishes to
+    /// the tables of one probe that saw them all.
+    pub fn merge(&mut self, other: &MetricProbe) {
+        for (acc, theirs) in self.accumulators.iter_mut().zip(&other.accumulators) {
+            acc.merge(&**theirs);
+        }
+        self.kernels
+            .extend(other.kernels.iter().map(|(&l, &k)| (l, k)));
+    }
+
+    /// What the accumulators read in `layer`.
+    fn needs(&self, layer: usize) -> Needs {
+        self.accumulators
+            .iter()
+            .fold(Needs::default(), |all, acc| all.union(acc.needs(layer)))
+    }
+
+    /// The columns of the pattern's row tables (the same in every layer: the layout of a
+    /// table must not depend on where it was made).
+    fn pattern_wants(&self) -> RowWants {
+        self.needs(0).rows
+    }
+
+    fn dispatch(accumulators: &mut [Box<dyn Accumulator>], event: &Event) -> Result<()> {
+        for acc in accumulators {
+            acc.add(event)?;
+        }
+        Ok(())
+    }
+
+    /// The pool shape of a row table of `values` values, `width` columns, for block `ctx`.
+    fn pool_shape(&self, ctx: &BlockCtx, values: usize, width: usize) -> PoolShape {
+        let n = ctx.q_len;
+        PoolShape {
+            batch: values / (width * self.heads * n).max(1),
+            heads: self.heads,
+            n,
+            // every accumulator counts the queries >= min_query
+            skip: self.opts.min_query.saturating_sub(ctx.q_start).min(n),
+            width,
+        }
+    }
+
+    /// The row table of weights `[batch, head, n, keys]` with `wants`: `Ok(Err(table))` on
+    /// the weights' GPU, `Ok(Ok(pools))` pooled on the host.
+    fn weight_table(
+        &self,
+        ctx: &BlockCtx,
+        weights: &Tensor,
+        wants: &RowWants,
+    ) -> Result<std::result::Result<BlockPools, Tensor>> {
+        if let Some(table) = weight_table_on_device(weights, ctx.q_start, wants)? {
+            return Ok(Err(table));
+        }
+        let host = match weight_rows(weights, ctx.q_start, wants)? {
+            Some(table) => Some(table),
+            // another dtype or layout: the same pass over a host f32 copy
+            None => {
+                let copy = weights
+                    .to_device(&Device::Cpu)?
+                    .to_dtype(DType::F32)?
+                    .contiguous()?;
+                weight_rows(&copy, ctx.q_start, wants)?
+            }
+        };
+        let table = host.ok_or_else(|| {
+            Error::Candle(candle_core::Error::Msg(format!(
+                "layer {}: a block of weights {:?} does not cover keys 0 .. {}",
+                ctx.layer + 1,
+                weights.dims(),
+                ctx.q_start + ctx.q_len
+            )))
+        })?;
+        let shape = self.pool_shape(ctx, table.len(), wants.width());
+        Ok(Ok(pool_host(&table, &shape)))
+    }
+
+    /// Keeps a row table on its device until the layer ends, its sums made there.
+    fn pool_on_device(
+        &mut self,
+        table: &Tensor,
+        ctx: &BlockCtx,
+        source: TableSource,
+    ) -> Result<()> {
+        let _p = phase("metrics: pool row tables");
+        let shape = self.pool_shape(ctx, table.elem_count(), table.dim(1)?);
+        self.pending.push(DevicePools {
+            sums: pool_on_device(table, &shape)?,
+            table: table.clone(),
+            shape,
+            seq_offset: self.seq_offset,
+            q_start: ctx.q_start,
+            source,
+        });
+        Ok(())
+    }
+
+    /// The event of a materialised block: its tensors, its pattern and softmax pooled.
+    fn end_materialised_block(&mut self, ctx: &BlockCtx) -> Result<()> {
+        let block = std::mem::take(&mut self.block);
+        let needs = self.needs(ctx.layer);
+        let mut rows = None;
+        if let (Some(pattern), true) = (&block.pattern, needs.reads_pattern_rows()) {
+            let source = TableSource::Pattern {
+                fused: false,
+                has_sink: false,
+            };
+            match self.weight_table(ctx, pattern, &self.pattern_wants())? {
+                Ok(pools) => rows = Some(pools),
+                Err(table) => self.pool_on_device(&table, ctx, source)?,
+            }
+        }
+        let mut softmax_rows = None;
+        if let Some(softmax) = &block.softmax {
+            let wants = RowWants {
+                entropy: true,
+                ..RowWants::default()
+            };
+            match self.weight_table(ctx, softmax, &wants)? {
+                Ok(pools) => softmax_rows = Some(pools),
+                Err(table) => self.pool_on_device(&table, ctx, TableSource::Softmax)?,
+            }
+        }
+        let maxima = block.max_logit.as_ref().map(to_host).transpose()?;
+        let event = BlockEvent {
+            rows: rows.as_ref().map(|pools| Rows {
+                pools,
+                fused: false,
+                has_sink: false,
+            }),
+            softmax_rows: softmax_rows.as_ref(),
+            max_logit: maxima.as_deref().map(Column::from),
+            qk: block.qk.as_ref(),
+            sink_mass: block.sink_mass.as_ref(),
+            weights: block.pattern.as_ref(),
+            ..BlockEvent::empty(ctx, self.seq_offset)
+        };
+        Self::dispatch(&mut self.accumulators, &Event::Block(event))
+    }
+
+    /// Copies the sums of `layer` still on the device to the host in one transfer and hands
+    /// each block's pools on (a block with a NaN is pooled from its table on the host).
+    fn flush_device_pools(&mut self, layer: usize) -> Result<()> {
+        let pending = std::mem::take(&mut self.pending);
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let _p = phase("metrics: pools to host");
+        let parts: Vec<&Tensor> = pending.iter().map(|b| &b.sums).collect();
+        let host = Tensor::cat(&parts, 0)?.to_vec1::<f64>()?;
+        let column = self.pattern_wants().max_logit_column();
+        let mut offset = 0;
+        for block in &pending {
+            let len = block.shape.flat_len();
+            let pools = match BlockPools::from_sums(&host[offset..offset + len], &block.shape) {
+                Some(pools) => pools,
+                None => pool_host(&to_host(&block.table)?, &block.shape),
+            };
+            offset += len;
+            let ctx = BlockCtx {
+                layer,
+                q_start: block.q_start,
+                q_len: block.shape.n,
+                seq_len: 0,
+            };
+            let mut event = BlockEvent::empty(&ctx, block.seq_offset);
+            let maxima;
+            match block.source {
+                TableSource::Softmax => event.softmax_rows = Some(&pools),
+                TableSource::Pattern { fused, has_sink } => {
+                    event.rows = Some(Rows {
+                        pools: &pools,
+                        fused,
+                        has_sink,
+                    });
+                    if let (Some(c), true) = (column, fused) {
+                        maxima = to_host(&block.table.narrow(1, c, 1)?)?;
+                        event.max_logit = Some(Column::from(&maxima[..]));
+                    }
+                }
+            }
+            Self::dispatch(&mut self.accumulators, &Event::Block(event))?;
+        }
+        Ok(())
+    }
+}
+
+impl Probe for MetricProbe {
+    fn wants(&self, hook: Hook, layer: usize) -> bool {
+        self.needs(layer).wants(hook)
+    }
+
+    fn on_kernel(&mut self, layer: usize, kernel: Kernel) {
+        self.kernels.insert(layer, kernel);
+    }
+
+    fn on_block_end(&mut self, ctx: &BlockCtx) -> Result<()> {
+        let b = &self.block;
+        let any = b.qk.is_some()
+            || b.pattern.is_some()
+            || b.softmax.is_some()
+            || b.sink_mass.is_some()
+            || b.max_logit.is_some();
+        if any {
+            self.end_materialised_block(ctx)?;
+        }
+        Ok(())
+    }
+
+    fn on_layer_end(&mut self, layer: usize) -> Result<()> {
+        self.flush_device_pools(layer)
+    }
+
+    fn row_request(&self, layer: usize) -> Option<RowWants> {
+        let needs = self.needs(layer);
+        // no table where no metric reads one (e.g. `--metrics nll`): the plain softmax runs
+        let read =
+            needs.reads_pattern_rows() || needs.qk || needs.sink_mass || needs.rows.max_logit;
+        // per-key metrics need the weights themselves
+        (read && !needs.softmax_entropy && !needs.weights).then_some(needs.rows)
+    }
+
+    fn on_row_table(&mut self, ctx: &BlockCtx, table: &Tensor, has_sink: bool) -> Result<()> {
+        let source = TableSource::Pattern {
+            fused: true,
+            has_sink,
+        };
+        // a host table (the CPU's fused kernels) is pooled and handed on at once, in place
+        let shape = self.pool_shape(ctx, table.elem_count(), table.dim(1)?);
+        let column = self.pattern_wants().max_logit_column();
+        let seq_offset = self.seq_offset;
+        let accumulators = &mut self.accumulators;
+        let done = with_cpu_f32(table, |data| {
+            let pools = pool_host(data, &shape);
+            let event = BlockEvent {
+                rows: Some(Rows {
+                    pools: &pools,
+                    fused: true,
+                    has_sink,
+                }),
+                max_logit: column.map(|c| Column::of_table(data, shape.width, c)),
+                ..BlockEvent::empty(ctx, seq_offset)
+            };
+            Self::dispatch(accumulators, &Event::Block(event))
+        });
+        match done {
+            Some(result) => result,
+            None => self.pool_on_device(table, ctx, source),
+        }
+    }
+
+    fn on_tensor(&mut self, hook: Hook, ctx: &BlockCtx, xs: &Tensor) -> Result<()> {
+        let slot = match hook {
+            Hook::Qk => &mut self.block.qk,
+            Hook::Pattern => &mut self.block.pattern,
+            Hook::Softmax => &mut self.block.softmax,
+            Hook::SinkMass => &mut self.block.sink_mass,
+            Hook::MaxLogit => &mut self.block.max_logit,
+            _ => {
+                let event = Event::Tensor {
+                    hook,
+                    ctx,
+                    seq_offset: self.seq_offset,
+                    xs,
+                };
+                return Self::dispatch(&mut self.accumulators, &event);
+            }
+        };
+        *slot = Some(xs.clone());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The GPU path of the probe (row tables pooled by candle ops on their device, pools
+    //! copied at the layer's end) run on the CPU against the host path (tables pooled on
+    //! the host as they come).
+    use super::*;
+    use crate::metrics::distance::Bands;
+    use crate::metrics::entropy::{EntropyOf, EntropyResult};
+    use crate::metrics::first_token::SinkRate;
+    use crate::metrics::qk_mean::QkResult;
+    use crate::metrics::{Metric, PerHead};
+    use crate::probe::blocks::query_blocks;
+    use crate::probe::row_table::{QK_ABS_SUM, QK_SUM, SINK_MASS};
+    use candle_core::Device;
+    use serde_json::Value;
+
+    /// Causal weights `[b, h, n, q0 + n]` of queries `q0 ..`: each row's visible keys get
+    /// positive weights summing to 1, a few rows slightly off (as affine weights are) and a
+    /// few negative (no entropy: NaN, which the GPU path pools on the host).
+    fn weights(b: usize, h: usize, q0: usize, n: usize) -> Tensor {
+        let keys = q0 + n;
+        let mut data = Vec::new();
+        for s in 0..b * h {
+            for r in 0..n {
+                let i = q0 + r;
+                let raw: Vec<f32> = (0..keys)
+                    .map(|j| {
+                        if j <= i {
+                            1.0 + ((s * 7 + r * 3 + j * 5) % 11) as f32
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect();
+                let total: f32 = raw.iter().sum();
+                let scale = match (s + r) % 5 {
+                    0 => 1.1,
+                    _ if (s * 5 + r) % 13 == 4 => -1.0,
+                    _ => 1.0,
+                };
+                data.extend(raw.iter().map(|v| v / total * scale));
+            }
+        }
+        Tensor::from_vec(data, (b, h, n, keys), &Device::Cpu).unwrap()
+    }
+
+    /// `a` and `b` are the same JSON up to 1e-12 in every number (NaN equal to NaN).
+    fn assert_close(a: &Value, b: &Value, path: &str) {
+        match (a, b) {
+            (Value::Number(x), Value::Number(y)) => {
+                let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+                assert!(
+                    (x - y).abs() <= 1e-12 * (1.0 + y.abs()),
+                    "{path}: {x} vs {y}"
+                );
+            }
+            (Value::Array(x), Value::Array(y)) => {
+                assert_eq!(x.len(), y.len(), "{path}");
+                for (k, (x, y)) in x.iter().zip(y).enumerate() {
+                    assert_close(x, y, &format!("{path}[{k}]"));
+                }
+            }
+            (Value::Object(x), Value::Object(y)) => {
+                assert_eq!(x.len(), y.len(), "{path}");
+                for (k, x) in x {
+                    assert_close(x, &y[k], &format!("{path}.{k}"));
+                }
+            }
+            _ => assert_eq!(a, b, "{path}"),
+        }
+    }
+
+    #[test]
+    fn pools_made_on_the_device_give_the_metrics_of_the_host_path() {
+        let (b, h, t, block) = (2, 3, 23, 7);
+        let metrics = [
+            Metric::FIRST_TOKEN,
+            Metric::WEIGHT_SUM,
+            Metric::ENTROPY,
+            Metric::HEAD_TOTAL,
+            Metric::SINK_RATE,
+            Metric::DISTANCE_PROFILE,
+            Metric::QK_MEAN,
+            Metric::SINK_MASS,
+        ];
+        let opts = MetricOptions {
+            metrics: metrics.into_iter().collect(),
+            min_query: 2,
+            heatmap_layer: 5,
+            heatmap_size: t,
+            profile_query: t - 1,
+            bins: 7,
+            sink_eps: 0.1,
+            bands: Bands::decades(t),
+            entropy_of: EntropyOf::Effective,
+        };
+        let windows = vec![vec![0u32; t]; 2 * b];
+        let mut host = MetricProbe::new(opts.clone(), 1, h, &windows);
+        let mut device = MetricProbe::new(opts, 1, h, &windows);
+        let wants = device.row_request(0).expect("row tables");
+        let width = wants.width();
+        // two batches of b sequences
+        for batch in 0..2 {
+            host.set_batch_offset(batch * b);
+            device.set_batch_offset(batch * b);
+            for (q0, n) in query_blocks(t, block) {
+                let w = weights(b, h, q0 + batch, n)
+                    .narrow(3, batch, q0 + n)
+                    .unwrap();
+                let w = w.contiguous().unwrap();
+                let ctx = BlockCtx {
+                    layer: 0,
+                    q_start: q0,
+                    q_len: n,
+                    seq_len: t,
+                };
+                host.on_tensor(Hook::Pattern, &ctx, &w).unwrap();
+                host.on_block_end(&ctx).unwrap();
+                // the table the fused softmax hands over: its q.k and sink columns by hand
+                let mut table = weight_rows(&w, q0, &wants).unwrap().unwrap();
+                for cell in table.chunks_mut(width) {
+                    cell[SINK_MASS] = 0.25;
+                    cell[QK_SUM] = 1.0;
+                    cell[QK_ABS_SUM] = 2.0;
+                }
+                let rows = table.len() / width;
+                let table = Tensor::from_vec(table, (rows, width), &Device::Cpu).unwrap();
+                // what on_row_table does with a table on a GPU
+                let source = TableSource::Pattern {
+                    fused: true,
+                    has_sink: true,
+                };
+                device.pool_on_device(&table, &ctx, source).unwrap();
+            }
+            host.on_layer_end(0).unwrap();
+            device.on_layer_end(0).unwrap();
+        }
+        let sink = VariantTraits {
+            has_sink_mass: true,
+            weights_sum_to_one: false,
+        };
+        let (from_host, from_device) = (host.finish(None, sink), device.finish(None, sink));
+        let json = |m: &ModelMetrics| {
+            let mut v = serde_json::to_value(m).unwrap();
+            // only the device path saw q.k and sink columns
+            v.as_object_mut().unwrap().remove("qk_mean");
+            v.as_object_mut().unwrap().remove("sink_mass");
+            v
+        };
+        assert!(from_device.get::<SinkRate>(Metric::SINK_RATE).is_some());
+        let entropy = from_device.get::<EntropyResult>(Metric::ENTROPY).unwrap();
+        assert!(entropy.nan_count > 0);
+        assert_close(&json(&from_device), &json(&from_host), "metrics");
+        // q.k: every row sums 1 and 2 over its i + 1 visible keys, so the mean over pairs
+        // is sum_i 1 / sum_i (i + 1) = 2 / (t + 1)
+        let qk = from_device.get::<QkResult>(Metric::QK_MEAN).unwrap();
+        assert!(
+            (qk.mean - 2.0 / (t as f64 + 1.0)).abs() < 1e-12,
+            "{}",
+            qk.mean
+        );
+        assert!((qk.abs_mean - 4.0 / (t as f64 + 1.0)).abs() < 1e-12);
+        let sink_mass = from_device.get::<PerHead>(Metric::SINK_MASS).unwrap();
+        for per_head in &sink_mass.0 {
+            assert!(per_head.iter().all(|&m| (m - 0.25).abs() < 1e-12));
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! sink_mass (sink, off_by_one): the mass a row sends to no token, 1 - sum_j a_ij where a
+//! sink takes it, mean per (layer, head) over sequences and queries i >= min_query.
+
+use std::any::Any;
+
+use super::accumulator::{merge_same, Accumulator, Event, FinishCtx, Needs, Setup};
+use super::layer_stat::head_means;
+use super::merge::Merge;
+use super::results::{ModelMetrics, PerHead};
+use super::rows::{to_host, RowAccumulator};
+use super::Metric;
+use crate::error::Result;
+use crate::probe::row_table::SINK_MASS;
+
+impl Metric {
+    /// sink_mass: mean mass sent to no token per (layer, head); reported for variants with
+    /// a sink.
+    pub const SINK_MASS: Metric = Metric::by_default("sink_mass");
+}
+
+/// Row sink masses per (layer, sequence, head).
+#[derive(Debug, Clone)]
+pub struct SinkMass {
+    rows: RowAccumulator,
+}
+
+/// The sink_mass accumulator.
+pub fn build(s: &Setup) -> Box<dyn Accumulator> {
+    let rows = RowAccumulator::new(s.layers, s.windows.len(), s.heads, s.opts.min_query);
+    Box::new(SinkMass { rows })
+}
+
+impl Merge for SinkMass {
+    fn merge(&mut self, other: &SinkMass) {
+        self.rows.merge(&other.rows);
+    }
+}
+
+impl Accumulator for SinkMass {
+    fn needs(&self, _layer: usize) -> Needs {
+        Needs {
+            sink_mass: true,
+            ..Needs::default()
+        }
+    }
+
+    /// From a fused kernel's sink column, or a materialised block's sink-mass tensor.
+    fn add(&mut self, event: &Event) -> Result<()> {
+        let Event::Block(b) = event else {
+            return Ok(());
+        };
+        if let Some(mass) = b.sink_mass {
+            let at = (b.layer, b.seq_offset, b.q_start, b.q_len);
+            self.rows.add(at.0, at.1, at.2, at.3, &to_host(mass)?);
+        }
+        if let Some(rows) = b.rows.filter(|r| r.fused && r.has_sink) {
+            let pools = &rows.pools.counted[SINK_MASS];
+            self.rows.add_pools(b.layer, b.seq_offset, pools);
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, other: &dyn Accumulator) {
+        merge_same(self, other);
+    }
+
+    fn finish(&self, ctx: &FinishCtx, out: &mut ModelMetrics) {
+        if ctx.traits.has_sink_mass {
+            out.insert(Metric::SINK_MASS, PerHead(head_means(&self.rows)));
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::accumulator::BlockEvent;
+    use crate::probe::BlockCtx;
+    use candle_core::{Device, Tensor};
+
+    #[test]
+    fn sink_mass_is_the_mean_over_counted_queries_per_head() {
+        // 1 sequence, 2 heads, queries 0..3, min_query 1: head 0 rows 0.9, 0.2, 0.4
+        let mut acc = SinkMass {
+            rows: RowAccumulator::new(1, 1, 2, 1),
+        };
+        let mass = [0.9f32, 0.2, 0.4, 0.0, 0.1, 0.3];
+        let mass = Tensor::from_vec(mass.to_vec(), (1, 2, 3), &Device::Cpu).unwrap();
+        let ctx = BlockCtx {
+            layer: 0,
+            q_start: 0,
+            q_len: 3,
+            seq_len: 3,
+        };
+        let event = BlockEvent {
+            sink_mass: Some(&mass),
+            ..BlockEvent::empty(&ctx, 0)
+        };
+        Accumulator::add(&mut acc, &Event::Block(event)).unwrap();
+        let means = head_means(&acc.rows);
+        assert!((means[0][0] - 0.3).abs() < 1e-7, "{means:?}");
+        assert!((means[0][1] - 0.2).abs() < 1e-7, "{means:?}");
+    }
+}
