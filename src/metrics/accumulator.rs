@@ -137,33 +137,39 @@ pub struct FinishCtx<'a> {
 }
 
 /// One metric's (or a few metrics') state over a run. See the module doc of `metrics` for
-/// how to add one.
-pub trait Accumulator: Send {
+/// how to add one. Its exact merge is its [`super::merge::Merge`] ([`MergeAny`]).
+pub trait Accumulator: MergeAny + Send {
     /// What it reads in layer `layer` (0-based).
     fn needs(&self, layer: usize) -> Needs;
 
     /// Takes one event (any field it does not read is ignored).
     fn add(&mut self, event: &Event) -> Result<()>;
 
-    /// Folds in `other`, an accumulator of the same kind over other windows of the run
-    /// ([`merge_same`]).
-    fn merge(&mut self, other: &dyn Accumulator);
-
     /// Puts its results (those of the asked metrics) into `out`.
     fn finish(&self, ctx: &FinishCtx, out: &mut ModelMetrics);
-
-    /// Itself as `Any`, for [`merge_same`].
-    fn as_any(&self) -> &dyn Any;
 }
 
-/// `this.merge(other)` for an `other` of the same type (the registry builds the same
-/// accumulators for every part of a run).
-pub fn merge_same<T: super::merge::Merge + 'static>(this: &mut T, other: &dyn Accumulator) {
-    let other = other
-        .as_any()
-        .downcast_ref::<T>()
-        .expect("merged accumulators come from the same registry entry");
-    this.merge(other);
+/// [`super::merge::Merge`] between accumulators behind `dyn`: every part of a run has the
+/// same registry's accumulators, so `other` is of the same type.
+pub trait MergeAny {
+    /// Itself as `Any`.
+    fn as_any(&self) -> &dyn Any;
+    /// Folds in `other`, an accumulator of the same type over other windows of the run.
+    fn merge_any(&mut self, other: &dyn MergeAny);
+}
+
+impl<T: super::merge::Merge + Any> MergeAny for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn merge_any(&mut self, other: &dyn MergeAny) {
+        let other = other
+            .as_any()
+            .downcast_ref::<T>()
+            .expect("merged accumulators come from the same registry entry");
+        self.merge(other);
+    }
 }
 
 /// The block event's fields that the probe fills: see [`BlockEvent`].

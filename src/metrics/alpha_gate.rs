@@ -1,11 +1,9 @@
 //! alpha (paper Sec. 4.3) and gate statistics per (layer, head): the per-query scalars the
 //! Affine-Scaled and gated variants compute.
 
-use std::any::Any;
-
 use candle_core::{DType, D};
 
-use super::accumulator::{merge_same, Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics, PerHead};
 use super::rows::to_host;
@@ -170,19 +168,11 @@ impl Accumulator for AlphaStats {
         Ok(())
     }
 
-    fn merge(&mut self, other: &dyn Accumulator) {
-        merge_same(self, other);
-    }
-
     /// Only for a variant with a stored alpha_ma (the Affine-Scaled ones).
     fn finish(&self, ctx: &FinishCtx, out: &mut ModelMetrics) {
         if let Some(ma) = ctx.alpha_ma {
             out.insert(Metric::ALPHA, AlphaStats::finish(self, ma.to_vec()));
         }
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 
@@ -225,18 +215,10 @@ impl Accumulator for GateStats {
         Ok(())
     }
 
-    fn merge(&mut self, other: &dyn Accumulator) {
-        merge_same(self, other);
-    }
-
     /// Only when gate values arrived (gated variants).
     fn finish(&self, _ctx: &FinishCtx, out: &mut ModelMetrics) {
         if self.has_data() {
             out.insert(Metric::GATE, PerHead(GateStats::finish(self)));
         }
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }

@@ -2,9 +2,7 @@
 //! [10, 100), ... ; key 0 seen from a query i > 0 is its own band "first" and is left out
 //! of its distance band, so a query's bands sum to its weight sum.
 
-use std::any::Any;
-
-use super::accumulator::{merge_same, Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
 use super::layer_stat::head_means;
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
@@ -176,16 +174,8 @@ impl Accumulator for DistanceProfile {
         Ok(())
     }
 
-    fn merge(&mut self, other: &dyn Accumulator) {
-        merge_same(self, other);
-    }
-
     fn finish(&self, _ctx: &FinishCtx, out: &mut ModelMetrics) {
         out.insert(Metric::DISTANCE_PROFILE, DistanceProfile::finish(self));
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

@@ -2,29 +2,17 @@
 //! sum 1 (or the plain softmax p with `--entropy-of softmax`). A row with no positive mass
 //! is NaN: counted, left out of averages.
 
-use std::any::Any;
-
-use super::accumulator::{merge_same, Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::tables::TableRows;
 use super::Metric;
 use crate::probe::row_table::{RowWants, ENTROPY};
-use candle_core::{Tensor, D};
 
 use super::layer_stat::{head_means, LayerStat};
 use super::rows::{Pool, RowAccumulator};
 use crate::error::Result;
 use crate::probe::row_table::Column;
-
-/// Row entropies `[batch, head, n]` (f32) of weights `[batch, head, n, keys]`, on the device.
-pub fn row_entropy(weights: &Tensor) -> Result<Tensor> {
-    let q = weights.relu()?;
-    let mass = q.sum(D::Minus1)?;
-    // q ln q with 0 ln 0 = 0: ln of a floor far below any f32 weight that matters
-    let q_ln_q = (&q * q.clamp(1e-30f32, f32::INFINITY)?.log()?)?.sum(D::Minus1)?;
-    Ok((mass.log()? - (q_ln_q / mass)?)?)
-}
 
 /// Which weights the entropy is taken of (`--entropy-of`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -169,16 +157,8 @@ impl Accumulator for EntropyAcc {
         Ok(())
     }
 
-    fn merge(&mut self, other: &dyn Accumulator) {
-        merge_same(self, other);
-    }
-
     fn finish(&self, _ctx: &FinishCtx, out: &mut ModelMetrics) {
         out.insert(Metric::ENTROPY, self.entropy.finish());
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 
@@ -192,26 +172,25 @@ impl MetricResult for EntropyResult {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use candle_core::Device;
+    use crate::probe::row_pass::weight_rows;
+    use crate::probe::row_table::{RowWants, ENTROPY};
+    use candle_core::{Device, Tensor};
 
     #[test]
     fn entropy_clamps_negative_weights_and_renormalises() {
         // row 1: (0.5, 0.5) -> ln 2 = 0.693147; row 2: (0.6, -0.2, 0.2) -> q = (0.75, 0, 0.25):
         // -(0.75 ln 0.75 + 0.25 ln 0.25) = 0.562335; row 3: no positive mass -> NaN
-        let a = Tensor::new(
-            &[[[[0.5f32, 0.5, 0.0], [0.6, -0.2, 0.2], [-0.1, 0.0, -0.3]]]],
-            &Device::Cpu,
-        )
-        .unwrap();
-        let h = row_entropy(&a)
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1::<f32>()
-            .unwrap();
-        assert!((h[0] - 0.693147).abs() < 1e-6);
-        assert!((h[1] - 0.562335).abs() < 1e-6);
-        assert!(h[2].is_nan());
+        let wants = RowWants {
+            entropy: true,
+            ..RowWants::default()
+        };
+        let entropy = |row: &[f32]| {
+            // the last query of a block sees every key
+            let a = Tensor::from_vec(row.to_vec(), (1, 1, 1, row.len()), &Device::Cpu).unwrap();
+            weight_rows(&a, row.len() - 1, &wants).unwrap().unwrap()[ENTROPY]
+        };
+        assert!((entropy(&[0.5, 0.5]) - 0.693147).abs() < 1e-6);
+        assert!((entropy(&[0.6, -0.2, 0.2]) - 0.562335).abs() < 1e-6);
+        assert!(entropy(&[-0.1, 0.0, -0.3]).is_nan());
     }
 }

@@ -1,10 +1,8 @@
 //! first_token (paper Fig. 4) and sink_rate (Gu et al., ICLR 2025): the mass a_i0 each
 //! query gives the first token.
 
+use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
 use super::layer_stat::{head_means, LayerStat};
-use std::any::Any;
-
-use super::accumulator::{merge_same, Accumulator, Event, FinishCtx, Needs, Setup};
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::rows::{Pool, RowAccumulator};
@@ -126,10 +124,6 @@ impl Accumulator for FirstToken {
         Ok(())
     }
 
-    fn merge(&mut self, other: &dyn Accumulator) {
-        merge_same(self, other);
-    }
-
     fn finish(&self, ctx: &FinishCtx, out: &mut ModelMetrics) {
         if ctx.opts.metrics.contains(&Metric::FIRST_TOKEN) {
             out.insert(Metric::FIRST_TOKEN, self.first_token());
@@ -137,10 +131,6 @@ impl Accumulator for FirstToken {
         if ctx.opts.metrics.contains(&Metric::SINK_RATE) {
             out.insert(Metric::SINK_RATE, self.sink_rate(ctx.opts.sink_eps));
         }
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

@@ -3,9 +3,7 @@
 
 use candle_core::{DType, Tensor, D};
 
-use std::any::Any;
-
-use super::accumulator::{merge_same, Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::tables::{floats, ints, strs, TableRows};
@@ -218,16 +216,8 @@ impl Accumulator for Heatmap {
         }
     }
 
-    fn merge(&mut self, other: &dyn Accumulator) {
-        merge_same(self, other);
-    }
-
     fn finish(&self, _ctx: &FinishCtx, out: &mut ModelMetrics) {
         out.insert(Metric::HEATMAP, Heatmap::finish(self));
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 
@@ -274,16 +264,8 @@ impl Accumulator for QueryProfile {
         Ok(())
     }
 
-    fn merge(&mut self, other: &dyn Accumulator) {
-        merge_same(self, other);
-    }
-
     fn finish(&self, _ctx: &FinishCtx, out: &mut ModelMetrics) {
         out.insert(Metric::QUERY_PROFILE, QueryProfile::finish(self));
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

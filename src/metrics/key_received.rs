@@ -5,9 +5,7 @@
 
 use candle_core::{DType, Tensor};
 
-use std::any::Any;
-
-use super::accumulator::{merge_same, Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::tables::{floats, ints, strs, TableRows};
@@ -161,16 +159,8 @@ impl Accumulator for KeyReceived {
         Ok(())
     }
 
-    fn merge(&mut self, other: &dyn Accumulator) {
-        merge_same(self, other);
-    }
-
     fn finish(&self, _ctx: &FinishCtx, out: &mut ModelMetrics) {
         out.insert(Metric::KEY_RECEIVED, KeyReceived::finish(self));
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

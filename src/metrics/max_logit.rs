@@ -3,9 +3,7 @@
 //! those queries of each row's largest logit. Flash kernels keep only a row maximum, so this
 //! is read from the row table (or the `MaxLogit` hook where a block is materialised).
 
-use std::any::Any;
-
-use super::accumulator::{merge_same, Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::rows::Pool;
@@ -146,16 +144,8 @@ impl Accumulator for MaxLogit {
         Ok(())
     }
 
-    fn merge(&mut self, other: &dyn Accumulator) {
-        merge_same(self, other);
-    }
-
     fn finish(&self, _ctx: &FinishCtx, out: &mut ModelMetrics) {
         out.insert(Metric::MAX_LOGIT, MaxLogit::finish(self));
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

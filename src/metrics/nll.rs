@@ -2,9 +2,7 @@
 //! logits for the whole sequence; per target position and overall (perplexity). On a GPU
 //! one kernel computes each block's log-sum-exp and picks the target (`cuda::nll`).
 
-use std::any::Any;
-
-use super::accumulator::{merge_same, Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::tables::{decade_bins, floats, ints, strs, TableRows};
@@ -149,16 +147,8 @@ impl Accumulator for Nll {
         Ok(())
     }
 
-    fn merge(&mut self, other: &dyn Accumulator) {
-        merge_same(self, other);
-    }
-
     fn finish(&self, _ctx: &FinishCtx, out: &mut ModelMetrics) {
         out.insert(Metric::NLL, Nll::finish(self));
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

@@ -118,7 +118,7 @@ impl MetricProbe {
     /// the tables of one probe that saw them all.
     pub fn merge(&mut self, other: &MetricProbe) {
         for (acc, theirs) in self.accumulators.iter_mut().zip(&other.accumulators) {
-            acc.merge(&**theirs);
+            acc.merge_any(&**theirs);
         }
         self.kernels
             .extend(other.kernels.iter().map(|(&l, &k)| (l, k)));

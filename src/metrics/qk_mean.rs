@@ -2,9 +2,7 @@
 //! variant transform) over all causal pairs j <= i incl. the diagonal, every query, head,
 //! layer and sequence; also the mean absolute value and per-layer values.
 
-use std::any::Any;
-
-use super::accumulator::{merge_same, Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::tables::TableRows;
@@ -144,16 +142,8 @@ impl Accumulator for QkMean {
         Ok(())
     }
 
-    fn merge(&mut self, other: &dyn Accumulator) {
-        merge_same(self, other);
-    }
-
     fn finish(&self, _ctx: &FinishCtx, out: &mut ModelMetrics) {
         out.insert(Metric::QK_MEAN, QkMean::finish(self));
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

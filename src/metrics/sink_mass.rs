@@ -1,9 +1,7 @@
 //! sink_mass (sink, off_by_one): the mass a row sends to no token, 1 - sum_j a_ij where a
 //! sink takes it, mean per (layer, head) over sequences and queries i >= min_query.
 
-use std::any::Any;
-
-use super::accumulator::{merge_same, Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
 use super::layer_stat::head_means;
 use super::merge::Merge;
 use super::results::{ModelMetrics, PerHead};
@@ -60,18 +58,10 @@ impl Accumulator for SinkMass {
         Ok(())
     }
 
-    fn merge(&mut self, other: &dyn Accumulator) {
-        merge_same(self, other);
-    }
-
     fn finish(&self, ctx: &FinishCtx, out: &mut ModelMetrics) {
         if ctx.traits.has_sink_mass {
             out.insert(Metric::SINK_MASS, PerHead(head_means(&self.rows)));
         }
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

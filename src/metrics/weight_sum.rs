@@ -1,9 +1,7 @@
 //! weight_sum (paper Fig. 3) and head_total (Fig. 5): sum_j a_ij per query, averaged over
 //! heads (W_i) or over queries per head.
 
-use std::any::Any;
-
-use super::accumulator::{merge_same, Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::tables::{floats, ints, strs, TableRows};
@@ -163,17 +161,9 @@ impl Accumulator for WeightSum {
         Ok(())
     }
 
-    fn merge(&mut self, other: &dyn Accumulator) {
-        merge_same(self, other);
-    }
-
     fn finish(&self, ctx: &FinishCtx, out: &mut ModelMetrics) {
         let result = WeightSum::finish(self, ctx.opts.bins, ctx.traits.weights_sum_to_one);
         out.insert(Metric::WEIGHT_SUM, result);
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 
