@@ -13,6 +13,7 @@ mod gguf_sentencepiece;
 pub mod gguf_tokenizer;
 pub mod layers;
 pub mod rope;
+pub mod safetensors_file;
 pub mod weight_map;
 pub mod weights;
 

@@ -1,16 +1,16 @@
-//! Where a checkpoint's tensors come from: memory-mapped safetensors (one file or shards
-//! listed in `model.safetensors.index.json`) or a GGUF file (dequantized on load, under the
-//! Hugging Face names; see [`super::gguf`]). Every lookup checks the shape and names the
-//! tensor, the file and both shapes when they disagree.
+//! Where a checkpoint's tensors come from: safetensors (one file or shards listed in
+//! `model.safetensors.index.json`, read tensor by tensor with positioned reads, see
+//! [`super::safetensors_file`]) or a GGUF file (dequantized on load, under the Hugging Face
+//! names; see [`super::gguf`]). Every lookup checks the shape and names the tensor, the file
+//! and both shapes when they disagree.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
 
 use super::gguf::GgufFile;
-use super::root_cause;
+use super::safetensors_file::SafetensorsFiles;
 use super::weight_map::WeightMap;
 use crate::error::{Error, Result};
 
@@ -28,14 +28,10 @@ pub struct WeightStore {
 /// The file format behind a store; both serve tensors under the HF names.
 enum Source {
     Safetensors {
-        files: MmapedSafetensors,
-        /// File (for error messages) of each tensor.
-        origin: BTreeMap<String, PathBuf>,
+        files: SafetensorsFiles,
         /// What names the checkpoint's weights as a whole: model.safetensors, or the index
         /// of a sharded checkpoint (where a missing tensor is reported).
         listing: PathBuf,
-        /// Tensors stored in two files (a stale shard): an error when the model reads one.
-        twice: BTreeMap<String, (PathBuf, PathBuf)>,
     },
     Gguf(Box<GgufFile>),
     /// Tensors already in memory (the trainer's parameters, served as they are so that
@@ -58,30 +54,9 @@ impl WeightStore {
                 "no model.safetensors or model.safetensors.index.json in the checkpoint folder",
             ));
         };
-        let mut origin = BTreeMap::new();
-        let mut twice = BTreeMap::new();
-        for path in &paths {
-            // SAFETY: the files are opened read-only; modifying a checkpoint while it is
-            // being analysed is outside what we guard against (as in every mmap loader).
-            let one = unsafe { MmapedSafetensors::new(path) }.map_err(|e| {
-                Error::invalid(path, "invalid or truncated safetensors file", root_cause(e))
-            })?;
-            for (name, _) in one.tensors() {
-                if let Some(first) = origin.insert(name.clone(), path.clone()) {
-                    twice.insert(name, (first, path.clone()));
-                }
-            }
-        }
-        // SAFETY: as above.
-        let files = unsafe { MmapedSafetensors::multi(&paths) }
-            .map_err(|e| Error::invalid(dir, "cannot map weights", root_cause(e)))?;
+        let files = SafetensorsFiles::open(&paths)?;
         Ok(WeightStore {
-            source: Source::Safetensors {
-                files,
-                origin,
-                listing,
-                twice,
-            },
+            source: Source::Safetensors { files, listing },
             device: device.clone(),
             dtype,
             shapes_only: false,
@@ -177,7 +152,7 @@ impl WeightStore {
     pub fn contains(&self, name: &str) -> bool {
         let name = self.stored_name(name);
         match &self.source {
-            Source::Safetensors { origin, .. } => origin.contains_key(name),
+            Source::Safetensors { files, .. } => files.get(name).is_some(),
             Source::Gguf(g) => g.contains(name),
             Source::Memory(map) => map.contains_key(name),
         }
@@ -187,9 +162,7 @@ impl WeightStore {
     pub fn shape(&self, name: &str) -> Option<Vec<usize>> {
         let name = self.stored_name(name);
         match &self.source {
-            Source::Safetensors { files, .. } => {
-                files.get(name).ok().map(|view| view.shape().to_vec())
-            }
+            Source::Safetensors { files, .. } => files.get(name).map(|t| t.shape.clone()),
             Source::Gguf(g) => g.shape(name),
             Source::Memory(map) => map.get(name).map(|t| t.dims().to_vec()),
         }
@@ -210,9 +183,9 @@ impl WeightStore {
             ));
         };
         let name = self.stored_name(name);
-        if let Source::Safetensors { listing, twice, .. } = &self.source {
+        if let Source::Safetensors { listing, files } = &self.source {
             // which copy the model would read is a guess: refuse
-            if let Some((first, second)) = twice.get(name) {
+            if let Some((first, second)) = files.stored_twice(name) {
                 return Err(Error::input(
                     listing,
                     format!(
@@ -225,7 +198,7 @@ impl WeightStore {
         }
         if stored != expected {
             let (path, gguf_name) = match &self.source {
-                Source::Safetensors { origin, .. } => (origin[name].clone(), String::new()),
+                Source::Safetensors { files, .. } => (self.file_of(files, name), String::new()),
                 Source::Gguf(g) => (
                     g.path().to_path_buf(),
                     format!(" (GGUF {})", g.gguf_name(name).unwrap_or("?")),
@@ -237,31 +210,30 @@ impl WeightStore {
                 format!("tensor {shown}{gguf_name} has shape {stored:?}, expected {expected:?}"),
             ));
         }
-        if let Source::Safetensors { files, origin, .. } = &self.source {
+        if let Source::Safetensors { files, .. } = &self.source {
             // integers would be cast to floats as they are: weights are floating point
-            // (safetensors' Dtype by name: candle does not re-export the type)
-            if let Ok(view) = files.get(name) {
-                let d = view.dtype().to_string();
-                if !matches!(d.as_str(), "F16" | "BF16" | "F32" | "F64") {
-                    return Err(Error::input(
-                        &origin[name],
-                        format!(
-                            "tensor {shown} has dtype {d}; weights must be F16, BF16, F32 or F64"
-                        ),
-                    ));
-                }
+            let stored = &files.tensors()[name];
+            if !matches!(
+                stored.dtype,
+                safetensors::Dtype::F16
+                    | safetensors::Dtype::BF16
+                    | safetensors::Dtype::F32
+                    | safetensors::Dtype::F64
+            ) {
+                return Err(Error::input(
+                    files.path(stored),
+                    format!(
+                        "tensor {shown} has dtype {:?}; weights must be F16, BF16, F32 or F64",
+                        stored.dtype
+                    ),
+                ));
             }
         }
         if self.shapes_only {
             return Ok(Tensor::zeros((), dtype, &self.device)?.broadcast_as(expected)?);
         }
         let tensor = match &self.source {
-            Source::Safetensors { files, origin, .. } => {
-                files.load(name, &Device::Cpu).map_err(|e| {
-                    let what = format!("cannot load tensor {shown}");
-                    Error::invalid(&origin[name], what, root_cause(e))
-                })?
-            }
+            Source::Safetensors { files, .. } => files.load(&shown, &files.tensors()[name])?,
             Source::Gguf(g) => g.load(name)?,
             Source::Memory(map) => map[name].clone(),
         };
@@ -283,13 +255,10 @@ impl WeightStore {
         match &self.source {
             Source::Safetensors { files, .. } => files
                 .tensors()
-                .into_iter()
-                .map(|(name, view)| {
-                    (
-                        name,
-                        view.shape().to_vec(),
-                        view.dtype().to_string().to_lowercase(),
-                    )
+                .iter()
+                .map(|(name, t)| {
+                    let dtype = format!("{:?}", t.dtype).to_lowercase();
+                    (name.clone(), t.shape.clone(), dtype)
                 })
                 .collect(),
             Source::Gguf(g) => g.tensors(),
@@ -311,6 +280,13 @@ impl WeightStore {
     /// The device tensors are loaded to.
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// The file of stored tensor `name`.
+    fn file_of(&self, files: &SafetensorsFiles, name: &str) -> PathBuf {
+        files
+            .get(name)
+            .map_or_else(|| self.any_file(), |t| files.path(t).to_path_buf())
     }
 
     fn any_file(&self) -> PathBuf {

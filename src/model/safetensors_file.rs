@@ -1,0 +1,232 @@
+//! Safetensors files read tensor by tensor with positioned reads. Each file's header is
+//! parsed and checked by the `safetensors` crate when opened (every tensor's byte range lies
+//! in the file, ranges are contiguous, sizes match dtype x shape); a tensor's bytes are then
+//! read with `pread` into memory of our own and dropped after use, so a file's pages stay in
+//! the page cache, not in the process's resident memory (an mmap would count every touched
+//! page there). Rows of a matrix can be read alone (the embedding rows of the tokens used,
+//! a chunk of the LM head's vocabulary), and a layer's ranges can be read ahead.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use candle_core::{DType, Device, Tensor};
+use safetensors::{Dtype, SafeTensors};
+
+use crate::error::{Error, Result};
+
+/// Where one tensor's bytes are.
+#[derive(Debug, Clone)]
+pub struct StoredTensor {
+    /// Index of its file.
+    file: usize,
+    pub dtype: Dtype,
+    pub shape: Vec<usize>,
+    /// Absolute offset of its first byte in the file.
+    start: u64,
+    /// Its bytes.
+    len: usize,
+}
+
+/// The tensors of one or more safetensors files (the shards of one checkpoint).
+pub struct SafetensorsFiles {
+    files: Vec<(PathBuf, File)>,
+    tensors: BTreeMap<String, StoredTensor>,
+    /// Tensors stored in two files (a stale shard): `(first file, second file)`.
+    twice: BTreeMap<String, (PathBuf, PathBuf)>,
+    /// Bytes read so far (all threads).
+    bytes_read: AtomicU64,
+}
+
+impl SafetensorsFiles {
+    /// Opens `paths` and checks their headers.
+    pub fn open(paths: &[PathBuf]) -> Result<Self> {
+        let mut files = Vec::with_capacity(paths.len());
+        let mut tensors: BTreeMap<String, StoredTensor> = BTreeMap::new();
+        let mut twice = BTreeMap::new();
+        for (index, path) in paths.iter().enumerate() {
+            let file = File::open(path).map_err(|e| Error::io(path, e))?;
+            for (name, tensor) in read_header(path, &file, index)? {
+                if let Some(first) = tensors.get(&name) {
+                    let first = paths[first.file].clone();
+                    twice.insert(name.clone(), (first, path.clone()));
+                } else {
+                    tensors.insert(name, tensor);
+                }
+            }
+            files.push((path.clone(), file));
+        }
+        Ok(SafetensorsFiles {
+            files,
+            tensors,
+            twice,
+            bytes_read: AtomicU64::new(0),
+        })
+    }
+
+    /// The tensor called `name`.
+    pub fn get(&self, name: &str) -> Option<&StoredTensor> {
+        self.tensors.get(name)
+    }
+
+    /// Every tensor, by name.
+    pub fn tensors(&self) -> &BTreeMap<String, StoredTensor> {
+        &self.tensors
+    }
+
+    /// The two files of a tensor stored twice.
+    pub fn stored_twice(&self, name: &str) -> Option<&(PathBuf, PathBuf)> {
+        self.twice.get(name)
+    }
+
+    /// The file holding `tensor`.
+    pub fn path(&self, tensor: &StoredTensor) -> &Path {
+        &self.files[tensor.file].0
+    }
+
+    /// Bytes read from the files so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read.load(Ordering::Relaxed)
+    }
+
+    /// `name` as stored, on the CPU.
+    pub fn load(&self, name: &str, tensor: &StoredTensor) -> Result<Tensor> {
+        let rows = tensor.shape.first().copied().unwrap_or(1);
+        self.load_rows(name, tensor, 0..rows)
+    }
+
+    /// Rows `rows` (along the first dimension) of `tensor` as stored, on the CPU.
+    pub fn load_rows(
+        &self,
+        name: &str,
+        tensor: &StoredTensor,
+        rows: std::ops::Range<usize>,
+    ) -> Result<Tensor> {
+        let (row_bytes, mut shape) = row_layout(tensor);
+        if let Some(first) = shape.first_mut() {
+            *first = rows.len();
+        }
+        let bytes = self.read(tensor, rows.start * row_bytes, rows.len() * row_bytes, name)?;
+        to_tensor(&bytes, tensor.dtype, &shape, self.path(tensor), name)
+    }
+
+    /// Rows `ids` (in that order, repeats allowed) of the matrix `tensor`, on the CPU: the
+    /// embedding rows of the tokens a run uses.
+    pub fn gather_rows(&self, name: &str, tensor: &StoredTensor, ids: &[u32]) -> Result<Tensor> {
+        let (row_bytes, mut shape) = row_layout(tensor);
+        let rows = shape.first().copied().unwrap_or(1);
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= rows) {
+            return Err(Error::input(
+                self.path(tensor),
+                format!("token id {bad} is outside {name} ({rows} rows)"),
+            ));
+        }
+        let mut bytes = vec![0u8; ids.len() * row_bytes];
+        for (chunk, &id) in bytes.chunks_mut(row_bytes.max(1)).zip(ids) {
+            self.read_into(tensor, id as usize * row_bytes, chunk, name)?;
+        }
+        if let Some(first) = shape.first_mut() {
+            *first = ids.len();
+        }
+        to_tensor(&bytes, tensor.dtype, &shape, self.path(tensor), name)
+    }
+
+    /// Asks the kernel to read `tensor`'s bytes ahead (into the page cache, not into this
+    /// process's memory), so that the next [`SafetensorsFiles::load`] finds them there.
+    pub fn read_ahead(&self, tensor: &StoredTensor) {
+        let fd = self.files[tensor.file].1.as_raw_fd();
+        // SAFETY: a valid open descriptor; the call only advises the kernel.
+        unsafe {
+            libc::posix_fadvise(
+                fd,
+                tensor.start as libc::off_t,
+                tensor.len as libc::off_t,
+                libc::POSIX_FADV_WILLNEED,
+            );
+        }
+    }
+
+    fn read(
+        &self,
+        tensor: &StoredTensor,
+        offset: usize,
+        len: usize,
+        name: &str,
+    ) -> Result<Vec<u8>> {
+        let mut bytes = vec![0u8; len];
+        self.read_into(tensor, offset, &mut bytes, name)?;
+        Ok(bytes)
+    }
+
+    fn read_into(
+        &self,
+        tensor: &StoredTensor,
+        offset: usize,
+        out: &mut [u8],
+        name: &str,
+    ) -> Result<()> {
+        let (path, file) = &self.files[tensor.file];
+        file.read_exact_at(out, tensor.start + offset as u64)
+            .map_err(|e| Error::invalid(path, format!("cannot read tensor {name}"), e))?;
+        self.bytes_read
+            .fetch_add(out.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// Bytes per row (first dimension) and the shape of `tensor`.
+fn row_layout(tensor: &StoredTensor) -> (usize, Vec<usize>) {
+    let rows = tensor.shape.first().copied().unwrap_or(1).max(1);
+    (tensor.len / rows, tensor.shape.clone())
+}
+
+/// The tensors of one file's header, checked against the file's length.
+fn read_header(path: &Path, file: &File, index: usize) -> Result<Vec<(String, StoredTensor)>> {
+    // SAFETY: read-only; only the header's pages are touched (the crate checks the data's
+    // length against the mapping's without reading it).
+    let map = unsafe { memmap2::Mmap::map(file) }.map_err(|e| Error::io(path, e))?;
+    let (header_len, metadata) = SafeTensors::read_metadata(&map)
+        .map_err(|e| Error::invalid(path, "invalid or truncated safetensors file", e))?;
+    let data_start = (8 + header_len) as u64;
+    let mut out = Vec::new();
+    for (name, info) in metadata.tensors() {
+        let (begin, end) = info.data_offsets;
+        out.push((
+            name,
+            StoredTensor {
+                file: index,
+                dtype: info.dtype,
+                shape: info.shape.clone(),
+                start: data_start + begin as u64,
+                len: end - begin,
+            },
+        ));
+    }
+    Ok(out)
+}
+
+/// A CPU tensor of `shape` from little-endian `bytes` of `dtype` (floating point only).
+fn to_tensor(
+    bytes: &[u8],
+    dtype: Dtype,
+    shape: &[usize],
+    path: &Path,
+    name: &str,
+) -> Result<Tensor> {
+    let dtype = match dtype {
+        Dtype::BF16 => DType::BF16,
+        Dtype::F16 => DType::F16,
+        Dtype::F32 => DType::F32,
+        Dtype::F64 => DType::F64,
+        other => {
+            return Err(Error::input(
+                path,
+                format!("tensor {name} has dtype {other:?}; weights must be F16, BF16, F32 or F64"),
+            ))
+        }
+    };
+    Ok(Tensor::from_raw_buffer(bytes, dtype, shape, &Device::Cpu)?)
+}
