@@ -13,7 +13,7 @@ use candle_core::Tensor;
 
 use crate::error::Result;
 use crate::metrics::{MetricOptions, MetricProbe, ModelMetrics, VariantTraits};
-use crate::model::{Checkpoint, Model};
+use crate::model::{Checkpoint, LayerTiming, Model};
 use crate::probe::row_table::RowWants;
 use crate::probe::{BlockCtx, Hook, Kernel, Probe};
 
@@ -26,14 +26,18 @@ pub struct RunShape {
     pub block: usize,
 }
 
-/// Forwards everything to the metric probe and reports each finished query block as
-/// `(layer, queries done in the layer)`, so long runs show progress block by block.
-struct BlockTicker<'a, F: FnMut(usize, usize)> {
+/// Forwards everything to the metric probe, tells it which sequences each batch of a
+/// layer-major pass holds, and reports each finished query block as `(batch, layer,
+/// queries done in the layer)`, so long runs show progress block by block.
+struct BlockTicker<'a, F: FnMut(usize, usize, usize)> {
     inner: &'a mut MetricProbe,
+    /// First sequence (of the run) of each batch of a layer-major pass.
+    offsets: &'a [usize],
+    batch: usize,
     on_block: F,
 }
 
-impl<F: FnMut(usize, usize)> Probe for BlockTicker<'_, F> {
+impl<F: FnMut(usize, usize, usize)> Probe for BlockTicker<'_, F> {
     fn wants(&self, hook: Hook, layer: usize) -> bool {
         self.inner.wants(hook, layer)
     }
@@ -42,9 +46,16 @@ impl<F: FnMut(usize, usize)> Probe for BlockTicker<'_, F> {
         self.inner.on_tensor(hook, ctx, xs)
     }
 
+    fn on_batch(&mut self, batch: usize) {
+        self.batch = batch;
+        if let Some(&offset) = self.offsets.get(batch) {
+            self.inner.set_batch_offset(offset);
+        }
+    }
+
     fn on_block_end(&mut self, ctx: &BlockCtx) -> Result<()> {
         self.inner.on_block_end(ctx)?;
-        (self.on_block)(ctx.layer, ctx.q_start + ctx.q_len);
+        (self.on_block)(self.batch, ctx.layer, ctx.q_start + ctx.q_len);
         Ok(())
     }
 
@@ -77,7 +88,7 @@ pub fn analyze(
     progress: impl FnMut(usize),
 ) -> Result<ModelMetrics> {
     let all = 0..windows.len();
-    let probe = accumulate(ckpt, model, (windows, all), opts, shape, progress)?;
+    let (probe, _) = accumulate_timed(ckpt, model, (windows, all), opts, shape, progress)?;
     finish(ckpt, &probe)
 }
 
@@ -88,34 +99,68 @@ pub fn analyze(
 pub fn accumulate(
     ckpt: &Checkpoint,
     model: &Model,
+    part: (&[Vec<u32>], std::ops::Range<usize>),
+    opts: &MetricOptions,
+    shape: RunShape,
+    progress: impl FnMut(usize),
+) -> Result<MetricProbe> {
+    Ok(accumulate_timed(ckpt, model, part, opts, shape, progress)?.0)
+}
+
+/// [`accumulate`], and what each layer took when `model` is streamed (batch by batch, layer
+/// by layer, when it is resident; layer by layer, every batch, when streamed).
+pub fn accumulate_timed(
+    ckpt: &Checkpoint,
+    model: &Model,
     (windows, range): (&[Vec<u32>], std::ops::Range<usize>),
     opts: &MetricOptions,
     shape: RunShape,
     mut progress: impl FnMut(usize),
-) -> Result<MetricProbe> {
+) -> Result<(MetricProbe, Vec<LayerTiming>)> {
     let c = &ckpt.config;
     let mut probe = MetricProbe::new(opts.clone(), c.num_layers, c.num_heads, windows);
     let device = ckpt.store.device();
-    let (start, mut done) = (range.start, range.start);
-    for batch in windows[range].chunks(shape.batch_size.max(1)) {
-        let t = batch[0].len();
+    let t = windows.first().map_or(0, Vec::len);
+    let layers = c.num_layers.max(1);
+    let mut offsets = Vec::new();
+    let mut batches = Vec::new();
+    let mut first = range.start;
+    for batch in windows[range.clone()].chunks(shape.batch_size.max(1)) {
         let flat: Vec<u32> = batch.iter().flatten().copied().collect();
-        let ids = Tensor::from_vec(flat, (batch.len(), t), device)?;
-        probe.set_batch_offset(done);
-        let layers = c.num_layers.max(1);
-        let batch_tokens = batch.len() * t;
-        // tokens of this part done so far (a part's progress starts at 0)
-        let before = (done - start) * t;
+        batches.push(Tensor::from_vec(flat, (batch.len(), t), device)?);
+        offsets.push(first);
+        first += batch.len();
+    }
+    // tokens of this part before each batch (a part's progress starts at 0)
+    let before = |k: usize| (offsets[k] - range.start) * t;
+    let batch_tokens = |k: usize| batches[k].elem_count();
+    if model.is_streamed() {
+        let part_tokens = range.len() * t;
         let mut ticker = BlockTicker {
             inner: &mut probe,
-            on_block: |layer: usize, queries: usize| {
-                progress(before + batch_tokens * (layer * t + queries) / (layers * t))
+            offsets: &offsets,
+            batch: 0,
+            on_block: |k: usize, layer: usize, queries: usize| {
+                let done = layer * part_tokens + before(k) + batch_tokens(k) * queries / t.max(1);
+                progress(done / layers)
             },
         };
-        model.forward(&ids, shape.block, &mut ticker)?;
-        done += batch.len();
+        let timings = model.forward_layer_major(&ckpt.store, &batches, shape.block, &mut ticker)?;
+        return Ok((probe, timings));
     }
-    Ok(probe)
+    for (k, ids) in batches.iter().enumerate() {
+        probe.set_batch_offset(offsets[k]);
+        let mut ticker = BlockTicker {
+            inner: &mut probe,
+            offsets: &[],
+            batch: k,
+            on_block: |k: usize, layer: usize, queries: usize| {
+                progress(before(k) + batch_tokens(k) * (layer * t + queries) / (layers * t))
+            },
+        };
+        model.forward(ids, shape.block, &mut ticker)?;
+    }
+    Ok((probe, Vec::new()))
 }
 
 /// The metrics of accumulators `probe` of `ckpt`'s model (with its stored alpha_ma buffers).

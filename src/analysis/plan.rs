@@ -69,7 +69,8 @@ pub fn default_budget(device: &Device) -> u64 {
     free.map_or(1 << 30, |free| (free / 4).min(1 << 30))
 }
 
-fn available_memory() -> Option<u64> {
+/// Linux `/proc/meminfo` MemAvailable, in bytes.
+pub fn available_memory() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

@@ -66,6 +66,14 @@ pub struct MetricArgs {
     /// Queries per attention block (overrides --max-memory).
     #[arg(long)]
     pub block_size: Option<usize>,
+    /// Read one layer's weights at a time (layer-major: every window through a layer before
+    /// the next); default: when the model's weights would not fit --memory-budget (CPU).
+    #[arg(long)]
+    pub stream_layers: bool,
+    /// Memory the model's weights may take before layers are streamed (e.g. 8G); default
+    /// 80% of the memory available when the run starts.
+    #[arg(long, value_parser = parse_bytes, value_name = "BYTES")]
+    pub memory_budget: Option<u64>,
     /// Output folder for the tables and run.json.
     #[arg(long, default_value = "results")]
     pub out: PathBuf,
@@ -172,6 +180,8 @@ fn run_options(args: &MetricArgs, metrics: &[Metric], command: &str) -> Result<R
         dtype: args.dtype,
         max_memory: args.max_memory,
         block_size: args.block_size,
+        stream_layers: args.stream_layers,
+        memory_budget: args.memory_budget,
         min_query: args.min_query,
         layer: args.layer,
         size: args.size,
@@ -181,6 +191,38 @@ fn run_options(args: &MetricArgs, metrics: &[Metric], command: &str) -> Result<R
         bands: args.bands.clone(),
         entropy_of: args.entropy_of,
     })
+}
+
+/// The schedule of a model's run on stderr (`--verbose`): per layer, what reading its
+/// weights and computing it took, and the bytes read, when layers were streamed.
+fn print_schedule(label: &str, record: &serde_json::Value) {
+    let schedule = &record["schedule"];
+    eprintln!(
+        "asa-analyze: {label}: schedule {} (weights {:.2} GiB in memory, budget {:.2} GiB), peak RSS {:.2} GiB",
+        schedule["taken"].as_str().unwrap_or("?"),
+        gib(&schedule["in_memory_weight_bytes"]),
+        gib(&schedule["memory_budget_bytes"]),
+        gib(&record["peak_rss_bytes"]),
+    );
+    let layers = record["layers"].as_u64();
+    for timing in schedule["layers"].as_array().into_iter().flatten() {
+        let layer = timing["layer"].as_u64();
+        let what = match layer {
+            Some(l) if Some(l) == layers => "LM head".to_string(),
+            Some(l) => format!("layer {}", l + 1),
+            None => "?".to_string(),
+        };
+        eprintln!(
+            "asa-analyze: {label}: {what}: read + cast {:.3} s, compute {:.3} s, {:.1} MiB read",
+            timing["load_seconds"].as_f64().unwrap_or(f64::NAN),
+            timing["compute_seconds"].as_f64().unwrap_or(f64::NAN),
+            timing["bytes_read"].as_f64().unwrap_or(f64::NAN) / (1u64 << 20) as f64,
+        );
+    }
+}
+
+fn gib(bytes: &serde_json::Value) -> f64 {
+    bytes.as_f64().unwrap_or(f64::NAN) / (1u64 << 30) as f64
 }
 
 /// Progress bars and notes on stderr (nothing with `--quiet`).
@@ -234,6 +276,7 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
             for (kernel, layers) in kernel_layers(&m.metrics.kernels) {
                 eprintln!("asa-analyze: {}: layers {layers:?}: {kernel}", m.label);
             }
+            print_schedule(&m.label, &m.record);
         }
     }
     let mut record = output.record(command, &run.options);

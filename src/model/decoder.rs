@@ -2,6 +2,8 @@
 //! of (RMSNorm, attention, RMSNorm, MLP), final norm, language-model head. The architectures
 //! differ only in attention (biases, QK-norm), which [`AttentionShape`] carries.
 
+use std::time::Instant;
+
 use candle_core::Tensor;
 
 use super::attention;
@@ -10,7 +12,8 @@ use super::layers::{linear, mlp, rms_norm};
 use super::rope::rope_tables;
 use super::weights::WeightStore;
 use crate::attention::{Attention, AttentionShape, VariantKind};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::nn::Rope;
 use crate::nn::{Linear, Mlp, RmsNorm};
 use crate::probe::blocks::query_blocks;
 use crate::probe::{BlockCtx, Hook, Probe};
@@ -24,12 +27,89 @@ pub struct DecoderLayer {
     mlp: Mlp,
 }
 
-/// A loaded causal language model.
+impl DecoderLayer {
+    /// Layer `l` (0-based) of `config` from `store`.
+    fn load(
+        store: &WeightStore,
+        c: &ModelConfig,
+        shape: &AttentionShape,
+        l: usize,
+    ) -> Result<Self> {
+        let prefix = format!("model.layers.{l}");
+        let norm = |name: &str| {
+            rms_norm(
+                store,
+                &format!("{prefix}.{name}"),
+                c.hidden_size,
+                c.rms_norm_eps,
+            )
+        };
+        Ok(DecoderLayer {
+            input_layernorm: norm("input_layernorm")?,
+            self_attn: attention::load_attention(
+                store,
+                &format!("{prefix}.self_attn"),
+                shape.clone(),
+            )?,
+            post_attention_layernorm: norm("post_attention_layernorm")?,
+            mlp: mlp(
+                store,
+                &format!("{prefix}.mlp"),
+                c.hidden_size,
+                c.intermediate_size,
+                c.mlp_bias,
+            )?,
+        })
+    }
+
+    /// The residual stream `xs` after this layer (`l`, 0-based).
+    fn forward(
+        &self,
+        xs: &Tensor,
+        rope: &Rope,
+        l: usize,
+        block: usize,
+        probe: &mut dyn Probe,
+    ) -> Result<Tensor> {
+        let normed = {
+            let _p = phase("norms, residuals");
+            self.input_layernorm.forward(xs)?
+        };
+        let attn = self.self_attn.forward(&normed, rope, l, block, probe)?;
+        let _p = phase("norms, residuals");
+        let xs = (xs + attn)?;
+        let normed = self.post_attention_layernorm.forward(&xs)?;
+        drop(_p);
+        let _p = phase("mlp");
+        Ok((&xs + self.mlp.forward(&normed)?)?)
+    }
+}
+
+/// What streaming one layer took: its load (reading and casting its weights) and its
+/// compute over every window, and the bytes read from the checkpoint's files.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct LayerTiming {
+    /// 0-based layer; the number of layers for the embedding and LM head reads.
+    pub layer: usize,
+    pub load_seconds: f64,
+    pub compute_seconds: f64,
+    pub bytes_read: u64,
+}
+
+/// Vocabulary rows of the LM head read and applied at a time when layers are streamed.
+const LM_HEAD_CHUNK: usize = 16384;
+
+/// A loaded causal language model: every weight in memory, or (streamed) none but the
+/// final norm, each layer read from the checkpoint when the run reaches it.
 pub struct Model {
-    embed_tokens: candle_nn::Embedding,
+    /// The embedding matrix (resident models).
+    embed_tokens: Option<candle_nn::Embedding>,
+    /// Every layer (resident models); empty when streamed.
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
-    lm_head: Linear,
+    /// The LM head (resident models).
+    lm_head: Option<Linear>,
+    shape: AttentionShape,
     config: ModelConfig,
     variant: VariantKind,
 }
@@ -38,7 +118,29 @@ impl Model {
     /// Loads every layer from `store` for `config` with attention `variant`.
     pub fn load(store: &WeightStore, config: &ModelConfig, variant: VariantKind) -> Result<Self> {
         let c = config;
+        let mut model = Self::streamed(store, config, variant)?;
         let embed = store.get("model.embed_tokens.weight", &[c.vocab_size, c.hidden_size])?;
+        for l in 0..c.num_layers {
+            let layer = DecoderLayer::load(store, c, &model.shape, l)?;
+            model.layers.push(layer);
+        }
+        model.lm_head = Some(if Self::tied(store, c) {
+            Linear::from_weight(embed.clone())
+        } else {
+            linear(store, "lm_head", c.hidden_size, c.vocab_size, false)?
+        });
+        model.embed_tokens = Some(candle_nn::Embedding::new(embed, c.hidden_size));
+        Ok(model)
+    }
+
+    /// A model whose layers, embedding rows and LM head are read from `store` as a run
+    /// reaches them ([`Model::forward_layer_major`]); only the final norm is loaded here.
+    pub fn streamed(
+        store: &WeightStore,
+        config: &ModelConfig,
+        variant: VariantKind,
+    ) -> Result<Self> {
+        let c = config;
         let shape = AttentionShape {
             hidden: c.hidden_size,
             heads: c.num_heads,
@@ -53,100 +155,189 @@ impl Model {
             scale_invariant: c.scale_invariant,
             logn_scale: c.logn_scale,
         };
-        let mut layers = Vec::with_capacity(c.num_layers);
-        for l in 0..c.num_layers {
-            let prefix = format!("model.layers.{l}");
-            layers.push(DecoderLayer {
-                input_layernorm: rms_norm(
-                    store,
-                    &format!("{prefix}.input_layernorm"),
-                    c.hidden_size,
-                    c.rms_norm_eps,
-                )?,
-                self_attn: attention::load_attention(
-                    store,
-                    &format!("{prefix}.self_attn"),
-                    shape.clone(),
-                )?,
-                post_attention_layernorm: rms_norm(
-                    store,
-                    &format!("{prefix}.post_attention_layernorm"),
-                    c.hidden_size,
-                    c.rms_norm_eps,
-                )?,
-                mlp: mlp(
-                    store,
-                    &format!("{prefix}.mlp"),
-                    c.hidden_size,
-                    c.intermediate_size,
-                    c.mlp_bias,
-                )?,
-            });
-        }
-        let lm_head = if c.tie_word_embeddings && !store.contains("lm_head.weight") {
-            Linear::from_weight(embed.clone())
-        } else {
-            linear(store, "lm_head", c.hidden_size, c.vocab_size, false)?
-        };
         Ok(Model {
-            embed_tokens: candle_nn::Embedding::new(embed, c.hidden_size),
-            layers,
+            embed_tokens: None,
+            layers: Vec::new(),
             norm: rms_norm(store, "model.norm", c.hidden_size, c.rms_norm_eps)?,
-            lm_head,
+            lm_head: None,
+            shape,
             config: config.clone(),
             variant,
         })
     }
 
+    /// Whether the LM head is the embedding matrix.
+    fn tied(store: &WeightStore, c: &ModelConfig) -> bool {
+        c.tie_word_embeddings && !store.contains("lm_head.weight")
+    }
+
+    /// Whether the model reads its weights as the run goes ([`Model::streamed`]).
+    pub fn is_streamed(&self) -> bool {
+        self.embed_tokens.is_none()
+    }
+
     /// Runs the model on `input_ids` `[batch, seq]` (u32), `block` queries (and logit
     /// positions) at a time, pushing the hooks `probe` wants. Logits reach the probe as
-    /// `hook_logits` blocks; nothing of size seq x seq or seq x vocab is kept.
+    /// `hook_logits` blocks; nothing of size seq x seq or seq x vocab is kept. A resident
+    /// model only.
     pub fn forward(&self, input_ids: &Tensor, block: usize, probe: &mut dyn Probe) -> Result<()> {
+        let (Some(embed), Some(lm_head)) = (&self.embed_tokens, &self.lm_head) else {
+            return Err(Error::usage(
+                "a streamed model runs layer-major (Model::forward_layer_major)",
+            ));
+        };
         let (_, t) = input_ids.dims2()?;
-        let c = &self.config;
-        let device = input_ids.device();
-        let dtype = self.embed_tokens.embeddings().dtype();
-        let rope = rope_tables(&c.rope, c.head_dim, t, dtype, device)?;
+        let rope = self.rope(t, input_ids.device())?;
         let mut xs = {
             let _p = phase("embedding");
-            candle_core::Module::forward(&self.embed_tokens, input_ids)?
+            candle_core::Module::forward(embed, input_ids)?
         };
         for (l, layer) in self.layers.iter().enumerate() {
-            let normed = {
-                let _p = phase("norms, residuals");
-                layer.input_layernorm.forward(&xs)?
-            };
-            let attn = layer.self_attn.forward(&normed, &rope, l, block, probe)?;
-            let _p = phase("norms, residuals");
-            xs = (xs + attn)?;
-            let normed = layer.post_attention_layernorm.forward(&xs)?;
-            drop(_p);
-            let _p = phase("mlp");
-            xs = (&xs + layer.mlp.forward(&normed)?)?;
+            xs = layer.forward(&xs, &rope, l, block, probe)?;
         }
-        if probe.wants(Hook::Logits, self.layers.len()) {
-            let hidden = self.norm.forward(&xs)?;
-            // logit blocks hold as many values as an attention block ([heads, block, T]), so
-            // the vocabulary never multiplies the sequence length in memory, and at least as
-            // many positions as an attention block has queries: each block reads the whole
-            // lm_head, so blocks of a few positions would read it again and again
-            let logit_block = (block * c.num_heads * t / c.vocab_size.max(1))
-                .max(block)
-                .clamp(1, t);
-            for (start, n) in query_blocks(t, logit_block) {
-                let logits = {
-                    let _p = phase("logits (lm_head)");
-                    self.lm_head
-                        .forward(&hidden.narrow(1, start, n)?.contiguous()?)?
-                };
-                let ctx = BlockCtx {
-                    layer: self.layers.len(),
-                    q_start: start,
-                    q_len: n,
-                    seq_len: t,
-                };
-                probe.on_tensor(Hook::Logits, &ctx, &logits)?;
+        self.logits(&xs, block, probe, &mut |hidden| lm_head.forward(hidden))
+    }
+
+    /// Runs every batch of `batches` (`[batch, seq]` u32 ids, all of one length) through
+    /// layer l before any goes through layer l + 1, reading each layer's weights from
+    /// `store` when it starts (the next layer's bytes read ahead meanwhile) and dropping
+    /// them after it; the residual stream of every batch is held between layers. The
+    /// probe hears `on_batch(k)` before each batch's part of a layer. Returns what each
+    /// layer's load and compute took. The metrics are those of [`Model::forward`] batch by
+    /// batch, bit for bit on CPU f32.
+    pub fn forward_layer_major(
+        &self,
+        store: &WeightStore,
+        batches: &[Tensor],
+        block: usize,
+        probe: &mut dyn Probe,
+    ) -> Result<Vec<LayerTiming>> {
+        let c = &self.config;
+        let Some(first) = batches.first() else {
+            return Ok(Vec::new());
+        };
+        let (_, t) = first.dims2()?;
+        let rope = self.rope(t, first.device())?;
+        let mut timings = Vec::with_capacity(c.num_layers + 1);
+        let mut stream = Vec::with_capacity(batches.len());
+        for ids in batches {
+            let flat = ids.flatten_all()?.to_vec1::<u32>()?;
+            let rows = store.get_rows(
+                "model.embed_tokens.weight",
+                &[c.vocab_size, c.hidden_size],
+                &flat,
+            )?;
+            stream.push(rows.reshape((ids.dim(0)?, t, c.hidden_size))?);
+        }
+        for l in 0..c.num_layers {
+            let (bytes, started) = (store.bytes_read(), Instant::now());
+            let layer = DecoderLayer::load(store, c, &self.shape, l)?;
+            store.read_ahead(&format!("model.layers.{}.", l + 1));
+            let loaded = Instant::now();
+            for (k, xs) in stream.iter_mut().enumerate() {
+                probe.on_batch(k);
+                *xs = layer.forward(xs, &rope, l, block, probe)?;
             }
+            timings.push(LayerTiming {
+                layer: l,
+                load_seconds: (loaded - started).as_secs_f64(),
+                compute_seconds: loaded.elapsed().as_secs_f64(),
+                bytes_read: store.bytes_read() - bytes,
+            });
+        }
+        let (bytes, started) = (store.bytes_read(), Instant::now());
+        let head = if Self::tied(store, c) {
+            "model.embed_tokens.weight"
+        } else {
+            "lm_head.weight"
+        };
+        for (k, xs) in stream.iter().enumerate() {
+            probe.on_batch(k);
+            self.logits(xs, block, probe, &mut |hidden| {
+                self.lm_head_in_chunks(store, head, hidden)
+            })?;
+        }
+        timings.push(LayerTiming {
+            layer: c.num_layers,
+            load_seconds: 0.0,
+            compute_seconds: started.elapsed().as_secs_f64(),
+            bytes_read: store.bytes_read() - bytes,
+        });
+        Ok(timings)
+    }
+
+    /// `hidden` `[batch, n, hidden]` times the LM head `name`, read from `store`
+    /// [`LM_HEAD_CHUNK`] vocabulary rows at a time (never cast whole; a GGUF matrix is
+    /// dequantized whole, as its blocks are stored).
+    fn lm_head_in_chunks(
+        &self,
+        store: &WeightStore,
+        name: &str,
+        hidden: &Tensor,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        // GGUF (dequantized per tensor): the whole matrix once
+        let chunk = if store.reads_rows() {
+            LM_HEAD_CHUNK
+        } else {
+            c.vocab_size
+        };
+        let mut parts = Vec::new();
+        for (start, n) in query_blocks(c.vocab_size, chunk) {
+            let rows = start..start + n;
+            let w = store.get_row_range(name, &[c.vocab_size, c.hidden_size], rows)?;
+            parts.push(Linear::from_weight(w).forward(hidden)?);
+        }
+        Ok(Tensor::cat(&parts, 2)?)
+    }
+
+    /// RoPE tables for windows of `t` tokens.
+    fn rope(&self, t: usize, device: &candle_core::Device) -> Result<Rope> {
+        let c = &self.config;
+        let dtype = self.norm_dtype();
+        rope_tables(&c.rope, c.head_dim, t, dtype, device)
+    }
+
+    /// The analysis dtype (the final norm's).
+    fn norm_dtype(&self) -> candle_core::DType {
+        self.norm.dtype()
+    }
+
+    /// Pushes the logits of the residual stream `xs` `[batch, T, hidden]` to `probe`, when
+    /// it wants them, in blocks of positions, `head` applying the LM head to a block.
+    fn logits(
+        &self,
+        xs: &Tensor,
+        block: usize,
+        probe: &mut dyn Probe,
+        head: &mut dyn FnMut(&Tensor) -> Result<Tensor>,
+    ) -> Result<()> {
+        let c = &self.config;
+        let layers = c.num_layers;
+        if !probe.wants(Hook::Logits, layers) {
+            return Ok(());
+        }
+        let t = xs.dim(1)?;
+        let hidden = self.norm.forward(xs)?;
+        // logit blocks hold as many values as an attention block ([heads, block, T]), so
+        // the vocabulary never multiplies the sequence length in memory, and at least as
+        // many positions as an attention block has queries: each block reads the whole
+        // lm_head, so blocks of a few positions would read it again and again
+        let logit_block = (block * c.num_heads * t / c.vocab_size.max(1))
+            .max(block)
+            .clamp(1, t);
+        for (start, n) in query_blocks(t, logit_block) {
+            let logits = {
+                let _p = phase("logits (lm_head)");
+                head(&hidden.narrow(1, start, n)?.contiguous()?)?
+            };
+            let ctx = BlockCtx {
+                layer: layers,
+                q_start: start,
+                q_len: n,
+                seq_len: t,
+            };
+            probe.on_tensor(Hook::Logits, &ctx, &logits)?;
         }
         Ok(())
     }

@@ -25,7 +25,7 @@ use candle_core::{DType, Device};
 use tokenizers::Tokenizer;
 
 pub use config::{Architecture, ModelConfig};
-pub use decoder::Model;
+pub use decoder::{LayerTiming, Model};
 pub use detect::{detect_variant, DetectedVariant};
 pub use gguf::GgufFile;
 pub use gguf_tokenizer::tokenizer_from_gguf;
@@ -124,6 +124,12 @@ impl Checkpoint {
     /// Builds the model (loads every tensor).
     pub fn load_model(&self) -> Result<Model> {
         Model::load(&self.store, &self.config, self.variant.kind)
+    }
+
+    /// The model with only its final norm loaded: layers, embedding rows and LM head are
+    /// read as the run reaches them ([`Model::streamed`]).
+    pub fn load_streamed(&self) -> Result<Model> {
+        Model::streamed(&self.store, &self.config, self.variant.kind)
     }
 
     /// Checks that every tensor the model needs exists with the right shape, reading no data.

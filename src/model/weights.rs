@@ -175,6 +175,22 @@ impl WeightStore {
 
     /// Like [`WeightStore::get`] but casts to `dtype` (e.g. f32 for small parameters).
     pub fn get_as(&self, name: &str, expected: &[usize], dtype: DType) -> Result<Tensor> {
+        self.check(name, expected)?;
+        if self.shapes_only {
+            return Ok(Tensor::zeros((), dtype, &self.device)?.broadcast_as(expected)?);
+        }
+        let shown = self.shown(name);
+        let name = self.stored_name(name);
+        let tensor = match &self.source {
+            Source::Safetensors { files, .. } => files.load(&shown, &files.tensors()[name])?,
+            Source::Gguf(g) => g.load(name)?,
+            Source::Memory(map) => map[name].clone(),
+        };
+        Ok(tensor.to_dtype(dtype)?.to_device(&self.device)?)
+    }
+
+    /// Checks that `name` exists once, with shape `expected` and a floating-point dtype.
+    fn check(&self, name: &str, expected: &[usize]) -> Result<()> {
         let shown = self.shown(name);
         let Some(stored) = self.shape(name) else {
             return Err(Error::input(
@@ -229,15 +245,93 @@ impl WeightStore {
                 ));
             }
         }
-        if self.shapes_only {
-            return Ok(Tensor::zeros((), dtype, &self.device)?.broadcast_as(expected)?);
+        Ok(())
+    }
+
+    /// Rows `ids` of the matrix `name` (checked to be `expected` `[rows, cols]`), in the
+    /// analysis dtype: from safetensors only those rows are read; other sources load the
+    /// whole matrix and select the rows (the same values).
+    pub fn get_rows(&self, name: &str, expected: &[usize], ids: &[u32]) -> Result<Tensor> {
+        if let (Source::Safetensors { files, .. }, false) = (&self.source, self.shapes_only) {
+            self.check(name, expected)?;
+            let stored = &files.tensors()[self.stored_name(name)];
+            let rows = files.gather_rows(&self.shown(name), stored, ids)?;
+            return Ok(rows.to_dtype(self.dtype)?.to_device(&self.device)?);
         }
-        let tensor = match &self.source {
-            Source::Safetensors { files, .. } => files.load(&shown, &files.tensors()[name])?,
-            Source::Gguf(g) => g.load(name)?,
-            Source::Memory(map) => map[name].clone(),
+        let whole = self.get(name, expected)?;
+        let ids = Tensor::from_slice(ids, ids.len(), &self.device)?;
+        Ok(whole.index_select(&ids, 0)?)
+    }
+
+    /// Rows `rows` of the matrix `name` (checked to be `expected`), in the analysis dtype:
+    /// from safetensors only those rows are read.
+    pub fn get_row_range(
+        &self,
+        name: &str,
+        expected: &[usize],
+        rows: std::ops::Range<usize>,
+    ) -> Result<Tensor> {
+        if let (Source::Safetensors { files, .. }, false) = (&self.source, self.shapes_only) {
+            self.check(name, expected)?;
+            let stored = &files.tensors()[self.stored_name(name)];
+            let part = files.load_rows(&self.shown(name), stored, rows)?;
+            return Ok(part.to_dtype(self.dtype)?.to_device(&self.device)?);
+        }
+        Ok(self
+            .get(name, expected)?
+            .narrow(0, rows.start, rows.len())?)
+    }
+
+    /// Whether rows of a matrix are read alone ([`WeightStore::get_row_range`]): safetensors.
+    pub fn reads_rows(&self) -> bool {
+        matches!(self.source, Source::Safetensors { .. }) && !self.shapes_only
+    }
+
+    /// Asks the OS to read ahead every stored tensor whose convention name starts with
+    /// `prefix` (a layer's `model.layers.{l}.`): the next layer's bytes arrive while this
+    /// one computes. Safetensors only (a no-op elsewhere).
+    pub fn read_ahead(&self, prefix: &str) {
+        let Source::Safetensors { files, .. } = &self.source else {
+            return;
         };
-        Ok(tensor.to_dtype(dtype)?.to_device(&self.device)?)
+        for (name, stored) in files.tensors() {
+            let convention = self
+                .aliases
+                .iter()
+                .find(|(_, s)| *s == name)
+                .map_or(name.as_str(), |(c, _)| c.as_str());
+            if convention.starts_with(prefix) {
+                files.read_ahead(stored);
+            }
+        }
+    }
+
+    /// Bytes read from the checkpoint's files so far (safetensors; 0 elsewhere).
+    pub fn bytes_read(&self) -> u64 {
+        match &self.source {
+            Source::Safetensors { files, .. } => files.bytes_read(),
+            Source::Gguf(_) | Source::Memory(_) => 0,
+        }
+    }
+
+    /// Bytes of every stored tensor whose convention name starts with `prefix`, in the
+    /// analysis dtype (what loading them takes).
+    pub fn footprint(&self, prefix: &str) -> u64 {
+        let stored: Vec<(String, Vec<usize>, String)> = self.tensors();
+        stored
+            .iter()
+            .filter(|(name, _, _)| {
+                let convention = self
+                    .aliases
+                    .iter()
+                    .find(|(_, s)| *s == name)
+                    .map_or(name.as_str(), |(c, _)| c.as_str());
+                convention.starts_with(prefix)
+            })
+            .map(|(_, shape, _)| {
+                shape.iter().product::<usize>() as u64 * self.dtype.size_in_bytes() as u64
+            })
+            .sum()
     }
 
     /// Loads `name` if present (see [`WeightStore::get`]).

@@ -36,6 +36,11 @@ pub struct RmsNorm {
 }
 
 impl RmsNorm {
+    /// The dtype of its scale (the analysis dtype).
+    pub fn dtype(&self) -> candle_core::DType {
+        self.weight.dtype()
+    }
+
     /// A norm with scale `weight` `[dim]`.
     pub fn new(weight: Tensor, eps: f64) -> Self {
         RmsNorm {

@@ -139,6 +139,10 @@ pub trait Probe {
         Ok(())
     }
 
+    /// The next pushes belong to batch `batch` (0-based) of the batches a layer-major
+    /// forward pass runs (`Model::forward_layer_major`); a batch-major pass never calls it.
+    fn on_batch(&mut self, _batch: usize) {}
+
     /// Called when a query block's attention is done.
     fn on_block_end(&mut self, _ctx: &BlockCtx) -> Result<()> {
         Ok(())
@@ -198,6 +202,12 @@ impl Probe for ProbeSet<'_> {
             }
         }
         Ok(())
+    }
+
+    fn on_batch(&mut self, batch: usize) {
+        for probe in self.probes.iter_mut() {
+            probe.on_batch(batch);
+        }
     }
 
     fn on_block_end(&mut self, ctx: &BlockCtx) -> Result<()> {
