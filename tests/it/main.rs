@@ -16,5 +16,6 @@ mod long_context;
 mod long_sequences;
 mod metrics;
 mod real_model;
+mod streaming;
 mod train;
 mod weight_map;
