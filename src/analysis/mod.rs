@@ -3,6 +3,7 @@
 
 pub mod plan;
 mod run;
+pub mod schedule;
 pub mod series;
 
 pub use run::{

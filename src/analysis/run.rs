@@ -10,7 +10,8 @@ use std::time::Instant;
 use candle_core::{DType, Device};
 use serde_json::json;
 
-use super::plan::{available_memory, batch_chunk, block_size, check_block, default_budget};
+use super::plan::{batch_chunk, block_size, check_block, default_budget};
+use super::schedule::{peak_rss_bytes, Schedule};
 use super::series::find_series;
 use super::{accumulate_timed, finish, RunShape};
 use crate::corpus::{
@@ -23,7 +24,7 @@ use crate::metrics::distance::Bands;
 use crate::metrics::entropy::EntropyOf;
 use crate::metrics::qk_mean::QkResult;
 use crate::metrics::{attention_tables, qk_series_table, Metric, MetricOptions, ModelMetrics};
-use crate::model::{Checkpoint, LayerTiming, WeightMap};
+use crate::model::{Checkpoint, WeightMap};
 use crate::probe::Kernel;
 
 /// A checkpoint to analyse and the label its rows carry.
@@ -524,68 +525,4 @@ fn bands_from(edges: &[usize], seq_len: usize) -> Result<Bands> {
         ));
     }
     Ok(Bands::with_edges(edges, seq_len))
-}
-
-/// Whether a model's layers are streamed, and why.
-struct Schedule {
-    streamed: bool,
-    /// Bytes of every weight in the analysis dtype (the in-memory schedule holds them all).
-    in_memory: u64,
-    /// Bytes of the largest layer (the streamed schedule holds one, and reads the next).
-    largest_layer: u64,
-    budget: u64,
-    forced: bool,
-}
-
-impl Schedule {
-    /// Streamed when asked (`--stream-layers`) or, on the CPU, when the weights would not
-    /// fit the memory budget.
-    fn plan(ckpt: &Checkpoint, o: &RunOptions, device: &Device) -> Schedule {
-        let store = &ckpt.store;
-        let in_memory = store.footprint("");
-        let largest_layer = (0..ckpt.config.num_layers)
-            .map(|l| store.footprint(&format!("model.layers.{l}.")))
-            .max()
-            .unwrap_or(0);
-        let budget = o.memory_budget.unwrap_or_else(default_memory_budget);
-        let streamed = o.stream_layers || (device.is_cpu() && in_memory > budget);
-        Schedule {
-            streamed,
-            in_memory,
-            largest_layer,
-            budget,
-            forced: o.stream_layers,
-        }
-    }
-
-    /// What run.json records: the schedule taken and why, and each streamed layer's times.
-    fn record(&self, timings: &[LayerTiming]) -> serde_json::Value {
-        let taken = if self.streamed {
-            "layer-major (streamed)"
-        } else {
-            "in-memory"
-        };
-        json!({
-            "taken": taken,
-            "forced": self.forced,
-            "in_memory_weight_bytes": self.in_memory,
-            "streamed_layer_bytes": self.largest_layer,
-            "memory_budget_bytes": self.budget,
-            "layers": timings,
-        })
-    }
-}
-
-/// The default `--memory-budget`: 80% of the memory available now (Linux MemAvailable),
-/// 8 GiB when it cannot be read.
-pub fn default_memory_budget() -> u64 {
-    available_memory().map_or(8 << 30, |free| free / 5 * 4)
-}
-
-/// The peak resident memory of this process so far (Linux `VmHWM`), in bytes.
-pub fn peak_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }

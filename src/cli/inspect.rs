@@ -7,6 +7,8 @@ use candle_core::{DType, Device};
 use serde_json::json;
 
 use super::stdout::{print_json, with_stdout};
+use crate::analysis::schedule::Schedule;
+use crate::analysis::RunOptions;
 use crate::error::Result;
 use crate::model::rope;
 use crate::model::{Checkpoint, WeightMap};
@@ -86,6 +88,8 @@ fn json_report(
         "delta_parameters": ckpt.delta_params(),
         "stored_dtypes": stored,
     });
+    let plan = Schedule::plan(ckpt, &RunOptions::default(), &Device::Cpu);
+    report["schedule"] = plan.record(&[]);
     if let Some(g) = gguf {
         report["gguf_file"] = json!(g.path().display().to_string());
         report["gguf_tensor_types"] = json!(stored);
@@ -134,7 +138,22 @@ fn table_rows(
         ("parameters", format_count(ckpt.parameter_count())),
         ("delta params", delta),
         ("stored dtypes", dtypes),
+        ("memory", memory_plan(ckpt)),
     ]
+}
+
+/// The planned weight memory of each schedule (f32 on the CPU) and which `analyze` would
+/// take with the default budget.
+fn memory_plan(ckpt: &Checkpoint) -> String {
+    let plan = Schedule::plan(ckpt, &RunOptions::default(), &Device::Cpu);
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    format!(
+        "weights {:.2} GiB in memory, {:.2} GiB a layer streamed; budget {:.2} GiB: {}",
+        gib(plan.in_memory),
+        gib(plan.largest_layer),
+        gib(plan.budget),
+        plan.name()
+    )
 }
 
 fn format_count(n: usize) -> String {

@@ -99,6 +99,10 @@ pub struct LayerTiming {
 /// Vocabulary rows of the LM head read and applied at a time when layers are streamed.
 const LM_HEAD_CHUNK: usize = 16384;
 
+/// f32 logits a block of positions may hold when layers are streamed (each block reads the
+/// LM head from the file once).
+const LOGIT_BLOCK_BYTES: usize = 256 << 20;
+
 /// A loaded causal language model: every weight in memory, or (streamed) none but the
 /// final norm, each layer read from the checkpoint when the run reaches it.
 pub struct Model {
@@ -251,9 +255,11 @@ impl Model {
         } else {
             "lm_head.weight"
         };
+        // each logit block reads the whole LM head: blocks of up to 256 MiB of logits
+        let positions = (LOGIT_BLOCK_BYTES / (4 * c.vocab_size.max(1))).max(block);
         for (k, xs) in stream.iter().enumerate() {
             probe.on_batch(k);
-            self.logits(xs, block, probe, &mut |hidden| {
+            self.logits(xs, positions, probe, &mut |hidden| {
                 self.lm_head_in_chunks(store, head, hidden)
             })?;
         }
