@@ -101,6 +101,8 @@ def main():
     p.add_argument("--skip-eager", action="store_true")
     p.add_argument("--asa-metrics", default=CORE, help="metrics for asa-analyze, or 'all' for the full suite")
     p.add_argument("--max-memory", help="asa-analyze --max-memory (e.g. 1G)")
+    p.add_argument("--asa-dtype", help="asa-analyze's analysis dtype when it differs from --dtype (e.g. float32)")
+    p.add_argument("--asa-extra", default="", help="more asa-analyze flags, e.g. '--stream-layers'")
     p.add_argument("--warmup", type=int, default=0,
                    help="untimed forward passes before the Python scripts' timed loop (asa-analyze is timed cold)")
     args = p.parse_args()
@@ -114,7 +116,7 @@ def main():
         ids = [[rng.randrange(cfg["vocab_size"]) for _ in range(args.seq_len)] for _ in range(args.num_seqs)]
         json.dump(ids, open(ids_path, "w"))
     gpu = args.device.startswith("cuda")
-    asa_dtype = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}[args.dtype]
+    asa_dtype = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}[args.asa_dtype or args.dtype]
     results = {}
     tokens = args.seq_len * args.num_seqs
 
@@ -139,11 +141,13 @@ def main():
                                       *(["--max-memory", args.max_memory] if args.max_memory else []),
                                       "--device", "cuda" if gpu else "cpu", "--dtype", asa_dtype,
                                       "--batch-size", str(args.batch_size), "--out", "/tmp/bench_asa_out",
-                                      "--json", "--quiet"])
+                                      *args.asa_extra.split(), "--json", "--quiet"])
     try:
         asa = json.loads(out)["models"][0]["metrics"]
         # the analysis itself, model already loaded (as the Python scripts' inner_s)
-        results["asa-analyze"]["inner_s"] = json.load(open("/tmp/bench_asa_out/run.json"))["models"][0]["seconds"]
+        record = json.load(open("/tmp/bench_asa_out/run.json"))["models"][0]
+        results["asa-analyze"]["inner_s"] = record["seconds"]
+        results["asa-analyze"]["schedule"] = record.get("schedule", {}).get("taken")
     except Exception:
         print(out, err, file=sys.stderr)
         raise
