@@ -21,7 +21,7 @@ for shape in 1b 8b; do
     "$PY" tools/make_random_checkpoint.py --shape $shape --out "$CKPTS/llama$shape"
 done
 "$PY" benches/side_by_side.py --model "$CKPTS/llama1b" --seq-len 512 --num-seqs 1 --device cpu \
-  --dtype bfloat16 --asa-dtype float32 --asa-metrics all --asa-extra --stream-layers \
+  --dtype bfloat16 --asa-dtype float32 --asa-metrics all --asa-extra=--stream-layers \
   --python "$PY" --json-out benches/results/streaming_1b.json > /dev/null
 "$PY" benches/side_by_side.py --model "$CKPTS/llama8b" --seq-len 1024 --num-seqs 1 --device cpu \
   --dtype bfloat16 --asa-dtype float32 --asa-metrics all --skip-eager \

@@ -59,8 +59,12 @@ pub struct RunOptions {
     /// Read one layer's weights at a time (layer-major), whatever the budget.
     pub stream_layers: bool,
     /// Bytes the model's weights may take in memory before layers are streamed (default:
-    /// [`default_memory_budget`]).
+    /// `schedule::default_memory_budget`).
     pub memory_budget: Option<u64>,
+    /// Where a streamed run's residual stream is spilled when it passes the budget (the
+    /// CLI: `--out`'s staging folder; default the system's temporary folder).
+    #[serde(skip)]
+    pub scratch_dir: Option<PathBuf>,
     pub min_query: usize,
     /// Heatmap / profile layer, 1-based (default 8, clipped to the depth).
     pub layer: Option<usize>,
@@ -95,6 +99,7 @@ impl Default for RunOptions {
             block_size: None,
             stream_layers: false,
             memory_budget: None,
+            scratch_dir: None,
             min_query: 1,
             layer: None,
             size: 30,
@@ -340,7 +345,11 @@ impl ModelContext<'_> {
         let shape = self.shape(&ckpt, label, events);
         let schedule = Schedule::plan(&ckpt, o, self.device);
         let model = if schedule.streamed {
-            ckpt.load_streamed()?
+            let model = ckpt.load_streamed()?;
+            match schedule.spill {
+                true => model.spilling_residuals_to(self.scratch(label)),
+                false => model,
+            }
         } else {
             ckpt.load_model()?
         };
@@ -384,6 +393,21 @@ impl ModelContext<'_> {
             metrics,
             record,
         })
+    }
+
+    /// The residual stream's scratch file of model `label`: in `--out`'s staging folder
+    /// when the caller gave one, else in the system's temporary folder.
+    fn scratch(&self, label: &str) -> PathBuf {
+        let dir = self
+            .options
+            .scratch_dir
+            .clone()
+            .unwrap_or_else(std::env::temp_dir);
+        let name: String = label
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        dir.join(format!(".asa-residuals-{name}-{}", std::process::id()))
     }
 
     /// The corpus windows for `ckpt` (its tokenizer, or `--tokenizer`, when text is read).

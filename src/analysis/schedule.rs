@@ -18,6 +18,11 @@ pub struct Schedule {
     pub largest_layer: u64,
     pub budget: u64,
     pub forced: bool,
+    /// Bytes of the residual stream of every window (f32), held between layers.
+    pub residual_bytes: u64,
+    /// The residual stream goes to a scratch file between layers (streamed runs whose
+    /// stream and one layer would pass the budget).
+    pub spill: bool,
 }
 
 impl Schedule {
@@ -32,12 +37,15 @@ impl Schedule {
             .unwrap_or(0);
         let budget = o.memory_budget.unwrap_or_else(default_memory_budget);
         let streamed = o.stream_layers || (device.is_cpu() && in_memory > budget);
+        let residual_bytes = (o.num_seqs * o.seq_len * ckpt.config.hidden_size * 4) as u64;
         Schedule {
             streamed,
             in_memory,
             largest_layer,
             budget,
             forced: o.stream_layers,
+            residual_bytes,
+            spill: streamed && largest_layer + residual_bytes > budget,
         }
     }
 
@@ -58,6 +66,8 @@ impl Schedule {
             "in_memory_weight_bytes": self.in_memory,
             "streamed_layer_bytes": self.largest_layer,
             "memory_budget_bytes": self.budget,
+            "residual_bytes": self.residual_bytes,
+            "residuals": if self.spill { "scratch file" } else { "memory" },
             "layers": timings,
         })
     }

@@ -182,6 +182,7 @@ fn run_options(args: &MetricArgs, metrics: &[Metric], command: &str) -> Result<R
         block_size: args.block_size,
         stream_layers: args.stream_layers,
         memory_budget: args.memory_budget,
+        scratch_dir: None,
         min_query: args.min_query,
         layer: args.layer,
         size: args.size,
@@ -265,6 +266,8 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
         crate::profile::enable(&resolve_device(args.device)?);
     }
     let mut out = OutputDir::create(&args.out, args.format)?;
+    let mut options = options;
+    options.scratch_dir = Some(out.staging().to_path_buf());
     let run = Run { models, options };
     let mut terminal = Terminal {
         quiet: args.quiet,

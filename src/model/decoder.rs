@@ -2,6 +2,7 @@
 //! of (RMSNorm, attention, RMSNorm, MLP), final norm, language-model head. The architectures
 //! differ only in attention (biases, QK-norm), which [`AttentionShape`] carries.
 
+use std::path::PathBuf;
 use std::time::Instant;
 
 use candle_core::Tensor;
@@ -9,6 +10,7 @@ use candle_core::Tensor;
 use super::attention;
 use super::config::ModelConfig;
 use super::layers::{linear, mlp, rms_norm};
+use super::residuals::Residuals;
 use super::rope::rope_tables;
 use super::weights::WeightStore;
 use crate::attention::{Attention, AttentionShape, VariantKind};
@@ -116,6 +118,9 @@ pub struct Model {
     shape: AttentionShape,
     config: ModelConfig,
     variant: VariantKind,
+    /// Where a layer-major pass keeps the residual stream between layers when it is
+    /// spilled (`None`: in memory).
+    spill_to: Option<PathBuf>,
 }
 
 impl Model {
@@ -167,7 +172,15 @@ impl Model {
             shape,
             config: config.clone(),
             variant,
+            spill_to: None,
         })
+    }
+
+    /// A streamed model whose layer-major passes keep the residual stream in the scratch
+    /// file `path` between layers (created, and removed when each pass ends).
+    pub fn spilling_residuals_to(mut self, path: PathBuf) -> Self {
+        self.spill_to = Some(path);
+        self
     }
 
     /// Whether the LM head is the embedding matrix.
@@ -223,7 +236,7 @@ impl Model {
         let (_, t) = first.dims2()?;
         let rope = self.rope(t, first.device())?;
         let mut timings = Vec::with_capacity(c.num_layers + 1);
-        let mut stream = Vec::with_capacity(batches.len());
+        let mut stream = Residuals::new(self.spill_to.as_deref())?;
         for ids in batches {
             let flat = ids.flatten_all()?.to_vec1::<u32>()?;
             let rows = store.get_rows(
@@ -231,16 +244,17 @@ impl Model {
                 &[c.vocab_size, c.hidden_size],
                 &flat,
             )?;
-            stream.push(rows.reshape((ids.dim(0)?, t, c.hidden_size))?);
+            stream.push(rows.reshape((ids.dim(0)?, t, c.hidden_size))?)?;
         }
         for l in 0..c.num_layers {
             let (bytes, started) = (store.bytes_read(), Instant::now());
             let layer = DecoderLayer::load(store, c, &self.shape, l)?;
             store.read_ahead(&format!("model.layers.{}.", l + 1));
             let loaded = Instant::now();
-            for (k, xs) in stream.iter_mut().enumerate() {
+            for k in 0..stream.len() {
                 probe.on_batch(k);
-                *xs = layer.forward(xs, &rope, l, block, probe)?;
+                let xs = layer.forward(&stream.take(k)?, &rope, l, block, probe)?;
+                stream.put(k, xs)?;
             }
             timings.push(LayerTiming {
                 layer: l,
@@ -257,9 +271,10 @@ impl Model {
         };
         // each logit block reads the whole LM head: blocks of up to 256 MiB of logits
         let positions = (LOGIT_BLOCK_BYTES / (4 * c.vocab_size.max(1))).max(block);
-        for (k, xs) in stream.iter().enumerate() {
+        for k in 0..stream.len() {
             probe.on_batch(k);
-            self.logits(xs, positions, probe, &mut |hidden| {
+            let xs = stream.take(k)?;
+            self.logits(&xs, positions, probe, &mut |hidden| {
                 self.lm_head_in_chunks(store, head, hidden)
             })?;
         }

@@ -12,6 +12,7 @@ mod gguf_rope;
 mod gguf_sentencepiece;
 pub mod gguf_tokenizer;
 pub mod layers;
+mod residuals;
 pub mod rope;
 pub mod safetensors_file;
 pub mod weight_map;

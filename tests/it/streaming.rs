@@ -36,8 +36,12 @@ fn streamed_runs_give_the_in_memory_tables_bit_for_bit_for_every_variant() {
     for name in MODEL_FIXTURES {
         let model = format!("{name}={}", fixtures().join("models").join(name).display());
         let mut outs = Vec::new();
-        for stream in [false, true] {
-            let out = tmp.path().join(format!("{name}-{stream}"));
+        // in memory; streamed; streamed with the residual stream spilled to a scratch file
+        for (k, stream) in [&[][..], &["--stream-layers"], &["--memory-budget", "1"]]
+            .into_iter()
+            .enumerate()
+        {
+            let out = tmp.path().join(format!("{name}-{k}"));
             let mut args = vec![
                 "analyze",
                 &model,
@@ -53,15 +57,26 @@ fn streamed_runs_give_the_in_memory_tables_bit_for_bit_for_every_variant() {
                 "--out",
                 out.to_str().unwrap(),
             ];
-            if stream {
-                args.push("--stream-layers");
-            }
+            args.extend_from_slice(stream);
             expect_success(&run_cli(tmp.path(), &args));
             outs.push(out);
         }
         let (memory, streamed) = (tables(&outs[0]), tables(&outs[1]));
         assert!(memory.len() >= 7, "{name}: {} tables", memory.len());
         assert_eq!(memory, streamed, "{name}: streamed tables differ");
+        assert_eq!(memory, tables(&outs[2]), "{name}: spilled tables differ");
+        let spilled = &run_json(&outs[2])["models"][0]["schedule"];
+        assert_eq!(spilled["residuals"], "scratch file", "{name}");
+        assert_eq!(spilled["taken"], "layer-major (streamed)", "{name}");
+        // the scratch file is gone, and nothing else is in the output
+        let names: Vec<String> = std::fs::read_dir(&outs[2])
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        assert!(
+            names.iter().all(|n| !n.starts_with('.')),
+            "{name}: {names:?}"
+        );
         let schedule = &run_json(&outs[1])["models"][0]["schedule"];
         assert_eq!(schedule["taken"], "layer-major (streamed)", "{name}");
         let layers = schedule["layers"].as_array().unwrap();
