@@ -58,6 +58,9 @@ pub struct RunOptions {
     pub block_size: Option<usize>,
     /// Read one layer's weights at a time (layer-major), whatever the budget.
     pub stream_layers: bool,
+    /// Analyse weights holding NaN or infinities (a diverged checkpoint) instead of
+    /// refusing them.
+    pub allow_nonfinite: bool,
     /// Bytes the model's weights may take in memory before layers are streamed (default:
     /// `schedule::default_memory_budget`).
     pub memory_budget: Option<u64>,
@@ -98,6 +101,7 @@ impl Default for RunOptions {
             max_memory: None,
             block_size: None,
             stream_layers: false,
+            allow_nonfinite: false,
             memory_budget: None,
             scratch_dir: None,
             min_query: 1,
@@ -328,7 +332,9 @@ impl ModelContext<'_> {
         events: &mut dyn RunEvents,
     ) -> Result<ModelResult> {
         let o = self.options;
-        let ckpt = Checkpoint::open_mapped(path, self.device, self.dtype, self.map)?.validate()?;
+        let mut ckpt =
+            Checkpoint::open_mapped(path, self.device, self.dtype, self.map)?.validate()?;
+        ckpt.store.set_allow_nonfinite(o.allow_nonfinite);
         if let Some(note) = &ckpt.variant.unused_weights {
             events.note(&format!("{label}: {note}"));
         }

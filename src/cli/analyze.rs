@@ -70,6 +70,10 @@ pub struct MetricArgs {
     /// the next); default: when the model's weights would not fit --memory-budget (CPU).
     #[arg(long)]
     pub stream_layers: bool,
+    /// Analyse weights holding NaN or infinities (a diverged checkpoint; its metrics come out
+    /// NaN) instead of refusing them.
+    #[arg(long)]
+    pub allow_nonfinite: bool,
     /// Memory the model's weights may take before layers are streamed (e.g. 8G); default
     /// 80% of the memory available when the run starts.
     #[arg(long, value_parser = parse_bytes, value_name = "BYTES")]
@@ -181,6 +185,7 @@ fn run_options(args: &MetricArgs, metrics: &[Metric], command: &str) -> Result<R
         max_memory: args.max_memory,
         block_size: args.block_size,
         stream_layers: args.stream_layers,
+        allow_nonfinite: args.allow_nonfinite,
         memory_budget: args.memory_budget,
         scratch_dir: None,
         min_query: args.min_query,

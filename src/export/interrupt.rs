@@ -1,9 +1,11 @@
-//! Ctrl-C (SIGINT) and SIGTERM (`timeout`, Slurm, CI) leave no partial output: every live
-//! staging folder is registered here, and a signal thread removes them (with the output
-//! folders made for them that are still empty) before the process ends by the signal's
-//! default action (a shell reports 130 or 143). A commit holds the registry's lock while it
-//! moves files, so a signal lands before or after it, never halfway. SIGHUP is left alone
-//! (`nohup` runs go on).
+//! Every catchable signal that ends a process by default (Ctrl-C's SIGINT, SIGTERM from
+//! `timeout`, Slurm or CI, SIGHUP, SIGQUIT, SIGUSR1/2, SIGALRM, ...) leaves no partial
+//! output: every live staging folder is registered here, and a signal thread removes them
+//! (with the output folders made for them that are still empty) before the process ends by
+//! the signal's default action (a shell reports 130, 143, ...). A commit holds the registry's
+//! lock while it moves files, so a signal lands before or after it, never halfway. A signal
+//! the process was started with ignored stays ignored (`nohup` runs go on after SIGHUP).
+//! SIGKILL cannot be caught: the next run into the same `--out` removes what it left.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, Once};
@@ -54,16 +56,22 @@ fn live() -> MutexGuard<'static, Vec<Live>> {
     LIVE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Waits for SIGINT or SIGTERM on a thread of its own, each unless the process was started
-/// with it ignored (a job put in the background by a non-interactive shell ignores SIGINT,
-/// and keeps doing so).
+/// Waits for the signals that end a process by default on a thread of its own, each unless
+/// the process was started with it ignored (a job put in the background by a
+/// non-interactive shell ignores SIGINT, `nohup` SIGHUP, and they keep doing so).
 #[cfg(unix)]
 fn watch_signals() {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let wanted: Vec<i32> = [SIGINT, SIGTERM]
-        .into_iter()
-        .filter(|&s| !ignored(s))
-        .collect();
+    use signal_hook::consts::{
+        SIGALRM, SIGHUP, SIGINT, SIGPROF, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGVTALRM, SIGXCPU,
+        SIGXFSZ,
+    };
+    let wanted: Vec<i32> = [
+        SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGXCPU, SIGXFSZ, SIGVTALRM,
+        SIGPROF,
+    ]
+    .into_iter()
+    .filter(|&s| !ignored(s))
+    .collect();
     if wanted.is_empty() {
         return;
     }
@@ -117,12 +125,12 @@ fn remove_and_exit(signal: i32) -> ! {
             super::writer::remove_uncommitted(&l.staging, l.made.as_deref(), &l.target);
         }
     }
-    let name = if signal == libc::SIGINT {
-        "interrupted"
-    } else {
-        "terminated"
+    let name = match signal {
+        libc::SIGINT => "interrupted",
+        libc::SIGTERM => "terminated",
+        _ => "ended by a signal",
     };
-    eprintln!("asa-analyze: {name}; unfinished output removed");
+    eprintln!("asa-analyze: {name} ({signal}); unfinished output removed");
     // the default action runs no exit handlers (other threads may be inside a device
     // kernel); stderr is unbuffered, so the message is out
     let _ = signal_hook::low_level::emulate_default_handler(signal);

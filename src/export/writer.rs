@@ -89,6 +89,8 @@ pub struct OutputDir {
     /// Staged entries in commit order: a file name, or a folder that replaces its namesake.
     files: Vec<Staged>,
     committed: bool,
+    /// The target folder opened and locked (an advisory lock) for as long as this lives.
+    _lock: Option<fs::File>,
 }
 
 /// One entry of the staging folder, moved into the target on commit.
@@ -114,6 +116,7 @@ impl OutputDir {
             .last()
             .map(Path::to_path_buf);
         fs::create_dir_all(target).map_err(|e| Error::io(target, e))?;
+        let lock = lock_folder(target)?;
         remove_stale_staging(target);
         let staging = target.join(staging_name(&host_name(), std::process::id()));
         if staging.exists() {
@@ -128,6 +131,7 @@ impl OutputDir {
             format,
             files: Vec::new(),
             committed: false,
+            _lock: lock,
         })
     }
 
@@ -295,6 +299,43 @@ fn host_name() -> String {
 /// Removes staging folders in `target` that this machine's processes left when they were
 /// killed before they could clean up; a live run's folder, and other machines' folders, are
 /// left alone.
+/// Locks `target` for this run (an advisory lock on the folder itself: no file is left
+/// behind); a folder another live run holds is refused, naming that run's pid. `None` where
+/// the file system has no locks.
+fn lock_folder(target: &Path) -> Result<Option<fs::File>> {
+    let folder = fs::File::open(target).map_err(|e| Error::io(target, e))?;
+    match folder.try_lock() {
+        Ok(()) => Ok(Some(folder)),
+        Err(fs::TryLockError::WouldBlock) => {
+            let other = other_runs(target)
+                .first()
+                .map(|pid| format!(" (pid {pid})"))
+                .unwrap_or_default();
+            Err(Error::input(
+                target,
+                format!("another asa-analyze run{other} is writing to this output folder; wait for it or choose another --out"),
+            ))
+        }
+        Err(fs::TryLockError::Error(_)) => Ok(None),
+    }
+}
+
+/// The pids of the live runs of this machine staging files in `target`, other than this one.
+fn other_runs(target: &Path) -> Vec<u32> {
+    let prefix = format!("{STAGING_PREFIX}{}-", host_name());
+    let Ok(entries) = fs::read_dir(target) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            name.strip_prefix(&prefix)?.parse::<u32>().ok()
+        })
+        .filter(|&pid| pid != std::process::id() && process_alive(pid))
+        .collect()
+}
+
 fn remove_stale_staging(target: &Path) {
     let Ok(entries) = fs::read_dir(target) else {
         return;

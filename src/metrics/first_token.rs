@@ -77,9 +77,13 @@ impl FirstToken {
     }
 }
 
-/// Share of entries strictly above `eps`.
+/// Share of entries strictly above `eps`; NaN when an entry is (a head whose importance is
+/// unknown cannot be counted either way).
 pub fn sink_rate(importance: &[Vec<f64>], eps: f64) -> f64 {
     let all: Vec<f64> = importance.iter().flatten().copied().collect();
+    if all.iter().any(|v| v.is_nan()) {
+        return f64::NAN;
+    }
     all.iter().filter(|&&v| v > eps).count() as f64 / all.len() as f64
 }
 
@@ -164,5 +168,11 @@ mod tests {
         assert_eq!(sr.rate, 0.5);
         // first_token leaves query 0 out: (0.2 + 0.0 + 0.0 - 0.1) / 4
         assert!((ft.first_token().mean[0] - 0.025).abs() < 1e-7);
+    }
+
+    #[test]
+    fn a_nan_importance_makes_the_sink_rate_nan_not_zero() {
+        assert!(sink_rate(&[vec![0.5, f64::NAN]], 0.3).is_nan());
+        assert_eq!(sink_rate(&[vec![0.5, 0.1]], 0.3), 0.5);
     }
 }

@@ -12,6 +12,7 @@ use candle_core::{DType, Device, Tensor};
 use super::gguf::GgufFile;
 use super::safetensors_file::SafetensorsFiles;
 use super::weight_map::WeightMap;
+use crate::cpu::host::with_cpu_f32;
 use crate::error::{Error, Result};
 
 /// The tensors of one checkpoint, loaded lazily and cast to the analysis dtype on `get`.
@@ -21,6 +22,8 @@ pub struct WeightStore {
     dtype: DType,
     /// Check names and shapes only: `get` returns a broadcast zero without reading data.
     shapes_only: bool,
+    /// Analyse non-finite weights (`--allow-nonfinite`) instead of refusing them.
+    allow_nonfinite: bool,
     /// Convention name -> stored name, from a weight map ([`WeightStore::renamed`]).
     aliases: BTreeMap<String, String>,
 }
@@ -60,6 +63,7 @@ impl WeightStore {
             device: device.clone(),
             dtype,
             shapes_only: false,
+            allow_nonfinite: false,
             aliases: BTreeMap::new(),
         })
     }
@@ -71,6 +75,7 @@ impl WeightStore {
             device: device.clone(),
             dtype,
             shapes_only: false,
+            allow_nonfinite: false,
             aliases: BTreeMap::new(),
         }
     }
@@ -83,6 +88,7 @@ impl WeightStore {
             device: device.clone(),
             dtype,
             shapes_only: false,
+            allow_nonfinite: false,
             aliases: BTreeMap::new(),
         }
     }
@@ -184,9 +190,57 @@ impl WeightStore {
         let tensor = match &self.source {
             Source::Safetensors { files, .. } => files.load(&shown, &files.tensors()[name])?,
             Source::Gguf(g) => g.load(name)?,
-            Source::Memory(map) => map[name].clone(),
+            // the trainer's parameters, served as they are
+            Source::Memory(map) => {
+                return Ok(map[name].to_dtype(dtype)?.to_device(&self.device)?)
+            }
         };
-        Ok(tensor.to_dtype(dtype)?.to_device(&self.device)?)
+        let tensor = tensor.to_dtype(dtype)?;
+        self.check_finite(name, &shown, &tensor)?;
+        Ok(tensor.to_device(&self.device)?)
+    }
+
+    /// Analyse non-finite weights instead of refusing them (`--allow-nonfinite`: a diverged
+    /// checkpoint).
+    pub fn set_allow_nonfinite(&mut self, allow: bool) {
+        self.allow_nonfinite = allow;
+    }
+
+    /// Refuses a weight holding NaN or an infinity (its metrics would be NaN or worse, and
+    /// silently so), unless non-finite weights are allowed.
+    fn check_finite(&self, name: &str, shown: &str, tensor: &Tensor) -> Result<()> {
+        if self.allow_nonfinite {
+            return Ok(());
+        }
+        let first_bad = |data: &[f32]| {
+            data.iter()
+                .position(|v| !v.is_finite())
+                .map(|i| (i, data[i]))
+        };
+        let bad = match with_cpu_f32(tensor, first_bad) {
+            Some(bad) => bad,
+            None => first_bad(
+                &tensor
+                    .to_dtype(DType::F32)?
+                    .flatten_all()?
+                    .to_vec1::<f32>()?,
+            ),
+        };
+        match bad {
+            None => Ok(()),
+            Some((index, value)) => {
+                let file = match &self.source {
+                    Source::Safetensors { files, .. } => self.file_of(files, name),
+                    _ => self.any_file(),
+                };
+                Err(Error::input(
+                    file,
+                    format!(
+                        "tensor {shown} holds {value} at flat index {index}; --allow-nonfinite analyses a diverged checkpoint anyway"
+                    ),
+                ))
+            }
+        }
     }
 
     /// Checks that `name` exists once, with shape `expected` and a floating-point dtype.
@@ -255,8 +309,11 @@ impl WeightStore {
         if let (Source::Safetensors { files, .. }, false) = (&self.source, self.shapes_only) {
             self.check(name, expected)?;
             let stored = &files.tensors()[self.stored_name(name)];
-            let rows = files.gather_rows(&self.shown(name), stored, ids)?;
-            return Ok(rows.to_dtype(self.dtype)?.to_device(&self.device)?);
+            let rows = files
+                .gather_rows(&self.shown(name), stored, ids)?
+                .to_dtype(self.dtype)?;
+            self.check_finite(name, &self.shown(name), &rows)?;
+            return Ok(rows.to_device(&self.device)?);
         }
         let whole = self.get(name, expected)?;
         let ids = Tensor::from_slice(ids, ids.len(), &self.device)?;
@@ -274,8 +331,11 @@ impl WeightStore {
         if let (Source::Safetensors { files, .. }, false) = (&self.source, self.shapes_only) {
             self.check(name, expected)?;
             let stored = &files.tensors()[self.stored_name(name)];
-            let part = files.load_rows(&self.shown(name), stored, rows)?;
-            return Ok(part.to_dtype(self.dtype)?.to_device(&self.device)?);
+            let part = files
+                .load_rows(&self.shown(name), stored, rows)?
+                .to_dtype(self.dtype)?;
+            self.check_finite(name, &self.shown(name), &part)?;
+            return Ok(part.to_device(&self.device)?);
         }
         Ok(self
             .get(name, expected)?

@@ -270,13 +270,19 @@ fn strings(c: &Column) -> Vec<Option<String>> {
     }
 }
 
+/// Values past this magnitude are drawn as gaps, like NaN: an axis spanning them would
+/// overflow (1.7e308 - -1.7e308 is infinite) and its ticks never end.
+pub const DRAWABLE: f64 = 1e300;
+
 fn numbers(c: &Column) -> Vec<Option<f64>> {
+    let drawable = |x: f64| if x.abs() > DRAWABLE { f64::NAN } else { x };
     match c {
-        Column::Float(v) => v.clone(),
+        Column::Float(v) => v.iter().map(|x| x.map(drawable)).collect(),
         Column::Int(v) => v.iter().map(|x| x.map(|x| x as f64)).collect(),
         Column::Str(v) => v
             .iter()
             .map(|x| x.as_deref().and_then(|s| parse_number(s).ok().flatten()))
+            .map(|x| x.map(drawable))
             .collect(),
     }
 }

@@ -504,6 +504,15 @@ fn an_interrupted_or_terminated_run_leaves_no_output() {
 }
 
 #[cfg(unix)]
+#[test]
+fn signal_hangup_quit_and_user_signals_leave_no_output_either() {
+    // issue 24: every signal that ends the process by default cleans up
+    for signal in [libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1] {
+        signalled_run_leaves_no_output(signal, "ended by a signal");
+    }
+}
+
+#[cfg(unix)]
 fn signalled_run_leaves_no_output(signal: i32, says: &str) {
     use std::os::unix::process::{CommandExt, ExitStatusExt};
     let tmp = tempfile::tempdir().unwrap();
@@ -517,8 +526,9 @@ fn signalled_run_leaves_no_output(signal: i32, says: &str) {
     // the binary rightly leaves an ignored signal alone.
     unsafe {
         command.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+                libc::signal(signal, libc::SIG_DFL);
+            }
             Ok(())
         });
     }

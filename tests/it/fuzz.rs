@@ -1,0 +1,400 @@
+//! Issue 24: a fuzzing harness. Valid inputs (a checkpoint's config.json, its safetensors
+//! header and index.json, a GGUF file's header, a corpus, a training log, an exported table)
+//! are mutated by a fixed-seed generator, and the real binary runs on each case. Every case
+//! must end with exit 0 or 2 (never a signal, an abort or a panic), one line on stderr when
+//! 2, no staging folder left, within a time limit and a memory cap.
+//!
+//! `cargo test --release fuzz` runs the committed corpus (`tests/fixtures/fuzz/`, cases that
+//! once failed) and `ASA_FUZZ_CASES` generated cases (default 520) from `ASA_FUZZ_SEED`
+//! (default 24); `tools/fuzz.sh` runs longer with fresh seeds and saves any failing case to
+//! the corpus.
+
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{copy_fixture, fixtures};
+
+/// Wall time one case may take.
+const TIME_LIMIT: Duration = Duration::from_secs(30);
+/// Address space one case may take (a mutated size must be refused, not allocated).
+const MEMORY_CAP: u64 = 4 << 30;
+
+/// The input kinds mutated, and the command each is run with.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    Config,
+    SafetensorsHeader,
+    Index,
+    Gguf,
+    Corpus,
+    Log,
+    Table,
+}
+
+const TARGETS: [Target; 7] = [
+    Target::Config,
+    Target::SafetensorsHeader,
+    Target::Index,
+    Target::Gguf,
+    Target::Corpus,
+    Target::Log,
+    Target::Table,
+];
+
+/// A mutation of bytes or JSON values, chosen by `rng`.
+fn mutate_bytes(rng: &mut fastrand::Rng, bytes: &mut Vec<u8>, region: std::ops::Range<usize>) {
+    let region = region.start.min(bytes.len())..region.end.min(bytes.len());
+    if region.is_empty() {
+        bytes.push(rng.u8(..));
+        return;
+    }
+    match rng.u8(0..6) {
+        // flip a few bytes
+        0 => {
+            for _ in 0..rng.usize(1..8) {
+                let at = rng.usize(region.clone());
+                bytes[at] = rng.u8(..);
+            }
+        }
+        // a digit run becomes a huge or odd number
+        1 => {
+            let at = rng.usize(region.clone());
+            let digits = [
+                "0",
+                "-1",
+                "99999999999999999999",
+                "4294967297",
+                "1e308",
+                "NaN",
+            ];
+            let text = digits[rng.usize(..digits.len())].as_bytes();
+            bytes.splice(at..at, text.iter().copied());
+        }
+        // truncate
+        2 => bytes.truncate(rng.usize(region.clone())),
+        // remove a span
+        3 => {
+            let at = rng.usize(region.clone());
+            let end = (at + rng.usize(1..64)).min(bytes.len());
+            bytes.drain(at..end);
+        }
+        // duplicate a span
+        4 => {
+            let at = rng.usize(region.clone());
+            let end = (at + rng.usize(1..64)).min(bytes.len());
+            let span: Vec<u8> = bytes[at..end].to_vec();
+            bytes.splice(at..at, span);
+        }
+        // a little-endian integer field set to an extreme
+        _ => {
+            let at = rng.usize(region.clone());
+            let value: u64 = [0, 1, u32::MAX as u64, u64::MAX, 1 << 40][rng.usize(..5)];
+            for (k, b) in value.to_le_bytes().iter().enumerate() {
+                if let Some(slot) = bytes.get_mut(at + k) {
+                    *slot = *b;
+                }
+            }
+        }
+    }
+}
+
+/// A JSON value replaced by one of another type or an extreme.
+fn mutate_json(rng: &mut fastrand::Rng, value: &mut serde_json::Value) {
+    use serde_json::{json, Value};
+    let extremes = [
+        json!(null),
+        json!(0),
+        json!(-1),
+        json!(1e12),
+        json!(1e308),
+        json!("text"),
+        json!([]),
+        json!({}),
+        json!(true),
+        json!(4294967297u64),
+        json!(0.5),
+    ];
+    match value {
+        Value::Object(map) if !map.is_empty() => {
+            let keys: Vec<String> = map.keys().cloned().collect();
+            let key = &keys[rng.usize(..keys.len())];
+            if rng.bool() {
+                mutate_json(rng, map.get_mut(key).unwrap());
+            } else if rng.u8(0..4) == 0 {
+                map.remove(key);
+            } else {
+                map.insert(key.clone(), extremes[rng.usize(..extremes.len())].clone());
+            }
+        }
+        Value::Array(items) if !items.is_empty() => {
+            let at = rng.usize(..items.len());
+            mutate_json(rng, &mut items[at]);
+        }
+        other => *other = extremes[rng.usize(..extremes.len())].clone(),
+    }
+}
+
+/// Writes case `seed`'s input under `dir` and returns the command line to run there.
+fn make_case(target: Target, seed: u64, dir: &Path) -> Vec<String> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let ckpt = dir.join("ckpt");
+    let out = dir.join("out").display().to_string();
+    let analyze = |model: &str| -> Vec<String> {
+        [
+            "analyze",
+            model,
+            "--seq-len",
+            "16",
+            "--num-seqs",
+            "2",
+            "--quiet",
+            "--out",
+            &out,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    match target {
+        Target::Config | Target::Index | Target::SafetensorsHeader => {
+            copy_fixture("llama_gqa", &ckpt);
+            match target {
+                Target::Config => rewrite_json(&ckpt.join("config.json"), &mut rng),
+                Target::Index => rewrite_json(&ckpt.join("model.safetensors.index.json"), &mut rng),
+                _ => {
+                    let shard = ckpt.join("model-00001-of-00003.safetensors");
+                    let mut bytes = std::fs::read(&shard).unwrap();
+                    let header = 8 + u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+                    for _ in 0..rng.usize(1..4) {
+                        mutate_bytes(&mut rng, &mut bytes, 0..header);
+                    }
+                    std::fs::write(&shard, bytes).unwrap();
+                }
+            }
+            let mut args = analyze(&ckpt.display().to_string());
+            args.extend(["--corpus".into(), corpus_path().display().to_string()]);
+            args
+        }
+        Target::Gguf => {
+            let path = dir.join("model.gguf");
+            let mut bytes = std::fs::read(fixtures().join("gguf/llama_gqa.gguf")).unwrap();
+            let header = bytes.len().min(8192);
+            for _ in 0..rng.usize(1..4) {
+                mutate_bytes(&mut rng, &mut bytes, 0..header);
+            }
+            std::fs::write(&path, bytes).unwrap();
+            let command = if rng.bool() { "inspect" } else { "analyze" };
+            match command {
+                "inspect" => vec!["inspect".into(), path.display().to_string()],
+                _ => analyze(&path.display().to_string()),
+            }
+        }
+        Target::Corpus => {
+            let path = dir.join(if rng.bool() {
+                "corpus.txt"
+            } else {
+                "corpus.jsonl"
+            });
+            let mut bytes = std::fs::read(fixtures().join("corpus/tiny.jsonl")).unwrap();
+            let len = bytes.len();
+            for _ in 0..rng.usize(1..6) {
+                mutate_bytes(&mut rng, &mut bytes, 0..len);
+            }
+            std::fs::write(&path, bytes).unwrap();
+            let model = fixtures().join("models/llama_gqa").display().to_string();
+            let mut args = analyze(&model);
+            args.extend(["--corpus".into(), path.display().to_string()]);
+            args
+        }
+        Target::Log => {
+            let path = dir.join("run.csv");
+            let mut bytes = std::fs::read(fixtures().join("logs/noisy.csv")).unwrap();
+            let len = bytes.len();
+            for _ in 0..rng.usize(1..6) {
+                mutate_bytes(&mut rng, &mut bytes, 0..len);
+            }
+            std::fs::write(&path, bytes).unwrap();
+            let command = ["spikes", "grad-stats", "curves"][rng.usize(..3)];
+            [command, &path.display().to_string(), "--out", &out]
+                .map(String::from)
+                .to_vec()
+        }
+        Target::Table => {
+            let results = dir.join("results");
+            std::fs::create_dir_all(&results).unwrap();
+            let full = fixtures().join("tables/full");
+            for entry in std::fs::read_dir(&full).unwrap() {
+                let entry = entry.unwrap();
+                std::fs::copy(entry.path(), results.join(entry.file_name())).unwrap();
+            }
+            let mut names: Vec<PathBuf> = std::fs::read_dir(&results)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|x| x == "csv"))
+                .collect();
+            names.sort();
+            let victim = &names[rng.usize(..names.len())];
+            let mut bytes = std::fs::read(victim).unwrap();
+            let len = bytes.len();
+            for _ in 0..rng.usize(1..6) {
+                mutate_bytes(&mut rng, &mut bytes, 0..len);
+            }
+            std::fs::write(victim, bytes).unwrap();
+            ["figures", &results.display().to_string(), "--out", &out]
+                .map(String::from)
+                .to_vec()
+        }
+    }
+}
+
+fn corpus_path() -> PathBuf {
+    fixtures().join("corpus/tiny.txt")
+}
+
+/// Rewrites the JSON file `path` with one to three mutated values (or its bytes mutated,
+/// when it is to stay no JSON at all).
+fn rewrite_json(path: &Path, rng: &mut fastrand::Rng) {
+    let text = std::fs::read_to_string(path).unwrap();
+    if rng.u8(0..5) == 0 {
+        let mut bytes = text.into_bytes();
+        let len = bytes.len();
+        mutate_bytes(rng, &mut bytes, 0..len);
+        std::fs::write(path, bytes).unwrap();
+        return;
+    }
+    let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for _ in 0..rng.usize(1..4) {
+        mutate_json(rng, &mut value);
+    }
+    std::fs::write(path, value.to_string()).unwrap();
+}
+
+/// A case's exit status (0 or 2), or what went wrong.
+fn check_case(dir: &Path, args: &[String]) -> Result<i32, String> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_asa-analyze"));
+    child
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe; it only caps the child's address space
+    unsafe {
+        child.pre_exec(|| {
+            let cap = libc::rlimit {
+                rlim_cur: MEMORY_CAP,
+                rlim_max: MEMORY_CAP,
+            };
+            libc::setrlimit(libc::RLIMIT_AS, &cap);
+            Ok(())
+        });
+    }
+    let started = Instant::now();
+    let mut child = child.spawn().expect("binary runs");
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > TIME_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("no answer within {TIME_LIMIT:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let mut stderr = String::new();
+    use std::io::Read;
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    if let Some(signal) = status.signal() {
+        return Err(format!("killed by signal {signal}: {stderr}"));
+    }
+    let code = status.code().unwrap_or(-1);
+    match code {
+        0 => {}
+        2 => {
+            if stderr.trim_end().lines().count() != 1 {
+                return Err(format!("exit 2 without a one-line error: {stderr}"));
+            }
+        }
+        other => return Err(format!("exit {other}: {stderr}")),
+    }
+    if stderr.contains("panicked") {
+        return Err(format!("panic: {stderr}"));
+    }
+    let out = dir.join("out");
+    if let Ok(entries) = std::fs::read_dir(&out) {
+        for entry in entries {
+            let name = entry.unwrap().file_name().to_string_lossy().to_string();
+            if name.starts_with(".asa-staging") {
+                return Err(format!("staging folder {name} left behind"));
+            }
+        }
+    }
+    Ok(code)
+}
+
+/// The case numbers of the committed corpus: `tests/fixtures/fuzz/cases.txt`, lines
+/// `target seed` of cases that once failed.
+fn corpus() -> Vec<(Target, u64)> {
+    let text = std::fs::read_to_string(fixtures().join("fuzz/cases.txt")).unwrap_or_default();
+    text.lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .filter_map(|line| {
+            let mut parts = line.split_whitespace();
+            let target = parts.next()?;
+            let seed = parts.next()?.parse().ok()?;
+            let target = TARGETS.into_iter().find(|t| format!("{t:?}") == target)?;
+            Some((target, seed))
+        })
+        .collect()
+}
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[test]
+fn mutated_inputs_end_cleanly_with_exit_0_or_2() {
+    let cases = env_number("ASA_FUZZ_CASES", 520);
+    let seed = env_number("ASA_FUZZ_SEED", 24);
+    let mut all: Vec<(Target, u64)> = corpus();
+    for k in 0..cases {
+        let target = TARGETS[(k % TARGETS.len() as u64) as usize];
+        all.push((target, seed.wrapping_mul(1_000_003).wrapping_add(k)));
+    }
+    let (mut clean, mut refused, mut failures) = (0, 0, Vec::new());
+    let tmp = tempfile::tempdir().unwrap();
+    for (k, &(target, case_seed)) in all.iter().enumerate() {
+        let dir = tmp.path().join(format!("case{k}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let args = make_case(target, case_seed, &dir);
+        match check_case(&dir, &args) {
+            Ok(0) => clean += 1,
+            Ok(_) => refused += 1,
+            Err(problem) => failures.push(format!("{target:?} {case_seed}: {problem}")),
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    eprintln!(
+        "fuzz: {} cases ({} from the corpus), {clean} ran (exit 0), {refused} refused (exit 2), {} defects",
+        all.len(),
+        all.len() as u64 - cases,
+        failures.len()
+    );
+    if let Ok(report) = std::env::var("ASA_FUZZ_REPORT") {
+        let lines: Vec<String> = failures
+            .iter()
+            .map(|f| f.split(':').next().unwrap_or("").to_string())
+            .collect();
+        std::fs::write(report, lines.join("\n")).unwrap();
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -1,0 +1,183 @@
+//! Issue 24: one regression test per class of defect a hostile-input probe found (the fuzz
+//! harness in `fuzz.rs` keeps the classes closed in general).
+
+use candle_core::Device;
+
+use crate::common::{copy_fixture, expect_error, expect_success, run_cli};
+
+/// Class "silent garbage": a weight holding NaN is refused naming the tensor; with
+/// `--allow-nonfinite` the run goes on and its metrics are NaN, the sink rate included (it
+/// read 0.0 before: no head counted above the threshold).
+#[test]
+fn silent_garbage_nonfinite_weights_are_refused_or_give_nan_never_zero() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpt = tmp.path().join("nan");
+    copy_fixture("llama_gqa", &ckpt);
+    let index: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(ckpt.join("model.safetensors.index.json")).unwrap(),
+    )
+    .unwrap();
+    let name = "model.layers.0.mlp.up_proj.weight";
+    let shard = ckpt.join(index["weight_map"][name].as_str().unwrap());
+    let mut tensors = candle_core::safetensors::load(&shard, &Device::Cpu).unwrap();
+    let w = &tensors[name];
+    let mut values = w.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    values[5] = f32::NAN;
+    let poisoned = candle_core::Tensor::from_vec(values, w.dims(), &Device::Cpu).unwrap();
+    tensors.insert(name.to_string(), poisoned);
+    candle_core::safetensors::save(&tensors, &shard).unwrap();
+    let run = |extra: &[&str], out: &str| {
+        let mut args = vec![
+            "analyze",
+            ckpt.to_str().unwrap(),
+            "--seq-len",
+            "16",
+            "--num-seqs",
+            "2",
+            "--quiet",
+            "--out",
+            out,
+        ];
+        args.extend_from_slice(extra);
+        run_cli(tmp.path(), &args)
+    };
+    let stderr = expect_error(&run(&[], "refused"));
+    assert!(stderr.contains(name) && stderr.contains("NaN"), "{stderr}");
+    assert!(stderr.contains("--allow-nonfinite"), "{stderr}");
+    assert!(!tmp.path().join("refused").exists());
+    expect_success(&run(&["--allow-nonfinite"], "allowed"));
+    let table = std::fs::read_to_string(tmp.path().join("allowed/attention.csv")).unwrap();
+    let sink_rate: Vec<&str> = table
+        .lines()
+        .filter(|l| l.split(',').nth(1) == Some("sink_rate"))
+        .collect();
+    assert_eq!(sink_rate.len(), 1, "{table}");
+    let value = sink_rate[0].rsplit(',').next().unwrap();
+    assert!(value.eq_ignore_ascii_case("nan"), "sink_rate {value}");
+}
+
+/// Class "concurrent runs": a second run into an `--out` that a live run is writing to is
+/// refused, naming the first run's pid, and the first run's files are left alone.
+#[test]
+fn concurrent_runs_on_one_output_folder_are_refused_naming_the_first() {
+    use std::process::{Command, Stdio};
+    let tmp = tempfile::tempdir().unwrap();
+    let model = crate::common::model_dir("llama_gqa");
+    let args = |out: &str| {
+        [
+            "analyze",
+            model.to_str().unwrap(),
+            "--seq-len",
+            "64",
+            "--num-seqs",
+            "100000",
+            "--quiet",
+            "--out",
+            out,
+        ]
+        .map(String::from)
+    };
+    let mut first = Command::new(env!("CARGO_BIN_EXE_asa-analyze"))
+        .args(args("shared"))
+        .current_dir(tmp.path())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let shared = tmp.path().join("shared");
+    let started = std::time::Instant::now();
+    let staging = || {
+        std::fs::read_dir(&shared)
+            .ok()
+            .into_iter()
+            .flatten()
+            .any(|e| {
+                let name = e.unwrap().file_name();
+                name.to_string_lossy().starts_with(".asa-staging")
+            })
+    };
+    while !staging() {
+        assert!(
+            started.elapsed().as_secs() < 60,
+            "the first run never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let second = run_cli(tmp.path(), &args("shared").each_ref().map(String::as_str));
+    let _ = first.kill();
+    let _ = first.wait();
+    let stderr = expect_error(&second);
+    let pid = format!("pid {}", first.id());
+    assert!(
+        stderr.contains("another asa-analyze run") && stderr.contains(&pid),
+        "{stderr}"
+    );
+}
+
+/// Runs the binary with `args` in `dir`, killed after `limit`: `None` when it did not end.
+fn run_within(
+    dir: &std::path::Path,
+    args: &[&str],
+    limit: std::time::Duration,
+) -> Option<std::process::Output> {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_asa-analyze"))
+        .args(args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Some(child.wait_with_output().unwrap())
+}
+
+/// Class "hang": values near the largest f64 in the tables (an attention value of 1.7e308
+/// and -1.7e308, a grad norm of 1.7e308) are drawn as gaps; `figures` finishes.
+#[test]
+fn hang_figures_of_values_near_the_largest_float_finish() {
+    let tmp = tempfile::tempdir().unwrap();
+    let results = tmp.path().join("results");
+    std::fs::create_dir_all(&results).unwrap();
+    for dir in ["tables/full", "tables/logs"] {
+        for entry in std::fs::read_dir(crate::common::fixtures().join(dir)).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), results.join(entry.file_name())).unwrap();
+        }
+    }
+    let overflow = |file: &str, column: &str, values: &[&str]| {
+        let path = results.join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut lines: Vec<String> = text.lines().map(String::from).collect();
+        let at = lines[0].split(',').position(|c| c == column).unwrap();
+        for (row, value) in values.iter().enumerate() {
+            let mut cells: Vec<String> = lines[row + 1].split(',').map(String::from).collect();
+            cells[at] = value.to_string();
+            lines[row + 1] = cells.join(",");
+        }
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    };
+    overflow("attention.csv", "value", &["1.7e308", "-1.7e308"]);
+    overflow("grad_stats.csv", "mean", &["1.7e308"]);
+    overflow("curves.csv", "value", &["1.7e308"]);
+    let figures = tmp.path().join("figures");
+    let out = run_within(
+        tmp.path(),
+        &[
+            "figures",
+            results.to_str().unwrap(),
+            "--out",
+            figures.to_str().unwrap(),
+        ],
+        std::time::Duration::from_secs(120),
+    )
+    .expect("figures did not finish within 120 s");
+    expect_success(&out);
+    assert!(std::fs::read_dir(&figures).unwrap().count() > 3);
+}
