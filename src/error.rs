@@ -155,11 +155,36 @@ impl Error {
 
 /// `message` on one line: runs of whitespace (newlines included) become one space.
 pub(crate) fn one_line(message: impl std::fmt::Display) -> String {
-    message
+    let joined = message
         .to_string()
         .split_whitespace()
         .collect::<Vec<_>>()
-        .join(" ")
+        .join(" ");
+    printable(&joined)
+}
+
+/// Characters shown at most of one message (a name read from a damaged binary file can be
+/// any length).
+const MESSAGE_CHARS: usize = 400;
+
+/// `text` safe for a terminal: control characters and the replacement characters of
+/// invalid UTF-8 (bytes of a binary file) escaped, cut once [`MESSAGE_CHARS`] characters
+/// are shown.
+fn printable(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        if out.chars().count() >= MESSAGE_CHARS {
+            out.push_str("...");
+            break;
+        }
+        match c {
+            c if c.is_control() || c == char::REPLACEMENT_CHARACTER => {
+                out.push_str(&c.escape_unicode().to_string())
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -170,6 +195,24 @@ mod tests {
     #[derive(Debug, thiserror::Error)]
     #[error("outer\ncause")]
     struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn bytes_of_a_binary_file_are_escaped_and_cut() {
+        let shown = one_line(format!(
+            "tensor '{}\u{1b}[2J{}' has 9 dims",
+            "\u{fffd}",
+            "x".repeat(1000)
+        ));
+        assert!(
+            !shown.contains('\u{1b}') && !shown.contains('\u{fffd}'),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("\\u{1b}") && shown.ends_with("..."),
+            "{shown}"
+        );
+        assert!(shown.chars().count() < 450);
+    }
 
     #[test]
     fn invalid_keeps_its_cause_and_shows_it() {

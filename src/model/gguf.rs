@@ -74,6 +74,8 @@ impl GgufFile {
     pub fn open(path: &Path) -> Result<Self> {
         let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
         let file_size = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        // candle's reader divides by the declared alignment
+        super::gguf_alignment::check_alignment(path)?;
         let content = Content::read(&mut file).map_err(|e| read_error(path, e))?;
         check_extents(path, &content, file_size)?;
         let arch = metadata_str(&content, "general.architecture")

@@ -7,6 +7,7 @@ pub mod config;
 mod decoder;
 mod detect;
 pub mod gguf;
+mod gguf_alignment;
 mod gguf_config;
 mod gguf_rope;
 mod gguf_sentencepiece;

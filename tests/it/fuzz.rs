@@ -291,6 +291,14 @@ fn check_case(dir: &Path, args: &[String]) -> Result<i32, String> {
     }
     let started = Instant::now();
     let mut child = child.spawn().expect("binary runs");
+    // drained as the case runs: a long message must not block the child on a full pipe
+    let mut pipe = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        use std::io::Read;
+        let _ = pipe.read_to_string(&mut text);
+        text
+    });
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
@@ -302,14 +310,10 @@ fn check_case(dir: &Path, args: &[String]) -> Result<i32, String> {
         }
         std::thread::sleep(Duration::from_millis(5));
     };
-    let mut stderr = String::new();
-    use std::io::Read;
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    let stderr = reader.join().unwrap();
+    if stderr.len() > 2000 {
+        return Err(format!("{} bytes on stderr", stderr.len()));
+    }
     if let Some(signal) = status.signal() {
         return Err(format!("killed by signal {signal}: {stderr}"));
     }
@@ -379,7 +383,16 @@ fn mutated_inputs_end_cleanly_with_exit_0_or_2() {
         match check_case(&dir, &args) {
             Ok(0) => clean += 1,
             Ok(_) => refused += 1,
-            Err(problem) => failures.push(format!("{target:?} {case_seed}: {problem}")),
+            Err(problem) => {
+                failures.push(format!("{target:?} {case_seed}: {problem}"));
+                // ASA_FUZZ_SAVE=DIR keeps each failing case's files and command line
+                if let Ok(save) = std::env::var("ASA_FUZZ_SAVE") {
+                    let kept = Path::new(&save).join(format!("{target:?}-{case_seed}"));
+                    let _ = std::fs::create_dir_all(&kept);
+                    let _ = Command::new("cp").arg("-r").arg(&dir).arg(&kept).status();
+                    let _ = std::fs::write(kept.join("args.txt"), args.join("\n"));
+                }
+            }
         }
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -181,3 +181,46 @@ fn hang_figures_of_values_near_the_largest_float_finish() {
     expect_success(&out);
     assert!(std::fs::read_dir(&figures).unwrap().count() > 3);
 }
+
+/// Class "panic": a GGUF header declaring an alignment of 0 (or one that is no power of
+/// two) panicked with a division by zero inside the GGUF reader; it is a one-line error.
+#[test]
+fn panic_gguf_alignment_zero_or_not_a_power_of_two_is_an_error() {
+    use candle_core::quantized::gguf_file::{self, Value};
+    let source = crate::common::fixtures().join("gguf/llama_gqa.gguf");
+    let mut file = std::fs::File::open(&source).unwrap();
+    let content = gguf_file::Content::read(&mut file).unwrap();
+    let mut names: Vec<&String> = content.tensor_infos.keys().collect();
+    names.sort();
+    let tensors: Vec<(&str, candle_core::quantized::QTensor)> = names
+        .iter()
+        .map(|n| {
+            let t = content.tensor(&mut file, n, &Device::Cpu).unwrap();
+            (n.as_str(), t)
+        })
+        .collect();
+    let tmp = tempfile::tempdir().unwrap();
+    for alignment in [0u32, 3] {
+        let value = Value::U32(alignment);
+        let mut metadata: Vec<(&str, &Value)> = content
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.as_str(), v))
+            .collect();
+        metadata.push(("general.alignment", &value));
+        let path = tmp.path().join(format!("align{alignment}.gguf"));
+        let mut out = std::fs::File::create(&path).unwrap();
+        let refs: Vec<(&str, &candle_core::quantized::QTensor)> =
+            tensors.iter().map(|(n, t)| (*n, t)).collect();
+        gguf_file::write(&mut out, &metadata, &refs).unwrap();
+        drop(out);
+        let path = path.to_str().unwrap();
+        for args in [vec!["inspect", path], vec!["analyze", path, "--out", "res"]] {
+            let stderr = expect_error(&run_cli(tmp.path(), &args));
+            assert!(
+                stderr.contains(&format!("general.alignment is {alignment}")),
+                "{stderr}"
+            );
+        }
+    }
+}
