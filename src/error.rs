@@ -170,7 +170,7 @@ const MESSAGE_CHARS: usize = 400;
 /// `text` safe for a terminal: control characters and the replacement characters of
 /// invalid UTF-8 (bytes of a binary file) escaped, cut once [`MESSAGE_CHARS`] characters
 /// are shown.
-fn printable(text: &str) -> String {
+pub(crate) fn printable(text: &str) -> String {
     let mut out = String::new();
     for c in text.chars() {
         if out.chars().count() >= MESSAGE_CHARS {

@@ -466,6 +466,15 @@ fn shard_paths(dir: &Path, index: &Path) -> Result<Vec<PathBuf>> {
         let file = value
             .as_str()
             .ok_or_else(|| Error::input(index, "weight_map values must be file names"))?;
+        // a shard is a file of the checkpoint folder (a symlink there, as the Hugging Face
+        // cache makes, is fine): no path that leads elsewhere
+        let plain = Path::new(file).file_name().is_some_and(|n| n == file);
+        if !plain || file == ".." || file == "." {
+            return Err(Error::input(
+                index,
+                format!("weight_map names shard `{}`: shards must be plain file names in the checkpoint folder", crate::error::printable(file)),
+            ));
+        }
         if !files.iter().any(|f| f == file) {
             files.push(file.to_string());
         }

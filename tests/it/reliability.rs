@@ -224,3 +224,55 @@ fn panic_gguf_alignment_zero_or_not_a_power_of_two_is_an_error() {
         }
     }
 }
+
+/// Class "odd corners": an index.json naming a shard outside the checkpoint folder is
+/// refused (it opened the file). A CSV log or table starting with a UTF-8 byte-order mark is
+/// read as without one: the csv crate and polars strip it (this guards that; the probe's
+/// misleading BOM error was not reproduced here).
+#[test]
+fn odd_corners_shards_outside_the_folder_and_byte_order_marks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpt = tmp.path().join("outside");
+    copy_fixture("llama_gqa", &ckpt);
+    let index_path = ckpt.join("model.safetensors.index.json");
+    let mut index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&index_path).unwrap()).unwrap();
+    let first = index["weight_map"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    std::fs::copy(
+        ckpt.join(index["weight_map"][&first].as_str().unwrap()),
+        tmp.path().join("elsewhere.safetensors"),
+    )
+    .unwrap();
+    index["weight_map"][&first] = "../elsewhere.safetensors".into();
+    std::fs::write(&index_path, index.to_string()).unwrap();
+    let stderr = expect_error(&run_cli(tmp.path(), &["inspect", ckpt.to_str().unwrap()]));
+    assert!(stderr.contains("plain file names"), "{stderr}");
+
+    let bom = |from: &std::path::Path, to: &std::path::Path| {
+        let mut bytes = b"\xef\xbb\xbf".to_vec();
+        bytes.extend(std::fs::read(from).unwrap());
+        std::fs::write(to, bytes).unwrap();
+    };
+    let log = tmp.path().join("bom.csv");
+    bom(&crate::common::fixtures().join("logs/noisy.csv"), &log);
+    expect_success(&run_cli(
+        tmp.path(),
+        &["spikes", log.to_str().unwrap(), "--out", "spikes"],
+    ));
+    let results = tmp.path().join("results");
+    std::fs::create_dir_all(&results).unwrap();
+    for entry in std::fs::read_dir(crate::common::fixtures().join("tables/full")).unwrap() {
+        let entry = entry.unwrap();
+        bom(&entry.path(), &results.join(entry.file_name()));
+    }
+    expect_success(&run_cli(
+        tmp.path(),
+        &["figures", results.to_str().unwrap(), "--out", "figs"],
+    ));
+}
