@@ -61,6 +61,8 @@ pub struct RunOptions {
     /// Analyse weights holding NaN or infinities (a diverged checkpoint) instead of
     /// refusing them.
     pub allow_nonfinite: bool,
+    /// Analyse a checkpoint holding weights its config does not use instead of refusing it.
+    pub ignore_unused_weights: bool,
     /// Bytes the model's weights may take in memory before layers are streamed (default:
     /// `schedule::default_memory_budget`).
     pub memory_budget: Option<u64>,
@@ -102,6 +104,7 @@ impl Default for RunOptions {
             block_size: None,
             stream_layers: false,
             allow_nonfinite: false,
+            ignore_unused_weights: false,
             memory_budget: None,
             scratch_dir: None,
             min_query: 1,
@@ -335,6 +338,7 @@ impl ModelContext<'_> {
         let mut ckpt =
             Checkpoint::open_mapped(path, self.device, self.dtype, self.map)?.validate()?;
         ckpt.store.set_allow_nonfinite(o.allow_nonfinite);
+        check_unused(&ckpt, o.ignore_unused_weights)?;
         if let Some(note) = &ckpt.variant.unused_weights {
             events.note(&format!("{label}: {note}"));
         }
@@ -555,4 +559,24 @@ fn bands_from(edges: &[usize], seq_len: usize) -> Result<Bands> {
         ));
     }
     Ok(Bands::with_edges(edges, seq_len))
+}
+
+/// Refuses a checkpoint holding weights its config does not use (layers past
+/// `num_hidden_layers`, another variant's weights: what they change would be lost without a
+/// word), naming how many and the first few, unless `ignore`.
+fn check_unused(ckpt: &Checkpoint, ignore: bool) -> Result<()> {
+    let unused = ckpt.unused_weights();
+    if ignore || unused.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<&str> = unused.iter().take(3).map(String::as_str).collect();
+    let more = if unused.len() > 3 { ", ..." } else { "" };
+    Err(Error::input(
+        &ckpt.dir,
+        format!(
+            "{} stored weights are not used by the config ({}{more}); --ignore-unused-weights analyses it anyway",
+            unused.len(),
+            shown.join(", ")
+        ),
+    ))
 }

@@ -74,6 +74,10 @@ pub struct MetricArgs {
     /// NaN) instead of refusing them.
     #[arg(long)]
     pub allow_nonfinite: bool,
+    /// Analyse a checkpoint holding weights its config does not use (more layers than
+    /// num_hidden_layers, another variant's weights) instead of refusing it.
+    #[arg(long)]
+    pub ignore_unused_weights: bool,
     /// Memory the model's weights may take before layers are streamed (e.g. 8G); default
     /// 80% of the memory available when the run starts.
     #[arg(long, value_parser = parse_bytes, value_name = "BYTES")]
@@ -186,6 +190,7 @@ fn run_options(args: &MetricArgs, metrics: &[Metric], command: &str) -> Result<R
         block_size: args.block_size,
         stream_layers: args.stream_layers,
         allow_nonfinite: args.allow_nonfinite,
+        ignore_unused_weights: args.ignore_unused_weights,
         memory_budget: args.memory_budget,
         scratch_dir: None,
         min_query: args.min_query,

@@ -90,6 +90,7 @@ fn json_report(
     });
     let plan = Schedule::plan(ckpt, &RunOptions::default(), &Device::Cpu);
     report["schedule"] = plan.record(&[]);
+    report["unused_weights"] = json!(ckpt.unused_weights());
     if let Some(g) = gguf {
         report["gguf_file"] = json!(g.path().display().to_string());
         report["gguf_tensor_types"] = json!(stored);
@@ -139,7 +140,22 @@ fn table_rows(
         ("delta params", delta),
         ("stored dtypes", dtypes),
         ("memory", memory_plan(ckpt)),
+        ("unused", unused_line(ckpt)),
     ]
+}
+
+/// The stored weights the config does not use (`analyze` refuses them unless
+/// `--ignore-unused-weights`).
+fn unused_line(ckpt: &Checkpoint) -> String {
+    let unused = ckpt.unused_weights();
+    match unused.len() {
+        0 => "none: every stored weight is read".to_string(),
+        n => format!(
+            "{n} stored weights the config does not use: {}{}",
+            unused.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
+            if n > 3 { ", ..." } else { "" }
+        ),
+    }
 }
 
 /// The planned weight memory of each schedule (f32 on the CPU) and which `analyze` would

@@ -134,6 +134,12 @@ impl Checkpoint {
         Model::streamed(&self.store, &self.config, self.variant.kind)
     }
 
+    /// Stored tensors the model does not read (call after [`Checkpoint::validate`]): a
+    /// checkpoint of more layers than its config says, or weights of another variant.
+    pub fn unused_weights(&self) -> Vec<String> {
+        self.store.unread()
+    }
+
     /// Checks that every tensor the model needs exists with the right shape, reading no data.
     pub fn validate(self) -> Result<Self> {
         let Checkpoint {
@@ -144,6 +150,13 @@ impl Checkpoint {
         } = self;
         let store = store.shapes_only();
         Model::load(&store, &config, variant.kind)?;
+        if variant.kind.is_affine() {
+            // read when the analysis finishes (the stored alpha moving average)
+            for l in 0..config.num_layers {
+                let name = format!("model.layers.{l}.self_attn.alpha_ma");
+                store.get_as(&name, &[config.num_heads], DType::F32)?;
+            }
+        }
         Ok(Checkpoint {
             dir,
             config,

@@ -24,6 +24,8 @@ pub struct WeightStore {
     shapes_only: bool,
     /// Analyse non-finite weights (`--allow-nonfinite`) instead of refusing them.
     allow_nonfinite: bool,
+    /// Stored names looked up so far (what the model reads: [`WeightStore::unread`]).
+    read: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// Convention name -> stored name, from a weight map ([`WeightStore::renamed`]).
     aliases: BTreeMap<String, String>,
 }
@@ -64,6 +66,7 @@ impl WeightStore {
             dtype,
             shapes_only: false,
             allow_nonfinite: false,
+            read: Default::default(),
             aliases: BTreeMap::new(),
         })
     }
@@ -76,6 +79,7 @@ impl WeightStore {
             dtype,
             shapes_only: false,
             allow_nonfinite: false,
+            read: Default::default(),
             aliases: BTreeMap::new(),
         }
     }
@@ -89,6 +93,7 @@ impl WeightStore {
             dtype,
             shapes_only: false,
             allow_nonfinite: false,
+            read: Default::default(),
             aliases: BTreeMap::new(),
         }
     }
@@ -200,6 +205,21 @@ impl WeightStore {
         Ok(tensor.to_device(&self.device)?)
     }
 
+    /// Stored tensors never looked up since the store was opened (after building a model
+    /// from it: the weights the config does not use), sorted.
+    pub fn unread(&self) -> Vec<String> {
+        let read = match self.read.lock() {
+            Ok(read) => read.clone(),
+            Err(_) => return Vec::new(),
+        };
+        let stored: Vec<String> = match &self.source {
+            Source::Safetensors { files, .. } => files.tensors().keys().cloned().collect(),
+            Source::Gguf(g) => g.tensors().into_iter().map(|t| t.0).collect(),
+            Source::Memory(_) => Vec::new(),
+        };
+        stored.into_iter().filter(|n| !read.contains(n)).collect()
+    }
+
     /// Analyse non-finite weights instead of refusing them (`--allow-nonfinite`: a diverged
     /// checkpoint).
     pub fn set_allow_nonfinite(&mut self, allow: bool) {
@@ -245,6 +265,9 @@ impl WeightStore {
 
     /// Checks that `name` exists once, with shape `expected` and a floating-point dtype.
     fn check(&self, name: &str, expected: &[usize]) -> Result<()> {
+        if let Ok(mut read) = self.read.lock() {
+            read.insert(self.stored_name(name).to_string());
+        }
         let shown = self.shown(name);
         let Some(stored) = self.shape(name) else {
             return Err(Error::input(

@@ -276,3 +276,35 @@ fn odd_corners_shards_outside_the_folder_and_byte_order_marks() {
         &["figures", results.to_str().unwrap(), "--out", "figs"],
     ));
 }
+
+/// Class "silent garbage": layers stored beyond `num_hidden_layers` were ignored without a
+/// word (a perplexity of 51 became 357); they are refused, named, unless
+/// `--ignore-unused-weights`.
+#[test]
+fn silent_garbage_layers_beyond_the_config_are_refused_naming_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpt = tmp.path().join("ckpt");
+    copy_fixture("llama_gqa", &ckpt);
+    crate::common::edit_config(&ckpt, |c| c["num_hidden_layers"] = 1.into());
+    let args = [
+        "analyze",
+        "ckpt",
+        "--seq-len",
+        "16",
+        "--num-seqs",
+        "1",
+        "--quiet",
+        "--out",
+        "res",
+    ];
+    let stderr = expect_error(&run_cli(tmp.path(), &args));
+    assert!(
+        stderr.contains("stored weights are not used by the config")
+            && stderr.contains("model.layers.1."),
+        "{stderr}"
+    );
+    assert!(!tmp.path().join("res").exists());
+    let mut ignoring = args.to_vec();
+    ignoring.push("--ignore-unused-weights");
+    expect_success(&run_cli(tmp.path(), &ignoring));
+}
