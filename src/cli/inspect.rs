@@ -152,7 +152,12 @@ fn unused_line(ckpt: &Checkpoint) -> String {
         0 => "none: every stored weight is read".to_string(),
         n => format!(
             "{n} stored weights the config does not use: {}{}",
-            unused.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
+            unused
+                .iter()
+                .take(3)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", "),
             if n > 3 { ", ..." } else { "" }
         ),
     }
