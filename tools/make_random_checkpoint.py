@@ -26,6 +26,10 @@ SHAPES = {
     "1b": dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,
                num_key_value_heads=8, intermediate_size=8192, vocab_size=128256,
                tie_word_embeddings=True, rope_theta=500000.0),
+    # Llama-3-70B width, 4 of its 80 layers (GPU layer streaming: the per-layer cost)
+    "70b4": dict(hidden_size=8192, num_hidden_layers=4, num_attention_heads=64,
+                 num_key_value_heads=8, intermediate_size=28672, vocab_size=128256,
+                 tie_word_embeddings=False, rope_theta=500000.0),
     # a few hundred MB: the memory test's checkpoint
     "small": dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16,
                   num_key_value_heads=4, intermediate_size=4096, vocab_size=32000,
