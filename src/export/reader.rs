@@ -50,12 +50,44 @@ pub fn read_table(path: &Path) -> Result<Table> {
 }
 
 fn read_csv(path: &Path) -> Result<DataFrame> {
+    check_last_line(path)?;
     CsvReadOptions::default()
         .with_has_header(true)
         .with_infer_schema_length(None)
         .try_into_reader_with_file_path(Some(path.to_path_buf()))
         .and_then(|r| r.finish())
         .map_err(|e| Error::invalid(path, "cannot read CSV table", e))
+}
+
+/// Refuses a CSV whose last line has no newline: a table is written whole, so a file that
+/// stops inside a line was cut off (a copy or a write that did not finish), and its last row
+/// may hold a shortened number that reads as a valid one.
+fn check_last_line(path: &Path) -> Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    if len == 0 {
+        return Ok(());
+    }
+    let mut last = [0u8; 1];
+    file.seek(SeekFrom::End(-1))
+        .and_then(|_| file.read_exact(&mut last))
+        .map_err(|e| Error::io(path, e))?;
+    if last[0] == b'\n' {
+        return Ok(());
+    }
+    let lines = std::fs::read(path)
+        .map_err(|e| Error::io(path, e))?
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1;
+    Err(Error::input(
+        path,
+        format!(
+            "line {lines} stops without a newline: the table looks cut off (a truncated copy?)"
+        ),
+    ))
 }
 
 fn convert(col: &PlColumn, path: &Path) -> Result<Column> {

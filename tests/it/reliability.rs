@@ -308,3 +308,29 @@ fn silent_garbage_layers_beyond_the_config_are_refused_naming_them() {
     ignoring.push("--ignore-unused-weights");
     expect_success(&run_cli(tmp.path(), &ignoring));
 }
+
+/// Class "malformed tables": a table cut off inside its last line (`24.53` left as `24`, a
+/// number that reads as valid) was drawn from; `figures` refuses it, naming file and line.
+#[test]
+fn malformed_tables_a_truncated_table_is_refused_naming_file_and_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let results = tmp.path().join("results");
+    std::fs::create_dir_all(&results).unwrap();
+    for entry in std::fs::read_dir(crate::common::fixtures().join("tables/full")).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), results.join(entry.file_name())).unwrap();
+    }
+    let path = results.join("attention.csv");
+    let bytes = std::fs::read(&path).unwrap();
+    let lines = bytes.iter().filter(|&&b| b == b'\n').count();
+    std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
+    let stderr = expect_error(&run_cli(
+        tmp.path(),
+        &["figures", results.to_str().unwrap(), "--out", "figs"],
+    ));
+    assert!(
+        stderr.contains("attention.csv") && stderr.contains(&format!("line {lines} ")),
+        "{stderr}"
+    );
+    assert!(!tmp.path().join("figs").exists());
+}
