@@ -112,3 +112,11 @@ pub fn parse_dtype(s: &str) -> std::result::Result<DType, String> {
         )),
     }
 }
+
+/// Linux `/proc/meminfo` MemAvailable, in bytes.
+pub fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}

@@ -3,7 +3,7 @@
 
 use candle_core::Device;
 
-use crate::device::free_device_memory;
+use crate::device::{available_memory, free_device_memory};
 use crate::error::{Error, Result};
 
 /// f32 tensors of `[batch, heads, block, T]` alive at once at the peak of one block:
@@ -67,14 +67,6 @@ pub fn default_budget(device: &Device) -> u64 {
         free_device_memory(device)
     };
     free.map_or(1 << 30, |free| (free / 4).min(1 << 30))
-}
-
-/// Linux `/proc/meminfo` MemAvailable, in bytes.
-pub fn available_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 
 /// Checks an explicit `--block-size`.

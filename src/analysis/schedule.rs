@@ -5,8 +5,8 @@
 use candle_core::Device;
 use serde_json::json;
 
-use super::plan::available_memory;
 use super::run::RunOptions;
+use crate::device::available_memory;
 use crate::model::{Checkpoint, LayerTiming};
 
 /// Whether a model's layers are streamed, and why.

@@ -229,6 +229,7 @@ pub fn finished_run(opts: &TrainOptions) -> Option<TrainSummary> {
 
 fn validate(opts: &TrainOptions) -> Result<()> {
     opts.arch.validate()?;
+    check_memory(opts)?;
     if !super::is_trainable(opts.variant) {
         return Err(Error::usage(format!(
             "variant `{}` has no training rule here (trainable: {})",
@@ -278,6 +279,30 @@ fn validate(opts: &TrainOptions) -> Result<()> {
         if !t.is_file() {
             return Err(Error::not_a_file(t, "--tokenizer"));
         }
+    }
+    Ok(())
+}
+
+/// Refuses a model whose training state would not fit in memory, before anything is
+/// allocated (a huge `--hidden-size` or `--layers` aborted the process, its staging folder
+/// left behind): f32 weights, gradients and two Adam moments, 16 bytes a parameter, against
+/// the memory available now.
+fn check_memory(opts: &TrainOptions) -> Result<()> {
+    let a = &opts.arch;
+    let head_dim = a.hidden_size / a.num_heads.max(1);
+    let attention = 2 * a.hidden_size * a.hidden_size
+        + 2 * a.num_kv_heads * head_dim * a.hidden_size
+        + a.num_heads * head_dim * a.hidden_size;
+    let per_layer = (attention as u128) + 3 * (a.hidden_size * a.intermediate_size) as u128;
+    let params = (a.num_layers as u128) * per_layer + 2 * (a.vocab_size * a.hidden_size) as u128;
+    let needed = params.saturating_mul(16);
+    let available = crate::device::available_memory().unwrap_or(u64::MAX) as u128;
+    if needed > available {
+        return Err(Error::usage(format!(
+            "a model of {params} parameters needs about {:.1} GiB to train (weights, gradients, Adam moments), more than the {:.1} GiB available; choose a smaller --hidden-size, --layers or --intermediate-size",
+            needed as f64 / (1u64 << 30) as f64,
+            available as f64 / (1u64 << 30) as f64
+        )));
     }
     Ok(())
 }

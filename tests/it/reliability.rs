@@ -334,3 +334,29 @@ fn malformed_tables_a_truncated_table_is_refused_naming_file_and_line() {
     );
     assert!(!tmp.path().join("figs").exists());
 }
+
+/// Class "abort": a model too large to train (`--hidden-size 1000000`, `--layers 100000000`)
+/// aborted with exit 134 after growing for a while, its staging folder left behind; it is
+/// refused before anything is allocated.
+#[test]
+fn abort_a_model_too_large_to_train_is_refused_before_allocating() {
+    let tmp = tempfile::tempdir().unwrap();
+    for size in [["--hidden-size", "1000000"], ["--layers", "100000000"]] {
+        let mut args = vec![
+            "train",
+            "--variant",
+            "softmax",
+            "--steps",
+            "1",
+            "--out",
+            "run",
+        ];
+        args.extend_from_slice(&size);
+        let stderr = expect_error(&run_cli(tmp.path(), &args));
+        assert!(
+            stderr.contains("GiB to train") && stderr.contains("available"),
+            "{stderr}"
+        );
+        assert!(!tmp.path().join("run").exists());
+    }
+}
