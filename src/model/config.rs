@@ -420,6 +420,33 @@ impl RawConfig {
 
     /// RoPE from transformers 5 `rope_parameters` or older `rope_theta` + `rope_scaling`.
     fn resolve_rope(&self, path: &Path, head_dim: usize) -> Result<RopeConfig> {
+        // a string or a number here would otherwise be read as "no scaling" without a word
+        for (key, value) in [
+            ("rope_parameters", &self.rope_parameters),
+            ("rope_scaling", &self.rope_scaling),
+        ] {
+            if let Some(v) = value.as_ref().filter(|v| !v.is_null() && !v.is_object()) {
+                return Err(Error::input(
+                    path,
+                    format!("{key} must be an object (or null), got {v}"),
+                ));
+            }
+        }
+        // both given: a key they share must agree (which one transformers would read is a
+        // guess otherwise)
+        if let (Some(Value::Object(new)), Some(Value::Object(old))) =
+            (&self.rope_parameters, &self.rope_scaling)
+        {
+            if let Some(key) = new
+                .keys()
+                .find(|k| old.get(*k).is_some_and(|v| v != &new[*k]))
+            {
+                return Err(Error::input(
+                    path,
+                    format!("rope_parameters and the legacy rope_scaling disagree on `{key}`; keep one of them"),
+                ));
+            }
+        }
         let params = self.rope_parameters.as_ref().or(self.rope_scaling.as_ref());
         let params = params.filter(|v| !v.is_null());
         let field = |key: &str| -> Result<Option<f64>> {

@@ -360,3 +360,31 @@ fn abort_a_model_too_large_to_train_is_refused_before_allocating() {
         assert!(!tmp.path().join("run").exists());
     }
 }
+
+/// Class "silent garbage": `rope_parameters` given as a string fell back to the default
+/// RoPE; a legacy `rope_scaling` beside `rope_parameters` that disagrees with it was ignored.
+/// Both are refused, naming the key.
+#[test]
+fn silent_garbage_rope_parameters_of_the_wrong_type_or_in_conflict_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases: [(&str, fn(&mut serde_json::Value)); 2] = [
+        ("must be an object", |c| {
+            c["rope_parameters"] = "llama3".into()
+        }),
+        ("disagree on `factor`", |c| {
+            let mut legacy = c["rope_parameters"].clone();
+            legacy["factor"] = 2.0.into();
+            c["rope_scaling"] = legacy;
+        }),
+    ];
+    for (k, (says, edit)) in cases.into_iter().enumerate() {
+        let dir = tmp.path().join(format!("case{k}"));
+        copy_fixture("llama_gqa", &dir);
+        crate::common::edit_config(&dir, edit);
+        let stderr = expect_error(&run_cli(tmp.path(), &["inspect", dir.to_str().unwrap()]));
+        assert!(
+            stderr.contains("config.json") && stderr.contains(says),
+            "{stderr}"
+        );
+    }
+}
