@@ -20,11 +20,14 @@
 //!   `<bos>`, `<|startoftext|>`; EOS `</s>`, `<|endoftext|>`, `<|end_of_text|>`, `<eos>`.
 //!   The description says where each id came from.
 //! - Reading stops once the windows are full: a long `.jsonl` is read and tokenized only as
-//!   far as needed (a bad line past that point is not seen). Documents that tokenize to
-//!   nothing are skipped (no doubled EOS).
+//!   far as needed (a bad line past that point is not seen), and a long document (a `.txt`
+//!   file, a long line) is read and tokenized in pieces of 1 MiB, only as far as needed, with
+//!   the same ids as tokenizing it whole ([`pieces`]). Documents that tokenize to nothing
+//!   are skipped (no doubled EOS).
 
 pub mod generator;
 mod npy;
+mod pieces;
 mod read;
 mod words;
 
@@ -188,11 +191,10 @@ fn load(
             Format::Txt => {
                 let label = path.display().to_string();
                 let tok = Tok::load(tokenizer, &label)?;
-                let doc = read::read_txt(path)?;
                 pack_text(
                     path,
                     &label,
-                    std::iter::once(Ok(doc)),
+                    std::iter::once(Ok(Text::File(path.clone()))),
                     &tok,
                     special,
                     vocab_size,
@@ -202,7 +204,7 @@ fn load(
             Format::Jsonl => {
                 let label = path.display().to_string();
                 let tok = Tok::load(tokenizer, &label)?;
-                let docs = read::JsonlDocs::open(path)?;
+                let docs = read::JsonlDocs::open(path)?.map(|doc| doc.map(Text::Owned));
                 pack_text(path, &label, docs, &tok, special, vocab_size, opts)
             }
             Format::Npy => {
@@ -217,7 +219,7 @@ fn load(
         CorpusSource::BuiltIn { seed } => {
             let label = format!("built-in text (seed {seed})");
             let tok = Tok::load(tokenizer, &label)?;
-            let docs = generator::documents(*seed).map(Ok);
+            let docs = generator::documents(*seed).map(|doc| Ok(Text::Owned(doc)));
             pack_text(
                 Path::new(&label),
                 &label,
@@ -277,13 +279,38 @@ impl Tok {
         })
     }
 
-    /// `text` as ids, without special tokens, each checked `< vocab_size`.
-    fn encode(&self, text: &str, label: &str, vocab_size: usize) -> Result<Vec<u32>> {
-        let enc = self
-            .tokenizer
-            .encode_fast(text, false)
-            .map_err(|e| Error::invalid(&self.path, format!("tokenizing {label} failed"), e))?;
-        let ids = enc.get_ids().to_vec();
+    /// The first ids of `text` (at least `want`, or all of them), without special tokens,
+    /// each checked `< vocab_size`: the text is read and tokenized in pieces
+    /// ([`pieces`]), so a long one takes bounded memory.
+    fn encode_prefix(
+        &self,
+        text: &Text,
+        label: &str,
+        vocab_size: usize,
+        want: usize,
+    ) -> Result<Vec<u32>> {
+        let encode = |s: &str| -> Result<pieces::Encoded> {
+            let enc = self
+                .tokenizer
+                .encode(s, false)
+                .map_err(|e| Error::invalid(&self.path, format!("tokenizing {label} failed"), e))?;
+            Ok(pieces::Encoded {
+                ids: enc.get_ids().to_vec(),
+                offsets: enc.get_offsets().to_vec(),
+            })
+        };
+        let path = text.path(label);
+        let mut source = text.open()?;
+        let ids = match pieces::encode_prefix(
+            &mut *source,
+            path,
+            want,
+            pieces::Pieces::default(),
+            &encode,
+        )? {
+            Ok(ids) => ids,
+            Err(pieces::NotLocal { at }) => self.encode_whole(text, label, at)?,
+        };
         if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab_size) {
             return Err(Error::input(
                 &self.path,
@@ -296,6 +323,48 @@ impl Tok {
         Ok(ids)
     }
 
+    /// `text` tokenized whole, for a tokenizer whose output around byte `at` depended on
+    /// more context than a piece holds; refused when that would pass the memory available.
+    fn encode_whole(&self, text: &Text, label: &str, at: usize) -> Result<Vec<u32>> {
+        // Measured: tokenizers holds about 160 bytes per byte of text while encoding.
+        const BYTES_PER_BYTE: u64 = 200;
+        let path = text.path(label);
+        let len = match text {
+            Text::Owned(s) => s.len() as u64,
+            Text::File(p) => std::fs::metadata(p).map_err(|e| Error::io(p, e))?.len(),
+        };
+        let need = len.saturating_mul(BYTES_PER_BYTE);
+        if let Some(available) = crate::device::available_memory() {
+            if need > available {
+                return Err(Error::input(
+                    path,
+                    format!(
+                        "the tokenizer's output near byte {at} depends on more context than \
+                         {} KiB, so this text must be tokenized whole, which needs about {:.1} \
+                         GiB; {:.1} GiB are available: split it into documents (.jsonl) or \
+                         give token ids (.npy)",
+                        pieces::OVERLAP >> 10,
+                        need as f64 / GIB,
+                        available as f64 / GIB
+                    ),
+                ));
+            }
+        }
+        let whole;
+        let s = match text {
+            Text::Owned(s) => s.as_str(),
+            Text::File(p) => {
+                whole = read::read_txt(p)?;
+                whole.as_str()
+            }
+        };
+        let enc = self
+            .tokenizer
+            .encode_fast(s, false)
+            .map_err(|e| Error::invalid(&self.path, format!("tokenizing {label} failed"), e))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
     /// A special token by the first of `names` the tokenizer has as an added special token.
     fn special_by_name(&self, names: &[&str]) -> Option<(u32, String)> {
         let added = self.tokenizer.get_added_tokens_decoder();
@@ -305,6 +374,33 @@ impl Tok {
                 .filter(|(_, t)| t.special && t.content == *name)
                 .map(|(&id, t)| (id, t.content.clone()))
                 .min_by_key(|(id, _)| *id)
+        })
+    }
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// A text document: held in memory (a `.jsonl` line, the built-in text), or a file read as
+/// it is tokenized.
+enum Text {
+    Owned(String),
+    File(PathBuf),
+}
+
+impl Text {
+    /// The file, or `label` for text in memory, for error messages.
+    fn path<'a>(&'a self, label: &'a str) -> &'a Path {
+        match self {
+            Text::Owned(_) => Path::new(label),
+            Text::File(p) => p,
+        }
+    }
+
+    /// The text's bytes.
+    fn open(&self) -> Result<Box<dyn std::io::Read + '_>> {
+        Ok(match self {
+            Text::Owned(s) => Box::new(s.as_bytes()),
+            Text::File(p) => Box::new(std::fs::File::open(p).map_err(|e| Error::io(p, e))?),
         })
     }
 }
@@ -484,7 +580,7 @@ fn describe(
 fn pack_text(
     path: &Path,
     label: &str,
-    docs: impl Iterator<Item = Result<String>>,
+    docs: impl Iterator<Item = Result<Text>>,
     tok: &Tok,
     special: SpecialTokens,
     vocab_size: usize,
@@ -496,7 +592,9 @@ fn pack_text(
     // Bounds an endless source (the generator) whose documents tokenize to nothing.
     let mut empty_in_a_row = 0usize;
     for doc in docs {
-        let ids = tok.encode(&doc?, label, vocab_size)?;
+        // The EOS before this document counts towards what is still wanted.
+        let want = needed.saturating_sub(stream.ids.len() + usize::from(stream.documents > 0));
+        let ids = tok.encode_prefix(&doc?, label, vocab_size, want.max(1))?;
         empty_in_a_row = if ids.is_empty() {
             empty_in_a_row + 1
         } else {

@@ -115,6 +115,23 @@ pub fn run_cli(dir: &Path, args: &[&str]) -> Output {
         .expect("binary runs")
 }
 
+/// Caps the address space of the process `command` starts at `bytes`: a size read from a
+/// hostile input must be refused, not allocated.
+pub fn cap_address_space(command: &mut Command, bytes: u64) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setrlimit is async-signal-safe; it only caps the child's address space
+    unsafe {
+        command.pre_exec(move || {
+            let cap = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            libc::setrlimit(libc::RLIMIT_AS, &cap);
+            Ok(())
+        });
+    }
+}
+
 /// stdout of a run, asserting it succeeded (its stderr in the failure message).
 pub fn expect_success(output: &Output) -> String {
     assert!(

@@ -9,7 +9,7 @@
 //! (default 24); `tools/fuzz.sh` runs longer with fresh seeds and saves any failing case to
 //! the corpus.
 
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -278,17 +278,7 @@ fn check_case(dir: &Path, args: &[String]) -> Result<i32, String> {
         .current_dir(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    // SAFETY: setrlimit is async-signal-safe; it only caps the child's address space
-    unsafe {
-        child.pre_exec(|| {
-            let cap = libc::rlimit {
-                rlim_cur: MEMORY_CAP,
-                rlim_max: MEMORY_CAP,
-            };
-            libc::setrlimit(libc::RLIMIT_AS, &cap);
-            Ok(())
-        });
-    }
+    crate::common::cap_address_space(&mut child, MEMORY_CAP);
     let started = Instant::now();
     let mut child = child.spawn().expect("binary runs");
     // drained as the case runs: a long message must not block the child on a full pipe

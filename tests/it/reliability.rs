@@ -388,3 +388,62 @@ fn silent_garbage_rope_parameters_of_the_wrong_type_or_in_conflict_are_refused()
         );
     }
 }
+
+/// Class "no memory bounds": a text corpus was tokenized whole (about 160 bytes of memory per
+/// byte of text, 7.2 GB for 44 MB) even when two windows were asked. It is read and
+/// tokenized in pieces, only as far as the windows need: 48 MB of text, with bytes that are
+/// not UTF-8 past the 40th MB, give the same tables as the text's first 200 kB, under a
+/// 3 GiB address-space cap.
+#[test]
+fn no_memory_bounds_a_long_text_corpus_is_read_only_as_far_as_the_windows_need() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plain = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/data/tinyshakespeare.txt"
+    ))
+    .unwrap();
+    let mut long = Vec::new();
+    while long.len() < 40 << 20 {
+        long.extend_from_slice(&plain);
+    }
+    long.extend_from_slice(b"\xff\xfe not text");
+    while long.len() < 48 << 20 {
+        long.extend_from_slice(&plain);
+    }
+    std::fs::write(tmp.path().join("long.txt"), &long).unwrap();
+    std::fs::write(tmp.path().join("short.txt"), &plain[..200_000]).unwrap();
+    copy_fixture("llama_gqa", &tmp.path().join("ckpt"));
+    let run = |corpus: &str, out: &str| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_asa-analyze"));
+        command.current_dir(tmp.path()).args([
+            "analyze",
+            "ckpt",
+            "--corpus",
+            corpus,
+            "--seq-len",
+            "64",
+            "--num-seqs",
+            "3",
+            "--quiet",
+            "--out",
+            out,
+        ]);
+        crate::common::cap_address_space(&mut command, 3 << 30);
+        command.output().unwrap()
+    };
+    expect_success(&run("long.txt", "long"));
+    expect_success(&run("short.txt", "short"));
+    for table in ["attention.csv", "heatmap.csv", "query_profile.csv"] {
+        let read = |out: &str| std::fs::read_to_string(tmp.path().join(out).join(table)).unwrap();
+        assert_eq!(read("long"), read("short"), "{table}");
+    }
+    // The cut-off text itself is still refused as a whole: its bad bytes are named.
+    let mut bad = plain[..1000].to_vec();
+    bad.push(0xff);
+    std::fs::write(tmp.path().join("bad.txt"), &bad).unwrap();
+    let stderr = expect_error(&run("bad.txt", "bad"));
+    assert!(
+        stderr.contains("bad.txt") && stderr.contains("byte 1000"),
+        "{stderr}"
+    );
+}
