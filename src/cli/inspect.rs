@@ -11,7 +11,7 @@ use crate::analysis::schedule::Schedule;
 use crate::analysis::RunOptions;
 use crate::error::Result;
 use crate::model::rope;
-use crate::model::{Checkpoint, WeightMap};
+use crate::model::{Checkpoint, Model, WeightMap};
 
 /// Arguments of `inspect`.
 #[derive(Debug, clap::Args)]
@@ -84,6 +84,7 @@ fn json_report(
         "vocab_size": c.vocab_size,
         "rope": c.rope,
         "tie_word_embeddings": c.tie_word_embeddings,
+        "lm_head": lm_head(ckpt),
         "parameters": ckpt.parameter_count(),
         "delta_parameters": ckpt.delta_params(),
         "stored_dtypes": stored,
@@ -135,6 +136,7 @@ fn table_rows(
         ("head dim", c.head_dim.to_string()),
         ("hidden size", c.hidden_size.to_string()),
         ("vocab size", c.vocab_size.to_string()),
+        ("lm head", lm_head(ckpt).to_string()),
         ("rope", rope::describe(&c.rope, c.head_dim)),
         ("parameters", format_count(ckpt.parameter_count())),
         ("delta params", delta),
@@ -142,6 +144,11 @@ fn table_rows(
         ("memory", memory_plan(ckpt)),
         ("unused", unused_line(ckpt)),
     ]
+}
+
+/// Where the LM head comes from.
+fn lm_head(ckpt: &Checkpoint) -> &'static str {
+    Model::describe_lm_head(&ckpt.store, &ckpt.config)
 }
 
 /// The stored weights the config does not use (`analyze` refuses them unless

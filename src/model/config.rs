@@ -189,9 +189,25 @@ impl ModelConfig {
             std::io::ErrorKind::NotFound => Error::input(&path, "missing config.json"),
             _ => Error::io(&path, e),
         })?;
-        let raw: RawConfig = serde_json::from_str(&text)
-            .map_err(|e| Error::invalid(&path, "invalid config.json", e))?;
+        let raw: RawConfig =
+            serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(&text))
+                .map_err(|e| field_error(&path, "invalid config.json", e))?;
         raw.resolve(&path)
+    }
+}
+
+/// A config that cannot be read, naming the field at fault (e.g. "invalid config.json:
+/// field `hidden_size`: invalid type: string \"64\", expected usize at line 1 column 205").
+pub(crate) fn field_error(
+    path: &Path,
+    what: &str,
+    error: serde_path_to_error::Error<serde_json::Error>,
+) -> Error {
+    let field = error.path().to_string();
+    let inner = error.into_inner();
+    match field.as_str() {
+        "." => Error::invalid(path, what, inner),
+        _ => Error::invalid(path, format!("{what}: field `{field}`"), inner),
     }
 }
 

@@ -183,9 +183,24 @@ impl Model {
         self
     }
 
-    /// Whether the LM head is the embedding matrix.
+    /// Whether the LM head is the embedding matrix: when `tie_word_embeddings` is set and no
+    /// `lm_head.weight` is stored. A stored head is used even then, as transformers does (it
+    /// does not tie a stored head that differs from the embedding; one equal to it gives
+    /// the same logits either way).
     fn tied(store: &WeightStore, c: &ModelConfig) -> bool {
         c.tie_word_embeddings && !store.contains("lm_head.weight")
+    }
+
+    /// Where the LM head comes from, in words (for `inspect`).
+    pub fn describe_lm_head(store: &WeightStore, c: &ModelConfig) -> &'static str {
+        match (Self::tied(store, c), c.tie_word_embeddings) {
+            (true, _) => "the embedding matrix (tie_word_embeddings, no lm_head.weight stored)",
+            (false, false) => "lm_head.weight",
+            (false, true) => {
+                "lm_head.weight: tie_word_embeddings is true but a head is stored, and \
+                 transformers uses a stored head rather than tie it to a different embedding"
+            }
+        }
     }
 
     /// Whether the model reads its weights as the run goes ([`Model::streamed`]).

@@ -137,8 +137,8 @@ impl GgufFile {
             has_q_bias: tensors.contains_key("model.layers.0.self_attn.q_proj.bias"),
         };
         let (raw, rope_source) = raw_config(&meta, &mut file, &facts, heads, kv_heads)?;
-        let config = serde_json::from_value::<RawConfig>(raw)
-            .map_err(|e| Error::invalid(path, "cannot read the metadata", e))?
+        let config = serde_path_to_error::deserialize::<_, RawConfig>(raw)
+            .map_err(|e| super::config::field_error(path, "cannot read the metadata", e))?
             .resolve(path)?;
         if let Some(rope_source) = &rope_source {
             super::gguf_rope::check_resolved(path, rope_source, &config)?;

@@ -447,3 +447,93 @@ fn no_memory_bounds_a_long_text_corpus_is_read_only_as_far_as_the_windows_need()
         "{stderr}"
     );
 }
+
+/// Class "silent garbage": `tie_word_embeddings: true` beside a stored `lm_head.weight` that
+/// differs from the embedding used one of them without a word. transformers (5.24, checked
+/// with `AutoModelForCausalLM.from_pretrained` on this very checkpoint) keeps the stored head
+/// and warns; so does asa-analyze, and `inspect` says so. The numbers are those of the same
+/// checkpoint untied, and differ from the tied ones (no head stored).
+#[test]
+fn silent_garbage_tied_embeddings_beside_a_stored_head_use_the_head_as_transformers_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, tie) in [("untied", false), ("both", true), ("tied", true)] {
+        copy_fixture("llama_gqa", &tmp.path().join(name));
+        crate::common::edit_config(&tmp.path().join(name), |c| {
+            c["tie_word_embeddings"] = tie.into()
+        });
+    }
+    let tied = tmp.path().join("tied");
+    let index = tied.join("model.safetensors.index.json");
+    let mut map: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&index).unwrap()).unwrap();
+    let shard = tied.join(map["weight_map"]["lm_head.weight"].as_str().unwrap());
+    let mut tensors = candle_core::safetensors::load(&shard, &Device::Cpu).unwrap();
+    tensors.remove("lm_head.weight");
+    candle_core::safetensors::save(&tensors, &shard).unwrap();
+    map["weight_map"]
+        .as_object_mut()
+        .unwrap()
+        .remove("lm_head.weight");
+    std::fs::write(&index, map.to_string()).unwrap();
+
+    let inspect = expect_success(&run_cli(tmp.path(), &["inspect", "both"]));
+    assert!(
+        inspect.contains("transformers uses a stored head"),
+        "{inspect}"
+    );
+    let ppl = |name: &str| {
+        let out = format!("{name}-out");
+        expect_success(&run_cli(
+            tmp.path(),
+            &[
+                "analyze",
+                name,
+                "--seq-len",
+                "16",
+                "--num-seqs",
+                "2",
+                "--quiet",
+                "--out",
+                &out,
+            ],
+        ));
+        let table = std::fs::read_to_string(tmp.path().join(out).join("attention.csv")).unwrap();
+        table
+            .lines()
+            .find(|l| l.split(',').nth(1) == Some("ppl"))
+            .unwrap()
+            .rsplit(',')
+            .next()
+            .unwrap()
+            .parse::<f64>()
+            .unwrap()
+    };
+    let (untied, both, tied) = (ppl("untied"), ppl("both"), ppl("tied"));
+    assert_eq!(both, untied);
+    assert!((tied - untied).abs() > 1e-3 * untied, "{tied} vs {untied}");
+}
+
+/// Class "silent garbage": a config field of the wrong type was an error that named a line
+/// and column only; it names the field and the type expected.
+#[test]
+fn silent_garbage_config_fields_of_the_wrong_type_are_named_with_the_type_expected() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases: [(&str, serde_json::Value, &str); 4] = [
+        ("hidden_size", "64".into(), "expected usize"),
+        ("rms_norm_eps", serde_json::json!([1e-5]), "expected f64"),
+        ("tie_word_embeddings", 1.into(), "expected a boolean"),
+        ("num_attention_heads", 2.5.into(), "expected usize"),
+    ];
+    for (key, value, expected) in cases {
+        let ckpt = tmp.path().join(key);
+        copy_fixture("llama_gqa", &ckpt);
+        crate::common::edit_config(&ckpt, |c| c[key] = value);
+        let stderr = expect_error(&run_cli(tmp.path(), &["inspect", key]));
+        assert!(
+            stderr.contains("config.json")
+                && stderr.contains(&format!("field `{key}`"))
+                && stderr.contains(expected),
+            "{stderr}"
+        );
+    }
+}
