@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The long fuzz run (issue 24): tests/it/fuzz.rs with fresh seeds for about an hour (or
-# FUZZ_MINUTES), ASA_FUZZ_CASES cases a round (default 2000). Each failing case's "target
-# seed" is appended to tests/fixtures/fuzz/cases.txt, which every `cargo test` replays:
-# commit it with the fix.
+# FUZZ_MINUTES), ASA_FUZZ_CASES cases a round (default 2000). Each new failing case's
+# "target seed" is appended to tests/fixtures/fuzz/cases.txt, which every `cargo test` (and
+# every later round) replays: commit it with the fix. The rounds' counts are summed at the
+# end; each failure's message is in the log.
 #
 #   tools/fuzz.sh            # FUZZ_MINUTES=60 by default
 set -uo pipefail
@@ -11,16 +12,24 @@ minutes=${FUZZ_MINUTES:-60}
 end=$(( $(date +%s) + minutes * 60 ))
 cargo test --release --no-run --quiet || exit 1
 round=0
+total=0; ran=0; refused=0; defects=0
 while [ "$(date +%s)" -lt "$end" ]; do
   seed=$(( $(date +%s) + round ))
   report=$(mktemp)
   ASA_FUZZ_SEED=$seed ASA_FUZZ_CASES=${ASA_FUZZ_CASES:-2000} ASA_FUZZ_REPORT=$report \
-    cargo test --release --quiet fuzz:: -- --nocapture 2>&1 | grep -E "^fuzz:|defects|FAILED" | head -5
+    cargo test --release --quiet fuzz:: -- --nocapture > "$report.log" 2>&1
+  grep -E "^fuzz:|^[A-Z][a-zA-Z]+ [0-9]+: " "$report.log" | head -20
+  # counts of the generated cases (corpus cases are replays)
+  read -r c r x d < <(sed -nE 's/^fuzz: ([0-9]+) cases \(([0-9]+) from.*\), ([0-9]+) ran .*, ([0-9]+) refused .*/\1 \2 \3 \4/p' "$report.log")
+  total=$((total + ${c:-0} - ${r:-0})); ran=$((ran + ${x:-0})); refused=$((refused + ${d:-0}))
+  new=$(grep -c . "$report" || true)
+  defects=$((defects + new))
   if [ -s "$report" ]; then
     cat "$report" >> tests/fixtures/fuzz/cases.txt
     echo >> tests/fixtures/fuzz/cases.txt
     echo "round $round (seed $seed): failing cases added to tests/fixtures/fuzz/cases.txt"
   fi
-  rm -f "$report"
+  rm -f "$report" "$report.log"
   round=$((round + 1))
 done
+echo "fuzz.sh: $round rounds, $total generated cases, $defects new defects (runs: $ran exit 0, $refused exit 2, corpus replays included)"

@@ -115,24 +115,35 @@ struct InputRecord<'a> {
     steps: usize,
 }
 
+/// Warnings from reading the logs, printed once the command has succeeded: a failing
+/// command prints its one-line error alone.
+struct Warnings(Vec<String>);
+
+impl Warnings {
+    fn print(&self) {
+        for w in &self.0 {
+            eprintln!("asa-analyze: warning: {w}");
+        }
+    }
+}
+
 fn load(
     inputs: &LogInputs,
     metrics: Vec<String>,
     optional: bool,
     quiet: bool,
-) -> Result<Vec<RunSeries>> {
+) -> Result<(Vec<RunSeries>, Warnings)> {
     let specs: Vec<RunSpec> = inputs.runs.iter().map(|a| RunSpec::parse(a)).collect();
     let request = LogRequest {
         metrics,
         step_column: inputs.step_column.clone(),
     };
     let loaded = stats::load_runs(&specs, &request, optional)?;
-    if !quiet {
-        for w in &loaded.warnings {
-            eprintln!("asa-analyze: warning: {w}");
-        }
-    }
-    Ok(loaded.series)
+    let warnings = Warnings(match quiet {
+        true => Vec::new(),
+        false => loaded.warnings,
+    });
+    Ok((loaded.series, warnings))
 }
 
 fn input_records(series: &[RunSeries]) -> Vec<InputRecord<'_>> {
@@ -218,7 +229,7 @@ fn opt(step: Option<i64>) -> String {
 /// `grad-stats`.
 pub fn grad_stats(args: GradStatsArgs) -> Result<()> {
     let out = &args.output;
-    let series = load(&args.inputs, vec![args.metric.clone()], false, out.quiet)?;
+    let (series, warnings) = load(&args.inputs, vec![args.metric.clone()], false, out.quiet)?;
     let rows = series
         .iter()
         .map(|s| grad::grad_stats(s, &args.steps, args.ddof))
@@ -238,6 +249,7 @@ pub fn grad_stats(args: GradStatsArgs) -> Result<()> {
         )],
         record,
     )?;
+    warnings.print();
     if out.json {
         return stdout::print_json(&json!({ "grad_stats": rows }));
     }
@@ -281,7 +293,7 @@ pub fn spikes(args: SpikesArgs) -> Result<()> {
         )));
     }
     let window = args.steps.unwrap_or(StepWindow::ALL);
-    let series = load(&args.inputs, vec![args.metric.clone()], false, out.quiet)?;
+    let (series, warnings) = load(&args.inputs, vec![args.metric.clone()], false, out.quiet)?;
     let mut rows = Vec::new();
     let mut steps = Vec::new();
     for s in &series {
@@ -304,6 +316,7 @@ pub fn spikes(args: SpikesArgs) -> Result<()> {
         )],
         record,
     )?;
+    warnings.print();
     if out.json {
         return stdout::print_json(&json!({ "spikes": rows, "spike_steps": steps }));
     }
@@ -358,7 +371,7 @@ pub fn curves(args: CurvesArgs) -> Result<()> {
         }
         (unique, false)
     };
-    let series = load(&args.inputs, metrics.clone(), optional, out.quiet)?;
+    let (series, warnings) = load(&args.inputs, metrics.clone(), optional, out.quiet)?;
     let mut points = Vec::new();
     let mut summary = Vec::new();
     for s in &series {
@@ -373,6 +386,7 @@ pub fn curves(args: CurvesArgs) -> Result<()> {
         "options": {"metric": metrics, "steps": window.to_string(), "ema": args.ema},
     });
     write_out(out, &[curves::table(&points)], &[], record)?;
+    warnings.print();
     if out.json {
         return stdout::print_json(&json!({ "curve_summary": summary, "curves": points }));
     }
