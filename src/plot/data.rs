@@ -13,7 +13,7 @@ pub const TABLES: [&str; 11] = {
     let mut names = [""; 11];
     let mut i = 0;
     while i < names.len() {
-        names[i] = NUMERIC_COLUMNS[i].0;
+        names[i] = CONTRACT[i].0;
         i += 1;
     }
     names
@@ -31,32 +31,70 @@ const MINIMUM: [(&str, f64); 7] = [
     ("ddof", 0.0),
 ];
 
-/// Per table of the contract: its number columns and its integer columns (the rest are
-/// text); the order is [`TABLES`]'s.
-const NUMERIC_COLUMNS: [(&str, &[&str], &[&str]); 11] = [
-    ("attention", &["value"], &["layer", "head"]),
-    ("weight_sum_hist", &["bin_lo", "bin_hi"], &["count"]),
-    ("heatmap", &["value"], &["layer", "query", "key"]),
+/// Per table of the contract (SPEC section 6): its text columns, its number columns and its
+/// integer columns, every one required; the order is [`TABLES`]'s.
+const CONTRACT: [(&str, &[&str], &[&str], &[&str]); 11] = [
+    (
+        "attention",
+        &["model", "metric", "stat"],
+        &["value"],
+        &["layer", "head"],
+    ),
+    (
+        "weight_sum_hist",
+        &["model"],
+        &["bin_lo", "bin_hi"],
+        &["count"],
+    ),
+    (
+        "heatmap",
+        &["model"],
+        &["value"],
+        &["layer", "query", "key"],
+    ),
     (
         "query_profile",
+        &["model"],
         &["value", "sink_mass"],
         &["layer", "query", "key"],
     ),
-    ("distance_profile", &["value"], &["layer", "head"]),
-    ("nll_position", &["nll"], &["position"]),
-    ("qk_series", &["qk_mean", "qk_abs_mean"], &["step"]),
+    (
+        "distance_profile",
+        &["model", "band"],
+        &["value"],
+        &["layer", "head"],
+    ),
+    ("nll_position", &["model"], &["nll"], &["position"]),
+    (
+        "qk_series",
+        &["model"],
+        &["qk_mean", "qk_abs_mean"],
+        &["step"],
+    ),
     (
         "grad_stats",
+        &["run", "metric"],
         &["mean", "std", "var", "cv"],
         &["step_start", "step_end", "n", "ddof", "n_excluded"],
     ),
     (
         "spikes",
+        &["run", "metric"],
         &["k", "mad_scale", "median", "mad", "tau"],
         &["count"],
     ),
-    ("spike_steps", &["k", "value"], &["step"]),
-    ("curves", &["value", "smoothed"], &["step"]),
+    (
+        "spike_steps",
+        &["run", "metric"],
+        &["k", "value"],
+        &["step"],
+    ),
+    (
+        "curves",
+        &["run", "metric"],
+        &["value", "smoothed"],
+        &["step"],
+    ),
 ];
 
 /// Every known table found in the results folders.
@@ -89,7 +127,7 @@ impl Results {
                     continue;
                 };
                 let table = read_table(&path)?;
-                check_numbers(&table, &path)?;
+                check_contract(&table, &path)?;
                 results.insert(table, path)?;
             }
             results.variants.extend(run_variants(dir));
@@ -300,17 +338,34 @@ fn parse_number(s: &str) -> std::result::Result<Option<f64>, ()> {
     }
 }
 
-/// Checks the cells of a table of the contract (SPEC section 6): a model or run label is
-/// never empty (the row would belong to no line); a cell that is no number, or a
-/// non-integer where the contract has integers (layer, step, ...), is an error naming the
-/// file, the line and the column; empty number cells are allowed.
-fn check_numbers(table: &Table, path: &Path) -> Result<()> {
-    let Some(spec) = NUMERIC_COLUMNS.iter().find(|(t, _, _)| *t == table.name) else {
+/// Checks a table against the contract (SPEC section 6): every column it names is there; a
+/// model or run label is never empty (the row would belong to no line); a cell that is no
+/// number, or a non-integer where the contract has integers (layer, step, ...), is an error
+/// naming the file, the line and the column; empty number cells are allowed.
+fn check_contract(table: &Table, path: &Path) -> Result<()> {
+    let Some(spec) = CONTRACT.iter().find(|(t, ..)| *t == table.name) else {
         return Ok(());
     };
     let csv = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
+    let required = spec.1.iter().chain(spec.2).chain(spec.3);
+    if let Some(missing) = required.clone().find(|c| table.column(c).is_none()) {
+        let header = if csv {
+            "line 1 (the header)"
+        } else {
+            "the schema"
+        };
+        let all: Vec<&str> = required.copied().collect();
+        return Err(Error::input(
+            path,
+            format!(
+                "{header}: no column `{missing}`; a {} table has {} (SPEC section 6)",
+                table.name,
+                all.join(", ")
+            ),
+        ));
+    }
     let at = |row: usize| match csv {
         true => format!("line {}", row + 2),
         false => format!("row {}", row + 1),
@@ -330,10 +385,10 @@ fn check_numbers(table: &Table, path: &Path) -> Result<()> {
         }
     }
     let columns = spec
-        .1
+        .2
         .iter()
         .map(|c| (*c, false))
-        .chain(spec.2.iter().map(|c| (*c, true)));
+        .chain(spec.3.iter().map(|c| (*c, true)));
     for (name, integer) in columns {
         let Some(col) = table.column(name) else {
             continue;

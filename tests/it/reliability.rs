@@ -311,6 +311,7 @@ fn silent_garbage_layers_beyond_the_config_are_refused_naming_them() {
 
 /// Class "malformed tables": a table cut off inside its last line (`24.53` left as `24`, a
 /// number that reads as valid) was drawn from; `figures` refuses it, naming file and line.
+/// So is a table lacking a column of the contract (SPEC section 6), named at its header.
 #[test]
 fn malformed_tables_a_truncated_table_is_refused_naming_file_and_line() {
     let tmp = tempfile::tempdir().unwrap();
@@ -330,6 +331,25 @@ fn malformed_tables_a_truncated_table_is_refused_naming_file_and_line() {
     ));
     assert!(
         stderr.contains("attention.csv") && stderr.contains(&format!("line {lines} ")),
+        "{stderr}"
+    );
+    assert!(!tmp.path().join("figs").exists());
+
+    std::fs::write(&path, &bytes).unwrap();
+    let heatmap = results.join("heatmap.csv");
+    let text = std::fs::read_to_string(&heatmap).unwrap();
+    let without_value: String = text
+        .lines()
+        .map(|l| l.rsplit_once(',').unwrap().0.to_string() + "\n")
+        .collect();
+    assert!(text.lines().next().unwrap().ends_with(",value"));
+    std::fs::write(&heatmap, without_value).unwrap();
+    let stderr = expect_error(&run_cli(
+        tmp.path(),
+        &["figures", results.to_str().unwrap(), "--out", "figs"],
+    ));
+    assert!(
+        stderr.contains("heatmap.csv") && stderr.contains("line 1 (the header): no column `value`"),
         "{stderr}"
     );
     assert!(!tmp.path().join("figs").exists());
