@@ -43,19 +43,21 @@ fn per_layer(
             .entry(layer)
             .or_insert((f64::NAN, f64::NAN));
         match r.stat.as_str() {
-            "mean" if r.value.is_finite() => e.0 = r.value,
-            "mean" => nan += 1,
+            "mean" => {
+                e.0 = r.value;
+                nan += usize::from(!r.value.is_finite());
+            }
             "std" => e.1 = r.value,
             _ => {}
         }
     }
     if nan > 0 {
-        ctx.note(fig, format!("{nan} non-finite {metric} means left out"));
+        ctx.note(
+            fig,
+            format!("{nan} non-finite or overflowing {metric} means drawn as gaps"),
+        );
     }
-    by_model.retain(|_, layers| {
-        layers.retain(|_, (m, _)| m.is_finite());
-        !layers.is_empty()
-    });
+    by_model.retain(|_, layers| layers.values().any(|(m, _)| m.is_finite()));
     if by_model.is_empty() {
         return Err(format!(
             "attention.csv has no finite per-layer {metric} means"
@@ -71,7 +73,7 @@ fn per_layer(
         let pts: Vec<(f64, f64)> = layers.iter().map(|(&l, &(v, _))| (l as f64, v)).collect();
         let spread: Vec<(f64, f64, f64)> = layers
             .iter()
-            .filter(|(_, (_, s))| s.is_finite())
+            .filter(|(_, (v, s))| v.is_finite() && s.is_finite())
             .map(|(&l, &(v, s))| (l as f64, v - s, v + s))
             .collect();
         if spread.len() >= 2 {
@@ -241,19 +243,20 @@ fn curves(ctx: &mut Ctx, fig: &str, want: &str) -> std::result::Result<Curves, S
             continue;
         };
         let v = value[i].unwrap_or(f64::NAN);
-        if !v.is_finite() {
-            dropped += 1;
-            continue;
-        }
+        dropped += usize::from(!v.is_finite());
         out.entry(r.clone())
             .or_default()
             .push((s, v, smoothed[i].unwrap_or(f64::NAN)));
     }
     if dropped > 0 {
-        ctx.note(fig, format!("{dropped} non-finite {want} values left out"));
+        ctx.note(
+            fig,
+            format!("{dropped} non-finite or overflowing {want} values drawn as gaps"),
+        );
     }
+    out.retain(|_, pts| pts.iter().any(|p| p.1.is_finite()));
     if out.is_empty() {
-        return Err(format!("curves.csv has no {want} rows"));
+        return Err(format!("curves.csv has no finite {want} values"));
     }
     for pts in out.values_mut() {
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -269,15 +272,17 @@ fn curve_marks(ctx: &Ctx, runs: &[String], data: &Curves) -> (Vec<Mark>, Vec<f64
     for r in runs {
         let pts = &data[r];
         let color = ctx.pal.color(r);
+        // non-finite values stay in as gaps in the lines
         let raw: Vec<(f64, f64)> = pts.iter().map(|p| (p.0, p.1)).collect();
-        let smooth: Vec<(f64, f64)> = pts
-            .iter()
-            .filter(|p| p.2.is_finite())
-            .map(|p| (p.0, p.2))
-            .collect();
+        let smooth: Vec<(f64, f64)> = pts.iter().map(|p| (p.0, p.2)).collect();
         ys.extend(raw.iter().chain(&smooth).map(|p| p.1));
         let markers = raw.len() <= 40;
-        if smooth.len() == raw.len() && smooth != raw {
+        let smoothed = smooth.iter().any(|p| p.1.is_finite())
+            && raw
+                .iter()
+                .zip(&smooth)
+                .any(|(r, s)| r.1.to_bits() != s.1.to_bits());
+        if smoothed {
             faint.push(Mark::Line {
                 points: raw,
                 color,

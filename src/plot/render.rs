@@ -290,23 +290,27 @@ fn draw_panel<DB: DrawingBackend>(
                 opacity,
                 markers,
             } => {
-                let pts = finite(points);
                 let style = stroke(*color, *opacity, *width, th);
-                match dash {
-                    Dash::Solid if th.bitmap && style.stroke_width > 1 => {
-                        chart.draw_series(
-                            pts.windows(2)
-                                .map(|w| PathElement::new(vec![w[0], w[1]], style)),
-                        )?;
-                    }
-                    Dash::Solid => {
-                        chart.draw_series(LineSeries::new(pts.clone(), style))?;
-                    }
-                    Dash::Dashed | Dash::Dotted => {
-                        let (on, off) = dash_pattern(*dash, th);
-                        chart.draw_series(DashedLineSeries::new(pts.clone(), on, off, style))?;
+                // a non-finite point is a gap: the line stops there and starts again after
+                for run in points.split(|p| !(p.0.is_finite() && p.1.is_finite())) {
+                    let pts = run.to_vec();
+                    match dash {
+                        Dash::Solid if th.bitmap && style.stroke_width > 1 => {
+                            chart.draw_series(
+                                pts.windows(2)
+                                    .map(|w| PathElement::new(vec![w[0], w[1]], style)),
+                            )?;
+                        }
+                        Dash::Solid => {
+                            chart.draw_series(LineSeries::new(pts, style))?;
+                        }
+                        Dash::Dashed | Dash::Dotted => {
+                            let (on, off) = dash_pattern(*dash, th);
+                            chart.draw_series(DashedLineSeries::new(pts, on, off, style))?;
+                        }
                     }
                 }
+                let pts = finite(points);
                 if *markers {
                     let r = th.px(*width + 1.5);
                     chart.draw_series(

@@ -32,7 +32,7 @@ pub enum Shape {
 /// One thing drawn in a panel, in data coordinates.
 #[derive(Debug, Clone)]
 pub enum Mark {
-    /// A polyline (non-finite points are dropped); `markers` adds a dot per point.
+    /// A polyline; a non-finite point is a gap in it. `markers` adds a dot per point.
     Line {
         points: Vec<(f64, f64)>,
         color: RGBColor,

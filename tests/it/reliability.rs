@@ -180,6 +180,12 @@ fn hang_figures_of_values_near_the_largest_float_finish() {
     .expect("figures did not finish within 120 s");
     expect_success(&out);
     assert!(std::fs::read_dir(&figures).unwrap().count() > 3);
+    // the values are gaps in the lines, and a note says so
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("fig7_loss: 1 non-finite or overflowing loss values drawn as gaps"),
+        "{stderr}"
+    );
 }
 
 /// Class "panic": a GGUF header declaring an alignment of 0 (or one that is no power of
