@@ -51,17 +51,17 @@ fn per_layer(
             _ => {}
         }
     }
-    if nan > 0 {
-        ctx.note(
-            fig,
-            format!("{nan} non-finite or overflowing {metric} means drawn as gaps"),
-        );
-    }
     by_model.retain(|_, layers| layers.values().any(|(m, _)| m.is_finite()));
     if by_model.is_empty() {
         return Err(format!(
             "attention.csv has no finite per-layer {metric} means"
         ));
+    }
+    if nan > 0 {
+        ctx.note(
+            fig,
+            format!("{nan} non-finite or overflowing {metric} means drawn as gaps"),
+        );
     }
     let models = ctx.pal.order(by_model.keys().cloned());
     let mut marks = Vec::new();
@@ -248,15 +248,15 @@ fn curves(ctx: &mut Ctx, fig: &str, want: &str) -> std::result::Result<Curves, S
             .or_default()
             .push((s, v, smoothed[i].unwrap_or(f64::NAN)));
     }
+    out.retain(|_, pts| pts.iter().any(|p| p.1.is_finite()));
+    if out.is_empty() {
+        return Err(format!("curves.csv has no finite {want} values"));
+    }
     if dropped > 0 {
         ctx.note(
             fig,
             format!("{dropped} non-finite or overflowing {want} values drawn as gaps"),
         );
-    }
-    out.retain(|_, pts| pts.iter().any(|p| p.1.is_finite()));
-    if out.is_empty() {
-        return Err(format!("curves.csv has no finite {want} values"));
     }
     for pts in out.values_mut() {
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
