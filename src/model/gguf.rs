@@ -352,11 +352,39 @@ fn unpermute_rows(xs: &Tensor, heads: usize) -> candle_core::Result<Tensor> {
         .reshape(dims.as_slice())
 }
 
-/// Every tensor's bytes lie inside the file (a truncated download fails here, not mid-run).
+/// The alignment of the tensor data, read as candle's reader reads it (default 32).
+fn data_alignment(content: &Content) -> u64 {
+    use candle_core::quantized::gguf_file::Value;
+    match content.metadata.get("general.alignment") {
+        Some(Value::U8(v)) => *v as u64,
+        Some(Value::U16(v)) => *v as u64,
+        Some(Value::U32(v)) => *v as u64,
+        Some(Value::I8(v)) if *v >= 0 => *v as u64,
+        Some(Value::I16(v)) if *v >= 0 => *v as u64,
+        Some(Value::I32(v)) if *v >= 0 => *v as u64,
+        _ => 32,
+    }
+}
+
+/// Checks that the tensor table agrees with the file, before any tensor is read: every
+/// tensor's size follows from its shape and type without overflow and lies inside the file
+/// (a truncated download fails here, not mid-run); offsets are multiples of the alignment;
+/// and the tensors follow one another as GGUF writers lay them out, with no overlap and no
+/// gap beyond alignment padding. A tensor type or shape edited in the header (Q4_1 read as
+/// Q4_0 would otherwise give garbage weights without a word) changes a size and fails here.
 fn check_extents(path: &Path, content: &Content, file_size: u64) -> Result<()> {
+    let alignment = data_alignment(content);
+    let mut ranges: Vec<(u64, u64, &str)> = Vec::with_capacity(content.tensor_infos.len());
     let mut worst: Option<(&str, u64)> = None;
     for (name, info) in &content.tensor_infos {
-        let elems = info.shape.elem_count();
+        let dims = info.shape.dims();
+        let elems = dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        let Some(elems) = elems else {
+            return Err(Error::input(
+                path,
+                format!("tensor {name} has shape {dims:?}, more elements than can be addressed"),
+            ));
+        };
         let block = info.ggml_dtype.block_size();
         if !elems.is_multiple_of(block) {
             return Err(Error::input(
@@ -364,7 +392,16 @@ fn check_extents(path: &Path, content: &Content, file_size: u64) -> Result<()> {
                 format!("tensor {name} has {elems} elements, not a multiple of the {} block size {block}", type_name(info.ggml_dtype)),
             ));
         }
-        let bytes = (elems / block * info.ggml_dtype.type_size()) as u64;
+        let bytes = ((elems / block) as u64).saturating_mul(info.ggml_dtype.type_size() as u64);
+        if !info.offset.is_multiple_of(alignment) {
+            return Err(Error::input(
+                path,
+                format!(
+                    "tensor {name} starts at data offset {}, not a multiple of the alignment {alignment}",
+                    info.offset
+                ),
+            ));
+        }
         let end = content
             .tensor_data_offset
             .saturating_add(info.offset)
@@ -372,14 +409,41 @@ fn check_extents(path: &Path, content: &Content, file_size: u64) -> Result<()> {
         if end > file_size && worst.is_none_or(|(_, e)| end > e) {
             worst = Some((name, end));
         }
+        ranges.push((info.offset, info.offset.saturating_add(bytes), name));
     }
-    match worst {
-        Some((name, end)) => Err(Error::input(
+    if let Some((name, end)) = worst {
+        return Err(Error::input(
             path,
             format!("truncated GGUF file: {file_size} bytes, but tensor {name} ends at byte {end}"),
-        )),
-        None => Ok(()),
+        ));
     }
+    ranges.sort_unstable();
+    let describe = |(start, end, name): (u64, u64, &str)| {
+        format!("tensor {name} ({}, bytes {start}..{end} of the data)", {
+            let info = &content.tensor_infos[name];
+            format!("{} {:?}", type_name(info.ggml_dtype), info.shape.dims())
+        })
+    };
+    for pair in ranges.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        let problem = if b.0 < a.1 {
+            "overlaps"
+        } else if b.0 - a.1 >= alignment {
+            "leaves a gap larger than alignment padding before"
+        } else {
+            continue;
+        };
+        return Err(Error::input(
+            path,
+            format!(
+                "{} {problem} {}: the tensor table does not match the data (a type or shape \
+                 changed in the header?)",
+                describe(a),
+                describe(b)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// One line for a header that candle cannot read (candle's own error kept as the cause

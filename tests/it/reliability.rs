@@ -563,3 +563,56 @@ fn silent_garbage_config_fields_of_the_wrong_type_are_named_with_the_type_expect
         );
     }
 }
+
+/// Class "silent garbage": a GGUF tensor whose type was changed in the header (read as
+/// another type, its weights are garbage) or whose offset is odd was read without a word;
+/// the tensor table is checked against the data before any tensor is read.
+#[test]
+fn silent_garbage_a_gguf_tensor_table_that_does_not_match_its_data_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(crate::common::fixtures().join("gguf/llama_gqa.gguf")).unwrap();
+    // the tensor info after the name: n_dims u32, dims u64 each, type u32, offset u64
+    let name = b"blk.0.attn_q.weight";
+    let at = bytes.windows(name.len()).position(|w| w == name).unwrap() + name.len();
+    let n_dims = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    let type_at = at + 4 + 8 * n_dims;
+    let offset_at = type_at + 4;
+    assert_eq!(
+        &bytes[type_at..type_at + 4],
+        &0u32.to_le_bytes(),
+        "an F32 tensor"
+    );
+    let offset = u64::from_le_bytes(bytes[offset_at..offset_at + 8].try_into().unwrap());
+    let cases: [(&str, usize, Vec<u8>, &str); 3] = [
+        (
+            "f16.gguf",
+            type_at,
+            1u32.to_le_bytes().to_vec(),
+            "gap larger than alignment padding",
+        ),
+        (
+            "odd.gguf",
+            offset_at,
+            (offset + 1).to_le_bytes().to_vec(),
+            "not a multiple of the alignment 32",
+        ),
+        (
+            "overlap.gguf",
+            offset_at,
+            (offset - 32).to_le_bytes().to_vec(),
+            "overlaps",
+        ),
+    ];
+    for (file, at, patch, says) in cases {
+        let mut patched = bytes.clone();
+        patched[at..at + patch.len()].copy_from_slice(&patch);
+        std::fs::write(tmp.path().join(file), &patched).unwrap();
+        let stderr = expect_error(&run_cli(tmp.path(), &["inspect", file]));
+        assert!(
+            stderr.contains(file)
+                && stderr.contains(says)
+                && stderr.contains("blk.0.attn_q.weight"),
+            "{stderr}"
+        );
+    }
+}
