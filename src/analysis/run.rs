@@ -354,6 +354,7 @@ impl ModelContext<'_> {
         let opts = metric_options(o, metrics, c.num_layers, label)?;
         let shape = self.shape(&ckpt, label, events);
         let schedule = Schedule::plan(&ckpt, o, self.device);
+        schedule.check_fits(path, ckpt.store.dtype().as_str(), self.device)?;
         let model = if schedule.streamed {
             let model = ckpt.load_streamed()?;
             match schedule.spill {

@@ -2,11 +2,14 @@
 //! one layer's weights at a time (streamed), chosen from the weights' size in the analysis
 //! dtype and the memory budget (SPEC section 8).
 
+use std::path::Path;
+
 use candle_core::Device;
 use serde_json::json;
 
 use super::run::RunOptions;
 use crate::device::available_memory;
+use crate::error::{Error, Result};
 use crate::model::{Checkpoint, LayerTiming};
 
 /// Whether a model's layers are streamed, and why.
@@ -47,6 +50,40 @@ impl Schedule {
             residual_bytes,
             spill: streamed && largest_layer + residual_bytes > budget,
         }
+    }
+
+    /// Refuses, before any weight is read, a CPU run that cannot fit the memory available
+    /// now: the largest layer when streamed, every weight when in memory (a `--memory-budget`
+    /// above what the machine has).
+    pub fn check_fits(&self, checkpoint: &Path, dtype: &str, device: &Device) -> Result<()> {
+        let Some(available) = available_memory().filter(|_| device.is_cpu()) else {
+            return Ok(());
+        };
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        let (need, what, advice) = match self.streamed {
+            true => (
+                self.largest_layer,
+                "its largest layer takes",
+                "even streamed one layer at a time it cannot run on this machine",
+            ),
+            false => (
+                self.in_memory,
+                "its weights take",
+                "lower --memory-budget (or pass --stream-layers) to read one layer at a time",
+            ),
+        };
+        if need <= available {
+            return Ok(());
+        }
+        Err(Error::input(
+            checkpoint,
+            format!(
+                "{what} {:.1} GiB in {dtype}, more than the {:.1} GiB of memory available: \
+                 {advice}",
+                gib(need),
+                gib(available)
+            ),
+        ))
     }
 
     /// The schedule's name.

@@ -616,3 +616,97 @@ fn silent_garbage_a_gguf_tensor_table_that_does_not_match_its_data_is_refused() 
         );
     }
 }
+
+/// Writes `dir/model.safetensors` holding `tensors` (name, shape) in BF16 as a sparse file:
+/// the header is real, the data reads as zeros and takes no disk.
+fn sparse_safetensors(dir: &std::path::Path, tensors: &[(String, Vec<u64>)]) {
+    let mut header = serde_json::Map::new();
+    let mut offset = 0u64;
+    for (name, shape) in tensors {
+        let bytes = 2 * shape.iter().product::<u64>();
+        header.insert(
+            name.clone(),
+            serde_json::json!({"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + bytes]}),
+        );
+        offset += bytes;
+    }
+    let mut text = serde_json::Value::Object(header).to_string().into_bytes();
+    while text.len() % 8 != 0 {
+        text.push(b' ');
+    }
+    let mut file = std::fs::File::create(dir.join("model.safetensors")).unwrap();
+    use std::io::Write;
+    file.write_all(&(text.len() as u64).to_le_bytes()).unwrap();
+    file.write_all(&text).unwrap();
+    file.set_len(8 + text.len() as u64 + offset).unwrap();
+}
+
+/// Class "no memory bounds": a checkpoint that cannot fit the machine was started anyway
+/// (and aborted when an allocation failed). A one-layer model whose layer takes 256 GiB in
+/// f32 (a sparse file: no disk used) is refused before any weight is read, even streamed;
+/// with a `--memory-budget` above the machine's memory the in-memory schedule is refused.
+#[test]
+fn no_memory_bounds_a_model_larger_than_the_machine_is_refused_before_reading() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpt = tmp.path().join("huge");
+    std::fs::create_dir_all(&ckpt).unwrap();
+    for file in ["config.json", "tokenizer.json"] {
+        std::fs::copy(
+            crate::common::model_dir("llama_gqa").join(file),
+            ckpt.join(file),
+        )
+        .unwrap();
+    }
+    let (hidden, inter, vocab) = (65536u64, 262144u64, 64u64);
+    crate::common::edit_config(&ckpt, |c| {
+        c["hidden_size"] = hidden.into();
+        c["intermediate_size"] = inter.into();
+        c["num_attention_heads"] = 512.into();
+        c["num_key_value_heads"] = 512.into();
+        c["head_dim"] = 128.into();
+        c["num_hidden_layers"] = 1.into();
+    });
+    let l = |n: &str| format!("model.layers.0.{n}");
+    let tensors = vec![
+        ("model.embed_tokens.weight".to_string(), vec![vocab, hidden]),
+        ("lm_head.weight".to_string(), vec![vocab, hidden]),
+        ("model.norm.weight".to_string(), vec![hidden]),
+        (l("input_layernorm.weight"), vec![hidden]),
+        (l("post_attention_layernorm.weight"), vec![hidden]),
+        (l("self_attn.q_proj.weight"), vec![hidden, hidden]),
+        (l("self_attn.k_proj.weight"), vec![hidden, hidden]),
+        (l("self_attn.v_proj.weight"), vec![hidden, hidden]),
+        (l("self_attn.o_proj.weight"), vec![hidden, hidden]),
+        (l("mlp.gate_proj.weight"), vec![inter, hidden]),
+        (l("mlp.up_proj.weight"), vec![inter, hidden]),
+        (l("mlp.down_proj.weight"), vec![hidden, inter]),
+    ];
+    sparse_safetensors(&ckpt, &tensors);
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "analyze",
+            "huge",
+            "--seq-len",
+            "8",
+            "--num-seqs",
+            "1",
+            "--quiet",
+            "--out",
+            "res",
+        ];
+        args.extend_from_slice(extra);
+        run_within(tmp.path(), &args, std::time::Duration::from_secs(60))
+            .expect("refused at once, not after reading weights")
+    };
+    let stderr = expect_error(&run(&[]));
+    assert!(
+        stderr.contains("huge") && stderr.contains("its largest layer takes 256.0 GiB in f32"),
+        "{stderr}"
+    );
+    let stderr = expect_error(&run(&["--memory-budget", "100000G"]));
+    assert!(
+        stderr.contains("its weights take") && stderr.contains("--stream-layers"),
+        "{stderr}"
+    );
+    assert!(!tmp.path().join("res").exists());
+}
