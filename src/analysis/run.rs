@@ -374,6 +374,21 @@ impl ModelContext<'_> {
         let metrics = finish(&ckpt, &probe)?;
         events.model_finished();
         let seconds = started.elapsed().as_secs_f64();
+        // where NaN or an infinity entered (--allow-nonfinite weights, or an overflow)
+        let nonfinite = json!({
+            "weight": ckpt.store.first_nonfinite(),
+            "activation": model.first_nonfinite(),
+        });
+        if let Some(at) = model.first_nonfinite() {
+            let weight = ckpt
+                .store
+                .first_nonfinite()
+                .map(|w| format!(" (the first non-finite weight read: {w})"))
+                .unwrap_or_default();
+            events.note(&format!(
+                "{label}: activations are NaN or infinite from {at} on{weight}; metrics computed from them are NaN"
+            ));
+        }
         let record = json!({
             "model": label,
             "path": path.display().to_string(),
@@ -395,6 +410,7 @@ impl ModelContext<'_> {
             "profile_query": opts.profile_query,
             "kernels": kernel_layers(&metrics.kernels),
             "schedule": schedule.record(&timings),
+            "first_nonfinite": nonfinite,
             "peak_rss_bytes": peak_rss_bytes(),
             "seconds": seconds,
             "tokens_per_second": tokens as f64 / seconds,

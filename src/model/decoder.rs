@@ -10,6 +10,7 @@ use candle_core::Tensor;
 use super::attention;
 use super::config::ModelConfig;
 use super::layers::{linear, mlp, rms_norm};
+use super::nonfinite::{NonFiniteAt, NonFiniteWatch};
 use super::residuals::Residuals;
 use super::rope::rope_tables;
 use super::weights::WeightStore;
@@ -64,12 +65,13 @@ impl DecoderLayer {
         })
     }
 
-    /// The residual stream `xs` after this layer (`l`, 0-based).
+    /// The residual stream `xs` after this layer (`l`, 0-based); its attention and MLP
+    /// outputs are checked by `watch`.
     fn forward(
         &self,
         xs: &Tensor,
         rope: &Rope,
-        l: usize,
+        (l, watch): (usize, &NonFiniteWatch),
         block: usize,
         probe: &mut dyn Probe,
     ) -> Result<Tensor> {
@@ -79,11 +81,14 @@ impl DecoderLayer {
         };
         let attn = self.self_attn.forward(&normed, rope, l, block, probe)?;
         let _p = phase("norms, residuals");
+        watch.check(&attn, Some(l), "hook_attn_out")?;
         let xs = (xs + attn)?;
         let normed = self.post_attention_layernorm.forward(&xs)?;
         drop(_p);
         let _p = phase("mlp");
-        Ok((&xs + self.mlp.forward(&normed)?)?)
+        let mlp = self.mlp.forward(&normed)?;
+        watch.check(&mlp, Some(l), "hook_mlp_out")?;
+        Ok((&xs + mlp)?)
     }
 }
 
@@ -121,6 +126,8 @@ pub struct Model {
     /// Where a layer-major pass keeps the residual stream between layers when it is
     /// spilled (`None`: in memory).
     spill_to: Option<PathBuf>,
+    /// The first non-finite activation of the passes run so far.
+    watch: NonFiniteWatch,
 }
 
 impl Model {
@@ -173,6 +180,7 @@ impl Model {
             config: config.clone(),
             variant,
             spill_to: None,
+            watch: NonFiniteWatch::default(),
         })
     }
 
@@ -203,6 +211,11 @@ impl Model {
         }
     }
 
+    /// The first activation of the passes so far that held NaN or an infinity.
+    pub fn first_nonfinite(&self) -> Option<&NonFiniteAt> {
+        self.watch.first()
+    }
+
     /// Whether the model reads its weights as the run goes ([`Model::streamed`]).
     pub fn is_streamed(&self) -> bool {
         self.embed_tokens.is_none()
@@ -224,8 +237,9 @@ impl Model {
             let _p = phase("embedding");
             candle_core::Module::forward(embed, input_ids)?
         };
+        self.watch.check(&xs, None, "hook_embed")?;
         for (l, layer) in self.layers.iter().enumerate() {
-            xs = layer.forward(&xs, &rope, l, block, probe)?;
+            xs = layer.forward(&xs, &rope, (l, &self.watch), block, probe)?;
         }
         self.logits(&xs, block, probe, &mut |hidden| lm_head.forward(hidden))
     }
@@ -259,7 +273,9 @@ impl Model {
                 &[c.vocab_size, c.hidden_size],
                 &flat,
             )?;
-            stream.push(rows.reshape((ids.dim(0)?, t, c.hidden_size))?)?;
+            let rows = rows.reshape((ids.dim(0)?, t, c.hidden_size))?;
+            self.watch.check(&rows, None, "hook_embed")?;
+            stream.push(rows)?;
         }
         for l in 0..c.num_layers {
             let (bytes, started) = (store.bytes_read(), Instant::now());
@@ -268,7 +284,7 @@ impl Model {
             let loaded = Instant::now();
             for k in 0..stream.len() {
                 probe.on_batch(k);
-                let xs = layer.forward(&stream.take(k)?, &rope, l, block, probe)?;
+                let xs = layer.forward(&stream.take(k)?, &rope, (l, &self.watch), block, probe)?;
                 stream.put(k, xs)?;
             }
             timings.push(LayerTiming {
@@ -355,6 +371,8 @@ impl Model {
         }
         let t = xs.dim(1)?;
         let hidden = self.norm.forward(xs)?;
+        self.watch
+            .check(&hidden, None, "ln_final.hook_normalized")?;
         // logit blocks hold as many values as an attention block ([heads, block, T]), so
         // the vocabulary never multiplies the sequence length in memory, and at least as
         // many positions as an attention block has queries: each block reads the whole

@@ -13,6 +13,7 @@ mod gguf_rope;
 mod gguf_sentencepiece;
 pub mod gguf_tokenizer;
 pub mod layers;
+pub mod nonfinite;
 mod residuals;
 pub mod rope;
 pub mod safetensors_file;

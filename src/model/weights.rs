@@ -24,6 +24,8 @@ pub struct WeightStore {
     shapes_only: bool,
     /// Analyse non-finite weights (`--allow-nonfinite`) instead of refusing them.
     allow_nonfinite: bool,
+    /// The first non-finite weight read when they are allowed, in words.
+    first_nonfinite: std::sync::OnceLock<String>,
     /// Stored names looked up so far (what the model reads: [`WeightStore::unread`]).
     read: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// Convention name -> stored name, from a weight map ([`WeightStore::renamed`]).
@@ -66,6 +68,7 @@ impl WeightStore {
             dtype,
             shapes_only: false,
             allow_nonfinite: false,
+            first_nonfinite: Default::default(),
             read: Default::default(),
             aliases: BTreeMap::new(),
         })
@@ -79,6 +82,7 @@ impl WeightStore {
             dtype,
             shapes_only: false,
             allow_nonfinite: false,
+            first_nonfinite: Default::default(),
             read: Default::default(),
             aliases: BTreeMap::new(),
         }
@@ -93,6 +97,7 @@ impl WeightStore {
             dtype,
             shapes_only: false,
             allow_nonfinite: false,
+            first_nonfinite: Default::default(),
             read: Default::default(),
             aliases: BTreeMap::new(),
         }
@@ -226,10 +231,16 @@ impl WeightStore {
         self.allow_nonfinite = allow;
     }
 
+    /// The first weight read that held NaN or an infinity (`--allow-nonfinite` runs), e.g.
+    /// "tensor model.layers.0.mlp.up_proj.weight holds NaN at flat index 5".
+    pub fn first_nonfinite(&self) -> Option<&str> {
+        self.first_nonfinite.get().map(String::as_str)
+    }
+
     /// Refuses a weight holding NaN or an infinity (its metrics would be NaN or worse, and
-    /// silently so), unless non-finite weights are allowed.
+    /// silently so), unless non-finite weights are allowed: then the first is recorded.
     fn check_finite(&self, name: &str, shown: &str, tensor: &Tensor) -> Result<()> {
-        if self.allow_nonfinite {
+        if self.allow_nonfinite && self.first_nonfinite.get().is_some() {
             return Ok(());
         }
         let first_bad = |data: &[f32]| {
@@ -248,6 +259,12 @@ impl WeightStore {
         };
         match bad {
             None => Ok(()),
+            Some((index, value)) if self.allow_nonfinite => {
+                let _ = self.first_nonfinite.set(format!(
+                    "tensor {shown} holds {value} at flat index {index}"
+                ));
+                Ok(())
+            }
             Some((index, value)) => {
                 let file = match &self.source {
                     Source::Safetensors { files, .. } => self.file_of(files, name),

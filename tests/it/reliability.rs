@@ -54,6 +54,33 @@ fn silent_garbage_nonfinite_weights_are_refused_or_give_nan_never_zero() {
     assert_eq!(sink_rate.len(), 1, "{table}");
     let value = sink_rate[0].rsplit(',').next().unwrap();
     assert!(value.eq_ignore_ascii_case("nan"), "sink_rate {value}");
+    // the weight and the first activation NaN entered at are named in run.json
+    let run_json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("allowed/run.json")).unwrap(),
+    )
+    .unwrap();
+    let first = &run_json["models"][0]["first_nonfinite"];
+    assert!(first["weight"].as_str().unwrap().contains(name), "{first}");
+    assert_eq!(first["activation"]["layer"], 1, "{first}");
+    assert_eq!(first["activation"]["hook"], "hook_mlp_out", "{first}");
+    // and on stderr, when not --quiet
+    let loud = run_cli(
+        tmp.path(),
+        &[
+            "nll",
+            ckpt.to_str().unwrap(),
+            "--seq-len",
+            "16",
+            "--num-seqs",
+            "2",
+            "--allow-nonfinite",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&loud.stderr);
+    assert!(
+        stderr.contains("NaN or infinite from layer 1 hook_mlp_out on") && stderr.contains(name),
+        "{stderr}"
+    );
 }
 
 /// Class "concurrent runs": a second run into an `--out` that a live run is writing to is
