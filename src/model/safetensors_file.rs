@@ -124,7 +124,7 @@ impl SafetensorsFiles {
                 format!("token id {bad} is outside {name} ({rows} rows)"),
             ));
         }
-        let mut bytes = vec![0u8; ids.len() * row_bytes];
+        let mut bytes = zeroed(ids.len() * row_bytes, self.path(tensor), name)?;
         for (chunk, &id) in bytes.chunks_mut(row_bytes.max(1)).zip(ids) {
             self.read_into(tensor, id as usize * row_bytes, chunk, name)?;
         }
@@ -156,7 +156,7 @@ impl SafetensorsFiles {
         len: usize,
         name: &str,
     ) -> Result<Vec<u8>> {
-        let mut bytes = vec![0u8; len];
+        let mut bytes = zeroed(len, self.path(tensor), name)?;
         self.read_into(tensor, offset, &mut bytes, name)?;
         Ok(bytes)
     }
@@ -229,4 +229,18 @@ fn to_tensor(
         }
     };
     Ok(Tensor::from_raw_buffer(bytes, dtype, shape, &Device::Cpu)?)
+}
+
+/// `len` zero bytes for tensor `name`, allocated fallibly: a size read from a header that
+/// the machine cannot hold is an error naming the file, not an abort.
+fn zeroed(len: usize, path: &Path, name: &str) -> Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    bytes.try_reserve_exact(len).map_err(|_| {
+        Error::input(
+            path,
+            format!("cannot allocate {len} bytes to read tensor {name}: not enough memory"),
+        )
+    })?;
+    bytes.resize(len, 0);
+    Ok(bytes)
 }
