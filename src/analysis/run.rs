@@ -345,6 +345,9 @@ impl ModelContext<'_> {
         let windows = self.windows(&ckpt, path)?;
         let t = o.seq_len;
         let c = &ckpt.config;
+        if let Some(window) = &c.sliding_window {
+            window.check_seq_len(t, path)?;
+        }
         if t > c.max_position_embeddings {
             events.note(&format!(
                 "{label}: --seq-len {t} exceeds max_position_embeddings {} (analysing past the training length)",

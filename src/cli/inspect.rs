@@ -11,7 +11,7 @@ use crate::analysis::schedule::Schedule;
 use crate::analysis::RunOptions;
 use crate::error::Result;
 use crate::model::rope;
-use crate::model::{Checkpoint, Model, WeightMap};
+use crate::model::{Checkpoint, Model, ModelConfig, WeightMap};
 
 /// Arguments of `inspect`.
 #[derive(Debug, clap::Args)]
@@ -85,6 +85,7 @@ fn json_report(
         "rope": c.rope,
         "tie_word_embeddings": c.tie_word_embeddings,
         "lm_head": lm_head(ckpt),
+        "sliding_window": c.sliding_window,
         "parameters": ckpt.parameter_count(),
         "delta_parameters": ckpt.delta_params(),
         "stored_dtypes": stored,
@@ -137,6 +138,7 @@ fn table_rows(
         ("hidden size", c.hidden_size.to_string()),
         ("vocab size", c.vocab_size.to_string()),
         ("lm head", lm_head(ckpt).to_string()),
+        ("attention", attention_span(c)),
         ("rope", rope::describe(&c.rope, c.head_dim)),
         ("parameters", format_count(ckpt.parameter_count())),
         ("delta params", delta),
@@ -144,6 +146,20 @@ fn table_rows(
         ("memory", memory_plan(ckpt)),
         ("unused", unused_line(ckpt)),
     ]
+}
+
+/// Which keys a query sees: all earlier ones, or a sliding window on some layers.
+fn attention_span(c: &ModelConfig) -> String {
+    match &c.sliding_window {
+        None => "causal, every earlier key".to_string(),
+        Some(w) => format!(
+            "sliding window of {} keys on layers {} (runs up to --seq-len {} are exact; \
+             longer ones are not implemented yet)",
+            w.size,
+            w.describe_layers(),
+            w.size
+        ),
+    }
 }
 
 /// Where the LM head comes from.

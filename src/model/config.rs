@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::sliding_window::{RawWindow, SlidingWindow};
 use crate::attention::{Activation, AffineConfig, BetaLength, ScaleInvariantConfig, VariantKind};
 use crate::error::{Error, Result};
 
@@ -20,17 +21,20 @@ pub enum Architecture {
     Qwen2,
     /// Qwen3 dense: per-head q_norm / k_norm before RoPE, no q/k/v bias, `head_dim` from config.
     Qwen3,
+    /// Mistral: the Llama layout with a sliding window on every layer (`sliding_window`).
+    Mistral,
 }
 
 impl Architecture {
     /// `model_type` values accepted, for error messages.
-    pub const SUPPORTED: &'static str = "llama, qwen2, qwen3";
+    pub const SUPPORTED: &'static str = "llama, mistral, qwen2, qwen3";
 
     fn parse(name: &str) -> Option<Self> {
         match name {
             "llama" => Some(Architecture::Llama),
             "qwen2" => Some(Architecture::Qwen2),
             "qwen3" => Some(Architecture::Qwen3),
+            "mistral" => Some(Architecture::Mistral),
             _ => None,
         }
     }
@@ -41,6 +45,7 @@ impl Architecture {
             Architecture::Llama => "llama",
             Architecture::Qwen2 => "qwen2",
             Architecture::Qwen3 => "qwen3",
+            Architecture::Mistral => "mistral",
         }
     }
 }
@@ -127,6 +132,8 @@ pub struct ModelConfig {
     /// logn: s_h for every head from `"logn": {"scale": s}`; a stored
     /// `self_attn.logn_scale` [heads] takes precedence.
     pub logn_scale: Option<f64>,
+    /// Sliding-window attention, when some layer uses it.
+    pub sliding_window: Option<SlidingWindow>,
 }
 
 /// Serde mirror of config.json: everything optional, unknown fields ignored.
@@ -153,6 +160,7 @@ pub struct RawConfig {
     pub eos_token_id: Option<Value>,
     pub use_sliding_window: Option<bool>,
     pub sliding_window: Option<Value>,
+    pub max_window_layers: Option<usize>,
     pub layer_types: Option<Vec<String>>,
     pub hidden_act: Option<String>,
     pub attention_variant: Option<String>,
@@ -278,7 +286,9 @@ impl RawConfig {
         self.check_implemented(path)?;
         let attention_bias = self.attention_bias.unwrap_or(false);
         let (qkv_bias, o_bias) = match architecture {
-            Architecture::Llama | Architecture::Qwen3 => (attention_bias, attention_bias),
+            Architecture::Llama | Architecture::Qwen3 | Architecture::Mistral => {
+                (attention_bias, attention_bias)
+            }
             Architecture::Qwen2 => (true, false),
         };
         let vocab_size = required(self.vocab_size, "vocab_size", path)?;
@@ -327,6 +337,17 @@ impl RawConfig {
             ));
         }
         let (bos_token_id, eos_token_id) = self.special_tokens(path, vocab_size)?;
+        let sliding_window = super::sliding_window::resolve(
+            RawWindow {
+                sliding_window: self.sliding_window.as_ref(),
+                use_sliding_window: self.use_sliding_window,
+                max_window_layers: self.max_window_layers,
+                layer_types: self.layer_types.as_deref(),
+            },
+            architecture,
+            num_layers,
+            path,
+        )?;
         Ok(ModelConfig {
             architecture,
             hidden_size,
@@ -350,6 +371,7 @@ impl RawConfig {
             qk_norm: architecture == Architecture::Qwen3,
             scale_invariant,
             logn_scale,
+            sliding_window,
         })
     }
 
@@ -396,20 +418,6 @@ impl RawConfig {
                 return Err(Error::input(
                     path,
                     format!("unsupported hidden_act `{act}` (supported: silu)"),
-                ));
-            }
-        }
-        if self.use_sliding_window == Some(true) {
-            return Err(Error::input(
-                path,
-                "sliding-window attention (use_sliding_window: true) is not implemented",
-            ));
-        }
-        if let Some(types) = &self.layer_types {
-            if let Some(other) = types.iter().find(|t| t.as_str() != "full_attention") {
-                return Err(Error::input(
-                    path,
-                    format!("layer type `{other}` is not implemented (only full_attention)"),
                 ));
             }
         }
@@ -818,10 +826,43 @@ mod tests {
     }
 
     #[test]
-    fn sliding_window_is_an_error() {
-        let err = resolve(&format!(r#"{{{BASE}, "use_sliding_window": true}}"#))
+    fn sliding_windows_are_read_as_transformers_reads_them() {
+        let qwen = BASE.replace(r#""model_type": "llama""#, r#""model_type": "qwen2""#);
+        assert_ne!(qwen, BASE);
+        let err = resolve(&format!(r#"{{{qwen}, "use_sliding_window": true}}"#))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("sliding"), "{err}");
+        assert!(err.contains("sliding_window is not set"), "{err}");
+        // Qwen2Config: layers from max_window_layers on slide; without use_sliding_window none
+        let w = resolve(&format!(
+            r#"{{{qwen}, "use_sliding_window": true, "sliding_window": 8, "max_window_layers": 1}}"#
+        ))
+        .unwrap()
+        .sliding_window
+        .unwrap();
+        assert_eq!((w.size, w.layers.clone()), (8, vec![1]));
+        let none = resolve(&format!(r#"{{{qwen}, "sliding_window": 8}}"#)).unwrap();
+        assert_eq!(none.sliding_window, None);
+        // Mistral: every layer, or as layer_types says; Llama has no window
+        let mistral = BASE.replace(r#""model_type": "llama""#, r#""model_type": "mistral""#);
+        let w = resolve(&format!(r#"{{{mistral}, "sliding_window": 4096}}"#))
+            .unwrap()
+            .sliding_window
+            .unwrap();
+        assert_eq!(w.layers, (0..w.layers.len()).collect::<Vec<_>>());
+        assert!(w.check_seq_len(4096, Path::new("c")).is_ok());
+        let err = w
+            .check_seq_len(4097, Path::new("c"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--seq-len 4097 must be at most 4096"), "{err}");
+        let llama = resolve(&format!(r#"{{{BASE}, "sliding_window": 8}}"#)).unwrap();
+        assert_eq!(llama.sliding_window, None);
+        let err = resolve(&format!(
+            r#"{{{mistral}, "sliding_window": 8, "layer_types": ["chunked_attention", "full_attention"]}}"#
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("layer type `chunked_attention`"), "{err}");
     }
 }

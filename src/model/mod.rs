@@ -17,6 +17,7 @@ pub mod nonfinite;
 mod residuals;
 pub mod rope;
 pub mod safetensors_file;
+pub mod sliding_window;
 pub mod weight_map;
 pub mod weights;
 

@@ -1,0 +1,142 @@
+//! Sliding-window attention as transformers configures it (Mistral's `sliding_window`,
+//! Qwen2/Qwen3's `use_sliding_window` with `max_window_layers` or `layer_types`): query i
+//! of a windowed layer sees the keys j with i - j < size (transformers'
+//! `sliding_window_overlay`: `kv_idx > q_idx - sliding_window`).
+//!
+//! A window changes nothing while the sequence is no longer than it (every key j <= i of a
+//! sequence of at most `size` tokens is inside it): runs up to `--seq-len size` are exactly
+//! full causal attention. Longer runs are refused ([`SlidingWindow::check_seq_len`]): the
+//! tiled kernels do not mask by window yet (issue 25).
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::config::Architecture;
+use crate::error::{Error, Result};
+
+/// The layer types `layer_types` may name.
+const LAYER_TYPES: &str = "full_attention, sliding_attention";
+
+/// A sliding window and the layers that use it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SlidingWindow {
+    /// Keys a query sees, itself included.
+    pub size: usize,
+    /// The windowed layers, 0-based.
+    pub layers: Vec<usize>,
+}
+
+/// The raw config fields a window is read from.
+pub(crate) struct RawWindow<'a> {
+    pub sliding_window: Option<&'a Value>,
+    pub use_sliding_window: Option<bool>,
+    pub max_window_layers: Option<usize>,
+    pub layer_types: Option<&'a [String]>,
+}
+
+impl SlidingWindow {
+    /// Refuses a run longer than the window (the kernels mask causally only).
+    pub fn check_seq_len(&self, seq_len: usize, checkpoint: &Path) -> Result<()> {
+        if seq_len <= self.size {
+            return Ok(());
+        }
+        Err(Error::input(
+            checkpoint,
+            format!(
+                "layers {} use a sliding window of {} tokens, and attention past the window \
+                 is not implemented yet: --seq-len {seq_len} must be at most {}",
+                self.describe_layers(),
+                self.size,
+                self.size
+            ),
+        ))
+    }
+
+    /// The windowed layers, 1-based, e.g. "1-2" or "2, 4".
+    pub fn describe_layers(&self) -> String {
+        let first = self.layers.first().copied().unwrap_or(0);
+        let contiguous = self.layers.iter().enumerate().all(|(k, &l)| l == first + k);
+        match (contiguous, self.layers.len()) {
+            (true, 1) => format!("{}", first + 1),
+            (true, n) => format!("{}-{}", first + 1, first + n),
+            _ => self
+                .layers
+                .iter()
+                .map(|l| (l + 1).to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+}
+
+/// The window of a config, as transformers reads it for `architecture`; `None` when every
+/// layer attends to all earlier keys.
+pub(crate) fn resolve(
+    raw: RawWindow<'_>,
+    architecture: Architecture,
+    num_layers: usize,
+    path: &Path,
+) -> Result<Option<SlidingWindow>> {
+    let types = match raw.layer_types {
+        None => None,
+        Some(types) => {
+            if types.len() != num_layers {
+                return Err(Error::input(
+                    path,
+                    format!(
+                        "layer_types has {} entries for num_hidden_layers {num_layers}",
+                        types.len()
+                    ),
+                ));
+            }
+            if let Some(other) = types
+                .iter()
+                .find(|t| !matches!(t.as_str(), "full_attention" | "sliding_attention"))
+            {
+                return Err(Error::input(
+                    path,
+                    format!("layer type `{other}` is not implemented (supported: {LAYER_TYPES})"),
+                ));
+            }
+            Some(types)
+        }
+    };
+    // transformers drops the window of a Qwen config without use_sliding_window, and Llama
+    // has none
+    let used = match architecture {
+        Architecture::Mistral => true,
+        Architecture::Qwen2 | Architecture::Qwen3 => raw.use_sliding_window == Some(true),
+        Architecture::Llama => false,
+    };
+    let size = match raw.sliding_window {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(size) if size >= 1 => Some(size as usize),
+            _ => {
+                return Err(Error::input(
+                    path,
+                    format!("sliding_window {v} must be a positive integer or null"),
+                ))
+            }
+        },
+    };
+    let Some(size) = size.filter(|_| used) else {
+        if raw.use_sliding_window == Some(true) && used {
+            return Err(Error::input(
+                path,
+                "use_sliding_window is true but sliding_window is not set",
+            ));
+        }
+        return Ok(None);
+    };
+    let layers: Vec<usize> = match (types, architecture) {
+        (Some(types), _) => (0..num_layers)
+            .filter(|&l| types[l] == "sliding_attention")
+            .collect(),
+        (None, Architecture::Mistral) => (0..num_layers).collect(),
+        // Qwen2Config: layer i slides when i >= max_window_layers
+        (None, _) => (raw.max_window_layers.unwrap_or(num_layers)..num_layers).collect(),
+    };
+    Ok((!layers.is_empty()).then_some(SlidingWindow { size, layers }))
+}
