@@ -32,12 +32,15 @@ import transformers
 from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
 )
 from transformers.models.llama import modeling_llama
+from transformers.models.mistral import modeling_mistral
 from transformers.models.qwen2 import modeling_qwen2
 from transformers.models.qwen3 import modeling_qwen3
 
@@ -217,6 +220,7 @@ def float64_transformers(logit_transform=None):
         (modeling_llama, modeling_llama.LlamaRMSNorm, modeling_llama.LlamaRotaryEmbedding),
         (modeling_qwen2, modeling_qwen2.Qwen2RMSNorm, modeling_qwen2.Qwen2RotaryEmbedding),
         (modeling_qwen3, modeling_qwen3.Qwen3RMSNorm, modeling_qwen3.Qwen3RotaryEmbedding),
+        (modeling_mistral, modeling_mistral.MistralRMSNorm, modeling_mistral.MistralRotaryEmbedding),
     ):
         saved.append((mod, "eager_attention_forward", mod.eager_attention_forward))
         saved.append((norm_cls, "forward", norm_cls.forward))
@@ -998,6 +1002,30 @@ def main():
         for pr in ("q_proj", "k_proj", "v_proj"):
             assert sd_chk[f"model.layers.{l}.self_attn.{pr}.bias"].abs().min() > 0
     _, _, caps, logits, _, _ = plain_fixture(name, Qwen2ForCausalLM, d)
+    M, margin = write_reference(name, "softmax", ids, logits, caps)
+    summary.append((name, peak_stats(caps), margin, M))
+
+    # ---------------------------------------------------------------- mistral
+    # MistralForCausalLM.save_pretrained: the Llama layout with a sliding window of exactly T
+    # keys on every layer: query i sees keys j with i - j < T, i.e. all of j <= i in these
+    # T-token windows, so the reference is full causal attention (transformers' own sliding
+    # mask is in the loop). Runs longer than the window are refused by asa-analyze.
+    name = "mistral"
+    mcfg = MistralConfig(
+        **common_cfg(bos, eos),
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        tie_word_embeddings=False,
+        sliding_window=T,
+    )
+    torch.manual_seed(3)
+    model = MistralForCausalLM(mcfg)
+    init_weights(model, seed=304)
+    d = os.path.join(MODELS, name)
+    model.save_pretrained(d)
+    finish_dir(d)
+    with open(os.path.join(d, "config.json")) as f:
+        assert json.load(f)["sliding_window"] == T
+    _, _, caps, logits, _, _ = plain_fixture(name, MistralForCausalLM, d)
     M, margin = write_reference(name, "softmax", ids, logits, caps)
     summary.append((name, peak_stats(caps), margin, M))
 

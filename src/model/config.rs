@@ -700,7 +700,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("gpt2") && err.contains("llama, qwen2"),
+            err.contains("gpt2") && err.contains("llama, mistral, qwen2"),
             "{err}"
         );
     }

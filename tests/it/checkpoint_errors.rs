@@ -25,7 +25,9 @@ fn unknown_model_type_lists_supported_types() {
     edit_config(tmp.path(), |c| c["model_type"] = "mamba".into());
     let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
     assert!(
-        err.contains("config.json") && err.contains("mamba") && err.contains("llama, qwen2"),
+        err.contains("config.json")
+            && err.contains("mamba")
+            && err.contains("llama, mistral, qwen2"),
         "{err}"
     );
 }
@@ -544,4 +546,46 @@ fn a_diverged_checkpoint_with_nan_weights_is_analysed_not_a_crash() {
     assert!(stdout.contains("nan"), "{stdout}");
     let figs = run_cli(tmp.path(), &["figures", "res", "--out", "figs", "--quiet"]);
     expect_success(&figs);
+}
+
+/// Issue 25: a run longer than a sliding window is refused naming the window and its
+/// layers (the kernels do not mask by window yet), never run as full attention; up to the
+/// window it runs (the metrics tests compare it with transformers' own sliding mask), and a
+/// layer type the loader does not know is refused naming it.
+#[test]
+fn past_a_sliding_window_is_refused_and_unknown_layer_types_are_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("mistral", &tmp.path().join("m"));
+    let run = |seq: &str| {
+        let args = [
+            "analyze",
+            "m",
+            "--seq-len",
+            seq,
+            "--num-seqs",
+            "1",
+            "--quiet",
+            "--out",
+            "res",
+        ];
+        run_cli(tmp.path(), &args)
+    };
+    let err = expect_error(&run("21"));
+    assert!(
+        err.contains("layers 1-2 use a sliding window of 20 tokens")
+            && err.contains("--seq-len 21 must be at most 20"),
+        "{err}"
+    );
+    assert!(!tmp.path().join("res").exists());
+    expect_success(&run("20"));
+    let inspect = expect_success(&run_cli(tmp.path(), &["inspect", "m"]));
+    assert!(
+        inspect.contains("sliding window of 20 keys on layers 1-2"),
+        "{inspect}"
+    );
+    edit_config(&tmp.path().join("m"), |c| {
+        c["layer_types"] = serde_json::json!(["sliding_attention", "chunked_attention"])
+    });
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "m"]));
+    assert!(err.contains("layer type `chunked_attention`"), "{err}");
 }

@@ -14,9 +14,10 @@ use asa_analyze::metrics::{Metric, MetricOptions};
 use candle_core::{Device, Tensor};
 
 /// Every model fixture written by `tools/make_fixtures.py`.
-pub const MODEL_FIXTURES: [&str; 11] = [
+pub const MODEL_FIXTURES: [&str; 12] = [
     "llama_gqa",
     "qwen2",
+    "mistral",
     "off_by_one",
     "sink",
     "gated",

@@ -53,11 +53,18 @@ fn batches_of_two_give_the_tables_of_main_before_the_redesign_bit_for_bit() {
     compare_with_golden(2, &SUMMED_OVER_BATCH);
 }
 
+/// Fixtures written after main before the redesign (issue 25's families).
+const NEWER_FIXTURES: [&str; 1] = ["mistral"];
+
 /// Runs every fixture with `batch` windows per pass and compares every golden table but `skip`.
 fn compare_with_golden(batch: usize, skip: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let batch_arg = batch.to_string();
     for name in MODEL_FIXTURES {
+        // fixtures added after the redesign have no tables from before it
+        if NEWER_FIXTURES.contains(&name) {
+            continue;
+        }
         let golden = fixtures().join(format!("golden/batch{batch}")).join(name);
         let out = tmp.path().join(name);
         let model = format!("{name}={}", fixtures().join("models").join(name).display());

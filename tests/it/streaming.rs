@@ -42,11 +42,13 @@ fn streamed_runs_give_the_in_memory_tables_bit_for_bit_for_every_variant() {
             .enumerate()
         {
             let out = tmp.path().join(format!("{name}-{k}"));
+            // mistral's sliding window is 20 tokens: runs past it are refused
+            let seq_len = if name == "mistral" { "20" } else { "48" };
             let mut args = vec![
                 "analyze",
                 &model,
                 "--seq-len",
-                "48",
+                seq_len,
                 "--num-seqs",
                 "3",
                 "--batch-size",
