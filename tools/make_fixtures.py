@@ -30,6 +30,8 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 import transformers
 from transformers import (
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     MistralConfig,
@@ -39,6 +41,7 @@ from transformers import (
     Qwen3Config,
     Qwen3ForCausalLM,
 )
+from transformers.models.gpt_neox import modeling_gpt_neox
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
 from transformers.models.qwen2 import modeling_qwen2
@@ -233,6 +236,50 @@ def float64_transformers(logit_transform=None):
     finally:
         for obj, attr, val in saved:
             setattr(obj, attr, val)
+
+
+def neox_reference(model_dir, ids):
+    """GPT-NeoX in float64 through transformers itself (eager, output_attentions): RoPE's
+    cos/sin and inv_freq and the eager softmax patched to keep float64 (LayerNorm and GELU
+    already do); the post-RoPE q, k and the scaled causal logits are captured inside the
+    eager attention. Returns logits and per-layer caps (pattern, q, k, attn_scores)."""
+    model = GPTNeoXForCausalLM.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32)
+    model = model.double().eval()
+    cfg = model.config
+    head = cfg.hidden_size // cfg.num_attention_heads
+    dim = int(head * cfg.rope_parameters["partial_rotary_factor"])
+    base = cfg.rope_parameters["rope_theta"]
+    inv64 = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=TORCH64) / dim))
+    model.gpt_neox.rotary_emb.inv_freq = inv64.clone()
+    model.gpt_neox.rotary_emb.original_inv_freq = inv64.clone()
+    caps = []
+
+    def eager64(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+        t = scores.shape[-1]
+        causal = torch.ones(t, t, dtype=torch.bool).tril()
+        masked = scores.masked_fill(~causal, float("-inf"))
+        weights = F.softmax(masked, dim=-1)
+        caps.append(
+            {"q": query.detach().clone(), "k": key.detach().clone(), "attn_scores": masked.detach().clone(), "softmax": weights.detach().clone()}
+        )
+        out = torch.matmul(weights, value).transpose(1, 2).contiguous()
+        return out, weights
+
+    rope_cls = modeling_gpt_neox.GPTNeoXRotaryEmbedding
+    saved = (modeling_gpt_neox.eager_attention_forward, rope_cls.forward)
+    modeling_gpt_neox.eager_attention_forward = eager64
+    rope_cls.forward = _rope_forward64
+    try:
+        with torch.no_grad():
+            out = model(input_ids=ids, output_attentions=True, use_cache=False)
+    finally:
+        modeling_gpt_neox.eager_attention_forward, rope_cls.forward = saved
+    assert len(caps) == cfg.num_hidden_layers, len(caps)
+    for c, a in zip(caps, out.attentions):
+        c["pattern"] = a.detach()
+        assert a.dtype == TORCH64
+    return out.logits.detach(), caps
 
 
 def hf_forward(model_dir, cls, ids, inv_freq64, precise, logit_transform=None):
@@ -1029,6 +1076,48 @@ def main():
     M, margin = write_reference(name, "softmax", ids, logits, caps)
     summary.append((name, peak_stats(caps), margin, M))
 
+    # ---------------------------------------------------------------- gpt_neox
+    # GPTNeoXForCausalLM.save_pretrained (Pythia's layout): LayerNorm with biases, a fused
+    # per-head query_key_value, rotary_pct 0.5 (4 of 8 dims rotate), parallel residual,
+    # exact GELU MLP, biases everywhere, untied embed_out. Reference: transformers itself
+    # in float64 (neox_reference).
+    name = "gpt_neox"
+    ncfg = GPTNeoXConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=INTER,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        max_position_embeddings=MAX_POS,
+        layer_norm_eps=EPS,
+        rotary_pct=0.5,
+        rotary_emb_base=10000,
+        use_parallel_residual=True,
+        hidden_act="gelu",
+        bos_token_id=bos,
+        eos_token_id=eos,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(4)
+    model = GPTNeoXForCausalLM(ncfg)
+    init_weights(model, seed=404, bias_std=0.3)
+    d = os.path.join(MODELS, name)
+    model.save_pretrained(d)
+    finish_dir(d)
+    with open(os.path.join(d, "config.json")) as f:
+        saved_cfg = json.load(f)
+    assert saved_cfg["rope_parameters"]["partial_rotary_factor"] == 0.5, saved_cfg
+    logits, caps = neox_reference(d, ids)
+    # the same model unpatched (float32 internals) agrees to float32 precision
+    m32 = GPTNeoXForCausalLM.from_pretrained(d, attn_implementation="eager", dtype=torch.float32).double().eval()
+    with torch.no_grad():
+        lg32 = m32(input_ids=ids, use_cache=False).logits
+    d32 = (lg32 - logits).abs().max().item()
+    assert d32 < 1e-4, d32
+    checks.append(f"{name}: transformers float64-patched vs unpatched logits {fmt(d32)}")
+    M, margin = write_reference(name, "softmax", ids, logits, caps)
+    summary.append((name, peak_stats(caps), margin, M))
+
     # ---------------------------------------------------------------- variants
     vcfg = LlamaConfig(
         **common_cfg(bos, eos), rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=False
@@ -1368,7 +1457,7 @@ def main():
         print(f"  {os.path.relpath(sub, ROOT)}: {n} bytes")
         total += n
     print(f"written by this script: {total} bytes")
-    assert total < 4_500_000
+    assert total < 5_500_000
 
 
 CORPUS_DOCS = [

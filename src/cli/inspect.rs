@@ -84,6 +84,7 @@ fn json_report(
         "vocab_size": c.vocab_size,
         "rope": c.rope,
         "tie_word_embeddings": c.tie_word_embeddings,
+        "layout": c.layout,
         "lm_head": lm_head(ckpt),
         "sliding_window": c.sliding_window,
         "parameters": ckpt.parameter_count(),
@@ -128,6 +129,7 @@ fn table_rows(
         ("checkpoint", args.checkpoint.display().to_string()),
         ("format", format),
         ("architecture", c.architecture.name().to_string()),
+        ("layout", c.layout.describe()),
         ("variant", format!("{kind} ({})", ckpt.variant.source)),
         ("layers", c.num_layers.to_string()),
         (

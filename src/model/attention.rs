@@ -7,38 +7,39 @@ use super::layers::{linear, rms_norm};
 use super::weights::WeightStore;
 use crate::attention::{Attention, AttentionShape, AttentionWeights, VariantKind};
 use crate::error::{Error, Result};
+use crate::nn::Linear;
 
 /// Loads the attention layer under `prefix` (e.g. `model.layers.3.self_attn`), every
-/// tensor's presence and shape checked.
+/// tensor's presence and shape checked. `fused_per_head`: q, k and v are one
+/// `{prefix}.qkv_proj` whose rows are, head by head, `[q, k, v]` (GPT-NeoX).
 pub fn load_attention(
     store: &WeightStore,
     prefix: &str,
     shape: AttentionShape,
+    fused_per_head: bool,
 ) -> Result<Attention> {
     let s = &shape;
-    let q_out = if s.variant.is_gated() { 2 } else { 1 } * s.heads * s.head_dim;
-    let kv_out = s.kv_heads * s.head_dim;
-    let q_proj = linear(
-        store,
-        &format!("{prefix}.q_proj"),
-        s.hidden,
-        q_out,
-        s.qkv_bias,
-    )?;
-    let k_proj = linear(
-        store,
-        &format!("{prefix}.k_proj"),
-        s.hidden,
-        kv_out,
-        s.qkv_bias,
-    )?;
-    let v_proj = linear(
-        store,
-        &format!("{prefix}.v_proj"),
-        s.hidden,
-        kv_out,
-        s.qkv_bias,
-    )?;
+    let (q_proj, k_proj, v_proj) = match fused_per_head {
+        true => split_qkv_per_head(store, prefix, s)?,
+        false => {
+            let q_out = if s.variant.is_gated() { 2 } else { 1 } * s.heads * s.head_dim;
+            let kv_out = s.kv_heads * s.head_dim;
+            let proj = |name: &str, out: usize| {
+                linear(
+                    store,
+                    &format!("{prefix}.{name}"),
+                    s.hidden,
+                    out,
+                    s.qkv_bias,
+                )
+            };
+            (
+                proj("q_proj", q_out)?,
+                proj("k_proj", kv_out)?,
+                proj("v_proj", kv_out)?,
+            )
+        }
+    };
     let o_proj = linear(
         store,
         &format!("{prefix}.o_proj"),
@@ -127,4 +128,43 @@ fn load_logn_scale(store: &WeightStore, prefix: &str, s: &AttentionShape) -> Res
             })?,
     };
     Ok(scale.reshape((1, s.heads, 1, 1))?)
+}
+
+/// q, k and v from the fused `{prefix}.qkv_proj` `[heads * 3 * head_dim, hidden]` (and its
+/// bias) whose rows are `[q, k, v]` head by head, as transformers' GPT-NeoX views them
+/// (`view(..., heads, 3 * head_dim)` then `chunk(3)`).
+fn split_qkv_per_head(
+    store: &WeightStore,
+    prefix: &str,
+    s: &AttentionShape,
+) -> Result<(Linear, Linear, Linear)> {
+    if s.kv_heads != s.heads || s.variant.is_gated() {
+        return Err(Error::input(
+            store.any_file(),
+            "a fused per-head q/k/v projection needs as many key/value heads as query heads and no gate",
+        ));
+    }
+    let (h, d) = (s.heads, s.head_dim);
+    let weight = store.get(&format!("{prefix}.qkv_proj.weight"), &[h * 3 * d, s.hidden])?;
+    let weight = weight.reshape((h, 3, d, s.hidden))?;
+    let bias = match s.qkv_bias {
+        true => Some(
+            store
+                .get(&format!("{prefix}.qkv_proj.bias"), &[h * 3 * d])?
+                .reshape((h, 3, d))?,
+        ),
+        false => None,
+    };
+    let part = |k: usize| -> Result<Linear> {
+        let w = weight
+            .narrow(1, k, 1)?
+            .reshape((h * d, s.hidden))?
+            .contiguous()?;
+        let b = match &bias {
+            Some(b) => Some(b.narrow(1, k, 1)?.reshape(h * d)?.contiguous()?),
+            None => None,
+        };
+        Ok(Linear::new(w, b))
+    };
+    Ok((part(0)?, part(1)?, part(2)?))
 }

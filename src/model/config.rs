@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::layout::Layout;
 use super::sliding_window::{RawWindow, SlidingWindow};
 use crate::attention::{Activation, AffineConfig, BetaLength, ScaleInvariantConfig, VariantKind};
 use crate::error::{Error, Result};
@@ -23,11 +24,14 @@ pub enum Architecture {
     Qwen3,
     /// Mistral: the Llama layout with a sliding window on every layer (`sliding_window`).
     Mistral,
+    /// GPT-NeoX (Pythia): LayerNorm with biases, a fused per-head q/k/v projection, partial
+    /// rotary (`rotary_pct`), a parallel residual, a GELU MLP, biases everywhere.
+    GptNeox,
 }
 
 impl Architecture {
     /// `model_type` values accepted, for error messages.
-    pub const SUPPORTED: &'static str = "llama, mistral, qwen2, qwen3";
+    pub const SUPPORTED: &'static str = "gpt_neox, llama, mistral, qwen2, qwen3";
 
     fn parse(name: &str) -> Option<Self> {
         match name {
@@ -35,6 +39,7 @@ impl Architecture {
             "qwen2" => Some(Architecture::Qwen2),
             "qwen3" => Some(Architecture::Qwen3),
             "mistral" => Some(Architecture::Mistral),
+            "gpt_neox" => Some(Architecture::GptNeox),
             _ => None,
         }
     }
@@ -46,6 +51,7 @@ impl Architecture {
             Architecture::Qwen2 => "qwen2",
             Architecture::Qwen3 => "qwen3",
             Architecture::Mistral => "mistral",
+            Architecture::GptNeox => "gpt_neox",
         }
     }
 }
@@ -134,6 +140,8 @@ pub struct ModelConfig {
     pub logn_scale: Option<f64>,
     /// Sliding-window attention, when some layer uses it.
     pub sliding_window: Option<SlidingWindow>,
+    /// The norm, MLP, residual wiring and q/k/v projections of the architecture.
+    pub layout: Layout,
 }
 
 /// Serde mirror of config.json: everything optional, unknown fields ignored.
@@ -161,6 +169,11 @@ pub struct RawConfig {
     pub use_sliding_window: Option<bool>,
     pub sliding_window: Option<Value>,
     pub max_window_layers: Option<usize>,
+    pub layer_norm_eps: Option<f64>,
+    pub use_parallel_residual: Option<bool>,
+    /// GPT-NeoX's legacy names of `partial_rotary_factor` and `rope_theta`.
+    pub rotary_pct: Option<f64>,
+    pub rotary_emb_base: Option<f64>,
     pub layer_types: Option<Vec<String>>,
     pub hidden_act: Option<String>,
     pub attention_variant: Option<String>,
@@ -283,11 +296,16 @@ impl RawConfig {
         })?;
         let hidden_size = required(self.hidden_size, "hidden_size", path)?;
         let (num_heads, num_kv_heads, head_dim) = self.heads(path, architecture, hidden_size)?;
-        self.check_implemented(path)?;
+        self.check_implemented(path, architecture)?;
         let attention_bias = self.attention_bias.unwrap_or(false);
         let (qkv_bias, o_bias) = match architecture {
             Architecture::Llama | Architecture::Qwen3 | Architecture::Mistral => {
                 (attention_bias, attention_bias)
+            }
+            // GPTNeoXConfig's attention_bias defaults to true
+            Architecture::GptNeox => {
+                let bias = self.attention_bias.unwrap_or(true);
+                (bias, bias)
             }
             Architecture::Qwen2 => (true, false),
         };
@@ -329,7 +347,10 @@ impl RawConfig {
             }
             other => other,
         };
-        let rms_norm_eps = self.rms_norm_eps.unwrap_or(1e-6);
+        let rms_norm_eps = match architecture {
+            Architecture::GptNeox => self.layer_norm_eps.unwrap_or(1e-5),
+            _ => self.rms_norm_eps.unwrap_or(1e-6),
+        };
         if !(rms_norm_eps.is_finite() && rms_norm_eps >= 0.0) {
             return Err(Error::input(
                 path,
@@ -362,7 +383,7 @@ impl RawConfig {
             tie_word_embeddings: self.tie_word_embeddings.unwrap_or(false),
             qkv_bias,
             o_bias,
-            mlp_bias: self.mlp_bias.unwrap_or(false),
+            mlp_bias: architecture == Architecture::GptNeox || self.mlp_bias.unwrap_or(false),
             rope,
             bos_token_id,
             eos_token_id,
@@ -372,6 +393,7 @@ impl RawConfig {
             scale_invariant,
             logn_scale,
             sliding_window,
+            layout: Layout::of(architecture, self.use_parallel_residual.unwrap_or(true)),
         })
     }
 
@@ -383,7 +405,12 @@ impl RawConfig {
         hidden_size: usize,
     ) -> Result<(usize, usize, usize)> {
         let num_heads = required(self.num_attention_heads, "num_attention_heads", path)?;
-        let num_kv_heads = self.num_key_value_heads.unwrap_or(num_heads);
+        // GPTNeoXConfig has neither key/value heads nor head_dim: transformers ignores them
+        let neox = architecture == Architecture::GptNeox;
+        let num_kv_heads = match neox {
+            true => num_heads,
+            false => self.num_key_value_heads.unwrap_or(num_heads),
+        };
         if num_heads == 0 || num_kv_heads == 0 {
             return Err(Error::input(
                 path,
@@ -396,7 +423,7 @@ impl RawConfig {
                 format!("num_attention_heads {num_heads} is not a multiple of num_key_value_heads {num_kv_heads}"),
             ));
         }
-        let head_dim = match self.head_dim {
+        let head_dim = match self.head_dim.filter(|_| !neox) {
             Some(d) => d,
             // transformers' Qwen3Config default (it does not derive it from hidden / heads)
             None if architecture == Architecture::Qwen3 => 128,
@@ -412,14 +439,20 @@ impl RawConfig {
     }
 
     /// Refuses what the loader does not implement (never ignored).
-    fn check_implemented(&self, path: &Path) -> Result<()> {
-        if let Some(act) = &self.hidden_act {
-            if act != "silu" {
-                return Err(Error::input(
-                    path,
-                    format!("unsupported hidden_act `{act}` (supported: silu)"),
-                ));
-            }
+    fn check_implemented(&self, path: &Path, architecture: Architecture) -> Result<()> {
+        // the MLP's activation: SwiGLU's silu, or GPT-NeoX's exact GELU
+        let want = match architecture {
+            Architecture::GptNeox => "gelu",
+            _ => "silu",
+        };
+        if let Some(act) = self.hidden_act.as_deref().filter(|a| *a != want) {
+            return Err(Error::input(
+                path,
+                format!(
+                    "unsupported hidden_act `{act}` for {} (supported: {want})",
+                    architecture.name()
+                ),
+            ));
         }
         Ok(())
     }
@@ -476,10 +509,14 @@ impl RawConfig {
         let field = |key: &str| -> Result<Option<f64>> {
             params.map_or(Ok(None), |p| float_field(p, key, path))
         };
-        let theta = field("rope_theta")?.or(self.rope_theta).unwrap_or(10000.0);
+        let theta = field("rope_theta")?
+            .or(self.rope_theta)
+            .or(self.rotary_emb_base)
+            .unwrap_or(10000.0);
         let theta = positive(theta, "rope_theta", path)?;
         let partial_rotary_factor = field("partial_rotary_factor")?
             .or(self.partial_rotary_factor)
+            .or(self.rotary_pct)
             .unwrap_or(1.0);
         if !(partial_rotary_factor > 0.0 && partial_rotary_factor <= 1.0) {
             return Err(Error::input(

@@ -9,7 +9,7 @@ use candle_core::Tensor;
 
 use super::attention;
 use super::config::ModelConfig;
-use super::layers::{linear, mlp, rms_norm};
+use super::layers::{linear, mlp, norm};
 use super::nonfinite::{NonFiniteAt, NonFiniteWatch};
 use super::residuals::Residuals;
 use super::rope::rope_tables;
@@ -17,17 +17,19 @@ use super::weights::WeightStore;
 use crate::attention::{Attention, AttentionShape, VariantKind};
 use crate::error::{Error, Result};
 use crate::nn::Rope;
-use crate::nn::{Linear, Mlp, RmsNorm};
+use crate::nn::{Linear, Mlp, Norm};
 use crate::probe::blocks::query_blocks;
 use crate::probe::{BlockCtx, Hook, Probe};
 use crate::profile::phase;
 
 /// One decoder layer (`model.layers.{l}`).
 pub struct DecoderLayer {
-    input_layernorm: RmsNorm,
+    input_layernorm: Norm,
     self_attn: Attention,
-    post_attention_layernorm: RmsNorm,
+    post_attention_layernorm: Norm,
     mlp: Mlp,
+    /// `x + attn(ln1(x)) + mlp(ln2(x))` (GPT-NeoX) rather than sequential.
+    parallel_residual: bool,
 }
 
 impl DecoderLayer {
@@ -39,12 +41,14 @@ impl DecoderLayer {
         l: usize,
     ) -> Result<Self> {
         let prefix = format!("model.layers.{l}");
+        let layout = c.layout;
         let norm = |name: &str| {
-            rms_norm(
+            norm(
                 store,
                 &format!("{prefix}.{name}"),
                 c.hidden_size,
                 c.rms_norm_eps,
+                layout.norm,
             )
         };
         Ok(DecoderLayer {
@@ -53,15 +57,17 @@ impl DecoderLayer {
                 store,
                 &format!("{prefix}.self_attn"),
                 shape.clone(),
+                layout.fused_qkv_per_head,
             )?,
             post_attention_layernorm: norm("post_attention_layernorm")?,
             mlp: mlp(
                 store,
                 &format!("{prefix}.mlp"),
-                c.hidden_size,
-                c.intermediate_size,
+                (c.hidden_size, c.intermediate_size),
                 c.mlp_bias,
+                layout.mlp,
             )?,
+            parallel_residual: layout.parallel_residual,
         })
     }
 
@@ -82,8 +88,15 @@ impl DecoderLayer {
         let attn = self.self_attn.forward(&normed, rope, l, block, probe)?;
         let _p = phase("norms, residuals");
         watch.check(&attn, Some(l), "hook_attn_out")?;
-        let xs = (xs + attn)?;
-        let normed = self.post_attention_layernorm.forward(&xs)?;
+        // parallel: the MLP reads the layer's input, and both outputs join the residual
+        let (mlp_in, xs) = match self.parallel_residual {
+            true => (xs.clone(), (xs + attn)?),
+            false => {
+                let xs = (xs + attn)?;
+                (xs.clone(), xs)
+            }
+        };
+        let normed = self.post_attention_layernorm.forward(&mlp_in)?;
         drop(_p);
         let _p = phase("mlp");
         let mlp = self.mlp.forward(&normed)?;
@@ -117,7 +130,7 @@ pub struct Model {
     embed_tokens: Option<candle_nn::Embedding>,
     /// Every layer (resident models); empty when streamed.
     layers: Vec<DecoderLayer>,
-    norm: RmsNorm,
+    norm: Norm,
     /// The LM head (resident models).
     lm_head: Option<Linear>,
     shape: AttentionShape,
@@ -174,7 +187,13 @@ impl Model {
         Ok(Model {
             embed_tokens: None,
             layers: Vec::new(),
-            norm: rms_norm(store, "model.norm", c.hidden_size, c.rms_norm_eps)?,
+            norm: norm(
+                store,
+                "model.norm",
+                c.hidden_size,
+                c.rms_norm_eps,
+                c.layout.norm,
+            )?,
             lm_head: None,
             shape,
             config: config.clone(),

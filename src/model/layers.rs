@@ -1,9 +1,10 @@
 //! Loads the building blocks of [`crate::nn`] from a [`WeightStore`] by their checkpoint
 //! names, checking every shape.
 
+use super::layout::{MlpKind, NormKind};
 use super::weights::WeightStore;
 use crate::error::Result;
-use crate::nn::{Linear, Mlp, RmsNorm};
+use crate::nn::{Linear, Mlp, Norm, RmsNorm};
 
 /// `{prefix}.weight` `[out, in]` and, when `bias`, `{prefix}.bias` `[out]`.
 pub fn linear(
@@ -30,20 +31,44 @@ pub fn rms_norm(store: &WeightStore, prefix: &str, dim: usize, eps: f64) -> Resu
     ))
 }
 
-/// `{prefix}.{gate,up,down}_proj`.
+/// A layer's norm `{prefix}.weight` `[dim]` (and `{prefix}.bias` for LayerNorm).
+pub fn norm(
+    store: &WeightStore,
+    prefix: &str,
+    dim: usize,
+    eps: f64,
+    kind: NormKind,
+) -> Result<Norm> {
+    Ok(match kind {
+        NormKind::Rms => Norm::Rms(rms_norm(store, prefix, dim, eps)?),
+        NormKind::Layer => Norm::layer(
+            store.get(&format!("{prefix}.weight"), &[dim])?,
+            store.get(&format!("{prefix}.bias"), &[dim])?,
+            eps,
+        ),
+    })
+}
+
+/// `{prefix}.{gate,up,down}_proj` (SwiGLU) or `{prefix}.{up,down}_proj` (GELU).
 pub fn mlp(
     store: &WeightStore,
     prefix: &str,
-    hidden: usize,
-    intermediate: usize,
+    (hidden, intermediate): (usize, usize),
     bias: bool,
+    kind: MlpKind,
 ) -> Result<Mlp> {
     let proj = |name: &str, from: usize, to: usize| {
         linear(store, &format!("{prefix}.{name}"), from, to, bias)
     };
-    Ok(Mlp::new(
-        proj("gate_proj", hidden, intermediate)?,
-        proj("up_proj", hidden, intermediate)?,
-        proj("down_proj", intermediate, hidden)?,
-    ))
+    // read in the order of the names, so that a shape error names the first
+    let gate = match kind {
+        MlpKind::SwiGlu => Some(proj("gate_proj", hidden, intermediate)?),
+        MlpKind::Gelu => None,
+    };
+    let up = proj("up_proj", hidden, intermediate)?;
+    let down = proj("down_proj", intermediate, hidden)?;
+    Ok(match gate {
+        Some(gate) => Mlp::new(gate, up, down),
+        None => Mlp::gelu(up, down),
+    })
 }

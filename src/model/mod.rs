@@ -13,6 +13,7 @@ mod gguf_rope;
 mod gguf_sentencepiece;
 pub mod gguf_tokenizer;
 pub mod layers;
+pub mod layout;
 pub mod nonfinite;
 mod residuals;
 pub mod rope;
@@ -75,10 +76,14 @@ impl Checkpoint {
                 (config, WeightStore::from_gguf(gguf, device, dtype))
             }
         };
+        // the architecture's own tensor names (GPT-NeoX), after any --weight-map rules
+        let map = map
+            .clone()
+            .or_else(&layout::builtin_weight_map(config.architecture));
         let store = if map.is_empty() {
             store
         } else {
-            store.renamed(map)?
+            store.renamed(&map)?
         };
         let variant = detect_variant(&config, &store);
         Ok(Checkpoint {
@@ -139,7 +144,10 @@ impl Checkpoint {
     /// Stored tensors the model does not read (call after [`Checkpoint::validate`]): a
     /// checkpoint of more layers than its config says, or weights of another variant.
     pub fn unused_weights(&self) -> Vec<String> {
-        self.store.unread()
+        let ignored = layout::ignored_on_load(self.config.architecture);
+        let mut unread = self.store.unread();
+        unread.retain(|name| !ignored.iter().any(|suffix| name.ends_with(suffix)));
+        unread
     }
 
     /// Checks that every tensor the model needs exists with the right shape, reading no data.

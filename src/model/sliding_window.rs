@@ -107,7 +107,7 @@ pub(crate) fn resolve(
     let used = match architecture {
         Architecture::Mistral => true,
         Architecture::Qwen2 | Architecture::Qwen3 => raw.use_sliding_window == Some(true),
-        Architecture::Llama => false,
+        Architecture::Llama | Architecture::GptNeox => false,
     };
     let size = match raw.sliding_window {
         None | Some(Value::Null) => None,

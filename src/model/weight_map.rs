@@ -85,6 +85,16 @@ impl WeightMap {
         })
     }
 
+    /// This map's rules, then `fallback`'s (a stored name matching both gets this map's
+    /// convention name); errors name this map's file.
+    pub fn or_else(mut self, fallback: &WeightMap) -> WeightMap {
+        self.rules.extend(fallback.rules.iter().cloned());
+        if self.path.as_os_str().is_empty() {
+            self.path = fallback.path.clone();
+        }
+        self
+    }
+
     /// Whether the map renames nothing.
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()

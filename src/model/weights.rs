@@ -483,7 +483,7 @@ impl WeightStore {
             .map_or_else(|| self.any_file(), |t| files.path(t).to_path_buf())
     }
 
-    fn any_file(&self) -> PathBuf {
+    pub(crate) fn any_file(&self) -> PathBuf {
         match &self.source {
             Source::Safetensors { listing, .. } => listing.clone(),
             Source::Gguf(g) => g.path().to_path_buf(),

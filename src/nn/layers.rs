@@ -1,5 +1,5 @@
-//! Small building blocks of a decoder: linear projections, RMSNorm, the SwiGLU MLP. Built
-//! from tensors; `model::layers` loads them from a checkpoint.
+//! Small building blocks of a decoder: linear projections, RMSNorm and LayerNorm, the
+//! SwiGLU and GELU MLPs. Built from tensors; `model::layers` loads them from a checkpoint.
 
 use candle_core::{Module, Tensor};
 
@@ -63,18 +63,57 @@ impl RmsNorm {
     }
 }
 
-/// SwiGLU MLP: `down(silu(gate(x)) * up(x))`.
+/// A layer's norm: RMSNorm, or LayerNorm (mean removed, scale and bias; GPT-NeoX).
+pub enum Norm {
+    Rms(RmsNorm),
+    Layer(candle_nn::LayerNorm),
+}
+
+impl Norm {
+    /// LayerNorm with scale `weight` and `bias` `[dim]`, as torch's `nn.LayerNorm`.
+    pub fn layer(weight: Tensor, bias: Tensor, eps: f64) -> Self {
+        Norm::Layer(candle_nn::LayerNorm::new(weight, bias, eps))
+    }
+
+    /// The dtype of its scale (the analysis dtype).
+    pub fn dtype(&self) -> candle_core::DType {
+        match self {
+            Norm::Rms(norm) => norm.dtype(),
+            Norm::Layer(norm) => norm.weight().dtype(),
+        }
+    }
+
+    /// Normalises the last dimension.
+    pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        match self {
+            Norm::Rms(norm) => norm.forward(xs),
+            Norm::Layer(norm) => Ok(norm.forward(&xs.contiguous()?)?),
+        }
+    }
+}
+
+/// A layer's MLP: SwiGLU `down(silu(gate(x)) * up(x))` when it has a gate, else
+/// `down(gelu(up(x)))` with the exact (erf) GELU.
 pub struct Mlp {
-    gate_proj: Linear,
+    gate_proj: Option<Linear>,
     up_proj: Linear,
     down_proj: Linear,
 }
 
 impl Mlp {
-    /// The MLP of its three projections.
+    /// The SwiGLU MLP of its three projections.
     pub fn new(gate_proj: Linear, up_proj: Linear, down_proj: Linear) -> Self {
         Mlp {
-            gate_proj,
+            gate_proj: Some(gate_proj),
+            up_proj,
+            down_proj,
+        }
+    }
+
+    /// The GELU MLP of its two projections.
+    pub fn gelu(up_proj: Linear, down_proj: Linear) -> Self {
+        Mlp {
+            gate_proj: None,
             up_proj,
             down_proj,
         }
@@ -82,8 +121,11 @@ impl Mlp {
 
     /// Applies the MLP to `[batch, seq, hidden]`.
     pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {
-        let gate = candle_nn::ops::silu(&self.gate_proj.forward(xs)?)?;
         let up = self.up_proj.forward(xs)?;
-        self.down_proj.forward(&(gate * up)?)
+        let inner = match &self.gate_proj {
+            Some(gate) => (candle_nn::ops::silu(&gate.forward(xs)?)? * up)?,
+            None => up.gelu_erf()?,
+        };
+        self.down_proj.forward(&inner)
     }
 }

@@ -4,5 +4,5 @@
 mod layers;
 mod rope;
 
-pub use layers::{Linear, Mlp, RmsNorm};
+pub use layers::{Linear, Mlp, Norm, RmsNorm};
 pub use rope::Rope;

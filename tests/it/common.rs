@@ -14,10 +14,11 @@ use asa_analyze::metrics::{Metric, MetricOptions};
 use candle_core::{Device, Tensor};
 
 /// Every model fixture written by `tools/make_fixtures.py`.
-pub const MODEL_FIXTURES: [&str; 12] = [
+pub const MODEL_FIXTURES: [&str; 13] = [
     "llama_gqa",
     "qwen2",
     "mistral",
+    "gpt_neox",
     "off_by_one",
     "sink",
     "gated",

@@ -9,6 +9,7 @@ mod cli_metrics;
 mod conformance;
 mod corpus;
 mod demo;
+mod families;
 mod figures;
 mod fuzz;
 mod golden;

@@ -1,0 +1,100 @@
+//! Issue 25: model families beyond the Llama layout, as their checkpoints are found in the
+//! wild. The numbers of each family's fixture are checked against transformers' own float64
+//! forward pass by `metrics.rs` and `conformance.rs` (every fixture); here: the configs and
+//! files older checkpoints have, and what is refused.
+
+use candle_core::Device;
+
+use crate::common::{copy_fixture, edit_config, expect_error, expect_success, run_cli};
+
+/// The attention table of an `analyze` run of checkpoint folder `name` in `dir`.
+fn attention_table(dir: &std::path::Path, name: &str) -> String {
+    let out = format!("{name}-out");
+    expect_success(&run_cli(
+        dir,
+        &[
+            "analyze",
+            name,
+            "--seq-len",
+            "16",
+            "--num-seqs",
+            "2",
+            "--quiet",
+            "--out",
+            &out,
+        ],
+    ));
+    let table = std::fs::read_to_string(dir.join(out).join("attention.csv")).unwrap();
+    // the model label is the folder name
+    table.replace(&format!("\n{name},"), "\nMODEL,")
+}
+
+/// Pythia's config.json predates `rope_parameters` (`rotary_pct`, `rotary_emb_base`) and its
+/// files keep the causal-mask and RoPE buffers transformers skips on load: the same numbers
+/// as the fixture, and the buffers are not "unused weights".
+#[test]
+fn gpt_neox_as_pythia_ships_it_legacy_rope_fields_and_mask_buffers() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("gpt_neox", &tmp.path().join("neox"));
+    copy_fixture("gpt_neox", &tmp.path().join("pythia"));
+    let pythia = tmp.path().join("pythia");
+    edit_config(&pythia, |c| {
+        let obj = c.as_object_mut().unwrap();
+        obj.remove("rope_parameters");
+        obj.insert("rotary_pct".into(), 0.5.into());
+        obj.insert("rotary_emb_base".into(), 10000.into());
+    });
+    let file = pythia.join("model.safetensors");
+    let mut tensors = candle_core::safetensors::load(&file, &Device::Cpu).unwrap();
+    let mask =
+        candle_core::Tensor::ones((1, 1, 64, 64), candle_core::DType::U8, &Device::Cpu).unwrap();
+    for l in 0..2 {
+        tensors.insert(format!("gpt_neox.layers.{l}.attention.bias"), mask.clone());
+        tensors.insert(
+            format!("gpt_neox.layers.{l}.attention.masked_bias"),
+            candle_core::Tensor::new(-1e9f32, &Device::Cpu).unwrap(),
+        );
+    }
+    candle_core::safetensors::save(&tensors, &file).unwrap();
+    let inspect = expect_success(&run_cli(tmp.path(), &["inspect", "pythia"]));
+    for says in [
+        "gpt_neox",
+        "LayerNorm with biases, fused per-head q/k/v, GELU MLP, parallel residual",
+        "partial_rotary_factor 0.5",
+        "unused         none",
+    ] {
+        assert!(inspect.contains(says), "{says}: {inspect}");
+    }
+    assert_eq!(
+        attention_table(tmp.path(), "pythia"),
+        attention_table(tmp.path(), "neox")
+    );
+}
+
+/// A GPT-NeoX config whose MLP activation is not the exact GELU (`gelu_new`, a tanh
+/// approximation) is refused naming it, never run with the wrong activation. Keys
+/// GPTNeoXConfig does not have (`num_key_value_heads`, `head_dim`) are ignored, as
+/// transformers ignores them.
+#[test]
+fn gpt_neox_features_not_implemented_are_refused_naming_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("gpt_neox", &tmp.path().join("neox"));
+    edit_config(&tmp.path().join("neox"), |c| {
+        c["hidden_act"] = "gelu_new".into()
+    });
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "neox"]));
+    assert!(
+        err.contains("hidden_act `gelu_new` for gpt_neox (supported: gelu)"),
+        "{err}"
+    );
+    edit_config(&tmp.path().join("neox"), |c| {
+        c["hidden_act"] = "gelu".into();
+        c["num_key_value_heads"] = 2.into();
+        c["head_dim"] = 16.into();
+    });
+    copy_fixture("gpt_neox", &tmp.path().join("plain"));
+    assert_eq!(
+        attention_table(tmp.path(), "neox"),
+        attention_table(tmp.path(), "plain")
+    );
+}
