@@ -36,6 +36,8 @@ from transformers import (
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    Olmo2Config,
+    Olmo2ForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
@@ -43,6 +45,7 @@ from transformers import (
 )
 from transformers.models.gpt_neox import modeling_gpt_neox
 from transformers.models.llama import modeling_llama
+from transformers.models.olmo2 import modeling_olmo2
 from transformers.models.mistral import modeling_mistral
 from transformers.models.qwen2 import modeling_qwen2
 from transformers.models.qwen3 import modeling_qwen3
@@ -238,24 +241,30 @@ def float64_transformers(logit_transform=None):
             setattr(obj, attr, val)
 
 
-def neox_reference(model_dir, ids):
-    """GPT-NeoX in float64 through transformers itself (eager, output_attentions): RoPE's
-    cos/sin and inv_freq and the eager softmax patched to keep float64 (LayerNorm and GELU
-    already do); the post-RoPE q, k and the scaled causal logits are captured inside the
-    eager attention. Returns logits and per-layer caps (pattern, q, k, attn_scores)."""
-    model = GPTNeoXForCausalLM.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32)
+def transformers64_reference(model_dir, cls, mod, ids, base_attr, rms_cls=None):
+    """A model family through transformers itself in float64 (eager, output_attentions):
+    RoPE's cos/sin and inv_freq, the eager softmax and (`rms_cls`) RMSNorm patched to keep
+    float64 (LayerNorm and GELU already do); the post-RoPE q, k (before any GQA repeat)
+    and the scaled causal logits are captured inside the eager attention of module `mod`.
+    `base_attr`: the base model's attribute (`gpt_neox`, `model`). Returns logits and
+    per-layer caps (pattern, softmax, q, k, attn_scores)."""
+    model = cls.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32)
     model = model.double().eval()
     cfg = model.config
-    head = cfg.hidden_size // cfg.num_attention_heads
-    dim = int(head * cfg.rope_parameters["partial_rotary_factor"])
+    head = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    dim = int(head * cfg.rope_parameters.get("partial_rotary_factor", 1.0))
     base = cfg.rope_parameters["rope_theta"]
     inv64 = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=TORCH64) / dim))
-    model.gpt_neox.rotary_emb.inv_freq = inv64.clone()
-    model.gpt_neox.rotary_emb.original_inv_freq = inv64.clone()
+    rotary = getattr(model, base_attr).rotary_emb
+    rotary.inv_freq = inv64.clone()
+    rotary.original_inv_freq = inv64.clone()
     caps = []
 
     def eager64(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
-        scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+        groups = getattr(module, "num_key_value_groups", 1)
+        keys = mod.repeat_kv(key, groups) if groups > 1 else key
+        values = mod.repeat_kv(value, groups) if groups > 1 else value
+        scores = torch.matmul(query, keys.transpose(2, 3)) * scaling
         t = scores.shape[-1]
         causal = torch.ones(t, t, dtype=torch.bool).tril()
         masked = scores.masked_fill(~causal, float("-inf"))
@@ -263,23 +272,34 @@ def neox_reference(model_dir, ids):
         caps.append(
             {"q": query.detach().clone(), "k": key.detach().clone(), "attn_scores": masked.detach().clone(), "softmax": weights.detach().clone()}
         )
-        out = torch.matmul(weights, value).transpose(1, 2).contiguous()
+        out = torch.matmul(weights, values).transpose(1, 2).contiguous()
         return out, weights
 
-    rope_cls = modeling_gpt_neox.GPTNeoXRotaryEmbedding
-    saved = (modeling_gpt_neox.eager_attention_forward, rope_cls.forward)
-    modeling_gpt_neox.eager_attention_forward = eager64
+    rope_cls = type(rotary)
+    saved = [(mod, "eager_attention_forward", mod.eager_attention_forward), (rope_cls, "forward", rope_cls.forward)]
+    mod.eager_attention_forward = eager64
     rope_cls.forward = _rope_forward64
+    if rms_cls is not None:
+        saved.append((rms_cls, "forward", rms_cls.forward))
+        rms_cls.forward = _rms_forward64
     try:
         with torch.no_grad():
             out = model(input_ids=ids, output_attentions=True, use_cache=False)
     finally:
-        modeling_gpt_neox.eager_attention_forward, rope_cls.forward = saved
+        for obj, attr, val in saved:
+            setattr(obj, attr, val)
     assert len(caps) == cfg.num_hidden_layers, len(caps)
     for c, a in zip(caps, out.attentions):
         c["pattern"] = a.detach()
         assert a.dtype == TORCH64
-    return out.logits.detach(), caps
+    # the same model unpatched (float32 internals) agrees to float32 precision
+    with torch.no_grad():
+        lg32 = cls.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32).double().eval()(
+            input_ids=ids, use_cache=False
+        ).logits
+    d32 = (lg32 - out.logits).abs().max().item()
+    assert d32 < 1e-4, d32
+    return out.logits.detach(), caps, d32
 
 
 def hf_forward(model_dir, cls, ids, inv_freq64, precise, logit_transform=None):
@@ -1080,7 +1100,7 @@ def main():
     # GPTNeoXForCausalLM.save_pretrained (Pythia's layout): LayerNorm with biases, a fused
     # per-head query_key_value, rotary_pct 0.5 (4 of 8 dims rotate), parallel residual,
     # exact GELU MLP, biases everywhere, untied embed_out. Reference: transformers itself
-    # in float64 (neox_reference).
+    # in float64 (transformers64_reference).
     name = "gpt_neox"
     ncfg = GPTNeoXConfig(
         vocab_size=VOCAB,
@@ -1107,13 +1127,35 @@ def main():
     with open(os.path.join(d, "config.json")) as f:
         saved_cfg = json.load(f)
     assert saved_cfg["rope_parameters"]["partial_rotary_factor"] == 0.5, saved_cfg
-    logits, caps = neox_reference(d, ids)
-    # the same model unpatched (float32 internals) agrees to float32 precision
-    m32 = GPTNeoXForCausalLM.from_pretrained(d, attn_implementation="eager", dtype=torch.float32).double().eval()
-    with torch.no_grad():
-        lg32 = m32(input_ids=ids, use_cache=False).logits
-    d32 = (lg32 - logits).abs().max().item()
-    assert d32 < 1e-4, d32
+    logits, caps, d32 = transformers64_reference(d, GPTNeoXForCausalLM, modeling_gpt_neox, ids, "gpt_neox")
+    checks.append(f"{name}: transformers float64-patched vs unpatched logits {fmt(d32)}")
+    M, margin = write_reference(name, "softmax", ids, logits, caps)
+    summary.append((name, peak_stats(caps), margin, M))
+
+    # ---------------------------------------------------------------- olmo2
+    # Olmo2ForCausalLM.save_pretrained: the Llama layout with GQA 4/2, norms after the
+    # attention and the MLP (post_attention_layernorm, post_feedforward_layernorm; none
+    # before), QK-norm over the whole q [32] and k [16] projections; untied lm_head.
+    # Reference: transformers itself in float64 (transformers64_reference).
+    name = "olmo2"
+    ocfg = Olmo2Config(
+        **common_cfg(bos, eos),
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(5)
+    model = Olmo2ForCausalLM(ocfg)
+    init_weights(model, seed=505)
+    d = os.path.join(MODELS, name)
+    model.save_pretrained(d)
+    finish_dir(d)
+    sd_chk = load_state(d)
+    assert tuple(sd_chk["model.layers.0.self_attn.q_norm.weight"].shape) == (HEADS * HEAD_DIM,)
+    assert tuple(sd_chk["model.layers.0.self_attn.k_norm.weight"].shape) == (KV_HEADS * HEAD_DIM,)
+    assert "model.layers.0.input_layernorm.weight" not in sd_chk
+    logits, caps, d32 = transformers64_reference(
+        d, Olmo2ForCausalLM, modeling_olmo2, ids, "model", rms_cls=modeling_olmo2.Olmo2RMSNorm
+    )
     checks.append(f"{name}: transformers float64-patched vs unpatched logits {fmt(d32)}")
     M, margin = write_reference(name, "softmax", ids, logits, caps)
     summary.append((name, peak_stats(caps), margin, M))

@@ -36,6 +36,9 @@ pub struct AttentionShape {
     /// Whether `q_norm` / `k_norm` are required (Qwen3); other architectures use them when
     /// the checkpoint has `self_attn.q_norm.weight`.
     pub qk_norm: bool,
+    /// The QK-norm scales the whole q and k projections (`[heads * head_dim]`, OLMo 2)
+    /// rather than each head (`[head_dim]`, Qwen3).
+    pub qk_norm_whole: bool,
     /// epsilon of the QK-norm RMSNorm.
     pub rms_norm_eps: f64,
     /// scale_invariant settings (used by that variant only).
@@ -171,18 +174,23 @@ impl Attention {
         let (b, t, _) = xs.dims3()?;
         let _p = phase("attention: q/k/v, norms, rope");
         let q_out = self.q_proj.forward(xs)?;
+        let k_out = self.k_proj.forward(xs)?;
+        // OLMo 2 normalises the whole projections, before they are split into heads
+        let (q_out, k_out) = match (&self.q_norm, &self.k_norm, s.qk_norm_whole) {
+            (Some(q_norm), Some(k_norm), true) => {
+                (q_norm.forward(&q_out)?, k_norm.forward(&k_out)?)
+            }
+            _ => (q_out, k_out),
+        };
         let (q, gate) = if s.variant.is_gated() {
             let (q, gate) = split_query_gate(&q_out, s.heads, s.head_dim)?;
             (q, Some(gate))
         } else {
             (q_out.reshape((b, t, s.heads, s.head_dim))?, None)
         };
-        let k = self
-            .k_proj
-            .forward(xs)?
-            .reshape((b, t, s.kv_heads, s.head_dim))?;
-        let (q, k) = match (&self.q_norm, &self.k_norm) {
-            (Some(q_norm), Some(k_norm)) => (q_norm.forward(&q)?, k_norm.forward(&k)?),
+        let k = k_out.reshape((b, t, s.kv_heads, s.head_dim))?;
+        let (q, k) = match (&self.q_norm, &self.k_norm, s.qk_norm_whole) {
+            (Some(q_norm), Some(k_norm), false) => (q_norm.forward(&q)?, k_norm.forward(&k)?),
             _ => (q, k),
         };
         let whole = BlockCtx {

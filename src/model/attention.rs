@@ -61,15 +61,15 @@ pub fn load_attention(
         _ => None,
     };
     let (q_norm, k_norm) = if s.qk_norm || store.contains(&format!("{prefix}.q_norm.weight")) {
-        let norm = |name: &str| {
-            rms_norm(
-                store,
-                &format!("{prefix}.{name}"),
-                s.head_dim,
-                s.rms_norm_eps,
-            )
+        // per head [head_dim], or over the whole projection [heads * head_dim] (OLMo 2)
+        let (q_dim, k_dim) = match s.qk_norm_whole {
+            true => (s.heads * s.head_dim, s.kv_heads * s.head_dim),
+            false => (s.head_dim, s.head_dim),
         };
-        (Some(norm("q_norm")?), Some(norm("k_norm")?))
+        let norm = |name: &str, dim: usize| {
+            rms_norm(store, &format!("{prefix}.{name}"), dim, s.rms_norm_eps)
+        };
+        (Some(norm("q_norm", q_dim)?), Some(norm("k_norm", k_dim)?))
     } else {
         (None, None)
     };

@@ -24,6 +24,9 @@ pub enum Architecture {
     Qwen3,
     /// Mistral: the Llama layout with a sliding window on every layer (`sliding_window`).
     Mistral,
+    /// OLMo 2: the Llama layout with norms after attention and MLP (none before) and
+    /// QK-norm over the whole q and k projections.
+    Olmo2,
     /// GPT-NeoX (Pythia): LayerNorm with biases, a fused per-head q/k/v projection, partial
     /// rotary (`rotary_pct`), a parallel residual, a GELU MLP, biases everywhere.
     GptNeox,
@@ -31,7 +34,7 @@ pub enum Architecture {
 
 impl Architecture {
     /// `model_type` values accepted, for error messages.
-    pub const SUPPORTED: &'static str = "gpt_neox, llama, mistral, qwen2, qwen3";
+    pub const SUPPORTED: &'static str = "gpt_neox, llama, mistral, olmo2, qwen2, qwen3";
 
     fn parse(name: &str) -> Option<Self> {
         match name {
@@ -40,6 +43,7 @@ impl Architecture {
             "qwen3" => Some(Architecture::Qwen3),
             "mistral" => Some(Architecture::Mistral),
             "gpt_neox" => Some(Architecture::GptNeox),
+            "olmo2" => Some(Architecture::Olmo2),
             _ => None,
         }
     }
@@ -52,6 +56,7 @@ impl Architecture {
             Architecture::Qwen3 => "qwen3",
             Architecture::Mistral => "mistral",
             Architecture::GptNeox => "gpt_neox",
+            Architecture::Olmo2 => "olmo2",
         }
     }
 }
@@ -299,9 +304,10 @@ impl RawConfig {
         self.check_implemented(path, architecture)?;
         let attention_bias = self.attention_bias.unwrap_or(false);
         let (qkv_bias, o_bias) = match architecture {
-            Architecture::Llama | Architecture::Qwen3 | Architecture::Mistral => {
-                (attention_bias, attention_bias)
-            }
+            Architecture::Llama
+            | Architecture::Qwen3
+            | Architecture::Mistral
+            | Architecture::Olmo2 => (attention_bias, attention_bias),
             // GPTNeoXConfig's attention_bias defaults to true
             Architecture::GptNeox => {
                 let bias = self.attention_bias.unwrap_or(true);
@@ -349,6 +355,8 @@ impl RawConfig {
         };
         let rms_norm_eps = match architecture {
             Architecture::GptNeox => self.layer_norm_eps.unwrap_or(1e-5),
+            // Olmo2Config's default
+            Architecture::Olmo2 => self.rms_norm_eps.unwrap_or(1e-5),
             _ => self.rms_norm_eps.unwrap_or(1e-6),
         };
         if !(rms_norm_eps.is_finite() && rms_norm_eps >= 0.0) {
@@ -389,7 +397,7 @@ impl RawConfig {
             eos_token_id,
             declared_variant,
             affine,
-            qk_norm: architecture == Architecture::Qwen3,
+            qk_norm: matches!(architecture, Architecture::Qwen3 | Architecture::Olmo2),
             scale_invariant,
             logn_scale,
             sliding_window,
@@ -737,7 +745,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("gpt2") && err.contains("llama, mistral, qwen2"),
+            err.contains("gpt2") && err.contains("gpt_neox, llama, mistral, olmo2, qwen2, qwen3"),
             "{err}"
         );
     }

@@ -24,10 +24,16 @@ use crate::profile::phase;
 
 /// One decoder layer (`model.layers.{l}`).
 pub struct DecoderLayer {
-    input_layernorm: Norm,
+    /// The norm before the attention (`input_layernorm`; none in a post-norm layout).
+    pre_attention: Option<Norm>,
     self_attn: Attention,
-    post_attention_layernorm: Norm,
+    /// The norm of the attention's output (OLMo 2's `post_attention_layernorm`).
+    post_attention: Option<Norm>,
+    /// The norm before the MLP (`post_attention_layernorm` in the pre-norm layouts).
+    pre_mlp: Option<Norm>,
     mlp: Mlp,
+    /// The norm of the MLP's output (OLMo 2's `post_feedforward_layernorm`).
+    post_mlp: Option<Norm>,
     /// `x + attn(ln1(x)) + mlp(ln2(x))` (GPT-NeoX) rather than sequential.
     parallel_residual: bool,
 }
@@ -51,15 +57,30 @@ impl DecoderLayer {
                 layout.norm,
             )
         };
+        let (pre_attention, post_attention, pre_mlp, post_mlp) = match layout.post_norm {
+            false => (
+                Some(norm("input_layernorm")?),
+                None,
+                Some(norm("post_attention_layernorm")?),
+                None,
+            ),
+            true => (
+                None,
+                Some(norm("post_attention_layernorm")?),
+                None,
+                Some(norm("post_feedforward_layernorm")?),
+            ),
+        };
         Ok(DecoderLayer {
-            input_layernorm: norm("input_layernorm")?,
+            pre_attention,
             self_attn: attention::load_attention(
                 store,
                 &format!("{prefix}.self_attn"),
                 shape.clone(),
                 layout.fused_qkv_per_head,
             )?,
-            post_attention_layernorm: norm("post_attention_layernorm")?,
+            post_attention,
+            pre_mlp,
             mlp: mlp(
                 store,
                 &format!("{prefix}.mlp"),
@@ -67,6 +88,7 @@ impl DecoderLayer {
                 c.mlp_bias,
                 layout.mlp,
             )?,
+            post_mlp,
             parallel_residual: layout.parallel_residual,
         })
     }
@@ -83,10 +105,11 @@ impl DecoderLayer {
     ) -> Result<Tensor> {
         let normed = {
             let _p = phase("norms, residuals");
-            self.input_layernorm.forward(xs)?
+            apply(&self.pre_attention, xs)?
         };
         let attn = self.self_attn.forward(&normed, rope, l, block, probe)?;
         let _p = phase("norms, residuals");
+        let attn = apply(&self.post_attention, &attn)?;
         watch.check(&attn, Some(l), "hook_attn_out")?;
         // parallel: the MLP reads the layer's input, and both outputs join the residual
         let (mlp_in, xs) = match self.parallel_residual {
@@ -96,12 +119,21 @@ impl DecoderLayer {
                 (xs.clone(), xs)
             }
         };
-        let normed = self.post_attention_layernorm.forward(&mlp_in)?;
+        let normed = apply(&self.pre_mlp, &mlp_in)?;
         drop(_p);
         let _p = phase("mlp");
         let mlp = self.mlp.forward(&normed)?;
+        let mlp = apply(&self.post_mlp, &mlp)?;
         watch.check(&mlp, Some(l), "hook_mlp_out")?;
         Ok((&xs + mlp)?)
+    }
+}
+
+/// `xs` through `norm`, or `xs` itself when there is none.
+fn apply(norm: &Option<Norm>, xs: &Tensor) -> Result<Tensor> {
+    match norm {
+        Some(norm) => norm.forward(xs),
+        None => Ok(xs.clone()),
     }
 }
 
@@ -180,6 +212,7 @@ impl Model {
             variant,
             affine: c.affine,
             qk_norm: c.qk_norm,
+            qk_norm_whole: c.layout.qk_norm_whole,
             rms_norm_eps: c.rms_norm_eps,
             scale_invariant: c.scale_invariant,
             logn_scale: c.logn_scale,

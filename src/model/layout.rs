@@ -36,6 +36,12 @@ pub struct Layout {
     /// q, k and v are one `qkv_proj` whose rows are per head `[q, k, v]` (GPT-NeoX
     /// `query_key_value`), instead of three projections.
     pub fused_qkv_per_head: bool,
+    /// Norms after the attention and the MLP, none before (OLMo 2: `post_attention_layernorm`
+    /// and `post_feedforward_layernorm` on the outputs), instead of pre-norms.
+    pub post_norm: bool,
+    /// QK-norm over the whole q and k projections (OLMo 2, `[heads * head_dim]` scales)
+    /// rather than per head (Qwen3).
+    pub qk_norm_whole: bool,
 }
 
 impl Layout {
@@ -45,6 +51,8 @@ impl Layout {
         mlp: MlpKind::SwiGlu,
         parallel_residual: false,
         fused_qkv_per_head: false,
+        post_norm: false,
+        qk_norm_whole: false,
     };
 
     /// The layout in words (for `inspect`).
@@ -65,7 +73,15 @@ impl Layout {
             true => "fused per-head q/k/v",
             false => "separate q/k/v",
         };
-        format!("pre-norm {norm}, {qkv}, {mlp}, {residual}")
+        let place = match self.post_norm {
+            true => "post-norm",
+            false => "pre-norm",
+        };
+        let qk = match self.qk_norm_whole {
+            true => ", QK-norm over the whole q and k projections",
+            false => "",
+        };
+        format!("{place} {norm}, {qkv}{qk}, {mlp}, {residual}")
     }
 
     /// The layout of `architecture`; `parallel_residual` as its config says (GPT-NeoX).
@@ -76,6 +92,13 @@ impl Layout {
                 mlp: MlpKind::Gelu,
                 parallel_residual,
                 fused_qkv_per_head: true,
+                post_norm: false,
+                qk_norm_whole: false,
+            },
+            Architecture::Olmo2 => Layout {
+                post_norm: true,
+                qk_norm_whole: true,
+                ..Layout::LLAMA
             },
             _ => Layout::LLAMA,
         }

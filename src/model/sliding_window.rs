@@ -107,7 +107,7 @@ pub(crate) fn resolve(
     let used = match architecture {
         Architecture::Mistral => true,
         Architecture::Qwen2 | Architecture::Qwen3 => raw.use_sliding_window == Some(true),
-        Architecture::Llama | Architecture::GptNeox => false,
+        Architecture::Llama | Architecture::GptNeox | Architecture::Olmo2 => false,
     };
     let size = match raw.sliding_window {
         None | Some(Value::Null) => None,

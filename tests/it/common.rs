@@ -14,11 +14,12 @@ use asa_analyze::metrics::{Metric, MetricOptions};
 use candle_core::{Device, Tensor};
 
 /// Every model fixture written by `tools/make_fixtures.py`.
-pub const MODEL_FIXTURES: [&str; 13] = [
+pub const MODEL_FIXTURES: [&str; 14] = [
     "llama_gqa",
     "qwen2",
     "mistral",
     "gpt_neox",
+    "olmo2",
     "off_by_one",
     "sink",
     "gated",
