@@ -38,6 +38,8 @@ from transformers import (
     MistralForCausalLM,
     Olmo2Config,
     Olmo2ForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
@@ -46,6 +48,7 @@ from transformers import (
 from transformers.models.gpt_neox import modeling_gpt_neox
 from transformers.models.llama import modeling_llama
 from transformers.models.olmo2 import modeling_olmo2
+from transformers.models.phi3 import modeling_phi3
 from transformers.models.mistral import modeling_mistral
 from transformers.models.qwen2 import modeling_qwen2
 from transformers.models.qwen3 import modeling_qwen3
@@ -1155,6 +1158,37 @@ def main():
     assert "model.layers.0.input_layernorm.weight" not in sd_chk
     logits, caps, d32 = transformers64_reference(
         d, Olmo2ForCausalLM, modeling_olmo2, ids, "model", rms_cls=modeling_olmo2.Olmo2RMSNorm
+    )
+    checks.append(f"{name}: transformers float64-patched vs unpatched logits {fmt(d32)}")
+    M, margin = write_reference(name, "softmax", ids, logits, caps)
+    summary.append((name, peak_stats(caps), margin, M))
+
+    # ---------------------------------------------------------------- phi3
+    # Phi3ForCausalLM.save_pretrained: GQA 4/2, fused qkv_proj (all q rows, then k, then v)
+    # and gate_up_proj (gate rows first), partial_rotary_factor 0.5, sliding_window 20 = T
+    # (transformers' sliding mask in the loop, covering every key of these windows).
+    # Reference: transformers itself in float64 (transformers64_reference).
+    name = "phi3"
+    pcfg = Phi3Config(
+        **common_cfg(bos, eos),
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        tie_word_embeddings=False,
+        sliding_window=T,
+    )
+    torch.manual_seed(6)
+    model = Phi3ForCausalLM(pcfg)
+    init_weights(model, seed=606)
+    d = os.path.join(MODELS, name)
+    model.save_pretrained(d)
+    finish_dir(d)
+    sd_chk = load_state(d)
+    assert tuple(sd_chk["model.layers.0.self_attn.qkv_proj.weight"].shape) == ((HEADS + 2 * KV_HEADS) * HEAD_DIM, HIDDEN)
+    assert tuple(sd_chk["model.layers.0.mlp.gate_up_proj.weight"].shape) == (2 * INTER, HIDDEN)
+    with open(os.path.join(d, "config.json")) as f:
+        saved_cfg = json.load(f)
+    assert saved_cfg["rope_parameters"]["partial_rotary_factor"] == 0.5 and saved_cfg["sliding_window"] == T, saved_cfg
+    logits, caps, d32 = transformers64_reference(
+        d, Phi3ForCausalLM, modeling_phi3, ids, "model", rms_cls=modeling_phi3.Phi3RMSNorm
     )
     checks.append(f"{name}: transformers float64-patched vs unpatched logits {fmt(d32)}")
     M, margin = write_reference(name, "softmax", ids, logits, caps)

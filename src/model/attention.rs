@@ -4,24 +4,25 @@
 use candle_core::{DType, Tensor};
 
 use super::layers::{linear, rms_norm};
+use super::layout::QkvLayout;
 use super::weights::WeightStore;
 use crate::attention::{Attention, AttentionShape, AttentionWeights, VariantKind};
 use crate::error::{Error, Result};
 use crate::nn::Linear;
 
 /// Loads the attention layer under `prefix` (e.g. `model.layers.3.self_attn`), every
-/// tensor's presence and shape checked. `fused_per_head`: q, k and v are one
-/// `{prefix}.qkv_proj` whose rows are, head by head, `[q, k, v]` (GPT-NeoX).
+/// tensor's presence and shape checked; q, k and v stored as `qkv` says.
 pub fn load_attention(
     store: &WeightStore,
     prefix: &str,
     shape: AttentionShape,
-    fused_per_head: bool,
+    qkv: QkvLayout,
 ) -> Result<Attention> {
     let s = &shape;
-    let (q_proj, k_proj, v_proj) = match fused_per_head {
-        true => split_qkv_per_head(store, prefix, s)?,
-        false => {
+    let (q_proj, k_proj, v_proj) = match qkv {
+        QkvLayout::FusedPerHead => split_qkv_per_head(store, prefix, s)?,
+        QkvLayout::Fused => split_qkv(store, prefix, s)?,
+        QkvLayout::Separate => {
             let q_out = if s.variant.is_gated() { 2 } else { 1 } * s.heads * s.head_dim;
             let kv_out = s.kv_heads * s.head_dim;
             let proj = |name: &str, out: usize| {
@@ -167,4 +168,34 @@ fn split_qkv_per_head(
         Ok(Linear::new(w, b))
     };
     Ok((part(0)?, part(1)?, part(2)?))
+}
+
+/// q, k and v from the fused `{prefix}.qkv_proj` `[(heads + 2 kv_heads) * head_dim, hidden]`
+/// whose rows are all of q, then k, then v (Phi-3: `qkv[..., :query_pos]`, ...).
+fn split_qkv(
+    store: &WeightStore,
+    prefix: &str,
+    s: &AttentionShape,
+) -> Result<(Linear, Linear, Linear)> {
+    if s.variant.is_gated() {
+        return Err(Error::input(
+            store.any_file(),
+            "a fused q/k/v projection cannot carry a gated query",
+        ));
+    }
+    let (q, kv) = (s.heads * s.head_dim, s.kv_heads * s.head_dim);
+    let rows = q + 2 * kv;
+    let weight = store.get(&format!("{prefix}.qkv_proj.weight"), &[rows, s.hidden])?;
+    let bias = match s.qkv_bias {
+        true => Some(store.get(&format!("{prefix}.qkv_proj.bias"), &[rows])?),
+        false => None,
+    };
+    let part = |start: usize, len: usize| -> Result<Linear> {
+        let b = match &bias {
+            Some(b) => Some(b.narrow(0, start, len)?.contiguous()?),
+            None => None,
+        };
+        Ok(Linear::new(weight.narrow(0, start, len)?.contiguous()?, b))
+    };
+    Ok((part(0, q)?, part(q, kv)?, part(q + kv, kv)?))
 }

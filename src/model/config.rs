@@ -24,6 +24,9 @@ pub enum Architecture {
     Qwen3,
     /// Mistral: the Llama layout with a sliding window on every layer (`sliding_window`).
     Mistral,
+    /// Phi-3: the Llama layout with fused `qkv_proj` and `gate_up_proj`, partial rotary, a
+    /// sliding window when `sliding_window` is set.
+    Phi3,
     /// OLMo 2: the Llama layout with norms after attention and MLP (none before) and
     /// QK-norm over the whole q and k projections.
     Olmo2,
@@ -34,7 +37,7 @@ pub enum Architecture {
 
 impl Architecture {
     /// `model_type` values accepted, for error messages.
-    pub const SUPPORTED: &'static str = "gpt_neox, llama, mistral, olmo2, qwen2, qwen3";
+    pub const SUPPORTED: &'static str = "gpt_neox, llama, mistral, olmo2, phi3, qwen2, qwen3";
 
     fn parse(name: &str) -> Option<Self> {
         match name {
@@ -44,6 +47,7 @@ impl Architecture {
             "mistral" => Some(Architecture::Mistral),
             "gpt_neox" => Some(Architecture::GptNeox),
             "olmo2" => Some(Architecture::Olmo2),
+            "phi3" => Some(Architecture::Phi3),
             _ => None,
         }
     }
@@ -57,6 +61,7 @@ impl Architecture {
             Architecture::Mistral => "mistral",
             Architecture::GptNeox => "gpt_neox",
             Architecture::Olmo2 => "olmo2",
+            Architecture::Phi3 => "phi3",
         }
     }
 }
@@ -314,6 +319,8 @@ impl RawConfig {
                 (bias, bias)
             }
             Architecture::Qwen2 => (true, false),
+            // Phi-3's projections have no biases
+            Architecture::Phi3 => (false, false),
         };
         let vocab_size = required(self.vocab_size, "vocab_size", path)?;
         let intermediate_size = required(self.intermediate_size, "intermediate_size", path)?;
@@ -745,7 +752,8 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("gpt2") && err.contains("gpt_neox, llama, mistral, olmo2, qwen2, qwen3"),
+            err.contains("gpt2")
+                && err.contains("gpt_neox, llama, mistral, olmo2, phi3, qwen2, qwen3"),
             "{err}"
         );
     }

@@ -49,17 +49,23 @@ pub fn norm(
     })
 }
 
-/// `{prefix}.{gate,up,down}_proj` (SwiGLU) or `{prefix}.{up,down}_proj` (GELU).
+/// `{prefix}.{gate,up,down}_proj` (SwiGLU; gate and up as one `gate_up_proj`, gate rows
+/// first, when `fused_gate_up`) or `{prefix}.{up,down}_proj` (GELU).
 pub fn mlp(
     store: &WeightStore,
     prefix: &str,
     (hidden, intermediate): (usize, usize),
     bias: bool,
-    kind: MlpKind,
+    (kind, fused_gate_up): (MlpKind, bool),
 ) -> Result<Mlp> {
     let proj = |name: &str, from: usize, to: usize| {
         linear(store, &format!("{prefix}.{name}"), from, to, bias)
     };
+    if kind == MlpKind::SwiGlu && fused_gate_up {
+        let both = proj("gate_up_proj", hidden, 2 * intermediate)?;
+        let (gate, up) = both.split_rows(intermediate)?;
+        return Ok(Mlp::new(gate, up, proj("down_proj", intermediate, hidden)?));
+    }
     // read in the order of the names, so that a shape error names the first
     let gate = match kind {
         MlpKind::SwiGlu => Some(proj("gate_proj", hidden, intermediate)?),

@@ -25,6 +25,19 @@ pub enum MlpKind {
     Gelu,
 }
 
+/// How q, k and v are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QkvLayout {
+    /// `q_proj`, `k_proj`, `v_proj`.
+    Separate,
+    /// One `qkv_proj` whose rows are, head by head, `[q, k, v]` (GPT-NeoX
+    /// `query_key_value`).
+    FusedPerHead,
+    /// One `qkv_proj` whose rows are all of q, then k, then v (Phi-3).
+    Fused,
+}
+
 /// An architecture's layer layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Layout {
@@ -33,9 +46,9 @@ pub struct Layout {
     /// `x + attn(ln1(x)) + mlp(ln2(x))` (GPT-NeoX `use_parallel_residual`) instead of
     /// `h = x + attn(ln1(x)); h + mlp(ln2(h))`.
     pub parallel_residual: bool,
-    /// q, k and v are one `qkv_proj` whose rows are per head `[q, k, v]` (GPT-NeoX
-    /// `query_key_value`), instead of three projections.
-    pub fused_qkv_per_head: bool,
+    pub qkv: QkvLayout,
+    /// The MLP's gate and up projections are one `gate_up_proj`, gate rows first (Phi-3).
+    pub fused_gate_up: bool,
     /// Norms after the attention and the MLP, none before (OLMo 2: `post_attention_layernorm`
     /// and `post_feedforward_layernorm` on the outputs), instead of pre-norms.
     pub post_norm: bool,
@@ -50,7 +63,8 @@ impl Layout {
         norm: NormKind::Rms,
         mlp: MlpKind::SwiGlu,
         parallel_residual: false,
-        fused_qkv_per_head: false,
+        qkv: QkvLayout::Separate,
+        fused_gate_up: false,
         post_norm: false,
         qk_norm_whole: false,
     };
@@ -69,9 +83,14 @@ impl Layout {
             true => "parallel residual (attention and MLP read the same input)",
             false => "sequential residual",
         };
-        let qkv = match self.fused_qkv_per_head {
-            true => "fused per-head q/k/v",
-            false => "separate q/k/v",
+        let qkv = match self.qkv {
+            QkvLayout::FusedPerHead => "fused per-head q/k/v",
+            QkvLayout::Fused => "fused q/k/v",
+            QkvLayout::Separate => "separate q/k/v",
+        };
+        let mlp = match self.fused_gate_up {
+            true => format!("{mlp} (fused gate/up)"),
+            false => mlp.to_string(),
         };
         let place = match self.post_norm {
             true => "post-norm",
@@ -91,9 +110,15 @@ impl Layout {
                 norm: NormKind::Layer,
                 mlp: MlpKind::Gelu,
                 parallel_residual,
-                fused_qkv_per_head: true,
+                qkv: QkvLayout::FusedPerHead,
+                fused_gate_up: false,
                 post_norm: false,
                 qk_norm_whole: false,
+            },
+            Architecture::Phi3 => Layout {
+                qkv: QkvLayout::Fused,
+                fused_gate_up: true,
+                ..Layout::LLAMA
             },
             Architecture::Olmo2 => Layout {
                 post_norm: true,

@@ -1,4 +1,4 @@
-//! Sliding-window attention as transformers configures it (Mistral's `sliding_window`,
+//! Sliding-window attention as transformers configures it (Mistral's and Phi-3's `sliding_window`,
 //! Qwen2/Qwen3's `use_sliding_window` with `max_window_layers` or `layer_types`): query i
 //! of a windowed layer sees the keys j with i - j < size (transformers'
 //! `sliding_window_overlay`: `kv_idx > q_idx - sliding_window`).
@@ -105,7 +105,7 @@ pub(crate) fn resolve(
     // transformers drops the window of a Qwen config without use_sliding_window, and Llama
     // has none
     let used = match architecture {
-        Architecture::Mistral => true,
+        Architecture::Mistral | Architecture::Phi3 => true,
         Architecture::Qwen2 | Architecture::Qwen3 => raw.use_sliding_window == Some(true),
         Architecture::Llama | Architecture::GptNeox | Architecture::Olmo2 => false,
     };
@@ -134,7 +134,7 @@ pub(crate) fn resolve(
         (Some(types), _) => (0..num_layers)
             .filter(|&l| types[l] == "sliding_attention")
             .collect(),
-        (None, Architecture::Mistral) => (0..num_layers).collect(),
+        (None, Architecture::Mistral | Architecture::Phi3) => (0..num_layers).collect(),
         // Qwen2Config: layer i slides when i >= max_window_layers
         (None, _) => (raw.max_window_layers.unwrap_or(num_layers)..num_layers).collect(),
     };

@@ -23,6 +23,21 @@ impl Linear {
         Linear::new(weight, None)
     }
 
+    /// The projections of the first `rows` output rows and of the rest (a fused weight
+    /// split, e.g. Phi-3's `gate_up_proj`).
+    pub fn split_rows(&self, rows: usize) -> Result<(Linear, Linear)> {
+        let w = self.inner.weight();
+        let out = w.dim(0)?;
+        let part = |start: usize, len: usize| -> Result<Linear> {
+            let b = match self.inner.bias() {
+                Some(b) => Some(b.narrow(0, start, len)?.contiguous()?),
+                None => None,
+            };
+            Ok(Linear::new(w.narrow(0, start, len)?.contiguous()?, b))
+        };
+        Ok((part(0, rows)?, part(rows, out - rows)?))
+    }
+
     /// Applies the projection to `[..., in]`.
     pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {
         Ok(self.inner.forward(xs)?)

@@ -14,12 +14,13 @@ use asa_analyze::metrics::{Metric, MetricOptions};
 use candle_core::{Device, Tensor};
 
 /// Every model fixture written by `tools/make_fixtures.py`.
-pub const MODEL_FIXTURES: [&str; 14] = [
+pub const MODEL_FIXTURES: [&str; 15] = [
     "llama_gqa",
     "qwen2",
     "mistral",
     "gpt_neox",
     "olmo2",
+    "phi3",
     "off_by_one",
     "sink",
     "gated",

@@ -98,3 +98,35 @@ fn gpt_neox_features_not_implemented_are_refused_naming_them() {
         attention_table(tmp.path(), "plain")
     );
 }
+
+/// Phi-3's long-context checkpoints scale RoPE with `longrope` (per-frequency factor lists),
+/// not implemented yet: refused naming the type, never run as plain RoPE. The fused
+/// `gate_up_proj` must hold gate and up: a wrong intermediate size is named.
+#[test]
+fn phi3_longrope_and_a_wrong_fused_size_are_refused_naming_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("phi3", &tmp.path().join("phi3"));
+    edit_config(&tmp.path().join("phi3"), |c| {
+        c["rope_parameters"] = serde_json::json!({
+            "rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+            "long_factor": [1.0, 1.0], "short_factor": [1.0, 1.0],
+            "original_max_position_embeddings": 32
+        })
+    });
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "phi3"]));
+    assert!(
+        err.contains("rope_type `longrope` is not implemented"),
+        "{err}"
+    );
+    copy_fixture("phi3", &tmp.path().join("wide"));
+    edit_config(&tmp.path().join("wide"), |c| {
+        c["intermediate_size"] = 48.into()
+    });
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "wide"]));
+    assert!(
+        err.contains(
+            "model.layers.0.mlp.gate_up_proj.weight has shape [128, 32], expected [96, 32]"
+        ),
+        "{err}"
+    );
+}

@@ -42,8 +42,12 @@ fn streamed_runs_give_the_in_memory_tables_bit_for_bit_for_every_variant() {
             .enumerate()
         {
             let out = tmp.path().join(format!("{name}-{k}"));
-            // mistral's sliding window is 20 tokens: runs past it are refused
-            let seq_len = if name == "mistral" { "20" } else { "48" };
+            // mistral's and phi3's sliding windows are 20 tokens: runs past them are refused
+            let seq_len = if ["mistral", "phi3"].contains(&name) {
+                "20"
+            } else {
+                "48"
+            };
             let mut args = vec![
                 "analyze",
                 &model,
