@@ -30,6 +30,8 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 import transformers
 from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
     GPTNeoXConfig,
     GPTNeoXForCausalLM,
     LlamaConfig,
@@ -45,6 +47,7 @@ from transformers import (
     Qwen3Config,
     Qwen3ForCausalLM,
 )
+from transformers.models.gpt2 import modeling_gpt2
 from transformers.models.gpt_neox import modeling_gpt_neox
 from transformers.models.llama import modeling_llama
 from transformers.models.olmo2 import modeling_olmo2
@@ -254,16 +257,19 @@ def transformers64_reference(model_dir, cls, mod, ids, base_attr, rms_cls=None):
     model = cls.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32)
     model = model.double().eval()
     cfg = model.config
-    head = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    dim = int(head * cfg.rope_parameters.get("partial_rotary_factor", 1.0))
-    base = cfg.rope_parameters["rope_theta"]
-    inv64 = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=TORCH64) / dim))
-    rotary = getattr(model, base_attr).rotary_emb
-    rotary.inv_freq = inv64.clone()
-    rotary.original_inv_freq = inv64.clone()
+    rotary = getattr(getattr(model, base_attr), "rotary_emb", None)  # None: GPT-2's learned positions
+    if rotary is not None:
+        head = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        dim = int(head * cfg.rope_parameters.get("partial_rotary_factor", 1.0))
+        base = cfg.rope_parameters["rope_theta"]
+        inv64 = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=TORCH64) / dim))
+        rotary.inv_freq = inv64.clone()
+        rotary.original_inv_freq = inv64.clone()
     caps = []
 
-    def eager64(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    def eager64(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+        if scaling is None:
+            scaling = query.size(-1) ** -0.5
         groups = getattr(module, "num_key_value_groups", 1)
         keys = mod.repeat_kv(key, groups) if groups > 1 else key
         values = mod.repeat_kv(value, groups) if groups > 1 else value
@@ -278,10 +284,12 @@ def transformers64_reference(model_dir, cls, mod, ids, base_attr, rms_cls=None):
         out = torch.matmul(weights, values).transpose(1, 2).contiguous()
         return out, weights
 
-    rope_cls = type(rotary)
-    saved = [(mod, "eager_attention_forward", mod.eager_attention_forward), (rope_cls, "forward", rope_cls.forward)]
+    saved = [(mod, "eager_attention_forward", mod.eager_attention_forward)]
     mod.eager_attention_forward = eager64
-    rope_cls.forward = _rope_forward64
+    if rotary is not None:
+        rope_cls = type(rotary)
+        saved.append((rope_cls, "forward", rope_cls.forward))
+        rope_cls.forward = _rope_forward64
     if rms_cls is not None:
         saved.append((rms_cls, "forward", rms_cls.forward))
         rms_cls.forward = _rms_forward64
@@ -1194,6 +1202,44 @@ def main():
     M, margin = write_reference(name, "softmax", ids, logits, caps)
     summary.append((name, peak_stats(caps), margin, M))
 
+    # ---------------------------------------------------------------- gpt2
+    # GPT2LMHeadModel.save_pretrained: learned absolute positions (wpe, 64), no RoPE,
+    # LayerNorm with biases, Conv1D weights ([in, out]), fused c_attn (q, k, v columns),
+    # gelu_new MLP, all biases N(0, 0.3), tied wte / lm_head (not stored). Reference:
+    # transformers itself in float64 (transformers64_reference).
+    name = "gpt2"
+    gcfg = GPT2Config(
+        vocab_size=VOCAB,
+        n_embd=HIDDEN,
+        n_layer=LAYERS,
+        n_head=HEADS,
+        n_inner=INTER,
+        n_positions=MAX_POS,
+        layer_norm_epsilon=EPS,
+        activation_function="gelu_new",
+        bos_token_id=bos,
+        eos_token_id=eos,
+    )
+    torch.manual_seed(7)
+    model = GPT2LMHeadModel(gcfg)
+    init_weights(model, seed=707, bias_std=0.3)
+    # GPT-2 calls its LayerNorms ln_1, ln_2, ln_f: scales 1 + 0.1 N(0,1) as for the others
+    g = torch.Generator().manual_seed(708)
+    with torch.no_grad():
+        for pname, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+            if ".ln_" in pname and pname.endswith(".weight"):
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+    d = os.path.join(MODELS, name)
+    model.save_pretrained(d)
+    finish_dir(d)
+    sd_chk = load_state(d)
+    assert "lm_head.weight" not in sd_chk, sorted(sd_chk)[:5]
+    assert tuple(sd_chk["transformer.h.0.attn.c_attn.weight"].shape) == (HIDDEN, 3 * HIDDEN)
+    logits, caps, d32 = transformers64_reference(d, GPT2LMHeadModel, modeling_gpt2, ids, "transformer")
+    checks.append(f"{name}: transformers float64-patched vs unpatched logits {fmt(d32)}")
+    M, margin = write_reference(name, "softmax", ids, logits, caps)
+    summary.append((name, peak_stats(caps), margin, M))
+
     # ---------------------------------------------------------------- variants
     vcfg = LlamaConfig(
         **common_cfg(bos, eos), rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=False
@@ -1533,7 +1579,7 @@ def main():
         print(f"  {os.path.relpath(sub, ROOT)}: {n} bytes")
         total += n
     print(f"written by this script: {total} bytes")
-    assert total < 5_500_000
+    assert total < 6_000_000
 
 
 CORPUS_DOCS = [

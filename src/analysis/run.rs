@@ -348,6 +348,12 @@ impl ModelContext<'_> {
         if let Some(window) = &c.sliding_window {
             window.check_seq_len(t, path)?;
         }
+        if c.layout.learned_positions && t > c.max_position_embeddings {
+            return Err(Error::usage(format!(
+                "--seq-len {t} is longer than {label}'s {} learned positions (n_positions)",
+                c.max_position_embeddings
+            )));
+        }
         if t > c.max_position_embeddings {
             events.note(&format!(
                 "{label}: --seq-len {t} exceeds max_position_embeddings {} (analysing past the training length)",

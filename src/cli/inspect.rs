@@ -141,13 +141,24 @@ fn table_rows(
         ("vocab size", c.vocab_size.to_string()),
         ("lm head", lm_head(ckpt).to_string()),
         ("attention", attention_span(c)),
-        ("rope", rope::describe(&c.rope, c.head_dim)),
+        ("rope", positions(c)),
         ("parameters", format_count(ckpt.parameter_count())),
         ("delta params", delta),
         ("stored dtypes", dtypes),
         ("memory", memory_plan(ckpt)),
         ("unused", unused_line(ckpt)),
     ]
+}
+
+/// The rotary embedding, or the learned positions that replace it (GPT-2).
+fn positions(c: &ModelConfig) -> String {
+    match c.layout.learned_positions {
+        true => format!(
+            "none: learned absolute positions (up to {} tokens)",
+            c.max_position_embeddings
+        ),
+        false => rope::describe(&c.rope, c.head_dim),
+    }
 }
 
 /// Which keys a query sees: all earlier ones, or a sliding window on some layers.

@@ -3,7 +3,7 @@
 
 use candle_core::{DType, Tensor};
 
-use super::layers::{linear, rms_norm};
+use super::layers::{linear, projection, rms_norm, weight_matrix};
 use super::layout::QkvLayout;
 use super::weights::WeightStore;
 use crate::attention::{Attention, AttentionShape, AttentionWeights, VariantKind};
@@ -16,12 +16,12 @@ pub fn load_attention(
     store: &WeightStore,
     prefix: &str,
     shape: AttentionShape,
-    qkv: QkvLayout,
+    (qkv, conv1d): (QkvLayout, bool),
 ) -> Result<Attention> {
     let s = &shape;
     let (q_proj, k_proj, v_proj) = match qkv {
         QkvLayout::FusedPerHead => split_qkv_per_head(store, prefix, s)?,
-        QkvLayout::Fused => split_qkv(store, prefix, s)?,
+        QkvLayout::Fused => split_qkv(store, prefix, s, conv1d)?,
         QkvLayout::Separate => {
             let q_out = if s.variant.is_gated() { 2 } else { 1 } * s.heads * s.head_dim;
             let kv_out = s.kv_heads * s.head_dim;
@@ -41,12 +41,12 @@ pub fn load_attention(
             )
         }
     };
-    let o_proj = linear(
+    let o_proj = projection(
         store,
         &format!("{prefix}.o_proj"),
-        s.heads * s.head_dim,
-        s.hidden,
+        (s.heads * s.head_dim, s.hidden),
         s.o_bias,
+        conv1d,
     )?;
     let sink_logits = match s.variant {
         VariantKind::Sink => Some(
@@ -171,11 +171,13 @@ fn split_qkv_per_head(
 }
 
 /// q, k and v from the fused `{prefix}.qkv_proj` `[(heads + 2 kv_heads) * head_dim, hidden]`
-/// whose rows are all of q, then k, then v (Phi-3: `qkv[..., :query_pos]`, ...).
+/// whose rows are all of q, then k, then v (Phi-3: `qkv[..., :query_pos]`, ...; GPT-2's
+/// `c_attn` stored `[hidden, 3 * hidden]`, `conv1d`, split the same way).
 fn split_qkv(
     store: &WeightStore,
     prefix: &str,
     s: &AttentionShape,
+    conv1d: bool,
 ) -> Result<(Linear, Linear, Linear)> {
     if s.variant.is_gated() {
         return Err(Error::input(
@@ -185,7 +187,12 @@ fn split_qkv(
     }
     let (q, kv) = (s.heads * s.head_dim, s.kv_heads * s.head_dim);
     let rows = q + 2 * kv;
-    let weight = store.get(&format!("{prefix}.qkv_proj.weight"), &[rows, s.hidden])?;
+    let weight = weight_matrix(
+        store,
+        &format!("{prefix}.qkv_proj.weight"),
+        (rows, s.hidden),
+        conv1d,
+    )?;
     let bias = match s.qkv_bias {
         true => Some(store.get(&format!("{prefix}.qkv_proj.bias"), &[rows])?),
         false => None,

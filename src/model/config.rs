@@ -24,6 +24,9 @@ pub enum Architecture {
     Qwen3,
     /// Mistral: the Llama layout with a sliding window on every layer (`sliding_window`).
     Mistral,
+    /// GPT-2: learned absolute positions (`wpe`), LayerNorm with biases, Conv1D weights
+    /// (`[in, out]`), a fused `c_attn`, the tanh-GELU MLP, tied embeddings.
+    Gpt2,
     /// Phi-3: the Llama layout with fused `qkv_proj` and `gate_up_proj`, partial rotary, a
     /// sliding window when `sliding_window` is set.
     Phi3,
@@ -37,7 +40,7 @@ pub enum Architecture {
 
 impl Architecture {
     /// `model_type` values accepted, for error messages.
-    pub const SUPPORTED: &'static str = "gpt_neox, llama, mistral, olmo2, phi3, qwen2, qwen3";
+    pub const SUPPORTED: &'static str = "gpt2, gpt_neox, llama, mistral, olmo2, phi3, qwen2, qwen3";
 
     fn parse(name: &str) -> Option<Self> {
         match name {
@@ -48,6 +51,7 @@ impl Architecture {
             "gpt_neox" => Some(Architecture::GptNeox),
             "olmo2" => Some(Architecture::Olmo2),
             "phi3" => Some(Architecture::Phi3),
+            "gpt2" => Some(Architecture::Gpt2),
             _ => None,
         }
     }
@@ -62,6 +66,7 @@ impl Architecture {
             Architecture::GptNeox => "gpt_neox",
             Architecture::Olmo2 => "olmo2",
             Architecture::Phi3 => "phi3",
+            Architecture::Gpt2 => "gpt2",
         }
     }
 }
@@ -158,14 +163,19 @@ pub struct ModelConfig {
 #[derive(Debug, Deserialize, Default)]
 pub struct RawConfig {
     pub model_type: Option<String>,
+    #[serde(alias = "n_embd")]
     pub hidden_size: Option<usize>,
+    #[serde(alias = "n_inner")]
     pub intermediate_size: Option<usize>,
+    #[serde(alias = "n_layer")]
     pub num_hidden_layers: Option<usize>,
+    #[serde(alias = "n_head")]
     pub num_attention_heads: Option<usize>,
     pub num_key_value_heads: Option<usize>,
     pub head_dim: Option<usize>,
     pub vocab_size: Option<usize>,
     pub rms_norm_eps: Option<f64>,
+    #[serde(alias = "n_positions")]
     pub max_position_embeddings: Option<usize>,
     pub tie_word_embeddings: Option<bool>,
     pub attention_bias: Option<bool>,
@@ -180,6 +190,12 @@ pub struct RawConfig {
     pub sliding_window: Option<Value>,
     pub max_window_layers: Option<usize>,
     pub layer_norm_eps: Option<f64>,
+    /// GPT-2's names of the norm epsilon and the MLP activation, and its attention options.
+    pub layer_norm_epsilon: Option<f64>,
+    pub activation_function: Option<String>,
+    pub scale_attn_weights: Option<bool>,
+    pub scale_attn_by_inverse_layer_idx: Option<bool>,
+    pub reorder_and_upcast_attn: Option<bool>,
     pub use_parallel_residual: Option<bool>,
     /// GPT-NeoX's legacy names of `partial_rotary_factor` and `rope_theta`.
     pub rotary_pct: Option<f64>,
@@ -321,9 +337,14 @@ impl RawConfig {
             Architecture::Qwen2 => (true, false),
             // Phi-3's projections have no biases
             Architecture::Phi3 => (false, false),
+            Architecture::Gpt2 => (true, true),
         };
         let vocab_size = required(self.vocab_size, "vocab_size", path)?;
-        let intermediate_size = required(self.intermediate_size, "intermediate_size", path)?;
+        // GPT2Config: n_inner null means 4 * n_embd
+        let intermediate_size = match architecture {
+            Architecture::Gpt2 => self.intermediate_size.unwrap_or(4 * hidden_size),
+            _ => required(self.intermediate_size, "intermediate_size", path)?,
+        };
         let num_layers = required(self.num_hidden_layers, "num_hidden_layers", path)?;
         for (field, size) in [
             ("hidden_size", hidden_size),
@@ -362,6 +383,7 @@ impl RawConfig {
         };
         let rms_norm_eps = match architecture {
             Architecture::GptNeox => self.layer_norm_eps.unwrap_or(1e-5),
+            Architecture::Gpt2 => self.layer_norm_epsilon.unwrap_or(1e-5),
             // Olmo2Config's default
             Architecture::Olmo2 => self.rms_norm_eps.unwrap_or(1e-5),
             _ => self.rms_norm_eps.unwrap_or(1e-6),
@@ -395,10 +417,14 @@ impl RawConfig {
             vocab_size,
             rms_norm_eps,
             max_position_embeddings: self.max_position_embeddings.unwrap_or(2048),
-            tie_word_embeddings: self.tie_word_embeddings.unwrap_or(false),
+            // GPT2Config ties them unless told otherwise
+            tie_word_embeddings: self
+                .tie_word_embeddings
+                .unwrap_or(architecture == Architecture::Gpt2),
             qkv_bias,
             o_bias,
-            mlp_bias: architecture == Architecture::GptNeox || self.mlp_bias.unwrap_or(false),
+            mlp_bias: matches!(architecture, Architecture::GptNeox | Architecture::Gpt2)
+                || self.mlp_bias.unwrap_or(false),
             rope,
             bos_token_id,
             eos_token_id,
@@ -455,12 +481,35 @@ impl RawConfig {
 
     /// Refuses what the loader does not implement (never ignored).
     fn check_implemented(&self, path: &Path, architecture: Architecture) -> Result<()> {
-        // the MLP's activation: SwiGLU's silu, or GPT-NeoX's exact GELU
-        let want = match architecture {
-            Architecture::GptNeox => "gelu",
-            _ => "silu",
+        // the MLP's activation: SwiGLU's silu, GPT-NeoX's exact GELU, GPT-2's tanh GELU
+        let (want, given) = match architecture {
+            Architecture::GptNeox => ("gelu", self.hidden_act.as_deref()),
+            Architecture::Gpt2 => ("gelu_new", self.activation_function.as_deref()),
+            _ => ("silu", self.hidden_act.as_deref()),
         };
-        if let Some(act) = self.hidden_act.as_deref().filter(|a| *a != want) {
+        if architecture == Architecture::Gpt2 {
+            for (key, value, works) in [
+                ("scale_attn_weights", self.scale_attn_weights, true),
+                (
+                    "scale_attn_by_inverse_layer_idx",
+                    self.scale_attn_by_inverse_layer_idx,
+                    false,
+                ),
+                (
+                    "reorder_and_upcast_attn",
+                    self.reorder_and_upcast_attn,
+                    false,
+                ),
+            ] {
+                if value.is_some_and(|v| v != works) {
+                    return Err(Error::input(
+                        path,
+                        format!("{key}: {} is not implemented (only {works})", !works),
+                    ));
+                }
+            }
+        }
+        if let Some(act) = given.filter(|a| *a != want) {
             return Err(Error::input(
                 path,
                 format!(
@@ -748,12 +797,12 @@ mod tests {
 
     #[test]
     fn unknown_model_type_lists_supported() {
-        let err = resolve(r#"{"model_type": "gpt2"}"#)
+        let err = resolve(r#"{"model_type": "mamba"}"#)
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("gpt2")
-                && err.contains("gpt_neox, llama, mistral, olmo2, phi3, qwen2, qwen3"),
+            err.contains("mamba")
+                && err.contains("gpt2, gpt_neox, llama, mistral, olmo2, phi3, qwen2, qwen3"),
             "{err}"
         );
     }

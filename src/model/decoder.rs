@@ -77,7 +77,7 @@ impl DecoderLayer {
                 store,
                 &format!("{prefix}.self_attn"),
                 shape.clone(),
-                layout.qkv,
+                (layout.qkv, layout.conv1d),
             )?,
             post_attention,
             pre_mlp,
@@ -86,7 +86,7 @@ impl DecoderLayer {
                 &format!("{prefix}.mlp"),
                 (c.hidden_size, c.intermediate_size),
                 c.mlp_bias,
-                (layout.mlp, layout.fused_gate_up),
+                (layout.mlp, layout.fused_gate_up, layout.conv1d),
             )?,
             post_mlp,
             parallel_residual: layout.parallel_residual,
@@ -160,6 +160,9 @@ const LOGIT_BLOCK_BYTES: usize = 256 << 20;
 pub struct Model {
     /// The embedding matrix (resident models).
     embed_tokens: Option<candle_nn::Embedding>,
+    /// Learned absolute position embeddings `[max_positions, hidden]` (GPT-2), read when
+    /// the model is built, streamed or not.
+    positions: Option<Tensor>,
     /// Every layer (resident models); empty when streamed.
     layers: Vec<DecoderLayer>,
     norm: Norm,
@@ -219,6 +222,13 @@ impl Model {
         };
         Ok(Model {
             embed_tokens: None,
+            positions: match c.layout.learned_positions {
+                true => Some(store.get(
+                    "model.embed_positions.weight",
+                    &[c.max_position_embeddings, c.hidden_size],
+                )?),
+                false => None,
+            },
             layers: Vec::new(),
             norm: norm(
                 store,
@@ -287,7 +297,7 @@ impl Model {
         let rope = self.rope(t, input_ids.device())?;
         let mut xs = {
             let _p = phase("embedding");
-            candle_core::Module::forward(embed, input_ids)?
+            self.add_positions(candle_core::Module::forward(embed, input_ids)?)?
         };
         self.watch.check(&xs, None, "hook_embed")?;
         for (l, layer) in self.layers.iter().enumerate() {
@@ -325,7 +335,7 @@ impl Model {
                 &[c.vocab_size, c.hidden_size],
                 &flat,
             )?;
-            let rows = rows.reshape((ids.dim(0)?, t, c.hidden_size))?;
+            let rows = self.add_positions(rows.reshape((ids.dim(0)?, t, c.hidden_size))?)?;
             self.watch.check(&rows, None, "hook_embed")?;
             stream.push(rows)?;
         }
@@ -399,7 +409,26 @@ impl Model {
     fn rope(&self, t: usize, device: &candle_core::Device) -> Result<Rope> {
         let c = &self.config;
         let dtype = self.norm_dtype();
-        rope_tables(&c.rope, c.head_dim, t, dtype, device)
+        match c.layout.learned_positions {
+            // no rotary embedding: no frequency rotates
+            true => Rope::new(&[], t, dtype, device),
+            false => rope_tables(&c.rope, c.head_dim, t, dtype, device),
+        }
+    }
+
+    /// Token embeddings `[batch, t, hidden]` plus the learned positions 0..t, if any.
+    fn add_positions(&self, xs: Tensor) -> Result<Tensor> {
+        let Some(positions) = &self.positions else {
+            return Ok(xs);
+        };
+        let t = xs.dim(1)?;
+        if t > positions.dim(0)? {
+            return Err(Error::usage(format!(
+                "--seq-len {t} is longer than the model's {} learned positions",
+                positions.dim(0)?
+            )));
+        }
+        Ok(xs.broadcast_add(&positions.narrow(0, 0, t)?)?)
     }
 
     /// The analysis dtype (the final norm's).

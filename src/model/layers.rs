@@ -23,6 +23,41 @@ pub fn linear(
     Ok(Linear::new(weight, bias))
 }
 
+/// The weight `name` as `[out, in]`: stored so, or stored `[in, out]` (GPT-2's Conv1D,
+/// `conv1d`) and transposed.
+pub fn weight_matrix(
+    store: &WeightStore,
+    name: &str,
+    (out_dim, in_dim): (usize, usize),
+    conv1d: bool,
+) -> Result<candle_core::Tensor> {
+    Ok(match conv1d {
+        false => store.get(name, &[out_dim, in_dim])?,
+        true => store.get(name, &[in_dim, out_dim])?.t()?.contiguous()?,
+    })
+}
+
+/// A projection `{prefix}.weight` (see [`weight_matrix`]) and, when `bias`, `{prefix}.bias`.
+pub fn projection(
+    store: &WeightStore,
+    prefix: &str,
+    (in_dim, out_dim): (usize, usize),
+    bias: bool,
+    conv1d: bool,
+) -> Result<Linear> {
+    let weight = weight_matrix(
+        store,
+        &format!("{prefix}.weight"),
+        (out_dim, in_dim),
+        conv1d,
+    )?;
+    let bias = match bias {
+        true => Some(store.get(&format!("{prefix}.bias"), &[out_dim])?),
+        false => None,
+    };
+    Ok(Linear::new(weight, bias))
+}
+
 /// `{prefix}.weight` `[dim]`.
 pub fn rms_norm(store: &WeightStore, prefix: &str, dim: usize, eps: f64) -> Result<RmsNorm> {
     Ok(RmsNorm::new(
@@ -56,10 +91,10 @@ pub fn mlp(
     prefix: &str,
     (hidden, intermediate): (usize, usize),
     bias: bool,
-    (kind, fused_gate_up): (MlpKind, bool),
+    (kind, fused_gate_up, conv1d): (MlpKind, bool, bool),
 ) -> Result<Mlp> {
     let proj = |name: &str, from: usize, to: usize| {
-        linear(store, &format!("{prefix}.{name}"), from, to, bias)
+        projection(store, &format!("{prefix}.{name}"), (from, to), bias, conv1d)
     };
     if kind == MlpKind::SwiGlu && fused_gate_up {
         let both = proj("gate_up_proj", hidden, 2 * intermediate)?;
@@ -69,12 +104,12 @@ pub fn mlp(
     // read in the order of the names, so that a shape error names the first
     let gate = match kind {
         MlpKind::SwiGlu => Some(proj("gate_proj", hidden, intermediate)?),
-        MlpKind::Gelu => None,
+        MlpKind::Gelu | MlpKind::GeluTanh => None,
     };
     let up = proj("up_proj", hidden, intermediate)?;
     let down = proj("down_proj", intermediate, hidden)?;
     Ok(match gate {
         Some(gate) => Mlp::new(gate, up, down),
-        None => Mlp::gelu(up, down),
+        None => Mlp::gelu(up, down, kind == MlpKind::GeluTanh),
     })
 }

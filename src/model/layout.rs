@@ -23,6 +23,8 @@ pub enum MlpKind {
     SwiGlu,
     /// `down(gelu(up(x)))`, GELU with the exact erf (transformers' `gelu`).
     Gelu,
+    /// `down(gelu(up(x)))`, GELU's tanh approximation (GPT-2's `gelu_new`).
+    GeluTanh,
 }
 
 /// How q, k and v are stored.
@@ -55,6 +57,11 @@ pub struct Layout {
     /// QK-norm over the whole q and k projections (OLMo 2, `[heads * head_dim]` scales)
     /// rather than per head (Qwen3).
     pub qk_norm_whole: bool,
+    /// Learned absolute positions added to the embedding (`model.embed_positions`, GPT-2's
+    /// `wpe`) and no rotary embedding.
+    pub learned_positions: bool,
+    /// Projection weights are stored `[in, out]` (GPT-2's Conv1D), transposed on load.
+    pub conv1d: bool,
 }
 
 impl Layout {
@@ -67,6 +74,8 @@ impl Layout {
         fused_gate_up: false,
         post_norm: false,
         qk_norm_whole: false,
+        learned_positions: false,
+        conv1d: false,
     };
 
     /// The layout in words (for `inspect`).
@@ -78,6 +87,7 @@ impl Layout {
         let mlp = match self.mlp {
             MlpKind::SwiGlu => "SwiGLU MLP",
             MlpKind::Gelu => "GELU MLP",
+            MlpKind::GeluTanh => "tanh-GELU MLP",
         };
         let residual = match self.parallel_residual {
             true => "parallel residual (attention and MLP read the same input)",
@@ -100,7 +110,13 @@ impl Layout {
             true => ", QK-norm over the whole q and k projections",
             false => "",
         };
-        format!("{place} {norm}, {qkv}{qk}, {mlp}, {residual}")
+        let positions = match (self.learned_positions, self.conv1d) {
+            (true, true) => ", learned absolute positions (no RoPE), Conv1D weights",
+            (true, false) => ", learned absolute positions (no RoPE)",
+            (false, true) => ", Conv1D weights",
+            (false, false) => "",
+        };
+        format!("{place} {norm}, {qkv}{qk}, {mlp}, {residual}{positions}")
     }
 
     /// The layout of `architecture`; `parallel_residual` as its config says (GPT-NeoX).
@@ -109,11 +125,17 @@ impl Layout {
             Architecture::GptNeox => Layout {
                 norm: NormKind::Layer,
                 mlp: MlpKind::Gelu,
-                parallel_residual,
                 qkv: QkvLayout::FusedPerHead,
-                fused_gate_up: false,
-                post_norm: false,
-                qk_norm_whole: false,
+                parallel_residual,
+                ..Layout::LLAMA
+            },
+            Architecture::Gpt2 => Layout {
+                norm: NormKind::Layer,
+                mlp: MlpKind::GeluTanh,
+                qkv: QkvLayout::Fused,
+                learned_positions: true,
+                conv1d: true,
+                ..Layout::LLAMA
             },
             Architecture::Phi3 => Layout {
                 qkv: QkvLayout::Fused,
@@ -164,18 +186,55 @@ pub fn builtin_weight_map(architecture: Architecture) -> WeightMap {
                 "gpt_neox.layers.{l}.mlp.dense_4h_to_h.{p}",
             ),
         ],
+        // GPT-2 files name the base model `transformer.` or nothing (openai-community/gpt2)
+        Architecture::Gpt2 => &[
+            ("model.embed_tokens.weight", "{b}wte.weight"),
+            ("model.embed_positions.weight", "{b}wpe.weight"),
+            ("model.norm.{p}", "{b}ln_f.{p}"),
+            ("model.layers.{l}.input_layernorm.{p}", "{b}h.{l}.ln_1.{p}"),
+            (
+                "model.layers.{l}.post_attention_layernorm.{p}",
+                "{b}h.{l}.ln_2.{p}",
+            ),
+            (
+                "model.layers.{l}.self_attn.qkv_proj.{p}",
+                "{b}h.{l}.attn.c_attn.{p}",
+            ),
+            (
+                "model.layers.{l}.self_attn.o_proj.{p}",
+                "{b}h.{l}.attn.c_proj.{p}",
+            ),
+            ("model.layers.{l}.mlp.up_proj.{p}", "{b}h.{l}.mlp.c_fc.{p}"),
+            (
+                "model.layers.{l}.mlp.down_proj.{p}",
+                "{b}h.{l}.mlp.c_proj.{p}",
+            ),
+        ],
         _ => &[],
     };
-    let json: serde_json::Map<String, serde_json::Value> = rules
+    // `{b}`: each rule twice, with the base model's prefix and without
+    let rules: Vec<(String, String)> = rules
         .iter()
-        .map(|(convention, stored)| (convention.to_string(), (*stored).into()))
+        .flat_map(|(c, s)| match s.contains("{b}") {
+            true => vec![
+                (c.to_string(), s.replace("{b}", "transformer.")),
+                (c.to_string(), s.replace("{b}", "")),
+            ],
+            false => vec![(c.to_string(), s.to_string())],
+        })
         .collect();
-    let what = format!("the built-in {} names", architecture.name());
-    WeightMap::parse(
-        &serde_json::Value::Object(json).to_string(),
-        std::path::Path::new(&what),
-    )
-    .expect("the built-in weight maps are valid")
+    // one map a rule: a JSON object cannot hold one convention name twice
+    let mut maps = Vec::new();
+    for (convention, stored) in &rules {
+        let json = serde_json::json!({ convention: stored }).to_string();
+        let what = format!("the built-in {} names", architecture.name());
+        maps.push(
+            WeightMap::parse(&json, std::path::Path::new(&what))
+                .expect("the built-in weight maps are valid"),
+        );
+    }
+    maps.into_iter()
+        .fold(WeightMap::default(), |all, one| all.or_else(&one))
 }
 
 /// Endings of stored names transformers skips on load for `architecture` (old GPT-NeoX
@@ -187,6 +246,7 @@ pub fn ignored_on_load(architecture: Architecture) -> &'static [&'static str] {
             ".attention.masked_bias",
             ".attention.rotary_emb.inv_freq",
         ],
+        Architecture::Gpt2 => &[".attn.bias", ".attn.masked_bias"],
         _ => &[],
     }
 }

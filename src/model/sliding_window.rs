@@ -107,7 +107,9 @@ pub(crate) fn resolve(
     let used = match architecture {
         Architecture::Mistral | Architecture::Phi3 => true,
         Architecture::Qwen2 | Architecture::Qwen3 => raw.use_sliding_window == Some(true),
-        Architecture::Llama | Architecture::GptNeox | Architecture::Olmo2 => false,
+        Architecture::Llama | Architecture::GptNeox | Architecture::Olmo2 | Architecture::Gpt2 => {
+            false
+        }
     };
     let size = match raw.sliding_window {
         None | Some(Value::Null) => None,

@@ -108,11 +108,13 @@ impl Norm {
 }
 
 /// A layer's MLP: SwiGLU `down(silu(gate(x)) * up(x))` when it has a gate, else
-/// `down(gelu(up(x)))` with the exact (erf) GELU.
+/// `down(gelu(up(x)))` with the exact (erf) GELU or its tanh approximation.
 pub struct Mlp {
     gate_proj: Option<Linear>,
     up_proj: Linear,
     down_proj: Linear,
+    /// GELU's tanh approximation (GPT-2's `gelu_new`) rather than the exact one.
+    tanh_gelu: bool,
 }
 
 impl Mlp {
@@ -122,15 +124,17 @@ impl Mlp {
             gate_proj: Some(gate_proj),
             up_proj,
             down_proj,
+            tanh_gelu: false,
         }
     }
 
-    /// The GELU MLP of its two projections.
-    pub fn gelu(up_proj: Linear, down_proj: Linear) -> Self {
+    /// The GELU MLP of its two projections (`tanh_gelu`: the tanh approximation).
+    pub fn gelu(up_proj: Linear, down_proj: Linear, tanh_gelu: bool) -> Self {
         Mlp {
             gate_proj: None,
             up_proj,
             down_proj,
+            tanh_gelu,
         }
     }
 
@@ -139,6 +143,7 @@ impl Mlp {
         let up = self.up_proj.forward(xs)?;
         let inner = match &self.gate_proj {
             Some(gate) => (candle_nn::ops::silu(&gate.forward(xs)?)? * up)?,
+            None if self.tanh_gelu => up.gelu()?,
             None => up.gelu_erf()?,
         };
         self.down_proj.forward(&inner)

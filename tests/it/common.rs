@@ -14,13 +14,14 @@ use asa_analyze::metrics::{Metric, MetricOptions};
 use candle_core::{Device, Tensor};
 
 /// Every model fixture written by `tools/make_fixtures.py`.
-pub const MODEL_FIXTURES: [&str; 15] = [
+pub const MODEL_FIXTURES: [&str; 16] = [
     "llama_gqa",
     "qwen2",
     "mistral",
     "gpt_neox",
     "olmo2",
     "phi3",
+    "gpt2",
     "off_by_one",
     "sink",
     "gated",

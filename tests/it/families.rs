@@ -130,3 +130,60 @@ fn phi3_longrope_and_a_wrong_fused_size_are_refused_naming_them() {
         "{err}"
     );
 }
+
+/// GPT-2 as openai-community/gpt2 ships it: tensor names without the `transformer.`
+/// prefix and the causal-mask buffers `attn.bias` / `attn.masked_bias` (skipped, as
+/// transformers skips them) give the fixture's numbers. A run past the learned positions,
+/// and attention options not implemented, are refused naming them.
+#[test]
+fn gpt2_as_openai_ships_it_and_what_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("gpt2", &tmp.path().join("gpt2"));
+    copy_fixture("gpt2", &tmp.path().join("openai"));
+    let file = tmp.path().join("openai/model.safetensors");
+    let tensors = candle_core::safetensors::load(&file, &Device::Cpu).unwrap();
+    let mut renamed: std::collections::HashMap<String, candle_core::Tensor> = tensors
+        .into_iter()
+        .map(|(name, t)| (name.trim_start_matches("transformer.").to_string(), t))
+        .collect();
+    let mask =
+        candle_core::Tensor::ones((1, 1, 64, 64), candle_core::DType::U8, &Device::Cpu).unwrap();
+    for l in 0..2 {
+        renamed.insert(format!("h.{l}.attn.bias"), mask.clone());
+        renamed.insert(
+            format!("h.{l}.attn.masked_bias"),
+            candle_core::Tensor::new(-1e4f32, &Device::Cpu).unwrap(),
+        );
+    }
+    candle_core::safetensors::save(&renamed, &file).unwrap();
+    let inspect = expect_success(&run_cli(tmp.path(), &["inspect", "openai"]));
+    assert!(inspect.contains("unused         none"), "{inspect}");
+    assert_eq!(
+        attention_table(tmp.path(), "openai"),
+        attention_table(tmp.path(), "gpt2")
+    );
+    let long = [
+        "analyze",
+        "gpt2",
+        "--seq-len",
+        "65",
+        "--num-seqs",
+        "1",
+        "--quiet",
+        "--out",
+        "r",
+    ];
+    let err = expect_error(&run_cli(tmp.path(), &long));
+    assert!(
+        err.contains("--seq-len 65 is longer than gpt2's 64 learned positions"),
+        "{err}"
+    );
+    edit_config(&tmp.path().join("gpt2"), |c| {
+        c["scale_attn_by_inverse_layer_idx"] = true.into()
+    });
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "gpt2"]));
+    assert!(
+        err.contains("scale_attn_by_inverse_layer_idx: true is not implemented"),
+        "{err}"
+    );
+}
