@@ -1,6 +1,7 @@
 //! One model's analysis: batches of token windows through the forward pass with the
 //! metric probe attached, query block by query block; the block planner; training series.
 
+pub mod hub_cache;
 pub mod plan;
 mod run;
 pub mod schedule;

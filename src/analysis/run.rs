@@ -10,6 +10,7 @@ use std::time::Instant;
 use candle_core::{DType, Device};
 use serde_json::json;
 
+use super::hub_cache::{self, HubModel};
 use super::plan::{batch_chunk, block_size, check_block, default_budget};
 use super::schedule::{peak_rss_bytes, Schedule};
 use super::series::find_series;
@@ -261,7 +262,18 @@ impl Run {
         };
         let (mut models, mut series) = (Vec::new(), Vec::new());
         for source in &self.models {
-            match find_series(&source.path)? {
+            // a Hub id with revisions (`org/name@step1000,step2000`), from the local cache
+            let (hub_dir, hub_series) = match hub_cache::resolve(&source.path)? {
+                Some(HubModel::Checkpoint(dir)) => (Some(dir), None),
+                Some(HubModel::Series(steps)) => (None, Some(steps)),
+                None => (None, None),
+            };
+            let path = hub_dir.as_deref().unwrap_or(&source.path);
+            let steps = match hub_series {
+                Some(steps) => Some(steps),
+                None => find_series(path)?,
+            };
+            match steps {
                 Some(steps) => {
                     let dirs: Vec<(u64, &Path)> =
                         steps.iter().map(|s| (s.step, s.dir.as_path())).collect();
@@ -271,7 +283,7 @@ impl Run {
                 }
                 None => {
                     let metrics = &o.metrics;
-                    models.push(ctx.model(&source.label, &source.path, metrics, events)?)
+                    models.push(ctx.model(&source.label, path, metrics, events)?)
                 }
             }
         }

@@ -144,10 +144,16 @@ fn parse_models(raw: &[String]) -> Result<Vec<ModelSource>> {
             }
             _ => {
                 let path = PathBuf::from(item);
+                // a Hub series (`org/name@step1000,step2000`) is labelled by its repository
+                let hub_series = match item.split_once('@') {
+                    Some((repo, revisions)) if revisions.contains(',') => Some(repo),
+                    _ => None,
+                };
                 let name = path
                     .canonicalize()
                     .ok()
                     .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().to_string()))
+                    .or_else(|| hub_series.map(str::to_string))
                     .unwrap_or_else(|| item.clone());
                 (name, path)
             }

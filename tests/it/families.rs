@@ -187,3 +187,82 @@ fn gpt2_as_openai_ships_it_and_what_is_refused() {
         "{err}"
     );
 }
+
+/// Pythia's training steps are Hub revisions: `org/name@step1000,step2000` resolves each
+/// revision through the local Hugging Face cache (`refs/{revision}` -> `snapshots/{hash}`)
+/// and gives the QK^T series of a folder series of the same checkpoints, labelled by the
+/// repository; one revision is one checkpoint; a revision not in the cache is
+/// refused saying how to fetch it.
+#[test]
+fn hub_revisions_from_the_local_cache_give_the_qk_series() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("hub/models--EleutherAI--pythia-tiny");
+    for (step, hash, fixture) in [(1000, "aaa111", "llama_gqa"), (2000, "bbb222", "qwen2")] {
+        copy_fixture(fixture, &repo.join("snapshots").join(hash));
+        std::fs::create_dir_all(repo.join("refs")).unwrap();
+        std::fs::write(repo.join(format!("refs/step{step}")), hash).unwrap();
+    }
+    let run = |spec: &str, out: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_asa-analyze"))
+            .current_dir(tmp.path())
+            .env("HF_HUB_CACHE", tmp.path().join("hub"))
+            .args([
+                "qk",
+                spec,
+                "--seq-len",
+                "20",
+                "--num-seqs",
+                "3",
+                "--quiet",
+                "--out",
+                out,
+            ])
+            .output()
+            .unwrap()
+    };
+    expect_success(&run("EleutherAI/pythia-tiny@step2000,step1000", "series"));
+    let table = std::fs::read_to_string(tmp.path().join("series/qk_series.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{table}");
+    for (row, step) in rows.iter().zip(["1000", "2000"]) {
+        assert_eq!(
+            (row[0], row[1]),
+            ("EleutherAI/pythia-tiny", step),
+            "{table}"
+        );
+    }
+    // the numbers: those of a folder series of the same checkpoints (checked against the
+    // float64 references by cli_metrics' training_series_gives_the_qk_curve)
+    let folder = tmp.path().join("run");
+    copy_fixture("llama_gqa", &folder.join("step-1000"));
+    copy_fixture("qwen2", &folder.join("step-2000"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_asa-analyze"))
+        .current_dir(tmp.path())
+        .args([
+            "qk",
+            "run",
+            "--seq-len",
+            "20",
+            "--num-seqs",
+            "3",
+            "--quiet",
+            "--out",
+            "folder",
+        ])
+        .output()
+        .unwrap();
+    expect_success(&out);
+    let by_folder = std::fs::read_to_string(tmp.path().join("folder/qk_series.csv")).unwrap();
+    assert_eq!(table.replace("EleutherAI/pythia-tiny", "run"), by_folder);
+    expect_success(&run("EleutherAI/pythia-tiny@step1000", "one"));
+    let err = expect_error(&run("EleutherAI/pythia-tiny@step3000", "missing"));
+    assert!(
+        err.contains("EleutherAI/pythia-tiny@step3000 is not in the local Hugging Face cache")
+            && err.contains("huggingface-cli download EleutherAI/pythia-tiny --revision step3000"),
+        "{err}"
+    );
+}
