@@ -38,6 +38,8 @@ from transformers import (
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
     Olmo2Config,
     Olmo2ForCausalLM,
     Phi3Config,
@@ -50,6 +52,7 @@ from transformers import (
 from transformers.models.gpt2 import modeling_gpt2
 from transformers.models.gpt_neox import modeling_gpt_neox
 from transformers.models.llama import modeling_llama
+from transformers.models.mixtral import modeling_mixtral
 from transformers.models.olmo2 import modeling_olmo2
 from transformers.models.phi3 import modeling_phi3
 from transformers.models.mistral import modeling_mistral
@@ -254,7 +257,9 @@ def transformers64_reference(model_dir, cls, mod, ids, base_attr, rms_cls=None):
     and the scaled causal logits are captured inside the eager attention of module `mod`.
     `base_attr`: the base model's attribute (`gpt_neox`, `model`). Returns logits and
     per-layer caps (pattern, softmax, q, k, attn_scores)."""
-    model = cls.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32)
+    # MoE experts as transformers' plain loop over experts (its grouped kernels need float32)
+    extra = {"experts_implementation": "eager"} if "mixtral" in model_dir else {}
+    model = cls.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32, **extra)
     model = model.double().eval()
     cfg = model.config
     rotary = getattr(getattr(model, base_attr), "rotary_emb", None)  # None: GPT-2's learned positions
@@ -305,7 +310,7 @@ def transformers64_reference(model_dir, cls, mod, ids, base_attr, rms_cls=None):
         assert a.dtype == TORCH64
     # the same model unpatched (float32 internals) agrees to float32 precision
     with torch.no_grad():
-        lg32 = cls.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32).double().eval()(
+        lg32 = cls.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32, **extra).double().eval()(
             input_ids=ids, use_cache=False
         ).logits
     d32 = (lg32 - out.logits).abs().max().item()
@@ -1240,6 +1245,35 @@ def main():
     M, margin = write_reference(name, "softmax", ids, logits, caps)
     summary.append((name, peak_stats(caps), margin, M))
 
+    # ---------------------------------------------------------------- mixtral
+    # MixtralForCausalLM.save_pretrained (block_sparse_moe.gate, experts.{e}.w1/w2/w3):
+    # GQA 4/2, 4 experts of intermediate 32, 2 a token, no sliding window. Reference:
+    # transformers itself in float64 (transformers64_reference; its router softmax runs in
+    # float32, as transformers routes).
+    name = "mixtral"
+    xcfg = MixtralConfig(
+        **{**common_cfg(bos, eos), "intermediate_size": 32},
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        tie_word_embeddings=False,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        sliding_window=None,
+    )
+    torch.manual_seed(8)
+    model = MixtralForCausalLM(xcfg)
+    init_weights(model, seed=808)
+    d = os.path.join(MODELS, name)
+    model.save_pretrained(d)
+    finish_dir(d)
+    sd_chk = load_state(d)
+    assert tuple(sd_chk["model.layers.0.block_sparse_moe.experts.3.w1.weight"].shape) == (32, HIDDEN), sorted(sd_chk)
+    logits, caps, d32 = transformers64_reference(
+        d, MixtralForCausalLM, modeling_mixtral, ids, "model", rms_cls=modeling_mixtral.MixtralRMSNorm
+    )
+    checks.append(f"{name}: transformers float64-patched vs unpatched logits {fmt(d32)}")
+    M, margin = write_reference(name, "softmax", ids, logits, caps)
+    summary.append((name, peak_stats(caps), margin, M))
+
     # ---------------------------------------------------------------- variants
     vcfg = LlamaConfig(
         **common_cfg(bos, eos), rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=False
@@ -1579,7 +1613,7 @@ def main():
         print(f"  {os.path.relpath(sub, ROOT)}: {n} bytes")
         total += n
     print(f"written by this script: {total} bytes")
-    assert total < 6_000_000
+    assert total < 6_500_000
 
 
 CORPUS_DOCS = [

@@ -129,7 +129,7 @@ fn table_rows(
         ("checkpoint", args.checkpoint.display().to_string()),
         ("format", format),
         ("architecture", c.architecture.name().to_string()),
-        ("layout", c.layout.describe()),
+        ("layout", layout(c)),
         ("variant", format!("{kind} ({})", ckpt.variant.source)),
         ("layers", c.num_layers.to_string()),
         (
@@ -148,6 +148,19 @@ fn table_rows(
         ("memory", memory_plan(ckpt)),
         ("unused", unused_line(ckpt)),
     ]
+}
+
+/// The layer layout, with the mixture of experts when there is one.
+fn layout(c: &ModelConfig) -> String {
+    match c.experts {
+        None => c.layout.describe(),
+        Some(e) => format!(
+            "{}; MLP: a mixture of {} SwiGLU experts, {} a token (softmax, top-k, renormalised)",
+            c.layout.describe(),
+            e.count,
+            e.top_k
+        ),
+    }
 }
 
 /// The rotary embedding, or the learned positions that replace it (GPT-2).

@@ -24,6 +24,8 @@ pub enum Architecture {
     Qwen3,
     /// Mistral: the Llama layout with a sliding window on every layer (`sliding_window`).
     Mistral,
+    /// Mixtral: the Mistral layout with a mixture-of-experts MLP (`block_sparse_moe`).
+    Mixtral,
     /// GPT-2: learned absolute positions (`wpe`), LayerNorm with biases, Conv1D weights
     /// (`[in, out]`), a fused `c_attn`, the tanh-GELU MLP, tied embeddings.
     Gpt2,
@@ -40,7 +42,8 @@ pub enum Architecture {
 
 impl Architecture {
     /// `model_type` values accepted, for error messages.
-    pub const SUPPORTED: &'static str = "gpt2, gpt_neox, llama, mistral, olmo2, phi3, qwen2, qwen3";
+    pub const SUPPORTED: &'static str =
+        "gpt2, gpt_neox, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3";
 
     fn parse(name: &str) -> Option<Self> {
         match name {
@@ -52,6 +55,7 @@ impl Architecture {
             "olmo2" => Some(Architecture::Olmo2),
             "phi3" => Some(Architecture::Phi3),
             "gpt2" => Some(Architecture::Gpt2),
+            "mixtral" => Some(Architecture::Mixtral),
             _ => None,
         }
     }
@@ -67,6 +71,7 @@ impl Architecture {
             Architecture::Olmo2 => "olmo2",
             Architecture::Phi3 => "phi3",
             Architecture::Gpt2 => "gpt2",
+            Architecture::Mixtral => "mixtral",
         }
     }
 }
@@ -157,6 +162,15 @@ pub struct ModelConfig {
     pub sliding_window: Option<SlidingWindow>,
     /// The norm, MLP, residual wiring and q/k/v projections of the architecture.
     pub layout: Layout,
+    /// A mixture-of-experts MLP (Mixtral): how many experts, and how many each token uses.
+    pub experts: Option<Experts>,
+}
+
+/// A mixture-of-experts MLP's size.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Experts {
+    pub count: usize,
+    pub top_k: usize,
 }
 
 /// Serde mirror of config.json: everything optional, unknown fields ignored.
@@ -190,6 +204,8 @@ pub struct RawConfig {
     pub sliding_window: Option<Value>,
     pub max_window_layers: Option<usize>,
     pub layer_norm_eps: Option<f64>,
+    pub num_local_experts: Option<usize>,
+    pub num_experts_per_tok: Option<usize>,
     /// GPT-2's names of the norm epsilon and the MLP activation, and its attention options.
     pub layer_norm_epsilon: Option<f64>,
     pub activation_function: Option<String>,
@@ -328,6 +344,7 @@ impl RawConfig {
             Architecture::Llama
             | Architecture::Qwen3
             | Architecture::Mistral
+            | Architecture::Mixtral
             | Architecture::Olmo2 => (attention_bias, attention_bias),
             // GPTNeoXConfig's attention_bias defaults to true
             Architecture::GptNeox => {
@@ -435,7 +452,27 @@ impl RawConfig {
             logn_scale,
             sliding_window,
             layout: Layout::of(architecture, self.use_parallel_residual.unwrap_or(true)),
+            experts: self.experts(architecture, path)?,
         })
+    }
+
+    /// Mixtral's experts (MixtralConfig's defaults: 8, top 2), each count at least 1 and
+    /// `top_k` at most the count.
+    fn experts(&self, architecture: Architecture, path: &Path) -> Result<Option<Experts>> {
+        if architecture != Architecture::Mixtral {
+            return Ok(None);
+        }
+        let count = self.num_local_experts.unwrap_or(8);
+        let top_k = self.num_experts_per_tok.unwrap_or(2);
+        if count == 0 || top_k == 0 || top_k > count {
+            return Err(Error::input(
+                path,
+                format!(
+                    "num_experts_per_tok {top_k} must be between 1 and num_local_experts {count}"
+                ),
+            ));
+        }
+        Ok(Some(Experts { count, top_k }))
     }
 
     /// Query heads, key/value heads and head dimension, checked against each other.
@@ -802,7 +839,8 @@ mod tests {
             .to_string();
         assert!(
             err.contains("mamba")
-                && err.contains("gpt2, gpt_neox, llama, mistral, olmo2, phi3, qwen2, qwen3"),
+                && err
+                    .contains("gpt2, gpt_neox, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3"),
             "{err}"
         );
     }

@@ -9,7 +9,7 @@ use candle_core::Tensor;
 
 use super::attention;
 use super::config::ModelConfig;
-use super::layers::{linear, mlp, norm};
+use super::layers::{linear, mlp, moe_mlp, norm};
 use super::nonfinite::{NonFiniteAt, NonFiniteWatch};
 use super::residuals::Residuals;
 use super::rope::rope_tables;
@@ -17,7 +17,7 @@ use super::weights::WeightStore;
 use crate::attention::{Attention, AttentionShape, VariantKind};
 use crate::error::{Error, Result};
 use crate::nn::Rope;
-use crate::nn::{Linear, Mlp, Norm};
+use crate::nn::{FeedForward, Linear, Norm};
 use crate::probe::blocks::query_blocks;
 use crate::probe::{BlockCtx, Hook, Probe};
 use crate::profile::phase;
@@ -31,7 +31,7 @@ pub struct DecoderLayer {
     post_attention: Option<Norm>,
     /// The norm before the MLP (`post_attention_layernorm` in the pre-norm layouts).
     pre_mlp: Option<Norm>,
-    mlp: Mlp,
+    mlp: FeedForward,
     /// The norm of the MLP's output (OLMo 2's `post_feedforward_layernorm`).
     post_mlp: Option<Norm>,
     /// `x + attn(ln1(x)) + mlp(ln2(x))` (GPT-NeoX) rather than sequential.
@@ -81,13 +81,21 @@ impl DecoderLayer {
             )?,
             post_attention,
             pre_mlp,
-            mlp: mlp(
-                store,
-                &format!("{prefix}.mlp"),
-                (c.hidden_size, c.intermediate_size),
-                c.mlp_bias,
-                (layout.mlp, layout.fused_gate_up, layout.conv1d),
-            )?,
+            mlp: match c.experts {
+                None => FeedForward::Dense(mlp(
+                    store,
+                    &format!("{prefix}.mlp"),
+                    (c.hidden_size, c.intermediate_size),
+                    c.mlp_bias,
+                    (layout.mlp, layout.fused_gate_up, layout.conv1d),
+                )?),
+                Some(experts) => FeedForward::Moe(moe_mlp(
+                    store,
+                    &format!("{prefix}.block_sparse_moe"),
+                    (c.hidden_size, c.intermediate_size),
+                    experts,
+                )?),
+            },
             post_mlp,
             parallel_residual: layout.parallel_residual,
         })

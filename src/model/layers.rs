@@ -1,10 +1,11 @@
 //! Loads the building blocks of [`crate::nn`] from a [`WeightStore`] by their checkpoint
 //! names, checking every shape.
 
+use super::config::Experts;
 use super::layout::{MlpKind, NormKind};
 use super::weights::WeightStore;
 use crate::error::Result;
-use crate::nn::{Linear, Mlp, Norm, RmsNorm};
+use crate::nn::{Linear, Mlp, MoeMlp, Norm, RmsNorm};
 
 /// `{prefix}.weight` `[out, in]` and, when `bias`, `{prefix}.bias` `[out]`.
 pub fn linear(
@@ -112,4 +113,40 @@ pub fn mlp(
         Some(gate) => Mlp::new(gate, up, down),
         None => Mlp::gelu(up, down, kind == MlpKind::GeluTanh),
     })
+}
+
+/// Mixtral's `{prefix}.gate` router `[experts, hidden]` and `{prefix}.experts.{e}.w1` (gate),
+/// `w3` (up), `w2` (down).
+pub fn moe_mlp(
+    store: &WeightStore,
+    prefix: &str,
+    (hidden, intermediate): (usize, usize),
+    experts: Experts,
+) -> Result<MoeMlp> {
+    let router = linear(
+        store,
+        &format!("{prefix}.gate"),
+        hidden,
+        experts.count,
+        false,
+    )?;
+    let experts_mlp = (0..experts.count)
+        .map(|e| {
+            let proj = |name: &str, from: usize, to: usize| {
+                linear(
+                    store,
+                    &format!("{prefix}.experts.{e}.{name}"),
+                    from,
+                    to,
+                    false,
+                )
+            };
+            Ok(Mlp::new(
+                proj("w1", hidden, intermediate)?,
+                proj("w3", hidden, intermediate)?,
+                proj("w2", intermediate, hidden)?,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(MoeMlp::new(router, experts_mlp, experts.top_k))
 }

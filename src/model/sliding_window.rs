@@ -105,7 +105,7 @@ pub(crate) fn resolve(
     // transformers drops the window of a Qwen config without use_sliding_window, and Llama
     // has none
     let used = match architecture {
-        Architecture::Mistral | Architecture::Phi3 => true,
+        Architecture::Mistral | Architecture::Phi3 | Architecture::Mixtral => true,
         Architecture::Qwen2 | Architecture::Qwen3 => raw.use_sliding_window == Some(true),
         Architecture::Llama | Architecture::GptNeox | Architecture::Olmo2 | Architecture::Gpt2 => {
             false
@@ -136,7 +136,9 @@ pub(crate) fn resolve(
         (Some(types), _) => (0..num_layers)
             .filter(|&l| types[l] == "sliding_attention")
             .collect(),
-        (None, Architecture::Mistral | Architecture::Phi3) => (0..num_layers).collect(),
+        (None, Architecture::Mistral | Architecture::Phi3 | Architecture::Mixtral) => {
+            (0..num_layers).collect()
+        }
         // Qwen2Config: layer i slides when i >= max_window_layers
         (None, _) => (raw.max_window_layers.unwrap_or(num_layers)..num_layers).collect(),
     };

@@ -149,3 +149,82 @@ impl Mlp {
         self.down_proj.forward(&inner)
     }
 }
+
+/// A mixture-of-experts MLP as Mixtral routes it: router logits `[experts]` per token, a
+/// softmax over all experts, the `top_k` largest kept and renormalised to sum to 1, and
+/// the output the weighted sum of those experts' SwiGLU MLPs. Only the chosen experts run,
+/// each on the tokens routed to it.
+pub struct MoeMlp {
+    router: Linear,
+    experts: Vec<Mlp>,
+    top_k: usize,
+}
+
+impl MoeMlp {
+    /// Experts, their router `[experts, hidden]` and how many each token uses.
+    pub fn new(router: Linear, experts: Vec<Mlp>, top_k: usize) -> Self {
+        MoeMlp {
+            router,
+            experts,
+            top_k,
+        }
+    }
+
+    /// Applies the MLP to `[batch, seq, hidden]`.
+    pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        let (b, t, h) = xs.dims3()?;
+        let flat = xs.reshape((b * t, h))?;
+        // routing in f32 on the host, as transformers routes in float32
+        let probs = candle_nn::ops::softmax_last_dim(
+            &self
+                .router
+                .forward(&flat)?
+                .to_dtype(candle_core::DType::F32)?,
+        )?
+        .to_vec2::<f32>()?;
+        let mut routed: Vec<(Vec<u32>, Vec<f32>)> =
+            vec![(Vec::new(), Vec::new()); self.experts.len()];
+        for (token, row) in probs.iter().enumerate() {
+            let mut order: Vec<usize> = (0..row.len()).collect();
+            // descending probability; ties to the lower expert, as torch.topk
+            order.sort_by(|&a, &c| row[c].total_cmp(&row[a]).then(a.cmp(&c)));
+            let chosen = &order[..self.top_k.min(order.len())];
+            let total: f32 = chosen.iter().map(|&e| row[e]).sum();
+            for &e in chosen {
+                routed[e].0.push(token as u32);
+                routed[e].1.push(row[e] / total);
+            }
+        }
+        let mut out = flat.zeros_like()?;
+        for (expert, (tokens, weights)) in self.experts.iter().zip(routed) {
+            if tokens.is_empty() {
+                continue;
+            }
+            let n = tokens.len();
+            let index = Tensor::from_vec(tokens, n, flat.device())?;
+            let weights =
+                Tensor::from_vec(weights, (n, 1), flat.device())?.to_dtype(flat.dtype())?;
+            let y = expert
+                .forward(&flat.index_select(&index, 0)?.unsqueeze(0)?)?
+                .squeeze(0)?;
+            out = out.index_add(&index, &y.broadcast_mul(&weights)?, 0)?;
+        }
+        Ok(out.reshape((b, t, h))?)
+    }
+}
+
+/// A layer's feed-forward block: one MLP, or a mixture of experts.
+pub enum FeedForward {
+    Dense(Mlp),
+    Moe(MoeMlp),
+}
+
+impl FeedForward {
+    /// Applies the block to `[batch, seq, hidden]`.
+    pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        match self {
+            FeedForward::Dense(mlp) => mlp.forward(xs),
+            FeedForward::Moe(moe) => moe.forward(xs),
+        }
+    }
+}

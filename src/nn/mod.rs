@@ -4,5 +4,5 @@
 mod layers;
 mod rope;
 
-pub use layers::{Linear, Mlp, Norm, RmsNorm};
+pub use layers::{FeedForward, Linear, Mlp, MoeMlp, Norm, RmsNorm};
 pub use rope::Rope;

@@ -14,7 +14,7 @@ use asa_analyze::metrics::{Metric, MetricOptions};
 use candle_core::{Device, Tensor};
 
 /// Every model fixture written by `tools/make_fixtures.py`.
-pub const MODEL_FIXTURES: [&str; 16] = [
+pub const MODEL_FIXTURES: [&str; 17] = [
     "llama_gqa",
     "qwen2",
     "mistral",
@@ -22,6 +22,7 @@ pub const MODEL_FIXTURES: [&str; 16] = [
     "olmo2",
     "phi3",
     "gpt2",
+    "mixtral",
     "off_by_one",
     "sink",
     "gated",
