@@ -12,7 +12,7 @@ use std::time::Instant;
 use asa_analyze::metrics::distance::Bands;
 use asa_analyze::metrics::entropy::EntropyOf;
 use asa_analyze::metrics::{Metric, MetricOptions, MetricProbe};
-use asa_analyze::probe::{BlockCtx, Probe};
+use asa_analyze::probe::{BlockCtx, KeyWindow, Probe};
 use candle_core::{Device, Tensor};
 
 const BATCH: usize = 10;
@@ -31,10 +31,10 @@ fn main() {
     }
     let opts = MetricOptions {
         metrics: [
-            Metric::FirstToken,
-            Metric::WeightSum,
-            Metric::Entropy,
-            Metric::HeadTotal,
+            Metric::FIRST_TOKEN,
+            Metric::WEIGHT_SUM,
+            Metric::ENTROPY,
+            Metric::HEAD_TOTAL,
         ]
         .into_iter()
         .collect::<BTreeSet<_>>(),
@@ -48,7 +48,7 @@ fn main() {
         entropy_of: EntropyOf::Effective,
     };
     let windows = vec![vec![0u32; SEQ_LEN]; BATCH * BATCHES];
-    let mut probe = MetricProbe::new(opts, LAYERS, HEADS, &windows);
+    let mut probe = MetricProbe::new(opts, &[KeyWindow::CAUSAL; LAYERS], HEADS, &windows);
     let wants = probe
         .row_request(0)
         .expect("the core metrics take row tables");
@@ -75,6 +75,7 @@ fn main() {
                     q_start,
                     q_len,
                     seq_len: SEQ_LEN,
+                    window: KeyWindow::CAUSAL,
                 };
                 probe.on_row_table(&ctx, table, false).expect("table");
             }

@@ -281,11 +281,20 @@ def transformers64_reference(model_dir, cls, mod, ids, base_attr, rms_cls=None):
         scores = torch.matmul(query, keys.transpose(2, 3)) * scaling
         t = scores.shape[-1]
         causal = torch.ones(t, t, dtype=torch.bool).tril()
-        masked = scores.masked_fill(~causal, float("-inf"))
+        # the keys transformers' own mask lets each query see (a sliding window where the
+        # layer has one): an additive float mask (0 visible) or a boolean one
+        if attention_mask is None:
+            visible = causal
+        else:
+            m = attention_mask[0, 0, :, :t]
+            visible = m if m.dtype == torch.bool else (m == 0)
+        assert not (visible & ~causal).any(), "a key after its query is visible"
+        masked = scores.masked_fill(~visible, float("-inf"))
         weights = F.softmax(masked, dim=-1)
-        caps.append(
-            {"q": query.detach().clone(), "k": key.detach().clone(), "attn_scores": masked.detach().clone(), "softmax": weights.detach().clone()}
-        )
+        cap = {"q": query.detach().clone(), "k": key.detach().clone(), "attn_scores": masked.detach().clone(), "softmax": weights.detach().clone()}
+        if not torch.equal(visible, causal):
+            cap["visible"] = visible.to(TORCH64)
+        caps.append(cap)
         out = torch.matmul(weights, values).transpose(1, 2).contiguous()
         return out, weights
 
@@ -610,14 +619,20 @@ def compute_metrics(name, variant, ids, logits, layers, alpha_ma):
         per_seq = np.array([np.nanmean(cells[b]) for b in range(Bn)])
         return mean, np.std(per_seq)
 
-    # first_token
-    ft_m, ft_s = [], []
+    causal = np.tril(np.ones((Tn, Tn), dtype=bool))
+    for l in range(L):  # vis[i, j]: query i sees key j (transformers' mask; a sliding window)
+        layers[l]["vis"] = layers[l]["visible"] != 0 if "visible" in layers[l] else causal
+
+    # first_token: over the queries that see the first token (a window may hide it)
+    ft_m, ft_s, ft_share = [], [], []
     for l in range(L):
         a = layers[l]["pattern"]
-        m, s = per_layer_mean_std(a[:, :, mq:, 0])
+        sees = layers[l]["vis"][mq:, 0]
+        m, s = per_layer_mean_std(a[:, :, mq:, 0][:, :, sees])
         ft_m.append(m)
         ft_s.append(s)
-    M["first_token"] = {"mean": fl_list(ft_m), "std": fl_list(ft_s)}
+        ft_share.append(sees.mean())
+    M["first_token"] = {"mean": fl_list(ft_m), "std": fl_list(ft_s), "visible_share": fl_list(ft_share)}
 
     # entropy / entropy_softmax
     for l in range(L):  # p = plain softmax of the stored raw scores (-inf above the diagonal)
@@ -671,10 +686,10 @@ def compute_metrics(name, variant, ids, logits, layers, alpha_ma):
         "degenerate": degenerate,
     }
 
-    # qk_mean: raw q.k after RoPE, all causal pairs incl. diagonal, all queries
-    vis = np.tril(np.ones((Tn, Tn), dtype=bool))
+    # qk_mean: raw q.k after RoPE, all visible pairs incl. diagonal, all queries
     per_m, per_a, allv = [], [], []
     for l in range(L):
+        vis = layers[l]["vis"]
         q = layers[l]["q"]
         k = np.repeat(layers[l]["k"], rep, axis=1)
         qk = np.einsum("bhid,bhjd->bhij", q, k)
@@ -743,7 +758,9 @@ def compute_metrics(name, variant, ids, logits, layers, alpha_ma):
     M["nll"] = {"mean": fl(nll.mean()), "ppl": fl(math.exp(nll.mean())), "per_position": fl_list(nll.mean(0))}
 
     # sink_rate
-    imp = np.array([[layers[l]["pattern"][:, h, :, 0].mean() for h in range(H)] for l in range(L)])
+    imp = np.array(
+        [[layers[l]["pattern"][:, h, layers[l]["vis"][:, 0], 0].mean() for h in range(H)] for l in range(L)]
+    )
     M["sink_rate"] = {"importance": fl_list(imp), "rate": fl((imp > SINK_EPS).sum() / imp.size)}
 
     # distance_profile
@@ -784,7 +801,7 @@ def write_reference(name, variant, ids, logits, caps, alpha_ma=None, logit_fn=No
     tens = {"input_ids": ids.to(torch.int64).contiguous(), "logits": logits.to(TORCH64).contiguous()}
     layers_np = []
     for l, c in enumerate(caps):
-        for key in ("pattern", "q", "k", "attn_scores", "sink_mass", "alpha", "gate"):
+        for key in ("pattern", "q", "k", "attn_scores", "sink_mass", "alpha", "gate", "visible"):
             if key in c:
                 tens[f"layers.{l}.{key}"] = c[key].to(TORCH64).contiguous()
         layers_np.append({k: v.numpy() for k, v in c.items()})
@@ -843,24 +860,34 @@ def crosscheck_metrics(name, variant, alpha_ma, logit_fn=None):
             return None
         return -math.fsum((x / tot) * math.log(x / tot) for x in qv if x > 0)
 
+    def visible_of(l):
+        key = f"layers.{l}.visible"
+        if key in R:
+            return [[x != 0 for x in row] for row in R[key].tolist()]
+        return [[j <= i for j in range(Tn)] for i in range(Tn)]
+
     for l in range(L):
         A = R[f"layers.{l}.pattern"].tolist()
         S = R[f"layers.{l}.attn_scores"].tolist()
+        V = visible_of(l)
         for b in range(Bn):
             for h in range(H):
                 for i in range(Tn):
-                    for j in range(i + 1, Tn):
-                        assert A[b][h][i][j] == 0.0 and S[b][h][i][j] == float("-inf")
-        ft = [[A[b][h][i][0] for h in range(H) for i in range(mq, Tn)] for b in range(Bn)]
+                    for j in range(Tn):
+                        if not V[i][j]:
+                            assert A[b][h][i][j] == 0.0 and S[b][h][i][j] == float("-inf")
+        ft = [[A[b][h][i][0] for h in range(H) for i in range(mq, Tn) if V[i][0]] for b in range(Bn)]
         close(mean(sum(ft, [])), M["first_token"]["mean"][l], f"first_token.mean[{l}]")
         close(pstd([mean(v) for v in ft]), M["first_token"]["std"][l], f"first_token.std[{l}]")
+        close(mean([float(V[i][0]) for i in range(mq, Tn)]), M["first_token"]["visible_share"][l],
+              f"first_token.visible_share[{l}]")
         # entropy of a, and of p recomputed from the scores
         P = [[[[0.0] * Tn for _ in range(Tn)] for _ in range(H)] for _ in range(Bn)]
         for b in range(Bn):
             for h in range(H):
                 for i in range(Tn):
-                    m = max(S[b][h][i][: i + 1])
-                    e = [math.exp(S[b][h][i][j] - m) for j in range(i + 1)]
+                    m = max(S[b][h][i][j] for j in range(i + 1) if V[i][j])
+                    e = [math.exp(S[b][h][i][j] - m) if V[i][j] else 0.0 for j in range(i + 1)]
                     z = math.fsum(e)
                     for j in range(i + 1):
                         P[b][h][i][j] = e[j] / z
@@ -885,7 +912,7 @@ def crosscheck_metrics(name, variant, alpha_ma, logit_fn=None):
             for h in range(H):
                 kh = h // (H // KV)
                 for i in range(Tn):
-                    for j in range(i + 1):
+                    for j in (j for j in range(i + 1) if V[i][j]):
                         dot = math.fsum(Q[b][h][i][d] * K[b][kh][j][d] for d in range(D))
                         qk.append(dot)
                         want = logit_fn(l, h, i, j, dot / math.sqrt(D))
@@ -895,7 +922,7 @@ def crosscheck_metrics(name, variant, alpha_ma, logit_fn=None):
         for h in range(H):
             close(mean([math.fsum(A[b][h][i]) for b in range(Bn) for i in range(mq, Tn)]),
                   M["head_total"][l][h], f"head_total[{l}][{h}]")
-            close(mean([A[b][h][i][0] for b in range(Bn) for i in range(Tn)]),
+            close(mean([A[b][h][i][0] for b in range(Bn) for i in range(Tn) if V[i][0]]),
                   M["sink_rate"]["importance"][l][h], f"sink_rate.importance[{l}][{h}]")
             if "sink_mass" in M:
                 close(mean([1.0 - math.fsum(A[b][h][i]) for b in range(Bn) for i in range(mq, Tn)]),
@@ -935,10 +962,11 @@ def crosscheck_metrics(name, variant, alpha_ma, logit_fn=None):
     for l in range(L):
         A = R[f"layers.{l}.pattern"].tolist()
         Q, K = R[f"layers.{l}.q"].tolist(), R[f"layers.{l}.k"].tolist()
+        V = visible_of(l)
         for b in range(Bn):
             for h in range(H):
                 for i in range(Tn):
-                    for j in range(i + 1):
+                    for j in (j for j in range(i + 1) if V[i][j]):
                         allqk.append(math.fsum(Q[b][h][i][d] * K[b][h // (H // KV)][j][d] for d in range(D)))
             for i in range(mq, Tn):
                 allW.append(mean([math.fsum(A[b][h][i]) for h in range(H)]))
@@ -1270,6 +1298,38 @@ def main():
     logits, caps, d32 = transformers64_reference(
         d, MixtralForCausalLM, modeling_mixtral, ids, "model", rms_cls=modeling_mixtral.MixtralRMSNorm
     )
+    checks.append(f"{name}: transformers float64-patched vs unpatched logits {fmt(d32)}")
+    M, margin = write_reference(name, "softmax", ids, logits, caps)
+    summary.append((name, peak_stats(caps), margin, M))
+
+    # ---------------------------------------------------------------- qwen2_window
+    # Qwen2ForCausalLM.save_pretrained with use_sliding_window, sliding_window 6 and
+    # max_window_layers 1: layer 1 attends causally, layer 2 (layer_types sliding_attention)
+    # sees only keys i - 6 < j <= i, so 13 of the 19 counted queries no longer see the
+    # first token and the 10-100 band is empty. Reference: transformers itself in float64,
+    # its own sliding mask taken from the eager attention's attention_mask.
+    name = "qwen2_window"
+    wcfg = Qwen2Config(
+        **common_cfg(bos, eos),
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        tie_word_embeddings=False,
+        use_sliding_window=True,
+        sliding_window=6,
+        max_window_layers=1,
+    )
+    assert wcfg.layer_types == ["full_attention", "sliding_attention"], wcfg.layer_types
+    torch.manual_seed(9)
+    model = Qwen2ForCausalLM(wcfg)
+    init_weights(model, seed=909, bias_std=0.5)
+    d = os.path.join(MODELS, name)
+    model.save_pretrained(d)
+    finish_dir(d)
+    logits, caps, d32 = transformers64_reference(
+        d, Qwen2ForCausalLM, modeling_qwen2, ids, "model", rms_cls=modeling_qwen2.Qwen2RMSNorm
+    )
+    assert "visible" not in caps[0] and "visible" in caps[1], "the window is not on layer 2 alone"
+    vis = caps[1]["visible"]
+    assert vis[19, 14] == 1 and vis[19, 13] == 0 and vis[5, 0] == 1 and vis[6, 0] == 0, vis
     checks.append(f"{name}: transformers float64-patched vs unpatched logits {fmt(d32)}")
     M, margin = write_reference(name, "softmax", ids, logits, caps)
     summary.append((name, peak_stats(caps), margin, M))

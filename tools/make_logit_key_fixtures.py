@@ -80,6 +80,7 @@ FIXTURES = [
     "phi3",
     "gpt2",
     "mixtral",
+    "qwen2_window",
     "off_by_one",
     "sink",
     "gated",
@@ -91,7 +92,7 @@ FIXTURES = [
     "logn",
 ]
 # Weights that sum to 1 over the visible keys by construction.
-SUM_TO_ONE = {"llama_gqa", "qwen2", "mistral", "gpt_neox", "olmo2", "phi3", "gpt2", "mixtral", "gated", "qwen3", "scale_invariant", "logn"}
+SUM_TO_ONE = {"llama_gqa", "qwen2", "mistral", "gpt_neox", "olmo2", "phi3", "gpt2", "mixtral", "qwen2_window", "gated", "qwen3", "scale_invariant", "logn"}
 TOL = 1e-12
 
 _DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "BOOL": "?"}
@@ -145,18 +146,25 @@ def to_list(a):
 # ----------------------------------------------------------------------------
 # numpy path
 # ----------------------------------------------------------------------------
+def visible(R, l, T):
+    """vis[i, j]: query i sees key j -- the mask transformers applied (`layers.{l}.visible`,
+    stored for sliding-window fixtures), else causal j <= i."""
+    key = f"layers.{l}.visible"
+    if key in R:
+        vis = R[key] != 0
+        assert not (vis & ~np.tril(np.ones((T, T), dtype=bool))).any(), "visible key after its query"
+        return vis
+    return np.tril(np.ones((T, T), dtype=bool))
+
+
 def compute(name, R, mq):
     L = sum(1 for k in R if k.endswith(".attn_scores"))
     S0 = R["layers.0.attn_scores"]
     B, H, T, T2 = S0.shape
     assert T == T2
-    vis = np.tril(np.ones((T, T), dtype=bool))  # vis[i, j] = j <= i
     ii = np.arange(T)[:, None]
     jj = np.arange(T)[None, :]
-    # queries that count for key j: max(j, mq) <= i < T
-    recv_mask = (ii >= np.maximum(jj, mq)).astype(np.float64)  # [T(i), T(j)]
-    count = recv_mask.sum(0)  # [T(j)] = T - max(j, mq)
-    assert np.array_equal(count, np.array([T - max(j, mq) for j in range(T)], dtype=np.float64))
+    has_nan = False
 
     ml_max, ml_mean, ml_lmax, ml_lmean = [], [], [], []
     kr_sum, kr_mean, kr_lsum, kr_lmean = [], [], [], []
@@ -165,6 +173,13 @@ def compute(name, R, mq):
         S = R[f"layers.{l}.attn_scores"]
         A = R[f"layers.{l}.pattern"]
         assert S.shape == (B, H, T, T) and A.shape == (B, H, T, T), (name, l, S.shape, A.shape)
+        vis = visible(R, l, T)  # vis[i, j] = query i sees key j
+        # queries that count for key j: max(j, mq) <= i < T that see it
+        recv_mask = ((ii >= np.maximum(jj, mq)) & vis).astype(np.float64)  # [T(i), T(j)]
+        count = recv_mask.sum(0)  # [T(j)]
+        if not np.array_equal(vis, np.tril(np.ones((T, T), dtype=bool))):
+            assert not np.array_equal(count, [T - max(j, mq) for j in range(T)]), "window hides nothing"
+        has_nan |= bool((count == 0).any())
         rowmax = np.where(vis, S, -np.inf).max(-1)[:, :, mq:]  # [B, H, Tq], visible keys only
         assert np.isfinite(rowmax).all()
         ml_max.append(rowmax.max(axis=(0, 2)))
@@ -197,7 +212,6 @@ def compute(name, R, mq):
             "layer_mean": to_list(kr_lmean),
         },
     }
-    has_nan = bool((count == 0).any())
     return out, received_all, has_nan
 
 
@@ -216,7 +230,8 @@ def compute_loops(R, mq):
     for l in range(L):
         S = R[f"layers.{l}.attn_scores"].tolist()
         A = R[f"layers.{l}.pattern"].tolist()
-        rm = [[[max(S[b][h][i][j] for j in range(i + 1)) for i in range(mq, T)] for h in range(H)]
+        V = visible(R, l, T).tolist()
+        rm = [[[max(S[b][h][i][j] for j in range(i + 1) if V[i][j]) for i in range(mq, T)] for h in range(H)]
               for b in range(B)]
         res["max"].append([max(rm[b][h][q] for b in range(B) for q in range(T - mq)) for h in range(H)])
         res["mean"].append([mean([rm[b][h][q] for b in range(B) for q in range(T - mq)]) for h in range(H)])
@@ -226,14 +241,14 @@ def compute_loops(R, mq):
         for h in range(H):
             rs, rk = [], []
             for j in range(T):
-                qs = range(max(j, mq), T)
+                qs = [i for i in range(max(j, mq), T) if V[i][j]]
                 rec = [math.fsum(A[b][h][i][j] for i in qs) for b in range(B)]
                 rs.append(mean(rec))
                 rk.append(mean([r / len(qs) for r in rec]) if len(qs) else float("nan"))
             s_h.append(rs)
             m_h.append(rk)
         for j in range(T):
-            qs = range(max(j, mq), T)
+            qs = [i for i in range(max(j, mq), T) if V[i][j]]
             rec = [math.fsum(A[b][h][i][j] for i in qs) for b in range(B) for h in range(H)]
             s_l.append(mean(rec))
             m_l.append(mean([r / len(qs) for r in rec]) if len(qs) else float("nan"))
@@ -263,14 +278,14 @@ def check_inputs(name, R, mq, notes):
     Lp = sum(1 for k in R if k.endswith(".pattern"))
     assert L == Lp and L > 0, (name, "attn_scores missing for some layer", L, Lp)
     B, H, T, _ = R["layers.0.attn_scores"].shape
-    upper = np.triu(np.ones((T, T), dtype=bool), 1)
     worst = 0.0
     for l in range(L):
         S = R[f"layers.{l}.attn_scores"]
         A = R[f"layers.{l}.pattern"]
-        assert np.all(S[..., upper] == -np.inf), (name, l, "attn_scores not -inf above the diagonal")
+        upper = ~visible(R, l, T)  # the keys no query sees: above the diagonal, outside windows
+        assert np.all(S[..., upper] == -np.inf), (name, l, "attn_scores not -inf at invisible keys")
         assert np.isfinite(S[..., ~upper]).all(), (name, l, "non-finite visible logit")
-        assert np.all(A[..., upper] == 0.0), (name, l, "pattern not 0 above the diagonal")
+        assert np.all(A[..., upper] == 0.0), (name, l, "pattern not 0 at invisible keys")
         # re-derive the logits from q and k
         q, k = R[f"layers.{l}.q"], R[f"layers.{l}.k"]
         D = q.shape[-1]

@@ -120,7 +120,8 @@ pub fn accumulate_timed(
     mut progress: impl FnMut(usize),
 ) -> Result<(MetricProbe, Vec<LayerTiming>)> {
     let c = &ckpt.config;
-    let mut probe = MetricProbe::new(opts.clone(), c.num_layers, c.num_heads, windows);
+    let key_windows: Vec<_> = (0..c.num_layers).map(|l| c.key_window(l)).collect();
+    let mut probe = MetricProbe::new(opts.clone(), &key_windows, c.num_heads, windows);
     let device = ckpt.store.device();
     let t = windows.first().map_or(0, Vec::len);
     let layers = c.num_layers.max(1);

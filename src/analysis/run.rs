@@ -357,9 +357,6 @@ impl ModelContext<'_> {
         let windows = self.windows(&ckpt, path)?;
         let t = o.seq_len;
         let c = &ckpt.config;
-        if let Some(window) = &c.sliding_window {
-            window.check_seq_len(t, path)?;
-        }
         if c.layout.learned_positions && t > c.max_position_embeddings {
             return Err(Error::usage(format!(
                 "--seq-len {t} is longer than {label}'s {} learned positions (n_positions)",

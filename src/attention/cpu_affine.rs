@@ -116,7 +116,8 @@ mod tests {
         let alpha: Vec<f32> = (0..b * h * n).map(|k| (k % 11) as f32 / 11.0).collect();
         let alpha = Tensor::from_vec(alpha, (b, h, n), &Device::Cpu).unwrap();
         let alpha_ma = Tensor::new(&[0.3f32, 0.9, 0.05], &Device::Cpu).unwrap();
-        let visible = visibility(q_start, n, &Device::Cpu).unwrap();
+        let visible =
+            visibility(q_start, n, crate::probe::KeyWindow::CAUSAL, &Device::Cpu).unwrap();
         for beta_length in [BetaLength::Full, BetaLength::Visible] {
             let cfg = AffineConfig {
                 activation: Activation::LinearClipping,

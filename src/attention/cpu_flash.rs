@@ -33,6 +33,7 @@ use crate::probe::row_pass::{band_keys, clamped_entropy_sums, entropy_of_clamped
 use crate::probe::row_table::{
     RowWants, BANDS, ENTROPY, FIRST, QK_ABS_SUM, QK_SUM, SINK_MASS, SUM,
 };
+use crate::probe::KeyWindow;
 use crate::simd_dispatch;
 
 /// Keys per tile. With [`ROWS_PER_TASK`] rows, a tile's logits and weights (384 KB each)
@@ -98,13 +99,15 @@ impl TileLogits {
     }
 }
 
-/// Sizes of one layer's attention: `q` `[batch, heads, t, d]`, `k`/`v` `[batch, kv, t, d]`.
+/// Sizes of one layer's attention: `q` `[batch, heads, t, d]`, `k`/`v` `[batch, kv, t, d]`,
+/// and the keys each query sees.
 #[derive(Debug, Clone, Copy)]
 struct Dims {
     heads: usize,
     kv: usize,
     t: usize,
     d: usize,
+    window: KeyWindow,
 }
 
 /// The running sums of one query row (f64; the tile's sums come in f32 lanes).
@@ -497,17 +500,18 @@ fn value_tile(out: &mut [f32], weights: &[f32], v: &[f32], at: TileAt) {
     }
 }
 
-/// Keys of a tile from `k0` (of `width`) that query `i` sees.
-fn visible_keys(i: usize, k0: usize, width: usize) -> usize {
-    if i >= k0 {
-        (i + 1 - k0).min(width)
-    } else {
-        0
-    }
+/// The keys of a tile from `k0` (of `width`) that query `i` sees, as offsets `lo..hi` into
+/// the tile (empty: `lo == hi`).
+fn visible_in_tile(window: KeyWindow, i: usize, k0: usize, width: usize) -> (usize, usize) {
+    let keys = window.keys(i);
+    let hi = keys.end.clamp(k0, k0 + width) - k0;
+    let lo = keys.start.clamp(k0, k0 + width) - k0;
+    (lo.min(hi), hi)
 }
 
 /// Where one task sits: sequence `seq`, the query heads of kv head `kv_head` (`groups` of
-/// them), queries `q0..q0 + nq`, in tiles of `tile` keys; `rows = groups * nq`.
+/// them), queries `q0..q0 + nq`, in tiles of `tile` keys from key `first_key` (the first its
+/// first query sees: tiles wholly outside a sliding window are skipped); `rows = groups * nq`.
 #[derive(Debug, Clone, Copy)]
 struct TaskAt {
     seq: usize,
@@ -516,6 +520,7 @@ struct TaskAt {
     q0: usize,
     nq: usize,
     rows: usize,
+    first_key: usize,
     tile: usize,
     n_bands: usize,
 }
@@ -531,9 +536,14 @@ impl TaskAt {
         self.q0 + r % self.nq
     }
 
-    /// The task's keys: every key its last query sees.
+    /// The end of the task's keys: the last query's own key, + 1.
     fn keys(&self) -> usize {
         self.q0 + self.nq
+    }
+
+    /// The first key of each of the task's key tiles.
+    fn tile_starts(&self) -> impl Iterator<Item = usize> {
+        (self.first_key..self.keys()).step_by(self.tile)
     }
 
     /// Tile geometry of the tile from key `k0`.
@@ -598,8 +608,15 @@ fn task(
     wants: Option<&RowWants>,
     tile: usize,
 ) -> (Vec<f32>, Vec<f32>) {
-    let Dims { heads, kv, t, d } = dims;
+    let Dims {
+        heads,
+        kv,
+        t,
+        d,
+        window,
+    } = dims;
     let groups = heads / kv;
+    let first_key = window.first_key(q0);
     let at = TaskAt {
         seq,
         kv_head,
@@ -607,8 +624,9 @@ fn task(
         q0,
         nq,
         rows: groups * nq,
+        first_key,
         // short rows need no full-width tile buffers
-        tile: tile.min(q0 + nq),
+        tile: tile.min(q0 + nq - first_key),
         n_bands: wants.map_or(0, |w| w.bands.len()),
     };
     let width = wants.map_or(1, RowWants::width);
@@ -672,23 +690,27 @@ fn online_pass(
 ) {
     let (d, n_bands) = (dims.d, at.n_bands);
     let online_wants = if weights_final { wants } else { None };
-    for k0 in (0..at.keys()).step_by(at.tile) {
+    for k0 in at.tile_starts() {
         let tile = at.tile_at(d, k0);
         qk_tile(&mut buf.logits, &buf.q_rows, k, tile);
         for r in 0..at.rows {
             let i = at.query(r);
             let row = r * at.tile;
-            let visible = visible_keys(i, k0, tile.width);
-            let (e, hidden) = buf.weights[row..row + tile.width].split_at_mut(visible);
+            let (lo, hi) = visible_in_tile(dims.window, i, k0, tile.width);
+            let row_weights = &mut buf.weights[row..row + tile.width];
             // invisible keys weigh 0 in the value product
-            hidden.fill(0.0);
-            if visible == 0 {
+            row_weights[..lo].fill(0.0);
+            row_weights[hi..].fill(0.0);
+            if lo == hi {
                 continue;
             }
+            let e = &mut row_weights[lo..hi];
             // SAFETY: f32 -> MaybeUninit<f32> of the same slice; tile_row only writes floats
             let e = unsafe { &mut *(e as *mut [f32] as *mut [MaybeUninit<f32>]) };
-            let x = &buf.logits[row..row + visible];
-            let rule = (logits_rule.row(at.head(r), i, k0), &mut buf.scratch[..]);
+            let x = &buf.logits[row + lo..row + hi];
+            // the row's keys from key `from` on
+            let from = k0 + lo;
+            let rule = (logits_rule.row(at.head(r), i, from), &mut buf.scratch[..]);
             let (band, o): (&mut [f64], &mut [f32]) = match weights_final {
                 false => (&mut [], &mut []),
                 true => (
@@ -696,7 +718,7 @@ fn online_pass(
                     &mut buf.out[r * d..(r + 1) * d],
                 ),
             };
-            let at = (scale, k0, i);
+            let at = (scale, from, i);
             simd_dispatch!(tile_row(
                 x,
                 rule,
@@ -726,18 +748,21 @@ fn affine_pass(
 ) -> Vec<AffineSums> {
     let (d, n_bands) = (dims.d, at.n_bands);
     let mut acc = vec![AffineSums::default(); at.rows];
-    for k0 in (0..at.keys()).step_by(at.tile) {
+    for k0 in at.tile_starts() {
         let tile = at.tile_at(d, k0);
         qk_tile(&mut buf.logits, &buf.q_rows, k, tile);
         for r in 0..at.rows {
             let (head, i) = (at.head(r), at.query(r));
             let row = r * at.tile;
-            let visible = visible_keys(i, k0, tile.width);
-            let (w, hidden) = buf.weights[row..row + tile.width].split_at_mut(visible);
-            hidden.fill(0.0);
-            if visible == 0 {
+            let (lo, hi) = visible_in_tile(dims.window, i, k0, tile.width);
+            let row_weights = &mut buf.weights[row..row + tile.width];
+            row_weights[..lo].fill(0.0);
+            row_weights[hi..].fill(0.0);
+            if lo == hi {
                 continue;
             }
+            let w = &mut row_weights[lo..hi];
+            let from = k0 + lo;
             let alpha = affine.alpha[(at.seq * dims.heads + head) * dims.t + i];
             let beta = beta(
                 alpha,
@@ -745,10 +770,10 @@ fn affine_pass(
                 (i, affine.seq_len),
                 affine.beta_length,
             );
-            let x = &buf.logits[row..row + visible];
-            let rule = (logits_rule.row(head, i, k0), &mut buf.scratch[..]);
+            let x = &buf.logits[row + lo..row + hi];
+            let rule = (logits_rule.row(head, i, from), &mut buf.scratch[..]);
             let band = &mut buf.bands[r * n_bands..(r + 1) * n_bands];
-            let at = (scale, k0, i);
+            let at = (scale, from, i);
             simd_dispatch!(affine_tile_row(
                 x,
                 rule,
@@ -768,7 +793,9 @@ fn affine_pass(
 
 /// Causal attention of the queries `q_start..q_start + n` of `q` `[batch, heads, t, d]`
 /// against keys and values `k`, `v` `[batch, kv, t, d]` (contiguous f32 on the CPU):
-/// softmax(y) over keys j <= i with y the `rule` of scale * q.k, with per-head sink logits
+/// softmax(y) over the keys `window` lets query i see (j <= i, inside a sliding window
+/// where there is one; tiles no query of a task sees are skipped) with y the `rule` of
+/// scale * q.k, with per-head sink logits
 /// `sinks` `[heads]` in the denominator when given. Returns the output
 /// `[batch, heads, n, d]` and the row table `[batch * heads * n, wants.width()]` (with no
 /// `wants`, one column: the sink mass); `None` where the tensors are not contiguous f32
@@ -776,7 +803,7 @@ fn affine_pass(
 /// `t`, sinks or the rule's tables shorter than the heads or `t`) or the block is empty.
 pub fn causal_attention(
     (q, k, v): (&Tensor, &Tensor, &Tensor),
-    (q_start, n): (usize, usize),
+    (q_start, n, window): (usize, usize, KeyWindow),
     (scale, rule, affine): (f32, &TileLogits, Option<&AffineTile>),
     sinks: Option<&[f32]>,
     wants: Option<&RowWants>,
@@ -808,7 +835,13 @@ pub fn causal_attention(
     if short_table {
         return Ok(None);
     }
-    let dims = Dims { heads, kv, t, d };
+    let dims = Dims {
+        heads,
+        kv,
+        t,
+        d,
+        window,
+    };
     let groups = heads / kv;
     let per_task = (tiles.rows / groups).clamp(1, n);
     let width = wants.map_or(1, RowWants::width);
@@ -937,7 +970,7 @@ mod tests {
     fn expected(
         (q, k, v): (&[f32], &[f32], &[f32]),
         (b, heads, kv, t, d): (usize, usize, usize, usize, usize),
-        (q_start, n): (usize, usize),
+        (q_start, n, window): (usize, usize, Option<usize>),
         (scale, rule): (f64, Rule),
         sinks: Option<&[f32]>,
         bands: &[(usize, usize)],
@@ -945,7 +978,7 @@ mod tests {
         expected_affine(
             (q, k, v),
             (b, heads, kv, t, d),
-            (q_start, n),
+            (q_start, n, window),
             (scale, rule),
             sinks,
             bands,
@@ -955,12 +988,13 @@ mod tests {
 
     /// [`expected`] with Affine-Scaled weights a = alpha p + beta, beta = (alpha_ma - alpha)
     /// / N, N = t (`full`) or i + 1, when `affine` = (alpha `[b, heads, t]`, alpha_ma, full)
-    /// is given; then the entropy is that of max(a, 0) renormalised.
+    /// is given; then the entropy is that of max(a, 0) renormalised. With a `window` of w
+    /// keys, query i sees keys i - w < j <= i only.
     #[allow(clippy::too_many_arguments)]
     fn expected_affine(
         (q, k, v): (&[f32], &[f32], &[f32]),
         (b, heads, kv, t, d): (usize, usize, usize, usize, usize),
-        (q_start, n): (usize, usize),
+        (q_start, n, window): (usize, usize, Option<usize>),
         (scale, rule): (f64, Rule),
         sinks: Option<&[f32]>,
         bands: &[(usize, usize)],
@@ -976,21 +1010,26 @@ mod tests {
                     let qi = &q[((s * heads + h) * t + i) * d..][..d];
                     let key = |j: usize| &k[((s * kv + kvh) * t + j) * d..][..d];
                     let value = |j: usize| &v[((s * kv + kvh) * t + j) * d..][..d];
-                    // q.k summed in f32, as the gemm does, then widened
-                    let raw: Vec<f64> = (0..=i)
+                    // the visible keys lo..=i; q.k summed in f32, as the gemm does, then widened
+                    let lo = window.map_or(0, |w| (i + 1).saturating_sub(w));
+                    let raw: Vec<f64> = (lo..=i)
                         .map(|j| qi.iter().zip(key(j)).map(|(a, b)| a * b).sum::<f32>() as f64)
                         .collect();
-                    let y: Vec<f64> = (0..=i)
-                        .map(|j| rule.logit(raw[j] * scale, h, i, j))
+                    let y: Vec<f64> = (lo..=i)
+                        .map(|j| rule.logit(raw[j - lo] * scale, h, i, j))
                         .collect();
                     let sink = sinks.map(|s| s[h] as f64);
                     let m = y.iter().cloned().chain(sink).fold(f64::MIN, f64::max);
-                    let e: Vec<f64> = y.iter().map(|y| (y - m).exp()).collect();
+                    // e of every key 0..=i, 0 outside the window
+                    let e: Vec<f64> = (0..=i)
+                        .map(|j| if j < lo { 0.0 } else { (y[j - lo] - m).exp() })
+                        .collect();
                     let sink_e = sink.map_or(0.0, |s| (s - m).exp());
                     let real: f64 = e.iter().sum();
                     let z = real + sink_e;
                     let mut w: Vec<f64> = e.iter().map(|e| e / z).collect();
-                    let mut entropy: f64 = e.iter().map(|e| e / real).map(|p| -p * p.ln()).sum();
+                    let mut entropy: f64 =
+                        e[lo..].iter().map(|e| e / real).map(|p| -p * p.ln()).sum();
                     if let Some((alpha, alpha_ma, full)) = affine {
                         let a = alpha[(s * heads + h) * t + i] as f64;
                         let len = if full { t } else { i + 1 } as f64;
@@ -1060,9 +1099,12 @@ mod tests {
             Rule::Logn(&logn_scale),
             Rule::ScaleInvariant(10.0),
         ];
-        for ((q_start, n), rule) in [(0, 45), (0, 13), (30, 15), (44, 1)]
+        // sliding windows: one key, shorter than a tile, across tiles, and longer than t
+        let windows = [None, Some(1), Some(4), Some(17), Some(60)];
+        for ((q_start, n), rule, window) in [(0, 45), (0, 13), (30, 15), (44, 1)]
             .into_iter()
             .flat_map(|block| rules.iter().map(move |&rule| (block, rule)))
+            .flat_map(|(block, rule)| windows.iter().map(move |&w| (block, rule, w)))
         {
             for sink in [None, Some(&sinks[..])] {
                 for tiles in [
@@ -1073,7 +1115,7 @@ mod tests {
                 ] {
                     let (out, table) = causal_attention(
                         (&qt, &kt, &vt),
-                        (q_start, n),
+                        (q_start, n, KeyWindow(window)),
                         (scale as f32, &rule.tiles(t), None),
                         sink,
                         Some(&wants),
@@ -1084,7 +1126,7 @@ mod tests {
                     let want = expected(
                         (&q, &k, &v),
                         (b, heads, kv, t, d),
-                        (q_start, n),
+                        (q_start, n, window),
                         (scale, rule),
                         sink,
                         &bands,
@@ -1096,7 +1138,7 @@ mod tests {
                     for (at, (&g, &w)) in out.iter().zip(&want.out).enumerate() {
                         assert!(
                             close(g, w),
-                            "output {at}: {g} vs {w} ({q_start}, {n}, {rule:?}, {tiles:?})"
+                            "output {at}: {g} vs {w} ({q_start}, {n}, {rule:?}, {window:?}, {tiles:?})"
                         );
                     }
                     let table = table.to_vec2::<f32>().unwrap();
@@ -1112,7 +1154,7 @@ mod tests {
                             };
                             assert!(
                                 close(g, w) || (g as f64 - w).abs() <= w_tol * w.abs().max(1.0),
-                                "row {row} column {c}: {g} vs {w} ({q_start}, {n}, {rule:?}, sink {}, {tiles:?})",
+                                "row {row} column {c}: {g} vs {w} ({q_start}, {n}, {rule:?}, window {window:?}, sink {}, {tiles:?})",
                                 sink.is_some()
                             );
                         }
@@ -1132,7 +1174,7 @@ mod tests {
         let sinks = [0.5f32, -2.0];
         let (_, table) = causal_attention(
             (&qt, &kt, &vt),
-            (0, t),
+            (0, t, KeyWindow::CAUSAL),
             (0.5, &TileLogits::Plain, None),
             Some(&sinks),
             None,
@@ -1143,7 +1185,7 @@ mod tests {
         let want = expected(
             (&q, &k, &v),
             (b, heads, kv, t, d),
-            (0, t),
+            (0, t, None),
             (0.5, Rule::Plain),
             Some(&sinks),
             &[],
@@ -1173,7 +1215,7 @@ mod tests {
         };
         let (_, table) = causal_attention(
             (&qt, &kt, &vt),
-            (3, 17),
+            (3, 17, KeyWindow::CAUSAL),
             (0.5, &TileLogits::Plain, None),
             None,
             Some(&wants),
@@ -1184,7 +1226,7 @@ mod tests {
         let want = expected(
             (&q, &k, &v),
             (b, heads, kv, t, d),
-            (3, 17),
+            (3, 17, None),
             (0.5, Rule::Plain),
             None,
             &[],
@@ -1214,7 +1256,7 @@ mod tests {
         let sinks = [1000f32, 1000.0];
         let (out, table) = causal_attention(
             (&qt, &kt, &vt),
-            (0, t),
+            (0, t, KeyWindow::CAUSAL),
             (0.5, &TileLogits::Plain, None),
             Some(&sinks),
             Some(&wants),
@@ -1226,7 +1268,7 @@ mod tests {
         let want = expected(
             (&q, &k, &v),
             (b, heads, kv, t, d),
-            (0, t),
+            (0, t, None),
             (0.5, Rule::Plain),
             None,
             &[],
@@ -1285,7 +1327,7 @@ mod tests {
                 ] {
                     let (out, table) = causal_attention(
                         (&qt, &kt, &vt),
-                        (q_start, n),
+                        (q_start, n, KeyWindow::CAUSAL),
                         (scale as f32, &TileLogits::Plain, Some(&affine)),
                         None,
                         Some(&wants),
@@ -1296,7 +1338,7 @@ mod tests {
                     let want = expected_affine(
                         (&q, &k, &v),
                         (b, heads, kv, t, d),
-                        (q_start, n),
+                        (q_start, n, None),
                         (scale, Rule::Plain),
                         None,
                         &bands,

@@ -254,7 +254,7 @@ mod tests {
         let raw = block();
         let (weights, mass) = causal_softmax(&raw, 0.125, 33, None).unwrap().unwrap();
         assert!(mass.is_none());
-        let visible = visibility(33, 4, &Device::Cpu).unwrap();
+        let visible = visibility(33, 4, crate::probe::KeyWindow::CAUSAL, &Device::Cpu).unwrap();
         let scores = mask_invisible(&(&raw * 0.125).unwrap(), &visible).unwrap();
         let expected = candle_nn::ops::softmax_last_dim(&scores).unwrap();
         assert!(max_diff(&weights, &expected) < 1e-7);
@@ -267,7 +267,7 @@ mod tests {
         let (weights, mass) = causal_softmax(&raw, 1.0, 33, Some(&sinks))
             .unwrap()
             .unwrap();
-        let visible = visibility(33, 4, &Device::Cpu).unwrap();
+        let visible = visibility(33, 4, crate::probe::KeyWindow::CAUSAL, &Device::Cpu).unwrap();
         let scores = mask_invisible(&raw, &visible).unwrap();
         let sink = Tensor::new(&sinks, &Device::Cpu)
             .unwrap()

@@ -19,7 +19,7 @@ use crate::cpu::host::{lane_max, with_cpu_f32};
 use crate::error::{Error, Result};
 use crate::nn::{Linear, RmsNorm, Rope};
 use crate::probe::blocks::{mask_invisible, query_blocks, row_max_logits, visibility, with_column};
-use crate::probe::{wants_attention, BlockCtx, Hook, Probe};
+use crate::probe::{wants_attention, BlockCtx, Hook, KeyWindow, Probe};
 use crate::profile::phase;
 
 /// Shapes and variant of an attention layer.
@@ -45,6 +45,8 @@ pub struct AttentionShape {
     pub scale_invariant: ScaleInvariantConfig,
     /// logn: s_h for every head from config.json, when no `self_attn.logn_scale` is stored.
     pub logn_scale: Option<f64>,
+    /// The keys each query sees: a sliding window in windowed layers, else every earlier key.
+    pub window: KeyWindow,
 }
 
 /// How the scaled logits s_ij become the logits the variant normalises.
@@ -193,12 +195,7 @@ impl Attention {
             (Some(q_norm), Some(k_norm), false) => (q_norm.forward(&q)?, k_norm.forward(&k)?),
             _ => (q, k),
         };
-        let whole = BlockCtx {
-            layer,
-            q_start: 0,
-            q_len: t,
-            seq_len: t,
-        };
+        let whole = self.block_ctx(layer, (0, t), t);
         // TransformerLens' hook points and layout: [batch, pos, head, d_head], before and
         // after RoPE
         push(probe, Hook::Q, &whole, || Ok(q.clone()))?;
@@ -273,6 +270,7 @@ impl Attention {
             host_sinks: p.host_sinks.is_some(),
             sinks_f32: sinks.is_none_or(|s| s.dtype() == DType::F32),
             plain_logits: matches!(self.logit_rule, LogitRule::Plain),
+            windowed: self.shape.window.restricts(p.t),
             affine: p.alpha.is_some(),
             alpha_ma: self.alpha_ma.is_some(),
             rows: probe.row_request(layer),
@@ -295,11 +293,11 @@ impl Attention {
         let wants = probe.row_request(layer);
         let mut outputs = Vec::new();
         for (q_start, n) in query_blocks(p.t, block) {
-            let ctx = block_ctx(layer, (q_start, n), p.t);
+            let ctx = self.block_ctx(layer, (q_start, n), p.t);
             let _p = phase("attention: flash tiles (q.k, softmax, row table, values)");
             let (out, table) = causal_attention(
                 (&p.q, &p.k, &p.v),
-                (q_start, n),
+                (q_start, n, self.shape.window),
                 (scale, &rule, affine.as_ref()),
                 p.host_sinks.as_deref(),
                 wants.as_ref(),
@@ -330,7 +328,7 @@ impl Attention {
         let sinks = (self.sink_logits.as_ref(), p.host_sinks.as_deref());
         let mut outputs = Vec::new();
         for (q_start, n) in query_blocks(p.t, block) {
-            let ctx = block_ctx(layer, (q_start, n), p.t);
+            let ctx = self.block_ctx(layer, (q_start, n), p.t);
             let raw = self.raw_scores(p, (q_start, n))?;
             let (weights, table) = {
                 let _p = phase("attention: fused softmax + row table");
@@ -339,7 +337,11 @@ impl Attention {
             };
             // the fused kernels leave the max-logit column to the logits (plain here)
             let table = match wants.max_logit_column() {
-                Some(c) => with_column(&table, c, &row_max_logits(&(&raw * scale)?, q_start)?)?,
+                Some(c) => with_column(
+                    &table,
+                    c,
+                    &row_max_logits(&(&raw * scale)?, q_start, self.shape.window)?,
+                )?,
                 None => table,
             };
             probe.on_row_table(&ctx, &table, self.sink_logits.is_some())?;
@@ -370,7 +372,7 @@ impl Attention {
             |raw: &Tensor, q_start| self.logits(raw, scale, q_start, distance_table.as_ref());
         let mut outputs = Vec::new();
         for (q_start, n) in query_blocks(p.t, block) {
-            let ctx = block_ctx(layer, (q_start, n), p.t);
+            let ctx = self.block_ctx(layer, (q_start, n), p.t);
             let softmax = phase("attention: softmax and block hooks");
             let raw = self.raw_scores(p, (q_start, n))?.to_dtype(DType::F32)?;
             if probe.wants(Hook::Qk, layer) {
@@ -382,7 +384,7 @@ impl Attention {
                 let table = distance_table.as_ref();
                 self.fused_block_weights(p, &raw, (scale, q_start), table, want_max)?
             } else {
-                let visible = visibility(q_start, n, p.q.device())?;
+                let visible = visibility(q_start, n, self.shape.window, p.q.device())?;
                 let scores = mask_invisible(&logits_of(&raw, q_start)?, &visible)?;
                 if probe.wants(Hook::AttnScores, layer) {
                     probe.on_tensor(Hook::AttnScores, &ctx, &scores)?;
@@ -529,7 +531,7 @@ impl Attention {
                         &p,
                         &alpha_block,
                         alpha_ma,
-                        &visibility(q_start, n, p.device())?,
+                        &visibility(q_start, n, self.shape.window, p.device())?,
                         q_start,
                         seq_len,
                         &self.shape.affine,
@@ -590,6 +592,22 @@ impl Attention {
         }
     }
 
+    /// Where block `(q_start, n)` of `layer` sits in a sequence of `t` tokens.
+    fn block_ctx(
+        &self,
+        layer: usize,
+        (q_start, q_len): (usize, usize),
+        seq_len: usize,
+    ) -> BlockCtx {
+        BlockCtx {
+            layer,
+            q_start,
+            q_len,
+            seq_len,
+            window: self.shape.window,
+        }
+    }
+
     /// The layer's shape and variant.
     pub fn shape(&self) -> &AttentionShape {
         &self.shape
@@ -619,16 +637,6 @@ fn push(
         probe.on_tensor(hook, ctx, &make()?)?;
     }
     Ok(())
-}
-
-/// Where block `(q_start, n)` of `layer` sits in a sequence of `t` tokens.
-fn block_ctx(layer: usize, (q_start, q_len): (usize, usize), seq_len: usize) -> BlockCtx {
-    BlockCtx {
-        layer,
-        q_start,
-        q_len,
-        seq_len,
-    }
 }
 
 /// Each row's largest `scale * logit` over its visible keys, `[b, h, n]`, of `logits`

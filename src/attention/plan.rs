@@ -37,6 +37,9 @@ pub struct Facts {
     pub sinks_f32: bool,
     /// The logits are q.k scaled, nothing else (no LogN, no scale-invariant rule).
     pub plain_logits: bool,
+    /// A sliding window hides some earlier keys from some queries (only the flash tiles
+    /// and candle ops mask by window).
+    pub windowed: bool,
     /// Affine-Scaled weights (alpha), and whether the stored alpha_ma is there.
     pub affine: bool,
     pub alpha_ma: bool,
@@ -69,13 +72,14 @@ pub fn plan(f: &Facts) -> Kernel {
             DeviceKind::Cuda => rows.bands.len() <= CUDA_MAX_BANDS && (!f.sinks || f.sinks_f32),
             DeviceKind::Other => false,
         };
-        if plain && device {
+        if plain && device && !f.windowed {
             return Kernel::FusedRows;
         }
     }
     // the CPU's fused softmax reads host sinks and pushes no scores or plain softmax
     let sinks_unfused = f.sinks && (!f.host_sinks || f.wants_softmax);
-    if f.device == DeviceKind::Cpu && !f.qk_tracks && !sinks_unfused && !f.wants_scores {
+    let fused_serves = !f.qk_tracks && !sinks_unfused && !f.wants_scores && !f.windowed;
+    if f.device == DeviceKind::Cpu && fused_serves {
         Kernel::MaterialisedFused
     } else {
         Kernel::Materialised
@@ -97,6 +101,7 @@ mod tests {
             host_sinks: false,
             sinks_f32: true,
             plain_logits: true,
+            windowed: false,
             affine: false,
             alpha_ma: false,
             rows: Some(RowWants::default()),
@@ -183,5 +188,25 @@ mod tests {
             ..f
         };
         assert_eq!(plan(&affine), Kernel::MaterialisedFused);
+    }
+
+    #[test]
+    fn windowed_layers_get_the_tiles_or_candle_ops() {
+        let windowed = Facts {
+            windowed: true,
+            ..cpu_rows()
+        };
+        assert_eq!(plan(&windowed), Kernel::FlashTiles);
+        // the fused softmaxes (CPU and CUDA) mask causally only
+        let maps = Facts {
+            rows: None,
+            ..windowed.clone()
+        };
+        assert_eq!(plan(&maps), Kernel::Materialised);
+        let cuda = Facts {
+            device: DeviceKind::Cuda,
+            ..windowed
+        };
+        assert_eq!(plan(&cuda), Kernel::Materialised);
     }
 }

@@ -179,8 +179,9 @@ fn attention_span(c: &ModelConfig) -> String {
     match &c.sliding_window {
         None => "causal, every earlier key".to_string(),
         Some(w) => format!(
-            "sliding window of {} keys on layers {} (runs up to --seq-len {} are exact; \
-             longer ones are not implemented yet)",
+            "sliding window of {} keys on layers {} (query i sees keys i - {} < j <= i; \
+             key tiles outside it are skipped; first-token metrics count only the queries \
+             that still see the first token); other layers causal",
             w.size,
             w.describe_layers(),
             w.size

@@ -208,7 +208,8 @@ mod tests {
                     .to_dtype(dtype)
                     .unwrap();
                 let raw32 = raw.to_dtype(DType::F32).unwrap();
-                let visible = visibility(q_start, n, &cpu).unwrap();
+                let visible =
+                    visibility(q_start, n, crate::probe::KeyWindow::CAUSAL, &cpu).unwrap();
                 let scores = mask_invisible(&(&raw32 * scale as f64).unwrap(), &visible).unwrap();
                 let (want_w, want_mass) = match sink {
                     Some(s) => {
@@ -219,7 +220,9 @@ mod tests {
                 };
                 let want_table = weight_rows(&want_w, q_start, &wants).unwrap().unwrap();
                 let want_rows = split_table(&want_table, &wants);
-                let (qk, qk_abs) = qk_sums(&raw32, q_start).unwrap().unwrap();
+                let (qk, qk_abs) = qk_sums(&raw32, q_start, crate::probe::KeyWindow::CAUSAL)
+                    .unwrap()
+                    .unwrap();
 
                 let gpu_sink = sink.map(|s| s.to_device(gpu).unwrap());
                 let (w, table) = causal_softmax_rows(

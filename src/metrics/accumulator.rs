@@ -11,7 +11,7 @@ use super::results::ModelMetrics;
 use super::{MetricOptions, VariantTraits};
 use crate::error::Result;
 use crate::probe::row_table::{Column, RowWants};
-use crate::probe::{BlockCtx, Hook};
+use crate::probe::{BlockCtx, Hook, KeyWindow};
 
 /// What an accumulator reads. The probe asks the kernels for the union of every
 /// accumulator's needs.
@@ -90,6 +90,8 @@ pub struct BlockEvent<'a> {
     pub seq_offset: usize,
     pub q_start: usize,
     pub q_len: usize,
+    /// The keys each query of the layer sees.
+    pub window: KeyWindow,
     /// The pattern's row table.
     pub rows: Option<Rows<'a>>,
     /// The plain softmax's row table (its entropy column), `--entropy-of softmax`.
@@ -124,6 +126,8 @@ pub struct Setup<'a> {
     pub opts: &'a MetricOptions,
     pub layers: usize,
     pub heads: usize,
+    /// `[layer]` the keys each query sees (sliding windows).
+    pub key_windows: &'a [KeyWindow],
     /// Every window (sequence) of the run.
     pub windows: &'a [Vec<u32>],
 }
@@ -181,6 +185,7 @@ impl<'a> BlockEvent<'a> {
             seq_offset,
             q_start: ctx.q_start,
             q_len: ctx.q_len,
+            window: ctx.window,
             rows: None,
             softmax_rows: None,
             max_logit: None,

@@ -1,5 +1,7 @@
 //! first_token (paper Fig. 4) and sink_rate (Gu et al., ICLR 2025): the mass a_i0 each
-//! query gives the first token.
+//! query gives the first token. In a sliding-window layer a query whose window no longer
+//! holds the first token gives it nothing, and is no evidence about sinks: it is left out
+//! of both means (not counted as 0), and the tables say which share of queries remained.
 
 use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
 use super::layer_stat::{head_means, LayerStat};
@@ -11,13 +13,22 @@ use super::Metric;
 use crate::error::Result;
 use crate::probe::row_table::Column;
 use crate::probe::row_table::{RowWants, FIRST};
+use crate::probe::KeyWindow;
+use std::ops::Range;
 
 /// Accumulates a_i0 per row, once with `min_query` (first_token) and once over all
-/// queries (the sink-rate importance, query 0 included as in Gu et al.).
+/// queries (the sink-rate importance, query 0 included as in Gu et al.), over the queries
+/// that see the first token.
 #[derive(Debug, Clone)]
 pub struct FirstToken {
     rows: RowAccumulator,
     all_rows: RowAccumulator,
+    min_query: usize,
+    /// `[layer]` the keys each query sees.
+    windows: Vec<KeyWindow>,
+    /// `[layer]` (queries >= min_query that see the first token, all of them), summed over
+    /// sequences and heads.
+    seen: Vec<(u64, u64)>,
 }
 
 /// Sink rate: per-head first-token importance and the share of heads above epsilon.
@@ -31,11 +42,20 @@ pub struct SinkRate {
 }
 
 impl FirstToken {
-    /// For `layers` x `seqs` x `heads`.
+    /// For `layers` x `seqs` x `heads`, every query seeing every earlier key.
     pub fn new(layers: usize, seqs: usize, heads: usize, min_query: usize) -> Self {
+        Self::windowed(&vec![KeyWindow::CAUSAL; layers], seqs, heads, min_query)
+    }
+
+    /// For the layers of `windows` x `seqs` x `heads`.
+    pub fn windowed(windows: &[KeyWindow], seqs: usize, heads: usize, min_query: usize) -> Self {
+        let layers = windows.len();
         FirstToken {
             rows: RowAccumulator::new(layers, seqs, heads, min_query),
             all_rows: RowAccumulator::new(layers, seqs, heads, 0),
+            min_query,
+            windows: windows.to_vec(),
+            seen: vec![(0, 0); layers],
         }
     }
 
@@ -53,17 +73,53 @@ impl FirstToken {
         self.all_rows.add(layer, seq_offset, q_start, n, first);
     }
 
-    /// Adds a block's pools `[batch * head]` of a_i0: `counted` over the queries
-    /// `>= min_query` ([`RowAccumulator::counted_rows`]), `early` over those before.
-    pub fn add_pools(&mut self, layer: usize, seq_offset: usize, counted: &[Pool], early: &[Pool]) {
-        self.rows.add_pools(layer, seq_offset, counted);
-        self.all_rows.add_pools(layer, seq_offset, counted);
-        self.all_rows.add_pools(layer, seq_offset, early);
+    /// Adds the pools `[batch * head]` of a_i0 of the block of queries `queries`: `counted`
+    /// over those `>= min_query` ([`RowAccumulator::counted_rows`]), `early` over those
+    /// before. Rows whose window hides the first token hold 0 and leave the counts.
+    pub fn add_pools(
+        &mut self,
+        (layer, seq_offset): (usize, usize),
+        queries: Range<usize>,
+        counted: &[Pool],
+        early: &[Pool],
+    ) {
+        let window = self.windows[layer];
+        let split = queries.start.max(self.min_query).min(queries.end);
+        let hidden =
+            |range: Range<usize>| (range.len() - window.queries_seeing_first(range)) as u64;
+        let (hidden_counted, hidden_early) =
+            (hidden(split..queries.end), hidden(queries.start..split));
+        let seen = |pools: &[Pool], hidden: u64| -> Vec<Pool> {
+            pools
+                .iter()
+                .map(|p| Pool {
+                    count: p.count.saturating_sub(hidden),
+                    ..*p
+                })
+                .collect()
+        };
+        let (counted, early) = (seen(counted, hidden_counted), seen(early, hidden_early));
+        self.rows.add_pools(layer, seq_offset, &counted);
+        self.all_rows.add_pools(layer, seq_offset, &counted);
+        self.all_rows.add_pools(layer, seq_offset, &early);
+        let rows = (queries.end - split) as u64 * counted.len() as u64;
+        let (seeing, all) = &mut self.seen[layer];
+        *seeing += rows - hidden_counted * counted.len() as u64;
+        *all += rows;
     }
 
-    /// Per-layer first-token mass.
+    /// Per-layer first-token mass, with the share of queries that see the first token where
+    /// a sliding window hides it from some.
     pub fn first_token(&self) -> LayerStat {
-        LayerStat::from_rows(&self.rows)
+        let share: Vec<f64> = self
+            .seen
+            .iter()
+            .map(|&(seeing, all)| seeing as f64 / all as f64)
+            .collect();
+        LayerStat {
+            visible_share: share.iter().any(|&s| s < 1.0).then_some(share),
+            ..LayerStat::from_rows(&self.rows)
+        }
     }
 
     /// Sink rate at threshold `eps`.
@@ -91,6 +147,10 @@ impl Merge for FirstToken {
     fn merge(&mut self, other: &FirstToken) {
         self.rows.merge(&other.rows);
         self.all_rows.merge(&other.all_rows);
+        for (mine, theirs) in self.seen.iter_mut().zip(&other.seen) {
+            mine.0 += theirs.0;
+            mine.1 += theirs.1;
+        }
     }
 }
 
@@ -104,7 +164,12 @@ impl Metric {
 /// The accumulator of first_token and sink_rate.
 pub fn build(s: &Setup) -> Box<dyn Accumulator> {
     let seqs = s.windows.len();
-    Box::new(FirstToken::new(s.layers, seqs, s.heads, s.opts.min_query))
+    Box::new(FirstToken::windowed(
+        s.key_windows,
+        seqs,
+        s.heads,
+        s.opts.min_query,
+    ))
 }
 
 impl Accumulator for FirstToken {
@@ -122,7 +187,9 @@ impl Accumulator for FirstToken {
         if let Event::Block(b) = event {
             if let Some(rows) = b.rows {
                 let p = rows.pools;
-                self.add_pools(b.layer, b.seq_offset, &p.counted[FIRST], &p.early[FIRST]);
+                let queries = b.q_start..b.q_start + b.q_len;
+                let (counted, early) = (&p.counted[FIRST], &p.early[FIRST]);
+                self.add_pools((b.layer, b.seq_offset), queries, counted, early);
             }
         }
         Ok(())
@@ -141,6 +208,12 @@ impl Accumulator for FirstToken {
 impl MetricResult for LayerStat {
     fn write_rows(&self, metric: Metric, model: &str, out: &mut TableRows) {
         out.per_layer(model, metric.name(), &self.mean, &self.std);
+        // sliding-window layers: the mean is over this share of the queries
+        for (l, &share) in self.visible_share.iter().flatten().enumerate() {
+            if share < 1.0 {
+                out.push(model, metric.name(), Some(l), None, "visible_share", share);
+            }
+        }
     }
 }
 

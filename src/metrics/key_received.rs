@@ -1,5 +1,5 @@
 //! key_received (H2O's heavy-hitter score): the attention each key position j receives,
-//! sum over queries i >= max(j, min_query) of a_ij, per (layer, head) and key, mean over
+//! sum over the queries i >= max(j, min_query) that see it of a_ij, per (layer, head) and key, mean over
 //! sequences; also divided by the number of those queries. Per-key sums are column sums of
 //! the weights, which flash tiles never hold: the weights of each block are read.
 
@@ -12,6 +12,7 @@ use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use crate::error::Result;
 use crate::export::{Column, Table};
+use crate::probe::KeyWindow;
 
 /// Per (layer, head, key): the received weight summed over sequences, and the sequences seen.
 #[derive(Debug, Clone)]
@@ -19,6 +20,8 @@ pub struct KeyReceived {
     heads: usize,
     min_query: usize,
     seq_len: usize,
+    /// `[layer]` the keys each query sees.
+    windows: Vec<KeyWindow>,
     /// `[layer][head][key]`.
     sum: Vec<Vec<Vec<f64>>>,
     /// `[layer]` sequences added.
@@ -36,12 +39,15 @@ pub struct KeyReceivedResult {
 }
 
 impl KeyReceived {
-    /// For `layers` x `heads` and windows of `seq_len` tokens, queries >= `min_query`.
-    pub fn new(layers: usize, heads: usize, seq_len: usize, min_query: usize) -> Self {
+    /// For the layers of `windows` (the keys their queries see) x `heads` and sequences of
+    /// `seq_len` tokens, queries >= `min_query`.
+    pub fn new(windows: &[KeyWindow], heads: usize, seq_len: usize, min_query: usize) -> Self {
+        let layers = windows.len();
         KeyReceived {
             heads,
             min_query,
             seq_len,
+            windows: windows.to_vec(),
             sum: vec![vec![vec![0.0; seq_len]; heads]; layers],
             seqs: vec![0; layers],
         }
@@ -73,9 +79,10 @@ impl KeyReceived {
         Ok(())
     }
 
-    /// Queries that count for key `j`: i in max(j, min_query) .. seq_len.
-    fn queries(&self, j: usize) -> usize {
-        self.seq_len - j.max(self.min_query).min(self.seq_len)
+    /// Queries of layer `l` that count for key `j`: i in max(j, min_query) .. seq_len that
+    /// see it.
+    fn queries(&self, l: usize, j: usize) -> usize {
+        self.windows[l].queries_seeing(j, self.min_query..self.seq_len)
     }
 
     /// Means over sequences (and heads for the per-layer rows).
@@ -90,15 +97,16 @@ impl KeyReceived {
                     .collect()
             })
             .collect();
-        let over_queries = |keys: &[f64]| -> Vec<f64> {
+        let over_queries = |l: usize, keys: &[f64]| -> Vec<f64> {
             keys.iter()
                 .enumerate()
-                .map(|(j, v)| v / self.queries(j) as f64)
+                .map(|(j, v)| v / self.queries(l, j) as f64)
                 .collect()
         };
         let mean = sum
             .iter()
-            .map(|heads| heads.iter().map(|k| over_queries(k)).collect())
+            .enumerate()
+            .map(|(l, heads)| heads.iter().map(|k| over_queries(l, k)).collect())
             .collect();
         let layer_sum: Vec<Vec<f64>> = sum
             .iter()
@@ -108,7 +116,11 @@ impl KeyReceived {
                     .collect()
             })
             .collect();
-        let layer_mean = layer_sum.iter().map(|k| over_queries(k)).collect();
+        let layer_mean = layer_sum
+            .iter()
+            .enumerate()
+            .map(|(l, k)| over_queries(l, k))
+            .collect();
         KeyReceivedResult {
             sum,
             mean,
@@ -135,7 +147,7 @@ impl Metric {
 pub fn build(s: &Setup) -> Box<dyn Accumulator> {
     let seq_len = s.windows.first().map_or(0, Vec::len);
     Box::new(KeyReceived::new(
-        s.layers,
+        s.key_windows,
         s.heads,
         seq_len,
         s.opts.min_query,
@@ -244,7 +256,7 @@ mod tests {
     fn column_sums_over_counted_queries() {
         // one sequence, one head, T = 3, min_query 1, in blocks of 2 and 1 queries:
         // rows i = 0: (1, 0, 0) left out; i = 1: (0.25, 0.75, 0); i = 2: (0.5, 0.125, 0.375)
-        let mut acc = KeyReceived::new(1, 1, 3, 1);
+        let mut acc = KeyReceived::new(&[KeyWindow::CAUSAL], 1, 3, 1);
         let a = Tensor::new(&[[[[1f32, 0.0], [0.25, 0.75]]]], &Device::Cpu).unwrap();
         acc.add(0, 0, &a).unwrap();
         let b = Tensor::new(&[[[[0.5f32, 0.125, 0.375]]]], &Device::Cpu).unwrap();

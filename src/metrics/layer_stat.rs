@@ -9,6 +9,10 @@ pub struct LayerStat {
     pub mean: Vec<f64>,
     /// `[layer]` std over sequences of each sequence's mean.
     pub std: Vec<f64>,
+    /// `[layer]` first_token only: the share of the counted queries whose sliding window
+    /// holds the first token (the mean is over those); absent without sliding windows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub visible_share: Option<Vec<f64>>,
 }
 
 impl LayerStat {
@@ -19,6 +23,7 @@ impl LayerStat {
             std: (0..rows.layers())
                 .map(|l| rows.layer_std_over_seqs(l))
                 .collect(),
+            visible_share: None,
         }
     }
 }

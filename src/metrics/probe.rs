@@ -17,7 +17,7 @@ use crate::cpu::host::with_cpu_f32;
 use crate::error::{Error, Result};
 use crate::probe::row_pass::{weight_rows, weight_table_on_device};
 use crate::probe::row_table::{Column, RowWants};
-use crate::probe::{BlockCtx, Hook, Kernel, Probe};
+use crate::probe::{BlockCtx, Hook, Kernel, KeyWindow, Probe};
 use crate::profile::phase;
 
 /// What a row table held.
@@ -40,6 +40,7 @@ struct DevicePools {
     shape: PoolShape,
     seq_offset: usize,
     q_start: usize,
+    window: KeyWindow,
     source: TableSource,
 }
 
@@ -67,13 +68,20 @@ pub struct MetricProbe {
 }
 
 impl MetricProbe {
-    /// Accumulators for a model with `layers` x `heads`, over `windows` (all sequences of
-    /// the run): one per registry entry with an asked metric.
-    pub fn new(opts: MetricOptions, layers: usize, heads: usize, windows: &[Vec<u32>]) -> Self {
+    /// Accumulators for a model whose layers see the keys of `key_windows` (one per layer),
+    /// with `heads`, over `windows` (all sequences of the run): one per registry entry with
+    /// an asked metric.
+    pub fn new(
+        opts: MetricOptions,
+        key_windows: &[KeyWindow],
+        heads: usize,
+        windows: &[Vec<u32>],
+    ) -> Self {
         let setup = Setup {
             opts: &opts,
-            layers,
+            layers: key_windows.len(),
             heads,
+            key_windows,
             windows,
         };
         let accumulators = REGISTRY
@@ -206,6 +214,7 @@ impl MetricProbe {
             shape,
             seq_offset: self.seq_offset,
             q_start: ctx.q_start,
+            window: ctx.window,
             source,
         });
         Ok(())
@@ -278,6 +287,7 @@ impl MetricProbe {
                 q_start: block.q_start,
                 q_len: block.shape.n,
                 seq_len: 0,
+                window: block.window,
             };
             let mut event = BlockEvent::empty(&ctx, block.seq_offset);
             let maxima;
@@ -484,8 +494,8 @@ mod tests {
             entropy_of: EntropyOf::Effective,
         };
         let windows = vec![vec![0u32; t]; 2 * b];
-        let mut host = MetricProbe::new(opts.clone(), 1, h, &windows);
-        let mut device = MetricProbe::new(opts, 1, h, &windows);
+        let mut host = MetricProbe::new(opts.clone(), &[KeyWindow::CAUSAL], h, &windows);
+        let mut device = MetricProbe::new(opts, &[KeyWindow::CAUSAL], h, &windows);
         let wants = device.row_request(0).expect("row tables");
         let width = wants.width();
         // two batches of b sequences
@@ -502,6 +512,7 @@ mod tests {
                     q_start: q0,
                     q_len: n,
                     seq_len: t,
+                    window: KeyWindow::CAUSAL,
                 };
                 host.on_tensor(Hook::Pattern, &ctx, &w).unwrap();
                 host.on_block_end(&ctx).unwrap();

@@ -1,5 +1,6 @@
 //! qk_mean (paper Fig. 2): mean of raw q_i . k_j (after RoPE, before 1/sqrt(d) and any
-//! variant transform) over all causal pairs j <= i incl. the diagonal, every query, head,
+//! variant transform) over all visible pairs j <= i incl. the diagonal (inside the window
+//! of a sliding-window layer), every query, head,
 //! layer and sequence; also the mean absolute value and per-layer values.
 
 use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
@@ -13,6 +14,7 @@ use candle_core::{Tensor, D};
 use crate::error::Result;
 use crate::probe::blocks::visibility;
 use crate::probe::row_pass::qk_sums;
+use crate::probe::KeyWindow;
 
 /// Running sums per layer.
 #[derive(Debug, Clone)]
@@ -43,14 +45,26 @@ impl QkMean {
         }
     }
 
-    /// Adds raw q.k `[batch, head, n, q_start + n]` of queries `q_start ..`.
-    pub fn add(&mut self, layer: usize, raw: &Tensor, q_start: usize) -> Result<()> {
+    /// Adds raw q.k `[batch, head, n, q_start + n]` of queries `q_start ..` over the keys
+    /// `window` lets each see.
+    pub fn add(
+        &mut self,
+        layer: usize,
+        raw: &Tensor,
+        q_start: usize,
+        window: KeyWindow,
+    ) -> Result<()> {
         let (b, h, n, _) = raw.dims4()?;
-        if let Some((sum, abs_sum)) = qk_sums(raw, q_start)? {
-            self.add_sums(layer, sum, abs_sum, b * h * visible_pairs(q_start, n));
+        if let Some((sum, abs_sum)) = qk_sums(raw, q_start, window)? {
+            self.add_sums(
+                layer,
+                sum,
+                abs_sum,
+                b * h * window.pairs(q_start..q_start + n),
+            );
             return Ok(());
         }
-        let visible = visibility(q_start, n, raw.device())?;
+        let visible = visibility(q_start, n, window, raw.device())?;
         let masked = raw.broadcast_mul(&visible)?;
         // per-row partial sums keep f32 accumulation short; the total is summed in f64
         let rows = masked.sum(D::Minus1)?.flatten_all()?.to_vec1::<f32>()?;
@@ -94,12 +108,6 @@ impl QkMean {
     }
 }
 
-/// Visible (query, key) pairs of queries `q_start .. q_start + n` of one head: query i sees
-/// i + 1 keys.
-pub fn visible_pairs(q_start: usize, n: usize) -> usize {
-    (q_start + 1..=q_start + n).sum()
-}
-
 impl Merge for QkMean {
     fn merge(&mut self, other: &QkMean) {
         self.sum.merge(&other.sum);
@@ -132,11 +140,11 @@ impl Accumulator for QkMean {
             return Ok(());
         };
         if let Some(qk) = b.qk {
-            QkMean::add(self, b.layer, qk, b.q_start)?;
+            QkMean::add(self, b.layer, qk, b.q_start, b.window)?;
         }
         if let Some(rows) = b.rows.filter(|r| r.fused) {
             let p = rows.pools;
-            let pairs = p.counted[QK_SUM].len() * visible_pairs(b.q_start, b.q_len);
+            let pairs = p.counted[QK_SUM].len() * b.window.pairs(b.q_start..b.q_start + b.q_len);
             self.add_sums(b.layer, p.total(QK_SUM), p.total(QK_ABS_SUM), pairs);
         }
         Ok(())

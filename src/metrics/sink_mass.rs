@@ -70,6 +70,7 @@ mod tests {
     use super::*;
     use crate::metrics::accumulator::BlockEvent;
     use crate::probe::BlockCtx;
+    use crate::probe::KeyWindow;
     use candle_core::{Device, Tensor};
 
     #[test]
@@ -85,6 +86,7 @@ mod tests {
             q_start: 0,
             q_len: 3,
             seq_len: 3,
+            window: KeyWindow::CAUSAL,
         };
         let event = BlockEvent {
             sink_mass: Some(&mass),

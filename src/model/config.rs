@@ -257,6 +257,13 @@ impl ModelConfig {
                 .map_err(|e| field_error(&path, "invalid config.json", e))?;
         raw.resolve(&path)
     }
+
+    /// The keys each query of layer `layer` (0-based) sees.
+    pub fn key_window(&self, layer: usize) -> crate::probe::KeyWindow {
+        self.sliding_window
+            .as_ref()
+            .map_or(crate::probe::KeyWindow::CAUSAL, |w| w.of_layer(layer))
+    }
 }
 
 /// A config that cannot be read, naming the field at fault (e.g. "invalid config.json:
@@ -967,6 +974,7 @@ mod tests {
 
     #[test]
     fn sliding_windows_are_read_as_transformers_reads_them() {
+        use crate::probe::KeyWindow;
         let qwen = BASE.replace(r#""model_type": "llama""#, r#""model_type": "qwen2""#);
         assert_ne!(qwen, BASE);
         let err = resolve(&format!(r#"{{{qwen}, "use_sliding_window": true}}"#))
@@ -983,19 +991,24 @@ mod tests {
         assert_eq!((w.size, w.layers.clone()), (8, vec![1]));
         let none = resolve(&format!(r#"{{{qwen}, "sliding_window": 8}}"#)).unwrap();
         assert_eq!(none.sliding_window, None);
-        // Mistral: every layer, or as layer_types says; Llama has no window
+        // Mistral: every layer, even where layer_types says full attention (MistralModel
+        // builds one sliding mask for all layers); Llama has no window
         let mistral = BASE.replace(r#""model_type": "llama""#, r#""model_type": "mistral""#);
         let w = resolve(&format!(r#"{{{mistral}, "sliding_window": 4096}}"#))
             .unwrap()
             .sliding_window
             .unwrap();
-        assert_eq!(w.layers, (0..w.layers.len()).collect::<Vec<_>>());
-        assert!(w.check_seq_len(4096, Path::new("c")).is_ok());
-        let err = w
-            .check_seq_len(4097, Path::new("c"))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("--seq-len 4097 must be at most 4096"), "{err}");
+        let layers = w.layers.len();
+        assert_eq!(w.layers, (0..layers).collect::<Vec<_>>());
+        assert_eq!(w.of_layer(0), KeyWindow::sliding(4096));
+        let types = vec![r#""full_attention""#; layers].join(", ");
+        let typed = resolve(&format!(
+            r#"{{{mistral}, "sliding_window": 4096, "layer_types": [{types}]}}"#
+        ))
+        .unwrap()
+        .sliding_window
+        .unwrap();
+        assert_eq!(typed, w);
         let llama = resolve(&format!(r#"{{{BASE}, "sliding_window": 8}}"#)).unwrap();
         assert_eq!(llama.sliding_window, None);
         let err = resolve(&format!(

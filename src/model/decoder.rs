@@ -76,7 +76,10 @@ impl DecoderLayer {
             self_attn: attention::load_attention(
                 store,
                 &format!("{prefix}.self_attn"),
-                shape.clone(),
+                AttentionShape {
+                    window: c.key_window(l),
+                    ..shape.clone()
+                },
                 (layout.qkv, layout.conv1d),
             )?,
             post_attention,
@@ -227,6 +230,7 @@ impl Model {
             rms_norm_eps: c.rms_norm_eps,
             scale_invariant: c.scale_invariant,
             logn_scale: c.logn_scale,
+            window: crate::probe::KeyWindow::CAUSAL,
         };
         Ok(Model {
             embed_tokens: None,
@@ -479,6 +483,7 @@ impl Model {
                 q_start: start,
                 q_len: n,
                 seq_len: t,
+                window: crate::probe::KeyWindow::CAUSAL,
             };
             probe.on_tensor(Hook::Logits, &ctx, &logits)?;
         }

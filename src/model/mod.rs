@@ -159,6 +159,17 @@ impl Checkpoint {
             store,
         } = self;
         let store = store.shapes_only();
+        if let (true, Some(window)) = (variant.kind.is_affine(), &config.sliding_window) {
+            // beta spreads alpha's remainder over N keys: which N a window means is undefined
+            return Err(Error::input(
+                dir.join("config.json"),
+                format!(
+                    "{} attention with a sliding window (layers {}) is not implemented",
+                    variant.kind.name(),
+                    window.describe_layers()
+                ),
+            ));
+        }
         Model::load(&store, &config, variant.kind)?;
         if variant.kind.is_affine() {
             // read when the analysis finishes (the stored alpha moving average)

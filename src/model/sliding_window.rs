@@ -3,10 +3,10 @@
 //! of a windowed layer sees the keys j with i - j < size (transformers'
 //! `sliding_window_overlay`: `kv_idx > q_idx - sliding_window`).
 //!
-//! A window changes nothing while the sequence is no longer than it (every key j <= i of a
-//! sequence of at most `size` tokens is inside it): runs up to `--seq-len size` are exactly
-//! full causal attention. Longer runs are refused ([`SlidingWindow::check_seq_len`]): the
-//! tiled kernels do not mask by window yet (issue 25).
+//! Mistral, Mixtral and Phi-3 slide on every layer whatever `layer_types` says (their
+//! transformers models build one sliding mask for all layers); Qwen2/Qwen3 slide on the
+//! layers their `layer_types` (or `max_window_layers`) name. The kernels mask by
+//! [`KeyWindow`]; a window at least as long as the sequence changes nothing.
 
 use std::path::Path;
 
@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::config::Architecture;
 use crate::error::{Error, Result};
+use crate::probe::KeyWindow;
 
 /// The layer types `layer_types` may name.
 const LAYER_TYPES: &str = "full_attention, sliding_attention";
@@ -36,21 +37,12 @@ pub(crate) struct RawWindow<'a> {
 }
 
 impl SlidingWindow {
-    /// Refuses a run longer than the window (the kernels mask causally only).
-    pub fn check_seq_len(&self, seq_len: usize, checkpoint: &Path) -> Result<()> {
-        if seq_len <= self.size {
-            return Ok(());
+    /// The keys each query of layer `layer` (0-based) sees.
+    pub fn of_layer(&self, layer: usize) -> KeyWindow {
+        match self.layers.contains(&layer) {
+            true => KeyWindow::sliding(self.size),
+            false => KeyWindow::CAUSAL,
         }
-        Err(Error::input(
-            checkpoint,
-            format!(
-                "layers {} use a sliding window of {} tokens, and attention past the window \
-                 is not implemented yet: --seq-len {seq_len} must be at most {}",
-                self.describe_layers(),
-                self.size,
-                self.size
-            ),
-        ))
     }
 
     /// The windowed layers, 1-based, e.g. "1-2" or "2, 4".
@@ -133,12 +125,13 @@ pub(crate) fn resolve(
         return Ok(None);
     };
     let layers: Vec<usize> = match (types, architecture) {
+        // one sliding mask for every layer, layer_types or not
+        (_, Architecture::Mistral | Architecture::Phi3 | Architecture::Mixtral) => {
+            (0..num_layers).collect()
+        }
         (Some(types), _) => (0..num_layers)
             .filter(|&l| types[l] == "sliding_attention")
             .collect(),
-        (None, Architecture::Mistral | Architecture::Phi3 | Architecture::Mixtral) => {
-            (0..num_layers).collect()
-        }
         // Qwen2Config: layer i slides when i >= max_window_layers
         (None, _) => (raw.max_window_layers.unwrap_or(num_layers)..num_layers).collect(),
     };

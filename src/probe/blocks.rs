@@ -3,6 +3,7 @@
 
 use candle_core::{DType, Device, Tensor, D};
 
+use super::KeyWindow;
 use crate::error::Result;
 
 /// The `(q_start, q_len)` blocks covering `0..seq_len`, `block` queries each (last shorter).
@@ -13,12 +14,27 @@ pub fn query_blocks(seq_len: usize, block: usize) -> impl Iterator<Item = (usize
         .map(move |start| (start, block.min(seq_len - start)))
 }
 
-/// Causal visibility `[q_len, q_start + q_len]`: 1.0 where key j <= query i, else 0.0 (f32).
-pub fn visibility(q_start: usize, q_len: usize, device: &Device) -> Result<Tensor> {
+/// Visibility `[q_len, q_start + q_len]`: 1.0 where query i sees key j (j <= i, and inside
+/// the sliding `window` where there is one), else 0.0 (f32).
+pub fn visibility(
+    q_start: usize,
+    q_len: usize,
+    window: KeyWindow,
+    device: &Device,
+) -> Result<Tensor> {
     let keys = q_start + q_len;
     let queries = Tensor::arange(q_start as u32, keys as u32, device)?.reshape((q_len, 1))?;
     let key_idx = Tensor::arange(0u32, keys as u32, device)?.reshape((1, keys))?;
-    Ok(key_idx.broadcast_le(&queries)?.to_dtype(DType::F32)?)
+    let causal = key_idx.broadcast_le(&queries)?.to_dtype(DType::F32)?;
+    Ok(match window.0 {
+        // j > i - size, i.e. j + size > i
+        Some(size) => {
+            let shifted =
+                Tensor::arange(size as u32, (keys + size) as u32, device)?.reshape((1, keys))?;
+            causal.mul(&shifted.broadcast_gt(&queries)?.to_dtype(DType::F32)?)?
+        }
+        None => causal,
+    })
 }
 
 /// Scores with invisible keys set to -inf (`scores` `[b, h, n, k]`, `visible` `[n, k]`).
@@ -33,9 +49,9 @@ pub fn mask_invisible(scores: &Tensor, visible: &Tensor) -> Result<Tensor> {
 
 /// Each row's largest logit over its visible keys, `[b, h, n]` f32, of `logits`
 /// `[b, h, n, q_start + n]` (queries `q_start ..`; invisible keys are left out whatever they hold).
-pub fn row_max_logits(logits: &Tensor, q_start: usize) -> Result<Tensor> {
+pub fn row_max_logits(logits: &Tensor, q_start: usize, window: KeyWindow) -> Result<Tensor> {
     let n = logits.dim(2)?;
-    let visible = visibility(q_start, n, logits.device())?;
+    let visible = visibility(q_start, n, window, logits.device())?;
     let masked = mask_invisible(&logits.to_dtype(DType::F32)?, &visible)?;
     Ok(masked.max(D::Minus1)?)
 }
@@ -67,12 +83,18 @@ mod tests {
 
     #[test]
     fn visibility_is_causal() {
-        let v = visibility(2, 2, &Device::Cpu)
+        let v = visibility(2, 2, KeyWindow::CAUSAL, &Device::Cpu)
             .unwrap()
             .to_vec2::<f32>()
             .unwrap();
         // queries 2 and 3 see keys 0..=2 and 0..=3
         assert_eq!(v, vec![vec![1., 1., 1., 0.], vec![1., 1., 1., 1.]]);
+        // a window of 2 keys: queries 2 and 3 see keys 1..=2 and 2..=3
+        let v = visibility(2, 2, KeyWindow::sliding(2), &Device::Cpu)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
+        assert_eq!(v, vec![vec![0., 1., 1., 0.], vec![0., 0., 1., 1.]]);
     }
 
     #[test]
@@ -80,7 +102,10 @@ mod tests {
         // queries 1 and 2 of one head: keys 0..=1 and 0..=2; the 9s are invisible
         let logits =
             Tensor::new(&[[[[-1f32, -3.0, 9.0], [0.5, -2.0, -0.25]]]], &Device::Cpu).unwrap();
-        let max = row_max_logits(&logits, 1).unwrap().flatten_all().unwrap();
+        let max = row_max_logits(&logits, 1, KeyWindow::CAUSAL)
+            .unwrap()
+            .flatten_all()
+            .unwrap();
         assert_eq!(max.to_vec1::<f32>().unwrap(), [-1.0, 0.5]);
         // column 1 of a 2 x 3 table replaced, then the last column
         let table = Tensor::new(&[[1f32, 2.0, 3.0], [4.0, 5.0, 6.0]], &Device::Cpu).unwrap();

@@ -9,11 +9,13 @@
 pub mod blocks;
 mod capture;
 mod kernel;
+pub mod key_window;
 pub mod row_pass;
 pub mod row_table;
 
 pub use capture::CaptureProbe;
 pub use kernel::Kernel;
+pub use key_window::KeyWindow;
 
 use candle_core::Tensor;
 
@@ -124,6 +126,8 @@ pub struct BlockCtx {
     pub q_len: usize,
     /// Sequence length T of the forward pass.
     pub seq_len: usize,
+    /// The keys each query of the layer sees (a sliding window, or all earlier keys).
+    pub window: KeyWindow,
 }
 
 /// Receives tensors from the forward pass. Every method defaults to a no-op, so a probe

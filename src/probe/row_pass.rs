@@ -12,6 +12,7 @@ use crate::cpu::fast_math::ln;
 use crate::cpu::host::{lane_sum, with_cpu_f32};
 use crate::error::Result;
 use crate::probe::row_table::{RowWants, BANDS, ENTROPY, FIRST, SUM};
+use crate::probe::KeyWindow;
 use crate::simd_dispatch;
 
 /// The sums the entropy of `max(w, 0)` renormalised is made of: the positive mass sum
@@ -144,9 +145,10 @@ pub fn weight_table_on_device(
     device_weight_table(weights, q_start, wants)
 }
 
-/// Sum and absolute sum of raw causal q.k `[batch, head, n, q_start + n]` over the visible
-/// pairs, on CPU f32; `None` where the candle reductions must run.
-pub fn qk_sums(raw: &Tensor, q_start: usize) -> Result<Option<(f64, f64)>> {
+/// Sum and absolute sum of raw causal q.k `[batch, head, n, q_start + n]` over the pairs
+/// `window` makes visible, on CPU f32 (or CUDA, causal only); `None` where the candle
+/// reductions must run.
+pub fn qk_sums(raw: &Tensor, q_start: usize, window: KeyWindow) -> Result<Option<(f64, f64)>> {
     let (_, _, n, keys) = raw.dims4()?;
     if keys != q_start + n || keys == 0 {
         return Ok(None);
@@ -155,13 +157,15 @@ pub fn qk_sums(raw: &Tensor, q_start: usize) -> Result<Option<(f64, f64)>> {
         data.par_chunks(keys)
             .enumerate()
             .map(|(row, w)| {
-                let visible = &w[..=q_start + row % n];
+                let visible = &w[window.keys(q_start + row % n)];
                 simd_dispatch!(qk_row(visible))
             })
             .collect::<Vec<_>>()
     });
     let rows = match host {
         Some(rows) => rows,
+        // the CUDA kernel sums every key j <= i
+        None if window.restricts(keys) => return Ok(None),
         None => match device_qk_table(raw, q_start)? {
             Some(table) => table.chunks_exact(2).map(|r| (r[0], r[1])).collect(),
             None => return Ok(None),
@@ -238,7 +242,7 @@ mod tests {
         assert_eq!(v.bands[0].to_vec(), vec![0.5, 0.6]); // first
         assert_eq!(v.bands[1].to_vec(), vec![0.5, 0.6]); // distance 0
         assert!((v.bands[2].get(0)).abs() < 1e-7 && (v.bands[2].get(1) + 0.2).abs() < 1e-7);
-        let (s, a) = qk_sums(&w, 1).unwrap().unwrap();
+        let (s, a) = qk_sums(&w, 1, KeyWindow::CAUSAL).unwrap().unwrap();
         assert!((s - 2.0).abs() < 1e-6 && (a - 2.4).abs() < 1e-6);
     }
 }
@@ -323,7 +327,7 @@ mod device_path_tests {
             }
         }
         // q.k sums over the visible pairs (the invisible entries above are 0 already)
-        let (sum, abs_sum) = qk_sums(&w, q_start).unwrap().unwrap();
+        let (sum, abs_sum) = qk_sums(&w, q_start, KeyWindow::CAUSAL).unwrap().unwrap();
         let want = |t: Tensor| t.sum_all().unwrap().to_scalar::<f32>().unwrap() as f64;
         assert!((sum - want(w.clone())).abs() < 1e-4, "{sum}");
         assert!((abs_sum - want(w.abs().unwrap())).abs() < 1e-4, "{abs_sum}");
@@ -401,8 +405,12 @@ mod cuda_tests {
             .unwrap()
             .unwrap();
         assert!(split_table(&table, &wants).entropy.get(0).is_nan());
-        let (s, a) = qk_sums(&cpu_w, q_start).unwrap().unwrap();
-        let (gs, ga) = qk_sums(&gpu_w, q_start).unwrap().unwrap();
+        let (s, a) = qk_sums(&cpu_w, q_start, KeyWindow::CAUSAL)
+            .unwrap()
+            .unwrap();
+        let (gs, ga) = qk_sums(&gpu_w, q_start, KeyWindow::CAUSAL)
+            .unwrap()
+            .unwrap();
         assert!(
             (gs - s).abs() <= 1e-6 * s.abs() && (ga - a).abs() <= 1e-6 * a,
             "{gs} {s} {ga} {a}"

@@ -60,7 +60,8 @@ impl Probe for TrainProbe {
             Hook::Logits => self.logits.push(xs.clone()),
             Hook::Alpha => self.alpha[ctx.layer] = Some(xs.detach()),
             Hook::Qk => {
-                self.qk.add(ctx.layer, &xs.detach(), ctx.q_start)?;
+                self.qk
+                    .add(ctx.layer, &xs.detach(), ctx.q_start, ctx.window)?;
             }
             _ => {}
         }
