@@ -14,7 +14,7 @@ use asa_analyze::metrics::{Metric, MetricOptions};
 use candle_core::{Device, Tensor};
 
 /// Every model fixture written by `tools/make_fixtures.py`.
-pub const MODEL_FIXTURES: [&str; 17] = [
+pub const MODEL_FIXTURES: [&str; 18] = [
     "llama_gqa",
     "qwen2",
     "mistral",
@@ -23,6 +23,7 @@ pub const MODEL_FIXTURES: [&str; 17] = [
     "phi3",
     "gpt2",
     "mixtral",
+    "qwen2_window",
     "off_by_one",
     "sink",
     "gated",

@@ -266,3 +266,24 @@ fn hub_revisions_from_the_local_cache_give_the_qk_series() {
         "{err}"
     );
 }
+
+/// A sliding-window layer's first-token rows are over the queries that still see the first
+/// token, and attention.csv says which share that is (layer 2 of `qwen2_window`: queries 1-5
+/// of the 15 counted ones in 16 tokens, window 6); the causal layer 1 has no such row.
+#[test]
+fn the_attention_table_says_which_queries_a_window_left_for_first_token() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("qwen2_window", &tmp.path().join("w"));
+    let table = attention_table(tmp.path(), "w");
+    let shares: Vec<&str> = table
+        .lines()
+        .filter(|l| l.contains(",visible_share,"))
+        .collect();
+    assert_eq!(shares.len(), 1, "{table}");
+    let cells: Vec<&str> = shares[0].split(',').collect();
+    assert_eq!(&cells[..5], ["MODEL", "first_token", "2", "", "visible_share"]);
+    let share: f64 = cells[5].parse().unwrap();
+    assert!((share - 5.0 / 15.0).abs() < 1e-12, "{share}");
+    let inspect = expect_success(&run_cli(tmp.path(), &["inspect", "w"]));
+    assert!(inspect.contains("sliding window of 6 keys on layers 2"), "{inspect}");
+}

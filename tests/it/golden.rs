@@ -54,7 +54,15 @@ fn batches_of_two_give_the_tables_of_main_before_the_redesign_bit_for_bit() {
 }
 
 /// Fixtures written after main before the redesign (issue 25's families).
-const NEWER_FIXTURES: [&str; 6] = ["mistral", "gpt_neox", "olmo2", "phi3", "gpt2", "mixtral"];
+const NEWER_FIXTURES: [&str; 7] = [
+    "mistral",
+    "gpt_neox",
+    "olmo2",
+    "phi3",
+    "gpt2",
+    "mixtral",
+    "qwen2_window",
+];
 
 /// Runs every fixture with `batch` windows per pass and compares every golden table but `skip`.
 fn compare_with_golden(batch: usize, skip: &[&str]) {
