@@ -48,11 +48,14 @@ from transformers import (
     Qwen2ForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
 )
 from transformers.models.gpt2 import modeling_gpt2
 from transformers.models.gpt_neox import modeling_gpt_neox
 from transformers.models.llama import modeling_llama
 from transformers.models.mixtral import modeling_mixtral
+from transformers.models.qwen3_moe import modeling_qwen3_moe
 from transformers.models.olmo2 import modeling_olmo2
 from transformers.models.phi3 import modeling_phi3
 from transformers.models.mistral import modeling_mistral
@@ -258,7 +261,8 @@ def transformers64_reference(model_dir, cls, mod, ids, base_attr, rms_cls=None):
     `base_attr`: the base model's attribute (`gpt_neox`, `model`). Returns logits and
     per-layer caps (pattern, softmax, q, k, attn_scores)."""
     # MoE experts as transformers' plain loop over experts (its grouped kernels need float32)
-    extra = {"experts_implementation": "eager"} if "mixtral" in model_dir else {}
+    moe = "mixtral" in model_dir or "moe" in model_dir
+    extra = {"experts_implementation": "eager"} if moe else {}
     model = cls.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32, **extra)
     model = model.double().eval()
     cfg = model.config
@@ -1330,6 +1334,41 @@ def main():
     assert "visible" not in caps[0] and "visible" in caps[1], "the window is not on layer 2 alone"
     vis = caps[1]["visible"]
     assert vis[19, 14] == 1 and vis[19, 13] == 0 and vis[5, 0] == 1 and vis[6, 0] == 0, vis
+    checks.append(f"{name}: transformers float64-patched vs unpatched logits {fmt(d32)}")
+    M, margin = write_reference(name, "softmax", ids, logits, caps)
+    summary.append((name, peak_stats(caps), margin, M))
+
+    # ---------------------------------------------------------------- qwen3_moe
+    # Qwen3MoeForCausalLM.save_pretrained: Qwen3's per-head QK-norm attention; layer 1 a dense
+    # SwiGLU MLP (mlp_only_layers [0]), layer 2 a mixture of 4 experts of intermediate 24
+    # (mlp.gate, mlp.experts.{e}.gate_proj/up_proj/down_proj), 2 a token, norm_topk_prob
+    # false: the chosen probabilities are not renormalised. init seed 1010. Reference:
+    # transformers in float64 (experts by its plain loop; its router softmax is float32).
+    name = "qwen3_moe"
+    qmcfg = Qwen3MoeConfig(
+        **common_cfg(bos, eos),
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        tie_word_embeddings=False,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=24,
+        norm_topk_prob=False,
+        decoder_sparse_step=1,
+        mlp_only_layers=[0],
+    )
+    torch.manual_seed(10)
+    model = Qwen3MoeForCausalLM(qmcfg)
+    init_weights(model, seed=1010)
+    d = os.path.join(MODELS, name)
+    model.save_pretrained(d)
+    finish_dir(d)
+    sd_chk = load_state(d)
+    assert tuple(sd_chk["model.layers.1.mlp.experts.3.gate_proj.weight"].shape) == (24, HIDDEN), sorted(sd_chk)
+    assert tuple(sd_chk["model.layers.1.mlp.gate.weight"].shape) == (4, HIDDEN)
+    assert tuple(sd_chk["model.layers.0.mlp.gate_proj.weight"].shape) == (INTER, HIDDEN)
+    logits, caps, d32 = transformers64_reference(
+        d, Qwen3MoeForCausalLM, modeling_qwen3_moe, ids, "model", rms_cls=modeling_qwen3_moe.Qwen3MoeRMSNorm
+    )
     checks.append(f"{name}: transformers float64-patched vs unpatched logits {fmt(d32)}")
     M, margin = write_reference(name, "softmax", ids, logits, caps)
     summary.append((name, peak_stats(caps), margin, M))

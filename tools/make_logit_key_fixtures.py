@@ -24,6 +24,9 @@ Inputs per layer l (0-based), B sequences, H heads, T positions:
                                        For sink / off_by_one the sink logit is NOT a column here.
   layers.{l}.pattern     [B, H, T, T]  the effective weights a_ij that multiply v_j (sink column
                                        already dropped; alpha p + beta for Affine-Scaled).
+  layers.{l}.visible     [T, T]        (sliding-window fixtures only) 1 where query i sees key j
+                                       under transformers' own mask, else 0; causal j <= i
+                                       without it.
 
 Definitions (SPEC section 4, min_query = 1 from <name>.metrics.json "options"):
   max_logit   per (layer, head): max = max over sequences, queries i >= min_query and visible
@@ -31,7 +34,8 @@ Definitions (SPEC section 4, min_query = 1 from <name>.metrics.json "options"):
               of each row's max over visible keys.  Per layer: max over heads, and the mean
               over sequences, heads and queries of each row's max.
   key_received for each key j: received_j = sum over queries i with max(j, min_query) <= i < T
-              of pattern[b, h, i, j]; count_j = T - max(j, min_query).  Per (layer, head, key):
+              that see key j of pattern[b, h, i, j]; count_j = the number of those queries
+              (T - max(j, min_query) without a sliding window).  Per (layer, head, key):
               sum = mean over sequences of received_j, mean = mean over sequences of
               received_j / count_j (NaN where count_j = 0).  Per (layer, key): the same, averaged
               over sequences and heads.
@@ -81,6 +85,7 @@ FIXTURES = [
     "gpt2",
     "mixtral",
     "qwen2_window",
+    "qwen3_moe",
     "off_by_one",
     "sink",
     "gated",
@@ -92,7 +97,7 @@ FIXTURES = [
     "logn",
 ]
 # Weights that sum to 1 over the visible keys by construction.
-SUM_TO_ONE = {"llama_gqa", "qwen2", "mistral", "gpt_neox", "olmo2", "phi3", "gpt2", "mixtral", "qwen2_window", "gated", "qwen3", "scale_invariant", "logn"}
+SUM_TO_ONE = {"llama_gqa", "qwen2", "mistral", "gpt_neox", "olmo2", "phi3", "gpt2", "mixtral", "qwen2_window", "qwen3_moe", "gated", "qwen3", "scale_invariant", "logn"}
 TOL = 1e-12
 
 _DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "BOOL": "?"}
@@ -405,7 +410,7 @@ def dumps(obj):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("names", nargs="*", help="fixtures (default: all 17)")
+    ap.add_argument("names", nargs="*", help="fixtures (default: all 19)")
     ap.add_argument("--check", action="store_true", help="compare with the existing files, write nothing")
     args = ap.parse_args(argv)
     names = args.names or FIXTURES

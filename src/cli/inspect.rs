@@ -152,14 +152,9 @@ fn table_rows(
 
 /// The layer layout, with the mixture of experts when there is one.
 fn layout(c: &ModelConfig) -> String {
-    match c.experts {
+    match &c.experts {
         None => c.layout.describe(),
-        Some(e) => format!(
-            "{}; MLP: a mixture of {} SwiGLU experts, {} a token (softmax, top-k, renormalised)",
-            c.layout.describe(),
-            e.count,
-            e.top_k
-        ),
+        Some(e) => format!("{}; MLP: {}", c.layout.describe(), e.describe(c.num_layers)),
     }
 }
 

@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::experts::{Experts, RawExperts};
 use super::layout::Layout;
 use super::sliding_window::{RawWindow, SlidingWindow};
 use crate::attention::{Activation, AffineConfig, BetaLength, ScaleInvariantConfig, VariantKind};
@@ -26,6 +27,10 @@ pub enum Architecture {
     Mistral,
     /// Mixtral: the Mistral layout with a mixture-of-experts MLP (`block_sparse_moe`).
     Mixtral,
+    /// Qwen3-MoE: Qwen3's attention with a mixture-of-experts MLP (`mlp.experts`) on the
+    /// layers `decoder_sparse_step` and `mlp_only_layers` pick.
+    #[serde(rename = "qwen3_moe")]
+    Qwen3Moe,
     /// GPT-2: learned absolute positions (`wpe`), LayerNorm with biases, Conv1D weights
     /// (`[in, out]`), a fused `c_attn`, the tanh-GELU MLP, tied embeddings.
     Gpt2,
@@ -43,7 +48,7 @@ pub enum Architecture {
 impl Architecture {
     /// `model_type` values accepted, for error messages.
     pub const SUPPORTED: &'static str =
-        "gpt2, gpt_neox, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3";
+        "gpt2, gpt_neox, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe";
 
     fn parse(name: &str) -> Option<Self> {
         match name {
@@ -56,6 +61,7 @@ impl Architecture {
             "phi3" => Some(Architecture::Phi3),
             "gpt2" => Some(Architecture::Gpt2),
             "mixtral" => Some(Architecture::Mixtral),
+            "qwen3_moe" => Some(Architecture::Qwen3Moe),
             _ => None,
         }
     }
@@ -72,6 +78,7 @@ impl Architecture {
             Architecture::Phi3 => "phi3",
             Architecture::Gpt2 => "gpt2",
             Architecture::Mixtral => "mixtral",
+            Architecture::Qwen3Moe => "qwen3_moe",
         }
     }
 }
@@ -162,15 +169,8 @@ pub struct ModelConfig {
     pub sliding_window: Option<SlidingWindow>,
     /// The norm, MLP, residual wiring and q/k/v projections of the architecture.
     pub layout: Layout,
-    /// A mixture-of-experts MLP (Mixtral): how many experts, and how many each token uses.
+    /// A mixture-of-experts MLP (Mixtral, Qwen3-MoE): its experts, routing and layers.
     pub experts: Option<Experts>,
-}
-
-/// A mixture-of-experts MLP's size.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct Experts {
-    pub count: usize,
-    pub top_k: usize,
 }
 
 /// Serde mirror of config.json: everything optional, unknown fields ignored.
@@ -205,7 +205,12 @@ pub struct RawConfig {
     pub max_window_layers: Option<usize>,
     pub layer_norm_eps: Option<f64>,
     pub num_local_experts: Option<usize>,
+    pub num_experts: Option<usize>,
     pub num_experts_per_tok: Option<usize>,
+    pub norm_topk_prob: Option<bool>,
+    pub moe_intermediate_size: Option<usize>,
+    pub decoder_sparse_step: Option<usize>,
+    pub mlp_only_layers: Option<Vec<usize>>,
     /// GPT-2's names of the norm epsilon and the MLP activation, and its attention options.
     pub layer_norm_epsilon: Option<f64>,
     pub activation_function: Option<String>,
@@ -350,6 +355,7 @@ impl RawConfig {
         let (qkv_bias, o_bias) = match architecture {
             Architecture::Llama
             | Architecture::Qwen3
+            | Architecture::Qwen3Moe
             | Architecture::Mistral
             | Architecture::Mixtral
             | Architecture::Olmo2 => (attention_bias, attention_bias),
@@ -454,32 +460,35 @@ impl RawConfig {
             eos_token_id,
             declared_variant,
             affine,
-            qk_norm: matches!(architecture, Architecture::Qwen3 | Architecture::Olmo2),
+            qk_norm: matches!(
+                architecture,
+                Architecture::Qwen3 | Architecture::Qwen3Moe | Architecture::Olmo2
+            ),
             scale_invariant,
             logn_scale,
             sliding_window,
             layout: Layout::of(architecture, self.use_parallel_residual.unwrap_or(true)),
-            experts: self.experts(architecture, path)?,
+            experts: self.experts(architecture, (num_layers, intermediate_size), path)?,
         })
     }
 
-    /// Mixtral's experts (MixtralConfig's defaults: 8, top 2), each count at least 1 and
-    /// `top_k` at most the count.
-    fn experts(&self, architecture: Architecture, path: &Path) -> Result<Option<Experts>> {
-        if architecture != Architecture::Mixtral {
-            return Ok(None);
-        }
-        let count = self.num_local_experts.unwrap_or(8);
-        let top_k = self.num_experts_per_tok.unwrap_or(2);
-        if count == 0 || top_k == 0 || top_k > count {
-            return Err(Error::input(
-                path,
-                format!(
-                    "num_experts_per_tok {top_k} must be between 1 and num_local_experts {count}"
-                ),
-            ));
-        }
-        Ok(Some(Experts { count, top_k }))
+    /// The experts of a mixture-of-experts architecture (`super::experts`).
+    fn experts(
+        &self,
+        architecture: Architecture,
+        (num_layers, intermediate_size): (usize, usize),
+        path: &Path,
+    ) -> Result<Option<Experts>> {
+        let raw = RawExperts {
+            num_local_experts: self.num_local_experts,
+            num_experts: self.num_experts,
+            num_experts_per_tok: self.num_experts_per_tok,
+            norm_topk_prob: self.norm_topk_prob,
+            moe_intermediate_size: self.moe_intermediate_size,
+            decoder_sparse_step: self.decoder_sparse_step,
+            mlp_only_layers: self.mlp_only_layers.as_deref(),
+        };
+        super::experts::resolve(raw, architecture, (num_layers, intermediate_size), path)
     }
 
     /// Query heads, key/value heads and head dimension, checked against each other.

@@ -84,7 +84,7 @@ impl DecoderLayer {
             )?,
             post_attention,
             pre_mlp,
-            mlp: match c.experts {
+            mlp: match c.experts.as_ref().filter(|e| e.layers.contains(&l)) {
                 None => FeedForward::Dense(mlp(
                     store,
                     &format!("{prefix}.mlp"),
@@ -92,12 +92,7 @@ impl DecoderLayer {
                     c.mlp_bias,
                     (layout.mlp, layout.fused_gate_up, layout.conv1d),
                 )?),
-                Some(experts) => FeedForward::Moe(moe_mlp(
-                    store,
-                    &format!("{prefix}.block_sparse_moe"),
-                    (c.hidden_size, c.intermediate_size),
-                    experts,
-                )?),
+                Some(experts) => FeedForward::Moe(moe_mlp(store, &prefix, c.hidden_size, experts)?),
             },
             post_mlp,
             parallel_residual: layout.parallel_residual,

@@ -1,7 +1,7 @@
 //! Loads the building blocks of [`crate::nn`] from a [`WeightStore`] by their checkpoint
 //! names, checking every shape.
 
-use super::config::Experts;
+use super::experts::Experts;
 use super::layout::{MlpKind, NormKind};
 use super::weights::WeightStore;
 use crate::error::Result;
@@ -119,10 +119,11 @@ pub fn mlp(
 /// `w3` (up), `w2` (down).
 pub fn moe_mlp(
     store: &WeightStore,
-    prefix: &str,
-    (hidden, intermediate): (usize, usize),
-    experts: Experts,
+    layer_prefix: &str,
+    hidden: usize,
+    experts: &Experts,
 ) -> Result<MoeMlp> {
+    let prefix = format!("{layer_prefix}.{}", experts.names.block());
     let router = linear(
         store,
         &format!("{prefix}.gate"),
@@ -130,6 +131,8 @@ pub fn moe_mlp(
         experts.count,
         false,
     )?;
+    let [gate, up, down] = experts.names.projections();
+    let intermediate = experts.intermediate;
     let experts_mlp = (0..experts.count)
         .map(|e| {
             let proj = |name: &str, from: usize, to: usize| {
@@ -142,11 +145,15 @@ pub fn moe_mlp(
                 )
             };
             Ok(Mlp::new(
-                proj("w1", hidden, intermediate)?,
-                proj("w3", hidden, intermediate)?,
-                proj("w2", intermediate, hidden)?,
+                proj(gate, hidden, intermediate)?,
+                proj(up, hidden, intermediate)?,
+                proj(down, intermediate, hidden)?,
             ))
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(MoeMlp::new(router, experts_mlp, experts.top_k))
+    Ok(MoeMlp::new(
+        router,
+        experts_mlp,
+        (experts.top_k, experts.renormalise),
+    ))
 }

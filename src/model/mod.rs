@@ -6,6 +6,7 @@ mod attention;
 pub mod config;
 mod decoder;
 mod detect;
+pub mod experts;
 pub mod gguf;
 mod gguf_alignment;
 mod gguf_config;

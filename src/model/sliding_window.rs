@@ -98,7 +98,9 @@ pub(crate) fn resolve(
     // has none
     let used = match architecture {
         Architecture::Mistral | Architecture::Phi3 | Architecture::Mixtral => true,
-        Architecture::Qwen2 | Architecture::Qwen3 => raw.use_sliding_window == Some(true),
+        Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Qwen3Moe => {
+            raw.use_sliding_window == Some(true)
+        }
         Architecture::Llama | Architecture::GptNeox | Architecture::Olmo2 | Architecture::Gpt2 => {
             false
         }

@@ -158,15 +158,19 @@ pub struct MoeMlp {
     router: Linear,
     experts: Vec<Mlp>,
     top_k: usize,
+    /// The chosen probabilities are divided by their sum (Mixtral, `norm_topk_prob`).
+    renormalise: bool,
 }
 
 impl MoeMlp {
-    /// Experts, their router `[experts, hidden]` and how many each token uses.
-    pub fn new(router: Linear, experts: Vec<Mlp>, top_k: usize) -> Self {
+    /// Experts, their router `[experts, hidden]`, how many each token uses and whether
+    /// their probabilities are renormalised.
+    pub fn new(router: Linear, experts: Vec<Mlp>, (top_k, renormalise): (usize, bool)) -> Self {
         MoeMlp {
             router,
             experts,
             top_k,
+            renormalise,
         }
     }
 
@@ -189,7 +193,10 @@ impl MoeMlp {
             // descending probability; ties to the lower expert, as torch.topk
             order.sort_by(|&a, &c| row[c].total_cmp(&row[a]).then(a.cmp(&c)));
             let chosen = &order[..self.top_k.min(order.len())];
-            let total: f32 = chosen.iter().map(|&e| row[e]).sum();
+            let total: f32 = match self.renormalise {
+                true => chosen.iter().map(|&e| row[e]).sum(),
+                false => 1.0,
+            };
             for &e in chosen {
                 routed[e].0.push(token as u32);
                 routed[e].1.push(row[e] / total);

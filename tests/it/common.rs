@@ -14,7 +14,7 @@ use asa_analyze::metrics::{Metric, MetricOptions};
 use candle_core::{Device, Tensor};
 
 /// Every model fixture written by `tools/make_fixtures.py`.
-pub const MODEL_FIXTURES: [&str; 18] = [
+pub const MODEL_FIXTURES: [&str; 19] = [
     "llama_gqa",
     "qwen2",
     "mistral",
@@ -24,6 +24,7 @@ pub const MODEL_FIXTURES: [&str; 18] = [
     "gpt2",
     "mixtral",
     "qwen2_window",
+    "qwen3_moe",
     "off_by_one",
     "sink",
     "gated",

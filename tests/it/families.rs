@@ -281,9 +281,37 @@ fn the_attention_table_says_which_queries_a_window_left_for_first_token() {
         .collect();
     assert_eq!(shares.len(), 1, "{table}");
     let cells: Vec<&str> = shares[0].split(',').collect();
-    assert_eq!(&cells[..5], ["MODEL", "first_token", "2", "", "visible_share"]);
+    assert_eq!(
+        &cells[..5],
+        ["MODEL", "first_token", "2", "", "visible_share"]
+    );
     let share: f64 = cells[5].parse().unwrap();
     assert!((share - 5.0 / 15.0).abs() < 1e-12, "{share}");
     let inspect = expect_success(&run_cli(tmp.path(), &["inspect", "w"]));
-    assert!(inspect.contains("sliding window of 6 keys on layers 2"), "{inspect}");
+    assert!(
+        inspect.contains("sliding window of 6 keys on layers 2"),
+        "{inspect}"
+    );
+}
+
+/// Qwen3-MoE: `inspect` names the experts, their routing (not renormalised without
+/// `norm_topk_prob`) and the layers that have them; the numbers are checked against
+/// transformers by `metrics.rs` and `conformance.rs`. A checkpoint missing an expert is
+/// refused naming the tensor.
+#[test]
+fn qwen3_moe_names_its_experts_and_their_layers() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("qwen3_moe", &tmp.path().join("q"));
+    let inspect = expect_success(&run_cli(tmp.path(), &["inspect", "q"]));
+    assert!(
+        inspect.contains(
+            "a mixture of 4 SwiGLU experts of 24, 2 a token (softmax, top-k, not renormalised) on layers 2 (dense elsewhere)"
+        ),
+        "{inspect}"
+    );
+    edit_config(&tmp.path().join("q"), |c| {
+        c["mlp_only_layers"] = serde_json::json!([])
+    });
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "q"]));
+    assert!(err.contains("model.layers.0.mlp.gate.weight"), "{err}");
 }

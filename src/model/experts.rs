@@ -1,0 +1,199 @@
+//! Mixture-of-experts MLPs as transformers configures them: Mixtral (`block_sparse_moe`,
+//! experts `w1`/`w3`/`w2`, every layer, the top-k probabilities renormalised) and Qwen3-MoE
+//! (`mlp.gate`, experts `gate_proj`/`up_proj`/`down_proj` of `moe_intermediate_size`, on the
+//! layers `decoder_sparse_step` and `mlp_only_layers` pick, renormalised only with
+//! `norm_topk_prob`). The router math is `crate::nn::MoeMlp`.
+
+use std::path::Path;
+
+use super::config::Architecture;
+use crate::error::{Error, Result};
+
+/// How a family stores its experts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExpertNames {
+    /// `block_sparse_moe.gate`, `block_sparse_moe.experts.{e}.w1|w3|w2`.
+    Mixtral,
+    /// `mlp.gate`, `mlp.experts.{e}.gate_proj|up_proj|down_proj`.
+    Qwen,
+}
+
+impl ExpertNames {
+    /// The block under a layer (`model.layers.{l}.<block>`).
+    pub fn block(self) -> &'static str {
+        match self {
+            ExpertNames::Mixtral => "block_sparse_moe",
+            ExpertNames::Qwen => "mlp",
+        }
+    }
+
+    /// An expert's gate, up and down projections.
+    pub fn projections(self) -> [&'static str; 3] {
+        match self {
+            ExpertNames::Mixtral => ["w1", "w3", "w2"],
+            ExpertNames::Qwen => ["gate_proj", "up_proj", "down_proj"],
+        }
+    }
+}
+
+/// A mixture-of-experts MLP: its experts, how tokens are routed to them, and its layers.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Experts {
+    pub count: usize,
+    /// Experts each token uses.
+    pub top_k: usize,
+    /// The chosen experts' probabilities are divided by their sum.
+    pub renormalise: bool,
+    /// Each expert's intermediate size.
+    pub intermediate: usize,
+    /// The layers with experts, 0-based (the others have the dense MLP).
+    pub layers: Vec<usize>,
+    pub names: ExpertNames,
+}
+
+/// The raw config fields experts are read from.
+pub(crate) struct RawExperts<'a> {
+    pub num_local_experts: Option<usize>,
+    pub num_experts: Option<usize>,
+    pub num_experts_per_tok: Option<usize>,
+    pub norm_topk_prob: Option<bool>,
+    pub moe_intermediate_size: Option<usize>,
+    pub decoder_sparse_step: Option<usize>,
+    pub mlp_only_layers: Option<&'a [usize]>,
+}
+
+/// The experts of a config, as transformers reads them for `architecture` (defaults of
+/// MixtralConfig: 8, top 2; of Qwen3MoeConfig: 128, top 8, 768, step 1, no renormalising);
+/// `None` for dense architectures.
+pub(crate) fn resolve(
+    raw: RawExperts<'_>,
+    architecture: Architecture,
+    (num_layers, intermediate_size): (usize, usize),
+    path: &Path,
+) -> Result<Option<Experts>> {
+    let experts = match architecture {
+        Architecture::Mixtral => Experts {
+            count: raw.num_local_experts.unwrap_or(8),
+            top_k: raw.num_experts_per_tok.unwrap_or(2),
+            renormalise: true,
+            intermediate: intermediate_size,
+            layers: (0..num_layers).collect(),
+            names: ExpertNames::Mixtral,
+        },
+        Architecture::Qwen3Moe => {
+            let step = raw.decoder_sparse_step.unwrap_or(1);
+            if step == 0 {
+                return Err(Error::input(path, "decoder_sparse_step must be at least 1"));
+            }
+            let dense = raw.mlp_only_layers.unwrap_or(&[]);
+            let count = raw.num_experts.or(raw.num_local_experts).unwrap_or(128);
+            Experts {
+                count,
+                top_k: raw.num_experts_per_tok.unwrap_or(8),
+                renormalise: raw.norm_topk_prob.unwrap_or(false),
+                intermediate: raw.moe_intermediate_size.unwrap_or(768),
+                layers: (0..num_layers)
+                    .filter(|l| !dense.contains(l) && count > 0 && (l + 1) % step == 0)
+                    .collect(),
+                names: ExpertNames::Qwen,
+            }
+        }
+        _ => return Ok(None),
+    };
+    let (count, top_k) = (experts.count, experts.top_k);
+    if experts.layers.is_empty() {
+        return Ok(None);
+    }
+    if count == 0 || top_k == 0 || top_k > count {
+        return Err(Error::input(
+            path,
+            format!("num_experts_per_tok {top_k} must be between 1 and the {count} experts"),
+        ));
+    }
+    if experts.intermediate == 0 {
+        return Err(Error::input(path, "the experts' intermediate size is 0"));
+    }
+    Ok(Some(experts))
+}
+
+impl Experts {
+    /// What `inspect` says of them.
+    pub fn describe(&self, num_layers: usize) -> String {
+        let routing = match self.renormalise {
+            true => "softmax, top-k, renormalised",
+            false => "softmax, top-k, not renormalised",
+        };
+        let layers = match self.layers.len() == num_layers {
+            true => String::new(),
+            false => format!(
+                " on layers {} (dense elsewhere)",
+                self.layers
+                    .iter()
+                    .map(|l| (l + 1).to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        format!(
+            "a mixture of {} SwiGLU experts of {}, {} a token ({routing}){layers}",
+            self.count, self.intermediate, self.top_k
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(step: Option<usize>, dense: Option<&[usize]>) -> RawExperts<'_> {
+        RawExperts {
+            num_local_experts: Some(4),
+            num_experts: None,
+            num_experts_per_tok: Some(2),
+            norm_topk_prob: None,
+            moe_intermediate_size: Some(24),
+            decoder_sparse_step: step,
+            mlp_only_layers: dense,
+        }
+    }
+
+    #[test]
+    fn qwen3_moe_layers_follow_the_step_and_the_dense_list() {
+        let path = Path::new("config.json");
+        let at = |step, dense| {
+            resolve(raw(step, dense), Architecture::Qwen3Moe, (6, 64), path)
+                .unwrap()
+                .map(|e| e.layers)
+        };
+        // transformers: layer l has experts when l is not in mlp_only_layers and
+        // (l + 1) % decoder_sparse_step == 0
+        assert_eq!(at(None, None), Some(vec![0, 1, 2, 3, 4, 5]));
+        assert_eq!(at(Some(2), None), Some(vec![1, 3, 5]));
+        assert_eq!(at(Some(2), Some(&[3])), Some(vec![1, 5]));
+        assert_eq!(at(Some(1), Some(&[0, 1, 2, 3, 4, 5])), None);
+        let e = resolve(raw(None, None), Architecture::Qwen3Moe, (6, 64), path)
+            .unwrap()
+            .unwrap();
+        assert!(!e.renormalise && e.intermediate == 24 && e.names == ExpertNames::Qwen);
+        let err = resolve(raw(Some(0), None), Architecture::Qwen3Moe, (6, 64), path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("decoder_sparse_step must be at least 1"),
+            "{err}"
+        );
+        // Mixtral: every layer, renormalised, the dense intermediate size
+        let m = resolve(raw(Some(2), None), Architecture::Mixtral, (6, 64), path)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (m.layers.len(), m.renormalise, m.intermediate),
+            (6, true, 64)
+        );
+        assert_eq!(
+            resolve(raw(None, None), Architecture::Llama, (6, 64), path).unwrap(),
+            None
+        );
+    }
+}
