@@ -54,6 +54,7 @@ from transformers import (
 from transformers.models.gpt2 import modeling_gpt2
 from transformers.models.gpt_neox import modeling_gpt_neox
 from transformers.models.llama import modeling_llama
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.mixtral import modeling_mixtral
 from transformers.models.qwen3_moe import modeling_qwen3_moe
 from transformers.models.olmo2 import modeling_olmo2
@@ -271,7 +272,19 @@ def transformers64_reference(model_dir, cls, mod, ids, base_attr, rms_cls=None):
         head = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         dim = int(head * cfg.rope_parameters.get("partial_rotary_factor", 1.0))
         base = cfg.rope_parameters["rope_theta"]
-        inv64 = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=TORCH64) / dim))
+        rope_type = cfg.rope_parameters.get("rope_type", "default")
+        if rope_type == "default":
+            inv64 = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=TORCH64) / dim))
+        else:
+            # transformers' own scaled frequencies (float32, upcast); dynamic NTK as its
+            # dynamic_rope_update computes them for a forward pass of T tokens (the float64
+            # patch below replaces the decorated forward); YaRN's attention factor stays in
+            # rotary.attention_scaling
+            init = ROPE_INIT_FUNCTIONS[rope_type]
+            seq = {"seq_len": ids.shape[1]} if rope_type == "dynamic" else {}
+            inv32, scaling = init(cfg, None, **seq)
+            assert scaling == rotary.attention_scaling, (scaling, rotary.attention_scaling)
+            inv64 = inv32.to(TORCH64)
         rotary.inv_freq = inv64.clone()
         rotary.original_inv_freq = inv64.clone()
     caps = []
@@ -1373,6 +1386,38 @@ def main():
     M, margin = write_reference(name, "softmax", ids, logits, caps)
     summary.append((name, peak_stats(caps), margin, M))
 
+    # ---------------------------------------------------------------- rope_linear / _dynamic / _yarn
+    # LlamaForCausalLM.save_pretrained with the RoPE scalings of modeling_rope_utils: linear
+    # (factor 4: every frequency / 4), dynamic NTK (factor 2 with max_position_embeddings 16 <
+    # T = 20: the base grows for the 20-token forward pass) and YaRN (factor 4, original length
+    # 16: pair 0 extrapolated, pairs 1-3 interpolated, cos/sin times 0.1 ln 4 + 1). Reference:
+    # transformers in float64 with its own scaled inv_freq (float32, upcast).
+    for name, rope_params, max_pos, seed in (
+        ("rope_linear", {"rope_type": "linear", "factor": 4.0}, MAX_POS, 1101),
+        ("rope_dynamic", {"rope_type": "dynamic", "factor": 2.0}, 16, 1102),
+        ("rope_yarn", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}, MAX_POS, 1103),
+    ):
+        rcfg = LlamaConfig(
+            **{**common_cfg(bos, eos), "max_position_embeddings": max_pos},
+            rope_parameters={"rope_theta": 10000.0, **rope_params},
+            tie_word_embeddings=False,
+        )
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(rcfg)
+        init_weights(model, seed=seed)
+        d = os.path.join(MODELS, name)
+        model.save_pretrained(d)
+        finish_dir(d)
+        with open(os.path.join(d, "config.json")) as f:
+            saved = json.load(f)
+        assert saved["rope_parameters"]["rope_type"] == rope_params["rope_type"], saved["rope_parameters"]
+        logits, caps, d32 = transformers64_reference(
+            d, LlamaForCausalLM, modeling_llama, ids, "model", rms_cls=modeling_llama.LlamaRMSNorm
+        )
+        checks.append(f"{name}: transformers float64-patched vs unpatched logits {fmt(d32)}")
+        M, margin = write_reference(name, "softmax", ids, logits, caps)
+        summary.append((name, peak_stats(caps), margin, M))
+
     # ---------------------------------------------------------------- variants
     vcfg = LlamaConfig(
         **common_cfg(bos, eos), rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=False
@@ -1712,7 +1757,7 @@ def main():
         print(f"  {os.path.relpath(sub, ROOT)}: {n} bytes")
         total += n
     print(f"written by this script: {total} bytes")
-    assert total < 7_000_000
+    assert total < 8_000_000
 
 
 CORPUS_DOCS = [

@@ -107,6 +107,26 @@ pub enum RopeScaling {
         high_freq_factor: f64,
         original_max_position_embeddings: f64,
     },
+    /// Linear position interpolation: every inv_freq divided by `factor`.
+    Linear { factor: f64 },
+    /// Dynamic NTK: past `max_position_embeddings` tokens the base grows with the run's
+    /// length T, theta' = theta (factor T / max - (factor - 1))^(d / (d - 2)).
+    Dynamic {
+        factor: f64,
+        max_position_embeddings: f64,
+    },
+    /// YaRN: interpolated and extrapolated frequencies blended by a linear ramp between the
+    /// correction dimensions of `beta_fast` and `beta_slow`, and cos/sin scaled by
+    /// `attention_factor` (resolved from `mscale` / `mscale_all_dim` / `factor` as
+    /// transformers does).
+    Yarn {
+        factor: f64,
+        attention_factor: f64,
+        beta_fast: f64,
+        beta_slow: f64,
+        original_max_position_embeddings: f64,
+        truncate: bool,
+    },
     /// p-RoPE (`rope_type: p_rope`): the first `rotating_pairs` = floor(p * d / 2) frequency
     /// pairs of each head rotate, the other d/2 - n have frequency 0. Not HF's
     /// `partial_rotary_factor` (which drops trailing dimensions, not frequencies).
@@ -203,6 +223,8 @@ pub struct RawConfig {
     pub use_sliding_window: Option<bool>,
     pub sliding_window: Option<Value>,
     pub max_window_layers: Option<usize>,
+    /// The pretraining length outside the rope parameters (Phi-3), preferred by YaRN.
+    pub original_max_position_embeddings: Option<usize>,
     pub layer_norm_eps: Option<f64>,
     pub num_local_experts: Option<usize>,
     pub num_experts: Option<usize>,
@@ -313,7 +335,7 @@ fn token_id(value: &Option<Value>, field: &str, path: &Path) -> Result<Option<u3
 }
 
 /// `obj[key]` as a number: `None` when absent or null, an error for another type.
-fn float_field(obj: &Value, key: &str, path: &Path) -> Result<Option<f64>> {
+pub(crate) fn float_field(obj: &Value, key: &str, path: &Path) -> Result<Option<f64>> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
@@ -324,7 +346,7 @@ fn float_field(obj: &Value, key: &str, path: &Path) -> Result<Option<f64>> {
 }
 
 /// `value` when it is a finite number > 0, else an error naming `what`.
-fn positive(value: f64, what: &str, path: &Path) -> Result<f64> {
+pub(crate) fn positive(value: f64, what: &str, path: &Path) -> Result<f64> {
     if value.is_finite() && value > 0.0 {
         Ok(value)
     } else {
@@ -678,8 +700,14 @@ impl RawConfig {
                 let p = params.expect("rope_type came from params");
                 resolve_p_rope(p, head_dim, partial_rotary_factor, path)?
             }
+            "linear" | "dynamic" | "yarn" => {
+                let p = params.expect("rope_type came from params");
+                let max = self.max_position_embeddings.unwrap_or(2048) as f64;
+                let original = self.original_max_position_embeddings.map(|o| o as f64);
+                super::rope_scaling::resolve(rope_type, p, (max, original), path)?
+            }
             other => {
-                let supported = "default, llama3, p_rope";
+                let supported = "default, linear, dynamic, yarn, llama3, p_rope";
                 let message =
                     format!("rope_type `{other}` is not implemented (supported: {supported})");
                 return Err(Error::input(path, message));
@@ -838,13 +866,67 @@ mod tests {
 
     #[test]
     fn unimplemented_rope_types_are_errors() {
-        for kind in ["yarn", "linear", "dynamic", "longrope"] {
+        for kind in ["longrope", "proportional"] {
             let err = resolve(&format!(
                 r#"{{{BASE}, "rope_scaling": {{"rope_type": "{kind}", "factor": 2.0}}}}"#
             ))
             .unwrap_err()
             .to_string();
             assert!(err.contains(kind) && err.contains("config.json"), "{err}");
+        }
+    }
+
+    #[test]
+    fn scaled_rope_types_are_read_as_transformers_reads_them() {
+        let rope = |params: &str| {
+            resolve(&format!(r#"{{{BASE}, "rope_scaling": {{{params}}}}}"#)).map(|c| c.rope.scaling)
+        };
+        assert_eq!(
+            rope(r#""rope_type": "linear", "factor": 4.0"#).unwrap(),
+            RopeScaling::Linear { factor: 4.0 }
+        );
+        // dynamic NTK grows from the config's max_position_embeddings (2048 when absent)
+        assert_eq!(
+            rope(r#""type": "dynamic", "factor": 2.0"#).unwrap(),
+            RopeScaling::Dynamic {
+                factor: 2.0,
+                max_position_embeddings: 2048.0
+            }
+        );
+        // YaRN: attention factor 0.1 ln(factor) + 1, or the mscale ratio when both are given
+        let RopeScaling::Yarn {
+            attention_factor, ..
+        } = rope(r#""rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512"#)
+            .unwrap()
+        else {
+            panic!("not yarn")
+        };
+        assert!((attention_factor - (0.1 * 4f64.ln() + 1.0)).abs() < 1e-15);
+        let RopeScaling::Yarn {
+            attention_factor, ..
+        } = rope(r#""rope_type": "yarn", "factor": 4.0, "mscale": 0.5, "mscale_all_dim": 1.0"#)
+            .unwrap()
+        else {
+            panic!("not yarn")
+        };
+        let m = |s: f64| 0.1 * s * 4f64.ln() + 1.0;
+        assert!((attention_factor - m(0.5) / m(1.0)).abs() < 1e-15);
+        for (params, want) in [
+            (
+                r#""rope_type": "linear""#,
+                "linear rope scaling is missing `factor`",
+            ),
+            (
+                r#""rope_type": "dynamic", "factor": 0.5"#,
+                "`factor` 0.5 must be a number >= 1",
+            ),
+            (
+                r#""rope_type": "yarn", "factor": 2.0, "truncate": 1"#,
+                "yarn `truncate` must be true or false",
+            ),
+        ] {
+            let err = rope(params).unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
         }
     }
 

@@ -18,6 +18,7 @@ pub mod layout;
 pub mod nonfinite;
 mod residuals;
 pub mod rope;
+pub mod rope_scaling;
 pub mod safetensors_file;
 pub mod sliding_window;
 pub mod weight_map;

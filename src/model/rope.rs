@@ -10,14 +10,28 @@ use crate::error::Result;
 use crate::nn::Rope;
 
 /// The inverse frequencies theta_k of one head, `rot_dim / 2` values (after scaling; p-RoPE's
-/// non-rotating pairs are 0).
+/// non-rotating pairs are 0), for runs no longer than the trained length (dynamic NTK
+/// scaling depends on the run's length: [`inverse_frequencies_for`]).
 pub fn inverse_frequencies(rope: &RopeConfig, head_dim: usize) -> Vec<f64> {
+    inverse_frequencies_for(rope, head_dim, 0)
+}
+
+/// [`inverse_frequencies`] for a run of `seq_len` tokens.
+pub fn inverse_frequencies_for(rope: &RopeConfig, head_dim: usize, seq_len: usize) -> Vec<f64> {
     let rot_dim = rotary_dim(rope, head_dim);
+    if let Some(inv) =
+        super::rope_scaling::inverse_frequencies(&rope.scaling, rope.theta, rot_dim, seq_len)
+    {
+        return inv;
+    }
     let base: Vec<f64> = (0..rot_dim / 2)
         .map(|k| 1.0 / rope.theta.powf((2 * k) as f64 / rot_dim as f64))
         .collect();
     match rope.scaling {
-        RopeScaling::Default => base,
+        RopeScaling::Default
+        | RopeScaling::Linear { .. }
+        | RopeScaling::Dynamic { .. }
+        | RopeScaling::Yarn { .. } => base,
         RopeScaling::Llama3 {
             factor,
             low_freq_factor,
@@ -69,6 +83,11 @@ pub fn rotary_dim(rope: &RopeConfig, head_dim: usize) -> usize {
 pub fn describe(rope: &RopeConfig, head_dim: usize) -> String {
     let kind = match &rope.scaling {
         RopeScaling::Default => "RoPE".to_string(),
+        other @ (RopeScaling::Linear { .. }
+        | RopeScaling::Dynamic { .. }
+        | RopeScaling::Yarn { .. }) => {
+            super::rope_scaling::describe(other).expect("a scaling it describes")
+        }
         RopeScaling::Llama3 {
             factor,
             low_freq_factor,
@@ -115,7 +134,9 @@ pub fn rope_tables(
     dtype: DType,
     device: &Device,
 ) -> Result<Rope> {
-    Rope::new(&inverse_frequencies(rope, head_dim), seq_len, dtype, device)
+    let inv = inverse_frequencies_for(rope, head_dim, seq_len);
+    let scale = super::rope_scaling::attention_factor(&rope.scaling);
+    Rope::scaled(&inv, seq_len, scale, dtype, device)
 }
 
 #[cfg(test)]

@@ -16,14 +16,25 @@ impl Rope {
     /// Tables for `seq_len` positions of the inverse frequencies `inv` (one per rotating
     /// pair), computed in f64 and cast to `dtype`.
     pub fn new(inv: &[f64], seq_len: usize, dtype: DType, device: &Device) -> Result<Self> {
+        Self::scaled(inv, seq_len, 1.0, dtype, device)
+    }
+
+    /// [`Rope::new`] with cos and sin multiplied by `scale` (YaRN's attention factor).
+    pub fn scaled(
+        inv: &[f64],
+        seq_len: usize,
+        scale: f64,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
         let half = inv.len();
         let mut cos = Vec::with_capacity(seq_len * half);
         let mut sin = Vec::with_capacity(seq_len * half);
         for pos in 0..seq_len {
             for f in inv {
                 let angle = pos as f64 * f;
-                cos.push(angle.cos());
-                sin.push(angle.sin());
+                cos.push(angle.cos() * scale);
+                sin.push(angle.sin() * scale);
             }
         }
         let cos = Tensor::from_vec(cos, (seq_len, half), device)?.to_dtype(dtype)?;

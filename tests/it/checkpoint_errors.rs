@@ -105,10 +105,13 @@ fn unimplemented_rope_type_names_the_file() {
     let tmp = tempfile::tempdir().unwrap();
     copy_fixture("llama_gqa", tmp.path());
     edit_config(tmp.path(), |c| {
-        c["rope_parameters"]["rope_type"] = "yarn".into()
+        c["rope_parameters"]["rope_type"] = "longrope".into()
     });
     let err = expect_error(&run_cli(tmp.path(), &["inspect", "."]));
-    assert!(err.contains("config.json") && err.contains("yarn"), "{err}");
+    assert!(
+        err.contains("config.json") && err.contains("longrope"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -378,7 +381,7 @@ fn bad_p_rope_parameters_name_the_value() {
 
 #[test]
 fn unimplemented_rope_types_are_errors() {
-    for kind in ["yarn", "linear", "dynamic", "longrope"] {
+    for kind in ["longrope", "proportional", "mrope"] {
         let tmp = tempfile::tempdir().unwrap();
         copy_fixture("qwen3", tmp.path());
         edit_config(tmp.path(), |c| {

@@ -14,7 +14,7 @@ use asa_analyze::metrics::{Metric, MetricOptions};
 use candle_core::{Device, Tensor};
 
 /// Every model fixture written by `tools/make_fixtures.py`.
-pub const MODEL_FIXTURES: [&str; 19] = [
+pub const MODEL_FIXTURES: [&str; 22] = [
     "llama_gqa",
     "qwen2",
     "mistral",
@@ -25,6 +25,9 @@ pub const MODEL_FIXTURES: [&str; 19] = [
     "mixtral",
     "qwen2_window",
     "qwen3_moe",
+    "rope_linear",
+    "rope_dynamic",
+    "rope_yarn",
     "off_by_one",
     "sink",
     "gated",

@@ -315,3 +315,23 @@ fn qwen3_moe_names_its_experts_and_their_layers() {
     let err = expect_error(&run_cli(tmp.path(), &["inspect", "q"]));
     assert!(err.contains("model.layers.0.mlp.gate.weight"), "{err}");
 }
+
+/// The RoPE scalings of `modeling_rope_utils` (their numbers are checked against
+/// transformers by `metrics.rs` and `conformance.rs` on the rope_* fixtures): `inspect`
+/// names each with its parameters.
+#[test]
+fn scaled_rope_is_named_by_inspect() {
+    for (name, want) in [
+        ("rope_linear", "linearly scaled RoPE (factor 4)"),
+        ("rope_dynamic", "dynamic NTK RoPE (factor 2; the base grows past 16 tokens)"),
+        (
+            "rope_yarn",
+            "YaRN RoPE (factor 4, original_max_position_embeddings 16, beta_fast 32, beta_slow 1, attention factor 1.138629)",
+        ),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        copy_fixture(name, &tmp.path().join("m"));
+        let inspect = expect_success(&run_cli(tmp.path(), &["inspect", "m"]));
+        assert!(inspect.contains(want), "{name}: {inspect}");
+    }
+}
