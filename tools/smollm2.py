@@ -658,6 +658,14 @@ def write_gguf_from_hf(name, arch):
     cfg = json.load(open(os.path.join(src, "config.json")))
     sd = {k: v.to(torch.float32).numpy() for k, v in mf.load_state(src).items()}
     heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    rot_dim = int(head_dim * cfg["rope_parameters"].get("partial_rotary_factor", 1.0))
+    # the names llama.cpp's converter gives the HF tensors of this architecture (the gguf
+    # package's own table), for the architectures beyond llama / qwen2
+    name_map = None
+    if arch not in ("llama", "qwen2"):
+        arch_id = next(a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == arch)
+        name_map = gguf.get_tensor_name_map(arch_id, cfg["num_hidden_layers"])
     w = gguf.GGUFWriter(os.path.join(GGUF_FIX, f"{name}.gguf"), arch)
     w.add_name(f"asa-analyze fixture {name}")
     w.add_block_count(cfg["num_hidden_layers"])
@@ -666,9 +674,11 @@ def write_gguf_from_hf(name, arch):
     w.add_feed_forward_length(cfg["intermediate_size"])
     w.add_head_count(heads)
     w.add_head_count_kv(kv)
-    w.add_key_length(cfg["head_dim"])
-    w.add_value_length(cfg["head_dim"])
-    w.add_rope_dimension_count(cfg["head_dim"])
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_dimension_count(rot_dim)
+    if cfg.get("sliding_window") is not None:
+        w.add_sliding_window(cfg["sliding_window"])
     w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_vocab_size(cfg["vocab_size"])
@@ -676,9 +686,14 @@ def write_gguf_from_hf(name, arch):
     if cfg["rope_parameters"]["rope_type"] == "llama3":
         w.add_tensor("rope_freqs.weight", llama3_rope_factors(cfg))
     inv = {v: k for k, v in HF_NAMES.items()}
+    written = {}
     for key in sorted(sd):
         x = sd[key]
-        if key == "model.embed_tokens.weight":
+        if name_map is not None:
+            base, kind = key.rsplit(".", 1)
+            gname = f"{name_map.get_name(base)}.{kind}"
+            assert not gname.startswith("None"), key
+        elif key == "model.embed_tokens.weight":
             gname = "token_embd.weight"
         elif key == "model.norm.weight":
             gname = "output_norm.weight"
@@ -692,12 +707,13 @@ def write_gguf_from_hf(name, arch):
         if arch == "llama" and gname.endswith(("attn_k.weight", "attn_k.bias")):
             x = llama_cpp_permute(x, kv)
         w.add_tensor(gname, np.ascontiguousarray(x))
+        written[gname] = key
     finish_gguf(w)
     # the writer round-trips through the gguf package's own reader
     back = gguf_state_dict(os.path.join(GGUF_FIX, f"{name}.gguf"), (heads, kv) if arch == "llama" else None)
     for gname, (x, _) in back.items():
         if gname != "rope_freqs.weight":
-            assert np.array_equal(x, sd[hf_name(gname)]), gname
+            assert np.array_equal(x, sd[written[gname]]), gname
 
 
 def finish_gguf(w):
@@ -713,6 +729,9 @@ def fixtures():
     os.makedirs(os.path.join(GGUF_FIX, "bad"), exist_ok=True)
     write_gguf_from_hf("llama_gqa", "llama")  # GQA, untied, llama3 rope as rope_freqs
     write_gguf_from_hf("qwen2", "qwen2")  # q/k/v biases, tied, not permuted
+    write_gguf_from_hf("qwen3", "qwen3")  # per-head QK-norm (attn_q_norm, attn_k_norm)
+    write_gguf_from_hf("olmo2", "olmo2")  # whole-projection QK-norm, post_attention_norm, post_ffw_norm
+    write_gguf_from_hf("phi3", "phi3")  # fused attn_qkv and ffn_up, partial rotary, sliding window
     # an architecture the loader does not map
     w = gguf.GGUFWriter(os.path.join(GGUF_FIX, "bad", "unknown_arch.gguf"), "gpt2")
     w.add_block_count(1)

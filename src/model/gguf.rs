@@ -30,7 +30,7 @@ use super::root_cause;
 use crate::error::{Error, Result};
 
 /// GGUF architectures (`general.architecture`) the loader maps, for error messages.
-pub const SUPPORTED_ARCHITECTURES: &str = "llama, qwen2";
+pub const SUPPORTED_ARCHITECTURES: &str = "llama, olmo2, phi3, qwen2, qwen3";
 
 /// Tensor types candle dequantizes, for error messages.
 const SUPPORTED_TYPES: &str =
@@ -83,7 +83,7 @@ impl GgufFile {
             .to_string();
         let permuted = match arch.as_str() {
             "llama" => true,
-            "qwen2" => false,
+            "qwen2" | "qwen3" | "olmo2" | "phi3" => false,
             other => {
                 return Err(Error::input(
                     path,
@@ -107,7 +107,7 @@ impl GgufFile {
             if gguf_name == "rope_freqs.weight" {
                 continue;
             }
-            let Some(hf_name) = hf_name(gguf_name) else {
+            let Some(hf_name) = hf_name(gguf_name, &arch) else {
                 return Err(Error::input(
                     path,
                     format!("tensor {gguf_name} is not part of the {arch} architecture this loader maps"),
@@ -303,8 +303,10 @@ fn unsupported_type_name(id: u32) -> Option<&'static str> {
     })
 }
 
-/// The HF name of a llama.cpp tensor name, for the llama / qwen2 layout.
-fn hf_name(gguf: &str) -> Option<String> {
+/// The HF name of a llama.cpp tensor name of architecture `arch` (the names
+/// `convert_hf_to_gguf.py` gives: llama / qwen2, qwen3's QK-norm, OLMo 2's post-norms,
+/// Phi-3's fused q/k/v and gate/up).
+fn hf_name(gguf: &str, arch: &str) -> Option<String> {
     let fixed = match gguf {
         "token_embd.weight" => Some("model.embed_tokens.weight"),
         "output_norm.weight" => Some("model.norm.weight"),
@@ -321,17 +323,27 @@ fn hf_name(gguf: &str) -> Option<String> {
     if kind != "weight" && kind != "bias" {
         return None;
     }
-    let hf = match part {
-        "attn_norm" => "input_layernorm",
-        "attn_q" => "self_attn.q_proj",
-        "attn_k" => "self_attn.k_proj",
-        "attn_v" => "self_attn.v_proj",
-        "attn_output" => "self_attn.o_proj",
-        "ffn_norm" => "post_attention_layernorm",
-        "ffn_gate" => "mlp.gate_proj",
-        "ffn_up" => "mlp.up_proj",
-        "ffn_down" => "mlp.down_proj",
-        _ => return None,
+    let hf = match (arch, part) {
+        ("qwen3" | "olmo2", "attn_q_norm") => "self_attn.q_norm",
+        ("qwen3" | "olmo2", "attn_k_norm") => "self_attn.k_norm",
+        ("olmo2", "post_attention_norm") => "post_attention_layernorm",
+        ("olmo2", "post_ffw_norm") => "post_feedforward_layernorm",
+        ("olmo2", "attn_norm" | "ffn_norm") => return None,
+        ("phi3", "attn_qkv") => "self_attn.qkv_proj",
+        ("phi3", "ffn_up") => "mlp.gate_up_proj",
+        ("phi3", "attn_q" | "attn_k" | "attn_v" | "ffn_gate") => return None,
+        (_, part) => match part {
+            "attn_norm" => "input_layernorm",
+            "attn_q" => "self_attn.q_proj",
+            "attn_k" => "self_attn.k_proj",
+            "attn_v" => "self_attn.v_proj",
+            "attn_output" => "self_attn.o_proj",
+            "ffn_norm" => "post_attention_layernorm",
+            "ffn_gate" => "mlp.gate_proj",
+            "ffn_up" => "mlp.up_proj",
+            "ffn_down" => "mlp.down_proj",
+            _ => return None,
+        },
     };
     Some(format!("model.layers.{layer}.{hf}.{kind}"))
 }
@@ -474,19 +486,38 @@ mod tests {
     #[test]
     fn llama_cpp_names_map_to_hf_names() {
         assert_eq!(
-            hf_name("token_embd.weight").unwrap(),
+            hf_name("token_embd.weight", "llama").unwrap(),
             "model.embed_tokens.weight"
         );
         assert_eq!(
-            hf_name("blk.12.attn_q.bias").unwrap(),
+            hf_name("blk.12.attn_q.bias", "llama").unwrap(),
             "model.layers.12.self_attn.q_proj.bias"
         );
         assert_eq!(
-            hf_name("blk.0.ffn_norm.weight").unwrap(),
+            hf_name("blk.0.ffn_norm.weight", "llama").unwrap(),
             "model.layers.0.post_attention_layernorm.weight"
         );
-        assert!(hf_name("blk.0.ffn_gate_exps.weight").is_none());
-        assert!(hf_name("blk.x.attn_q.weight").is_none());
+        assert!(hf_name("blk.0.ffn_gate_exps.weight", "llama").is_none());
+        assert!(hf_name("blk.x.attn_q.weight", "llama").is_none());
+        // per architecture: Phi-3's fused projections, OLMo 2's post-norms, QK-norm
+        assert_eq!(
+            hf_name("blk.1.ffn_up.weight", "phi3").unwrap(),
+            "model.layers.1.mlp.gate_up_proj.weight"
+        );
+        assert_eq!(
+            hf_name("blk.1.ffn_up.weight", "llama").unwrap(),
+            "model.layers.1.mlp.up_proj.weight"
+        );
+        assert_eq!(
+            hf_name("blk.0.post_ffw_norm.weight", "olmo2").unwrap(),
+            "model.layers.0.post_feedforward_layernorm.weight"
+        );
+        assert_eq!(
+            hf_name("blk.0.attn_k_norm.weight", "qwen3").unwrap(),
+            "model.layers.0.self_attn.k_norm.weight"
+        );
+        assert!(hf_name("blk.0.attn_q_norm.weight", "llama").is_none());
+        assert!(hf_name("blk.0.attn_norm.weight", "olmo2").is_none());
     }
 
     #[test]

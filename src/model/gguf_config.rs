@@ -209,6 +209,7 @@ pub(crate) fn raw_config(
         "bos_token_id": token("tokenizer.ggml.bos_token_id"),
         "eos_token_id": token("tokenizer.ggml.eos_token_id"),
         "hidden_act": "silu",
+        "sliding_window": meta.opt_usize_key("attention.sliding_window")?,
     });
     Ok((raw, recovered))
 }

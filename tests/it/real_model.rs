@@ -766,6 +766,31 @@ fn qwen2_gguf_with_biases_and_tied_embeddings_reproduces_its_checkpoint() {
     assert!(!gguf.store.contains("lm_head.weight"));
 }
 
+/// Issue 25: GGUF files of more families, written with the names llama.cpp's converter
+/// gives them (the `gguf` package's tensor-name tables, `tools/smollm2.py fixtures`):
+/// Qwen3's per-head QK-norm, OLMo 2's whole-projection QK-norm and post-norms, Phi-3's fused
+/// `attn_qkv` and `ffn_up` with partial rotary and its sliding window from metadata. Each
+/// reproduces its checkpoint's transformers float64 reference.
+#[test]
+fn qwen3_olmo2_and_phi3_ggufs_reproduce_their_checkpoints() {
+    for name in ["qwen3", "olmo2", "phi3"] {
+        check_tiny_gguf(name);
+        let gguf = Checkpoint::open(
+            &gguf_fixture(&format!("{name}.gguf")),
+            &Device::Cpu,
+            DType::F32,
+        )
+        .unwrap();
+        let hf = Checkpoint::open(&model_dir(name), &Device::Cpu, DType::F32).unwrap();
+        let (a, b) = (&gguf.config, &hf.config);
+        assert_eq!(a.architecture, b.architecture, "{name}");
+        assert_eq!(a.layout, b.layout, "{name}");
+        assert_eq!(a.rope, b.rope, "{name}");
+        assert_eq!(a.sliding_window, b.sliding_window, "{name}");
+        assert_eq!((a.qk_norm, a.head_dim), (b.qk_norm, b.head_dim), "{name}");
+    }
+}
+
 #[test]
 fn gguf_sentencepiece_tokenizer_gives_sentencepieces_ids() {
     // tools/make_spm_gguf.py: a SentencePiece BPE (byte fallback, dummy prefix) written the
@@ -905,7 +930,7 @@ fn gguf_metadata_that_would_give_nan_is_refused() {
 fn unknown_gguf_architecture_is_named() {
     let err = inspect_error(&gguf_fixture("bad/unknown_arch.gguf"));
     assert!(
-        err.contains("architecture `gpt2`") && err.contains("llama, qwen2"),
+        err.contains("architecture `gpt2`") && err.contains("llama, olmo2, phi3, qwen2, qwen3"),
         "{err}"
     );
 }
