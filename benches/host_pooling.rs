@@ -48,7 +48,7 @@ fn main() {
         entropy_of: EntropyOf::Effective,
     };
     let windows = vec![vec![0u32; SEQ_LEN]; BATCH * BATCHES];
-    let mut probe = MetricProbe::new(opts, &[KeyWindow::CAUSAL; LAYERS], HEADS, &windows);
+    let mut probe = MetricProbe::new(opts, (&[KeyWindow::CAUSAL; LAYERS], None), HEADS, &windows);
     let wants = probe
         .row_request(0)
         .expect("the core metrics take row tables");

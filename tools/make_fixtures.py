@@ -50,6 +50,8 @@ from transformers import (
     Qwen3ForCausalLM,
     Qwen3MoeConfig,
     Qwen3MoeForCausalLM,
+    Gemma2Config,
+    Gemma2ForCausalLM,
 )
 from transformers.models.gpt2 import modeling_gpt2
 from transformers.models.gpt_neox import modeling_gpt_neox
@@ -57,6 +59,7 @@ from transformers.models.llama import modeling_llama
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.mixtral import modeling_mixtral
 from transformers.models.qwen3_moe import modeling_qwen3_moe
+from transformers.models.gemma2 import modeling_gemma2
 from transformers.models.olmo2 import modeling_olmo2
 from transformers.models.phi3 import modeling_phi3
 from transformers.models.mistral import modeling_mistral
@@ -203,6 +206,11 @@ def _rms_forward64(self, hidden_states):
     return self.weight * hidden_states
 
 
+def _gemma_rms_forward64(self, x):
+    # Gemma2RMSNorm in float64: x rsqrt(mean x^2 + eps) (1 + w)
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.weight)
+
+
 @torch.no_grad()
 def _rope_forward64(self, x, position_ids):
     freqs = position_ids[..., None].to(TORCH64) * self.inv_freq.to(device=x.device, dtype=TORCH64)
@@ -254,7 +262,7 @@ def float64_transformers(logit_transform=None):
             setattr(obj, attr, val)
 
 
-def transformers64_reference(model_dir, cls, mod, ids, base_attr, rms_cls=None):
+def transformers64_reference(model_dir, cls, mod, ids, base_attr, rms_cls=None, rms_forward=None):
     """A model family through transformers itself in float64 (eager, output_attentions):
     RoPE's cos/sin and inv_freq, the eager softmax and (`rms_cls`) RMSNorm patched to keep
     float64 (LayerNorm and GELU already do); the post-RoPE q, k (before any GQA repeat)
@@ -296,6 +304,9 @@ def transformers64_reference(model_dir, cls, mod, ids, base_attr, rms_cls=None):
         keys = mod.repeat_kv(key, groups) if groups > 1 else key
         values = mod.repeat_kv(value, groups) if groups > 1 else value
         scores = torch.matmul(query, keys.transpose(2, 3)) * scaling
+        softcap = kwargs.get("softcap")
+        if softcap is not None:  # Gemma 2, as its eager attention caps: before the mask
+            scores = torch.tanh(scores / softcap) * softcap
         t = scores.shape[-1]
         causal = torch.ones(t, t, dtype=torch.bool).tril()
         # the keys transformers' own mask lets each query see (a sliding window where the
@@ -323,7 +334,7 @@ def transformers64_reference(model_dir, cls, mod, ids, base_attr, rms_cls=None):
         rope_cls.forward = _rope_forward64
     if rms_cls is not None:
         saved.append((rms_cls, "forward", rms_cls.forward))
-        rms_cls.forward = _rms_forward64
+        rms_cls.forward = rms_forward or _rms_forward64
     try:
         with torch.no_grad():
             out = model(input_ids=ids, output_attentions=True, use_cache=False)
@@ -1418,6 +1429,44 @@ def main():
         M, margin = write_reference(name, "softmax", ids, logits, caps)
         summary.append((name, peak_stats(caps), margin, M))
 
+    # ---------------------------------------------------------------- gemma2
+    # Gemma2ForCausalLM.save_pretrained: RMSNorm scaled by (1 + w) before and after attention
+    # and MLP, a gelu_pytorch_tanh GeGLU, embeddings times sqrt(32), q.k times
+    # query_pre_attn_scalar 12 ^ -1/2 (not head_dim 8), attention logits soft-capped at 2.5
+    # (tanh bends them: |s| reaches about 3 here) and next-token logits at 3.0, layer 1 a
+    # sliding window of 6 (Gemma2Config's default layer_types: even layers slide), layer 2
+    # causal, tied embeddings; init seed 1201. Reference: transformers in float64 (its eager
+    # attention's softcap applied by the float64 patch, Gemma2RMSNorm in float64).
+    name = "gemma2"
+    gmcfg = Gemma2Config(
+        **{k: v for k, v in common_cfg(bos, eos).items() if k != "hidden_act"},
+        hidden_activation="gelu_pytorch_tanh",
+        query_pre_attn_scalar=12,
+        attn_logit_softcapping=2.5,
+        final_logit_softcapping=3.0,
+        sliding_window=6,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    )
+    assert gmcfg.layer_types == ["sliding_attention", "full_attention"], gmcfg.layer_types
+    torch.manual_seed(12)
+    model = Gemma2ForCausalLM(gmcfg)
+    init_weights(model, seed=1201)
+    d = os.path.join(MODELS, name)
+    model.save_pretrained(d)
+    finish_dir(d)
+    logits, caps, d32 = transformers64_reference(
+        d, Gemma2ForCausalLM, modeling_gemma2, ids, "model",
+        rms_cls=modeling_gemma2.Gemma2RMSNorm, rms_forward=_gemma_rms_forward64,
+    )
+    assert "visible" in caps[0] and "visible" not in caps[1]
+    raw_max = max((c["q"] @ modeling_gemma2.repeat_kv(c["k"], 2).transpose(2, 3)).abs().max().item() for c in caps) * 12 ** -0.5
+    assert raw_max > 2.5, ("the soft-cap must bend some logits", raw_max)
+    checks.append(f"{name}: transformers float64-patched vs unpatched logits {fmt(d32)}; largest |q.k| scaled {raw_max:.3f}")
+    cap_fn = lambda l, h, i, j, s: 2.5 * math.tanh(s * math.sqrt(HEAD_DIM) * 12 ** -0.5 / 2.5)  # noqa: E731
+    M, margin = write_reference(name, "softmax", ids, logits, caps, logit_fn=cap_fn)
+    summary.append((name, peak_stats(caps), margin, M))
+
     # ---------------------------------------------------------------- variants
     vcfg = LlamaConfig(
         **common_cfg(bos, eos), rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=False
@@ -1757,7 +1806,7 @@ def main():
         print(f"  {os.path.relpath(sub, ROOT)}: {n} bytes")
         total += n
     print(f"written by this script: {total} bytes")
-    assert total < 8_000_000
+    assert total < 8_500_000
 
 
 CORPUS_DOCS = [

@@ -89,6 +89,7 @@ FIXTURES = [
     "rope_linear",
     "rope_dynamic",
     "rope_yarn",
+    "gemma2",
     "off_by_one",
     "sink",
     "gated",
@@ -101,7 +102,7 @@ FIXTURES = [
 ]
 # Weights that sum to 1 over the visible keys by construction.
 SUM_TO_ONE = {"llama_gqa", "qwen2", "mistral", "gpt_neox", "olmo2", "phi3", "gpt2", "mixtral", "qwen2_window", "qwen3_moe", "rope_linear", "rope_dynamic",
-              "rope_yarn", "gated", "qwen3", "scale_invariant", "logn"}
+              "rope_yarn", "gemma2", "gated", "qwen3", "scale_invariant", "logn"}
 TOL = 1e-12
 
 _DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "BOOL": "?"}
@@ -166,6 +167,25 @@ def visible(R, l, T):
     return np.tril(np.ones((T, T), dtype=bool))
 
 
+def softcap_of(name):
+    """(query scale, cap) of a soft-capped fixture (Gemma 2's query_pre_attn_scalar^-1/2 and
+    attn_logit_softcapping), else None."""
+    cfg = read_model_weights(name)[1]
+    cap = cfg.get("attn_logit_softcapping")
+    if cfg.get("model_type") != "gemma2" or cap is None:
+        return None
+    return float(cfg["query_pre_attn_scalar"]) ** -0.5, float(cap)
+
+
+def uncapped_scores(R, l, name):
+    """A soft-capped fixture's logits before the cap, q.k times its query scale, from the
+    stored q and k (max_logit is taken before soft-capping, SPEC section 4)."""
+    scale, _ = softcap_of(name)
+    q, k = R[f"layers.{l}.q"], R[f"layers.{l}.k"]
+    kr = np.repeat(k, q.shape[1] // k.shape[1], axis=1)
+    return np.einsum("bhid,bhjd->bhij", q, kr) * scale
+
+
 def compute(name, R, mq):
     L = sum(1 for k in R if k.endswith(".attn_scores"))
     S0 = R["layers.0.attn_scores"]
@@ -189,7 +209,8 @@ def compute(name, R, mq):
         if not np.array_equal(vis, np.tril(np.ones((T, T), dtype=bool))):
             assert not np.array_equal(count, [T - max(j, mq) for j in range(T)]), "window hides nothing"
         has_nan |= bool((count == 0).any())
-        rowmax = np.where(vis, S, -np.inf).max(-1)[:, :, mq:]  # [B, H, Tq], visible keys only
+        S_max = uncapped_scores(R, l, name) if softcap_of(name) else S
+        rowmax = np.where(vis, S_max, -np.inf).max(-1)[:, :, mq:]  # [B, H, Tq], visible keys only
         assert np.isfinite(rowmax).all()
         ml_max.append(rowmax.max(axis=(0, 2)))
         ml_mean.append(rowmax.mean(axis=(0, 2)))
@@ -221,13 +242,21 @@ def compute(name, R, mq):
             "layer_mean": to_list(kr_lmean),
         },
     }
+    if softcap_of(name):
+        # the capped logits' maxima: straight from attn_scores (what enters the softmax)
+        cmax = []
+        for l in range(L):
+            S = R[f"layers.{l}.attn_scores"]
+            vis = visible(R, l, T)
+            cmax.append(np.where(vis, S, -np.inf).max(-1)[:, :, mq:].max(axis=(0, 2)))
+        out["max_logit_capped"] = {"max": to_list(cmax), "layer_max": to_list([m.max() for m in cmax])}
     return out, received_all, has_nan
 
 
 # ----------------------------------------------------------------------------
 # plain-Python path (independent of the numpy reductions)
 # ----------------------------------------------------------------------------
-def compute_loops(R, mq):
+def compute_loops(R, mq, name):
     L = sum(1 for k in R if k.endswith(".attn_scores"))
     B, H, T, _ = R["layers.0.attn_scores"].shape
 
@@ -237,7 +266,7 @@ def compute_loops(R, mq):
     res = {"max": [], "mean": [], "layer_max": [], "layer_mean": [],
            "sum": [], "kmean": [], "layer_sum": [], "layer_kmean": []}
     for l in range(L):
-        S = R[f"layers.{l}.attn_scores"].tolist()
+        S = (uncapped_scores(R, l, name) if softcap_of(name) else R[f"layers.{l}.attn_scores"]).tolist()
         A = R[f"layers.{l}.pattern"].tolist()
         V = visible(R, l, T).tolist()
         rm = [[[max(S[b][h][i][j] for j in range(i + 1) if V[i][j]) for i in range(mq, T)] for h in range(H)]
@@ -307,6 +336,9 @@ def check_inputs(name, R, mq, notes):
             key = f"model.layers.{l}.self_attn.logn_scale"
             s_h = sd[key] if key in sd else np.full(H, float(cfg["logn"]["scale"]))
             s = s * s_h.reshape(1, H, 1, 1) * np.log(ii + 1.0)
+        elif softcap_of(name):
+            scale, cap = softcap_of(name)
+            s = cap * np.tanh(s * math.sqrt(D) * scale / cap)
         elif name == "scale_invariant":
             _, cfg = read_model_weights(name)
             tau = float(cfg["scale_invariant"]["tau"])
@@ -392,7 +424,7 @@ def build(name, mq_override=None):
     check_inputs(name, R, mq, notes)
     out, received_all, has_nan = compute(name, R, mq)
     assert out["options"]["seq_len"] == opts["seq_len"] and out["options"]["num_seqs"] == opts["num_seqs"]
-    lp = compute_loops(R, mq)
+    lp = compute_loops(R, mq, name)
     ml, kr = out["max_logit"], out["key_received"]
     d = max(
         max_diff(ml["max"], lp["max"]), max_diff(ml["mean"], lp["mean"]),
@@ -414,7 +446,7 @@ def dumps(obj):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("names", nargs="*", help="fixtures (default: all 22)")
+    ap.add_argument("names", nargs="*", help="fixtures (default: all 23)")
     ap.add_argument("--check", action="store_true", help="compare with the existing files, write nothing")
     args = ap.parse_args(argv)
     names = args.names or FIXTURES

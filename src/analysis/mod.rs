@@ -121,7 +121,12 @@ pub fn accumulate_timed(
 ) -> Result<(MetricProbe, Vec<LayerTiming>)> {
     let c = &ckpt.config;
     let key_windows: Vec<_> = (0..c.num_layers).map(|l| c.key_window(l)).collect();
-    let mut probe = MetricProbe::new(opts.clone(), &key_windows, c.num_heads, windows);
+    let mut probe = MetricProbe::new(
+        opts.clone(),
+        (&key_windows, c.attn_logit_softcap),
+        c.num_heads,
+        windows,
+    );
     let device = ckpt.store.device();
     let t = windows.first().map_or(0, Vec::len);
     let layers = c.num_layers.max(1);

@@ -69,6 +69,9 @@ pub enum TileLogits {
     Plain,
     /// LogN: y = s * (s_h ln(i + 1)), s_h per head.
     Logn { head_scale: Vec<f32> },
+    /// Soft-capped (Gemma 2): y = cap tanh(s / cap); the row table's max-logit column keeps
+    /// the largest s, before capping.
+    SoftCap { cap: f32 },
     /// Scale-invariant: y = s a_t + m_t at distance t = i - j, from coefficient tables
     /// stored in reverse (`a[len - 1 - t]`, `crate::attention::reversed_coefficients`) so
     /// that a row's keys read one slice in key order.
@@ -79,6 +82,7 @@ pub enum TileLogits {
 enum RowLogits<'a> {
     Plain,
     Factor(f32),
+    SoftCap(f32),
     Distance(&'a [f32], &'a [f32]),
 }
 
@@ -87,6 +91,7 @@ impl TileLogits {
     fn row(&self, head: usize, i: usize, k0: usize) -> RowLogits<'_> {
         match self {
             TileLogits::Plain => RowLogits::Plain,
+            TileLogits::SoftCap { cap } => RowLogits::SoftCap(*cap),
             TileLogits::Logn { head_scale } => {
                 RowLogits::Factor(head_scale[head] * ((i + 1) as f64).ln() as f32)
             }
@@ -123,11 +128,14 @@ struct RowSums {
     /// Raw q.k sum and absolute sum (no rescaling).
     qk: f64,
     qk_abs: f64,
+    /// The largest logit before soft-capping (-inf without a cap).
+    uncapped_max: f32,
 }
 
 impl RowSums {
     fn new() -> Self {
         RowSums {
+            uncapped_max: f32::NEG_INFINITY,
             max: f32::NEG_INFINITY,
             sum: 0.0,
             sum_ey: 0.0,
@@ -159,6 +167,13 @@ fn row_logits<'a>(
             let y = &mut scratch[..x.len()];
             for (((y, &v), &a), &m) in y.iter_mut().zip(x).zip(a).zip(m) {
                 *y = v * scale * a + m;
+            }
+            (&*y, 1.0)
+        }
+        RowLogits::SoftCap(cap) => {
+            let y = &mut scratch[..x.len()];
+            for (y, &v) in y.iter_mut().zip(x) {
+                *y = (v * scale / cap).tanh() * cap;
             }
             (&*y, 1.0)
         }
@@ -249,6 +264,9 @@ fn tile_row(
     let (qk, qk_abs) = qk_row(x);
     sums.qk += qk;
     sums.qk_abs += qk_abs;
+    if matches!(rule, RowLogits::SoftCap(_)) {
+        sums.uncapped_max = sums.uncapped_max.max(lane_max(x, |v| v * scale));
+    }
     let (x, scale) = row_logits(x, (rule, scratch), scale);
     let max = sums.max.max(lane_max(x, |v| v * scale));
     if max > sums.max && sums.max > f32::NEG_INFINITY {
@@ -285,6 +303,14 @@ fn tile_row(
     }
 }
 
+/// The row's largest logit, before soft-capping where there is a cap.
+fn max_before_cap(sums: &RowSums) -> f32 {
+    match sums.uncapped_max > f32::NEG_INFINITY {
+        true => sums.uncapped_max,
+        false => sums.max,
+    }
+}
+
 /// The row's table line (the columns of `crate::probe::row_table`) and its output row
 /// divided by the denominator; `sink` is the row's sink logit.
 fn finish_row(
@@ -316,7 +342,7 @@ fn finish_row(
         sink_mass: (sink_e * inv) as f32,
         qk: sums.qk,
         qk_abs: sums.qk_abs,
-        max_logit: sums.max,
+        max_logit: max_before_cap(sums),
     };
     write_line(
         cell,
@@ -411,7 +437,7 @@ fn finish_affine_row(
         sink_mass: 0.0,
         qk: softmax.qk,
         qk_abs: softmax.qk_abs,
-        max_logit: softmax.max,
+        max_logit: max_before_cap(softmax),
     };
     write_line(cell, wants, line, bands.iter().map(|&b| b as f32), i);
 }
@@ -828,7 +854,7 @@ pub fn causal_attention(
         keys: tiles.keys.max(1),
     };
     let short_table = match rule {
-        TileLogits::Plain => false,
+        TileLogits::Plain | TileLogits::SoftCap { .. } => false,
         TileLogits::Logn { head_scale } => head_scale.len() < heads,
         TileLogits::Distance { a, m } => a.len() < t || m.len() < t,
     };

@@ -47,6 +47,10 @@ pub struct AttentionShape {
     pub logn_scale: Option<f64>,
     /// The keys each query sees: a sliding window in windowed layers, else every earlier key.
     pub window: KeyWindow,
+    /// The factor of q.k: 1/sqrt(head_dim), or Gemma's query_pre_attn_scalar^-1/2.
+    pub scale: f64,
+    /// Logit soft-capping (Gemma 2): the logits are cap * tanh(s / cap).
+    pub softcap: Option<f64>,
 }
 
 /// How the scaled logits s_ij become the logits the variant normalises.
@@ -57,6 +61,8 @@ enum LogitRule {
     ScaleInvariant { tau: f64 },
     /// l = s * s_h * ln(i + 1); `scale` `[1, heads, 1, 1]` f32.
     Logn { scale: Tensor },
+    /// l = cap tanh(s / cap) (Gemma 2's soft-capping).
+    SoftCap { cap: f64 },
 }
 
 /// The tensors of one attention layer (`model.layers.{l}.self_attn`), as loaded.
@@ -110,7 +116,10 @@ impl Attention {
                 tau: shape.scale_invariant.tau,
             },
             (VariantKind::Logn, Some(scale)) => LogitRule::Logn { scale },
-            _ => LogitRule::Plain,
+            _ => match shape.softcap {
+                Some(cap) => LogitRule::SoftCap { cap },
+                None => LogitRule::Plain,
+            },
         };
         Attention {
             q_proj: w.q_proj,
@@ -271,6 +280,7 @@ impl Attention {
             sinks_f32: sinks.is_none_or(|s| s.dtype() == DType::F32),
             plain_logits: matches!(self.logit_rule, LogitRule::Plain),
             windowed: self.shape.window.restricts(p.t),
+            softcapped: matches!(self.logit_rule, LogitRule::SoftCap { .. }),
             affine: p.alpha.is_some(),
             alpha_ma: self.alpha_ma.is_some(),
             rows: probe.row_request(layer),
@@ -288,7 +298,7 @@ impl Attention {
         probe: &mut dyn Probe,
     ) -> Result<Vec<Tensor>> {
         // the scale of the other kernels, rounded to f32
-        let scale = (1.0 / (self.shape.head_dim as f64).sqrt()) as f32;
+        let scale = self.shape.scale as f32;
         let (rule, affine) = self.tile_logits(p)?;
         let wants = probe.row_request(layer);
         let mut outputs = Vec::new();
@@ -321,7 +331,7 @@ impl Attention {
         (layer, block): (usize, usize),
         probe: &mut dyn Probe,
     ) -> Result<Vec<Tensor>> {
-        let scale = 1.0 / (self.shape.head_dim as f64).sqrt();
+        let scale = self.shape.scale;
         let wants = probe
             .row_request(layer)
             .ok_or_else(|| unplanned("fused softmax rows without a row request"))?;
@@ -363,7 +373,7 @@ impl Attention {
         fused: bool,
         probe: &mut dyn Probe,
     ) -> Result<Vec<Tensor>> {
-        let scale = 1.0 / (self.shape.head_dim as f64).sqrt();
+        let scale = self.shape.scale;
         let distance_table = match self.logit_rule {
             LogitRule::ScaleInvariant { tau } => Some(DistanceTable::new(tau, p.t, p.q.device())?),
             _ => None,
@@ -389,7 +399,16 @@ impl Attention {
                 if probe.wants(Hook::AttnScores, layer) {
                     probe.on_tensor(Hook::AttnScores, &ctx, &scores)?;
                 }
-                let max_logit = want_max.then(|| scores.max(D::Minus1)).transpose()?;
+                let max_logit = match (want_max, &self.logit_rule) {
+                    (false, _) => None,
+                    // before soft-capping (the capped maximum follows: tanh is monotone)
+                    (true, LogitRule::SoftCap { .. }) => Some(row_max_logits(
+                        &(&raw * scale)?,
+                        q_start,
+                        self.shape.window,
+                    )?),
+                    (true, _) => Some(scores.max(D::Minus1)?),
+                };
                 let want_softmax = probe.wants(Hook::Softmax, layer);
                 let bw =
                     self.block_weights(&scores, q_start, p.t, p.alpha.as_ref(), want_softmax)?;
@@ -572,6 +591,7 @@ impl Attention {
                 let (a, m) = reversed_coefficients(*tau, p.t);
                 TileLogits::Distance { a, m }
             }
+            LogitRule::SoftCap { cap } => TileLogits::SoftCap { cap: *cap as f32 },
         };
         Ok((rule, affine))
     }
@@ -588,6 +608,7 @@ impl Attention {
         match (&self.logit_rule, table) {
             (LogitRule::ScaleInvariant { .. }, Some(table)) => table.apply(&scaled, q_start),
             (LogitRule::Logn { scale }, _) => logn_logits(&scaled, scale, q_start),
+            (LogitRule::SoftCap { cap }, _) => Ok(((scaled / *cap)?.tanh()? * *cap)?),
             _ => Ok(scaled),
         }
     }

@@ -40,6 +40,9 @@ pub struct Facts {
     /// A sliding window hides some earlier keys from some queries (only the flash tiles
     /// and candle ops mask by window).
     pub windowed: bool,
+    /// The logits are soft-capped (the CPU's fused softmax reports the capped maximum, not
+    /// the raw one max_logit wants).
+    pub softcapped: bool,
     /// Affine-Scaled weights (alpha), and whether the stored alpha_ma is there.
     pub affine: bool,
     pub alpha_ma: bool,
@@ -78,7 +81,8 @@ pub fn plan(f: &Facts) -> Kernel {
     }
     // the CPU's fused softmax reads host sinks and pushes no scores or plain softmax
     let sinks_unfused = f.sinks && (!f.host_sinks || f.wants_softmax);
-    let fused_serves = !f.qk_tracks && !sinks_unfused && !f.wants_scores && !f.windowed;
+    let fused_serves =
+        !f.qk_tracks && !sinks_unfused && !f.wants_scores && !f.windowed && !f.softcapped;
     if f.device == DeviceKind::Cpu && fused_serves {
         Kernel::MaterialisedFused
     } else {
@@ -102,6 +106,7 @@ mod tests {
             sinks_f32: true,
             plain_logits: true,
             windowed: false,
+            softcapped: false,
             affine: false,
             alpha_ma: false,
             rows: Some(RowWants::default()),

@@ -141,6 +141,7 @@ fn table_rows(
         ("vocab size", c.vocab_size.to_string()),
         ("lm head", lm_head(ckpt).to_string()),
         ("attention", attention_span(c)),
+        ("logits", logit_transforms(c)),
         ("rope", positions(c)),
         ("parameters", format_count(ckpt.parameter_count())),
         ("delta params", delta),
@@ -167,6 +168,31 @@ fn positions(c: &ModelConfig) -> String {
         ),
         false => rope::describe(&c.rope, c.head_dim),
     }
+}
+
+/// How q.k becomes the logits, and what happens to the next-token logits (Gemma 2's
+/// query scale and soft-caps).
+fn logit_transforms(c: &ModelConfig) -> String {
+    let scale = match c.query_pre_attn_scalar {
+        Some(s) => format!("q.k / sqrt({s}) (query_pre_attn_scalar)"),
+        None => format!("q.k / sqrt({}) (head_dim)", c.head_dim),
+    };
+    let attn = match c.attn_logit_softcap {
+        Some(cap) => format!(
+            ", soft-capped at {cap}: {cap} tanh(s / {cap}) (max_logit is before the cap, \
+             max_logit_capped after)"
+        ),
+        None => String::new(),
+    };
+    let embed = match c.embedding_scale {
+        Some(s) => format!("; embeddings times {s:.6}"),
+        None => String::new(),
+    };
+    let last = match c.final_logit_softcap {
+        Some(cap) => format!("; next-token logits soft-capped at {cap}"),
+        None => String::new(),
+    };
+    format!("{scale}{attn}{embed}{last}")
 }
 
 /// Which keys a query sees: all earlier ones, or a sliding window on some layers.

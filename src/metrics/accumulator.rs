@@ -128,6 +128,8 @@ pub struct Setup<'a> {
     pub heads: usize,
     /// `[layer]` the keys each query sees (sliding windows).
     pub key_windows: &'a [KeyWindow],
+    /// The attention logits' soft-cap (Gemma 2), if any.
+    pub logit_softcap: Option<f64>,
     /// Every window (sequence) of the run.
     pub windows: &'a [Vec<u32>],
 }

@@ -1,6 +1,8 @@
 //! max_logit (what QK-clip monitors): per (layer, head) the largest logit the variant
 //! normalises over sequences, queries i >= min_query and visible keys, and the mean over
-//! those queries of each row's largest logit. Flash kernels keep only a row maximum, so this
+//! those queries of each row's largest logit. Where the logits are soft-capped (Gemma 2),
+//! these are before the cap, and the capped maximum cap tanh(max / cap) is reported beside
+//! (tanh is monotone: the capped logits' maximum). Flash kernels keep only a row maximum, so this
 //! is read from the row table (or the `MaxLogit` hook where a block is materialised).
 
 use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
@@ -17,6 +19,8 @@ use crate::probe::row_table::{Column, RowWants};
 pub struct MaxLogit {
     heads: usize,
     min_query: usize,
+    /// The logit soft-cap, where there is one.
+    softcap: Option<f64>,
     /// `[layer][head]`.
     max: Vec<Vec<f64>>,
     sum: Vec<Vec<Pool>>,
@@ -29,6 +33,9 @@ pub struct MaxLogitResult {
     pub mean: Vec<Vec<f64>>,
     pub layer_max: Vec<f64>,
     pub layer_mean: Vec<f64>,
+    /// Soft-capped logits: the capped maxima `[layer][head]` and per layer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capped: Option<(Vec<Vec<f64>>, Vec<f64>)>,
 }
 
 impl MaxLogit {
@@ -37,6 +44,7 @@ impl MaxLogit {
         MaxLogit {
             heads,
             min_query,
+            softcap: None,
             max: vec![vec![f64::NEG_INFINITY; heads]; layers],
             sum: vec![vec![Pool::default(); heads]; layers],
         }
@@ -95,7 +103,9 @@ impl MaxLogit {
                 .map(|heads| heads.iter().copied().fold(f64::NEG_INFINITY, f64::max))
                 .collect(),
             layer_mean: self.sum.iter().map(|heads| mean(heads)).collect(),
+            capped: None,
         }
+        .with_cap(self.softcap)
     }
 }
 
@@ -121,7 +131,9 @@ impl Metric {
 
 /// The max_logit accumulator.
 pub fn build(s: &Setup) -> Box<dyn Accumulator> {
-    Box::new(MaxLogit::new(s.layers, s.heads, s.opts.min_query))
+    let mut acc = MaxLogit::new(s.layers, s.heads, s.opts.min_query);
+    acc.softcap = s.logit_softcap;
+    Box::new(acc)
 }
 
 impl Accumulator for MaxLogit {
@@ -149,8 +161,26 @@ impl Accumulator for MaxLogit {
     }
 }
 
+impl MaxLogitResult {
+    /// With the capped maxima of soft-cap `cap`, if any.
+    fn with_cap(mut self, cap: Option<f64>) -> Self {
+        if let Some(cap) = cap {
+            let capped = |x: f64| cap * (x / cap).tanh();
+            self.capped = Some((
+                self.max
+                    .iter()
+                    .map(|heads| heads.iter().map(|&x| capped(x)).collect())
+                    .collect(),
+                self.layer_max.iter().map(|&x| capped(x)).collect(),
+            ));
+        }
+        self
+    }
+}
+
 impl MetricResult for MaxLogitResult {
-    /// Per layer and per (layer, head), stats `max` and `mean`.
+    /// Per layer and per (layer, head), stats `max` and `mean`; soft-capped logits also
+    /// metric `max_logit_capped`, stat `max`.
     fn write_rows(&self, metric: Metric, model: &str, out: &mut TableRows) {
         let name = metric.name();
         for (l, (max, mean)) in self.max.iter().zip(&self.mean).enumerate() {
@@ -159,6 +189,15 @@ impl MetricResult for MaxLogitResult {
             for (h, (&x, &m)) in max.iter().zip(mean).enumerate() {
                 out.push(model, name, Some(l), Some(h), "max", x);
                 out.push(model, name, Some(l), Some(h), "mean", m);
+            }
+        }
+        if let Some((heads, layers)) = &self.capped {
+            let capped = "max_logit_capped";
+            for (l, (heads, &layer)) in heads.iter().zip(layers).enumerate() {
+                out.push(model, capped, Some(l), None, "max", layer);
+                for (h, &x) in heads.iter().enumerate() {
+                    out.push(model, capped, Some(l), Some(h), "max", x);
+                }
             }
         }
     }

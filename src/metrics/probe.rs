@@ -68,12 +68,12 @@ pub struct MetricProbe {
 }
 
 impl MetricProbe {
-    /// Accumulators for a model whose layers see the keys of `key_windows` (one per layer),
-    /// with `heads`, over `windows` (all sequences of the run): one per registry entry with
-    /// an asked metric.
+    /// Accumulators for a model whose layers see the keys of `key_windows` (one per layer)
+    /// with logits soft-capped at `logit_softcap` (if any), with `heads`, over `windows` (all
+    /// sequences of the run): one per registry entry with an asked metric.
     pub fn new(
         opts: MetricOptions,
-        key_windows: &[KeyWindow],
+        (key_windows, logit_softcap): (&[KeyWindow], Option<f64>),
         heads: usize,
         windows: &[Vec<u32>],
     ) -> Self {
@@ -82,6 +82,7 @@ impl MetricProbe {
             layers: key_windows.len(),
             heads,
             key_windows,
+            logit_softcap,
             windows,
         };
         let accumulators = REGISTRY
@@ -494,8 +495,8 @@ mod tests {
             entropy_of: EntropyOf::Effective,
         };
         let windows = vec![vec![0u32; t]; 2 * b];
-        let mut host = MetricProbe::new(opts.clone(), &[KeyWindow::CAUSAL], h, &windows);
-        let mut device = MetricProbe::new(opts, &[KeyWindow::CAUSAL], h, &windows);
+        let mut host = MetricProbe::new(opts.clone(), (&[KeyWindow::CAUSAL], None), h, &windows);
+        let mut device = MetricProbe::new(opts, (&[KeyWindow::CAUSAL], None), h, &windows);
         let wants = device.row_request(0).expect("row tables");
         let width = wants.width();
         // two batches of b sequences

@@ -31,6 +31,10 @@ pub enum Architecture {
     /// layers `decoder_sparse_step` and `mlp_only_layers` pick.
     #[serde(rename = "qwen3_moe")]
     Qwen3Moe,
+    /// Gemma 2: RMSNorm scaled by (1 + w) before and after attention and MLP, a tanh-GELU
+    /// GeGLU, embeddings times sqrt(hidden), q.k scaled by `query_pre_attn_scalar`^-1/2,
+    /// attention and final logits soft-capped, sliding windows on alternate layers.
+    Gemma2,
     /// GPT-2: learned absolute positions (`wpe`), LayerNorm with biases, Conv1D weights
     /// (`[in, out]`), a fused `c_attn`, the tanh-GELU MLP, tied embeddings.
     Gpt2,
@@ -48,7 +52,7 @@ pub enum Architecture {
 impl Architecture {
     /// `model_type` values accepted, for error messages.
     pub const SUPPORTED: &'static str =
-        "gpt2, gpt_neox, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe";
+        "gemma2, gpt2, gpt_neox, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe";
 
     fn parse(name: &str) -> Option<Self> {
         match name {
@@ -62,6 +66,7 @@ impl Architecture {
             "gpt2" => Some(Architecture::Gpt2),
             "mixtral" => Some(Architecture::Mixtral),
             "qwen3_moe" => Some(Architecture::Qwen3Moe),
+            "gemma2" => Some(Architecture::Gemma2),
             _ => None,
         }
     }
@@ -79,6 +84,7 @@ impl Architecture {
             Architecture::Gpt2 => "gpt2",
             Architecture::Mixtral => "mixtral",
             Architecture::Qwen3Moe => "qwen3_moe",
+            Architecture::Gemma2 => "gemma2",
         }
     }
 }
@@ -191,6 +197,14 @@ pub struct ModelConfig {
     pub layout: Layout,
     /// A mixture-of-experts MLP (Mixtral, Qwen3-MoE): its experts, routing and layers.
     pub experts: Option<Experts>,
+    /// q.k is scaled by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2 (Gemma).
+    pub query_pre_attn_scalar: Option<f64>,
+    /// Attention logits soft-capped at cap tanh(s / cap) (Gemma 2).
+    pub attn_logit_softcap: Option<f64>,
+    /// Next-token logits soft-capped likewise (Gemma 2).
+    pub final_logit_softcap: Option<f64>,
+    /// Embeddings multiplied by this (Gemma: sqrt(hidden_size)).
+    pub embedding_scale: Option<f64>,
 }
 
 /// Serde mirror of config.json: everything optional, unknown fields ignored.
@@ -225,6 +239,13 @@ pub struct RawConfig {
     pub max_window_layers: Option<usize>,
     /// The pretraining length outside the rope parameters (Phi-3), preferred by YaRN.
     pub original_max_position_embeddings: Option<usize>,
+    /// Gemma's attention scale, soft-caps (null: none) and MLP activation.
+    pub query_pre_attn_scalar: Option<f64>,
+    pub attn_logit_softcapping: Option<Value>,
+    pub final_logit_softcapping: Option<Value>,
+    pub hidden_activation: Option<String>,
+    /// Gemma's bidirectional (non-causal) attention, which the kernels do not compute.
+    pub use_bidirectional_attention: Option<bool>,
     pub layer_norm_eps: Option<f64>,
     pub num_local_experts: Option<usize>,
     pub num_experts: Option<usize>,
@@ -272,6 +293,14 @@ pub struct RawAffine {
 }
 
 impl ModelConfig {
+    /// The factor of q.k: query_pre_attn_scalar^-1/2 (Gemma) or head_dim^-1/2.
+    pub fn query_scale(&self) -> f64 {
+        1.0 / self
+            .query_pre_attn_scalar
+            .unwrap_or(self.head_dim as f64)
+            .sqrt()
+    }
+
     /// Reads and resolves `dir/config.json`.
     pub fn from_dir(dir: &Path) -> Result<Self> {
         let path = dir.join("config.json");
@@ -378,6 +407,7 @@ impl RawConfig {
             Architecture::Llama
             | Architecture::Qwen3
             | Architecture::Qwen3Moe
+            | Architecture::Gemma2
             | Architecture::Mistral
             | Architecture::Mixtral
             | Architecture::Olmo2 => (attention_bias, attention_bias),
@@ -470,9 +500,10 @@ impl RawConfig {
             rms_norm_eps,
             max_position_embeddings: self.max_position_embeddings.unwrap_or(2048),
             // GPT2Config ties them unless told otherwise
-            tie_word_embeddings: self
-                .tie_word_embeddings
-                .unwrap_or(architecture == Architecture::Gpt2),
+            tie_word_embeddings: self.tie_word_embeddings.unwrap_or(matches!(
+                architecture,
+                Architecture::Gpt2 | Architecture::Gemma2
+            )),
             qkv_bias,
             o_bias,
             mlp_bias: matches!(architecture, Architecture::GptNeox | Architecture::Gpt2)
@@ -491,7 +522,58 @@ impl RawConfig {
             sliding_window,
             layout: Layout::of(architecture, self.use_parallel_residual.unwrap_or(true)),
             experts: self.experts(architecture, (num_layers, intermediate_size), path)?,
+            query_pre_attn_scalar: match architecture {
+                Architecture::Gemma2 => Some(positive(
+                    self.query_pre_attn_scalar.unwrap_or(256.0),
+                    "query_pre_attn_scalar",
+                    path,
+                )?),
+                _ => None,
+            },
+            attn_logit_softcap: self.softcap(
+                architecture,
+                (
+                    "attn_logit_softcapping",
+                    self.attn_logit_softcapping.as_ref(),
+                    50.0,
+                ),
+                path,
+            )?,
+            final_logit_softcap: self.softcap(
+                architecture,
+                (
+                    "final_logit_softcapping",
+                    self.final_logit_softcapping.as_ref(),
+                    30.0,
+                ),
+                path,
+            )?,
+            embedding_scale: (architecture == Architecture::Gemma2)
+                .then(|| (hidden_size as f64).sqrt()),
         })
+    }
+
+    /// Gemma 2's soft-cap `key`: its default when absent, none when null.
+    fn softcap(
+        &self,
+        architecture: Architecture,
+        (key, value, default): (&str, Option<&Value>, f64),
+        path: &Path,
+    ) -> Result<Option<f64>> {
+        if architecture != Architecture::Gemma2 {
+            return Ok(None);
+        }
+        match value {
+            None => Ok(Some(default)),
+            Some(Value::Null) => Ok(None),
+            Some(v) => match v.as_f64() {
+                Some(cap) => Ok(Some(positive(cap, key, path)?)),
+                None => Err(Error::input(
+                    path,
+                    format!("{key} must be a number or null, got {v}"),
+                )),
+            },
+        }
     }
 
     /// The experts of a mixture-of-experts architecture (`super::experts`).
@@ -543,6 +625,8 @@ impl RawConfig {
             Some(d) => d,
             // transformers' Qwen3Config default (it does not derive it from hidden / heads)
             None if architecture == Architecture::Qwen3 => 128,
+            // Gemma2Config's default
+            None if architecture == Architecture::Gemma2 => 256,
             None if hidden_size % num_heads == 0 => hidden_size / num_heads,
             None => {
                 return Err(Error::input(
@@ -560,6 +644,12 @@ impl RawConfig {
         let (want, given) = match architecture {
             Architecture::GptNeox => ("gelu", self.hidden_act.as_deref()),
             Architecture::Gpt2 => ("gelu_new", self.activation_function.as_deref()),
+            Architecture::Gemma2 => (
+                "gelu_pytorch_tanh",
+                self.hidden_activation
+                    .as_deref()
+                    .or(self.hidden_act.as_deref()),
+            ),
             _ => ("silu", self.hidden_act.as_deref()),
         };
         if architecture == Architecture::Gpt2 {
@@ -583,6 +673,12 @@ impl RawConfig {
                     ));
                 }
             }
+        }
+        if self.use_bidirectional_attention == Some(true) {
+            return Err(Error::input(
+                path,
+                "use_bidirectional_attention: true is not implemented (attention is causal)",
+            ));
         }
         if let Some(act) = given.filter(|a| *a != want) {
             return Err(Error::input(

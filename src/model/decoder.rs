@@ -58,6 +58,12 @@ impl DecoderLayer {
             )
         };
         let (pre_attention, post_attention, pre_mlp, post_mlp) = match layout.post_norm {
+            _ if layout.sandwich => (
+                Some(norm("input_layernorm")?),
+                Some(norm("post_attention_layernorm")?),
+                Some(norm("pre_feedforward_layernorm")?),
+                Some(norm("post_feedforward_layernorm")?),
+            ),
             false => (
                 Some(norm("input_layernorm")?),
                 None,
@@ -226,6 +232,8 @@ impl Model {
             scale_invariant: c.scale_invariant,
             logn_scale: c.logn_scale,
             window: crate::probe::KeyWindow::CAUSAL,
+            scale: c.query_scale(),
+            softcap: c.attn_logit_softcap,
         };
         Ok(Model {
             embed_tokens: None,
@@ -304,7 +312,7 @@ impl Model {
         let rope = self.rope(t, input_ids.device())?;
         let mut xs = {
             let _p = phase("embedding");
-            self.add_positions(candle_core::Module::forward(embed, input_ids)?)?
+            self.finish_embeddings(candle_core::Module::forward(embed, input_ids)?)?
         };
         self.watch.check(&xs, None, "hook_embed")?;
         for (l, layer) in self.layers.iter().enumerate() {
@@ -342,7 +350,7 @@ impl Model {
                 &[c.vocab_size, c.hidden_size],
                 &flat,
             )?;
-            let rows = self.add_positions(rows.reshape((ids.dim(0)?, t, c.hidden_size))?)?;
+            let rows = self.finish_embeddings(rows.reshape((ids.dim(0)?, t, c.hidden_size))?)?;
             self.watch.check(&rows, None, "hook_embed")?;
             stream.push(rows)?;
         }
@@ -423,8 +431,17 @@ impl Model {
         }
     }
 
-    /// Token embeddings `[batch, t, hidden]` plus the learned positions 0..t, if any.
-    fn add_positions(&self, xs: Tensor) -> Result<Tensor> {
+    /// Token embeddings `[batch, t, hidden]` times the embedding scale (Gemma's
+    /// sqrt(hidden), rounded to the embeddings' dtype as transformers rounds it), plus the
+    /// learned positions 0..t, if any.
+    fn finish_embeddings(&self, xs: Tensor) -> Result<Tensor> {
+        let xs = match self.config.embedding_scale {
+            Some(scale) => {
+                let scale = Tensor::new(scale as f32, xs.device())?.to_dtype(xs.dtype())?;
+                xs.broadcast_mul(&scale)?
+            }
+            None => xs,
+        };
         let Some(positions) = &self.positions else {
             return Ok(xs);
         };
@@ -471,7 +488,12 @@ impl Model {
         for (start, n) in query_blocks(t, logit_block) {
             let logits = {
                 let _p = phase("logits (lm_head)");
-                head(&hidden.narrow(1, start, n)?.contiguous()?)?
+                let logits = head(&hidden.narrow(1, start, n)?.contiguous()?)?;
+                // Gemma 2: cap * tanh(logits / cap)
+                match c.final_logit_softcap {
+                    Some(cap) => ((logits / cap)?.tanh()? * cap)?,
+                    None => logits,
+                }
             };
             let ctx = BlockCtx {
                 layer: layers,

@@ -77,6 +77,11 @@ pub fn norm(
 ) -> Result<Norm> {
     Ok(match kind {
         NormKind::Rms => Norm::Rms(rms_norm(store, prefix, dim, eps)?),
+        // (1 + w) in the weights' dtype, as Gemma's norm computes it
+        NormKind::RmsPlusOne => Norm::Rms(RmsNorm::new(
+            (store.get(&format!("{prefix}.weight"), &[dim])? + 1.0)?,
+            eps,
+        )),
         NormKind::Layer => Norm::layer(
             store.get(&format!("{prefix}.weight"), &[dim])?,
             store.get(&format!("{prefix}.bias"), &[dim])?,
@@ -104,12 +109,13 @@ pub fn mlp(
     }
     // read in the order of the names, so that a shape error names the first
     let gate = match kind {
-        MlpKind::SwiGlu => Some(proj("gate_proj", hidden, intermediate)?),
+        MlpKind::SwiGlu | MlpKind::GeGluTanh => Some(proj("gate_proj", hidden, intermediate)?),
         MlpKind::Gelu | MlpKind::GeluTanh => None,
     };
     let up = proj("up_proj", hidden, intermediate)?;
     let down = proj("down_proj", intermediate, hidden)?;
     Ok(match gate {
+        Some(gate) if kind == MlpKind::GeGluTanh => Mlp::geglu(gate, up, down),
         Some(gate) => Mlp::new(gate, up, down),
         None => Mlp::gelu(up, down, kind == MlpKind::GeluTanh),
     })

@@ -13,6 +13,8 @@ pub enum NormKind {
     Rms,
     /// LayerNorm with a scale and a bias (GPT-NeoX).
     Layer,
+    /// RMSNorm scaled by (1 + w) (Gemma: weights stored as offsets from 1).
+    RmsPlusOne,
 }
 
 /// The MLP of a layer.
@@ -25,6 +27,8 @@ pub enum MlpKind {
     Gelu,
     /// `down(gelu(up(x)))`, GELU's tanh approximation (GPT-2's `gelu_new`).
     GeluTanh,
+    /// `down(gelu_tanh(gate(x)) * up(x))` (Gemma's `gelu_pytorch_tanh` GeGLU).
+    GeGluTanh,
 }
 
 /// How q, k and v are stored.
@@ -54,6 +58,10 @@ pub struct Layout {
     /// Norms after the attention and the MLP, none before (OLMo 2: `post_attention_layernorm`
     /// and `post_feedforward_layernorm` on the outputs), instead of pre-norms.
     pub post_norm: bool,
+    /// Norms before and after both the attention and the MLP (Gemma 2's sandwich:
+    /// `input_layernorm`, `post_attention_layernorm`, `pre_feedforward_layernorm`,
+    /// `post_feedforward_layernorm`).
+    pub sandwich: bool,
     /// QK-norm over the whole q and k projections (OLMo 2, `[heads * head_dim]` scales)
     /// rather than per head (Qwen3).
     pub qk_norm_whole: bool,
@@ -73,6 +81,7 @@ impl Layout {
         qkv: QkvLayout::Separate,
         fused_gate_up: false,
         post_norm: false,
+        sandwich: false,
         qk_norm_whole: false,
         learned_positions: false,
         conv1d: false,
@@ -83,11 +92,13 @@ impl Layout {
         let norm = match self.norm {
             NormKind::Rms => "RMSNorm",
             NormKind::Layer => "LayerNorm with biases",
+            NormKind::RmsPlusOne => "RMSNorm scaled by (1 + w)",
         };
         let mlp = match self.mlp {
             MlpKind::SwiGlu => "SwiGLU MLP",
             MlpKind::Gelu => "GELU MLP",
             MlpKind::GeluTanh => "tanh-GELU MLP",
+            MlpKind::GeGluTanh => "tanh-GELU GeGLU MLP",
         };
         let residual = match self.parallel_residual {
             true => "parallel residual (attention and MLP read the same input)",
@@ -102,9 +113,10 @@ impl Layout {
             true => format!("{mlp} (fused gate/up)"),
             false => mlp.to_string(),
         };
-        let place = match self.post_norm {
-            true => "post-norm",
-            false => "pre-norm",
+        let place = match (self.post_norm, self.sandwich) {
+            (_, true) => "sandwich-norm (before and after attention and MLP)",
+            (true, false) => "post-norm",
+            (false, false) => "pre-norm",
         };
         let qk = match self.qk_norm_whole {
             true => ", QK-norm over the whole q and k projections",
@@ -145,6 +157,12 @@ impl Layout {
             Architecture::Olmo2 => Layout {
                 post_norm: true,
                 qk_norm_whole: true,
+                ..Layout::LLAMA
+            },
+            Architecture::Gemma2 => Layout {
+                norm: NormKind::RmsPlusOne,
+                mlp: MlpKind::GeGluTanh,
+                sandwich: true,
                 ..Layout::LLAMA
             },
             _ => Layout::LLAMA,

@@ -161,6 +161,19 @@ impl Checkpoint {
             store,
         } = self;
         let store = store.shapes_only();
+        let other_rule = matches!(
+            variant.kind,
+            crate::attention::VariantKind::Logn | crate::attention::VariantKind::ScaleInvariant
+        );
+        if let (true, Some(_)) = (other_rule, config.attn_logit_softcap) {
+            return Err(Error::input(
+                dir.join("config.json"),
+                format!(
+                    "{} attention with logit soft-capping is not implemented",
+                    variant.kind.name()
+                ),
+            ));
+        }
         if let (true, Some(window)) = (variant.kind.is_affine(), &config.sliding_window) {
             // beta spreads alpha's remainder over N keys: which N a window means is undefined
             return Err(Error::input(

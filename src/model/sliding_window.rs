@@ -101,11 +101,14 @@ pub(crate) fn resolve(
         Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Qwen3Moe => {
             raw.use_sliding_window == Some(true)
         }
+        Architecture::Gemma2 => true,
         Architecture::Llama | Architecture::GptNeox | Architecture::Olmo2 | Architecture::Gpt2 => {
             false
         }
     };
     let size = match raw.sliding_window {
+        // Gemma2Config's default
+        None if architecture == Architecture::Gemma2 => Some(4096),
         None | Some(Value::Null) => None,
         Some(v) => match v.as_u64() {
             Some(size) if size >= 1 => Some(size as usize),
@@ -134,6 +137,8 @@ pub(crate) fn resolve(
         (Some(types), _) => (0..num_layers)
             .filter(|&l| types[l] == "sliding_attention")
             .collect(),
+        // Gemma2Config: layer i slides when i is even
+        (None, Architecture::Gemma2) => (0..num_layers).step_by(2).collect(),
         // Qwen2Config: layer i slides when i >= max_window_layers
         (None, _) => (raw.max_window_layers.unwrap_or(num_layers)..num_layers).collect(),
     };

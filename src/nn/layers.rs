@@ -128,6 +128,16 @@ impl Mlp {
         }
     }
 
+    /// The GeGLU MLP of its three projections, `down(gelu_tanh(gate(x)) * up(x))` (Gemma).
+    pub fn geglu(gate_proj: Linear, up_proj: Linear, down_proj: Linear) -> Self {
+        Mlp {
+            gate_proj: Some(gate_proj),
+            up_proj,
+            down_proj,
+            tanh_gelu: true,
+        }
+    }
+
     /// The GELU MLP of its two projections (`tanh_gelu`: the tanh approximation).
     pub fn gelu(up_proj: Linear, down_proj: Linear, tanh_gelu: bool) -> Self {
         Mlp {
@@ -142,6 +152,7 @@ impl Mlp {
     pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {
         let up = self.up_proj.forward(xs)?;
         let inner = match &self.gate_proj {
+            Some(gate) if self.tanh_gelu => (gate.forward(xs)?.gelu()? * up)?,
             Some(gate) => (candle_nn::ops::silu(&gate.forward(xs)?)? * up)?,
             None if self.tanh_gelu => up.gelu()?,
             None => up.gelu_erf()?,

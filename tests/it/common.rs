@@ -14,7 +14,7 @@ use asa_analyze::metrics::{Metric, MetricOptions};
 use candle_core::{Device, Tensor};
 
 /// Every model fixture written by `tools/make_fixtures.py`.
-pub const MODEL_FIXTURES: [&str; 22] = [
+pub const MODEL_FIXTURES: [&str; 23] = [
     "llama_gqa",
     "qwen2",
     "mistral",
@@ -28,6 +28,7 @@ pub const MODEL_FIXTURES: [&str; 22] = [
     "rope_linear",
     "rope_dynamic",
     "rope_yarn",
+    "gemma2",
     "off_by_one",
     "sink",
     "gated",

@@ -335,3 +335,45 @@ fn scaled_rope_is_named_by_inspect() {
         assert!(inspect.contains(want), "{name}: {inspect}");
     }
 }
+
+/// Gemma 2 (its numbers are checked against transformers by `metrics.rs` and
+/// `conformance.rs`): `inspect` names the sandwich norms, the query scale, both soft-caps,
+/// the embedding scale and the alternating windows; attention.csv has the capped maxima
+/// beside the raw ones; soft-capping beside a variant whose logit rule would replace it, and
+/// bidirectional attention, are refused.
+#[test]
+fn gemma2_names_what_is_special_and_reports_capped_maxima() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("gemma2", &tmp.path().join("g"));
+    let inspect = expect_success(&run_cli(tmp.path(), &["inspect", "g"]));
+    for want in [
+        "sandwich-norm (before and after attention and MLP) RMSNorm scaled by (1 + w)",
+        "tanh-GELU GeGLU MLP",
+        "q.k / sqrt(12) (query_pre_attn_scalar), soft-capped at 2.5",
+        "embeddings times 5.656854; next-token logits soft-capped at 3",
+        "sliding window of 6 keys on layers 1",
+    ] {
+        assert!(inspect.contains(want), "{want}: {inspect}");
+    }
+    let table = attention_table(tmp.path(), "g");
+    let capped = table
+        .lines()
+        .filter(|l| l.starts_with("MODEL,max_logit_capped,"))
+        .count();
+    // per layer and per (layer, head): 2 x (1 + 4)
+    assert_eq!(capped, 10, "{table}");
+    edit_config(&tmp.path().join("g"), |c| {
+        c["attention_variant"] = serde_json::json!("scale_invariant")
+    });
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "g"]));
+    assert!(
+        err.contains("scale_invariant attention with logit soft-capping is not implemented"),
+        "{err}"
+    );
+    edit_config(&tmp.path().join("g"), |c| {
+        c.as_object_mut().unwrap().remove("attention_variant");
+        c["use_bidirectional_attention"] = serde_json::json!(true);
+    });
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "g"]));
+    assert!(err.contains("use_bidirectional_attention"), "{err}");
+}

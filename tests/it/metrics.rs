@@ -548,6 +548,13 @@ fn max_logit_and_key_received_match_the_float64_reference() {
                 &w["layer_mean"],
                 &format!("{what} layer mean"),
             );
+            // soft-capped logits (Gemma 2): the capped maxima beside the raw ones
+            let capped = want.get("max_logit_capped");
+            assert_eq!(ml.capped.is_some(), capped.is_some(), "{what}");
+            if let (Some((heads, layers)), Some(w)) = (&ml.capped, capped) {
+                close_mat(heads, &w["max"], &format!("{what} capped max"));
+                close_vec(layers, &w["layer_max"], &format!("{what} capped layer max"));
+            }
             assert_eq!(
                 got.get::<asa_analyze::metrics::key_received::KeyReceivedResult>(
                     asa_analyze::metrics::Metric::KEY_RECEIVED
