@@ -289,7 +289,7 @@ def transformers64_reference(model_dir, cls, mod, ids, base_attr, rms_cls=None, 
             # patch below replaces the decorated forward); YaRN's attention factor stays in
             # rotary.attention_scaling
             init = ROPE_INIT_FUNCTIONS[rope_type]
-            seq = {"seq_len": ids.shape[1]} if rope_type == "dynamic" else {}
+            seq = {"seq_len": ids.shape[1]} if rope_type in ("dynamic", "longrope") else {}
             inv32, scaling = init(cfg, None, **seq)
             assert scaling == rotary.attention_scaling, (scaling, rotary.attention_scaling)
             inv64 = inv32.to(TORCH64)
@@ -1429,6 +1429,38 @@ def main():
         M, margin = write_reference(name, "softmax", ids, logits, caps)
         summary.append((name, peak_stats(caps), margin, M))
 
+    # ---------------------------------------------------------------- phi3_longrope
+    # Phi3ForCausalLM.save_pretrained as Phi-3's long-context checkpoints configure it:
+    # rope_type longrope with per-pair long and short factors, original_max_position_embeddings
+    # 16 < T = 20, so the long factors apply (as longrope_frequency_update picks them), and the
+    # attention factor sqrt(1 + ln(64 / 16) / ln 16) scales cos/sin; partial rotary 0.5 (2 pairs).
+    # init seed 1301. Reference: transformers in float64 with its own longrope inv_freq.
+    name = "phi3_longrope"
+    plcfg = Phi3Config(
+        **common_cfg(bos, eos),
+        rope_parameters={
+            "rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+            "long_factor": [1.5, 3.0], "short_factor": [1.0, 1.25],
+        },
+        original_max_position_embeddings=16,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(13)
+    model = Phi3ForCausalLM(plcfg)
+    init_weights(model, seed=1301)
+    d = os.path.join(MODELS, name)
+    model.save_pretrained(d)
+    finish_dir(d)
+    with open(os.path.join(d, "config.json")) as f:
+        saved = json.load(f)
+    assert saved["rope_parameters"]["rope_type"] == "longrope", saved
+    logits, caps, d32 = transformers64_reference(
+        d, Phi3ForCausalLM, modeling_phi3, ids, "model", rms_cls=modeling_phi3.Phi3RMSNorm
+    )
+    checks.append(f"{name}: transformers float64-patched vs unpatched logits {fmt(d32)}")
+    M, margin = write_reference(name, "softmax", ids, logits, caps)
+    summary.append((name, peak_stats(caps), margin, M))
+
     # ---------------------------------------------------------------- gemma2
     # Gemma2ForCausalLM.save_pretrained: RMSNorm scaled by (1 + w) before and after attention
     # and MLP, a gelu_pytorch_tanh GeGLU, embeddings times sqrt(32), q.k times
@@ -1806,7 +1838,7 @@ def main():
         print(f"  {os.path.relpath(sub, ROOT)}: {n} bytes")
         total += n
     print(f"written by this script: {total} bytes")
-    assert total < 8_500_000
+    assert total < 9_000_000
 
 
 CORPUS_DOCS = [

@@ -90,6 +90,7 @@ FIXTURES = [
     "rope_dynamic",
     "rope_yarn",
     "gemma2",
+    "phi3_longrope",
     "off_by_one",
     "sink",
     "gated",
@@ -102,7 +103,7 @@ FIXTURES = [
 ]
 # Weights that sum to 1 over the visible keys by construction.
 SUM_TO_ONE = {"llama_gqa", "qwen2", "mistral", "gpt_neox", "olmo2", "phi3", "gpt2", "mixtral", "qwen2_window", "qwen3_moe", "rope_linear", "rope_dynamic",
-              "rope_yarn", "gemma2", "gated", "qwen3", "scale_invariant", "logn"}
+              "rope_yarn", "gemma2", "phi3_longrope", "gated", "qwen3", "scale_invariant", "logn"}
 TOL = 1e-12
 
 _DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "BOOL": "?"}
@@ -446,7 +447,7 @@ def dumps(obj):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("names", nargs="*", help="fixtures (default: all 23)")
+    ap.add_argument("names", nargs="*", help="fixtures (default: all 24)")
     ap.add_argument("--check", action="store_true", help="compare with the existing files, write nothing")
     args = ap.parse_args(argv)
     names = args.names or FIXTURES

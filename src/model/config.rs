@@ -133,6 +133,16 @@ pub enum RopeScaling {
         original_max_position_embeddings: f64,
         truncate: bool,
     },
+    /// LongRoPE (Phi-3 long-context): inv_freq_k = theta^(-2k/d) / f_k with f the
+    /// `long_factor` list when the run is longer than `original_max_position_embeddings`,
+    /// else `short_factor`; cos/sin times `attention_factor` (default
+    /// sqrt(1 + ln(factor) / ln(original))).
+    LongRope {
+        long_factor: Vec<f64>,
+        short_factor: Vec<f64>,
+        original_max_position_embeddings: f64,
+        attention_factor: f64,
+    },
     /// p-RoPE (`rope_type: p_rope`): the first `rotating_pairs` = floor(p * d / 2) frequency
     /// pairs of each head rotate, the other d/2 - n have frequency 0. Not HF's
     /// `partial_rotary_factor` (which drops trailing dimensions, not frequencies).
@@ -796,14 +806,15 @@ impl RawConfig {
                 let p = params.expect("rope_type came from params");
                 resolve_p_rope(p, head_dim, partial_rotary_factor, path)?
             }
-            "linear" | "dynamic" | "yarn" => {
+            "linear" | "dynamic" | "yarn" | "longrope" => {
                 let p = params.expect("rope_type came from params");
                 let max = self.max_position_embeddings.unwrap_or(2048) as f64;
                 let original = self.original_max_position_embeddings.map(|o| o as f64);
-                super::rope_scaling::resolve(rope_type, p, (max, original), path)?
+                let pairs = super::rope::rotated_dims(head_dim, partial_rotary_factor) / 2;
+                super::rope_scaling::resolve(rope_type, p, (max, original, pairs), path)?
             }
             other => {
-                let supported = "default, linear, dynamic, yarn, llama3, p_rope";
+                let supported = "default, linear, dynamic, yarn, longrope, llama3, p_rope";
                 let message =
                     format!("rope_type `{other}` is not implemented (supported: {supported})");
                 return Err(Error::input(path, message));
@@ -962,7 +973,7 @@ mod tests {
 
     #[test]
     fn unimplemented_rope_types_are_errors() {
-        for kind in ["longrope", "proportional"] {
+        for kind in ["proportional", "mrope"] {
             let err = resolve(&format!(
                 r#"{{{BASE}, "rope_scaling": {{"rope_type": "{kind}", "factor": 2.0}}}}"#
             ))

@@ -31,7 +31,8 @@ pub fn inverse_frequencies_for(rope: &RopeConfig, head_dim: usize, seq_len: usiz
         RopeScaling::Default
         | RopeScaling::Linear { .. }
         | RopeScaling::Dynamic { .. }
-        | RopeScaling::Yarn { .. } => base,
+        | RopeScaling::Yarn { .. }
+        | RopeScaling::LongRope { .. } => base,
         RopeScaling::Llama3 {
             factor,
             low_freq_factor,
@@ -85,7 +86,8 @@ pub fn describe(rope: &RopeConfig, head_dim: usize) -> String {
         RopeScaling::Default => "RoPE".to_string(),
         other @ (RopeScaling::Linear { .. }
         | RopeScaling::Dynamic { .. }
-        | RopeScaling::Yarn { .. }) => {
+        | RopeScaling::Yarn { .. }
+        | RopeScaling::LongRope { .. }) => {
             super::rope_scaling::describe(other).expect("a scaling it describes")
         }
         RopeScaling::Llama3 {

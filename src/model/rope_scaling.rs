@@ -1,8 +1,10 @@
 //! The RoPE scalings transformers computes in `modeling_rope_utils` besides Llama-3's:
 //! `linear` (position interpolation), `dynamic` (NTK-aware base growth past the trained
 //! length, computed for the run's length as transformers' `dynamic_rope_update` does for a
-//! forward pass of T tokens) and `yarn` (ramped blend of interpolated and extrapolated
-//! frequencies, cos/sin times an attention factor). Each in f64 from the same formulas.
+//! forward pass of T tokens), `yarn` (ramped blend of interpolated and extrapolated
+//! frequencies, cos/sin times an attention factor) and `longrope` (Phi-3's per-frequency
+//! factors, long ones for runs past the original length, as `longrope_frequency_update`
+//! picks them). Each in f64 from the same formulas.
 
 use std::f64::consts::PI;
 use std::path::Path;
@@ -12,16 +14,20 @@ use serde_json::Value;
 use super::config::{float_field, positive, RopeScaling};
 use crate::error::{Error, Result};
 
-/// The scaling `kind` (linear, dynamic, yarn) from its rope parameters `p`;
+/// The scaling `kind` (linear, dynamic, yarn, longrope) from its rope parameters `p`;
 /// `max_position_embeddings` is the config's (dynamic's reference length, YaRN's default
 /// original length), `original_max` a top-level `original_max_position_embeddings`, which
-/// transformers prefers for YaRN.
+/// transformers prefers, and `pairs` the rotating frequency pairs (longrope's factor lists
+/// have one factor each).
 pub(crate) fn resolve(
     kind: &str,
     p: &Value,
-    (max_position_embeddings, original_max): (f64, Option<f64>),
+    (max_position_embeddings, original_max, pairs): (f64, Option<f64>, usize),
     path: &Path,
 ) -> Result<RopeScaling> {
+    if kind == "longrope" {
+        return resolve_longrope(p, (max_position_embeddings, original_max, pairs), path);
+    }
     let factor = |required: bool| -> Result<Option<f64>> {
         match float_field(p, "factor", path)? {
             Some(f) if f >= 1.0 && f.is_finite() => Ok(Some(f)),
@@ -86,6 +92,60 @@ pub(crate) fn resolve(
     })
 }
 
+/// LongRoPE's factor lists (one positive number per rotating pair), original length and
+/// attention factor.
+fn resolve_longrope(
+    p: &Value,
+    (max_position_embeddings, original_max, pairs): (f64, Option<f64>, usize),
+    path: &Path,
+) -> Result<RopeScaling> {
+    let list = |key: &str| -> Result<Vec<f64>> {
+        let values: Option<Vec<f64>> = p
+            .get(key)
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().map(Value::as_f64).collect());
+        match values {
+            Some(v) if v.len() == pairs && v.iter().all(|f| f.is_finite() && *f > 0.0) => Ok(v),
+            Some(v) if v.len() != pairs => Err(Error::input(
+                path,
+                format!(
+                    "longrope `{key}` has {} factors for {pairs} rotating frequency pairs",
+                    v.len()
+                ),
+            )),
+            _ => Err(Error::input(
+                path,
+                format!("longrope `{key}` must be a list of positive numbers"),
+            )),
+        }
+    };
+    let original = match original_max {
+        Some(o) => o,
+        None => float_field(p, "original_max_position_embeddings", path)?
+            .ok_or_else(|| Error::input(path, "longrope needs original_max_position_embeddings"))?,
+    };
+    let original = positive(
+        original,
+        "longrope `original_max_position_embeddings`",
+        path,
+    )?;
+    let factor = match float_field(p, "factor", path)? {
+        Some(f) => f,
+        None => max_position_embeddings / original,
+    };
+    let attention_factor = match float_field(p, "attention_factor", path)? {
+        Some(a) => positive(a, "longrope `attention_factor`", path)?,
+        None if factor <= 1.0 => 1.0,
+        None => (1.0 + factor.ln() / original.ln()).sqrt(),
+    };
+    Ok(RopeScaling::LongRope {
+        long_factor: list("long_factor")?,
+        short_factor: list("short_factor")?,
+        original_max_position_embeddings: original,
+        attention_factor,
+    })
+}
+
 /// YaRN's attention scale for a context stretched `scale` times: 0.1 m ln(scale) + 1.
 fn yarn_mscale(scale: f64, m: f64) -> f64 {
     if scale <= 1.0 {
@@ -147,14 +207,35 @@ pub(crate) fn inverse_frequencies(
                 })
                 .collect()
         }
+        RopeScaling::LongRope {
+            ref long_factor,
+            ref short_factor,
+            original_max_position_embeddings: original,
+            ..
+        } => {
+            // transformers picks the long factors once the run passes the original length
+            let factors = match seq_len as f64 > original {
+                true => long_factor,
+                false => short_factor,
+            };
+            at_base(theta)
+                .iter()
+                .zip(factors)
+                .map(|(f, ext)| f / ext)
+                .collect()
+        }
         _ => return None,
     })
 }
 
-/// The factor cos and sin are multiplied by (YaRN's attention factor; 1 otherwise).
+/// The factor cos and sin are multiplied by (YaRN's and LongRoPE's attention factor; 1
+/// otherwise).
 pub(crate) fn attention_factor(scaling: &RopeScaling) -> f64 {
     match *scaling {
         RopeScaling::Yarn {
+            attention_factor, ..
+        }
+        | RopeScaling::LongRope {
             attention_factor, ..
         } => attention_factor,
         _ => 1.0,
@@ -183,6 +264,14 @@ pub(crate) fn describe(scaling: &RopeScaling) -> Option<String> {
              {original_max_position_embeddings}, beta_fast {beta_fast}, beta_slow {beta_slow}, \
              attention factor {attention_factor:.6}{})",
             if truncate { "" } else { ", not truncated" }
+        ),
+        RopeScaling::LongRope {
+            original_max_position_embeddings,
+            attention_factor,
+            ..
+        } => format!(
+            "LongRoPE (long factors past {original_max_position_embeddings} tokens, short \
+             ones up to it; attention factor {attention_factor:.6})"
         ),
         _ => return None,
     })

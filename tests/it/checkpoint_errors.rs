@@ -381,7 +381,7 @@ fn bad_p_rope_parameters_name_the_value() {
 
 #[test]
 fn unimplemented_rope_types_are_errors() {
-    for kind in ["longrope", "proportional", "mrope"] {
+    for kind in ["proportional", "mrope", "su"] {
         let tmp = tempfile::tempdir().unwrap();
         copy_fixture("qwen3", tmp.path());
         edit_config(tmp.path(), |c| {

@@ -14,7 +14,7 @@ use asa_analyze::metrics::{Metric, MetricOptions};
 use candle_core::{Device, Tensor};
 
 /// Every model fixture written by `tools/make_fixtures.py`.
-pub const MODEL_FIXTURES: [&str; 23] = [
+pub const MODEL_FIXTURES: [&str; 24] = [
     "llama_gqa",
     "qwen2",
     "mistral",
@@ -29,6 +29,7 @@ pub const MODEL_FIXTURES: [&str; 23] = [
     "rope_dynamic",
     "rope_yarn",
     "gemma2",
+    "phi3_longrope",
     "off_by_one",
     "sink",
     "gated",

@@ -99,9 +99,10 @@ fn gpt_neox_features_not_implemented_are_refused_naming_them() {
     );
 }
 
-/// Phi-3's long-context checkpoints scale RoPE with `longrope` (per-frequency factor lists),
-/// not implemented yet: refused naming the type, never run as plain RoPE. The fused
-/// `gate_up_proj` must hold gate and up: a wrong intermediate size is named.
+/// Phi-3's long-context checkpoints scale RoPE with `longrope` (per-frequency factor lists,
+/// checked against transformers by the `phi3_longrope` fixture): a factor list of the wrong
+/// length is refused naming it. The fused `gate_up_proj` must hold gate and up: a wrong
+/// intermediate size is named.
 #[test]
 fn phi3_longrope_and_a_wrong_fused_size_are_refused_naming_them() {
     let tmp = tempfile::tempdir().unwrap();
@@ -109,13 +110,13 @@ fn phi3_longrope_and_a_wrong_fused_size_are_refused_naming_them() {
     edit_config(&tmp.path().join("phi3"), |c| {
         c["rope_parameters"] = serde_json::json!({
             "rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
-            "long_factor": [1.0, 1.0], "short_factor": [1.0, 1.0],
+            "long_factor": [1.0, 1.0, 2.0], "short_factor": [1.0, 1.0],
             "original_max_position_embeddings": 32
         })
     });
     let err = expect_error(&run_cli(tmp.path(), &["inspect", "phi3"]));
     assert!(
-        err.contains("rope_type `longrope` is not implemented"),
+        err.contains("longrope `long_factor` has 3 factors for 2 rotating frequency pairs"),
         "{err}"
     );
     copy_fixture("phi3", &tmp.path().join("wide"));
@@ -323,6 +324,10 @@ fn qwen3_moe_names_its_experts_and_their_layers() {
 fn scaled_rope_is_named_by_inspect() {
     for (name, want) in [
         ("rope_linear", "linearly scaled RoPE (factor 4)"),
+        (
+            "phi3_longrope",
+            "LongRoPE (long factors past 16 tokens, short ones up to it; attention factor 1.224745)",
+        ),
         ("rope_dynamic", "dynamic NTK RoPE (factor 2; the base grows past 16 tokens)"),
         (
             "rope_yarn",
