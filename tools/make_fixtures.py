@@ -52,6 +52,8 @@ from transformers import (
     Qwen3MoeForCausalLM,
     Gemma2Config,
     Gemma2ForCausalLM,
+    Gemma3TextConfig,
+    Gemma3ForCausalLM,
 )
 from transformers.models.gpt2 import modeling_gpt2
 from transformers.models.gpt_neox import modeling_gpt_neox
@@ -60,6 +62,7 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.mixtral import modeling_mixtral
 from transformers.models.qwen3_moe import modeling_qwen3_moe
 from transformers.models.gemma2 import modeling_gemma2
+from transformers.models.gemma3 import modeling_gemma3
 from transformers.models.olmo2 import modeling_olmo2
 from transformers.models.phi3 import modeling_phi3
 from transformers.models.mistral import modeling_mistral
@@ -212,6 +215,16 @@ def _gemma_rms_forward64(self, x):
 
 
 @torch.no_grad()
+def _rope_forward64_typed(self, x, position_ids, layer_type):
+    # Gemma 3's rotary embedding: one inv_freq and attention scaling per layer type
+    inv = getattr(self, f"{layer_type}_inv_freq").to(device=x.device, dtype=TORCH64)
+    freqs = position_ids[..., None].to(TORCH64) * inv
+    emb = torch.cat((freqs, freqs), dim=-1)
+    scaling = getattr(self, f"{layer_type}_attention_scaling")
+    return (emb.cos() * scaling).to(dtype=x.dtype), (emb.sin() * scaling).to(dtype=x.dtype)
+
+
+@torch.no_grad()
 def _rope_forward64(self, x, position_ids):
     freqs = position_ids[..., None].to(TORCH64) * self.inv_freq.to(device=x.device, dtype=TORCH64)
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -276,7 +289,20 @@ def transformers64_reference(model_dir, cls, mod, ids, base_attr, rms_cls=None, 
     model = model.double().eval()
     cfg = model.config
     rotary = getattr(getattr(model, base_attr), "rotary_emb", None)  # None: GPT-2's learned positions
-    if rotary is not None:
+    typed = rotary is not None and hasattr(rotary, "layer_types")  # Gemma 3: RoPE per layer type
+    if typed:
+        head = cfg.head_dim
+        for lt in rotary.layer_types:
+            params = cfg.rope_parameters[lt]
+            if params.get("rope_type", "default") == "default":
+                inv64 = 1.0 / (params["rope_theta"] ** (torch.arange(0, head, 2, dtype=TORCH64) / head))
+            else:
+                inv32, scaling = ROPE_INIT_FUNCTIONS[params["rope_type"]](cfg, None, layer_type=lt)
+                assert scaling == getattr(rotary, f"{lt}_attention_scaling")
+                inv64 = inv32.to(TORCH64)
+            setattr(rotary, f"{lt}_inv_freq", inv64.clone())
+            setattr(rotary, f"{lt}_original_inv_freq", inv64.clone())
+    if rotary is not None and not typed:
         head = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         dim = int(head * cfg.rope_parameters.get("partial_rotary_factor", 1.0))
         base = cfg.rope_parameters["rope_theta"]
@@ -331,7 +357,7 @@ def transformers64_reference(model_dir, cls, mod, ids, base_attr, rms_cls=None, 
     if rotary is not None:
         rope_cls = type(rotary)
         saved.append((rope_cls, "forward", rope_cls.forward))
-        rope_cls.forward = _rope_forward64
+        rope_cls.forward = _rope_forward64_typed if typed else _rope_forward64
     if rms_cls is not None:
         saved.append((rms_cls, "forward", rms_cls.forward))
         rms_cls.forward = rms_forward or _rms_forward64
@@ -1429,6 +1455,48 @@ def main():
         M, margin = write_reference(name, "softmax", ids, logits, caps)
         summary.append((name, peak_stats(caps), margin, M))
 
+    # ---------------------------------------------------------------- gemma3
+    # Gemma3ForCausalLM.save_pretrained (model_type gemma3_text): Gemma 2's sandwich norms,
+    # GeGLU and embedding scale, per-head QK-norm scaled by (1 + w), query_pre_attn_scalar 12,
+    # no soft-caps (Gemma3TextConfig's default), layer 1 a sliding window of 6 with its own
+    # RoPE (theta 10000), layer 2 global with theta 1e6 and linear scaling factor 2 (as the
+    # larger Gemma 3 checkpoints scale their global layers); init seed 1401. Reference:
+    # transformers in float64 (each layer type's inv_freq; Gemma3RMSNorm in float64).
+    name = "gemma3"
+    g3cfg = Gemma3TextConfig(
+        **{k: v for k, v in common_cfg(bos, eos).items() if k != "hidden_act"},
+        hidden_activation="gelu_pytorch_tanh",
+        query_pre_attn_scalar=12,
+        sliding_window=6,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0},
+        },
+        tie_word_embeddings=True,
+    )
+    assert g3cfg.attn_logit_softcapping is None and g3cfg.final_logit_softcapping is None
+    torch.manual_seed(14)
+    model = Gemma3ForCausalLM(g3cfg)
+    init_weights(model, seed=1401)
+    d = os.path.join(MODELS, name)
+    model.save_pretrained(d)
+    finish_dir(d)
+    with open(os.path.join(d, "config.json")) as f:
+        saved = json.load(f)
+    assert saved["model_type"] == "gemma3_text", saved["model_type"]
+    sd_chk = load_state(d)
+    assert tuple(sd_chk["model.layers.0.self_attn.q_norm.weight"].shape) == (HEAD_DIM,)
+    logits, caps, d32 = transformers64_reference(
+        d, Gemma3ForCausalLM, modeling_gemma3, ids, "model",
+        rms_cls=modeling_gemma3.Gemma3RMSNorm, rms_forward=_gemma_rms_forward64,
+    )
+    assert "visible" in caps[0] and "visible" not in caps[1]
+    checks.append(f"{name}: transformers float64-patched vs unpatched logits {fmt(d32)}")
+    q_scale = lambda l, h, i, j, s: s * math.sqrt(HEAD_DIM) * 12 ** -0.5  # noqa: E731
+    M, margin = write_reference(name, "softmax", ids, logits, caps, logit_fn=q_scale)
+    summary.append((name, peak_stats(caps), margin, M))
+
     # ---------------------------------------------------------------- phi3_longrope
     # Phi3ForCausalLM.save_pretrained as Phi-3's long-context checkpoints configure it:
     # rope_type longrope with per-pair long and short factors, original_max_position_embeddings
@@ -1838,7 +1906,7 @@ def main():
         print(f"  {os.path.relpath(sub, ROOT)}: {n} bytes")
         total += n
     print(f"written by this script: {total} bytes")
-    assert total < 9_000_000
+    assert total < 9_500_000
 
 
 CORPUS_DOCS = [

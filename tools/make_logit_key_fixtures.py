@@ -91,6 +91,7 @@ FIXTURES = [
     "rope_yarn",
     "gemma2",
     "phi3_longrope",
+    "gemma3",
     "off_by_one",
     "sink",
     "gated",
@@ -103,7 +104,7 @@ FIXTURES = [
 ]
 # Weights that sum to 1 over the visible keys by construction.
 SUM_TO_ONE = {"llama_gqa", "qwen2", "mistral", "gpt_neox", "olmo2", "phi3", "gpt2", "mixtral", "qwen2_window", "qwen3_moe", "rope_linear", "rope_dynamic",
-              "rope_yarn", "gemma2", "phi3_longrope", "gated", "qwen3", "scale_invariant", "logn"}
+              "rope_yarn", "gemma2", "phi3_longrope", "gemma3", "gated", "qwen3", "scale_invariant", "logn"}
 TOL = 1e-12
 
 _DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "BOOL": "?"}
@@ -340,6 +341,8 @@ def check_inputs(name, R, mq, notes):
         elif softcap_of(name):
             scale, cap = softcap_of(name)
             s = cap * np.tanh(s * math.sqrt(D) * scale / cap)
+        elif "query_pre_attn_scalar" in read_model_weights(name)[1]:  # Gemma 3: no cap
+            s = s * math.sqrt(D) * float(read_model_weights(name)[1]["query_pre_attn_scalar"]) ** -0.5
         elif name == "scale_invariant":
             _, cfg = read_model_weights(name)
             tau = float(cfg["scale_invariant"]["tau"])
@@ -447,7 +450,7 @@ def dumps(obj):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("names", nargs="*", help="fixtures (default: all 24)")
+    ap.add_argument("names", nargs="*", help="fixtures (default: all 25)")
     ap.add_argument("--check", action="store_true", help="compare with the existing files, write nothing")
     args = ap.parse_args(argv)
     names = args.names or FIXTURES

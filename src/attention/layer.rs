@@ -39,6 +39,8 @@ pub struct AttentionShape {
     /// The QK-norm scales the whole q and k projections (`[heads * head_dim]`, OLMo 2)
     /// rather than each head (`[head_dim]`, Qwen3).
     pub qk_norm_whole: bool,
+    /// The QK-norm scales by (1 + w) (Gemma 3).
+    pub qk_norm_plus_one: bool,
     /// epsilon of the QK-norm RMSNorm.
     pub rms_norm_eps: f64,
     /// scale_invariant settings (used by that variant only).

@@ -166,7 +166,14 @@ fn positions(c: &ModelConfig) -> String {
             "none: learned absolute positions (up to {} tokens)",
             c.max_position_embeddings
         ),
-        false => rope::describe(&c.rope, c.head_dim),
+        false => match &c.rope_local {
+            Some(local) => format!(
+                "global layers: {}; sliding-window layers: {}",
+                rope::describe(&c.rope, c.head_dim),
+                rope::describe(local, c.head_dim)
+            ),
+            None => rope::describe(&c.rope, c.head_dim),
+        },
     }
 }
 

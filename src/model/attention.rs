@@ -67,8 +67,13 @@ pub fn load_attention(
             true => (s.heads * s.head_dim, s.kv_heads * s.head_dim),
             false => (s.head_dim, s.head_dim),
         };
-        let norm = |name: &str, dim: usize| {
-            rms_norm(store, &format!("{prefix}.{name}"), dim, s.rms_norm_eps)
+        let norm = |name: &str, dim: usize| -> Result<crate::nn::RmsNorm> {
+            let norm = rms_norm(store, &format!("{prefix}.{name}"), dim, s.rms_norm_eps)?;
+            // Gemma 3 stores its QK-norm scales as offsets from 1
+            Ok(match s.qk_norm_plus_one {
+                true => norm.plus_one()?,
+                false => norm,
+            })
         };
         (Some(norm("q_norm", q_dim)?), Some(norm("k_norm", k_dim)?))
     } else {

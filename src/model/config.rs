@@ -35,6 +35,11 @@ pub enum Architecture {
     /// GeGLU, embeddings times sqrt(hidden), q.k scaled by `query_pre_attn_scalar`^-1/2,
     /// attention and final logits soft-capped, sliding windows on alternate layers.
     Gemma2,
+    /// Gemma 3 (text): Gemma 2's layout with per-head QK-norm scaled by (1 + w), no
+    /// soft-caps by default, five sliding layers to a global one, and separate RoPE
+    /// parameters for the sliding and the global layers.
+    #[serde(rename = "gemma3_text")]
+    Gemma3Text,
     /// GPT-2: learned absolute positions (`wpe`), LayerNorm with biases, Conv1D weights
     /// (`[in, out]`), a fused `c_attn`, the tanh-GELU MLP, tied embeddings.
     Gpt2,
@@ -52,7 +57,7 @@ pub enum Architecture {
 impl Architecture {
     /// `model_type` values accepted, for error messages.
     pub const SUPPORTED: &'static str =
-        "gemma2, gpt2, gpt_neox, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe";
+        "gemma2, gemma3_text, gpt2, gpt_neox, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe";
 
     fn parse(name: &str) -> Option<Self> {
         match name {
@@ -67,6 +72,7 @@ impl Architecture {
             "mixtral" => Some(Architecture::Mixtral),
             "qwen3_moe" => Some(Architecture::Qwen3Moe),
             "gemma2" => Some(Architecture::Gemma2),
+            "gemma3_text" => Some(Architecture::Gemma3Text),
             _ => None,
         }
     }
@@ -85,6 +91,7 @@ impl Architecture {
             Architecture::Mixtral => "mixtral",
             Architecture::Qwen3Moe => "qwen3_moe",
             Architecture::Gemma2 => "gemma2",
+            Architecture::Gemma3Text => "gemma3_text",
         }
     }
 }
@@ -215,6 +222,9 @@ pub struct ModelConfig {
     pub final_logit_softcap: Option<f64>,
     /// Embeddings multiplied by this (Gemma: sqrt(hidden_size)).
     pub embedding_scale: Option<f64>,
+    /// The rotary settings of the sliding-window layers where they differ from `rope`
+    /// (Gemma 3's `rope_parameters.sliding_attention`; `rope` is then the global layers').
+    pub rope_local: Option<RopeConfig>,
 }
 
 /// Serde mirror of config.json: everything optional, unknown fields ignored.
@@ -256,6 +266,10 @@ pub struct RawConfig {
     pub hidden_activation: Option<String>,
     /// Gemma's bidirectional (non-causal) attention, which the kernels do not compute.
     pub use_bidirectional_attention: Option<bool>,
+    /// Gemma 3: one global layer every `sliding_window_pattern` layers, and the legacy
+    /// theta of its sliding layers.
+    pub sliding_window_pattern: Option<usize>,
+    pub rope_local_base_freq: Option<f64>,
     pub layer_norm_eps: Option<f64>,
     pub num_local_experts: Option<usize>,
     pub num_experts: Option<usize>,
@@ -418,6 +432,7 @@ impl RawConfig {
             | Architecture::Qwen3
             | Architecture::Qwen3Moe
             | Architecture::Gemma2
+            | Architecture::Gemma3Text
             | Architecture::Mistral
             | Architecture::Mixtral
             | Architecture::Olmo2 => (attention_bias, attention_bias),
@@ -449,7 +464,13 @@ impl RawConfig {
                 return Err(Error::input(path, format!("{field} must be at least 1")));
             }
         }
-        let rope = self.resolve_rope(path, head_dim)?;
+        let (rope, rope_local) = match architecture {
+            Architecture::Gemma3Text => {
+                let (global, local) = self.gemma3_ropes(path, head_dim)?;
+                (global, Some(local))
+            }
+            _ => (self.resolve_rope(path, head_dim)?, None),
+        };
         let declared_variant = match &self.attention_variant {
             None => None,
             Some(name) => Some(VariantKind::parse(name).ok_or_else(|| {
@@ -493,6 +514,7 @@ impl RawConfig {
                 use_sliding_window: self.use_sliding_window,
                 max_window_layers: self.max_window_layers,
                 layer_types: self.layer_types.as_deref(),
+                sliding_window_pattern: self.sliding_window_pattern,
             },
             architecture,
             num_layers,
@@ -512,7 +534,7 @@ impl RawConfig {
             // GPT2Config ties them unless told otherwise
             tie_word_embeddings: self.tie_word_embeddings.unwrap_or(matches!(
                 architecture,
-                Architecture::Gpt2 | Architecture::Gemma2
+                Architecture::Gpt2 | Architecture::Gemma2 | Architecture::Gemma3Text
             )),
             qkv_bias,
             o_bias,
@@ -525,7 +547,10 @@ impl RawConfig {
             affine,
             qk_norm: matches!(
                 architecture,
-                Architecture::Qwen3 | Architecture::Qwen3Moe | Architecture::Olmo2
+                Architecture::Qwen3
+                    | Architecture::Qwen3Moe
+                    | Architecture::Olmo2
+                    | Architecture::Gemma3Text
             ),
             scale_invariant,
             logn_scale,
@@ -533,7 +558,7 @@ impl RawConfig {
             layout: Layout::of(architecture, self.use_parallel_residual.unwrap_or(true)),
             experts: self.experts(architecture, (num_layers, intermediate_size), path)?,
             query_pre_attn_scalar: match architecture {
-                Architecture::Gemma2 => Some(positive(
+                Architecture::Gemma2 | Architecture::Gemma3Text => Some(positive(
                     self.query_pre_attn_scalar.unwrap_or(256.0),
                     "query_pre_attn_scalar",
                     path,
@@ -558,9 +583,57 @@ impl RawConfig {
                 ),
                 path,
             )?,
-            embedding_scale: (architecture == Architecture::Gemma2)
-                .then(|| (hidden_size as f64).sqrt()),
+            embedding_scale: matches!(
+                architecture,
+                Architecture::Gemma2 | Architecture::Gemma3Text
+            )
+            .then(|| (hidden_size as f64).sqrt()),
+            rope_local,
         })
+    }
+
+    /// Gemma 3's RoPE: `rope_parameters` keyed by layer type (`full_attention`,
+    /// `sliding_attention`), or the legacy `rope_theta` (global, default 1e6),
+    /// `rope_local_base_freq` (sliding, default 1e4) and `rope_scaling` (global only), as
+    /// Gemma3TextConfig reads them. Returns (global, sliding).
+    fn gemma3_ropes(&self, path: &Path, head_dim: usize) -> Result<(RopeConfig, RopeConfig)> {
+        let nested = |key: &str| {
+            self.rope_parameters
+                .as_ref()
+                .and_then(|p| p.get(key))
+                .filter(|v| !v.is_null())
+                .cloned()
+        };
+        let one = |params: Option<Value>, legacy: Option<&Value>, theta: f64| {
+            let mut params = params.unwrap_or_else(|| serde_json::json!({"rope_type": "default"}));
+            if let Some(Value::Object(legacy)) = legacy {
+                for (k, v) in legacy {
+                    params[k] = v.clone();
+                }
+            }
+            if params.get("rope_theta").is_none_or(Value::is_null) {
+                params["rope_theta"] = serde_json::json!(theta);
+            }
+            RawConfig {
+                rope_parameters: Some(params),
+                max_position_embeddings: self.max_position_embeddings,
+                original_max_position_embeddings: self.original_max_position_embeddings,
+                partial_rotary_factor: self.partial_rotary_factor,
+                ..RawConfig::default()
+            }
+            .resolve_rope(path, head_dim)
+        };
+        let global = one(
+            nested("full_attention"),
+            self.rope_scaling.as_ref(),
+            self.rope_theta.unwrap_or(1_000_000.0),
+        )?;
+        let local = one(
+            nested("sliding_attention"),
+            None,
+            self.rope_local_base_freq.unwrap_or(10_000.0),
+        )?;
+        Ok((global, local))
     }
 
     /// Gemma 2's soft-cap `key`: its default when absent, none when null.
@@ -570,10 +643,15 @@ impl RawConfig {
         (key, value, default): (&str, Option<&Value>, f64),
         path: &Path,
     ) -> Result<Option<f64>> {
-        if architecture != Architecture::Gemma2 {
+        if !matches!(
+            architecture,
+            Architecture::Gemma2 | Architecture::Gemma3Text
+        ) {
             return Ok(None);
         }
         match value {
+            // Gemma3TextConfig caps nothing by default
+            None if architecture == Architecture::Gemma3Text => Ok(None),
             None => Ok(Some(default)),
             Some(Value::Null) => Ok(None),
             Some(v) => match v.as_f64() {
@@ -636,7 +714,9 @@ impl RawConfig {
             // transformers' Qwen3Config default (it does not derive it from hidden / heads)
             None if architecture == Architecture::Qwen3 => 128,
             // Gemma2Config's default
-            None if architecture == Architecture::Gemma2 => 256,
+            None if matches!(architecture, Architecture::Gemma2 | Architecture::Gemma3Text) => {
+                256
+            }
             None if hidden_size % num_heads == 0 => hidden_size / num_heads,
             None => {
                 return Err(Error::input(
@@ -654,7 +734,7 @@ impl RawConfig {
         let (want, given) = match architecture {
             Architecture::GptNeox => ("gelu", self.hidden_act.as_deref()),
             Architecture::Gpt2 => ("gelu_new", self.activation_function.as_deref()),
-            Architecture::Gemma2 => (
+            Architecture::Gemma2 | Architecture::Gemma3Text => (
                 "gelu_pytorch_tanh",
                 self.hidden_activation
                     .as_deref()

@@ -149,6 +149,23 @@ fn apply(norm: &Option<Norm>, xs: &Tensor) -> Result<Tensor> {
     }
 }
 
+/// A model's RoPE tables: every layer's, or (Gemma 3) the global layers' and the
+/// sliding-window layers'.
+struct Ropes {
+    all: Rope,
+    sliding: Option<Rope>,
+}
+
+impl Ropes {
+    /// The tables layer `l` rotates with.
+    fn of_layer(&self, c: &ModelConfig, l: usize) -> &Rope {
+        match (&self.sliding, &c.sliding_window) {
+            (Some(sliding), Some(w)) if w.layers.contains(&l) => sliding,
+            _ => &self.all,
+        }
+    }
+}
+
 /// What streaming one layer took: its load (reading and casting its weights) and its
 /// compute over every window, and the bytes read from the checkpoint's files.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
@@ -228,6 +245,7 @@ impl Model {
             affine: c.affine,
             qk_norm: c.qk_norm,
             qk_norm_whole: c.layout.qk_norm_whole,
+            qk_norm_plus_one: c.layout.norm == super::layout::NormKind::RmsPlusOne,
             rms_norm_eps: c.rms_norm_eps,
             scale_invariant: c.scale_invariant,
             logn_scale: c.logn_scale,
@@ -316,7 +334,8 @@ impl Model {
         };
         self.watch.check(&xs, None, "hook_embed")?;
         for (l, layer) in self.layers.iter().enumerate() {
-            xs = layer.forward(&xs, &rope, (l, &self.watch), block, probe)?;
+            let rope = rope.of_layer(&self.config, l);
+            xs = layer.forward(&xs, rope, (l, &self.watch), block, probe)?;
         }
         self.logits(&xs, block, probe, &mut |hidden| lm_head.forward(hidden))
     }
@@ -361,7 +380,8 @@ impl Model {
             let loaded = Instant::now();
             for k in 0..stream.len() {
                 probe.on_batch(k);
-                let xs = layer.forward(&stream.take(k)?, &rope, (l, &self.watch), block, probe)?;
+                let rope = rope.of_layer(c, l);
+                let xs = layer.forward(&stream.take(k)?, rope, (l, &self.watch), block, probe)?;
                 stream.put(k, xs)?;
             }
             timings.push(LayerTiming {
@@ -420,15 +440,21 @@ impl Model {
         Ok(Tensor::cat(&parts, 2)?)
     }
 
-    /// RoPE tables for windows of `t` tokens.
-    fn rope(&self, t: usize, device: &candle_core::Device) -> Result<Rope> {
+    /// RoPE tables for windows of `t` tokens: the model's, and its sliding-window layers'
+    /// where they differ (Gemma 3).
+    fn rope(&self, t: usize, device: &candle_core::Device) -> Result<Ropes> {
         let c = &self.config;
         let dtype = self.norm_dtype();
-        match c.layout.learned_positions {
+        let all = match c.layout.learned_positions {
             // no rotary embedding: no frequency rotates
-            true => Rope::new(&[], t, dtype, device),
-            false => rope_tables(&c.rope, c.head_dim, t, dtype, device),
-        }
+            true => Rope::new(&[], t, dtype, device)?,
+            false => rope_tables(&c.rope, c.head_dim, t, dtype, device)?,
+        };
+        let sliding = match &c.rope_local {
+            Some(local) => Some(rope_tables(local, c.head_dim, t, dtype, device)?),
+            None => None,
+        };
+        Ok(Ropes { all, sliding })
     }
 
     /// Token embeddings `[batch, t, hidden]` times the embedding scale (Gemma's

@@ -159,7 +159,7 @@ impl Layout {
                 qk_norm_whole: true,
                 ..Layout::LLAMA
             },
-            Architecture::Gemma2 => Layout {
+            Architecture::Gemma2 | Architecture::Gemma3Text => Layout {
                 norm: NormKind::RmsPlusOne,
                 mlp: MlpKind::GeGluTanh,
                 sandwich: true,

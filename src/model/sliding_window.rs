@@ -34,6 +34,7 @@ pub(crate) struct RawWindow<'a> {
     pub use_sliding_window: Option<bool>,
     pub max_window_layers: Option<usize>,
     pub layer_types: Option<&'a [String]>,
+    pub sliding_window_pattern: Option<usize>,
 }
 
 impl SlidingWindow {
@@ -101,14 +102,20 @@ pub(crate) fn resolve(
         Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Qwen3Moe => {
             raw.use_sliding_window == Some(true)
         }
-        Architecture::Gemma2 => true,
+        Architecture::Gemma2 | Architecture::Gemma3Text => true,
         Architecture::Llama | Architecture::GptNeox | Architecture::Olmo2 | Architecture::Gpt2 => {
             false
         }
     };
     let size = match raw.sliding_window {
         // Gemma2Config's default
-        None if architecture == Architecture::Gemma2 => Some(4096),
+        None if matches!(
+            architecture,
+            Architecture::Gemma2 | Architecture::Gemma3Text
+        ) =>
+        {
+            Some(4096)
+        }
         None | Some(Value::Null) => None,
         Some(v) => match v.as_u64() {
             Some(size) if size >= 1 => Some(size as usize),
@@ -139,6 +146,11 @@ pub(crate) fn resolve(
             .collect(),
         // Gemma2Config: layer i slides when i is even
         (None, Architecture::Gemma2) => (0..num_layers).step_by(2).collect(),
+        // Gemma3TextConfig: every layer but each `sliding_window_pattern`-th (default 6)
+        (None, Architecture::Gemma3Text) => {
+            let pattern = raw.sliding_window_pattern.unwrap_or(6).max(1);
+            (0..num_layers).filter(|l| (l + 1) % pattern != 0).collect()
+        }
         // Qwen2Config: layer i slides when i >= max_window_layers
         (None, _) => (raw.max_window_layers.unwrap_or(num_layers)..num_layers).collect(),
     };

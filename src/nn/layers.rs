@@ -64,6 +64,14 @@ impl RmsNorm {
         }
     }
 
+    /// The same norm scaled by (1 + weight) (Gemma stores its scales as offsets from 1).
+    pub fn plus_one(self) -> Result<Self> {
+        Ok(RmsNorm {
+            weight: (self.weight + 1.0)?,
+            eps: self.eps,
+        })
+    }
+
     /// Normalises the last dimension. The fused kernel has no backward pass, so when
     /// gradients are tracked (training) the same formula runs as differentiable tensor ops.
     pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {

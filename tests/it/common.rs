@@ -14,7 +14,7 @@ use asa_analyze::metrics::{Metric, MetricOptions};
 use candle_core::{Device, Tensor};
 
 /// Every model fixture written by `tools/make_fixtures.py`.
-pub const MODEL_FIXTURES: [&str; 24] = [
+pub const MODEL_FIXTURES: [&str; 25] = [
     "llama_gqa",
     "qwen2",
     "mistral",
@@ -30,6 +30,7 @@ pub const MODEL_FIXTURES: [&str; 24] = [
     "rope_yarn",
     "gemma2",
     "phi3_longrope",
+    "gemma3",
     "off_by_one",
     "sink",
     "gated",

@@ -382,3 +382,21 @@ fn gemma2_names_what_is_special_and_reports_capped_maxima() {
     let err = expect_error(&run_cli(tmp.path(), &["inspect", "g"]));
     assert!(err.contains("use_bidirectional_attention"), "{err}");
 }
+
+/// Gemma 3 (text; its numbers are checked against transformers by `metrics.rs` and
+/// `conformance.rs`, which fail when the sliding layers rotate with the global layers'
+/// RoPE): `inspect` names each layer type's RoPE, and no soft-cap by default.
+#[test]
+fn gemma3_names_the_rope_of_each_layer_type() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("gemma3", &tmp.path().join("g"));
+    let inspect = expect_success(&run_cli(tmp.path(), &["inspect", "g"]));
+    for want in [
+        "global layers: linearly scaled RoPE (factor 2), theta 1000000; sliding-window layers: RoPE, theta 10000",
+        "q.k / sqrt(12) (query_pre_attn_scalar); embeddings times 5.656854",
+        "sliding window of 6 keys on layers 1",
+    ] {
+        assert!(inspect.contains(want), "{want}: {inspect}");
+    }
+    assert!(!inspect.contains("soft-capped"), "{inspect}");
+}
