@@ -54,6 +54,8 @@ from transformers import (
     Gemma2ForCausalLM,
     Gemma3TextConfig,
     Gemma3ForCausalLM,
+    GptOssConfig,
+    GptOssForCausalLM,
 )
 from transformers.models.gpt2 import modeling_gpt2
 from transformers.models.gpt_neox import modeling_gpt_neox
@@ -63,6 +65,8 @@ from transformers.models.mixtral import modeling_mixtral
 from transformers.models.qwen3_moe import modeling_qwen3_moe
 from transformers.models.gemma2 import modeling_gemma2
 from transformers.models.gemma3 import modeling_gemma3
+from transformers.models.gpt_oss import modeling_gpt_oss
+from transformers.integrations.mxfp4 import FP4_VALUES, convert_moe_packed_tensors
 from transformers.models.olmo2 import modeling_olmo2
 from transformers.models.phi3 import modeling_phi3
 from transformers.models.mistral import modeling_mistral
@@ -225,6 +229,13 @@ def _rope_forward64_typed(self, x, position_ids, layer_type):
 
 
 @torch.no_grad()
+def _rope_forward64_half(self, x, position_ids):
+    # GPT-OSS's rotary embedding: cos/sin of head_dim / 2, applied to the two halves
+    freqs = position_ids[..., None].to(TORCH64) * self.inv_freq.to(device=x.device, dtype=TORCH64)
+    return (freqs.cos() * self.attention_scaling).to(dtype=x.dtype), (freqs.sin() * self.attention_scaling).to(dtype=x.dtype)
+
+
+@torch.no_grad()
 def _rope_forward64(self, x, position_ids):
     freqs = position_ids[..., None].to(TORCH64) * self.inv_freq.to(device=x.device, dtype=TORCH64)
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -283,7 +294,7 @@ def transformers64_reference(model_dir, cls, mod, ids, base_attr, rms_cls=None, 
     `base_attr`: the base model's attribute (`gpt_neox`, `model`). Returns logits and
     per-layer caps (pattern, softmax, q, k, attn_scores)."""
     # MoE experts as transformers' plain loop over experts (its grouped kernels need float32)
-    moe = "mixtral" in model_dir or "moe" in model_dir
+    moe = "mixtral" in model_dir or "moe" in model_dir or "gpt_oss" in model_dir
     extra = {"experts_implementation": "eager"} if moe else {}
     model = cls.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32, **extra)
     model = model.double().eval()
@@ -346,6 +357,12 @@ def transformers64_reference(model_dir, cls, mod, ids, base_attr, rms_cls=None, 
         masked = scores.masked_fill(~visible, float("-inf"))
         weights = F.softmax(masked, dim=-1)
         cap = {"q": query.detach().clone(), "k": key.detach().clone(), "attn_scores": masked.detach().clone(), "softmax": weights.detach().clone()}
+        sinks = getattr(module, "sinks", None)
+        if sinks is not None:  # GPT-OSS, as its eager attention: a sink column, softmax, dropped
+            col = sinks.reshape(1, -1, 1, 1).expand(masked.shape[0], -1, masked.shape[2], 1)
+            comb = torch.cat([masked, col], dim=-1)
+            weights = F.softmax(comb - comb.max(-1, keepdim=True).values, dim=-1)[..., :-1]
+            cap["sink_mass"] = 1.0 - weights.sum(-1)
         if not torch.equal(visible, causal):
             cap["visible"] = visible.to(TORCH64)
         caps.append(cap)
@@ -357,7 +374,8 @@ def transformers64_reference(model_dir, cls, mod, ids, base_attr, rms_cls=None, 
     if rotary is not None:
         rope_cls = type(rotary)
         saved.append((rope_cls, "forward", rope_cls.forward))
-        rope_cls.forward = _rope_forward64_typed if typed else _rope_forward64
+        half = rope_cls.__name__ == "GptOssRotaryEmbedding"
+        rope_cls.forward = _rope_forward64_typed if typed else (_rope_forward64_half if half else _rope_forward64)
     if rms_cls is not None:
         saved.append((rms_cls, "forward", rms_cls.forward))
         rms_cls.forward = rms_forward or _rms_forward64
@@ -394,6 +412,19 @@ def hf_forward(model_dir, cls, ids, inv_freq64, precise, logit_transform=None):
     with ctx, torch.no_grad():
         out = model(input_ids=ids, output_attentions=True, use_cache=False)
     return model, out.logits.detach(), [a.detach() for a in out.attentions]
+
+
+def mxfp4_quantize(w):
+    """w [E, out, in] to MXFP4 as GPT-OSS checkpoints store it: per group of 32 inputs a
+    power-of-two scale 2^e with e = ceil(log2(max |x| / 6)) (byte e + 127), each value the
+    nearest FP4 (E2M1) value of x / 2^e, two nibbles a byte, low first. Returns blocks
+    [E, out, in / 32, 16] and scales [E, out, in / 32], uint8."""
+    E, O, I = w.shape
+    lut = torch.tensor(FP4_VALUES, dtype=TORCH64)
+    g = w.to(TORCH64).reshape(E, O, I // 32, 32)
+    e = torch.ceil(torch.log2(g.abs().amax(-1).clamp(min=1e-30) / 6.0)).clamp(-127, 127)
+    nib = ((g / torch.pow(2.0, e)[..., None])[..., None] - lut).abs().argmin(-1).to(torch.uint8)
+    return (nib[..., 0::2] | (nib[..., 1::2] << 4)).contiguous(), (e + 127).to(torch.uint8).contiguous()
 
 
 # ----------------------------------------------------------------------------
@@ -1567,6 +1598,98 @@ def main():
     M, margin = write_reference(name, "softmax", ids, logits, caps, logit_fn=cap_fn)
     summary.append((name, peak_stats(caps), margin, M))
 
+    # ---------------------------------------------------------------- gpt_oss, gpt_oss_mxfp4
+    # GptOssForCausalLM.save_pretrained: learned sinks (self_attn.sinks, N(0, 1.5^2) so they
+    # take a real share), biases on q/k/v/o (N(0, 0.5^2)), layer 1 a sliding window of 6 and
+    # layer 2 causal (GptOssConfig's default layer_types), GptOssConfig's default RoPE (theta
+    # 150000, YaRN factor 32 over 4096 positions, not truncated: pairs 1-2 on the ramp, cos/sin
+    # times 0.1 ln 32 + 1), 4 experts of 32 stacked in mlp.experts.gate_up_proj (gate and up
+    # interleaved) / down_proj with biases, 2 a token by softmax over the top-2 router logits
+    # (mlp.router with a bias), the clamped SwiGLU with swiglu_limit 1 (clamping binds, see
+    # the check). The expert matrices are rounded to MXFP4 first, so gpt_oss_mxfp4 (the same
+    # model with the experts as _blocks/_scales, quantization_config mxfp4, as the released
+    # checkpoints) shares this reference: transformers itself loads it (Mxfp4Config
+    # dequantize=True) to the same logits. Reference: transformers in float64 (its eager
+    # attention's sink column, GptOssRMSNorm and the half-width RoPE in float64).
+    name = "gpt_oss"
+    gocfg = GptOssConfig(
+        **{**common_cfg(bos, eos), "intermediate_size": 32, "max_position_embeddings": 131072},
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        sliding_window=6,
+        swiglu_limit=1.0,
+        tie_word_embeddings=False,
+    )
+    assert gocfg.layer_types == ["sliding_attention", "full_attention"], gocfg.layer_types
+    assert gocfg.rope_parameters["rope_type"] == "yarn" and gocfg.rope_parameters["rope_theta"] == 150000.0
+    torch.manual_seed(13)
+    model = GptOssForCausalLM(gocfg)
+    init_weights(model, seed=1301, bias_std=0.5)
+    packed = {}
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(1302)
+        for l in range(LAYERS):
+            model.model.layers[l].self_attn.sinks.copy_(1.5 * torch.randn(HEADS, generator=g))
+            experts = model.model.layers[l].mlp.experts
+            for proj in ("gate_up_proj", "down_proj"):
+                param = getattr(experts, proj)  # [E, in, out]
+                blocks, scales = mxfp4_quantize(param.transpose(1, 2))
+                param.copy_(convert_moe_packed_tensors(blocks, scales, dtype=torch.float32))
+                packed[f"model.layers.{l}.mlp.experts.{proj}_blocks"] = blocks
+                packed[f"model.layers.{l}.mlp.experts.{proj}_scales"] = scales
+    d = os.path.join(MODELS, name)
+    model.save_pretrained(d)
+    finish_dir(d)
+    sd_chk = load_state(d)
+    assert tuple(sd_chk["model.layers.0.mlp.experts.gate_up_proj"].shape) == (4, HIDDEN, 64), sorted(sd_chk)
+    # the MXFP4 twin: every other tensor as saved, the experts packed
+    dm = os.path.join(MODELS, "gpt_oss_mxfp4")
+    os.makedirs(dm)
+    tensors = {k: v.to(torch.float32).contiguous() for k, v in sd_chk.items() if not k.endswith(("gate_up_proj", "down_proj"))}
+    tensors.update(packed)
+    save_file(tensors, os.path.join(dm, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(d, "config.json")) as f:
+        mcfg = json.load(f)
+    mcfg["quantization_config"] = {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"],
+    }
+    write_json(os.path.join(dm, "config.json"), mcfg)
+    finish_dir(dm)
+    from transformers import Mxfp4Config
+    with torch.no_grad():
+        plain = GptOssForCausalLM.from_pretrained(d, dtype=torch.float32).eval()(input_ids=ids).logits
+        quant = GptOssForCausalLM.from_pretrained(
+            dm, dtype=torch.float32, quantization_config=Mxfp4Config(dequantize=True)
+        ).eval()(input_ids=ids).logits
+    dmx = (plain - quant).abs().max().item()
+    assert dmx == 0.0, dmx
+    clamped = []
+    apply_gate = modeling_gpt_oss.GptOssExperts._apply_gate
+
+    def counting_gate(self, gate_up):
+        gate, up = gate_up[..., ::2], gate_up[..., 1::2]
+        clamped.append(((gate > self.limit).sum() + (up.abs() > self.limit).sum()).item() / (2 * gate.numel()))
+        return apply_gate(self, gate_up)
+
+    modeling_gpt_oss.GptOssExperts._apply_gate = counting_gate
+    try:
+        logits, caps, d32 = transformers64_reference(
+            d, GptOssForCausalLM, modeling_gpt_oss, ids, "model", rms_cls=modeling_gpt_oss.GptOssRMSNorm
+        )
+    finally:
+        modeling_gpt_oss.GptOssExperts._apply_gate = apply_gate
+    share = sum(clamped) / len(clamped)
+    assert 0.1 < share < 0.9, ("swiglu_limit must bind on part of the values", share)
+    assert "visible" in caps[0] and "visible" not in caps[1]
+    assert all("sink_mass" in c for c in caps)
+    checks.append(
+        f"{name}: transformers float64-patched vs unpatched logits {fmt(d32)}; gpt_oss_mxfp4 through "
+        f"transformers' MXFP4 dequantization vs gpt_oss: logits {fmt(dmx)}; share of gate/up values clamped {share:.2f}"
+    )
+    M, margin = write_reference(name, "sink", ids, logits, caps)
+    summary.append((name, peak_stats(caps), margin, M))
+
     # ---------------------------------------------------------------- variants
     vcfg = LlamaConfig(
         **common_cfg(bos, eos), rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=False
@@ -1906,7 +2029,7 @@ def main():
         print(f"  {os.path.relpath(sub, ROOT)}: {n} bytes")
         total += n
     print(f"written by this script: {total} bytes")
-    assert total < 9_500_000
+    assert total < 10_500_000
 
 
 CORPUS_DOCS = [

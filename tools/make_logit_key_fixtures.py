@@ -92,6 +92,7 @@ FIXTURES = [
     "gemma2",
     "phi3_longrope",
     "gemma3",
+    "gpt_oss",
     "off_by_one",
     "sink",
     "gated",
@@ -396,7 +397,7 @@ def check_outputs(name, R, mq, out, received_all, notes):
         if name in SUM_TO_ONE:
             want = np.full((B, H), float(nq))
             what = f"sum over keys = {nq} per (sequence, head)"
-        elif name in ("sink", "off_by_one"):
+        elif name in ("sink", "off_by_one", "gpt_oss"):
             want = nq - R[f"layers.{l}.sink_mass"][:, :, mq:].sum(-1)
             what = f"sum over keys = {nq} - sum of sink_mass"
         else:  # Affine-Scaled: row sum alpha_i + (i+1)(alpha_ma - alpha_i)/N

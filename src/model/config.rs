@@ -49,6 +49,11 @@ pub enum Architecture {
     /// OLMo 2: the Llama layout with norms after attention and MLP (none before) and
     /// QK-norm over the whole q and k projections.
     Olmo2,
+    /// GPT-OSS: learned attention sinks (`self_attn.sinks`), biases on q/k/v/o, sliding
+    /// windows on alternate layers, YaRN RoPE, and a mixture of clamped-SwiGLU experts with
+    /// biases (stacked, or MXFP4) routed by softmax over the top-k logits.
+    #[serde(rename = "gpt_oss")]
+    GptOss,
     /// GPT-NeoX (Pythia): LayerNorm with biases, a fused per-head q/k/v projection, partial
     /// rotary (`rotary_pct`), a parallel residual, a GELU MLP, biases everywhere.
     GptNeox,
@@ -57,7 +62,7 @@ pub enum Architecture {
 impl Architecture {
     /// `model_type` values accepted, for error messages.
     pub const SUPPORTED: &'static str =
-        "gemma2, gemma3_text, gpt2, gpt_neox, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe";
+        "gemma2, gemma3_text, gpt2, gpt_neox, gpt_oss, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe";
 
     fn parse(name: &str) -> Option<Self> {
         match name {
@@ -73,6 +78,7 @@ impl Architecture {
             "qwen3_moe" => Some(Architecture::Qwen3Moe),
             "gemma2" => Some(Architecture::Gemma2),
             "gemma3_text" => Some(Architecture::Gemma3Text),
+            "gpt_oss" => Some(Architecture::GptOss),
             _ => None,
         }
     }
@@ -92,6 +98,7 @@ impl Architecture {
             Architecture::Qwen3Moe => "qwen3_moe",
             Architecture::Gemma2 => "gemma2",
             Architecture::Gemma3Text => "gemma3_text",
+            Architecture::GptOss => "gpt_oss",
         }
     }
 }
@@ -266,6 +273,8 @@ pub struct RawConfig {
     pub hidden_activation: Option<String>,
     /// Gemma's bidirectional (non-causal) attention, which the kernels do not compute.
     pub use_bidirectional_attention: Option<bool>,
+    /// How the weights are quantized (only GPT-OSS's MXFP4 experts are read).
+    pub quantization_config: Option<Value>,
     /// Gemma 3: one global layer every `sliding_window_pattern` layers, and the legacy
     /// theta of its sliding layers.
     pub sliding_window_pattern: Option<usize>,
@@ -274,6 +283,8 @@ pub struct RawConfig {
     pub num_local_experts: Option<usize>,
     pub num_experts: Option<usize>,
     pub num_experts_per_tok: Option<usize>,
+    pub swiglu_alpha: Option<f64>,
+    pub swiglu_limit: Option<f64>,
     pub norm_topk_prob: Option<bool>,
     pub moe_intermediate_size: Option<usize>,
     pub decoder_sparse_step: Option<usize>,
@@ -436,8 +447,8 @@ impl RawConfig {
             | Architecture::Mistral
             | Architecture::Mixtral
             | Architecture::Olmo2 => (attention_bias, attention_bias),
-            // GPTNeoXConfig's attention_bias defaults to true
-            Architecture::GptNeox => {
+            // GPTNeoXConfig's and GptOssConfig's attention_bias default to true
+            Architecture::GptNeox | Architecture::GptOss => {
                 let bias = self.attention_bias.unwrap_or(true);
                 (bias, bias)
             }
@@ -469,6 +480,7 @@ impl RawConfig {
                 let (global, local) = self.gemma3_ropes(path, head_dim)?;
                 (global, Some(local))
             }
+            Architecture::GptOss => (self.gpt_oss_rope(path, head_dim)?, None),
             _ => (self.resolve_rope(path, head_dim)?, None),
         };
         let declared_variant = match &self.attention_variant {
@@ -497,8 +509,8 @@ impl RawConfig {
         let rms_norm_eps = match architecture {
             Architecture::GptNeox => self.layer_norm_eps.unwrap_or(1e-5),
             Architecture::Gpt2 => self.layer_norm_epsilon.unwrap_or(1e-5),
-            // Olmo2Config's default
-            Architecture::Olmo2 => self.rms_norm_eps.unwrap_or(1e-5),
+            // Olmo2Config's and GptOssConfig's default
+            Architecture::Olmo2 | Architecture::GptOss => self.rms_norm_eps.unwrap_or(1e-5),
             _ => self.rms_norm_eps.unwrap_or(1e-6),
         };
         if !(rms_norm_eps.is_finite() && rms_norm_eps >= 0.0) {
@@ -530,7 +542,10 @@ impl RawConfig {
             head_dim,
             vocab_size,
             rms_norm_eps,
-            max_position_embeddings: self.max_position_embeddings.unwrap_or(2048),
+            max_position_embeddings: self.max_position_embeddings.unwrap_or(match architecture {
+                Architecture::GptOss => 131_072,
+                _ => 2048,
+            }),
             // GPT2Config ties them unless told otherwise
             tie_word_embeddings: self.tie_word_embeddings.unwrap_or(matches!(
                 architecture,
@@ -636,6 +651,35 @@ impl RawConfig {
         Ok((global, local))
     }
 
+    /// GPT-OSS's RoPE: as given, else GptOssConfig's defaults (theta 150000; YaRN factor 32
+    /// over 4096 positions, beta_fast 32, beta_slow 1, not truncated).
+    fn gpt_oss_rope(&self, path: &Path, head_dim: usize) -> Result<RopeConfig> {
+        let given = [&self.rope_parameters, &self.rope_scaling]
+            .iter()
+            .any(|v| v.as_ref().is_some_and(|v| !v.is_null()));
+        let default = serde_json::json!({
+            "rope_type": "yarn",
+            "factor": 32.0,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "truncate": false,
+            "original_max_position_embeddings": 4096,
+        });
+        RawConfig {
+            rope_parameters: match given {
+                true => self.rope_parameters.clone(),
+                false => Some(default),
+            },
+            rope_scaling: self.rope_scaling.clone(),
+            rope_theta: Some(self.rope_theta.unwrap_or(150_000.0)),
+            max_position_embeddings: self.max_position_embeddings,
+            original_max_position_embeddings: self.original_max_position_embeddings,
+            partial_rotary_factor: self.partial_rotary_factor,
+            ..RawConfig::default()
+        }
+        .resolve_rope(path, head_dim)
+    }
+
     /// Gemma 2's soft-cap `key`: its default when absent, none when null.
     fn softcap(
         &self,
@@ -679,6 +723,8 @@ impl RawConfig {
             moe_intermediate_size: self.moe_intermediate_size,
             decoder_sparse_step: self.decoder_sparse_step,
             mlp_only_layers: self.mlp_only_layers.as_deref(),
+            swiglu_alpha: self.swiglu_alpha,
+            swiglu_limit: self.swiglu_limit,
         };
         super::experts::resolve(raw, architecture, (num_layers, intermediate_size), path)
     }
@@ -717,6 +763,8 @@ impl RawConfig {
             None if matches!(architecture, Architecture::Gemma2 | Architecture::Gemma3Text) => {
                 256
             }
+            // GptOssConfig's default
+            None if architecture == Architecture::GptOss => 64,
             None if hidden_size % num_heads == 0 => hidden_size / num_heads,
             None => {
                 return Err(Error::input(
@@ -762,6 +810,18 @@ impl RawConfig {
                         format!("{key}: {} is not implemented (only {works})", !works),
                     ));
                 }
+            }
+        }
+        if let Some(quant) = &self.quantization_config {
+            let method = quant.get("quant_method").and_then(Value::as_str);
+            if !(method == Some("mxfp4") && architecture == Architecture::GptOss) {
+                return Err(Error::input(
+                    path,
+                    format!(
+                        "quantization_config with quant_method {} is not implemented (supported: mxfp4 experts of gpt_oss; or a GGUF file)",
+                        method.map_or_else(|| "missing".to_string(), |m| format!("`{m}`"))
+                    ),
+                ));
             }
         }
         if self.use_bidirectional_attention == Some(true) {
@@ -1124,8 +1184,9 @@ mod tests {
             .to_string();
         assert!(
             err.contains("mamba")
-                && err
-                    .contains("gpt2, gpt_neox, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3"),
+                && err.contains(
+                    "gpt2, gpt_neox, gpt_oss, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3"
+                ),
             "{err}"
         );
     }
@@ -1199,6 +1260,61 @@ mod tests {
         let cfg = resolve(&format!(r#"{{{BASE}, "partial_rotary_factor": 0.5}}"#)).unwrap();
         assert_eq!(cfg.rope.scaling, RopeScaling::Default);
         assert_eq!(cfg.rope.partial_rotary_factor, 0.5);
+    }
+
+    #[test]
+    fn gpt_oss_takes_its_config_class_defaults() {
+        // GptOssConfig: head_dim 64, biases, eps 1e-5, YaRN (32 over 4096, not truncated)
+        // on theta 150000, a window of 128 on even layers, 128 experts of top 4
+        let c = resolve(
+            r#"{"model_type": "gpt_oss", "hidden_size": 64, "intermediate_size": 32,
+                "num_hidden_layers": 4, "num_attention_heads": 2, "num_key_value_heads": 1,
+                "vocab_size": 100}"#,
+        )
+        .unwrap();
+        assert_eq!(c.head_dim, 64);
+        assert!(c.qkv_bias && c.o_bias);
+        assert_eq!(c.rms_norm_eps, 1e-5);
+        assert_eq!(c.rope.theta, 150_000.0);
+        let RopeScaling::Yarn {
+            factor,
+            original_max_position_embeddings,
+            truncate,
+            beta_fast,
+            beta_slow,
+            ..
+        } = c.rope.scaling
+        else {
+            panic!("not yarn: {:?}", c.rope.scaling)
+        };
+        assert_eq!(
+            (factor, original_max_position_embeddings, truncate),
+            (32.0, 4096.0, false)
+        );
+        assert_eq!((beta_fast, beta_slow), (32.0, 1.0));
+        let window = c.sliding_window.unwrap();
+        assert_eq!((window.size, window.layers), (128, vec![0, 2]));
+        let experts = c.experts.unwrap();
+        assert_eq!((experts.count, experts.top_k), (128, 4));
+        // a given rope_scaling (the released configs' legacy field) is read as given
+        let c = resolve(
+            r#"{"model_type": "gpt_oss", "hidden_size": 64, "intermediate_size": 32,
+                "num_hidden_layers": 2, "num_attention_heads": 2, "vocab_size": 100,
+                "rope_theta": 10000.0, "rope_scaling": {"rope_type": "linear", "factor": 2.0}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.rope.theta, 10_000.0);
+        assert_eq!(c.rope.scaling, RopeScaling::Linear { factor: 2.0 });
+        // quantized weights other than GPT-OSS's MXFP4 experts are refused by name
+        let err = resolve(&format!(
+            "{{{BASE}, \"quantization_config\": {{\"quant_method\": \"gptq\", \"bits\": 4}}}}"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("quantization_config with quant_method `gptq` is not implemented"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -2,12 +2,16 @@
 //! experts `w1`/`w3`/`w2`, every layer, the top-k probabilities renormalised) and Qwen3-MoE
 //! (`mlp.gate`, experts `gate_proj`/`up_proj`/`down_proj` of `moe_intermediate_size`, on the
 //! layers `decoder_sparse_step` and `mlp_only_layers` pick, renormalised only with
-//! `norm_topk_prob`). The router math is `crate::nn::MoeMlp`.
+//! `norm_topk_prob`) and GPT-OSS (`mlp.router` with a bias, the top-k logits softmaxed, every
+//! expert's tensors stacked in `mlp.experts.gate_up_proj` / `down_proj` with biases, gate
+//! and up interleaved, a clamped SwiGLU). The router math is `crate::nn::MoeMlp`.
 
 use std::path::Path;
 
+use super::config::positive;
 use super::config::Architecture;
 use crate::error::{Error, Result};
+use crate::nn::{ClampedGlu, Routing};
 
 /// How a family stores its experts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -17,6 +21,10 @@ pub enum ExpertNames {
     Mixtral,
     /// `mlp.gate`, `mlp.experts.{e}.gate_proj|up_proj|down_proj`.
     Qwen,
+    /// `mlp.router` (with a bias), `mlp.experts.gate_up_proj` `[experts, hidden, 2 *
+    /// intermediate]` (gate and up columns interleaved) and `down_proj` `[experts,
+    /// intermediate, hidden]`, each with a bias; or their MXFP4 `_blocks` and `_scales`.
+    GptOss,
 }
 
 impl ExpertNames {
@@ -24,7 +32,15 @@ impl ExpertNames {
     pub fn block(self) -> &'static str {
         match self {
             ExpertNames::Mixtral => "block_sparse_moe",
-            ExpertNames::Qwen => "mlp",
+            ExpertNames::Qwen | ExpertNames::GptOss => "mlp",
+        }
+    }
+
+    /// The router under the block.
+    pub fn router(self) -> &'static str {
+        match self {
+            ExpertNames::GptOss => "router",
+            ExpertNames::Mixtral | ExpertNames::Qwen => "gate",
         }
     }
 
@@ -32,7 +48,7 @@ impl ExpertNames {
     pub fn projections(self) -> [&'static str; 3] {
         match self {
             ExpertNames::Mixtral => ["w1", "w3", "w2"],
-            ExpertNames::Qwen => ["gate_proj", "up_proj", "down_proj"],
+            ExpertNames::Qwen | ExpertNames::GptOss => ["gate_proj", "up_proj", "down_proj"],
         }
     }
 }
@@ -43,8 +59,10 @@ pub struct Experts {
     pub count: usize,
     /// Experts each token uses.
     pub top_k: usize,
-    /// The chosen experts' probabilities are divided by their sum.
-    pub renormalise: bool,
+    /// How the chosen experts are weighted.
+    pub routing: Routing,
+    /// GPT-OSS's clamped SwiGLU (else the plain one).
+    pub clamped: Option<ClampedGlu>,
     /// Each expert's intermediate size.
     pub intermediate: usize,
     /// The layers with experts, 0-based (the others have the dense MLP).
@@ -61,10 +79,13 @@ pub(crate) struct RawExperts<'a> {
     pub moe_intermediate_size: Option<usize>,
     pub decoder_sparse_step: Option<usize>,
     pub mlp_only_layers: Option<&'a [usize]>,
+    pub swiglu_alpha: Option<f64>,
+    pub swiglu_limit: Option<f64>,
 }
 
 /// The experts of a config, as transformers reads them for `architecture` (defaults of
-/// MixtralConfig: 8, top 2; of Qwen3MoeConfig: 128, top 8, 768, step 1, no renormalising);
+/// MixtralConfig: 8, top 2; of Qwen3MoeConfig: 128, top 8, 768, step 1, no renormalising;
+/// of GptOssConfig: 128, top 4, alpha 1.702, limit 7);
 /// `None` for dense architectures.
 pub(crate) fn resolve(
     raw: RawExperts<'_>,
@@ -76,10 +97,23 @@ pub(crate) fn resolve(
         Architecture::Mixtral => Experts {
             count: raw.num_local_experts.unwrap_or(8),
             top_k: raw.num_experts_per_tok.unwrap_or(2),
-            renormalise: true,
+            routing: Routing::SoftmaxTopK { renormalise: true },
+            clamped: None,
             intermediate: intermediate_size,
             layers: (0..num_layers).collect(),
             names: ExpertNames::Mixtral,
+        },
+        Architecture::GptOss => Experts {
+            count: raw.num_local_experts.or(raw.num_experts).unwrap_or(128),
+            top_k: raw.num_experts_per_tok.unwrap_or(4),
+            routing: Routing::TopKSoftmax,
+            clamped: Some(ClampedGlu {
+                alpha: finite(raw.swiglu_alpha.unwrap_or(1.702), "swiglu_alpha", path)?,
+                limit: positive(raw.swiglu_limit.unwrap_or(7.0), "swiglu_limit", path)?,
+            }),
+            intermediate: intermediate_size,
+            layers: (0..num_layers).collect(),
+            names: ExpertNames::GptOss,
         },
         Architecture::Qwen3Moe => {
             let step = raw.decoder_sparse_step.unwrap_or(1);
@@ -91,7 +125,10 @@ pub(crate) fn resolve(
             Experts {
                 count,
                 top_k: raw.num_experts_per_tok.unwrap_or(8),
-                renormalise: raw.norm_topk_prob.unwrap_or(false),
+                routing: Routing::SoftmaxTopK {
+                    renormalise: raw.norm_topk_prob.unwrap_or(false),
+                },
+                clamped: None,
                 intermediate: raw.moe_intermediate_size.unwrap_or(768),
                 layers: (0..num_layers)
                     .filter(|l| !dense.contains(l) && count > 0 && (l + 1) % step == 0)
@@ -117,12 +154,28 @@ pub(crate) fn resolve(
     Ok(Some(experts))
 }
 
+/// `value` when finite, else an error naming `what`.
+fn finite(value: f64, what: &str, path: &Path) -> Result<f64> {
+    match value.is_finite() {
+        true => Ok(value),
+        false => Err(Error::input(path, format!("{what} {value} must be finite"))),
+    }
+}
+
 impl Experts {
     /// What `inspect` says of them.
     pub fn describe(&self, num_layers: usize) -> String {
-        let routing = match self.renormalise {
-            true => "softmax, top-k, renormalised",
-            false => "softmax, top-k, not renormalised",
+        let routing = match self.routing {
+            Routing::SoftmaxTopK { renormalise: true } => "softmax, top-k, renormalised",
+            Routing::SoftmaxTopK { renormalise: false } => "softmax, top-k, not renormalised",
+            Routing::TopKSoftmax => "top-k logits, then softmax",
+        };
+        let kind = match self.clamped {
+            Some(c) => format!(
+                "clamped SwiGLU (alpha {}, limit {}) experts with biases",
+                c.alpha, c.limit
+            ),
+            None => "SwiGLU experts".to_string(),
         };
         let layers = match self.layers.len() == num_layers {
             true => String::new(),
@@ -136,7 +189,7 @@ impl Experts {
             ),
         };
         format!(
-            "a mixture of {} SwiGLU experts of {}, {} a token ({routing}){layers}",
+            "a mixture of {} {kind} of {}, {} a token ({routing}){layers}",
             self.count, self.intermediate, self.top_k
         )
     }
@@ -155,6 +208,8 @@ mod tests {
             moe_intermediate_size: Some(24),
             decoder_sparse_step: step,
             mlp_only_layers: dense,
+            swiglu_alpha: None,
+            swiglu_limit: None,
         }
     }
 
@@ -175,7 +230,11 @@ mod tests {
         let e = resolve(raw(None, None), Architecture::Qwen3Moe, (6, 64), path)
             .unwrap()
             .unwrap();
-        assert!(!e.renormalise && e.intermediate == 24 && e.names == ExpertNames::Qwen);
+        assert!(
+            e.routing == Routing::SoftmaxTopK { renormalise: false }
+                && e.intermediate == 24
+                && e.names == ExpertNames::Qwen
+        );
         let err = resolve(raw(Some(0), None), Architecture::Qwen3Moe, (6, 64), path)
             .unwrap_err()
             .to_string();
@@ -188,8 +247,20 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(
-            (m.layers.len(), m.renormalise, m.intermediate),
-            (6, true, 64)
+            (m.layers.len(), m.routing, m.intermediate),
+            (6, Routing::SoftmaxTopK { renormalise: true }, 64)
+        );
+        // GPT-OSS: every layer, softmax after top-k, its clamped SwiGLU
+        let g = resolve(raw(None, None), Architecture::GptOss, (6, 64), path)
+            .unwrap()
+            .unwrap();
+        assert_eq!((g.layers.len(), g.routing), (6, Routing::TopKSoftmax));
+        assert_eq!(
+            g.clamped,
+            Some(ClampedGlu {
+                alpha: 1.702,
+                limit: 7.0
+            })
         );
         assert_eq!(
             resolve(raw(None, None), Architecture::Llama, (6, 64), path).unwrap(),

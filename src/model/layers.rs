@@ -1,7 +1,9 @@
 //! Loads the building blocks of [`crate::nn`] from a [`WeightStore`] by their checkpoint
 //! names, checking every shape.
 
-use super::experts::Experts;
+use candle_core::Tensor;
+
+use super::experts::{ExpertNames, Experts};
 use super::layout::{MlpKind, NormKind};
 use super::weights::WeightStore;
 use crate::error::Result;
@@ -121,8 +123,7 @@ pub fn mlp(
     })
 }
 
-/// Mixtral's `{prefix}.gate` router `[experts, hidden]` and `{prefix}.experts.{e}.w1` (gate),
-/// `w3` (up), `w2` (down).
+/// A layer's experts as [`Experts::names`] stores them, with their router.
 pub fn moe_mlp(
     store: &WeightStore,
     layer_prefix: &str,
@@ -132,14 +133,35 @@ pub fn moe_mlp(
     let prefix = format!("{layer_prefix}.{}", experts.names.block());
     let router = linear(
         store,
-        &format!("{prefix}.gate"),
+        &format!("{prefix}.{}", experts.names.router()),
         hidden,
         experts.count,
-        false,
+        experts.names == ExpertNames::GptOss,
     )?;
+    let experts_mlp = match experts.names {
+        ExpertNames::GptOss => stacked_experts(store, &prefix, hidden, experts)?,
+        ExpertNames::Mixtral | ExpertNames::Qwen => {
+            separate_experts(store, &prefix, hidden, experts)?
+        }
+    };
+    Ok(MoeMlp::new(
+        router,
+        experts_mlp,
+        (experts.top_k, experts.routing),
+    ))
+}
+
+/// One tensor per expert and projection: `{prefix}.experts.{e}.{gate,up,down}` (Mixtral's
+/// `w1`, `w3`, `w2`; Qwen's `gate_proj`, `up_proj`, `down_proj`).
+fn separate_experts(
+    store: &WeightStore,
+    prefix: &str,
+    hidden: usize,
+    experts: &Experts,
+) -> Result<Vec<Mlp>> {
     let [gate, up, down] = experts.names.projections();
     let intermediate = experts.intermediate;
-    let experts_mlp = (0..experts.count)
+    (0..experts.count)
         .map(|e| {
             let proj = |name: &str, from: usize, to: usize| {
                 linear(
@@ -156,10 +178,71 @@ pub fn moe_mlp(
                 proj(down, intermediate, hidden)?,
             ))
         })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(MoeMlp::new(
-        router,
-        experts_mlp,
-        (experts.top_k, experts.renormalise),
-    ))
+        .collect()
+}
+
+/// GPT-OSS's stacked experts: `{prefix}.experts.gate_up_proj` `[experts, hidden, 2 * inter]`
+/// (x W, gate and up columns interleaved: gate at even columns) and `down_proj` `[experts,
+/// inter, hidden]`, each with a `_bias`; or the MXFP4 `_blocks` / `_scales` of the same
+/// matrices stored `[experts, out, in]`.
+fn stacked_experts(
+    store: &WeightStore,
+    prefix: &str,
+    hidden: usize,
+    experts: &Experts,
+) -> Result<Vec<Mlp>> {
+    let (count, inter) = (experts.count, experts.intermediate);
+    let name = |what: &str| format!("{prefix}.experts.{what}");
+    // [experts, out, in] as a Linear stores its weight
+    let matrix = |what: &str, (out_dim, in_dim): (usize, usize)| -> Result<Tensor> {
+        match store.contains(&name(&format!("{what}_blocks"))) {
+            true => store.get_mxfp4(&name(what), &[count, out_dim, in_dim]),
+            false => Ok(store
+                .get(&name(what), &[count, in_dim, out_dim])?
+                .transpose(1, 2)?),
+        }
+    };
+    let gate_up = matrix("gate_up_proj", (2 * inter, hidden))?;
+    let gate_up_bias = store.get(&name("gate_up_proj_bias"), &[count, 2 * inter])?;
+    let down = matrix("down_proj", (hidden, inter))?;
+    let down_bias = store.get(&name("down_proj_bias"), &[count, hidden])?;
+    if !store.reads_data() {
+        // shapes checked; slicing the broadcast zeros would copy them
+        let zeros = |dims: &[usize]| -> Result<Tensor> {
+            Ok(Tensor::zeros((), store.dtype(), store.device())?.broadcast_as(dims)?)
+        };
+        let linear = |out: usize, inp: usize| -> Result<Linear> {
+            Ok(Linear::new(zeros(&[out, inp])?, Some(zeros(&[out])?)))
+        };
+        return (0..count)
+            .map(|_| {
+                Ok(Mlp::new(
+                    linear(inter, hidden)?,
+                    linear(inter, hidden)?,
+                    linear(hidden, inter)?,
+                ))
+            })
+            .collect();
+    }
+    (0..count)
+        .map(|e| {
+            // rows 2i (gate) and 2i + 1 (up) of the expert's [2 * inter, hidden] weight
+            let w = gate_up.get(e)?.reshape((inter, 2, hidden))?;
+            let b = gate_up_bias.get(e)?.reshape((inter, 2))?;
+            let half = |k: usize| -> Result<Linear> {
+                Ok(Linear::new(
+                    w.narrow(1, k, 1)?.squeeze(1)?.contiguous()?,
+                    Some(b.narrow(1, k, 1)?.squeeze(1)?.contiguous()?),
+                ))
+            };
+            let down = Linear::new(
+                down.get(e)?.contiguous()?,
+                Some(down_bias.get(e)?.contiguous()?),
+            );
+            Ok(match experts.clamped {
+                Some(clamped) => Mlp::clamped_swiglu(half(0)?, half(1)?, down, clamped),
+                None => Mlp::new(half(0)?, half(1)?, down),
+            })
+        })
+        .collect()
 }

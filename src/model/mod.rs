@@ -15,6 +15,7 @@ mod gguf_sentencepiece;
 pub mod gguf_tokenizer;
 pub mod layers;
 pub mod layout;
+pub mod mxfp4;
 pub mod nonfinite;
 mod residuals;
 pub mod rope;
@@ -236,7 +237,7 @@ impl Checkpoint {
             .tensors()
             .iter()
             .filter(|(name, _, _)| !name.ends_with("alpha_ma"))
-            .map(|(_, shape, _)| shape.iter().product::<usize>())
+            .map(|(name, shape, _)| mxfp4::values_stored(name, shape))
             .sum()
     }
 }

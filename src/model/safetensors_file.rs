@@ -98,6 +98,11 @@ impl SafetensorsFiles {
         self.load_rows(name, tensor, 0..rows)
     }
 
+    /// `name`'s bytes as stored (e.g. MXFP4 blocks), fallibly allocated.
+    pub fn load_bytes(&self, name: &str, tensor: &StoredTensor) -> Result<Vec<u8>> {
+        self.read(tensor, 0, tensor.len, name)
+    }
+
     /// Rows `rows` (along the first dimension) of `tensor` as stored, on the CPU.
     pub fn load_rows(
         &self,

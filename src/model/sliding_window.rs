@@ -102,7 +102,7 @@ pub(crate) fn resolve(
         Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Qwen3Moe => {
             raw.use_sliding_window == Some(true)
         }
-        Architecture::Gemma2 | Architecture::Gemma3Text => true,
+        Architecture::Gemma2 | Architecture::Gemma3Text | Architecture::GptOss => true,
         Architecture::Llama | Architecture::GptNeox | Architecture::Olmo2 | Architecture::Gpt2 => {
             false
         }
@@ -116,6 +116,8 @@ pub(crate) fn resolve(
         {
             Some(4096)
         }
+        // GptOssConfig's default
+        None if architecture == Architecture::GptOss => Some(128),
         None | Some(Value::Null) => None,
         Some(v) => match v.as_u64() {
             Some(size) if size >= 1 => Some(size as usize),
@@ -144,8 +146,8 @@ pub(crate) fn resolve(
         (Some(types), _) => (0..num_layers)
             .filter(|&l| types[l] == "sliding_attention")
             .collect(),
-        // Gemma2Config: layer i slides when i is even
-        (None, Architecture::Gemma2) => (0..num_layers).step_by(2).collect(),
+        // Gemma2Config and GptOssConfig: layer i slides when i is even
+        (None, Architecture::Gemma2 | Architecture::GptOss) => (0..num_layers).step_by(2).collect(),
         // Gemma3TextConfig: every layer but each `sliding_window_pattern`-th (default 6)
         (None, Architecture::Gemma3Text) => {
             let pattern = raw.sliding_window_pattern.unwrap_or(6).max(1);

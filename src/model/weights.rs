@@ -119,6 +119,11 @@ impl WeightStore {
         self
     }
 
+    /// Whether `get` reads data (false: [`WeightStore::shapes_only`]).
+    pub fn reads_data(&self) -> bool {
+        !self.shapes_only
+    }
+
     /// Undoes [`WeightStore::shapes_only`].
     pub fn with_data(mut self) -> Self {
         self.shapes_only = false;
@@ -280,8 +285,84 @@ impl WeightStore {
         }
     }
 
+    /// The MXFP4 matrix `name` (`{name}_blocks` `[..., rows, in / 32, 16]` and
+    /// `{name}_scales` `[..., rows, in / 32]`, bytes) dequantized to `expected` `[..., rows,
+    /// in]` in the analysis dtype (safetensors only: GPT-OSS's experts).
+    pub fn get_mxfp4(&self, name: &str, expected: &[usize]) -> Result<Tensor> {
+        let (Some((&in_dim, outer)), Source::Safetensors { files, .. }) =
+            (expected.split_last(), &self.source)
+        else {
+            return Err(Error::input(
+                self.any_file(),
+                format!("MXFP4 tensor {name}_blocks is read from safetensors files only"),
+            ));
+        };
+        if in_dim % 32 != 0 {
+            return Err(Error::input(
+                self.any_file(),
+                format!("MXFP4 tensor {name}: its input size {in_dim} is not a multiple of 32"),
+            ));
+        }
+        let groups = [outer, &[in_dim / 32]].concat();
+        let blocks = format!("{name}_blocks");
+        let scales = format!("{name}_scales");
+        self.check_stored(
+            &blocks,
+            &[groups.as_slice(), &[super::mxfp4::GROUP_BYTES]].concat(),
+        )?;
+        self.check_stored(&scales, &groups)?;
+        if self.shapes_only {
+            return Ok(Tensor::zeros((), self.dtype, &self.device)?.broadcast_as(expected)?);
+        }
+        let mut bytes = Vec::new();
+        for part in [&blocks, &scales] {
+            let stored_name = self.stored_name(part);
+            let stored = &files.tensors()[stored_name];
+            if stored.dtype != safetensors::Dtype::U8 {
+                return Err(Error::input(
+                    files.path(stored),
+                    format!(
+                        "MXFP4 tensor {part} has dtype {:?}, expected U8",
+                        stored.dtype
+                    ),
+                ));
+            }
+            bytes.push(files.load_bytes(&self.shown(part), stored)?);
+        }
+        let values = super::mxfp4::dequantize(&bytes[0], &bytes[1]);
+        let tensor = Tensor::from_vec(values, expected, &Device::Cpu)?.to_dtype(self.dtype)?;
+        self.check_finite(&blocks, &self.shown(&blocks), &tensor)?;
+        Ok(tensor.to_device(&self.device)?)
+    }
+
     /// Checks that `name` exists once, with shape `expected` and a floating-point dtype.
     fn check(&self, name: &str, expected: &[usize]) -> Result<()> {
+        self.check_stored(name, expected)?;
+        if let Source::Safetensors { files, .. } = &self.source {
+            // integers would be cast to floats as they are: weights are floating point
+            let stored = &files.tensors()[self.stored_name(name)];
+            if !matches!(
+                stored.dtype,
+                safetensors::Dtype::F16
+                    | safetensors::Dtype::BF16
+                    | safetensors::Dtype::F32
+                    | safetensors::Dtype::F64
+            ) {
+                return Err(Error::input(
+                    files.path(stored),
+                    format!(
+                        "tensor {} has dtype {:?}; weights must be F16, BF16, F32 or F64",
+                        self.shown(name),
+                        stored.dtype
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that `name` exists once, with shape `expected`.
+    fn check_stored(&self, name: &str, expected: &[usize]) -> Result<()> {
         if let Ok(mut read) = self.read.lock() {
             read.insert(self.stored_name(name).to_string());
         }
@@ -319,25 +400,6 @@ impl WeightStore {
                 path,
                 format!("tensor {shown}{gguf_name} has shape {stored:?}, expected {expected:?}"),
             ));
-        }
-        if let Source::Safetensors { files, .. } = &self.source {
-            // integers would be cast to floats as they are: weights are floating point
-            let stored = &files.tensors()[name];
-            if !matches!(
-                stored.dtype,
-                safetensors::Dtype::F16
-                    | safetensors::Dtype::BF16
-                    | safetensors::Dtype::F32
-                    | safetensors::Dtype::F64
-            ) {
-                return Err(Error::input(
-                    files.path(stored),
-                    format!(
-                        "tensor {shown} has dtype {:?}; weights must be F16, BF16, F32 or F64",
-                        stored.dtype
-                    ),
-                ));
-            }
         }
         Ok(())
     }
@@ -428,8 +490,8 @@ impl WeightStore {
                     .map_or(name.as_str(), |(c, _)| c.as_str());
                 convention.starts_with(prefix)
             })
-            .map(|(_, shape, _)| {
-                shape.iter().product::<usize>() as u64 * self.dtype.size_in_bytes() as u64
+            .map(|(name, shape, _)| {
+                super::mxfp4::values_stored(name, shape) as u64 * self.dtype.size_in_bytes() as u64
             })
             .sum()
     }

@@ -123,6 +123,26 @@ pub struct Mlp {
     down_proj: Linear,
     /// GELU's tanh approximation (GPT-2's `gelu_new`) rather than the exact one.
     tanh_gelu: bool,
+    /// GPT-OSS's clamped SwiGLU instead of the plain one.
+    clamped: Option<ClampedGlu>,
+}
+
+/// GPT-OSS's SwiGLU: `(clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g)` with
+/// `g = min(gate, limit)` (`swiglu_alpha`, `swiglu_limit`).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct ClampedGlu {
+    pub alpha: f64,
+    pub limit: f64,
+}
+
+impl ClampedGlu {
+    /// The gated product of the gate and up projections' outputs.
+    fn apply(self, gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+        let gate = gate.minimum(self.limit)?;
+        let up = up.clamp(-self.limit, self.limit)?;
+        let glu = (&gate * candle_nn::ops::sigmoid(&(&gate * self.alpha)?)?)?;
+        Ok(((up + 1.0)? * glu)?)
+    }
 }
 
 impl Mlp {
@@ -133,6 +153,20 @@ impl Mlp {
             up_proj,
             down_proj,
             tanh_gelu: false,
+            clamped: None,
+        }
+    }
+
+    /// GPT-OSS's clamped SwiGLU MLP of its three projections (with biases).
+    pub fn clamped_swiglu(
+        gate_proj: Linear,
+        up_proj: Linear,
+        down_proj: Linear,
+        clamped: ClampedGlu,
+    ) -> Self {
+        Mlp {
+            clamped: Some(clamped),
+            ..Mlp::new(gate_proj, up_proj, down_proj)
         }
     }
 
@@ -143,6 +177,7 @@ impl Mlp {
             up_proj,
             down_proj,
             tanh_gelu: true,
+            clamped: None,
         }
     }
 
@@ -153,43 +188,85 @@ impl Mlp {
             up_proj,
             down_proj,
             tanh_gelu,
+            clamped: None,
         }
     }
 
     /// Applies the MLP to `[batch, seq, hidden]`.
     pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {
         let up = self.up_proj.forward(xs)?;
-        let inner = match &self.gate_proj {
-            Some(gate) if self.tanh_gelu => (gate.forward(xs)?.gelu()? * up)?,
-            Some(gate) => (candle_nn::ops::silu(&gate.forward(xs)?)? * up)?,
-            None if self.tanh_gelu => up.gelu()?,
-            None => up.gelu_erf()?,
+        let inner = match (&self.gate_proj, self.clamped) {
+            (Some(gate), Some(clamped)) => clamped.apply(&gate.forward(xs)?, &up)?,
+            (Some(gate), None) if self.tanh_gelu => (gate.forward(xs)?.gelu()? * up)?,
+            (Some(gate), None) => (candle_nn::ops::silu(&gate.forward(xs)?)? * up)?,
+            (None, _) if self.tanh_gelu => up.gelu()?,
+            (None, _) => up.gelu_erf()?,
         };
         self.down_proj.forward(&inner)
     }
 }
 
-/// A mixture-of-experts MLP as Mixtral routes it: router logits `[experts]` per token, a
-/// softmax over all experts, the `top_k` largest kept and renormalised to sum to 1, and
-/// the output the weighted sum of those experts' SwiGLU MLPs. Only the chosen experts run,
-/// each on the tokens routed to it.
+/// How a router turns a token's logits `[experts]` into the chosen experts' weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Routing {
+    /// A softmax over every expert, the `top_k` largest kept, divided by their sum when
+    /// `renormalise` (Mixtral; Qwen3-MoE's `norm_topk_prob`).
+    SoftmaxTopK { renormalise: bool },
+    /// The `top_k` largest logits, then a softmax over those alone (GPT-OSS).
+    TopKSoftmax,
+}
+
+impl Routing {
+    /// The chosen experts of one token and their weights, ties to the lower expert (as
+    /// torch.topk).
+    fn route(self, logits: &[f32], probs: Option<&[f32]>, top_k: usize) -> Vec<(usize, f32)> {
+        let score = probs.unwrap_or(logits);
+        let mut order: Vec<usize> = (0..score.len()).collect();
+        order.sort_by(|&a, &c| score[c].total_cmp(&score[a]).then(a.cmp(&c)));
+        let chosen = &order[..top_k.min(order.len())];
+        match (self, probs) {
+            (Routing::SoftmaxTopK { renormalise }, Some(probs)) => {
+                let total: f32 = match renormalise {
+                    true => chosen.iter().map(|&e| probs[e]).sum(),
+                    false => 1.0,
+                };
+                chosen.iter().map(|&e| (e, probs[e] / total)).collect()
+            }
+            _ => {
+                let max = chosen.first().map_or(0.0, |&e| logits[e]);
+                let exps: Vec<f32> = chosen.iter().map(|&e| (logits[e] - max).exp()).collect();
+                let total: f32 = exps.iter().sum();
+                chosen
+                    .iter()
+                    .zip(exps)
+                    .map(|(&e, x)| (e, x / total))
+                    .collect()
+            }
+        }
+    }
+}
+
+/// A mixture-of-experts MLP: router logits `[experts]` per token (in f32, as transformers
+/// routes), the `top_k` experts chosen and weighted as [`Routing`] says, and the output the
+/// weighted sum of those experts' MLPs. Only the chosen experts run, each on the tokens
+/// routed to it.
 pub struct MoeMlp {
     router: Linear,
     experts: Vec<Mlp>,
     top_k: usize,
-    /// The chosen probabilities are divided by their sum (Mixtral, `norm_topk_prob`).
-    renormalise: bool,
+    routing: Routing,
 }
 
 impl MoeMlp {
-    /// Experts, their router `[experts, hidden]`, how many each token uses and whether
-    /// their probabilities are renormalised.
-    pub fn new(router: Linear, experts: Vec<Mlp>, (top_k, renormalise): (usize, bool)) -> Self {
+    /// Experts, their router `[experts, hidden]`, how many each token uses and how they
+    /// are weighted.
+    pub fn new(router: Linear, experts: Vec<Mlp>, (top_k, routing): (usize, Routing)) -> Self {
         MoeMlp {
             router,
             experts,
             top_k,
-            renormalise,
+            routing,
         }
     }
 
@@ -197,28 +274,24 @@ impl MoeMlp {
     pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {
         let (b, t, h) = xs.dims3()?;
         let flat = xs.reshape((b * t, h))?;
-        // routing in f32 on the host, as transformers routes in float32
-        let probs = candle_nn::ops::softmax_last_dim(
-            &self
-                .router
-                .forward(&flat)?
-                .to_dtype(candle_core::DType::F32)?,
-        )?
-        .to_vec2::<f32>()?;
+        let logits = self
+            .router
+            .forward(&flat)?
+            .to_dtype(candle_core::DType::F32)?;
+        let probs = match self.routing {
+            Routing::SoftmaxTopK { .. } => {
+                Some(candle_nn::ops::softmax_last_dim(&logits)?.to_vec2::<f32>()?)
+            }
+            Routing::TopKSoftmax => None,
+        };
+        let logits = logits.to_vec2::<f32>()?;
         let mut routed: Vec<(Vec<u32>, Vec<f32>)> =
             vec![(Vec::new(), Vec::new()); self.experts.len()];
-        for (token, row) in probs.iter().enumerate() {
-            let mut order: Vec<usize> = (0..row.len()).collect();
-            // descending probability; ties to the lower expert, as torch.topk
-            order.sort_by(|&a, &c| row[c].total_cmp(&row[a]).then(a.cmp(&c)));
-            let chosen = &order[..self.top_k.min(order.len())];
-            let total: f32 = match self.renormalise {
-                true => chosen.iter().map(|&e| row[e]).sum(),
-                false => 1.0,
-            };
-            for &e in chosen {
+        for (token, row) in logits.iter().enumerate() {
+            let probs = probs.as_ref().map(|p| p[token].as_slice());
+            for (e, weight) in self.routing.route(row, probs, self.top_k) {
                 routed[e].0.push(token as u32);
-                routed[e].1.push(row[e] / total);
+                routed[e].1.push(weight);
             }
         }
         let mut out = flat.zeros_like()?;

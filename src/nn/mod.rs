@@ -4,5 +4,5 @@
 mod layers;
 mod rope;
 
-pub use layers::{FeedForward, Linear, Mlp, MoeMlp, Norm, RmsNorm};
+pub use layers::{ClampedGlu, FeedForward, Linear, Mlp, MoeMlp, Norm, RmsNorm, Routing};
 pub use rope::Rope;

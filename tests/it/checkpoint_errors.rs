@@ -27,7 +27,9 @@ fn unknown_model_type_lists_supported_types() {
     assert!(
         err.contains("config.json")
             && err.contains("mamba")
-            && err.contains("gpt2, gpt_neox, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3"),
+            && err.contains(
+                "gpt2, gpt_neox, gpt_oss, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3"
+            ),
         "{err}"
     );
 }

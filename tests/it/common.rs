@@ -14,7 +14,7 @@ use asa_analyze::metrics::{Metric, MetricOptions};
 use candle_core::{Device, Tensor};
 
 /// Every model fixture written by `tools/make_fixtures.py`.
-pub const MODEL_FIXTURES: [&str; 25] = [
+pub const MODEL_FIXTURES: [&str; 26] = [
     "llama_gqa",
     "qwen2",
     "mistral",
@@ -31,6 +31,7 @@ pub const MODEL_FIXTURES: [&str; 25] = [
     "gemma2",
     "phi3_longrope",
     "gemma3",
+    "gpt_oss",
     "off_by_one",
     "sink",
     "gated",

@@ -400,3 +400,68 @@ fn gemma3_names_the_rope_of_each_layer_type() {
     }
     assert!(!inspect.contains("soft-capped"), "{inspect}");
 }
+
+/// GPT-OSS: `inspect` names the learned sinks, the window on alternate layers, YaRN on theta
+/// 150000 and the clamped-SwiGLU experts with their routing (the numbers are checked
+/// against transformers by `metrics.rs` and `conformance.rs`). The released checkpoints keep
+/// their experts in MXFP4: `gpt_oss_mxfp4` is the fixture's model with the experts packed
+/// so (transformers loads it to the same logits), and gives the fixture's reference logits
+/// and the same tables bit for bit, with the same parameter count.
+#[test]
+fn gpt_oss_names_its_sinks_windows_and_experts_and_reads_mxfp4() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("gpt_oss", &tmp.path().join("g"));
+    copy_fixture("gpt_oss_mxfp4", &tmp.path().join("m"));
+    let inspect = expect_success(&run_cli(tmp.path(), &["inspect", "g"]));
+    for want in [
+        "architecture   gpt_oss",
+        "variant        sink (weights: model.layers.0.self_attn.sinks)",
+        "sliding window of 6 keys on layers 1 ",
+        "YaRN RoPE (factor 32, original_max_position_embeddings 4096, beta_fast 32, beta_slow 1, attention factor 1.346574, not truncated), theta 150000",
+        "a mixture of 4 clamped SwiGLU (alpha 1.702, limit 1) experts with biases of 32, 2 a token (top-k logits, then softmax)",
+    ] {
+        assert!(inspect.contains(want), "{want}\n{inspect}");
+    }
+    let quantized = expect_success(&run_cli(tmp.path(), &["inspect", "m"]));
+    let line = |text: &str, key: &str| {
+        text.lines()
+            .find(|l| l.starts_with(key))
+            .map(str::to_string)
+    };
+    assert_eq!(line(&quantized, "parameters"), line(&inspect, "parameters"));
+    assert!(quantized.contains("u8 x8"), "{quantized}");
+
+    let refs = crate::common::reference("gpt_oss");
+    let ids = refs["input_ids"].to_dtype(candle_core::DType::U32).unwrap();
+    let ckpt = asa_analyze::model::Checkpoint::open(
+        &tmp.path().join("m"),
+        &Device::Cpu,
+        candle_core::DType::F32,
+    )
+    .unwrap();
+    let mut probe = asa_analyze::probe::CaptureProbe::new(&[asa_analyze::probe::Hook::Logits]);
+    ckpt.load_model()
+        .unwrap()
+        .forward(&ids, 64, &mut probe)
+        .unwrap();
+    let logits = probe
+        .get(asa_analyze::probe::Hook::Logits, 2)
+        .unwrap()
+        .unwrap();
+    let d = crate::common::max_abs_diff(&logits, &refs["logits"]);
+    assert!(d < 1e-5, "MXFP4 logits differ from the reference by {d:e}");
+    assert_eq!(
+        attention_table(tmp.path(), "m"),
+        attention_table(tmp.path(), "g")
+    );
+
+    // other quantization methods are refused by name
+    edit_config(&tmp.path().join("m"), |c| {
+        c["quantization_config"]["quant_method"] = serde_json::json!("awq")
+    });
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "m"]));
+    assert!(
+        err.contains("quantization_config with quant_method `awq` is not implemented"),
+        "{err}"
+    );
+}

@@ -359,32 +359,34 @@ fn every_metric_matches_the_reference_on_every_fixture() {
 }
 
 /// A sliding-window layer through the flash tiles as well: with no maps asked for, the
-/// windowed layer 2 of `qwen2_window` (window 6 of 20 tokens) is computed by the tiles
-/// (in the test above it is materialised for its heatmap), in blocks of 7 queries whose
-/// first key tiles lie wholly outside the window, and every metric matches transformers'
-/// own sliding mask in float64.
+/// windowed layer 2 of `qwen2_window` (window 6 of 20 tokens) and GPT-OSS's windowed layer 1
+/// with its learned sinks are computed by the tiles (in the test above they are materialised
+/// for the heatmap), in blocks of 7 queries whose first key tiles lie wholly outside the
+/// window, and every metric matches transformers' own sliding mask in float64.
 #[test]
 fn a_sliding_window_layer_matches_the_reference_through_the_tiles() {
-    let name = "qwen2_window";
-    let metrics = Metric::defaults()
-        .into_iter()
-        .filter(|m| ![Metric::HEATMAP, Metric::QUERY_PROFILE].contains(m));
-    let ckpt = Checkpoint::open(&model_dir(name), &Device::Cpu, DType::F32).unwrap();
-    let model = ckpt.load_model().unwrap();
-    let shape = RunShape {
-        batch_size: 2,
-        block: 7,
-    };
-    let opts = fixture_options(metrics, EntropyOf::Effective);
-    let got = analyze(&ckpt, &model, &windows(name), &opts, shape, |_| {}).unwrap();
-    assert!(got
-        .get::<asa_analyze::metrics::heatmap::HeatmapResult>(Metric::HEATMAP)
-        .is_none());
-    assert_eq!(
-        got.kernels.get(&1),
-        Some(&asa_analyze::probe::Kernel::FlashTiles)
-    );
-    check_all(name, &got, &reference_metrics(name));
+    for (name, windowed) in [("qwen2_window", 1), ("gpt_oss", 0)] {
+        let metrics = Metric::defaults()
+            .into_iter()
+            .filter(|m| ![Metric::HEATMAP, Metric::QUERY_PROFILE].contains(m));
+        let ckpt = Checkpoint::open(&model_dir(name), &Device::Cpu, DType::F32).unwrap();
+        let model = ckpt.load_model().unwrap();
+        let shape = RunShape {
+            batch_size: 2,
+            block: 7,
+        };
+        let opts = fixture_options(metrics, EntropyOf::Effective);
+        let got = analyze(&ckpt, &model, &windows(name), &opts, shape, |_| {}).unwrap();
+        assert!(got
+            .get::<asa_analyze::metrics::heatmap::HeatmapResult>(Metric::HEATMAP)
+            .is_none());
+        assert_eq!(
+            got.kernels.get(&windowed),
+            Some(&asa_analyze::probe::Kernel::FlashTiles),
+            "{name}"
+        );
+        check_all(name, &got, &reference_metrics(name));
+    }
 }
 
 #[test]
