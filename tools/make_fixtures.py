@@ -54,6 +54,9 @@ from transformers import (
     Gemma2ForCausalLM,
     Gemma3TextConfig,
     Gemma3ForCausalLM,
+    Gemma3Config,
+    Gemma3ForConditionalGeneration,
+    SiglipVisionConfig,
     GptOssConfig,
     GptOssForCausalLM,
 )
@@ -1527,6 +1530,40 @@ def main():
     q_scale = lambda l, h, i, j, s: s * math.sqrt(HEAD_DIM) * 12 ** -0.5  # noqa: E731
     M, margin = write_reference(name, "softmax", ids, logits, caps, logit_fn=q_scale)
     summary.append((name, peak_stats(caps), margin, M))
+
+    # gemma3_multimodal: Gemma3ForConditionalGeneration.save_pretrained (model_type gemma3,
+    # the text model's config nested in text_config, its tensors as language_model.model.*,
+    # beside a 1-layer SigLIP vision tower and the projector) holding gemma3's text weights:
+    # on text input transformers gives gemma3's logits exactly, so it shares that reference.
+    text_model = Gemma3ForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+    mmcfg = Gemma3Config(
+        text_config=text_model.config.to_dict(),
+        vision_config=SiglipVisionConfig(
+            hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14
+        ).to_dict(),
+        mm_tokens_per_image=4,
+        boi_token_index=VOCAB - 4,
+        eoi_token_index=VOCAB - 3,
+        image_token_index=VOCAB - 2,
+    )
+    torch.manual_seed(15)
+    mm = Gemma3ForConditionalGeneration(mmcfg).eval()
+    text_sd = {f"model.language_model.{k[len('model.'):]}": v for k, v in text_model.state_dict().items() if k.startswith("model.")}
+    missing, unexpected = mm.load_state_dict(text_sd, strict=False)
+    assert not unexpected and not [k for k in missing if "language_model" in k], (missing, unexpected)
+    dmm = os.path.join(MODELS, "gemma3_multimodal")
+    mm.save_pretrained(dmm)
+    finish_dir(dmm)
+    with safe_open(os.path.join(dmm, "model.safetensors"), framework="pt") as f:
+        stored = list(f.keys())
+    assert "language_model.model.layers.1.self_attn.q_norm.weight" in stored, sorted(stored)[:5]
+    assert any(k.startswith("vision_tower.") for k in stored) and any(k.startswith("multi_modal_projector.") for k in stored)
+    with torch.no_grad():
+        lt = text_model(input_ids=ids).logits
+        lm = Gemma3ForConditionalGeneration.from_pretrained(dmm, dtype=torch.float32).eval()(input_ids=ids).logits
+    dmm_text = (lt - lm).abs().max().item()
+    assert dmm_text == 0.0, dmm_text
+    checks.append(f"gemma3_multimodal: Gemma3ForConditionalGeneration on text vs Gemma3ForCausalLM logits {fmt(dmm_text)}")
 
     # ---------------------------------------------------------------- phi3_longrope
     # Phi3ForCausalLM.save_pretrained as Phi-3's long-context checkpoints configure it:

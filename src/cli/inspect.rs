@@ -73,6 +73,7 @@ fn json_report(
         "checkpoint": args.checkpoint.display().to_string(),
         "format": if gguf.is_some() { "gguf" } else { "safetensors" },
         "architecture": c.architecture.name(),
+        "multimodal": c.multimodal,
         "variant": ckpt.variant.kind.name(),
         "variant_source": ckpt.variant.source,
         "unused_weights": ckpt.variant.unused_weights,
@@ -128,7 +129,16 @@ fn table_rows(
     vec![
         ("checkpoint", args.checkpoint.display().to_string()),
         ("format", format),
-        ("architecture", c.architecture.name().to_string()),
+        (
+            "architecture",
+            match c.multimodal {
+                true => format!(
+                    "{} (the text model of a multimodal checkpoint; its vision tower is not read)",
+                    c.architecture.name()
+                ),
+                false => c.architecture.name().to_string(),
+            },
+        ),
         ("layout", layout(c)),
         ("variant", format!("{kind} ({})", ckpt.variant.source)),
         ("layers", c.num_layers.to_string()),

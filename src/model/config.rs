@@ -232,6 +232,9 @@ pub struct ModelConfig {
     /// The rotary settings of the sliding-window layers where they differ from `rope`
     /// (Gemma 3's `rope_parameters.sliding_attention`; `rope` is then the global layers').
     pub rope_local: Option<RopeConfig>,
+    /// The text model of a multimodal checkpoint (`super::multimodal`): its vision tower is
+    /// not read.
+    pub multimodal: bool,
 }
 
 /// Serde mirror of config.json: everything optional, unknown fields ignored.
@@ -346,7 +349,19 @@ impl ModelConfig {
         let raw: RawConfig =
             serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(&text))
                 .map_err(|e| field_error(&path, "invalid config.json", e))?;
-        raw.resolve(&path)
+        if raw.model_type.as_deref() != Some("gemma3") {
+            return raw.resolve(&path);
+        }
+        // a multimodal checkpoint: its text model
+        let value: Value = serde_json::from_str(&text)
+            .map_err(|e| Error::invalid(&path, "invalid config.json", e))?;
+        let text = super::multimodal::text_config(&value, &path)?.unwrap_or(value);
+        let raw: RawConfig = serde_path_to_error::deserialize(text)
+            .map_err(|e| field_error(&path, "invalid config.json text_config", e))?;
+        Ok(ModelConfig {
+            multimodal: true,
+            ..raw.resolve(&path)?
+        })
     }
 
     /// The keys each query of layer `layer` (0-based) sees.
@@ -604,6 +619,7 @@ impl RawConfig {
             )
             .then(|| (hidden_size as f64).sqrt()),
             rope_local,
+            multimodal: false,
         })
     }
 

@@ -15,6 +15,7 @@ mod gguf_sentencepiece;
 pub mod gguf_tokenizer;
 pub mod layers;
 pub mod layout;
+mod multimodal;
 pub mod mxfp4;
 pub mod nonfinite;
 mod residuals;
@@ -83,6 +84,10 @@ impl Checkpoint {
         let map = map
             .clone()
             .or_else(&layout::builtin_weight_map(config.architecture));
+        let map = match config.multimodal {
+            true => map.or_else(&multimodal::weight_map()),
+            false => map,
+        };
         let store = if map.is_empty() {
             store
         } else {
@@ -150,6 +155,9 @@ impl Checkpoint {
         let ignored = layout::ignored_on_load(self.config.architecture);
         let mut unread = self.store.unread();
         unread.retain(|name| !ignored.iter().any(|suffix| name.ends_with(suffix)));
+        if self.config.multimodal {
+            unread.retain(|name| !multimodal::is_vision_weight(name));
+        }
         unread
     }
 
@@ -237,6 +245,7 @@ impl Checkpoint {
             .tensors()
             .iter()
             .filter(|(name, _, _)| !name.ends_with("alpha_ma"))
+            .filter(|(name, _, _)| !(self.config.multimodal && multimodal::is_vision_weight(name)))
             .map(|(name, shape, _)| mxfp4::values_stored(name, shape))
             .sum()
     }

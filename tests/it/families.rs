@@ -465,3 +465,57 @@ fn gpt_oss_names_its_sinks_windows_and_experts_and_reads_mxfp4() {
         "{err}"
     );
 }
+
+/// Gemma 3's multimodal checkpoints (`model_type` gemma3, Gemma3ForConditionalGeneration:
+/// the text model's config nested in `text_config`, its tensors under
+/// `language_model.model.`, a vision tower beside it): the text model is analysed, the
+/// vision tensors are neither read nor "unused" nor counted, and the numbers are those of
+/// the same text weights as a plain gemma3_text checkpoint (transformers gives them the same
+/// logits). The module names transformers uses in memory (`model.language_model.`) are read
+/// too.
+#[test]
+fn gemma3_multimodal_checkpoints_give_their_text_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("gemma3", &tmp.path().join("t"));
+    copy_fixture("gemma3_multimodal", &tmp.path().join("m"));
+    let inspect = expect_success(&run_cli(tmp.path(), &["inspect", "m"]));
+    for want in [
+        "gemma3_text (the text model of a multimodal checkpoint; its vision tower is not read)",
+        "unused         none",
+        "sliding window of 6 keys on layers 1 ",
+    ] {
+        assert!(inspect.contains(want), "{want}\n{inspect}");
+    }
+    let text = expect_success(&run_cli(tmp.path(), &["inspect", "t"]));
+    let line = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with("parameters"))
+            .map(str::to_string)
+    };
+    assert_eq!(line(&inspect), line(&text));
+    let table = attention_table(tmp.path(), "t");
+    assert_eq!(attention_table(tmp.path(), "m"), table);
+
+    // the same tensors under transformers' module names
+    let file = tmp.path().join("m").join("model.safetensors");
+    let tensors = candle_core::safetensors::load(&file, &Device::Cpu).unwrap();
+    let renamed: std::collections::HashMap<String, candle_core::Tensor> = tensors
+        .into_iter()
+        .map(
+            |(name, t)| match name.strip_prefix("language_model.model.") {
+                Some(rest) => (format!("model.language_model.{rest}"), t),
+                None => (format!("model.{name}"), t),
+            },
+        )
+        .collect();
+    assert!(renamed.contains_key("model.language_model.layers.0.self_attn.q_proj.weight"));
+    assert!(renamed.contains_key("model.vision_tower.post_layernorm.weight"));
+    candle_core::safetensors::save(&renamed, &file).unwrap();
+    assert_eq!(attention_table(tmp.path(), "m"), table);
+
+    edit_config(&tmp.path().join("m"), |c| {
+        c.as_object_mut().unwrap().remove("text_config");
+    });
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "m"]));
+    assert!(err.contains("needs a text_config"), "{err}");
+}
