@@ -716,6 +716,90 @@ def write_gguf_from_hf(name, arch):
             assert np.array_equal(x, sd[written[gname]]), gname
 
 
+def write_gguf_gpt(name, arch):
+    """GPT-2 (`gpt2`) and GPT-NeoX (`gptneox`) fixtures as llama.cpp's converter writes them:
+    the gguf package's own name table; GPT-2's Conv1D weights transposed to [out, in] and its
+    tied `wte` written again as `output.weight` (GPT2Model.modify_tensors); GPT-NeoX's
+    per-head [q, k, v] rows of query_key_value regrouped as all q, all k, all v (the Bloom
+    reshape its converter applies; transformers' own BloomTensorProcessor must undo it).
+    The GPT-2 file is checked by loading its tensors with transformers' GGUF loader."""
+    import gguf
+
+    src = os.path.join(mf.MODELS, name)
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    sd = {k: v.to(torch.float32).numpy() for k, v in mf.load_state(src).items()}
+    neox = arch == "gptneox"
+    hidden = cfg["hidden_size"] if neox else cfg["n_embd"]
+    heads = cfg["num_attention_heads"] if neox else cfg["n_head"]
+    layers = cfg["num_hidden_layers"] if neox else cfg["n_layer"]
+    arch_id = next(a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == arch)
+    name_map = gguf.get_tensor_name_map(arch_id, layers)
+    path = os.path.join(GGUF_FIX, f"{name}.gguf")
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(f"asa-analyze fixture {name}")
+    w.add_block_count(layers)
+    w.add_embedding_length(hidden)
+    w.add_head_count(heads)
+    w.add_layer_norm_eps(cfg["layer_norm_eps"] if neox else cfg["layer_norm_epsilon"])
+    w.add_vocab_size(cfg["vocab_size"])
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    if neox:
+        w.add_context_length(cfg["max_position_embeddings"])
+        w.add_feed_forward_length(cfg["intermediate_size"])
+        w.add_rope_dimension_count(int(cfg["rope_parameters"]["partial_rotary_factor"] * hidden // heads))
+        w.add_parallel_residual(cfg["use_parallel_residual"])
+    else:
+        w.add_context_length(cfg["n_positions"])
+        w.add_feed_forward_length(cfg["n_inner"])
+    written = {}
+    for key in sorted(sd):
+        x = sd[key]
+        base, kind = key.rsplit(".", 1)
+        gname = f"{name_map.get_name(base)}.{kind}"
+        assert not gname.startswith("None"), key
+        if not neox and key.endswith((".c_attn.weight", ".c_proj.weight", ".c_fc.weight")):
+            x = x.T
+        if neox and key.endswith(".attention.query_key_value.weight"):
+            q = x.reshape(heads, 3, hidden // heads, hidden)
+            x = np.concatenate([q[:, i].reshape(-1, hidden) for i in range(3)], axis=0)
+        if neox and key.endswith(".attention.query_key_value.bias"):
+            q = x.reshape(heads, 3, hidden // heads)
+            x = np.concatenate([q[:, i].reshape(-1) for i in range(3)], axis=0)
+        w.add_tensor(gname, np.ascontiguousarray(x))
+        written[gname] = key
+        if gname == "token_embd.weight" and not neox:
+            w.add_tensor("output.weight", np.ascontiguousarray(x))
+    finish_gguf(w)
+    back = gguf_state_dict(path)
+    if neox:
+        from transformers.modeling_gguf_pytorch_utils import BloomTensorProcessor
+
+        undo = BloomTensorProcessor()
+        for l in range(layers):
+            for kind, fn in (("weight", undo._reverse_reshape_weights), ("bias", undo._reverse_reshape_bias)):
+                x = back[f"blk.{l}.attn_qkv.{kind}"][0]
+                hf = sd[f"gpt_neox.layers.{l}.attention.query_key_value.{kind}"]
+                assert np.array_equal(fn(x, heads, hidden), hf), (l, kind)
+        log(f"{name}.gguf: transformers' BloomTensorProcessor undoes the q/k/v regrouping exactly")
+    else:
+        from transformers import GPT2LMHeadModel
+
+        ids = torch.tensor([[1, 5, 9, 3, 7, 11, 20, 30, 2, 4]])
+        want = GPT2LMHeadModel.from_pretrained(src, dtype=torch.float32).eval()
+        # the config from config.json: transformers' GGUF metadata table for gpt2 has no
+        # n_inner, vocab or n_positions; the tensors are what is checked
+        got = GPT2LMHeadModel.from_pretrained(
+            GGUF_FIX, gguf_file=f"{name}.gguf", config=GPT2LMHeadModel.config_class.from_pretrained(src),
+            dtype=torch.float32,
+        ).eval()
+        a, b = want.state_dict(), got.state_dict()
+        assert sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a), "tensors differ"
+        with torch.no_grad():
+            d = (want(input_ids=ids).logits - got(input_ids=ids).logits).abs().max().item()
+        assert d < 1e-5, d
+        log(f"{name}.gguf: transformers' GGUF loader reads the checkpoint's tensors exactly (logits {d:.1e})")
+
+
 def finish_gguf(w):
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -732,8 +816,10 @@ def fixtures():
     write_gguf_from_hf("qwen3", "qwen3")  # per-head QK-norm (attn_q_norm, attn_k_norm)
     write_gguf_from_hf("olmo2", "olmo2")  # whole-projection QK-norm, post_attention_norm, post_ffw_norm
     write_gguf_from_hf("phi3", "phi3")  # fused attn_qkv and ffn_up, partial rotary, sliding window
+    write_gguf_gpt("gpt2", "gpt2")  # Conv1D weights transposed, learned positions, LayerNorm biases
+    write_gguf_gpt("gpt_neox", "gptneox")  # q/k/v regrouped, partial rotary, parallel residual
     # an architecture the loader does not map
-    w = gguf.GGUFWriter(os.path.join(GGUF_FIX, "bad", "unknown_arch.gguf"), "gpt2")
+    w = gguf.GGUFWriter(os.path.join(GGUF_FIX, "bad", "unknown_arch.gguf"), "mamba")
     w.add_block_count(1)
     w.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
     finish_gguf(w)

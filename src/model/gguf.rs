@@ -10,6 +10,9 @@
 //! - llama.cpp permutes the rows of the llama q and k projections (weights and biases) so
 //!   that its interleaved RoPE matches HF's rotate-half; [`GgufFile::load`] permutes them
 //!   back (q with `head_count`, k with `head_count_kv`). Qwen2 files are not permuted.
+//! - GPT-2 files store the Conv1D weights transposed (`[out, in]`): transposed back.
+//! - GPT-NeoX files store `attn_qkv` as all q rows, then k, then v (llama.cpp's converter
+//!   reorders HF's per-head `[q, k, v]` groups, as for Bloom): regrouped per head.
 //! - Tied models have no `output.weight`: no `lm_head.weight` is served and
 //!   `tie_word_embeddings` is set.
 //! - Llama-3.x files carry their RoPE scaling as a `rope_freqs.weight` tensor (llama.cpp
@@ -30,7 +33,7 @@ use super::root_cause;
 use crate::error::{Error, Result};
 
 /// GGUF architectures (`general.architecture`) the loader maps, for error messages.
-pub const SUPPORTED_ARCHITECTURES: &str = "llama, olmo2, phi3, qwen2, qwen3";
+pub const SUPPORTED_ARCHITECTURES: &str = "gpt2, gptneox, llama, olmo2, phi3, qwen2, qwen3";
 
 /// Tensor types candle dequantizes, for error messages.
 const SUPPORTED_TYPES: &str =
@@ -44,8 +47,21 @@ struct GgufTensor {
     /// Row-major shape (HF orientation: `[out, in]` for projections).
     shape: Vec<usize>,
     dtype: GgmlDType,
-    /// Undo llama.cpp's q/k row permutation with this many heads.
-    unpermute_heads: Option<usize>,
+    /// What llama.cpp's converter did to the HF tensor, undone on load.
+    undo: Undo,
+}
+
+/// A converter's change to one tensor, undone on load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Undo {
+    Nothing,
+    /// llama's q/k row permutation, with this many heads.
+    Permutation(usize),
+    /// GPT-2's Conv1D weight stored `[out, in]`: transpose back to `[in, out]`.
+    Transpose,
+    /// GPT-NeoX's fused q/k/v rows regrouped `[q; k; v]`: back to per-head `[q, k, v]`
+    /// groups, with this many heads.
+    QkvGrouping(usize),
 }
 
 /// An opened `.gguf` file: metadata, the tensor table under HF names, the resolved config.
@@ -83,7 +99,7 @@ impl GgufFile {
             .to_string();
         let permuted = match arch.as_str() {
             "llama" => true,
-            "qwen2" | "qwen3" | "olmo2" | "phi3" => false,
+            "qwen2" | "qwen3" | "olmo2" | "phi3" | "gpt2" | "gptneox" => false,
             other => {
                 return Err(Error::input(
                     path,
@@ -113,18 +129,26 @@ impl GgufFile {
                     format!("tensor {gguf_name} is not part of the {arch} architecture this loader maps"),
                 ));
             };
-            let unpermute_heads = match hf_name.rsplit('.').nth(1) {
-                Some("q_proj") if permuted => Some(heads),
-                Some("k_proj") if permuted => Some(kv_heads),
-                _ => None,
+            let mut shape = info.shape.dims().to_vec();
+            let undo = match (arch.as_str(), hf_name.rsplit('.').nth(1)) {
+                (_, Some("q_proj")) if permuted => Undo::Permutation(heads),
+                (_, Some("k_proj")) if permuted => Undo::Permutation(kv_heads),
+                ("gptneox", Some("qkv_proj")) => Undo::QkvGrouping(heads),
+                ("gpt2", Some("qkv_proj" | "o_proj" | "up_proj" | "down_proj"))
+                    if hf_name.ends_with(".weight") && shape.len() == 2 =>
+                {
+                    shape.reverse();
+                    Undo::Transpose
+                }
+                _ => Undo::Nothing,
             };
             tensors.insert(
                 hf_name,
                 GgufTensor {
                     gguf_name: gguf_name.clone(),
-                    shape: info.shape.dims().to_vec(),
+                    shape,
                     dtype: info.ggml_dtype,
-                    unpermute_heads,
+                    undo,
                 },
             );
         }
@@ -135,6 +159,7 @@ impl GgufFile {
             vocab: embed.shape[0],
             has_output: tensors.contains_key("lm_head.weight"),
             has_q_bias: tensors.contains_key("model.layers.0.self_attn.q_proj.bias"),
+            has_qkv_bias: tensors.contains_key("model.layers.0.self_attn.qkv_proj.bias"),
         };
         let (raw, rope_source) = raw_config(&meta, &mut file, &facts, heads, kv_heads)?;
         let config = serde_path_to_error::deserialize::<_, RawConfig>(raw)
@@ -212,8 +237,8 @@ impl GgufFile {
         counts
     }
 
-    /// Reads and dequantizes `name` to f32 on the CPU, rows un-permuted where llama.cpp
-    /// permuted them.
+    /// Reads and dequantizes `name` to f32 on the CPU, in the HF layout (what llama.cpp's
+    /// converter changed undone: [`Undo`]).
     pub fn load(&self, name: &str) -> Result<Tensor> {
         let t = self
             .tensors
@@ -228,11 +253,13 @@ impl GgufFile {
                 Error::invalid(&self.path, what, root_cause(e))
             })?;
         let xs = q.dequantize(&Device::Cpu)?;
-        match t.unpermute_heads {
-            Some(heads) => unpermute_rows(&xs, heads)
-                .map_err(|e| Error::invalid(&self.path, &t.gguf_name, root_cause(e))),
-            None => Ok(xs),
-        }
+        let undone = match t.undo {
+            Undo::Nothing => Ok(xs),
+            Undo::Permutation(heads) => unpermute_rows(&xs, heads),
+            Undo::Transpose => xs.t().and_then(|x| x.contiguous()),
+            Undo::QkvGrouping(heads) => group_qkv_per_head(&xs, heads),
+        };
+        undone.map_err(|e| Error::invalid(&self.path, &t.gguf_name, root_cause(e)))
     }
 }
 
@@ -311,6 +338,9 @@ fn hf_name(gguf: &str, arch: &str) -> Option<String> {
         "token_embd.weight" => Some("model.embed_tokens.weight"),
         "output_norm.weight" => Some("model.norm.weight"),
         "output.weight" => Some("lm_head.weight"),
+        // GPT-2's learned positions, and the LayerNorm biases of GPT-2 and GPT-NeoX
+        "position_embd.weight" if arch == "gpt2" => Some("model.embed_positions.weight"),
+        "output_norm.bias" if matches!(arch, "gpt2" | "gptneox") => Some("model.norm.bias"),
         _ => None,
     };
     if let Some(name) = fixed {
@@ -324,6 +354,9 @@ fn hf_name(gguf: &str, arch: &str) -> Option<String> {
         return None;
     }
     let hf = match (arch, part) {
+        ("gpt2" | "gptneox", "attn_qkv") => "self_attn.qkv_proj",
+        ("gpt2" | "gptneox", "ffn_norm") => "post_attention_layernorm",
+        ("gpt2" | "gptneox", "attn_q" | "attn_k" | "attn_v" | "ffn_gate") => return None,
         ("qwen3" | "olmo2", "attn_q_norm") => "self_attn.q_norm",
         ("qwen3" | "olmo2", "attn_k_norm") => "self_attn.k_norm",
         ("olmo2", "post_attention_norm") => "post_attention_layernorm",
@@ -360,6 +393,21 @@ fn unpermute_rows(xs: &Tensor, heads: usize) -> candle_core::Result<Tensor> {
     let rest: usize = dims[1..].iter().product();
     xs.reshape((heads, half, 2, rest))?
         .transpose(1, 2)?
+        .contiguous()?
+        .reshape(dims.as_slice())
+}
+
+/// Undoes llama.cpp's GPT-NeoX `attn_qkv` regrouping: rows `[q (heads * d); k; v]` (a
+/// weight `[3 * heads * d, in]` or a bias) back to HF's `[heads, 3 (q, k, v), d]` order.
+fn group_qkv_per_head(xs: &Tensor, heads: usize) -> candle_core::Result<Tensor> {
+    let dims = xs.dims().to_vec();
+    let rows = dims[0];
+    if heads == 0 || !rows.is_multiple_of(3 * heads) {
+        candle_core::bail!("{rows} rows cannot be split into q, k and v of {heads} heads");
+    }
+    let rest: usize = dims[1..].iter().product();
+    xs.reshape((3, heads, rows / 3 / heads, rest))?
+        .transpose(0, 1)?
         .contiguous()?
         .reshape(dims.as_slice())
 }
@@ -517,7 +565,35 @@ mod tests {
             "model.layers.0.self_attn.k_norm.weight"
         );
         assert!(hf_name("blk.0.attn_q_norm.weight", "llama").is_none());
+        // GPT-2 and GPT-NeoX: fused q/k/v, learned positions, LayerNorm biases
+        assert_eq!(
+            hf_name("blk.3.attn_qkv.bias", "gptneox").unwrap(),
+            "model.layers.3.self_attn.qkv_proj.bias"
+        );
+        assert_eq!(
+            hf_name("position_embd.weight", "gpt2").unwrap(),
+            "model.embed_positions.weight"
+        );
+        assert_eq!(
+            hf_name("output_norm.bias", "gpt2").unwrap(),
+            "model.norm.bias"
+        );
+        assert!(hf_name("output_norm.bias", "llama").is_none());
         assert!(hf_name("blk.0.attn_norm.weight", "olmo2").is_none());
+    }
+
+    #[test]
+    fn qkv_regrouping_inverts_llama_cpp_gptneox_order() {
+        // HF rows per head [q, k, v] (2 heads of d = 1): q0 k0 v0 q1 k1 v1; llama.cpp's
+        // converter: reshape(heads, 3, d, in), then all q, all k, all v: q0 q1 k0 k1 v0 v1
+        let gguf = Tensor::new(&[0f32, 3., 1., 4., 2., 5.], &Device::Cpu)
+            .unwrap()
+            .reshape((6, 1))
+            .unwrap();
+        let hf = group_qkv_per_head(&gguf, 2).unwrap();
+        let rows: Vec<f32> = hf.flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(rows, [0., 1., 2., 3., 4., 5.]);
+        assert!(group_qkv_per_head(&gguf, 4).is_err());
     }
 
     #[test]

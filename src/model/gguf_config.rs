@@ -19,6 +19,8 @@ pub(crate) struct TensorFacts {
     pub has_output: bool,
     /// `blk.0.attn_q.bias` exists.
     pub has_q_bias: bool,
+    /// `blk.0.attn_qkv.bias` exists (GPT-NeoX's `attention_bias`).
+    pub has_qkv_bias: bool,
 }
 
 /// Typed access to `{arch}.*` metadata, errors naming the file and the key.
@@ -155,9 +157,13 @@ pub(crate) fn raw_config(
         .unwrap_or(head_dim);
     let theta = meta.opt_f64_key("rope.freq_base")?.unwrap_or(10000.0);
     let context = meta.opt_usize_key("context_length")?.unwrap_or(2048);
-    let rms_eps = meta
-        .opt_f64_key("attention.layer_norm_rms_epsilon")?
-        .unwrap_or(1e-5);
+    // RMSNorm's epsilon, or LayerNorm's (GPT-2, GPT-NeoX)
+    let rms_eps = match meta.opt_f64_key("attention.layer_norm_rms_epsilon")? {
+        Some(eps) => eps,
+        None => meta
+            .opt_f64_key("attention.layer_norm_epsilon")?
+            .unwrap_or(1e-5),
+    };
     // checked here: JSON has no NaN (it would turn into a default), and the rope_freqs
     // recovery below needs them sound
     let bad = |key: &str, value: String, want: &str| {
@@ -191,7 +197,7 @@ pub(crate) fn raw_config(
             .map(|v| json!(v))
             .unwrap_or(serde_json::Value::Null)
     };
-    let raw = json!({
+    let mut raw = json!({
         "model_type": meta.arch,
         "hidden_size": hidden,
         "intermediate_size": meta.usize_key("feed_forward_length")?,
@@ -211,6 +217,24 @@ pub(crate) fn raw_config(
         "hidden_act": "silu",
         "sliding_window": meta.opt_usize_key("attention.sliding_window")?,
     });
+    match meta.arch {
+        "gpt2" => {
+            raw["model_type"] = json!("gpt2");
+            raw["layer_norm_epsilon"] = json!(rms_eps);
+            raw["hidden_act"] = serde_json::Value::Null;
+        }
+        "gptneox" => {
+            raw["model_type"] = json!("gpt_neox");
+            raw["layer_norm_eps"] = json!(rms_eps);
+            raw["hidden_act"] = json!("gelu");
+            raw["attention_bias"] = json!(tensors.has_qkv_bias);
+            if let Some(parallel) = metadata_bool(meta.content, &meta.key("use_parallel_residual"))
+            {
+                raw["use_parallel_residual"] = json!(parallel);
+            }
+        }
+        _ => {}
+    }
     Ok((raw, recovered))
 }
 
@@ -218,6 +242,14 @@ pub(crate) fn raw_config(
 pub(crate) fn metadata_str<'a>(content: &'a Content, key: &str) -> Option<&'a str> {
     match content.metadata.get(key) {
         Some(Value::String(s)) => Some(s.as_str()),
+        _ => None,
+    }
+}
+
+/// A boolean metadata value.
+fn metadata_bool(content: &Content, key: &str) -> Option<bool> {
+    match content.metadata.get(key) {
+        Some(Value::Bool(b)) => Some(*b),
         _ => None,
     }
 }

@@ -791,6 +791,39 @@ fn qwen3_olmo2_and_phi3_ggufs_reproduce_their_checkpoints() {
     }
 }
 
+/// GPT-2 and GPT-NeoX GGUF files as llama.cpp's converter writes them
+/// (`tools/smollm2.py fixtures`): GPT-2's Conv1D weights stored `[out, in]` (transformers'
+/// own GGUF loader reads that file back to the checkpoint's tensors exactly), its learned
+/// positions and LayerNorm biases, its tied `wte` written again as `output.weight`; GPT-NeoX's
+/// q/k/v rows regrouped as all q, all k, all v (transformers' BloomTensorProcessor undoes
+/// that regrouping exactly), partial rotary and the parallel residual from metadata. Each
+/// reproduces its checkpoint's transformers float64 reference.
+#[test]
+fn gpt2_and_gpt_neox_ggufs_reproduce_their_checkpoints() {
+    for name in ["gpt2", "gpt_neox"] {
+        check_tiny_gguf(name);
+        let gguf = Checkpoint::open(
+            &gguf_fixture(&format!("{name}.gguf")),
+            &Device::Cpu,
+            DType::F32,
+        )
+        .unwrap();
+        let hf = Checkpoint::open(&model_dir(name), &Device::Cpu, DType::F32).unwrap();
+        let (a, b) = (&gguf.config, &hf.config);
+        assert_eq!(a.architecture, b.architecture, "{name}");
+        assert_eq!(a.layout, b.layout, "{name}");
+        assert_eq!(a.rope, b.rope, "{name}");
+        assert_eq!(
+            (a.qkv_bias, a.o_bias, a.mlp_bias),
+            (b.qkv_bias, b.o_bias, b.mlp_bias),
+            "{name}"
+        );
+        // GGUF keeps the epsilon as an f32
+        assert_eq!(a.rms_norm_eps as f32, b.rms_norm_eps as f32, "{name}");
+        assert_eq!(a.intermediate_size, b.intermediate_size, "{name}");
+    }
+}
+
 #[test]
 fn gguf_sentencepiece_tokenizer_gives_sentencepieces_ids() {
     // tools/make_spm_gguf.py: a SentencePiece BPE (byte fallback, dummy prefix) written the
@@ -930,7 +963,8 @@ fn gguf_metadata_that_would_give_nan_is_refused() {
 fn unknown_gguf_architecture_is_named() {
     let err = inspect_error(&gguf_fixture("bad/unknown_arch.gguf"));
     assert!(
-        err.contains("architecture `gpt2`") && err.contains("llama, olmo2, phi3, qwen2, qwen3"),
+        err.contains("architecture `mamba`")
+            && err.contains("gpt2, gptneox, llama, olmo2, phi3, qwen2, qwen3"),
         "{err}"
     );
 }
