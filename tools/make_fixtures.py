@@ -1635,6 +1635,75 @@ def main():
     M, margin = write_reference(name, "softmax", ids, logits, caps, logit_fn=cap_fn)
     summary.append((name, peak_stats(caps), margin, M))
 
+    # ---------------------------------------------------------------- gemma2_like_2b, gemma3_like_1b
+    # Gemma 2 and Gemma 3 configured as the released 2B and 1B checkpoints are in what a GGUF
+    # file can say: query_pre_attn_scalar = head_dim (llama.cpp scales q.k by head_dim^-1/2
+    # below 27B and has no key for it), Gemma 2's default soft-caps 50 / 30 (tanh barely
+    # bends these logits; the gemma2 fixture covers the cap) and layer_types (even layers
+    # slide, window 6); Gemma 3 with sliding_window_pattern 6, so both of its 2 layers slide
+    # (window 6, RoPE theta 10000), as llama.cpp's pattern reads them. Written to GGUF by
+    # tools/smollm2.py fixtures. init seeds 1501, 1602 (the tied embeddings then halved; with
+    # seed 1601 float32's q at layer 2 strayed 1.1e-5 from float64, past the 1e-5 tolerance).
+    # Reference: transformers in float64.
+    name = "gemma2_like_2b"
+    g2l = Gemma2Config(
+        **{k: v for k, v in common_cfg(bos, eos).items() if k != "hidden_act"},
+        hidden_activation="gelu_pytorch_tanh",
+        query_pre_attn_scalar=HEAD_DIM,
+        sliding_window=6,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    )
+    assert g2l.attn_logit_softcapping == 50.0 and g2l.final_logit_softcapping == 30.0
+    torch.manual_seed(16)
+    model = Gemma2ForCausalLM(g2l)
+    init_weights(model, seed=1501)
+    with torch.no_grad():  # tied embeddings at half the scale: logits f32 can check to 1e-5
+        model.model.embed_tokens.weight.mul_(0.5)
+    d = os.path.join(MODELS, name)
+    model.save_pretrained(d)
+    finish_dir(d)
+    logits, caps, d32 = transformers64_reference(
+        d, Gemma2ForCausalLM, modeling_gemma2, ids, "model",
+        rms_cls=modeling_gemma2.Gemma2RMSNorm, rms_forward=_gemma_rms_forward64,
+    )
+    assert "visible" in caps[0] and "visible" not in caps[1]
+    checks.append(f"{name}: transformers float64-patched vs unpatched logits {fmt(d32)}")
+    cap50 = lambda l, h, i, j, s: 50.0 * math.tanh(s / 50.0)  # noqa: E731
+    M, margin = write_reference(name, "softmax", ids, logits, caps, logit_fn=cap50)
+    summary.append((name, peak_stats(caps), margin, M))
+
+    name = "gemma3_like_1b"
+    g3l = Gemma3TextConfig(
+        **{k: v for k, v in common_cfg(bos, eos).items() if k != "hidden_act"},
+        hidden_activation="gelu_pytorch_tanh",
+        query_pre_attn_scalar=HEAD_DIM,
+        sliding_window=6,
+        sliding_window_pattern=6,
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+        },
+        tie_word_embeddings=True,
+    )
+    assert g3l.layer_types == ["sliding_attention", "sliding_attention"], g3l.layer_types
+    torch.manual_seed(17)
+    model = Gemma3ForCausalLM(g3l)
+    init_weights(model, seed=1602)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(0.5)
+    d = os.path.join(MODELS, name)
+    model.save_pretrained(d)
+    finish_dir(d)
+    logits, caps, d32 = transformers64_reference(
+        d, Gemma3ForCausalLM, modeling_gemma3, ids, "model",
+        rms_cls=modeling_gemma3.Gemma3RMSNorm, rms_forward=_gemma_rms_forward64,
+    )
+    assert "visible" in caps[0] and "visible" in caps[1]
+    checks.append(f"{name}: transformers float64-patched vs unpatched logits {fmt(d32)}")
+    M, margin = write_reference(name, "softmax", ids, logits, caps)
+    summary.append((name, peak_stats(caps), margin, M))
+
     # ---------------------------------------------------------------- gpt_oss, gpt_oss_mxfp4
     # GptOssForCausalLM.save_pretrained: learned sinks (self_attn.sinks, N(0, 1.5^2) so they
     # take a real share), biases on q/k/v/o (N(0, 0.5^2)), layer 1 a sliding window of 6 and
@@ -2066,7 +2135,7 @@ def main():
         print(f"  {os.path.relpath(sub, ROOT)}: {n} bytes")
         total += n
     print(f"written by this script: {total} bytes")
-    assert total < 10_500_000
+    assert total < 11_500_000
 
 
 CORPUS_DOCS = [

@@ -93,6 +93,8 @@ FIXTURES = [
     "phi3_longrope",
     "gemma3",
     "gpt_oss",
+    "gemma2_like_2b",
+    "gemma3_like_1b",
     "off_by_one",
     "sink",
     "gated",
@@ -105,7 +107,7 @@ FIXTURES = [
 ]
 # Weights that sum to 1 over the visible keys by construction.
 SUM_TO_ONE = {"llama_gqa", "qwen2", "mistral", "gpt_neox", "olmo2", "phi3", "gpt2", "mixtral", "qwen2_window", "qwen3_moe", "rope_linear", "rope_dynamic",
-              "rope_yarn", "gemma2", "phi3_longrope", "gemma3", "gated", "qwen3", "scale_invariant", "logn"}
+              "rope_yarn", "gemma2", "phi3_longrope", "gemma3", "gemma2_like_2b", "gemma3_like_1b", "gated", "qwen3", "scale_invariant", "logn"}
 TOL = 1e-12
 
 _DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "BOOL": "?"}

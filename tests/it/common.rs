@@ -14,7 +14,7 @@ use asa_analyze::metrics::{Metric, MetricOptions};
 use candle_core::{Device, Tensor};
 
 /// Every model fixture written by `tools/make_fixtures.py`.
-pub const MODEL_FIXTURES: [&str; 26] = [
+pub const MODEL_FIXTURES: [&str; 28] = [
     "llama_gqa",
     "qwen2",
     "mistral",
@@ -32,6 +32,8 @@ pub const MODEL_FIXTURES: [&str; 26] = [
     "phi3_longrope",
     "gemma3",
     "gpt_oss",
+    "gemma2_like_2b",
+    "gemma3_like_1b",
     "off_by_one",
     "sink",
     "gated",
