@@ -800,6 +800,67 @@ def write_gguf_gpt(name, arch):
         log(f"{name}.gguf: transformers' GGUF loader reads the checkpoint's tensors exactly (logits {d:.1e})")
 
 
+def write_gguf_gemma(name, arch):
+    """Gemma 2 (`gemma2`) and Gemma 3 (`gemma3`) fixtures as llama.cpp's converter writes
+    them: the gguf package's name table, every norm scale stored as 1 + w (the converter adds
+    Gemma's offset), tied embeddings (no output.weight), soft-caps, window and RoPE bases
+    in metadata. Checked by loading the tensors with transformers' GGUF loader (its
+    Gemma2TensorProcessor subtracts the 1 again)."""
+    import gguf
+
+    src = os.path.join(mf.MODELS, name)
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    sd = {k: v.to(torch.float32).numpy() for k, v in mf.load_state(src).items()}
+    arch_id = next(a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == arch)
+    name_map = gguf.get_tensor_name_map(arch_id, cfg["num_hidden_layers"])
+    path = os.path.join(GGUF_FIX, f"{name}.gguf")
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(f"asa-analyze fixture {name}")
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_key_length(cfg["head_dim"])
+    w.add_value_length(cfg["head_dim"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_sliding_window(cfg["sliding_window"])
+    w.add_vocab_size(cfg["vocab_size"])
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    if arch == "gemma2":
+        w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
+        w.add_attn_logit_softcapping(cfg["attn_logit_softcapping"])
+        w.add_final_logit_softcapping(cfg["final_logit_softcapping"])
+    else:
+        assert cfg["rope_parameters"]["sliding_attention"]["rope_theta"] == 10000.0  # llama.cpp's fixed local base
+        w.add_rope_freq_base(cfg["rope_parameters"]["full_attention"]["rope_theta"])
+    for key in sorted(sd):
+        x = sd[key]
+        base, kind = key.rsplit(".", 1)
+        gname = f"{name_map.get_name(base)}.{kind}"
+        assert not gname.startswith("None"), key
+        if key.endswith("norm.weight"):
+            x = x + 1.0
+        w.add_tensor(gname, np.ascontiguousarray(x.astype(np.float32)))
+    finish_gguf(w)
+    cls = {"gemma2": mf.Gemma2ForCausalLM, "gemma3": mf.Gemma3ForCausalLM}[arch]
+    ids = torch.tensor([[1, 5, 9, 3, 7, 11, 20, 30, 2, 4]])
+    want = cls.from_pretrained(src, dtype=torch.float32).eval()
+    got = cls.from_pretrained(
+        GGUF_FIX, gguf_file=f"{name}.gguf", config=cls.config_class.from_pretrained(src), dtype=torch.float32
+    ).eval()
+    a, b = want.state_dict(), got.state_dict()
+    assert sorted(a) == sorted(b), set(a) ^ set(b)
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst <= 2.0**-23, worst  # 1 + w rounded to f32 (ulp 2^-23 above 1), then 1 subtracted
+    with torch.no_grad():
+        d = (want(input_ids=ids).logits - got(input_ids=ids).logits).abs().max().item()
+    assert d < 1e-5, d
+    log(f"{name}.gguf: transformers' GGUF loader reads the checkpoint's tensors back (worst {worst:.1e}: the norms' "
+        f"1 + w in f32), logits {d:.1e}")
+
+
 def finish_gguf(w):
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -818,6 +879,8 @@ def fixtures():
     write_gguf_from_hf("phi3", "phi3")  # fused attn_qkv and ffn_up, partial rotary, sliding window
     write_gguf_gpt("gpt2", "gpt2")  # Conv1D weights transposed, learned positions, LayerNorm biases
     write_gguf_gpt("gpt_neox", "gptneox")  # q/k/v regrouped, partial rotary, parallel residual
+    write_gguf_gemma("gemma2_like_2b", "gemma2")  # norms as 1 + w, soft-caps, windows on even layers
+    write_gguf_gemma("gemma3_like_1b", "gemma3")  # QK-norm too, both layers sliding (pattern 6)
     # an architecture the loader does not map
     w = gguf.GGUFWriter(os.path.join(GGUF_FIX, "bad", "unknown_arch.gguf"), "mamba")
     w.add_block_count(1)

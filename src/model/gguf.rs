@@ -13,6 +13,8 @@
 //! - GPT-2 files store the Conv1D weights transposed (`[out, in]`): transposed back.
 //! - GPT-NeoX files store `attn_qkv` as all q rows, then k, then v (llama.cpp's converter
 //!   reorders HF's per-head `[q, k, v]` groups, as for Bloom): regrouped per head.
+//! - Gemma 2/3 files store every norm's scale as 1 + w (the converter adds Gemma's offset):
+//!   1 is subtracted again, as transformers' Gemma2TensorProcessor does.
 //! - Tied models have no `output.weight`: no `lm_head.weight` is served and
 //!   `tie_word_embeddings` is set.
 //! - Llama-3.x files carry their RoPE scaling as a `rope_freqs.weight` tensor (llama.cpp
@@ -33,7 +35,8 @@ use super::root_cause;
 use crate::error::{Error, Result};
 
 /// GGUF architectures (`general.architecture`) the loader maps, for error messages.
-pub const SUPPORTED_ARCHITECTURES: &str = "gpt2, gptneox, llama, olmo2, phi3, qwen2, qwen3";
+pub const SUPPORTED_ARCHITECTURES: &str =
+    "gemma2, gemma3, gpt2, gptneox, llama, olmo2, phi3, qwen2, qwen3";
 
 /// Tensor types candle dequantizes, for error messages.
 const SUPPORTED_TYPES: &str =
@@ -62,6 +65,8 @@ enum Undo {
     /// GPT-NeoX's fused q/k/v rows regrouped `[q; k; v]`: back to per-head `[q, k, v]`
     /// groups, with this many heads.
     QkvGrouping(usize),
+    /// Gemma's norm scale stored as 1 + w: subtract 1.
+    MinusOne,
 }
 
 /// An opened `.gguf` file: metadata, the tensor table under HF names, the resolved config.
@@ -99,7 +104,9 @@ impl GgufFile {
             .to_string();
         let permuted = match arch.as_str() {
             "llama" => true,
-            "qwen2" | "qwen3" | "olmo2" | "phi3" | "gpt2" | "gptneox" => false,
+            "qwen2" | "qwen3" | "olmo2" | "phi3" | "gpt2" | "gptneox" | "gemma2" | "gemma3" => {
+                false
+            }
             other => {
                 return Err(Error::input(
                     path,
@@ -140,6 +147,7 @@ impl GgufFile {
                     shape.reverse();
                     Undo::Transpose
                 }
+                ("gemma2" | "gemma3", _) if hf_name.ends_with("norm.weight") => Undo::MinusOne,
                 _ => Undo::Nothing,
             };
             tensors.insert(
@@ -258,6 +266,7 @@ impl GgufFile {
             Undo::Permutation(heads) => unpermute_rows(&xs, heads),
             Undo::Transpose => xs.t().and_then(|x| x.contiguous()),
             Undo::QkvGrouping(heads) => group_qkv_per_head(&xs, heads),
+            Undo::MinusOne => xs.affine(1.0, -1.0),
         };
         undone.map_err(|e| Error::invalid(&self.path, &t.gguf_name, root_cause(e)))
     }
@@ -357,8 +366,11 @@ fn hf_name(gguf: &str, arch: &str) -> Option<String> {
         ("gpt2" | "gptneox", "attn_qkv") => "self_attn.qkv_proj",
         ("gpt2" | "gptneox", "ffn_norm") => "post_attention_layernorm",
         ("gpt2" | "gptneox", "attn_q" | "attn_k" | "attn_v" | "ffn_gate") => return None,
-        ("qwen3" | "olmo2", "attn_q_norm") => "self_attn.q_norm",
-        ("qwen3" | "olmo2", "attn_k_norm") => "self_attn.k_norm",
+        ("qwen3" | "olmo2" | "gemma3", "attn_q_norm") => "self_attn.q_norm",
+        ("qwen3" | "olmo2" | "gemma3", "attn_k_norm") => "self_attn.k_norm",
+        ("gemma2" | "gemma3", "post_attention_norm") => "post_attention_layernorm",
+        ("gemma2" | "gemma3", "ffn_norm") => "pre_feedforward_layernorm",
+        ("gemma2" | "gemma3", "post_ffw_norm") => "post_feedforward_layernorm",
         ("olmo2", "post_attention_norm") => "post_attention_layernorm",
         ("olmo2", "post_ffw_norm") => "post_feedforward_layernorm",
         ("olmo2", "attn_norm" | "ffn_norm") => return None,
@@ -579,6 +591,15 @@ mod tests {
             "model.norm.bias"
         );
         assert!(hf_name("output_norm.bias", "llama").is_none());
+        // Gemma's sandwich norms
+        assert_eq!(
+            hf_name("blk.0.ffn_norm.weight", "gemma2").unwrap(),
+            "model.layers.0.pre_feedforward_layernorm.weight"
+        );
+        assert_eq!(
+            hf_name("blk.1.post_ffw_norm.weight", "gemma3").unwrap(),
+            "model.layers.1.post_feedforward_layernorm.weight"
+        );
         assert!(hf_name("blk.0.attn_norm.weight", "olmo2").is_none());
     }
 

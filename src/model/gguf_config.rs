@@ -84,10 +84,10 @@ fn refuse_unimplemented(meta: &Meta) -> Result<()> {
         }
     }
     if let Some(kind) = metadata_str(meta.content, &meta.key("rope.scaling.type")) {
-        if kind != "none" {
+        if kind != "none" && kind != "linear" {
             return Err(Error::input(
                 path,
-                format!("rope scaling `{kind}` ({}.rope.scaling.type) is not implemented (supported: none, llama3 rope_freqs)", meta.arch),
+                format!("rope scaling `{kind}` ({}.rope.scaling.type) is not implemented (supported: none, linear, llama3 rope_freqs)", meta.arch),
             ));
         }
     }
@@ -103,6 +103,18 @@ fn rope_parameters(
 ) -> Result<(serde_json::Value, Option<Recovered>)> {
     let path = meta.path;
     let mut rope = json!({"rope_type": "default", "rope_theta": theta});
+    if metadata_str(meta.content, &meta.key("rope.scaling.type")) == Some("linear") {
+        let factor = meta.opt_f64_key("rope.scaling.factor")?.ok_or_else(|| {
+            Error::input(
+                path,
+                format!(
+                    "linear rope scaling needs {}",
+                    meta.key("rope.scaling.factor")
+                ),
+            )
+        })?;
+        rope = json!({"rope_type": "linear", "factor": factor, "rope_theta": theta});
+    }
     let mut recovered = None;
     if let Some(info) = meta.content.tensor_infos.get("rope_freqs.weight") {
         let factors = read_factors(meta, file, info, rot_dim)?;
@@ -233,9 +245,71 @@ pub(crate) fn raw_config(
                 raw["use_parallel_residual"] = json!(parallel);
             }
         }
+        "gemma2" | "gemma3" => gemma(meta, &mut raw, (hidden, heads, head_dim))?,
         _ => {}
     }
     Ok((raw, recovered))
+}
+
+/// Gemma 2/3 as llama.cpp reads them: the tanh-GELU, q.k scaled by head_dim^-1/2 except in
+/// the 27B models (46 layers for Gemma 2, 62 for Gemma 3: hidden / heads), Gemma 2's
+/// soft-caps, Gemma 3's global RoPE (`rope.freq_base`, linear scaling) and its sliding
+/// layers' (`rope.freq_base_swa`, else 10000) and `attention.sliding_window_pattern`.
+fn gemma(
+    meta: &Meta,
+    raw: &mut serde_json::Value,
+    (hidden, heads, head_dim): (usize, usize, usize),
+) -> Result<()> {
+    let gemma3 = meta.arch == "gemma3";
+    raw["model_type"] = json!(if gemma3 { "gemma3_text" } else { "gemma2" });
+    raw["hidden_act"] = serde_json::Value::Null;
+    raw["hidden_activation"] = json!("gelu_pytorch_tanh");
+    let layers = meta.usize_key("block_count")?;
+    let large = layers == if gemma3 { 62 } else { 46 };
+    raw["query_pre_attn_scalar"] = json!(match large {
+        true => hidden / heads.max(1),
+        false => head_dim,
+    });
+    for key in ["attn_logit_softcapping", "final_logit_softcapping"] {
+        if let Some(cap) = meta.opt_f64_key(key)? {
+            raw[key] = json!(cap);
+        }
+    }
+    if gemma3 {
+        // config.json's legacy form: rope_theta and rope_scaling for the global layers
+        let rope = raw["rope_parameters"].take();
+        raw["rope_theta"] = rope["rope_theta"].clone();
+        if rope["rope_type"] == "linear" {
+            raw["rope_scaling"] = json!({"rope_type": "linear", "factor": rope["factor"]});
+        }
+        if let Some(local) = meta.opt_f64_key("rope.freq_base_swa")? {
+            raw["rope_local_base_freq"] = json!(local);
+        }
+        // one period (every n-th layer global), or a flag per layer (true: sliding)
+        let key = meta.key("attention.sliding_window_pattern");
+        match meta.content.metadata.get(&key) {
+            None => {}
+            Some(Value::Array(flags)) => {
+                let types = flags
+                    .iter()
+                    .map(|f| match f {
+                        Value::Bool(true) => Ok("sliding_attention"),
+                        Value::Bool(false) => Ok("full_attention"),
+                        other => Err(Error::input(
+                            meta.path,
+                            format!("metadata {key} holds {}, expected booleans", short(other)),
+                        )),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                raw["layer_types"] = json!(types);
+            }
+            Some(_) => {
+                let pattern = meta.usize_key("attention.sliding_window_pattern")?;
+                raw["sliding_window_pattern"] = json!(pattern);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A string metadata value.

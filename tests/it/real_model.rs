@@ -824,6 +824,42 @@ fn gpt2_and_gpt_neox_ggufs_reproduce_their_checkpoints() {
     }
 }
 
+/// Gemma 2 and Gemma 3 GGUF files as llama.cpp's converter writes them: every norm scale
+/// stored as 1 + w (transformers' own GGUF loader reads the files back to the checkpoints'
+/// tensors), soft-caps, window and RoPE bases from metadata, q.k scaled by head_dim^-1/2 as
+/// llama.cpp scales it below 27B, Gemma 3's sliding pattern of 6. Each reproduces its
+/// checkpoint's transformers float64 reference.
+#[test]
+fn gemma2_and_gemma3_ggufs_reproduce_their_checkpoints() {
+    for name in ["gemma2_like_2b", "gemma3_like_1b"] {
+        check_tiny_gguf(name);
+        let gguf = Checkpoint::open(
+            &gguf_fixture(&format!("{name}.gguf")),
+            &Device::Cpu,
+            DType::F32,
+        )
+        .unwrap();
+        let hf = Checkpoint::open(&model_dir(name), &Device::Cpu, DType::F32).unwrap();
+        let (a, b) = (&gguf.config, &hf.config);
+        assert_eq!(a.architecture, b.architecture, "{name}");
+        assert_eq!(a.layout, b.layout, "{name}");
+        assert_eq!((&a.rope, &a.rope_local), (&b.rope, &b.rope_local), "{name}");
+        assert_eq!(a.sliding_window, b.sliding_window, "{name}");
+        assert_eq!(
+            (a.query_pre_attn_scalar, a.embedding_scale, a.qk_norm),
+            (b.query_pre_attn_scalar, b.embedding_scale, b.qk_norm),
+            "{name}"
+        );
+        let caps = |c: &asa_analyze::model::config::ModelConfig| {
+            (
+                c.attn_logit_softcap.map(|x| x as f32),
+                c.final_logit_softcap.map(|x| x as f32),
+            )
+        };
+        assert_eq!(caps(a), caps(b), "{name}");
+    }
+}
+
 #[test]
 fn gguf_sentencepiece_tokenizer_gives_sentencepieces_ids() {
     // tools/make_spm_gguf.py: a SentencePiece BPE (byte fallback, dummy prefix) written the
@@ -964,7 +1000,7 @@ fn unknown_gguf_architecture_is_named() {
     let err = inspect_error(&gguf_fixture("bad/unknown_arch.gguf"));
     assert!(
         err.contains("architecture `mamba`")
-            && err.contains("gpt2, gptneox, llama, olmo2, phi3, qwen2, qwen3"),
+            && err.contains("gemma2, gemma3, gpt2, gptneox, llama, olmo2, phi3, qwen2, qwen3"),
         "{err}"
     );
 }
