@@ -144,7 +144,7 @@ pub struct FinishCtx<'a> {
 
 /// One metric's (or a few metrics') state over a run. See the module doc of `metrics` for
 /// how to add one. Its exact merge is its [`super::merge::Merge`] ([`MergeAny`]).
-pub trait Accumulator: MergeAny + Send {
+pub trait Accumulator: MergeAny + SaveState + Send {
     /// What it reads in layer `layer` (0-based).
     fn needs(&self, layer: usize) -> Needs;
 
@@ -196,4 +196,25 @@ impl<'a> BlockEvent<'a> {
             weights: None,
         }
     }
+}
+
+/// An accumulator's exact state as bytes (MessagePack: every f64 bit for bit, NaN
+/// included), from which [`restore`] makes it again: a shard's partial result.
+pub trait SaveState {
+    fn state(&self) -> Result<Vec<u8>>;
+}
+
+impl<T: serde::Serialize> SaveState for T {
+    fn state(&self) -> Result<Vec<u8>> {
+        rmp_serde::to_vec(self).map_err(|e| crate::error::Error::failed("saving a metric state", e))
+    }
+}
+
+/// The accumulator of type `T` whose [`SaveState::state`] is `bytes`.
+pub fn restore<T: Accumulator + serde::de::DeserializeOwned + 'static>(
+    bytes: &[u8],
+) -> std::result::Result<Box<dyn Accumulator>, String> {
+    rmp_serde::from_slice::<T>(bytes)
+        .map(|acc| Box::new(acc) as Box<dyn Accumulator>)
+        .map_err(|e| e.to_string())
 }

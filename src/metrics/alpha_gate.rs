@@ -14,7 +14,7 @@ use crate::error::Result;
 use crate::probe::Hook;
 
 /// Pools alpha values per (layer, head), queries >= min_query.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct AlphaStats {
     heads: usize,
     min_query: usize,
@@ -62,7 +62,7 @@ impl AlphaStats {
 }
 
 /// Mean gate value per (layer, head) over sequences, queries >= min_query and head dims.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct GateStats {
     heads: usize,
     min_query: usize,

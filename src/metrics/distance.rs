@@ -14,7 +14,7 @@ use crate::export::{Column, Table};
 use crate::probe::row_table::{RowWants, BANDS};
 
 /// Distance bands: `first`, then `[edges[k], edges[k+1])` with edges starting at 0, 1.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Bands {
     /// Lower edges after 0, starting at 1: e.g. [1, 10, 100] gives bands 0, 1-10, 10-100
     /// and 100 on.
@@ -68,7 +68,7 @@ impl Bands {
 }
 
 /// Accumulates band masses per row.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct DistanceProfile {
     bands: Bands,
     /// One accumulator per band label (first, 0, ...).

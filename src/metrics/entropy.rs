@@ -45,7 +45,7 @@ impl std::str::FromStr for EntropyOf {
 }
 
 /// Accumulates row entropies.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Entropy {
     rows: RowAccumulator,
 }
@@ -119,7 +119,8 @@ pub fn build(s: &Setup) -> Box<dyn Accumulator> {
 }
 
 /// [`Entropy`] of the weights `--entropy-of` names.
-struct EntropyAcc {
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct EntropyAcc {
     of: EntropyOf,
     entropy: Entropy,
 }

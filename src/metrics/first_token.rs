@@ -19,7 +19,7 @@ use std::ops::Range;
 /// Accumulates a_i0 per row, once with `min_query` (first_token) and once over all
 /// queries (the sink-rate importance, query 0 included as in Gu et al.), over the queries
 /// that see the first token.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct FirstToken {
     rows: RowAccumulator,
     all_rows: RowAccumulator,

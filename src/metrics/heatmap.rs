@@ -12,7 +12,7 @@ use crate::error::Result;
 use crate::export::Table;
 
 /// Mean over heads and sequences of a_ij for i, j < size in one layer.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Heatmap {
     /// 0-based layer.
     pub layer: usize,
@@ -85,7 +85,7 @@ impl Heatmap {
 
 /// a_ij over keys j for one query of one layer, mean over heads and sequences, with the
 /// mean sink mass of that query.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct QueryProfile {
     pub layer: usize,
     pub query: usize,

@@ -15,7 +15,7 @@ use crate::export::{Column, Table};
 use crate::probe::KeyWindow;
 
 /// Per (layer, head, key): the received weight summed over sequences, and the sequences seen.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct KeyReceived {
     heads: usize,
     min_query: usize,

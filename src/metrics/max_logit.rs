@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::probe::row_table::{Column, RowWants};
 
 /// Per (layer, head): the largest row maximum, and the sum and count of row maxima.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct MaxLogit {
     heads: usize,
     min_query: usize,

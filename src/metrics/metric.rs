@@ -72,6 +72,13 @@ impl serde::Serialize for Metric {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for Metric {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl std::str::FromStr for Metric {
     type Err = String;
 

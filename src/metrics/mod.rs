@@ -57,7 +57,7 @@ use std::collections::BTreeSet;
 
 pub use accumulator::{Accumulator, BlockEvent, Event, FinishCtx, Needs, Setup};
 pub use metric::Metric;
-pub use probe::MetricProbe;
+pub use probe::{MetricProbe, ProbeState};
 pub use results::{MetricResult, ModelMetrics, PerHead};
 pub use tables::{attention_tables, decade_bins, qk_series_table};
 
@@ -65,7 +65,7 @@ use distance::Bands;
 use entropy::EntropyOf;
 
 /// What to compute and how (resolved: layers 0-based and clipped, sizes clipped to T).
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MetricOptions {
     pub metrics: BTreeSet<Metric>,
     /// Queries i < min_query are left out of query averages.
@@ -85,7 +85,7 @@ pub struct MetricOptions {
 }
 
 /// What the metrics need to know of a model's attention variant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct VariantTraits {
     /// Mass can go to no token (sink, off_by_one): sink_mass is reported.
     pub has_sink_mass: bool,

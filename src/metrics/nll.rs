@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::profile::phase;
 
 /// Accumulates -log p(x_{p} | x_{<p}) per target position p = 1 .. T-1.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Nll {
     /// Target ids `[seq][T]` of the whole run.
     targets: Vec<Vec<u32>>,

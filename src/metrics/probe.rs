@@ -54,6 +54,25 @@ struct BlockTensors {
     max_logit: Option<Tensor>,
 }
 
+/// The registry entries with an asked metric, in registry order.
+fn asked_entries(
+    opts: &MetricOptions,
+) -> impl Iterator<Item = &'static super::registry::Entry> + '_ {
+    REGISTRY
+        .iter()
+        .filter(|(metrics, _, _)| metrics.iter().any(|m| opts.metrics.contains(m)))
+}
+
+/// A [`MetricProbe`]'s exact state: its options, each asked accumulator's saved state (in
+/// registry order) and the kernel of each layer.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ProbeState {
+    pub opts: MetricOptions,
+    pub heads: usize,
+    pub accumulators: Vec<Vec<u8>>,
+    pub kernels: BTreeMap<usize, Kernel>,
+}
+
 /// The probe that feeds every requested accumulator during one model's forward passes.
 pub struct MetricProbe {
     opts: MetricOptions,
@@ -85,10 +104,8 @@ impl MetricProbe {
             logit_softcap,
             windows,
         };
-        let accumulators = REGISTRY
-            .iter()
-            .filter(|(metrics, _)| metrics.iter().any(|m| opts.metrics.contains(m)))
-            .map(|(_, build)| build(&setup))
+        let accumulators = asked_entries(&opts)
+            .map(|(_, build, _)| build(&setup))
             .collect();
         MetricProbe {
             seq_offset: 0,
@@ -99,6 +116,49 @@ impl MetricProbe {
             kernels: BTreeMap::new(),
             opts,
         }
+    }
+
+    /// Its exact state: what a shard writes and [`MetricProbe::restore`] reads.
+    pub fn state(&self) -> Result<ProbeState> {
+        Ok(ProbeState {
+            opts: self.opts.clone(),
+            heads: self.heads,
+            accumulators: self
+                .accumulators
+                .iter()
+                .map(|acc| acc.state())
+                .collect::<Result<_>>()?,
+            kernels: self.kernels.clone(),
+        })
+    }
+
+    /// The probe whose [`MetricProbe::state`] is `state` (ready to merge and finish); an
+    /// error says what does not fit.
+    pub fn restore(state: ProbeState) -> std::result::Result<Self, String> {
+        let entries: Vec<_> = asked_entries(&state.opts).collect();
+        if entries.len() != state.accumulators.len() {
+            return Err(format!(
+                "{} metric states for the {} accumulators of its metrics",
+                state.accumulators.len(),
+                entries.len()
+            ));
+        }
+        let accumulators = entries
+            .iter()
+            .zip(&state.accumulators)
+            .map(|((metrics, _, restore), bytes)| {
+                restore(bytes).map_err(|e| format!("the state of {}: {e}", metrics[0]))
+            })
+            .collect::<std::result::Result<_, _>>()?;
+        Ok(MetricProbe {
+            seq_offset: 0,
+            heads: state.heads,
+            accumulators,
+            block: BlockTensors::default(),
+            pending: Vec::new(),
+            kernels: state.kernels,
+            opts: state.opts,
+        })
     }
 
     /// The next forward pass covers sequences `offset ..`.

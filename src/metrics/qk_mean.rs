@@ -17,7 +17,7 @@ use crate::probe::row_pass::qk_sums;
 use crate::probe::KeyWindow;
 
 /// Running sums per layer.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct QkMean {
     sum: Vec<f64>,
     abs_sum: Vec<f64>,

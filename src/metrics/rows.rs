@@ -17,7 +17,7 @@ pub fn to_host(xs: &Tensor) -> Result<Vec<f32>> {
 
 /// Sums and counts of a per-row quantity per (layer, sequence, head), over queries
 /// `i >= min_query`; NaN rows are counted apart and left out.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct RowAccumulator {
     heads: usize,
     min_query: usize,
@@ -116,7 +116,7 @@ impl RowAccumulator {
 
 /// The values of one (sequence, head) of a block pooled: sum (f64) and count of the values
 /// that are not NaN, and the NaN count.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Pool {
     pub sum: f64,
     pub count: u64,

@@ -17,7 +17,7 @@ impl Metric {
 }
 
 /// Row sink masses per (layer, sequence, head).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct SinkMass {
     rows: RowAccumulator,
 }

@@ -17,7 +17,7 @@ use super::summary::{constant_histogram, histogram, mean, Distribution, Histogra
 use crate::probe::row_table::Column;
 
 /// Accumulates row sums.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct WeightSum {
     heads: usize,
     rows: RowAccumulator,

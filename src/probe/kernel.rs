@@ -2,7 +2,9 @@
 //! (`attention::plan` decides it), and what `--verbose` and run.json show.
 
 /// How a layer's query blocks are computed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Kernel {
     /// CPU f32 inference where the probe takes row tables or nothing: flash-style tiles

@@ -6,7 +6,7 @@
 use std::ops::Range;
 
 /// The keys each query of a layer sees; `None`: every key j <= i.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct KeyWindow(pub Option<usize>);
 
 impl KeyWindow {

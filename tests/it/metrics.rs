@@ -615,7 +615,8 @@ fn a_run_split_at_random_and_merged_in_any_order_gives_the_single_run() {
     // (so batches of 2 pair other windows than in the single run), accumulates each group
     // apart, merges the groups in a random order, and must finish to the single run's
     // tables. Query blocks stay those of the single run: other blocks change f32 rounding,
-    // which is no matter of merging (batch_size_and_block_size_do_not_change_the_metrics)
+    // which is no matter of merging (batch_size_and_block_size_do_not_change_the_metrics).
+    // Each part goes through its saved state (MetricProbe::state / restore) first
     let ids: Vec<Vec<u32>> = (0..9u32)
         .map(|s| (0..20u32).map(|i| (s * 17 + i * i * 5 + 3) % 64).collect())
         .collect();
@@ -656,7 +657,8 @@ fn a_run_split_at_random_and_merged_in_any_order_gives_the_single_run() {
                             accumulate(&ckpt, &model, (&ids, range), &opts, shape, |d| done = d)
                                 .unwrap();
                         assert_eq!(done, (w[1] - w[0]) * 20, "progress of part {w:?}");
-                        part
+                        // through its saved state, as a shard's partial result carries it
+                        asa_analyze::metrics::MetricProbe::restore(part.state().unwrap()).unwrap()
                     })
                     .collect();
                 let mut merged = parts.swap_remove(rng.below(parts.len()));
