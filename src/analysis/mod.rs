@@ -2,10 +2,12 @@
 //! metric probe attached, query block by query block; the block planner; training series.
 
 pub mod hub_cache;
+pub mod partial;
 pub mod plan;
 mod run;
 pub mod schedule;
 pub mod series;
+pub mod shard;
 
 pub use run::{
     kernel_layers, ModelResult, ModelSource, Run, RunEvents, RunOptions, RunOutput, Silent,
@@ -173,6 +175,13 @@ pub fn accumulate_timed(
 
 /// The metrics of accumulators `probe` of `ckpt`'s model (with its stored alpha_ma buffers).
 pub fn finish(ckpt: &Checkpoint, probe: &MetricProbe) -> Result<ModelMetrics> {
+    let (alpha_ma, traits) = finish_inputs(ckpt)?;
+    Ok(probe.finish(alpha_ma, traits))
+}
+
+/// What finishing a model's metrics reads of its checkpoint: the stored moving average of
+/// alpha (Affine-Scaled variants) and the variant's traits.
+pub fn finish_inputs(ckpt: &Checkpoint) -> Result<(Option<Vec<Vec<f64>>>, VariantTraits)> {
     let c = &ckpt.config;
     let alpha_ma = if ckpt.variant.kind.is_affine() {
         let mut per_layer = Vec::with_capacity(c.num_layers);
@@ -192,5 +201,5 @@ pub fn finish(ckpt: &Checkpoint, probe: &MetricProbe) -> Result<ModelMetrics> {
         has_sink_mass: kind.has_sink_mass(),
         weights_sum_to_one: kind.weights_sum_to_one(),
     };
-    Ok(probe.finish(alpha_ma, traits))
+    Ok((alpha_ma, traits))
 }

@@ -11,10 +11,12 @@ use candle_core::{DType, Device};
 use serde_json::json;
 
 use super::hub_cache::{self, HubModel};
+use super::partial::{model_fingerprint, run_fingerprint, PartialModel};
 use super::plan::{batch_chunk, block_size, check_block, default_budget};
 use super::schedule::{peak_rss_bytes, Schedule};
 use super::series::find_series;
-use super::{accumulate_timed, finish, RunShape};
+use super::shard::Shard;
+use super::{accumulate_timed, finish, finish_inputs, RunShape};
 use crate::corpus::{
     load_windows_with, BosMode, CorpusOptions, CorpusSource, SpecialTokens, TokenizerRef, Windows,
 };
@@ -81,6 +83,10 @@ pub struct RunOptions {
     /// Distance band edges after 0; `None`: decades.
     pub bands: Option<Vec<usize>>,
     pub entropy_of: EntropyOf,
+    /// Analyse shard K of N of each model's windows and keep the exact metric states (a
+    /// partial result for `merge`) instead of finishing them alone.
+    #[serde(skip)]
+    pub shard: Option<Shard>,
 }
 
 fn display<S: serde::Serializer>(d: &DeviceRequest, s: S) -> std::result::Result<S::Ok, S::Error> {
@@ -116,6 +122,7 @@ impl Default for RunOptions {
             sink_eps: 0.3,
             bands: None,
             entropy_of: EntropyOf::Effective,
+            shard: None,
         }
     }
 }
@@ -190,6 +197,8 @@ pub struct ModelResult {
     pub metrics: ModelMetrics,
     /// What run.json records of it (inputs, variant, shapes, kernels, timing).
     pub record: serde_json::Value,
+    /// A shard's exact metric states (`--shard`), for `merge`.
+    pub partial: Option<PartialModel>,
 }
 
 /// One step of a training series: model label, step, QK^T mean and absolute mean.
@@ -203,6 +212,10 @@ pub struct RunOutput {
     pub device: String,
     pub dtype: String,
     pub seconds: f64,
+    /// The shard this run analysed (its models carry partial states).
+    pub shard: Option<Shard>,
+    /// What must agree between the partials of one run (sharded and merged runs).
+    pub fingerprint: Option<serde_json::Value>,
 }
 
 impl RunOutput {
@@ -233,6 +246,7 @@ impl RunOutput {
             "models": self.models.iter().map(|m| m.record.clone()).collect::<Vec<_>>(),
             "series": self.series.iter().map(|r| json!({"model": r.0, "step": r.1})).collect::<Vec<_>>(),
             "seconds": self.seconds,
+            "shard": self.shard,
         })
     }
 }
@@ -274,6 +288,12 @@ impl Run {
                 None => find_series(path)?,
             };
             match steps {
+                Some(_) if o.shard.is_some() => {
+                    return Err(Error::usage(format!(
+                        "{}: a checkpoint series cannot be sharded by windows; give each array task its own checkpoints (one task per step) instead of --shard",
+                        source.label
+                    )))
+                }
                 Some(steps) => {
                     let dirs: Vec<(u64, &Path)> =
                         steps.iter().map(|s| (s.step, s.dir.as_path())).collect();
@@ -287,12 +307,23 @@ impl Run {
                 }
             }
         }
+        let dtype = format!("{dtype:?}").to_lowercase();
+        let fingerprint = o.shard.map(|_| {
+            let models = models
+                .iter()
+                .filter_map(|m: &ModelResult| m.partial.as_ref())
+                .map(|p| p.fingerprint.clone())
+                .collect();
+            run_fingerprint(o, &dtype, models)
+        });
         Ok(RunOutput {
             models,
             series,
             device: format!("{device:?}"),
-            dtype: format!("{dtype:?}").to_lowercase(),
+            dtype,
             seconds: started.elapsed().as_secs_f64(),
+            shard: o.shard,
+            fingerprint,
         })
     }
 }
@@ -382,11 +413,15 @@ impl ModelContext<'_> {
         } else {
             ckpt.load_model()?
         };
-        let tokens = (windows.ids.len() * t) as u64;
+        // a shard analyses its share of the windows; the accumulators span them all
+        let range = o
+            .shard
+            .map_or(0..windows.ids.len(), |s| s.units(windows.ids.len()));
+        let tokens = (range.len() * t) as u64;
         events.model_started(label, tokens);
         let started = Instant::now();
-        let all = (&windows.ids[..], 0..windows.ids.len());
-        let (probe, timings) = accumulate_timed(&ckpt, &model, all, &opts, shape, |done| {
+        let part = (&windows.ids[..], range.clone());
+        let (probe, timings) = accumulate_timed(&ckpt, &model, part, &opts, shape, |done| {
             events.progress(done as u64)
         })?;
         let metrics = finish(&ckpt, &probe)?;
@@ -433,10 +468,27 @@ impl ModelContext<'_> {
             "seconds": seconds,
             "tokens_per_second": tokens as f64 / seconds,
         });
+        let partial = match o.shard {
+            None => None,
+            Some(_) => {
+                let (alpha_ma, traits) = finish_inputs(&ckpt)?;
+                Some(PartialModel {
+                    label: label.to_string(),
+                    probe: probe.state()?,
+                    alpha_ma,
+                    traits,
+                    record: record.to_string(),
+                    windows: range.len() as u64,
+                    total: windows.ids.len() as u64,
+                    fingerprint: model_fingerprint(label, path, &windows.ids)?,
+                })
+            }
+        };
         Ok(ModelResult {
             label: label.to_string(),
             metrics,
             record,
+            partial,
         })
     }
 

@@ -13,7 +13,9 @@ use serde_json::json;
 
 use super::choice::choice;
 use super::report;
+use crate::analysis::partial::{shard_info, stage_partial, PartialModel};
 use crate::analysis::plan::parse_bytes;
+use crate::analysis::shard::Shard;
 use crate::analysis::{kernel_layers, ModelSource, Run, RunEvents, RunOptions, RunOutput};
 use crate::corpus::BosMode;
 use crate::device::{parse_dtype, resolve_device, DeviceRequest};
@@ -85,6 +87,14 @@ pub struct MetricArgs {
     /// Output folder for the tables and run.json.
     #[arg(long, default_value = "results")]
     pub out: PathBuf,
+    /// Analyse shard K of N (0-based) of each model's windows and write a partial result to
+    /// --out for `merge`. Default: from a Slurm job array (SLURM_ARRAY_TASK_ID, ..._COUNT,
+    /// ..._MIN) when there is one; `--shard 0/1` runs whole.
+    #[arg(long, value_name = "K/N")]
+    pub shard: Option<String>,
+    /// The number of shards of a Kubernetes indexed job; K is JOB_COMPLETION_INDEX.
+    #[arg(long, value_name = "N")]
+    pub shard_count: Option<usize>,
     /// Table format.
     #[arg(long, value_parser = choice::<Format>(&Format::NAMES), default_value = "csv")]
     pub format: Format,
@@ -207,6 +217,13 @@ fn run_options(args: &MetricArgs, metrics: &[Metric], command: &str) -> Result<R
         sink_eps: args.sink_eps,
         bands: args.bands.clone(),
         entropy_of: args.entropy_of,
+        shard: match Shard::resolve(args.shard.as_deref(), args.shard_count, |k| {
+            std::env::var(k).ok()
+        })? {
+            // 0/1 asks for a whole run (inside a job array, say)
+            Some(s) if s.count == 1 => None,
+            other => other,
+        },
     })
 }
 
@@ -277,6 +294,11 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
     let started = Instant::now();
     let options = run_options(&args, metrics, command)?;
     options.validate()?;
+    if options.shard.is_some() && (args.figures || args.json) {
+        return Err(Error::usage(
+            "a shard writes a partial result: --figures and --json come with `merge`",
+        ));
+    }
     let models = parse_models(&args.models)?;
     if args.profile {
         crate::profile::enable(&resolve_device(args.device)?);
@@ -302,6 +324,31 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
     record["options"]["format"] = json!(args.format);
     record["seconds"] = json!(started.elapsed().as_secs_f64());
     record["profile"] = json!(args.profile.then(profile_record));
+    if let (Some(shard), Some(fingerprint)) = (output.shard, &output.fingerprint) {
+        // a shard: the exact states for `merge`, no tables of its own
+        let models: Vec<PartialModel> = output
+            .models
+            .iter()
+            .filter_map(|m| m.partial.clone())
+            .collect();
+        stage_partial(
+            &mut out,
+            &models,
+            &shard_info(&shard, fingerprint.clone()),
+            record,
+        )?;
+        out.commit()?;
+        if !args.quiet {
+            eprintln!(
+                "asa-analyze: shard {} of {} ({:?}) written to {}: `asa-analyze merge` its folder with the others'",
+                shard.index,
+                shard.count,
+                shard.source,
+                args.out.display()
+            );
+        }
+        return Ok(());
+    }
     stage_tables(&mut out, &output, &record)?;
     let written = commit_with_figures(out, &args)?;
     print_results(&output, &run.options.metrics, &written, &args)?;
@@ -328,10 +375,20 @@ pub(super) fn stage_tables(
 /// Renders the figures from the staged tables when `--figures` asks (so tables and
 /// figures appear together or not at all), then moves everything into place.
 fn commit_with_figures(out: OutputDir, args: &MetricArgs) -> Result<Vec<PathBuf>> {
-    let figures = if args.figures {
-        let mut fig_out = OutputDir::create(&args.out.join("figures"), args.format)?;
+    commit_tables(out, (args.figures, args.quiet), &args.out, args.format)
+}
+
+/// Moves staged tables into place, rendering the figures from them first when `figures`.
+pub(super) fn commit_tables(
+    out: OutputDir,
+    (figures, quiet): (bool, bool),
+    target: &std::path::Path,
+    format: Format,
+) -> Result<Vec<PathBuf>> {
+    let figures = if figures {
+        let mut fig_out = OutputDir::create(&target.join("figures"), format)?;
         let report = crate::plot::render_all(&[out.staging().to_path_buf()], &mut fig_out)?;
-        if !args.quiet {
+        if !quiet {
             for note in &report.notes {
                 eprintln!("asa-analyze: note: {note}");
             }

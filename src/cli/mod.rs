@@ -15,6 +15,7 @@ mod demo;
 mod figures;
 mod inspect;
 mod logs;
+mod merge;
 mod report;
 mod stdout;
 mod train;
@@ -59,6 +60,8 @@ enum Command {
     MaxLogit(analyze::MetricArgs),
     /// Attention each key position receives (H2O's heavy-hitter score): key_received.csv.
     KeyReceived(analyze::MetricArgs),
+    /// Merge the partial results of `analyze --shard K/N` into the tables of one run.
+    Merge(merge::MergeArgs),
     /// Architecture, attention variant (and how it was detected), shapes, parameter counts.
     Inspect(inspect::InspectArgs),
     /// Gradient-norm statistics over a step window: mean, std, var, CV (paper Table 4).
@@ -125,6 +128,7 @@ fn usage_line(e: &clap::Error) -> String {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Inspect(args) => inspect::run(args),
+        Command::Merge(args) => merge::run(args),
         Command::Analyze(args) => analyze::run(args, &Metric::defaults(), "analyze"),
         Command::Entropy(args) => analyze::run(args, &[Metric::ENTROPY], "entropy"),
         Command::FirstToken(args) => analyze::run(args, &[Metric::FIRST_TOKEN], "first-token"),

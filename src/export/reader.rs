@@ -102,6 +102,15 @@ fn convert(col: &PlColumn, path: &Path) -> Result<Column> {
         let c = col.cast(&DataType::Float64).map_err(fail)?;
         return Ok(Column::Float(c.f64().map_err(fail)?.iter().collect()));
     }
+    if matches!(dtype, DataType::Binary) {
+        let values = col
+            .binary()
+            .map_err(fail)?
+            .iter()
+            .map(|v| v.map(<[u8]>::to_vec))
+            .collect();
+        return Ok(Column::Bytes(values));
+    }
     let c = col.cast(&DataType::String).map_err(fail)?;
     let values = c
         .str()

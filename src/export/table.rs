@@ -9,6 +9,8 @@ pub enum Column {
     Int(Vec<Option<i64>>),
     /// Floating-point values (NaN stays NaN).
     Float(Vec<Option<f64>>),
+    /// Bytes (a shard's saved metric states; Parquet only).
+    Bytes(Vec<Option<Vec<u8>>>),
 }
 
 impl Column {
@@ -18,6 +20,7 @@ impl Column {
             Column::Str(v) => v.len(),
             Column::Int(v) => v.len(),
             Column::Float(v) => v.len(),
+            Column::Bytes(v) => v.len(),
         }
     }
 
@@ -32,6 +35,7 @@ impl Column {
             (Column::Str(a), Column::Str(b)) => a.extend(b),
             (Column::Int(a), Column::Int(b)) => a.extend(b),
             (Column::Float(a), Column::Float(b)) => a.extend(b),
+            (Column::Bytes(a), Column::Bytes(b)) => a.extend(b),
             _ => return false,
         }
         true

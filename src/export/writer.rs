@@ -56,6 +56,10 @@ fn to_frame(table: &Table) -> Result<DataFrame> {
                 Column::Str(v) => Series::new(name.as_str().into(), v.as_slice()),
                 Column::Int(v) => Series::new(name.as_str().into(), v.as_slice()),
                 Column::Float(v) => Series::new(name.as_str().into(), v.as_slice()),
+                Column::Bytes(v) => {
+                    let bytes: Vec<Option<&[u8]>> = v.iter().map(|b| b.as_deref()).collect();
+                    Series::new(name.as_str().into(), bytes.as_slice())
+                }
             };
             series.into()
         })

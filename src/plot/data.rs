@@ -297,6 +297,7 @@ fn pad(c: &Column, n: usize, before: bool) -> Column {
         Column::Str(v) => Column::Str(fill(v, n, before)),
         Column::Int(v) => Column::Int(fill(v, n, before)),
         Column::Float(v) => Column::Float(fill(v, n, before)),
+        Column::Bytes(v) => Column::Bytes(fill(v, n, before)),
     }
 }
 
@@ -305,6 +306,7 @@ fn strings(c: &Column) -> Vec<Option<String>> {
         Column::Str(v) => v.clone(),
         Column::Int(v) => v.iter().map(|x| x.map(|x| x.to_string())).collect(),
         Column::Float(v) => v.iter().map(|x| x.map(|x| x.to_string())).collect(),
+        Column::Bytes(v) => v.iter().map(|_| None).collect(),
     }
 }
 
@@ -322,6 +324,7 @@ fn numbers(c: &Column) -> Vec<Option<f64>> {
             .map(|x| x.as_deref().and_then(|s| parse_number(s).ok().flatten()))
             .map(|x| x.map(drawable))
             .collect(),
+        Column::Bytes(v) => v.iter().map(|_| None).collect(),
     }
 }
 

@@ -19,6 +19,7 @@ mod long_sequences;
 mod metrics;
 mod real_model;
 mod reliability;
+mod shards;
 mod streaming;
 mod train;
 mod weight_map;
