@@ -76,15 +76,18 @@ for _ in $(seq 100); do
 done
 sinfo -N -o "%N %t %c" || { cat "$D"/slurm*.log; exit 1; }
 
-# the work: two fixture models, 8 windows of 32 tokens, 4 shards
-models="base=$ROOT/tests/fixtures/models/sink asa=$ROOT/tests/fixtures/models/affine_scaled"
-args="--seq-len 32 --num-seqs 8 --metrics first_token,entropy,weight_sum,qk_mean,nll,heatmap,distance_profile"
+# the work: two fixture models, 8 windows of 32 tokens, 4 shards (benches/shards.sh sets
+# other work through ASA_SLURM_MODELS, ASA_SLURM_ARGS, ASA_SLURM_TASKS and ASA_SLURM_CPUS)
+models=${ASA_SLURM_MODELS:-"base=$ROOT/tests/fixtures/models/sink asa=$ROOT/tests/fixtures/models/affine_scaled"}
+args=${ASA_SLURM_ARGS:-"--seq-len 32 --num-seqs 8 --metrics first_token,entropy,weight_sum,qk_mean,nll,heatmap,distance_profile"}
+tasks=${ASA_SLURM_TASKS:-4}
+cpus=${ASA_SLURM_CPUS:-1}
 out="$D/results"
 mkdir -p "$out"
 cd "$D"
 t0=$(date +%s.%N)
 ASA_BIN="$BIN" ASA_MODELS="$models" ASA_ARGS="$args" ASA_OUT="$out" \
-    sbatch --array=0-3 --cpus-per-task=1 --wait "$ROOT/examples/slurm/analyze.sbatch" \
+    sbatch --array=0-$((tasks - 1)) --cpus-per-task="$cpus" --wait "$ROOT/examples/slurm/analyze.sbatch" \
     || { cat "$D"/asa-analyze-*.log "$D"/slurm*.log; exit 1; }
 t1=$(date +%s.%N)
 ASA_BIN="$BIN" ASA_OUT="$out" ASA_MERGE_ARGS="--quiet" \
@@ -94,7 +97,7 @@ t2=$(date +%s.%N)
 # shellcheck disable=SC2086
 "$BIN" analyze $models $args --quiet --out "$out/single" > /dev/null
 t3=$(date +%s.%N)
-for k in 0 1 2 3; do
+for k in $(seq 0 $((tasks - 1))); do
     grep -q '"source": "slurm"' "$out/shard-$k/run.json" || { echo "shard $k: not from Slurm"; exit 1; }
 done
 for table in "$out"/single/*.csv; do
@@ -102,4 +105,4 @@ for table in "$out"/single/*.csv; do
     cmp "$table" "$out/merged/$name" || { echo "slurm: $name differs from the single run"; exit 1; }
 done
 secs() { awk "BEGIN { printf \"%.1f\", $2 - $1 }"; }
-echo "slurm: 4-task array $(secs "$t0" "$t1") s, merge job $(secs "$t1" "$t2") s, one process $(secs "$t2" "$t3") s; merged tables equal the single run's ($(ls "$out"/single/*.csv | wc -l) tables); cluster up and down in $(( $(date +%s) - started )) s"
+echo "slurm: $tasks-task array ($cpus CPU each) $(secs "$t0" "$t1") s, merge job $(secs "$t1" "$t2") s, one process $(secs "$t2" "$t3") s; merged tables equal the single run's ($(ls "$out"/single/*.csv | wc -l) tables); cluster up and down in $(( $(date +%s) - started )) s"

@@ -17,7 +17,8 @@ use super::run::{ModelResult, RunOptions, RunOutput};
 use super::shard::Shard;
 use crate::error::{Error, Result};
 use crate::export::{read_table, write_table, Column, Format, OutputDir, Table};
-use crate::metrics::{MetricProbe, ProbeState, VariantTraits};
+use crate::metrics::qk_mean::QkResult;
+use crate::metrics::{Metric, MetricProbe, ProbeState, VariantTraits};
 
 /// The states' table in a partial folder.
 pub const STATES: &str = "partial.parquet";
@@ -42,6 +43,12 @@ pub struct PartialModel {
     pub total: u64,
     /// The model's part of the run fingerprint ([`model_fingerprint`]).
     pub fingerprint: Value,
+    /// The step of a training series this checkpoint is (its QK^T point).
+    pub step: Option<u64>,
+    /// Its metrics are the model's tables (false: a series step giving only its QK^T point).
+    pub model: bool,
+    /// Its place among the run's checkpoints.
+    pub order: usize,
 }
 
 /// What a shard's partial says of itself (its run.json's `partial` block).
@@ -384,25 +391,39 @@ pub fn merge_partials(dirs: &[PathBuf], complete: bool) -> Result<Merged> {
 impl Merged {
     /// The run's results: each model's metrics finished from its merged state.
     pub fn output(&self) -> Result<RunOutput> {
-        let models = self
-            .models
-            .iter()
-            .map(|m| {
-                let probe = MetricProbe::restore(m.probe.clone())
-                    .map_err(|e| Error::failed(format!("model {}", m.label), e))?;
-                let mut record: Value = serde_json::from_str(&m.record).unwrap_or(Value::Null);
-                record["windows"] = json!(m.windows);
-                Ok(ModelResult {
-                    label: m.label.clone(),
-                    metrics: probe.finish(m.alpha_ma.clone(), m.traits),
-                    record,
-                    partial: None,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let qk_asked = self.info.fingerprint["options"]["metrics"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m == Metric::QK_MEAN.name()));
+        let (mut models, mut series) = (Vec::new(), Vec::new());
+        for m in &self.models {
+            let probe = MetricProbe::restore(m.probe.clone())
+                .map_err(|e| Error::failed(format!("model {}", m.label), e))?;
+            let mut metrics = probe.finish(m.alpha_ma.clone(), m.traits);
+            if let Some(step) = m.step {
+                // a series step: its QK^T point; the last step's other metrics are the model's
+                let qk = metrics.get::<QkResult>(Metric::QK_MEAN).ok_or_else(|| {
+                    Error::usage(format!("{} step {step}: no QK^T state", m.label))
+                })?;
+                series.push((m.label.clone(), step, qk.mean, qk.abs_mean));
+                if !qk_asked {
+                    metrics.remove(Metric::QK_MEAN);
+                }
+            }
+            if !m.model {
+                continue;
+            }
+            let mut record: Value = serde_json::from_str(&m.record).unwrap_or(Value::Null);
+            record["windows"] = json!(m.windows);
+            models.push(ModelResult {
+                label: m.label.clone(),
+                metrics,
+                record,
+                partial: None,
+            });
+        }
         Ok(RunOutput {
             models,
-            series: Vec::new(),
+            series,
             device: self.record["device"]
                 .as_str()
                 .unwrap_or_default()
@@ -414,6 +435,7 @@ impl Merged {
             seconds: 0.0,
             shard: None,
             fingerprint: Some(self.info.fingerprint.clone()),
+            partials: Vec::new(),
         })
     }
 }

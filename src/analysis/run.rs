@@ -216,6 +216,8 @@ pub struct RunOutput {
     pub shard: Option<Shard>,
     /// What must agree between the partials of one run (sharded and merged runs).
     pub fingerprint: Option<serde_json::Value>,
+    /// A shard's exact states: every model's and every series step's, in run order.
+    pub partials: Vec<PartialModel>,
 }
 
 impl RunOutput {
@@ -269,12 +271,13 @@ impl Run {
         let dtype = resolve_dtype(o.dtype, &device);
         let map = WeightMap::from_option(o.weight_map.as_deref())?;
         let ctx = ModelContext {
+            order: std::cell::Cell::new(0),
             options: o,
             map: &map,
             device: &device,
             dtype,
         };
-        let (mut models, mut series) = (Vec::new(), Vec::new());
+        let (mut models, mut series, mut step_partials) = (Vec::new(), Vec::new(), Vec::new());
         for source in &self.models {
             // a Hub id with revisions (`org/name@step1000,step2000`), from the local cache
             let (hub_dir, hub_series) = match hub_cache::resolve(&source.path)? {
@@ -288,18 +291,13 @@ impl Run {
                 None => find_series(path)?,
             };
             match steps {
-                Some(_) if o.shard.is_some() => {
-                    return Err(Error::usage(format!(
-                        "{}: a checkpoint series cannot be sharded by windows; give each array task its own checkpoints (one task per step) instead of --shard",
-                        source.label
-                    )))
-                }
                 Some(steps) => {
                     let dirs: Vec<(u64, &Path)> =
                         steps.iter().map(|s| (s.step, s.dir.as_path())).collect();
-                    let (last, points) = ctx.series(&source.label, &dirs, events)?;
-                    series.extend(points);
-                    models.extend(last);
+                    let result = ctx.series(&source.label, &dirs, events)?;
+                    series.extend(result.points);
+                    step_partials.extend(result.step_partials);
+                    models.extend(result.last);
                 }
                 None => {
                     let metrics = &o.metrics;
@@ -308,12 +306,15 @@ impl Run {
             }
         }
         let dtype = format!("{dtype:?}").to_lowercase();
+        // every partial state of a shard: the models' and the series steps', in run order
+        let mut partials: Vec<PartialModel> = models
+            .iter()
+            .filter_map(|m: &ModelResult| m.partial.clone())
+            .chain(step_partials)
+            .collect();
+        partials.sort_by_key(|p| p.order);
         let fingerprint = o.shard.map(|_| {
-            let models = models
-                .iter()
-                .filter_map(|m: &ModelResult| m.partial.as_ref())
-                .map(|p| p.fingerprint.clone())
-                .collect();
+            let models = partials.iter().map(|p| p.fingerprint.clone()).collect();
             run_fingerprint(o, &dtype, models)
         });
         Ok(RunOutput {
@@ -324,12 +325,24 @@ impl Run {
             seconds: started.elapsed().as_secs_f64(),
             shard: o.shard,
             fingerprint,
+            partials,
         })
     }
 }
 
+/// A training series: its last step's model result (when metrics beyond QK^T are asked),
+/// the QK^T point of every step, and (a shard) the partial states of the other steps.
+#[derive(Default)]
+struct SeriesResult {
+    last: Option<ModelResult>,
+    points: Vec<SeriesPoint>,
+    step_partials: Vec<PartialModel>,
+}
+
 /// What every model of a run shares.
 struct ModelContext<'a> {
+    /// Checkpoints analysed so far (the order of a shard's partial states).
+    order: std::cell::Cell<usize>,
     options: &'a RunOptions,
     map: &'a WeightMap,
     device: &'a Device,
@@ -343,10 +356,10 @@ impl ModelContext<'_> {
         label: &str,
         steps: &[(u64, &Path)],
         events: &mut dyn RunEvents,
-    ) -> Result<(Option<ModelResult>, Vec<SeriesPoint>)> {
+    ) -> Result<SeriesResult> {
         let asked = &self.options.metrics;
         let others = asked.iter().any(|m| *m != Metric::QK_MEAN);
-        let (mut last_result, mut points) = (None, Vec::new());
+        let mut out = SeriesResult::default();
         for (k, &(step, dir)) in steps.iter().enumerate() {
             let last = k + 1 == steps.len();
             let mut wanted: BTreeSet<Metric> = [Metric::QK_MEAN].into();
@@ -358,15 +371,22 @@ impl ModelContext<'_> {
                 .metrics
                 .get::<QkResult>(Metric::QK_MEAN)
                 .ok_or_else(|| Error::input(dir, "no QK^T mean was computed for this step"))?;
-            points.push((label.to_string(), step, qk.mean, qk.abs_mean));
+            out.points
+                .push((label.to_string(), step, qk.mean, qk.abs_mean));
+            if let Some(p) = r.partial.as_mut() {
+                p.step = Some(step);
+                p.model = last && others;
+            }
             if last && others {
                 if !asked.contains(&Metric::QK_MEAN) {
                     r.metrics.remove(Metric::QK_MEAN);
                 }
-                last_result = Some(r);
+                out.last = Some(r);
+            } else if let Some(p) = r.partial {
+                out.step_partials.push(p);
             }
         }
-        Ok((last_result, points))
+        Ok(out)
     }
 
     /// One checkpoint: its windows, its metric options, the forward passes.
@@ -481,6 +501,9 @@ impl ModelContext<'_> {
                     windows: range.len() as u64,
                     total: windows.ids.len() as u64,
                     fingerprint: model_fingerprint(label, path, &windows.ids)?,
+                    step: None,
+                    model: true,
+                    order: self.order.replace(self.order.get() + 1),
                 })
             }
         };

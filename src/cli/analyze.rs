@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::choice::choice;
 use super::report;
-use crate::analysis::partial::{shard_info, stage_partial, PartialModel};
+use crate::analysis::partial::{shard_info, stage_partial};
 use crate::analysis::plan::parse_bytes;
 use crate::analysis::shard::Shard;
 use crate::analysis::{kernel_layers, ModelSource, Run, RunEvents, RunOptions, RunOutput};
@@ -326,17 +326,8 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
     record["profile"] = json!(args.profile.then(profile_record));
     if let (Some(shard), Some(fingerprint)) = (output.shard, &output.fingerprint) {
         // a shard: the exact states for `merge`, no tables of its own
-        let models: Vec<PartialModel> = output
-            .models
-            .iter()
-            .filter_map(|m| m.partial.clone())
-            .collect();
-        stage_partial(
-            &mut out,
-            &models,
-            &shard_info(&shard, fingerprint.clone()),
-            record,
-        )?;
+        let info = shard_info(&shard, fingerprint.clone());
+        stage_partial(&mut out, &output.partials, &info, record)?;
         out.commit()?;
         if !args.quiet {
             eprintln!(

@@ -136,6 +136,51 @@ fn shards_merged_give_the_single_run() {
     assert_same_tables(&dir.join("nine"), &dir.join("whole"));
 }
 
+/// A training series (a folder of step checkpoints) beside a plain model: each shard keeps
+/// every step's QK^T state; the merge gives the single run's QK^T curve and the last step's
+/// tables. A shard re-run (after a failure, say) replaces its partial.
+#[test]
+fn a_training_series_shards_and_a_rerun_shard_replaces_its_partial() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    for (step, fixture) in [(1000, "sink"), (2000, "off_by_one")] {
+        crate::common::copy_fixture(fixture, &dir.join(format!("series/step-{step}")));
+    }
+    let models = fixtures().join("models");
+    let plain = format!("plain={}", models.join("gpt_oss").display());
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "analyze",
+            "series",
+            &plain,
+            "--seq-len",
+            "16",
+            "--num-seqs",
+            "5",
+            "--quiet",
+        ];
+        args.extend(extra);
+        run_cli(dir, &args)
+    };
+    expect_success(&run(&["--out", "whole"]));
+    assert!(dir.join("whole/qk_series.csv").is_file());
+    for k in 0..2 {
+        expect_success(&run(&[
+            "--shard",
+            &format!("{k}/2"),
+            "--out",
+            &format!("p{k}"),
+        ]));
+    }
+    // shard 1 again, over its finished partial
+    expect_success(&run(&["--shard", "1/2", "--out", "p1"]));
+    expect_success(&run_cli(
+        dir,
+        &["merge", "p0", "p1", "--out", "merged", "--quiet"],
+    ));
+    assert_same_tables(&dir.join("merged"), &dir.join("whole"));
+}
+
 #[test]
 fn slurm_arrays_and_kubernetes_indexed_jobs_name_the_shard() {
     let tmp = tempfile::tempdir().unwrap();
