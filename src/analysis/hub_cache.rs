@@ -1,9 +1,11 @@
 //! Checkpoints named by Hugging Face Hub id and revision, resolved through the local
-//! Hugging Face cache (issue 25: Pythia and OLMo publish their training steps as
-//! revisions): `EleutherAI/pythia-160m@step1000` is the snapshot `refs/step1000` points
-//! to, and `EleutherAI/pythia-160m@step1000,step2000,step3000` is a training series whose
-//! steps come from the revision names. Nothing is downloaded: a revision missing from the
-//! cache is an error that says how to fetch it.
+//! Hugging Face cache, offline as transformers with `HF_HUB_OFFLINE=1`:
+//! `HuggingFaceTB/SmolLM2-135M` is the snapshot `refs/main` points to,
+//! `EleutherAI/pythia-160m@step1000` the one `refs/step1000` points to (issue 25: Pythia and
+//! OLMo publish their training steps as revisions), and
+//! `EleutherAI/pythia-160m@step1000,step2000,step3000` a training series whose steps come
+//! from the revision names. Nothing is downloaded: a model or revision missing from the
+//! cache is an error that says how to fetch it. A path that exists is always a path.
 //!
 //! The cache is `$HF_HUB_CACHE`, else `$HF_HOME/hub`, else `~/.cache/huggingface/hub`, laid
 //! out as huggingface_hub lays it out: `models--{org}--{name}/refs/{revision}` holds a
@@ -29,8 +31,10 @@ pub fn resolve(spec: &Path) -> Result<Option<HubModel>> {
     let Some(text) = spec.to_str().filter(|_| !spec.exists()) else {
         return Ok(None);
     };
-    let Some((repo, revisions)) = text.split_once('@') else {
-        return Ok(None);
+    // `org/name` alone is its main revision
+    let (repo, revisions, pinned) = match text.split_once('@') {
+        Some((repo, revisions)) => (repo, revisions, true),
+        None => (text, "main", false),
     };
     let plain = |s: &str| {
         !s.is_empty()
@@ -56,14 +60,22 @@ pub fn resolve(spec: &Path) -> Result<Option<HubModel>> {
             .map(|hash| hash.trim().to_string());
         let hash = by_ref.unwrap_or_else(|| revision.to_string());
         let dir = folder.join("snapshots").join(&hash);
-        match dir.join("config.json").is_file() {
-            true => Ok(dir),
-            false => Err(Error::input(
+        match (dir.join("config.json").is_file(), pinned) {
+            (true, _) => Ok(dir),
+            (false, true) => Err(Error::input(
                 &folder,
                 format!(
                     "{repo}@{revision} is not in the local Hugging Face cache (no \
                      refs/{revision} or snapshots/{revision} with a config.json); fetch it \
                      with `huggingface-cli download {repo} --revision {revision}`"
+                ),
+            )),
+            (false, false) => Err(Error::input(
+                spec,
+                format!(
+                    "no such checkpoint folder, and {repo} is not in the local Hugging Face \
+                     cache {} either; fetch it with `huggingface-cli download {repo}`",
+                    root.display()
                 ),
             )),
         }

@@ -7,9 +7,10 @@ use candle_core::{DType, Device};
 use serde_json::json;
 
 use super::stdout::{print_json, with_stdout};
+use crate::analysis::hub_cache::{self, HubModel};
 use crate::analysis::schedule::Schedule;
 use crate::analysis::RunOptions;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::rope;
 use crate::model::{Checkpoint, Model, ModelConfig, WeightMap};
 
@@ -29,8 +30,18 @@ pub struct InspectArgs {
 /// Prints architecture, variant and shapes of a checkpoint.
 pub fn run(args: InspectArgs) -> Result<()> {
     let map = WeightMap::from_option(args.weight_map.as_deref())?;
-    let ckpt =
-        Checkpoint::open_mapped(&args.checkpoint, &Device::Cpu, DType::F32, &map)?.validate()?;
+    // a Hub id (`org/name`, `org/name@revision`) from the local Hugging Face cache
+    let path = match hub_cache::resolve(&args.checkpoint)? {
+        Some(HubModel::Checkpoint(dir)) => dir,
+        Some(HubModel::Series(_)) => {
+            return Err(Error::usage(format!(
+                "{}: inspect takes one checkpoint (one revision)",
+                args.checkpoint.display()
+            )))
+        }
+        None => args.checkpoint.clone(),
+    };
+    let ckpt = Checkpoint::open_mapped(&path, &Device::Cpu, DType::F32, &map)?.validate()?;
     let stored = stored_dtypes(&ckpt);
     if args.json {
         return print_json(&json_report(&args, &ckpt, &stored));

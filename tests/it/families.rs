@@ -193,7 +193,8 @@ fn gpt2_as_openai_ships_it_and_what_is_refused() {
 /// revision through the local Hugging Face cache (`refs/{revision}` -> `snapshots/{hash}`)
 /// and gives the QK^T series of a folder series of the same checkpoints, labelled by the
 /// repository; one revision is one checkpoint; a revision not in the cache is
-/// refused saying how to fetch it.
+/// refused saying how to fetch it. A Hub id alone is its `main` revision, for `analyze` and
+/// `inspect`; one in no folder and no cache is refused saying both.
 #[test]
 fn hub_revisions_from_the_local_cache_give_the_qk_series() {
     let tmp = tempfile::tempdir().unwrap();
@@ -264,6 +265,31 @@ fn hub_revisions_from_the_local_cache_give_the_qk_series() {
     assert!(
         err.contains("EleutherAI/pythia-tiny@step3000 is not in the local Hugging Face cache")
             && err.contains("huggingface-cli download EleutherAI/pythia-tiny --revision step3000"),
+        "{err}"
+    );
+
+    // a Hub id alone is its main revision, for `analyze` and `inspect` alike
+    std::fs::write(repo.join("refs/main"), "bbb222").unwrap();
+    expect_success(&run("EleutherAI/pythia-tiny", "main"));
+    let main = std::fs::read_to_string(tmp.path().join("main/attention.csv")).unwrap();
+    assert!(main.contains("\nEleutherAI/pythia-tiny,qk_mean,"), "{main}");
+    let inspect = |spec: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_asa-analyze"))
+            .current_dir(tmp.path())
+            .env("HF_HUB_CACHE", tmp.path().join("hub"))
+            .args(["inspect", spec])
+            .output()
+            .unwrap()
+    };
+    let text = expect_success(&inspect("EleutherAI/pythia-tiny"));
+    assert!(text.contains("architecture   qwen2"), "{text}");
+    let text = expect_success(&inspect("EleutherAI/pythia-tiny@step1000"));
+    assert!(text.contains("architecture   llama"), "{text}");
+    let err = expect_error(&inspect("nobody/nothing"));
+    assert!(
+        err.contains(
+            "no such checkpoint folder, and nobody/nothing is not in the local Hugging Face cache"
+        ) && err.contains("huggingface-cli download nobody/nothing"),
         "{err}"
     );
 }
