@@ -57,6 +57,9 @@ pub enum Error {
     /// ([`Error::is_broken_pipe`]).
     #[error("cannot write to stdout: {0}")]
     Stdout(#[source] std::io::Error),
+    /// The run was stopped from outside ([`crate::analysis::cancel`]: Python's Ctrl-C).
+    #[error("interrupted")]
+    Interrupted,
     /// A tensor operation failed (a bug or an unsupported device operation).
     #[error("tensor operation failed: {0}")]
     Candle(#[from] candle_core::Error),

@@ -1,6 +1,7 @@
 //! One model's analysis: batches of token windows through the forward pass with the
 //! metric probe attached, query block by query block; the block planner; training series.
 
+pub mod cancel;
 pub mod hub_cache;
 pub mod partial;
 pub mod plan;
@@ -58,6 +59,7 @@ impl<F: FnMut(usize, usize, usize)> Probe for BlockTicker<'_, F> {
     }
 
     fn on_block_end(&mut self, ctx: &BlockCtx) -> Result<()> {
+        cancel::check()?;
         self.inner.on_block_end(ctx)?;
         (self.on_block)(self.batch, ctx.layer, ctx.q_start + ctx.q_len);
         Ok(())

@@ -265,6 +265,7 @@ impl Run {
     /// metrics on its last step in the same forward pass), telling `events` as it goes.
     pub fn execute(&self, events: &mut dyn RunEvents) -> Result<RunOutput> {
         let started = Instant::now();
+        super::cancel::clear();
         let o = &self.options;
         o.validate()?;
         let device = resolve_device(o.device)?;

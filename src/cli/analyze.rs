@@ -349,6 +349,19 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
     Ok(())
 }
 
+/// Writes a run's tables and its run.json `record` into `dir` as `analyze --out dir` does
+/// (atomically; with the figures when `figures`): the Python package's `write`.
+pub fn write_results(
+    output: &RunOutput,
+    record: &serde_json::Value,
+    dir: &std::path::Path,
+    (format, figures): (Format, bool),
+) -> Result<Vec<PathBuf>> {
+    let mut out = OutputDir::create(dir, format)?;
+    stage_tables(&mut out, output, record)?;
+    commit_tables(out, (figures, true), dir, format)
+}
+
 /// Stages a run's tables and its run.json `record` in `out` (moved into place on commit).
 pub(super) fn stage_tables(
     out: &mut OutputDir,

@@ -27,8 +27,33 @@ pub struct InspectArgs {
     pub weight_map: Option<PathBuf>,
 }
 
+/// What `inspect --json` prints of `checkpoint` (a folder, a GGUF file or a Hub id): the
+/// Python package's `inspect`.
+pub fn report(checkpoint: &std::path::Path) -> Result<serde_json::Value> {
+    let args = InspectArgs {
+        checkpoint: checkpoint.to_path_buf(),
+        json: true,
+        weight_map: None,
+    };
+    let ckpt = open(&args)?;
+    let stored = stored_dtypes(&ckpt);
+    Ok(json_report(&args, &ckpt, &stored))
+}
+
 /// Prints architecture, variant and shapes of a checkpoint.
 pub fn run(args: InspectArgs) -> Result<()> {
+    let ckpt = open(&args)?;
+    let stored = stored_dtypes(&ckpt);
+    if args.json {
+        return print_json(&json_report(&args, &ckpt, &stored));
+    }
+    let rows = table_rows(&args, &ckpt, &stored);
+    let note = ckpt.variant.unused_weights.as_ref();
+    print_rows(&rows, note)
+}
+
+/// The checkpoint `args` names, checked.
+fn open(args: &InspectArgs) -> Result<Checkpoint> {
     let map = WeightMap::from_option(args.weight_map.as_deref())?;
     // a Hub id (`org/name`, `org/name@revision`) from the local Hugging Face cache
     let path = match hub_cache::resolve(&args.checkpoint)? {
@@ -41,13 +66,11 @@ pub fn run(args: InspectArgs) -> Result<()> {
         }
         None => args.checkpoint.clone(),
     };
-    let ckpt = Checkpoint::open_mapped(&path, &Device::Cpu, DType::F32, &map)?.validate()?;
-    let stored = stored_dtypes(&ckpt);
-    if args.json {
-        return print_json(&json_report(&args, &ckpt, &stored));
-    }
-    let rows = table_rows(&args, &ckpt, &stored);
-    let note = ckpt.variant.unused_weights.as_ref();
+    Checkpoint::open_mapped(&path, &Device::Cpu, DType::F32, &map)?.validate()
+}
+
+/// The rows of the table `inspect` prints, and the note of unused variant weights.
+fn print_rows(rows: &[(&'static str, String)], note: Option<&String>) -> Result<()> {
     with_stdout(|out| {
         for (key, value) in rows {
             writeln!(out, "{key:<14} {value}")?;

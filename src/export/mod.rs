@@ -9,4 +9,4 @@ mod writer;
 
 pub use reader::read_table;
 pub use table::{Column, Table};
-pub use writer::{write_table, Format, OutputDir};
+pub use writer::{to_frame, write_table, Format, OutputDir};

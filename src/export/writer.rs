@@ -47,7 +47,8 @@ impl Format {
     }
 }
 
-fn to_frame(table: &Table) -> Result<DataFrame> {
+/// `table` as a polars DataFrame (the Python package hands it over through Arrow).
+pub fn to_frame(table: &Table) -> Result<DataFrame> {
     let columns = table
         .columns
         .iter()

@@ -1,0 +1,209 @@
+"""asa-analyze in Python: the Rust analysis run in-process, every table a polars DataFrame.
+
+    import asa_analyze as asa
+    res = asa.analyze({"base": "ckpt/base", "asa": "ckpt/asa"}, corpus="val.jsonl", seq_len=512)
+    res.attention.filter(res.attention["metric"] == "first_token")
+    res.write("results/")          # exactly what `asa-analyze analyze --out results/` writes
+
+Checkpoints are folders, GGUF files or Hugging Face Hub ids (`org/name`, `org/name@revision`)
+resolved through the local Hugging Face cache. Errors raise `AsaError` (a `ValueError`)
+subclasses whose message is the CLI's one line; Ctrl-C stops a run and raises
+`KeyboardInterrupt` with nothing written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+
+import polars as pl
+
+from . import _native
+from ._native import AsaError, InputError, IoError, UsageError
+
+__all__ = [
+    "AsaError",
+    "InputError",
+    "IoError",
+    "UsageError",
+    "Result",
+    "analyze",
+    "entropy",
+    "inspect",
+    "merge",
+]
+__version__ = _native.__version__
+
+PathLike = Union[str, "os.PathLike[str]"]
+Models = Union[PathLike, Mapping[str, PathLike], Sequence[PathLike]]
+
+
+class Result:
+    """An analysis' tables, one polars DataFrame per table of the CLI's `--out` folder
+    under the same name (`.attention`, `.distance_profile`, `.heatmap`, `.nll_position`,
+    ...), and `.run`, the run.json record as a dict."""
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+        self.tables: Dict[str, pl.DataFrame] = dict(native.tables())
+        self.run: Dict[str, Any] = json.loads(native.record())
+
+    def __getattr__(self, name: str) -> pl.DataFrame:
+        tables = self.__dict__.get("tables", {})
+        if name in tables:
+            return tables[name]
+        raise AttributeError(f"no table {name!r} in this result (tables: {', '.join(tables)})")
+
+    def __dir__(self) -> List[str]:
+        return sorted(set(super().__dir__()) | set(self.tables))
+
+    def write(self, dir: PathLike, format: str = "csv", figures: bool = False) -> List[Path]:
+        """Writes the tables and run.json into `dir` as `asa-analyze analyze --out dir`
+        does (atomically; `format` "csv" or "parquet"; the figures too when asked)."""
+        return [Path(p) for p in self._native.write(os.fspath(dir), format, figures)]
+
+    def __repr__(self) -> str:
+        models = [m.get("model") for m in self.run.get("models", [])]
+        tables = ", ".join(f"{n} ({t.height} rows)" for n, t in self.tables.items())
+        return f"asa_analyze.Result(models={models}, tables: {tables})"
+
+
+def _models(models: Models) -> List[tuple]:
+    """(label, path) pairs: a dict gives its labels; a path its folder name; a Hub id itself."""
+    if isinstance(models, Mapping):
+        return [(str(k), os.fspath(v)) for k, v in models.items()]
+    if isinstance(models, (str, os.PathLike)):
+        models = [models]
+    pairs = []
+    for m in models:
+        path = os.fspath(m)
+        label = Path(path).resolve().stem if os.path.exists(path) else path
+        pairs.append((label, path))
+    return pairs
+
+
+class _Progress:
+    """A run's progress on a tqdm bar when tqdm is installed, else a plain line on stderr."""
+
+    def __init__(self) -> None:
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:  # pragma: no cover - depends on the environment
+            tqdm = None
+        self._tqdm = tqdm
+        self._bar: Any = None
+        self._label = ""
+        self._total = 0
+
+    def started(self, label: str, tokens: int) -> None:
+        self._label, self._total = label, tokens
+        if self._tqdm is not None:
+            self._bar = self._tqdm(total=tokens, desc=label, unit="tok", leave=False)
+
+    def advance(self, tokens: int) -> None:
+        if self._bar is not None:
+            self._bar.update(tokens - self._bar.n)
+        elif self._total:
+            print(f"\r{self._label}: {100 * tokens // self._total:3d}%", end="", file=sys.stderr, flush=True)
+
+    def finished(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        elif self._total:
+            print(file=sys.stderr)
+
+    def note(self, text: str) -> None:
+        warnings.warn(text, stacklevel=2)
+
+
+class _Quiet(_Progress):
+    def __init__(self) -> None:
+        self._tqdm, self._bar, self._total = None, None, 0
+
+    def started(self, label: str, tokens: int) -> None:
+        pass
+
+    def advance(self, tokens: int) -> None:
+        pass
+
+    def finished(self) -> None:
+        pass
+
+
+def _corpus(corpus: Any, tmp: str) -> Optional[str]:
+    """A corpus path as is; a list of texts as JSONL; token ids (a 2-D numpy array or a list
+    of lists) as JSON: files the library reads as it reads the CLI's."""
+    if corpus is None or isinstance(corpus, (str, os.PathLike)):
+        return None if corpus is None else os.fspath(corpus)
+    if hasattr(corpus, "tolist"):
+        corpus = corpus.tolist()
+    corpus = list(corpus)
+    if all(isinstance(t, str) for t in corpus):
+        path = os.path.join(tmp, "corpus.jsonl")
+        with open(path, "w", encoding="utf-8") as f:
+            for text in corpus:
+                f.write(json.dumps({"text": text}) + "\n")
+        return path
+    path = os.path.join(tmp, "corpus.json")
+    with open(path, "w") as f:
+        json.dump([[int(i) for i in row] for row in corpus], f)
+    return path
+
+
+def analyze(
+    models: Models,
+    corpus: Any = None,
+    seq_len: int = 1024,
+    num_seqs: int = 10,
+    bos: str = "auto",
+    metrics: Optional[Iterable[str]] = None,
+    device: str = "auto",
+    batch_size: int = 1,
+    seed: int = 0,
+    progress: bool = True,
+) -> Result:
+    """Every attention metric of `models` in one pass, as `asa-analyze analyze`.
+
+    models: a path or Hub id, a list of them, or a {label: path} dict.
+    corpus: a text or token-id file, a list of texts, or token ids (a 2-D numpy array or a
+        list of lists); default the built-in generated prose (`seed`).
+    metrics: metric names (e.g. ["first_token", "entropy"]); default the `analyze` set.
+    progress: a tqdm bar (a plain one without tqdm); False for none.
+    """
+    with tempfile.TemporaryDirectory(prefix="asa-analyze-") as tmp:
+        native = _native.analyze(
+            _models(models),
+            metrics=None if metrics is None else list(metrics),
+            corpus=_corpus(corpus, tmp),
+            seq_len=seq_len,
+            num_seqs=num_seqs,
+            bos=bos,
+            device=device,
+            batch_size=batch_size,
+            seed=seed,
+            events=_Progress() if progress else _Quiet(),
+        )
+    return Result(native)
+
+
+def entropy(models: Models, **kwargs: Any) -> Result:
+    """Attention entropy per layer and head, as `asa-analyze entropy` (the arguments of
+    `analyze`)."""
+    return analyze(models, metrics=["entropy"], **kwargs)
+
+
+def inspect(path: PathLike) -> Dict[str, Any]:
+    """What `asa-analyze inspect --json` says of a checkpoint (folder, GGUF file or Hub id)."""
+    return json.loads(_native.inspect(os.fspath(path)))
+
+
+def merge(partials: Iterable[PathLike]) -> Result:
+    """The tables of one run from the partial results of `asa-analyze analyze --shard K/N`
+    (every shard, each once, of one run)."""
+    return Result(_native.merge([os.fspath(p) for p in partials]))

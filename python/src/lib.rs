@@ -1,0 +1,273 @@
+//! The `asa_analyze._native` extension: the library's run, inspect and merge called
+//! in-process with the GIL released, tables handed to Python as polars DataFrames through
+//! Arrow, errors as `AsaError` subclasses whose message is the CLI's one line, Ctrl-C
+//! stopping a run between query blocks. `asa_analyze/__init__.py` is the public API.
+
+use std::path::PathBuf;
+
+use asa_analyze::analysis::cancel;
+use asa_analyze::analysis::partial::merge_partials;
+use asa_analyze::analysis::shard::Shard;
+use asa_analyze::analysis::{ModelSource, Run, RunEvents, RunOptions, RunOutput};
+use asa_analyze::corpus::BosMode;
+use asa_analyze::device::DeviceRequest;
+use asa_analyze::export::{to_frame, Format};
+use asa_analyze::metrics::Metric;
+use asa_analyze::Error;
+use pyo3::create_exception;
+use pyo3::exceptions::{PyKeyboardInterrupt, PyValueError};
+use pyo3::prelude::*;
+use pyo3_polars::PyDataFrame;
+
+create_exception!(
+    asa_analyze,
+    AsaError,
+    PyValueError,
+    "An error of asa-analyze: the CLI's one line."
+);
+create_exception!(
+    asa_analyze,
+    InputError,
+    AsaError,
+    "A checkpoint, corpus or table that is missing, malformed or inconsistent."
+);
+create_exception!(
+    asa_analyze,
+    UsageError,
+    AsaError,
+    "Options that are invalid or do not go together."
+);
+create_exception!(
+    asa_analyze,
+    IoError,
+    AsaError,
+    "Reading or writing a file failed."
+);
+
+/// The Python exception for a library error.
+fn to_py(err: Error) -> PyErr {
+    let line = err.report();
+    match err {
+        Error::Interrupted => PyKeyboardInterrupt::new_err("asa-analyze run interrupted"),
+        Error::Input { .. } | Error::Invalid { .. } => InputError::new_err(line),
+        Error::Usage(_) => UsageError::new_err(line),
+        Error::Io { .. } => IoError::new_err(line),
+        _ => AsaError::new_err(line),
+    }
+}
+
+/// Forwards a run's events to a Python object (`started(label, tokens)`, `advance(tokens)`,
+/// `finished()`, `note(text)`) and checks for Ctrl-C at each of them.
+struct PyEvents {
+    sink: Option<Py<PyAny>>,
+}
+
+impl PyEvents {
+    fn call(
+        &self,
+        method: &str,
+        args: impl for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyTuple>>,
+    ) {
+        Python::attach(|py| {
+            if py.check_signals().is_err() {
+                cancel::request();
+                return;
+            }
+            if let Some(sink) = &self.sink {
+                let result = args(py).and_then(|a| sink.bind(py).call_method1(method, a));
+                if let Err(e) = result {
+                    if e.is_instance_of::<PyKeyboardInterrupt>(py) {
+                        cancel::request();
+                    }
+                }
+            }
+        })
+    }
+}
+
+impl RunEvents for PyEvents {
+    fn model_started(&mut self, label: &str, tokens: u64) {
+        self.call("started", |py| {
+            pyo3::types::PyTuple::new(
+                py,
+                [
+                    label.into_pyobject(py)?.into_any(),
+                    tokens.into_pyobject(py)?.into_any(),
+                ],
+            )
+        });
+    }
+
+    fn progress(&mut self, tokens: u64) {
+        self.call("advance", |py| pyo3::types::PyTuple::new(py, [tokens]));
+    }
+
+    fn model_finished(&mut self) {
+        self.call("finished", |py| Ok(pyo3::types::PyTuple::empty(py)));
+    }
+
+    fn note(&mut self, text: &str) {
+        self.call("note", |py| pyo3::types::PyTuple::new(py, [text]));
+    }
+}
+
+/// A run's results: its tables and its run.json record.
+#[pyclass(module = "asa_analyze._native", frozen)]
+struct NativeResult {
+    output: RunOutput,
+    record: serde_json::Value,
+}
+
+#[pymethods]
+impl NativeResult {
+    /// Every section 6 table as (name, DataFrame).
+    fn tables(&self) -> PyResult<Vec<(String, PyDataFrame)>> {
+        self.output
+            .tables()
+            .iter()
+            .map(|t| Ok((t.name.clone(), PyDataFrame(to_frame(t).map_err(to_py)?))))
+            .collect()
+    }
+
+    /// run.json as JSON text.
+    fn record(&self) -> String {
+        self.record.to_string()
+    }
+
+    /// Writes the tables and run.json into `dir` exactly as the CLI's `--out dir` does;
+    /// returns the files written.
+    #[pyo3(signature = (dir, format = "csv", figures = false))]
+    fn write(
+        &self,
+        py: Python<'_>,
+        dir: PathBuf,
+        format: &str,
+        figures: bool,
+    ) -> PyResult<Vec<PathBuf>> {
+        let format: Format = format.parse().map_err(UsageError::new_err)?;
+        py.detach(|| {
+            asa_analyze::cli::write_results(&self.output, &self.record, &dir, (format, figures))
+        })
+        .map_err(to_py)
+    }
+}
+
+/// The library's options from keyword arguments (names as the CLI's flags).
+#[allow(clippy::too_many_arguments)]
+fn options(
+    metrics: Option<Vec<String>>,
+    corpus: Option<PathBuf>,
+    (seq_len, num_seqs, batch_size, seed): (usize, usize, usize, u64),
+    bos: &str,
+    device: &str,
+    shard: Option<&str>,
+) -> PyResult<RunOptions> {
+    let mut o = RunOptions::default();
+    if let Some(names) = metrics {
+        o.metrics = names
+            .iter()
+            .map(|n| n.parse::<Metric>().map_err(UsageError::new_err))
+            .collect::<PyResult<_>>()?;
+    }
+    o.corpus = corpus;
+    o.seq_len = seq_len;
+    o.num_seqs = num_seqs;
+    o.batch_size = batch_size;
+    o.seed = seed;
+    o.bos = bos.parse::<BosMode>().map_err(UsageError::new_err)?;
+    o.device = device
+        .parse::<DeviceRequest>()
+        .map_err(|e| UsageError::new_err(e.to_string()))?;
+    o.shard = match shard {
+        Some(text) => Some(Shard::parse(text).map_err(to_py)?).filter(|s| s.count > 1),
+        None => None,
+    };
+    Ok(o)
+}
+
+/// Runs an analysis (see `asa_analyze.analyze`).
+#[pyfunction]
+#[pyo3(signature = (models, metrics = None, corpus = None, seq_len = 1024, num_seqs = 10, bos = "auto", device = "auto", batch_size = 1, seed = 0, shard = None, events = None))]
+#[allow(clippy::too_many_arguments)]
+fn analyze(
+    py: Python<'_>,
+    models: Vec<(String, PathBuf)>,
+    metrics: Option<Vec<String>>,
+    corpus: Option<PathBuf>,
+    seq_len: usize,
+    num_seqs: usize,
+    bos: &str,
+    device: &str,
+    batch_size: usize,
+    seed: u64,
+    shard: Option<&str>,
+    events: Option<Py<PyAny>>,
+) -> PyResult<NativeResult> {
+    let options = options(
+        metrics,
+        corpus,
+        (seq_len, num_seqs, batch_size, seed),
+        bos,
+        device,
+        shard,
+    )?;
+    if options.shard.is_some() {
+        return Err(UsageError::new_err(
+            "shards are for the CLI on a cluster (analyze --shard K/N, then merge); in Python run whole or merge partials with merge()",
+        ));
+    }
+    let run = Run {
+        models: models
+            .into_iter()
+            .map(|(label, path)| ModelSource { label, path })
+            .collect(),
+        options,
+    };
+    let mut sink = PyEvents { sink: events };
+    let output = py.detach(|| run.execute(&mut sink)).map_err(to_py)?;
+    let record = output.record("python analyze", &run.options);
+    Ok(NativeResult { output, record })
+}
+
+/// `inspect --json` of a checkpoint, as JSON text.
+#[pyfunction]
+fn inspect(py: Python<'_>, path: PathBuf) -> PyResult<String> {
+    let report = py
+        .detach(|| asa_analyze::cli::inspect::report(&path))
+        .map_err(to_py)?;
+    Ok(report.to_string())
+}
+
+/// The partial results of `analyze --shard K/N` merged into one run's results.
+#[pyfunction]
+fn merge(py: Python<'_>, partials: Vec<PathBuf>) -> PyResult<NativeResult> {
+    let (output, record) = py
+        .detach(|| {
+            let merged = merge_partials(&partials, true)?;
+            let output = merged.output()?;
+            let mut record = merged.record.clone();
+            record["command"] = serde_json::json!("python merge");
+            record["models"] = serde_json::json!(output
+                .models
+                .iter()
+                .map(|m| m.record.clone())
+                .collect::<Vec<_>>());
+            Ok::<_, Error>((output, record))
+        })
+        .map_err(to_py)?;
+    Ok(NativeResult { output, record })
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("AsaError", m.py().get_type::<AsaError>())?;
+    m.add("InputError", m.py().get_type::<InputError>())?;
+    m.add("UsageError", m.py().get_type::<UsageError>())?;
+    m.add("IoError", m.py().get_type::<IoError>())?;
+    m.add_class::<NativeResult>()?;
+    m.add_function(wrap_pyfunction!(analyze, m)?)?;
+    m.add_function(wrap_pyfunction!(inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(merge, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,122 @@
+"""The Python package against the CLI (issue 27): the same run gives the same tables, in
+DataFrames (through Arrow) and written by Result.write; Hub ids from a cache laid out as
+huggingface_hub lays it out; bad input raises AsaError subclasses with the CLI's line;
+Ctrl-C in a running analysis raises KeyboardInterrupt and writes nothing. The numbers
+themselves are checked against float64 references by the Rust tests."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+import asa_analyze as asa
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "models"
+BIN = Path(os.environ.get("ASA_ANALYZE_BIN", ROOT / "target" / "release" / "asa-analyze"))
+SMALL = dict(seq_len=16, num_seqs=3, progress=False)
+
+
+def cli(*args, cwd):
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURM_ARRAY_TASK_ID", "JOB_COMPLETION_INDEX")}
+    out = subprocess.run([str(BIN), *args], cwd=cwd, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out
+
+
+def test_frames_and_written_tables_equal_the_clis(tmp_path):
+    models = {"sink": FIXTURES / "sink", "asa": FIXTURES / "affine_scaled"}
+    res = asa.analyze(models, **SMALL)
+    cli("analyze", *(f"{k}={v}" for k, v in models.items()), "--seq-len", "16", "--num-seqs", "3",
+        "--quiet", "--out", "cli", cwd=tmp_path)
+    written = res.write(tmp_path / "py")
+    assert written and all(p.exists() for p in written)
+    names = sorted(p.name for p in (tmp_path / "cli").glob("*.csv"))
+    assert names and names == sorted(p.name for p in (tmp_path / "py").glob("*.csv"))
+    for name in names:
+        # the files: byte for byte what the CLI writes
+        assert (tmp_path / "py" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
+        # the frames: the tables' values, as polars reads the CLI's CSV
+        frame = getattr(res, name[: -len(".csv")])
+        assert isinstance(frame, pl.DataFrame)
+        want = pl.read_csv(tmp_path / "cli" / name, infer_schema_length=None)
+        assert frame.columns == want.columns and frame.height == want.height, name
+        for col in frame.columns:
+            got, exp = frame[col], want[col]
+            if got.dtype.is_numeric() and exp.dtype.is_numeric():
+                assert np.allclose(got.cast(pl.Float64).to_numpy(), exp.cast(pl.Float64).to_numpy(),
+                                   rtol=1e-15, atol=0, equal_nan=True), (name, col)
+            else:
+                assert got.cast(pl.Utf8).fill_null("").to_list() == exp.cast(pl.Utf8).fill_null("").to_list(), (name, col)
+    assert res.run["models"][0]["model"] == "sink" and res.run["models"][1]["variant"] == "affine_scaled"
+    assert "attention (" in repr(res) and "'sink'" in repr(res)
+    with pytest.raises(AttributeError, match="no table 'nope'"):
+        res.nope
+
+
+def test_corpora_as_texts_and_token_ids(tmp_path):
+    ids = np.array([[(7 * s + 3 * i) % 60 + 2 for i in range(16)] for s in range(3)])
+    by_array = asa.analyze(FIXTURES / "llama_gqa", corpus=ids, bos="never", **SMALL)
+    path = tmp_path / "ids.json"
+    path.write_text(json.dumps(ids.tolist()))
+    by_file = asa.analyze(FIXTURES / "llama_gqa", corpus=path, bos="never", **SMALL)
+    assert by_array.attention.equals(by_file.attention)
+    texts = ["to be or not to be that is the question " * 4, "whether tis nobler in the mind " * 6]
+    res = asa.entropy(FIXTURES / "llama_gqa", corpus=texts, seq_len=8, num_seqs=2, progress=False)
+    assert set(res.attention["metric"].unique()) == {"entropy"}
+
+
+def test_hub_ids_from_a_huggingface_cache(tmp_path, monkeypatch):
+    repo = tmp_path / "hub" / "models--EleutherAI--pythia-tiny"
+    shutil.copytree(FIXTURES / "qwen2", repo / "snapshots" / "abc123")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert asa.inspect("EleutherAI/pythia-tiny")["architecture"] == "qwen2"
+    res = asa.analyze("EleutherAI/pythia-tiny", **SMALL)
+    assert res.attention["model"].unique().to_list() == ["EleutherAI/pythia-tiny"]
+    with pytest.raises(asa.InputError, match="huggingface-cli download nobody/nothing"):
+        asa.inspect("nobody/nothing")
+
+
+def test_bad_input_raises_asa_errors_with_the_clis_line(tmp_path):
+    with pytest.raises(asa.InputError) as err:
+        asa.analyze(tmp_path / "missing", **SMALL)
+    assert isinstance(err.value, ValueError) and isinstance(err.value, asa.AsaError)
+    assert "\n" not in str(err.value)
+    with pytest.raises(asa.UsageError, match="unknown metric `nope`"):
+        asa.analyze(FIXTURES / "sink", metrics=["nope"], **SMALL)
+    with pytest.raises(asa.UsageError, match="--bins|--seq-len|at least"):
+        asa.analyze(FIXTURES / "sink", seq_len=16, num_seqs=3, batch_size=0, progress=False)
+    with pytest.raises(asa.InputError, match="not a partial result"):
+        asa.merge([tmp_path])
+
+
+def test_ctrl_c_stops_a_run_with_keyboard_interrupt(tmp_path):
+    script = f"""
+import sys, asa_analyze as asa
+class Tell(asa._Progress):
+    def started(self, label, tokens):
+        print("started", flush=True)
+try:
+    asa._native.analyze([("m", {str(FIXTURES / 'llama_gqa')!r})], seq_len=64, num_seqs=20000,
+                        batch_size=1, events=Tell())
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(3)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    assert proc.stdout.readline().strip() == "started"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 3 and "interrupted" in out, (proc.returncode, out)
+    assert not any(tmp_path.iterdir())
