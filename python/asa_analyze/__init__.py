@@ -34,8 +34,11 @@ __all__ = [
     "Result",
     "analyze",
     "entropy",
+    "figures",
+    "grad_stats",
     "inspect",
     "merge",
+    "spikes",
 ]
 __version__ = _native.__version__
 
@@ -207,3 +210,47 @@ def merge(partials: Iterable[PathLike]) -> Result:
     """The tables of one run from the partial results of `asa-analyze analyze --shard K/N`
     (every shard, each once, of one run)."""
     return Result(_native.merge([os.fspath(p) for p in partials]))
+
+
+def _logs(runs: Union[PathLike, Mapping[str, PathLike], Sequence[PathLike]]) -> List[str]:
+    """Training logs as the CLI takes them: `label=path` or paths."""
+    if isinstance(runs, Mapping):
+        return [f"{k}={os.fspath(v)}" for k, v in runs.items()]
+    if isinstance(runs, (str, os.PathLike)):
+        runs = [runs]
+    return [os.fspath(r) for r in runs]
+
+
+def grad_stats(
+    runs: Union[PathLike, Mapping[str, PathLike], Sequence[PathLike]],
+    metric: str = "grad_norm",
+    steps: str = "0..500",
+    ddof: int = 1,
+    step_column: Optional[str] = None,
+) -> pl.DataFrame:
+    """Gradient-norm statistics (mean, std, var, CV) over a step window, one row per run,
+    as `asa-analyze grad-stats` (paper Table 4). `runs`: CSV/TSV, JSON Lines, W&B exports or
+    TensorBoard logs, as paths, a list or a {label: path} dict."""
+    (_, table), = _native.grad_stats(_logs(runs), metric, steps, ddof, step_column)
+    return table
+
+
+def spikes(
+    runs: Union[PathLike, Mapping[str, PathLike], Sequence[PathLike]],
+    k: Sequence[float] = (6.0, 9.0),
+    metric: str = "grad_norm",
+    steps: str = "all",
+    mad_scale: float = 1.0,
+    step_column: Optional[str] = None,
+) -> Dict[str, pl.DataFrame]:
+    """Spikes above median + k * MAD, as `asa-analyze spikes` (paper Table 5):
+    {"spikes": counts per run and k, "spike_steps": every spike's step and value}."""
+    return dict(_native.spikes(_logs(runs), list(k), metric, steps, mad_scale, step_column))
+
+
+def figures(results: Union[PathLike, Sequence[PathLike]], out: PathLike) -> List[Path]:
+    """Every paper figure the tables of `results` (folders written by `analyze`, the log
+    commands or `Result.write`) allow, PNG + SVG, into `out`, as `asa-analyze figures`."""
+    if isinstance(results, (str, os.PathLike)):
+        results = [results]
+    return [Path(p) for p in _native.figures([os.fspath(r) for r in results], os.fspath(out))]

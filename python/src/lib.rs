@@ -11,8 +11,9 @@ use asa_analyze::analysis::shard::Shard;
 use asa_analyze::analysis::{ModelSource, Run, RunEvents, RunOptions, RunOutput};
 use asa_analyze::corpus::BosMode;
 use asa_analyze::device::DeviceRequest;
-use asa_analyze::export::{to_frame, Format};
+use asa_analyze::export::{to_frame, Format, OutputDir, Table};
 use asa_analyze::metrics::Metric;
+use asa_analyze::stats::{self, grad, LogRequest, RunSeries, RunSpec, StepWindow};
 use asa_analyze::Error;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyKeyboardInterrupt, PyValueError};
@@ -122,11 +123,7 @@ struct NativeResult {
 impl NativeResult {
     /// Every section 6 table as (name, DataFrame).
     fn tables(&self) -> PyResult<Vec<(String, PyDataFrame)>> {
-        self.output
-            .tables()
-            .iter()
-            .map(|t| Ok((t.name.clone(), PyDataFrame(to_frame(t).map_err(to_py)?))))
-            .collect()
+        frames(&self.output.tables())
     }
 
     /// run.json as JSON text.
@@ -258,6 +255,101 @@ fn merge(py: Python<'_>, partials: Vec<PathBuf>) -> PyResult<NativeResult> {
     Ok(NativeResult { output, record })
 }
 
+/// Tables as (name, DataFrame).
+fn frames(tables: &[Table]) -> PyResult<Vec<(String, PyDataFrame)>> {
+    tables
+        .iter()
+        .map(|t| Ok((t.name.clone(), PyDataFrame(to_frame(t).map_err(to_py)?))))
+        .collect()
+}
+
+/// The training logs `runs` (`label=path` or paths) with `metric`.
+fn load_logs(
+    runs: &[String],
+    metric: &str,
+    step_column: Option<String>,
+) -> asa_analyze::Result<Vec<RunSeries>> {
+    let specs: Vec<RunSpec> = runs.iter().map(|a| RunSpec::parse(a)).collect();
+    let request = LogRequest {
+        metrics: vec![metric.to_string()],
+        step_column,
+    };
+    Ok(stats::load_runs(&specs, &request, false)?.series)
+}
+
+/// A step window (`A..B`, `A..=B`, `A..`, `..B`, `all`).
+fn window(text: &str) -> PyResult<StepWindow> {
+    text.parse::<StepWindow>().map_err(UsageError::new_err)
+}
+
+/// Gradient-norm statistics over a step window, as `asa-analyze grad-stats` (Table 4).
+#[pyfunction]
+#[pyo3(signature = (runs, metric = "grad_norm", steps = "0..500", ddof = 1, step_column = None))]
+fn grad_stats(
+    py: Python<'_>,
+    runs: Vec<String>,
+    metric: &str,
+    steps: &str,
+    ddof: u32,
+    step_column: Option<String>,
+) -> PyResult<Vec<(String, PyDataFrame)>> {
+    let window = window(steps)?;
+    let table = py
+        .detach(|| {
+            let rows = load_logs(&runs, metric, step_column)?
+                .iter()
+                .map(|s| grad::grad_stats(s, &window, ddof))
+                .collect::<asa_analyze::Result<Vec<_>>>()?;
+            Ok::<_, Error>(grad::table(&rows))
+        })
+        .map_err(to_py)?;
+    frames(&[table])
+}
+
+/// Spike counts above median + k * MAD and the spike steps, as `asa-analyze spikes`
+/// (Table 5).
+#[pyfunction]
+#[pyo3(signature = (runs, k = vec![6.0, 9.0], metric = "grad_norm", steps = "all", mad_scale = 1.0, step_column = None))]
+fn spikes(
+    py: Python<'_>,
+    runs: Vec<String>,
+    k: Vec<f64>,
+    metric: &str,
+    steps: &str,
+    mad_scale: f64,
+    step_column: Option<String>,
+) -> PyResult<Vec<(String, PyDataFrame)>> {
+    let window = window(steps)?;
+    let tables = py
+        .detach(|| {
+            stats::spikes::check_options(&k, mad_scale)?;
+            let (mut rows, mut at) = (Vec::new(), Vec::new());
+            for s in load_logs(&runs, metric, step_column)? {
+                let (r, st) = stats::spikes::spikes(&s, &window, &k, mad_scale)?;
+                rows.extend(r);
+                at.extend(st);
+            }
+            Ok::<_, Error>([stats::spikes::table(&rows), stats::spikes::steps_table(&at)])
+        })
+        .map_err(to_py)?;
+    frames(&tables)
+}
+
+/// Every figure the tables of the `results` folders allow, into `out`, as `asa-analyze
+/// figures`; returns the files written.
+#[pyfunction]
+fn figures(py: Python<'_>, results: Vec<PathBuf>, out: PathBuf) -> PyResult<Vec<PathBuf>> {
+    py.detach(|| {
+        if let Some(bad) = results.iter().find(|d| !d.is_dir()) {
+            return Err(Error::input(bad, "not a results folder"));
+        }
+        let mut dir = OutputDir::create(&out, Format::Csv)?;
+        asa_analyze::plot::render_all(&results, &mut dir)?;
+        dir.commit()
+    })
+    .map_err(to_py)
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("AsaError", m.py().get_type::<AsaError>())?;
@@ -268,6 +360,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;
     m.add_function(wrap_pyfunction!(merge, m)?)?;
+    m.add_function(wrap_pyfunction!(grad_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(spikes, m)?)?;
+    m.add_function(wrap_pyfunction!(figures, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

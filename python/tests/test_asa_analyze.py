@@ -120,3 +120,26 @@ except KeyboardInterrupt:
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 3 and "interrupted" in out, (proc.returncode, out)
     assert not any(tmp_path.iterdir())
+
+
+def test_log_statistics_and_figures_equal_the_clis(tmp_path):
+    log = tmp_path / "run.csv"
+    rows = ["step,loss,grad_norm"] + [f"{s},{3 - s / 300:.4f},{1 + (s % 7) / 10 + (5 if s in (50, 120) else 0):.3f}" for s in range(200)]
+    log.write_text("\n".join(rows) + "\n")
+    stats = asa.grad_stats({"base": log}, steps="0..200")
+    cli("grad-stats", f"base={log}", "--steps", "0..200", "--out", "g", "--quiet", cwd=tmp_path)
+    want = pl.read_csv(tmp_path / "g" / "grad_stats.csv")
+    assert stats.columns == want.columns and stats.height == want.height == 1
+    assert np.allclose(stats["mean"].to_numpy(), want["mean"].to_numpy(), rtol=1e-15)
+    found = asa.spikes(log, k=[6, 9])
+    cli("spikes", str(log), "--k", "6,9", "--out", "s", "--quiet", cwd=tmp_path)
+    assert found["spikes"]["count"].to_list() == pl.read_csv(tmp_path / "s" / "spikes.csv")["count"].to_list()
+    assert sorted(found["spike_steps"]["step"].unique().to_list()) == [50, 120]
+    with pytest.raises(asa.UsageError, match="--k takes non-negative numbers"):
+        asa.spikes(log, k=[-1])
+    res = asa.analyze({"sink": FIXTURES / "sink"}, **SMALL)
+    res.write(tmp_path / "res")
+    files = asa.figures(tmp_path / "res", tmp_path / "fig")
+    assert any(p.suffix == ".png" for p in files) and all(p.exists() for p in files)
+    with pytest.raises(asa.InputError, match="not a results folder"):
+        asa.figures(tmp_path / "nowhere", tmp_path / "fig2")

@@ -283,15 +283,7 @@ pub fn grad_stats(args: GradStatsArgs) -> Result<()> {
 /// `spikes`.
 pub fn spikes(args: SpikesArgs) -> Result<()> {
     let out = &args.output;
-    if args.k.is_empty() || args.k.iter().any(|k| !k.is_finite() || *k < 0.0) {
-        return Err(Error::usage("--k takes non-negative numbers, e.g. --k 6,9"));
-    }
-    if !(args.mad_scale.is_finite() && args.mad_scale > 0.0) {
-        return Err(Error::usage(format!(
-            "--mad-scale must be a positive number, got {}",
-            args.mad_scale
-        )));
-    }
+    spikes::check_options(&args.k, args.mad_scale)?;
     let window = args.steps.unwrap_or(StepWindow::ALL);
     let (series, warnings) = load(&args.inputs, vec![args.metric.clone()], false, out.quiet)?;
     let mut rows = Vec::new();

@@ -9,7 +9,7 @@ use super::robust::{mad, median};
 use super::runs::RunSeries;
 use super::window::StepWindow;
 use super::{cols, num, Quality};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::export::Table;
 
 /// One row of `spikes` (SPEC section 6): one run and one k.
@@ -61,6 +61,20 @@ pub struct SpikeStep {
     pub step: i64,
     /// The value there.
     pub value: f64,
+}
+
+/// Refuses thresholds the spike counts cannot use: negative or non-finite k, a MAD scale
+/// that is not a positive number.
+pub fn check_options(ks: &[f64], mad_scale: f64) -> Result<()> {
+    if ks.is_empty() || ks.iter().any(|k| !k.is_finite() || *k < 0.0) {
+        return Err(Error::usage("--k takes non-negative numbers, e.g. --k 6,9"));
+    }
+    if !(mad_scale.is_finite() && mad_scale > 0.0) {
+        return Err(Error::usage(format!(
+            "--mad-scale must be a positive number, got {mad_scale}"
+        )));
+    }
+    Ok(())
 }
 
 /// Spike counts for every k, and the spike steps, of one run over `window`.
