@@ -34,7 +34,7 @@ use asa_analyze::metrics::distance::Bands;
 use asa_analyze::metrics::entropy::EntropyOf;
 use asa_analyze::metrics::{Metric, MetricOptions, ModelMetrics};
 use asa_analyze::model::rope::inverse_frequencies;
-use asa_analyze::model::{Checkpoint, Model};
+use asa_analyze::model::{Checkpoint, Model, ModelConfig};
 use asa_analyze::probe::{CaptureProbe, Hook};
 use candle_core::{DType, Device, Tensor};
 use common::*;
@@ -698,6 +698,19 @@ fn gguf_fixture(name: &str) -> PathBuf {
     fixtures().join("gguf").join(name)
 }
 
+/// The configs read from `tests/fixtures/gguf/{name}.gguf` and from its checkpoint folder.
+fn gguf_and_checkpoint_configs(name: &str) -> (ModelConfig, ModelConfig) {
+    let open = |path: &Path| {
+        Checkpoint::open(path, &Device::Cpu, DType::F32)
+            .unwrap()
+            .config
+    };
+    (
+        open(&gguf_fixture(&format!("{name}.gguf"))),
+        open(&model_dir(name)),
+    )
+}
+
 /// `tests/fixtures/gguf/{name}.gguf` must reproduce `tests/fixtures/reference/{name}.*`.
 fn check_tiny_gguf(name: &str) {
     let ckpt = Checkpoint::open(
@@ -775,14 +788,7 @@ fn qwen2_gguf_with_biases_and_tied_embeddings_reproduces_its_checkpoint() {
 fn qwen3_olmo2_and_phi3_ggufs_reproduce_their_checkpoints() {
     for name in ["qwen3", "olmo2", "phi3"] {
         check_tiny_gguf(name);
-        let gguf = Checkpoint::open(
-            &gguf_fixture(&format!("{name}.gguf")),
-            &Device::Cpu,
-            DType::F32,
-        )
-        .unwrap();
-        let hf = Checkpoint::open(&model_dir(name), &Device::Cpu, DType::F32).unwrap();
-        let (a, b) = (&gguf.config, &hf.config);
+        let (a, b) = &gguf_and_checkpoint_configs(name);
         assert_eq!(a.architecture, b.architecture, "{name}");
         assert_eq!(a.layout, b.layout, "{name}");
         assert_eq!(a.rope, b.rope, "{name}");
@@ -802,14 +808,7 @@ fn qwen3_olmo2_and_phi3_ggufs_reproduce_their_checkpoints() {
 fn gpt2_and_gpt_neox_ggufs_reproduce_their_checkpoints() {
     for name in ["gpt2", "gpt_neox"] {
         check_tiny_gguf(name);
-        let gguf = Checkpoint::open(
-            &gguf_fixture(&format!("{name}.gguf")),
-            &Device::Cpu,
-            DType::F32,
-        )
-        .unwrap();
-        let hf = Checkpoint::open(&model_dir(name), &Device::Cpu, DType::F32).unwrap();
-        let (a, b) = (&gguf.config, &hf.config);
+        let (a, b) = &gguf_and_checkpoint_configs(name);
         assert_eq!(a.architecture, b.architecture, "{name}");
         assert_eq!(a.layout, b.layout, "{name}");
         assert_eq!(a.rope, b.rope, "{name}");
@@ -833,14 +832,7 @@ fn gpt2_and_gpt_neox_ggufs_reproduce_their_checkpoints() {
 fn gemma2_and_gemma3_ggufs_reproduce_their_checkpoints() {
     for name in ["gemma2_like_2b", "gemma3_like_1b"] {
         check_tiny_gguf(name);
-        let gguf = Checkpoint::open(
-            &gguf_fixture(&format!("{name}.gguf")),
-            &Device::Cpu,
-            DType::F32,
-        )
-        .unwrap();
-        let hf = Checkpoint::open(&model_dir(name), &Device::Cpu, DType::F32).unwrap();
-        let (a, b) = (&gguf.config, &hf.config);
+        let (a, b) = &gguf_and_checkpoint_configs(name);
         assert_eq!(a.architecture, b.architecture, "{name}");
         assert_eq!(a.layout, b.layout, "{name}");
         assert_eq!((&a.rope, &a.rope_local), (&b.rope, &b.rope_local), "{name}");
@@ -850,7 +842,7 @@ fn gemma2_and_gemma3_ggufs_reproduce_their_checkpoints() {
             (b.query_pre_attn_scalar, b.embedding_scale, b.qk_norm),
             "{name}"
         );
-        let caps = |c: &asa_analyze::model::config::ModelConfig| {
+        let caps = |c: &ModelConfig| {
             (
                 c.attn_logit_softcap.map(|x| x as f32),
                 c.final_logit_softcap.map(|x| x as f32),
