@@ -19,9 +19,7 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
-
-import polars as pl
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from . import _native
 from ._native import AsaError, InputError, IoError, UsageError
@@ -33,6 +31,7 @@ __all__ = [
     "UsageError",
     "Result",
     "analyze",
+    "curves",
     "entropy",
     "figures",
     "grad_stats",
@@ -41,6 +40,11 @@ __all__ = [
     "spikes",
 ]
 __version__ = _native.__version__
+
+if TYPE_CHECKING:
+    # polars is imported when the first frame is made (pyo3-polars), not here: `import
+    # asa_analyze` stays fast
+    import polars as pl
 
 PathLike = Union[str, "os.PathLike[str]"]
 Models = Union[PathLike, Mapping[str, PathLike], Sequence[PathLike]]
@@ -166,6 +170,7 @@ def analyze(
     num_seqs: int = 10,
     bos: str = "auto",
     metrics: Optional[Iterable[str]] = None,
+    variant: Optional[str] = None,
     device: str = "auto",
     batch_size: int = 1,
     seed: int = 0,
@@ -177,6 +182,9 @@ def analyze(
     corpus: a text or token-id file, a list of texts, or token ids (a 2-D numpy array or a
         list of lists); default the built-in generated prose (`seed`).
     metrics: metric names (e.g. ["first_token", "entropy"]); default the `analyze` set.
+    variant: analyse every model as this attention variant ("off_by_one", "sink", ...)
+        whatever its config.json names; default the detected one (`.run["models"]` says
+        how each was detected).
     progress: a tqdm bar (a plain one without tqdm); False for none.
     """
     with tempfile.TemporaryDirectory(prefix="asa-analyze-") as tmp:
@@ -187,6 +195,7 @@ def analyze(
             seq_len=seq_len,
             num_seqs=num_seqs,
             bos=bos,
+            variant=variant,
             device=device,
             batch_size=batch_size,
             seed=seed,
@@ -246,6 +255,26 @@ def spikes(
     """Spikes above median + k * MAD, as `asa-analyze spikes` (paper Table 5):
     {"spikes": counts per run and k, "spike_steps": every spike's step and value}."""
     return dict(_native.spikes(_logs(runs), list(k), metric, steps, mad_scale, step_column))
+
+
+def curves(
+    runs: Union[PathLike, Mapping[str, PathLike], Sequence[PathLike]],
+    metrics: Optional[Sequence[str]] = None,
+    steps: str = "all",
+    ema: Optional[float] = None,
+    step_column: Optional[str] = None,
+) -> pl.DataFrame:
+    """Training curves as `asa-analyze curves` (paper Figs. 7, 8, 10): one row per run,
+    metric and step with the logged value and its debiased EMA (`ema`, TensorBoard's
+    smoothing weight in [0, 1); `smoothed` equals `value` without it). `metrics` default to
+    loss and grad_norm, each skipped with a warning where a log lacks it; `steps` a window
+    such as "7000..9000"."""
+    [(_, table)], skipped = _native.curves(
+        _logs(runs), list(metrics or []), steps, ema, step_column
+    )
+    for message in skipped:
+        warnings.warn(message, stacklevel=2)
+    return table
 
 
 def figures(results: Union[PathLike, Sequence[PathLike]], out: PathLike) -> List[Path]:

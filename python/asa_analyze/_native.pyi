@@ -22,6 +22,7 @@ def analyze(
     seq_len: int = 1024,
     num_seqs: int = 10,
     bos: str = "auto",
+    variant: Optional[str] = None,
     device: str = "auto",
     batch_size: int = 1,
     seed: int = 0,
@@ -41,4 +42,11 @@ def spikes(
     mad_scale: float = 1.0,
     step_column: Optional[str] = None,
 ) -> List[Tuple[str, pl.DataFrame]]: ...
+def curves(
+    runs: List[str],
+    metrics: List[str] = ...,
+    steps: str = "all",
+    ema: Optional[float] = None,
+    step_column: Optional[str] = None,
+) -> Tuple[List[Tuple[str, pl.DataFrame]], List[str]]: ...
 def figures(results: List[str], out: str) -> List[Path]: ...

@@ -9,11 +9,13 @@ use asa_analyze::analysis::cancel;
 use asa_analyze::analysis::partial::merge_partials;
 use asa_analyze::analysis::shard::Shard;
 use asa_analyze::analysis::{ModelSource, Run, RunEvents, RunOptions, RunOutput};
+use asa_analyze::attention::VariantKind;
 use asa_analyze::corpus::BosMode;
+use asa_analyze::cpu::heap::RunHeap;
 use asa_analyze::device::DeviceRequest;
 use asa_analyze::export::{to_frame, Format, OutputDir, Table};
 use asa_analyze::metrics::Metric;
-use asa_analyze::stats::{self, grad, LogRequest, RunSeries, RunSpec, StepWindow};
+use asa_analyze::stats::{self, grad, LogRequest, RunSpec, StepWindow};
 use asa_analyze::Error;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyKeyboardInterrupt, PyValueError};
@@ -156,6 +158,7 @@ fn options(
     corpus: Option<PathBuf>,
     (seq_len, num_seqs, batch_size, seed): (usize, usize, usize, u64),
     bos: &str,
+    variant: Option<&str>,
     device: &str,
     shard: Option<&str>,
 ) -> PyResult<RunOptions> {
@@ -172,6 +175,10 @@ fn options(
     o.batch_size = batch_size;
     o.seed = seed;
     o.bos = bos.parse::<BosMode>().map_err(UsageError::new_err)?;
+    o.variant = match variant {
+        Some(name) => Some(name.parse::<VariantKind>().map_err(UsageError::new_err)?),
+        None => None,
+    };
     o.device = device
         .parse::<DeviceRequest>()
         .map_err(|e| UsageError::new_err(e.to_string()))?;
@@ -184,7 +191,7 @@ fn options(
 
 /// Runs an analysis (see `asa_analyze.analyze`).
 #[pyfunction]
-#[pyo3(signature = (models, metrics = None, corpus = None, seq_len = 1024, num_seqs = 10, bos = "auto", device = "auto", batch_size = 1, seed = 0, shard = None, events = None))]
+#[pyo3(signature = (models, metrics = None, corpus = None, seq_len = 1024, num_seqs = 10, bos = "auto", variant = None, device = "auto", batch_size = 1, seed = 0, shard = None, events = None))]
 #[allow(clippy::too_many_arguments)]
 fn analyze(
     py: Python<'_>,
@@ -194,6 +201,7 @@ fn analyze(
     seq_len: usize,
     num_seqs: usize,
     bos: &str,
+    variant: Option<&str>,
     device: &str,
     batch_size: usize,
     seed: u64,
@@ -205,6 +213,7 @@ fn analyze(
         corpus,
         (seq_len, num_seqs, batch_size, seed),
         bos,
+        variant,
         device,
         shard,
     )?;
@@ -221,7 +230,12 @@ fn analyze(
         options,
     };
     let mut sink = PyEvents { sink: events };
-    let output = py.detach(|| run.execute(&mut sink)).map_err(to_py)?;
+    let output = py
+        .detach(|| {
+            let _heap = RunHeap::enter();
+            run.execute(&mut sink)
+        })
+        .map_err(to_py)?;
     let record = output.record("python analyze", &run.options);
     Ok(NativeResult { output, record })
 }
@@ -263,18 +277,20 @@ fn frames(tables: &[Table]) -> PyResult<Vec<(String, PyDataFrame)>> {
         .collect()
 }
 
-/// The training logs `runs` (`label=path` or paths) with `metric`.
+/// The training logs `runs` (`label=path` or paths) with `metrics` (`optional`: a log
+/// lacking one is skipped with a warning, not an error).
 fn load_logs(
     runs: &[String],
-    metric: &str,
+    metrics: Vec<String>,
+    optional: bool,
     step_column: Option<String>,
-) -> asa_analyze::Result<Vec<RunSeries>> {
+) -> asa_analyze::Result<stats::Loaded> {
     let specs: Vec<RunSpec> = runs.iter().map(|a| RunSpec::parse(a)).collect();
     let request = LogRequest {
-        metrics: vec![metric.to_string()],
+        metrics,
         step_column,
     };
-    Ok(stats::load_runs(&specs, &request, false)?.series)
+    stats::load_runs(&specs, &request, optional)
 }
 
 /// A step window (`A..B`, `A..=B`, `A..`, `..B`, `all`).
@@ -296,7 +312,8 @@ fn grad_stats(
     let window = window(steps)?;
     let table = py
         .detach(|| {
-            let rows = load_logs(&runs, metric, step_column)?
+            let rows = load_logs(&runs, vec![metric.to_string()], false, step_column)?
+                .series
                 .iter()
                 .map(|s| grad::grad_stats(s, &window, ddof))
                 .collect::<asa_analyze::Result<Vec<_>>>()?;
@@ -324,7 +341,7 @@ fn spikes(
         .detach(|| {
             stats::spikes::check_options(&k, mad_scale)?;
             let (mut rows, mut at) = (Vec::new(), Vec::new());
-            for s in load_logs(&runs, metric, step_column)? {
+            for s in load_logs(&runs, vec![metric.to_string()], false, step_column)?.series {
                 let (r, st) = stats::spikes::spikes(&s, &window, &k, mad_scale)?;
                 rows.extend(r);
                 at.extend(st);
@@ -333,6 +350,34 @@ fn spikes(
         })
         .map_err(to_py)?;
     frames(&tables)
+}
+
+/// Loss and gradient-norm curves, as `asa-analyze curves` (Figs. 7, 8, 10): the `curves`
+/// table and the warnings for default metrics a log lacks.
+#[pyfunction]
+#[pyo3(signature = (runs, metrics = vec![], steps = "all", ema = None, step_column = None))]
+fn curves(
+    py: Python<'_>,
+    runs: Vec<String>,
+    metrics: Vec<String>,
+    steps: &str,
+    ema: Option<f64>,
+    step_column: Option<String>,
+) -> PyResult<(Vec<(String, PyDataFrame)>, Vec<String>)> {
+    let window = window(steps)?;
+    let (table, warnings) = py
+        .detach(|| {
+            stats::curves::check_ema(ema)?;
+            let (metrics, optional) = stats::curves::requested_metrics(&metrics);
+            let loaded = load_logs(&runs, metrics, optional, step_column)?;
+            let mut points = Vec::new();
+            for s in &loaded.series {
+                points.extend(stats::curves::curve(s, &window, ema)?.0);
+            }
+            Ok::<_, Error>((stats::curves::table(&points), loaded.warnings))
+        })
+        .map_err(to_py)?;
+    Ok((frames(&[table])?, warnings))
 }
 
 /// Every figure the tables of the `results` folders allow, into `out`, as `asa-analyze
@@ -362,6 +407,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(merge, m)?)?;
     m.add_function(wrap_pyfunction!(grad_stats, m)?)?;
     m.add_function(wrap_pyfunction!(spikes, m)?)?;
+    m.add_function(wrap_pyfunction!(curves, m)?)?;
     m.add_function(wrap_pyfunction!(figures, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "models"
 BIN = Path(os.environ.get("ASA_ANALYZE_BIN", ROOT / "target" / "release" / "asa-analyze"))
 SMALL = dict(seq_len=16, num_seqs=3, progress=False)
+SMALL_ARGS = ("--seq-len", "16", "--num-seqs", "3")
 
 
 def cli(*args, cwd):
@@ -35,8 +36,7 @@ def cli(*args, cwd):
 def test_frames_and_written_tables_equal_the_clis(tmp_path):
     models = {"sink": FIXTURES / "sink", "asa": FIXTURES / "affine_scaled"}
     res = asa.analyze(models, **SMALL)
-    cli("analyze", *(f"{k}={v}" for k, v in models.items()), "--seq-len", "16", "--num-seqs", "3",
-        "--quiet", "--out", "cli", cwd=tmp_path)
+    cli("analyze", *(f"{k}={v}" for k, v in models.items()), *SMALL_ARGS, "--quiet", "--out", "cli", cwd=tmp_path)
     written = res.write(tmp_path / "py")
     assert written and all(p.exists() for p in written)
     names = sorted(p.name for p in (tmp_path / "cli").glob("*.csv"))
@@ -122,6 +122,30 @@ except KeyboardInterrupt:
     assert not any(tmp_path.iterdir())
 
 
+def test_import_leaves_polars_for_the_first_frame():
+    code = "import sys, asa_analyze; assert 'polars' not in sys.modules; asa_analyze.inspect"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_variant_overrides_detection_as_the_cli_does(tmp_path):
+    model = tmp_path / "obo"
+    shutil.copytree(FIXTURES / "off_by_one", model)
+    config = json.loads((model / "config.json").read_text())
+    del config["attention_variant"]
+    (model / "config.json").write_text(json.dumps(config))
+    detected = asa.analyze({"obo": model}, **SMALL)
+    assert detected.run["models"][0]["variant"] == "softmax"
+    res = asa.analyze({"obo": model}, variant="off_by_one", **SMALL)
+    assert res.run["models"][0]["variant_source"] == "--variant"
+    cli("analyze", f"obo={model}", "--variant", "off_by_one", *SMALL_ARGS, "--out", "r", "--quiet", cwd=tmp_path)
+    want = pl.read_csv(tmp_path / "r" / "attention.csv")
+    sink = res.attention.filter(pl.col("metric") == "sink_mass")
+    assert sink.height > 0 and sink.height == want.filter(pl.col("metric") == "sink_mass").height
+    assert np.allclose(res.attention["value"].to_numpy(), want["value"].to_numpy(), rtol=1e-12, equal_nan=True)
+    with pytest.raises(asa.UsageError, match="unknown attention variant `magic`"):
+        asa.analyze({"obo": model}, variant="magic", **SMALL)
+
+
 def test_log_statistics_and_figures_equal_the_clis(tmp_path):
     log = tmp_path / "run.csv"
     rows = ["step,loss,grad_norm"] + [f"{s},{3 - s / 300:.4f},{1 + (s % 7) / 10 + (5 if s in (50, 120) else 0):.3f}" for s in range(200)]
@@ -137,6 +161,17 @@ def test_log_statistics_and_figures_equal_the_clis(tmp_path):
     assert sorted(found["spike_steps"]["step"].unique().to_list()) == [50, 120]
     with pytest.raises(asa.UsageError, match="--k takes non-negative numbers"):
         asa.spikes(log, k=[-1])
+    curve = asa.curves({"base": log}, ema=0.9, steps="10..150")
+    cli("curves", f"base={log}", "--ema", "0.9", "--steps", "10..150", "--out", "c", "--quiet", cwd=tmp_path)
+    want = pl.read_csv(tmp_path / "c" / "curves.csv")
+    assert curve.columns == want.columns and curve.height == want.height == 2 * 140
+    assert np.allclose(curve["smoothed"].to_numpy(), want["smoothed"].to_numpy(), rtol=1e-12)
+    with pytest.warns(UserWarning, match="grad_norm"):
+        only_loss = tmp_path / "loss.csv"
+        only_loss.write_text("step,loss\n0,3.0\n1,2.5\n")
+        assert asa.curves(only_loss)["metric"].unique().to_list() == ["loss"]
+    with pytest.raises(asa.UsageError, match="--ema takes a smoothing weight"):
+        asa.curves(log, ema=1.5)
     res = asa.analyze({"sink": FIXTURES / "sink"}, **SMALL)
     res.write(tmp_path / "res")
     files = asa.figures(tmp_path / "res", tmp_path / "fig")

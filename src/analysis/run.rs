@@ -17,6 +17,7 @@ use super::schedule::{peak_rss_bytes, Schedule};
 use super::series::find_series;
 use super::shard::Shard;
 use super::{accumulate_timed, finish, finish_inputs, RunShape};
+use crate::attention::VariantKind;
 use crate::corpus::{
     load_windows_with, BosMode, CorpusOptions, CorpusSource, SpecialTokens, TokenizerRef, Windows,
 };
@@ -47,6 +48,9 @@ pub struct RunOptions {
     pub corpus: Option<PathBuf>,
     pub tokenizer: Option<PathBuf>,
     pub weight_map: Option<PathBuf>,
+    /// Analyse every checkpoint as this variant, whatever config.json names or the weights
+    /// point to (a checkpoint trained with off-by-one whose config does not say so).
+    pub variant: Option<VariantKind>,
     pub seq_len: usize,
     pub num_seqs: usize,
     pub bos: BosMode,
@@ -100,6 +104,7 @@ impl Default for RunOptions {
             corpus: None,
             tokenizer: None,
             weight_map: None,
+            variant: None,
             seq_len: 1024,
             num_seqs: 10,
             bos: BosMode::Auto,
@@ -399,8 +404,12 @@ impl ModelContext<'_> {
         events: &mut dyn RunEvents,
     ) -> Result<ModelResult> {
         let o = self.options;
-        let mut ckpt =
-            Checkpoint::open_mapped(path, self.device, self.dtype, self.map)?.validate()?;
+        let ckpt = Checkpoint::open_mapped(path, self.device, self.dtype, self.map)?;
+        let mut ckpt = match o.variant {
+            Some(kind) => ckpt.with_variant(kind),
+            None => ckpt,
+        }
+        .validate()?;
         ckpt.store.set_allow_nonfinite(o.allow_nonfinite);
         check_unused(&ckpt, o.ignore_unused_weights)?;
         if let Some(note) = &ckpt.variant.unused_weights {

@@ -26,6 +26,18 @@ pub enum VariantKind {
 }
 
 impl VariantKind {
+    /// Names accepted in config.json and by `--variant`.
+    pub const NAMES: [&'static str; 8] = [
+        "softmax",
+        "off_by_one",
+        "sink",
+        "gated",
+        "affine_scaled",
+        "affine_scaled_gated",
+        "scale_invariant",
+        "logn",
+    ];
+
     /// Names accepted in config.json, for error messages.
     pub const SUPPORTED: &'static str =
         "softmax, off_by_one, sink, gated, affine_scaled, affine_scaled_gated, scale_invariant, logn";
@@ -82,6 +94,20 @@ impl VariantKind {
     /// Whether part of each row's mass goes to no token (sink, off_by_one).
     pub fn has_sink_mass(self) -> bool {
         matches!(self, VariantKind::Sink | VariantKind::OffByOne)
+    }
+}
+
+impl std::str::FromStr for VariantKind {
+    type Err = String;
+
+    /// A variant by its config.json name ([`VariantKind::NAMES`]).
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        VariantKind::parse(s).ok_or_else(|| {
+            format!(
+                "unknown attention variant `{s}` (one of {})",
+                VariantKind::SUPPORTED
+            )
+        })
     }
 }
 

@@ -17,6 +17,7 @@ use crate::analysis::partial::{shard_info, stage_partial};
 use crate::analysis::plan::parse_bytes;
 use crate::analysis::shard::Shard;
 use crate::analysis::{kernel_layers, ModelSource, Run, RunEvents, RunOptions, RunOutput};
+use crate::attention::VariantKind;
 use crate::corpus::BosMode;
 use crate::device::{parse_dtype, resolve_device, DeviceRequest};
 use crate::error::{Error, Result};
@@ -41,6 +42,10 @@ pub struct MetricArgs {
     /// checkpoints whose tensors are named otherwise.
     #[arg(long, value_name = "FILE")]
     pub weight_map: Option<PathBuf>,
+    /// Analyse every checkpoint as this attention variant, whatever config.json names or
+    /// the weights point to (e.g. off_by_one, which has no weights of its own).
+    #[arg(long, value_parser = choice::<VariantKind>(&VariantKind::NAMES), value_name = "NAME")]
+    pub variant: Option<VariantKind>,
     /// Tokens per sequence (BOS included).
     #[arg(long, default_value_t = 1024)]
     pub seq_len: usize,
@@ -195,6 +200,7 @@ fn run_options(args: &MetricArgs, metrics: &[Metric], command: &str) -> Result<R
         corpus: args.corpus.clone(),
         tokenizer: args.tokenizer.clone(),
         weight_map: args.weight_map.clone(),
+        variant: args.variant,
         seq_len: args.seq_len,
         num_seqs: args.num_seqs,
         bos: args.bos,

@@ -343,26 +343,9 @@ pub fn spikes(args: SpikesArgs) -> Result<()> {
 /// `curves`.
 pub fn curves(args: CurvesArgs) -> Result<()> {
     let out = &args.output;
-    if let Some(w) = args.ema {
-        if !(0.0..1.0).contains(&w) {
-            return Err(Error::usage(format!(
-                "--ema takes a smoothing weight in [0, 1), e.g. 0.9; got {w}"
-            )));
-        }
-    }
+    curves::check_ema(args.ema)?;
     let window = args.steps.unwrap_or(StepWindow::ALL);
-    let (metrics, optional) = if args.metric.is_empty() {
-        (vec!["loss".to_string(), "grad_norm".to_string()], true)
-    } else {
-        // a metric named twice is read once (it would be two runs of one label)
-        let mut unique: Vec<String> = Vec::new();
-        for m in &args.metric {
-            if !unique.contains(m) {
-                unique.push(m.clone());
-            }
-        }
-        (unique, false)
-    };
+    let (metrics, optional) = curves::requested_metrics(&args.metric);
     let (series, warnings) = load(&args.inputs, metrics.clone(), optional, out.quiet)?;
     let mut points = Vec::new();
     let mut summary = Vec::new();

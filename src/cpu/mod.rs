@@ -4,4 +4,5 @@
 //! elementwise ops, each of which would read and write the whole block again.
 
 pub mod fast_math;
+pub mod heap;
 pub mod host;

@@ -23,28 +23,43 @@ pub struct DetectedVariant {
 
 /// The variant of a checkpoint with `config` and weights `store`.
 pub fn detect_variant(config: &ModelConfig, store: &WeightStore) -> DetectedVariant {
-    let (found, evidence) = from_weights(config, store);
     match config.declared_variant {
-        Some(kind) => {
-            let unused = unused_markers(config, store, kind);
+        Some(kind) => declared_variant(config, store, kind, "config.json attention_variant"),
+        None => {
+            let (kind, source) = from_weights(config, store);
             DetectedVariant {
                 kind,
-                source: "config.json attention_variant".into(),
-                unused_weights: (!unused.is_empty()).then(|| {
-                    format!(
-                        "config.json declares {}; it does not use {} (the weights point to {})",
-                        kind.name(),
-                        unused.join(", "),
-                        found.name()
-                    )
-                }),
+                source,
+                unused_weights: None,
             }
         }
-        None => DetectedVariant {
-            kind: found,
-            source: evidence,
-            unused_weights: None,
-        },
+    }
+}
+
+/// `kind`, named by `source` (config.json or `--variant`), with what it leaves unused of the
+/// variant weights the checkpoint holds.
+pub fn declared_variant(
+    config: &ModelConfig,
+    store: &WeightStore,
+    kind: VariantKind,
+    source: &str,
+) -> DetectedVariant {
+    let (found, _) = from_weights(config, store);
+    let unused = unused_markers(config, store, kind);
+    let named = match source {
+        "--variant" => format!("--variant {}", kind.name()),
+        _ => format!("config.json declares {}", kind.name()),
+    };
+    DetectedVariant {
+        kind,
+        source: source.into(),
+        unused_weights: (!unused.is_empty()).then(|| {
+            format!(
+                "{named}; it does not use {} (the weights point to {})",
+                unused.join(", "),
+                found.name()
+            )
+        }),
     }
 }
 

@@ -35,12 +35,13 @@ use tokenizers::Tokenizer;
 
 pub use config::{Architecture, ModelConfig};
 pub use decoder::{LayerTiming, Model};
-pub use detect::{detect_variant, DetectedVariant};
+pub use detect::{declared_variant, detect_variant, DetectedVariant};
 pub use gguf::GgufFile;
 pub use gguf_tokenizer::tokenizer_from_gguf;
 pub use weight_map::WeightMap;
 pub use weights::WeightStore;
 
+use crate::attention::VariantKind;
 use crate::error::{Error, Result};
 
 /// A checkpoint opened for analysis: config, weights, detected variant.
@@ -100,6 +101,18 @@ impl Checkpoint {
             variant,
             store,
         })
+    }
+
+    /// The checkpoint analysed as `kind` whatever config.json names or its weights point to
+    /// (`--variant`); the detection says so, and what `kind` leaves unused.
+    pub fn with_variant(mut self, kind: VariantKind) -> Self {
+        let declared = self.config.declared_variant.replace(kind);
+        let mut variant = declared_variant(&self.config, &self.store, kind, "--variant");
+        if let Some(d) = declared.filter(|&d| d != kind) {
+            variant.source = format!("--variant (config.json declares {})", d.name());
+        }
+        self.variant = variant;
+        self
     }
 
     /// The GGUF file the weights come from, if the checkpoint is one.

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::runs::RunSeries;
 use super::window::StepWindow;
 use super::{cols, Quality};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::export::Table;
 
 /// One point: a row of `curves` (SPEC section 6).
@@ -72,6 +72,33 @@ pub fn ema_debiased(values: &[f64], w: f64) -> Vec<f64> {
             last / (1.0 - decay)
         })
         .collect()
+}
+
+/// The metrics `curves` reads: those `named`, each once, or by default `loss` and
+/// `grad_norm`; `true` when they are the defaults, which a log may lack (skipped with a
+/// warning, where a named metric missing is an error).
+pub fn requested_metrics(named: &[String]) -> (Vec<String>, bool) {
+    if named.is_empty() {
+        return (vec!["loss".to_string(), "grad_norm".to_string()], true);
+    }
+    // a metric named twice is read once (it would be two runs of one label)
+    let mut unique: Vec<String> = Vec::new();
+    for m in named {
+        if !unique.contains(m) {
+            unique.push(m.clone());
+        }
+    }
+    (unique, false)
+}
+
+/// Refuses an EMA weight outside [0, 1).
+pub fn check_ema(ema: Option<f64>) -> Result<()> {
+    match ema {
+        Some(w) if !(0.0..1.0).contains(&w) => Err(Error::usage(format!(
+            "--ema takes a smoothing weight in [0, 1), e.g. 0.9; got {w}"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// The curve of one run's series: points in `window`, smoothed with `ema` if given.

@@ -17,7 +17,7 @@ pub mod spikes;
 pub mod window;
 
 pub use read::{read_log, LogFile, LogFormat, LogRequest};
-pub use runs::{load_runs, RunSeries, RunSpec};
+pub use runs::{load_runs, Loaded, RunSeries, RunSpec};
 pub use series::{Quality, Series};
 pub use window::StepWindow;
 

@@ -813,3 +813,94 @@ fn the_library_run_gives_what_the_cli_writes() {
     // serde_json reads printed floats back to within an ulp, not always to the bit
     assert_json_close(&cli["models"][0]["metrics"], &library, 1e-14, "metrics");
 }
+
+/// `--variant` (issue 27): an off-by-one checkpoint whose config.json does not say so is
+/// analysed as softmax by detection (it has no weights of its own), and as off-by-one, with
+/// the reference's numbers, when asked; a variant whose weights are missing is refused.
+#[test]
+fn variant_overrides_detection_and_matches_the_reference() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("obo");
+    copy_fixture("off_by_one", &dir);
+    edit_config(&dir, |c| {
+        c.as_object_mut().unwrap().remove("attention_variant");
+    });
+    let corpus = ids_corpus("off_by_one", tmp.path());
+    let run = |out: &str, extra: &[&str]| {
+        let mut args = vec![
+            "analyze",
+            "obo",
+            "--corpus",
+            &corpus,
+            "--seq-len",
+            "20",
+            "--num-seqs",
+            "3",
+            "--bos",
+            "never",
+            "--quiet",
+            "--out",
+            out,
+        ];
+        args.extend_from_slice(extra);
+        run_cli(tmp.path(), &args)
+    };
+    let want = reference_metrics("off_by_one");
+    let first_token = |out: &str, l: usize| {
+        let df = read_csv(&tmp.path().join(out).join("attention.csv"));
+        value(&df, "obo", "first_token", Some(l as i64 + 1), None, "mean")
+    };
+    let run_json = |out: &str| -> serde_json::Value {
+        serde_json::from_str(&fs::read_to_string(tmp.path().join(out).join("run.json")).unwrap())
+            .unwrap()
+    };
+
+    expect_success(&run("detected", &[]));
+    let detected = run_json("detected");
+    assert_eq!(detected["models"][0]["variant"], "softmax", "{detected}");
+    let off = (first_token("detected", 0) - want["first_token"]["mean"][0].as_f64().unwrap()).abs();
+    assert!(
+        off > 1e-3,
+        "softmax and off-by-one agree to {off}: the test could not fail"
+    );
+
+    expect_success(&run("forced", &["--variant", "off_by_one"]));
+    let forced = run_json("forced");
+    assert_eq!(forced["models"][0]["variant"], "off_by_one", "{forced}");
+    assert_eq!(
+        forced["models"][0]["variant_source"], "--variant",
+        "{forced}"
+    );
+    assert_eq!(forced["options"]["variant"], "off_by_one", "{forced}");
+    let df = read_csv(&tmp.path().join("forced").join("attention.csv"));
+    for l in 0..2usize {
+        assert_close(
+            first_token("forced", l),
+            want["first_token"]["mean"][l].as_f64().unwrap(),
+            1e-6,
+            1e-5,
+            "first_token",
+        );
+        for h in 0..4usize {
+            let (layer, head) = (Some(l as i64 + 1), Some(h as i64 + 1));
+            assert_close(
+                value(&df, "obo", "sink_mass", layer, head, "mean"),
+                want["sink_mass"][l][h].as_f64().unwrap(),
+                1e-6,
+                1e-5,
+                "sink_mass",
+            );
+        }
+    }
+
+    // the sink variant needs self_attn.sinks: named, exit 2, nothing written
+    let err = expect_error(&run("sink", &["--variant", "sink"]));
+    assert!(err.contains("self_attn.sinks"), "{err}");
+    assert!(!tmp.path().join("sink").exists());
+    // an unknown name lists the known ones
+    let err = expect_error(&run("bad", &["--variant", "magic"]));
+    assert!(
+        err.contains("off_by_one") && err.contains("affine_scaled"),
+        "{err}"
+    );
+}
