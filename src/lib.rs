@@ -18,6 +18,7 @@ pub mod export;
 pub mod metrics;
 pub mod model;
 pub mod nn;
+pub mod paper;
 pub mod plot;
 pub mod probe;
 pub mod profile;

@@ -1,17 +1,18 @@
-//! `demo`: trains baseline (softmax), sink and Affine-Scaled models here with the same
-//! data, seed and budget, then runs the toolkit on them end to end: `analyze` on the final
-//! checkpoints over held-out text (with `qk` over each checkpoint series), `grad-stats`,
-//! `spikes` and `curves` over the training logs, and `figures`. Glue only: every step is
-//! the real command. Layout of `--out`:
+//! `demo`: trains baseline (softmax), sink, Affine-Scaled, gated and Affine-Scaled + gated
+//! models here with the same data, seed and budget, then runs the toolkit on them end to
+//! end: `analyze` on the final checkpoints over held-out text (with `qk` over each
+//! checkpoint series), `grad-stats`, `spikes` and `curves` over the training logs,
+//! `figures`, and the paper's Tables 1-2 (`tables`). Glue only: every step is the real
+//! command. Layout of `--out`:
 //!
 //! ```text
-//! DIR/tokenizer.json              BPE tokenizer shared by the three runs
-//! DIR/runs/{baseline,sink,asa}/   log.csv, checkpoints/step-N/, train.json
-//! DIR/results/{attention,grad_stats,spikes,curves}/   the exported tables
+//! DIR/tokenizer.json              BPE tokenizer shared by the runs
+//! DIR/runs/{baseline,sink,asa,gated,asa_gated}/   log.csv, checkpoints/step-N/, train.json
+//! DIR/results/{attention,grad_stats,spikes,curves,tables}/   the exported tables
 //! DIR/figures/                    every figure (PNG + SVG) and tables4_5.md
 //! ```
 //!
-//! Training that finished with the same options is reused unless `--force`. The three runs
+//! Training that finished with the same options is reused unless `--force`. The runs
 //! train in parallel threads with one compute thread each (`RAYON_NUM_THREADS=1` unless the
 //! environment sets it): on a small model that is faster than sharing the cores per matmul.
 
@@ -23,24 +24,34 @@ use indicatif::MultiProgress;
 
 use super::analyze::{stage_tables, Terminal};
 use super::stdout::with_stdout;
+use super::tables::{record as tables_record, write_tables};
 use super::train::{step_bar, TrainSettings};
 use super::{run as run_command, Cli};
+use crate::analysis::series::find_series;
 use crate::analysis::{ModelSource, Run, RunOptions};
 use crate::attention::VariantKind;
 use crate::device::DeviceRequest;
 use crate::error::{Error, Result};
 use crate::export::{Format, OutputDir};
+use crate::paper::runs::Input;
+use crate::paper::{paper_tables, RunSet, ValueOptions};
 use crate::train::data::TextSource;
 use crate::train::run::finished_run;
 use crate::train::tokenizer::train_bpe;
 use crate::train::{self, TrainOptions, TrainSummary};
 
-/// The methods the demo compares: (label, variant).
-pub const METHODS: [(&str, VariantKind); 3] = [
+/// The methods the demo compares: (label, variant); the first three make the paper's
+/// Table 1, the baseline and the last two its Table 2.
+pub const METHODS: [(&str, VariantKind); 5] = [
     ("baseline", VariantKind::Softmax),
     ("sink", VariantKind::Sink),
     ("asa", VariantKind::AffineScaled),
+    ("gated", VariantKind::Gated),
+    ("asa_gated", VariantKind::AffineScaledGated),
 ];
+
+/// The size label of the demo's rows in Tables 1-2.
+const DEMO_SIZE: &str = "demo";
 
 /// Seed offset of the held-out built-in prose (the training text uses `--seed`).
 const HELD_OUT_SEED: u64 = 1_000_003;
@@ -64,6 +75,10 @@ pub struct DemoArgs {
     /// Seed of the weights, the batch order and the built-in training text.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// lm-eval-harness result JSON of a demo model, METHOD=FILE (repeatable; METHOD one of
+    /// baseline, sink, asa, gated, asa_gated): fills Tables 1-2's accuracy columns.
+    #[arg(long = "lm-eval", value_name = "METHOD=FILE")]
+    pub lm_eval: Vec<String>,
     /// Retrain even when a finished run with the same options exists.
     #[arg(long)]
     pub force: bool,
@@ -85,6 +100,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     if args.steps == 0 {
         return Err(Error::usage("--steps must be at least 1"));
     }
+    check_lm_eval(&args.lm_eval)?;
     if let Some(c) = &args.corpus {
         if !c.is_file() {
             return Err(Error::input(c, "no such corpus file"));
@@ -144,6 +160,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
         args.quiet,
     )?;
     log_tables_and_figures(&out, &results)?;
+    paper_tables_of_demo(&out, &results, &args.lm_eval)?;
 
     print_summary(&summaries, &results)?;
     if !args.quiet {
@@ -194,6 +211,60 @@ fn log_tables_and_figures(out: &Path, results: &Path) -> Result<()> {
         "--quiet".into(),
     ]);
     command(figs)?;
+    Ok(())
+}
+
+/// Refuses an `--lm-eval` argument that names no demo model or no file, before training.
+fn check_lm_eval(lm_eval: &[String]) -> Result<()> {
+    for arg in lm_eval {
+        let Some((method, file)) = arg.split_once('=') else {
+            return Err(Error::usage(format!(
+                "--lm-eval takes METHOD=FILE, got `{arg}`"
+            )));
+        };
+        if !METHODS.iter().any(|(label, _)| *label == method) {
+            return Err(Error::usage(format!(
+                "--lm-eval {arg}: no demo model {method} (baseline, sink, asa, gated, asa_gated)"
+            )));
+        }
+        if !Path::new(file).is_file() {
+            return Err(Error::input(file, "no such lm-eval-harness result file"));
+        }
+    }
+    Ok(())
+}
+
+/// Tables 1-2 of the paper for the demo's models into `results/tables/`: Delta Params from
+/// the final checkpoints, the final loss (mean of the last 10 steps, as the summary), the
+/// perplexity of the analysis, the accuracies of any `--lm-eval` results.
+fn paper_tables_of_demo(out: &Path, results: &Path, lm_eval: &[String]) -> Result<()> {
+    let mut set = RunSet::default();
+    let attention = results.join("attention");
+    for (label, _) in METHODS {
+        let run = out.join("runs").join(label);
+        let last = find_series(&run.join("checkpoints"))?
+            .and_then(|steps| steps.last().map(|s| s.dir.clone()))
+            .ok_or_else(|| Error::input(run.join("checkpoints"), "no step checkpoints"))?;
+        let key = format!("{DEMO_SIZE}/{label}");
+        set.add_option(Input::Checkpoint, &format!("{key}={}", last.display()))?;
+        set.add_option(
+            Input::Log,
+            &format!("{key}={}", run.join("log.csv").display()),
+        )?;
+        set.add_option(Input::Results, &format!("{key}={}", attention.display()))?;
+    }
+    for arg in lm_eval {
+        set.add_option(Input::LmEval, &format!("{DEMO_SIZE}/{arg}"))?;
+    }
+    let options = ValueOptions {
+        loss_window: 10,
+        loss_metric: "loss".into(),
+        accuracy: Default::default(),
+    };
+    let tables = paper_tables(&set, &options)?;
+    let mut dir = OutputDir::create(&results.join("tables"), Format::Csv)?;
+    write_tables(&tables, &mut dir, &tables_record(&set, &options, &tables))?;
+    dir.commit()?;
     Ok(())
 }
 
@@ -357,13 +428,13 @@ fn print_summary(summaries: &[TrainSummary], results: &Path) -> Result<()> {
         writeln!(out)?;
         writeln!(
             out,
-            "{:<9} {:>8} {:>10} {:>11} {:>9} {:>11} {:>11}",
+            "{:<9} {:>12} {:>10} {:>11} {:>9} {:>11} {:>11}",
             "method", "variant", "final_loss", "perplexity", "first_tok", "entropy", "spikes k=6/9"
         )?;
         for ((label, _), s) in METHODS.iter().zip(summaries) {
             writeln!(
                 out,
-                "{:<9} {:>8} {:>10.4} {:>11} {:>9} {:>11} {:>11}",
+                "{:<9} {:>12} {:>10.4} {:>11} {:>9} {:>11} {:>11}",
                 label,
                 short(&s.variant),
                 s.final_loss,
@@ -380,6 +451,7 @@ fn print_summary(summaries: &[TrainSummary], results: &Path) -> Result<()> {
 fn short(variant: &str) -> &str {
     match variant {
         "affine_scaled" => "affine",
+        "affine_scaled_gated" => "affine+gated",
         other => other,
     }
 }

@@ -19,6 +19,7 @@ mod logs;
 mod merge;
 mod report;
 mod stdout;
+mod tables;
 mod train;
 
 /// Analyse attention in transformer checkpoints (Affine-Scaled Attention and friends).
@@ -71,6 +72,9 @@ enum Command {
     Spikes(logs::SpikesArgs),
     /// Loss and gradient-norm curves with optional EMA smoothing (paper Figs. 7, 8, 10).
     Curves(logs::CurvesArgs),
+    /// The paper's Tables 1-3 (Markdown, LaTeX, CSV) from checkpoints, training logs,
+    /// analyze results and lm-eval-harness results.
+    Tables(tables::TablesArgs),
     /// Every paper figure (PNG + SVG) and Tables 4-5 (Markdown) from exported tables.
     Figures(figures::FiguresArgs),
     /// Train a small Llama-style model for one attention variant (CSV log, HF checkpoints).
@@ -129,6 +133,7 @@ fn usage_line(e: &clap::Error) -> String {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Inspect(args) => inspect::run(args),
+        Command::Tables(args) => tables::run(args),
         Command::Merge(args) => merge::run(args),
         Command::Analyze(args) => analyze::run(args, &Metric::defaults(), "analyze"),
         Command::Entropy(args) => analyze::run(args, &[Metric::ENTROPY], "entropy"),

@@ -11,18 +11,6 @@ use common::*;
 use polars::prelude::*;
 use serde_json::json;
 
-/// Writes the reference input ids of `name` as a .json corpus of ready-made windows.
-fn ids_corpus(name: &str, dir: &Path) -> String {
-    let ids = reference(name)["input_ids"]
-        .to_dtype(DType::U32)
-        .unwrap()
-        .to_vec2::<u32>()
-        .unwrap();
-    let path = dir.join(format!("{name}.ids.json"));
-    fs::write(&path, serde_json::to_string(&ids).unwrap()).unwrap();
-    path.display().to_string()
-}
-
 fn read_csv(path: &Path) -> DataFrame {
     CsvReadOptions::default()
         .with_has_header(true)

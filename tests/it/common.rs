@@ -123,6 +123,18 @@ pub fn assert_close(x: f64, y: f64, atol: f64, rtol: f64, what: &str) {
     );
 }
 
+/// Writes the reference input ids of `name` as a .json corpus of ready-made windows.
+pub fn ids_corpus(name: &str, dir: &Path) -> String {
+    let ids = reference(name)["input_ids"]
+        .to_dtype(candle_core::DType::U32)
+        .unwrap()
+        .to_vec2::<u32>()
+        .unwrap();
+    let path = dir.join(format!("{name}.ids.json"));
+    std::fs::write(&path, serde_json::to_string(&ids).unwrap()).unwrap();
+    path.display().to_string()
+}
+
 /// Runs the built binary with `args` in `dir`.
 pub fn run_cli(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_asa-analyze"))

@@ -27,7 +27,7 @@ fn demo_produces_every_table_and_figure_and_reuses_training() {
     let out = tmp.path().join("demo");
     let first = demo(&out, &["--quiet"]);
     let stdout = String::from_utf8_lossy(&first.stdout);
-    for method in ["baseline", "sink", "asa"] {
+    for method in ["baseline", "sink", "asa", "gated", "asa_gated"] {
         let run = out.join("runs").join(method);
         assert!(
             run.join("log.csv").is_file() && run.join("train.json").is_file(),
@@ -67,10 +67,35 @@ fn demo_produces_every_table_and_figure_and_reuses_training() {
         let text = std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("{table} missing"));
         assert!(text.lines().count() >= 2, "{table} has no rows");
     }
+    // the paper's Tables 1-2 of the demo's models: Delta Params, loss, perplexity; the
+    // accuracy columns empty with their footnote (no --lm-eval)
+    for (n, rows) in [
+        (1, ["Baseline", "Sink", "Affine-Scaled"]),
+        (2, ["Baseline", "Gated", "Affine-Scaled + Gated"]),
+    ] {
+        let md = std::fs::read_to_string(results.join(format!("tables/table{n}.md"))).unwrap();
+        for row in rows {
+            let line = md
+                .lines()
+                .find(|l| l.contains(&format!("| {row} |")))
+                .unwrap_or_else(|| panic!("{row}: {md}"));
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            // | size | method | delta | loss | ppl | 6 tasks | avg |
+            assert!(
+                cells[3].parse::<f64>().is_ok()
+                    && cells[4].parse::<f64>().is_ok()
+                    && cells[5].parse::<f64>().is_ok(),
+                "{line}"
+            );
+            assert!(cells[6..13].iter().all(|c| c.is_empty()), "{line}");
+        }
+        assert!(md.contains("every row: WinoGrande, PIQA, HellaSwag, ARC-c, ARC-e, BoolQ, Avg. empty: no lm-eval-harness result"), "{md}");
+        assert!(results.join(format!("tables/table{n}.tex")).is_file());
+    }
     let qk = std::fs::read_to_string(results.join("attention/qk_series.csv")).unwrap();
     assert_eq!(
         qk.lines().count(),
-        1 + 3 * 10,
+        1 + 5 * 10,
         "ten checkpoints per method:\n{qk}"
     );
     for (name, _) in FIGURES {
@@ -84,7 +109,18 @@ fn demo_produces_every_table_and_figure_and_reuses_training() {
     // a second run reuses the finished training
     let log = out.join("runs/asa/log.csv");
     let before = std::fs::metadata(&log).unwrap().modified().unwrap();
-    let second = demo(&out, &[]);
+    // with an lm-eval result for one model: its accuracy columns filled, the others empty
+    let lm = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lm_eval/asa.json");
+    let arg = format!("asa={}", lm.display());
+    let second = demo(&out, &["--lm-eval", &arg]);
     assert!(String::from_utf8_lossy(&second.stderr).contains("reusing the finished asa run"));
     assert_eq!(std::fs::metadata(&log).unwrap().modified().unwrap(), before);
+    let md = std::fs::read_to_string(results.join("tables/table1.md")).unwrap();
+    let asa = md
+        .lines()
+        .find(|l| l.contains("| Affine-Scaled |"))
+        .unwrap();
+    let winogrande = asa.split('|').map(str::trim).nth(6).unwrap();
+    assert_eq!(winogrande.trim_matches('*'), "50.00", "{md}");
+    assert!(md.contains("demo Baseline; demo Sink: WinoGrande"), "{md}");
 }

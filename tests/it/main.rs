@@ -21,5 +21,6 @@ mod real_model;
 mod reliability;
 mod shards;
 mod streaming;
+mod tables;
 mod train;
 mod weight_map;

@@ -1,0 +1,146 @@
+//! lm-eval-harness v0.4 result files (`results_<date>.json` of `lm_eval --output_path`):
+//! the `results` block, per task the metrics of the `none` filter (`"acc,none"`,
+//! `"acc_stderr,none"`, `"acc_norm,none"`, ...). A stderr lm-eval could not compute is the
+//! string `"N/A"`: no stderr.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+/// A metric's value and standard error as lm-eval reported them (fractions, not percent).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reported {
+    pub value: f64,
+    pub stderr: Option<f64>,
+}
+
+/// One task: its metrics, and the file they come from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskResult {
+    pub metrics: BTreeMap<String, Reported>,
+    pub file: PathBuf,
+}
+
+/// The tasks of one or more result files.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LmEvalResults {
+    pub tasks: BTreeMap<String, TaskResult>,
+    /// `lm_eval_version` of the files that name it.
+    pub versions: Vec<String>,
+}
+
+/// Reads result files; a task in two of them is an error naming both.
+pub fn read_all(paths: &[PathBuf]) -> Result<LmEvalResults> {
+    let mut all = LmEvalResults::default();
+    for path in paths {
+        let one = read(path)?;
+        for (task, result) in one.tasks {
+            if let Some(before) = all.tasks.get(&task) {
+                return Err(Error::input(
+                    path,
+                    format!(
+                        "task {task} is also in {}: which result to report is ambiguous",
+                        before.file.display()
+                    ),
+                ));
+            }
+            all.tasks.insert(task, result);
+        }
+        for v in one.versions {
+            if !all.versions.contains(&v) {
+                all.versions.push(v);
+            }
+        }
+    }
+    Ok(all)
+}
+
+/// Reads one result file.
+pub fn read(path: &Path) -> Result<LmEvalResults> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let json: Value = serde_json::from_str(&text)
+        .map_err(|e| Error::invalid(path, "not an lm-eval-harness result file (not JSON)", e))?;
+    let Some(results) = json.get("results").and_then(Value::as_object) else {
+        return Err(Error::input(
+            path,
+            "not an lm-eval-harness result file (no `results` object)",
+        ));
+    };
+    let mut tasks = BTreeMap::new();
+    for (task, entry) in results {
+        let Some(entry) = entry.as_object() else {
+            return Err(Error::input(
+                path,
+                format!("results.{task} is not an object"),
+            ));
+        };
+        let mut metrics = BTreeMap::new();
+        for (key, value) in entry {
+            let Some((metric, filter)) = key.split_once(',') else {
+                continue; // "alias", "name", ...
+            };
+            if filter != "none" || metric.ends_with("_stderr") {
+                continue;
+            }
+            let Some(v) = value.as_f64() else {
+                return Err(Error::input(
+                    path,
+                    format!("results.{task}.\"{key}\" is not a number: {value}"),
+                ));
+            };
+            let stderr = entry
+                .get(&format!("{metric}_stderr,{filter}"))
+                .and_then(Value::as_f64);
+            metrics.insert(metric.to_string(), Reported { value: v, stderr });
+        }
+        tasks.insert(
+            task.clone(),
+            TaskResult {
+                metrics,
+                file: path.to_path_buf(),
+            },
+        );
+    }
+    let versions = ["lm_eval_version", "lm-eval_version"]
+        .iter()
+        .filter_map(|k| json.get(*k).and_then(Value::as_str))
+        .map(str::to_string)
+        .collect();
+    Ok(LmEvalResults { tasks, versions })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn none_filter_values_with_stderr_or_na() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.json");
+        std::fs::write(
+            &path,
+            r#"{"results": {"piqa": {"alias": "piqa", "acc,none": 0.5, "acc_stderr,none": 0.1,
+                "acc_norm,none": 0.6, "acc_norm_stderr,none": "N/A", "exact_match,strict-match": 1.0}}}"#,
+        )
+        .unwrap();
+        let r = read(&path).unwrap();
+        let piqa = &r.tasks["piqa"].metrics;
+        assert_eq!(piqa.len(), 2);
+        assert_eq!(piqa["acc"].stderr, Some(0.1));
+        assert_eq!(piqa["acc_norm"].value, 0.6);
+        assert_eq!(piqa["acc_norm"].stderr, None);
+        std::fs::write(&path, r#"{"config": {}}"#).unwrap();
+        assert!(read(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("no `results` object"));
+        let other = dir.path().join("s.json");
+        std::fs::write(&other, r#"{"results": {"piqa": {"acc,none": 0.4}}}"#).unwrap();
+        std::fs::write(&path, r#"{"results": {"piqa": {"acc,none": 0.4}}}"#).unwrap();
+        let err = read_all(&[path, other]).unwrap_err().to_string();
+        assert!(err.contains("task piqa is also in"), "{err}");
+    }
+}
