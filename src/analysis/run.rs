@@ -19,7 +19,8 @@ use super::shard::Shard;
 use super::{accumulate_timed, finish, finish_inputs, RunShape};
 use crate::attention::VariantKind;
 use crate::corpus::{
-    load_windows_with, BosMode, CorpusOptions, CorpusSource, SpecialTokens, TokenizerRef, Windows,
+    load_windows_with, BosMode, CorpusOptions, CorpusSource, SpecialTokens, TokenizerRef,
+    WindowMode, Windows,
 };
 use crate::device::{resolve_device, resolve_dtype, DeviceRequest};
 use crate::error::{Error, Result};
@@ -54,6 +55,8 @@ pub struct RunOptions {
     pub seq_len: usize,
     pub num_seqs: usize,
     pub bos: BosMode,
+    /// Windows packed from the joined documents (default) or one per document.
+    pub windows: WindowMode,
     pub batch_size: usize,
     pub seed: u64,
     #[serde(serialize_with = "display")]
@@ -108,6 +111,7 @@ impl Default for RunOptions {
             seq_len: 1024,
             num_seqs: 10,
             bos: BosMode::Auto,
+            windows: WindowMode::Packed,
             batch_size: 1,
             seed: 0,
             device: DeviceRequest::Auto,
@@ -552,6 +556,7 @@ impl ModelContext<'_> {
             seq_len: o.seq_len,
             num_seqs: o.num_seqs,
             bos: o.bos,
+            windows: o.windows,
         };
         let special = SpecialTokens {
             bos: c.bos_token_id,

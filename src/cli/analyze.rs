@@ -18,7 +18,7 @@ use crate::analysis::plan::parse_bytes;
 use crate::analysis::shard::Shard;
 use crate::analysis::{kernel_layers, ModelSource, Run, RunEvents, RunOptions, RunOutput};
 use crate::attention::VariantKind;
-use crate::corpus::BosMode;
+use crate::corpus::{BosMode, WindowMode};
 use crate::device::{parse_dtype, resolve_device, DeviceRequest};
 use crate::error::{Error, Result};
 use crate::export::{Format, OutputDir};
@@ -55,6 +55,11 @@ pub struct MetricArgs {
     /// Whether each sequence starts with BOS.
     #[arg(long, value_parser = choice::<BosMode>(&BosMode::NAMES), default_value = "auto")]
     pub bos: BosMode,
+    /// How windows are cut: packed (documents joined with EOS, cut into consecutive
+    /// windows) or documents (each window the start of its own document, shorter ones
+    /// skipped).
+    #[arg(long, value_parser = choice::<WindowMode>(&WindowMode::NAMES), default_value = "packed")]
+    pub windows: WindowMode,
     /// Sequences per forward pass.
     #[arg(long, default_value_t = 1)]
     pub batch_size: usize,
@@ -204,6 +209,7 @@ fn run_options(args: &MetricArgs, metrics: &[Metric], command: &str) -> Result<R
         seq_len: args.seq_len,
         num_seqs: args.num_seqs,
         bos: args.bos,
+        windows: args.windows,
         batch_size: args.batch_size,
         seed: args.seed,
         device: args.device,

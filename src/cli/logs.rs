@@ -120,6 +120,26 @@ struct InputRecord<'a> {
 struct Warnings(Vec<String>);
 
 impl Warnings {
+    /// Notes each log that starts after `window` does (a log from step 1 with `0..500`).
+    fn late_starts(&mut self, series: &[RunSeries], window: &StepWindow, quiet: bool) {
+        if quiet {
+            return;
+        }
+        for s in series {
+            if let Some(note) = s
+                .series
+                .step_range()
+                .and_then(|(first, _)| window.late_start_note(first))
+            {
+                self.0.push(format!(
+                    "{} (run {}): the log {note}",
+                    s.path.display(),
+                    s.run
+                ));
+            }
+        }
+    }
+
     fn print(&self) {
         for w in &self.0 {
             eprintln!("asa-analyze: warning: {w}");
@@ -229,7 +249,8 @@ fn opt(step: Option<i64>) -> String {
 /// `grad-stats`.
 pub fn grad_stats(args: GradStatsArgs) -> Result<()> {
     let out = &args.output;
-    let (series, warnings) = load(&args.inputs, vec![args.metric.clone()], false, out.quiet)?;
+    let (series, mut warnings) = load(&args.inputs, vec![args.metric.clone()], false, out.quiet)?;
+    warnings.late_starts(&series, &args.steps, out.quiet);
     let rows = series
         .iter()
         .map(|s| grad::grad_stats(s, &args.steps, args.ddof))
@@ -285,7 +306,8 @@ pub fn spikes(args: SpikesArgs) -> Result<()> {
     let out = &args.output;
     spikes::check_options(&args.k, args.mad_scale)?;
     let window = args.steps.unwrap_or(StepWindow::ALL);
-    let (series, warnings) = load(&args.inputs, vec![args.metric.clone()], false, out.quiet)?;
+    let (series, mut warnings) = load(&args.inputs, vec![args.metric.clone()], false, out.quiet)?;
+    warnings.late_starts(&series, &window, out.quiet);
     let mut rows = Vec::new();
     let mut steps = Vec::new();
     for s in &series {

@@ -29,6 +29,7 @@ pub mod generator;
 mod npy;
 mod pieces;
 mod read;
+pub mod windowing;
 mod words;
 
 use std::fmt;
@@ -38,6 +39,8 @@ use tokenizers::Tokenizer;
 
 use crate::error::{Error, Result};
 use read::Format;
+pub use windowing::WindowMode;
+use windowing::{DocumentWindows, MAX_SHORT_IN_A_ROW};
 
 /// How each window starts (`--bos`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -89,6 +92,8 @@ pub struct CorpusOptions {
     pub num_seqs: usize,
     /// `--bos`.
     pub bos: BosMode,
+    /// `--windows`: packed (default) or one per document.
+    pub windows: WindowMode,
 }
 
 /// Special ids from the checkpoint (config.json `bos_token_id` / `eos_token_id`).
@@ -587,6 +592,18 @@ fn pack_text(
     opts: &CorpusOptions,
 ) -> Result<Windows> {
     let (bos, eos) = resolve_special(special, Some(tok), vocab_size, opts.bos)?;
+    if opts.windows == WindowMode::Documents {
+        let per = per_window(opts, &bos);
+        let mut found = DocumentWindows::new(per);
+        for doc in docs {
+            let ids = tok.encode_prefix(&doc?, label, vocab_size, per)?;
+            found.push(&ids, bos.as_ref().map(|b| b.id));
+            if found.windows.len() == opts.num_seqs || found.short_in_a_row > MAX_SHORT_IN_A_ROW {
+                break;
+            }
+        }
+        return document_windows(path, label, found, bos, opts);
+    }
     let needed = opts.num_seqs * per_window(opts, &bos);
     let mut stream = Stream::new(eos.as_ref().map(|e| e.id));
     // Bounds an endless source (the generator) whose documents tokenize to nothing.
@@ -666,9 +683,57 @@ fn pack_ids(
             tokens,
         });
     }
+    if opts.windows == WindowMode::Documents {
+        let mut found = DocumentWindows::new(per_window(opts, &bos));
+        for doc in &docs.docs {
+            found.push(doc, bos.as_ref().map(|b| b.id));
+            if found.windows.len() == opts.num_seqs {
+                break;
+            }
+        }
+        return document_windows(path, &label, found, bos, opts);
+    }
     let mut stream = Stream::new(eos.as_ref().map(|e| e.id));
     for doc in &docs.docs {
         stream.push(doc);
     }
     finish(path, &label, stream, bos, eos, opts)
+}
+
+/// The windows `--windows documents` found, or an error saying how few documents were
+/// long enough.
+fn document_windows(
+    path: &Path,
+    label: &str,
+    found: DocumentWindows,
+    bos: Option<Special>,
+    opts: &CorpusOptions,
+) -> Result<Windows> {
+    if found.windows.len() < opts.num_seqs {
+        return Err(Error::input(
+            path,
+            format!(
+                "--windows documents: {} of the {} documents read are at least {} tokens long; {} are needed (fewer --num-seqs, a shorter --seq-len, or --windows packed)",
+                found.windows.len(),
+                found.documents,
+                opts.seq_len,
+                opts.num_seqs
+            ),
+        ));
+    }
+    let tokens = found.windows.iter().map(Vec::len).sum::<usize>()
+        - usize::from(bos.is_some()) * found.windows.len();
+    let note = format!(
+        " (one per document, its first tokens; {} shorter documents skipped)",
+        found.skipped
+    );
+    let description = describe(label, found.documents, tokens, opts, &bos, &None, &note);
+    Ok(Windows {
+        ids: found.windows,
+        description,
+        bos: bos.map(|b| b.id),
+        eos: None,
+        documents: found.documents,
+        tokens,
+    })
 }

@@ -52,6 +52,26 @@ impl StepWindow {
         }
     }
 
+    /// When a log whose first step is `first` starts after the window's start (a log from
+    /// step 1 read with `0..500`), what the window then covers and the window that has its
+    /// full width: e.g. "starts at step 1, so 0..500 covers 499 steps (1..=499); 1..501
+    /// covers 500".
+    pub fn late_start_note(&self, first: i64) -> Option<String> {
+        let (Some(start), Some(end)) = (self.start, self.end_exclusive()) else {
+            return None;
+        };
+        if first <= start || first >= end {
+            return None;
+        }
+        let width = end - start;
+        Some(format!(
+            "starts at step {first}, so {self} covers {} steps ({first}..={}); {first}..{} covers {width}",
+            end - first,
+            end - 1,
+            first + width
+        ))
+    }
+
     /// `steps 0..500`, or `all steps` for an unbounded window: for messages and captions.
     pub fn describe(&self) -> String {
         if *self == StepWindow::ALL {
@@ -139,6 +159,19 @@ impl FromStr for StepWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_from_step_1_read_from_0_is_one_step_short() {
+        let w: StepWindow = "0..500".parse().unwrap();
+        assert_eq!(
+            w.late_start_note(1).unwrap(),
+            "starts at step 1, so 0..500 covers 499 steps (1..=499); 1..501 covers 500"
+        );
+        assert_eq!(w.late_start_note(0), None);
+        assert_eq!(StepWindow::ALL.late_start_note(1), None);
+        let w: StepWindow = "0..=499".parse().unwrap();
+        assert!(w.late_start_note(1).unwrap().contains("covers 499 steps"));
+    }
 
     #[test]
     fn parses_half_open_and_closed() {

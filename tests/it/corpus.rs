@@ -6,7 +6,8 @@ use crate::common;
 use std::path::{Path, PathBuf};
 
 use asa_analyze::corpus::{
-    generator, load_windows, BosMode, CorpusOptions, CorpusSource, SpecialTokens, Windows,
+    generator, load_windows, BosMode, CorpusOptions, CorpusSource, SpecialTokens, WindowMode,
+    Windows,
 };
 use asa_analyze::Result;
 use serde_json::Value;
@@ -50,6 +51,7 @@ fn opts(seq_len: usize, num_seqs: usize, bos: BosMode) -> CorpusOptions {
         seq_len,
         num_seqs,
         bos,
+        windows: WindowMode::Packed,
     }
 }
 
@@ -594,4 +596,64 @@ fn bad_options_are_usage_errors() {
         );
         error_of(r, what);
     }
+}
+
+/// `--windows documents` (issue 28): each window is the start of its own document, from the
+/// reference tokenization of each line (transformers' tokenizer, `tiny.encoded.json`);
+/// documents shorter than a window are skipped, too few long ones is an error.
+#[test]
+fn document_windows_open_each_document_from_the_reference_ids() {
+    let docs: Vec<Vec<u32>> = json("tiny.encoded.json")["jsonl_docs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(ids)
+        .collect();
+    let load_docs = |seq_len: usize, num_seqs: usize, bos: BosMode| {
+        let mut o = opts(seq_len, num_seqs, bos);
+        o.windows = WindowMode::Documents;
+        load_windows(
+            &CorpusSource::File(corpus("tiny.jsonl")),
+            Some(&tokenizer()),
+            CKPT_SPECIAL,
+            VOCAB,
+            &o,
+        )
+    };
+    // 50 tokens with BOS: 49 of each document; the 36-, 48- and 42-id documents are skipped
+    let w = load_docs(50, 3, BosMode::Always).unwrap();
+    let expected: Vec<Vec<u32>> = docs
+        .iter()
+        .filter(|d| d.len() >= 49)
+        .take(3)
+        .map(|d| {
+            std::iter::once(BOS)
+                .chain(d[..49].iter().copied())
+                .collect()
+        })
+        .collect();
+    assert_eq!(w.ids, expected);
+    assert!(
+        w.description.contains("one per document")
+            && w.description.contains("6 documents")
+            && w.description.contains("3 shorter documents skipped"),
+        "{}",
+        w.description
+    );
+    // without BOS the windows are the documents' first ids
+    let w = load_docs(40, 2, BosMode::Never).unwrap();
+    let first_ids: Vec<Vec<u32>> = docs
+        .iter()
+        .filter(|d| d.len() >= 40)
+        .take(2)
+        .map(|d| d[..40].to_vec())
+        .collect();
+    assert_eq!(w.ids, first_ids);
+    // the packed default differs: windows run across documents
+    let packed = load(&corpus("tiny.jsonl"), CKPT_SPECIAL, 50, 3, BosMode::Always).unwrap();
+    assert_ne!(packed.ids, expected);
+    error_of(
+        load_docs(60, 2, BosMode::Always),
+        "1 of the 8 documents read are at least 60 tokens long; 2 are needed",
+    );
 }
