@@ -50,3 +50,11 @@ def curves(
     step_column: Optional[str] = None,
 ) -> Tuple[List[Tuple[str, pl.DataFrame]], List[str]]: ...
 def figures(results: List[str], out: str) -> List[Path]: ...
+def tables(
+    inputs: List[Tuple[str, str]],
+    manifest: Optional[str] = None,
+    table3: List[str] = ...,
+    loss_window: Optional[int] = None,
+    loss_metric: Optional[str] = None,
+    accuracy: List[str] = ...,
+) -> Tuple[List[Tuple[str, pl.DataFrame]], List[Tuple[int, str, str]]]: ...

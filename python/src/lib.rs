@@ -15,6 +15,8 @@ use asa_analyze::cpu::heap::RunHeap;
 use asa_analyze::device::DeviceRequest;
 use asa_analyze::export::{to_frame, Format, OutputDir, Table};
 use asa_analyze::metrics::Metric;
+use asa_analyze::paper::runs::Input;
+use asa_analyze::paper::{paper_tables, render, Method, RunSet, ValueOptions};
 use asa_analyze::stats::{self, grad, LogRequest, RunSpec, StepWindow};
 use asa_analyze::Error;
 use pyo3::create_exception;
@@ -380,6 +382,58 @@ fn curves(
     Ok((frames(&[table])?, warnings))
 }
 
+/// The paper's Tables 1-3 (see `asa_analyze.tables`): the tidy table, and per table its
+/// number, Markdown and LaTeX.
+#[pyfunction]
+#[pyo3(signature = (inputs, manifest = None, table3 = vec![], loss_window = None, loss_metric = None, accuracy = vec![]))]
+#[allow(clippy::type_complexity)]
+fn tables(
+    py: Python<'_>,
+    inputs: Vec<(String, String)>,
+    manifest: Option<PathBuf>,
+    table3: Vec<String>,
+    loss_window: Option<i64>,
+    loss_metric: Option<String>,
+    accuracy: Vec<String>,
+) -> PyResult<(Vec<(String, PyDataFrame)>, Vec<(u8, String, String)>)> {
+    let (tidy, texts) = py
+        .detach(|| {
+            let mut set = match &manifest {
+                Some(path) => RunSet::from_manifest(path)?,
+                None => RunSet::default(),
+            };
+            for (kind, arg) in &inputs {
+                let input = match kind.as_str() {
+                    "checkpoint" => Input::Checkpoint,
+                    "log" => Input::Log,
+                    "results" => Input::Results,
+                    "lm_eval" => Input::LmEval,
+                    other => {
+                        return Err(Error::usage(format!(
+                            "unknown input `{other}` (checkpoint, log, results, lm_eval)"
+                        )))
+                    }
+                };
+                set.add_option(input, arg)?;
+            }
+            if set.runs.is_empty() {
+                return Err(Error::usage("tables needs runs (runs= or manifest=)"));
+            }
+            if !table3.is_empty() {
+                set.table3 = table3.iter().map(|m| Method::parse(m)).collect();
+            }
+            let options = ValueOptions::resolve(&set, loss_window, loss_metric, &accuracy)?;
+            let tables = paper_tables(&set, &options)?;
+            let texts: Vec<(u8, String, String)> = tables
+                .iter()
+                .map(|t| (t.number, render::markdown(t), render::latex(t)))
+                .collect();
+            Ok::<_, Error>((render::tidy(&tables), texts))
+        })
+        .map_err(to_py)?;
+    Ok((frames(&[tidy])?, texts))
+}
+
 /// Every figure the tables of the `results` folders allow, into `out`, as `asa-analyze
 /// figures`; returns the files written.
 #[pyfunction]
@@ -409,6 +463,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(spikes, m)?)?;
     m.add_function(wrap_pyfunction!(curves, m)?)?;
     m.add_function(wrap_pyfunction!(figures, m)?)?;
+    m.add_function(wrap_pyfunction!(tables, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

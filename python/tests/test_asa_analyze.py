@@ -178,3 +178,23 @@ def test_log_statistics_and_figures_equal_the_clis(tmp_path):
     assert any(p.suffix == ".png" for p in files) and all(p.exists() for p in files)
     with pytest.raises(asa.InputError, match="not a results folder"):
         asa.figures(tmp_path / "nowhere", tmp_path / "fig2")
+
+
+def test_tables_equal_the_clis(tmp_path):
+    lm = ROOT / "tests" / "fixtures" / "lm_eval"
+    runs = {
+        "1B/baseline": {"checkpoint": FIXTURES / "llama_gqa", "lm_eval": lm / "baseline.json"},
+        "1B/asa": {"checkpoint": FIXTURES / "affine_scaled", "lm_eval": [lm / "asa.json"]},
+    }
+    got = asa.tables(runs, accuracy={"piqa": "acc_norm"})
+    cli("tables", "--checkpoint", f"1B/baseline={FIXTURES / 'llama_gqa'}", "--checkpoint",
+        f"1B/asa={FIXTURES / 'affine_scaled'}", "--lm-eval", f"1B/baseline={lm / 'baseline.json'}",
+        "--lm-eval", f"1B/asa={lm / 'asa.json'}", "--accuracy", "piqa=acc_norm", "--out", "t", "--quiet", cwd=tmp_path)
+    want = pl.read_csv(tmp_path / "t" / "paper_tables.csv", infer_schema_length=None)
+    assert got.frame.columns == want.columns and got.frame.height == want.height
+    assert np.allclose(got.frame["value"].to_numpy(), want["value"].to_numpy(), rtol=1e-15, equal_nan=True)
+    assert got.markdown[1] == (tmp_path / "t" / "table1.md").read_text()
+    assert got.latex[1] == (tmp_path / "t" / "table1.tex").read_text()
+    assert "| 1B | Baseline |" in repr(got) and got._repr_markdown_() == repr(got)
+    with pytest.raises(asa.UsageError, match="unknown task `mmlu`"):
+        asa.tables(runs, accuracy={"mmlu": "acc"})

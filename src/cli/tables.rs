@@ -88,37 +88,12 @@ fn run_set(args: &TablesArgs) -> Result<(RunSet, ValueOptions)> {
             .map(|m| crate::paper::Method::parse(m))
             .collect();
     }
-    let mut accuracy: BTreeMap<String, String> = set.accuracy.clone();
-    for a in &args.accuracy {
-        let (task, metric) = a.split_once('=').ok_or_else(|| {
-            Error::usage(format!(
-                "--accuracy takes TASK=METRIC (e.g. piqa=acc_norm), got `{a}`"
-            ))
-        })?;
-        accuracy.insert(task.to_string(), metric.to_string());
-    }
-    let known: Vec<&str> = TASKS.iter().map(|t| t.key).collect();
-    if let Some(task) = accuracy.keys().find(|t| !known.contains(&t.as_str())) {
-        return Err(Error::usage(format!(
-            "accuracy: unknown task `{task}` (the tables' tasks: {})",
-            known.join(", ")
-        )));
-    }
-    let loss_window = args.loss_window.or(set.loss_window).unwrap_or(100);
-    if loss_window < 1 {
-        return Err(Error::usage(format!(
-            "--loss-window must be at least 1 step, got {loss_window}"
-        )));
-    }
-    let options = ValueOptions {
-        loss_window,
-        loss_metric: args
-            .loss_metric
-            .clone()
-            .or(set.loss_metric.clone())
-            .unwrap_or_else(|| "loss".into()),
-        accuracy,
-    };
+    let options = ValueOptions::resolve(
+        &set,
+        args.loss_window,
+        args.loss_metric.clone(),
+        &args.accuracy,
+    )?;
     Ok((set, options))
 }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::lm_eval::{self, LmEvalResults};
-use super::runs::{open_checkpoint, PaperRun};
+use super::runs::{open_checkpoint, PaperRun, RunSet};
 use crate::error::{Error, Result};
 use crate::export::{read_table, Column, Table};
 use crate::stats::{load_runs, LogRequest, RunSpec, StepWindow};
@@ -104,6 +104,47 @@ pub struct ValueOptions {
     pub loss_metric: String,
     /// Per task, the lm-eval metric instead of the default.
     pub accuracy: BTreeMap<String, String>,
+}
+
+impl ValueOptions {
+    /// The options of `set` (its manifest's) with the flags' over them: `loss_window`
+    /// (default 100 steps), `loss_metric` (default `loss`), `accuracy` as `TASK=METRIC`.
+    pub fn resolve(
+        set: &RunSet,
+        loss_window: Option<i64>,
+        loss_metric: Option<String>,
+        accuracy: &[String],
+    ) -> Result<ValueOptions> {
+        let mut chosen: BTreeMap<String, String> = set.accuracy.clone();
+        for a in accuracy {
+            let (task, metric) = a.split_once('=').ok_or_else(|| {
+                Error::usage(format!(
+                    "--accuracy takes TASK=METRIC (e.g. piqa=acc_norm), got `{a}`"
+                ))
+            })?;
+            chosen.insert(task.to_string(), metric.to_string());
+        }
+        let known: Vec<&str> = TASKS.iter().map(|t| t.key).collect();
+        if let Some(task) = chosen.keys().find(|t| !known.contains(&t.as_str())) {
+            return Err(Error::usage(format!(
+                "accuracy: unknown task `{task}` (the tables' tasks: {})",
+                known.join(", ")
+            )));
+        }
+        let loss_window = loss_window.or(set.loss_window).unwrap_or(100);
+        if loss_window < 1 {
+            return Err(Error::usage(format!(
+                "--loss-window must be at least 1 step, got {loss_window}"
+            )));
+        }
+        Ok(ValueOptions {
+            loss_window,
+            loss_metric: loss_metric
+                .or(set.loss_metric.clone())
+                .unwrap_or_else(|| "loss".into()),
+            accuracy: chosen,
+        })
+    }
 }
 
 /// The cells of `run`. `params` holds each run's stored parameter count (`None`: no
