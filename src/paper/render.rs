@@ -167,6 +167,20 @@ fn footnotes(table: &PaperTable) -> Vec<String> {
     notes
 }
 
+/// A row's cells as shown, the bold ones through `bold`, empty ones empty.
+fn row_texts(row: &PaperRow, bold_marks: &[bool], bold: impl Fn(String) -> String) -> Vec<String> {
+    columns()
+        .iter()
+        .zip(cells(&row.values))
+        .zip(bold_marks)
+        .map(|((col, cell), &b)| match cell.value() {
+            Some(v) if b => bold(shown(col, v)),
+            Some(v) => shown(col, v),
+            None => String::new(),
+        })
+        .collect()
+}
+
 /// The table in Markdown, its caption first and its footnotes after.
 pub fn markdown(table: &PaperTable) -> String {
     let cols = columns();
@@ -187,16 +201,7 @@ pub fn markdown(table: &PaperTable) -> String {
             false => row.size.as_str(),
         };
         last_size = Some(&row.size);
-        let shown_cells: Vec<String> = cols
-            .iter()
-            .zip(cells(&row.values))
-            .enumerate()
-            .map(|(c, (col, cell))| match cell.value() {
-                Some(v) if marks[i][c] => format!("**{}**", shown(col, v)),
-                Some(v) => shown(col, v),
-                None => String::new(),
-            })
-            .collect();
+        let shown_cells = row_texts(row, &marks[i], |t| format!("**{t}**"));
         let _ = writeln!(
             out,
             "| {size} | {} | {} |",
@@ -267,16 +272,7 @@ pub fn latex(table: &PaperTable) -> String {
             None => tex(&row.size),
         };
         last_size = Some(&row.size);
-        let shown_cells: Vec<String> = cols
-            .iter()
-            .zip(cells(&row.values))
-            .enumerate()
-            .map(|(c, (col, cell))| match cell.value() {
-                Some(v) if marks[i][c] => format!("\\textbf{{{}}}", shown(col, v)),
-                Some(v) => shown(col, v),
-                None => String::new(),
-            })
-            .collect();
+        let shown_cells = row_texts(row, &marks[i], |t| format!("\\textbf{{{t}}}"));
         let _ = writeln!(
             out,
             "{size} & {} & {} \\\\",
