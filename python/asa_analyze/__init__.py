@@ -172,6 +172,7 @@ def analyze(
     num_seqs: int = 10,
     bos: str = "auto",
     metrics: Optional[Iterable[str]] = None,
+    windows: str = "packed",
     variant: Optional[str] = None,
     device: str = "auto",
     batch_size: int = 1,
@@ -184,6 +185,8 @@ def analyze(
     corpus: a text or token-id file, a list of texts, or token ids (a 2-D numpy array or a
         list of lists); default the built-in generated prose (`seed`).
     metrics: metric names (e.g. ["first_token", "entropy"]); default the `analyze` set.
+    windows: "packed" (documents joined with EOS, cut into consecutive windows) or
+        "documents" (each window the start of its own document).
     variant: analyse every model as this attention variant ("off_by_one", "sink", ...)
         whatever its config.json names; default the detected one (`.run["models"]` says
         how each was detected).
@@ -197,6 +200,7 @@ def analyze(
             seq_len=seq_len,
             num_seqs=num_seqs,
             bos=bos,
+            windows=windows,
             variant=variant,
             device=device,
             batch_size=batch_size,

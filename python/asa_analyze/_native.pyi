@@ -22,6 +22,7 @@ def analyze(
     seq_len: int = 1024,
     num_seqs: int = 10,
     bos: str = "auto",
+    windows: str = "packed",
     variant: Optional[str] = None,
     device: str = "auto",
     batch_size: int = 1,

@@ -10,7 +10,7 @@ use asa_analyze::analysis::partial::merge_partials;
 use asa_analyze::analysis::shard::Shard;
 use asa_analyze::analysis::{ModelSource, Run, RunEvents, RunOptions, RunOutput};
 use asa_analyze::attention::VariantKind;
-use asa_analyze::corpus::BosMode;
+use asa_analyze::corpus::{BosMode, WindowMode};
 use asa_analyze::cpu::heap::RunHeap;
 use asa_analyze::device::DeviceRequest;
 use asa_analyze::export::{to_frame, Format, OutputDir, Table};
@@ -159,7 +159,7 @@ fn options(
     metrics: Option<Vec<String>>,
     corpus: Option<PathBuf>,
     (seq_len, num_seqs, batch_size, seed): (usize, usize, usize, u64),
-    bos: &str,
+    (bos, windows): (&str, &str),
     variant: Option<&str>,
     device: &str,
     shard: Option<&str>,
@@ -177,6 +177,7 @@ fn options(
     o.batch_size = batch_size;
     o.seed = seed;
     o.bos = bos.parse::<BosMode>().map_err(UsageError::new_err)?;
+    o.windows = windows.parse::<WindowMode>().map_err(UsageError::new_err)?;
     o.variant = match variant {
         Some(name) => Some(name.parse::<VariantKind>().map_err(UsageError::new_err)?),
         None => None,
@@ -193,7 +194,7 @@ fn options(
 
 /// Runs an analysis (see `asa_analyze.analyze`).
 #[pyfunction]
-#[pyo3(signature = (models, metrics = None, corpus = None, seq_len = 1024, num_seqs = 10, bos = "auto", variant = None, device = "auto", batch_size = 1, seed = 0, shard = None, events = None))]
+#[pyo3(signature = (models, metrics = None, corpus = None, seq_len = 1024, num_seqs = 10, bos = "auto", windows = "packed", variant = None, device = "auto", batch_size = 1, seed = 0, shard = None, events = None))]
 #[allow(clippy::too_many_arguments)]
 fn analyze(
     py: Python<'_>,
@@ -203,6 +204,7 @@ fn analyze(
     seq_len: usize,
     num_seqs: usize,
     bos: &str,
+    windows: &str,
     variant: Option<&str>,
     device: &str,
     batch_size: usize,
@@ -214,7 +216,7 @@ fn analyze(
         metrics,
         corpus,
         (seq_len, num_seqs, batch_size, seed),
-        bos,
+        (bos, windows),
         variant,
         device,
         shard,

@@ -74,6 +74,14 @@ def test_corpora_as_texts_and_token_ids(tmp_path):
     assert set(res.attention["metric"].unique()) == {"entropy"}
 
 
+def test_document_windows_as_the_cli(tmp_path):
+    texts = [f"document {i} " + "the cat sat on the mat and then it ran away " * (3 + i) for i in range(4)]
+    res = asa.analyze({"sink": FIXTURES / "sink"}, corpus=texts, seq_len=16, num_seqs=3, windows="documents", progress=False)
+    assert "one per document" in res.run["models"][0]["corpus"]
+    with pytest.raises(asa.UsageError, match="unknown window mode"):
+        asa.analyze({"sink": FIXTURES / "sink"}, windows="sampled", **SMALL)
+
+
 def test_hub_ids_from_a_huggingface_cache(tmp_path, monkeypatch):
     repo = tmp_path / "hub" / "models--EleutherAI--pythia-tiny"
     shutil.copytree(FIXTURES / "qwen2", repo / "snapshots" / "abc123")
