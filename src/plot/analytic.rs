@@ -51,7 +51,7 @@ pub fn fig11_clipping(_ctx: &mut Ctx) -> Built {
         line(curve(&d_linear), linear, Dash::Solid),
     ];
     slope.extend(guides());
-    let x = || Axis::new("pre-activation x = w_h · x_i", (-10.0, 10.0));
+    let x = || Axis::new("pre-activation x = wₕ · xᵢ", (-10.0, 10.0));
     let panels = vec![
         Panel {
             title: "scale α = φ(x)".into(),

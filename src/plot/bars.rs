@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use super::data::{attention_rows, Cols};
 use super::lines::model_legend;
 use super::scene::{fit_range, Axis, Dash, Figure, LegendEntry, Mark, Panel, Swatch};
-use super::theme::{INK, MUTED};
+use super::theme::{Method, FIRST_TOKEN, INK, MUTED};
 use super::{Built, Ctx};
 
 /// One model's profile: (layer, query, [(key, value)], sink mass).
@@ -17,9 +17,10 @@ struct Profile {
     sink: Option<f64>,
 }
 
-/// Fig. 1: a_ij over keys j for one query i of one layer, one panel per model; the sink
-/// mass (sink and off_by_one: the share that goes to no token) is its own grey bar left
-/// of key 0. All panels share the y axis.
+/// Fig. 1: a_ij over keys j for one query i of one layer, one panel per model, key 0
+/// (the first token) in black; the sink mass of sink and off_by_one models (the share
+/// that goes to no token) is its own grey bar left of key 0, and other models have no
+/// sink slot. All panels share the y axis.
 pub fn fig1_query_profile(ctx: &mut Ctx) -> Built {
     const FIG: &str = "fig1_query_profile";
     let t = ctx
@@ -74,10 +75,21 @@ pub fn fig1_query_profile(ctx: &mut Ctx) -> Built {
     if profiles.is_empty() {
         return Err("query_profile.csv has no finite weights".into());
     }
-    let has_sink = profiles.values().any(|p| p.sink.is_some());
-    let values = profiles
-        .values()
-        .flat_map(|p| p.keys.iter().map(|k| k.1).chain(p.sink));
+    // Only sink and off-by-one models send mass to no token (run.json's variant, else the
+    // label); a model of no known method has a sink when its table gives it mass.
+    let sinks: BTreeMap<String, bool> = profiles
+        .iter()
+        .map(|(m, p)| {
+            let method = ctx.pal.method(m);
+            let has =
+                method.has_sink() || (method == Method::Other && p.sink.is_some_and(|s| s > 0.0));
+            (m.clone(), has)
+        })
+        .collect();
+    let values = profiles.iter().flat_map(|(m, p)| {
+        let sink = p.sink.filter(|_| sinks[m]);
+        p.keys.iter().map(|k| k.1).chain(sink)
+    });
     let (y0, y1) = fit_range(values, true);
     let y_range = (y0, y1 + 0.08 * (y1 - y0));
     let models = ctx.pal.order(profiles.keys().cloned());
@@ -88,32 +100,37 @@ pub fn fig1_query_profile(ctx: &mut Ctx) -> Built {
         let last = p.keys.iter().map(|k| k.0).max().unwrap_or(0).max(0) as f64;
         let n = last + 1.0;
         let half = 0.42;
-        let mut marks = vec![Mark::Rects {
-            rects: p
-                .keys
-                .iter()
-                .map(|&(k, v)| (k as f64 - half, 0.0, k as f64 + half, v))
-                .collect(),
-            color,
-        }];
-        // The sink bar sits left of key 0, a few keys wide so it stays visible, with room
-        // for its label.
-        let width = (n / 20.0).max(0.8);
-        let gap = (n / 20.0).max(1.2);
-        let sink_x = -0.5 - gap - width / 2.0;
-        let mut lo = -0.5 - 0.02 * n;
-        if has_sink {
+        let bar = |&(k, v): &(i64, f64)| (k as f64 - half, 0.0, k as f64 + half, v);
+        // Key 0 in its own colour: the first token is what a sink replaces.
+        let (first, rest): (Vec<_>, Vec<_>) = p.keys.iter().partition(|k| k.0 == 0);
+        let mut marks = vec![
+            Mark::Rects {
+                rects: rest.iter().copied().map(bar).collect(),
+                color,
+            },
+            Mark::Rects {
+                rects: first.iter().copied().map(bar).collect(),
+                color: FIRST_TOKEN,
+            },
+        ];
+        let mut lo = -0.5 - 0.05 * n;
+        let mut title = format!("{m} (layer {}, query {}", p.layer, p.query);
+        if sinks[m] {
+            // The sink bar sits left of key 0, a few keys wide so it stays visible, with
+            // room for its label.
+            let width = (n / 20.0).max(0.8);
+            let gap = (n / 20.0).max(1.2);
+            let sink_x = -0.5 - gap - width / 2.0;
             lo = sink_x - width / 2.0 - (n / 20.0).max(1.0);
             let s = p.sink.unwrap_or(0.0);
             marks.push(Mark::Rects {
                 rects: vec![(sink_x - width / 2.0, 0.0, sink_x + width / 2.0, s)],
                 color: MUTED,
             });
-            let label = if p.sink.is_some() { "sink" } else { "none" };
             marks.push(Mark::Text {
                 x: sink_x,
                 y: s.max(0.0) + 0.05 * (y_range.1 - y_range.0),
-                text: label.into(),
+                text: if p.sink.is_some() { "sink" } else { "no value" }.into(),
                 color: INK,
             });
             marks.push(Mark::VLine {
@@ -122,14 +139,15 @@ pub fn fig1_query_profile(ctx: &mut Ctx) -> Built {
                 dash: Dash::Dotted,
                 width: 1.0,
             });
+            title.push_str(&format!(", sink {}", fmt3(s)));
         }
-        let sink_txt = p.sink.map_or(String::new(), |s| format!(", sink {s:.3}"));
+        title.push(')');
         let mut x = Axis::integer("key position j", (lo, last + 0.5 + 0.02 * n));
         x.hide_below = Some(-0.5);
         panels.push(Panel {
-            title: format!("{m} (layer {}, query {}{sink_txt})", p.layer, p.query),
+            title,
             x,
-            y: Axis::new("attention weight a_ij", y_range),
+            y: Axis::new("attention weight aᵢⱼ", y_range),
             marks,
             grid: true,
         });
@@ -140,7 +158,12 @@ pub fn fig1_query_profile(ctx: &mut Ctx) -> Built {
         panels,
     );
     f.legend = model_legend(ctx, &models, Swatch::Patch);
-    if has_sink {
+    f.legend.push(LegendEntry {
+        label: "first token (key 0)".into(),
+        color: FIRST_TOKEN,
+        swatch: Swatch::Patch,
+    });
+    if sinks.values().any(|&s| s) {
         f.legend.push(LegendEntry {
             label: "sink mass (to no token)".into(),
             color: MUTED,
@@ -171,8 +194,9 @@ fn hist_stats(bins: &Bins) -> (f64, f64) {
     (mean, f64::NAN)
 }
 
-/// Fig. 3: histogram of per-query weight sums W_i, one panel per model, with dashed mean
-/// and dotted median lines.
+/// Fig. 3: histogram of per-query weight sums W_i, one panel per model on one shared x
+/// range, bars on the bin edges of weight_sum_hist.csv, with dashed mean and dotted
+/// median lines.
 ///
 /// Mean: the mean over layers of the per-layer `weight_sum` means in attention.csv (every
 /// layer pools the same queries, so this is the pooled mean exactly), else from the bins.
@@ -241,9 +265,10 @@ pub fn fig3_weight_sums(ctx: &mut Ctx) -> Built {
         }
     }
     let models = ctx.pal.order(hists.keys().cloned());
-    let mut panels = Vec::new();
+    // (model, mean, median) first: the panels share one x range, so they compare.
+    let mut stats = Vec::new();
     for m in &models {
-        let bins = &mut hists.get_mut(m).expect("model has bins");
+        let bins = hists.get_mut(m).ok_or("model without bins")?;
         bins.sort_by(|a, b| a.0.total_cmp(&b.0));
         let (h_mean, h_median) = hist_stats(bins);
         let mean = pooled
@@ -272,21 +297,35 @@ pub fn fig3_weight_sums(ctx: &mut Ctx) -> Built {
             .get(&(m.clone(), "p50".into()))
             .copied()
             .unwrap_or(h_median);
+        stats.push((m, mean, median));
+    }
+    // The range of the occupied bins (empty bins of a softmax model reach ±0.5 past its
+    // sums of 1) and of the mean and median lines.
+    let (xlo, xhi) = fit_range(
+        hists
+            .values()
+            .flatten()
+            .filter(|b| b.2 > 0.0)
+            .flat_map(|b| [b.0, b.1])
+            .chain(stats.iter().flat_map(|s| [s.1, s.2])),
+        false,
+    );
+    let min_w = (xhi - xlo) / 150.0;
+    let mut panels = Vec::new();
+    for (m, mean, median) in stats {
+        let bins = &hists[m];
         let total: f64 = bins.iter().map(|b| b.2).sum();
-        let (xlo, xhi) = fit_range(
-            bins.iter().flat_map(|b| [b.0, b.1]).chain([mean, median]),
-            false,
-        );
-        // Zero-width bins (every W_i equal) still show as a visible bar.
-        let min_w = (xhi - xlo) / 60.0;
+        // Bars span bin_lo..bin_hi; one narrower than a hair keeps its left edge, and a
+        // bin of zero width (every Wᵢ equal) is a thin bar centred on its value.
         let rects = bins
             .iter()
             .filter(|b| b.2 > 0.0)
             .map(|b| {
                 let (mut a, mut z) = (b.0, b.1);
-                if z - a < min_w {
-                    let mid = (a + z) / 2.0;
-                    (a, z) = (mid - min_w / 2.0, mid + min_w / 2.0);
+                if z - a <= 0.0 {
+                    (a, z) = (a - min_w / 2.0, a + min_w / 2.0);
+                } else if z - a < min_w {
+                    z = a + min_w;
                 }
                 (a, 0.0, z, 100.0 * b.2 / total)
             })
@@ -312,7 +351,7 @@ pub fn fig3_weight_sums(ctx: &mut Ctx) -> Built {
         ];
         panels.push(Panel {
             title: format!("{m} (mean {}, median {})", fmt3(mean), fmt3(median)),
-            x: Axis::new("per-query weight sum W_i = Σ_j a_ij", (xlo, xhi)),
+            x: Axis::new("per-query weight sum Wᵢ = Σⱼ aᵢⱼ", (xlo, xhi)),
             y: Axis::new("share of queries (%)", (0.0, (top * 1.1).max(1e-9))),
             marks,
             grid: true,

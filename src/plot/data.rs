@@ -106,6 +106,9 @@ pub struct Results {
     /// Model label -> detected attention variant, from the folders' run.json (colours
     /// follow the method, not the label's wording, where it is known).
     pub variants: BTreeMap<String, String>,
+    /// Model label -> analysed window length (run.json's `seq_len`): no query-key
+    /// distance reaches it.
+    pub seq_lens: BTreeMap<String, i64>,
 }
 
 impl Results {
@@ -130,7 +133,9 @@ impl Results {
                 check_contract(&table, &path)?;
                 results.insert(table, path)?;
             }
-            results.variants.extend(run_variants(dir));
+            let (variants, seq_lens) = run_models(dir);
+            results.variants.extend(variants);
+            results.seq_lens.extend(seq_lens);
         }
         Ok(results)
     }
@@ -200,28 +205,33 @@ impl Results {
     }
 }
 
-/// Model label -> variant of the models `analyze` recorded in `dir/run.json`; empty when
-/// the folder has none or it is not readable (the tables alone still draw every figure).
-fn run_variants(dir: &Path) -> BTreeMap<String, String> {
+/// Label -> variant and label -> window length of the models `analyze` recorded in
+/// `dir/run.json`; empty when the folder has none or it is not readable (the tables alone
+/// still draw every figure).
+fn run_models(dir: &Path) -> (BTreeMap<String, String>, BTreeMap<String, i64>) {
+    let (mut variants, mut seq_lens) = (BTreeMap::new(), BTreeMap::new());
     let Ok(text) = std::fs::read_to_string(dir.join("run.json")) else {
-        return BTreeMap::new();
+        return (variants, seq_lens);
     };
     let Ok(run) = serde_json::from_str::<serde_json::Value>(&text) else {
-        return BTreeMap::new();
+        return (variants, seq_lens);
     };
     let models = run["models"]
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or_default();
-    models
-        .iter()
-        .filter_map(|m| {
-            Some((
-                m["model"].as_str()?.to_string(),
-                m["variant"].as_str()?.to_string(),
-            ))
-        })
-        .collect()
+    for m in models {
+        let Some(label) = m["model"].as_str() else {
+            continue;
+        };
+        if let Some(v) = m["variant"].as_str() {
+            variants.insert(label.to_string(), v.to_string());
+        }
+        if let Some(n) = m["seq_len"].as_i64().filter(|n| *n > 0) {
+            seq_lens.insert(label.to_string(), n);
+        }
+    }
+    (variants, seq_lens)
 }
 
 /// The model and run labels in a table's `model` / `run` column.

@@ -35,7 +35,9 @@ fn band_label(band: &str) -> String {
 type Bands = BTreeMap<(i64, String), Vec<(f64, f64)>>;
 
 /// Attention mass per distance band t = i - j over layers, one panel per model, one line
-/// per band (per-layer rows; per-head rows are not drawn).
+/// per band (per-layer rows; per-head rows are not drawn). A band whose lower edge is at
+/// or past the model's window length (run.json's `seq_len`) holds nothing and is not
+/// drawn.
 pub fn distance_profile(ctx: &mut Ctx) -> Built {
     const FIG: &str = "distance_profile";
     let t = ctx
@@ -51,7 +53,7 @@ pub fn distance_profile(ctx: &mut Ctx) -> Built {
     );
     let head = c.int_or_empty("head");
     let mut data: BTreeMap<String, Bands> = BTreeMap::new();
-    let mut nan = 0;
+    let (mut nan, mut past) = (0, BTreeMap::<String, i64>::new());
     for i in 0..t.height() {
         let (Some(m), Some(l), Some(b)) = (&model[i], layer[i], &band[i]) else {
             continue;
@@ -59,11 +61,19 @@ pub fn distance_profile(ctx: &mut Ctx) -> Built {
         if head[i].is_some() {
             continue;
         }
+        // A band that starts at or past the window length holds no pair (t < seq_len).
+        let key = band_key(b);
+        if let Some(&n) = ctx.res.seq_lens.get(m) {
+            if key.0 >= n {
+                past.insert(b.clone(), n);
+                continue;
+            }
+        }
         match value[i] {
             Some(v) if v.is_finite() => data
                 .entry(m.clone())
                 .or_default()
-                .entry(band_key(b))
+                .entry(key)
                 .or_default()
                 .push((l as f64, v)),
             _ => nan += 1,
@@ -71,6 +81,12 @@ pub fn distance_profile(ctx: &mut Ctx) -> Built {
     }
     if nan > 0 {
         ctx.note(FIG, format!("{nan} non-finite values left out"));
+    }
+    for (band, n) in past {
+        ctx.note(
+            FIG,
+            format!("band {band} not drawn: it starts at or past the window length {n}"),
+        );
     }
     if data.is_empty() {
         return Err("distance_profile.csv has no finite per-layer rows".into());

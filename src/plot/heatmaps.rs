@@ -1,13 +1,15 @@
-//! Heatmaps in viridis with a shared colour bar: layer x head total attention (Fig. 5)
-//! and the 30 x 30 attention map of one layer (Fig. 9).
+//! Heatmaps in viridis with a shared colour bar: layer x head total attention (Fig. 5),
+//! the Affine-Scaled α per layer and head (its companion) and the 30 x 30 attention map
+//! of one layer (Fig. 9).
 
 use std::collections::BTreeMap;
 
 use super::bars::fmt3;
 use super::data::{attention_rows, Cols};
 use super::scene::{int_range, Axis, ColorBar, Figure, Mark, Panel};
-use super::theme::{viridis, INK, MISSING};
+use super::theme::{viridis, MISSING};
 use super::{Built, Ctx};
+use crate::metrics::summary::quantile_sorted;
 
 /// One map: (query, key) -> weight.
 type Cells = BTreeMap<(i64, i64), f64>;
@@ -18,18 +20,16 @@ fn cell(x: i64, y: i64) -> (f64, f64, f64, f64) {
     (x - 0.5, y - 0.5, x + 0.5, y + 0.5)
 }
 
-/// Relative spread under which a model's head totals count as constant: head_total is 1
-/// by construction for softmax and gated models, and float error must not be stretched
-/// to the full colour range by min-max normalisation.
+/// Relative spread under which a model's values count as constant (head_total is 1 by
+/// construction for softmax and gated models): such a panel says so in its title.
 const CONSTANT_SPREAD: f64 = 1e-3;
 
-/// Fig. 5: total attention per (layer, head), min-max normalised to [0, 1] per model, one
-/// panel per model, shared colour bar. A constant model (e.g. softmax, where every head
-/// total is 1) is drawn grey and labelled, never divided by zero.
-pub fn fig5_head_total(ctx: &mut Ctx) -> Built {
-    const FIG: &str = "fig5_head_total";
-    let rows = attention_rows(ctx.res, "head_total")?;
-    let mut grids: BTreeMap<String, BTreeMap<(i64, i64), f64>> = BTreeMap::new();
+/// Per-(layer, head) `mean` rows of one attention metric, by model.
+type Grids = BTreeMap<String, BTreeMap<(i64, i64), f64>>;
+
+fn per_head(ctx: &mut Ctx, fig: &str, metric: &str) -> std::result::Result<Grids, String> {
+    let rows = attention_rows(ctx.res, metric)?;
+    let mut grids: Grids = BTreeMap::new();
     let mut nan = 0;
     for r in rows.iter().filter(|r| r.stat == "mean") {
         let (Some(l), Some(h)) = (r.layer, r.head) else {
@@ -45,75 +45,109 @@ pub fn fig5_head_total(ctx: &mut Ctx) -> Built {
         }
     }
     if nan > 0 {
-        ctx.note(FIG, format!("{nan} non-finite head totals left blank"));
+        ctx.note(fig, format!("{nan} non-finite {metric} means left blank"));
     }
     if grids.is_empty() {
-        return Err("attention.csv has no finite per-head head_total means".into());
+        return Err(format!(
+            "attention.csv has no finite per-head {metric} means"
+        ));
     }
+    Ok(grids)
+}
+
+/// One layer x head panel per model, every cell coloured on the one scale `lo..hi`.
+fn head_panels(ctx: &Ctx, grids: &Grids, (lo, hi): (f64, f64)) -> Vec<Panel> {
     let models = ctx.pal.order(grids.keys().cloned());
-    let mut panels = Vec::new();
-    for m in &models {
-        let g = &grids[m];
-        let (lo, hi) = g
-            .values()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| {
-                (a.min(v), b.max(v))
-            });
-        let scale = hi.abs().max(lo.abs()).max(1.0);
-        let constant = hi - lo <= CONSTANT_SPREAD * scale;
-        let cells = g
-            .iter()
-            .map(|(&(l, h), &v)| {
-                let color = if constant {
-                    MISSING
-                } else {
-                    viridis((v - lo) / (hi - lo))
-                };
-                (cell(h, l), color)
-            })
-            .collect();
-        let heads = int_range(g.keys().map(|k| k.1 as f64));
-        let layers = int_range(g.keys().map(|k| k.0 as f64));
-        let mut marks = vec![Mark::Cells { cells }];
-        let title = if constant {
-            marks.push(Mark::Text {
-                x: (heads.0 + heads.1) / 2.0,
-                y: (layers.0 + layers.1) / 2.0,
-                text: format!("constant: every head {}", fmt3((lo + hi) / 2.0)),
-                color: INK,
-            });
-            format!("{m} (constant, not normalised)")
-        } else {
-            format!("{m} (raw {} to {})", fmt3(lo), fmt3(hi))
-        };
-        panels.push(Panel {
-            title,
-            x: Axis::integer("head", heads),
-            y: Axis::integer("layer", layers),
-            marks,
-            grid: false,
-        });
-    }
+    models
+        .iter()
+        .map(|m| {
+            let g = &grids[m];
+            let (min, max) = g
+                .values()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| {
+                    (a.min(v), b.max(v))
+                });
+            let cells = g
+                .iter()
+                .map(|(&(l, h), &v)| (cell(h, l), viridis((v - lo) / (hi - lo))))
+                .collect();
+            let constant = max - min <= CONSTANT_SPREAD * max.abs().max(min.abs()).max(1.0);
+            let title = if constant {
+                format!("{m} (every head {})", fmt3((min + max) / 2.0))
+            } else {
+                format!("{m} ({} to {})", fmt3(min), fmt3(max))
+            };
+            Panel {
+                title,
+                x: Axis::integer("head", int_range(g.keys().map(|k| k.1 as f64))),
+                y: Axis::integer("layer", int_range(g.keys().map(|k| k.0 as f64))),
+                marks: vec![Mark::Cells { cells }],
+                grid: false,
+            }
+        })
+        .collect()
+}
+
+/// Fig. 5: total attention Σⱼ aᵢⱼ per (layer, head) (mean over queries), one panel per
+/// model, all on one colour scale from 0 (or the least total) to 1 (or the largest), so a
+/// flat sink model looks flat and a softmax model (every head 1) sits at the top.
+pub fn fig5_head_total(ctx: &mut Ctx) -> Built {
+    const FIG: &str = "fig5_head_total";
+    let grids = per_head(ctx, FIG, "head_total")?;
+    let (lo, hi) = grids
+        .values()
+        .flat_map(|g| g.values())
+        .fold((0.0f64, 1.0f64), |(a, b), &v| (a.min(v), b.max(v)));
+    let panels = head_panels(ctx, &grids, (lo, hi));
     let mut f = Figure::new(
         FIG,
-        "Fig. 5: total attention per layer and head (min-max normalised per model)",
+        "Fig. 5: total attention per layer and head (one colour scale)",
         panels,
     );
     f.panel_size = (420, 360);
     f.colorbar = Some(ColorBar {
-        label: "head total, normalised per model".into(),
-        range: (0.0, 1.0),
+        label: "head total Σⱼ aᵢⱼ (mean over queries)".into(),
+        range: (lo, hi),
     });
     Ok(f)
 }
+
+/// Companion of Fig. 5: the mean Affine-Scaled scale α per (layer, head) of each model
+/// with `alpha` rows (affine_scaled and affine_scaled_gated), on φ's range [0, 1].
+pub fn fig5_alpha(ctx: &mut Ctx) -> Built {
+    const FIG: &str = "fig5_alpha";
+    let grids =
+        per_head(ctx, FIG, "alpha").map_err(|why| format!("{why}: no Affine-Scaled model"))?;
+    let (lo, hi) = grids
+        .values()
+        .flat_map(|g| g.values())
+        .fold((0.0f64, 1.0f64), |(a, b), &v| (a.min(v), b.max(v)));
+    let panels = head_panels(ctx, &grids, (lo, hi));
+    let mut f = Figure::new(
+        FIG,
+        "Fig. 5 (companion): mean Affine-Scaled α per layer and head",
+        panels,
+    );
+    f.panel_size = (420, 360);
+    f.colorbar = Some(ColorBar {
+        label: "mean α = φ(wₕ · xᵢ) over queries".into(),
+        range: (lo, hi),
+    });
+    Ok(f)
+}
+
+/// Share of the visible Fig. 9 cells below the top of its colour scale.
+const CLIP_QUANTILE: f64 = 0.98;
 
 /// The largest position Fig. 9 draws (`--size` is 30 by default): a table naming query
 /// 200000 would otherwise ask for a grid of 4e10 cells.
 const MAX_HEATMAP_POSITION: i64 = 1024;
 
-/// Fig. 9: mean attention a_ij for i, j < 30 of one layer (mean over heads and
-/// sequences), one panel per model, query 0 at the top, one colour scale for all panels.
-/// Keys a query cannot see (j > i) are grey.
+/// Fig. 9: mean attention aᵢⱼ for i, j < 30 of one layer (mean over heads and
+/// sequences), one panel per model, query 0 at the top, one colour scale for all panels,
+/// clipped at the 98th percentile of the visible cells (said in the title and on the
+/// colour bar) so that cell (0, 0) does not darken the rest. Keys a query cannot see
+/// (j > i) are grey.
 pub fn fig9_heatmap(ctx: &mut Ctx) -> Built {
     const FIG: &str = "fig9_heatmap";
     let t = ctx.res.get("heatmap").ok_or("no heatmap table")?;
@@ -168,15 +202,21 @@ pub fn fig9_heatmap(ctx: &mut Ctx) -> Built {
     if maps.is_empty() {
         return Err("heatmap.csv has no finite weights".into());
     }
-    let visible = maps
+    let mut visible: Vec<f64> = maps
         .values()
-        .flat_map(|(_, cells)| cells.iter().filter(|((q, k), _)| k <= q).map(|(_, v)| *v));
-    let (mut lo, mut hi) = visible.fold((0.0f64, f64::NEG_INFINITY), |(a, b), v| {
-        (a.min(v), b.max(v))
-    });
-    if !hi.is_finite() || hi <= lo {
-        (lo, hi) = (lo.min(0.0), lo.max(0.0) + 1.0);
+        .flat_map(|(_, cells)| cells.iter().filter(|((q, k), _)| k <= q).map(|(_, v)| *v))
+        .collect();
+    visible.sort_by(f64::total_cmp);
+    let lo = visible.first().copied().unwrap_or(0.0).min(0.0);
+    let max = visible.last().copied().unwrap_or(1.0);
+    // Query 0 sees only itself (weight 1 under softmax) and the first rows few keys: a
+    // linear scale up to their weights leaves every later cell dark. Colours stop at the
+    // CLIP_QUANTILE of the visible cells; the cells above it share the top colour.
+    let mut hi = quantile_sorted(&visible, CLIP_QUANTILE);
+    if hi.is_nan() || hi <= lo {
+        hi = if max > lo { max } else { lo + 1.0 };
     }
+    let clipped = hi < max;
     let models = ctx.pal.order(maps.keys().cloned());
     let mut panels = Vec::new();
     for m in &models {
@@ -188,7 +228,7 @@ pub fn fig9_heatmap(ctx: &mut Ctx) -> Built {
             for k in 0..n {
                 let color = match cells.get(&(q, k)) {
                     _ if k > q => MISSING,
-                    Some(v) => viridis((v - lo) / (hi - lo)),
+                    Some(v) => viridis((v.min(hi) - lo) / (hi - lo)),
                     None => continue,
                 };
                 drawn.push((cell(k, q), color));
@@ -206,14 +246,26 @@ pub fn fig9_heatmap(ctx: &mut Ctx) -> Built {
             grid: false,
         });
     }
-    let mut f = Figure::new(
-        FIG,
-        "Fig. 9: mean attention map of one layer (grey: masked keys j > i)",
-        panels,
-    );
+    let (title, label) = if clipped {
+        (
+            format!(
+                "Fig. 9: mean attention map of one layer (grey: masked j > i; colours clipped at {}, the {}th percentile, max {})",
+                fmt3(hi),
+                (CLIP_QUANTILE * 100.0).round(),
+                fmt3(max)
+            ),
+            format!("attention weight aᵢⱼ (≥ {} at the top)", fmt3(hi)),
+        )
+    } else {
+        (
+            "Fig. 9: mean attention map of one layer (grey: masked keys j > i)".to_string(),
+            "attention weight aᵢⱼ".to_string(),
+        )
+    };
+    let mut f = Figure::new(FIG, title, panels);
     f.panel_size = (400, 390);
     f.colorbar = Some(ColorBar {
-        label: "attention weight a_ij".into(),
+        label,
         range: (lo, hi),
     });
     Ok(f)

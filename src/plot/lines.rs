@@ -109,7 +109,7 @@ pub fn fig4_first_token(ctx: &mut Ctx) -> Built {
         "first_token",
         (
             "Fig. 4: first-token attention per layer (band: ±1 std over sequences)",
-            "first-token weight a_i0 (mean over queries)",
+            "first-token weight aᵢ₀ (mean over queries)",
         ),
         true,
     )

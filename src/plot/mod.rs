@@ -12,7 +12,8 @@
 //! | `fig2_qk_mean` | mean and mean absolute q.k over training steps | qk_series |
 //! | `fig3_weight_sums` | per-query weight-sum histograms, mean and median | weight_sum_hist, attention |
 //! | `fig4_first_token` | first-token weight per layer | attention |
-//! | `fig5_head_total` | layer x head total attention, min-max normalised | attention |
+//! | `fig5_head_total` | layer x head total attention, one colour scale | attention |
+//! | `fig5_alpha` | layer x head mean Affine-Scaled α (models with alpha rows) | attention |
 //! | `fig6_entropy` | attention entropy per layer | attention |
 //! | `fig7_loss`, `fig10_loss_late` | loss curves, full run and late window | curves |
 //! | `fig8_grad_norm` | gradient-norm curves with spike steps | curves, spike_steps |
@@ -26,8 +27,10 @@
 //!   the same queries); median: a pooled `p50` row when attention.csv has one, else
 //!   interpolated in the histogram bin holding the middle query and clamped to the range
 //!   of the per-layer medians, where the pooled median always lies.
-//! - Fig. 5: a model whose head totals spread by less than 0.1% (softmax, gated: 1 by
-//!   construction) is a grey panel labelled constant, never stretched by min-max.
+//! - Fig. 5: one colour scale over every model, from min(0, least total) to max(1, largest
+//!   total), stated on the colour bar; SPEC's per-model min-max normalisation made a flat
+//!   sink model look varied (a model whose totals spread by less than 0.1% says "every
+//!   head" in its title). α is a companion figure on φ's range [0, 1].
 //! - Fig. 10: the last 20% of the logged steps unless `--late-steps A..B` says otherwise
 //!   (the paper's 1B runs: 7k-9k).
 //! - Colours follow the label's method keywords (see [`theme::Method`]); one palette per
@@ -45,6 +48,7 @@ pub mod data;
 pub mod distance;
 pub mod heatmaps;
 pub mod lines;
+pub mod raster;
 pub mod render;
 pub mod scene;
 pub mod tables;
@@ -117,12 +121,13 @@ pub type Built = std::result::Result<Figure, String>;
 
 /// Every figure builder, in paper order: (file stem, builder).
 #[allow(clippy::type_complexity)]
-pub const FIGURES: [(&str, fn(&mut Ctx) -> Built); 12] = [
+pub const FIGURES: [(&str, fn(&mut Ctx) -> Built); 13] = [
     ("fig1_query_profile", bars::fig1_query_profile),
     ("fig2_qk_mean", lines::fig2_qk_mean),
     ("fig3_weight_sums", bars::fig3_weight_sums),
     ("fig4_first_token", lines::fig4_first_token),
     ("fig5_head_total", heatmaps::fig5_head_total),
+    ("fig5_alpha", heatmaps::fig5_alpha),
     ("fig6_entropy", lines::fig6_entropy),
     ("fig7_loss", lines::fig7_loss),
     ("fig8_grad_norm", lines::fig8_grad_norm),

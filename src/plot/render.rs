@@ -2,11 +2,13 @@
 //! colour bar and the legend, so a legend never covers data. The same code draws SVG
 //! (1 px per logical px) and PNG (2 px per logical px).
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
+use super::raster;
 use super::scene::{ColorBar, Dash, Figure, LegendEntry, Mark, Panel, Shape, Swatch};
 use super::theme::{
     self, bold_width, text_width, Theme, AXIS, CAPTION, GRID, INK, LEGEND, MISSING, TICK, TITLE,
@@ -293,13 +295,12 @@ fn draw_panel<DB: DrawingBackend>(
                 let style = stroke(*color, *opacity, *width, th);
                 // a non-finite point is a gap: the line stops there and starts again after
                 for run in points.split(|p| !(p.0.is_finite() && p.1.is_finite())) {
-                    let pts = run.to_vec();
+                    let pts: Vec<(f64, f64)> = run.iter().map(|&(x, y)| (x, flip(y))).collect();
                     match dash {
                         Dash::Solid if th.bitmap && style.stroke_width > 1 => {
-                            chart.draw_series(
-                                pts.windows(2)
-                                    .map(|w| PathElement::new(vec![w[0], w[1]], style)),
-                            )?;
+                            let px = to_pixels(&chart, &pts);
+                            let spans = raster::thick_polyline(&px, style.stroke_width as f64);
+                            fill_spans(area, &chart, &spans, style.color)?;
                         }
                         Dash::Solid => {
                             chart.draw_series(LineSeries::new(pts, style))?;
@@ -329,7 +330,10 @@ fn draw_panel<DB: DrawingBackend>(
                 let mut low = finite(lower);
                 low.reverse();
                 poly.extend(low);
-                if poly.len() >= 3 {
+                if poly.len() >= 3 && th.bitmap {
+                    let spans = raster::polygon(&to_pixels(&chart, &poly));
+                    fill_spans(area, &chart, &spans, color.mix(0.18))?;
+                } else if poly.len() >= 3 {
                     chart.draw_series(std::iter::once(Polygon::new(
                         poly,
                         color.mix(0.18).filled(),
@@ -408,6 +412,51 @@ fn draw_panel<DB: DrawingBackend>(
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// Data points in device pixels (absolute, sub-pixel) of `chart`'s plotting area.
+fn to_pixels<DB: DrawingBackend>(
+    chart: &ChartContext<DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    pts: &[(f64, f64)],
+) -> Vec<(f64, f64)> {
+    let area = chart.plotting_area();
+    let (xr, yr) = area.get_pixel_range();
+    let (cx, cy) = (area.get_x_range(), area.get_y_range());
+    let fx = (xr.end - xr.start - 1) as f64 / (cx.end - cx.start);
+    let fy = (yr.end - yr.start - 1) as f64 / (cy.end - cy.start);
+    pts.iter()
+        .map(|&(x, y)| {
+            (
+                // + 0.5: plotters' pixel i covers [i, i + 1)
+                xr.start as f64 + (x - cx.start) * fx + 0.5,
+                yr.start as f64 + (cy.end - y) * fy + 0.5,
+            )
+        })
+        .collect()
+}
+
+/// Fills pixel rows (absolute device pixels) clipped to the plotting area of `chart`,
+/// drawn on the panel's `area`.
+fn fill_spans<DB: DrawingBackend, C: Color>(
+    area: &DrawingArea<DB, Shift>,
+    chart: &ChartContext<DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    spans: &[raster::Span],
+    color: C,
+) -> Drawn<DB> {
+    let (xr, yr) = chart.plotting_area().get_pixel_range();
+    let (bx, by) = area.get_base_pixel();
+    let style = color.filled();
+    for &(y, x0, x1) in spans {
+        let (x0, x1) = (x0.max(xr.start), x1.min(xr.end - 1));
+        if !yr.contains(&y) || x0 > x1 {
+            continue;
+        }
+        area.draw(&Rectangle::new(
+            [(x0 - bx, y - by), (x1 - bx + 1, y - by + 1)],
+            style,
+        ))?;
     }
     Ok(())
 }

@@ -42,9 +42,9 @@ fn table4(res: &Results) -> std::result::Result<String, String> {
         c.int_or_empty("ddof"),
     );
     let window = |i: usize| window_cell(start[i], end[i]);
-    let mut s = String::from(
+    let mut s = format!(
         "## Table 4: gradient-norm statistics\n\n\
-         Over each run's step window (half-open); std and var with the ddof shown.\n\n\
+         {STEPS_NOTE} Std and var with the ddof shown.\n\n\
          | Method | Metric | Steps | Mean | Std | Var | CV | n | ddof |\n\
          |---|---|---|---:|---:|---:|---:|---:|---:|\n",
     );
@@ -65,7 +65,8 @@ fn table4(res: &Results) -> std::result::Result<String, String> {
     Ok(s)
 }
 
-/// A half-open step window `a..b` (`all` when unbounded).
+/// A step window in the notation of `--steps`: `a..b` (from a up to but not including b,
+/// as exported), `a..`, `..b`, or `all` when unbounded.
 fn window_cell(start: Option<i64>, end: Option<i64>) -> String {
     match (start, end) {
         (Some(a), Some(b)) => format!("{a}..{b}"),
@@ -74,6 +75,11 @@ fn window_cell(start: Option<i64>, end: Option<i64>) -> String {
         (None, None) => "all".into(),
     }
 }
+
+/// What the Steps column means, said once under each table's title.
+const STEPS_NOTE: &str = "Steps: the step window as `--steps` writes it, a..b from step a \
+                          up to but not including b (a.. and ..b open on one side); all: \
+                          every logged step.";
 
 /// Table 5 rows: one per run (and metric) and step window, the spike count for each k,
 /// then median, MAD.
@@ -124,8 +130,8 @@ fn table5(res: &Results) -> std::result::Result<String, String> {
     };
     let mut s = format!(
         "## Table 5: gradient-norm spikes\n\n\
-         Steps with g > median + k * MAD ({scale_note}), median and MAD over each run's step \
-         window (half-open).\n\n| Method | Metric | Steps |"
+         Spikes: steps with g > median + k * MAD ({scale_note}), median and MAD over the \
+         run's step window. {STEPS_NOTE}\n\n| Method | Metric | Steps |"
     );
     for &k in &ks {
         s.push_str(&format!(" k = {} |", k_label(k)));

@@ -87,6 +87,12 @@ impl Method {
         }
     }
 
+    /// Whether the method sends mass to no token (sink logits, off-by-one): only these
+    /// have a sink mass to draw.
+    pub fn has_sink(self) -> bool {
+        matches!(self, Method::Sink | Method::OffByOne)
+    }
+
     /// The method's fixed colour (`None` for [`Method::Other`]).
     pub fn color(self) -> Option<RGBColor> {
         Some(match self {
@@ -184,7 +190,7 @@ impl Palette {
     }
 
     /// The label's method (keywords for a label the palette was not built with).
-    fn method(&self, label: &str) -> Method {
+    pub fn method(&self, label: &str) -> Method {
         self.methods
             .get(label)
             .copied()
@@ -222,6 +228,8 @@ pub const GRID: RGBColor = RGBColor(0xe3, 0xe3, 0xe3);
 pub const MISSING: RGBColor = RGBColor(0xd9, 0xd9, 0xd9);
 /// Secondary annotation lines (median, separators).
 pub const MUTED: RGBColor = RGBColor(0x66, 0x66, 0x66);
+/// The first-token bar of Fig. 1 (key 0): black, unlike every method colour.
+pub const FIRST_TOKEN: RGBColor = RGBColor(0x00, 0x00, 0x00);
 /// Legend swatch of faint raw curves.
 pub const FAINT: RGBColor = RGBColor(0xb8, 0xb8, 0xb8);
 

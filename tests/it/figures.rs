@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use asa_analyze::export::{read_table, write_table, Format};
-use asa_analyze::plot::scene::Figure;
-use asa_analyze::plot::theme::{Palette, MISSING};
+use asa_analyze::plot::scene::{Figure, Mark};
+use asa_analyze::plot::theme::{viridis, Palette, FIRST_TOKEN, MISSING, MUTED};
 use asa_analyze::plot::{build_figures, to_png, to_svg, FigureOptions, Results};
 use asa_analyze::stats::StepWindow;
 use plotters::style::RGBColor;
@@ -150,6 +150,7 @@ fn every_figure_is_drawn_from_full_tables() {
             "fig3_weight_sums",
             "fig4_first_token",
             "fig5_head_total",
+            "fig5_alpha",
             "fig6_entropy",
             "fig7_loss",
             "fig8_grad_norm",
@@ -180,7 +181,7 @@ fn per_layer_lines_have_one_series_per_model() {
     for (name, y) in [
         (
             "fig4_first_token",
-            "first-token weight a_i0 (mean over queries)",
+            "first-token weight aᵢ₀ (mean over queries)",
         ),
         ("fig6_entropy", "attention entropy (nats)"),
     ] {
@@ -212,16 +213,33 @@ fn fig1_has_a_panel_per_model_and_a_sink_bar() {
     assert_eq!(f.panels.len(), 3);
     let svg = render(f);
     let t = texts(&svg);
-    for (m, sink) in [("base", "0.000"), ("sink", "0.250"), ("asa", "0.000")] {
-        let title = format!("{m} (layer 2, query 7, sink {sink})");
-        assert!(t.contains(&title), "missing panel {title}");
-        // 8 key bars and the legend patch.
-        assert_eq!(rects(&svg, color(f, m)), 9, "{m}");
+    // Only the sink model has a sink slot and a sink in its title.
+    for title in [
+        "base (layer 2, query 7)",
+        "sink (layer 2, query 7, sink 0.250)",
+        "asa (layer 2, query 7)",
+    ] {
+        assert!(
+            t.contains(&title.to_string()),
+            "missing panel {title}: {t:?}"
+        );
     }
+    for m in ["base", "sink", "asa"] {
+        // 7 key bars (key 0 is black) and the legend patch.
+        assert_eq!(rects(&svg, color(f, m)), 8, "{m}");
+    }
+    // Key 0 of each panel and its legend patch, in a colour no method has.
+    assert_eq!(rects(&svg, FIRST_TOKEN), 4);
+    assert!(legend(f).contains(&"first token (key 0)"));
+    assert!(f
+        .legend
+        .iter()
+        .all(|e| e.label == "first token (key 0)" || e.color != FIRST_TOKEN));
     assert_eq!(count_text(&svg, "key position j"), 3);
-    assert_eq!(count_text(&svg, "attention weight a_ij"), 3);
-    // A label over each panel's sink bar, and the legend entry of the model `sink`.
-    assert_eq!(count_text(&svg, "sink"), 4);
+    assert_eq!(count_text(&svg, "attention weight aᵢⱼ"), 3);
+    // One label over the sink model's sink bar, and the legend entry of the model `sink`.
+    assert_eq!(count_text(&svg, "sink"), 2);
+    assert_eq!(rects(&svg, MUTED), 2, "one sink bar and its legend patch");
     assert!(legend(f).contains(&"sink mass (to no token)"));
 }
 
@@ -262,30 +280,53 @@ fn fig3_marks_mean_and_median_per_model() {
         "{t:?}"
     );
     assert_eq!(count_text(&svg, "share of queries (%)"), 3);
-    assert_eq!(count_text(&svg, "per-query weight sum W_i = Σ_j a_ij"), 3);
+    // One x range for every panel, so the distributions compare.
+    assert!(f.panels.iter().all(|p| p.x.range == f.panels[0].x.range));
+    // Bars sit on the bin edges: base's only occupied bin is [1.0, 1.05).
+    let base_bars: Vec<_> = f.panels[0]
+        .marks
+        .iter()
+        .filter_map(|m| match m {
+            Mark::Rects { rects, .. } => Some(rects.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(base_bars.len(), 1);
+    assert_eq!((base_bars[0].0, base_bars[0].2), (1.0, 1.05));
+    assert_eq!(count_text(&svg, "per-query weight sum Wᵢ = Σⱼ aᵢⱼ"), 3);
 }
 
 #[test]
-fn fig5_normalises_per_model_and_labels_the_constant_one() {
+fn fig5_has_one_colour_scale_and_an_alpha_companion() {
     let (figs, _) = full();
     let f = find(&figs, "fig5_head_total");
     assert_eq!(f.panels.len(), 3);
+    // One scale for every model, stated on the colour bar: 0 to 1 holds every total.
     let cb = f.colorbar.as_ref().expect("a shared colour bar");
     assert_eq!(cb.range, (0.0, 1.0));
     let svg = render(f);
     let t = texts(&svg);
-    assert!(
-        t.contains(&"base (constant, not normalised)".to_string()),
-        "{t:?}"
-    );
-    assert!(t.contains(&"constant: every head 1.000".to_string()));
-    assert!(t.iter().any(|x| x.starts_with("sink (raw 0.93")), "{t:?}");
+    assert!(t.contains(&"base (every head 1.000)".to_string()), "{t:?}");
+    assert!(t.iter().any(|x| x.starts_with("sink (0.93")), "{t:?}");
     assert_eq!(count_text(&svg, "head"), 3);
     assert_eq!(count_text(&svg, "layer"), 3);
-    assert_eq!(count_text(&svg, "head total, normalised per model"), 1);
-    // The constant panel's 3 x 2 cells are grey, not a colour from 0/0.
-    assert_eq!(rects(&svg, MISSING), 6);
+    assert_eq!(count_text(&svg, "head total Σⱼ aᵢⱼ (mean over queries)"), 1);
     assert!(!svg.contains("NaN"));
+    // base's 3 x 2 cells, all 1, are the top colour of the scale.
+    assert!(
+        rects(&svg, viridis(1.0)) >= 6,
+        "base's cells at the top colour"
+    );
+
+    // α only for the model with alpha rows, on φ's range.
+    let a = find(&figs, "fig5_alpha");
+    assert_eq!(a.panels.len(), 1);
+    assert_eq!(a.colorbar.as_ref().unwrap().range, (0.0, 1.0));
+    let svg = render(a);
+    let t = texts(&svg);
+    assert!(t.contains(&"asa (every head 0.600)".to_string()), "{t:?}");
+    assert_eq!(count_text(&svg, "mean α = φ(wₕ · xᵢ) over queries"), 1);
 }
 
 #[test]
@@ -301,7 +342,17 @@ fn fig9_draws_a_masked_map_per_model_with_a_colour_bar() {
     assert_eq!(rects(&svg, MISSING), 45);
     assert_eq!(count_text(&svg, "query position i"), 3);
     assert_eq!(count_text(&svg, "key position j"), 3);
-    assert_eq!(count_text(&svg, "attention weight a_ij"), 1);
+    // The scale is clipped below cell (0, 0), and the figure says where.
+    let bar = texts(&svg)
+        .into_iter()
+        .filter(|t| t.starts_with("attention weight aᵢⱼ (≥ "))
+        .count();
+    assert_eq!(bar, 1);
+    assert!(
+        f.title.contains("the 98th percentile, max 1.000"),
+        "{}",
+        f.title
+    );
     // Query 0 at the top: its tick label is above query 5's.
     let y_of = |label: &str| -> i64 {
         let at = svg
@@ -463,8 +514,19 @@ fn degenerate_tables_do_not_panic() {
         has("distance_profile: 1 non-finite values left out"),
         "{notes:?}"
     );
+    // run3's sums are all 1: its one bin has no width, drawn as a thin bar centred on 1
+    let f3 = find(&figs, "fig3_weight_sums");
+    let bar = f3.panels[0]
+        .marks
+        .iter()
+        .find_map(|m| match m {
+            Mark::Rects { rects, .. } => rects.first().copied(),
+            _ => None,
+        })
+        .expect("a bar");
+    assert!(bar.0 < 1.0 && bar.2 > 1.0 && ((bar.0 + bar.2) / 2.0 - 1.0).abs() < 1e-9);
     let f5 = find(&figs, "fig5_head_total");
-    assert_eq!(f5.panels[0].title, "run3 (constant, not normalised)");
+    assert_eq!(f5.panels[0].title, "run3 (every head 1.000)");
 }
 
 #[test]
@@ -486,7 +548,7 @@ fn header_only_tables_are_skipped_with_a_note() {
     let (figs, notes) = build_figures(&res, &FigureOptions::default());
     let names: Vec<&str> = figs.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(names, ["fig11_clipping"]);
-    assert_eq!(notes.len(), 11, "{notes:?}");
+    assert_eq!(notes.len(), 12, "{notes:?}");
     assert!(notes.iter().all(|n| n.contains("skipped")), "{notes:?}");
 }
 
@@ -577,13 +639,13 @@ fn cli_writes_every_figure_and_the_tables() {
     ]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
-    assert!(err.contains("wrote 25 files"), "{err}");
+    assert!(err.contains("wrote 27 files"), "{err}");
     let mut files: Vec<String> = std::fs::read_dir(&dest)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     files.sort();
-    assert_eq!(files.len(), 25, "{files:?}");
+    assert_eq!(files.len(), 27, "{files:?}");
     assert!(
         files.iter().all(|f| !f.starts_with('.')),
         "staging left behind"
@@ -598,6 +660,13 @@ fn cli_writes_every_figure_and_the_tables() {
         "{md}"
     );
     assert!(md.contains("| softmax | grad_norm | all | 2 | 1 |"), "{md}");
+    // One notation for step windows, said once per table; never "(half-open)" beside "all".
+    assert!(!md.contains("half-open"), "{md}");
+    assert_eq!(
+        md.matches("a..b from step a up to but not including b")
+            .count(),
+        2
+    );
 }
 
 #[test]
@@ -685,4 +754,37 @@ fn unparsable_cells_are_errors_naming_line_and_column() {
         );
         assert!(!dest.exists(), "no output folder on bad input");
     }
+}
+
+#[test]
+fn distance_bands_past_the_window_are_not_drawn() {
+    // base was analysed with windows of 10 tokens: no pair is 10 or more apart
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        tables("full").join("distance_profile.csv"),
+        dir.path().join("distance_profile.csv"),
+    )
+    .unwrap();
+    let run = r#"{"models": [{"model": "base", "variant": "softmax", "seq_len": 10},
+                             {"model": "asa", "variant": "affine_scaled", "seq_len": 128}]}"#;
+    std::fs::write(dir.path().join("run.json"), run).unwrap();
+    let res = Results::load(&[dir.path().to_path_buf()]).unwrap();
+    let (figs, notes) = build_figures(&res, &FigureOptions::default());
+    let d = find(&figs, "distance_profile");
+    let lines = |i: usize| {
+        d.panels[i]
+            .marks
+            .iter()
+            .filter(|m| matches!(m, Mark::Line { .. }))
+            .count()
+    };
+    assert_eq!(d.panels[0].title, "base");
+    assert_eq!(lines(0), 3, "first, 0 and 1-10 only");
+    assert_eq!(lines(1), 4, "sink has no run.json entry: every band");
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("band 10-100 not drawn: it starts at or past the window length 10")),
+        "{notes:?}"
+    );
 }
