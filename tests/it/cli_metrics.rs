@@ -6,7 +6,6 @@ use crate::common;
 use std::fs;
 use std::path::Path;
 
-use candle_core::DType;
 use common::*;
 use polars::prelude::*;
 use serde_json::json;
