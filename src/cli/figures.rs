@@ -24,6 +24,17 @@ pub struct FiguresArgs {
     /// the last 20% of the logged steps.
     #[arg(long, value_name = "A..B")]
     late_steps: Option<StepWindow>,
+    /// The metric of Figs. 7 and 10 (a column of the curves table); default a KD loss
+    /// (a metric named like `kd_loss`) when the logs have one, else the training loss.
+    #[arg(long, value_name = "NAME")]
+    metric: Option<String>,
+    /// Figs. 7, 8, 10: smooth with a centred mean over N logged steps (no lag) instead of
+    /// the curves table's debiased EMA.
+    #[arg(long, value_name = "N")]
+    smooth: Option<usize>,
+    /// Figs. 7, 8, 10 on a log-scaled y axis.
+    #[arg(long)]
+    log_y: bool,
     /// Print no notes and no summary (errors still print).
     #[arg(long, short)]
     quiet: bool,
@@ -42,6 +53,9 @@ pub fn run(args: FiguresArgs) -> Result<()> {
     }
     let opts = FigureOptions {
         late_steps: args.late_steps,
+        loss_metric: args.metric.clone(),
+        smooth: args.smooth,
+        log_y: args.log_y,
         ..FigureOptions::default()
     };
     let mut out = OutputDir::create(&args.out, Format::Csv)?;

@@ -70,7 +70,7 @@ pub fn build_tables(set: &RunSet, values: &[RunValues]) -> Vec<PaperTable> {
         ),
         (3, "Alpha nonlinearities compared", set.table3.clone()),
     ];
-    let sizes = size_order(set);
+    let sizes = size_order_of_runs(set);
     let mut tables = Vec::new();
     for (number, caption, methods) in specs {
         let mut rows = Vec::new();
@@ -127,20 +127,27 @@ pub fn build_tables(set: &RunSet, values: &[RunValues]) -> Vec<PaperTable> {
 
 /// Sizes smallest first when every one reads as a number with an optional K/M/B/T suffix
 /// (`135M`, `0.5B`, `1B`), else in the order given.
-fn size_order(set: &RunSet) -> Vec<String> {
-    let mut sizes: Vec<String> = Vec::new();
-    for r in &set.runs {
-        if !sizes.contains(&r.size) {
-            sizes.push(r.size.clone());
+fn size_order_of_runs(set: &RunSet) -> Vec<String> {
+    size_order(set.runs.iter().map(|r| r.size.clone()))
+}
+
+/// Distinct `sizes`, smallest first when every one reads as a number with an optional
+/// K/M/B/T suffix (`135M`, `0.5B`, `1B`), else in the order given (the figures' per-size
+/// panels share it).
+pub fn size_order(sizes: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut distinct: Vec<String> = Vec::new();
+    for s in sizes {
+        if !distinct.contains(&s) {
+            distinct.push(s);
         }
     }
-    let parsed: Option<Vec<f64>> = sizes.iter().map(|s| parse_size(s)).collect();
+    let parsed: Option<Vec<f64>> = distinct.iter().map(|s| parse_size(s)).collect();
     if let Some(values) = parsed {
-        let mut order: Vec<usize> = (0..sizes.len()).collect();
+        let mut order: Vec<usize> = (0..distinct.len()).collect();
         order.sort_by(|&a, &b| values[a].total_cmp(&values[b]));
-        return order.into_iter().map(|i| sizes[i].clone()).collect();
+        return order.into_iter().map(|i| distinct[i].clone()).collect();
     }
-    sizes
+    distinct
 }
 
 fn parse_size(size: &str) -> Option<f64> {

@@ -3,11 +3,14 @@
 
 use std::collections::BTreeMap;
 
+use plotters::style::RGBColor;
+
 use super::data::{attention_rows, Cols};
 use super::scene::{
     fit_range, int_range, Axis, Dash, Figure, LegendEntry, Mark, Panel, Shape, Swatch,
 };
 use super::theme::{FAINT, INK};
+use super::training::{self, Curves};
 use super::{Built, Ctx};
 use crate::stats::StepWindow;
 
@@ -206,24 +209,24 @@ pub fn fig2_qk_mean(ctx: &mut Ctx) -> Built {
     Ok(f)
 }
 
-/// Whether a curves/spikes metric name is the wanted one: `loss`, `train/loss`,
-/// `train_loss` for loss; `grad_norm`, `train/grad_norm`, `gradient_norm` for grad.
-fn is_metric(name: &str, want: &str) -> bool {
+/// Whether a curves/spikes metric name is the gradient norm: `grad_norm`,
+/// `train/grad_norm`, `gradient_norm`.
+fn is_grad_norm(name: &str) -> bool {
     let last = name.rsplit('/').next().unwrap_or(name).to_lowercase();
     let last = last.strip_prefix("train_").unwrap_or(&last);
-    match want {
-        "loss" => last == "loss",
-        _ => matches!(
-            last,
-            "grad_norm" | "gradient_norm" | "grad_norm_total" | "gradnorm"
-        ),
-    }
+    matches!(
+        last,
+        "grad_norm" | "gradient_norm" | "grad_norm_total" | "gradnorm"
+    )
 }
 
-/// (step, value, smoothed) per run of one metric of `curves.csv`.
-type Curves = BTreeMap<String, Vec<(f64, f64, f64)>>;
-
-fn curves(ctx: &mut Ctx, fig: &str, want: &str) -> std::result::Result<Curves, String> {
+/// The rows of `curves.csv` whose metric `is_wanted`, per run.
+fn curves(
+    ctx: &mut Ctx,
+    fig: &str,
+    what: &str,
+    is_wanted: &dyn Fn(&str) -> bool,
+) -> std::result::Result<Curves, String> {
     let t = ctx.res.get("curves").ok_or("no curves table")?;
     let c = Cols::new(t, "curves.csv");
     let (run, metric, step, value) = (
@@ -236,7 +239,7 @@ fn curves(ctx: &mut Ctx, fig: &str, want: &str) -> std::result::Result<Curves, S
     let mut out: Curves = BTreeMap::new();
     let mut dropped = 0;
     for i in 0..t.height() {
-        if !metric[i].as_deref().is_some_and(|m| is_metric(m, want)) {
+        if !metric[i].as_deref().is_some_and(is_wanted) {
             continue;
         }
         let (Some(r), Some(s)) = (&run[i], step[i]) else {
@@ -250,12 +253,12 @@ fn curves(ctx: &mut Ctx, fig: &str, want: &str) -> std::result::Result<Curves, S
     }
     out.retain(|_, pts| pts.iter().any(|p| p.1.is_finite()));
     if out.is_empty() {
-        return Err(format!("curves.csv has no finite {want} values"));
+        return Err(format!("curves.csv has no finite {what} values"));
     }
     if dropped > 0 {
         ctx.note(
             fig,
-            format!("{dropped} non-finite or overflowing {want} values drawn as gaps"),
+            format!("{dropped} non-finite or overflowing {what} values drawn as gaps"),
         );
     }
     for pts in out.values_mut() {
@@ -264,25 +267,25 @@ fn curves(ctx: &mut Ctx, fig: &str, want: &str) -> std::result::Result<Curves, S
     Ok(out)
 }
 
-/// Raw curves (faint when a smoothed curve exists) and smoothed curves, one colour per run.
-fn curve_marks(ctx: &Ctx, runs: &[String], data: &Curves) -> (Vec<Mark>, Vec<f64>) {
+/// Raw curves (faint when smoothed) and smoothed curves, one colour per run.
+fn curve_marks(
+    colors: &BTreeMap<String, RGBColor>,
+    runs: &[String],
+    data: &Curves,
+    smoothed: bool,
+) -> (Vec<Mark>, Vec<f64>) {
     let mut faint = Vec::new();
     let mut marks = Vec::new();
     let mut ys = Vec::new();
     for r in runs {
         let pts = &data[r];
-        let color = ctx.pal.color(r);
+        let color = colors[r];
         // non-finite values stay in as gaps in the lines
         let raw: Vec<(f64, f64)> = pts.iter().map(|p| (p.0, p.1)).collect();
         let smooth: Vec<(f64, f64)> = pts.iter().map(|p| (p.0, p.2)).collect();
-        ys.extend(raw.iter().chain(&smooth).map(|p| p.1));
         let markers = raw.len() <= 40;
-        let smoothed = smooth.iter().any(|p| p.1.is_finite())
-            && raw
-                .iter()
-                .zip(&smooth)
-                .any(|(r, s)| r.1.to_bits() != s.1.to_bits());
-        if smoothed {
+        if smoothed && smooth.iter().any(|p| p.1.is_finite()) {
+            ys.extend(raw.iter().chain(&smooth).map(|p| p.1));
             faint.push(Mark::Line {
                 points: raw,
                 color,
@@ -300,6 +303,7 @@ fn curve_marks(ctx: &Ctx, runs: &[String], data: &Curves) -> (Vec<Mark>, Vec<f64
                 markers,
             });
         } else {
+            ys.extend(raw.iter().map(|p| p.1));
             marks.push(Mark::Line {
                 points: raw,
                 color,
@@ -319,17 +323,27 @@ fn steps_range(data: &Curves) -> (f64, f64) {
     fit_range(data.values().flatten().map(|p| p.0), false)
 }
 
-/// Legend entries for runs, plus one saying what the faint lines are when curves are
-/// smoothed.
-fn curve_legend(ctx: &Ctx, runs: &[String], data: &Curves) -> Vec<LegendEntry> {
-    let mut legend = model_legend(ctx, runs, Swatch::Line(Dash::Solid));
-    if data
-        .values()
-        .flatten()
-        .any(|p| p.2.is_finite() && p.2 != p.1)
-    {
+/// Legend entries: one per method (the METHOD of `SIZE/METHOD` labels, shown once across
+/// the size panels), plus the line saying what the faint and solid lines are.
+fn curve_legend(
+    colors: &BTreeMap<String, RGBColor>,
+    runs: &[String],
+    smoothing: &Option<String>,
+) -> Vec<LegendEntry> {
+    let mut legend: Vec<LegendEntry> = Vec::new();
+    for r in runs {
+        let label = training::method_of(r).to_string();
+        if !legend.iter().any(|e| e.label == label) {
+            legend.push(LegendEntry {
+                label,
+                color: colors[r],
+                swatch: Swatch::Line(Dash::Solid),
+            });
+        }
+    }
+    if let Some(text) = smoothing {
         legend.push(LegendEntry {
-            label: "faint: raw, solid: EMA".into(),
+            label: text.clone(),
             color: FAINT,
             swatch: Swatch::Line(Dash::Solid),
         });
@@ -337,23 +351,102 @@ fn curve_legend(ctx: &Ctx, runs: &[String], data: &Curves) -> Vec<LegendEntry> {
     legend
 }
 
-/// Fig. 7: training loss over the whole run, one line per run.
+/// Each run's colour: that of the first run of its method (the METHOD of `SIZE/METHOD`),
+/// so that a method keeps one colour across the size panels.
+fn run_colors(ctx: &Ctx, runs: &[String]) -> BTreeMap<String, RGBColor> {
+    let mut by_method: BTreeMap<&str, RGBColor> = BTreeMap::new();
+    runs.iter()
+        .map(|r| {
+            let c = *by_method
+                .entry(training::method_of(r))
+                .or_insert_with(|| ctx.pal.color(r));
+            (r.clone(), c)
+        })
+        .collect()
+}
+
+/// A training-curve figure: `data` smoothed as asked, on a log axis with `--log-y`, one
+/// panel per size when the runs are labelled SIZE/METHOD; `extra` adds marks to the panel
+/// of a run (Fig. 8's spikes).
+fn curve_figure(
+    ctx: &Ctx,
+    (fig, title, y_label): (&str, String, &str),
+    mut data: Curves,
+    from_zero: bool,
+    extra: &dyn Fn(&[String], &BTreeMap<String, RGBColor>) -> Vec<Mark>,
+) -> Figure {
+    let runs = ctx.pal.order(data.keys().cloned());
+    let colors = run_colors(ctx, &runs);
+    let smoothing = training::smooth(ctx, &mut data);
+    if ctx.opts.log_y {
+        training::log10_values(&mut data);
+    }
+    let x_range = steps_range(&data);
+    let groups = training::size_panels(&runs);
+    let panels = groups
+        .iter()
+        .map(|(panel_title, members)| {
+            let (mut marks, ys) = curve_marks(&colors, members, &data, smoothing.is_some());
+            marks.extend(extra(members, &colors));
+            let mut y = Axis::new(
+                match ctx.opts.log_y {
+                    true => format!("{y_label}, log scale"),
+                    false => y_label.to_string(),
+                },
+                fit_range(ys, from_zero && !ctx.opts.log_y),
+            );
+            y.log10 = ctx.opts.log_y;
+            Panel {
+                title: panel_title.clone(),
+                x: Axis::new("training step", x_range),
+                y,
+                marks,
+                grid: true,
+            }
+        })
+        .collect();
+    let mut f = Figure::new(fig, title, panels);
+    f.panel_size = match groups.len() {
+        1 => (620, 400),
+        _ => (460, 340),
+    };
+    f.legend = curve_legend(&colors, &runs, &smoothing);
+    f
+}
+
+/// The loss curves of Figs. 7 and 10 and the metric they show (a KD loss when the logs have
+/// one), noted.
+fn loss_curves(ctx: &mut Ctx, fig: &str) -> std::result::Result<(Curves, String), String> {
+    let (metric, why) = training::loss_metric(ctx)?;
+    if let Some(why) = why {
+        ctx.note(fig, format!("plots {metric} ({why})"));
+    }
+    let wanted = metric.clone();
+    let data = curves(ctx, fig, &metric, &move |m: &str| m == wanted)?;
+    Ok((data, metric))
+}
+
+/// The y-axis title of a loss metric.
+fn loss_label(metric: &str) -> String {
+    match training::is_loss(metric) {
+        true => "training loss (nats/token)".into(),
+        false => format!("{metric} (nats/token)"),
+    }
+}
+
+/// Fig. 7: the loss over the whole run (a KD loss when logged), a panel per model size.
 pub fn fig7_loss(ctx: &mut Ctx) -> Built {
     const FIG: &str = "fig7_loss";
-    let data = curves(ctx, FIG, "loss")?;
-    let runs = ctx.pal.order(data.keys().cloned());
-    let (marks, ys) = curve_marks(ctx, &runs, &data);
-    let panel = Panel {
-        title: String::new(),
-        x: Axis::new("training step", steps_range(&data)),
-        y: Axis::new("training loss (nats/token)", fit_range(ys, false)),
-        marks,
-        grid: true,
-    };
-    let mut f = Figure::new(FIG, "Fig. 7: training loss", vec![panel]);
-    f.panel_size = (620, 400);
-    f.legend = curve_legend(ctx, &runs, &data);
-    Ok(f)
+    let (data, metric) = loss_curves(ctx, FIG)?;
+    let title = format!("Fig. 7: {metric} over training");
+    let label = loss_label(&metric);
+    Ok(curve_figure(
+        ctx,
+        (FIG, title, &label),
+        data,
+        false,
+        &|_, _| Vec::new(),
+    ))
 }
 
 /// The late window: `--late-steps`, else the last `late_fraction` of the logged steps.
@@ -379,11 +472,13 @@ fn late_window(ctx: &Ctx, data: &Curves) -> (StepWindow, String) {
     )
 }
 
-/// Fig. 10: training loss in the late phase, zoomed to its own range.
+/// Fig. 10: the loss in the late phase, zoomed to its own range, a panel per model size.
+/// Smoothing runs over the whole run first, so the window shows the same curve, zoomed.
 pub fn fig10_loss_late(ctx: &mut Ctx) -> Built {
     const FIG: &str = "fig10_loss_late";
-    let all = curves(ctx, FIG, "loss")?;
+    let (mut all, metric) = loss_curves(ctx, FIG)?;
     let (window, what) = late_window(ctx, &all);
+    let smoothing = training::smooth(ctx, &mut all);
     let data: Curves = all
         .into_iter()
         .map(|(r, pts)| {
@@ -396,47 +491,39 @@ pub fn fig10_loss_late(ctx: &mut Ctx) -> Built {
         .filter(|(_, pts)| !pts.is_empty())
         .collect();
     if data.is_empty() {
-        return Err(format!("no loss values in the late window ({what})"));
+        return Err(format!("no {metric} values in the late window ({what})"));
     }
-    let runs = ctx.pal.order(data.keys().cloned());
-    let (marks, ys) = curve_marks(ctx, &runs, &data);
-    let panel = Panel {
-        title: String::new(),
-        x: Axis::new("training step", steps_range(&data)),
-        y: Axis::new("training loss (nats/token)", fit_range(ys, false)),
-        marks,
-        grid: true,
+    let title = format!("Fig. 10: {metric}, late phase ({what})");
+    let label = loss_label(&metric);
+    // already smoothed over the whole run: the figure must not smooth the cut again
+    let opts = super::FigureOptions {
+        smooth: None,
+        ..ctx.opts.clone()
     };
-    let mut f = Figure::new(
-        FIG,
-        format!("Fig. 10: training loss, late phase ({what})"),
-        vec![panel],
-    );
-    f.panel_size = (620, 400);
-    f.legend = curve_legend(ctx, &runs, &data);
+    let inner = Ctx::new(ctx.res, ctx.pal, &opts);
+    let mut f = curve_figure(&inner, (FIG, title, &label), data, false, &|_, _| {
+        Vec::new()
+    });
+    if let (Some(text), Some(last)) = (smoothing, f.legend.last_mut()) {
+        last.label = text;
+    }
     Ok(f)
 }
 
-/// Fig. 8: gradient-norm trajectories with the spike steps of `spike_steps.csv` marked
-/// (one marker shape per k, in the run's colour).
-pub fn fig8_grad_norm(ctx: &mut Ctx) -> Built {
-    const FIG: &str = "fig8_grad_norm";
-    let data = curves(ctx, FIG, "grad_norm")?;
-    let runs = ctx.pal.order(data.keys().cloned());
-    let (mut marks, ys) = curve_marks(ctx, &runs, &data);
-    let mut legend = curve_legend(ctx, &runs, &data);
+/// Spike markers of `spike_steps.csv` per (run, k), and the k values in order.
+type SpikeMarks = (BTreeMap<(String, i64), Vec<(f64, f64)>>, Vec<i64>);
+
+fn spike_marks(ctx: &mut Ctx, fig: &str, data: &Curves) -> std::result::Result<SpikeMarks, String> {
+    let mut by_k: BTreeMap<(String, i64), Vec<(f64, f64)>> = BTreeMap::new();
     match ctx.res.get("spike_steps") {
-        None => ctx.note(FIG, "no spike_steps table: spikes not marked"),
+        None => ctx.note(fig, "no spike_steps table: spikes not marked"),
         Some(t) => {
             let c = Cols::new(t, "spike_steps.csv");
             let (run, k, step, value) =
                 (c.text("run")?, c.num("k")?, c.num("step")?, c.num("value")?);
             let metric = c.text_or_empty("metric");
-            let mut by_k: BTreeMap<(String, i64), Vec<(f64, f64)>> = BTreeMap::new();
             for i in 0..t.height() {
-                let grad = metric[i]
-                    .as_deref()
-                    .is_none_or(|m| is_metric(m, "grad_norm"));
+                let grad = metric[i].as_deref().is_none_or(is_grad_norm);
                 let (Some(r), Some(k), Some(s), Some(v)) = (&run[i], k[i], step[i], value[i])
                 else {
                     continue;
@@ -444,50 +531,57 @@ pub fn fig8_grad_norm(ctx: &mut Ctx) -> Built {
                 if grad && data.contains_key(r) && k.is_finite() {
                     // k as thousandths so it can key a map (k = 6, 9, 4.5 ...).
                     let key = (r.clone(), (k * 1000.0).round() as i64);
+                    let v = match ctx.opts.log_y {
+                        true if v > 0.0 => v.log10(),
+                        true => continue,
+                        false => v,
+                    };
                     by_k.entry(key).or_default().push((s, v));
                 }
             }
-            let mut ks: Vec<i64> = by_k.keys().map(|(_, k)| *k).collect();
-            ks.sort();
-            ks.dedup();
-            let shapes = [Shape::Ring, Shape::Triangle, Shape::Cross, Shape::Dot];
-            let sizes = [6.0, 3.5, 3.0, 2.5];
-            for ((r, k), pts) in &by_k {
-                let i = ks.iter().position(|x| x == k).unwrap_or(0).min(3);
-                marks.push(Mark::Points {
-                    points: pts.clone(),
-                    color: ctx.pal.color(r),
-                    shape: shapes[i],
-                    size: sizes[i],
-                });
-            }
-            for (i, k) in ks.iter().enumerate().take(4) {
-                let k = *k as f64 / 1000.0;
-                legend.push(LegendEntry {
-                    label: format!("spike, k = {k}"),
-                    color: INK,
-                    swatch: Swatch::Marker(shapes[i]),
-                });
-            }
-            if ks.is_empty() {
-                ctx.note(FIG, "spike_steps.csv has no spikes of the plotted runs");
+            if by_k.is_empty() {
+                ctx.note(fig, "spike_steps.csv has no spikes of the plotted runs");
             }
         }
     }
-    let panel = Panel {
-        title: String::new(),
-        x: Axis::new("training step", steps_range(&data)),
-        y: Axis::new("gradient norm ‖g‖₂", fit_range(ys, true)),
-        marks,
-        grid: true,
+    let mut ks: Vec<i64> = by_k.keys().map(|(_, k)| *k).collect();
+    ks.sort();
+    ks.dedup();
+    Ok((by_k, ks))
+}
+
+/// Fig. 8: gradient-norm trajectories with the spike steps of `spike_steps.csv` marked
+/// (one marker shape per k, in the run's colour), a panel per model size.
+pub fn fig8_grad_norm(ctx: &mut Ctx) -> Built {
+    const FIG: &str = "fig8_grad_norm";
+    let data = curves(ctx, FIG, "grad_norm", &is_grad_norm)?;
+    let (by_k, ks) = spike_marks(ctx, FIG, &data)?;
+    let shapes = [Shape::Ring, Shape::Triangle, Shape::Cross, Shape::Dot];
+    let sizes = [6.0, 3.5, 3.0, 2.5];
+    let extra = |members: &[String], colors: &BTreeMap<String, RGBColor>| -> Vec<Mark> {
+        by_k.iter()
+            .filter(|((r, _), _)| members.contains(r))
+            .map(|((r, k), pts)| {
+                let i = ks.iter().position(|x| x == k).unwrap_or(0).min(3);
+                Mark::Points {
+                    points: pts.clone(),
+                    color: colors[r],
+                    shape: shapes[i],
+                    size: sizes[i],
+                }
+            })
+            .collect()
     };
-    let mut f = Figure::new(
-        FIG,
-        "Fig. 8: gradient norm with spike steps (g > median + k·MAD)",
-        vec![panel],
-    );
-    f.panel_size = (620, 400);
-    f.legend = legend;
+    let title = "Fig. 8: gradient norm with spike steps (g > median + k·MAD)".to_string();
+    let mut f = curve_figure(ctx, (FIG, title, "gradient norm ‖g‖₂"), data, true, &extra);
+    for (i, k) in ks.iter().enumerate().take(4) {
+        let k = *k as f64 / 1000.0;
+        f.legend.push(LegendEntry {
+            label: format!("spike, k = {k}"),
+            color: INK,
+            swatch: Swatch::Marker(shapes[i]),
+        });
+    }
     Ok(f)
 }
 
@@ -497,11 +591,11 @@ mod tests {
 
     #[test]
     fn metric_aliases() {
-        assert!(is_metric("train/loss", "loss"));
-        assert!(is_metric("loss", "loss"));
-        assert!(!is_metric("val/loss_scale", "loss"));
-        assert!(is_metric("train/grad_norm", "grad_norm"));
-        assert!(is_metric("gradient_norm", "grad_norm"));
-        assert!(!is_metric("loss", "grad_norm"));
+        assert!(training::is_loss("train/loss"));
+        assert!(training::is_loss("loss"));
+        assert!(!training::is_loss("val/loss_scale"));
+        assert!(is_grad_norm("train/grad_norm"));
+        assert!(is_grad_norm("gradient_norm"));
+        assert!(!is_grad_norm("loss"));
     }
 }

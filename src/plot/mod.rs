@@ -53,6 +53,7 @@ pub mod render;
 pub mod scene;
 pub mod tables;
 pub mod theme;
+pub mod training;
 
 pub use data::Results;
 pub use render::{to_png, to_svg};
@@ -66,6 +67,12 @@ pub struct FigureOptions {
     pub late_steps: Option<StepWindow>,
     /// Share of the step range Fig. 10 shows when `late_steps` is not given (0.2).
     pub late_fraction: f64,
+    /// The metric of Figs. 7 and 10; default a KD loss when the logs have one, else loss.
+    pub loss_metric: Option<String>,
+    /// Figs. 7, 8, 10: a centred mean over this many logged steps instead of the EMA.
+    pub smooth: Option<usize>,
+    /// Figs. 7, 8, 10 on a log-scaled y axis.
+    pub log_y: bool,
 }
 
 impl Default for FigureOptions {
@@ -73,6 +80,9 @@ impl Default for FigureOptions {
         FigureOptions {
             late_steps: None,
             late_fraction: 0.2,
+            loss_metric: None,
+            smooth: None,
+            log_y: false,
         }
     }
 }

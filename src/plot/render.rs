@@ -179,6 +179,17 @@ fn tick_label(v: f64, span: f64, n: usize, integer: bool) -> String {
     }
 }
 
+/// The value a tick of a log10 axis stands for, three significant digits (`0.5`, `2`,
+/// `31.6`, `1e+04`).
+fn log_tick_label(v: f64) -> String {
+    let x = 10f64.powf(v);
+    if !(1e-3..1e4).contains(&x) {
+        return format!("{x:.0e}");
+    }
+    let decimals = (2 - x.log10().floor() as i32).clamp(0, 5) as usize;
+    trim(format!("{x:.decimals$}"))
+}
+
 fn trim(s: String) -> String {
     if s.contains('.') {
         s.trim_end_matches('0').trim_end_matches('.').to_string()
@@ -234,7 +245,10 @@ fn draw_panel<DB: DrawingBackend>(
             tick_label(*v, xspan, nx, p.x.integer)
         }
     };
-    let y_fmt = |v: &f64| tick_label(flip(*v), yspan, ny, p.y.integer);
+    let y_fmt = |v: &f64| match p.y.log10 {
+        true => log_tick_label(flip(*v)),
+        false => tick_label(flip(*v), yspan, ny, p.y.integer),
+    };
     // Room for the widest y tick label plus the rotated axis title.
     let y_labels_w = [
         y0,
@@ -599,6 +613,9 @@ mod tests {
     #[test]
     fn tick_labels_are_short_and_distinct() {
         assert_eq!(tick_label(0.30000000000000004, 1.0, 5, false), "0.3");
+        assert_eq!(log_tick_label(0.0), "1");
+        assert_eq!(log_tick_label(0.5), "3.16");
+        assert_eq!(log_tick_label(-1.0), "0.1");
         assert_eq!(tick_label(-0.0, 1.0, 5, false), "0");
         assert_eq!(tick_label(12000.0, 10000.0, 5, false), "12k");
         assert_eq!(tick_label(2.0, 10.0, 5, true), "2");

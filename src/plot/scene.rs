@@ -107,6 +107,8 @@ pub struct Axis {
     pub reversed: bool,
     /// Ticks below this value get no label (room left of key 0 for the sink bar).
     pub hide_below: Option<f64>,
+    /// The values are log10 of the data: ticks are labelled with 10^v.
+    pub log10: bool,
 }
 
 impl Axis {
@@ -118,6 +120,7 @@ impl Axis {
             integer: false,
             reversed: false,
             hide_below: None,
+            log10: false,
         }
     }
 

@@ -371,7 +371,10 @@ fn fig9_draws_a_masked_map_per_model_with_a_colour_bar() {
 fn training_curves_late_window_and_spikes() {
     let (figs, _) = full();
     let f7 = find(&figs, "fig7_loss");
-    assert_eq!(legend(f7), ["softmax", "asa", "faint: raw, solid: EMA"]);
+    assert_eq!(
+        legend(f7),
+        ["softmax", "asa", "faint: raw, solid: debiased EMA (lags)"]
+    );
     let svg = render(f7);
     for r in ["softmax", "asa"] {
         assert_eq!(polylines(&svg, color(f7, r), 2), 1, "{r}: smoothed line");
@@ -785,6 +788,117 @@ fn distance_bands_past_the_window_are_not_drawn() {
         notes
             .iter()
             .any(|n| n.contains("band 10-100 not drawn: it starts at or past the window length 10")),
+        "{notes:?}"
+    );
+}
+
+/// Figs. 7, 8, 10 as the paper draws them (issue 28): runs labelled SIZE/METHOD give one
+/// panel per size, "(a) 0.5B (b) 1B"; a KD loss is preferred over the loss and named; a
+/// centred mean smooths without lag; `log_y` draws log10 of the values.
+#[test]
+fn training_curves_per_size_with_kd_loss_centred_smoothing_and_log_y() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut csv = String::from("run,metric,step,value,smoothed\n");
+    for run in ["1B/baseline", "1B/asa", "0.5B/baseline", "0.5B/asa"] {
+        for step in 0..50 {
+            // a step in the loss at step 25: a centred mean of 5 starts rising at 23
+            let kd = if step < 25 { 4.0 } else { 2.0 };
+            let gn = 1.0 + (step % 3) as f64;
+            csv += &format!("{run},kd_loss,{step},{kd},{kd}\n{run},loss,{step},3.0,3.0\n");
+            csv += &format!("{run},grad_norm,{step},{gn},{gn}\n");
+        }
+    }
+    std::fs::write(dir.path().join("curves.csv"), csv).unwrap();
+    let res = Results::load(&[dir.path().to_path_buf()]).unwrap();
+    let opts = FigureOptions {
+        smooth: Some(5),
+        ..FigureOptions::default()
+    };
+    let (figs, notes) = build_figures(&res, &opts);
+    let f7 = find(&figs, "fig7_loss");
+    let titles: Vec<&str> = f7.panels.iter().map(|p| p.title.as_str()).collect();
+    assert_eq!(titles, ["(a) 0.5B", "(b) 1B"]);
+    assert_eq!(f7.title, "Fig. 7: kd_loss over training");
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("fig7_loss: plots kd_loss (a KD loss")),
+        "{notes:?}"
+    );
+    assert_eq!(
+        legend(f7),
+        [
+            "baseline",
+            "asa",
+            "faint: raw, solid: centred mean of 5 steps"
+        ]
+    );
+    let svg = render(f7);
+    for t in [
+        "(a) 0.5B",
+        "(b) 1B",
+        "kd_loss (nats/token)",
+        "faint: raw, solid: centred mean of 5 steps",
+    ] {
+        assert!(texts(&svg).iter().any(|x| x == t), "{t} missing");
+    }
+    // the smoothed line: flat 4 until step 22, the step centred on 24.5
+    let smooth = f7.panels[0]
+        .marks
+        .iter()
+        .filter_map(|m| match m {
+            Mark::Line { points, width, .. } if *width == 2.0 => Some(points.clone()),
+            _ => None,
+        })
+        .next()
+        .unwrap();
+    let at = |s: f64| smooth.iter().find(|p| p.0 == s).unwrap().1;
+    assert_eq!(
+        (at(22.0), at(23.0), at(26.0), at(27.0)),
+        (4.0, 3.6, 2.4, 2.0)
+    );
+    let f8 = find(&figs, "fig8_grad_norm");
+    assert_eq!(f8.panels.len(), 2);
+    let f10 = find(&figs, "fig10_loss_late");
+    assert!(
+        f10.title.starts_with("Fig. 10: kd_loss, late phase"),
+        "{}",
+        f10.title
+    );
+    assert_eq!(f10.panels.len(), 2);
+
+    // --metric loss and a log axis: log10 of the values, ticks labelled with the values
+    let opts = FigureOptions {
+        loss_metric: Some("loss".into()),
+        log_y: true,
+        ..FigureOptions::default()
+    };
+    let (figs, _) = build_figures(&res, &opts);
+    let f7 = find(&figs, "fig7_loss");
+    assert_eq!(f7.title, "Fig. 7: loss over training");
+    assert!(f7.panels[0].y.log10 && f7.panels[0].y.label.ends_with("log scale"));
+    let ys: Vec<f64> = f7.panels[0]
+        .marks
+        .iter()
+        .flat_map(|m| match m {
+            Mark::Line { points, .. } => points.iter().map(|p| p.1).collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    assert!(
+        ys.iter().all(|y| (y - 3f64.log10()).abs() < 1e-12),
+        "{ys:?}"
+    );
+    render(f7);
+    let opts = FigureOptions {
+        loss_metric: Some("val_loss".into()),
+        ..FigureOptions::default()
+    };
+    let (_, notes) = build_figures(&res, &opts);
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("no metric val_loss (it has kd_loss, loss, grad_norm)")),
         "{notes:?}"
     );
 }
