@@ -20,12 +20,20 @@ fn band_key(band: &str) -> (i64, String) {
     (lo.unwrap_or(i64::MAX), band.into())
 }
 
-fn band_label(band: &str) -> String {
+/// The legend text of a band; an upper edge past the longest window (`window`, from
+/// run.json) is shown as the window length, the largest distance + 1 any window has.
+fn band_label(band: &str, window: Option<i64>) -> String {
     match band {
         "first" => "first token (key 0)".into(),
         "0" => "t = 0 (itself)".into(),
         b => match b.split_once('-') {
-            Some((lo, hi)) => format!("{lo} ≤ t < {hi}"),
+            Some((lo, hi)) => {
+                let hi = match (hi.trim().parse::<i64>(), window) {
+                    (Ok(h), Some(w)) if h > w => w.to_string(),
+                    _ => hi.to_string(),
+                };
+                format!("{lo} ≤ t < {hi}")
+            }
             None => format!("t in {b}"),
         },
     }
@@ -131,10 +139,16 @@ pub fn distance_profile(ctx: &mut Ctx) -> Built {
         "Attention mass by query-key distance t = i − j (mean over queries)",
         panels,
     );
+    // every model's window length known: no label reaches past the longest
+    let window = models
+        .iter()
+        .map(|m| ctx.res.seq_lens.get(m).copied())
+        .collect::<Option<Vec<i64>>>()
+        .and_then(|w| w.into_iter().max());
     f.legend = bands
         .iter()
         .map(|b| LegendEntry {
-            label: band_label(&b.1),
+            label: band_label(&b.1, window),
             color: color(b),
             swatch: Swatch::Line(Dash::Solid),
         })
@@ -145,6 +159,13 @@ pub fn distance_profile(ctx: &mut Ctx) -> Built {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_band_closes_at_the_window() {
+        assert_eq!(band_label("100-1000", Some(128)), "100 ≤ t < 128");
+        assert_eq!(band_label("10-100", Some(128)), "10 ≤ t < 100");
+        assert_eq!(band_label("100-1000", None), "100 ≤ t < 1000");
+    }
 
     #[test]
     fn bands_sort_by_distance() {
