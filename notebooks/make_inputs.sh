@@ -3,7 +3,7 @@
 #
 #   notebooks/make_inputs.sh [DIR]        # DIR: $ASA_NOTEBOOK_INPUT, else target/notebook-inputs
 #
-#   DIR/demo/            a reduced `asa-analyze demo` run (baseline, sink and Affine-Scaled
+#   DIR/demo/            a reduced `asa-analyze demo` run (baseline, sink, Affine-Scaled, gated and ASA + gated
 #                        models trained for $ASA_DEMO_STEPS steps, default 50): the analysis
 #                        tables, the training logs, grad-stats / spikes / curves tables, figures
 #   DIR/fixture-logs/    grad-stats, spikes and curves over tests/fixtures/logs with other
@@ -31,7 +31,7 @@ mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 start=$(date +%s)
 
-# 1. The reduced demo: trains three small models and writes every table.
+# 1. The reduced demo: trains five small models and writes every table.
 "$bin" demo --out "$out/demo" --steps "$steps" --force --quiet >"$out/demo.stdout"
 echo "make_inputs: demo --steps $steps -> $out/demo ($(( $(date +%s) - start )) s)"
 # The notebooks find tables by name anywhere under DIR; make sure the demo wrote them all.

@@ -79,7 +79,8 @@ enum Command {
     Figures(figures::FiguresArgs),
     /// Train a small Llama-style model for one attention variant (CSV log, HF checkpoints).
     Train(train::TrainArgs),
-    /// Train baseline, sink and Affine-Scaled models here and analyse them end to end.
+    /// Train baseline, sink, Affine-Scaled, gated and Affine-Scaled + gated models here and
+    /// analyse them end to end (figures, Tables 1-2).
     Demo(demo::DemoArgs),
 }
 
