@@ -94,22 +94,15 @@ fn head_panels(ctx: &Ctx, grids: &Grids, (lo, hi): (f64, f64)) -> Vec<Panel> {
 pub fn fig5_head_total(ctx: &mut Ctx) -> Built {
     const FIG: &str = "fig5_head_total";
     let grids = per_head(ctx, FIG, "head_total")?;
-    let (lo, hi) = grids
-        .values()
-        .flat_map(|g| g.values())
-        .fold((0.0f64, 1.0f64), |(a, b), &v| (a.min(v), b.max(v)));
-    let panels = head_panels(ctx, &grids, (lo, hi));
-    let mut f = Figure::new(
-        FIG,
-        "Fig. 5: total attention per layer and head (one colour scale)",
-        panels,
-    );
-    f.panel_size = (420, 360);
-    f.colorbar = Some(ColorBar {
-        label: "head total Σⱼ aᵢⱼ (mean over queries)".into(),
-        range: (lo, hi),
-    });
-    Ok(f)
+    Ok(one_scale_figure(
+        ctx,
+        &grids,
+        (
+            FIG,
+            "Fig. 5: total attention per layer and head (one colour scale)",
+        ),
+        "head total Σⱼ aᵢⱼ (mean over queries)",
+    ))
 }
 
 /// Companion of Fig. 5: the mean Affine-Scaled scale α per (layer, head) of each model
@@ -118,22 +111,37 @@ pub fn fig5_alpha(ctx: &mut Ctx) -> Built {
     const FIG: &str = "fig5_alpha";
     let grids =
         per_head(ctx, FIG, "alpha").map_err(|why| format!("{why}: no Affine-Scaled model"))?;
+    Ok(one_scale_figure(
+        ctx,
+        &grids,
+        (
+            FIG,
+            "Fig. 5 (companion): mean Affine-Scaled α per layer and head",
+        ),
+        "mean α = φ(wₕ · xᵢ) over queries",
+    ))
+}
+
+/// Per-head grids, a panel per model, on one colour scale from min(0, least) to
+/// max(1, largest), stated on the colour bar.
+fn one_scale_figure(
+    ctx: &Ctx,
+    grids: &Grids,
+    (fig, title): (&str, &str),
+    scale_label: &str,
+) -> Figure {
     let (lo, hi) = grids
         .values()
         .flat_map(|g| g.values())
         .fold((0.0f64, 1.0f64), |(a, b), &v| (a.min(v), b.max(v)));
-    let panels = head_panels(ctx, &grids, (lo, hi));
-    let mut f = Figure::new(
-        FIG,
-        "Fig. 5 (companion): mean Affine-Scaled α per layer and head",
-        panels,
-    );
+    let panels = head_panels(ctx, grids, (lo, hi));
+    let mut f = Figure::new(fig, title, panels);
     f.panel_size = (420, 360);
     f.colorbar = Some(ColorBar {
-        label: "mean α = φ(wₕ · xᵢ) over queries".into(),
+        label: scale_label.into(),
         range: (lo, hi),
     });
-    Ok(f)
+    f
 }
 
 /// Share of the visible Fig. 9 cells below the top of its colour scale.
