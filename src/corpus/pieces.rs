@@ -230,7 +230,7 @@ mod tests {
     fn text() -> String {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../shared/data/tinyshakespeare.txt"
+            "/tests/fixtures/corpus/tinyshakespeare.txt"
         );
         let plain = std::fs::read_to_string(path).unwrap();
         let mut text = String::new();

@@ -142,7 +142,7 @@ fn ids_of(v: &Value) -> Vec<u32> {
         .collect()
 }
 
-/// The fixed text: the first `chars` characters of ../shared/data/tinyshakespeare.txt.
+/// The fixed text: the first `chars` characters of tests/fixtures/corpus/tinyshakespeare.txt.
 fn smollm2_text() -> String {
     let spec = &smollm2_reference()["text"];
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(spec["file"].as_str().unwrap());

@@ -452,7 +452,7 @@ fn no_memory_bounds_a_long_text_corpus_is_read_only_as_far_as_the_windows_need()
     let tmp = tempfile::tempdir().unwrap();
     let plain = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/data/tinyshakespeare.txt"
+        "/tests/fixtures/corpus/tinyshakespeare.txt"
     ))
     .unwrap();
     let mut long = Vec::new();
