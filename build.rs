@@ -1,19 +1,30 @@
-//! With the `cuda` feature, compiles src/cuda/kernels.cu to PTX with the toolkit's nvcc
-//! (`NVCC`, else `nvcc` on PATH) for `CUDA_COMPUTE_CAP` (e.g. 90; default 80: the driver
-//! compiles the PTX for newer GPUs at load time). Without the feature it does nothing.
+//! Writes the CUDA header of the row table's layout (`$OUT_DIR/row_table.h`, from
+//! src/probe/row_columns.rs, the one definition the library also reads). With the `cuda`
+//! feature, compiles src/cuda/kernels.cu (which includes that header) to PTX with the
+//! toolkit's nvcc (`NVCC`, else `nvcc` on PATH) for `CUDA_COMPUTE_CAP` (e.g. 90; default
+//! 80: the driver compiles the PTX for newer GPUs at load time).
 
 use std::path::PathBuf;
 use std::process::Command;
 
+#[allow(dead_code)]
+mod row_columns {
+    include!("src/probe/row_columns.rs");
+}
+
 fn main() {
     println!("cargo:rerun-if-changed=src/cuda/kernels.cu");
+    println!("cargo:rerun-if-changed=src/probe/row_columns.rs");
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     println!("cargo:rerun-if-env-changed=NVCC");
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let header = out_dir.join("row_table.h");
+    std::fs::write(&header, row_columns::cuda_header())
+        .unwrap_or_else(|err| panic!("{}: {err}", header.display()));
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
         return;
     }
-    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"))
-        .join("asa_kernels.ptx");
+    let out = out_dir.join("asa_kernels.ptx");
     let cap: String = std::env::var("CUDA_COMPUTE_CAP")
         .unwrap_or_else(|_| "80".into())
         .chars()
@@ -23,6 +34,8 @@ fn main() {
     let status = Command::new(&nvcc)
         .args(["--ptx", "-O3", "-std=c++17"])
         .arg(format!("-arch=compute_{cap}"))
+        .arg("-I")
+        .arg(&out_dir)
         .arg("src/cuda/kernels.cu")
         .arg("-o")
         .arg(&out)

@@ -8,7 +8,12 @@
 Checkpoints are folders, GGUF files or Hugging Face Hub ids (`org/name`, `org/name@revision`)
 resolved through the local Hugging Face cache. Errors raise `AsaError` (a `ValueError`)
 subclasses whose message is the CLI's one line; Ctrl-C stops a run and raises
-`KeyboardInterrupt` with nothing written.
+`KeyboardInterrupt` with nothing written. The package installs no signal handler: the
+interpreter keeps its own. A run in another thread is stopped by its `CancelToken`:
+
+    token = asa.CancelToken()
+    threading.Thread(target=lambda: asa.analyze("ckpt/", cancel=token)).start()
+    token.cancel()                 # that run raises asa.Cancelled; other runs go on
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from . import _native
-from ._native import AsaError, InputError, IoError, UsageError
+from ._native import AsaError, CancelToken, Cancelled, InputError, IoError, UsageError
 
 __all__ = [
     "AsaError",
+    "CancelToken",
+    "Cancelled",
     "InputError",
     "IoError",
     "UsageError",
@@ -178,6 +185,7 @@ def analyze(
     batch_size: int = 1,
     seed: int = 0,
     progress: bool = True,
+    cancel: Optional[CancelToken] = None,
 ) -> Result:
     """Every attention metric of `models` in one pass, as `asa-analyze analyze`.
 
@@ -191,6 +199,8 @@ def analyze(
         whatever its config.json names; default the detected one (`.run["models"]` says
         how each was detected).
     progress: a tqdm bar (a plain one without tqdm); False for none.
+    cancel: a `CancelToken` whose `cancel()` (from any thread) stops this run at its next
+        query block, raising `Cancelled` with nothing returned or written.
     """
     with tempfile.TemporaryDirectory(prefix="asa-analyze-") as tmp:
         native = _native.analyze(
@@ -206,6 +216,7 @@ def analyze(
             batch_size=batch_size,
             seed=seed,
             events=_Progress() if progress else _Quiet(),
+            cancel=cancel,
         )
     return Result(native)
 

@@ -2,28 +2,40 @@
 //! in-process with the GIL released, tables handed to Python as polars DataFrames through
 //! Arrow, errors as `AsaError` subclasses whose message is the CLI's one line, Ctrl-C
 //! stopping a run between query blocks. `asa_analyze/__init__.py` is the public API.
+//!
+//! The interpreter owns the process: nothing here installs a signal handler. Each run has a
+//! cancellation token of its own, set when `Python::check_signals` reports Ctrl-C (the
+//! main thread's runs) or when the caller's `CancelToken.cancel()` is called (any thread);
+//! the malloc tunables are set while at least one run goes ([`heap`]).
 
 use std::path::PathBuf;
 
-use asa_analyze::analysis::cancel;
 use asa_analyze::analysis::partial::merge_partials;
+use asa_analyze::analysis::results::write_results;
 use asa_analyze::analysis::shard::Shard;
-use asa_analyze::analysis::{ModelSource, Run, RunEvents, RunOptions, RunOutput};
+use asa_analyze::analysis::{CancelToken, ModelSource, Run, RunEvents, RunOptions, RunOutput};
 use asa_analyze::attention::VariantKind;
 use asa_analyze::corpus::{BosMode, WindowMode};
-use asa_analyze::cpu::heap::RunHeap;
 use asa_analyze::device::DeviceRequest;
-use asa_analyze::export::{to_frame, Format, OutputDir, Table};
+use asa_analyze::export::{to_frame, Format, OutputDir, StagingWatch, Table};
 use asa_analyze::metrics::Metric;
 use asa_analyze::paper::runs::Input;
 use asa_analyze::paper::{paper_tables, render, Method, RunSet, ValueOptions};
 use asa_analyze::stats::{self, grad, LogRequest, RunSpec, StepWindow};
 use asa_analyze::Error;
 use pyo3::create_exception;
-use pyo3::exceptions::{PyKeyboardInterrupt, PyValueError};
+use pyo3::exceptions::{PyException, PyKeyboardInterrupt, PyValueError};
 use pyo3::prelude::*;
 use pyo3_polars::PyDataFrame;
 
+mod heap;
+
+create_exception!(
+    asa_analyze,
+    Cancelled,
+    PyException,
+    "A run stopped by its CancelToken's cancel(): nothing was written."
+);
 create_exception!(
     asa_analyze,
     AsaError,
@@ -53,7 +65,7 @@ create_exception!(
 fn to_py(err: Error) -> PyErr {
     let line = err.report();
     match err {
-        Error::Interrupted => PyKeyboardInterrupt::new_err("asa-analyze run interrupted"),
+        Error::Interrupted => Cancelled::new_err("asa-analyze run cancelled"),
         Error::Input { .. } | Error::Invalid { .. } => InputError::new_err(line),
         Error::Usage(_) => UsageError::new_err(line),
         Error::Io { .. } => IoError::new_err(line),
@@ -61,32 +73,81 @@ fn to_py(err: Error) -> PyErr {
     }
 }
 
+/// A run's token, for Python: `cancel()` from any thread stops the run it is given to
+/// (`analyze(..., cancel=token)`) at its next query block, which then raises `Cancelled`.
+#[pyclass(module = "asa_analyze._native", name = "CancelToken", frozen)]
+#[derive(Default)]
+struct PyCancelToken(CancelToken);
+
+#[pymethods]
+impl PyCancelToken {
+    #[new]
+    fn new() -> Self {
+        PyCancelToken::default()
+    }
+
+    /// Asks the run to stop at its next query block.
+    fn cancel(&self) {
+        self.0.cancel()
+    }
+
+    /// Whether `cancel()` was called.
+    #[getter]
+    fn cancelled(&self) -> bool {
+        self.0.is_cancelled()
+    }
+}
+
 /// Forwards a run's events to a Python object (`started(label, tokens)`, `advance(tokens)`,
-/// `finished()`, `note(text)`) and checks for Ctrl-C at each of them.
+/// `finished()`, `note(text)`) and checks for Ctrl-C at each of them: Ctrl-C (or a
+/// `KeyboardInterrupt` raised by the object) cancels this run's token and is remembered, so
+/// the run raises `KeyboardInterrupt`.
 struct PyEvents {
     sink: Option<Py<PyAny>>,
+    cancel: CancelToken,
+    interrupted: bool,
+}
+
+impl PyEvents {
+    fn new(sink: Option<Py<PyAny>>, cancel: CancelToken) -> PyEvents {
+        PyEvents {
+            sink,
+            cancel,
+            interrupted: false,
+        }
+    }
+
+    /// The run's error for Python: `KeyboardInterrupt` when Ctrl-C stopped it.
+    fn error(&self, err: Error) -> PyErr {
+        match err {
+            Error::Interrupted if self.interrupted => {
+                PyKeyboardInterrupt::new_err("asa-analyze run interrupted")
+            }
+            err => to_py(err),
+        }
+    }
 }
 
 impl PyEvents {
     fn call(
-        &self,
+        &mut self,
         method: &str,
         args: impl for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyTuple>>,
     ) {
-        Python::attach(|py| {
+        let interrupted = Python::attach(|py| {
             if py.check_signals().is_err() {
-                cancel::request();
-                return;
+                return true;
             }
-            if let Some(sink) = &self.sink {
-                let result = args(py).and_then(|a| sink.bind(py).call_method1(method, a));
-                if let Err(e) = result {
-                    if e.is_instance_of::<PyKeyboardInterrupt>(py) {
-                        cancel::request();
-                    }
-                }
-            }
-        })
+            let Some(sink) = &self.sink else {
+                return false;
+            };
+            let result = args(py).and_then(|a| sink.bind(py).call_method1(method, a));
+            matches!(result, Err(e) if e.is_instance_of::<PyKeyboardInterrupt>(py))
+        });
+        if interrupted {
+            self.interrupted = true;
+            self.cancel.cancel();
+        }
     }
 }
 
@@ -146,10 +207,12 @@ impl NativeResult {
         figures: bool,
     ) -> PyResult<Vec<PathBuf>> {
         let format: Format = format.parse().map_err(UsageError::new_err)?;
-        py.detach(|| {
-            asa_analyze::cli::write_results(&self.output, &self.record, &dir, (format, figures))
-        })
-        .map_err(to_py)
+        // nobody removes this staging folder on a signal but its own Drop: the interpreter,
+        // not this library, decides what a signal does
+        let watch = StagingWatch::new();
+        py.detach(|| write_results(&self.output, &self.record, &dir, (format, figures), &watch))
+            .map(|committed| committed.files)
+            .map_err(to_py)
     }
 }
 
@@ -194,7 +257,7 @@ fn options(
 
 /// Runs an analysis (see `asa_analyze.analyze`).
 #[pyfunction]
-#[pyo3(signature = (models, metrics = None, corpus = None, seq_len = 1024, num_seqs = 10, bos = "auto", windows = "packed", variant = None, device = "auto", batch_size = 1, seed = 0, shard = None, events = None))]
+#[pyo3(signature = (models, metrics = None, corpus = None, seq_len = 1024, num_seqs = 10, bos = "auto", windows = "packed", variant = None, device = "auto", batch_size = 1, seed = 0, shard = None, events = None, cancel = None))]
 #[allow(clippy::too_many_arguments)]
 fn analyze(
     py: Python<'_>,
@@ -211,6 +274,7 @@ fn analyze(
     seed: u64,
     shard: Option<&str>,
     events: Option<Py<PyAny>>,
+    cancel: Option<PyRef<'_, PyCancelToken>>,
 ) -> PyResult<NativeResult> {
     let options = options(
         metrics,
@@ -232,14 +296,14 @@ fn analyze(
             .map(|(label, path)| ModelSource { label, path })
             .collect(),
         options,
+        cancel: cancel.map(|c| c.0.clone()).unwrap_or_default(),
     };
-    let mut sink = PyEvents { sink: events };
-    let output = py
-        .detach(|| {
-            let _heap = RunHeap::enter();
-            run.execute(&mut sink)
-        })
-        .map_err(to_py)?;
+    let mut sink = PyEvents::new(events, run.cancel.clone());
+    let output = py.detach(|| {
+        let _heap = heap::RunHeap::enter();
+        run.execute(&mut sink)
+    });
+    let output = output.map_err(|e| sink.error(e))?;
     let record = output.record("python analyze", &run.options);
     Ok(NativeResult { output, record })
 }
@@ -248,7 +312,7 @@ fn analyze(
 #[pyfunction]
 fn inspect(py: Python<'_>, path: PathBuf) -> PyResult<String> {
     let report = py
-        .detach(|| asa_analyze::cli::inspect::report(&path))
+        .detach(|| asa_analyze::analysis::inspect::report(&path))
         .map_err(to_py)?;
     Ok(report.to_string())
 }
@@ -444,7 +508,7 @@ fn figures(py: Python<'_>, results: Vec<PathBuf>, out: PathBuf) -> PyResult<Vec<
         if let Some(bad) = results.iter().find(|d| !d.is_dir()) {
             return Err(Error::input(bad, "not a results folder"));
         }
-        let mut dir = OutputDir::create(&out, Format::Csv)?;
+        let mut dir = OutputDir::create(&out, Format::Csv, &StagingWatch::new())?;
         asa_analyze::plot::render_all(&results, &mut dir)?;
         dir.commit()
     })
@@ -454,6 +518,8 @@ fn figures(py: Python<'_>, results: Vec<PathBuf>, out: PathBuf) -> PyResult<Vec<
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("AsaError", m.py().get_type::<AsaError>())?;
+    m.add("Cancelled", m.py().get_type::<Cancelled>())?;
+    m.add_class::<PyCancelToken>()?;
     m.add("InputError", m.py().get_type::<InputError>())?;
     m.add("UsageError", m.py().get_type::<UsageError>())?;
     m.add("IoError", m.py().get_type::<IoError>())?;

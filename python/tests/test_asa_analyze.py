@@ -26,11 +26,37 @@ SMALL = dict(seq_len=16, num_seqs=3, progress=False)
 SMALL_ARGS = ("--seq-len", "16", "--num-seqs", "3")
 
 
+# a script's long analysis that says "started" once it runs and "interrupted" when Ctrl-C
+# stops it with KeyboardInterrupt
+LONG_RUN_UNTIL_CTRL_C = f"""
+class Tell(asa._Progress):
+    def started(self, label, tokens):
+        print("started", flush=True)
+try:
+    asa._native.analyze([("m", {str(FIXTURES / 'llama_gqa')!r})], seq_len=64, num_seqs=20000,
+                        batch_size=1, events=Tell())
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
 def cli(*args, cwd):
     env = {k: v for k, v in os.environ.items() if k not in ("SLURM_ARRAY_TASK_ID", "JOB_COMPLETION_INDEX")}
     out = subprocess.run([str(BIN), *args], cwd=cwd, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     return out
+
+
+def assert_frame_equal_values(frame, want, name):
+    """`frame` holds `want`'s columns and values (numbers to 1e-15 relative, NaN equal)."""
+    assert frame.columns == want.columns and frame.height == want.height, name
+    for col in frame.columns:
+        got, exp = frame[col], want[col]
+        if got.dtype.is_numeric() and exp.dtype.is_numeric():
+            assert np.allclose(got.cast(pl.Float64).to_numpy(), exp.cast(pl.Float64).to_numpy(),
+                               rtol=1e-15, atol=0, equal_nan=True), (name, col)
+        else:
+            assert got.cast(pl.Utf8).fill_null("").to_list() == exp.cast(pl.Utf8).fill_null("").to_list(), (name, col)
 
 
 def test_frames_and_written_tables_equal_the_clis(tmp_path):
@@ -48,14 +74,7 @@ def test_frames_and_written_tables_equal_the_clis(tmp_path):
         frame = getattr(res, name[: -len(".csv")])
         assert isinstance(frame, pl.DataFrame)
         want = pl.read_csv(tmp_path / "cli" / name, infer_schema_length=None)
-        assert frame.columns == want.columns and frame.height == want.height, name
-        for col in frame.columns:
-            got, exp = frame[col], want[col]
-            if got.dtype.is_numeric() and exp.dtype.is_numeric():
-                assert np.allclose(got.cast(pl.Float64).to_numpy(), exp.cast(pl.Float64).to_numpy(),
-                                   rtol=1e-15, atol=0, equal_nan=True), (name, col)
-            else:
-                assert got.cast(pl.Utf8).fill_null("").to_list() == exp.cast(pl.Utf8).fill_null("").to_list(), (name, col)
+        assert_frame_equal_values(frame, want, name)
     assert res.run["models"][0]["model"] == "sink" and res.run["models"][1]["variant"] == "affine_scaled"
     assert "attention (" in repr(res) and "'sink'" in repr(res)
     with pytest.raises(AttributeError, match="no table 'nope'"):
@@ -111,15 +130,8 @@ def test_bad_input_raises_asa_errors_with_the_clis_line(tmp_path):
 def test_ctrl_c_stops_a_run_with_keyboard_interrupt(tmp_path):
     script = f"""
 import sys, asa_analyze as asa
-class Tell(asa._Progress):
-    def started(self, label, tokens):
-        print("started", flush=True)
-try:
-    asa._native.analyze([("m", {str(FIXTURES / 'llama_gqa')!r})], seq_len=64, num_seqs=20000,
-                        batch_size=1, events=Tell())
-except KeyboardInterrupt:
-    print("interrupted", flush=True)
-    sys.exit(3)
+{LONG_RUN_UNTIL_CTRL_C}
+sys.exit(3)
 """
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
     assert proc.stdout.readline().strip() == "started"
@@ -128,6 +140,74 @@ except KeyboardInterrupt:
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 3 and "interrupted" in out, (proc.returncode, out)
     assert not any(tmp_path.iterdir())
+
+
+def test_ctrl_c_after_a_write_still_raises_keyboard_interrupt(tmp_path):
+    # issue 37: Result.write() installs no signal handler. Before, the first write started the
+    # library's signal thread and a later Ctrl-C ended the interpreter (exit 130) instead of
+    # raising KeyboardInterrupt.
+    script = f"""
+import signal, sys, asa_analyze as asa
+res = asa.analyze({{"m": {str(FIXTURES / 'llama_gqa')!r}}}, seq_len=16, num_seqs=2, progress=False)
+res.write("written")
+assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+{LONG_RUN_UNTIL_CTRL_C}
+again = asa.analyze({{"m": {str(FIXTURES / 'llama_gqa')!r}}}, seq_len=16, num_seqs=2, progress=False)
+print("alive", again.attention.height > 0, flush=True)
+sys.exit(3)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    assert proc.stdout.readline().strip() == "started"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 3 and "interrupted" in out and "alive True" in out, (proc.returncode, out)
+    # the one write, whole, and nothing else: no staging folder, no partial output
+    assert [p.name for p in tmp_path.iterdir()] == ["written"]
+    assert sorted(p.name for p in (tmp_path / "written").iterdir() if p.name.startswith("."))  == []
+    assert (tmp_path / "written" / "run.json").is_file()
+
+
+def test_two_runs_in_two_threads_cancelling_one_leaves_the_other(tmp_path):
+    import threading
+
+    model = FIXTURES / "llama_gqa"
+    started = threading.Event()
+
+    class Tell(asa._Quiet):
+        def started(self, label, tokens):
+            started.set()
+
+    token = asa.CancelToken()
+    outcome = {}
+
+    def long_run():
+        try:
+            asa._native.analyze([("m", str(model))], seq_len=64, num_seqs=20000, events=Tell(), cancel=token)
+            outcome["long"] = "finished"
+        except asa.Cancelled:
+            outcome["long"] = "cancelled"
+
+    def short_run():
+        outcome["short"] = asa.analyze({"m": model}, seq_len=16, num_seqs=3, progress=False)
+
+    first = threading.Thread(target=long_run)
+    first.start()
+    assert started.wait(60)
+    second = threading.Thread(target=short_run)
+    second.start()
+    token.cancel()
+    first.join(60)
+    second.join(120)
+    assert token.cancelled and outcome["long"] == "cancelled", outcome
+    res = outcome["short"]
+    cli("analyze", f"m={model}", *SMALL_ARGS, "--quiet", "--out", "cli", cwd=tmp_path)
+    names = sorted(p.name for p in (tmp_path / "cli").glob("*.csv"))
+    assert names
+    for name in names:
+        frame = getattr(res, name[: -len(".csv")])
+        want = pl.read_csv(tmp_path / "cli" / name, infer_schema_length=None)
+        assert_frame_equal_values(frame, want, name)
 
 
 def test_import_leaves_polars_for_the_first_frame():

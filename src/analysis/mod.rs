@@ -3,13 +3,16 @@
 
 pub mod cancel;
 pub mod hub_cache;
+pub mod inspect;
 pub mod partial;
 pub mod plan;
+pub mod results;
 mod run;
 pub mod schedule;
 pub mod series;
 pub mod shard;
 
+pub use cancel::CancelToken;
 pub use run::{
     kernel_layers, ModelResult, ModelSource, Run, RunEvents, RunOptions, RunOutput, Silent,
 };
@@ -20,7 +23,7 @@ use crate::error::Result;
 use crate::metrics::{MetricOptions, MetricProbe, ModelMetrics, VariantTraits};
 use crate::model::{Checkpoint, LayerTiming, Model};
 use crate::probe::row_table::RowWants;
-use crate::probe::{BlockCtx, Hook, Kernel, Probe};
+use crate::probe::{BlockCtx, Hook, Kernel, Probe, ProbeSet};
 
 /// How the forward passes are cut.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
@@ -29,6 +32,18 @@ pub struct RunShape {
     pub batch_size: usize,
     /// Queries per attention block.
     pub block: usize,
+}
+
+/// What goes along with a part's forward passes beside the metrics.
+pub struct Along<'a, 'b> {
+    /// Checked after every query block: the part stops with
+    /// [`Error::Interrupted`](crate::Error::Interrupted) once it is set.
+    pub cancel: &'a CancelToken,
+    /// Told the part's tokens done after every query block.
+    pub progress: &'a mut dyn FnMut(usize),
+    /// Probes attached beside the metrics ([`ProbeSet`]): they get what they want of every
+    /// layer and never change the kernel the metrics' plan picks.
+    pub observers: &'a mut [&'b mut dyn Probe],
 }
 
 /// Forwards everything to the metric probe, tells it which sequences each batch of a
@@ -40,6 +55,8 @@ struct BlockTicker<'a, F: FnMut(usize, usize, usize)> {
     offsets: &'a [usize],
     batch: usize,
     on_block: F,
+    /// Checked after every query block.
+    cancel: &'a CancelToken,
 }
 
 impl<F: FnMut(usize, usize, usize)> Probe for BlockTicker<'_, F> {
@@ -59,7 +76,7 @@ impl<F: FnMut(usize, usize, usize)> Probe for BlockTicker<'_, F> {
     }
 
     fn on_block_end(&mut self, ctx: &BlockCtx) -> Result<()> {
-        cancel::check()?;
+        self.cancel.check()?;
         self.inner.on_block_end(ctx)?;
         (self.on_block)(self.batch, ctx.layer, ctx.q_start + ctx.q_len);
         Ok(())
@@ -94,7 +111,7 @@ pub fn analyze(
     progress: impl FnMut(usize),
 ) -> Result<ModelMetrics> {
     let all = 0..windows.len();
-    let (probe, _) = accumulate_timed(ckpt, model, (windows, all), opts, shape, progress)?;
+    let probe = accumulate(ckpt, model, (windows, all), opts, shape, progress)?;
     finish(ckpt, &probe)
 }
 
@@ -108,21 +125,32 @@ pub fn accumulate(
     part: (&[Vec<u32>], std::ops::Range<usize>),
     opts: &MetricOptions,
     shape: RunShape,
-    progress: impl FnMut(usize),
+    mut progress: impl FnMut(usize),
 ) -> Result<MetricProbe> {
-    Ok(accumulate_timed(ckpt, model, part, opts, shape, progress)?.0)
+    let along = Along {
+        cancel: &CancelToken::new(),
+        progress: &mut progress,
+        observers: &mut [],
+    };
+    Ok(accumulate_timed(ckpt, model, part, opts, shape, along)?.0)
 }
 
-/// [`accumulate`], and what each layer took when `model` is streamed (batch by batch, layer
-/// by layer, when it is resident; layer by layer, every batch, when streamed).
+/// [`accumulate`] with what goes [`Along`] (a cancellation token, progress, observers),
+/// and what each layer took when `model` is streamed (batch by batch, layer by layer, when
+/// it is resident; layer by layer, every batch, when streamed).
 pub fn accumulate_timed(
     ckpt: &Checkpoint,
     model: &Model,
     (windows, range): (&[Vec<u32>], std::ops::Range<usize>),
     opts: &MetricOptions,
     shape: RunShape,
-    mut progress: impl FnMut(usize),
+    along: Along,
 ) -> Result<(MetricProbe, Vec<LayerTiming>)> {
+    let Along {
+        cancel,
+        progress,
+        observers,
+    } = along;
     let c = &ckpt.config;
     let key_windows: Vec<_> = (0..c.num_layers).map(|l| c.key_window(l)).collect();
     let mut probe = MetricProbe::new(
@@ -152,12 +180,14 @@ pub fn accumulate_timed(
             inner: &mut probe,
             offsets: &offsets,
             batch: 0,
+            cancel,
             on_block: |k: usize, layer: usize, queries: usize| {
                 let done = layer * part_tokens + before(k) + batch_tokens(k) * queries / t.max(1);
                 progress(done / layers)
             },
         };
-        let timings = model.forward_layer_major(&ckpt.store, &batches, shape.block, &mut ticker)?;
+        let mut probes = ProbeSet::new(&mut ticker, observers);
+        let timings = model.forward_layer_major(&ckpt.store, &batches, shape.block, &mut probes)?;
         return Ok((probe, timings));
     }
     for (k, ids) in batches.iter().enumerate() {
@@ -166,11 +196,12 @@ pub fn accumulate_timed(
             inner: &mut probe,
             offsets: &[],
             batch: k,
+            cancel,
             on_block: |k: usize, layer: usize, queries: usize| {
                 progress(before(k) + batch_tokens(k) * (layer * t + queries) / (layers * t))
             },
         };
-        model.forward(ids, shape.block, &mut ticker)?;
+        model.forward(ids, shape.block, &mut ProbeSet::new(&mut ticker, observers))?;
     }
     Ok((probe, Vec::new()))
 }

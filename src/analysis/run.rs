@@ -16,7 +16,7 @@ use super::plan::{batch_chunk, block_size, check_block, default_budget};
 use super::schedule::{peak_rss_bytes, Schedule};
 use super::series::find_series;
 use super::shard::Shard;
-use super::{accumulate_timed, finish, finish_inputs, RunShape};
+use super::{accumulate_timed, finish, finish_inputs, Along, CancelToken, RunShape};
 use crate::attention::VariantKind;
 use crate::corpus::{
     load_windows_with, BosMode, CorpusOptions, CorpusSource, SpecialTokens, TokenizerRef,
@@ -262,11 +262,14 @@ impl RunOutput {
     }
 }
 
-/// A whole analysis: models and options.
+/// A whole analysis: models, options, and the token that stops it.
 #[derive(Debug, Clone)]
 pub struct Run {
     pub models: Vec<ModelSource>,
     pub options: RunOptions,
+    /// Set by whoever owns the process (the CLI on a signal, Python on Ctrl-C): the run
+    /// stops at its next query block with [`Error::Interrupted`].
+    pub cancel: CancelToken,
 }
 
 impl Run {
@@ -274,7 +277,6 @@ impl Run {
     /// metrics on its last step in the same forward pass), telling `events` as it goes.
     pub fn execute(&self, events: &mut dyn RunEvents) -> Result<RunOutput> {
         let started = Instant::now();
-        super::cancel::clear();
         let o = &self.options;
         o.validate()?;
         let device = resolve_device(o.device)?;
@@ -286,6 +288,7 @@ impl Run {
             map: &map,
             device: &device,
             dtype,
+            cancel: &self.cancel,
         };
         let (mut models, mut series, mut step_partials) = (Vec::new(), Vec::new(), Vec::new());
         for source in &self.models {
@@ -357,6 +360,7 @@ struct ModelContext<'a> {
     map: &'a WeightMap,
     device: &'a Device,
     dtype: DType,
+    cancel: &'a CancelToken,
 }
 
 impl ModelContext<'_> {
@@ -455,9 +459,12 @@ impl ModelContext<'_> {
         events.model_started(label, tokens);
         let started = Instant::now();
         let part = (&windows.ids[..], range.clone());
-        let (probe, timings) = accumulate_timed(&ckpt, &model, part, &opts, shape, |done| {
-            events.progress(done as u64)
-        })?;
+        let along = Along {
+            cancel: self.cancel,
+            progress: &mut |done: usize| events.progress(done as u64),
+            observers: &mut [],
+        };
+        let (probe, timings) = accumulate_timed(&ckpt, &model, part, &opts, shape, along)?;
         let metrics = finish(&ckpt, &probe)?;
         events.model_finished();
         let seconds = started.elapsed().as_secs_f64();

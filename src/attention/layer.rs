@@ -162,6 +162,7 @@ impl Attention {
                 self.materialised_blocks(&p, (layer, block), fused, probe)?
             }
         };
+        self.observe_blocks(&p, (layer, block), probe)?;
         probe.on_layer_end(layer)?;
         let _p = phase("attention: gate, o_proj");
         let out =
@@ -376,58 +377,30 @@ impl Attention {
         probe: &mut dyn Probe,
     ) -> Result<Vec<Tensor>> {
         let scale = self.shape.scale;
-        let distance_table = match self.logit_rule {
-            LogitRule::ScaleInvariant { tau } => Some(DistanceTable::new(tau, p.t, p.q.device())?),
-            _ => None,
-        };
-        let logits_of =
-            |raw: &Tensor, q_start| self.logits(raw, scale, q_start, distance_table.as_ref());
+        let table = self.distance_table(p)?;
+        let wanted: Vec<Hook> = Hook::ATTENTION
+            .into_iter()
+            .filter(|&h| probe.wants(h, layer))
+            .collect();
+        let wants = |hook: Hook| wanted.contains(&hook);
         let mut outputs = Vec::new();
         for (q_start, n) in query_blocks(p.t, block) {
             let ctx = self.block_ctx(layer, (q_start, n), p.t);
             let softmax = phase("attention: softmax and block hooks");
             let raw = self.raw_scores(p, (q_start, n))?.to_dtype(DType::F32)?;
-            if probe.wants(Hook::Qk, layer) {
-                probe.on_tensor(Hook::Qk, &ctx, &raw)?;
+            let mut push = |hook: Hook, xs: &Tensor| probe.on_tensor(hook, &ctx, xs);
+            if wants(Hook::Qk) {
+                push(Hook::Qk, &raw)?;
             }
             // each row's largest logit, from the logits the block computes anyway
-            let want_max = probe.wants(Hook::MaxLogit, layer);
             let (bw, max_logit) = if fused {
-                let table = distance_table.as_ref();
+                let want_max = wants(Hook::MaxLogit);
+                let table = table.as_ref();
                 self.fused_block_weights(p, &raw, (scale, q_start), table, want_max)?
             } else {
-                let visible = visibility(q_start, n, self.shape.window, p.q.device())?;
-                let scores = mask_invisible(&logits_of(&raw, q_start)?, &visible)?;
-                if probe.wants(Hook::AttnScores, layer) {
-                    probe.on_tensor(Hook::AttnScores, &ctx, &scores)?;
-                }
-                let max_logit = match (want_max, &self.logit_rule) {
-                    (false, _) => None,
-                    // before soft-capping (the capped maximum follows: tanh is monotone)
-                    (true, LogitRule::SoftCap { .. }) => Some(row_max_logits(
-                        &(&raw * scale)?,
-                        q_start,
-                        self.shape.window,
-                    )?),
-                    (true, _) => Some(scores.max(D::Minus1)?),
-                };
-                let want_softmax = probe.wants(Hook::Softmax, layer);
-                let bw =
-                    self.block_weights(&scores, q_start, p.t, p.alpha.as_ref(), want_softmax)?;
-                (bw, max_logit)
+                self.candle_block_weights(p, &raw, (q_start, table.as_ref()), &wants, &mut push)?
             };
-            if let Some(max_logit) = max_logit {
-                probe.on_tensor(Hook::MaxLogit, &ctx, &max_logit)?;
-            }
-            for (hook, xs) in [
-                (Hook::Pattern, Some(&bw.weights)),
-                (Hook::Softmax, bw.softmax.as_ref()),
-                (Hook::SinkMass, bw.sink_mass.as_ref()),
-            ] {
-                if let (Some(xs), true) = (xs, probe.wants(hook, layer)) {
-                    probe.on_tensor(hook, &ctx, xs)?;
-                }
-            }
+            push_weight_hooks(&bw, max_logit.as_ref(), &wants, &mut push)?;
             drop(softmax);
             let _p = phase("attention: value products");
             outputs.push(self.value_product(p, &bw.weights, (q_start, n))?);
@@ -435,6 +408,81 @@ impl Attention {
             probe.on_block_end(&ctx)?;
         }
         Ok(outputs)
+    }
+
+    /// The per-block attention tensors observers attached beside the planned probe want
+    /// ([`Probe::observes`]), materialised with candle ops whatever kernel ran the layer:
+    /// the layer's output and the planned probe's rows are the kernel's alone.
+    fn observe_blocks(
+        &self,
+        p: &Projected,
+        (layer, block): (usize, usize),
+        probe: &mut dyn Probe,
+    ) -> Result<()> {
+        let wanted: Vec<Hook> = Hook::ATTENTION
+            .into_iter()
+            .filter(|&h| probe.observes(h, layer))
+            .collect();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let wants = |hook: Hook| wanted.contains(&hook);
+        let _p = phase("attention: blocks materialised for observers");
+        let table = self.distance_table(p)?;
+        for (q_start, n) in query_blocks(p.t, block) {
+            let ctx = self.block_ctx(layer, (q_start, n), p.t);
+            let raw = self.raw_scores(p, (q_start, n))?.to_dtype(DType::F32)?;
+            let mut push = |hook: Hook, xs: &Tensor| probe.on_observed(hook, &ctx, xs);
+            if wants(Hook::Qk) {
+                push(Hook::Qk, &raw)?;
+            }
+            let (bw, max_logit) =
+                self.candle_block_weights(p, &raw, (q_start, table.as_ref()), &wants, &mut push)?;
+            push_weight_hooks(&bw, max_logit.as_ref(), &wants, &mut push)?;
+        }
+        Ok(())
+    }
+
+    /// The scale-invariant rule's distance table for a layer of `p.t` tokens (none for
+    /// other rules).
+    fn distance_table(&self, p: &Projected) -> Result<Option<DistanceTable>> {
+        match self.logit_rule {
+            LogitRule::ScaleInvariant { tau } => {
+                Ok(Some(DistanceTable::new(tau, p.t, p.q.device())?))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// A block's weights from its raw q.k (f32) with candle ops: the logits, masked, pushed
+    /// as `AttnScores` when wanted, then the variant's weights (the plain softmax too when
+    /// `Softmax` is wanted); with each row's largest logit when `MaxLogit` is wanted.
+    fn candle_block_weights(
+        &self,
+        p: &Projected,
+        raw: &Tensor,
+        (q_start, table): (usize, Option<&DistanceTable>),
+        wants: &dyn Fn(Hook) -> bool,
+        push: &mut dyn FnMut(Hook, &Tensor) -> Result<()>,
+    ) -> Result<(BlockWeights, Option<Tensor>)> {
+        let scale = self.shape.scale;
+        let n = raw.dim(2)?;
+        let visible = visibility(q_start, n, self.shape.window, p.q.device())?;
+        let scores = mask_invisible(&self.logits(raw, scale, q_start, table)?, &visible)?;
+        if wants(Hook::AttnScores) {
+            push(Hook::AttnScores, &scores)?;
+        }
+        let max_logit = match (wants(Hook::MaxLogit), &self.logit_rule) {
+            (false, _) => None,
+            // before soft-capping (the capped maximum follows: tanh is monotone)
+            (true, LogitRule::SoftCap { .. }) => {
+                Some(row_max_logits(&(raw * scale)?, q_start, self.shape.window)?)
+            }
+            (true, _) => Some(scores.max(D::Minus1)?),
+        };
+        let want_softmax = wants(Hook::Softmax);
+        let bw = self.block_weights(&scores, q_start, p.t, p.alpha.as_ref(), want_softmax)?;
+        Ok((bw, max_logit))
     }
 
     /// The CPU's fused scale, mask and softmax of a block's raw q.k (f32), then the
@@ -647,6 +695,27 @@ struct Projected {
     alpha: Option<Tensor>,
     host_sinks: Option<Vec<f32>>,
     t: usize,
+}
+
+/// Pushes a block's row maxima and weights (effective, plain softmax, sink mass) where
+/// `wants` them.
+fn push_weight_hooks(
+    bw: &BlockWeights,
+    max_logit: Option<&Tensor>,
+    wants: &dyn Fn(Hook) -> bool,
+    push: &mut dyn FnMut(Hook, &Tensor) -> Result<()>,
+) -> Result<()> {
+    for (hook, xs) in [
+        (Hook::MaxLogit, max_logit),
+        (Hook::Pattern, Some(&bw.weights)),
+        (Hook::Softmax, bw.softmax.as_ref()),
+        (Hook::SinkMass, bw.sink_mass.as_ref()),
+    ] {
+        if let (Some(xs), true) = (xs, wants(hook)) {
+            push(hook, xs)?;
+        }
+    }
+    Ok(())
 }
 
 /// Pushes `make()` as `hook` of `ctx` when the probe wants it (nothing is made otherwise).

@@ -3,11 +3,8 @@
 //! picks one [`Kernel`], and `Attention::forward` matches it once. A kernel is only ever
 //! asked to compute what it can: none of them falls back to another.
 
-use crate::probe::row_table::RowWants;
+use crate::probe::row_table::{RowWants, MAX_BANDS};
 pub use crate::probe::Kernel;
-
-/// Distance bands the CUDA fused softmax accumulates per row (`MAX_BANDS` in kernels.cu).
-pub const CUDA_MAX_BANDS: usize = 16;
 
 /// The device a layer runs on, as far as the kernels care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +69,7 @@ pub fn plan(f: &Facts) -> Kernel {
         let plain = f.plain_logits && !f.affine && !reads_maps && !training;
         let device = match f.device {
             DeviceKind::Cpu => f.f32 && (!f.sinks || f.host_sinks),
-            DeviceKind::Cuda => rows.bands.len() <= CUDA_MAX_BANDS && (!f.sinks || f.sinks_f32),
+            DeviceKind::Cuda => rows.bands.len() <= MAX_BANDS && (!f.sinks || f.sinks_f32),
             DeviceKind::Other => false,
         };
         if plain && device && !f.windowed {

@@ -13,8 +13,10 @@ use serde_json::json;
 
 use super::choice::choice;
 use super::report;
+use super::Process;
 use crate::analysis::partial::{shard_info, stage_partial};
 use crate::analysis::plan::parse_bytes;
+use crate::analysis::results::{self, stage_tables};
 use crate::analysis::shard::Shard;
 use crate::analysis::{kernel_layers, ModelSource, Run, RunEvents, RunOptions, RunOutput};
 use crate::attention::VariantKind;
@@ -302,7 +304,7 @@ impl RunEvents for Terminal {
 }
 
 /// Runs a metric command computing `metrics`; `command` names it in run.json.
-pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
+pub fn run(args: MetricArgs, metrics: &[Metric], command: &str, process: &Process) -> Result<()> {
     let started = Instant::now();
     let options = run_options(&args, metrics, command)?;
     options.validate()?;
@@ -315,10 +317,14 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
     if args.profile {
         crate::profile::enable(&resolve_device(args.device)?);
     }
-    let mut out = OutputDir::create(&args.out, args.format)?;
+    let mut out = OutputDir::create(&args.out, args.format, &process.staging)?;
     let mut options = options;
     options.scratch_dir = Some(out.staging().to_path_buf());
-    let run = Run { models, options };
+    let run = Run {
+        models,
+        options,
+        cancel: process.cancel.clone(),
+    };
     let mut terminal = Terminal {
         quiet: args.quiet,
         bar: None,
@@ -353,7 +359,7 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
         return Ok(());
     }
     stage_tables(&mut out, &output, &record)?;
-    let written = commit_with_figures(out, &args)?;
+    let written = commit_tables(out, (args.figures, args.quiet))?;
     print_results(&output, &run.options.metrics, &written, &args)?;
     if args.profile {
         eprint!("{}", crate::profile::report(started.elapsed()));
@@ -361,63 +367,19 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str) -> Result<()> {
     Ok(())
 }
 
-/// Writes a run's tables and its run.json `record` into `dir` as `analyze --out dir` does
-/// (atomically; with the figures when `figures`): the Python package's `write`.
-pub fn write_results(
-    output: &RunOutput,
-    record: &serde_json::Value,
-    dir: &std::path::Path,
-    (format, figures): (Format, bool),
-) -> Result<Vec<PathBuf>> {
-    let mut out = OutputDir::create(dir, format)?;
-    stage_tables(&mut out, output, record)?;
-    commit_tables(out, (figures, true), dir, format)
-}
-
-/// Stages a run's tables and its run.json `record` in `out` (moved into place on commit).
-pub(super) fn stage_tables(
-    out: &mut OutputDir,
-    output: &RunOutput,
-    record: &serde_json::Value,
-) -> Result<()> {
-    for table in output.tables() {
-        out.write(&table)?;
-    }
-    let text = serde_json::to_string_pretty(record)
-        .map_err(|e| Error::failed("cannot encode run.json", e))?;
-    out.write_bytes("run.json", text.as_bytes())
-}
-
-/// Renders the figures from the staged tables when `--figures` asks (so tables and
-/// figures appear together or not at all), then moves everything into place.
-fn commit_with_figures(out: OutputDir, args: &MetricArgs) -> Result<Vec<PathBuf>> {
-    commit_tables(out, (args.figures, args.quiet), &args.out, args.format)
-}
-
-/// Moves staged tables into place, rendering the figures from them first when `figures`.
+/// Moves staged tables into place (with the figures when `--figures` asks), printing the
+/// figures' notes unless `quiet`.
 pub(super) fn commit_tables(
     out: OutputDir,
     (figures, quiet): (bool, bool),
-    target: &std::path::Path,
-    format: Format,
 ) -> Result<Vec<PathBuf>> {
-    let figures = if figures {
-        let mut fig_out = OutputDir::create(&target.join("figures"), format)?;
-        let report = crate::plot::render_all(&[out.staging().to_path_buf()], &mut fig_out)?;
-        if !quiet {
-            for note in &report.notes {
-                eprintln!("asa-analyze: note: {note}");
-            }
+    let committed = results::commit_tables(out, figures)?;
+    if !quiet {
+        for note in &committed.notes {
+            eprintln!("asa-analyze: note: {note}");
         }
-        Some(fig_out)
-    } else {
-        None
-    };
-    let mut written = out.commit()?;
-    if let Some(fig_out) = figures {
-        written.extend(fig_out.commit()?);
     }
-    Ok(written)
+    Ok(committed.files)
 }
 
 /// The results on stdout: JSON with `--json`, else the summary table.

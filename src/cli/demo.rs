@@ -13,8 +13,9 @@
 //! ```
 //!
 //! Training that finished with the same options is reused unless `--force`. The runs
-//! train in parallel threads with one compute thread each (`RAYON_NUM_THREADS=1` unless the
-//! environment sets it): on a small model that is faster than sharing the cores per matmul.
+//! train in parallel threads with one compute thread each (each in a rayon pool of its own
+//! of one thread, unless `RAYON_NUM_THREADS` says otherwise): on a small model that is
+//! faster than sharing the cores per matmul. Nothing of the process is changed.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -22,11 +23,13 @@ use std::time::Instant;
 use clap::{Args, Parser};
 use indicatif::MultiProgress;
 
-use super::analyze::{stage_tables, Terminal};
+use super::analyze::Terminal;
 use super::stdout::with_stdout;
 use super::tables::{record as tables_record, write_tables};
 use super::train::{step_bar, TrainSettings};
+use super::Process;
 use super::{run as run_command, Cli};
+use crate::analysis::results::stage_tables;
 use crate::analysis::series::find_series;
 use crate::analysis::{ModelSource, Run, RunOptions};
 use crate::attention::VariantKind;
@@ -95,7 +98,7 @@ struct Defaults {
 }
 
 /// Runs `demo`.
-pub fn run(args: DemoArgs) -> Result<()> {
+pub fn run(args: DemoArgs, process: &Process) -> Result<()> {
     let started = Instant::now();
     if args.steps == 0 {
         return Err(Error::usage("--steps must be at least 1"));
@@ -105,9 +108,6 @@ pub fn run(args: DemoArgs) -> Result<()> {
         if !c.is_file() {
             return Err(Error::input(c, "no such corpus file"));
         }
-    }
-    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
-        std::env::set_var("RAYON_NUM_THREADS", "1");
     }
     let out = args.out.clone();
     std::fs::create_dir_all(&out).map_err(|e| Error::io(&out, e))?;
@@ -130,7 +130,13 @@ pub fn run(args: DemoArgs) -> Result<()> {
     let base = settings.options(VariantKind::Softmax, out.clone())?;
     let tokenizer = shared_tokenizer(&base, &out, args.force)?;
 
-    let summaries = train_all(&settings, &tokenizer, &out, (args.force, args.quiet))?;
+    let summaries = train_all(
+        &settings,
+        &tokenizer,
+        &out,
+        (args.force, args.quiet),
+        process,
+    )?;
     let trained_at = started.elapsed().as_secs_f64();
 
     // the analysis through the library (analysis::Run), the log commands and figures as
@@ -154,13 +160,14 @@ pub fn run(args: DemoArgs) -> Result<()> {
         seed: args.seed + HELD_OUT_SEED,
         ..RunOptions::default()
     };
-    analyze_in_process(
-        Run { models, options },
-        &results.join("attention"),
-        args.quiet,
-    )?;
-    log_tables_and_figures(&out, &results)?;
-    paper_tables_of_demo(&out, &results, &args.lm_eval)?;
+    let run = Run {
+        models,
+        options,
+        cancel: process.cancel.clone(),
+    };
+    analyze_in_process(run, &results.join("attention"), args.quiet, process)?;
+    log_tables_and_figures(&out, &results, process)?;
+    paper_tables_of_demo(&out, &results, &args.lm_eval, process)?;
 
     print_summary(&summaries, &results)?;
     if !args.quiet {
@@ -176,7 +183,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
 }
 
 /// `grad-stats`, `spikes` and `curves` over the three training logs, then every figure.
-fn log_tables_and_figures(out: &Path, results: &Path) -> Result<()> {
+fn log_tables_and_figures(out: &Path, results: &Path, process: &Process) -> Result<()> {
     let logs: Vec<String> = METHODS
         .iter()
         .map(|(label, _)| {
@@ -199,7 +206,7 @@ fn log_tables_and_figures(out: &Path, results: &Path) -> Result<()> {
             results.join(cmd.replace('-', "_")).display().to_string(),
             "--quiet".into(),
         ]);
-        command(v)?;
+        command(v, process)?;
     }
     let mut figs: Vec<String> = vec!["figures".into()];
     for sub in ["attention", "grad_stats", "spikes", "curves"] {
@@ -210,7 +217,7 @@ fn log_tables_and_figures(out: &Path, results: &Path) -> Result<()> {
         out.join("figures").display().to_string(),
         "--quiet".into(),
     ]);
-    command(figs)?;
+    command(figs, process)?;
     Ok(())
 }
 
@@ -237,7 +244,12 @@ fn check_lm_eval(lm_eval: &[String]) -> Result<()> {
 /// Tables 1-2 of the paper for the demo's models into `results/tables/`: Delta Params from
 /// the final checkpoints, the final loss (mean of the last 10 steps, as the summary), the
 /// perplexity of the analysis, the accuracies of any `--lm-eval` results.
-fn paper_tables_of_demo(out: &Path, results: &Path, lm_eval: &[String]) -> Result<()> {
+fn paper_tables_of_demo(
+    out: &Path,
+    results: &Path,
+    lm_eval: &[String],
+    process: &Process,
+) -> Result<()> {
     let mut set = RunSet::default();
     let attention = results.join("attention");
     for (label, _) in METHODS {
@@ -262,7 +274,7 @@ fn paper_tables_of_demo(out: &Path, results: &Path, lm_eval: &[String]) -> Resul
         accuracy: Default::default(),
     };
     let tables = paper_tables(&set, &options)?;
-    let mut dir = OutputDir::create(&results.join("tables"), Format::Csv)?;
+    let mut dir = OutputDir::create(&results.join("tables"), Format::Csv, &process.staging)?;
     write_tables(&tables, &mut dir, &tables_record(&set, &options, &tables))?;
     dir.commit()?;
     Ok(())
@@ -275,6 +287,7 @@ fn train_all(
     tokenizer: &Path,
     out: &Path,
     (force, quiet): (bool, bool),
+    process: &Process,
 ) -> Result<Vec<TrainSummary>> {
     let mut plans = Vec::new();
     for (label, variant) in METHODS {
@@ -302,9 +315,11 @@ fn train_all(
                     }
                     None => {
                         let bar = bars.add(step_bar(quiet, opts.steps, label));
-                        let summary = train::train(opts, &mut |row| {
-                            bar.set_position(row.step as u64);
-                            bar.set_message(format!("loss {:.3}", row.loss));
+                        let summary = one_compute_thread()?.install(|| {
+                            train::train(opts, &process.staging, &mut |row| {
+                                bar.set_position(row.step as u64);
+                                bar.set_message(format!("loss {:.3}", row.loss));
+                            })
                         });
                         bar.finish();
                         summary
@@ -321,8 +336,8 @@ fn train_all(
 }
 
 /// Runs `run` through the library and writes its tables as `analyze` does.
-fn analyze_in_process(run: Run, out: &Path, quiet: bool) -> Result<()> {
-    let mut dir = OutputDir::create(out, Format::Csv)?;
+fn analyze_in_process(run: Run, out: &Path, quiet: bool, process: &Process) -> Result<()> {
+    let mut dir = OutputDir::create(out, Format::Csv, &process.staging)?;
     let mut terminal = Terminal { quiet, bar: None };
     let output = run.execute(&mut terminal)?;
     stage_tables(&mut dir, &output, &output.record("analyze", &run.options))?;
@@ -331,10 +346,22 @@ fn analyze_in_process(run: Run, out: &Path, quiet: bool) -> Result<()> {
 }
 
 /// Runs one asa-analyze command line in-process.
-fn command(args: Vec<String>) -> Result<()> {
+fn command(args: Vec<String>, process: &Process) -> Result<()> {
     let argv = std::iter::once("asa-analyze".to_string()).chain(args);
     let cli = Cli::try_parse_from(argv).map_err(|e| Error::failed("demo", e))?;
-    run_command(cli)
+    run_command(cli, process)
+}
+
+/// A rayon pool of its own for one training run: one compute thread, unless
+/// `RAYON_NUM_THREADS` asks for more (rayon's default reads it; it is only read).
+fn one_compute_thread() -> Result<rayon::ThreadPool> {
+    let mut builder = rayon::ThreadPoolBuilder::new();
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        builder = builder.num_threads(1);
+    }
+    builder
+        .build()
+        .map_err(|e| Error::failed("cannot start a training thread pool", e))
 }
 
 /// The tokenizer the three runs share: `DIR/tokenizer.json`, trained on the training text

@@ -41,7 +41,7 @@ pub struct FiguresArgs {
 }
 
 /// Runs `figures`.
-pub fn run(args: FiguresArgs) -> Result<()> {
+pub fn run(args: FiguresArgs, process: &super::Process) -> Result<()> {
     if let Some(w) = &args.late_steps {
         if w.is_empty() {
             return Err(Error::usage(format!("--late-steps {w} is an empty window")));
@@ -58,7 +58,7 @@ pub fn run(args: FiguresArgs) -> Result<()> {
         log_y: args.log_y,
         ..FigureOptions::default()
     };
-    let mut out = OutputDir::create(&args.out, Format::Csv)?;
+    let mut out = OutputDir::create(&args.out, Format::Csv, &process.staging)?;
     let report = plot::render_all_with(&args.results, &mut out, &opts)?;
     out.commit()?;
     if !args.quiet {

@@ -1,18 +1,11 @@
-//! `asa-analyze inspect CKPT`: what a checkpoint is, without running it.
+//! `asa-analyze inspect CKPT`: what a checkpoint is, without running it (the facts come
+//! from `analysis::inspect`; this prints them).
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use candle_core::{DType, Device};
-use serde_json::json;
-
 use super::stdout::{print_json, with_stdout};
-use crate::analysis::hub_cache::{self, HubModel};
-use crate::analysis::schedule::Schedule;
-use crate::analysis::RunOptions;
-use crate::error::{Error, Result};
-use crate::model::rope;
-use crate::model::{Checkpoint, Model, ModelConfig, WeightMap};
+use crate::analysis::inspect::{json_report, open, stored_dtypes, table_rows};
+use crate::error::Result;
 
 /// Arguments of `inspect`.
 #[derive(Debug, clap::Args)]
@@ -27,46 +20,16 @@ pub struct InspectArgs {
     pub weight_map: Option<PathBuf>,
 }
 
-/// What `inspect --json` prints of `checkpoint` (a folder, a GGUF file or a Hub id): the
-/// Python package's `inspect`.
-pub fn report(checkpoint: &std::path::Path) -> Result<serde_json::Value> {
-    let args = InspectArgs {
-        checkpoint: checkpoint.to_path_buf(),
-        json: true,
-        weight_map: None,
-    };
-    let ckpt = open(&args)?;
-    let stored = stored_dtypes(&ckpt);
-    Ok(json_report(&args, &ckpt, &stored))
-}
-
 /// Prints architecture, variant and shapes of a checkpoint.
 pub fn run(args: InspectArgs) -> Result<()> {
-    let ckpt = open(&args)?;
+    let ckpt = open(&args.checkpoint, args.weight_map.as_deref())?;
     let stored = stored_dtypes(&ckpt);
     if args.json {
-        return print_json(&json_report(&args, &ckpt, &stored));
+        return print_json(&json_report(&args.checkpoint, &ckpt, &stored));
     }
-    let rows = table_rows(&args, &ckpt, &stored);
+    let rows = table_rows(&args.checkpoint, &ckpt, &stored);
     let note = ckpt.variant.unused_weights.as_ref();
     print_rows(&rows, note)
-}
-
-/// The checkpoint `args` names, checked.
-fn open(args: &InspectArgs) -> Result<Checkpoint> {
-    let map = WeightMap::from_option(args.weight_map.as_deref())?;
-    // a Hub id (`org/name`, `org/name@revision`) from the local Hugging Face cache
-    let path = match hub_cache::resolve(&args.checkpoint)? {
-        Some(HubModel::Checkpoint(dir)) => dir,
-        Some(HubModel::Series(_)) => {
-            return Err(Error::usage(format!(
-                "{}: inspect takes one checkpoint (one revision)",
-                args.checkpoint.display()
-            )))
-        }
-        None => args.checkpoint.clone(),
-    };
-    Checkpoint::open_mapped(&path, &Device::Cpu, DType::F32, &map)?.validate()
 }
 
 /// The rows of the table `inspect` prints, and the note of unused variant weights.
@@ -80,230 +43,4 @@ fn print_rows(rows: &[(&'static str, String)], note: Option<&String>) -> Result<
         }
         Ok(())
     })
-}
-
-/// Tensors by stored dtype; for GGUF the llama.cpp tensor types (Q4_1, Q8_0, ...) the
-/// weights are dequantized from.
-fn stored_dtypes(ckpt: &Checkpoint) -> BTreeMap<String, usize> {
-    if let Some(types) = ckpt.dequantized_from() {
-        return types;
-    }
-    let mut stored = BTreeMap::new();
-    for (_, _, dtype) in ckpt.store.tensors() {
-        *stored.entry(dtype).or_default() += 1;
-    }
-    stored
-}
-
-/// `inspect --json`: the same facts as values (the RoPE settings as config fields).
-fn json_report(
-    args: &InspectArgs,
-    ckpt: &Checkpoint,
-    stored: &BTreeMap<String, usize>,
-) -> serde_json::Value {
-    let c = &ckpt.config;
-    let gguf = ckpt.gguf();
-    let mut report = json!({
-        "checkpoint": args.checkpoint.display().to_string(),
-        "format": if gguf.is_some() { "gguf" } else { "safetensors" },
-        "architecture": c.architecture.name(),
-        "multimodal": c.multimodal,
-        "variant": ckpt.variant.kind.name(),
-        "variant_source": ckpt.variant.source,
-        "unused_weights": ckpt.variant.unused_weights,
-        "layers": c.num_layers,
-        "heads": c.num_heads,
-        "kv_heads": c.num_kv_heads,
-        "head_dim": c.head_dim,
-        "hidden_size": c.hidden_size,
-        "vocab_size": c.vocab_size,
-        "rope": c.rope,
-        "tie_word_embeddings": c.tie_word_embeddings,
-        "layout": c.layout,
-        "lm_head": lm_head(ckpt),
-        "sliding_window": c.sliding_window,
-        "parameters": ckpt.parameter_count(),
-        "delta_parameters": ckpt.delta_params(),
-        "stored_dtypes": stored,
-    });
-    let plan = Schedule::plan(ckpt, &RunOptions::default(), &Device::Cpu);
-    report["schedule"] = plan.record(&[]);
-    report["unused_weights"] = json!(ckpt.unused_weights());
-    if let Some(g) = gguf {
-        report["gguf_file"] = json!(g.path().display().to_string());
-        report["gguf_tensor_types"] = json!(stored);
-        report["rope_source"] = json!(g.rope_source());
-    }
-    report
-}
-
-/// The table `inspect` prints: a name and a phrase per line.
-fn table_rows(
-    args: &InspectArgs,
-    ckpt: &Checkpoint,
-    stored: &BTreeMap<String, usize>,
-) -> Vec<(&'static str, String)> {
-    let c = &ckpt.config;
-    let format = match ckpt.gguf() {
-        Some(g) => format!(
-            "gguf {} (tensors dequantized to {} on load; rope from {})",
-            g.path().display(),
-            ckpt.store.dtype().as_str(),
-            g.rope_source()
-        ),
-        None => "safetensors".to_string(),
-    };
-    let kind = ckpt.variant.kind.name();
-    let delta = format!("{} ({kind} adds them)", format_count(ckpt.delta_params()));
-    let dtypes = stored
-        .iter()
-        .map(|(k, v)| format!("{k} x{v}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    vec![
-        ("checkpoint", args.checkpoint.display().to_string()),
-        ("format", format),
-        (
-            "architecture",
-            match c.multimodal {
-                true => format!(
-                    "{} (the text model of a multimodal checkpoint; its vision tower is not read)",
-                    c.architecture.name()
-                ),
-                false => c.architecture.name().to_string(),
-            },
-        ),
-        ("layout", layout(c)),
-        ("variant", format!("{kind} ({})", ckpt.variant.source)),
-        ("layers", c.num_layers.to_string()),
-        (
-            "heads",
-            format!("{} query, {} key/value", c.num_heads, c.num_kv_heads),
-        ),
-        ("head dim", c.head_dim.to_string()),
-        ("hidden size", c.hidden_size.to_string()),
-        ("vocab size", c.vocab_size.to_string()),
-        ("lm head", lm_head(ckpt).to_string()),
-        ("attention", attention_span(c)),
-        ("logits", logit_transforms(c)),
-        ("rope", positions(c)),
-        ("parameters", format_count(ckpt.parameter_count())),
-        ("delta params", delta),
-        ("stored dtypes", dtypes),
-        ("memory", memory_plan(ckpt)),
-        ("unused", unused_line(ckpt)),
-    ]
-}
-
-/// The layer layout, with the mixture of experts when there is one.
-fn layout(c: &ModelConfig) -> String {
-    match &c.experts {
-        None => c.layout.describe(),
-        Some(e) => format!("{}; MLP: {}", c.layout.describe(), e.describe(c.num_layers)),
-    }
-}
-
-/// The rotary embedding, or the learned positions that replace it (GPT-2).
-fn positions(c: &ModelConfig) -> String {
-    match c.layout.learned_positions {
-        true => format!(
-            "none: learned absolute positions (up to {} tokens)",
-            c.max_position_embeddings
-        ),
-        false => match &c.rope_local {
-            Some(local) => format!(
-                "global layers: {}; sliding-window layers: {}",
-                rope::describe(&c.rope, c.head_dim),
-                rope::describe(local, c.head_dim)
-            ),
-            None => rope::describe(&c.rope, c.head_dim),
-        },
-    }
-}
-
-/// How q.k becomes the logits, and what happens to the next-token logits (Gemma 2's
-/// query scale and soft-caps).
-fn logit_transforms(c: &ModelConfig) -> String {
-    let scale = match c.query_pre_attn_scalar {
-        Some(s) => format!("q.k / sqrt({s}) (query_pre_attn_scalar)"),
-        None => format!("q.k / sqrt({}) (head_dim)", c.head_dim),
-    };
-    let attn = match c.attn_logit_softcap {
-        Some(cap) => format!(
-            ", soft-capped at {cap}: {cap} tanh(s / {cap}) (max_logit is before the cap, \
-             max_logit_capped after)"
-        ),
-        None => String::new(),
-    };
-    let embed = match c.embedding_scale {
-        Some(s) => format!("; embeddings times {s:.6}"),
-        None => String::new(),
-    };
-    let last = match c.final_logit_softcap {
-        Some(cap) => format!("; next-token logits soft-capped at {cap}"),
-        None => String::new(),
-    };
-    format!("{scale}{attn}{embed}{last}")
-}
-
-/// Which keys a query sees: all earlier ones, or a sliding window on some layers.
-fn attention_span(c: &ModelConfig) -> String {
-    match &c.sliding_window {
-        None => "causal, every earlier key".to_string(),
-        Some(w) => format!(
-            "sliding window of {} keys on layers {} (query i sees keys i - {} < j <= i; \
-             key tiles outside it are skipped; first-token metrics count only the queries \
-             that still see the first token); other layers causal",
-            w.size,
-            w.describe_layers(),
-            w.size
-        ),
-    }
-}
-
-/// Where the LM head comes from.
-fn lm_head(ckpt: &Checkpoint) -> &'static str {
-    Model::describe_lm_head(&ckpt.store, &ckpt.config)
-}
-
-/// The stored weights the config does not use (`analyze` refuses them unless
-/// `--ignore-unused-weights`).
-fn unused_line(ckpt: &Checkpoint) -> String {
-    let unused = ckpt.unused_weights();
-    match unused.len() {
-        0 => "none: every stored weight is read".to_string(),
-        n => format!(
-            "{n} stored weights the config does not use: {}{}",
-            unused
-                .iter()
-                .take(3)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", "),
-            if n > 3 { ", ..." } else { "" }
-        ),
-    }
-}
-
-/// The planned weight memory of each schedule (f32 on the CPU) and which `analyze` would
-/// take with the default budget.
-fn memory_plan(ckpt: &Checkpoint) -> String {
-    let plan = Schedule::plan(ckpt, &RunOptions::default(), &Device::Cpu);
-    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-    format!(
-        "weights {:.2} GiB in memory, {:.2} GiB a layer streamed; budget {:.2} GiB: {}",
-        gib(plan.in_memory),
-        gib(plan.largest_layer),
-        gib(plan.budget),
-        plan.name()
-    )
-}
-
-fn format_count(n: usize) -> String {
-    match n {
-        n if n >= 1_000_000_000 => format!("{n} ({:.2}B)", n as f64 / 1e9),
-        n if n >= 1_000_000 => format!("{n} ({:.2}M)", n as f64 / 1e6),
-        n if n >= 1_000 => format!("{n} ({:.1}K)", n as f64 / 1e3),
-        n => n.to_string(),
-    }
 }

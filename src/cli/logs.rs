@@ -186,11 +186,12 @@ fn write_out(
     tables: &[Table],
     extra: &[(&str, String)],
     record: serde_json::Value,
+    process: &super::Process,
 ) -> Result<()> {
     let Some(dir) = &output.out else {
         return Ok(());
     };
-    let mut out = OutputDir::create(dir, output.format)?;
+    let mut out = OutputDir::create(dir, output.format, &process.staging)?;
     for t in tables {
         out.write(t)?;
     }
@@ -247,7 +248,7 @@ fn opt(step: Option<i64>) -> String {
 }
 
 /// `grad-stats`.
-pub fn grad_stats(args: GradStatsArgs) -> Result<()> {
+pub fn grad_stats(args: GradStatsArgs, process: &super::Process) -> Result<()> {
     let out = &args.output;
     let (series, mut warnings) = load(&args.inputs, vec![args.metric.clone()], false, out.quiet)?;
     warnings.late_starts(&series, &args.steps, out.quiet);
@@ -269,6 +270,7 @@ pub fn grad_stats(args: GradStatsArgs) -> Result<()> {
             grad::markdown(&rows, &args.steps, args.ddof),
         )],
         record,
+        process,
     )?;
     warnings.print();
     if out.json {
@@ -302,7 +304,7 @@ pub fn grad_stats(args: GradStatsArgs) -> Result<()> {
 }
 
 /// `spikes`.
-pub fn spikes(args: SpikesArgs) -> Result<()> {
+pub fn spikes(args: SpikesArgs, process: &super::Process) -> Result<()> {
     let out = &args.output;
     spikes::check_options(&args.k, args.mad_scale)?;
     let window = args.steps.unwrap_or(StepWindow::ALL);
@@ -329,6 +331,7 @@ pub fn spikes(args: SpikesArgs) -> Result<()> {
             spikes::markdown(&rows, &window, &args.k, args.mad_scale),
         )],
         record,
+        process,
     )?;
     warnings.print();
     if out.json {
@@ -363,7 +366,7 @@ pub fn spikes(args: SpikesArgs) -> Result<()> {
 }
 
 /// `curves`.
-pub fn curves(args: CurvesArgs) -> Result<()> {
+pub fn curves(args: CurvesArgs, process: &super::Process) -> Result<()> {
     let out = &args.output;
     curves::check_ema(args.ema)?;
     let window = args.steps.unwrap_or(StepWindow::ALL);
@@ -382,7 +385,7 @@ pub fn curves(args: CurvesArgs) -> Result<()> {
         "inputs": input_records(&series),
         "options": {"metric": metrics, "steps": window.to_string(), "ema": args.ema},
     });
-    write_out(out, &[curves::table(&points)], &[], record)?;
+    write_out(out, &[curves::table(&points)], &[], record, process)?;
     warnings.print();
     if out.json {
         return stdout::print_json(&json!({ "curve_summary": summary, "curves": points }));

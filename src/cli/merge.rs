@@ -8,9 +8,11 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
-use super::analyze::{commit_tables, stage_tables};
+use super::analyze::commit_tables;
 use super::choice::choice;
+use super::Process;
 use crate::analysis::partial::{merge_partials, stage_partial};
+use crate::analysis::results::stage_tables;
 use crate::error::Result;
 use crate::export::{Format, OutputDir};
 
@@ -38,10 +40,10 @@ pub struct MergeArgs {
 }
 
 /// Runs `merge`.
-pub fn run(args: MergeArgs) -> Result<()> {
+pub fn run(args: MergeArgs, process: &Process) -> Result<()> {
     let started = std::time::Instant::now();
     let merged = merge_partials(&args.partials, !args.partial)?;
-    let mut out = OutputDir::create(&args.out, args.format)?;
+    let mut out = OutputDir::create(&args.out, args.format, &process.staging)?;
     let mut record = merged.record.clone();
     record["merged_from"] = json!(args
         .partials
@@ -66,7 +68,7 @@ pub fn run(args: MergeArgs) -> Result<()> {
             .map(|m| m.record.clone())
             .collect::<Vec<_>>());
         stage_tables(&mut out, &output, &record)?;
-        commit_tables(out, (args.figures, args.quiet), &args.out, args.format)?;
+        commit_tables(out, (args.figures, args.quiet))?;
     }
     if !args.quiet {
         let what = match args.partial {

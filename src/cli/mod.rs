@@ -6,15 +6,16 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::analysis::CancelToken;
 use crate::error::{Error, Result};
+use crate::export::StagingWatch;
 use crate::metrics::Metric;
 
 mod analyze;
 mod choice;
 mod demo;
 mod figures;
-pub mod inspect;
-pub use analyze::write_results;
+mod inspect;
 mod logs;
 mod merge;
 mod report;
@@ -84,8 +85,24 @@ enum Command {
     Demo(demo::DemoArgs),
 }
 
+/// What the binary owns for the length of the process and hands to the commands: the
+/// cancellation token of the run and the watch of its unfinished output folders (its signal
+/// thread cancels the one and removes the other's folders). The library holds neither.
+#[derive(Debug, Clone, Default)]
+pub struct Process {
+    pub cancel: CancelToken,
+    pub staging: StagingWatch,
+}
+
+impl Process {
+    /// A process with no run cancelled and no output folder open.
+    pub fn new() -> Process {
+        Process::default()
+    }
+}
+
 /// Runs the CLI with the process arguments; returns the exit code.
-pub fn main() -> ExitCode {
+pub fn main(process: &Process) -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // --help, --version (stdout, status 0), and no command at all: the help itself
@@ -100,7 +117,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(cli) {
+    match run(cli, process) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => exit_with(&err),
     }
@@ -131,31 +148,44 @@ fn usage_line(e: &clap::Error) -> String {
     format!("{message} (see --help)")
 }
 
-fn run(cli: Cli) -> Result<()> {
+fn run(cli: Cli, process: &Process) -> Result<()> {
     match cli.command {
         Command::Inspect(args) => inspect::run(args),
-        Command::Tables(args) => tables::run(args),
-        Command::Merge(args) => merge::run(args),
-        Command::Analyze(args) => analyze::run(args, &Metric::defaults(), "analyze"),
-        Command::Entropy(args) => analyze::run(args, &[Metric::ENTROPY], "entropy"),
-        Command::FirstToken(args) => analyze::run(args, &[Metric::FIRST_TOKEN], "first-token"),
-        Command::WeightSums(args) => analyze::run(args, &[Metric::WEIGHT_SUM], "weight-sums"),
-        Command::Qk(args) => analyze::run(args, &[Metric::QK_MEAN], "qk"),
-        Command::Heads(args) => analyze::run(args, &[Metric::HEAD_TOTAL], "heads"),
-        Command::Heatmap(args) => analyze::run(args, &[Metric::HEATMAP], "heatmap"),
-        Command::Profile(args) => analyze::run(args, &[Metric::QUERY_PROFILE], "profile"),
-        Command::Sink(args) => analyze::run(args, &[Metric::SINK_MASS, Metric::SINK_RATE], "sink"),
-        Command::Alpha(args) => analyze::run(args, &[Metric::ALPHA], "alpha"),
-        Command::Nll(args) => analyze::run(args, &[Metric::NLL], "nll"),
-        Command::SinkRate(args) => analyze::run(args, &[Metric::SINK_RATE], "sink-rate"),
-        Command::Distance(args) => analyze::run(args, &[Metric::DISTANCE_PROFILE], "distance"),
-        Command::MaxLogit(args) => analyze::run(args, &[Metric::MAX_LOGIT], "max-logit"),
-        Command::KeyReceived(args) => analyze::run(args, &[Metric::KEY_RECEIVED], "key-received"),
-        Command::GradStats(args) => logs::grad_stats(args),
-        Command::Spikes(args) => logs::spikes(args),
-        Command::Curves(args) => logs::curves(args),
-        Command::Figures(args) => figures::run(args),
-        Command::Train(args) => train::run(args),
-        Command::Demo(args) => demo::run(args),
+        Command::Tables(args) => tables::run(args, process),
+        Command::Merge(args) => merge::run(args, process),
+        Command::Analyze(args) => analyze::run(args, &Metric::defaults(), "analyze", process),
+        Command::Entropy(args) => analyze::run(args, &[Metric::ENTROPY], "entropy", process),
+        Command::FirstToken(args) => {
+            analyze::run(args, &[Metric::FIRST_TOKEN], "first-token", process)
+        }
+        Command::WeightSums(args) => {
+            analyze::run(args, &[Metric::WEIGHT_SUM], "weight-sums", process)
+        }
+        Command::Qk(args) => analyze::run(args, &[Metric::QK_MEAN], "qk", process),
+        Command::Heads(args) => analyze::run(args, &[Metric::HEAD_TOTAL], "heads", process),
+        Command::Heatmap(args) => analyze::run(args, &[Metric::HEATMAP], "heatmap", process),
+        Command::Profile(args) => analyze::run(args, &[Metric::QUERY_PROFILE], "profile", process),
+        Command::Sink(args) => analyze::run(
+            args,
+            &[Metric::SINK_MASS, Metric::SINK_RATE],
+            "sink",
+            process,
+        ),
+        Command::Alpha(args) => analyze::run(args, &[Metric::ALPHA], "alpha", process),
+        Command::Nll(args) => analyze::run(args, &[Metric::NLL], "nll", process),
+        Command::SinkRate(args) => analyze::run(args, &[Metric::SINK_RATE], "sink-rate", process),
+        Command::Distance(args) => {
+            analyze::run(args, &[Metric::DISTANCE_PROFILE], "distance", process)
+        }
+        Command::MaxLogit(args) => analyze::run(args, &[Metric::MAX_LOGIT], "max-logit", process),
+        Command::KeyReceived(args) => {
+            analyze::run(args, &[Metric::KEY_RECEIVED], "key-received", process)
+        }
+        Command::GradStats(args) => logs::grad_stats(args, process),
+        Command::Spikes(args) => logs::spikes(args, process),
+        Command::Curves(args) => logs::curves(args, process),
+        Command::Figures(args) => figures::run(args, process),
+        Command::Train(args) => train::run(args, process),
+        Command::Demo(args) => demo::run(args, process),
     }
 }

@@ -141,7 +141,7 @@ pub(crate) fn record(set: &RunSet, o: &ValueOptions, tables: &[PaperTable]) -> s
 }
 
 /// Builds the tables, prints their Markdown, writes them under --out.
-pub fn run(args: TablesArgs) -> Result<()> {
+pub fn run(args: TablesArgs, process: &super::Process) -> Result<()> {
     let (set, options) = run_set(&args)?;
     let tables = paper_tables(&set, &options)?;
     if tables.is_empty() {
@@ -150,7 +150,7 @@ pub fn run(args: TablesArgs) -> Result<()> {
         ));
     }
     if let Some(dir) = &args.out {
-        let mut out = OutputDir::create(dir, args.format)?;
+        let mut out = OutputDir::create(dir, args.format, &process.staging)?;
         write_tables(&tables, &mut out, &record(&set, &options, &tables))?;
         out.commit()?;
     }

@@ -179,7 +179,7 @@ pub fn step_bar(quiet: bool, steps: usize, label: &str) -> ProgressBar {
 }
 
 /// Runs `train`.
-pub fn run(args: TrainArgs) -> Result<()> {
+pub fn run(args: TrainArgs, process: &super::Process) -> Result<()> {
     let mut opts = args.settings.options(args.variant, args.out.clone())?;
     opts.tokenizer = args.tokenizer.clone();
     if args.out.join("train.json").exists() && !args.force {
@@ -189,7 +189,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         ));
     }
     let bar = step_bar(args.quiet, opts.steps, args.variant.name());
-    let summary = train::train(&opts, &mut |row| {
+    let summary = train::train(&opts, &process.staging, &mut |row| {
         bar.set_position(row.step as u64);
         bar.set_message(format!("loss {:.3}", row.loss));
     })?;

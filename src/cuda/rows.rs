@@ -7,7 +7,7 @@ use candle_core::{CudaStorage, Storage, Tensor};
 
 use super::{kernel, with_cuda_f32};
 use crate::error::Result;
-use crate::probe::row_table::RowWants;
+use crate::probe::row_table::{RowWants, MAX_BANDS};
 
 /// Threads per launched block (`THREADS` in kernels.cu).
 const THREADS: u32 = 256;
@@ -15,9 +15,6 @@ const THREADS: u32 = 256;
 /// Rows of up to this many keys get one warp each; longer rows a whole block, so that
 /// enough loads are in flight when rows are few.
 const WARP_ROW_KEYS: usize = 4096;
-
-/// Distance ranges the kernel accumulates per row (`MAX_BANDS` in kernels.cu).
-const MAX_BANDS: usize = 16;
 
 /// Distance ranges `[lo, hi)` of one call, passed to the kernel by value (no copy to the
 /// device, which would wait for the queue).

@@ -2,11 +2,12 @@
 //! commands build the tables of SPEC section 6; this module writes and reads them). Tables are written atomically (temporary name, then
 //! rename), as CSV or Parquet.
 
-mod interrupt;
 mod reader;
+mod staging_watch;
 mod table;
 mod writer;
 
 pub use reader::read_table;
+pub use staging_watch::StagingWatch;
 pub use table::{Column, Table};
 pub use writer::{to_frame, write_table, Format, OutputDir};

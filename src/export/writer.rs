@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use polars::prelude::{CsvWriter, DataFrame, NamedFrom, ParquetWriter, SerWriter, Series};
 
+use super::staging_watch::StagingWatch;
 use super::table::{Column, Table};
 use crate::error::{Error, Result};
 
@@ -96,6 +97,8 @@ pub struct OutputDir {
     committed: bool,
     /// The target folder opened and locked (an advisory lock) for as long as this lives.
     _lock: Option<fs::File>,
+    /// Who removes the staging folder if the process ends by a signal.
+    watch: StagingWatch,
 }
 
 /// One entry of the staging folder, moved into the target on commit.
@@ -107,8 +110,10 @@ struct Staged {
 }
 
 impl OutputDir {
-    /// Creates `target` (and parents) and a fresh staging folder inside it.
-    pub fn create(target: &Path, format: Format) -> Result<Self> {
+    /// Creates `target` (and parents) and a fresh staging folder inside it, registered with
+    /// `watch` until it is committed or dropped (a failed or cancelled run drops it: the
+    /// staging folder, and the folders made for it, are removed).
+    pub fn create(target: &Path, format: Format, watch: &StagingWatch) -> Result<Self> {
         if target.exists() && !target.is_dir() {
             return Err(Error::input(
                 target,
@@ -128,7 +133,7 @@ impl OutputDir {
             fs::remove_dir_all(&staging).map_err(|e| Error::io(&staging, e))?;
         }
         fs::create_dir(&staging).map_err(|e| Error::io(target, e))?;
-        super::interrupt::register(&staging, made.as_deref(), target);
+        watch.register(&staging, made.as_deref(), target);
         Ok(OutputDir {
             target: target.to_path_buf(),
             made,
@@ -137,6 +142,7 @@ impl OutputDir {
             files: Vec::new(),
             committed: false,
             _lock: lock,
+            watch: watch.clone(),
         })
     }
 
@@ -145,7 +151,17 @@ impl OutputDir {
         &self.target
     }
 
-    /// The hidden folder files are staged in until [`OutputDir::commit`].
+    /// The table format of this folder.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// The watch this folder is registered with (a folder made beside it shares it).
+    pub fn watch(&self) -> &StagingWatch {
+        &self.watch
+    }
+
+    /// The hidden folder files are staged in until [`commit`](Self::commit).
     pub fn staging(&self) -> &Path {
         &self.staging
     }
@@ -235,7 +251,8 @@ impl OutputDir {
     /// Nothing is moved when any entry could not be (see `check_targets`).
     pub fn commit(mut self) -> Result<Vec<PathBuf>> {
         self.check_targets()?;
-        let mut commit = super::interrupt::Commit::begin();
+        let watch = self.watch.clone();
+        let mut commit = watch.begin_commit();
         let mut done = Vec::new();
         for entry in &self.files {
             let from = self.staging.join(&entry.name);
@@ -260,7 +277,7 @@ impl OutputDir {
 impl Drop for OutputDir {
     fn drop(&mut self) {
         if !self.committed {
-            super::interrupt::unregister(&self.staging);
+            self.watch.unregister(&self.staging);
             remove_uncommitted(&self.staging, self.made.as_deref(), &self.target);
         }
     }
@@ -396,7 +413,7 @@ mod tests {
     use super::*;
 
     fn stage(target: &Path, files: &[&str]) -> OutputDir {
-        let mut out = OutputDir::create(target, Format::Csv).unwrap();
+        let mut out = OutputDir::create(target, Format::Csv, &StagingWatch::new()).unwrap();
         for f in files {
             out.write_bytes(f, f.as_bytes()).unwrap();
         }
@@ -460,7 +477,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let target = dir.path().join("out");
         std::fs::create_dir_all(target.join("checkpoints/step-9")).unwrap();
-        let mut out = OutputDir::create(&target, Format::Csv).unwrap();
+        let mut out = OutputDir::create(&target, Format::Csv, &StagingWatch::new()).unwrap();
         let ckpts = out.staged_folder("checkpoints").unwrap();
         std::fs::create_dir(ckpts.join("step-1")).unwrap();
         assert_eq!(out.final_path("checkpoints"), target.join("checkpoints"));

@@ -39,8 +39,12 @@ impl Needs {
         self.rows.sum |= other.rows.sum;
         self.rows.entropy |= other.rows.entropy;
         self.rows.max_logit |= other.rows.max_logit;
-        if self.rows.bands.is_empty() {
-            self.rows.bands = other.rows.bands;
+        // every band either reads, each once, in the order first seen: an accumulator finds
+        // its own bands' columns by range (`RowWants::band_columns`)
+        for band in other.rows.bands {
+            if !self.rows.bands.contains(&band) {
+                self.rows.bands.push(band);
+            }
         }
         self.qk |= other.qk;
         self.sink_mass |= other.sink_mass;
@@ -73,6 +77,9 @@ impl Needs {
 #[derive(Debug, Clone, Copy)]
 pub struct Rows<'a> {
     pub pools: &'a BlockPools,
+    /// The table's distance bands (`RowWants::bands` of the union of every need): where
+    /// each band's column is ([`RowWants::band_columns`]).
+    pub bands: &'a [(usize, usize)],
     /// Filled by a fused kernel (softmax or flash tiles): the q.k columns hold the raw q.k
     /// sums and, with `has_sink`, the sink column the sink mass.
     pub fused: bool,
@@ -217,4 +224,39 @@ pub fn restore<T: Accumulator + serde::de::DeserializeOwned + 'static>(
     rmp_serde::from_slice::<T>(bytes)
         .map(|acc| Box::new(acc) as Box<dyn Accumulator>)
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn banded(bands: &[(usize, usize)]) -> Needs {
+        Needs {
+            rows: RowWants {
+                bands: bands.to_vec(),
+                ..RowWants::default()
+            },
+            ..Needs::default()
+        }
+    }
+
+    #[test]
+    fn a_union_of_two_banded_needs_holds_both_bands_and_each_finds_its_columns() {
+        // issue 37: the union kept only the first non-empty band list, so a second banded
+        // metric would have read the first one's columns
+        let a = [(0, 1), (1, 10), (10, usize::MAX)];
+        let b = [(0, 1), (1, 4), (4, usize::MAX)];
+        let both = banded(&a).union(banded(&b));
+        let table = &both.rows.bands;
+        assert_eq!(
+            table,
+            &[(0, 1), (1, 10), (10, usize::MAX), (1, 4), (4, usize::MAX)]
+        );
+        // column 6 is the `first` band (a_i0 of i > 0); the ranges follow from column 7
+        assert_eq!(RowWants::band_columns(table, &a), Some(vec![6, 7, 8, 9]));
+        assert_eq!(RowWants::band_columns(table, &b), Some(vec![6, 7, 10, 11]));
+        assert_eq!(RowWants::band_columns(&a, &b), None);
+        // a lone banded need keeps its own layout
+        assert_eq!(banded(&a).union(Needs::default()).rows.bands, a);
+    }
 }

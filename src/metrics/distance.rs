@@ -11,7 +11,7 @@ use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use crate::error::Result;
 use crate::export::{Column, Table};
-use crate::probe::row_table::{RowWants, BANDS};
+use crate::probe::row_table::RowWants;
 
 /// Distance bands: `first`, then `[edges[k], edges[k+1])` with edges starting at 0, 1.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -102,7 +102,12 @@ impl DistanceProfile {
 
     /// Adds a block's pools `[band][batch * head]` (`first` first) over its counted rows
     /// ([`RowAccumulator::counted_rows`]).
-    pub fn add_pools(&mut self, layer: usize, seq_offset: usize, bands: &[Vec<Pool>]) {
+    pub fn add_pools<'a>(
+        &mut self,
+        layer: usize,
+        seq_offset: usize,
+        bands: impl IntoIterator<Item = &'a Vec<Pool>>,
+    ) {
         for (acc, pools) in self.rows.iter_mut().zip(bands) {
             acc.add_pools(layer, seq_offset, pools);
         }
@@ -167,8 +172,10 @@ impl Accumulator for DistanceProfile {
     fn add(&mut self, event: &Event) -> Result<()> {
         if let Event::Block(b) = event {
             if let Some(rows) = b.rows {
-                let end = BANDS + self.rows.len();
-                self.add_pools(b.layer, b.seq_offset, &rows.pools.counted[BANDS..end]);
+                let columns = RowWants::band_columns(rows.bands, &self.ranges())
+                    .expect("the row table holds every band the accumulators asked for");
+                let pools = columns.iter().map(|&c| &rows.pools.counted[c]);
+                self.add_pools(b.layer, b.seq_offset, pools);
             }
         }
         Ok(())

@@ -308,9 +308,11 @@ impl MetricProbe {
             }
         }
         let maxima = block.max_logit.as_ref().map(to_host).transpose()?;
+        let wants = self.pattern_wants();
         let event = BlockEvent {
             rows: rows.as_ref().map(|pools| Rows {
                 pools,
+                bands: &wants.bands,
                 fused: false,
                 has_sink: false,
             }),
@@ -334,7 +336,8 @@ impl MetricProbe {
         let _p = phase("metrics: pools to host");
         let parts: Vec<&Tensor> = pending.iter().map(|b| &b.sums).collect();
         let host = Tensor::cat(&parts, 0)?.to_vec1::<f64>()?;
-        let column = self.pattern_wants().max_logit_column();
+        let wants = self.pattern_wants();
+        let column = wants.max_logit_column();
         let mut offset = 0;
         for block in &pending {
             let len = block.shape.flat_len();
@@ -357,6 +360,7 @@ impl MetricProbe {
                 TableSource::Pattern { fused, has_sink } => {
                     event.rows = Some(Rows {
                         pools: &pools,
+                        bands: &wants.bands,
                         fused,
                         has_sink,
                     });
@@ -414,7 +418,8 @@ impl Probe for MetricProbe {
         };
         // a host table (the CPU's fused kernels) is pooled and handed on at once, in place
         let shape = self.pool_shape(ctx, table.elem_count(), table.dim(1)?);
-        let column = self.pattern_wants().max_logit_column();
+        let wants = self.pattern_wants();
+        let column = wants.max_logit_column();
         let seq_offset = self.seq_offset;
         let accumulators = &mut self.accumulators;
         let done = with_cpu_f32(table, |data| {
@@ -422,6 +427,7 @@ impl Probe for MetricProbe {
             let event = BlockEvent {
                 rows: Some(Rows {
                     pools: &pools,
+                    bands: &wants.bands,
                     fused: true,
                     has_sink,
                 }),

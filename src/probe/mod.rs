@@ -10,6 +10,9 @@ pub mod blocks;
 mod capture;
 mod kernel;
 pub mod key_window;
+/// The row table's fixed columns and band limit, declared once for the library and the CUDA
+/// header build.rs generates.
+pub mod row_columns;
 pub mod row_pass;
 pub mod row_table;
 
@@ -100,18 +103,24 @@ impl Hook {
         format!("blocks.{layer}.attn.{short}")
     }
 
-    /// Whether the hook's tensors arrive per query block.
+    /// The per-block attention hooks: what a kernel materialises or reduces to row tables.
+    pub const ATTENTION: [Hook; 6] = [
+        Hook::Qk,
+        Hook::AttnScores,
+        Hook::Pattern,
+        Hook::Softmax,
+        Hook::SinkMass,
+        Hook::MaxLogit,
+    ];
+
+    /// Whether the hook is one of a block's attention tensors ([`Hook::ATTENTION`]).
+    pub fn is_attention(self) -> bool {
+        Hook::ATTENTION.contains(&self)
+    }
+
+    /// Whether the hook's tensors arrive per query block: the attention hooks and logits.
     pub fn is_blocked(self) -> bool {
-        matches!(
-            self,
-            Hook::Qk
-                | Hook::AttnScores
-                | Hook::Pattern
-                | Hook::Softmax
-                | Hook::SinkMass
-                | Hook::MaxLogit
-                | Hook::Logits
-        )
+        self.is_attention() || self == Hook::Logits
     }
 }
 
@@ -175,6 +184,17 @@ pub trait Probe {
     fn on_row_table(&mut self, _ctx: &BlockCtx, _table: &Tensor, _has_sink: bool) -> Result<()> {
         Ok(())
     }
+
+    /// Whether an observer beside the planned probe wants `hook` (a per-block attention
+    /// hook) of `layer` materialised for it, whatever the layer's kernel ([`ProbeSet`]).
+    fn observes(&self, _hook: Hook, _layer: usize) -> bool {
+        false
+    }
+
+    /// Receives an observed tensor (see [`Probe::observes`]).
+    fn on_observed(&mut self, _hook: Hook, _ctx: &BlockCtx, _xs: &Tensor) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A probe that wants nothing: a plain forward pass.
@@ -182,87 +202,105 @@ pub struct NoProbe;
 
 impl Probe for NoProbe {}
 
-/// Fans out to several probes; a hook is computed when any of them wants it.
-pub struct ProbeSet<'a> {
-    probes: Vec<&'a mut dyn Probe>,
+/// A primary probe (the run's metrics) with observers attached beside it (a
+/// [`CaptureProbe`], a user's probe). The plan is made for the primary alone: attaching any
+/// number of observers never changes a layer's kernel. An observer's once-per-layer hooks
+/// and logits are pushed as the forward pass makes them; its per-block attention tensors
+/// ([`Hook::is_attention`]) are materialised for it in a pass of their own after the
+/// layer's kernel ran ([`Probe::observes`], [`Probe::on_observed`]), block by block.
+pub struct ProbeSet<'a, 'b> {
+    primary: &'a mut dyn Probe,
+    observers: &'a mut [&'b mut dyn Probe],
 }
 
-impl<'a> ProbeSet<'a> {
-    /// Combines probes.
-    pub fn new(probes: Vec<&'a mut dyn Probe>) -> Self {
-        ProbeSet { probes }
+impl<'a, 'b> ProbeSet<'a, 'b> {
+    /// `primary` with `observers` beside it.
+    pub fn new(primary: &'a mut dyn Probe, observers: &'a mut [&'b mut dyn Probe]) -> Self {
+        ProbeSet { primary, observers }
+    }
+
+    /// Whether an observer wants `hook` of `layer`.
+    fn observed(&self, hook: Hook, layer: usize) -> bool {
+        self.observers.iter().any(|o| o.wants(hook, layer))
     }
 }
 
-impl Probe for ProbeSet<'_> {
+impl Probe for ProbeSet<'_, '_> {
+    /// The primary's wants, and the observers' hooks that are not per-block attention.
     fn wants(&self, hook: Hook, layer: usize) -> bool {
-        self.probes.iter().any(|p| p.wants(hook, layer))
+        self.primary.wants(hook, layer) || (!hook.is_attention() && self.observed(hook, layer))
     }
 
     fn on_tensor(&mut self, hook: Hook, ctx: &BlockCtx, xs: &Tensor) -> Result<()> {
-        for probe in self.probes.iter_mut() {
-            if probe.wants(hook, ctx.layer) {
-                probe.on_tensor(hook, ctx, xs)?;
+        if self.primary.wants(hook, ctx.layer) {
+            self.primary.on_tensor(hook, ctx, xs)?;
+        }
+        if !hook.is_attention() {
+            for o in self.observers.iter_mut() {
+                if o.wants(hook, ctx.layer) {
+                    o.on_tensor(hook, ctx, xs)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn observes(&self, hook: Hook, layer: usize) -> bool {
+        hook.is_attention() && self.observed(hook, layer)
+    }
+
+    fn on_observed(&mut self, hook: Hook, ctx: &BlockCtx, xs: &Tensor) -> Result<()> {
+        for o in self.observers.iter_mut() {
+            if o.wants(hook, ctx.layer) {
+                o.on_tensor(hook, ctx, xs)?;
             }
         }
         Ok(())
     }
 
     fn on_batch(&mut self, batch: usize) {
-        for probe in self.probes.iter_mut() {
-            probe.on_batch(batch);
+        self.primary.on_batch(batch);
+        for o in self.observers.iter_mut() {
+            o.on_batch(batch);
         }
     }
 
     fn on_block_end(&mut self, ctx: &BlockCtx) -> Result<()> {
-        for probe in self.probes.iter_mut() {
-            probe.on_block_end(ctx)?;
+        self.primary.on_block_end(ctx)?;
+        for o in self.observers.iter_mut() {
+            o.on_block_end(ctx)?;
         }
         Ok(())
     }
 
     fn on_kernel(&mut self, layer: usize, kernel: Kernel) {
-        for probe in self.probes.iter_mut() {
-            probe.on_kernel(layer, kernel);
+        self.primary.on_kernel(layer, kernel);
+        for o in self.observers.iter_mut() {
+            o.on_kernel(layer, kernel);
         }
     }
 
     fn on_layer_end(&mut self, layer: usize) -> Result<()> {
-        for probe in self.probes.iter_mut() {
-            probe.on_layer_end(layer)?;
+        self.primary.on_layer_end(layer)?;
+        for o in self.observers.iter_mut() {
+            o.on_layer_end(layer)?;
         }
         Ok(())
     }
 
-    /// Row tables only when a single probe wants the layer's attention and takes rows.
+    /// The primary's: observers never take row tables.
     fn row_request(&self, layer: usize) -> Option<RowWants> {
-        let mut takers = self.probes.iter().filter(|p| wants_attention(&***p, layer));
-        match (takers.next(), takers.next()) {
-            (Some(probe), None) => probe.row_request(layer),
-            _ => None,
-        }
+        self.primary.row_request(layer)
     }
 
     fn on_row_table(&mut self, ctx: &BlockCtx, table: &Tensor, has_sink: bool) -> Result<()> {
-        for probe in self.probes.iter_mut() {
-            if wants_attention(&**probe, ctx.layer) && probe.row_request(ctx.layer).is_some() {
-                probe.on_row_table(ctx, table, has_sink)?;
-            }
-        }
-        Ok(())
+        self.primary.on_row_table(ctx, table, has_sink)
     }
 }
 
 /// Whether `probe` wants any of layer `layer`'s per-block attention tensors.
 pub(crate) fn wants_attention(probe: &dyn Probe, layer: usize) -> bool {
-    [
-        Hook::Qk,
-        Hook::AttnScores,
-        Hook::Pattern,
-        Hook::Softmax,
-        Hook::SinkMass,
-        Hook::MaxLogit,
-    ]
-    .into_iter()
-    .any(|hook| probe.wants(hook, layer))
+    Hook::ATTENTION
+        .into_iter()
+        .any(|hook| probe.wants(hook, layer))
 }

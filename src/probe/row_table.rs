@@ -2,29 +2,31 @@
 //! head, query) in `[batch, head, n]` order, f32. The CPU row pass, the CUDA row kernel and
 //! the fused CUDA softmax all fill this one layout; [`split_table`] reads it.
 //!
-//! Columns: [`FIRST`] a_i0; [`SUM`] sum_j a_ij; [`ENTROPY`] entropy in nats of max(a, 0)
-//! renormalised (NaN without positive mass); [`SINK_MASS`] the mass sent to no token;
-//! [`QK_SUM`] and [`QK_ABS_SUM`] sum of raw q.k and of |q.k| over the visible keys; then,
-//! when bands are asked for, [`BANDS`] a_i0 for i > 0 (else 0) and one column per distance
-//! range of [`RowWants::bands`]; last, when asked for, the row's largest logit over its
-//! visible keys ([`RowWants::max_logit_column`]). A column nobody asked for (or that the
-//! filler does not compute: sink and q.k columns come from the fused softmaxes and the CPU's
-//! flash tiles only) holds 0.
+//! Columns: the fixed ones of [`RowColumn`] (declared once in `row_columns.rs`, from which
+//! build.rs writes the CUDA header): a_i0; sum_j a_ij; entropy in nats of max(a, 0)
+//! renormalised (NaN without positive mass); the mass sent to no token; sum of raw q.k and
+//! of |q.k| over the visible keys; then, when bands are asked for, a_i0 for i > 0 (else 0)
+//! and one column per distance range of [`RowWants::bands`]; last, when asked for, the
+//! row's largest logit over its visible keys ([`RowWants::max_logit_column`]). A column
+//! nobody asked for (or that the filler does not compute: sink and q.k columns come from
+//! the fused softmaxes and the CPU's flash tiles only) holds 0.
+
+pub use super::row_columns::{RowColumn, MAX_BANDS};
 
 /// Column of a_i0.
-pub const FIRST: usize = 0;
+pub const FIRST: usize = RowColumn::First.index();
 /// Column of the weight sum.
-pub const SUM: usize = 1;
+pub const SUM: usize = RowColumn::Sum.index();
 /// Column of the entropy.
-pub const ENTROPY: usize = 2;
+pub const ENTROPY: usize = RowColumn::Entropy.index();
 /// Column of the sink mass.
-pub const SINK_MASS: usize = 3;
+pub const SINK_MASS: usize = RowColumn::SinkMass.index();
 /// Column of the sum of raw q.k.
-pub const QK_SUM: usize = 4;
+pub const QK_SUM: usize = RowColumn::QkSum.index();
 /// Column of the sum of |q.k|.
-pub const QK_ABS_SUM: usize = 5;
+pub const QK_ABS_SUM: usize = RowColumn::QkAbsSum.index();
 /// First band column.
-pub const BANDS: usize = 6;
+pub const BANDS: usize = RowColumn::Bands.index();
 
 /// Which reductions a row table must hold.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -53,6 +55,18 @@ impl RowWants {
             } else {
                 self.bands.len() + 1
             }
+    }
+
+    /// The columns of distance bands `ranges` in a table whose bands are `table_bands`,
+    /// after the `first` band's column ([`BANDS`]); `None` when one is not in the table.
+    pub fn band_columns(
+        table_bands: &[(usize, usize)],
+        ranges: &[(usize, usize)],
+    ) -> Option<Vec<usize>> {
+        let column = |r: &(usize, usize)| table_bands.iter().position(|b| b == r);
+        std::iter::once(Some(BANDS))
+            .chain(ranges.iter().map(|r| column(r).map(|k| BANDS + 1 + k)))
+            .collect()
     }
 
     /// The column of the row's largest logit, after the bands, when asked for.
@@ -177,6 +191,21 @@ pub fn split_table<'a>(table: &'a [f32], wants: &RowWants) -> RowValues<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cuda_header_is_generated_from_the_one_column_enum() {
+        // build.rs wrote it from row_columns.rs; kernels.cu includes it and defines none
+        let generated = include_str!(concat!(env!("OUT_DIR"), "/row_table.h"));
+        assert_eq!(generated, super::super::row_columns::cuda_header());
+        assert!(generated.contains("#define COL_QK_ABS_SUM 5\n"));
+        assert!(generated.contains(&format!("#define MAX_BANDS {MAX_BANDS}\n")));
+        let kernels = include_str!("../cuda/kernels.cu");
+        assert!(kernels.contains("#include \"row_table.h\""));
+        assert!(!kernels.contains("#define COL_") && !kernels.contains("#define MAX_BANDS"));
+        let indices: Vec<usize> = RowColumn::ALL.iter().map(|c| c.index()).collect();
+        assert_eq!(indices, (0..RowColumn::ALL.len()).collect::<Vec<_>>());
+        assert_eq!(BANDS, RowColumn::ALL.len() - 1);
+    }
 
     #[test]
     fn columns_read_a_table_in_place() {

@@ -23,7 +23,7 @@ use super::tokenizer::{train_bpe, BOS, EOS};
 use super::{OptimConfig, StepLog, Trainer};
 use crate::attention::VariantKind;
 use crate::error::{Error, Result};
-use crate::export::{Format, OutputDir};
+use crate::export::{Format, OutputDir, StagingWatch};
 
 /// Everything a run needs.
 #[derive(Debug, Clone)]
@@ -97,12 +97,17 @@ pub struct TrainSummary {
 
 /// Trains per `opts`, calling `on_step` after each step. Everything is written to a
 /// staging folder inside `out` and moved into place when the last step is done (train.json
-/// last): a run that fails or is interrupted leaves `out` as it was.
-pub fn train(opts: &TrainOptions, on_step: &mut dyn FnMut(&StepLog)) -> Result<TrainSummary> {
+/// last): a run that fails or is interrupted leaves `out` as it was (the staging folder is
+/// registered with `watch` for whoever owns the process's signals).
+pub fn train(
+    opts: &TrainOptions,
+    watch: &StagingWatch,
+    on_step: &mut dyn FnMut(&StepLog),
+) -> Result<TrainSummary> {
     validate(opts)?;
     let started = Instant::now();
     let docs = documents(&opts.text)?;
-    let mut out = OutputDir::create(&opts.out, Format::Csv)?;
+    let mut out = OutputDir::create(&opts.out, Format::Csv, watch)?;
     let tok_path = out.staged_path("tokenizer.json")?;
     let tokenizer = match &opts.tokenizer {
         Some(given) => {

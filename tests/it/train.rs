@@ -224,7 +224,7 @@ fn a_few_hundred_steps_lower_the_loss() {
         out: tmp.path().to_path_buf(),
         device: Device::Cpu,
     };
-    let summary = train::train(&opts, &mut |_| {}).unwrap();
+    let summary = train::train(&opts, &Default::default(), &mut |_| {}).unwrap();
     // uniform over 300 tokens is ln 300 = 5.70 nats; the generated prose is easy to learn
     assert!(summary.first_loss > 5.0, "{summary:?}");
     assert!(summary.final_loss < summary.first_loss - 1.5, "{summary:?}");

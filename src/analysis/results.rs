@@ -1,0 +1,66 @@
+//! Writing a run's results as `analyze --out DIR` does: every section 6 table and run.json
+//! staged, the figures rendered from the staged tables when asked (so tables and figures
+//! appear together or not at all), then everything moved into place. The CLI, `demo`,
+//! `merge` and the Python package's `Result.write()` all write through here.
+
+use std::path::{Path, PathBuf};
+
+use super::RunOutput;
+use crate::error::{Error, Result};
+use crate::export::{Format, OutputDir, StagingWatch};
+
+/// What a commit moved into place, and the figures' notes (skipped figures, dropped data).
+#[derive(Debug, Default)]
+pub struct Committed {
+    pub files: Vec<PathBuf>,
+    pub notes: Vec<String>,
+}
+
+/// Writes `output`'s tables and its run.json `record` into `dir` (with the figures under
+/// `dir/figures` when `figures`), atomically; the staging folders are registered with
+/// `watch` while they live.
+pub fn write_results(
+    output: &RunOutput,
+    record: &serde_json::Value,
+    dir: &Path,
+    (format, figures): (Format, bool),
+    watch: &StagingWatch,
+) -> Result<Committed> {
+    let mut out = OutputDir::create(dir, format, watch)?;
+    stage_tables(&mut out, output, record)?;
+    commit_tables(out, figures)
+}
+
+/// Stages a run's tables and its run.json `record` in `out` (moved into place on commit).
+pub fn stage_tables(
+    out: &mut OutputDir,
+    output: &RunOutput,
+    record: &serde_json::Value,
+) -> Result<()> {
+    for table in output.tables() {
+        out.write(&table)?;
+    }
+    let text = serde_json::to_string_pretty(record)
+        .map_err(|e| Error::failed("cannot encode run.json", e))?;
+    out.write_bytes("run.json", text.as_bytes())
+}
+
+/// Moves staged tables into place, rendering the figures from them first (into
+/// `figures/` beside them) when `figures`.
+pub fn commit_tables(out: OutputDir, figures: bool) -> Result<Committed> {
+    let mut notes = Vec::new();
+    let figures = if figures {
+        let target = out.target().join("figures");
+        let mut fig_out = OutputDir::create(&target, out.format(), out.watch())?;
+        let report = crate::plot::render_all(&[out.staging().to_path_buf()], &mut fig_out)?;
+        notes = report.notes;
+        Some(fig_out)
+    } else {
+        None
+    };
+    let mut files = out.commit()?;
+    if let Some(fig_out) = figures {
+        files.extend(fig_out.commit()?);
+    }
+    Ok(Committed { files, notes })
+}

@@ -1,0 +1,85 @@
+//! The staging folders of one process that are not yet committed, for whoever owns the
+//! process to remove when it ends by a signal (the binary's signal thread, `src/signals.rs`).
+//! The library starts no thread and installs no handler: a [`StagingWatch`] is made by the
+//! owner and handed to each [`OutputDir`](super::OutputDir) it wants watched; an output
+//! folder made with an unwatched one (the Python package's) is only cleaned up by its own
+//! `Drop` when the run fails or is cancelled. A commit holds the watch's lock while it
+//! moves files, so a signal's removal lands before or after it, never halfway.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A staging folder not yet committed, and what to clean up with it.
+#[derive(Debug)]
+struct Live {
+    staging: PathBuf,
+    made: Option<PathBuf>,
+    target: PathBuf,
+}
+
+/// A list of live staging folders shared by its clones.
+#[derive(Debug, Clone, Default)]
+pub struct StagingWatch(Arc<Mutex<Vec<Live>>>);
+
+impl StagingWatch {
+    /// A watch with nothing registered.
+    pub fn new() -> StagingWatch {
+        StagingWatch::default()
+    }
+
+    /// Records a staging folder (and the outermost folder made for its target, if any).
+    pub(super) fn register(&self, staging: &Path, made: Option<&Path>, target: &Path) {
+        self.live().push(Live {
+            staging: staging.to_path_buf(),
+            made: made.map(Path::to_path_buf),
+            target: target.to_path_buf(),
+        });
+    }
+
+    /// Forgets a staging folder that was removed.
+    pub(super) fn unregister(&self, staging: &Path) {
+        self.live().retain(|l| l.staging != staging);
+    }
+
+    /// Holds off [`remove_all`](Self::remove_all) while a commit moves files; the commit
+    /// forgets its staging folder through [`Commit::done`] before the guard is dropped.
+    pub(super) fn begin_commit(&self) -> Commit<'_> {
+        Commit(self.live())
+    }
+
+    /// Removes every registered staging folder (with the output folders made for them that
+    /// are still empty), innermost first, and keeps the lock: nothing is registered or
+    /// committed through this watch until the returned guard is dropped (the binary exits
+    /// holding it).
+    pub fn remove_all(&self) -> MutexGuard<'_, impl Sized> {
+        let live = self.live();
+        // twice: a writer thread may have recreated a folder inside a staging folder while
+        // the first pass ran (it keeps running until the process exits)
+        for pass in 0..2 {
+            if pass == 1 {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            for l in live.iter().rev() {
+                super::writer::remove_uncommitted(&l.staging, l.made.as_deref(), &l.target);
+            }
+        }
+        live
+    }
+
+    /// The list, even after a thread panicked while holding it (the list stays valid).
+    fn live(&self) -> MutexGuard<'_, Vec<Live>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A commit in progress (see [`StagingWatch::begin_commit`]).
+pub(super) struct Commit<'a>(MutexGuard<'a, Vec<Live>>);
+
+impl Commit<'_> {
+    /// The commit of `staging` finished: nothing to remove for it any more.
+    pub(super) fn done(&mut self, staging: &Path) {
+        self.0.retain(|l| l.staging != staging);
+    }
+}
