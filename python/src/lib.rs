@@ -11,6 +11,7 @@
 use std::path::PathBuf;
 
 use asa_analyze::analysis::partial::merge_partials;
+use asa_analyze::analysis::record::RunRecord;
 use asa_analyze::analysis::results::write_results;
 use asa_analyze::analysis::shard::Shard;
 use asa_analyze::analysis::{CancelToken, ModelSource, Run, RunEvents, RunOptions, RunOutput};
@@ -181,7 +182,7 @@ impl RunEvents for PyEvents {
 #[pyclass(module = "asa_analyze._native", frozen)]
 struct NativeResult {
     output: RunOutput,
-    record: serde_json::Value,
+    record: RunRecord,
 }
 
 #[pymethods]
@@ -192,8 +193,8 @@ impl NativeResult {
     }
 
     /// run.json as JSON text.
-    fn record(&self) -> String {
-        self.record.to_string()
+    fn record(&self) -> PyResult<String> {
+        self.record.to_json().map_err(to_py)
     }
 
     /// Writes the tables and run.json into `dir` exactly as the CLI's `--out dir` does;
@@ -324,13 +325,7 @@ fn merge(py: Python<'_>, partials: Vec<PathBuf>) -> PyResult<NativeResult> {
         .detach(|| {
             let merged = merge_partials(&partials, true)?;
             let output = merged.output()?;
-            let mut record = merged.record.clone();
-            record["command"] = serde_json::json!("python merge");
-            record["models"] = serde_json::json!(output
-                .models
-                .iter()
-                .map(|m| m.record.clone())
-                .collect::<Vec<_>>());
+            let record = merged.run_record(&output, "python merge");
             Ok::<_, Error>((output, record))
         })
         .map_err(to_py)?;

@@ -85,7 +85,7 @@ pub fn json_report(
         "stored_dtypes": stored,
     });
     let plan = Schedule::plan(ckpt, &RunOptions::default(), &Device::Cpu);
-    report["schedule"] = plan.record(&[]);
+    report["schedule"] = json!(plan.record(&[]));
     report["unused_weights"] = json!(ckpt.unused_weights());
     if let Some(g) = gguf {
         report["gguf_file"] = json!(g.path().display().to_string());

@@ -6,6 +6,7 @@ pub mod hub_cache;
 pub mod inspect;
 pub mod partial;
 pub mod plan;
+pub mod record;
 pub mod results;
 mod run;
 pub mod schedule;

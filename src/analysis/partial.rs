@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use super::record::{MergeRecord, ModelRecord, RunRecord};
 use super::run::{ModelResult, RunOptions, RunOutput};
 use super::shard::Shard;
 use crate::error::{Error, Result};
@@ -142,7 +143,7 @@ pub fn stage_partial(
     out: &mut OutputDir,
     models: &[PartialModel],
     info: &PartialInfo,
-    mut record: Value,
+    mut record: RunRecord,
 ) -> Result<()> {
     let states = models
         .iter()
@@ -163,10 +164,8 @@ pub fn stage_partial(
         ],
     );
     write_table(&table, &out.staged_path(STATES)?, Format::Parquet)?;
-    record["partial"] = serde_json::to_value(info).unwrap_or(Value::Null);
-    let text = serde_json::to_string_pretty(&record)
-        .map_err(|e| Error::failed("cannot encode run.json", e))?;
-    out.write_bytes("run.json", text.as_bytes())?;
+    record.partial = Some(info.clone());
+    out.write_bytes("run.json", record.to_json()?.as_bytes())?;
     out.write_bytes(MARKER, b"complete\n")
 }
 
@@ -175,7 +174,7 @@ pub fn stage_partial(
 pub struct Partial {
     pub dir: PathBuf,
     pub info: PartialInfo,
-    pub record: Value,
+    pub record: RunRecord,
 }
 
 /// Opens the partial in `dir`: finished (the marker is there), with a run.json that has a
@@ -192,10 +191,11 @@ pub fn open_partial(dir: &Path) -> Result<Partial> {
         return Err(Error::input(dir, what));
     }
     let text = std::fs::read_to_string(&run_json).map_err(|e| Error::io(&run_json, e))?;
-    let record: Value = serde_json::from_str(&text)
-        .map_err(|e| Error::invalid(&run_json, "invalid run.json", e))?;
-    let info: PartialInfo = serde_json::from_value(record["partial"].clone())
-        .map_err(|e| Error::invalid(&run_json, "run.json has no valid `partial` block", e))?;
+    let record = RunRecord::parse(&text, &run_json)?;
+    let info = record
+        .partial
+        .clone()
+        .ok_or_else(|| Error::input(&run_json, "run.json has no valid `partial` block"))?;
     if info.count == 0 || info.shards.iter().any(|&k| k >= info.count) {
         return Err(Error::input(
             &run_json,
@@ -323,7 +323,7 @@ pub struct Merged {
     pub models: Vec<PartialModel>,
     pub info: PartialInfo,
     /// run.json of the first partial (command, options, models' records).
-    pub record: Value,
+    pub record: RunRecord,
 }
 
 /// Merges the partials in `dirs` (every shard when `complete`), reading one partial's
@@ -389,6 +389,22 @@ pub fn merge_partials(dirs: &[PathBuf], complete: bool) -> Result<Merged> {
 }
 
 impl Merged {
+    /// The merged run's run.json, named `command`: the first partial's record with no shard
+    /// or partial block, the merged models' records (`output`'s) and what was merged.
+    pub fn run_record(&self, output: &RunOutput, command: &str) -> RunRecord {
+        RunRecord {
+            command: command.to_string(),
+            shard: None,
+            partial: None,
+            merged: Some(MergeRecord {
+                shards: self.info.count,
+                fingerprint: self.info.fingerprint.clone(),
+            }),
+            models: output.models.iter().map(|m| m.record.clone()).collect(),
+            ..self.record.clone()
+        }
+    }
+
     /// The run's results: each model's metrics finished from its merged state.
     pub fn output(&self) -> Result<RunOutput> {
         let qk_asked = self.info.fingerprint["options"]["metrics"]
@@ -412,8 +428,8 @@ impl Merged {
             if !m.model {
                 continue;
             }
-            let mut record: Value = serde_json::from_str(&m.record).unwrap_or(Value::Null);
-            record["windows"] = json!(m.windows);
+            let mut record: ModelRecord = serde_json::from_str(&m.record).unwrap_or_default();
+            record.windows = Some(m.windows);
             models.push(ModelResult {
                 label: m.label.clone(),
                 metrics,
@@ -424,14 +440,8 @@ impl Merged {
         Ok(RunOutput {
             models,
             series,
-            device: self.record["device"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-            dtype: self.record["dtype"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
+            device: self.record.device.clone(),
+            dtype: self.record.dtype.clone(),
             seconds: 0.0,
             shard: None,
             fingerprint: Some(self.info.fingerprint.clone()),

@@ -5,8 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
+use super::record::RunRecord;
 use super::RunOutput;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::export::{Format, OutputDir, StagingWatch};
 
 /// What a commit moved into place, and the figures' notes (skipped figures, dropped data).
@@ -21,7 +22,7 @@ pub struct Committed {
 /// `watch` while they live.
 pub fn write_results(
     output: &RunOutput,
-    record: &serde_json::Value,
+    record: &RunRecord,
     dir: &Path,
     (format, figures): (Format, bool),
     watch: &StagingWatch,
@@ -32,17 +33,11 @@ pub fn write_results(
 }
 
 /// Stages a run's tables and its run.json `record` in `out` (moved into place on commit).
-pub fn stage_tables(
-    out: &mut OutputDir,
-    output: &RunOutput,
-    record: &serde_json::Value,
-) -> Result<()> {
+pub fn stage_tables(out: &mut OutputDir, output: &RunOutput, record: &RunRecord) -> Result<()> {
     for table in output.tables() {
         out.write(&table)?;
     }
-    let text = serde_json::to_string_pretty(record)
-        .map_err(|e| Error::failed("cannot encode run.json", e))?;
-    out.write_bytes("run.json", text.as_bytes())
+    out.write_bytes("run.json", record.to_json()?.as_bytes())
 }
 
 /// Moves staged tables into place, rendering the figures from them first (into

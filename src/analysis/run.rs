@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use candle_core::{DType, Device};
-use serde_json::json;
 
 use super::hub_cache::{self, HubModel};
 use super::partial::{model_fingerprint, run_fingerprint, PartialModel};
 use super::plan::{batch_chunk, block_size, check_block, default_budget};
+use super::record::{ActivationAt, ModelRecord, NonFiniteRecord, RunRecord, SeriesStep};
 use super::schedule::{peak_rss_bytes, Schedule};
 use super::series::find_series;
 use super::shard::Shard;
@@ -28,8 +28,10 @@ use crate::export::Table;
 use crate::metrics::distance::Bands;
 use crate::metrics::entropy::EntropyOf;
 use crate::metrics::qk_mean::QkResult;
-use crate::metrics::{attention_tables, qk_series_table, Metric, MetricOptions, ModelMetrics};
-use crate::model::{Checkpoint, WeightMap};
+use crate::metrics::{
+    attention_tables, qk_series_table, Metric, MetricOptions, MetricProbe, ModelMetrics,
+};
+use crate::model::{Checkpoint, LayerTiming, Model, WeightMap};
 use crate::probe::Kernel;
 
 /// A checkpoint to analyse and the label its rows carry.
@@ -205,7 +207,7 @@ pub struct ModelResult {
     pub label: String,
     pub metrics: ModelMetrics,
     /// What run.json records of it (inputs, variant, shapes, kernels, timing).
-    pub record: serde_json::Value,
+    pub record: ModelRecord,
     /// A shard's exact metric states (`--shard`), for `merge`.
     pub partial: Option<PartialModel>,
 }
@@ -245,20 +247,29 @@ impl RunOutput {
     }
 
     /// run.json's record of the run, named `command`, with `options`.
-    pub fn record(&self, command: &str, options: &RunOptions) -> serde_json::Value {
-        json!({
-            "command": command,
-            "asa_analyze_version": env!("CARGO_PKG_VERSION"),
-            "candle_version": "0.11.1",
-            "device": self.device,
-            "dtype": self.dtype,
-            "metrics": options.metrics,
-            "options": options,
-            "models": self.models.iter().map(|m| m.record.clone()).collect::<Vec<_>>(),
-            "series": self.series.iter().map(|r| json!({"model": r.0, "step": r.1})).collect::<Vec<_>>(),
-            "seconds": self.seconds,
-            "shard": self.shard,
-        })
+    pub fn record(&self, command: &str, options: &RunOptions) -> RunRecord {
+        RunRecord {
+            command: command.to_string(),
+            asa_analyze_version: env!("CARGO_PKG_VERSION").to_string(),
+            candle_version: "0.11.1".to_string(),
+            device: self.device.clone(),
+            dtype: self.dtype.clone(),
+            metrics: options.metrics.clone(),
+            // plain values of plain types: serialising them cannot fail
+            options: serde_json::to_value(options).unwrap_or_default(),
+            models: self.models.iter().map(|m| m.record.clone()).collect(),
+            series: self
+                .series
+                .iter()
+                .map(|r| SeriesStep {
+                    model: r.0.clone(),
+                    step: r.1,
+                })
+                .collect(),
+            seconds: self.seconds,
+            shard: self.shard,
+            ..RunRecord::default()
+        }
     }
 }
 
@@ -403,7 +414,9 @@ impl ModelContext<'_> {
         Ok(out)
     }
 
-    /// One checkpoint: its windows, its metric options, the forward passes.
+    /// One checkpoint: opened and checked, its windows and metric options, its weights
+    /// loaded as the schedule says, the forward passes, then its record (and a shard's
+    /// partial state).
     fn model(
         &self,
         label: &str,
@@ -411,6 +424,53 @@ impl ModelContext<'_> {
         metrics: &BTreeSet<Metric>,
         events: &mut dyn RunEvents,
     ) -> Result<ModelResult> {
+        let o = self.options;
+        let ckpt = self.open(label, path, events)?;
+        let windows = self.windows(&ckpt, path)?;
+        check_length(&ckpt, o.seq_len, label, events)?;
+        let opts = metric_options(o, metrics, ckpt.config.num_layers, label)?;
+        let shape = self.shape(&ckpt, label, events);
+        let (model, schedule) = self.load(&ckpt, path, label)?;
+        // a shard analyses its share of the windows; the accumulators span them all
+        let total = windows.ids.len();
+        let range = o.shard.map_or(0..total, |s| s.units(total));
+        let pass = Pass {
+            ckpt: &ckpt,
+            model: &model,
+            label,
+            windows: &windows.ids,
+            range: range.clone(),
+            opts: &opts,
+            shape,
+        };
+        let done = self.forward(&pass, events)?;
+        note_nonfinite(&ckpt, &model, label, events);
+        let record = ModelRecord {
+            model: label.to_string(),
+            path: path.display().to_string(),
+            corpus: windows.description.clone(),
+            heatmap_layer: opts.heatmap_layer + 1,
+            profile_query: opts.profile_query,
+            schedule: schedule.record(&done.timings),
+            seconds: done.seconds,
+            tokens_per_second: (range.len() * o.seq_len) as f64 / done.seconds,
+            ..model_record(&ckpt, &model, &done.metrics, shape, o.seq_len)
+        };
+        let partial = match o.shard {
+            None => None,
+            Some(_) => Some(self.partial(&pass, &done.probe, &record, path)?),
+        };
+        Ok(ModelResult {
+            label: label.to_string(),
+            metrics: done.metrics,
+            record,
+            partial,
+        })
+    }
+
+    /// The checkpoint at `path`, as `--variant` says if it does, validated, with the
+    /// options that govern its weights; a note of variant weights it does not use.
+    fn open(&self, label: &str, path: &Path, events: &mut dyn RunEvents) -> Result<Checkpoint> {
         let o = self.options;
         let ckpt = Checkpoint::open_mapped(path, self.device, self.dtype, self.map)?;
         let mut ckpt = match o.variant {
@@ -423,116 +483,69 @@ impl ModelContext<'_> {
         if let Some(note) = &ckpt.variant.unused_weights {
             events.note(&format!("{label}: {note}"));
         }
-        let windows = self.windows(&ckpt, path)?;
-        let t = o.seq_len;
-        let c = &ckpt.config;
-        if c.layout.learned_positions && t > c.max_position_embeddings {
-            return Err(Error::usage(format!(
-                "--seq-len {t} is longer than {label}'s {} learned positions (n_positions)",
-                c.max_position_embeddings
-            )));
-        }
-        if t > c.max_position_embeddings {
-            events.note(&format!(
-                "{label}: --seq-len {t} exceeds max_position_embeddings {} (analysing past the training length)",
-                c.max_position_embeddings
-            ));
-        }
-        let opts = metric_options(o, metrics, c.num_layers, label)?;
-        let shape = self.shape(&ckpt, label, events);
-        let schedule = Schedule::plan(&ckpt, o, self.device);
+        Ok(ckpt)
+    }
+
+    /// The model's weights, in memory or streamed layer by layer (its residual stream
+    /// spilled to a scratch file when the schedule says), and the schedule that decided.
+    fn load(&self, ckpt: &Checkpoint, path: &Path, label: &str) -> Result<(Model, Schedule)> {
+        let schedule = Schedule::plan(ckpt, self.options, self.device);
         schedule.check_fits(path, ckpt.store.dtype().as_str(), self.device)?;
-        let model = if schedule.streamed {
-            let model = ckpt.load_streamed()?;
-            match schedule.spill {
-                true => model.spilling_residuals_to(self.scratch(label)),
-                false => model,
-            }
-        } else {
-            ckpt.load_model()?
+        let model = match (schedule.streamed, schedule.spill) {
+            (true, true) => ckpt
+                .load_streamed()?
+                .spilling_residuals_to(self.scratch(label)),
+            (true, false) => ckpt.load_streamed()?,
+            (false, _) => ckpt.load_model()?,
         };
-        // a shard analyses its share of the windows; the accumulators span them all
-        let range = o
-            .shard
-            .map_or(0..windows.ids.len(), |s| s.units(windows.ids.len()));
-        let tokens = (range.len() * t) as u64;
-        events.model_started(label, tokens);
+        Ok((model, schedule))
+    }
+
+    /// The forward passes of `pass`, its metrics finished, with the events a caller hears
+    /// (started, progress after every query block, finished).
+    fn forward(&self, pass: &Pass, events: &mut dyn RunEvents) -> Result<Forwarded> {
+        events.model_started(pass.label, (pass.range.len() * self.options.seq_len) as u64);
         let started = Instant::now();
-        let part = (&windows.ids[..], range.clone());
         let along = Along {
             cancel: self.cancel,
             progress: &mut |done: usize| events.progress(done as u64),
             observers: &mut [],
         };
-        let (probe, timings) = accumulate_timed(&ckpt, &model, part, &opts, shape, along)?;
-        let metrics = finish(&ckpt, &probe)?;
+        let part = (pass.windows, pass.range.clone());
+        let (probe, timings) =
+            accumulate_timed(pass.ckpt, pass.model, part, pass.opts, pass.shape, along)?;
+        let metrics = finish(pass.ckpt, &probe)?;
         events.model_finished();
-        let seconds = started.elapsed().as_secs_f64();
-        // where NaN or an infinity entered (--allow-nonfinite weights, or an overflow)
-        let nonfinite = json!({
-            "weight": ckpt.store.first_nonfinite(),
-            "activation": model.first_nonfinite(),
-        });
-        if let Some(at) = model.first_nonfinite() {
-            let weight = ckpt
-                .store
-                .first_nonfinite()
-                .map(|w| format!(" (the first non-finite weight read: {w})"))
-                .unwrap_or_default();
-            events.note(&format!(
-                "{label}: activations are NaN or infinite from {at} on{weight}; metrics computed from them are NaN"
-            ));
-        }
-        let record = json!({
-            "model": label,
-            "path": path.display().to_string(),
-            "architecture": c.architecture.name(),
-            "variant": ckpt.variant.kind.name(),
-            "variant_source": ckpt.variant.source,
-            "unused_weights": ckpt.variant.unused_weights,
-            "layers": c.num_layers,
-            "heads": c.num_heads,
-            "kv_heads": c.num_kv_heads,
-            "head_dim": c.head_dim,
-            "corpus": windows.description,
-            "dequantized_from": ckpt.dequantized_from(),
-            "seq_len": t,
-            "beta_length_n": t,
-            "block_size": shape.block,
-            "batch_size": shape.batch_size,
-            "heatmap_layer": opts.heatmap_layer + 1,
-            "profile_query": opts.profile_query,
-            "kernels": kernel_layers(&metrics.kernels),
-            "schedule": schedule.record(&timings),
-            "first_nonfinite": nonfinite,
-            "peak_rss_bytes": peak_rss_bytes(),
-            "seconds": seconds,
-            "tokens_per_second": tokens as f64 / seconds,
-        });
-        let partial = match o.shard {
-            None => None,
-            Some(_) => {
-                let (alpha_ma, traits) = finish_inputs(&ckpt)?;
-                Some(PartialModel {
-                    label: label.to_string(),
-                    probe: probe.state()?,
-                    alpha_ma,
-                    traits,
-                    record: record.to_string(),
-                    windows: range.len() as u64,
-                    total: windows.ids.len() as u64,
-                    fingerprint: model_fingerprint(label, path, &windows.ids)?,
-                    step: None,
-                    model: true,
-                    order: self.order.replace(self.order.get() + 1),
-                })
-            }
-        };
-        Ok(ModelResult {
-            label: label.to_string(),
+        Ok(Forwarded {
+            probe,
             metrics,
-            record,
-            partial,
+            timings,
+            seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// A shard's exact state of `pass`, for `merge`.
+    fn partial(
+        &self,
+        pass: &Pass,
+        probe: &MetricProbe,
+        record: &ModelRecord,
+        path: &Path,
+    ) -> Result<PartialModel> {
+        let (alpha_ma, traits) = finish_inputs(pass.ckpt)?;
+        Ok(PartialModel {
+            label: pass.label.to_string(),
+            probe: probe.state()?,
+            alpha_ma,
+            traits,
+            record: serde_json::to_string(record)
+                .map_err(|e| Error::failed("cannot encode a model's record", e))?,
+            windows: pass.range.len() as u64,
+            total: pass.windows.len() as u64,
+            fingerprint: model_fingerprint(pass.label, path, pass.windows)?,
+            step: None,
+            model: true,
+            order: self.order.replace(self.order.get() + 1),
         })
     }
 
@@ -611,6 +624,105 @@ impl ModelContext<'_> {
             batch_size: batch,
             block,
         }
+    }
+}
+
+/// One model's forward passes: its checkpoint and weights, the windows (all of the run's;
+/// `range` analysed here), the metric options and how the passes are cut.
+struct Pass<'a> {
+    ckpt: &'a Checkpoint,
+    model: &'a Model,
+    label: &'a str,
+    windows: &'a [Vec<u32>],
+    range: std::ops::Range<usize>,
+    opts: &'a MetricOptions,
+    shape: RunShape,
+}
+
+/// What a model's forward passes gave: the accumulators, their metrics, each streamed
+/// layer's times and the seconds taken.
+struct Forwarded {
+    probe: MetricProbe,
+    metrics: ModelMetrics,
+    timings: Vec<LayerTiming>,
+    seconds: f64,
+}
+
+/// Refuses a window longer than learned positions (GPT-2); notes one past
+/// `max_position_embeddings` (the run analyses past the training length).
+fn check_length(
+    ckpt: &Checkpoint,
+    t: usize,
+    label: &str,
+    events: &mut dyn RunEvents,
+) -> Result<()> {
+    let c = &ckpt.config;
+    if c.layout.learned_positions && t > c.max_position_embeddings {
+        return Err(Error::usage(format!(
+            "--seq-len {t} is longer than {label}'s {} learned positions (n_positions)",
+            c.max_position_embeddings
+        )));
+    }
+    if t > c.max_position_embeddings {
+        events.note(&format!(
+            "{label}: --seq-len {t} exceeds max_position_embeddings {} (analysing past the training length)",
+            c.max_position_embeddings
+        ));
+    }
+    Ok(())
+}
+
+/// Says where NaN or an infinity entered (`--allow-nonfinite` weights, or an overflow).
+fn note_nonfinite(ckpt: &Checkpoint, model: &Model, label: &str, events: &mut dyn RunEvents) {
+    if let Some(at) = model.first_nonfinite() {
+        let weight = ckpt
+            .store
+            .first_nonfinite()
+            .map(|w| format!(" (the first non-finite weight read: {w})"))
+            .unwrap_or_default();
+        events.note(&format!(
+            "{label}: activations are NaN or infinite from {at} on{weight}; metrics computed from them are NaN"
+        ));
+    }
+}
+
+/// What run.json records of a model from its checkpoint, its run and its metrics (the
+/// caller fills in the rest: label, path, corpus, schedule, timings).
+fn model_record(
+    ckpt: &Checkpoint,
+    model: &Model,
+    metrics: &ModelMetrics,
+    shape: RunShape,
+    t: usize,
+) -> ModelRecord {
+    let c = &ckpt.config;
+    ModelRecord {
+        architecture: c.architecture.name().to_string(),
+        variant: ckpt.variant.kind.name().to_string(),
+        variant_source: ckpt.variant.source.clone(),
+        unused_weights: ckpt.variant.unused_weights.clone(),
+        layers: c.num_layers,
+        heads: c.num_heads,
+        kv_heads: c.num_kv_heads,
+        head_dim: c.head_dim,
+        dequantized_from: ckpt.dequantized_from(),
+        seq_len: t,
+        beta_length_n: t,
+        block_size: shape.block,
+        batch_size: shape.batch_size,
+        kernels: kernel_layers(&metrics.kernels)
+            .into_iter()
+            .map(|(k, layers)| (k.to_string(), layers))
+            .collect(),
+        first_nonfinite: NonFiniteRecord {
+            weight: ckpt.store.first_nonfinite().map(str::to_string),
+            activation: model.first_nonfinite().map(|at| ActivationAt {
+                layer: at.layer,
+                hook: at.hook.to_string(),
+            }),
+        },
+        peak_rss_bytes: peak_rss_bytes(),
+        ..ModelRecord::default()
     }
 }
 

@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
+use super::record::ScheduleRecord;
 use candle_core::Device;
-use serde_json::json;
 
 use super::run::RunOptions;
 use crate::device::available_memory;
@@ -96,17 +96,17 @@ impl Schedule {
     }
 
     /// What run.json records: the schedule taken and why, and each streamed layer's times.
-    pub fn record(&self, timings: &[LayerTiming]) -> serde_json::Value {
-        json!({
-            "taken": self.name(),
-            "forced": self.forced,
-            "in_memory_weight_bytes": self.in_memory,
-            "streamed_layer_bytes": self.largest_layer,
-            "memory_budget_bytes": self.budget,
-            "residual_bytes": self.residual_bytes,
-            "residuals": if self.spill { "scratch file" } else { "memory" },
-            "layers": timings,
-        })
+    pub fn record(&self, timings: &[LayerTiming]) -> ScheduleRecord {
+        ScheduleRecord {
+            taken: self.name().to_string(),
+            forced: self.forced,
+            in_memory_weight_bytes: self.in_memory,
+            streamed_layer_bytes: self.largest_layer,
+            memory_budget_bytes: self.budget,
+            residual_bytes: self.residual_bytes,
+            residuals: if self.spill { "scratch file" } else { "memory" }.to_string(),
+            layers: timings.to_vec(),
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 //! as `label=path`, a corpus, one forward pass per batch computing every metric asked for,
 //! tidy tables under `--out`, a compact table on stdout.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -16,6 +16,7 @@ use super::report;
 use super::Process;
 use crate::analysis::partial::{shard_info, stage_partial};
 use crate::analysis::plan::parse_bytes;
+use crate::analysis::record::{ModelRecord, ProfilePhase};
 use crate::analysis::results::{self, stage_tables};
 use crate::analysis::shard::Shard;
 use crate::analysis::{kernel_layers, ModelSource, Run, RunEvents, RunOptions, RunOutput};
@@ -243,34 +244,28 @@ fn run_options(args: &MetricArgs, metrics: &[Metric], command: &str) -> Result<R
 
 /// The schedule of a model's run on stderr (`--verbose`): per layer, what reading its
 /// weights and computing it took, and the bytes read, when layers were streamed.
-fn print_schedule(label: &str, record: &serde_json::Value) {
-    let schedule = &record["schedule"];
+fn print_schedule(label: &str, record: &ModelRecord) {
+    let schedule = &record.schedule;
+    let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
     eprintln!(
         "asa-analyze: {label}: schedule {} (weights {:.2} GiB in memory, budget {:.2} GiB), peak RSS {:.2} GiB",
-        schedule["taken"].as_str().unwrap_or("?"),
-        gib(&schedule["in_memory_weight_bytes"]),
-        gib(&schedule["memory_budget_bytes"]),
-        gib(&record["peak_rss_bytes"]),
+        schedule.taken,
+        gib(schedule.in_memory_weight_bytes),
+        gib(schedule.memory_budget_bytes),
+        record.peak_rss_bytes.map_or(f64::NAN, gib),
     );
-    let layers = record["layers"].as_u64();
-    for timing in schedule["layers"].as_array().into_iter().flatten() {
-        let layer = timing["layer"].as_u64();
-        let what = match layer {
-            Some(l) if Some(l) == layers => "LM head".to_string(),
-            Some(l) => format!("layer {}", l + 1),
-            None => "?".to_string(),
+    for timing in &schedule.layers {
+        let what = match timing.layer {
+            l if l == record.layers => "LM head".to_string(),
+            l => format!("layer {}", l + 1),
         };
         eprintln!(
             "asa-analyze: {label}: {what}: read + cast {:.3} s, compute {:.3} s, {:.1} MiB read",
-            timing["load_seconds"].as_f64().unwrap_or(f64::NAN),
-            timing["compute_seconds"].as_f64().unwrap_or(f64::NAN),
-            timing["bytes_read"].as_f64().unwrap_or(f64::NAN) / (1u64 << 20) as f64,
+            timing.load_seconds,
+            timing.compute_seconds,
+            timing.bytes_read as f64 / (1u64 << 20) as f64,
         );
     }
-}
-
-fn gib(bytes: &serde_json::Value) -> f64 {
-    bytes.as_f64().unwrap_or(f64::NAN) / (1u64 << 30) as f64
 }
 
 /// Progress bars and notes on stderr (nothing with `--quiet`).
@@ -339,9 +334,9 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str, process: &Proces
         }
     }
     let mut record = output.record(command, &run.options);
-    record["options"]["format"] = json!(args.format);
-    record["seconds"] = json!(started.elapsed().as_secs_f64());
-    record["profile"] = json!(args.profile.then(profile_record));
+    record.options["format"] = json!(args.format);
+    record.seconds = started.elapsed().as_secs_f64();
+    record.profile = args.profile.then(profile_record);
     if let (Some(shard), Some(fingerprint)) = (output.shard, &output.fingerprint) {
         // a shard: the exact states for `merge`, no tables of its own
         let info = shard_info(&shard, fingerprint.clone());
@@ -410,15 +405,18 @@ fn print_results(
 }
 
 /// The `--profile` phases for run.json: calls, host and total seconds by phase.
-fn profile_record() -> serde_json::Value {
-    let phases: serde_json::Map<String, serde_json::Value> = crate::profile::totals()
+fn profile_record() -> BTreeMap<String, ProfilePhase> {
+    crate::profile::totals()
         .into_iter()
         .map(|(name, t)| {
-            let row = json!({"calls": t.calls, "host_s": t.host.as_secs_f64(), "total_s": t.total.as_secs_f64()});
-            (name.to_string(), row)
+            let phase = ProfilePhase {
+                calls: t.calls,
+                host_s: t.host.as_secs_f64(),
+                total_s: t.total.as_secs_f64(),
+            };
+            (name.to_string(), phase)
         })
-        .collect();
-    serde_json::Value::Object(phases)
+        .collect()
 }
 
 fn progress_bar(quiet: bool, total: u64, label: &str) -> ProgressBar {

@@ -6,12 +6,11 @@
 
 use std::path::PathBuf;
 
-use serde_json::json;
-
 use super::analyze::commit_tables;
 use super::choice::choice;
 use super::Process;
 use crate::analysis::partial::{merge_partials, stage_partial};
+use crate::analysis::record::RunRecord;
 use crate::analysis::results::stage_tables;
 use crate::error::Result;
 use crate::export::{Format, OutputDir};
@@ -45,28 +44,24 @@ pub fn run(args: MergeArgs, process: &Process) -> Result<()> {
     let merged = merge_partials(&args.partials, !args.partial)?;
     let mut out = OutputDir::create(&args.out, args.format, &process.staging)?;
     let mut record = merged.record.clone();
-    record["merged_from"] = json!(args
-        .partials
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect::<Vec<_>>());
-    record["merge_seconds"] = json!(started.elapsed().as_secs_f64());
+    record.merged_from = Some(
+        args.partials
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect(),
+    );
+    record.merge_seconds = Some(started.elapsed().as_secs_f64());
     if args.partial {
-        record["command"] = json!("merge --partial");
+        record.command = "merge --partial".to_string();
         stage_partial(&mut out, &merged.models, &merged.info, record)?;
         out.commit()?;
     } else {
         let output = merged.output()?;
-        record["command"] = json!("merge");
-        record["shard"] = json!(null);
-        record["partial"] = json!(null);
-        record["merged"] =
-            json!({"shards": merged.info.count, "fingerprint": merged.info.fingerprint});
-        record["models"] = json!(output
-            .models
-            .iter()
-            .map(|m| m.record.clone())
-            .collect::<Vec<_>>());
+        let record = RunRecord {
+            merged_from: record.merged_from,
+            merge_seconds: record.merge_seconds,
+            ..merged.run_record(&output, "merge")
+        };
         stage_tables(&mut out, &output, &record)?;
         commit_tables(out, (args.figures, args.quiet))?;
     }

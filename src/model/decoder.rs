@@ -168,7 +168,7 @@ impl Ropes {
 
 /// What streaming one layer took: its load (reading and casting its weights) and its
 /// compute over every window, and the bytes read from the checkpoint's files.
-#[derive(Debug, Clone, Copy, serde::Serialize)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub struct LayerTiming {
     /// 0-based layer; the number of layers for the embedding and LM head reads.
     pub layer: usize,

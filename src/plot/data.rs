@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::analysis::record::RunRecord;
 use crate::error::{Error, Result};
 use crate::export::{read_table, Column, Table};
 
@@ -213,22 +214,15 @@ fn run_models(dir: &Path) -> (BTreeMap<String, String>, BTreeMap<String, i64>) {
     let Ok(text) = std::fs::read_to_string(dir.join("run.json")) else {
         return (variants, seq_lens);
     };
-    let Ok(run) = serde_json::from_str::<serde_json::Value>(&text) else {
+    let Ok(run) = serde_json::from_str::<RunRecord>(&text) else {
         return (variants, seq_lens);
     };
-    let models = run["models"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    for m in models {
-        let Some(label) = m["model"].as_str() else {
-            continue;
-        };
-        if let Some(v) = m["variant"].as_str() {
-            variants.insert(label.to_string(), v.to_string());
+    for m in run.models.into_iter().filter(|m| !m.model.is_empty()) {
+        if m.seq_len > 0 {
+            seq_lens.insert(m.model.clone(), m.seq_len as i64);
         }
-        if let Some(n) = m["seq_len"].as_i64().filter(|n| *n > 0) {
-            seq_lens.insert(label.to_string(), n);
+        if !m.variant.is_empty() {
+            variants.insert(m.model, m.variant);
         }
     }
     (variants, seq_lens)
