@@ -122,6 +122,16 @@ enum FillError {
     Utf8(usize),
 }
 
+impl FillError {
+    /// The error for the source `path`.
+    fn into_error(self, path: &std::path::Path) -> Error {
+        match self {
+            FillError::Io(e) => Error::io(path, e),
+            FillError::Utf8(at) => Error::input(path, format!("not UTF-8 text (byte {at})")),
+        }
+    }
+}
+
 /// The largest character boundary of `text` at or below `at`.
 fn floor_boundary(text: &str, at: usize) -> usize {
     let mut at = at.min(text.len());
@@ -155,68 +165,101 @@ pub(crate) fn encode_prefix(
     let mut cut = 0usize;
     let mut segment = pieces.segment.max(2 * pieces.overlap + 1);
     loop {
-        buf.fill(cut + segment).map_err(|e| match e {
-            FillError::Io(e) => Error::io(path, e),
-            FillError::Utf8(at) => Error::input(path, format!("not UTF-8 text (byte {at})")),
-        })?;
+        buf.fill(cut + segment).map_err(|e| e.into_error(path))?;
         // `base <= cut - overlap`: the last segment started `overlap` before an earlier cut.
         let from = cut.saturating_sub(pieces.overlap).max(buf.base);
         let start = buf.base + floor_boundary(&buf.text, from - buf.base);
         buf.forget_before(start);
         let last = buf.eof;
-        let enc = encode(&buf.text)?;
-        let abs = |i: usize| (buf.base + enc.offsets[i].0, buf.base + enc.offsets[i].1);
-        // Where this segment takes over: the token starting exactly at the cut.
-        let first = if cut == 0 {
-            0
-        } else {
-            let Some(first) = (0..enc.ids.len()).find(|&i| abs(i).0 >= cut) else {
-                return Ok(Err(NotLocal { at: cut }));
-            };
-            let agree_from = cut - pieces.overlap / 2;
-            let here: Vec<(usize, u32)> = (0..first)
-                .filter(|&i| abs(i).0 >= agree_from)
-                .map(|i| (abs(i).0, enc.ids[i]))
-                .collect();
-            let kept: Vec<(usize, u32)> = tail
-                .iter()
-                .copied()
-                .filter(|&(s, _)| s >= agree_from)
-                .collect();
-            if abs(first).0 != cut || (first > 0 && abs(first - 1).1 > cut) || here != kept {
-                return Ok(Err(NotLocal { at: cut }));
-            }
-            first
+        let seg = Segment {
+            enc: encode(&buf.text)?,
+            base: buf.base,
+        };
+        let Some(first) = seg.take_over(cut, pieces.overlap, &tail) else {
+            return Ok(Err(NotLocal { at: cut }));
         };
         // Where this segment stops: all of it at the end of the text, else before the
         // last `overlap` bytes, at a clean meeting of two tokens.
-        let end = if last {
-            enc.ids.len()
-        } else {
-            let limit = buf.end() - pieces.overlap;
-            (first + 1..enc.ids.len())
-                .take_while(|&i| abs(i - 1).1 <= limit)
-                .filter(|&i| abs(i).0 == abs(i - 1).1)
-                .last()
-                .unwrap_or(first)
+        let end = match last {
+            true => seg.enc.ids.len(),
+            false => seg.clean_stop(first, buf.end() - pieces.overlap),
         };
         if end == first && !last {
             // No clean cut in this segment (e.g. one enormous token): read more.
             segment = segment.saturating_mul(2);
             continue;
         }
-        ids.extend_from_slice(&enc.ids[first..end]);
+        ids.extend_from_slice(&seg.enc.ids[first..end]);
         if last || ids.len() >= want {
             return Ok(Ok(ids));
         }
-        cut = abs(end).0;
-        tail.retain(|&(s, _)| s + pieces.overlap >= cut);
-        tail.extend(
-            (first..end)
-                .filter(|&i| abs(i).0 + pieces.overlap >= cut)
-                .map(|i| (abs(i).0, enc.ids[i])),
-        );
+        cut = seg.abs(end).0;
+        seg.move_tail(&mut tail, first..end, cut, pieces.overlap);
         segment = pieces.segment.max(2 * pieces.overlap + 1);
+    }
+}
+
+/// One encoded segment, with the absolute byte offset where its text starts.
+struct Segment {
+    enc: Encoded,
+    base: usize,
+}
+
+impl Segment {
+    /// The absolute byte range of token `i`.
+    fn abs(&self, i: usize) -> (usize, usize) {
+        let (start, end) = self.enc.offsets[i];
+        (self.base + start, self.base + end)
+    }
+
+    /// Where this segment takes over at `cut` (0 at the start of the text): the token
+    /// starting exactly at the cut, none ending past it, and the tokens in the second half
+    /// of the overlap the same as those kept (`tail`). `None` where they differ.
+    fn take_over(&self, cut: usize, overlap: usize, tail: &[(usize, u32)]) -> Option<usize> {
+        if cut == 0 {
+            return Some(0);
+        }
+        let first = (0..self.enc.ids.len()).find(|&i| self.abs(i).0 >= cut)?;
+        let agree_from = cut - overlap / 2;
+        let here: Vec<(usize, u32)> = (0..first)
+            .filter(|&i| self.abs(i).0 >= agree_from)
+            .map(|i| (self.abs(i).0, self.enc.ids[i]))
+            .collect();
+        let kept: Vec<(usize, u32)> = tail
+            .iter()
+            .copied()
+            .filter(|&(s, _)| s >= agree_from)
+            .collect();
+        if self.abs(first).0 != cut || (first > 0 && self.abs(first - 1).1 > cut) || here != kept {
+            return None;
+        }
+        Some(first)
+    }
+
+    /// The last token after `first` that starts exactly where the one before it ends, with
+    /// that one ending by absolute offset `limit`; `first` if there is none.
+    fn clean_stop(&self, first: usize, limit: usize) -> usize {
+        (first + 1..self.enc.ids.len())
+            .take_while(|&i| self.abs(i - 1).1 <= limit)
+            .filter(|&i| self.abs(i).0 == self.abs(i - 1).1)
+            .last()
+            .unwrap_or(first)
+    }
+
+    /// Moves `tail` to the new `cut`: of what it held and of the tokens `kept`, those that
+    /// start in the last `overlap` bytes before the cut.
+    fn move_tail(
+        &self,
+        tail: &mut Vec<(usize, u32)>,
+        kept: std::ops::Range<usize>,
+        cut: usize,
+        overlap: usize,
+    ) {
+        tail.retain(|&(s, _)| s + overlap >= cut);
+        tail.extend(
+            kept.filter(|&i| self.abs(i).0 + overlap >= cut)
+                .map(|i| (self.abs(i).0, self.enc.ids[i])),
+        );
     }
 }
 

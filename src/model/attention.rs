@@ -8,7 +8,7 @@ use super::layout::QkvLayout;
 use super::weights::WeightStore;
 use crate::attention::{Attention, AttentionShape, AttentionWeights, VariantKind};
 use crate::error::{Error, Result};
-use crate::nn::Linear;
+use crate::nn::{Linear, RmsNorm};
 
 /// Loads the attention layer under `prefix` (e.g. `model.layers.3.self_attn`), every
 /// tensor's presence and shape checked; q, k and v stored as `qkv` says.
@@ -22,24 +22,7 @@ pub fn load_attention(
     let (q_proj, k_proj, v_proj) = match qkv {
         QkvLayout::FusedPerHead => split_qkv_per_head(store, prefix, s)?,
         QkvLayout::Fused => split_qkv(store, prefix, s, conv1d)?,
-        QkvLayout::Separate => {
-            let q_out = if s.variant.is_gated() { 2 } else { 1 } * s.heads * s.head_dim;
-            let kv_out = s.kv_heads * s.head_dim;
-            let proj = |name: &str, out: usize| {
-                linear(
-                    store,
-                    &format!("{prefix}.{name}"),
-                    s.hidden,
-                    out,
-                    s.qkv_bias,
-                )
-            };
-            (
-                proj("q_proj", q_out)?,
-                proj("k_proj", kv_out)?,
-                proj("v_proj", kv_out)?,
-            )
-        }
+        QkvLayout::Separate => separate_qkv(store, prefix, s)?,
     };
     let o_proj = projection(
         store,
@@ -48,7 +31,73 @@ pub fn load_attention(
         s.o_bias,
         conv1d,
     )?;
-    let sink_logits = match s.variant {
+    let sink_logits = load_sink_logits(store, prefix, s)?;
+    let norms = load_qk_norms(store, prefix, s)?;
+    let logn_scale = match s.variant {
+        VariantKind::Logn => Some(load_logn_scale(store, prefix, s)?),
+        _ => None,
+    };
+    let alpha = load_alpha(store, prefix, s)?;
+    let weights = AttentionWeights {
+        q_proj,
+        k_proj,
+        v_proj,
+        o_proj,
+        q_norm: norms.q,
+        k_norm: norms.k,
+        sink_logits,
+        alpha_proj: alpha.proj,
+        alpha_ma: alpha.ma,
+        logn_scale,
+    };
+    Ok(Attention::new(weights, shape))
+}
+
+/// The QK-norm scales of a layer (both or neither).
+struct QkNorms {
+    q: Option<RmsNorm>,
+    k: Option<RmsNorm>,
+}
+
+/// Affine-Scaled's alpha projection and the moving average of its output (both or neither).
+struct Alpha {
+    proj: Option<Linear>,
+    ma: Option<Tensor>,
+}
+
+/// q, k and v from the separate `{prefix}.q_proj`, `k_proj` and `v_proj` (q twice as wide
+/// for a gated variant: the gate's rows follow).
+fn separate_qkv(
+    store: &WeightStore,
+    prefix: &str,
+    s: &AttentionShape,
+) -> Result<(Linear, Linear, Linear)> {
+    let q_out = if s.variant.is_gated() { 2 } else { 1 } * s.heads * s.head_dim;
+    let kv_out = s.kv_heads * s.head_dim;
+    let proj = |name: &str, out: usize| {
+        linear(
+            store,
+            &format!("{prefix}.{name}"),
+            s.hidden,
+            out,
+            s.qkv_bias,
+        )
+    };
+    Ok((
+        proj("q_proj", q_out)?,
+        proj("k_proj", kv_out)?,
+        proj("v_proj", kv_out)?,
+    ))
+}
+
+/// The sink logits `[1, heads, 1, 1]` f32: the stored `{prefix}.sinks` of a sink layer,
+/// zeros for off-by-one, none for the other variants.
+fn load_sink_logits(
+    store: &WeightStore,
+    prefix: &str,
+    s: &AttentionShape,
+) -> Result<Option<Tensor>> {
+    Ok(match s.variant {
         VariantKind::Sink => Some(
             store
                 .get_as(&format!("{prefix}.sinks"), &[s.heads], DType::F32)?
@@ -60,57 +109,54 @@ pub fn load_attention(
             store.device(),
         )?),
         _ => None,
+    })
+}
+
+/// `{prefix}.q_norm` and `k_norm` when the config asks for QK-norm or the checkpoint has
+/// `q_norm.weight`.
+fn load_qk_norms(store: &WeightStore, prefix: &str, s: &AttentionShape) -> Result<QkNorms> {
+    if !(s.qk_norm || store.contains(&format!("{prefix}.q_norm.weight"))) {
+        return Ok(QkNorms { q: None, k: None });
+    }
+    // per head [head_dim], or over the whole projection [heads * head_dim] (OLMo 2)
+    let (q_dim, k_dim) = match s.qk_norm_whole {
+        true => (s.heads * s.head_dim, s.kv_heads * s.head_dim),
+        false => (s.head_dim, s.head_dim),
     };
-    let (q_norm, k_norm) = if s.qk_norm || store.contains(&format!("{prefix}.q_norm.weight")) {
-        // per head [head_dim], or over the whole projection [heads * head_dim] (OLMo 2)
-        let (q_dim, k_dim) = match s.qk_norm_whole {
-            true => (s.heads * s.head_dim, s.kv_heads * s.head_dim),
-            false => (s.head_dim, s.head_dim),
-        };
-        let norm = |name: &str, dim: usize| -> Result<crate::nn::RmsNorm> {
-            let norm = rms_norm(store, &format!("{prefix}.{name}"), dim, s.rms_norm_eps)?;
-            // Gemma 3 stores its QK-norm scales as offsets from 1
-            Ok(match s.qk_norm_plus_one {
-                true => norm.plus_one()?,
-                false => norm,
-            })
-        };
-        (Some(norm("q_norm", q_dim)?), Some(norm("k_norm", k_dim)?))
-    } else {
-        (None, None)
+    let norm = |name: &str, dim: usize| -> Result<RmsNorm> {
+        let norm = rms_norm(store, &format!("{prefix}.{name}"), dim, s.rms_norm_eps)?;
+        // Gemma 3 stores its QK-norm scales as offsets from 1
+        Ok(match s.qk_norm_plus_one {
+            true => norm.plus_one()?,
+            false => norm,
+        })
     };
-    let logn_scale = match s.variant {
-        VariantKind::Logn => Some(load_logn_scale(store, prefix, s)?),
-        _ => None,
-    };
-    let (alpha_proj, alpha_ma) = if s.variant.is_affine() {
-        let bias = store.contains(&format!("{prefix}.alpha_proj.bias"));
-        (
-            Some(linear(
-                store,
-                &format!("{prefix}.alpha_proj"),
-                s.hidden,
-                s.heads,
-                bias,
-            )?),
-            Some(store.get_as(&format!("{prefix}.alpha_ma"), &[s.heads], DType::F32)?),
-        )
-    } else {
-        (None, None)
-    };
-    let weights = AttentionWeights {
-        q_proj,
-        k_proj,
-        v_proj,
-        o_proj,
-        q_norm,
-        k_norm,
-        sink_logits,
-        alpha_proj,
-        alpha_ma,
-        logn_scale,
-    };
-    Ok(Attention::new(weights, shape))
+    Ok(QkNorms {
+        q: Some(norm("q_norm", q_dim)?),
+        k: Some(norm("k_norm", k_dim)?),
+    })
+}
+
+/// `{prefix}.alpha_proj` (its bias if stored) and `{prefix}.alpha_ma` of an Affine-Scaled
+/// layer.
+fn load_alpha(store: &WeightStore, prefix: &str, s: &AttentionShape) -> Result<Alpha> {
+    if !s.variant.is_affine() {
+        return Ok(Alpha {
+            proj: None,
+            ma: None,
+        });
+    }
+    let bias = store.contains(&format!("{prefix}.alpha_proj.bias"));
+    Ok(Alpha {
+        proj: Some(linear(
+            store,
+            &format!("{prefix}.alpha_proj"),
+            s.hidden,
+            s.heads,
+            bias,
+        )?),
+        ma: Some(store.get_as(&format!("{prefix}.alpha_ma"), &[s.heads], DType::F32)?),
+    })
 }
 
 /// s_h `[1, heads, 1, 1]` f32 of a logn layer: the stored `{prefix}.logn_scale` [heads], else

@@ -31,6 +31,7 @@ use candle_core::{Device, Tensor};
 
 use super::config::{ModelConfig, RawConfig};
 use super::gguf_config::{metadata_str, raw_config, Meta, TensorFacts};
+use super::gguf_rope::Recovered;
 use super::root_cause;
 use crate::error::{Error, Result};
 
@@ -102,20 +103,7 @@ impl GgufFile {
         let arch = metadata_str(&content, "general.architecture")
             .ok_or_else(|| Error::input(path, "not a model: no general.architecture metadata"))?
             .to_string();
-        let permuted = match arch.as_str() {
-            "llama" => true,
-            "qwen2" | "qwen3" | "olmo2" | "phi3" | "gpt2" | "gptneox" | "gemma2" | "gemma3" => {
-                false
-            }
-            other => {
-                return Err(Error::input(
-                    path,
-                    format!(
-                        "unsupported GGUF architecture `{other}` (supported: {SUPPORTED_ARCHITECTURES})"
-                    ),
-                ))
-            }
-        };
+        let permuted = permutes_qk(path, &arch)?;
         let meta = Meta {
             content: &content,
             arch: &arch,
@@ -125,57 +113,16 @@ impl GgufFile {
         let kv_heads = meta
             .opt_usize_key("attention.head_count_kv")?
             .unwrap_or(heads);
-        let mut tensors = BTreeMap::new();
-        for (gguf_name, info) in &content.tensor_infos {
-            if gguf_name == "rope_freqs.weight" {
-                continue;
-            }
-            let Some(hf_name) = hf_name(gguf_name, &arch) else {
-                return Err(Error::input(
-                    path,
-                    format!("tensor {gguf_name} is not part of the {arch} architecture this loader maps"),
-                ));
-            };
-            let mut shape = info.shape.dims().to_vec();
-            let undo = match (arch.as_str(), hf_name.rsplit('.').nth(1)) {
-                (_, Some("q_proj")) if permuted => Undo::Permutation(heads),
-                (_, Some("k_proj")) if permuted => Undo::Permutation(kv_heads),
-                ("gptneox", Some("qkv_proj")) => Undo::QkvGrouping(heads),
-                ("gpt2", Some("qkv_proj" | "o_proj" | "up_proj" | "down_proj"))
-                    if hf_name.ends_with(".weight") && shape.len() == 2 =>
-                {
-                    shape.reverse();
-                    Undo::Transpose
-                }
-                ("gemma2" | "gemma3", _) if hf_name.ends_with("norm.weight") => Undo::MinusOne,
-                _ => Undo::Nothing,
-            };
-            tensors.insert(
-                hf_name,
-                GgufTensor {
-                    gguf_name: gguf_name.clone(),
-                    shape,
-                    dtype: info.ggml_dtype,
-                    undo,
-                },
-            );
-        }
-        let embed = tensors
-            .get("model.embed_tokens.weight")
-            .ok_or_else(|| Error::input(path, "tensor token_embd.weight is missing"))?;
-        let facts = TensorFacts {
-            vocab: embed.shape[0],
-            has_output: tensors.contains_key("lm_head.weight"),
-            has_q_bias: tensors.contains_key("model.layers.0.self_attn.q_proj.bias"),
-            has_qkv_bias: tensors.contains_key("model.layers.0.self_attn.qkv_proj.bias"),
+        let converter = Converter {
+            arch: &arch,
+            permuted,
+            heads,
+            kv_heads,
         };
+        let tensors = tensor_table(path, &content, &converter)?;
+        let facts = tensor_facts(path, &tensors)?;
         let (raw, rope_source) = raw_config(&meta, &mut file, &facts, heads, kv_heads)?;
-        let config = serde_path_to_error::deserialize::<_, RawConfig>(raw)
-            .map_err(|e| super::config::field_error(path, "cannot read the metadata", e))?
-            .resolve(path)?;
-        if let Some(rope_source) = &rope_source {
-            super::gguf_rope::check_resolved(path, rope_source, &config)?;
-        }
+        let config = resolve_config(path, raw, rope_source.as_ref())?;
         Ok(GgufFile {
             path: path.to_path_buf(),
             content,
@@ -337,6 +284,117 @@ fn unsupported_type_name(id: u32) -> Option<&'static str> {
         39 => "MXFP4",
         _ => return None,
     })
+}
+
+/// Whether llama.cpp permuted the q and k rows of `arch` (llama only); an error for an
+/// architecture the loader does not map.
+fn permutes_qk(path: &Path, arch: &str) -> Result<bool> {
+    match arch {
+        "llama" => Ok(true),
+        "qwen2" | "qwen3" | "olmo2" | "phi3" | "gpt2" | "gptneox" | "gemma2" | "gemma3" => {
+            Ok(false)
+        }
+        other => Err(Error::input(
+            path,
+            format!(
+                "unsupported GGUF architecture `{other}` (supported: {SUPPORTED_ARCHITECTURES})"
+            ),
+        )),
+    }
+}
+
+/// What decides each tensor's [`Undo`]: the architecture, whether it permutes q and k, and
+/// the head counts the permutations were made with.
+struct Converter<'a> {
+    arch: &'a str,
+    permuted: bool,
+    heads: usize,
+    kv_heads: usize,
+}
+
+impl Converter<'_> {
+    /// What to undo in the HF-named tensor `hf_name`; a transposed `shape` is turned back
+    /// to HF orientation.
+    fn undo(&self, hf_name: &str, shape: &mut [usize]) -> Undo {
+        match (self.arch, hf_name.rsplit('.').nth(1)) {
+            (_, Some("q_proj")) if self.permuted => Undo::Permutation(self.heads),
+            (_, Some("k_proj")) if self.permuted => Undo::Permutation(self.kv_heads),
+            ("gptneox", Some("qkv_proj")) => Undo::QkvGrouping(self.heads),
+            ("gpt2", Some("qkv_proj" | "o_proj" | "up_proj" | "down_proj"))
+                if hf_name.ends_with(".weight") && shape.len() == 2 =>
+            {
+                shape.reverse();
+                Undo::Transpose
+            }
+            ("gemma2" | "gemma3", _) if hf_name.ends_with("norm.weight") => Undo::MinusOne,
+            _ => Undo::Nothing,
+        }
+    }
+}
+
+/// The file's tensors under their HF names (`rope_freqs.weight` left out: it is metadata);
+/// an error for a tensor the architecture does not have.
+fn tensor_table(
+    path: &Path,
+    content: &Content,
+    converter: &Converter,
+) -> Result<BTreeMap<String, GgufTensor>> {
+    let arch = converter.arch;
+    let mut tensors = BTreeMap::new();
+    for (gguf_name, info) in &content.tensor_infos {
+        if gguf_name == "rope_freqs.weight" {
+            continue;
+        }
+        let Some(hf_name) = hf_name(gguf_name, arch) else {
+            return Err(Error::input(
+                path,
+                format!(
+                    "tensor {gguf_name} is not part of the {arch} architecture this loader maps"
+                ),
+            ));
+        };
+        let mut shape = info.shape.dims().to_vec();
+        let undo = converter.undo(&hf_name, &mut shape);
+        tensors.insert(
+            hf_name,
+            GgufTensor {
+                gguf_name: gguf_name.clone(),
+                shape,
+                dtype: info.ggml_dtype,
+                undo,
+            },
+        );
+    }
+    Ok(tensors)
+}
+
+/// What the config needs from the tensor table; an error without token embeddings.
+fn tensor_facts(path: &Path, tensors: &BTreeMap<String, GgufTensor>) -> Result<TensorFacts> {
+    let embed = tensors
+        .get("model.embed_tokens.weight")
+        .ok_or_else(|| Error::input(path, "tensor token_embd.weight is missing"))?;
+    Ok(TensorFacts {
+        vocab: embed.shape[0],
+        has_output: tensors.contains_key("lm_head.weight"),
+        has_q_bias: tensors.contains_key("model.layers.0.self_attn.q_proj.bias"),
+        has_qkv_bias: tensors.contains_key("model.layers.0.self_attn.qkv_proj.bias"),
+    })
+}
+
+/// Resolves the config.json mirror as a config.json is, then checks that the resolved RoPE
+/// reproduces the rope_freqs factors `recovered` from.
+fn resolve_config(
+    path: &Path,
+    raw: serde_json::Value,
+    recovered: Option<&Recovered>,
+) -> Result<ModelConfig> {
+    let config = serde_path_to_error::deserialize::<_, RawConfig>(raw)
+        .map_err(|e| super::config::field_error(path, "cannot read the metadata", e))?
+        .resolve(path)?;
+    if let Some(recovered) = recovered {
+        super::gguf_rope::check_resolved(path, recovered, &config)?;
+    }
+    Ok(config)
 }
 
 /// The HF name of a llama.cpp tensor name of architecture `arch` (the names

@@ -139,6 +139,20 @@ fn rope_parameters(
     Ok((rope, recovered))
 }
 
+/// The sizes and scalars the config is built from.
+struct Dims {
+    hidden: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    /// Dimensions rotated by RoPE.
+    rot_dim: usize,
+    theta: f64,
+    context: usize,
+    /// RMSNorm's epsilon, or LayerNorm's (GPT-2, GPT-NeoX).
+    eps: f64,
+}
+
 /// The metadata as a config.json mirror, and the rope_freqs recovery when the file has them.
 pub(crate) fn raw_config(
     meta: &Meta,
@@ -147,16 +161,25 @@ pub(crate) fn raw_config(
     heads: usize,
     kv_heads: usize,
 ) -> Result<(serde_json::Value, Option<Recovered>)> {
-    let path = meta.path;
     refuse_unimplemented(meta)?;
+    let dims = read_dims(meta, heads, kv_heads)?;
+    check_dims(meta, &dims)?;
+    let (rope, recovered) = rope_parameters(meta, file, (dims.theta, dims.rot_dim, dims.context))?;
+    let mut raw = base_config(meta, tensors, &dims, rope)?;
+    family_config(meta, tensors, &dims, &mut raw)?;
+    Ok((raw, recovered))
+}
+
+/// Reads the sizes and scalars, with llama.cpp's defaults for the optional keys (head_dim
+/// from `embedding_length / head_count`, which must divide).
+fn read_dims(meta: &Meta, heads: usize, kv_heads: usize) -> Result<Dims> {
     let hidden = meta.usize_key("embedding_length")?;
-    let vocab = tensors.vocab;
     let head_dim = match meta.opt_usize_key("attention.key_length")? {
         Some(d) => d,
         None if heads > 0 && hidden % heads == 0 => hidden / heads,
         None => {
             return Err(Error::input(
-                path,
+                meta.path,
                 format!(
                     "{}.embedding_length {hidden} is not divisible by head_count {heads}",
                     meta.arch
@@ -169,38 +192,59 @@ pub(crate) fn raw_config(
         .unwrap_or(head_dim);
     let theta = meta.opt_f64_key("rope.freq_base")?.unwrap_or(10000.0);
     let context = meta.opt_usize_key("context_length")?.unwrap_or(2048);
-    // RMSNorm's epsilon, or LayerNorm's (GPT-2, GPT-NeoX)
-    let rms_eps = match meta.opt_f64_key("attention.layer_norm_rms_epsilon")? {
+    let eps = match meta.opt_f64_key("attention.layer_norm_rms_epsilon")? {
         Some(eps) => eps,
         None => meta
             .opt_f64_key("attention.layer_norm_epsilon")?
             .unwrap_or(1e-5),
     };
-    // checked here: JSON has no NaN (it would turn into a default), and the rope_freqs
-    // recovery below needs them sound
+    Ok(Dims {
+        hidden,
+        heads,
+        kv_heads,
+        head_dim,
+        rot_dim,
+        theta,
+        context,
+        eps,
+    })
+}
+
+/// Refuses unsound values, checked here: JSON has no NaN (it would turn into a default),
+/// and the rope_freqs recovery needs them sound.
+fn check_dims(meta: &Meta, d: &Dims) -> Result<()> {
     let bad = |key: &str, value: String, want: &str| {
         Err(Error::input(
-            path,
+            meta.path,
             format!("metadata {} {value} must be {want}", meta.key(key)),
         ))
     };
-    if head_dim == 0 {
+    if d.head_dim == 0 {
         return bad("attention.key_length", "0".into(), "at least 1");
     }
-    if context == 0 {
+    if d.context == 0 {
         return bad("context_length", "0".into(), "at least 1");
     }
-    if !(theta.is_finite() && theta > 0.0) {
-        return bad("rope.freq_base", theta.to_string(), "a finite number > 0");
+    if !(d.theta.is_finite() && d.theta > 0.0) {
+        return bad("rope.freq_base", d.theta.to_string(), "a finite number > 0");
     }
-    if !(rms_eps.is_finite() && rms_eps >= 0.0) {
+    if !(d.eps.is_finite() && d.eps >= 0.0) {
         return bad(
             "attention.layer_norm_rms_epsilon",
-            rms_eps.to_string(),
+            d.eps.to_string(),
             "a finite number >= 0",
         );
     }
-    let (rope, recovered) = rope_parameters(meta, file, (theta, rot_dim, context))?;
+    Ok(())
+}
+
+/// The config.json keys every architecture has, as for a Llama model.
+fn base_config(
+    meta: &Meta,
+    tensors: &TensorFacts,
+    d: &Dims,
+    rope: serde_json::Value,
+) -> Result<serde_json::Value> {
     let token = |key: &str| {
         meta.content
             .metadata
@@ -209,35 +253,44 @@ pub(crate) fn raw_config(
             .map(|v| json!(v))
             .unwrap_or(serde_json::Value::Null)
     };
-    let mut raw = json!({
+    Ok(json!({
         "model_type": meta.arch,
-        "hidden_size": hidden,
+        "hidden_size": d.hidden,
         "intermediate_size": meta.usize_key("feed_forward_length")?,
         "num_hidden_layers": meta.usize_key("block_count")?,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads,
-        "head_dim": head_dim,
-        "vocab_size": vocab,
-        "rms_norm_eps": rms_eps,
-        "max_position_embeddings": context,
+        "num_attention_heads": d.heads,
+        "num_key_value_heads": d.kv_heads,
+        "head_dim": d.head_dim,
+        "vocab_size": tensors.vocab,
+        "rms_norm_eps": d.eps,
+        "max_position_embeddings": d.context,
         "tie_word_embeddings": !tensors.has_output,
         "attention_bias": meta.arch == "llama" && tensors.has_q_bias,
-        "partial_rotary_factor": rot_dim as f64 / head_dim as f64,
+        "partial_rotary_factor": d.rot_dim as f64 / d.head_dim as f64,
         "rope_parameters": rope,
         "bos_token_id": token("tokenizer.ggml.bos_token_id"),
         "eos_token_id": token("tokenizer.ggml.eos_token_id"),
         "hidden_act": "silu",
         "sliding_window": meta.opt_usize_key("attention.sliding_window")?,
-    });
+    }))
+}
+
+/// What differs from Llama in GPT-2, GPT-NeoX and Gemma 2/3 configs.
+fn family_config(
+    meta: &Meta,
+    tensors: &TensorFacts,
+    d: &Dims,
+    raw: &mut serde_json::Value,
+) -> Result<()> {
     match meta.arch {
         "gpt2" => {
             raw["model_type"] = json!("gpt2");
-            raw["layer_norm_epsilon"] = json!(rms_eps);
+            raw["layer_norm_epsilon"] = json!(d.eps);
             raw["hidden_act"] = serde_json::Value::Null;
         }
         "gptneox" => {
             raw["model_type"] = json!("gpt_neox");
-            raw["layer_norm_eps"] = json!(rms_eps);
+            raw["layer_norm_eps"] = json!(d.eps);
             raw["hidden_act"] = json!("gelu");
             raw["attention_bias"] = json!(tensors.has_qkv_bias);
             if let Some(parallel) = metadata_bool(meta.content, &meta.key("use_parallel_residual"))
@@ -245,10 +298,10 @@ pub(crate) fn raw_config(
                 raw["use_parallel_residual"] = json!(parallel);
             }
         }
-        "gemma2" | "gemma3" => gemma(meta, &mut raw, (hidden, heads, head_dim))?,
+        "gemma2" | "gemma3" => gemma(meta, raw, (d.hidden, d.heads, d.head_dim))?,
         _ => {}
     }
-    Ok((raw, recovered))
+    Ok(())
 }
 
 /// Gemma 2/3 as llama.cpp reads them: the tanh-GELU, q.k scaled by head_dim^-1/2 except in

@@ -139,85 +139,97 @@ enum Init {
     Zeros,
 }
 
+/// Standard deviation of the normal initialisation.
+const STD: f64 = 0.02;
+
+/// One trainable parameter: its name, shape and initialisation.
+struct ParamSpec {
+    name: String,
+    shape: Vec<usize>,
+    init: Init,
+}
+
+/// A [`ParamSpec`].
+fn spec(name: impl Into<String>, shape: Vec<usize>, init: Init) -> ParamSpec {
+    ParamSpec {
+        name: name.into(),
+        shape,
+        init,
+    }
+}
+
 /// Every trainable parameter of `variant` with its shape and initialisation.
-fn parameter_specs(arch: &Arch, variant: VariantKind) -> Vec<(String, Vec<usize>, Init)> {
-    let (h, d) = (arch.hidden_size, arch.head_dim());
-    let (heads, kv) = (arch.num_heads, arch.num_kv_heads);
-    let std = 0.02;
-    // residual projections scaled down with depth (GPT-2)
-    let resid = std / (2.0 * arch.num_layers as f64).sqrt();
-    let mut specs = vec![(
-        "model.embed_tokens.weight".to_string(),
-        vec![arch.vocab_size, h],
-        Init::Normal(std),
+fn parameter_specs(arch: &Arch, variant: VariantKind) -> Vec<ParamSpec> {
+    let (h, vocab) = (arch.hidden_size, arch.vocab_size);
+    let mut specs = vec![spec(
+        "model.embed_tokens.weight",
+        vec![vocab, h],
+        Init::Normal(STD),
     )];
     for l in 0..arch.num_layers {
         let p = format!("model.layers.{l}");
-        let q_out = if variant.is_gated() { 2 } else { 1 } * heads * d;
-        specs.extend([
-            (format!("{p}.input_layernorm.weight"), vec![h], Init::Ones),
-            (
-                format!("{p}.self_attn.q_proj.weight"),
-                vec![q_out, h],
-                Init::Normal(std),
-            ),
-            (
-                format!("{p}.self_attn.k_proj.weight"),
-                vec![kv * d, h],
-                Init::Normal(std),
-            ),
-            (
-                format!("{p}.self_attn.v_proj.weight"),
-                vec![kv * d, h],
-                Init::Normal(std),
-            ),
-            (
-                format!("{p}.self_attn.o_proj.weight"),
-                vec![h, heads * d],
-                Init::Normal(resid),
-            ),
-            (
-                format!("{p}.post_attention_layernorm.weight"),
-                vec![h],
-                Init::Ones,
-            ),
-            (
-                format!("{p}.mlp.gate_proj.weight"),
-                vec![arch.intermediate_size, h],
-                Init::Normal(std),
-            ),
-            (
-                format!("{p}.mlp.up_proj.weight"),
-                vec![arch.intermediate_size, h],
-                Init::Normal(std),
-            ),
-            (
-                format!("{p}.mlp.down_proj.weight"),
-                vec![h, arch.intermediate_size],
-                Init::Normal(resid),
-            ),
-        ]);
-        if variant == VariantKind::Sink {
-            specs.push((format!("{p}.self_attn.sinks"), vec![heads], Init::Zeros));
-        }
-        if variant == VariantKind::Logn {
-            // learnable s_h, initialised from the config scale (1.0)
-            specs.push((format!("{p}.self_attn.logn_scale"), vec![heads], Init::Ones));
-        }
-        if variant.is_affine() {
-            specs.push((
-                format!("{p}.self_attn.alpha_proj.weight"),
-                vec![heads, h],
-                Init::Normal(std),
-            ));
-        }
+        specs.extend(layer_specs(arch, variant, &p));
+        specs.extend(variant_specs(arch, variant, &p));
     }
-    specs.push(("model.norm.weight".to_string(), vec![h], Init::Ones));
-    specs.push((
-        "lm_head.weight".to_string(),
-        vec![arch.vocab_size, h],
-        Init::Normal(std),
-    ));
+    specs.push(spec("model.norm.weight", vec![h], Init::Ones));
+    specs.push(spec("lm_head.weight", vec![vocab, h], Init::Normal(STD)));
+    specs
+}
+
+/// The weights of the layer under `p` that every variant has: norms, attention and MLP
+/// projections (q wider for a gated variant).
+fn layer_specs(arch: &Arch, variant: VariantKind, p: &str) -> Vec<ParamSpec> {
+    let (h, d) = (arch.hidden_size, arch.head_dim());
+    let (heads, kv, ff) = (arch.num_heads, arch.num_kv_heads, arch.intermediate_size);
+    let q_out = if variant.is_gated() { 2 } else { 1 } * heads * d;
+    let (normal, ones) = (Init::Normal(STD), Init::Ones);
+    // residual projections scaled down with depth (GPT-2)
+    let resid = Init::Normal(STD / (2.0 * arch.num_layers as f64).sqrt());
+    let a = format!("{p}.self_attn");
+    vec![
+        spec(format!("{p}.input_layernorm.weight"), vec![h], ones),
+        spec(format!("{a}.q_proj.weight"), vec![q_out, h], normal),
+        spec(format!("{a}.k_proj.weight"), vec![kv * d, h], normal),
+        spec(format!("{a}.v_proj.weight"), vec![kv * d, h], normal),
+        spec(format!("{a}.o_proj.weight"), vec![h, heads * d], resid),
+        spec(
+            format!("{p}.post_attention_layernorm.weight"),
+            vec![h],
+            ones,
+        ),
+        spec(format!("{p}.mlp.gate_proj.weight"), vec![ff, h], normal),
+        spec(format!("{p}.mlp.up_proj.weight"), vec![ff, h], normal),
+        spec(format!("{p}.mlp.down_proj.weight"), vec![h, ff], resid),
+    ]
+}
+
+/// The weights only `variant` has in the layer under `p`: sink logits, LogN scales,
+/// Affine-Scaled alpha projection.
+fn variant_specs(arch: &Arch, variant: VariantKind, p: &str) -> Vec<ParamSpec> {
+    let (h, heads) = (arch.hidden_size, arch.num_heads);
+    let mut specs = Vec::new();
+    if variant == VariantKind::Sink {
+        specs.push(spec(
+            format!("{p}.self_attn.sinks"),
+            vec![heads],
+            Init::Zeros,
+        ));
+    }
+    if variant == VariantKind::Logn {
+        // learnable s_h, initialised from the config scale (1.0)
+        specs.push(spec(
+            format!("{p}.self_attn.logn_scale"),
+            vec![heads],
+            Init::Ones,
+        ));
+    }
+    if variant.is_affine() {
+        specs.push(spec(
+            format!("{p}.self_attn.alpha_proj.weight"),
+            vec![heads, h],
+            Init::Normal(STD),
+        ));
+    }
     specs
 }
 
@@ -230,7 +242,7 @@ pub fn init_params(
     device: &Device,
 ) -> Result<BTreeMap<String, Tensor>> {
     let mut map = BTreeMap::new();
-    for (name, shape, init) in parameter_specs(arch, variant) {
+    for ParamSpec { name, shape, init } in parameter_specs(arch, variant) {
         let n: usize = shape.iter().product();
         let values: Vec<f32> = match init {
             Init::Ones => vec![1.0; n],

@@ -9,7 +9,7 @@
 //! ```
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use candle_core::Device;
@@ -109,35 +109,105 @@ pub fn train(
     let docs = documents(&opts.text)?;
     let mut out = OutputDir::create(&opts.out, Format::Csv, watch)?;
     let tok_path = out.staged_path("tokenizer.json")?;
-    let tokenizer = match &opts.tokenizer {
-        Some(given) => {
-            std::fs::copy(given, &tok_path).map_err(|e| Error::io(given, e))?;
-            tokenizers::Tokenizer::from_file(&tok_path)
-                .map_err(|e| Error::invalid(given, "invalid tokenizer.json", e))?
-        }
-        None => train_bpe(docs.iter(), opts.arch.vocab_size, &tok_path)?,
-    };
+    let tokenizer = load_tokenizer(opts, &docs, &tok_path)?;
     let tok_name = opts
         .tokenizer
         .clone()
         .unwrap_or_else(|| out.final_path("tokenizer.json"));
+    let special = check_tokenizer(opts, &tokenizer, &tok_name)?;
+    let stream = encode_text(opts, &tokenizer, &docs, special)?;
+    let config = config_json(&opts.arch, opts.variant, special.bos, special.eos);
+    let resolved = resolve(&config)?;
+    let params = init_params(&opts.arch, opts.variant, opts.seed, &opts.device)?;
+    let mut trainer = Trainer::new(resolved, opts.variant, params, opts.optim, &opts.device)?;
+    let inputs = StepInputs {
+        opts,
+        stream: &stream,
+        config: &config,
+        tok_path: &tok_path,
+    };
+    let progress = run_steps(&inputs, &mut trainer, &mut out, on_step)?;
+    let summary = summarize(opts, progress, started, &out);
+    commit_run(out, opts, &summary)?;
+    Ok(summary)
+}
+
+/// The BOS and EOS ids of the tokenizer.
+#[derive(Debug, Clone, Copy)]
+struct Specials {
+    bos: u32,
+    eos: u32,
+}
+
+/// What the step loop reads besides the trainer.
+struct StepInputs<'a> {
+    opts: &'a TrainOptions,
+    stream: &'a TokenStream,
+    /// The config.json saved with each checkpoint.
+    config: &'a serde_json::Value,
+    /// The staged tokenizer.json copied into each checkpoint.
+    tok_path: &'a Path,
+}
+
+/// What the step loop produced.
+struct Progress {
+    /// Every step's loss, in order.
+    losses: Vec<f64>,
+    /// The checkpoints saved, at their final paths.
+    checkpoints: Vec<PathBuf>,
+}
+
+/// The tokenizer: the given one copied to `tok_path`, else one trained on `docs` and saved
+/// there.
+fn load_tokenizer(
+    opts: &TrainOptions,
+    docs: &[String],
+    tok_path: &Path,
+) -> Result<tokenizers::Tokenizer> {
+    match &opts.tokenizer {
+        Some(given) => {
+            std::fs::copy(given, tok_path).map_err(|e| Error::io(given, e))?;
+            tokenizers::Tokenizer::from_file(tok_path)
+                .map_err(|e| Error::invalid(given, "invalid tokenizer.json", e))
+        }
+        None => train_bpe(docs.iter(), opts.arch.vocab_size, tok_path),
+    }
+}
+
+/// The tokenizer's BOS and EOS ids; an error (naming the tokenizer `tok_name`) when one is
+/// missing or the vocabulary is larger than `--vocab-size`.
+fn check_tokenizer(
+    opts: &TrainOptions,
+    tokenizer: &tokenizers::Tokenizer,
+    tok_name: &Path,
+) -> Result<Specials> {
     let ids = |t: &str| {
         tokenizer
             .token_to_id(t)
-            .ok_or_else(|| Error::input(&tok_name, format!("the tokenizer has no {t} token")))
+            .ok_or_else(|| Error::input(tok_name, format!("the tokenizer has no {t} token")))
     };
     let (bos, eos) = (ids(BOS)?, ids(EOS)?);
     let vocab = tokenizer.get_vocab_size(true);
     if vocab > opts.arch.vocab_size {
         return Err(Error::input(
-            &tok_name,
+            tok_name,
             format!(
                 "the tokenizer has {vocab} tokens, more than --vocab-size {}",
                 opts.arch.vocab_size
             ),
         ));
     }
-    let stream = TokenStream::encode(&tokenizer, &docs, bos, eos)?;
+    Ok(Specials { bos, eos })
+}
+
+/// The documents as one token stream; an error when it is shorter than one training window.
+fn encode_text(
+    opts: &TrainOptions,
+    tokenizer: &tokenizers::Tokenizer,
+    docs: &[String],
+    special: Specials,
+) -> Result<TokenStream> {
+    let stream = TokenStream::encode(tokenizer, docs, special.bos, special.eos)?;
     if stream.ids.len() < opts.seq_len {
         let problem = format!(
             "holds {} tokens, fewer than one training window of {} (--seq-len {} is BOS + {})",
@@ -153,10 +223,19 @@ pub fn train(
             )),
         });
     }
-    let config = config_json(&opts.arch, opts.variant, bos, eos);
-    let resolved = resolve(&config)?;
-    let params = init_params(&opts.arch, opts.variant, opts.seed, &opts.device)?;
-    let mut trainer = Trainer::new(resolved, opts.variant, params, opts.optim, &opts.device)?;
+    Ok(stream)
+}
+
+/// The step loop: each step logged to the staged log.csv (flushed) and reported to
+/// `on_step`, a checkpoint every `save_every` steps and at the last; an error when the loss
+/// is no longer finite.
+fn run_steps(
+    inputs: &StepInputs,
+    trainer: &mut Trainer,
+    out: &mut OutputDir,
+    on_step: &mut dyn FnMut(&StepLog),
+) -> Result<Progress> {
+    let opts = inputs.opts;
     let schedule = opts.schedule();
     let log_path = out.staged_path("log.csv")?;
     let file = std::fs::File::create(&log_path).map_err(|e| Error::io(&log_path, e))?;
@@ -164,11 +243,16 @@ pub fn train(
     let io = |e| Error::io(&log_path, e);
     writeln!(log, "step,loss,grad_norm,lr,qk_mean").map_err(io)?;
     let mut rng = SplitMix64::new(opts.seed.wrapping_add(0x5eed));
-    let mut losses = Vec::with_capacity(opts.steps);
-    let mut checkpoints = Vec::new();
+    let mut progress = Progress {
+        losses: Vec::with_capacity(opts.steps),
+        checkpoints: Vec::new(),
+    };
     let ckpt_dir = out.staged_folder("checkpoints")?;
     for step in 1..=opts.steps {
-        let batch = stream.batch(&mut rng, opts.batch_size, opts.seq_len - 1, &opts.device)?;
+        let batch =
+            inputs
+                .stream
+                .batch(&mut rng, opts.batch_size, opts.seq_len - 1, &opts.device)?;
         let row = trainer.step(&batch, schedule.lr(step))?;
         if !row.loss.is_finite() {
             return Err(Error::usage(format!(
@@ -176,32 +260,57 @@ pub fn train(
                 row.loss
             )));
         }
-        writeln!(
-            log,
-            "{},{},{},{},{}",
-            row.step, row.loss, row.grad_norm, row.lr, row.qk_mean
-        )
-        .map_err(io)?;
-        log.flush().map_err(io)?;
-        losses.push(row.loss);
+        write_row(&mut log, &row).map_err(io)?;
+        progress.losses.push(row.loss);
         on_step(&row);
         if step % opts.save_every == 0 || step == opts.steps {
             let name = format!("step-{step}");
-            save(&trainer, &config, &tok_path, &ckpt_dir.join(&name))?;
-            checkpoints.push(out.final_path("checkpoints").join(name));
+            save(
+                trainer,
+                inputs.config,
+                inputs.tok_path,
+                &ckpt_dir.join(&name),
+            )?;
+            progress
+                .checkpoints
+                .push(out.final_path("checkpoints").join(name));
         }
     }
-    drop(log);
+    Ok(progress)
+}
+
+/// Appends one step's row to the log and flushes it.
+fn write_row(log: &mut impl Write, row: &StepLog) -> std::io::Result<()> {
+    writeln!(
+        log,
+        "{},{},{},{},{}",
+        row.step, row.loss, row.grad_norm, row.lr, row.qk_mean
+    )?;
+    log.flush()
+}
+
+/// The run's summary: the first loss, the mean of the last 10, the time since `started`.
+fn summarize(
+    opts: &TrainOptions,
+    progress: Progress,
+    started: Instant,
+    out: &OutputDir,
+) -> TrainSummary {
+    let losses = &progress.losses;
     let tail = &losses[losses.len().saturating_sub(10)..];
-    let summary = TrainSummary {
+    TrainSummary {
         variant: opts.variant.name().to_string(),
         steps: opts.steps,
         first_loss: losses[0],
         final_loss: tail.iter().sum::<f64>() / tail.len() as f64,
         seconds: started.elapsed().as_secs_f64(),
-        checkpoints,
+        checkpoints: progress.checkpoints,
         log: out.final_path("log.csv"),
-    };
+    }
+}
+
+/// Writes train.json and moves the staged run into place.
+fn commit_run(mut out: OutputDir, opts: &TrainOptions, summary: &TrainSummary) -> Result<()> {
     // staged last, so moved last: train.json marks the run finished
     write_json(
         &out.staged_path("train.json")?,
@@ -214,7 +323,7 @@ pub fn train(
         std::fs::remove_file(&finished).map_err(|e| Error::io(&finished, e))?;
     }
     out.commit()?;
-    Ok(summary)
+    Ok(())
 }
 
 /// A finished run in `out` trained with the same options, if there is one.

@@ -33,7 +33,7 @@ struct State<'a> {
 
 pub(super) fn read(path: &Path, request: &LogRequest) -> Result<LogFile> {
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut reader = BufReader::with_capacity(1 << 16, file);
+    let reader = BufReader::with_capacity(1 << 16, file);
     let mut state = State {
         path,
         matcher: Matcher::new(&request.metrics),
@@ -44,32 +44,51 @@ pub(super) fn read(path: &Path, request: &LogRequest) -> Result<LogFile> {
         objects: 0,
         no_step: 0,
     };
-
-    let is_json = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
-    let mut whole = false;
-    if is_json {
-        // A whole JSON document (array, or trainer_state.json) rather than JSON Lines?
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        if let Ok(doc) = serde_json::from_str::<Value>(&python_literals(&text)) {
-            let items = match doc {
-                Value::Array(a) => Some(a),
-                Value::Object(mut o) => match o.remove("log_history") {
-                    Some(Value::Array(a)) => Some(a),
-                    _ => None,
-                },
-                _ => None,
-            };
-            if let Some(items) = items {
-                whole = true;
-                for (i, item) in items.iter().enumerate() {
-                    state.object(item, &format!("item {i}"))?;
-                }
-            }
-        }
+    if !state.whole_document()? {
+        state.lines(reader)?;
     }
-    if !whole {
+    state.finish()
+}
+
+/// The objects of a whole JSON document: an array, or trainer_state.json's `log_history`.
+fn document_items(doc: Value) -> Option<Vec<Value>> {
+    match doc {
+        Value::Array(a) => Some(a),
+        Value::Object(mut o) => match o.remove("log_history") {
+            Some(Value::Array(a)) => Some(a),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+impl State<'_> {
+    /// Reads a `.json` file holding a whole JSON document (array, or trainer_state.json)
+    /// rather than JSON Lines; false when the file is not one.
+    fn whole_document(&mut self) -> Result<bool> {
+        let path = self.path;
+        let is_json = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+        if !is_json {
+            return Ok(false);
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let Ok(doc) = serde_json::from_str::<Value>(&python_literals(&text)) else {
+            return Ok(false);
+        };
+        let Some(items) = document_items(doc) else {
+            return Ok(false);
+        };
+        for (i, item) in items.iter().enumerate() {
+            self.object(item, &format!("item {i}"))?;
+        }
+        Ok(true)
+    }
+
+    /// Reads JSON Lines: one object a line, blank lines skipped.
+    fn lines(&mut self, mut reader: BufReader<File>) -> Result<()> {
+        let path = self.path;
         let mut line = String::new();
         let mut number = 0usize;
         loop {
@@ -78,7 +97,7 @@ pub(super) fn read(path: &Path, request: &LogRequest) -> Result<LogFile> {
                 .read_line(&mut line)
                 .map_err(|e| Error::io(path, e))?;
             if n == 0 {
-                break;
+                return Ok(());
             }
             number += 1;
             let text = line.trim();
@@ -87,44 +106,49 @@ pub(super) fn read(path: &Path, request: &LogRequest) -> Result<LogFile> {
             }
             let value: Value = serde_json::from_str(&python_literals(text))
                 .map_err(|e| Error::invalid(path, format!("line {number}: not valid JSON"), e))?;
-            state.object(&value, &format!("line {number}"))?;
+            self.object(&value, &format!("line {number}"))?;
         }
     }
-    if state.objects == 0 {
-        return Err(Error::input(path, "log file has no JSON objects"));
-    }
-    let mut warnings = Vec::new();
-    if state.step_key.is_none() {
-        warnings.push(format!(
-            "no step key (looked for {}); using the object's position as the step",
-            metric::STEP_NAMES.join(", ")
-        ));
-    }
-    if state.no_step as i64 == state.objects {
-        let key = state.step_key.as_deref().unwrap_or_default();
-        return Err(Error::input(
-            path,
-            format!("no object has the step key `{key}`"),
-        ));
-    }
-    if state.no_step > 0 {
-        warnings.push(format!(
-            "{} objects without a step were skipped",
-            state.no_step
-        ));
-    }
-    let step_key = state.step_key.clone();
-    let names = state
-        .names
-        .into_iter()
-        .filter(|n| Some(n) != step_key.as_ref())
-        .collect();
-    state
-        .collector
-        .finish(path, LogFormat::JsonLines, &state.matcher, names, warnings)
-}
 
-impl State<'_> {
+    /// The log once every object is read: errors for no objects or no steps, warnings for
+    /// a step taken from position and for objects skipped.
+    fn finish(self) -> Result<LogFile> {
+        let path = self.path;
+        if self.objects == 0 {
+            return Err(Error::input(path, "log file has no JSON objects"));
+        }
+        let mut warnings = Vec::new();
+        if self.step_key.is_none() {
+            warnings.push(format!(
+                "no step key (looked for {}); using the object's position as the step",
+                metric::STEP_NAMES.join(", ")
+            ));
+        }
+        if self.no_step as i64 == self.objects {
+            let key = self.step_key.as_deref().unwrap_or_default();
+            return Err(Error::input(
+                path,
+                format!("no object has the step key `{key}`"),
+            ));
+        }
+        if self.no_step > 0 {
+            warnings.push(format!(
+                "{} objects without a step were skipped",
+                self.no_step
+            ));
+        }
+        let step_key = self.step_key;
+        let names = self
+            .names
+            .into_iter()
+            .filter(|n| Some(n) != step_key.as_ref())
+            .collect();
+        self.collector
+            .finish(path, LogFormat::JsonLines, &self.matcher, names, warnings)
+    }
+
+    /// Takes one object (`place` names it in errors): its step, and the values of the keys
+    /// that answer a request.
     fn object(&mut self, value: &Value, place: &str) -> Result<()> {
         let Value::Object(_) = value else {
             return Err(Error::input(
