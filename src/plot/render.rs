@@ -221,6 +221,9 @@ fn stroke(color: RGBColor, opacity: f64, width: f64, th: &Theme) -> ShapeStyle {
     }
 }
 
+/// A rectangle `(x0, y0, x1, y1)` in data coordinates.
+type Rect = (f64, f64, f64, f64);
+
 /// A plotters chart over `f64 x f64` data coordinates.
 type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
@@ -498,7 +501,7 @@ impl<DB: DrawingBackend> Canvas<'_, '_, DB> {
     }
 
     /// Filled rectangles of one colour; one with a non-finite corner is left out.
-    fn rects(&mut self, rects: &[(f64, f64, f64, f64)], color: RGBColor) -> Drawn<DB> {
+    fn rects(&mut self, rects: &[Rect], color: RGBColor) -> Drawn<DB> {
         let flip = |v: f64| self.axes.flip(v);
         self.chart.draw_series(
             rects
@@ -510,7 +513,7 @@ impl<DB: DrawingBackend> Canvas<'_, '_, DB> {
     }
 
     /// Filled rectangles, each in its own colour.
-    fn cells(&mut self, cells: &[((f64, f64, f64, f64), RGBColor)]) -> Drawn<DB> {
+    fn cells(&mut self, cells: &[(Rect, RGBColor)]) -> Drawn<DB> {
         let flip = |v: f64| self.axes.flip(v);
         self.chart.draw_series(
             cells
