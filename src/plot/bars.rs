@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use super::data::{attention_rows, Cols};
+use plotters::style::RGBColor;
+
+use super::data::{attention_rows, Cols, Results};
 use super::lines::model_legend;
 use super::scene::{fit_range, Axis, Dash, Figure, LegendEntry, Mark, Panel, Swatch};
 use super::theme::{Method, FIRST_TOKEN, INK, MUTED};
@@ -23,6 +25,29 @@ struct Profile {
 /// sink slot. All panels share the y axis.
 pub fn fig1_query_profile(ctx: &mut Ctx) -> Built {
     const FIG: &str = "fig1_query_profile";
+    let profiles = read_profiles(ctx, FIG)?;
+    let sinks = sink_models(ctx, &profiles);
+    let y_range = profile_y_range(&profiles, &sinks);
+    let models = ctx.pal.order(profiles.keys().cloned());
+    let panels = models
+        .iter()
+        .map(|m| profile_panel(m, &profiles[m], ctx.pal.color(m), sinks[m], y_range))
+        .collect();
+    let mut f = Figure::new(
+        FIG,
+        "Fig. 1: attention of one query over key positions",
+        panels,
+    );
+    f.legend = fig1_legend(ctx, &models, sinks.values().any(|&s| s));
+    Ok(f)
+}
+
+/// The profile of query_profile.csv's first (layer, query) of each model, with notes on
+/// the rows left out; a model with no finite weight has none.
+fn read_profiles(
+    ctx: &mut Ctx,
+    fig: &str,
+) -> std::result::Result<BTreeMap<String, Profile>, String> {
     let t = ctx
         .res
         .get("query_profile")
@@ -61,11 +86,11 @@ pub fn fig1_query_profile(ctx: &mut Ctx) -> Built {
         }
     }
     if nan > 0 {
-        ctx.note(FIG, format!("{nan} non-finite weights left out"));
+        ctx.note(fig, format!("{nan} non-finite weights left out"));
     }
     if other_layers > 0 {
         ctx.note(
-            FIG,
+            fig,
             format!(
                 "{other_layers} rows of other layers or queries not drawn (one profile per model)"
             ),
@@ -75,9 +100,14 @@ pub fn fig1_query_profile(ctx: &mut Ctx) -> Built {
     if profiles.is_empty() {
         return Err("query_profile.csv has no finite weights".into());
     }
-    // Only sink and off-by-one models send mass to no token (run.json's variant, else the
-    // label); a model of no known method has a sink when its table gives it mass.
-    let sinks: BTreeMap<String, bool> = profiles
+    Ok(profiles)
+}
+
+/// Whether each model gets a sink bar. Only sink and off-by-one models send mass to no
+/// token (run.json's variant, else the label); a model of no known method has a sink
+/// when its table gives it mass.
+fn sink_models(ctx: &Ctx, profiles: &BTreeMap<String, Profile>) -> BTreeMap<String, bool> {
+    profiles
         .iter()
         .map(|(m, p)| {
             let method = ctx.pal.method(m);
@@ -85,92 +115,118 @@ pub fn fig1_query_profile(ctx: &mut Ctx) -> Built {
                 method.has_sink() || (method == Method::Other && p.sink.is_some_and(|s| s > 0.0));
             (m.clone(), has)
         })
-        .collect();
+        .collect()
+}
+
+/// The y range all panels share: every weight and every drawn sink mass, with room
+/// above for the sink label.
+fn profile_y_range(
+    profiles: &BTreeMap<String, Profile>,
+    sinks: &BTreeMap<String, bool>,
+) -> (f64, f64) {
     let values = profiles.iter().flat_map(|(m, p)| {
         let sink = p.sink.filter(|_| sinks[m]);
         p.keys.iter().map(|k| k.1).chain(sink)
     });
     let (y0, y1) = fit_range(values, true);
-    let y_range = (y0, y1 + 0.08 * (y1 - y0));
-    let models = ctx.pal.order(profiles.keys().cloned());
-    let mut panels = Vec::new();
-    for m in &models {
-        let p = &profiles[m];
-        let color = ctx.pal.color(m);
-        let last = p.keys.iter().map(|k| k.0).max().unwrap_or(0).max(0) as f64;
-        let n = last + 1.0;
-        let half = 0.42;
-        let bar = |&(k, v): &(i64, f64)| (k as f64 - half, 0.0, k as f64 + half, v);
-        // Key 0 in its own colour: the first token is what a sink replaces.
-        let (first, rest): (Vec<_>, Vec<_>) = p.keys.iter().partition(|k| k.0 == 0);
-        let mut marks = vec![
-            Mark::Rects {
-                rects: rest.iter().copied().map(bar).collect(),
-                color,
-            },
-            Mark::Rects {
-                rects: first.iter().copied().map(bar).collect(),
-                color: FIRST_TOKEN,
-            },
-        ];
-        let mut lo = -0.5 - 0.05 * n;
-        let mut title = format!("{m} (layer {}, query {}", p.layer, p.query);
-        if sinks[m] {
-            // The sink bar sits left of key 0, a few keys wide so it stays visible, with
-            // room for its label.
-            let width = (n / 20.0).max(0.8);
-            let gap = (n / 20.0).max(1.2);
-            let sink_x = -0.5 - gap - width / 2.0;
-            lo = sink_x - width / 2.0 - (n / 20.0).max(1.0);
-            let s = p.sink.unwrap_or(0.0);
-            marks.push(Mark::Rects {
-                rects: vec![(sink_x - width / 2.0, 0.0, sink_x + width / 2.0, s)],
-                color: MUTED,
-            });
-            marks.push(Mark::Text {
-                x: sink_x,
-                y: s.max(0.0) + 0.05 * (y_range.1 - y_range.0),
-                text: if p.sink.is_some() { "sink" } else { "no value" }.into(),
-                color: INK,
-            });
-            marks.push(Mark::VLine {
-                x: -0.5 - gap / 2.0,
-                color: MUTED,
-                dash: Dash::Dotted,
-                width: 1.0,
-            });
-            title.push_str(&format!(", sink {}", fmt3(s)));
-        }
-        title.push(')');
-        let mut x = Axis::integer("key position j", (lo, last + 0.5 + 0.02 * n));
-        x.hide_below = Some(-0.5);
-        panels.push(Panel {
-            title,
-            x,
-            y: Axis::new("attention weight aᵢⱼ", y_range),
-            marks,
-            grid: true,
-        });
+    (y0, y1 + 0.08 * (y1 - y0))
+}
+
+/// One model's panel: its key bars and, when `has_sink`, the sink bar left of key 0.
+fn profile_panel(
+    m: &str,
+    p: &Profile,
+    color: RGBColor,
+    has_sink: bool,
+    y_range: (f64, f64),
+) -> Panel {
+    let last = p.keys.iter().map(|k| k.0).max().unwrap_or(0).max(0) as f64;
+    let n = last + 1.0;
+    let mut marks = key_bars(p, color);
+    let mut lo = -0.5 - 0.05 * n;
+    let mut title = format!("{m} (layer {}, query {}", p.layer, p.query);
+    if has_sink {
+        let (sink_marks, sink_lo) = sink_bar(p, n, y_range);
+        marks.extend(sink_marks);
+        lo = sink_lo;
+        title.push_str(&format!(", sink {}", fmt3(p.sink.unwrap_or(0.0))));
     }
-    let mut f = Figure::new(
-        FIG,
-        "Fig. 1: attention of one query over key positions",
-        panels,
-    );
-    f.legend = model_legend(ctx, &models, Swatch::Patch);
-    f.legend.push(LegendEntry {
+    title.push(')');
+    let mut x = Axis::integer("key position j", (lo, last + 0.5 + 0.02 * n));
+    x.hide_below = Some(-0.5);
+    Panel {
+        title,
+        x,
+        y: Axis::new("attention weight aᵢⱼ", y_range),
+        marks,
+        grid: true,
+    }
+}
+
+/// A bar per key in the model's colour, key 0 in its own colour: the first token is
+/// what a sink replaces.
+fn key_bars(p: &Profile, color: RGBColor) -> Vec<Mark> {
+    let half = 0.42;
+    let bar = |&(k, v): &(i64, f64)| (k as f64 - half, 0.0, k as f64 + half, v);
+    let (first, rest): (Vec<_>, Vec<_>) = p.keys.iter().partition(|k| k.0 == 0);
+    vec![
+        Mark::Rects {
+            rects: rest.iter().copied().map(bar).collect(),
+            color,
+        },
+        Mark::Rects {
+            rects: first.iter().copied().map(bar).collect(),
+            color: FIRST_TOKEN,
+        },
+    ]
+}
+
+/// The sink bar of a profile over `n` key positions, its label and the dotted line that
+/// parts it from key 0, with the x axis' new left edge. The bar sits left of key 0, a
+/// few keys wide so it stays visible, with room for its label.
+fn sink_bar(p: &Profile, n: f64, y_range: (f64, f64)) -> (Vec<Mark>, f64) {
+    let width = (n / 20.0).max(0.8);
+    let gap = (n / 20.0).max(1.2);
+    let sink_x = -0.5 - gap - width / 2.0;
+    let lo = sink_x - width / 2.0 - (n / 20.0).max(1.0);
+    let s = p.sink.unwrap_or(0.0);
+    let marks = vec![
+        Mark::Rects {
+            rects: vec![(sink_x - width / 2.0, 0.0, sink_x + width / 2.0, s)],
+            color: MUTED,
+        },
+        Mark::Text {
+            x: sink_x,
+            y: s.max(0.0) + 0.05 * (y_range.1 - y_range.0),
+            text: if p.sink.is_some() { "sink" } else { "no value" }.into(),
+            color: INK,
+        },
+        Mark::VLine {
+            x: -0.5 - gap / 2.0,
+            color: MUTED,
+            dash: Dash::Dotted,
+            width: 1.0,
+        },
+    ];
+    (marks, lo)
+}
+
+/// Fig. 1's legend: the models, the first token and, when a panel has one, the sink.
+fn fig1_legend(ctx: &Ctx, models: &[String], any_sink: bool) -> Vec<LegendEntry> {
+    let mut legend = model_legend(ctx, models, Swatch::Patch);
+    legend.push(LegendEntry {
         label: "first token (key 0)".into(),
         color: FIRST_TOKEN,
         swatch: Swatch::Patch,
     });
-    if sinks.values().any(|&s| s) {
-        f.legend.push(LegendEntry {
+    if any_sink {
+        legend.push(LegendEntry {
             label: "sink mass (to no token)".into(),
             color: MUTED,
             swatch: Swatch::Patch,
         });
     }
-    Ok(f)
+    legend
 }
 
 /// One model's histogram bins: (lo, hi, count).
@@ -206,6 +262,32 @@ fn hist_stats(bins: &Bins) -> (f64, f64) {
 /// layers agree, as for softmax where every W_i is 1, it is exact).
 pub fn fig3_weight_sums(ctx: &mut Ctx) -> Built {
     const FIG: &str = "fig3_weight_sums";
+    let mut hists = read_hists(ctx, FIG)?;
+    let summary = WeightSumRows::read(ctx.res);
+    let models = ctx.pal.order(hists.keys().cloned());
+    // (model, mean, median) first: the panels share one x range, so they compare.
+    let mut stats = Vec::new();
+    for m in &models {
+        let bins = hists.get_mut(m).ok_or("model without bins")?;
+        bins.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (mean, median) = summary.mean_median(m, bins);
+        stats.push((m, mean, median));
+    }
+    let x_range = hist_x_range(&hists, &stats);
+    let panels = stats
+        .into_iter()
+        .map(|(m, mean, median)| {
+            hist_panel(m, &hists[m], ctx.pal.color(m), (mean, median), x_range)
+        })
+        .collect();
+    let mut f = Figure::new(FIG, "Fig. 3: per-query attention weight sums", panels);
+    f.legend = fig3_legend(ctx, &models);
+    Ok(f)
+}
+
+/// Each model's bins in weight_sum_hist.csv (edges ordered, counts at least 0), with a
+/// note on the bins left out; a model whose bins are all empty has none.
+fn read_hists(ctx: &mut Ctx, fig: &str) -> std::result::Result<BTreeMap<String, Bins>, String> {
     let t = ctx
         .res
         .get("weight_sum_hist")
@@ -231,7 +313,7 @@ pub fn fig3_weight_sums(ctx: &mut Ctx) -> Built {
     }
     if bad > 0 {
         ctx.note(
-            FIG,
+            fig,
             format!("{bad} bins with a non-finite edge or count left out"),
         );
     }
@@ -239,49 +321,67 @@ pub fn fig3_weight_sums(ctx: &mut Ctx) -> Built {
     if hists.is_empty() {
         return Err("weight_sum_hist.csv has no non-empty bins".into());
     }
-    // Summary rows of attention.csv: per-layer means, pooled mean/median if present.
-    let mut layer_means: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    let mut layer_medians: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    let mut pooled: BTreeMap<(String, String), f64> = BTreeMap::new();
-    if let Ok(rows) = attention_rows(ctx.res, "weight_sum") {
-        for r in rows
+    Ok(hists)
+}
+
+/// The finite `weight_sum` summary rows of attention.csv (over heads) by model:
+/// per-layer means and medians, and the pooled (no layer) mean and median if present.
+#[derive(Default)]
+struct WeightSumRows {
+    layer_means: BTreeMap<String, Vec<f64>>,
+    layer_medians: BTreeMap<String, Vec<f64>>,
+    /// (model, `mean` or `p50`) -> value.
+    pooled: BTreeMap<(String, String), f64>,
+}
+
+impl WeightSumRows {
+    /// The rows of `res`; none when it has no attention table.
+    fn read(res: &Results) -> Self {
+        let mut rows = WeightSumRows::default();
+        let Ok(attention) = attention_rows(res, "weight_sum") else {
+            return rows;
+        };
+        for r in attention
             .iter()
             .filter(|r| r.head.is_none() && r.value.is_finite())
         {
             match (r.layer, r.stat.as_str()) {
-                (Some(_), "mean") => layer_means
+                (Some(_), "mean") => rows
+                    .layer_means
                     .entry(r.model.clone())
                     .or_default()
                     .push(r.value),
-                (Some(_), "p50") => layer_medians
+                (Some(_), "p50") => rows
+                    .layer_medians
                     .entry(r.model.clone())
                     .or_default()
                     .push(r.value),
                 (None, "mean" | "p50") => {
-                    pooled.insert((r.model.clone(), r.stat.clone()), r.value);
+                    rows.pooled
+                        .insert((r.model.clone(), r.stat.clone()), r.value);
                 }
                 _ => {}
             }
         }
+        rows
     }
-    let models = ctx.pal.order(hists.keys().cloned());
-    // (model, mean, median) first: the panels share one x range, so they compare.
-    let mut stats = Vec::new();
-    for m in &models {
-        let bins = hists.get_mut(m).ok_or("model without bins")?;
-        bins.sort_by(|a, b| a.0.total_cmp(&b.0));
+
+    /// Model `m`'s mean and median (see [`fig3_weight_sums`]) from these rows and its
+    /// `bins`, sorted by lower edge.
+    fn mean_median(&self, m: &str, bins: &Bins) -> (f64, f64) {
         let (h_mean, h_median) = hist_stats(bins);
-        let mean = pooled
-            .get(&(m.clone(), "mean".into()))
+        let mean = self
+            .pooled
+            .get(&(m.to_string(), "mean".into()))
             .copied()
             .or_else(|| {
-                layer_means
+                self.layer_means
                     .get(m)
                     .map(|v| v.iter().sum::<f64>() / v.len() as f64)
             })
             .unwrap_or(h_mean);
         // The pooled median lies between the smallest and largest per-layer median.
-        let h_median = match layer_medians.get(m) {
+        let h_median = match self.layer_medians.get(m) {
             Some(v) if !v.is_empty() => {
                 let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
                 let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -293,15 +393,19 @@ pub fn fig3_weight_sums(ctx: &mut Ctx) -> Built {
             }
             _ => h_median,
         };
-        let median = pooled
-            .get(&(m.clone(), "p50".into()))
+        let median = self
+            .pooled
+            .get(&(m.to_string(), "p50".into()))
             .copied()
             .unwrap_or(h_median);
-        stats.push((m, mean, median));
+        (mean, median)
     }
-    // The range of the occupied bins (empty bins of a softmax model reach ±0.5 past its
-    // sums of 1) and of the mean and median lines.
-    let (xlo, xhi) = fit_range(
+}
+
+/// The x range all panels share: the occupied bins (empty bins of a softmax model reach
+/// ±0.5 past its sums of 1) and the mean and median lines.
+fn hist_x_range(hists: &BTreeMap<String, Bins>, stats: &[(&String, f64, f64)]) -> (f64, f64) {
+    fit_range(
         hists
             .values()
             .flatten()
@@ -309,67 +413,76 @@ pub fn fig3_weight_sums(ctx: &mut Ctx) -> Built {
             .flat_map(|b| [b.0, b.1])
             .chain(stats.iter().flat_map(|s| [s.1, s.2])),
         false,
-    );
-    let min_w = (xhi - xlo) / 150.0;
-    let mut panels = Vec::new();
-    for (m, mean, median) in stats {
-        let bins = &hists[m];
-        let total: f64 = bins.iter().map(|b| b.2).sum();
-        // Bars span bin_lo..bin_hi; one narrower than a hair keeps its left edge, and a
-        // bin of zero width (every Wᵢ equal) is a thin bar centred on its value.
-        let rects = bins
-            .iter()
-            .filter(|b| b.2 > 0.0)
-            .map(|b| {
-                let (mut a, mut z) = (b.0, b.1);
-                if z - a <= 0.0 {
-                    (a, z) = (a - min_w / 2.0, a + min_w / 2.0);
-                } else if z - a < min_w {
-                    z = a + min_w;
-                }
-                (a, 0.0, z, 100.0 * b.2 / total)
-            })
-            .collect::<Vec<_>>();
-        let top = rects.iter().map(|r| r.3).fold(0.0, f64::max);
-        let marks = vec![
-            Mark::Rects {
-                rects,
-                color: ctx.pal.color(m),
-            },
-            Mark::VLine {
-                x: mean,
-                color: INK,
-                dash: Dash::Dashed,
-                width: 1.8,
-            },
-            Mark::VLine {
-                x: median,
-                color: MUTED,
-                dash: Dash::Dotted,
-                width: 2.0,
-            },
-        ];
-        panels.push(Panel {
-            title: format!("{m} (mean {}, median {})", fmt3(mean), fmt3(median)),
-            x: Axis::new("per-query weight sum Wᵢ = Σⱼ aᵢⱼ", (xlo, xhi)),
-            y: Axis::new("share of queries (%)", (0.0, (top * 1.1).max(1e-9))),
-            marks,
-            grid: true,
-        });
+    )
+}
+
+/// One model's panel: its bars as shares of its queries, dashed mean and dotted median.
+fn hist_panel(
+    m: &str,
+    bins: &Bins,
+    color: RGBColor,
+    (mean, median): (f64, f64),
+    (xlo, xhi): (f64, f64),
+) -> Panel {
+    let rects = hist_bars(bins, (xhi - xlo) / 150.0);
+    let top = rects.iter().map(|r| r.3).fold(0.0, f64::max);
+    let marks = vec![
+        Mark::Rects { rects, color },
+        Mark::VLine {
+            x: mean,
+            color: INK,
+            dash: Dash::Dashed,
+            width: 1.8,
+        },
+        Mark::VLine {
+            x: median,
+            color: MUTED,
+            dash: Dash::Dotted,
+            width: 2.0,
+        },
+    ];
+    Panel {
+        title: format!("{m} (mean {}, median {})", fmt3(mean), fmt3(median)),
+        x: Axis::new("per-query weight sum Wᵢ = Σⱼ aᵢⱼ", (xlo, xhi)),
+        y: Axis::new("share of queries (%)", (0.0, (top * 1.1).max(1e-9))),
+        marks,
+        grid: true,
     }
-    let mut f = Figure::new(FIG, "Fig. 3: per-query attention weight sums", panels);
-    f.legend = model_legend(ctx, &models, Swatch::Patch);
-    f.legend.push(LegendEntry {
+}
+
+/// A bar per occupied bin, as a percentage of all queries. Bars span bin_lo..bin_hi; one
+/// narrower than `min_w` keeps its left edge, and a bin of zero width (every Wᵢ equal)
+/// is a thin bar centred on its value.
+fn hist_bars(bins: &Bins, min_w: f64) -> Vec<(f64, f64, f64, f64)> {
+    let total: f64 = bins.iter().map(|b| b.2).sum();
+    bins.iter()
+        .filter(|b| b.2 > 0.0)
+        .map(|b| {
+            let (mut a, mut z) = (b.0, b.1);
+            if z - a <= 0.0 {
+                (a, z) = (a - min_w / 2.0, a + min_w / 2.0);
+            } else if z - a < min_w {
+                z = a + min_w;
+            }
+            (a, 0.0, z, 100.0 * b.2 / total)
+        })
+        .collect()
+}
+
+/// Fig. 3's legend: the models, then the mean and median lines.
+fn fig3_legend(ctx: &Ctx, models: &[String]) -> Vec<LegendEntry> {
+    let mut legend = model_legend(ctx, models, Swatch::Patch);
+    legend.push(LegendEntry {
         label: "mean".into(),
         color: INK,
         swatch: Swatch::Line(Dash::Dashed),
     });
-    f.legend.push(LegendEntry {
+    legend.push(LegendEntry {
         label: "median".into(),
         color: MUTED,
         swatch: Swatch::Line(Dash::Dotted),
     });
-    Ok(f)
+    legend
 }
 
 /// Three significant decimals for captions; `n/a` for NaN.

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use plotters::style::RGBColor;
+
 use super::data::Cols;
 use super::scene::{fit_range, int_range, Axis, Dash, Figure, LegendEntry, Mark, Panel, Swatch};
 use super::theme::viridis;
@@ -48,6 +50,41 @@ type Bands = BTreeMap<(i64, String), Vec<(f64, f64)>>;
 /// drawn.
 pub fn distance_profile(ctx: &mut Ctx) -> Built {
     const FIG: &str = "distance_profile";
+    let data = read_bands(ctx, FIG)?;
+    let mut bands: Vec<(i64, String)> = data.values().flat_map(|b| b.keys().cloned()).collect();
+    bands.sort();
+    bands.dedup();
+    let all: Vec<f64> = data
+        .values()
+        .flat_map(|b| b.values().flatten().map(|p| p.1))
+        .collect();
+    let y_range = fit_range(all, true);
+    let models = ctx.pal.order(data.keys().cloned());
+    let panels = models
+        .iter()
+        .map(|m| band_panel(m, &data[m], &bands, y_range))
+        .collect();
+    let mut f = Figure::new(
+        FIG,
+        "Attention mass by query-key distance t = i − j (mean over queries)",
+        panels,
+    );
+    let window = longest_window(ctx, &models);
+    f.legend = bands
+        .iter()
+        .map(|b| LegendEntry {
+            label: band_label(&b.1, window),
+            color: band_color(&bands, b),
+            swatch: Swatch::Line(Dash::Solid),
+        })
+        .collect();
+    Ok(f)
+}
+
+/// Each model's per-layer points of distance_profile.csv by band, with notes on the rows
+/// left out; a band that starts at or past the model's window length holds no pair
+/// (t < seq_len) and is left out too.
+fn read_bands(ctx: &mut Ctx, fig: &str) -> std::result::Result<BTreeMap<String, Bands>, String> {
     let t = ctx
         .res
         .get("distance_profile")
@@ -69,7 +106,6 @@ pub fn distance_profile(ctx: &mut Ctx) -> Built {
         if head[i].is_some() {
             continue;
         }
-        // A band that starts at or past the window length holds no pair (t < seq_len).
         let key = band_key(b);
         if let Some(&n) = ctx.res.seq_lens.get(m) {
             if key.0 >= n {
@@ -88,72 +124,56 @@ pub fn distance_profile(ctx: &mut Ctx) -> Built {
         }
     }
     if nan > 0 {
-        ctx.note(FIG, format!("{nan} non-finite values left out"));
+        ctx.note(fig, format!("{nan} non-finite values left out"));
     }
     for (band, n) in past {
         ctx.note(
-            FIG,
+            fig,
             format!("band {band} not drawn: it starts at or past the window length {n}"),
         );
     }
     if data.is_empty() {
         return Err("distance_profile.csv has no finite per-layer rows".into());
     }
-    let mut bands: Vec<(i64, String)> = data.values().flat_map(|b| b.keys().cloned()).collect();
-    bands.sort();
-    bands.dedup();
-    let color = |b: &(i64, String)| {
-        let i = bands.iter().position(|x| x == b).unwrap_or(0);
-        viridis(0.9 * i as f64 / (bands.len().max(2) - 1) as f64)
-    };
-    let all: Vec<f64> = data
-        .values()
-        .flat_map(|b| b.values().flatten().map(|p| p.1))
-        .collect();
-    let y_range = fit_range(all, true);
-    let models = ctx.pal.order(data.keys().cloned());
-    let panels = models
+    Ok(data)
+}
+
+/// The colour of band `b` of all `bands` (sorted): viridis from dark (the first) to
+/// light.
+fn band_color(bands: &[(i64, String)], b: &(i64, String)) -> RGBColor {
+    let i = bands.iter().position(|x| x == b).unwrap_or(0);
+    viridis(0.9 * i as f64 / (bands.len().max(2) - 1) as f64)
+}
+
+/// One model's panel: a line per band over layers.
+fn band_panel(m: &str, data: &Bands, bands: &[(i64, String)], y_range: (f64, f64)) -> Panel {
+    let mut xs = Vec::new();
+    let marks = data
         .iter()
-        .map(|m| {
-            let mut xs = Vec::new();
-            let marks = data[m]
-                .iter()
-                .map(|(b, pts)| {
-                    let mut pts = pts.clone();
-                    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-                    xs.extend(pts.iter().map(|p| p.0));
-                    Mark::line(pts, color(b))
-                })
-                .collect();
-            Panel {
-                title: m.clone(),
-                x: Axis::integer("layer", int_range(xs)),
-                y: Axis::new("attention mass in band", y_range),
-                marks,
-                grid: true,
-            }
+        .map(|(b, pts)| {
+            let mut pts = pts.clone();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            xs.extend(pts.iter().map(|p| p.0));
+            Mark::line(pts, band_color(bands, b))
         })
         .collect();
-    let mut f = Figure::new(
-        FIG,
-        "Attention mass by query-key distance t = i − j (mean over queries)",
-        panels,
-    );
-    // every model's window length known: no label reaches past the longest
-    let window = models
+    Panel {
+        title: m.to_string(),
+        x: Axis::integer("layer", int_range(xs)),
+        y: Axis::new("attention mass in band", y_range),
+        marks,
+        grid: true,
+    }
+}
+
+/// The longest window length (run.json's `seq_len`) of `models` when every model's is
+/// known: no band label then reaches past it.
+fn longest_window(ctx: &Ctx, models: &[String]) -> Option<i64> {
+    models
         .iter()
         .map(|m| ctx.res.seq_lens.get(m).copied())
         .collect::<Option<Vec<i64>>>()
-        .and_then(|w| w.into_iter().max());
-    f.legend = bands
-        .iter()
-        .map(|b| LegendEntry {
-            label: band_label(&b.1, window),
-            color: color(b),
-            swatch: Swatch::Line(Dash::Solid),
-        })
-        .collect();
-    Ok(f)
+        .and_then(|w| w.into_iter().max())
 }
 
 #[cfg(test)]

@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use plotters::style::RGBColor;
+
 use super::bars::fmt3;
 use super::data::{attention_rows, Cols};
 use super::scene::{int_range, Axis, ColorBar, Figure, Mark, Panel};
@@ -158,6 +160,32 @@ const MAX_HEATMAP_POSITION: i64 = 1024;
 /// (j > i) are grey.
 pub fn fig9_heatmap(ctx: &mut Ctx) -> Built {
     const FIG: &str = "fig9_heatmap";
+    let maps = read_maps(ctx, FIG)?;
+    let scale = HeatScale::of(&maps);
+    let models = ctx.pal.order(maps.keys().cloned());
+    let panels = models
+        .iter()
+        .map(|m| {
+            let (layer, cells) = &maps[m];
+            map_panel(m, *layer, cells, &scale)
+        })
+        .collect();
+    let (title, label) = scale.labels();
+    let mut f = Figure::new(FIG, title, panels);
+    f.panel_size = (400, 390);
+    f.colorbar = Some(ColorBar {
+        label,
+        range: (scale.lo, scale.hi),
+    });
+    Ok(f)
+}
+
+/// Each model's map: its layer (the first in heatmap.csv) and cells.
+type Maps = BTreeMap<String, (Option<i64>, Cells)>;
+
+/// The map of each model in heatmap.csv, with notes on the rows left out; a model with
+/// no finite weight has none.
+fn read_maps(ctx: &mut Ctx, fig: &str) -> std::result::Result<Maps, String> {
     let t = ctx.res.get("heatmap").ok_or("no heatmap table")?;
     let c = Cols::new(t, "heatmap.csv");
     let (model, query, key, value) = (
@@ -167,7 +195,7 @@ pub fn fig9_heatmap(ctx: &mut Ctx) -> Built {
         c.num("value")?,
     );
     let layer = c.int_or_empty("layer");
-    let mut maps: BTreeMap<String, (Option<i64>, Cells)> = BTreeMap::new();
+    let mut maps: Maps = BTreeMap::new();
     let (mut nan, mut other, mut outside) = (0, 0, 0);
     for i in 0..t.height() {
         let (Some(m), Some(q), Some(k)) = (&model[i], query[i], key[i]) else {
@@ -191,90 +219,111 @@ pub fn fig9_heatmap(ctx: &mut Ctx) -> Built {
             _ => nan += 1,
         }
     }
+    note_left_out(ctx, fig, (nan, outside, other));
+    maps.retain(|_, (_, cells)| !cells.is_empty());
+    if maps.is_empty() {
+        return Err("heatmap.csv has no finite weights".into());
+    }
+    Ok(maps)
+}
+
+/// Notes on the heatmap rows left out: non-finite weights, positions past
+/// [`MAX_HEATMAP_POSITION`], rows of a second layer.
+fn note_left_out(ctx: &mut Ctx, fig: &str, (nan, outside, other): (usize, usize, usize)) {
     if nan > 0 {
-        ctx.note(FIG, format!("{nan} non-finite weights left blank"));
+        ctx.note(fig, format!("{nan} non-finite weights left blank"));
     }
     if outside > 0 {
         ctx.note(
-            FIG,
+            fig,
             format!("{outside} rows with a position outside 0..{MAX_HEATMAP_POSITION} not drawn"),
         );
     }
     if other > 0 {
         ctx.note(
-            FIG,
+            fig,
             format!("{other} rows of a second layer not drawn (one layer per model)"),
         );
     }
-    maps.retain(|_, (_, cells)| !cells.is_empty());
-    if maps.is_empty() {
-        return Err("heatmap.csv has no finite weights".into());
-    }
-    let mut visible: Vec<f64> = maps
-        .values()
-        .flat_map(|(_, cells)| cells.iter().filter(|((q, k), _)| k <= q).map(|(_, v)| *v))
-        .collect();
-    visible.sort_by(f64::total_cmp);
-    let lo = visible.first().copied().unwrap_or(0.0).min(0.0);
-    let max = visible.last().copied().unwrap_or(1.0);
-    // Query 0 sees only itself (weight 1 under softmax) and the first rows few keys: a
-    // linear scale up to their weights leaves every later cell dark. Colours stop at the
-    // CLIP_QUANTILE of the visible cells; the cells above it share the top colour.
-    let mut hi = quantile_sorted(&visible, CLIP_QUANTILE);
-    if hi.is_nan() || hi <= lo {
-        hi = if max > lo { max } else { lo + 1.0 };
-    }
-    let clipped = hi < max;
-    let models = ctx.pal.order(maps.keys().cloned());
-    let mut panels = Vec::new();
-    for m in &models {
-        let (layer, cells) = &maps[m];
-        let n = cells.keys().map(|&(q, k)| q.max(k)).max().unwrap_or(0) + 1;
-        let mut marks = Vec::new();
-        let mut drawn = Vec::new();
-        for q in 0..n {
-            for k in 0..n {
-                let color = match cells.get(&(q, k)) {
-                    _ if k > q => MISSING,
-                    Some(v) => viridis((v.min(hi) - lo) / (hi - lo)),
-                    None => continue,
-                };
-                drawn.push((cell(k, q), color));
-            }
+}
+
+/// Fig. 9's colour scale `lo..hi` over the visible cells (k <= q) of every map, and
+/// their largest weight `max`.
+struct HeatScale {
+    lo: f64,
+    hi: f64,
+    max: f64,
+}
+
+impl HeatScale {
+    /// The scale of `maps`. Query 0 sees only itself (weight 1 under softmax) and the
+    /// first rows few keys: a linear scale up to their weights leaves every later cell
+    /// dark. Colours stop at the CLIP_QUANTILE of the visible cells; the cells above it
+    /// share the top colour.
+    fn of(maps: &Maps) -> Self {
+        let mut visible: Vec<f64> = maps
+            .values()
+            .flat_map(|(_, cells)| cells.iter().filter(|((q, k), _)| k <= q).map(|(_, v)| *v))
+            .collect();
+        visible.sort_by(f64::total_cmp);
+        let lo = visible.first().copied().unwrap_or(0.0).min(0.0);
+        let max = visible.last().copied().unwrap_or(1.0);
+        let mut hi = quantile_sorted(&visible, CLIP_QUANTILE);
+        if hi.is_nan() || hi <= lo {
+            hi = if max > lo { max } else { lo + 1.0 };
         }
-        marks.push(Mark::Cells { cells: drawn });
-        let mut y = Axis::integer("query position i", (-0.5, n as f64 - 0.5));
-        y.reversed = true;
-        let layer = layer.map_or(String::new(), |l| format!(", layer {l}"));
-        panels.push(Panel {
-            title: format!("{m}{layer}"),
-            x: Axis::integer("key position j", (-0.5, n as f64 - 0.5)),
-            y,
-            marks,
-            grid: false,
-        });
+        HeatScale { lo, hi, max }
     }
-    let (title, label) = if clipped {
-        (
-            format!(
-                "Fig. 9: mean attention map of one layer (grey: masked j > i; colours clipped at {}, the {}th percentile, max {})",
-                fmt3(hi),
-                (CLIP_QUANTILE * 100.0).round(),
-                fmt3(max)
-            ),
-            format!("attention weight aᵢⱼ (≥ {} at the top)", fmt3(hi)),
-        )
-    } else {
-        (
-            "Fig. 9: mean attention map of one layer (grey: masked keys j > i)".to_string(),
-            "attention weight aᵢⱼ".to_string(),
-        )
-    };
-    let mut f = Figure::new(FIG, title, panels);
-    f.panel_size = (400, 390);
-    f.colorbar = Some(ColorBar {
-        label,
-        range: (lo, hi),
-    });
-    Ok(f)
+
+    /// The colour of weight `v`; weights above `hi` share the top colour.
+    fn color(&self, v: f64) -> RGBColor {
+        viridis((v.min(self.hi) - self.lo) / (self.hi - self.lo))
+    }
+
+    /// The figure title and colour bar label, which say where colours are clipped.
+    fn labels(&self) -> (String, String) {
+        if self.hi < self.max {
+            (
+                format!(
+                    "Fig. 9: mean attention map of one layer (grey: masked j > i; colours clipped at {}, the {}th percentile, max {})",
+                    fmt3(self.hi),
+                    (CLIP_QUANTILE * 100.0).round(),
+                    fmt3(self.max)
+                ),
+                format!("attention weight aᵢⱼ (≥ {} at the top)", fmt3(self.hi)),
+            )
+        } else {
+            (
+                "Fig. 9: mean attention map of one layer (grey: masked keys j > i)".to_string(),
+                "attention weight aᵢⱼ".to_string(),
+            )
+        }
+    }
+}
+
+/// One model's map, query 0 at the top: masked keys (j > i) grey, cells without a value
+/// blank.
+fn map_panel(m: &str, layer: Option<i64>, cells: &Cells, scale: &HeatScale) -> Panel {
+    let n = cells.keys().map(|&(q, k)| q.max(k)).max().unwrap_or(0) + 1;
+    let mut drawn = Vec::new();
+    for q in 0..n {
+        for k in 0..n {
+            let color = match cells.get(&(q, k)) {
+                _ if k > q => MISSING,
+                Some(v) => scale.color(*v),
+                None => continue,
+            };
+            drawn.push((cell(k, q), color));
+        }
+    }
+    let mut y = Axis::integer("query position i", (-0.5, n as f64 - 0.5));
+    y.reversed = true;
+    let layer = layer.map_or(String::new(), |l| format!(", layer {l}"));
+    Panel {
+        title: format!("{m}{layer}"),
+        x: Axis::integer("key position j", (-0.5, n as f64 - 0.5)),
+        y,
+        marks: vec![Mark::Cells { cells: drawn }],
+        grid: false,
+    }
 }

@@ -221,62 +221,155 @@ fn stroke(color: RGBColor, opacity: f64, width: f64, th: &Theme) -> ShapeStyle {
     }
 }
 
+/// A rectangle `(x0, y0, x1, y1)` in data coordinates.
+type Rect = (f64, f64, f64, f64);
+
+/// A plotters chart over `f64 x f64` data coordinates.
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// Draws one panel: its chart with axes and grid, then its marks in order.
 fn draw_panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     p: &Panel,
     th: &Theme,
 ) -> Drawn<DB> {
-    let flip = |v: f64| if p.y.reversed { -v } else { v };
-    let (x0, x1) = p.x.range;
-    let (y0, y1) = if p.y.reversed {
-        (-p.y.range.1, -p.y.range.0)
-    } else {
-        p.y.range
+    let axes = PanelAxes::new(area, p, th);
+    let mut chart = panel_chart(area, &axes, th)?;
+    draw_mesh(&mut chart, &axes, th)?;
+    let mut canvas = Canvas {
+        area,
+        chart,
+        axes,
+        th,
     };
-    let (w, h) = area.dim_in_pixel();
-    let (w, h) = (w as f64 / th.scale, h as f64 / th.scale);
-    let nx = tick_count(p.x.range, p.x.integer, w - 90.0);
-    let ny = tick_count(p.y.range, p.y.integer, h - 90.0);
-    let (xspan, yspan) = (x1 - x0, y1 - y0);
-    let x_fmt = |v: &f64| {
-        if p.x.hide_below.is_some_and(|h| *v < h) {
+    for mark in &p.marks {
+        canvas.mark(mark)?;
+    }
+    Ok(())
+}
+
+/// A panel's axes as drawn: the ranges (a reversed y axis is negated, so that it grows
+/// downwards) and the number of ticks each asks for.
+struct PanelAxes<'p> {
+    p: &'p Panel,
+    /// The drawn x range.
+    x: (f64, f64),
+    /// The drawn y range: `-hi..-lo` when the y axis is reversed.
+    y: (f64, f64),
+    /// Tick labels to ask plotters for on x.
+    nx: usize,
+    /// Tick labels to ask plotters for on y.
+    ny: usize,
+}
+
+impl<'p> PanelAxes<'p> {
+    /// The axes of `p`, ticks spaced for the size of `area`.
+    fn new<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &'p Panel, th: &Theme) -> Self {
+        let y = if p.y.reversed {
+            (-p.y.range.1, -p.y.range.0)
+        } else {
+            p.y.range
+        };
+        let (w, h) = area.dim_in_pixel();
+        let (w, h) = (w as f64 / th.scale, h as f64 / th.scale);
+        PanelAxes {
+            p,
+            x: p.x.range,
+            y,
+            nx: tick_count(p.x.range, p.x.integer, w - 90.0),
+            ny: tick_count(p.y.range, p.y.integer, h - 90.0),
+        }
+    }
+
+    /// A data y on the drawn axis, or a drawn y in data units: negated when reversed.
+    fn flip(&self, v: f64) -> f64 {
+        if self.p.y.reversed {
+            -v
+        } else {
+            v
+        }
+    }
+
+    /// The label of x tick `v`; none below the axis' `hide_below`.
+    fn x_label(&self, v: &f64) -> String {
+        let x = &self.p.x;
+        if x.hide_below.is_some_and(|h| *v < h) {
             String::new()
         } else {
-            tick_label(*v, xspan, nx, p.x.integer)
+            tick_label(*v, self.x.1 - self.x.0, self.nx, x.integer)
         }
-    };
-    let y_fmt = |v: &f64| match p.y.log10 {
-        true => log_tick_label(flip(*v)),
-        false => tick_label(flip(*v), yspan, ny, p.y.integer),
-    };
-    // Room for the widest y tick label plus the rotated axis title.
-    let y_labels_w = [
-        y0,
-        y1,
-        (y0 + y1) / 2.0,
-        y0 + yspan * 0.25,
-        y0 + yspan * 0.75,
-    ]
-    .iter()
-    .map(|v| text_width(&y_fmt(v), TICK))
-    .fold(0.0, f64::max);
+    }
+
+    /// The label of drawn y tick `v`, in data units.
+    fn y_label(&self, v: &f64) -> String {
+        let y = &self.p.y;
+        match y.log10 {
+            true => log_tick_label(self.flip(*v)),
+            false => tick_label(self.flip(*v), self.y.1 - self.y.0, self.ny, y.integer),
+        }
+    }
+
+    /// Width of the widest y tick label, sampled at five points of the range.
+    fn y_labels_w(&self) -> f64 {
+        let (y0, y1) = self.y;
+        let yspan = y1 - y0;
+        [
+            y0,
+            y1,
+            (y0 + y1) / 2.0,
+            y0 + yspan * 0.25,
+            y0 + yspan * 0.75,
+        ]
+        .iter()
+        .map(|v| text_width(&self.y_label(v), TICK))
+        .fold(0.0, f64::max)
+    }
+
+    /// The finite points of `pts`, y on the drawn axis.
+    fn finite(&self, pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
+        pts.iter()
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+            .map(|&(x, y)| (x, self.flip(y)))
+            .collect()
+    }
+}
+
+/// The panel's chart: caption, margins, and label areas with room for the widest y tick
+/// label plus the rotated axis title.
+fn panel_chart<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    axes: &PanelAxes,
+    th: &Theme,
+) -> std::result::Result<Chart<'a, DB>, DrawingAreaErrorKind<DB::ErrorType>> {
+    let p = axes.p;
     let mut builder = ChartBuilder::on(area);
     if !p.title.is_empty() {
         builder.caption(&p.title, th.bold(CAPTION).color(&INK));
     }
-    let mut chart = builder
+    builder
         .margin_top(th.px(if p.title.is_empty() { 14.0 } else { 4.0 }))
         .margin_bottom(th.px(6.0))
         .margin_left(th.px(6.0))
         .margin_right(th.px(18.0))
         .x_label_area_size(th.px(TICK + AXIS + 22.0))
-        .y_label_area_size(th.px(y_labels_w + AXIS + 20.0))
-        .build_cartesian_2d(x0..x1, y0..y1)?;
+        .y_label_area_size(th.px(axes.y_labels_w() + AXIS + 20.0))
+        .build_cartesian_2d(axes.x.0..axes.x.1, axes.y.0..axes.y.1)
+}
+
+/// The panel's axes, tick labels, axis titles and (unless it has none) grid lines.
+fn draw_mesh<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    axes: &PanelAxes,
+    th: &Theme,
+) -> Drawn<DB> {
+    let p = axes.p;
+    let x_fmt = |v: &f64| axes.x_label(v);
+    let y_fmt = |v: &f64| axes.y_label(v);
     let mut mesh = chart.configure_mesh();
     mesh.x_desc(p.x.label.as_str())
         .y_desc(p.y.label.as_str())
-        .x_labels(nx)
-        .y_labels(ny)
+        .x_labels(axes.nx)
+        .y_labels(axes.ny)
         .x_label_formatter(&x_fmt)
         .y_label_formatter(&y_fmt)
         .label_style(th.text(TICK, INK))
@@ -288,15 +381,20 @@ fn draw_panel<DB: DrawingBackend>(
     if !p.grid {
         mesh.disable_mesh();
     }
-    mesh.draw()?;
+    mesh.draw()
+}
 
-    let finite = |pts: &[(f64, f64)]| -> Vec<(f64, f64)> {
-        pts.iter()
-            .filter(|(x, y)| x.is_finite() && y.is_finite())
-            .map(|&(x, y)| (x, flip(y)))
-            .collect()
-    };
-    for mark in &p.marks {
+/// A panel ready for its marks: its area, chart, axes and the theme.
+struct Canvas<'a, 'p, DB: DrawingBackend> {
+    area: &'a DrawingArea<DB, Shift>,
+    chart: Chart<'a, DB>,
+    axes: PanelAxes<'p>,
+    th: &'p Theme,
+}
+
+impl<DB: DrawingBackend> Canvas<'_, '_, DB> {
+    /// Draws one mark.
+    fn mark(&mut self, mark: &Mark) -> Drawn<DB> {
         match mark {
             Mark::Line {
                 points,
@@ -306,135 +404,187 @@ fn draw_panel<DB: DrawingBackend>(
                 opacity,
                 markers,
             } => {
-                let style = stroke(*color, *opacity, *width, th);
-                // a non-finite point is a gap: the line stops there and starts again after
-                for run in points.split(|p| !(p.0.is_finite() && p.1.is_finite())) {
-                    let pts: Vec<(f64, f64)> = run.iter().map(|&(x, y)| (x, flip(y))).collect();
-                    match dash {
-                        Dash::Solid if th.bitmap && style.stroke_width > 1 => {
-                            let px = to_pixels(&chart, &pts);
-                            let spans = raster::thick_polyline(&px, style.stroke_width as f64);
-                            fill_spans(area, &chart, &spans, style.color)?;
-                        }
-                        Dash::Solid => {
-                            chart.draw_series(LineSeries::new(pts, style))?;
-                        }
-                        Dash::Dashed | Dash::Dotted => {
-                            let (on, off) = dash_pattern(*dash, th);
-                            chart.draw_series(DashedLineSeries::new(pts, on, off, style))?;
-                        }
-                    }
-                }
-                let pts = finite(points);
+                self.line(points, stroke(*color, *opacity, *width, self.th), *dash)?;
                 if *markers {
-                    let r = th.px(*width + 1.5);
-                    chart.draw_series(
-                        pts.iter().map(|&c| {
-                            Circle::new(c, r, stroke(*color, *opacity, 1.0, th).filled())
-                        }),
-                    )?;
+                    self.line_markers(points, *color, *opacity, *width)?;
                 }
+                Ok(())
             }
             Mark::Band {
                 upper,
                 lower,
                 color,
-            } => {
-                let mut poly = finite(upper);
-                let mut low = finite(lower);
-                low.reverse();
-                poly.extend(low);
-                if poly.len() >= 3 && th.bitmap {
-                    let spans = raster::polygon(&to_pixels(&chart, &poly));
-                    fill_spans(area, &chart, &spans, color.mix(0.18))?;
-                } else if poly.len() >= 3 {
-                    chart.draw_series(std::iter::once(Polygon::new(
-                        poly,
-                        color.mix(0.18).filled(),
-                    )))?;
-                }
-            }
-            Mark::Rects { rects, color } => {
-                chart.draw_series(
-                    rects
-                        .iter()
-                        .filter(|r| [r.0, r.1, r.2, r.3].iter().all(|v| v.is_finite()))
-                        .map(|r| {
-                            Rectangle::new([(r.0, flip(r.1)), (r.2, flip(r.3))], color.filled())
-                        }),
-                )?;
-            }
-            Mark::Cells { cells } => {
-                chart.draw_series(cells.iter().map(|(r, c)| {
-                    Rectangle::new([(r.0, flip(r.1)), (r.2, flip(r.3))], c.filled())
-                }))?;
-            }
+            } => self.band(upper, lower, *color),
+            Mark::Rects { rects, color } => self.rects(rects, *color),
+            Mark::Cells { cells } => self.cells(cells),
             Mark::VLine {
                 x,
                 color,
                 dash,
                 width,
-            } => {
-                if x.is_finite() {
-                    let pts = vec![(*x, y0), (*x, y1)];
-                    let style = stroke(*color, 1.0, *width, th);
-                    if *dash == Dash::Solid {
-                        chart.draw_series(LineSeries::new(pts, style))?;
-                    } else {
-                        let (on, off) = dash_pattern(*dash, th);
-                        chart.draw_series(DashedLineSeries::new(pts, on, off, style))?;
-                    }
-                }
-            }
+            } => self.vline(*x, *color, *dash, *width),
             Mark::Points {
                 points,
                 color,
                 shape,
                 size,
-            } => {
-                let pts = finite(points);
-                let r = th.px(*size);
-                let c = *color;
-                match shape {
-                    Shape::Dot => {
-                        chart.draw_series(pts.iter().map(|&p| Circle::new(p, r, c.filled())))?;
-                    }
-                    Shape::Ring => {
-                        let s = stroke(c, 1.0, 1.5, th);
-                        chart.draw_series(pts.iter().map(|&p| Circle::new(p, r, s)))?;
-                    }
-                    Shape::Triangle => {
-                        chart.draw_series(
-                            pts.iter()
-                                .map(|&p| TriangleMarker::new(p, r + 1, c.filled())),
-                        )?;
-                    }
-                    Shape::Cross => {
-                        let s = stroke(c, 1.0, 1.5, th);
-                        chart.draw_series(pts.iter().map(|&p| Cross::new(p, r, s)))?;
-                    }
-                }
-            }
-            Mark::Text { x, y, text, color } => {
-                if x.is_finite() && y.is_finite() {
-                    chart.draw_series(std::iter::once(Text::new(
-                        text.clone(),
-                        (*x, flip(*y)),
-                        th.text(LEGEND, *color)
-                            .pos(Pos::new(HPos::Center, VPos::Center)),
-                    )))?;
-                }
-            }
+            } => self.points(points, *color, *shape, *size),
+            Mark::Text { x, y, text, color } => self.text(*x, *y, text, *color),
         }
     }
-    Ok(())
+
+    /// A polyline; a non-finite point is a gap: the line stops there and starts again
+    /// after it.
+    fn line(&mut self, points: &[(f64, f64)], style: ShapeStyle, dash: Dash) -> Drawn<DB> {
+        for run in points.split(|p| !(p.0.is_finite() && p.1.is_finite())) {
+            let pts: Vec<(f64, f64)> = run.iter().map(|&(x, y)| (x, self.axes.flip(y))).collect();
+            self.run(pts, style, dash)?;
+        }
+        Ok(())
+    }
+
+    /// One unbroken piece of a polyline, in drawn coordinates.
+    fn run(&mut self, pts: Vec<(f64, f64)>, style: ShapeStyle, dash: Dash) -> Drawn<DB> {
+        match dash {
+            Dash::Solid if self.th.bitmap && style.stroke_width > 1 => {
+                let px = to_pixels(&self.chart, &pts);
+                let spans = raster::thick_polyline(&px, style.stroke_width as f64);
+                fill_spans(self.area, &self.chart, &spans, style.color)?;
+            }
+            Dash::Solid => {
+                self.chart.draw_series(LineSeries::new(pts, style))?;
+            }
+            Dash::Dashed | Dash::Dotted => {
+                let (on, off) = dash_pattern(dash, self.th);
+                self.chart
+                    .draw_series(DashedLineSeries::new(pts, on, off, style))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A dot on every finite point of a line, sized by the line's width.
+    fn line_markers(
+        &mut self,
+        points: &[(f64, f64)],
+        color: RGBColor,
+        opacity: f64,
+        width: f64,
+    ) -> Drawn<DB> {
+        let th = self.th;
+        let pts = self.axes.finite(points);
+        let r = th.px(width + 1.5);
+        self.chart.draw_series(
+            pts.iter()
+                .map(|&c| Circle::new(c, r, stroke(color, opacity, 1.0, th).filled())),
+        )?;
+        Ok(())
+    }
+
+    /// The area between `upper` and `lower`, light (drawn only with three points or
+    /// more).
+    fn band(&mut self, upper: &[(f64, f64)], lower: &[(f64, f64)], color: RGBColor) -> Drawn<DB> {
+        let mut poly = self.axes.finite(upper);
+        let mut low = self.axes.finite(lower);
+        low.reverse();
+        poly.extend(low);
+        if poly.len() >= 3 && self.th.bitmap {
+            let spans = raster::polygon(&to_pixels(&self.chart, &poly));
+            fill_spans(self.area, &self.chart, &spans, color.mix(0.18))?;
+        } else if poly.len() >= 3 {
+            self.chart.draw_series(std::iter::once(Polygon::new(
+                poly,
+                color.mix(0.18).filled(),
+            )))?;
+        }
+        Ok(())
+    }
+
+    /// Filled rectangles of one colour; one with a non-finite corner is left out.
+    fn rects(&mut self, rects: &[Rect], color: RGBColor) -> Drawn<DB> {
+        let flip = |v: f64| self.axes.flip(v);
+        self.chart.draw_series(
+            rects
+                .iter()
+                .filter(|r| [r.0, r.1, r.2, r.3].iter().all(|v| v.is_finite()))
+                .map(|r| Rectangle::new([(r.0, flip(r.1)), (r.2, flip(r.3))], color.filled())),
+        )?;
+        Ok(())
+    }
+
+    /// Filled rectangles, each in its own colour.
+    fn cells(&mut self, cells: &[(Rect, RGBColor)]) -> Drawn<DB> {
+        let flip = |v: f64| self.axes.flip(v);
+        self.chart.draw_series(
+            cells
+                .iter()
+                .map(|(r, c)| Rectangle::new([(r.0, flip(r.1)), (r.2, flip(r.3))], c.filled())),
+        )?;
+        Ok(())
+    }
+
+    /// A vertical line from the bottom to the top of the chart (none at a non-finite x).
+    fn vline(&mut self, x: f64, color: RGBColor, dash: Dash, width: f64) -> Drawn<DB> {
+        if x.is_finite() {
+            let (y0, y1) = self.axes.y;
+            let pts = vec![(x, y0), (x, y1)];
+            let style = stroke(color, 1.0, width, self.th);
+            if dash == Dash::Solid {
+                self.chart.draw_series(LineSeries::new(pts, style))?;
+            } else {
+                let (on, off) = dash_pattern(dash, self.th);
+                self.chart
+                    .draw_series(DashedLineSeries::new(pts, on, off, style))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A marker of `shape` on every finite point.
+    fn points(&mut self, points: &[(f64, f64)], c: RGBColor, shape: Shape, size: f64) -> Drawn<DB> {
+        let th = self.th;
+        let pts = self.axes.finite(points);
+        let r = th.px(size);
+        let chart = &mut self.chart;
+        match shape {
+            Shape::Dot => {
+                chart.draw_series(pts.iter().map(|&p| Circle::new(p, r, c.filled())))?;
+            }
+            Shape::Ring => {
+                let s = stroke(c, 1.0, 1.5, th);
+                chart.draw_series(pts.iter().map(|&p| Circle::new(p, r, s)))?;
+            }
+            Shape::Triangle => {
+                chart.draw_series(
+                    pts.iter()
+                        .map(|&p| TriangleMarker::new(p, r + 1, c.filled())),
+                )?;
+            }
+            Shape::Cross => {
+                let s = stroke(c, 1.0, 1.5, th);
+                chart.draw_series(pts.iter().map(|&p| Cross::new(p, r, s)))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A text centred on a data position (none at a non-finite one).
+    fn text(&mut self, x: f64, y: f64, text: &str, color: RGBColor) -> Drawn<DB> {
+        if x.is_finite() && y.is_finite() {
+            self.chart.draw_series(std::iter::once(Text::new(
+                text.to_string(),
+                (x, self.axes.flip(y)),
+                self.th
+                    .text(LEGEND, color)
+                    .pos(Pos::new(HPos::Center, VPos::Center)),
+            )))?;
+        }
+        Ok(())
+    }
 }
 
 /// Data points in device pixels (absolute, sub-pixel) of `chart`'s plotting area.
-fn to_pixels<DB: DrawingBackend>(
-    chart: &ChartContext<DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
-    pts: &[(f64, f64)],
-) -> Vec<(f64, f64)> {
+fn to_pixels<DB: DrawingBackend>(chart: &Chart<'_, DB>, pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
     let area = chart.plotting_area();
     let (xr, yr) = area.get_pixel_range();
     let (cx, cy) = (area.get_x_range(), area.get_y_range());
@@ -455,7 +605,7 @@ fn to_pixels<DB: DrawingBackend>(
 /// drawn on the panel's `area`.
 fn fill_spans<DB: DrawingBackend, C: Color>(
     area: &DrawingArea<DB, Shift>,
-    chart: &ChartContext<DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    chart: &Chart<'_, DB>,
     spans: &[raster::Span],
     color: C,
 ) -> Drawn<DB> {
