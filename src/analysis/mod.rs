@@ -95,8 +95,8 @@ impl<F: FnMut(usize, usize, usize)> Probe for BlockTicker<'_, F> {
         self.inner.row_request(layer)
     }
 
-    fn on_row_table(&mut self, ctx: &BlockCtx, table: &Tensor, has_sink: bool) -> Result<()> {
-        self.inner.on_row_table(ctx, table, has_sink)
+    fn on_row_table(&mut self, ctx: &BlockCtx, table: &Tensor) -> Result<()> {
+        self.inner.on_row_table(ctx, table)
     }
 }
 

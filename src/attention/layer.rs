@@ -318,7 +318,7 @@ impl Attention {
             )?
             .ok_or_else(|| unplanned("flash tiles"))?;
             if wants.is_some() {
-                probe.on_row_table(&ctx, &table, self.sink_logits.is_some())?;
+                probe.on_row_table(&ctx, &table)?;
             }
             outputs.push(out);
             probe.on_block_end(&ctx)?;
@@ -357,7 +357,7 @@ impl Attention {
                 )?,
                 None => table,
             };
-            probe.on_row_table(&ctx, &table, self.sink_logits.is_some())?;
+            probe.on_row_table(&ctx, &table)?;
             let _p = phase("attention: value products");
             outputs.push(self.value_product(p, &weights, (q_start, n))?);
             drop(_p);

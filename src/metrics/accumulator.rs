@@ -10,6 +10,7 @@ use super::block_pools::BlockPools;
 use super::results::ModelMetrics;
 use super::{MetricOptions, VariantTraits};
 use crate::error::Result;
+pub use crate::probe::row_pass::QkSums;
 use crate::probe::row_table::{Column, RowWants};
 use crate::probe::{BlockCtx, Hook, KeyWindow};
 
@@ -73,24 +74,34 @@ impl Needs {
     }
 }
 
-/// A block's row table, pooled ([`BlockPools`]; columns as in [`crate::probe::row_table`]).
+/// A block's row table, pooled ([`BlockPools`]; columns as in [`crate::probe::row_table`]),
+/// whichever kernel made it: the fused kernels fill it as they go, a materialised block
+/// gets the same columns from the row pass over its weights (and its sink mass and row
+/// maxima written into their columns).
 #[derive(Debug, Clone, Copy)]
 pub struct Rows<'a> {
     pub pools: &'a BlockPools,
     /// The table's distance bands (`RowWants::bands` of the union of every need): where
     /// each band's column is ([`RowWants::band_columns`]).
     pub bands: &'a [(usize, usize)],
-    /// Filled by a fused kernel (softmax or flash tiles): the q.k columns hold the raw q.k
-    /// sums and, with `has_sink`, the sink column the sink mass.
-    pub fused: bool,
-    pub has_sink: bool,
+}
+
+/// A block's weights themselves, handed on only when an accumulator asked for them
+/// ([`Needs::weights`]): the effective weights, and the mass each row sends to no token.
+#[derive(Debug, Clone, Copy)]
+pub struct Weights<'a> {
+    /// `[batch, head, n, q_start + n]`.
+    pub pattern: &'a Tensor,
+    /// `[batch, head, n]` (sink, off_by_one).
+    pub sink_mass: Option<&'a Tensor>,
 }
 
 /// What a kernel computed for one query block: queries `q_start .. q_start + q_len` of the
-/// sequences `seq_offset ..` of the run. Every kernel hands the same event; a field is
-/// `None` where nobody asked for it or where the kernel hands it in another field (the fused
-/// kernels put q.k and sink sums in `rows`; materialised blocks hand their tensors). On a
-/// GPU the pooled rows of a layer's blocks arrive in events of their own at the layer's end.
+/// sequences `seq_offset ..` of the run. Every kernel hands the same event, so no
+/// accumulator knows which one ran: the block's row table (`rows`), its q.k sums, each
+/// row's largest logit and, only when a metric asked for them, its weights. A field is
+/// `None` where nobody asked for it. On a GPU the pooled rows of a layer's blocks arrive in
+/// events of their own at the layer's end (one copy to the host per layer).
 #[derive(Debug, Clone, Copy)]
 pub struct BlockEvent<'a> {
     pub layer: usize,
@@ -105,12 +116,10 @@ pub struct BlockEvent<'a> {
     pub softmax_rows: Option<&'a BlockPools>,
     /// Each row's largest logit, `[batch, head, n]`.
     pub max_logit: Option<Column<'a>>,
-    /// Raw q.k `[batch, head, n, keys]` (materialised blocks).
-    pub qk: Option<&'a Tensor>,
-    /// Sink mass `[batch, head, n]` (materialised blocks).
-    pub sink_mass: Option<&'a Tensor>,
-    /// The weights `[batch, head, n, q_start + n]` (materialised blocks).
-    pub weights: Option<&'a Tensor>,
+    /// The block's raw q.k sums.
+    pub qk: Option<QkSums>,
+    /// The block's weights, when asked for.
+    pub weights: Option<Weights<'a>>,
 }
 
 /// One event of a forward pass.
@@ -199,7 +208,6 @@ impl<'a> BlockEvent<'a> {
             softmax_rows: None,
             max_logit: None,
             qk: None,
-            sink_mass: None,
             weights: None,
         }
     }

@@ -209,7 +209,7 @@ impl Accumulator for Heatmap {
     fn add(&mut self, event: &Event) -> Result<()> {
         match event {
             Event::Block(b) if b.layer == self.layer => match b.weights {
-                Some(weights) => Heatmap::add(self, b.q_start, weights),
+                Some(weights) => Heatmap::add(self, b.q_start, weights.pattern),
                 None => Ok(()),
             },
             _ => Ok(()),
@@ -256,10 +256,10 @@ impl Accumulator for QueryProfile {
             return Ok(());
         }
         if let Some(weights) = b.weights {
-            QueryProfile::add(self, b.q_start, weights)?;
-        }
-        if let Some(mass) = b.sink_mass {
-            self.add_sink_mass(b.q_start, mass)?;
+            QueryProfile::add(self, b.q_start, weights.pattern)?;
+            if let Some(mass) = weights.sink_mass {
+                self.add_sink_mass(b.q_start, mass)?;
+            }
         }
         Ok(())
     }

@@ -165,7 +165,7 @@ impl Accumulator for KeyReceived {
     fn add(&mut self, event: &Event) -> Result<()> {
         if let Event::Block(b) = event {
             if let Some(weights) = b.weights {
-                KeyReceived::add(self, b.layer, b.q_start, weights)?;
+                KeyReceived::add(self, b.layer, b.q_start, weights.pattern)?;
             }
         }
         Ok(())

@@ -55,7 +55,9 @@ pub mod weight_sum;
 
 use std::collections::BTreeSet;
 
-pub use accumulator::{Accumulator, BlockEvent, Event, FinishCtx, Needs, Setup};
+pub use accumulator::{
+    Accumulator, BlockEvent, Event, FinishCtx, Needs, QkSums, Rows, Setup, Weights,
+};
 pub use metric::Metric;
 pub use probe::{MetricProbe, ProbeState};
 pub use results::{MetricResult, ModelMetrics, PerHead};

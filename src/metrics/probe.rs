@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 
 use candle_core::{DType, Device, Tensor};
 
-use super::accumulator::{Accumulator, BlockEvent, Event, FinishCtx, Needs, Rows, Setup};
+use super::accumulator::{
+    Accumulator, BlockEvent, Event, FinishCtx, Needs, QkSums, Rows, Setup, Weights,
+};
 use super::block_pools::{pool_host, pool_on_device, BlockPools, PoolShape};
 use super::registry::REGISTRY;
 use super::results::ModelMetrics;
@@ -15,17 +17,18 @@ use super::rows::to_host;
 use super::{MetricOptions, VariantTraits};
 use crate::cpu::host::with_cpu_f32;
 use crate::error::{Error, Result};
+use crate::probe::blocks::with_column;
 use crate::probe::row_pass::{weight_rows, weight_table_on_device};
-use crate::probe::row_table::{Column, RowWants};
+use crate::probe::row_table::{Column, RowWants, QK_ABS_SUM, QK_SUM, SINK_MASS};
 use crate::probe::{BlockCtx, Hook, Kernel, KeyWindow, Probe};
 use crate::profile::phase;
 
 /// What a row table held.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum TableSource {
-    /// The pattern's reductions; `fused`: filled by a fused kernel, so its q.k columns hold
-    /// the raw q.k sums and, with `has_sink`, its sink column the sink mass.
-    Pattern { fused: bool, has_sink: bool },
+    /// The pattern's reductions; `qk`: its q.k columns hold the raw q.k sums (a fused
+    /// kernel filled them; a materialised block hands its sums apart, from its raw q.k).
+    Pattern { qk: bool },
     /// The plain softmax's entropy (`--entropy-of softmax`).
     Softmax,
 }
@@ -237,6 +240,19 @@ impl MetricProbe {
         if let Some(table) = weight_table_on_device(weights, ctx.q_start, wants)? {
             return Ok(Err(table));
         }
+        let table = self.host_weight_rows(ctx, weights, wants)?;
+        let shape = self.pool_shape(ctx, table.len(), wants.width());
+        Ok(Ok(pool_host(&table, &shape)))
+    }
+
+    /// The host row table of `weights` by the CPU row pass (over a host f32 copy when they
+    /// are of another dtype, layout or device).
+    fn host_weight_rows(
+        &self,
+        ctx: &BlockCtx,
+        weights: &Tensor,
+        wants: &RowWants,
+    ) -> Result<Vec<f32>> {
         let host = match weight_rows(weights, ctx.q_start, wants)? {
             Some(table) => Some(table),
             // another dtype or layout: the same pass over a host f32 copy
@@ -248,16 +264,14 @@ impl MetricProbe {
                 weight_rows(&copy, ctx.q_start, wants)?
             }
         };
-        let table = host.ok_or_else(|| {
+        host.ok_or_else(|| {
             Error::Candle(candle_core::Error::Msg(format!(
                 "layer {}: a block of weights {:?} does not cover keys 0 .. {}",
                 ctx.layer + 1,
                 weights.dims(),
                 ctx.q_start + ctx.q_len
             )))
-        })?;
-        let shape = self.pool_shape(ctx, table.len(), wants.width());
-        Ok(Ok(pool_host(&table, &shape)))
+        })
     }
 
     /// Keeps a row table on its device until the layer ends, its sums made there.
@@ -281,21 +295,16 @@ impl MetricProbe {
         Ok(())
     }
 
-    /// The event of a materialised block: its tensors, its pattern and softmax pooled.
+    /// The event of a materialised block, the same as a fused kernel's: its row table made
+    /// by the row pass over its weights, with its sink mass and row maxima written into
+    /// their columns; its q.k sums from its raw q.k; its weights when asked for.
     fn end_materialised_block(&mut self, ctx: &BlockCtx) -> Result<()> {
         let block = std::mem::take(&mut self.block);
         let needs = self.needs(ctx.layer);
-        let mut rows = None;
-        if let (Some(pattern), true) = (&block.pattern, needs.reads_pattern_rows()) {
-            let source = TableSource::Pattern {
-                fused: false,
-                has_sink: false,
-            };
-            match self.weight_table(ctx, pattern, &self.pattern_wants())? {
-                Ok(pools) => rows = Some(pools),
-                Err(table) => self.pool_on_device(&table, ctx, source)?,
-            }
-        }
+        let qk = match &block.qk {
+            Some(raw) => Some(QkSums::of_block(raw, ctx.q_start, ctx.window)?),
+            None => None,
+        };
         let mut softmax_rows = None;
         if let Some(softmax) = &block.softmax {
             let wants = RowWants {
@@ -307,23 +316,133 @@ impl MetricProbe {
                 Err(table) => self.pool_on_device(&table, ctx, TableSource::Softmax)?,
             }
         }
-        let maxima = block.max_logit.as_ref().map(to_host).transpose()?;
-        let wants = self.pattern_wants();
-        let event = BlockEvent {
-            rows: rows.as_ref().map(|pools| Rows {
-                pools,
-                bands: &wants.bands,
-                fused: false,
-                has_sink: false,
+        let weights = match (&block.pattern, needs.weights) {
+            (Some(pattern), true) => Some(Weights {
+                pattern,
+                sink_mass: block.sink_mass.as_ref(),
             }),
+            _ => None,
+        };
+        let extras = BlockExtras {
+            qk,
             softmax_rows: softmax_rows.as_ref(),
-            max_logit: maxima.as_deref().map(Column::from),
-            qk: block.qk.as_ref(),
-            sink_mass: block.sink_mass.as_ref(),
-            weights: block.pattern.as_ref(),
+            weights,
+        };
+        match self.materialised_table(ctx, &block, &needs)? {
+            Some(table) => {
+                self.table_event(ctx, &table, TableSource::Pattern { qk: false }, extras)
+            }
+            None => self.hand_on(ctx, None, extras),
+        }
+    }
+
+    /// A materialised block's row table `[rows, width]` on the block's device: the row pass
+    /// over its pattern where a column of the weights is read (else zeros), its sink mass
+    /// and row maxima in their columns; `None` where no accumulator reads a row column.
+    fn materialised_table(
+        &self,
+        ctx: &BlockCtx,
+        block: &BlockTensors,
+        needs: &Needs,
+    ) -> Result<Option<Tensor>> {
+        let wants = self.pattern_wants();
+        let per_row = [&block.sink_mass, &block.max_logit];
+        let rows_of = per_row.iter().find_map(|t| t.as_ref());
+        let mut table = match (&block.pattern, rows_of) {
+            (Some(pattern), _) if needs.reads_pattern_rows() => {
+                self.pattern_table(ctx, pattern, &wants)?
+            }
+            (_, Some(per_row)) => {
+                let dims = (per_row.elem_count(), wants.width());
+                Tensor::zeros(dims, DType::F32, per_row.device())?
+            }
+            _ => return Ok(None),
+        };
+        if let Some(mass) = &block.sink_mass {
+            table = with_column(&table, SINK_MASS, mass)?;
+        }
+        if let (Some(maxima), Some(c)) = (&block.max_logit, wants.max_logit_column()) {
+            table = with_column(&table, c, maxima)?;
+        }
+        Ok(Some(table))
+    }
+
+    /// The row table of `weights` `[batch, head, n, keys]` with `wants`, on their device
+    /// (the CUDA kernel) or the host (the CPU row pass; a host f32 copy of weights of
+    /// another dtype or layout).
+    fn pattern_table(&self, ctx: &BlockCtx, weights: &Tensor, wants: &RowWants) -> Result<Tensor> {
+        if let Some(table) = weight_table_on_device(weights, ctx.q_start, wants)? {
+            return Ok(table);
+        }
+        let rows = self.host_weight_rows(ctx, weights, wants)?;
+        let width = wants.width();
+        let shape = (rows_len(width, &rows), width);
+        Ok(Tensor::from_vec(rows, shape, &Device::Cpu)?)
+    }
+
+    /// A host row table (`TableSource::Pattern`) pooled and handed on now; a device table
+    /// kept until the layer ends (its `extras` handed on now).
+    fn table_event(
+        &mut self,
+        ctx: &BlockCtx,
+        table: &Tensor,
+        source: TableSource,
+        extras: BlockExtras,
+    ) -> Result<()> {
+        // a host table (the CPU's kernels) is pooled and handed on at once, in place
+        let done = with_cpu_f32(table, |data| {
+            self.hand_on(ctx, Some((data, source)), extras)
+        });
+        match done {
+            Some(result) => result,
+            None => {
+                self.pool_on_device(table, ctx, source)?;
+                self.hand_on(ctx, None, extras)
+            }
+        }
+    }
+
+    /// Hands one block's event to every accumulator: the host row table `table` pooled
+    /// (with its q.k sums when its source holds them) and `extras`.
+    fn hand_on(
+        &mut self,
+        ctx: &BlockCtx,
+        table: Option<(&[f32], TableSource)>,
+        extras: BlockExtras,
+    ) -> Result<()> {
+        let wants = self.pattern_wants();
+        let wants_qk = self.needs(ctx.layer).qk;
+        let width = wants.width();
+        let pools = table.map(|(data, source)| {
+            let shape = self.pool_shape(ctx, data.len(), width);
+            (pool_host(data, &shape), data, source)
+        });
+        let mut event = BlockEvent {
+            softmax_rows: extras.softmax_rows,
+            qk: extras.qk,
+            weights: extras.weights,
             ..BlockEvent::empty(ctx, self.seq_offset)
         };
-        Self::dispatch(&mut self.accumulators, &Event::Block(event))
+        if let Some((pools, data, source)) = &pools {
+            event.rows = Some(Rows {
+                pools,
+                bands: &wants.bands,
+            });
+            event.max_logit = wants
+                .max_logit_column()
+                .map(|c| Column::of_table(data, width, c));
+            if *source == (TableSource::Pattern { qk: true }) && wants_qk {
+                event.qk = Some(qk_of_pools(pools, ctx));
+            }
+        }
+        let any = event.rows.is_some()
+            || event.qk.is_some()
+            || event.softmax_rows.is_some()
+            || event.weights.is_some();
+        match any {
+            true => Self::dispatch(&mut self.accumulators, &Event::Block(event)),
+            false => Ok(()),
+        }
     }
 
     /// Copies the sums of `layer` still on the device to the host in one transfer and hands
@@ -338,6 +457,8 @@ impl MetricProbe {
         let host = Tensor::cat(&parts, 0)?.to_vec1::<f64>()?;
         let wants = self.pattern_wants();
         let column = wants.max_logit_column();
+        let layer_needs_qk = self.needs(layer).qk;
+        let wants_qk = |_layer: usize| layer_needs_qk;
         let mut offset = 0;
         for block in &pending {
             let len = block.shape.flat_len();
@@ -357,16 +478,17 @@ impl MetricProbe {
             let maxima;
             match block.source {
                 TableSource::Softmax => event.softmax_rows = Some(&pools),
-                TableSource::Pattern { fused, has_sink } => {
+                TableSource::Pattern { qk } => {
                     event.rows = Some(Rows {
                         pools: &pools,
                         bands: &wants.bands,
-                        fused,
-                        has_sink,
                     });
-                    if let (Some(c), true) = (column, fused) {
+                    if let Some(c) = column {
                         maxima = to_host(&block.table.narrow(1, c, 1)?)?;
                         event.max_logit = Some(Column::from(&maxima[..]));
+                    }
+                    if qk && wants_qk(layer) {
+                        event.qk = Some(qk_of_pools(&pools, &ctx));
                     }
                 }
             }
@@ -374,6 +496,31 @@ impl MetricProbe {
         }
         Ok(())
     }
+}
+
+/// What a block's event carries beside its row table.
+#[derive(Default, Clone, Copy)]
+struct BlockExtras<'a> {
+    qk: Option<QkSums>,
+    softmax_rows: Option<&'a BlockPools>,
+    weights: Option<Weights<'a>>,
+}
+
+/// The q.k sums a fused kernel's table holds: its q.k columns' totals over the block's
+/// visible pairs.
+fn qk_of_pools(pools: &BlockPools, ctx: &BlockCtx) -> QkSums {
+    let cells = pools.counted[QK_SUM].len();
+    let pairs = cells * ctx.window.pairs(ctx.q_start..ctx.q_start + ctx.q_len);
+    QkSums {
+        sum: pools.total(QK_SUM),
+        abs_sum: pools.total(QK_ABS_SUM),
+        pairs: pairs as f64,
+    }
+}
+
+/// Rows of a host table of `width` columns.
+fn rows_len(width: usize, table: &[f32]) -> usize {
+    table.len() / width.max(1)
 }
 
 impl Probe for MetricProbe {
@@ -411,35 +558,9 @@ impl Probe for MetricProbe {
         (read && !needs.softmax_entropy && !needs.weights).then_some(needs.rows)
     }
 
-    fn on_row_table(&mut self, ctx: &BlockCtx, table: &Tensor, has_sink: bool) -> Result<()> {
-        let source = TableSource::Pattern {
-            fused: true,
-            has_sink,
-        };
-        // a host table (the CPU's fused kernels) is pooled and handed on at once, in place
-        let shape = self.pool_shape(ctx, table.elem_count(), table.dim(1)?);
-        let wants = self.pattern_wants();
-        let column = wants.max_logit_column();
-        let seq_offset = self.seq_offset;
-        let accumulators = &mut self.accumulators;
-        let done = with_cpu_f32(table, |data| {
-            let pools = pool_host(data, &shape);
-            let event = BlockEvent {
-                rows: Some(Rows {
-                    pools: &pools,
-                    bands: &wants.bands,
-                    fused: true,
-                    has_sink,
-                }),
-                max_logit: column.map(|c| Column::of_table(data, shape.width, c)),
-                ..BlockEvent::empty(ctx, seq_offset)
-            };
-            Self::dispatch(accumulators, &Event::Block(event))
-        });
-        match done {
-            Some(result) => result,
-            None => self.pool_on_device(table, ctx, source),
-        }
+    fn on_row_table(&mut self, ctx: &BlockCtx, table: &Tensor) -> Result<()> {
+        let source = TableSource::Pattern { qk: true };
+        self.table_event(ctx, table, source, BlockExtras::default())
     }
 
     fn on_tensor(&mut self, hook: Hook, ctx: &BlockCtx, xs: &Tensor) -> Result<()> {
@@ -593,10 +714,7 @@ mod tests {
                 let rows = table.len() / width;
                 let table = Tensor::from_vec(table, (rows, width), &Device::Cpu).unwrap();
                 // what on_row_table does with a table on a GPU
-                let source = TableSource::Pattern {
-                    fused: true,
-                    has_sink: true,
-                };
+                let source = TableSource::Pattern { qk: true };
                 device.pool_on_device(&table, &ctx, source).unwrap();
             }
             host.on_layer_end(0).unwrap();

@@ -8,13 +8,8 @@ use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::tables::TableRows;
 use super::Metric;
-use crate::probe::row_table::{QK_ABS_SUM, QK_SUM};
-use candle_core::{Tensor, D};
-
 use crate::error::Result;
-use crate::probe::blocks::visibility;
-use crate::probe::row_pass::qk_sums;
-use crate::probe::KeyWindow;
+use crate::probe::row_pass::QkSums;
 
 /// Running sums per layer.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -45,45 +40,11 @@ impl QkMean {
         }
     }
 
-    /// Adds raw q.k `[batch, head, n, q_start + n]` of queries `q_start ..` over the keys
-    /// `window` lets each see.
-    pub fn add(
-        &mut self,
-        layer: usize,
-        raw: &Tensor,
-        q_start: usize,
-        window: KeyWindow,
-    ) -> Result<()> {
-        let (b, h, n, _) = raw.dims4()?;
-        if let Some((sum, abs_sum)) = qk_sums(raw, q_start, window)? {
-            self.add_sums(
-                layer,
-                sum,
-                abs_sum,
-                b * h * window.pairs(q_start..q_start + n),
-            );
-            return Ok(());
-        }
-        let visible = visibility(q_start, n, window, raw.device())?;
-        let masked = raw.broadcast_mul(&visible)?;
-        // per-row partial sums keep f32 accumulation short; the total is summed in f64
-        let rows = masked.sum(D::Minus1)?.flatten_all()?.to_vec1::<f32>()?;
-        let abs_rows = masked
-            .abs()?
-            .sum(D::Minus1)?
-            .flatten_all()?
-            .to_vec1::<f32>()?;
-        self.sum[layer] += rows.iter().map(|&v| v as f64).sum::<f64>();
-        self.abs_sum[layer] += abs_rows.iter().map(|&v| v as f64).sum::<f64>();
-        self.count[layer] += (b * h) as f64 * visible.sum_all()?.to_scalar::<f32>()? as f64;
-        Ok(())
-    }
-
-    /// Adds the sum and absolute sum of raw q.k over `pairs` visible (query, key) pairs.
-    pub fn add_sums(&mut self, layer: usize, sum: f64, abs_sum: f64, pairs: usize) {
-        self.sum[layer] += sum;
-        self.abs_sum[layer] += abs_sum;
-        self.count[layer] += pairs as f64;
+    /// Adds a block's q.k sums.
+    pub fn add_sums(&mut self, layer: usize, qk: QkSums) {
+        self.sum[layer] += qk.sum;
+        self.abs_sum[layer] += qk.abs_sum;
+        self.count[layer] += qk.pairs;
     }
 
     /// Overall and per-layer means.
@@ -134,18 +95,12 @@ impl Accumulator for QkMean {
         }
     }
 
-    /// From a fused kernel's q.k columns, or a materialised block's raw q.k.
+    /// The block's q.k sums.
     fn add(&mut self, event: &Event) -> Result<()> {
-        let Event::Block(b) = event else {
-            return Ok(());
-        };
-        if let Some(qk) = b.qk {
-            QkMean::add(self, b.layer, qk, b.q_start, b.window)?;
-        }
-        if let Some(rows) = b.rows.filter(|r| r.fused) {
-            let p = rows.pools;
-            let pairs = p.counted[QK_SUM].len() * b.window.pairs(b.q_start..b.q_start + b.q_len);
-            self.add_sums(b.layer, p.total(QK_SUM), p.total(QK_ABS_SUM), pairs);
+        if let Event::Block(b) = event {
+            if let Some(qk) = b.qk {
+                self.add_sums(b.layer, qk);
+            }
         }
         Ok(())
     }

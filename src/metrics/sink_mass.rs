@@ -5,7 +5,7 @@ use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
 use super::layer_stat::head_means;
 use super::merge::Merge;
 use super::results::{ModelMetrics, PerHead};
-use super::rows::{to_host, RowAccumulator};
+use super::rows::RowAccumulator;
 use super::Metric;
 use crate::error::Result;
 use crate::probe::row_table::SINK_MASS;
@@ -42,18 +42,13 @@ impl Accumulator for SinkMass {
         }
     }
 
-    /// From a fused kernel's sink column, or a materialised block's sink-mass tensor.
+    /// The row table's sink column (0 for a variant without a sink, which reports none).
     fn add(&mut self, event: &Event) -> Result<()> {
-        let Event::Block(b) = event else {
-            return Ok(());
-        };
-        if let Some(mass) = b.sink_mass {
-            let at = (b.layer, b.seq_offset, b.q_start, b.q_len);
-            self.rows.add(at.0, at.1, at.2, at.3, &to_host(mass)?);
-        }
-        if let Some(rows) = b.rows.filter(|r| r.fused && r.has_sink) {
-            let pools = &rows.pools.counted[SINK_MASS];
-            self.rows.add_pools(b.layer, b.seq_offset, pools);
+        if let Event::Block(b) = event {
+            if let Some(rows) = b.rows {
+                let pools = &rows.pools.counted[SINK_MASS];
+                self.rows.add_pools(b.layer, b.seq_offset, pools);
+            }
         }
         Ok(())
     }
@@ -68,10 +63,11 @@ impl Accumulator for SinkMass {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::accumulator::BlockEvent;
+    use crate::metrics::accumulator::{BlockEvent, Rows};
+    use crate::metrics::block_pools::{pool_host, PoolShape};
+    use crate::probe::row_table::BANDS;
     use crate::probe::BlockCtx;
     use crate::probe::KeyWindow;
-    use candle_core::{Device, Tensor};
 
     #[test]
     fn sink_mass_is_the_mean_over_counted_queries_per_head() {
@@ -80,7 +76,20 @@ mod tests {
             rows: RowAccumulator::new(1, 1, 2, 1),
         };
         let mass = [0.9f32, 0.2, 0.4, 0.0, 0.1, 0.3];
-        let mass = Tensor::from_vec(mass.to_vec(), (1, 2, 3), &Device::Cpu).unwrap();
+        // the block's row table: the sink column of each row, the rest 0
+        let width = BANDS;
+        let mut table = vec![0.0f32; mass.len() * width];
+        for (row, &m) in mass.iter().enumerate() {
+            table[row * width + SINK_MASS] = m;
+        }
+        let shape = PoolShape {
+            batch: 1,
+            heads: 2,
+            n: 3,
+            skip: 1,
+            width,
+        };
+        let pools = pool_host(&table, &shape);
         let ctx = BlockCtx {
             layer: 0,
             q_start: 0,
@@ -89,7 +98,10 @@ mod tests {
             window: KeyWindow::CAUSAL,
         };
         let event = BlockEvent {
-            sink_mass: Some(&mass),
+            rows: Some(Rows {
+                pools: &pools,
+                bands: &[],
+            }),
             ..BlockEvent::empty(&ctx, 0)
         };
         Accumulator::add(&mut acc, &Event::Block(event)).unwrap();

@@ -179,9 +179,9 @@ pub trait Probe {
     }
 
     /// Receives a query block's row table `[rows, wants.width()]` (f32, on the device of
-    /// the forward pass) in place of its `Qk`, `Pattern`, `SinkMass` and `MaxLogit` tensors; the sink
-    /// column is meaningful only when `has_sink`.
-    fn on_row_table(&mut self, _ctx: &BlockCtx, _table: &Tensor, _has_sink: bool) -> Result<()> {
+    /// the forward pass) in place of its `Qk`, `Pattern`, `SinkMass` and `MaxLogit` tensors
+    /// (the sink column holds 0 for a variant without a sink).
+    fn on_row_table(&mut self, _ctx: &BlockCtx, _table: &Tensor) -> Result<()> {
         Ok(())
     }
 
@@ -293,8 +293,8 @@ impl Probe for ProbeSet<'_, '_> {
         self.primary.row_request(layer)
     }
 
-    fn on_row_table(&mut self, ctx: &BlockCtx, table: &Tensor, has_sink: bool) -> Result<()> {
-        self.primary.on_row_table(ctx, table, has_sink)
+    fn on_row_table(&mut self, ctx: &BlockCtx, table: &Tensor) -> Result<()> {
+        self.primary.on_row_table(ctx, table)
     }
 }
 

@@ -5,12 +5,13 @@
 //! visible keys j <= i are read. Elsewhere (other dtypes, layouts or devices) the metrics
 //! use their candle reductions instead, which define the same quantities.
 
-use candle_core::Tensor;
+use candle_core::{Tensor, D};
 use rayon::prelude::*;
 
 use crate::cpu::fast_math::ln;
 use crate::cpu::host::{lane_sum, with_cpu_f32};
 use crate::error::Result;
+use crate::probe::blocks::visibility;
 use crate::probe::row_table::{RowWants, BANDS, ENTROPY, FIRST, SUM};
 use crate::probe::KeyWindow;
 use crate::simd_dispatch;
@@ -143,6 +144,45 @@ pub fn weight_table_on_device(
         return Ok(None);
     }
     device_weight_table(weights, q_start, wants)
+}
+
+/// Sums of a block's raw q.k over its visible (query, key) pairs, in f64.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QkSums {
+    pub sum: f64,
+    pub abs_sum: f64,
+    /// Visible pairs summed (every sequence and head of the block).
+    pub pairs: f64,
+}
+
+impl QkSums {
+    /// The sums of raw q.k `[batch, head, n, q_start + n]` of queries `q_start ..` over
+    /// the keys `window` lets each see: rows summed in f64 on CPU f32 (or the CUDA kernel),
+    /// else candle's reductions (per-row partial sums in f32, the total in f64).
+    pub fn of_block(raw: &Tensor, q_start: usize, window: KeyWindow) -> Result<QkSums> {
+        let (b, h, n, _) = raw.dims4()?;
+        if let Some((sum, abs_sum)) = qk_sums(raw, q_start, window)? {
+            let pairs = b * h * window.pairs(q_start..q_start + n);
+            return Ok(QkSums {
+                sum,
+                abs_sum,
+                pairs: pairs as f64,
+            });
+        }
+        let visible = visibility(q_start, n, window, raw.device())?;
+        let masked = raw.broadcast_mul(&visible)?;
+        let rows = masked.sum(D::Minus1)?.flatten_all()?.to_vec1::<f32>()?;
+        let abs_rows = masked
+            .abs()?
+            .sum(D::Minus1)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        Ok(QkSums {
+            sum: rows.iter().map(|&v| v as f64).sum::<f64>(),
+            abs_sum: abs_rows.iter().map(|&v| v as f64).sum::<f64>(),
+            pairs: (b * h) as f64 * visible.sum_all()?.to_scalar::<f32>()? as f64,
+        })
+    }
 }
 
 /// Sum and absolute sum of raw causal q.k `[batch, head, n, q_start + n]` over the pairs

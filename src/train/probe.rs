@@ -5,6 +5,7 @@ use candle_core::{DType, Tensor};
 
 use crate::error::{Error, Result};
 use crate::metrics::qk_mean::QkMean;
+use crate::probe::row_pass::QkSums;
 use crate::probe::{BlockCtx, Hook, Probe};
 
 pub(crate) struct TrainProbe {
@@ -60,8 +61,8 @@ impl Probe for TrainProbe {
             Hook::Logits => self.logits.push(xs.clone()),
             Hook::Alpha => self.alpha[ctx.layer] = Some(xs.detach()),
             Hook::Qk => {
-                self.qk
-                    .add(ctx.layer, &xs.detach(), ctx.q_start, ctx.window)?;
+                let sums = QkSums::of_block(&xs.detach(), ctx.q_start, ctx.window)?;
+                self.qk.add_sums(ctx.layer, sums);
             }
             _ => {}
         }
