@@ -25,11 +25,11 @@ use gemm::{gemm, Parallelism};
 use rayon::prelude::*;
 
 use super::cpu_affine::{affine_weight, beta};
-use super::cpu_softmax::{entropy_from_sums, exp_row};
+use super::cpu_softmax::exp_row;
 use super::variant::BetaLength;
 use crate::cpu::host::{lane_max, lane_sum, with_cpu_f32};
 use crate::error::Result;
-use crate::probe::row_pass::{band_keys, clamped_entropy_sums, entropy_of_clamped_sums, qk_row};
+use crate::probe::row_pass::{band_keys, clamped_entropy_sums, entropy_of_sums, qk_row};
 use crate::probe::row_table::{
     RowWants, BANDS, ENTROPY, FIRST, QK_ABS_SUM, QK_SUM, SINK_MASS, SUM,
 };
@@ -338,7 +338,7 @@ fn finish_row(
     let line = RowLine {
         first: (sums.first * weight) as f32,
         sum: (sums.sum * weight) as f32,
-        entropy: entropy_from_sums(sums.sum, sums.sum_ey),
+        entropy: entropy_of_sums((sums.sum, sums.sum_ey)),
         sink_mass: (sink_e * inv) as f32,
         qk: sums.qk,
         qk_abs: sums.qk_abs,
@@ -433,7 +433,7 @@ fn finish_affine_row(
     let line = RowLine {
         first: acc.first as f32,
         sum: acc.sum as f32,
-        entropy: entropy_of_clamped_sums((acc.mass, acc.w_ln_w)),
+        entropy: entropy_of_sums((acc.mass, acc.w_ln_w)),
         sink_mass: 0.0,
         qk: softmax.qk,
         qk_abs: softmax.qk_abs,

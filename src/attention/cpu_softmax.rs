@@ -15,7 +15,7 @@ use rayon::prelude::*;
 use crate::cpu::fast_math::exp;
 use crate::cpu::host::{lane_max, with_cpu_f32};
 use crate::error::Result;
-use crate::probe::row_pass::{qk_row, row_values};
+use crate::probe::row_pass::{entropy_of_sums, qk_row, row_values};
 use crate::probe::row_table::{RowWants, QK_ABS_SUM, QK_SUM, SINK_MASS};
 use crate::simd_dispatch;
 
@@ -64,13 +64,6 @@ pub(crate) fn exp_row<const ENTROPY: bool>(
     (sum, sum_ey)
 }
 
-/// Entropy in nats of the weights e / S from S = sum e and E = sum e (y - m) (see
-/// [`softmax_row`]); NaN when S is 0 (every real key's e underflowed: no mass left to them).
-#[inline(always)]
-pub(crate) fn entropy_from_sums(sum: f64, sum_ey: f64) -> f32 {
-    (sum.ln() - sum_ey / sum) as f32
-}
-
 /// Writes softmax(scale * x ++ [sink]) over `x` into `out` (same length) and returns the
 /// sink's share (0 without a sink) and, with `ENTROPY`, the entropy in nats of the weights
 /// renormalised over the real keys (NaN without it).
@@ -98,7 +91,8 @@ fn softmax_row<const ENTROPY: bool>(
     // ln S - sum e (y - m) / S does not depend on the shift m (the sink's logit where it
     // is the maximum)
     let entropy = if ENTROPY {
-        entropy_from_sums(sum, sum_ey)
+        // NaN when S is 0 (every real key's e underflowed: no mass left to them)
+        entropy_of_sums((sum, sum_ey))
     } else {
         f32::NAN
     };

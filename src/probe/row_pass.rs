@@ -32,19 +32,22 @@ pub(crate) fn clamped_entropy_sums(weights: &[f32]) -> (f64, f64) {
     (mass, q_ln_q)
 }
 
-/// Entropy in nats from [`clamped_entropy_sums`] of a whole row; NaN without positive mass.
+/// The one entropy formula of the CPU: H = ln T - X / T in nats, the entropy of weights
+/// w / T from T = sum w and X = sum w ln w ([`clamped_entropy_sums`] of a whole row), or of
+/// a softmax from its logits (T = S = sum e, X = sum e (y - m): the fused softmaxes and the
+/// flash tiles); NaN without mass (T <= 0).
 #[inline(always)]
-pub(crate) fn entropy_of_clamped_sums((mass, q_ln_q): (f64, f64)) -> f32 {
-    if mass <= 0.0 {
+pub(crate) fn entropy_of_sums((total, x): (f64, f64)) -> f32 {
+    if total <= 0.0 {
         return f32::NAN;
     }
-    (mass.ln() - q_ln_q / mass) as f32
+    (total.ln() - x / total) as f32
 }
 
 /// Entropy in nats of `max(w, 0)` renormalised; NaN without positive mass.
 #[inline(always)]
 fn clamped_entropy(visible: &[f32]) -> f32 {
-    entropy_of_clamped_sums(clamped_entropy_sums(visible))
+    entropy_of_sums(clamped_entropy_sums(visible))
 }
 
 /// The (start, end) key range of band `[lo, hi)` for query `i`, key 0 left out for i > 0.
