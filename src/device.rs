@@ -1,5 +1,6 @@
 //! Device and dtype choice (`--device auto|cpu|cuda[:N]`, `--dtype f32|bf16|f16`).
 
+use crate::parse_error::ParseError;
 use candle_core::{DType, Device};
 
 use crate::error::{Error, Result};
@@ -16,17 +17,19 @@ pub enum DeviceRequest {
 }
 
 impl std::str::FromStr for DeviceRequest {
-    type Err = String;
+    type Err = ParseError;
 
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
+    fn from_str(s: &str) -> std::result::Result<Self, ParseError> {
         match s {
             "auto" => Ok(DeviceRequest::Auto),
             "cpu" => Ok(DeviceRequest::Cpu),
             "cuda" => Ok(DeviceRequest::Cuda(0)),
             other => match other.strip_prefix("cuda:").map(str::parse::<usize>) {
                 Some(Ok(n)) => Ok(DeviceRequest::Cuda(n)),
-                _ => Err(format!(
-                    "`{other}` is not a device (auto, cpu, cuda, cuda:N)"
+                _ => Err(ParseError::not_a(
+                    "a device",
+                    other,
+                    "auto, cpu, cuda, cuda:N",
                 )),
             },
         }
@@ -102,13 +105,15 @@ pub fn resolve_dtype(requested: Option<DType>, device: &Device) -> DType {
 }
 
 /// Parses `f32`, `bf16`, `f16`.
-pub fn parse_dtype(s: &str) -> std::result::Result<DType, String> {
+pub fn parse_dtype(s: &str) -> std::result::Result<DType, ParseError> {
     match s {
         "f32" => Ok(DType::F32),
         "bf16" => Ok(DType::BF16),
         "f16" => Ok(DType::F16),
-        other => Err(format!(
-            "`{other}` is not an analysis dtype (f32, bf16, f16)"
+        other => Err(ParseError::not_a(
+            "an analysis dtype",
+            other,
+            "f32, bf16, f16",
         )),
     }
 }

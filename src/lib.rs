@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod model;
 pub mod nn;
 pub mod paper;
+pub mod parse_error;
 pub mod plot;
 pub mod probe;
 pub mod profile;

@@ -62,6 +62,11 @@ create_exception!(
     "Reading or writing a file failed."
 );
 
+/// `UsageError` with the line of a value that did not parse.
+fn usage(err: impl std::fmt::Display) -> PyErr {
+    UsageError::new_err(err.to_string())
+}
+
 /// The Python exception for a library error.
 fn to_py(err: Error) -> PyErr {
     let line = err.report();
@@ -207,7 +212,7 @@ impl NativeResult {
         format: &str,
         figures: bool,
     ) -> PyResult<Vec<PathBuf>> {
-        let format: Format = format.parse().map_err(UsageError::new_err)?;
+        let format: Format = format.parse().map_err(usage)?;
         // nobody removes this staging folder on a signal but its own Drop: the interpreter,
         // not this library, decides what a signal does
         let watch = StagingWatch::new();
@@ -232,7 +237,7 @@ fn options(
     if let Some(names) = metrics {
         o.metrics = names
             .iter()
-            .map(|n| n.parse::<Metric>().map_err(UsageError::new_err))
+            .map(|n| n.parse::<Metric>().map_err(usage))
             .collect::<PyResult<_>>()?;
     }
     o.corpus = corpus;
@@ -240,10 +245,10 @@ fn options(
     o.num_seqs = num_seqs;
     o.batch_size = batch_size;
     o.seed = seed;
-    o.bos = bos.parse::<BosMode>().map_err(UsageError::new_err)?;
-    o.windows = windows.parse::<WindowMode>().map_err(UsageError::new_err)?;
+    o.bos = bos.parse::<BosMode>().map_err(usage)?;
+    o.windows = windows.parse::<WindowMode>().map_err(usage)?;
     o.variant = match variant {
-        Some(name) => Some(name.parse::<VariantKind>().map_err(UsageError::new_err)?),
+        Some(name) => Some(name.parse::<VariantKind>().map_err(usage)?),
         None => None,
     };
     o.device = device

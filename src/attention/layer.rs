@@ -155,14 +155,14 @@ impl Attention {
         let kernel = plan(&self.facts(&p, layer, &*probe));
         probe.on_kernel(layer, kernel);
         let outputs = match kernel {
-            Kernel::FlashTiles => self.flash_blocks(&p, (layer, block), probe)?,
-            Kernel::FusedRows => self.fused_row_blocks(&p, (layer, block), probe)?,
+            Kernel::FlashTiles => self.flash_blocks(&p, layer, block, probe)?,
+            Kernel::FusedRows => self.fused_row_blocks(&p, layer, block, probe)?,
             Kernel::MaterialisedFused | Kernel::Materialised => {
                 let fused = kernel == Kernel::MaterialisedFused;
-                self.materialised_blocks(&p, (layer, block), fused, probe)?
+                self.materialised_blocks(&p, layer, block, fused, probe)?
             }
         };
-        self.observe_blocks(&p, (layer, block), probe)?;
+        self.observe_blocks(&p, layer, block, probe)?;
         probe.on_layer_end(layer)?;
         let _p = phase("attention: gate, o_proj");
         let out =
@@ -207,7 +207,7 @@ impl Attention {
             (Some(q_norm), Some(k_norm), false) => (q_norm.forward(&q)?, k_norm.forward(&k)?),
             _ => (q, k),
         };
-        let whole = self.block_ctx(layer, (0, t), t);
+        let whole = self.block_ctx(layer, 0, t, t);
         // TransformerLens' hook points and layout: [batch, pos, head, d_head], before and
         // after RoPE
         push(probe, Hook::Q, &whole, || Ok(q.clone()))?;
@@ -297,7 +297,8 @@ impl Attention {
     fn flash_blocks(
         &self,
         p: &Projected,
-        (layer, block): (usize, usize),
+        layer: usize,
+        block: usize,
         probe: &mut dyn Probe,
     ) -> Result<Vec<Tensor>> {
         // the scale of the other kernels, rounded to f32
@@ -306,7 +307,7 @@ impl Attention {
         let wants = probe.row_request(layer);
         let mut outputs = Vec::new();
         for (q_start, n) in query_blocks(p.t, block) {
-            let ctx = self.block_ctx(layer, (q_start, n), p.t);
+            let ctx = self.block_ctx(layer, q_start, n, p.t);
             let _p = phase("attention: flash tiles (q.k, softmax, row table, values)");
             let (out, table) = causal_attention(
                 (&p.q, &p.k, &p.v),
@@ -331,7 +332,8 @@ impl Attention {
     fn fused_row_blocks(
         &self,
         p: &Projected,
-        (layer, block): (usize, usize),
+        layer: usize,
+        block: usize,
         probe: &mut dyn Probe,
     ) -> Result<Vec<Tensor>> {
         let scale = self.shape.scale;
@@ -341,8 +343,8 @@ impl Attention {
         let sinks = (self.sink_logits.as_ref(), p.host_sinks.as_deref());
         let mut outputs = Vec::new();
         for (q_start, n) in query_blocks(p.t, block) {
-            let ctx = self.block_ctx(layer, (q_start, n), p.t);
-            let raw = self.raw_scores(p, (q_start, n))?;
+            let ctx = self.block_ctx(layer, q_start, n, p.t);
+            let raw = self.raw_scores(p, &ctx)?;
             let (weights, table) = {
                 let _p = phase("attention: fused softmax + row table");
                 causal_softmax_rows(&raw, scale as f32, q_start, sinks, &wants)?
@@ -359,7 +361,7 @@ impl Attention {
             };
             probe.on_row_table(&ctx, &table)?;
             let _p = phase("attention: value products");
-            outputs.push(self.value_product(p, &weights, (q_start, n))?);
+            outputs.push(self.value_product(p, &weights, &ctx)?);
             drop(_p);
             probe.on_block_end(&ctx)?;
         }
@@ -372,11 +374,11 @@ impl Attention {
     fn materialised_blocks(
         &self,
         p: &Projected,
-        (layer, block): (usize, usize),
+        layer: usize,
+        block: usize,
         fused: bool,
         probe: &mut dyn Probe,
     ) -> Result<Vec<Tensor>> {
-        let scale = self.shape.scale;
         let table = self.distance_table(p)?;
         let wanted: Vec<Hook> = Hook::ATTENTION
             .into_iter()
@@ -385,9 +387,9 @@ impl Attention {
         let wants = |hook: Hook| wanted.contains(&hook);
         let mut outputs = Vec::new();
         for (q_start, n) in query_blocks(p.t, block) {
-            let ctx = self.block_ctx(layer, (q_start, n), p.t);
+            let ctx = self.block_ctx(layer, q_start, n, p.t);
             let softmax = phase("attention: softmax and block hooks");
-            let raw = self.raw_scores(p, (q_start, n))?.to_dtype(DType::F32)?;
+            let raw = self.raw_scores(p, &ctx)?.to_dtype(DType::F32)?;
             let mut push = |hook: Hook, xs: &Tensor| probe.on_tensor(hook, &ctx, xs);
             if wants(Hook::Qk) {
                 push(Hook::Qk, &raw)?;
@@ -396,14 +398,14 @@ impl Attention {
             let (bw, max_logit) = if fused {
                 let want_max = wants(Hook::MaxLogit);
                 let table = table.as_ref();
-                self.fused_block_weights(p, &raw, (scale, q_start), table, want_max)?
+                self.fused_block_weights(p, &raw, &ctx, table, want_max)?
             } else {
-                self.candle_block_weights(p, &raw, (q_start, table.as_ref()), &wants, &mut push)?
+                self.candle_block_weights(p, &raw, &ctx, table.as_ref(), &wants, &mut push)?
             };
             push_weight_hooks(&bw, max_logit.as_ref(), &wants, &mut push)?;
             drop(softmax);
             let _p = phase("attention: value products");
-            outputs.push(self.value_product(p, &bw.weights, (q_start, n))?);
+            outputs.push(self.value_product(p, &bw.weights, &ctx)?);
             drop(_p);
             probe.on_block_end(&ctx)?;
         }
@@ -416,7 +418,8 @@ impl Attention {
     fn observe_blocks(
         &self,
         p: &Projected,
-        (layer, block): (usize, usize),
+        layer: usize,
+        block: usize,
         probe: &mut dyn Probe,
     ) -> Result<()> {
         let wanted: Vec<Hook> = Hook::ATTENTION
@@ -430,14 +433,14 @@ impl Attention {
         let _p = phase("attention: blocks materialised for observers");
         let table = self.distance_table(p)?;
         for (q_start, n) in query_blocks(p.t, block) {
-            let ctx = self.block_ctx(layer, (q_start, n), p.t);
-            let raw = self.raw_scores(p, (q_start, n))?.to_dtype(DType::F32)?;
+            let ctx = self.block_ctx(layer, q_start, n, p.t);
+            let raw = self.raw_scores(p, &ctx)?.to_dtype(DType::F32)?;
             let mut push = |hook: Hook, xs: &Tensor| probe.on_observed(hook, &ctx, xs);
             if wants(Hook::Qk) {
                 push(Hook::Qk, &raw)?;
             }
             let (bw, max_logit) =
-                self.candle_block_weights(p, &raw, (q_start, table.as_ref()), &wants, &mut push)?;
+                self.candle_block_weights(p, &raw, &ctx, table.as_ref(), &wants, &mut push)?;
             push_weight_hooks(&bw, max_logit.as_ref(), &wants, &mut push)?;
         }
         Ok(())
@@ -461,12 +464,12 @@ impl Attention {
         &self,
         p: &Projected,
         raw: &Tensor,
-        (q_start, table): (usize, Option<&DistanceTable>),
+        ctx: &BlockCtx,
+        table: Option<&DistanceTable>,
         wants: &dyn Fn(Hook) -> bool,
         push: &mut dyn FnMut(Hook, &Tensor) -> Result<()>,
     ) -> Result<(BlockWeights, Option<Tensor>)> {
-        let scale = self.shape.scale;
-        let n = raw.dim(2)?;
+        let (scale, q_start, n) = (self.shape.scale, ctx.q_start, ctx.q_len);
         let visible = visibility(q_start, n, self.shape.window, p.q.device())?;
         let scores = mask_invisible(&self.logits(raw, scale, q_start, table)?, &visible)?;
         if wants(Hook::AttnScores) {
@@ -491,10 +494,11 @@ impl Attention {
         &self,
         p: &Projected,
         raw: &Tensor,
-        (scale, q_start): (f64, usize),
+        ctx: &BlockCtx,
         table: Option<&DistanceTable>,
         want_max: bool,
     ) -> Result<(BlockWeights, Option<Tensor>)> {
+        let (scale, q_start) = (self.shape.scale, ctx.q_start);
         let (logits, kernel_scale) = match self.logit_rule {
             LogitRule::Plain => (raw.clone(), scale as f32),
             _ => (self.logits(raw, scale, q_start, table)?, 1.0),
@@ -520,7 +524,8 @@ impl Attention {
 
     /// Raw q.k `[b, heads, n, q_start + n]` of a block, without copying keys per group:
     /// the query heads of one kv head as extra rows, `[b, kv, groups * n, d] x [b, kv, d, keys]`.
-    fn raw_scores(&self, p: &Projected, (q_start, n): (usize, usize)) -> Result<Tensor> {
+    fn raw_scores(&self, p: &Projected, ctx: &BlockCtx) -> Result<Tensor> {
+        let (q_start, n) = (ctx.q_start, ctx.q_len);
         let s = &self.shape;
         let b = p.q.dim(0)?;
         let groups = s.heads / s.kv_heads;
@@ -534,12 +539,8 @@ impl Attention {
     }
 
     /// Weights `[b, heads, n, keys]` times the values the block sees, `[b, heads, n, d]`.
-    fn value_product(
-        &self,
-        p: &Projected,
-        weights: &Tensor,
-        (q_start, n): (usize, usize),
-    ) -> Result<Tensor> {
+    fn value_product(&self, p: &Projected, weights: &Tensor, ctx: &BlockCtx) -> Result<Tensor> {
+        let (q_start, n) = (ctx.q_start, ctx.q_len);
         let s = &self.shape;
         let b = p.q.dim(0)?;
         let (groups, keys) = (s.heads / s.kv_heads, q_start + n);
@@ -663,13 +664,9 @@ impl Attention {
         }
     }
 
-    /// Where block `(q_start, n)` of `layer` sits in a sequence of `t` tokens.
-    fn block_ctx(
-        &self,
-        layer: usize,
-        (q_start, q_len): (usize, usize),
-        seq_len: usize,
-    ) -> BlockCtx {
+    /// Where the block of `q_len` queries from `q_start` of `layer` sits in a sequence of
+    /// `seq_len` tokens.
+    fn block_ctx(&self, layer: usize, q_start: usize, q_len: usize, seq_len: usize) -> BlockCtx {
         BlockCtx {
             layer,
             q_start,

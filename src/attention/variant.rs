@@ -1,6 +1,7 @@
 //! The attention variants of SPEC section 3: their names, settings, and the rule that
 //! turns one block of scaled logits into effective weights a_ij.
 
+use crate::parse_error::ParseError;
 use serde::Serialize;
 
 /// The attention variant of a checkpoint (`attention_variant` in config.json).
@@ -98,15 +99,14 @@ impl VariantKind {
 }
 
 impl std::str::FromStr for VariantKind {
-    type Err = String;
+    type Err = ParseError;
 
     /// A variant by its config.json name ([`VariantKind::NAMES`]).
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        VariantKind::parse(s).ok_or_else(|| {
-            format!(
-                "unknown attention variant `{s}` (one of {})",
-                VariantKind::SUPPORTED
-            )
+    fn from_str(s: &str) -> std::result::Result<Self, ParseError> {
+        VariantKind::parse(s).ok_or_else(|| ParseError::Unknown {
+            what: "attention variant",
+            given: s.to_string(),
+            choices: VariantKind::SUPPORTED.to_string(),
         })
     }
 }

@@ -6,10 +6,12 @@ use std::str::FromStr;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 
+use crate::parse_error::ParseError;
+
 /// A value parser for `T` over its `names`.
 pub fn choice<T>(names: &'static [&'static str]) -> impl TypedValueParser<Value = T>
 where
-    T: FromStr<Err = String> + Clone + Send + Sync + 'static,
+    T: FromStr<Err = ParseError> + Clone + Send + Sync + 'static,
 {
     PossibleValuesParser::new(names).try_map(|name| name.parse::<T>())
 }

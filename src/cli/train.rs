@@ -1,6 +1,7 @@
 //! `train`: trains a small Llama-style model for one attention variant (glue over
 //! [`crate::train`]): a progress bar, the CSV log and checkpoints under `--out`.
 
+use crate::parse_error::ParseError;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -151,12 +152,13 @@ pub struct TrainArgs {
 }
 
 /// Parses a variant name that has a training rule.
-pub fn parse_variant(s: &str) -> std::result::Result<VariantKind, String> {
+pub fn parse_variant(s: &str) -> std::result::Result<VariantKind, ParseError> {
     match VariantKind::parse(s) {
         Some(v) if train::is_trainable(v) => Ok(v),
-        _ => Err(format!(
-            "`{s}` is not a trainable variant ({})",
-            train::TRAINABLE
+        _ => Err(ParseError::not_a(
+            "a trainable variant",
+            s,
+            train::TRAINABLE,
         )),
     }
 }

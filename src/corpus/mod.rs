@@ -32,6 +32,7 @@ mod read;
 pub mod windowing;
 mod words;
 
+use crate::parse_error::ParseError;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -60,16 +61,12 @@ impl BosMode {
 }
 
 impl std::str::FromStr for BosMode {
-    type Err = String;
+    type Err = ParseError;
 
     /// The BOS mode named as in the CLI and the tables ([`BosMode::NAMES`]).
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
-            format!(
-                "unknown BOS mode `{s}` (one of {})",
-                BosMode::NAMES.join(", ")
-            )
-        })
+    fn from_str(s: &str) -> std::result::Result<Self, ParseError> {
+        serde_json::from_value(serde_json::Value::String(s.to_string()))
+            .map_err(|_| ParseError::unknown("BOS mode", s, &BosMode::NAMES))
     }
 }
 

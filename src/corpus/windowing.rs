@@ -5,6 +5,7 @@
 //! long, each cut to one window, shorter ones skipped, so that position 0 is always a
 //! document's first token.
 
+use crate::parse_error::ParseError;
 use std::fmt;
 use std::str::FromStr;
 
@@ -25,16 +26,13 @@ impl WindowMode {
 }
 
 impl FromStr for WindowMode {
-    type Err = String;
+    type Err = ParseError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, ParseError> {
         match s {
             "packed" => Ok(WindowMode::Packed),
             "documents" => Ok(WindowMode::Documents),
-            _ => Err(format!(
-                "unknown window mode `{s}` (one of {})",
-                WindowMode::NAMES.join(", ")
-            )),
+            _ => Err(ParseError::unknown("window mode", s, &WindowMode::NAMES)),
         }
     }
 }

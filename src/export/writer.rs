@@ -1,6 +1,7 @@
 //! Writing tables with polars, atomically: every file of a run is staged in a hidden
 //! folder inside `--out` and renamed into place only when the whole run succeeded.
 
+use crate::parse_error::ParseError;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -22,16 +23,12 @@ pub enum Format {
 }
 
 impl std::str::FromStr for Format {
-    type Err = String;
+    type Err = ParseError;
 
     /// The table format named as in the CLI and the tables ([`Format::NAMES`]).
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
-            format!(
-                "unknown table format `{s}` (one of {})",
-                Format::NAMES.join(", ")
-            )
-        })
+    fn from_str(s: &str) -> std::result::Result<Self, ParseError> {
+        serde_json::from_value(serde_json::Value::String(s.to_string()))
+            .map_err(|_| ParseError::unknown("table format", s, &Format::NAMES))
     }
 }
 

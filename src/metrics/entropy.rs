@@ -7,6 +7,7 @@ use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::tables::TableRows;
 use super::Metric;
+use crate::parse_error::ParseError;
 use crate::probe::row_table::{RowWants, ENTROPY};
 
 use super::layer_stat::{head_means, LayerStat};
@@ -31,16 +32,12 @@ impl EntropyOf {
 }
 
 impl std::str::FromStr for EntropyOf {
-    type Err = String;
+    type Err = ParseError;
 
     /// The entropy source named as in the CLI and the tables ([`EntropyOf::NAMES`]).
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
-            format!(
-                "unknown entropy source `{s}` (one of {})",
-                EntropyOf::NAMES.join(", ")
-            )
-        })
+    fn from_str(s: &str) -> std::result::Result<Self, ParseError> {
+        serde_json::from_value(serde_json::Value::String(s.to_string()))
+            .map_err(|_| ParseError::unknown("entropy source", s, &EntropyOf::NAMES))
     }
 }
 

@@ -2,6 +2,7 @@
 //! it. Each metric's file defines its constant (`Metric::MAX_LOGIT`); the registry lists
 //! them ([`super::registry::REGISTRY`]), so the names known are the registry's.
 
+use crate::parse_error::ParseError;
 use std::sync::LazyLock;
 
 use super::registry::REGISTRY;
@@ -80,13 +81,13 @@ impl<'de> serde::Deserialize<'de> for Metric {
 }
 
 impl std::str::FromStr for Metric {
-    type Err = String;
+    type Err = ParseError;
 
     /// The metric named as in the CLI and the tables ([`Metric::names`]).
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
+    fn from_str(s: &str) -> std::result::Result<Self, ParseError> {
         Self::every()
             .find(|m| m.name == s)
-            .ok_or_else(|| format!("unknown metric `{s}` (one of {})", NAMES.join(", ")))
+            .ok_or_else(|| ParseError::unknown("metric", s, &NAMES))
     }
 }
 
@@ -102,7 +103,11 @@ mod tests {
         for name in names {
             assert_eq!(name.parse::<Metric>().unwrap().name(), *name);
         }
-        assert!("nope".parse::<Metric>().unwrap_err().contains("max_logit"));
+        assert!("nope"
+            .parse::<Metric>()
+            .unwrap_err()
+            .to_string()
+            .contains("max_logit"));
         assert!(!Metric::defaults().contains(&Metric::KEY_RECEIVED));
     }
 }
