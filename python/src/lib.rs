@@ -18,7 +18,7 @@ use asa_analyze::analysis::{CancelToken, ModelSource, Run, RunEvents, RunOptions
 use asa_analyze::attention::VariantKind;
 use asa_analyze::corpus::{BosMode, WindowMode};
 use asa_analyze::device::DeviceRequest;
-use asa_analyze::export::{to_frame, Format, OutputDir, StagingWatch, Table};
+use asa_analyze::export::{schema, to_frame, Format, OutputDir, StagingWatch, Table};
 use asa_analyze::metrics::Metric;
 use asa_analyze::paper::runs::Input;
 use asa_analyze::paper::{paper_tables, render, Method, RunSet, ValueOptions};
@@ -336,7 +336,11 @@ fn merge(py: Python<'_>, partials: Vec<PathBuf>) -> PyResult<NativeResult> {
 fn frames(tables: &[Table]) -> PyResult<Vec<(String, PyDataFrame)>> {
     tables
         .iter()
-        .map(|t| Ok((t.name.clone(), PyDataFrame(to_frame(t).map_err(to_py)?))))
+        .map(|t| {
+            // a section 6 table has exactly its schema's columns, in order and kind
+            schema::check_declared(t).map_err(PyValueError::new_err)?;
+            Ok((t.name.clone(), PyDataFrame(to_frame(t).map_err(to_py)?)))
+        })
         .collect()
 }
 
