@@ -330,7 +330,6 @@ fn train_all(
             .iter()
             .map(|(label, opts, done)| {
                 let bars = &bars;
-                let quiet = quiet;
                 scope.spawn(move || match done {
                     Some(summary) => {
                         if !quiet {
