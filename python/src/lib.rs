@@ -18,11 +18,12 @@ use asa_analyze::analysis::{CancelToken, ModelSource, Run, RunEvents, RunOptions
 use asa_analyze::attention::VariantKind;
 use asa_analyze::corpus::{BosMode, WindowMode};
 use asa_analyze::device::DeviceRequest;
-use asa_analyze::export::{to_frame, Format, OutputDir, StagingWatch, Table};
+use asa_analyze::export::{schema, to_frame, Format, OutputDir, StagingWatch, Table};
 use asa_analyze::metrics::Metric;
 use asa_analyze::paper::runs::Input;
 use asa_analyze::paper::{paper_tables, render, Method, RunSet, ValueOptions};
-use asa_analyze::stats::{self, grad, LogRequest, RunSpec, StepWindow};
+use asa_analyze::stats::report::{self, CurvesOptions, GradStatsOptions, LogInputs, SpikesOptions};
+use asa_analyze::stats::StepWindow;
 use asa_analyze::Error;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyKeyboardInterrupt, PyValueError};
@@ -341,24 +342,17 @@ fn merge(py: Python<'_>, partials: Vec<PathBuf>) -> PyResult<NativeResult> {
 fn frames(tables: &[Table]) -> PyResult<Vec<(String, PyDataFrame)>> {
     tables
         .iter()
-        .map(|t| Ok((t.name.clone(), PyDataFrame(to_frame(t).map_err(to_py)?))))
+        .map(|t| {
+            // a section 6 table has exactly its schema's columns, in order and kind
+            schema::check_declared(t).map_err(PyValueError::new_err)?;
+            Ok((t.name.clone(), PyDataFrame(to_frame(t).map_err(to_py)?)))
+        })
         .collect()
 }
 
-/// The training logs `runs` (`label=path` or paths) with `metrics` (`optional`: a log
-/// lacking one is skipped with a warning, not an error).
-fn load_logs(
-    runs: &[String],
-    metrics: Vec<String>,
-    optional: bool,
-    step_column: Option<String>,
-) -> asa_analyze::Result<stats::Loaded> {
-    let specs: Vec<RunSpec> = runs.iter().map(|a| RunSpec::parse(a)).collect();
-    let request = LogRequest {
-        metrics,
-        step_column,
-    };
-    stats::load_runs(&specs, &request, optional)
+/// The training logs `runs` (`label=path` or paths).
+fn log_inputs(runs: Vec<String>, step_column: Option<String>) -> LogInputs {
+    LogInputs { runs, step_column }
 }
 
 /// A step window (`A..B`, `A..=B`, `A..`, `..B`, `all`).
@@ -377,18 +371,16 @@ fn grad_stats(
     ddof: u32,
     step_column: Option<String>,
 ) -> PyResult<Vec<(String, PyDataFrame)>> {
-    let window = window(steps)?;
-    let table = py
-        .detach(|| {
-            let rows = load_logs(&runs, vec![metric.to_string()], false, step_column)?
-                .series
-                .iter()
-                .map(|s| grad::grad_stats(s, &window, ddof))
-                .collect::<asa_analyze::Result<Vec<_>>>()?;
-            Ok::<_, Error>(grad::table(&rows))
-        })
+    let options = GradStatsOptions {
+        metric: metric.to_string(),
+        steps: window(steps)?,
+        ddof,
+    };
+    let inputs = log_inputs(runs, step_column);
+    let tables = py
+        .detach(|| Ok::<_, Error>(report::grad_stats(&inputs, &options)?.files().tables))
         .map_err(to_py)?;
-    frames(&[table])
+    frames(&tables)
 }
 
 /// Spike counts above median + k * MAD and the spike steps, as `asa-analyze spikes`
@@ -404,18 +396,15 @@ fn spikes(
     mad_scale: f64,
     step_column: Option<String>,
 ) -> PyResult<Vec<(String, PyDataFrame)>> {
-    let window = window(steps)?;
+    let options = SpikesOptions {
+        metric: metric.to_string(),
+        steps: Some(window(steps)?),
+        k,
+        mad_scale,
+    };
+    let inputs = log_inputs(runs, step_column);
     let tables = py
-        .detach(|| {
-            stats::spikes::check_options(&k, mad_scale)?;
-            let (mut rows, mut at) = (Vec::new(), Vec::new());
-            for s in load_logs(&runs, vec![metric.to_string()], false, step_column)?.series {
-                let (r, st) = stats::spikes::spikes(&s, &window, &k, mad_scale)?;
-                rows.extend(r);
-                at.extend(st);
-            }
-            Ok::<_, Error>([stats::spikes::table(&rows), stats::spikes::steps_table(&at)])
-        })
+        .detach(|| Ok::<_, Error>(report::spikes(&inputs, &options)?.files().tables))
         .map_err(to_py)?;
     frames(&tables)
 }
@@ -432,20 +421,19 @@ fn curves(
     ema: Option<f64>,
     step_column: Option<String>,
 ) -> PyResult<(Vec<(String, PyDataFrame)>, Vec<String>)> {
-    let window = window(steps)?;
-    let (table, warnings) = py
+    let options = CurvesOptions {
+        metrics,
+        steps: Some(window(steps)?),
+        ema,
+    };
+    let inputs = log_inputs(runs, step_column);
+    let (tables, warnings) = py
         .detach(|| {
-            stats::curves::check_ema(ema)?;
-            let (metrics, optional) = stats::curves::requested_metrics(&metrics);
-            let loaded = load_logs(&runs, metrics, optional, step_column)?;
-            let mut points = Vec::new();
-            for s in &loaded.series {
-                points.extend(stats::curves::curve(s, &window, ema)?.0);
-            }
-            Ok::<_, Error>((stats::curves::table(&points), loaded.warnings))
+            let report = report::curves(&inputs, &options)?;
+            Ok::<_, Error>((report.files().tables, report.warnings))
         })
         .map_err(to_py)?;
-    Ok((frames(&[table])?, warnings))
+    Ok((frames(&tables)?, warnings))
 }
 
 /// The paper's Tables 1-3 (see `asa_analyze.tables`): the tidy table, and per table its

@@ -2,8 +2,8 @@
 //! models here with the same data, seed and budget, then runs the toolkit on them end to
 //! end: `analyze` on the final checkpoints over held-out text (with `qk` over each
 //! checkpoint series), `grad-stats`, `spikes` and `curves` over the training logs,
-//! `figures`, and the paper's Tables 1-2 (`tables`). Glue only: every step is the real
-//! command. Layout of `--out`:
+//! `figures`, and the paper's Tables 1-2 (`tables`). Glue only: every step calls the
+//! library function its command calls, with the command's options. Layout of `--out`:
 //!
 //! ```text
 //! DIR/tokenizer.json              BPE tokenizer shared by the runs
@@ -28,16 +28,22 @@ use super::stdout::with_stdout;
 use super::tables::{record as tables_record, write_tables};
 use super::train::{step_bar, TrainSettings};
 use super::Process;
-use super::{run as run_command, Cli};
 use crate::analysis::results::stage_tables;
 use crate::analysis::series::find_series;
 use crate::analysis::{ModelSource, Run, RunOptions};
 use crate::attention::VariantKind;
 use crate::device::DeviceRequest;
 use crate::error::{Error, Result};
-use crate::export::{Format, OutputDir};
+use crate::export::schema::ATTENTION;
+use crate::export::{Column, Format, OutputDir, Table};
 use crate::paper::runs::Input;
 use crate::paper::{paper_tables, RunSet, ValueOptions};
+use crate::plot::{self, FigureOptions};
+use crate::stats::report::{
+    self, CurvesOptions, GradStatsOptions, LogFiles, LogInputs, SpikesOptions,
+};
+use crate::stats::spikes::SpikeRow;
+use crate::stats::StepWindow;
 use crate::train::data::TextSource;
 use crate::train::run::finished_run;
 use crate::train::tokenizer::train_bpe;
@@ -97,39 +103,16 @@ struct Defaults {
     settings: TrainSettings,
 }
 
-/// Runs `demo`.
+/// Runs `demo`: check the arguments, train, analyse, the log tables, the figures, the
+/// paper tables, the summary.
 pub fn run(args: DemoArgs, process: &Process) -> Result<()> {
     let started = Instant::now();
-    if args.steps == 0 {
-        return Err(Error::usage("--steps must be at least 1"));
-    }
-    check_lm_eval(&args.lm_eval)?;
-    if let Some(c) = &args.corpus {
-        if !c.is_file() {
-            return Err(Error::input(c, "no such corpus file"));
-        }
-    }
+    check_args(&args)?;
     let out = args.out.clone();
     std::fs::create_dir_all(&out).map_err(|e| Error::io(&out, e))?;
-    let mut settings = Defaults::parse_from(["demo"]).settings;
-    settings.steps = args.steps;
-    settings.seed = args.seed;
-    settings.device = args.device;
-    settings.warmup = settings.warmup.min(args.steps / 5);
-    settings.save_every = Some((args.steps / 10).max(1));
-
-    // data: the built-in prose (held out: another seed) or the file split 90 / 10
-    let held_out = match &args.corpus {
-        Some(path) => {
-            let (train_txt, held) = split_corpus(path, &out.join("data"))?;
-            settings.corpus = Some(train_txt);
-            Some(held)
-        }
-        None => None,
-    };
+    let (settings, held_out) = demo_settings(&args)?;
     let base = settings.options(VariantKind::Softmax, out.clone())?;
     let tokenizer = shared_tokenizer(&base, &out, args.force)?;
-
     let summaries = train_all(
         &settings,
         &tokenizer,
@@ -139,86 +122,131 @@ pub fn run(args: DemoArgs, process: &Process) -> Result<()> {
     )?;
     let trained_at = started.elapsed().as_secs_f64();
 
-    // the analysis through the library (analysis::Run), the log commands and figures as
-    // their command lines
     let results = out.join("results");
     if !args.quiet {
         eprintln!("asa-analyze: demo: analysing the final checkpoints and the checkpoint series");
     }
-    let models = METHODS
-        .iter()
-        .map(|(label, _)| ModelSource {
-            label: label.to_string(),
-            path: out.join("runs").join(label).join("checkpoints"),
-        })
-        .collect();
-    let options = RunOptions {
-        seq_len: settings.seq_len,
-        num_seqs: 10,
-        device: args.device,
-        corpus: held_out.clone(),
-        seed: args.seed + HELD_OUT_SEED,
-        ..RunOptions::default()
-    };
-    let run = Run {
-        models,
-        options,
-        cancel: process.cancel.clone(),
-    };
-    analyze_in_process(run, &results.join("attention"), args.quiet, process)?;
-    log_tables_and_figures(&out, &results, process)?;
+    let run = analysis_run(&args, &settings, held_out, process);
+    let attention = analyze_in_process(run, &results.join("attention"), args.quiet, process)?;
+    let spikes = log_tables(&out, &results, process)?;
+    let figures = out.join("figures");
+    let dirs = ["attention", "grad_stats", "spikes", "curves"].map(|sub| results.join(sub));
+    plot::write_figures(&dirs, &figures, &FigureOptions::default(), &process.staging)?;
     paper_tables_of_demo(&out, &results, &args.lm_eval, process)?;
 
-    print_summary(&summaries, &results)?;
+    print_summary(&summaries, &attention, &spikes)?;
     if !args.quiet {
         eprintln!(
             "asa-analyze: demo: done in {:.0}s (training {:.0}s); tables in {}, figures in {}",
             started.elapsed().as_secs_f64(),
             trained_at,
             results.display(),
-            out.join("figures").display()
+            figures.display()
         );
     }
     Ok(())
 }
 
-/// `grad-stats`, `spikes` and `curves` over the three training logs, then every figure.
-fn log_tables_and_figures(out: &Path, results: &Path, process: &Process) -> Result<()> {
-    let logs: Vec<String> = METHODS
+/// Refuses no steps, an `--lm-eval` that names no demo model or file, or a missing
+/// corpus, before anything is written.
+fn check_args(args: &DemoArgs) -> Result<()> {
+    if args.steps == 0 {
+        return Err(Error::usage("--steps must be at least 1"));
+    }
+    check_lm_eval(&args.lm_eval)?;
+    if let Some(c) = &args.corpus {
+        if !c.is_file() {
+            return Err(Error::input(c, "no such corpus file"));
+        }
+    }
+    Ok(())
+}
+
+/// The training settings (the `train` defaults with the demo's budget) and the held-out
+/// text: the built-in prose (`None`: another seed) or the corpus file split 90 / 10.
+fn demo_settings(args: &DemoArgs) -> Result<(TrainSettings, Option<PathBuf>)> {
+    let mut settings = Defaults::parse_from(["demo"]).settings;
+    settings.steps = args.steps;
+    settings.seed = args.seed;
+    settings.device = args.device;
+    settings.warmup = settings.warmup.min(args.steps / 5);
+    settings.save_every = Some((args.steps / 10).max(1));
+    let held_out = match &args.corpus {
+        Some(path) => {
+            let (train_txt, held) = split_corpus(path, &args.out.join("data"))?;
+            settings.corpus = Some(train_txt);
+            Some(held)
+        }
+        None => None,
+    };
+    Ok((settings, held_out))
+}
+
+/// The analysis of every method's checkpoint series over the held-out text.
+fn analysis_run(
+    args: &DemoArgs,
+    settings: &TrainSettings,
+    held_out: Option<PathBuf>,
+    process: &Process,
+) -> Run {
+    let models = METHODS
         .iter()
-        .map(|(label, _)| {
-            format!(
-                "{label}={}",
-                out.join("runs").join(label).join("log.csv").display()
-            )
+        .map(|(label, _)| ModelSource {
+            label: label.to_string(),
+            path: args.out.join("runs").join(label).join("checkpoints"),
         })
         .collect();
-    for (cmd, extra) in [
-        ("grad-stats", vec!["--steps", "all"]),
-        ("spikes", vec![]),
-        ("curves", vec!["--ema", "0.9"]),
-    ] {
-        let mut v: Vec<String> = vec![cmd.into()];
-        v.extend(logs.iter().cloned());
-        v.extend(extra.into_iter().map(String::from));
-        v.extend([
-            "--out".into(),
-            results.join(cmd.replace('-', "_")).display().to_string(),
-            "--quiet".into(),
-        ]);
-        command(v, process)?;
+    let options = RunOptions {
+        seq_len: settings.seq_len,
+        num_seqs: 10,
+        device: args.device,
+        corpus: held_out,
+        seed: args.seed + HELD_OUT_SEED,
+        ..RunOptions::default()
+    };
+    Run {
+        models,
+        options,
+        cancel: process.cancel.clone(),
     }
-    let mut figs: Vec<String> = vec!["figures".into()];
-    for sub in ["attention", "grad_stats", "spikes", "curves"] {
-        figs.push(results.join(sub).display().to_string());
-    }
-    figs.extend([
-        "--out".into(),
-        out.join("figures").display().to_string(),
-        "--quiet".into(),
-    ]);
-    command(figs, process)?;
-    Ok(())
+}
+
+/// `grad-stats`, `spikes` and `curves` over the training logs into `results/<table>/`, as
+/// the commands write them; the spike rows for the summary.
+fn log_tables(out: &Path, results: &Path, process: &Process) -> Result<Vec<SpikeRow>> {
+    let inputs = LogInputs {
+        runs: METHODS
+            .iter()
+            .map(|(label, _)| {
+                let log = out.join("runs").join(label).join("log.csv");
+                format!("{label}={}", log.display())
+            })
+            .collect(),
+        step_column: None,
+    };
+    let write = |files: LogFiles, name: &str| {
+        files.write(&results.join(name), Format::Csv, &process.staging)
+    };
+    let grad = GradStatsOptions {
+        metric: "grad_norm".into(),
+        steps: StepWindow::ALL,
+        ddof: 1,
+    };
+    write(report::grad_stats(&inputs, &grad)?.files(), "grad_stats")?;
+    let spikes = SpikesOptions {
+        metric: "grad_norm".into(),
+        steps: None,
+        k: vec![6.0, 9.0],
+        mad_scale: 1.0,
+    };
+    let spikes = report::spikes(&inputs, &spikes)?;
+    write(spikes.files(), "spikes")?;
+    let curves = CurvesOptions {
+        ema: Some(0.9),
+        ..CurvesOptions::default()
+    };
+    write(report::curves(&inputs, &curves)?.files(), "curves")?;
+    Ok(spikes.result.rows)
 }
 
 /// Refuses an `--lm-eval` argument that names no demo model or no file, before training.
@@ -302,7 +330,6 @@ fn train_all(
             .iter()
             .map(|(label, opts, done)| {
                 let bars = &bars;
-                let quiet = quiet;
                 scope.spawn(move || match done {
                     Some(summary) => {
                         if !quiet {
@@ -335,21 +362,19 @@ fn train_all(
     summaries.into_iter().collect()
 }
 
-/// Runs `run` through the library and writes its tables as `analyze` does.
-fn analyze_in_process(run: Run, out: &Path, quiet: bool, process: &Process) -> Result<()> {
+/// Runs `run` through the library and writes its tables as `analyze` does; the
+/// `attention` table, for the summary.
+fn analyze_in_process(run: Run, out: &Path, quiet: bool, process: &Process) -> Result<Table> {
     let mut dir = OutputDir::create(out, Format::Csv, &process.staging)?;
     let mut terminal = Terminal { quiet, bar: None };
     let output = run.execute(&mut terminal)?;
     stage_tables(&mut dir, &output, &output.record("analyze", &run.options))?;
     dir.commit()?;
-    Ok(())
-}
-
-/// Runs one asa-analyze command line in-process.
-fn command(args: Vec<String>, process: &Process) -> Result<()> {
-    let argv = std::iter::once("asa-analyze".to_string()).chain(args);
-    let cli = Cli::try_parse_from(argv).map_err(|e| Error::failed("demo", e))?;
-    run_command(cli, process)
+    output
+        .tables()
+        .into_iter()
+        .find(|t| t.name == ATTENTION.name)
+        .ok_or_else(|| Error::input(out, "the analysis wrote no attention table"))
 }
 
 /// A rayon pool of its own for one training run: one compute thread, unless
@@ -421,33 +446,27 @@ fn split_corpus(path: &Path, dir: &Path) -> Result<(PathBuf, PathBuf)> {
 }
 
 /// Per method: final loss, perplexity, first-token mass, mean entropy, spike counts.
-fn print_summary(summaries: &[TrainSummary], results: &Path) -> Result<()> {
-    let attention = read_csv(&results.join("attention").join("attention.csv"))?;
-    let spikes = read_csv(&results.join("spikes").join("spikes.csv"))?;
+fn print_summary(summaries: &[TrainSummary], attention: &Table, spikes: &[SpikeRow]) -> Result<()> {
+    let rows = attention_rows(attention);
     let layer_mean = |model: &str, metric: &str| -> Option<f64> {
-        let v: Vec<f64> = attention
+        let v: Vec<f64> = rows
             .iter()
-            .filter(|r| r["model"] == model && r["metric"] == metric && r["stat"] == "mean")
-            .filter(|r| !r["layer"].is_empty() && r["head"].is_empty())
-            .filter_map(|r| r["value"].parse().ok())
+            .filter(|r| r.model == model && r.metric == metric && r.stat == "mean")
+            .filter(|r| r.layer.is_some() && r.head.is_none())
+            .filter_map(|r| r.value)
             .collect();
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     };
     let ppl = |model: &str| -> Option<f64> {
-        attention
-            .iter()
-            .find(|r| r["model"] == model && r["metric"] == "ppl" && r["stat"] == "mean")
-            .and_then(|r| r["value"].parse().ok())
+        rows.iter()
+            .find(|r| r.model == model && r.metric == "ppl" && r.stat == "mean")
+            .and_then(|r| r.value)
     };
-    let spike = |model: &str, k: &str| -> String {
+    let spike = |model: &str, k: f64| -> String {
         spikes
             .iter()
-            .find(|r| {
-                r["run"] == model
-                    && r["metric"] == "grad_norm"
-                    && r["k"].parse::<f64>().ok() == k.parse().ok()
-            })
-            .map(|r| r["count"].clone())
+            .find(|r| r.run == model && r.metric == "grad_norm" && r.k == k)
+            .map(|r| r.count.to_string())
             .unwrap_or_else(|| "-".into())
     };
     let f = |v: Option<f64>| v.map(|v| format!("{v:.4}")).unwrap_or_else(|| "-".into());
@@ -468,11 +487,49 @@ fn print_summary(summaries: &[TrainSummary], results: &Path) -> Result<()> {
                 f(ppl(label)),
                 f(layer_mean(label, "first_token")),
                 f(layer_mean(label, "entropy")),
-                format!("{}/{}", spike(label, "6"), spike(label, "9")),
+                format!("{}/{}", spike(label, 6.0), spike(label, 9.0)),
             )?;
         }
         Ok(())
     })
+}
+
+/// One row of the `attention` table.
+struct AttentionRow<'a> {
+    model: &'a str,
+    metric: &'a str,
+    layer: Option<i64>,
+    head: Option<i64>,
+    stat: &'a str,
+    value: Option<f64>,
+}
+
+/// The rows of the `attention` table the analysis built (its columns as [`ATTENTION`]
+/// declares them).
+fn attention_rows(t: &Table) -> Vec<AttentionRow<'_>> {
+    let text = |name: &str| match t.column(name) {
+        Some(Column::Str(v)) => v.as_slice(),
+        _ => unreachable!("attention.{name} is text"),
+    };
+    let int = |name: &str| match t.column(name) {
+        Some(Column::Int(v)) => v.as_slice(),
+        _ => unreachable!("attention.{name} is integer"),
+    };
+    let (model, metric, stat) = (text("model"), text("metric"), text("stat"));
+    let (layer, head) = (int("layer"), int("head"));
+    let Some(Column::Float(value)) = t.column("value") else {
+        unreachable!("attention.value is float")
+    };
+    (0..t.height())
+        .map(|i| AttentionRow {
+            model: model[i].as_deref().unwrap_or(""),
+            metric: metric[i].as_deref().unwrap_or(""),
+            layer: layer[i],
+            head: head[i],
+            stat: stat[i].as_deref().unwrap_or(""),
+            value: value[i],
+        })
+        .collect()
 }
 
 fn short(variant: &str) -> &str {
@@ -481,27 +538,4 @@ fn short(variant: &str) -> &str {
         "affine_scaled_gated" => "affine+gated",
         other => other,
     }
-}
-
-type Row = std::collections::HashMap<String, String>;
-
-fn read_csv(path: &Path) -> Result<Vec<Row>> {
-    let mut reader =
-        csv::Reader::from_path(path).map_err(|e| Error::invalid(path, "cannot read CSV", e))?;
-    let headers = reader
-        .headers()
-        .map_err(|e| Error::invalid(path, "cannot read CSV header", e))?
-        .clone();
-    let mut rows = Vec::new();
-    for rec in reader.records() {
-        let rec = rec.map_err(|e| Error::invalid(path, "cannot read CSV", e))?;
-        rows.push(
-            headers
-                .iter()
-                .zip(rec.iter())
-                .map(|(h, v)| (h.to_string(), v.to_string()))
-                .collect(),
-        );
-    }
-    Ok(rows)
 }

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::error::{Error, Result};
-use crate::export::{Format, OutputDir};
 use crate::plot::{self, FigureOptions};
 use crate::stats::StepWindow;
 
@@ -47,10 +46,6 @@ pub fn run(args: FiguresArgs, process: &super::Process) -> Result<()> {
             return Err(Error::usage(format!("--late-steps {w} is an empty window")));
         }
     }
-    // Check the inputs before the output folder is created: a typo leaves nothing behind.
-    if let Some(bad) = args.results.iter().find(|d| !d.is_dir()) {
-        return Err(Error::input(bad, "not a results folder"));
-    }
     let opts = FigureOptions {
         late_steps: args.late_steps,
         loss_metric: args.metric.clone(),
@@ -58,9 +53,7 @@ pub fn run(args: FiguresArgs, process: &super::Process) -> Result<()> {
         log_y: args.log_y,
         ..FigureOptions::default()
     };
-    let mut out = OutputDir::create(&args.out, Format::Csv, &process.staging)?;
-    let report = plot::render_all_with(&args.results, &mut out, &opts)?;
-    out.commit()?;
+    let report = plot::write_figures(&args.results, &args.out, &opts, &process.staging)?;
     if !args.quiet {
         for note in &report.notes {
             eprintln!("asa-analyze: note: {note}");

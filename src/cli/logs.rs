@@ -1,19 +1,20 @@
 //! `grad-stats`, `spikes` and `curves`: training-log statistics over several runs
-//! (SPEC section 5). Glue only: read the runs, call [`crate::stats`], print a compact
+//! (SPEC section 5). Glue only: [`crate::stats::report`] reads the runs and runs the
+//! analysis (as for `demo`); this prints a compact
 //! table (or JSON) and, with `--out`, write the tables, their Markdown (paper Tables 4
 //! and 5) and `run_<table>.json` atomically.
 
 use std::path::PathBuf;
 
 use clap::Args;
-use serde::Serialize;
 use serde_json::json;
 
 use super::choice::choice;
 use super::stdout;
-use crate::error::{Error, Result};
-use crate::export::{Format, OutputDir, Table};
-use crate::stats::{self, curves, grad, num, spikes, LogRequest, RunSeries, RunSpec, StepWindow};
+use crate::error::Result;
+use crate::export::Format;
+use crate::stats::report::{self, CurvesOptions, GradStatsOptions, LogFiles, SpikesOptions};
+use crate::stats::{num, StepWindow};
 
 /// Logs to read, shared by the three commands.
 #[derive(Debug, Args)]
@@ -104,114 +105,36 @@ pub struct CurvesArgs {
     output: LogOutput,
 }
 
-/// One input, as recorded in run_<table>.json.
-#[derive(Serialize)]
-struct InputRecord<'a> {
-    run: &'a str,
-    path: String,
-    format: stats::LogFormat,
-    metric: &'a str,
-    source: &'a str,
-    steps: usize,
+impl LogInputs {
+    fn typed(&self) -> report::LogInputs {
+        report::LogInputs {
+            runs: self.runs.clone(),
+            step_column: self.step_column.clone(),
+        }
+    }
 }
 
-/// Warnings from reading the logs, printed once the command has succeeded: a failing
-/// command prints its one-line error alone.
-struct Warnings(Vec<String>);
-
-impl Warnings {
-    /// Notes each log that starts after `window` does (a log from step 1 with `0..500`).
-    fn late_starts(&mut self, series: &[RunSeries], window: &StepWindow, quiet: bool) {
-        if quiet {
-            return;
-        }
-        for s in series {
-            if let Some(note) = s
-                .series
-                .step_range()
-                .and_then(|(first, _)| window.late_start_note(first))
-            {
-                self.0.push(format!(
-                    "{} (run {}): the log {note}",
-                    s.path.display(),
-                    s.run
-                ));
+impl LogOutput {
+    /// Writes `files` under `--out` (nothing without it), then prints the warnings (after
+    /// success: a failing command prints its one-line error alone) unless `--quiet`.
+    fn finish(&self, files: LogFiles, warnings: &[String], process: &super::Process) -> Result<()> {
+        if let Some(dir) = &self.out {
+            let written = files.write(dir, self.format, &process.staging)?;
+            if !self.quiet {
+                eprintln!(
+                    "asa-analyze: wrote {} files to {}",
+                    written.len(),
+                    dir.display()
+                );
             }
         }
-    }
-
-    fn print(&self) {
-        for w in &self.0 {
-            eprintln!("asa-analyze: warning: {w}");
+        if !self.quiet {
+            for w in warnings {
+                eprintln!("asa-analyze: warning: {w}");
+            }
         }
+        Ok(())
     }
-}
-
-fn load(
-    inputs: &LogInputs,
-    metrics: Vec<String>,
-    optional: bool,
-    quiet: bool,
-) -> Result<(Vec<RunSeries>, Warnings)> {
-    let specs: Vec<RunSpec> = inputs.runs.iter().map(|a| RunSpec::parse(a)).collect();
-    let request = LogRequest {
-        metrics,
-        step_column: inputs.step_column.clone(),
-    };
-    let loaded = stats::load_runs(&specs, &request, optional)?;
-    let warnings = Warnings(match quiet {
-        true => Vec::new(),
-        false => loaded.warnings,
-    });
-    Ok((loaded.series, warnings))
-}
-
-fn input_records(series: &[RunSeries]) -> Vec<InputRecord<'_>> {
-    series
-        .iter()
-        .map(|s| InputRecord {
-            run: &s.run,
-            path: s.path.display().to_string(),
-            format: s.format,
-            metric: &s.series.metric,
-            source: &s.series.source,
-            steps: s.series.len(),
-        })
-        .collect()
-}
-
-/// Stages tables, extra files and the run record under `--out`, then commits.
-fn write_out(
-    output: &LogOutput,
-    tables: &[Table],
-    extra: &[(&str, String)],
-    record: serde_json::Value,
-    process: &super::Process,
-) -> Result<()> {
-    let Some(dir) = &output.out else {
-        return Ok(());
-    };
-    let mut out = OutputDir::create(dir, output.format, &process.staging)?;
-    for t in tables {
-        out.write(t)?;
-    }
-    for (name, text) in extra {
-        out.write_bytes(name, text.as_bytes())?;
-    }
-    let name = format!("run_{}.json", tables[0].name);
-    let mut bytes = serde_json::to_vec_pretty(&record)
-        .map_err(|e| Error::failed(format!("cannot encode {name}"), e))?;
-    bytes.push(b'\n');
-    out.write_bytes(&name, &bytes)?;
-    let files = out.commit()?;
-    if !output.quiet {
-        eprintln!(
-            "asa-analyze: wrote {} files to {}",
-            files.len(),
-            dir.display()
-        );
-    }
-    Ok(())
 }
 
 /// A plain aligned table: the first two columns left-aligned, the rest right-aligned.
@@ -250,29 +173,14 @@ fn opt(step: Option<i64>) -> String {
 /// `grad-stats`.
 pub fn grad_stats(args: GradStatsArgs, process: &super::Process) -> Result<()> {
     let out = &args.output;
-    let (series, mut warnings) = load(&args.inputs, vec![args.metric.clone()], false, out.quiet)?;
-    warnings.late_starts(&series, &args.steps, out.quiet);
-    let rows = series
-        .iter()
-        .map(|s| grad::grad_stats(s, &args.steps, args.ddof))
-        .collect::<Result<Vec<_>>>()?;
-    let record = json!({
-        "command": "grad-stats",
-        "version": env!("CARGO_PKG_VERSION"),
-        "inputs": input_records(&series),
-        "options": {"metric": args.metric, "steps": args.steps.to_string(), "ddof": args.ddof},
-    });
-    write_out(
-        out,
-        &[grad::table(&rows)],
-        &[(
-            "grad_stats.md",
-            grad::markdown(&rows, &args.steps, args.ddof),
-        )],
-        record,
-        process,
-    )?;
-    warnings.print();
+    let options = GradStatsOptions {
+        metric: args.metric.clone(),
+        steps: args.steps,
+        ddof: args.ddof,
+    };
+    let report = report::grad_stats(&args.inputs.typed(), &options)?;
+    out.finish(report.files(), &report.warnings, process)?;
+    let rows = &report.result.rows;
     if out.json {
         return stdout::print_json(&json!({ "grad_stats": rows }));
     }
@@ -306,34 +214,19 @@ pub fn grad_stats(args: GradStatsArgs, process: &super::Process) -> Result<()> {
 /// `spikes`.
 pub fn spikes(args: SpikesArgs, process: &super::Process) -> Result<()> {
     let out = &args.output;
-    spikes::check_options(&args.k, args.mad_scale)?;
-    let window = args.steps.unwrap_or(StepWindow::ALL);
-    let (series, mut warnings) = load(&args.inputs, vec![args.metric.clone()], false, out.quiet)?;
-    warnings.late_starts(&series, &window, out.quiet);
-    let mut rows = Vec::new();
-    let mut steps = Vec::new();
-    for s in &series {
-        let (r, st) = spikes::spikes(s, &window, &args.k, args.mad_scale)?;
-        rows.extend(r);
-        steps.extend(st);
-    }
-    let record = json!({
-        "command": "spikes",
-        "version": env!("CARGO_PKG_VERSION"),
-        "inputs": input_records(&series),
-        "options": {"metric": args.metric, "steps": window.to_string(), "k": args.k, "mad_scale": args.mad_scale},
-    });
-    write_out(
-        out,
-        &[spikes::table(&rows), spikes::steps_table(&steps)],
-        &[(
-            "spikes.md",
-            spikes::markdown(&rows, &window, &args.k, args.mad_scale),
-        )],
-        record,
-        process,
-    )?;
-    warnings.print();
+    let options = SpikesOptions {
+        metric: args.metric.clone(),
+        steps: args.steps,
+        k: args.k.clone(),
+        mad_scale: args.mad_scale,
+    };
+    let report = report::spikes(&args.inputs.typed(), &options)?;
+    out.finish(report.files(), &report.warnings, process)?;
+    let (rows, steps, window) = (
+        &report.result.rows,
+        &report.result.steps,
+        report.result.window,
+    );
     if out.json {
         return stdout::print_json(&json!({ "spikes": rows, "spike_steps": steps }));
     }
@@ -368,25 +261,14 @@ pub fn spikes(args: SpikesArgs, process: &super::Process) -> Result<()> {
 /// `curves`.
 pub fn curves(args: CurvesArgs, process: &super::Process) -> Result<()> {
     let out = &args.output;
-    curves::check_ema(args.ema)?;
-    let window = args.steps.unwrap_or(StepWindow::ALL);
-    let (metrics, optional) = curves::requested_metrics(&args.metric);
-    let (series, warnings) = load(&args.inputs, metrics.clone(), optional, out.quiet)?;
-    let mut points = Vec::new();
-    let mut summary = Vec::new();
-    for s in &series {
-        let (p, sum) = curves::curve(s, &window, args.ema)?;
-        points.extend(p);
-        summary.push(sum);
-    }
-    let record = json!({
-        "command": "curves",
-        "version": env!("CARGO_PKG_VERSION"),
-        "inputs": input_records(&series),
-        "options": {"metric": metrics, "steps": window.to_string(), "ema": args.ema},
-    });
-    write_out(out, &[curves::table(&points)], &[], record, process)?;
-    warnings.print();
+    let options = CurvesOptions {
+        metrics: args.metric.clone(),
+        steps: args.steps,
+        ema: args.ema,
+    };
+    let report = report::curves(&args.inputs.typed(), &options)?;
+    out.finish(report.files(), &report.warnings, process)?;
+    let (points, summary) = (&report.result.points, &report.result.summary);
     if out.json {
         return stdout::print_json(&json!({ "curve_summary": summary, "curves": points }));
     }

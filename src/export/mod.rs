@@ -3,11 +3,13 @@
 //! rename), as CSV or Parquet.
 
 mod reader;
+pub mod schema;
 mod staging_watch;
 mod table;
 mod writer;
 
 pub use reader::read_table;
+pub use schema::{ColumnKind, ColumnSpec, TableSchema};
 pub use staging_watch::StagingWatch;
 pub use table::{Column, Table};
 pub use writer::{to_frame, write_table, Format, OutputDir};

@@ -10,7 +10,7 @@ use super::rows::{Pool, RowAccumulator};
 use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use crate::error::Result;
-use crate::export::{Column, Table};
+use crate::export::{schema, Column};
 use crate::probe::row_table::RowWants;
 
 /// Distance bands: `first`, then `[edges[k], edges[k+1])` with edges starting at 0, 1.
@@ -202,16 +202,13 @@ impl MetricResult for DistanceResult {
                 }
             }
         }
-        out.append(Table::new(
-            "distance_profile",
-            vec![
-                ("model", strs(rows.iter().map(|_| model.to_string()))),
-                ("layer", ints(rows.iter().map(|r| r.0))),
-                ("head", Column::Int(rows.iter().map(|r| r.1).collect())),
-                ("band", strs(rows.iter().map(|r| r.2.clone()))),
-                ("value", floats(rows.iter().map(|r| r.3))),
-            ],
-        ));
+        out.append(schema::DISTANCE_PROFILE.build(vec![
+            ("model", strs(rows.iter().map(|_| model.to_string()))),
+            ("layer", ints(rows.iter().map(|r| r.0))),
+            ("head", Column::Int(rows.iter().map(|r| r.1).collect())),
+            ("band", strs(rows.iter().map(|r| r.2.clone()))),
+            ("value", floats(rows.iter().map(|r| r.3))),
+        ]));
     }
 }
 

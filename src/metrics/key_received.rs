@@ -11,7 +11,7 @@ use super::results::{MetricResult, ModelMetrics};
 use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use crate::error::Result;
-use crate::export::{Column, Table};
+use crate::export::{schema, Column, Table};
 use crate::probe::KeyWindow;
 
 /// Per (layer, head, key): the received weight summed over sequences, and the sequences seen.
@@ -224,18 +224,15 @@ fn key_received_table(label: &str, k: &KeyReceivedResult) -> Table {
             }
         }
     }
-    Table::new(
-        "key_received",
-        vec![
-            ("model", strs(rows.iter().map(|r| r.0.clone()))),
-            ("layer", ints(rows.iter().map(|r| r.1))),
-            ("head", Column::Int(rows.iter().map(|r| r.2).collect())),
-            ("key_lo", ints(rows.iter().map(|r| r.3))),
-            ("key_hi", ints(rows.iter().map(|r| r.4))),
-            ("stat", strs(rows.iter().map(|r| r.5.to_string()))),
-            ("value", floats(rows.iter().map(|r| r.6))),
-        ],
-    )
+    schema::KEY_RECEIVED.build(vec![
+        ("model", strs(rows.iter().map(|r| r.0.clone()))),
+        ("layer", ints(rows.iter().map(|r| r.1))),
+        ("head", Column::Int(rows.iter().map(|r| r.2).collect())),
+        ("key_lo", ints(rows.iter().map(|r| r.3))),
+        ("key_hi", ints(rows.iter().map(|r| r.4))),
+        ("stat", strs(rows.iter().map(|r| r.5.to_string()))),
+        ("value", floats(rows.iter().map(|r| r.6))),
+    ])
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::tables::{decade_bins, floats, ints, strs, TableRows};
 use super::Metric;
-use crate::export::Table;
+use crate::export::schema;
 use crate::probe::Hook;
 use candle_core::{DType, Tensor, D};
 
@@ -158,22 +158,16 @@ impl MetricResult for NllResult {
         out.push(model, metric.name(), None, None, "mean", self.mean);
         out.push(model, "ppl", None, None, "mean", self.ppl);
         let positions = self.per_position.len();
-        out.append(Table::new(
-            "nll_position",
-            vec![
-                ("model", strs((0..positions).map(|_| model.to_string()))),
-                ("position", ints((1..=positions).map(|p| p as i64))),
-                ("nll", floats(self.per_position.iter().copied())),
-            ],
-        ));
+        out.append(schema::NLL_POSITION.build(vec![
+            ("model", strs((0..positions).map(|_| model.to_string()))),
+            ("position", ints((1..=positions).map(|p| p as i64))),
+            ("nll", floats(self.per_position.iter().copied())),
+        ]));
         let bins = decade_bins(&self.per_position);
-        out.append(Table::new(
-            "nll_bins",
-            vec![
-                ("model", strs(bins.iter().map(|_| model.to_string()))),
-                ("positions", strs(bins.iter().map(|b| b.0.clone()))),
-                ("nll", floats(bins.iter().map(|b| b.1))),
-            ],
-        ));
+        out.append(schema::NLL_BINS.build(vec![
+            ("model", strs(bins.iter().map(|_| model.to_string()))),
+            ("positions", strs(bins.iter().map(|b| b.0.clone()))),
+            ("nll", floats(bins.iter().map(|b| b.1))),
+        ]));
     }
 }

@@ -4,6 +4,7 @@
 //! and other tools read.
 
 use super::results::ModelMetrics;
+use crate::export::schema::{self, ATTENTION, QK_SERIES};
 use crate::export::{Column, Table};
 
 /// Rows of `attention.csv`: model, metric, layer, head, stat, value.
@@ -19,17 +20,14 @@ struct LongRows {
 
 impl LongRows {
     fn into_table(self) -> Table {
-        Table::new(
-            "attention",
-            vec![
-                ("model", Column::Str(self.model)),
-                ("metric", Column::Str(self.metric)),
-                ("layer", Column::Int(self.layer)),
-                ("head", Column::Int(self.head)),
-                ("stat", Column::Str(self.stat)),
-                ("value", Column::Float(self.value)),
-            ],
-        )
+        ATTENTION.build(vec![
+            ("model", Column::Str(self.model)),
+            ("metric", Column::Str(self.metric)),
+            ("layer", Column::Int(self.layer)),
+            ("head", Column::Int(self.head)),
+            ("stat", Column::Str(self.stat)),
+            ("value", Column::Float(self.value)),
+        ])
     }
 }
 
@@ -79,8 +77,13 @@ impl TableRows {
         }
     }
 
-    /// Rows of a table of its own (`heatmap`, ...), after those of other models.
+    /// Rows of a table of its own (`heatmap`, ...), after those of other models; a table
+    /// of SPEC section 6 must have exactly its schema's columns
+    /// ([`crate::export::schema`]).
     pub fn append(&mut self, table: Table) {
+        if let Err(e) = schema::check_declared(&table) {
+            panic!("{e}");
+        }
         match self.others.iter_mut().find(|t| t.name == table.name) {
             Some(existing) => existing.append(table),
             None => self.others.push(table),
@@ -145,15 +148,12 @@ pub fn decade_bins(per_position: &[f64]) -> Vec<(String, f64)> {
 
 /// `qk_series.csv`: model, step, qk_mean, qk_abs_mean.
 pub fn qk_series_table(rows: &[(String, u64, f64, f64)]) -> Table {
-    Table::new(
-        "qk_series",
-        vec![
-            ("model", strs(rows.iter().map(|r| r.0.clone()))),
-            ("step", ints(rows.iter().map(|r| r.1 as i64))),
-            ("qk_mean", floats(rows.iter().map(|r| r.2))),
-            ("qk_abs_mean", floats(rows.iter().map(|r| r.3))),
-        ],
-    )
+    QK_SERIES.build(vec![
+        ("model", strs(rows.iter().map(|r| r.0.clone()))),
+        ("step", ints(rows.iter().map(|r| r.1 as i64))),
+        ("qk_mean", floats(rows.iter().map(|r| r.2))),
+        ("qk_abs_mean", floats(rows.iter().map(|r| r.3))),
+    ])
 }
 
 #[cfg(test)]

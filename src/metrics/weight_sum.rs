@@ -7,7 +7,7 @@ use super::results::{MetricResult, ModelMetrics};
 use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use crate::error::Result;
-use crate::export::Table;
+use crate::export::schema;
 use crate::probe::row_table::{RowWants, SUM};
 use std::ops::Range;
 
@@ -176,14 +176,11 @@ impl MetricResult for WeightSumResult {
         }
         out.per_head(model, Metric::HEAD_TOTAL.name(), &self.head_total);
         let h = &self.histogram;
-        out.append(Table::new(
-            "weight_sum_hist",
-            vec![
-                ("model", strs(h.count.iter().map(|_| model.to_string()))),
-                ("bin_lo", floats(h.bin_lo.iter().copied())),
-                ("bin_hi", floats(h.bin_hi.iter().copied())),
-                ("count", ints(h.count.iter().map(|&c| c as i64))),
-            ],
-        ));
+        out.append(schema::WEIGHT_SUM_HIST.build(vec![
+            ("model", strs(h.count.iter().map(|_| model.to_string()))),
+            ("bin_lo", floats(h.bin_lo.iter().copied())),
+            ("bin_hi", floats(h.bin_hi.iter().copied())),
+            ("count", ints(h.count.iter().map(|&c| c as i64))),
+        ]));
     }
 }

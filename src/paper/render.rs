@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use super::layout::{PaperRow, PaperTable};
 use super::values::{Cell, RunValues, TASKS};
-use crate::export::{Column, Table};
+use crate::export::{schema, Column, Table};
 
 /// A column of the tables.
 struct Col {
@@ -331,21 +331,18 @@ pub fn tidy(tables: &[PaperTable]) -> Table {
             }
         }
     }
-    Table::new(
-        "paper_tables",
-        vec![
-            ("table", Column::Int(number)),
-            ("size", Column::Str(size)),
-            ("method", Column::Str(method)),
-            ("method_name", Column::Str(name)),
-            ("column", Column::Str(column)),
-            ("value", Column::Float(value)),
-            ("stderr", Column::Float(stderr)),
-            ("unit", Column::Str(unit)),
-            ("source", Column::Str(source)),
-            ("missing", Column::Str(missing)),
-        ],
-    )
+    schema::PAPER_TABLES.build(vec![
+        ("table", Column::Int(number)),
+        ("size", Column::Str(size)),
+        ("method", Column::Str(method)),
+        ("method_name", Column::Str(name)),
+        ("column", Column::Str(column)),
+        ("value", Column::Float(value)),
+        ("stderr", Column::Float(stderr)),
+        ("unit", Column::Str(unit)),
+        ("source", Column::Str(source)),
+        ("missing", Column::Str(missing)),
+    ])
 }
 
 #[cfg(test)]

@@ -7,18 +7,24 @@ use std::path::{Path, PathBuf};
 
 use crate::analysis::record::RunRecord;
 use crate::error::{Error, Result};
+use crate::export::schema::{self, ColumnKind, TableSchema};
 use crate::export::{read_table, Column, Table};
 
-/// Table names figures read (file stems; `.csv` or `.parquet`).
-pub const TABLES: [&str; 11] = {
-    let mut names = [""; 11];
-    let mut i = 0;
-    while i < names.len() {
-        names[i] = CONTRACT[i].0;
-        i += 1;
-    }
-    names
-};
+/// The tables figures read (file stems `.csv` or `.parquet`), each checked against its
+/// schema's required columns ([`crate::export::schema`], SPEC section 6).
+pub const TABLES: [&TableSchema; 11] = [
+    &schema::ATTENTION,
+    &schema::WEIGHT_SUM_HIST,
+    &schema::HEATMAP,
+    &schema::QUERY_PROFILE,
+    &schema::DISTANCE_PROFILE,
+    &schema::NLL_POSITION,
+    &schema::QK_SERIES,
+    &schema::GRAD_STATS,
+    &schema::SPIKES,
+    &schema::SPIKE_STEPS,
+    &schema::CURVES,
+];
 
 /// Integer columns with a least value: 1-based layers and heads, counts and positions
 /// from 0 (heatmap positions outside the map are skipped by Fig. 9 with a note).
@@ -30,72 +36,6 @@ const MINIMUM: [(&str, f64); 7] = [
     ("n", 0.0),
     ("n_excluded", 0.0),
     ("ddof", 0.0),
-];
-
-/// Per table of the contract (SPEC section 6): its text columns, its number columns and its
-/// integer columns, every one required; the order is [`TABLES`]'s.
-const CONTRACT: [(&str, &[&str], &[&str], &[&str]); 11] = [
-    (
-        "attention",
-        &["model", "metric", "stat"],
-        &["value"],
-        &["layer", "head"],
-    ),
-    (
-        "weight_sum_hist",
-        &["model"],
-        &["bin_lo", "bin_hi"],
-        &["count"],
-    ),
-    (
-        "heatmap",
-        &["model"],
-        &["value"],
-        &["layer", "query", "key"],
-    ),
-    (
-        "query_profile",
-        &["model"],
-        &["value", "sink_mass"],
-        &["layer", "query", "key"],
-    ),
-    (
-        "distance_profile",
-        &["model", "band"],
-        &["value"],
-        &["layer", "head"],
-    ),
-    ("nll_position", &["model"], &["nll"], &["position"]),
-    (
-        "qk_series",
-        &["model"],
-        &["qk_mean", "qk_abs_mean"],
-        &["step"],
-    ),
-    (
-        "grad_stats",
-        &["run", "metric"],
-        &["mean", "std", "var", "cv"],
-        &["step_start", "step_end", "n", "ddof", "n_excluded"],
-    ),
-    (
-        "spikes",
-        &["run", "metric"],
-        &["k", "mad_scale", "median", "mad", "tau"],
-        &["count"],
-    ),
-    (
-        "spike_steps",
-        &["run", "metric"],
-        &["k", "value"],
-        &["step"],
-    ),
-    (
-        "curves",
-        &["run", "metric"],
-        &["value", "smoothed"],
-        &["step"],
-    ),
 ];
 
 /// Every known table found in the results folders.
@@ -126,12 +66,12 @@ impl Results {
             if !dir.is_dir() {
                 return Err(Error::input(dir, "not a results folder"));
             }
-            for name in TABLES {
-                let Some(path) = table_path(dir, name) else {
+            for declared in TABLES {
+                let Some(path) = table_path(dir, declared.name) else {
                     continue;
                 };
                 let table = read_table(&path)?;
-                check_contract(&table, &path)?;
+                check_contract(&table, declared, &path)?;
                 results.insert(table, path)?;
             }
             let (variants, seq_lens) = run_models(dir);
@@ -345,34 +285,15 @@ fn parse_number(s: &str) -> std::result::Result<Option<f64>, ()> {
     }
 }
 
-/// Checks a table against the contract (SPEC section 6): every column it names is there; a
-/// model or run label is never empty (the row would belong to no line); a cell that is no
-/// number, or a non-integer where the contract has integers (layer, step, ...), is an error
-/// naming the file, the line and the column; empty number cells are allowed.
-fn check_contract(table: &Table, path: &Path) -> Result<()> {
-    let Some(spec) = CONTRACT.iter().find(|(t, ..)| *t == table.name) else {
-        return Ok(());
-    };
+/// Checks a table against its schema's required columns (SPEC section 6): every one is
+/// there; a model or run label is never empty (the row would belong to no line); a cell
+/// that is no number, or a non-integer where the schema has integers (layer, step, ...),
+/// is an error naming the file, the line and the column; empty number cells are allowed.
+fn check_contract(table: &Table, schema: &TableSchema, path: &Path) -> Result<()> {
     let csv = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
-    let required = spec.1.iter().chain(spec.2).chain(spec.3);
-    if let Some(missing) = required.clone().find(|c| table.column(c).is_none()) {
-        let header = if csv {
-            "line 1 (the header)"
-        } else {
-            "the schema"
-        };
-        let all: Vec<&str> = required.copied().collect();
-        return Err(Error::input(
-            path,
-            format!(
-                "{header}: no column `{missing}`; a {} table has {} (SPEC section 6)",
-                table.name,
-                all.join(", ")
-            ),
-        ));
-    }
+    check_columns(table, schema, path, csv)?;
     let at = |row: usize| match csv {
         true => format!("line {}", row + 2),
         false => format!("row {}", row + 1),
@@ -391,12 +312,9 @@ fn check_contract(table: &Table, path: &Path) -> Result<()> {
             ));
         }
     }
-    let columns = spec
-        .2
-        .iter()
-        .map(|c| (*c, false))
-        .chain(spec.3.iter().map(|c| (*c, true)));
-    for (name, integer) in columns {
+    let numeric = schema.required().filter(|c| c.kind != ColumnKind::Text);
+    for spec in numeric {
+        let name = spec.name;
         let Some(col) = table.column(name) else {
             continue;
         };
@@ -413,7 +331,7 @@ fn check_contract(table: &Table, path: &Path) -> Result<()> {
                 }
             }
         }
-        if !integer {
+        if spec.kind != ColumnKind::Int {
             continue;
         }
         let least = MINIMUM.iter().find(|(c, _)| *c == name).map(|m| m.1);
@@ -428,6 +346,27 @@ fn check_contract(table: &Table, path: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// An error naming the first required column of `schema` that `table` lacks.
+fn check_columns(table: &Table, schema: &TableSchema, path: &Path, csv: bool) -> Result<()> {
+    let Some(missing) = schema.required().find(|c| table.column(c.name).is_none()) else {
+        return Ok(());
+    };
+    let header = match csv {
+        true => "line 1 (the header)",
+        false => "the schema",
+    };
+    let all: Vec<&str> = schema.required().map(|c| c.name).collect();
+    Err(Error::input(
+        path,
+        format!(
+            "{header}: no column `{}`; a {} table has {} (SPEC section 6)",
+            missing.name,
+            table.name,
+            all.join(", ")
+        ),
+    ))
 }
 
 /// Column `name` as text (numbers printed), or `None` when the table lacks it.

@@ -36,10 +36,10 @@
 //! - Colours follow the label's method keywords (see [`theme::Method`]); one palette per
 //!   run, so a label has one colour in every figure.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use crate::error::Result;
-use crate::export::OutputDir;
+use crate::error::{Error, Result};
+use crate::export::{Format, OutputDir, StagingWatch};
 use crate::stats::StepWindow;
 
 pub mod analytic;
@@ -183,6 +183,24 @@ pub fn render_all_with(
                 .into(),
         );
     }
+    Ok(report)
+}
+
+/// Every figure the tables under `results` allow, written into the folder `out` (created;
+/// the files appear all at once, when all are rendered): the work of `figures` and `demo`.
+/// A results folder that does not exist is an error before `out` is created.
+pub fn write_figures(
+    results: &[PathBuf],
+    out: &Path,
+    opts: &FigureOptions,
+    staging: &StagingWatch,
+) -> Result<RenderReport> {
+    if let Some(bad) = results.iter().find(|d| !d.is_dir()) {
+        return Err(Error::input(bad, "not a results folder"));
+    }
+    let mut dir = OutputDir::create(out, Format::Csv, staging)?;
+    let report = render_all_with(results, &mut dir, opts)?;
+    dir.commit()?;
     Ok(report)
 }
 

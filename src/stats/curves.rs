@@ -10,7 +10,7 @@ use super::runs::RunSeries;
 use super::window::StepWindow;
 use super::{cols, Quality};
 use crate::error::{Error, Result};
-use crate::export::Table;
+use crate::export::{schema, Table};
 
 /// One point: a row of `curves` (SPEC section 6).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -156,16 +156,13 @@ pub fn curve(
 
 /// The `curves` table.
 pub fn table(points: &[CurvePoint]) -> Table {
-    Table::new(
-        "curves",
-        vec![
-            ("run", cols::text(points, |p| p.run.clone())),
-            ("metric", cols::text(points, |p| p.metric.clone())),
-            ("step", cols::int(points, |p| Some(p.step))),
-            ("value", cols::float(points, |p| p.value)),
-            ("smoothed", cols::float(points, |p| p.smoothed)),
-        ],
-    )
+    schema::CURVES.build(vec![
+        ("run", cols::text(points, |p| p.run.clone())),
+        ("metric", cols::text(points, |p| p.metric.clone())),
+        ("step", cols::int(points, |p| Some(p.step))),
+        ("value", cols::float(points, |p| p.value)),
+        ("smoothed", cols::float(points, |p| p.smoothed)),
+    ])
 }
 
 #[cfg(test)]

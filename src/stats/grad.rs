@@ -10,7 +10,7 @@ use super::runs::RunSeries;
 use super::window::StepWindow;
 use super::{num, Quality};
 use crate::error::{Error, Result};
-use crate::export::Table;
+use crate::export::{schema, Table};
 
 /// One row of `grad_stats` (SPEC section 6), plus data-quality columns.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -86,29 +86,26 @@ pub fn grad_stats(rs: &RunSeries, window: &StepWindow, ddof: u32) -> Result<Grad
 /// The `grad_stats` table.
 pub fn table(rows: &[GradStatsRow]) -> Table {
     let c = |n: usize| Some(n as i64);
-    Table::new(
-        "grad_stats",
-        vec![
-            ("run", cols::text(rows, |r| r.run.clone())),
-            ("metric", cols::text(rows, |r| r.metric.clone())),
-            ("step_start", cols::int(rows, |r| r.step_start)),
-            ("step_end", cols::int(rows, |r| r.step_end)),
-            ("n", cols::int(rows, |r| c(r.n))),
-            ("mean", cols::float(rows, |r| r.mean)),
-            ("std", cols::float(rows, |r| r.std)),
-            ("var", cols::float(rows, |r| r.var)),
-            ("cv", cols::float(rows, |r| r.cv)),
-            ("ddof", cols::int(rows, |r| Some(r.ddof as i64))),
-            ("n_excluded", cols::int(rows, |r| c(r.n_excluded))),
-            ("n_missing", cols::int(rows, |r| c(r.quality.n_missing))),
-            ("n_nan", cols::int(rows, |r| c(r.quality.n_nan))),
-            ("n_inf", cols::int(rows, |r| c(r.quality.n_inf))),
-            ("n_duplicate", cols::int(rows, |r| c(r.quality.n_duplicate))),
-            ("source", cols::text(rows, |r| r.source.clone())),
-            ("first_step", cols::int(rows, |r| r.first_step)),
-            ("last_step", cols::int(rows, |r| r.last_step)),
-        ],
-    )
+    schema::GRAD_STATS.build(vec![
+        ("run", cols::text(rows, |r| r.run.clone())),
+        ("metric", cols::text(rows, |r| r.metric.clone())),
+        ("step_start", cols::int(rows, |r| r.step_start)),
+        ("step_end", cols::int(rows, |r| r.step_end)),
+        ("n", cols::int(rows, |r| c(r.n))),
+        ("mean", cols::float(rows, |r| r.mean)),
+        ("std", cols::float(rows, |r| r.std)),
+        ("var", cols::float(rows, |r| r.var)),
+        ("cv", cols::float(rows, |r| r.cv)),
+        ("ddof", cols::int(rows, |r| Some(r.ddof as i64))),
+        ("n_excluded", cols::int(rows, |r| c(r.n_excluded))),
+        ("n_missing", cols::int(rows, |r| c(r.quality.n_missing))),
+        ("n_nan", cols::int(rows, |r| c(r.quality.n_nan))),
+        ("n_inf", cols::int(rows, |r| c(r.quality.n_inf))),
+        ("n_duplicate", cols::int(rows, |r| c(r.quality.n_duplicate))),
+        ("source", cols::text(rows, |r| r.source.clone())),
+        ("first_step", cols::int(rows, |r| r.first_step)),
+        ("last_step", cols::int(rows, |r| r.last_step)),
+    ])
 }
 
 /// Table 4 as Markdown: one row per run, Mean | Std | Var | CV.

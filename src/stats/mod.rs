@@ -10,6 +10,7 @@ pub mod curves;
 pub mod grad;
 pub mod metric;
 pub mod read;
+pub mod report;
 pub mod robust;
 pub mod runs;
 pub mod series;

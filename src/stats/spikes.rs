@@ -10,7 +10,7 @@ use super::runs::RunSeries;
 use super::window::StepWindow;
 use super::{cols, num, Quality};
 use crate::error::{Error, Result};
-use crate::export::Table;
+use crate::export::{schema, Table};
 
 /// One row of `spikes` (SPEC section 6): one run and one k.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -128,43 +128,37 @@ pub fn spikes(
 /// The `spikes` table.
 pub fn table(rows: &[SpikeRow]) -> Table {
     let c = |n: usize| Some(n as i64);
-    Table::new(
-        "spikes",
-        vec![
-            ("run", cols::text(rows, |r| r.run.clone())),
-            ("metric", cols::text(rows, |r| r.metric.clone())),
-            ("k", cols::float(rows, |r| r.k)),
-            ("mad_scale", cols::float(rows, |r| r.mad_scale)),
-            ("median", cols::float(rows, |r| r.median)),
-            ("mad", cols::float(rows, |r| r.mad)),
-            ("tau", cols::float(rows, |r| r.tau)),
-            ("count", cols::int(rows, |r| c(r.count))),
-            ("mad_raw", cols::float(rows, |r| r.mad_raw)),
-            ("n", cols::int(rows, |r| c(r.n))),
-            ("step_start", cols::int(rows, |r| r.step_start)),
-            ("step_end", cols::int(rows, |r| r.step_end)),
-            ("n_excluded", cols::int(rows, |r| c(r.n_excluded))),
-            ("n_missing", cols::int(rows, |r| c(r.quality.n_missing))),
-            ("n_nan", cols::int(rows, |r| c(r.quality.n_nan))),
-            ("n_inf", cols::int(rows, |r| c(r.quality.n_inf))),
-            ("n_duplicate", cols::int(rows, |r| c(r.quality.n_duplicate))),
-            ("source", cols::text(rows, |r| r.source.clone())),
-        ],
-    )
+    schema::SPIKES.build(vec![
+        ("run", cols::text(rows, |r| r.run.clone())),
+        ("metric", cols::text(rows, |r| r.metric.clone())),
+        ("k", cols::float(rows, |r| r.k)),
+        ("mad_scale", cols::float(rows, |r| r.mad_scale)),
+        ("median", cols::float(rows, |r| r.median)),
+        ("mad", cols::float(rows, |r| r.mad)),
+        ("tau", cols::float(rows, |r| r.tau)),
+        ("count", cols::int(rows, |r| c(r.count))),
+        ("mad_raw", cols::float(rows, |r| r.mad_raw)),
+        ("n", cols::int(rows, |r| c(r.n))),
+        ("step_start", cols::int(rows, |r| r.step_start)),
+        ("step_end", cols::int(rows, |r| r.step_end)),
+        ("n_excluded", cols::int(rows, |r| c(r.n_excluded))),
+        ("n_missing", cols::int(rows, |r| c(r.quality.n_missing))),
+        ("n_nan", cols::int(rows, |r| c(r.quality.n_nan))),
+        ("n_inf", cols::int(rows, |r| c(r.quality.n_inf))),
+        ("n_duplicate", cols::int(rows, |r| c(r.quality.n_duplicate))),
+        ("source", cols::text(rows, |r| r.source.clone())),
+    ])
 }
 
 /// The `spike_steps` table.
 pub fn steps_table(steps: &[SpikeStep]) -> Table {
-    Table::new(
-        "spike_steps",
-        vec![
-            ("run", cols::text(steps, |r| r.run.clone())),
-            ("metric", cols::text(steps, |r| r.metric.clone())),
-            ("k", cols::float(steps, |r| r.k)),
-            ("step", cols::int(steps, |r| Some(r.step))),
-            ("value", cols::float(steps, |r| r.value)),
-        ],
-    )
+    schema::SPIKE_STEPS.build(vec![
+        ("run", cols::text(steps, |r| r.run.clone())),
+        ("metric", cols::text(steps, |r| r.metric.clone())),
+        ("k", cols::float(steps, |r| r.k)),
+        ("step", cols::int(steps, |r| Some(r.step))),
+        ("value", cols::float(steps, |r| r.value)),
+    ])
 }
 
 /// `6`, `4.5`: k as written in headers.

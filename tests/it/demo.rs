@@ -67,6 +67,14 @@ fn demo_produces_every_table_and_figure_and_reuses_training() {
         let text = std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("{table} missing"));
         assert!(text.lines().count() >= 2, "{table} has no rows");
     }
+    // every table has its schema's columns (qk_series and paper_tables only here)
+    let checked: Vec<String> = ["attention", "grad_stats", "spikes", "curves", "tables"]
+        .iter()
+        .flat_map(|sub| crate::schema::check_tables(&results.join(sub)))
+        .collect();
+    for table in ["qk_series", "paper_tables", "grad_stats", "curves"] {
+        assert!(checked.iter().any(|t| t == table), "{table}: {checked:?}");
+    }
     // the paper's Tables 1-2 of the demo's models: Delta Params, loss, perplexity; the
     // accuracy columns empty with their footnote (no --lm-eval)
     for (n, rows) in [

@@ -19,6 +19,7 @@ mod long_sequences;
 mod metrics;
 mod real_model;
 mod reliability;
+mod schema;
 mod shards;
 mod streaming;
 mod tables;

@@ -1,0 +1,394 @@
+//! The schema of every exported table of SPEC section 6, declared once: its file stem and
+//! its columns (name, kind, whether readers require it), in output order. Writers build
+//! their tables through [`TableSchema::build`] (a column the schema does not declare, out
+//! of order or of another kind, is a bug and panics), the figures validate what they read
+//! against [`TableSchema::required`] (`plot::data`), and the Python frames are checked with
+//! [`TableSchema::check`].
+
+use super::table::{Column, Table};
+
+/// What a column holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnKind {
+    /// Text (labels, metric names, stats).
+    Text,
+    /// Floating-point numbers (NaN kept; empty cells allowed).
+    Float,
+    /// Integers (layers, heads, steps, counts; empty cells allowed).
+    Int,
+}
+
+impl ColumnKind {
+    /// The kind of `column` (`None` for bytes, which no section 6 table has).
+    pub fn of(column: &Column) -> Option<ColumnKind> {
+        match column {
+            Column::Str(_) => Some(ColumnKind::Text),
+            Column::Float(_) => Some(ColumnKind::Float),
+            Column::Int(_) => Some(ColumnKind::Int),
+            Column::Bytes(_) => None,
+        }
+    }
+}
+
+/// One declared column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ColumnSpec {
+    pub name: &'static str,
+    pub kind: ColumnKind,
+    /// Readers (the figures) refuse a table without it; an optional column is detail the
+    /// writer adds that a hand-made or older table may lack.
+    pub required: bool,
+}
+
+/// A table's file stem and its columns, in output order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableSchema {
+    pub name: &'static str,
+    pub columns: &'static [ColumnSpec],
+}
+
+const fn req(name: &'static str, kind: ColumnKind) -> ColumnSpec {
+    ColumnSpec {
+        name,
+        kind,
+        required: true,
+    }
+}
+
+const fn opt(name: &'static str, kind: ColumnKind) -> ColumnSpec {
+    ColumnSpec {
+        name,
+        kind,
+        required: false,
+    }
+}
+
+use ColumnKind::{Float, Int, Text};
+
+/// `attention`: one value per model, metric, layer (1-based; empty for a summary), head
+/// (1-based; empty for a per-layer or summary row) and stat.
+pub const ATTENTION: TableSchema = TableSchema {
+    name: "attention",
+    columns: &[
+        req("model", Text),
+        req("metric", Text),
+        req("layer", Int),
+        req("head", Int),
+        req("stat", Text),
+        req("value", Float),
+    ],
+};
+
+/// `weight_sum_hist`: the histogram of attention-weight row sums.
+pub const WEIGHT_SUM_HIST: TableSchema = TableSchema {
+    name: "weight_sum_hist",
+    columns: &[
+        req("model", Text),
+        req("bin_lo", Float),
+        req("bin_hi", Float),
+        req("count", Int),
+    ],
+};
+
+/// `heatmap`: the top-left corner of one layer's attention map, a row per (query, key).
+pub const HEATMAP: TableSchema = TableSchema {
+    name: "heatmap",
+    columns: &[
+        req("model", Text),
+        req("layer", Int),
+        req("query", Int),
+        req("key", Int),
+        req("value", Float),
+    ],
+};
+
+/// `query_profile`: one query's attention over the keys, with its sink mass.
+pub const QUERY_PROFILE: TableSchema = TableSchema {
+    name: "query_profile",
+    columns: &[
+        req("model", Text),
+        req("layer", Int),
+        req("query", Int),
+        req("key", Int),
+        req("value", Float),
+        req("sink_mass", Float),
+    ],
+};
+
+/// `distance_profile`: attention mass per query-key distance band, per layer (head
+/// empty) and per head.
+pub const DISTANCE_PROFILE: TableSchema = TableSchema {
+    name: "distance_profile",
+    columns: &[
+        req("model", Text),
+        req("layer", Int),
+        req("head", Int),
+        req("band", Text),
+        req("value", Float),
+    ],
+};
+
+/// `nll_position`: mean NLL per target position (1-based).
+pub const NLL_POSITION: TableSchema = TableSchema {
+    name: "nll_position",
+    columns: &[req("model", Text), req("position", Int), req("nll", Float)],
+};
+
+/// `nll_bins`: mean NLL over decade bins of positions (`1-10`, `10-100`, ...).
+pub const NLL_BINS: TableSchema = TableSchema {
+    name: "nll_bins",
+    columns: &[
+        req("model", Text),
+        req("positions", Text),
+        req("nll", Float),
+    ],
+};
+
+/// `qk_series`: the mean query-key logit per checkpoint step.
+pub const QK_SERIES: TableSchema = TableSchema {
+    name: "qk_series",
+    columns: &[
+        req("model", Text),
+        req("step", Int),
+        req("qk_mean", Float),
+        req("qk_abs_mean", Float),
+    ],
+};
+
+/// `key_received`: attention each key position receives, exact below 30 then decade bins
+/// `[key_lo, key_hi)`; head empty: mean over heads.
+pub const KEY_RECEIVED: TableSchema = TableSchema {
+    name: "key_received",
+    columns: &[
+        req("model", Text),
+        req("layer", Int),
+        req("head", Int),
+        req("key_lo", Int),
+        req("key_hi", Int),
+        req("stat", Text),
+        req("value", Float),
+    ],
+};
+
+/// `grad_stats` (paper Table 4): statistics of a log metric over a step window.
+pub const GRAD_STATS: TableSchema = TableSchema {
+    name: "grad_stats",
+    columns: &[
+        req("run", Text),
+        req("metric", Text),
+        req("step_start", Int),
+        req("step_end", Int),
+        req("n", Int),
+        req("mean", Float),
+        req("std", Float),
+        req("var", Float),
+        req("cv", Float),
+        req("ddof", Int),
+        req("n_excluded", Int),
+        opt("n_missing", Int),
+        opt("n_nan", Int),
+        opt("n_inf", Int),
+        opt("n_duplicate", Int),
+        opt("source", Text),
+        opt("first_step", Int),
+        opt("last_step", Int),
+    ],
+};
+
+/// `spikes` (paper Table 5): spike counts above median + k * MAD, a row per run and k.
+pub const SPIKES: TableSchema = TableSchema {
+    name: "spikes",
+    columns: &[
+        req("run", Text),
+        req("metric", Text),
+        req("k", Float),
+        req("mad_scale", Float),
+        req("median", Float),
+        req("mad", Float),
+        req("tau", Float),
+        req("count", Int),
+        opt("mad_raw", Float),
+        opt("n", Int),
+        opt("step_start", Int),
+        opt("step_end", Int),
+        opt("n_excluded", Int),
+        opt("n_missing", Int),
+        opt("n_nan", Int),
+        opt("n_inf", Int),
+        opt("n_duplicate", Int),
+        opt("source", Text),
+    ],
+};
+
+/// `spike_steps`: the steps above each threshold.
+pub const SPIKE_STEPS: TableSchema = TableSchema {
+    name: "spike_steps",
+    columns: &[
+        req("run", Text),
+        req("metric", Text),
+        req("k", Float),
+        req("step", Int),
+        req("value", Float),
+    ],
+};
+
+/// `curves`: a log metric per step, raw and smoothed.
+pub const CURVES: TableSchema = TableSchema {
+    name: "curves",
+    columns: &[
+        req("run", Text),
+        req("metric", Text),
+        req("step", Int),
+        req("value", Float),
+        req("smoothed", Float),
+    ],
+};
+
+/// `paper_tables`: the cells of the paper's Tables 1-3 (`tables`).
+pub const PAPER_TABLES: TableSchema = TableSchema {
+    name: "paper_tables",
+    columns: &[
+        req("table", Int),
+        req("size", Text),
+        req("method", Text),
+        req("method_name", Text),
+        req("column", Text),
+        req("value", Float),
+        req("stderr", Float),
+        req("unit", Text),
+        req("source", Text),
+        req("missing", Text),
+    ],
+};
+
+/// Every declared table.
+pub const SCHEMAS: [&TableSchema; 14] = [
+    &ATTENTION,
+    &WEIGHT_SUM_HIST,
+    &HEATMAP,
+    &QUERY_PROFILE,
+    &DISTANCE_PROFILE,
+    &NLL_POSITION,
+    &NLL_BINS,
+    &QK_SERIES,
+    &KEY_RECEIVED,
+    &GRAD_STATS,
+    &SPIKES,
+    &SPIKE_STEPS,
+    &CURVES,
+    &PAPER_TABLES,
+];
+
+/// The schema of the table with file stem `name`, if it is a declared one.
+pub fn schema(name: &str) -> Option<&'static TableSchema> {
+    SCHEMAS.iter().copied().find(|s| s.name == name)
+}
+
+impl TableSchema {
+    /// The declared column called `name`.
+    pub fn column(&self, name: &str) -> Option<&'static ColumnSpec> {
+        self.columns.iter().find(|c| c.name == name)
+    }
+
+    /// The columns readers require, in order.
+    pub fn required(&self) -> impl Iterator<Item = &'static ColumnSpec> {
+        self.columns.iter().filter(|c| c.required)
+    }
+
+    /// The column names, in order.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.columns.iter().map(|c| c.name).collect()
+    }
+
+    /// This table from its columns; they must be exactly the declared ones, in order and
+    /// of the declared kinds (a writer's bug otherwise: panics).
+    pub fn build(&self, columns: Vec<(&str, Column)>) -> Table {
+        let table = Table::new(self.name, columns);
+        if let Err(e) = self.check(&table) {
+            panic!("{e}");
+        }
+        table
+    }
+
+    /// `Ok` when `table` has exactly the declared columns, in order, of the declared kinds.
+    pub fn check(&self, table: &Table) -> Result<(), String> {
+        if table.name != self.name {
+            return Err(format!(
+                "table {} checked against the {} schema",
+                table.name, self.name
+            ));
+        }
+        let names: Vec<&str> = table.columns.iter().map(|(n, _)| n.as_str()).collect();
+        if names != self.names() {
+            return Err(format!(
+                "table {}: columns {} where its schema declares {}",
+                self.name,
+                names.join(","),
+                self.names().join(",")
+            ));
+        }
+        for (spec, (_, column)) in self.columns.iter().zip(&table.columns) {
+            if ColumnKind::of(column) != Some(spec.kind) {
+                return Err(format!(
+                    "table {}: column {} is not of kind {:?}",
+                    self.name, spec.name, spec.kind
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `Ok` when `table` matches its schema, or has none (tables outside section 6).
+pub fn check_declared(table: &Table) -> Result<(), String> {
+    schema(&table.name).map_or(Ok(()), |s| s.check(table))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique() {
+        let mut names: Vec<&str> = SCHEMAS.iter().map(|s| s.name).collect();
+        names.sort();
+        let n = names.len();
+        names.dedup();
+        assert_eq!(names.len(), n);
+        for s in SCHEMAS {
+            let mut cols = s.names();
+            cols.sort();
+            cols.dedup();
+            assert_eq!(cols.len(), s.columns.len(), "{}", s.name);
+        }
+    }
+
+    #[test]
+    fn build_refuses_an_undeclared_column() {
+        let ok = std::panic::catch_unwind(|| {
+            NLL_BINS.build(vec![
+                ("model", Column::Str(vec![])),
+                ("positions", Column::Str(vec![])),
+                ("nll", Column::Float(vec![])),
+            ])
+        });
+        assert!(ok.is_ok());
+        let extra = std::panic::catch_unwind(|| {
+            NLL_BINS.build(vec![
+                ("model", Column::Str(vec![])),
+                ("positions", Column::Str(vec![])),
+                ("nll", Column::Float(vec![])),
+                ("extra", Column::Float(vec![])),
+            ])
+        });
+        assert!(extra.is_err());
+        let kind = std::panic::catch_unwind(|| {
+            NLL_BINS.build(vec![
+                ("model", Column::Str(vec![])),
+                ("positions", Column::Int(vec![])),
+                ("nll", Column::Float(vec![])),
+            ])
+        });
+        assert!(kind.is_err());
+    }
+}
