@@ -15,6 +15,10 @@ use crate::model::sliding_window::WindowRule;
 /// The RoPE of the layers, and of the sliding-window layers where it differs (Gemma 3).
 pub(crate) type Ropes = (RopeConfig, Option<RopeConfig>);
 
+/// A mixture-of-experts MLP from the config and (num_layers, intermediate_size); `None`
+/// when dense.
+pub(crate) type ExpertsFn = fn(&RawExperts, (usize, usize), &Path) -> Result<Option<Experts>>;
+
 /// A family's rules (its transformers config class's defaults and its modeling code's
 /// layout), read by [`RawConfig::resolve`].
 pub struct Family {
@@ -48,8 +52,7 @@ pub struct Family {
     pub layout: fn(&RawConfig) -> Layout,
     pub rope: fn(&RawConfig, &Path, usize) -> Result<Ropes>,
     pub window: WindowRule,
-    /// A mixture-of-experts MLP, from (num_layers, intermediate_size); `None` when dense.
-    pub experts: fn(&RawExperts, (usize, usize), &Path) -> Result<Option<Experts>>,
+    pub experts: ExpertsFn,
     /// The attention scale, soft-caps and embedding scale (Gemma), from hidden_size.
     pub scalars: fn(&RawConfig, &Path, usize) -> Result<Scalars>,
     /// The checkpoint's tensor names as the loader's (`crate::model::layout::builtin_weight_map`):

@@ -15,7 +15,7 @@
 //!    norm epsilon, positions, tied embeddings), config-key aliases (`activation_key`,
 //!    `norm_eps`), biases, layout, sliding-window rule, RoPE, experts, scalars, tensor
 //!    names. `families/qwen3.rs` (14 lines) and `families/phi3.rs` (28 lines) are
-//!    examples; `families/gemma3.rs` (93 lines) one with its own RoPE rules.
+//!    examples; `families/gemma3.rs` (86 lines) one with its own RoPE rules.
 //! 2. Add `mod <model_type>;` and one line `<model_type>::FAMILY,` to the table in
 //!    `families/mod.rs`.
 //!

@@ -163,7 +163,7 @@ impl RawConfig {
             Some(d) => d,
             None => match family.default_head_dim {
                 Some(d) => d,
-                None if hidden_size % num_heads == 0 => hidden_size / num_heads,
+                None if hidden_size.is_multiple_of(num_heads) => hidden_size / num_heads,
                 None => {
                     return Err(Error::input(
                         path,
@@ -345,7 +345,7 @@ fn resolve_scale_invariant(
 ) -> Result<ScaleInvariantConfig> {
     let mut cfg = ScaleInvariantConfig::default();
     if let Some(tau) = raw.and_then(|r| r.tau) {
-        if !(tau > 0.0) {
+        if tau.is_nan() || tau <= 0.0 {
             return Err(Error::input(
                 path,
                 format!("scale_invariant.tau = {tau} must be > 0"),
