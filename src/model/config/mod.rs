@@ -101,6 +101,36 @@ impl serde::Serialize for Architecture {
     }
 }
 
+/// What config.json says of the attention variant: the one it names, and the blocks of
+/// the variants with settings, each `None` when absent (a plain config carries none). The
+/// blocks are kept whichever variant is named: the variant that runs may come from the
+/// weights or `--variant` (see [`crate::model::detect_variant`]).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct VariantSettings {
+    /// The variant named (`attention_variant`), if any; detection from the weights fills
+    /// it in otherwise.
+    pub declared: Option<VariantKind>,
+    /// The `affine_scaled` block.
+    pub affine: Option<AffineConfig>,
+    /// The `scale_invariant` block.
+    pub scale_invariant: Option<ScaleInvariantConfig>,
+    /// logn: s_h for every head from `"logn": {"scale": s}`; a stored
+    /// `self_attn.logn_scale` [heads] takes precedence.
+    pub logn_scale: Option<f64>,
+}
+
+impl VariantSettings {
+    /// Affine-Scaled settings (defaults when the block is absent).
+    pub fn affine(&self) -> AffineConfig {
+        self.affine.unwrap_or_default()
+    }
+
+    /// scale_invariant settings (tau 10 when the block is absent).
+    pub fn scale_invariant(&self) -> ScaleInvariantConfig {
+        self.scale_invariant.unwrap_or_default()
+    }
+}
+
 /// A config.json resolved into the values the forward pass needs (no options left).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ModelConfig {
@@ -124,19 +154,12 @@ pub struct ModelConfig {
     pub rope: RopeConfig,
     pub bos_token_id: Option<u32>,
     pub eos_token_id: Option<u32>,
-    /// The variant named in config.json (`attention_variant`), if any; detection from the
-    /// weights fills it in otherwise (see [`crate::model::detect_variant`]).
-    pub declared_variant: Option<VariantKind>,
-    /// Affine-Scaled settings (defaults when the block is absent).
-    pub affine: AffineConfig,
+    /// The attention variant config.json names, and the settings of the variants that
+    /// have some (`attention_variant`, `affine_scaled`, `scale_invariant`, `logn`).
+    pub variant_settings: VariantSettings,
     /// Per-head RMSNorm of queries and keys before RoPE is required (Qwen3). Other
     /// architectures use it when the weights have `self_attn.q_norm.weight`.
     pub qk_norm: bool,
-    /// scale_invariant settings (tau 10 when the block is absent).
-    pub scale_invariant: ScaleInvariantConfig,
-    /// logn: s_h for every head from `"logn": {"scale": s}`; a stored
-    /// `self_attn.logn_scale` [heads] takes precedence.
-    pub logn_scale: Option<f64>,
     /// Sliding-window attention, when some layer uses it.
     pub sliding_window: Option<SlidingWindow>,
     /// The norm, MLP, residual wiring and q/k/v projections of the architecture.

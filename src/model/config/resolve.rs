@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::family::{Family, Scalars};
 use super::raw::{RawAffine, RawConfig, RawScaleInvariant};
-use super::{Architecture, ModelConfig};
+use super::{Architecture, ModelConfig, VariantSettings};
 use crate::attention::{Activation, AffineConfig, BetaLength, ScaleInvariantConfig, VariantKind};
 use crate::error::{Error, Result};
 use crate::model::experts::{Experts, RawExperts};
@@ -26,14 +26,6 @@ struct Sizes {
     head_dim: usize,
 }
 
-/// The settings of the attention variants (used by whichever variant runs).
-struct VariantSettings {
-    declared: Option<VariantKind>,
-    affine: AffineConfig,
-    scale_invariant: ScaleInvariantConfig,
-    logn_scale: Option<f64>,
-}
-
 impl RawConfig {
     /// Resolves the mirror; `path` names config.json in errors.
     pub fn resolve(self, path: &Path) -> Result<ModelConfig> {
@@ -41,7 +33,7 @@ impl RawConfig {
         let family = architecture.family();
         let s = self.sizes(path, family)?;
         let (rope, rope_local) = (family.rope)(&self, path, s.head_dim)?;
-        let variant = self.variant_settings(path)?;
+        let variant_settings = self.variant_settings(path)?;
         let rms_norm_eps = self.norm_eps(path, family)?;
         let (bos_token_id, eos_token_id) = self.special_tokens(path, s.vocab)?;
         let sliding_window = self.window(path, family, s.layers)?;
@@ -70,11 +62,8 @@ impl RawConfig {
             rope,
             bos_token_id,
             eos_token_id,
-            declared_variant: variant.declared,
-            affine: variant.affine,
+            variant_settings,
             qk_norm: family.qk_norm,
-            scale_invariant: variant.scale_invariant,
-            logn_scale: variant.logn_scale,
             sliding_window,
             layout: (family.layout)(&self),
             experts,
@@ -210,8 +199,8 @@ impl RawConfig {
         Ok(())
     }
 
-    /// The declared variant and the settings of the affine, scale-invariant and logn
-    /// variants (their defaults when their blocks are absent).
+    /// The declared variant and the blocks of the affine, scale-invariant and logn
+    /// variants.
     fn variant_settings(&self, path: &Path) -> Result<VariantSettings> {
         let declared = match &self.attention_variant {
             None => None,
@@ -339,12 +328,14 @@ fn token_id(value: &Option<Value>, field: &str, path: &Path) -> Result<Option<u3
         })
 }
 
+/// The `scale_invariant` block, when given.
 fn resolve_scale_invariant(
     raw: Option<&RawScaleInvariant>,
     path: &Path,
-) -> Result<ScaleInvariantConfig> {
+) -> Result<Option<ScaleInvariantConfig>> {
+    let Some(raw) = raw else { return Ok(None) };
     let mut cfg = ScaleInvariantConfig::default();
-    if let Some(tau) = raw.and_then(|r| r.tau) {
+    if let Some(tau) = raw.tau {
         if tau.is_nan() || tau <= 0.0 {
             return Err(Error::input(
                 path,
@@ -353,12 +344,13 @@ fn resolve_scale_invariant(
         }
         cfg.tau = tau;
     }
-    Ok(cfg)
+    Ok(Some(cfg))
 }
 
-fn resolve_affine(raw: Option<&RawAffine>, path: &Path) -> Result<AffineConfig> {
+/// The `affine_scaled` block, when given.
+fn resolve_affine(raw: Option<&RawAffine>, path: &Path) -> Result<Option<AffineConfig>> {
+    let Some(raw) = raw else { return Ok(None) };
     let mut cfg = AffineConfig::default();
-    let Some(raw) = raw else { return Ok(cfg) };
     if let Some(name) = &raw.activation {
         cfg.activation = match name.as_str() {
             "linear_clipping" => Activation::LinearClipping,
@@ -388,7 +380,7 @@ fn resolve_affine(raw: Option<&RawAffine>, path: &Path) -> Result<AffineConfig> 
     if let Some(m) = raw.momentum {
         cfg.momentum = m;
     }
-    Ok(cfg)
+    Ok(Some(cfg))
 }
 
 #[cfg(test)]
@@ -479,10 +471,13 @@ pub(super) mod tests {
             r#"{{{BASE}, "attention_variant": "scale_invariant"}}"#
         ))
         .unwrap();
-        assert_eq!(cfg.declared_variant, Some(VariantKind::ScaleInvariant));
-        assert_eq!(cfg.scale_invariant.tau, 10.0);
+        assert_eq!(
+            cfg.variant_settings.declared,
+            Some(VariantKind::ScaleInvariant)
+        );
+        assert_eq!(cfg.variant_settings.scale_invariant().tau, 10.0);
         let cfg = resolve(&format!(r#"{{{BASE}, "scale_invariant": {{"tau": 0.5}}}}"#)).unwrap();
-        assert_eq!(cfg.scale_invariant.tau, 0.5);
+        assert_eq!(cfg.variant_settings.scale_invariant().tau, 0.5);
         for tau in ["0", "-1", "0.0"] {
             let err = resolve(&format!(
                     r#"{{{BASE}, "attention_variant": "scale_invariant", "scale_invariant": {{"tau": {tau}}}}}"#
@@ -518,8 +513,8 @@ pub(super) mod tests {
             r#"{{{BASE}, "attention_variant": "logn", "logn": {{"scale": 0.7}}}}"#
         ))
         .unwrap();
-        assert_eq!(cfg.declared_variant, Some(VariantKind::Logn));
-        assert_eq!(cfg.logn_scale, Some(0.7));
+        assert_eq!(cfg.variant_settings.declared, Some(VariantKind::Logn));
+        assert_eq!(cfg.variant_settings.logn_scale, Some(0.7));
     }
 
     #[test]
