@@ -23,7 +23,7 @@ pub struct DetectedVariant {
 
 /// The variant of a checkpoint with `config` and weights `store`.
 pub fn detect_variant(config: &ModelConfig, store: &WeightStore) -> DetectedVariant {
-    match config.declared_variant {
+    match config.variant_settings.declared {
         Some(kind) => declared_variant(config, store, kind, "config.json attention_variant"),
         None => {
             let (kind, source) = from_weights(config, store);

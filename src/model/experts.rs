@@ -8,7 +8,6 @@
 
 use std::path::Path;
 
-use super::config::positive;
 use super::config::Architecture;
 use crate::error::{Error, Result};
 use crate::nn::{ClampedGlu, Routing};
@@ -83,60 +82,16 @@ pub(crate) struct RawExperts<'a> {
     pub swiglu_limit: Option<f64>,
 }
 
-/// The experts of a config, as transformers reads them for `architecture` (defaults of
-/// MixtralConfig: 8, top 2; of Qwen3MoeConfig: 128, top 8, 768, step 1, no renormalising;
-/// of GptOssConfig: 128, top 4, alpha 1.702, limit 7);
-/// `None` for dense architectures.
+/// The experts of a config, as transformers reads them for `architecture` (its family's
+/// `experts`, with the config class's defaults), checked; `None` for dense architectures.
 pub(crate) fn resolve(
     raw: RawExperts<'_>,
     architecture: Architecture,
-    (num_layers, intermediate_size): (usize, usize),
+    dims: (usize, usize),
     path: &Path,
 ) -> Result<Option<Experts>> {
-    let experts = match architecture {
-        Architecture::Mixtral => Experts {
-            count: raw.num_local_experts.unwrap_or(8),
-            top_k: raw.num_experts_per_tok.unwrap_or(2),
-            routing: Routing::SoftmaxTopK { renormalise: true },
-            clamped: None,
-            intermediate: intermediate_size,
-            layers: (0..num_layers).collect(),
-            names: ExpertNames::Mixtral,
-        },
-        Architecture::GptOss => Experts {
-            count: raw.num_local_experts.or(raw.num_experts).unwrap_or(128),
-            top_k: raw.num_experts_per_tok.unwrap_or(4),
-            routing: Routing::TopKSoftmax,
-            clamped: Some(ClampedGlu {
-                alpha: finite(raw.swiglu_alpha.unwrap_or(1.702), "swiglu_alpha", path)?,
-                limit: positive(raw.swiglu_limit.unwrap_or(7.0), "swiglu_limit", path)?,
-            }),
-            intermediate: intermediate_size,
-            layers: (0..num_layers).collect(),
-            names: ExpertNames::GptOss,
-        },
-        Architecture::Qwen3Moe => {
-            let step = raw.decoder_sparse_step.unwrap_or(1);
-            if step == 0 {
-                return Err(Error::input(path, "decoder_sparse_step must be at least 1"));
-            }
-            let dense = raw.mlp_only_layers.unwrap_or(&[]);
-            let count = raw.num_experts.or(raw.num_local_experts).unwrap_or(128);
-            Experts {
-                count,
-                top_k: raw.num_experts_per_tok.unwrap_or(8),
-                routing: Routing::SoftmaxTopK {
-                    renormalise: raw.norm_topk_prob.unwrap_or(false),
-                },
-                clamped: None,
-                intermediate: raw.moe_intermediate_size.unwrap_or(768),
-                layers: (0..num_layers)
-                    .filter(|l| !dense.contains(l) && count > 0 && (l + 1) % step == 0)
-                    .collect(),
-                names: ExpertNames::Qwen,
-            }
-        }
-        _ => return Ok(None),
+    let Some(experts) = (architecture.family().experts)(&raw, dims, path)? else {
+        return Ok(None);
     };
     let (count, top_k) = (experts.count, experts.top_k);
     if experts.layers.is_empty() {
@@ -155,7 +110,7 @@ pub(crate) fn resolve(
 }
 
 /// `value` when finite, else an error naming `what`.
-fn finite(value: f64, what: &str, path: &Path) -> Result<f64> {
+pub(crate) fn finite(value: f64, what: &str, path: &Path) -> Result<f64> {
     match value.is_finite() {
         true => Ok(value),
         false => Err(Error::input(path, format!("{what} {value} must be finite"))),
@@ -199,6 +154,10 @@ impl Experts {
 mod tests {
     use super::*;
 
+    fn arch(name: &str) -> Architecture {
+        Architecture::parse(name).unwrap()
+    }
+
     fn raw(step: Option<usize>, dense: Option<&[usize]>) -> RawExperts<'_> {
         RawExperts {
             num_local_experts: Some(4),
@@ -217,7 +176,7 @@ mod tests {
     fn qwen3_moe_layers_follow_the_step_and_the_dense_list() {
         let path = Path::new("config.json");
         let at = |step, dense| {
-            resolve(raw(step, dense), Architecture::Qwen3Moe, (6, 64), path)
+            resolve(raw(step, dense), arch("qwen3_moe"), (6, 64), path)
                 .unwrap()
                 .map(|e| e.layers)
         };
@@ -227,7 +186,7 @@ mod tests {
         assert_eq!(at(Some(2), None), Some(vec![1, 3, 5]));
         assert_eq!(at(Some(2), Some(&[3])), Some(vec![1, 5]));
         assert_eq!(at(Some(1), Some(&[0, 1, 2, 3, 4, 5])), None);
-        let e = resolve(raw(None, None), Architecture::Qwen3Moe, (6, 64), path)
+        let e = resolve(raw(None, None), arch("qwen3_moe"), (6, 64), path)
             .unwrap()
             .unwrap();
         assert!(
@@ -235,7 +194,7 @@ mod tests {
                 && e.intermediate == 24
                 && e.names == ExpertNames::Qwen
         );
-        let err = resolve(raw(Some(0), None), Architecture::Qwen3Moe, (6, 64), path)
+        let err = resolve(raw(Some(0), None), arch("qwen3_moe"), (6, 64), path)
             .unwrap_err()
             .to_string();
         assert!(
@@ -243,7 +202,7 @@ mod tests {
             "{err}"
         );
         // Mixtral: every layer, renormalised, the dense intermediate size
-        let m = resolve(raw(Some(2), None), Architecture::Mixtral, (6, 64), path)
+        let m = resolve(raw(Some(2), None), arch("mixtral"), (6, 64), path)
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -251,7 +210,7 @@ mod tests {
             (6, Routing::SoftmaxTopK { renormalise: true }, 64)
         );
         // GPT-OSS: every layer, softmax after top-k, its clamped SwiGLU
-        let g = resolve(raw(None, None), Architecture::GptOss, (6, 64), path)
+        let g = resolve(raw(None, None), arch("gpt_oss"), (6, 64), path)
             .unwrap()
             .unwrap();
         assert_eq!((g.layers.len(), g.routing), (6, Routing::TopKSoftmax));
@@ -263,7 +222,7 @@ mod tests {
             })
         );
         assert_eq!(
-            resolve(raw(None, None), Architecture::Llama, (6, 64), path).unwrap(),
+            resolve(raw(None, None), arch("llama"), (6, 64), path).unwrap(),
             None
         );
     }

@@ -130,117 +130,13 @@ impl Layout {
         };
         format!("{place} {norm}, {qkv}{qk}, {mlp}, {residual}{positions}")
     }
-
-    /// The layout of `architecture`; `parallel_residual` as its config says (GPT-NeoX).
-    pub fn of(architecture: Architecture, parallel_residual: bool) -> Layout {
-        match architecture {
-            Architecture::GptNeox => Layout {
-                norm: NormKind::Layer,
-                mlp: MlpKind::Gelu,
-                qkv: QkvLayout::FusedPerHead,
-                parallel_residual,
-                ..Layout::LLAMA
-            },
-            Architecture::Gpt2 => Layout {
-                norm: NormKind::Layer,
-                mlp: MlpKind::GeluTanh,
-                qkv: QkvLayout::Fused,
-                learned_positions: true,
-                conv1d: true,
-                ..Layout::LLAMA
-            },
-            Architecture::Phi3 => Layout {
-                qkv: QkvLayout::Fused,
-                fused_gate_up: true,
-                ..Layout::LLAMA
-            },
-            Architecture::Olmo2 => Layout {
-                post_norm: true,
-                qk_norm_whole: true,
-                ..Layout::LLAMA
-            },
-            Architecture::Gemma2 | Architecture::Gemma3Text => Layout {
-                norm: NormKind::RmsPlusOne,
-                mlp: MlpKind::GeGluTanh,
-                sandwich: true,
-                ..Layout::LLAMA
-            },
-            _ => Layout::LLAMA,
-        }
-    }
 }
 
 /// The tensor names of `architecture`'s checkpoints as the names the loader reads (the
 /// Llama conventions, `self_attn.qkv_proj` for a fused projection): a built-in weight
 /// map, empty for the Llama layout.
 pub fn builtin_weight_map(architecture: Architecture) -> WeightMap {
-    let rules: &[(&str, &str)] = match architecture {
-        Architecture::GptNeox => &[
-            ("model.embed_tokens.weight", "gpt_neox.embed_in.weight"),
-            ("lm_head.weight", "embed_out.weight"),
-            ("model.norm.{p}", "gpt_neox.final_layer_norm.{p}"),
-            (
-                "model.layers.{l}.input_layernorm.{p}",
-                "gpt_neox.layers.{l}.input_layernorm.{p}",
-            ),
-            (
-                "model.layers.{l}.post_attention_layernorm.{p}",
-                "gpt_neox.layers.{l}.post_attention_layernorm.{p}",
-            ),
-            (
-                "model.layers.{l}.self_attn.qkv_proj.{p}",
-                "gpt_neox.layers.{l}.attention.query_key_value.{p}",
-            ),
-            (
-                "model.layers.{l}.self_attn.o_proj.{p}",
-                "gpt_neox.layers.{l}.attention.dense.{p}",
-            ),
-            (
-                "model.layers.{l}.mlp.up_proj.{p}",
-                "gpt_neox.layers.{l}.mlp.dense_h_to_4h.{p}",
-            ),
-            (
-                "model.layers.{l}.mlp.down_proj.{p}",
-                "gpt_neox.layers.{l}.mlp.dense_4h_to_h.{p}",
-            ),
-        ],
-        // GPT-2 files name the base model `transformer.` or nothing (openai-community/gpt2)
-        Architecture::Gpt2 => &[
-            ("model.embed_tokens.weight", "{b}wte.weight"),
-            ("model.embed_positions.weight", "{b}wpe.weight"),
-            ("model.norm.{p}", "{b}ln_f.{p}"),
-            ("model.layers.{l}.input_layernorm.{p}", "{b}h.{l}.ln_1.{p}"),
-            (
-                "model.layers.{l}.post_attention_layernorm.{p}",
-                "{b}h.{l}.ln_2.{p}",
-            ),
-            (
-                "model.layers.{l}.self_attn.qkv_proj.{p}",
-                "{b}h.{l}.attn.c_attn.{p}",
-            ),
-            (
-                "model.layers.{l}.self_attn.o_proj.{p}",
-                "{b}h.{l}.attn.c_proj.{p}",
-            ),
-            ("model.layers.{l}.mlp.up_proj.{p}", "{b}h.{l}.mlp.c_fc.{p}"),
-            (
-                "model.layers.{l}.mlp.down_proj.{p}",
-                "{b}h.{l}.mlp.c_proj.{p}",
-            ),
-        ],
-        _ => &[],
-    };
-    // `{b}`: each rule twice, with the base model's prefix and without
-    let rules: Vec<(String, String)> = rules
-        .iter()
-        .flat_map(|(c, s)| match s.contains("{b}") {
-            true => vec![
-                (c.to_string(), s.replace("{b}", "transformer.")),
-                (c.to_string(), s.replace("{b}", "")),
-            ],
-            false => vec![(c.to_string(), s.to_string())],
-        })
-        .collect();
+    let rules = expand_base_prefix(architecture.family().weight_names);
     // one map a rule: a JSON object cannot hold one convention name twice
     let mut maps = Vec::new();
     for (convention, stored) in &rules {
@@ -255,16 +151,22 @@ pub fn builtin_weight_map(architecture: Architecture) -> WeightMap {
         .fold(WeightMap::default(), |all, one| all.or_else(&one))
 }
 
+/// `{b}`: each rule twice, with the base model's prefix (`transformer.`) and without.
+fn expand_base_prefix(rules: &[(&str, &str)]) -> Vec<(String, String)> {
+    rules
+        .iter()
+        .flat_map(|(c, s)| match s.contains("{b}") {
+            true => vec![
+                (c.to_string(), s.replace("{b}", "transformer.")),
+                (c.to_string(), s.replace("{b}", "")),
+            ],
+            false => vec![(c.to_string(), s.to_string())],
+        })
+        .collect()
+}
+
 /// Endings of stored names transformers skips on load for `architecture` (old GPT-NeoX
 /// files keep their causal-mask and RoPE buffers): not weights the config leaves unused.
 pub fn ignored_on_load(architecture: Architecture) -> &'static [&'static str] {
-    match architecture {
-        Architecture::GptNeox => &[
-            ".attention.bias",
-            ".attention.masked_bias",
-            ".attention.rotary_emb.inv_freq",
-        ],
-        Architecture::Gpt2 => &[".attn.bias", ".attn.masked_bias"],
-        _ => &[],
-    }
+    architecture.family().ignored_on_load
 }

@@ -106,7 +106,7 @@ impl Checkpoint {
     /// The checkpoint analysed as `kind` whatever config.json names or its weights point to
     /// (`--variant`); the detection says so, and what `kind` leaves unused.
     pub fn with_variant(mut self, kind: VariantKind) -> Self {
-        let declared = self.config.declared_variant.replace(kind);
+        let declared = self.config.variant_settings.declared.replace(kind);
         let mut variant = declared_variant(&self.config, &self.store, kind, "--variant");
         if let Some(d) = declared.filter(|&d| d != kind) {
             variant.source = format!("--variant (config.json declares {})", d.name());

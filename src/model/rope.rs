@@ -5,9 +5,20 @@
 
 use candle_core::{DType, Device};
 
-use super::config::{PRopeSpacing, RopeConfig, RopeScaling};
+pub use super::rope_scaling::{PRopeSpacing, RopeScaling};
 use crate::error::Result;
 use crate::nn::Rope;
+
+/// Resolved rotary-embedding settings.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RopeConfig {
+    /// Base of the frequencies.
+    pub theta: f64,
+    /// Frequency scaling rule.
+    pub scaling: RopeScaling,
+    /// HF `partial_rotary_factor`: the first `fraction * head_dim` dimensions rotate.
+    pub partial_rotary_factor: f64,
+}
 
 /// The inverse frequencies theta_k of one head, `rot_dim / 2` values (after scaling; p-RoPE's
 /// non-rotating pairs are 0), for runs no longer than the trained length (dynamic NTK

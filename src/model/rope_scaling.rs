@@ -4,155 +4,74 @@
 //! forward pass of T tokens), `yarn` (ramped blend of interpolated and extrapolated
 //! frequencies, cos/sin times an attention factor) and `longrope` (Phi-3's per-frequency
 //! factors, long ones for runs past the original length, as `longrope_frequency_update`
-//! picks them). Each in f64 from the same formulas.
+//! picks them). Each in f64 from the same formulas. The types and the math only: the
+//! config keys they are read from are `super::config::rope`'s.
 
 use std::f64::consts::PI;
-use std::path::Path;
 
-use serde_json::Value;
-
-use super::config::{float_field, positive, RopeScaling};
-use crate::error::{Error, Result};
-
-/// The scaling `kind` (linear, dynamic, yarn, longrope) from its rope parameters `p`;
-/// `max_position_embeddings` is the config's (dynamic's reference length, YaRN's default
-/// original length), `original_max` a top-level `original_max_position_embeddings`, which
-/// transformers prefers, and `pairs` the rotating frequency pairs (longrope's factor lists
-/// have one factor each).
-pub(crate) fn resolve(
-    kind: &str,
-    p: &Value,
-    (max_position_embeddings, original_max, pairs): (f64, Option<f64>, usize),
-    path: &Path,
-) -> Result<RopeScaling> {
-    if kind == "longrope" {
-        return resolve_longrope(p, (max_position_embeddings, original_max, pairs), path);
-    }
-    let factor = |required: bool| -> Result<Option<f64>> {
-        match float_field(p, "factor", path)? {
-            Some(f) if f >= 1.0 && f.is_finite() => Ok(Some(f)),
-            Some(f) => Err(Error::input(
-                path,
-                format!("{kind} rope scaling `factor` {f} must be a number >= 1"),
-            )),
-            None if required => Err(Error::input(
-                path,
-                format!("{kind} rope scaling is missing `factor`"),
-            )),
-            None => Ok(None),
-        }
-    };
-    Ok(match kind {
-        "linear" => RopeScaling::Linear {
-            factor: factor(true)?.expect("required"),
-        },
-        "dynamic" => RopeScaling::Dynamic {
-            factor: factor(true)?.expect("required"),
-            max_position_embeddings,
-        },
-        _ => {
-            let original = match original_max {
-                Some(o) => o,
-                None => float_field(p, "original_max_position_embeddings", path)?
-                    .unwrap_or(max_position_embeddings),
-            };
-            let original = positive(original, "yarn `original_max_position_embeddings`", path)?;
-            let factor = factor(false)?.unwrap_or(max_position_embeddings / original);
-            let get = |key: &str| float_field(p, key, path);
-            // transformers: `mscale and mscale_all_dim` (both given and non-zero)
-            let attention_factor = match get("attention_factor")? {
-                Some(a) => positive(a, "yarn `attention_factor`", path)?,
-                None => match (get("mscale")?, get("mscale_all_dim")?) {
-                    (Some(m), Some(all)) if m != 0.0 && all != 0.0 => {
-                        yarn_mscale(factor, m) / yarn_mscale(factor, all)
-                    }
-                    _ => yarn_mscale(factor, 1.0),
-                },
-            };
-            let truncate = match p.get("truncate") {
-                None | Some(Value::Null) => true,
-                Some(Value::Bool(b)) => *b,
-                Some(v) => {
-                    return Err(Error::input(
-                        path,
-                        format!("yarn `truncate` must be true or false, got {v}"),
-                    ))
-                }
-            };
-            RopeScaling::Yarn {
-                factor,
-                attention_factor,
-                // transformers: `get("beta_fast") or 32` (0 falls back too)
-                beta_fast: get("beta_fast")?.filter(|&b| b != 0.0).unwrap_or(32.0),
-                beta_slow: get("beta_slow")?.filter(|&b| b != 0.0).unwrap_or(1.0),
-                original_max_position_embeddings: original,
-                truncate,
-            }
-        }
-    })
+/// How p-RoPE spaces the frequencies of its rotating pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PRopeSpacing {
+    /// Barbero et al. 2024: pair k keeps RoPE's own rope_theta^(-2k/d).
+    Rope,
+    /// The scale-invariant paper's modded-nanogpt code: rope_theta^(-k/(n-1)), from 1 down
+    /// to 1/rope_theta (1 when n = 1).
+    Log,
 }
 
-/// LongRoPE's factor lists (one positive number per rotating pair), original length and
-/// attention factor.
-fn resolve_longrope(
-    p: &Value,
-    (max_position_embeddings, original_max, pairs): (f64, Option<f64>, usize),
-    path: &Path,
-) -> Result<RopeScaling> {
-    let list = |key: &str| -> Result<Vec<f64>> {
-        let values: Option<Vec<f64>> = p
-            .get(key)
-            .and_then(Value::as_array)
-            .and_then(|a| a.iter().map(Value::as_f64).collect());
-        match values {
-            Some(v) if v.len() == pairs && v.iter().all(|f| f.is_finite() && *f > 0.0) => Ok(v),
-            Some(v) if v.len() != pairs => Err(Error::input(
-                path,
-                format!(
-                    "longrope `{key}` has {} factors for {pairs} rotating frequency pairs",
-                    v.len()
-                ),
-            )),
-            _ => Err(Error::input(
-                path,
-                format!("longrope `{key}` must be a list of positive numbers"),
-            )),
-        }
-    };
-    let original = match original_max {
-        Some(o) => o,
-        None => float_field(p, "original_max_position_embeddings", path)?
-            .ok_or_else(|| Error::input(path, "longrope needs original_max_position_embeddings"))?,
-    };
-    let original = positive(
-        original,
-        "longrope `original_max_position_embeddings`",
-        path,
-    )?;
-    let factor = match float_field(p, "factor", path)? {
-        Some(f) => f,
-        None => max_position_embeddings / original,
-    };
-    let attention_factor = match float_field(p, "attention_factor", path)? {
-        Some(a) => positive(a, "longrope `attention_factor`", path)?,
-        None if factor <= 1.0 => 1.0,
-        None => (1.0 + factor.ln() / original.ln()).sqrt(),
-    };
-    Ok(RopeScaling::LongRope {
-        long_factor: list("long_factor")?,
-        short_factor: list("short_factor")?,
-        original_max_position_embeddings: original,
-        attention_factor,
-    })
-}
-
-/// YaRN's attention scale for a context stretched `scale` times: 0.1 m ln(scale) + 1.
-fn yarn_mscale(scale: f64, m: f64) -> f64 {
-    if scale <= 1.0 {
-        1.0
-    } else {
-        0.1 * m * scale.ln() + 1.0
-    }
+/// How rotary frequencies are derived from `rope_theta`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "rope_type", rename_all = "snake_case")]
+pub enum RopeScaling {
+    /// Plain RoPE: inv_freq_k = theta^(-2k/d).
+    Default,
+    /// Llama-3 frequency-dependent scaling.
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max_position_embeddings: f64,
+    },
+    /// Linear position interpolation: every inv_freq divided by `factor`.
+    Linear { factor: f64 },
+    /// Dynamic NTK: past `max_position_embeddings` tokens the base grows with the run's
+    /// length T, theta' = theta (factor T / max - (factor - 1))^(d / (d - 2)).
+    Dynamic {
+        factor: f64,
+        max_position_embeddings: f64,
+    },
+    /// YaRN: interpolated and extrapolated frequencies blended by a linear ramp between the
+    /// correction dimensions of `beta_fast` and `beta_slow`, and cos/sin scaled by
+    /// `attention_factor` (resolved from `mscale` / `mscale_all_dim` / `factor` as
+    /// transformers does).
+    Yarn {
+        factor: f64,
+        attention_factor: f64,
+        beta_fast: f64,
+        beta_slow: f64,
+        original_max_position_embeddings: f64,
+        truncate: bool,
+    },
+    /// LongRoPE (Phi-3 long-context): inv_freq_k = theta^(-2k/d) / f_k with f the
+    /// `long_factor` list when the run is longer than `original_max_position_embeddings`,
+    /// else `short_factor`; cos/sin times `attention_factor` (default
+    /// sqrt(1 + ln(factor) / ln(original))).
+    LongRope {
+        long_factor: Vec<f64>,
+        short_factor: Vec<f64>,
+        original_max_position_embeddings: f64,
+        attention_factor: f64,
+    },
+    /// p-RoPE (`rope_type: p_rope`): the first `rotating_pairs` = floor(p * d / 2) frequency
+    /// pairs of each head rotate, the other d/2 - n have frequency 0. Not HF's
+    /// `partial_rotary_factor` (which drops trailing dimensions, not frequencies).
+    PRope {
+        p: f64,
+        spacing: PRopeSpacing,
+        /// n = floor(p * head_dim / 2) >= 1.
+        rotating_pairs: usize,
+    },
 }
 
 /// The inverse frequencies of `rot_dim` rotating dimensions at base `theta` under

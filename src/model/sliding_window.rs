@@ -12,7 +12,6 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::config::Architecture;
 use crate::error::{Error, Result};
 use crate::probe::KeyWindow;
 
@@ -63,73 +62,57 @@ impl SlidingWindow {
     }
 }
 
-/// The window of a config, as transformers reads it for `architecture`; `None` when every
-/// layer attends to all earlier keys.
+/// Whether a family's layers slide at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowUse {
+    /// No window, whatever the config says (Llama: transformers has none).
+    Never,
+    /// When `sliding_window` is set (Mistral, Gemma).
+    Always,
+    /// When `use_sliding_window` is true too (transformers drops the window of a Qwen config
+    /// without it).
+    WhenEnabled,
+}
+
+/// Which layers slide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowLayers {
+    /// Every layer, whatever `layer_types` says (one sliding mask for all layers: Mistral,
+    /// Mixtral, Phi-3).
+    All,
+    /// Those `layer_types` names, else layer i when i >= `max_window_layers` (Qwen2Config).
+    FromMaxWindowLayers,
+    /// Those `layer_types` names, else layer i when i is even (Gemma2Config, GptOssConfig).
+    EveryOther,
+    /// Those `layer_types` names, else every layer but each `sliding_window_pattern`-th,
+    /// this one when absent (Gemma3TextConfig).
+    AllButEvery(usize),
+}
+
+/// A family's window rules (`super::config::Family::window`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowRule {
+    pub used: WindowUse,
+    /// The window when `sliding_window` is absent (the config class's default).
+    pub default_size: Option<usize>,
+    pub layers: WindowLayers,
+}
+
+/// The window of a config, as transformers reads it for a family with `rule`; `None` when
+/// every layer attends to all earlier keys.
 pub(crate) fn resolve(
     raw: RawWindow<'_>,
-    architecture: Architecture,
+    rule: &WindowRule,
     num_layers: usize,
     path: &Path,
 ) -> Result<Option<SlidingWindow>> {
-    let types = match raw.layer_types {
-        None => None,
-        Some(types) => {
-            if types.len() != num_layers {
-                return Err(Error::input(
-                    path,
-                    format!(
-                        "layer_types has {} entries for num_hidden_layers {num_layers}",
-                        types.len()
-                    ),
-                ));
-            }
-            if let Some(other) = types
-                .iter()
-                .find(|t| !matches!(t.as_str(), "full_attention" | "sliding_attention"))
-            {
-                return Err(Error::input(
-                    path,
-                    format!("layer type `{other}` is not implemented (supported: {LAYER_TYPES})"),
-                ));
-            }
-            Some(types)
-        }
+    let types = layer_types(raw.layer_types, num_layers, path)?;
+    let used = match rule.used {
+        WindowUse::Never => false,
+        WindowUse::Always => true,
+        WindowUse::WhenEnabled => raw.use_sliding_window == Some(true),
     };
-    // transformers drops the window of a Qwen config without use_sliding_window, and Llama
-    // has none
-    let used = match architecture {
-        Architecture::Mistral | Architecture::Phi3 | Architecture::Mixtral => true,
-        Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Qwen3Moe => {
-            raw.use_sliding_window == Some(true)
-        }
-        Architecture::Gemma2 | Architecture::Gemma3Text | Architecture::GptOss => true,
-        Architecture::Llama | Architecture::GptNeox | Architecture::Olmo2 | Architecture::Gpt2 => {
-            false
-        }
-    };
-    let size = match raw.sliding_window {
-        // Gemma2Config's default
-        None if matches!(
-            architecture,
-            Architecture::Gemma2 | Architecture::Gemma3Text
-        ) =>
-        {
-            Some(4096)
-        }
-        // GptOssConfig's default
-        None if architecture == Architecture::GptOss => Some(128),
-        None | Some(Value::Null) => None,
-        Some(v) => match v.as_u64() {
-            Some(size) if size >= 1 => Some(size as usize),
-            _ => {
-                return Err(Error::input(
-                    path,
-                    format!("sliding_window {v} must be a positive integer or null"),
-                ))
-            }
-        },
-    };
-    let Some(size) = size.filter(|_| used) else {
+    let Some(size) = size(raw.sliding_window, rule, path)?.filter(|_| used) else {
         if raw.use_sliding_window == Some(true) && used {
             return Err(Error::input(
                 path,
@@ -138,23 +121,63 @@ pub(crate) fn resolve(
         }
         return Ok(None);
     };
-    let layers: Vec<usize> = match (types, architecture) {
+    let layers: Vec<usize> = match (types, rule.layers) {
         // one sliding mask for every layer, layer_types or not
-        (_, Architecture::Mistral | Architecture::Phi3 | Architecture::Mixtral) => {
-            (0..num_layers).collect()
-        }
+        (_, WindowLayers::All) => (0..num_layers).collect(),
         (Some(types), _) => (0..num_layers)
             .filter(|&l| types[l] == "sliding_attention")
             .collect(),
-        // Gemma2Config and GptOssConfig: layer i slides when i is even
-        (None, Architecture::Gemma2 | Architecture::GptOss) => (0..num_layers).step_by(2).collect(),
-        // Gemma3TextConfig: every layer but each `sliding_window_pattern`-th (default 6)
-        (None, Architecture::Gemma3Text) => {
-            let pattern = raw.sliding_window_pattern.unwrap_or(6).max(1);
+        (None, WindowLayers::EveryOther) => (0..num_layers).step_by(2).collect(),
+        (None, WindowLayers::AllButEvery(default)) => {
+            let pattern = raw.sliding_window_pattern.unwrap_or(default).max(1);
             (0..num_layers).filter(|l| (l + 1) % pattern != 0).collect()
         }
-        // Qwen2Config: layer i slides when i >= max_window_layers
-        (None, _) => (raw.max_window_layers.unwrap_or(num_layers)..num_layers).collect(),
+        (None, WindowLayers::FromMaxWindowLayers) => {
+            (raw.max_window_layers.unwrap_or(num_layers)..num_layers).collect()
+        }
     };
     Ok((!layers.is_empty()).then_some(SlidingWindow { size, layers }))
+}
+
+/// `layer_types`, checked: one known type per layer.
+fn layer_types<'a>(
+    types: Option<&'a [String]>,
+    num_layers: usize,
+    path: &Path,
+) -> Result<Option<&'a [String]>> {
+    let Some(types) = types else { return Ok(None) };
+    if types.len() != num_layers {
+        return Err(Error::input(
+            path,
+            format!(
+                "layer_types has {} entries for num_hidden_layers {num_layers}",
+                types.len()
+            ),
+        ));
+    }
+    if let Some(other) = types
+        .iter()
+        .find(|t| !matches!(t.as_str(), "full_attention" | "sliding_attention"))
+    {
+        return Err(Error::input(
+            path,
+            format!("layer type `{other}` is not implemented (supported: {LAYER_TYPES})"),
+        ));
+    }
+    Ok(Some(types))
+}
+
+/// `sliding_window`: a positive integer, none when null, the family's default when absent.
+fn size(value: Option<&Value>, rule: &WindowRule, path: &Path) -> Result<Option<usize>> {
+    match value {
+        None => Ok(rule.default_size),
+        Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_u64() {
+            Some(size) if size >= 1 => Ok(Some(size as usize)),
+            _ => Err(Error::input(
+                path,
+                format!("sliding_window {v} must be a positive integer or null"),
+            )),
+        },
+    }
 }

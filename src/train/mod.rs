@@ -295,7 +295,7 @@ impl Trainer {
         self.plain.set_learning_rate(lr);
         self.decayed.step(&grads)?;
         self.plain.step(&grads)?;
-        let rho = self.config.affine.momentum;
+        let rho = self.config.variant_settings.affine().momentum;
         for (l, mean) in fwd.alpha_means.iter().enumerate() {
             if let (Some(mean), Some(ma)) = (mean, self.alpha_ma.get_mut(&l)) {
                 *ma = alpha_ma_update(ma, mean, rho);

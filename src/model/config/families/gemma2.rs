@@ -1,0 +1,103 @@
+//! Gemma 2: RMSNorm scaled by (1 + w) before and after attention and MLP, a tanh-GELU
+//! GeGLU, embeddings times sqrt(hidden), q.k scaled by `query_pre_attn_scalar`^-1/2,
+//! attention and final logits soft-capped, sliding windows on alternate layers.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::llama;
+use crate::error::{Error, Result};
+use crate::model::config::family::{Family, Scalars};
+use crate::model::config::raw::positive;
+use crate::model::config::RawConfig;
+use crate::model::layout::{Layout, MlpKind, NormKind};
+use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
+
+pub(crate) const FAMILY: Family = Family {
+    name: "gemma2",
+    // Gemma2Config's defaults
+    default_head_dim: Some(256),
+    activation: "gelu_pytorch_tanh",
+    activation_key: hidden_activation,
+    default_tie_word_embeddings: true,
+    layout,
+    window: WindowRule {
+        used: WindowUse::Always,
+        default_size: Some(4096),
+        layers: WindowLayers::EveryOther,
+    },
+    scalars,
+    ..llama::FAMILY
+};
+
+/// `hidden_activation`, else `hidden_act`.
+pub(crate) fn hidden_activation(raw: &RawConfig) -> Option<&str> {
+    raw.hidden_activation
+        .as_deref()
+        .or(raw.hidden_act.as_deref())
+}
+
+pub(crate) fn layout(_: &RawConfig) -> Layout {
+    Layout {
+        norm: NormKind::RmsPlusOne,
+        mlp: MlpKind::GeGluTanh,
+        sandwich: true,
+        ..Layout::LLAMA
+    }
+}
+
+/// Gemma2Config's soft-caps: 50 (attention) and 30 (final logits) when absent.
+fn scalars(raw: &RawConfig, path: &Path, hidden_size: usize) -> Result<Scalars> {
+    gemma_scalars(raw, path, hidden_size, (Some(50.0), Some(30.0)))
+}
+
+/// Gemma's scalars: query_pre_attn_scalar (default 256), the soft-caps (`defaults` when
+/// absent, none when null) and the embedding scale sqrt(hidden_size).
+pub(crate) fn gemma_scalars(
+    raw: &RawConfig,
+    path: &Path,
+    hidden_size: usize,
+    (attn_default, final_default): (Option<f64>, Option<f64>),
+) -> Result<Scalars> {
+    Ok(Scalars {
+        query_pre_attn_scalar: Some(positive(
+            raw.query_pre_attn_scalar.unwrap_or(256.0),
+            "query_pre_attn_scalar",
+            path,
+        )?),
+        attn_logit_softcap: softcap(
+            "attn_logit_softcapping",
+            raw.attn_logit_softcapping.as_ref(),
+            attn_default,
+            path,
+        )?,
+        final_logit_softcap: softcap(
+            "final_logit_softcapping",
+            raw.final_logit_softcapping.as_ref(),
+            final_default,
+            path,
+        )?,
+        embedding_scale: Some((hidden_size as f64).sqrt()),
+    })
+}
+
+/// The soft-cap `key`: `default` when absent, none when null.
+fn softcap(
+    key: &str,
+    value: Option<&Value>,
+    default: Option<f64>,
+    path: &Path,
+) -> Result<Option<f64>> {
+    match value {
+        None => Ok(default),
+        Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_f64() {
+            Some(cap) => Ok(Some(positive(cap, key, path)?)),
+            None => Err(Error::input(
+                path,
+                format!("{key} must be a number or null, got {v}"),
+            )),
+        },
+    }
+}

@@ -1,0 +1,75 @@
+//! GPT-NeoX (Pythia): LayerNorm with biases, a fused per-head q/k/v projection, partial
+//! rotary (`rotary_pct`), a parallel residual, a GELU MLP, biases everywhere.
+
+use super::llama;
+use crate::model::config::family::Family;
+use crate::model::config::RawConfig;
+use crate::model::layout::{Layout, MlpKind, NormKind, QkvLayout};
+
+pub(crate) const FAMILY: Family = Family {
+    name: "gpt_neox",
+    // GPTNeoXConfig has neither key/value heads nor head_dim: transformers ignores them
+    heads_only: true,
+    activation: "gelu",
+    biases: attention_bias,
+    mlp_bias: true,
+    norm_eps: layer_norm_eps,
+    layout,
+    weight_names: &[
+        ("model.embed_tokens.weight", "gpt_neox.embed_in.weight"),
+        ("lm_head.weight", "embed_out.weight"),
+        ("model.norm.{p}", "gpt_neox.final_layer_norm.{p}"),
+        (
+            "model.layers.{l}.input_layernorm.{p}",
+            "gpt_neox.layers.{l}.input_layernorm.{p}",
+        ),
+        (
+            "model.layers.{l}.post_attention_layernorm.{p}",
+            "gpt_neox.layers.{l}.post_attention_layernorm.{p}",
+        ),
+        (
+            "model.layers.{l}.self_attn.qkv_proj.{p}",
+            "gpt_neox.layers.{l}.attention.query_key_value.{p}",
+        ),
+        (
+            "model.layers.{l}.self_attn.o_proj.{p}",
+            "gpt_neox.layers.{l}.attention.dense.{p}",
+        ),
+        (
+            "model.layers.{l}.mlp.up_proj.{p}",
+            "gpt_neox.layers.{l}.mlp.dense_h_to_4h.{p}",
+        ),
+        (
+            "model.layers.{l}.mlp.down_proj.{p}",
+            "gpt_neox.layers.{l}.mlp.dense_4h_to_h.{p}",
+        ),
+    ],
+    // old files keep their causal-mask and RoPE buffers
+    ignored_on_load: &[
+        ".attention.bias",
+        ".attention.masked_bias",
+        ".attention.rotary_emb.inv_freq",
+    ],
+    ..llama::FAMILY
+};
+
+/// GPTNeoXConfig's attention_bias defaults to true.
+fn attention_bias(raw: &RawConfig) -> (bool, bool) {
+    let bias = raw.attention_bias.unwrap_or(true);
+    (bias, bias)
+}
+
+fn layer_norm_eps(raw: &RawConfig) -> f64 {
+    raw.layer_norm_eps.unwrap_or(1e-5)
+}
+
+/// `use_parallel_residual` (default true).
+fn layout(raw: &RawConfig) -> Layout {
+    Layout {
+        norm: NormKind::Layer,
+        mlp: MlpKind::Gelu,
+        qkv: QkvLayout::FusedPerHead,
+        parallel_residual: raw.use_parallel_residual.unwrap_or(true),
+        ..Layout::LLAMA
+    }
+}

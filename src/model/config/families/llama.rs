@@ -1,0 +1,74 @@
+//! Llama (SmolLM, TinyLlama, Llama 2/3), incl. GQA and llama3 RoPE: the reference the
+//! other families start from (`..llama::FAMILY`).
+
+use std::path::Path;
+
+use crate::error::Result;
+use crate::model::config::family::{Family, Ropes, Scalars};
+use crate::model::config::RawConfig;
+use crate::model::experts::{Experts, RawExperts};
+use crate::model::layout::Layout;
+use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
+
+pub(crate) const FAMILY: Family = Family {
+    name: "llama",
+    heads_only: false,
+    default_head_dim: None,
+    default_intermediate_per_hidden: None,
+    activation: "silu",
+    activation_key: hidden_act,
+    check: nothing_to_check,
+    mxfp4_experts: false,
+    biases: attention_bias,
+    mlp_bias: false,
+    norm_eps: rms_norm_eps,
+    default_max_position_embeddings: 2048,
+    default_tie_word_embeddings: false,
+    qk_norm: false,
+    layout,
+    rope,
+    window: WindowRule {
+        used: WindowUse::Never,
+        default_size: None,
+        layers: WindowLayers::FromMaxWindowLayers,
+    },
+    experts: dense,
+    scalars: no_scalars,
+    weight_names: &[],
+    ignored_on_load: &[],
+};
+
+pub(crate) fn hidden_act(raw: &RawConfig) -> Option<&str> {
+    raw.hidden_act.as_deref()
+}
+
+fn nothing_to_check(_: &RawConfig, _: &Path) -> Result<()> {
+    Ok(())
+}
+
+/// q/k/v and o biases as `attention_bias` says (none by default).
+fn attention_bias(raw: &RawConfig) -> (bool, bool) {
+    let bias = raw.attention_bias.unwrap_or(false);
+    (bias, bias)
+}
+
+fn rms_norm_eps(raw: &RawConfig) -> f64 {
+    raw.rms_norm_eps.unwrap_or(1e-6)
+}
+
+fn layout(_: &RawConfig) -> Layout {
+    Layout::LLAMA
+}
+
+/// One RoPE for every layer, as the config gives it.
+pub(crate) fn rope(raw: &RawConfig, path: &Path, head_dim: usize) -> Result<Ropes> {
+    Ok((raw.resolve_rope(path, head_dim)?, None))
+}
+
+fn dense(_: &RawExperts, _: (usize, usize), _: &Path) -> Result<Option<Experts>> {
+    Ok(None)
+}
+
+fn no_scalars(_: &RawConfig, _: &Path, _: usize) -> Result<Scalars> {
+    Ok(Scalars::default())
+}

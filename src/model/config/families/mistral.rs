@@ -1,0 +1,19 @@
+//! Mistral: the Llama layout with a sliding window (`sliding_window`) on every layer,
+//! whatever `layer_types` says (transformers builds one sliding mask for all layers).
+
+use super::llama;
+use crate::model::config::family::Family;
+use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
+
+/// A window on every layer when `sliding_window` is set (Mixtral and Phi-3 too).
+pub(crate) const WINDOW: WindowRule = WindowRule {
+    used: WindowUse::Always,
+    default_size: None,
+    layers: WindowLayers::All,
+};
+
+pub(crate) const FAMILY: Family = Family {
+    name: "mistral",
+    window: WINDOW,
+    ..llama::FAMILY
+};

@@ -1,0 +1,33 @@
+//! Mixtral: the Mistral layout with a mixture-of-experts MLP (`block_sparse_moe`, experts
+//! `w1`/`w3`/`w2`) on every layer, the top-k probabilities renormalised.
+
+use std::path::Path;
+
+use super::mistral;
+use crate::error::Result;
+use crate::model::config::family::Family;
+use crate::model::experts::{ExpertNames, Experts, RawExperts};
+use crate::nn::Routing;
+
+pub(crate) const FAMILY: Family = Family {
+    name: "mixtral",
+    experts,
+    ..mistral::FAMILY
+};
+
+/// MixtralConfig's defaults: 8 experts, top 2.
+fn experts(
+    raw: &RawExperts,
+    (num_layers, intermediate_size): (usize, usize),
+    _: &Path,
+) -> Result<Option<Experts>> {
+    Ok(Some(Experts {
+        count: raw.num_local_experts.unwrap_or(8),
+        top_k: raw.num_experts_per_tok.unwrap_or(2),
+        routing: Routing::SoftmaxTopK { renormalise: true },
+        clamped: None,
+        intermediate: intermediate_size,
+        layers: (0..num_layers).collect(),
+        names: ExpertNames::Mixtral,
+    }))
+}

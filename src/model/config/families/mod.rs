@@ -1,0 +1,35 @@
+//! One file per model family (`model_type`), each a [`Family`] constant; [`FAMILIES`] is
+//! the one table resolution looks them up in.
+
+use super::family::Family;
+
+mod gemma2;
+mod gemma3;
+mod gpt2;
+mod gpt_neox;
+mod gpt_oss;
+pub(crate) mod llama;
+mod mistral;
+mod mixtral;
+mod olmo2;
+mod phi3;
+mod qwen2;
+mod qwen3;
+mod qwen3_moe;
+
+/// Every family the loader implements.
+pub(crate) static FAMILIES: &[Family] = &[
+    llama::FAMILY,
+    qwen2::FAMILY,
+    qwen3::FAMILY,
+    qwen3_moe::FAMILY,
+    mistral::FAMILY,
+    mixtral::FAMILY,
+    phi3::FAMILY,
+    olmo2::FAMILY,
+    gemma2::FAMILY,
+    gemma3::FAMILY,
+    gpt_oss::FAMILY,
+    gpt2::FAMILY,
+    gpt_neox::FAMILY,
+];

@@ -1,0 +1,25 @@
+//! Qwen2: the Llama layout with q/k/v biases (none on o), and a sliding window on the
+//! layers `layer_types` (else `max_window_layers` onwards) name when `use_sliding_window`.
+
+use super::llama;
+use crate::model::config::family::Family;
+use crate::model::config::RawConfig;
+use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
+
+/// Qwen2Config's window (Qwen3 and Qwen3-MoE read it alike).
+pub(crate) const WINDOW: WindowRule = WindowRule {
+    used: WindowUse::WhenEnabled,
+    default_size: None,
+    layers: WindowLayers::FromMaxWindowLayers,
+};
+
+pub(crate) const FAMILY: Family = Family {
+    name: "qwen2",
+    biases: qkv_bias,
+    window: WINDOW,
+    ..llama::FAMILY
+};
+
+fn qkv_bias(_: &RawConfig) -> (bool, bool) {
+    (true, false)
+}

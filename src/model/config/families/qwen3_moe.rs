@@ -1,0 +1,46 @@
+//! Qwen3-MoE: Qwen3's attention (but `head_dim` from hidden / heads when absent) with a
+//! mixture-of-experts MLP (`mlp.gate`, experts `gate_proj`/`up_proj`/`down_proj` of
+//! `moe_intermediate_size`) on the layers `decoder_sparse_step` and `mlp_only_layers` pick,
+//! renormalised only with `norm_topk_prob`.
+
+use std::path::Path;
+
+use super::qwen3;
+use crate::error::{Error, Result};
+use crate::model::config::family::Family;
+use crate::model::experts::{ExpertNames, Experts, RawExperts};
+use crate::nn::Routing;
+
+pub(crate) const FAMILY: Family = Family {
+    name: "qwen3_moe",
+    default_head_dim: None,
+    experts,
+    ..qwen3::FAMILY
+};
+
+/// Qwen3MoeConfig's defaults: 128 experts, top 8, 768, step 1, no renormalising.
+fn experts(
+    raw: &RawExperts,
+    (num_layers, _): (usize, usize),
+    path: &Path,
+) -> Result<Option<Experts>> {
+    let step = raw.decoder_sparse_step.unwrap_or(1);
+    if step == 0 {
+        return Err(Error::input(path, "decoder_sparse_step must be at least 1"));
+    }
+    let dense = raw.mlp_only_layers.unwrap_or(&[]);
+    let count = raw.num_experts.or(raw.num_local_experts).unwrap_or(128);
+    Ok(Some(Experts {
+        count,
+        top_k: raw.num_experts_per_tok.unwrap_or(8),
+        routing: Routing::SoftmaxTopK {
+            renormalise: raw.norm_topk_prob.unwrap_or(false),
+        },
+        clamped: None,
+        intermediate: raw.moe_intermediate_size.unwrap_or(768),
+        layers: (0..num_layers)
+            .filter(|l| !dense.contains(l) && count > 0 && (l + 1) % step == 0)
+            .collect(),
+        names: ExpertNames::Qwen,
+    }))
+}

@@ -1,0 +1,73 @@
+//! [`Family`]: everything one `model_type` decides, as constants and function pointers, so
+//! that resolution ([`super::resolve`]) reads a family's rules from one value instead of
+//! matching on the architecture. Each family fills one in, in its own file under
+//! `families/`; [`super::families::FAMILIES`] lists them.
+
+use std::path::Path;
+
+use super::raw::RawConfig;
+use crate::error::Result;
+use crate::model::experts::{Experts, RawExperts};
+use crate::model::layout::Layout;
+use crate::model::rope::RopeConfig;
+use crate::model::sliding_window::WindowRule;
+
+/// The RoPE of the layers, and of the sliding-window layers where it differs (Gemma 3).
+pub(crate) type Ropes = (RopeConfig, Option<RopeConfig>);
+
+/// A mixture-of-experts MLP from the config and (num_layers, intermediate_size); `None`
+/// when dense.
+pub(crate) type ExpertsFn = fn(&RawExperts, (usize, usize), &Path) -> Result<Option<Experts>>;
+
+/// A family's rules (its transformers config class's defaults and its modeling code's
+/// layout), read by [`RawConfig::resolve`].
+pub struct Family {
+    /// `model_type`.
+    pub name: &'static str,
+    /// The config has neither `num_key_value_heads` nor `head_dim` (GPT-NeoX: transformers
+    /// ignores them; one key/value head per head, head_dim = hidden / heads).
+    pub heads_only: bool,
+    /// `head_dim` when absent (the config class's default), else hidden / heads.
+    pub default_head_dim: Option<usize>,
+    /// `intermediate_size` when absent, as a multiple of hidden_size (GPT-2's `n_inner`
+    /// null); required when `None`.
+    pub default_intermediate_per_hidden: Option<usize>,
+    /// The one MLP activation implemented, and the config key naming it.
+    pub activation: &'static str,
+    pub activation_key: fn(&RawConfig) -> Option<&str>,
+    /// Refuses the family's settings the loader does not implement (after the sizes).
+    pub check: fn(&RawConfig, &Path) -> Result<()>,
+    /// MXFP4-quantized experts (`quantization_config`) are read.
+    pub mxfp4_experts: bool,
+    /// (q/k/v, o) biases.
+    pub biases: fn(&RawConfig) -> (bool, bool),
+    /// Biases on the MLP whatever `mlp_bias` says.
+    pub mlp_bias: bool,
+    /// The norm epsilon (from the family's key, with its default).
+    pub norm_eps: fn(&RawConfig) -> f64,
+    pub default_max_position_embeddings: usize,
+    pub default_tie_word_embeddings: bool,
+    /// Per-head (or, by the layout, whole-projection) QK-norm is required.
+    pub qk_norm: bool,
+    pub layout: fn(&RawConfig) -> Layout,
+    pub rope: fn(&RawConfig, &Path, usize) -> Result<Ropes>,
+    pub window: WindowRule,
+    pub experts: ExpertsFn,
+    /// The attention scale, soft-caps and embedding scale (Gemma), from hidden_size.
+    pub scalars: fn(&RawConfig, &Path, usize) -> Result<Scalars>,
+    /// The checkpoint's tensor names as the loader's (`crate::model::layout::builtin_weight_map`):
+    /// (convention, stored), `{l}` a layer, `{p}` weight or bias, `{b}` an optional base
+    /// model prefix (`transformer.`).
+    pub weight_names: &'static [(&'static str, &'static str)],
+    /// Endings of stored names transformers skips on load (old buffers).
+    pub ignored_on_load: &'static [&'static str],
+}
+
+/// The scalars only some families have.
+#[derive(Debug, Default)]
+pub struct Scalars {
+    pub query_pre_attn_scalar: Option<f64>,
+    pub attn_logit_softcap: Option<f64>,
+    pub final_logit_softcap: Option<f64>,
+    pub embedding_scale: Option<f64>,
+}

@@ -1,0 +1,225 @@
+//! `config.json` in two stages: a serde mirror of what checkpoints write ([`RawConfig`],
+//! every field optional; `raw`) resolved into a [`ModelConfig`] with no optional fields
+//! (`resolve`), where every unsupported setting is an error naming the file and the value.
+//! What a `model_type` decides lives in one file per family (`families/`), each a
+//! [`Family`] value listed in one table ([`families::FAMILIES`]); RoPE settings are
+//! resolved in `rope` (the math, `crate::model::rope` and `crate::model::rope_scaling`,
+//! reads no config).
+//!
+//! # Adding a family
+//!
+//! 1. Write `families/<model_type>.rs`: a doc line on what the family is, then
+//!    `pub(crate) const FAMILY: Family = Family { name: "<model_type>", ..., ..llama::FAMILY }`
+//!    naming only what differs from the family it starts from (Llama, or a closer one:
+//!    `..mistral::FAMILY`), with the functions it needs beside it: its defaults (head_dim,
+//!    norm epsilon, positions, tied embeddings), config-key aliases (`activation_key`,
+//!    `norm_eps`), biases, layout, sliding-window rule, RoPE, experts, scalars, tensor
+//!    names. `families/qwen3.rs` (14 lines) and `families/phi3.rs` (28 lines) are
+//!    examples; `families/gemma3.rs` (86 lines) one with its own RoPE rules.
+//! 2. Add `mod <model_type>;` and one line `<model_type>::FAMILY,` to the table in
+//!    `families/mod.rs`.
+//!
+//! Nothing else names a family: the supported list in errors, `inspect`, the built-in
+//! weight maps and the loader read the table. A new layout, MLP or norm kind (a new
+//! [`Layout`](crate::model::layout::Layout) field) or GGUF support
+//! (`crate::model::gguf_config`) are separate steps.
+
+mod families;
+pub(crate) mod family;
+pub(crate) mod raw;
+mod resolve;
+mod rope;
+
+use std::path::Path;
+
+use serde_json::Value;
+
+pub(crate) use family::Family;
+pub(crate) use raw::field_error;
+pub use raw::{RawAffine, RawConfig, RawLogn, RawScaleInvariant};
+pub use rope::p_rope_pairs;
+
+use super::experts::Experts;
+use super::layout::Layout;
+pub use super::rope::RopeConfig;
+pub use super::rope_scaling::{PRopeSpacing, RopeScaling};
+use super::sliding_window::SlidingWindow;
+use crate::attention::{AffineConfig, ScaleInvariantConfig, VariantKind};
+use crate::error::{Error, Result};
+
+/// An architecture the loader implements (`model_type`): one of [`families::FAMILIES`].
+#[derive(Clone, Copy)]
+pub struct Architecture(&'static Family);
+
+impl Architecture {
+    /// The family named `model_type`, if implemented.
+    pub fn parse(name: &str) -> Option<Self> {
+        families::FAMILIES
+            .iter()
+            .find(|f| f.name == name)
+            .map(Architecture)
+    }
+
+    /// The `model_type` string.
+    pub fn name(self) -> &'static str {
+        self.0.name
+    }
+
+    /// `model_type` values accepted, sorted, for error messages.
+    pub fn supported() -> String {
+        let mut names: Vec<&str> = families::FAMILIES.iter().map(|f| f.name).collect();
+        names.sort_unstable();
+        names.join(", ")
+    }
+
+    /// Its rules.
+    pub(crate) fn family(self) -> &'static Family {
+        self.0
+    }
+}
+
+impl PartialEq for Architecture {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl Eq for Architecture {}
+
+impl std::fmt::Debug for Architecture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.name)
+    }
+}
+
+impl serde::Serialize for Architecture {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.0.name)
+    }
+}
+
+/// What config.json says of the attention variant: the one it names, and the blocks of
+/// the variants with settings, each `None` when absent (a plain config carries none). The
+/// blocks are kept whichever variant is named: the variant that runs may come from the
+/// weights or `--variant` (see [`crate::model::detect_variant`]).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct VariantSettings {
+    /// The variant named (`attention_variant`), if any; detection from the weights fills
+    /// it in otherwise.
+    pub declared: Option<VariantKind>,
+    /// The `affine_scaled` block.
+    pub affine: Option<AffineConfig>,
+    /// The `scale_invariant` block.
+    pub scale_invariant: Option<ScaleInvariantConfig>,
+    /// logn: s_h for every head from `"logn": {"scale": s}`; a stored
+    /// `self_attn.logn_scale` [heads] takes precedence.
+    pub logn_scale: Option<f64>,
+}
+
+impl VariantSettings {
+    /// Affine-Scaled settings (defaults when the block is absent).
+    pub fn affine(&self) -> AffineConfig {
+        self.affine.unwrap_or_default()
+    }
+
+    /// scale_invariant settings (tau 10 when the block is absent).
+    pub fn scale_invariant(&self) -> ScaleInvariantConfig {
+        self.scale_invariant.unwrap_or_default()
+    }
+}
+
+/// A config.json resolved into the values the forward pass needs (no options left).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ModelConfig {
+    pub architecture: Architecture,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub vocab_size: usize,
+    pub rms_norm_eps: f64,
+    pub max_position_embeddings: usize,
+    pub tie_word_embeddings: bool,
+    /// Biases on q, k, v (Qwen2; Llama with `attention_bias`).
+    pub qkv_bias: bool,
+    /// Bias on o_proj (Llama with `attention_bias`).
+    pub o_bias: bool,
+    /// Biases on the MLP projections (Llama `mlp_bias`).
+    pub mlp_bias: bool,
+    pub rope: RopeConfig,
+    pub bos_token_id: Option<u32>,
+    pub eos_token_id: Option<u32>,
+    /// The attention variant config.json names, and the settings of the variants that
+    /// have some (`attention_variant`, `affine_scaled`, `scale_invariant`, `logn`).
+    pub variant_settings: VariantSettings,
+    /// Per-head RMSNorm of queries and keys before RoPE is required (Qwen3). Other
+    /// architectures use it when the weights have `self_attn.q_norm.weight`.
+    pub qk_norm: bool,
+    /// Sliding-window attention, when some layer uses it.
+    pub sliding_window: Option<SlidingWindow>,
+    /// The norm, MLP, residual wiring and q/k/v projections of the architecture.
+    pub layout: Layout,
+    /// A mixture-of-experts MLP (Mixtral, Qwen3-MoE): its experts, routing and layers.
+    pub experts: Option<Experts>,
+    /// q.k is scaled by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2 (Gemma).
+    pub query_pre_attn_scalar: Option<f64>,
+    /// Attention logits soft-capped at cap tanh(s / cap) (Gemma 2).
+    pub attn_logit_softcap: Option<f64>,
+    /// Next-token logits soft-capped likewise (Gemma 2).
+    pub final_logit_softcap: Option<f64>,
+    /// Embeddings multiplied by this (Gemma: sqrt(hidden_size)).
+    pub embedding_scale: Option<f64>,
+    /// The rotary settings of the sliding-window layers where they differ from `rope`
+    /// (Gemma 3's `rope_parameters.sliding_attention`; `rope` is then the global layers').
+    pub rope_local: Option<RopeConfig>,
+    /// The text model of a multimodal checkpoint (`super::multimodal`): its vision tower is
+    /// not read.
+    pub multimodal: bool,
+}
+
+impl ModelConfig {
+    /// The factor of q.k: query_pre_attn_scalar^-1/2 (Gemma) or head_dim^-1/2.
+    pub fn query_scale(&self) -> f64 {
+        1.0 / self
+            .query_pre_attn_scalar
+            .unwrap_or(self.head_dim as f64)
+            .sqrt()
+    }
+
+    /// Reads and resolves `dir/config.json`.
+    pub fn from_dir(dir: &Path) -> Result<Self> {
+        let path = dir.join("config.json");
+        let text = std::fs::read_to_string(&path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::input(&path, "missing config.json"),
+            _ => Error::io(&path, e),
+        })?;
+        let raw: RawConfig =
+            serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(&text))
+                .map_err(|e| field_error(&path, "invalid config.json", e))?;
+        if raw.model_type.as_deref() != Some("gemma3") {
+            return raw.resolve(&path);
+        }
+        // a multimodal checkpoint: its text model
+        let value: Value = serde_json::from_str(&text)
+            .map_err(|e| Error::invalid(&path, "invalid config.json", e))?;
+        let text = crate::model::multimodal::text_config(&value, &path)?.unwrap_or(value);
+        let raw: RawConfig = serde_path_to_error::deserialize(text)
+            .map_err(|e| field_error(&path, "invalid config.json text_config", e))?;
+        Ok(ModelConfig {
+            multimodal: true,
+            ..raw.resolve(&path)?
+        })
+    }
+
+    /// The keys each query of layer `layer` (0-based) sees.
+    pub fn key_window(&self, layer: usize) -> crate::probe::KeyWindow {
+        self.sliding_window
+            .as_ref()
+            .map_or(crate::probe::KeyWindow::CAUSAL, |w| w.of_layer(layer))
+    }
+}
