@@ -57,7 +57,8 @@ pub enum Error {
     /// ([`Error::is_broken_pipe`]).
     #[error("cannot write to stdout: {0}")]
     Stdout(#[source] std::io::Error),
-    /// The run was stopped from outside ([`crate::analysis::cancel`]: Python's Ctrl-C).
+    /// The run was stopped from outside: its [`crate::analysis::CancelToken`] was cancelled
+    /// (a signal in the CLI, Ctrl-C or `CancelToken.cancel()` in Python).
     #[error("interrupted")]
     Interrupted,
     /// A tensor operation failed (a bug or an unsupported device operation).

@@ -45,6 +45,58 @@ pub const KEY_TILE: usize = 512;
 /// gemm kernels to run at speed; measured best of 48, 96, 192 and 384.
 pub const ROWS_PER_TASK: usize = 192;
 
+/// q, k and v of a layer: `[batch, heads, t, d]` and `[batch, kv, t, d]` tensors, or their
+/// host values.
+#[derive(Debug)]
+pub struct Qkv<'a, T: ?Sized> {
+    pub q: &'a T,
+    pub k: &'a T,
+    pub v: &'a T,
+}
+
+// references only: copied whatever `T` is (a derive would ask `T: Copy`)
+impl<T: ?Sized> Clone for Qkv<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T: ?Sized> Copy for Qkv<'_, T> {}
+
+/// A query block: `n` queries from `q_start`, each seeing the keys `window` allows.
+#[derive(Debug, Clone, Copy)]
+pub struct QueryBlock {
+    pub q_start: usize,
+    pub n: usize,
+    pub window: KeyWindow,
+}
+
+/// How the tiles' logits and weights are made: raw q.k times `scale`, then `rule`; the
+/// weights are softmax, or Affine-Scaled with `affine`.
+#[derive(Debug, Clone, Copy)]
+pub struct Logits<'a> {
+    pub scale: f32,
+    pub rule: &'a TileLogits,
+    pub affine: Option<&'a AffineTile>,
+}
+
+/// One kv head's keys and values `[t, d]` (host).
+#[derive(Debug, Clone, Copy)]
+struct KeyValues<'a> {
+    k: &'a [f32],
+    v: &'a [f32],
+}
+
+/// One task's rows: the query heads sharing kv head `kv_head` of sequence `seq`, queries
+/// `q0 .. q0 + nq`.
+#[derive(Debug, Clone, Copy)]
+struct TaskRows {
+    seq: usize,
+    kv_head: usize,
+    q0: usize,
+    nq: usize,
+}
+
 /// Tile sizes (tests take small ones to cross every tile boundary).
 #[derive(Debug, Clone, Copy)]
 pub struct Tiles {
@@ -624,16 +676,22 @@ impl TaskBuffers {
 /// One task: the query heads `head0..head0 + groups` (sharing one kv head) of sequence
 /// `seq`, queries `q0..q0 + nq`. Returns their output rows `[groups * nq, d]` and table
 /// cells `[groups * nq, width]`, row `g * nq + qi`.
-#[allow(clippy::too_many_arguments)]
 fn task(
-    (q, k, v): (&[f32], &[f32], &[f32]),
+    qkv: Qkv<[f32]>,
     dims: Dims,
-    (seq, kv_head, q0, nq): (usize, usize, usize, usize),
-    (scale, logits_rule, affine): (f32, &TileLogits, Option<&AffineTile>),
+    rows: TaskRows,
+    logits: Logits,
     sinks: Option<&[f32]>,
     wants: Option<&RowWants>,
     tile: usize,
 ) -> (Vec<f32>, Vec<f32>) {
+    let TaskRows {
+        seq,
+        kv_head,
+        q0,
+        nq,
+    } = rows;
+    let Qkv { q, k, v } = qkv;
     let Dims {
         heads,
         kv,
@@ -658,18 +716,12 @@ fn task(
     let width = wants.map_or(1, RowWants::width);
     let kv_at = (seq * kv + kv_head) * t * d;
     let (k, v) = (&k[kv_at..kv_at + t * d], &v[kv_at..kv_at + t * d]);
-    let mut buf = TaskBuffers::new(q, dims, at, logits_rule);
-    online_pass(
-        &mut buf,
-        (k, v),
-        (dims, at),
-        (scale, logits_rule),
-        affine.is_none(),
-        wants,
-    );
+    let kv = KeyValues { k, v };
+    let mut buf = TaskBuffers::new(q, dims, at, logits.rule);
+    online_pass(&mut buf, kv, dims, at, logits, wants);
     let mut cells = vec![0f32; at.rows * width];
     let bands_of = |r: usize| r * at.n_bands..(r + 1) * at.n_bands;
-    let Some(affine) = affine else {
+    let Some(affine) = logits.affine else {
         for r in 0..at.rows {
             finish_row(
                 &buf.sums[r],
@@ -682,14 +734,7 @@ fn task(
         }
         return (buf.out, cells);
     };
-    let acc = affine_pass(
-        &mut buf,
-        (k, v),
-        (dims, at),
-        (scale, logits_rule),
-        affine,
-        wants,
-    );
+    let acc = affine_pass(&mut buf, kv, dims, at, logits, affine, wants);
     for r in 0..at.rows {
         finish_affine_row(
             &buf.sums[r],
@@ -708,12 +753,14 @@ fn task(
 /// Affine-Scaled weights take only the maximum and denominator here ([`affine_pass`]).
 fn online_pass(
     buf: &mut TaskBuffers,
-    (k, v): (&[f32], &[f32]),
-    (dims, at): (Dims, TaskAt),
-    (scale, logits_rule): (f32, &TileLogits),
-    weights_final: bool,
+    KeyValues { k, v }: KeyValues,
+    dims: Dims,
+    at: TaskAt,
+    logits: Logits,
     wants: Option<&RowWants>,
 ) {
+    let (scale, logits_rule) = (logits.scale, logits.rule);
+    let weights_final = logits.affine.is_none();
     let (d, n_bands) = (dims.d, at.n_bands);
     let online_wants = if weights_final { wants } else { None };
     for k0 in at.tile_starts() {
@@ -766,12 +813,14 @@ fn online_pass(
 /// alpha p + beta of every tile, their sums and bands, and the output.
 fn affine_pass(
     buf: &mut TaskBuffers,
-    (k, v): (&[f32], &[f32]),
-    (dims, at): (Dims, TaskAt),
-    (scale, logits_rule): (f32, &TileLogits),
+    KeyValues { k, v }: KeyValues,
+    dims: Dims,
+    at: TaskAt,
+    logits: Logits,
     affine: &AffineTile,
     wants: Option<&RowWants>,
 ) -> Vec<AffineSums> {
+    let (scale, logits_rule) = (logits.scale, logits.rule);
     let (d, n_bands) = (dims.d, at.n_bands);
     let mut acc = vec![AffineSums::default(); at.rows];
     for k0 in at.tile_starts() {
@@ -828,65 +877,39 @@ fn affine_pass(
 /// CPU tensors, their shapes do not fit (kv heads not dividing the heads, the block past
 /// `t`, sinks or the rule's tables shorter than the heads or `t`) or the block is empty.
 pub fn causal_attention(
-    (q, k, v): (&Tensor, &Tensor, &Tensor),
-    (q_start, n, window): (usize, usize, KeyWindow),
-    (scale, rule, affine): (f32, &TileLogits, Option<&AffineTile>),
+    qkv: Qkv<Tensor>,
+    block: QueryBlock,
+    logits: Logits,
     sinks: Option<&[f32]>,
     wants: Option<&RowWants>,
     tiles: Tiles,
 ) -> Result<Option<(Tensor, Tensor)>> {
-    let (b, heads, t, d) = q.dims4()?;
-    let kv = k.dim(1)?;
-    if n == 0
-        || q_start + n > t
-        || kv == 0
-        || heads % kv != 0
-        || v.dims4()? != k.dims4()?
-        || sinks.is_some_and(|s| s.len() < heads)
-        || affine.is_some_and(|a| {
-            sinks.is_some() || a.alpha.len() < b * heads * t || a.alpha_ma.len() < heads
-        })
-    {
+    let (b, heads, t, d) = qkv.q.dims4()?;
+    let kv = qkv.k.dim(1)?;
+    if !fits(qkv, block, logits, sinks)? {
         return Ok(None);
     }
     let tiles = Tiles {
         rows: tiles.rows.max(1),
         keys: tiles.keys.max(1),
     };
-    let short_table = match rule {
-        TileLogits::Plain | TileLogits::SoftCap { .. } => false,
-        TileLogits::Logn { head_scale } => head_scale.len() < heads,
-        TileLogits::Distance { a, m } => a.len() < t || m.len() < t,
-    };
-    if short_table {
-        return Ok(None);
-    }
     let dims = Dims {
         heads,
         kv,
         t,
         d,
-        window,
+        window: block.window,
     };
-    let groups = heads / kv;
-    let per_task = (tiles.rows / groups).clamp(1, n);
-    let width = wants.map_or(1, RowWants::width);
-    let tasks: Vec<(usize, usize, usize, usize)> = (0..b)
-        .flat_map(|seq| (0..kv).map(move |h| (seq, h)))
-        .flat_map(|(seq, h)| {
-            (0..n)
-                .step_by(per_task)
-                .map(move |at| (seq, h, q_start + at, per_task.min(n - at)))
-        })
-        .collect();
-    let computed = with_cpu_f32(q, |q| {
-        with_cpu_f32(k, |k| {
-            with_cpu_f32(v, |v| {
+    let per_task = (tiles.rows / (heads / kv)).clamp(1, block.n);
+    let tasks = task_rows(b, kv, block, per_task);
+    let computed = with_cpu_f32(qkv.q, |q| {
+        with_cpu_f32(qkv.k, |k| {
+            with_cpu_f32(qkv.v, |v| {
                 tasks
                     .par_iter()
-                    .map(|&at| {
-                        let logits = (scale, rule, affine);
-                        task((q, k, v), dims, at, logits, sinks, wants, tiles.keys)
+                    .map(|&rows| {
+                        let qkv = Qkv { q, k, v };
+                        task(qkv, dims, rows, logits, sinks, wants, tiles.keys)
                     })
                     .collect::<Vec<_>>()
             })
@@ -895,22 +918,82 @@ pub fn causal_attention(
     let Some(Some(Some(results))) = computed else {
         return Ok(None);
     };
-    // the tasks' rows into [batch, heads, n] order
+    let width = wants.map_or(1, RowWants::width);
+    let (out, table) = gather(&tasks, &results, b, dims, block, width);
+    Ok(Some((
+        Tensor::from_vec(out, (b, heads, block.n, d), &Device::Cpu)?,
+        Tensor::from_vec(table, (b * heads * block.n, width), &Device::Cpu)?,
+    )))
+}
+
+/// Whether the tiles can take the block: a non-empty block within `t`, kv heads dividing
+/// the heads, v shaped as k, sinks and the rule's tables long enough, and Affine-Scaled
+/// weights without sinks with alpha for every row.
+fn fits(
+    qkv: Qkv<Tensor>,
+    block: QueryBlock,
+    logits: Logits,
+    sinks: Option<&[f32]>,
+) -> Result<bool> {
+    let (b, heads, t, _) = qkv.q.dims4()?;
+    let kv = qkv.k.dim(1)?;
+    let short_table = match logits.rule {
+        TileLogits::Plain | TileLogits::SoftCap { .. } => false,
+        TileLogits::Logn { head_scale } => head_scale.len() < heads,
+        TileLogits::Distance { a, m } => a.len() < t || m.len() < t,
+    };
+    let bad = block.n == 0
+        || block.q_start + block.n > t
+        || kv == 0
+        || heads % kv != 0
+        || qkv.v.dims4()? != qkv.k.dims4()?
+        || sinks.is_some_and(|s| s.len() < heads)
+        || logits.affine.is_some_and(|a| {
+            sinks.is_some() || a.alpha.len() < b * heads * t || a.alpha_ma.len() < heads
+        })
+        || short_table;
+    Ok(!bad)
+}
+
+/// The tasks of a block: per sequence and kv head, its queries `per_task` at a time.
+fn task_rows(b: usize, kv: usize, block: QueryBlock, per_task: usize) -> Vec<TaskRows> {
+    let (q_start, n) = (block.q_start, block.n);
+    (0..b)
+        .flat_map(|seq| (0..kv).map(move |kv_head| (seq, kv_head)))
+        .flat_map(|(seq, kv_head)| {
+            (0..n).step_by(per_task).map(move |at| TaskRows {
+                seq,
+                kv_head,
+                q0: q_start + at,
+                nq: per_task.min(n - at),
+            })
+        })
+        .collect()
+}
+
+/// The tasks' output rows and table cells in `[batch, heads, n]` order.
+fn gather(
+    tasks: &[TaskRows],
+    results: &[(Vec<f32>, Vec<f32>)],
+    b: usize,
+    dims: Dims,
+    block: QueryBlock,
+    width: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    let (heads, d, n) = (dims.heads, dims.d, block.n);
+    let groups = heads / dims.kv;
     let mut out = vec![0f32; b * heads * n * d];
     let mut table = vec![0f32; b * heads * n * width];
-    for (&(seq, kv_head, q0, nq), (task_out, task_cells)) in tasks.iter().zip(&results) {
+    for (at, (task_out, task_cells)) in tasks.iter().zip(results) {
         for g in 0..groups {
-            let row = (seq * heads + kv_head * groups + g) * n + (q0 - q_start);
-            let from = g * nq;
+            let row = (at.seq * heads + at.kv_head * groups + g) * n + (at.q0 - block.q_start);
+            let (from, nq) = (g * at.nq, at.nq);
             out[row * d..(row + nq) * d].copy_from_slice(&task_out[from * d..(from + nq) * d]);
             table[row * width..(row + nq) * width]
                 .copy_from_slice(&task_cells[from * width..(from + nq) * width]);
         }
     }
-    Ok(Some((
-        Tensor::from_vec(out, (b, heads, n, d), &Device::Cpu)?,
-        Tensor::from_vec(table, (b * heads * n, width), &Device::Cpu)?,
-    )))
+    (out, table)
 }
 
 #[cfg(test)]
@@ -1140,9 +1223,21 @@ mod tests {
                     Tiles::default(),
                 ] {
                     let (out, table) = causal_attention(
-                        (&qt, &kt, &vt),
-                        (q_start, n, KeyWindow(window)),
-                        (scale as f32, &rule.tiles(t), None),
+                        Qkv {
+                            q: &qt,
+                            k: &kt,
+                            v: &vt,
+                        },
+                        QueryBlock {
+                            q_start,
+                            n,
+                            window: KeyWindow(window),
+                        },
+                        Logits {
+                            scale: scale as f32,
+                            rule: &rule.tiles(t),
+                            affine: None,
+                        },
                         sink,
                         Some(&wants),
                         tiles,
@@ -1199,9 +1294,21 @@ mod tests {
         } = inputs((b, heads, kv, t, d), 5, 1.0);
         let sinks = [0.5f32, -2.0];
         let (_, table) = causal_attention(
-            (&qt, &kt, &vt),
-            (0, t, KeyWindow::CAUSAL),
-            (0.5, &TileLogits::Plain, None),
+            Qkv {
+                q: &qt,
+                k: &kt,
+                v: &vt,
+            },
+            QueryBlock {
+                q_start: 0,
+                n: t,
+                window: KeyWindow::CAUSAL,
+            },
+            Logits {
+                scale: 0.5,
+                rule: &TileLogits::Plain,
+                affine: None,
+            },
             Some(&sinks),
             None,
             Tiles { rows: 2, keys: 3 },
@@ -1240,9 +1347,21 @@ mod tests {
             ..RowWants::default()
         };
         let (_, table) = causal_attention(
-            (&qt, &kt, &vt),
-            (3, 17, KeyWindow::CAUSAL),
-            (0.5, &TileLogits::Plain, None),
+            Qkv {
+                q: &qt,
+                k: &kt,
+                v: &vt,
+            },
+            QueryBlock {
+                q_start: 3,
+                n: 17,
+                window: KeyWindow::CAUSAL,
+            },
+            Logits {
+                scale: 0.5,
+                rule: &TileLogits::Plain,
+                affine: None,
+            },
             None,
             Some(&wants),
             Tiles { rows: 6, keys: 4 },
@@ -1281,9 +1400,21 @@ mod tests {
         };
         let sinks = [1000f32, 1000.0];
         let (out, table) = causal_attention(
-            (&qt, &kt, &vt),
-            (0, t, KeyWindow::CAUSAL),
-            (0.5, &TileLogits::Plain, None),
+            Qkv {
+                q: &qt,
+                k: &kt,
+                v: &vt,
+            },
+            QueryBlock {
+                q_start: 0,
+                n: t,
+                window: KeyWindow::CAUSAL,
+            },
+            Logits {
+                scale: 0.5,
+                rule: &TileLogits::Plain,
+                affine: None,
+            },
             Some(&sinks),
             Some(&wants),
             Tiles { rows: 2, keys: 5 },
@@ -1352,9 +1483,21 @@ mod tests {
                     Tiles::default(),
                 ] {
                     let (out, table) = causal_attention(
-                        (&qt, &kt, &vt),
-                        (q_start, n, KeyWindow::CAUSAL),
-                        (scale as f32, &TileLogits::Plain, Some(&affine)),
+                        Qkv {
+                            q: &qt,
+                            k: &kt,
+                            v: &vt,
+                        },
+                        QueryBlock {
+                            q_start,
+                            n,
+                            window: KeyWindow::CAUSAL,
+                        },
+                        Logits {
+                            scale: scale as f32,
+                            rule: &TileLogits::Plain,
+                            affine: Some(&affine),
+                        },
                         None,
                         Some(&wants),
                         tiles,

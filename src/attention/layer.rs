@@ -6,7 +6,7 @@ use candle_core::{DType, Device, Tensor, D};
 
 use super::affine_scaled::{activate, affine_weights};
 use super::cpu_affine::affine_rows;
-use super::cpu_flash::{causal_attention, AffineTile, TileLogits, Tiles};
+use super::cpu_flash::{causal_attention, AffineTile, Logits, Qkv, QueryBlock, TileLogits, Tiles};
 use super::cpu_softmax::causal_softmax;
 use super::fused_softmax::causal_softmax_rows;
 use super::gated::split_query_gate;
@@ -187,6 +187,41 @@ impl Attention {
         let s = &self.shape;
         let (b, t, _) = xs.dims3()?;
         let _p = phase("attention: q/k/v, norms, rope");
+        let (q, k, gate) = self.queries_and_keys(xs)?;
+        let whole = self.block_ctx(layer, 0, t, t);
+        // TransformerLens' hook points and layout: [batch, pos, head, d_head], before and
+        // after RoPE
+        push(probe, Hook::Q, &whole, || Ok(q.clone()))?;
+        push(probe, Hook::K, &whole, || Ok(k.clone()))?;
+        let q = rope.apply(&q.transpose(1, 2)?.contiguous()?)?;
+        let k = rope.apply(&k.transpose(1, 2)?.contiguous()?)?;
+        push(probe, Hook::RotQ, &whole, || Ok(q.transpose(1, 2)?))?;
+        push(probe, Hook::RotK, &whole, || Ok(k.transpose(1, 2)?))?;
+        let v = self
+            .v_proj
+            .forward(xs)?
+            .reshape((b, t, s.kv_heads, s.head_dim))?
+            .transpose(1, 2)?
+            .contiguous()?;
+        let alpha = self.alpha(xs, &whole, probe)?;
+        let gate = self.gate(gate, &whole, probe)?;
+        Ok(Projected {
+            q,
+            k,
+            v,
+            gate,
+            alpha,
+            host_sinks: self.host_sinks(xs)?,
+            t,
+        })
+    }
+
+    /// q `[b, t, heads, d]` and k `[b, t, kv, d]` of `xs` after their QK-norm (of the whole
+    /// projections for OLMo 2, per head otherwise), and the gate's logits of a gated layer
+    /// (split from the query projection).
+    fn queries_and_keys(&self, xs: &Tensor) -> Result<(Tensor, Tensor, Option<Tensor>)> {
+        let s = &self.shape;
+        let (b, t, _) = xs.dims3()?;
         let q_out = self.q_proj.forward(xs)?;
         let k_out = self.k_proj.forward(xs)?;
         // OLMo 2 normalises the whole projections, before they are split into heads
@@ -207,57 +242,52 @@ impl Attention {
             (Some(q_norm), Some(k_norm), false) => (q_norm.forward(&q)?, k_norm.forward(&k)?),
             _ => (q, k),
         };
-        let whole = self.block_ctx(layer, 0, t, t);
-        // TransformerLens' hook points and layout: [batch, pos, head, d_head], before and
-        // after RoPE
-        push(probe, Hook::Q, &whole, || Ok(q.clone()))?;
-        push(probe, Hook::K, &whole, || Ok(k.clone()))?;
-        let q = rope.apply(&q.transpose(1, 2)?.contiguous()?)?;
-        let k = rope.apply(&k.transpose(1, 2)?.contiguous()?)?;
-        push(probe, Hook::RotQ, &whole, || Ok(q.transpose(1, 2)?))?;
-        push(probe, Hook::RotK, &whole, || Ok(k.transpose(1, 2)?))?;
-        let v = self
-            .v_proj
-            .forward(xs)?
-            .reshape((b, t, s.kv_heads, s.head_dim))?
+        Ok((q, k, gate))
+    }
+
+    /// Affine-Scaled alpha `[b, heads, t]` of `xs` (f32), pushed as `Alpha`; none for other
+    /// variants.
+    fn alpha(
+        &self,
+        xs: &Tensor,
+        whole: &BlockCtx,
+        probe: &mut dyn Probe,
+    ) -> Result<Option<Tensor>> {
+        let Some(proj) = &self.alpha_proj else {
+            return Ok(None);
+        };
+        let raw = proj.forward(xs)?.to_dtype(DType::F32)?;
+        let alpha = activate(&raw, self.shape.affine.activation)?
             .transpose(1, 2)?
             .contiguous()?;
-        let alpha = match &self.alpha_proj {
-            Some(proj) => {
-                let raw = proj.forward(xs)?.to_dtype(DType::F32)?;
-                let alpha = activate(&raw, s.affine.activation)?
-                    .transpose(1, 2)?
-                    .contiguous()?;
-                push(probe, Hook::Alpha, &whole, || Ok(alpha.clone()))?;
-                Some(alpha)
-            }
-            None => None,
+        push(probe, Hook::Alpha, whole, || Ok(alpha.clone()))?;
+        Ok(Some(alpha))
+    }
+
+    /// The sigmoid gate of the gate's logits `gate`, pushed as `Gate` (f32).
+    fn gate(
+        &self,
+        gate: Option<Tensor>,
+        whole: &BlockCtx,
+        probe: &mut dyn Probe,
+    ) -> Result<Option<Tensor>> {
+        let Some(g) = gate else {
+            return Ok(None);
         };
-        let gate = match gate {
-            Some(g) => {
-                let g = candle_nn::ops::sigmoid(&g.contiguous()?)?;
-                push(probe, Hook::Gate, &whole, || Ok(g.to_dtype(DType::F32)?))?;
-                Some(g)
-            }
-            None => None,
-        };
-        // host copies of the sink logits for the CPU kernels (not on other devices, where
-        // the copy would wait for the device, nor when the sinks are being trained)
-        let host_sinks = match &self.sink_logits {
+        let g = candle_nn::ops::sigmoid(&g.contiguous()?)?;
+        push(probe, Hook::Gate, whole, || Ok(g.to_dtype(DType::F32)?))?;
+        Ok(Some(g))
+    }
+
+    /// Host copies of the sink logits for the CPU kernels (not on other devices, where the
+    /// copy would wait for the device, nor when the sinks are being trained).
+    fn host_sinks(&self, xs: &Tensor) -> Result<Option<Vec<f32>>> {
+        match &self.sink_logits {
             Some(sink) if xs.device().is_cpu() && !sink.track_op() => {
-                Some(sink.flatten_all()?.to_vec1::<f32>()?)
+                Ok(Some(sink.flatten_all()?.to_vec1::<f32>()?))
             }
-            _ => None,
-        };
-        Ok(Projected {
-            q,
-            k,
-            v,
-            gate,
-            alpha,
-            host_sinks,
-            t,
-        })
+            _ => Ok(None),
+        }
     }
 
     /// What [`plan`] decides from for this layer.
@@ -309,10 +339,24 @@ impl Attention {
         for (q_start, n) in query_blocks(p.t, block) {
             let ctx = self.block_ctx(layer, q_start, n, p.t);
             let _p = phase("attention: flash tiles (q.k, softmax, row table, values)");
+            let block = QueryBlock {
+                q_start,
+                n,
+                window: self.shape.window,
+            };
+            let logits = Logits {
+                scale,
+                rule: &rule,
+                affine: affine.as_ref(),
+            };
             let (out, table) = causal_attention(
-                (&p.q, &p.k, &p.v),
-                (q_start, n, self.shape.window),
-                (scale, &rule, affine.as_ref()),
+                Qkv {
+                    q: &p.q,
+                    k: &p.k,
+                    v: &p.v,
+                },
+                block,
+                logits,
                 p.host_sinks.as_deref(),
                 wants.as_ref(),
                 Tiles::default(),
