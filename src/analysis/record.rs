@@ -42,8 +42,7 @@ pub struct RunRecord {
     /// A partial result's own description (`analyze --shard`, `merge --partial`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub partial: Option<PartialInfo>,
-    /// `--profile`: calls, host and total seconds by phase.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// `--profile`: calls, host and total seconds by phase (null without it).
     pub profile: Option<BTreeMap<String, ProfilePhase>>,
     /// A merge: the shards merged and the run's fingerprint.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -13,9 +13,11 @@
 //! ```
 //!
 //! Training that finished with the same options is reused unless `--force`. The runs
-//! train in parallel threads with one compute thread each (each in a rayon pool of its own
-//! of one thread, unless `RAYON_NUM_THREADS` says otherwise): on a small model that is
-//! faster than sharing the cores per matmul. Nothing of the process is changed.
+//! train in parallel threads with one compute thread each: on a small model that is faster
+//! than sharing the cores per matmul. The compute threads of candle's and rayon's pools are
+//! read from the environment once per process, so the binary's `main`, which owns the
+//! process, sets `RAYON_NUM_THREADS=1` for `demo` (unless the environment sets it); the
+//! library changes nothing of the process.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -342,11 +344,9 @@ fn train_all(
                     }
                     None => {
                         let bar = bars.add(step_bar(quiet, opts.steps, label));
-                        let summary = one_compute_thread()?.install(|| {
-                            train::train(opts, &process.staging, &mut |row| {
-                                bar.set_position(row.step as u64);
-                                bar.set_message(format!("loss {:.3}", row.loss));
-                            })
+                        let summary = train::train(opts, &process.staging, &mut |row| {
+                            bar.set_position(row.step as u64);
+                            bar.set_message(format!("loss {:.3}", row.loss));
                         });
                         bar.finish();
                         summary
@@ -375,18 +375,6 @@ fn analyze_in_process(run: Run, out: &Path, quiet: bool, process: &Process) -> R
         .into_iter()
         .find(|t| t.name == ATTENTION.name)
         .ok_or_else(|| Error::input(out, "the analysis wrote no attention table"))
-}
-
-/// A rayon pool of its own for one training run: one compute thread, unless
-/// `RAYON_NUM_THREADS` asks for more (rayon's default reads it; it is only read).
-fn one_compute_thread() -> Result<rayon::ThreadPool> {
-    let mut builder = rayon::ThreadPoolBuilder::new();
-    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
-        builder = builder.num_threads(1);
-    }
-    builder
-        .build()
-        .map_err(|e| Error::failed("cannot start a training thread pool", e))
 }
 
 /// The tokenizer the three runs share: `DIR/tokenizer.json`, trained on the training text
