@@ -1,19 +1,22 @@
 //! `--profile`: where a run's time goes, phase by phase (q/k/v projections, the attention
 //! blocks' products and softmax, the MLP, logits, NLL, copies of metric tables). Off by
-//! default, when a phase costs one relaxed atomic load. On, a phase waits for the device at
+//! default, when a phase costs one thread-local read. On, a phase waits for the device at
 //! its end, so its "total" includes the device work it queued; "host" is the time the host
 //! spent queueing that work. Their difference is device time the host was not waiting for;
 //! summed over phases, "host" close to "total" means the run is bound by the host.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use candle_core::Device;
 
-static ON: AtomicBool = AtomicBool::new(false);
-static STATE: Mutex<Option<State>> = Mutex::new(None);
+thread_local! {
+    /// The recording of this thread's run (a run's forward passes and metrics run on the
+    /// thread that called it): no state is shared between threads, so a run profiled in one
+    /// thread leaves the runs of others untouched.
+    static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
+}
 
 /// The device to wait for and the time recorded per phase.
 struct State {
@@ -29,20 +32,22 @@ pub struct Totals {
     pub total: Duration,
 }
 
-/// Starts recording phases on `device` (and forgets earlier ones).
+/// Starts recording this thread's phases on `device` (and forgets earlier ones).
 pub fn enable(device: &Device) {
-    *STATE.lock().unwrap_or_else(|e| e.into_inner()) = Some(State {
-        device: device.clone(),
-        phases: BTreeMap::new(),
+    STATE.with_borrow_mut(|state| {
+        *state = Some(State {
+            device: device.clone(),
+            phases: BTreeMap::new(),
+        })
     });
-    ON.store(true, Ordering::Relaxed);
 }
 
 /// A phase that ends when the returned guard is dropped.
 pub fn phase(name: &'static str) -> Phase {
+    let on = STATE.with_borrow(Option::is_some);
     Phase {
         name,
-        started: ON.load(Ordering::Relaxed).then(Instant::now),
+        started: on.then(Instant::now),
     }
 }
 
@@ -58,29 +63,25 @@ impl Drop for Phase {
         let Some(started) = self.started else {
             return;
         };
-        let mut state = STATE.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(state) = state.as_mut() else {
-            return;
-        };
-        let host = started.elapsed();
-        // a failed wait shows up as a short total; the run itself reports device errors
-        let _ = state.device.synchronize();
-        let total = started.elapsed();
-        let t = state.phases.entry(self.name).or_default();
-        t.calls += 1;
-        t.host += host;
-        t.total += total;
+        STATE.with_borrow_mut(|state| {
+            let Some(state) = state.as_mut() else {
+                return;
+            };
+            let host = started.elapsed();
+            // a failed wait shows up as a short total; the run itself reports device errors
+            let _ = state.device.synchronize();
+            let total = started.elapsed();
+            let t = state.phases.entry(self.name).or_default();
+            t.calls += 1;
+            t.host += host;
+            t.total += total;
+        });
     }
 }
 
-/// The phases recorded since [`enable`], by name.
+/// The phases this thread recorded since [`enable`], by name.
 pub fn totals() -> BTreeMap<&'static str, Totals> {
-    STATE
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()
-        .map(|s| s.phases.clone())
-        .unwrap_or_default()
+    STATE.with_borrow(|state| state.as_ref().map(|s| s.phases.clone()).unwrap_or_default())
 }
 
 /// The phases as a table, longest first, with the run's `elapsed` time for scale.

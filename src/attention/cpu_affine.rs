@@ -17,7 +17,8 @@ use crate::error::Result;
 pub(crate) fn beta(
     alpha: f32,
     alpha_ma: f32,
-    (i, seq_len): (usize, usize),
+    i: usize,
+    seq_len: usize,
     beta_length: BetaLength,
 ) -> f32 {
     let diff = alpha_ma - alpha;
@@ -67,7 +68,7 @@ pub fn affine_rows(
             .for_each(|(row, (out, p))| {
                 let i = q_start + row % n;
                 let a = alpha[row];
-                let beta = beta(a, alpha_ma[(row / n) % h], (i, seq_len), beta_length);
+                let beta = beta(a, alpha_ma[(row / n) % h], i, seq_len, beta_length);
                 let (visible, invisible) = out.split_at_mut(i + 1);
                 for (o, &p) in visible.iter_mut().zip(p) {
                     o.write(affine_weight(a, p, beta));

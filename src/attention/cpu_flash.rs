@@ -842,7 +842,8 @@ fn affine_pass(
             let beta = beta(
                 alpha,
                 affine.alpha_ma[head],
-                (i, affine.seq_len),
+                i,
+                affine.seq_len,
                 affine.beta_length,
             );
             let x = &buf.logits[row + lo..row + hi];

@@ -1,7 +1,11 @@
 //! The one place that decides how a layer's query blocks are computed: from the variant,
 //! the device and dtype, whether anything trains, and what the probe asked for, [`plan`]
 //! picks one [`Kernel`], and `Attention::forward` matches it once. A kernel is only ever
-//! asked to compute what it can: none of them falls back to another.
+//! asked to compute what it can: none of them falls back to another. The plan is made for
+//! the run's metrics alone: probes attached beside them (`probe::ProbeSet` observers, a
+//! `CaptureProbe`) never change it; the attention tensors they want are materialised for
+//! them with candle ops in a pass of their own after the layer's kernel ran (the phase
+//! "attention: blocks materialised for observers" of `--profile`).
 
 use crate::probe::row_table::{RowWants, MAX_BANDS};
 pub use crate::probe::Kernel;

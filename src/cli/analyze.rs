@@ -354,7 +354,11 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str, process: &Proces
         return Ok(());
     }
     stage_tables(&mut out, &output, &record)?;
-    let written = commit_tables(out, (args.figures, args.quiet))?;
+    let flags = FigureFlags {
+        figures: args.figures,
+        quiet: args.quiet,
+    };
+    let written = commit_tables(out, flags)?;
     print_results(&output, &run.options.metrics, &written, &args)?;
     if args.profile {
         eprint!("{}", crate::profile::report(started.elapsed()));
@@ -362,14 +366,19 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str, process: &Proces
     Ok(())
 }
 
+/// What a command asks of its figures: drawn (`--figures`), their notes printed unless
+/// `--quiet`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FigureFlags {
+    pub figures: bool,
+    pub quiet: bool,
+}
+
 /// Moves staged tables into place (with the figures when `--figures` asks), printing the
-/// figures' notes unless `quiet`.
-pub(super) fn commit_tables(
-    out: OutputDir,
-    (figures, quiet): (bool, bool),
-) -> Result<Vec<PathBuf>> {
-    let committed = results::commit_tables(out, figures)?;
-    if !quiet {
+/// figures' notes unless `--quiet`.
+pub(super) fn commit_tables(out: OutputDir, flags: FigureFlags) -> Result<Vec<PathBuf>> {
+    let committed = results::commit_tables(out, flags.figures)?;
+    if !flags.quiet {
         for note in &committed.notes {
             eprintln!("asa-analyze: note: {note}");
         }

@@ -115,13 +115,11 @@ pub fn run(args: DemoArgs, process: &Process) -> Result<()> {
     let (settings, held_out) = demo_settings(&args)?;
     let base = settings.options(VariantKind::Softmax, out.clone())?;
     let tokenizer = shared_tokenizer(&base, &out, args.force)?;
-    let summaries = train_all(
-        &settings,
-        &tokenizer,
-        &out,
-        (args.force, args.quiet),
-        process,
-    )?;
+    let reuse = Reuse {
+        force: args.force,
+        quiet: args.quiet,
+    };
+    let summaries = train_all(&settings, &tokenizer, &out, reuse, process)?;
     let trained_at = started.elapsed().as_secs_f64();
 
     let results = out.join("results");
@@ -310,13 +308,20 @@ fn paper_tables_of_demo(
     Ok(())
 }
 
+/// Whether finished training runs are redone (`--force`) and progress is shown.
+#[derive(Debug, Clone, Copy)]
+struct Reuse {
+    force: bool,
+    quiet: bool,
+}
+
 /// Trains every method in parallel (a finished run with the same options is reused unless
 /// `force`), one progress bar each.
 fn train_all(
     settings: &TrainSettings,
     tokenizer: &Path,
     out: &Path,
-    (force, quiet): (bool, bool),
+    Reuse { force, quiet }: Reuse,
     process: &Process,
 ) -> Result<Vec<TrainSummary>> {
     let mut plans = Vec::new();

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use super::analyze::commit_tables;
+use super::analyze::{commit_tables, FigureFlags};
 use super::choice::choice;
 use super::Process;
 use crate::analysis::partial::{merge_partials, stage_partial};
@@ -63,7 +63,11 @@ pub fn run(args: MergeArgs, process: &Process) -> Result<()> {
             ..merged.run_record(&output, "merge")
         };
         stage_tables(&mut out, &output, &record)?;
-        commit_tables(out, (args.figures, args.quiet))?;
+        let flags = FigureFlags {
+            figures: args.figures,
+            quiet: args.quiet,
+        };
+        commit_tables(out, flags)?;
     }
     if !args.quiet {
         let what = match args.partial {

@@ -78,7 +78,8 @@ impl FirstToken {
     /// before. Rows whose window hides the first token hold 0 and leave the counts.
     pub fn add_pools(
         &mut self,
-        (layer, seq_offset): (usize, usize),
+        layer: usize,
+        seq_offset: usize,
         queries: Range<usize>,
         counted: &[Pool],
         early: &[Pool],
@@ -189,7 +190,7 @@ impl Accumulator for FirstToken {
                 let p = rows.pools;
                 let queries = b.q_start..b.q_start + b.q_len;
                 let (counted, early) = (&p.counted[FIRST], &p.early[FIRST]);
-                self.add_pools((b.layer, b.seq_offset), queries, counted, early);
+                self.add_pools(b.layer, b.seq_offset, queries, counted, early);
             }
         }
         Ok(())

@@ -17,7 +17,8 @@
 //!      (or `Metric::on_request` when it costs more than the others);
 //!    - the accumulator, with `impl Merge` (exact) and `impl Accumulator`: `needs` says
 //!      what it reads ([`Needs`]: row-table columns, q.k or sink sums, the block's weights,
-//!      a once-per-layer tensor), `add` reads those fields of the [`Event`], `finish`
+//!      a once-per-layer tensor), `add` reads those fields of the [`Event`] (the same
+//!      [`BlockEvent`] whichever kernel ran: never ask which), `finish`
 //!      inserts a result into [`ModelMetrics`];
 //!    - the result (`serde::Serialize`) with `impl MetricResult`: its rows of the section 6
 //!      tables ([`tables::TableRows`]);
@@ -28,7 +29,10 @@
 //! it. A command of its own is a line in `cli/mod.rs`; its test against a float64 reference
 //! (a script in `tools/`, its output under `tests/fixtures/`) goes in `tests/it/metrics.rs`.
 //! Only a metric that needs a per-row sum no kernel computes yet also touches the kernels: a
-//! row-table column (`probe::row_table`, filled by the row pass and the flash tiles).
+//! row-table column (a variant of `probe::row_columns::RowColumn`, from which build.rs
+//! writes the CUDA header; filled by the row pass, the flash tiles and the CUDA kernels). A
+//! new table is one declaration in `export/schema.rs`, which its writer, `figures` and the
+//! Python frames use.
 
 pub mod accumulator;
 pub mod alpha_gate;
