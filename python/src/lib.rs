@@ -12,7 +12,6 @@ use std::path::PathBuf;
 
 use asa_analyze::analysis::partial::merge_partials;
 use asa_analyze::analysis::record::RunRecord;
-use asa_analyze::analysis::results::write_results;
 use asa_analyze::analysis::shard::Shard;
 use asa_analyze::analysis::{CancelToken, ModelSource, Run, RunEvents, RunOptions, RunOutput};
 use asa_analyze::attention::VariantKind;
@@ -22,6 +21,7 @@ use asa_analyze::export::{schema, to_frame, Format, OutputDir, StagingWatch, Tab
 use asa_analyze::metrics::Metric;
 use asa_analyze::paper::runs::Input;
 use asa_analyze::paper::{paper_tables, render, Method, RunSet, ValueOptions};
+use asa_analyze::results::write_results;
 use asa_analyze::stats::report::{self, CurvesOptions, GradStatsOptions, LogInputs, SpikesOptions};
 use asa_analyze::stats::StepWindow;
 use asa_analyze::Error;

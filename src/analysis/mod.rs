@@ -7,7 +7,6 @@ pub mod inspect;
 pub mod partial;
 pub mod plan;
 pub mod record;
-pub mod results;
 mod run;
 pub mod schedule;
 pub mod series;

@@ -17,7 +17,6 @@ use super::Process;
 use crate::analysis::partial::{shard_info, stage_partial};
 use crate::analysis::plan::parse_bytes;
 use crate::analysis::record::{ModelRecord, ProfilePhase};
-use crate::analysis::results::{self, stage_tables};
 use crate::analysis::shard::Shard;
 use crate::analysis::{kernel_layers, ModelSource, Run, RunEvents, RunOptions, RunOutput};
 use crate::attention::VariantKind;
@@ -27,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::export::{Format, OutputDir};
 use crate::metrics::entropy::EntropyOf;
 use crate::metrics::{Metric, ModelMetrics};
+use crate::results::{self, stage_tables};
 
 /// Options shared by every metric command.
 #[derive(Debug, clap::Args)]

@@ -30,7 +30,6 @@ use super::stdout::with_stdout;
 use super::tables::{record as tables_record, write_tables};
 use super::train::{step_bar, TrainSettings};
 use super::Process;
-use crate::analysis::results::stage_tables;
 use crate::analysis::series::find_series;
 use crate::analysis::{ModelSource, Run, RunOptions};
 use crate::attention::VariantKind;
@@ -41,6 +40,7 @@ use crate::export::{Column, Format, OutputDir, Table};
 use crate::paper::runs::Input;
 use crate::paper::{paper_tables, RunSet, ValueOptions};
 use crate::plot::{self, FigureOptions};
+use crate::results::stage_tables;
 use crate::stats::report::{
     self, CurvesOptions, GradStatsOptions, LogFiles, LogInputs, SpikesOptions,
 };

@@ -11,9 +11,9 @@ use super::choice::choice;
 use super::Process;
 use crate::analysis::partial::{merge_partials, stage_partial};
 use crate::analysis::record::RunRecord;
-use crate::analysis::results::stage_tables;
 use crate::error::Result;
 use crate::export::{Format, OutputDir};
+use crate::results::stage_tables;
 
 /// Arguments of `merge`.
 #[derive(Debug, clap::Args)]

@@ -1,12 +1,14 @@
 //! Writing a run's results as `analyze --out DIR` does: every section 6 table and run.json
 //! staged, the figures rendered from the staged tables when asked (so tables and figures
 //! appear together or not at all), then everything moved into place. The CLI, `demo`,
-//! `merge` and the Python package's `Result.write()` all write through here.
+//! `merge` and the Python package's `Result.write()` all write through here. It sits above
+//! `analysis` and `plot`, so that `analysis` need not import `plot`, which reads
+//! `analysis::record`.
 
 use std::path::{Path, PathBuf};
 
-use super::record::RunRecord;
-use super::RunOutput;
+use crate::analysis::record::RunRecord;
+use crate::analysis::RunOutput;
 use crate::error::Result;
 use crate::export::{Format, OutputDir, StagingWatch};
 
