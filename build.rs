@@ -1,6 +1,7 @@
 //! Writes the CUDA header of the row table's layout (`$OUT_DIR/row_table.h`, from
 //! src/probe/row_columns.rs, the one definition the library also reads). With the `cuda`
-//! feature, compiles src/cuda/kernels.cu (which includes that header) to PTX with the
+//! feature, compiles src/cuda/kernels.cu and src/cuda/flash.cu (which include that header)
+//! to PTX, one module each, with the
 //! toolkit's nvcc (`NVCC`, else `nvcc` on PATH) for `CUDA_COMPUTE_CAP` (e.g. 90; default
 //! 80: the driver compiles the PTX for newer GPUs at load time).
 
@@ -14,6 +15,7 @@ mod row_columns {
 
 fn main() {
     println!("cargo:rerun-if-changed=src/cuda/kernels.cu");
+    println!("cargo:rerun-if-changed=src/cuda/flash.cu");
     println!("cargo:rerun-if-changed=src/probe/row_columns.rs");
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     println!("cargo:rerun-if-env-changed=NVCC");
@@ -24,22 +26,24 @@ fn main() {
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
         return;
     }
-    let out = out_dir.join("asa_kernels.ptx");
     let cap: String = std::env::var("CUDA_COMPUTE_CAP")
         .unwrap_or_else(|_| "80".into())
         .chars()
         .filter(char::is_ascii_digit)
         .collect();
     let nvcc = std::env::var("NVCC").unwrap_or_else(|_| "nvcc".into());
-    let status = Command::new(&nvcc)
-        .args(["--ptx", "-O3", "-std=c++17"])
-        .arg(format!("-arch=compute_{cap}"))
-        .arg("-I")
-        .arg(&out_dir)
-        .arg("src/cuda/kernels.cu")
-        .arg("-o")
-        .arg(&out)
-        .status()
-        .unwrap_or_else(|err| panic!("the cuda feature needs nvcc ({nvcc}): {err}"));
-    assert!(status.success(), "nvcc failed on src/cuda/kernels.cu");
+    for (source, ptx) in [("kernels", "asa_kernels"), ("flash", "asa_flash")] {
+        let source = format!("src/cuda/{source}.cu");
+        let status = Command::new(&nvcc)
+            .args(["--ptx", "-O3", "-std=c++17"])
+            .arg(format!("-arch=compute_{cap}"))
+            .arg("-I")
+            .arg(&out_dir)
+            .arg(&source)
+            .arg("-o")
+            .arg(out_dir.join(format!("{ptx}.ptx")))
+            .status()
+            .unwrap_or_else(|err| panic!("the cuda feature needs nvcc ({nvcc}): {err}"));
+        assert!(status.success(), "nvcc failed on {source}");
+    }
 }

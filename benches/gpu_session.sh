@@ -5,12 +5,14 @@
 # target-gpu/lib-tests.xz (both built elsewhere by benches/pack_gpu.sh); writes reports to
 # ${OUT:-/tmp/gpu_out}.
 #
-#   bash benches/gpu_session.sh [unit] [verify] [bench] [probe]
+#   bash benches/gpu_session.sh [unit] [verify] [bench] [long] [probe]
 #
 # unit:   the cuda feature's unit tests (CUDA kernels against the CPU row pass).
 # verify: benches/gpu_verify.py on every fixture (CPU f32 vs CUDA f32 / bf16).
 # bench:  benches/side_by_side.py, Llama-3.2-1B shape, 10 x 1024 bf16, batch 10 and 1 (the
 #         Python runs after one untimed pass, asa-analyze cold).
+# long:   SmolLM2-135M shape (random weights), 1 x 32,768 tokens, bf16, every metric, beside
+#         the transformers SDPA forward.
 # probe:  asa-analyze alone on the same case with other settings (what the time goes to).
 # kernels: GPU time per kernel (Nsight Compute, clocks as in a plain run) of asa-analyze on
 #         NSEQ x 1024 tokens (NSEQ=2 unless set), one batch.
@@ -28,7 +30,11 @@ unpack() {
 unpack target-gpu/asa-analyze.xz "$ASA"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 echo "binaries built at commit $(cat target-gpu/COMMIT 2>/dev/null || echo unknown)" | tee -a "$OUT/gpu.txt"
-steps=${*:-unit verify bench probe}
+steps=${*:-unit verify bench long probe}
+CORE=first_token,weight_sum,entropy,head_total,nll
+summary() {
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results']; print(json.dumps({k: {m: v for m, v in x.items() if m in ('wall_s','inner_s','seconds','peak_gpu_gib','error')} for k, x in r.items() if isinstance(x, dict) and 'wall_s' in x}))" "$1" | tee -a "$OUT/bench.txt"
+}
 needs_model() {
     [ -d /tmp/b1 ] || python3 benches/transformers_way.py --make-random /tmp/b1 --shape 1b --dtype bfloat16
 }
@@ -43,11 +49,24 @@ for step in $steps; do
         ;;
     bench)
         needs_model
-        for bs in 10 1; do
-            python3 benches/side_by_side.py --model /tmp/b1 --seq-len 1024 --num-seqs 10 --device cuda \
-                --dtype bfloat16 --asa "$ASA" --batch-size $bs --warmup 1 --json-out "$OUT/gpu_1b_bs$bs.json" >/dev/null
-            python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results']; print(json.dumps({k: {m: v for m, v in x.items() if m in ('wall_s','inner_s','peak_gpu_gib','error')} for k, x in r.items() if isinstance(x, dict) and 'wall_s' in x}))" "$OUT/gpu_1b_bs$bs.json"
+        for run in "10 core" "1 core" "10 all"; do
+            set -- $run
+            # transformers' eager run (its metrics beside ours) once, on the first case
+            skip=$([ "$1 $2" = "10 core" ] || echo --skip-eager)
+            python3 benches/side_by_side.py $skip --model /tmp/b1 --seq-len 1024 --num-seqs 10 --device cuda \
+                --dtype bfloat16 --asa "$ASA" --batch-size $1 --warmup 1 --asa-metrics ${2/core/$CORE} \
+                --json-out "$OUT/gpu_1b_bs$1_$2.json" >/dev/null
+            echo "batch $1, metrics $2:"
+            summary "$OUT/gpu_1b_bs$1_$2.json"
         done
+        ;;
+    long)
+        [ -d /tmp/smol ] || python3 benches/transformers_way.py --make-random /tmp/smol --shape smollm2 --dtype bfloat16
+        python3 benches/side_by_side.py --model /tmp/smol --seq-len 32768 --num-seqs 1 --device cuda \
+            --dtype bfloat16 --asa "$ASA" --batch-size 1 --warmup 1 --skip-eager --asa-metrics all \
+            --json-out "$OUT/gpu_smollm2_32k.json" >/dev/null
+        echo "SmolLM2 shape, 1 x 32768, every metric:"
+        summary "$OUT/gpu_smollm2_32k.json"
         ;;
     probe)
         # steady state: the time of 20 sequences minus that of 10 is 10 sequences' worth

@@ -8,7 +8,7 @@ Modes (one per process, so peak memory is the mode's own):
 Usage:
   python benches/transformers_way.py --model CKPT --ids windows.json --mode eager \
       --device cpu|cuda --dtype float32|bfloat16 [--batch-size 1] [--metrics-out m.json]
-  python benches/transformers_way.py --make-random DIR --shape 1b|30m|smollm   # writes a checkpoint
+  python benches/transformers_way.py --make-random DIR --shape 1b|smollm2|30m   # writes a checkpoint
 
 Prints one JSON line: mode, seconds, tokens_per_second, peak memory (RSS on CPU from
 ru_maxrss, device memory on GPU from torch.cuda.max_memory_allocated), and the metrics.
@@ -28,6 +28,10 @@ SHAPES = {
                num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072, tie_word_embeddings=True,
                rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+    # SmolLM2-135M shape (random weights), positions up to 32k
+    "smollm2": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                    num_key_value_heads=3, vocab_size=49152, max_position_embeddings=32768, tie_word_embeddings=True,
+                    rope_theta=100000.0),
     # about 30M parameters
     "30m": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8,
                 num_key_value_heads=4, vocab_size=8192, max_position_embeddings=2048, tie_word_embeddings=True),

@@ -314,6 +314,7 @@ impl Attention {
             plain_logits: matches!(self.logit_rule, LogitRule::Plain),
             windowed: self.shape.window.restricts(p.t),
             softcapped: matches!(self.logit_rule, LogitRule::SoftCap { .. }),
+            head_dim: self.shape.head_dim,
             affine: p.alpha.is_some(),
             alpha_ma: self.alpha_ma.is_some(),
             rows: probe.row_request(layer),
@@ -331,6 +332,10 @@ impl Attention {
         block: usize,
         probe: &mut dyn Probe,
     ) -> Result<Vec<Tensor>> {
+        #[cfg(feature = "cuda")]
+        if p.q.device().is_cuda() {
+            return self.gpu_flash_blocks(p, layer, block, probe);
+        }
         // the scale of the other kernels, rounded to f32
         let scale = self.shape.scale as f32;
         let (rule, affine) = self.tile_logits(p)?;
@@ -369,6 +374,83 @@ impl Attention {
             probe.on_block_end(&ctx)?;
         }
         Ok(outputs)
+    }
+
+    /// [`Kernel::FlashTiles`] on a GPU (`cuda::flash`): each block's output and row table.
+    #[cfg(feature = "cuda")]
+    fn gpu_flash_blocks(
+        &self,
+        p: &Projected,
+        layer: usize,
+        block: usize,
+        probe: &mut dyn Probe,
+    ) -> Result<Vec<Tensor>> {
+        use crate::cuda::flash::{causal_attention, FlashLogits};
+        let (rule, affine) = self.device_tile_logits(p)?;
+        let sinks = match &self.sink_logits {
+            Some(s) => Some(s.to_dtype(DType::F32)?),
+            None => None,
+        };
+        let logits = FlashLogits {
+            scale: self.shape.scale as f32,
+            rule: &rule,
+            affine: affine.as_ref(),
+            sinks: sinks.as_ref(),
+        };
+        let wants = probe.row_request(layer);
+        let mut outputs = Vec::new();
+        for (q_start, n) in query_blocks(p.t, block) {
+            let ctx = self.block_ctx(layer, q_start, n, p.t);
+            let _p = phase("attention: flash tiles (q.k, softmax, row table, values)");
+            let block = QueryBlock {
+                q_start,
+                n,
+                window: self.shape.window,
+            };
+            let (out, table) = causal_attention((&p.q, &p.k, &p.v), block, logits, wants.as_ref())?
+                .ok_or_else(|| unplanned("flash tiles on the GPU"))?;
+            if wants.is_some() {
+                probe.on_row_table(&ctx, &table)?;
+            }
+            outputs.push(out);
+            probe.on_block_end(&ctx)?;
+        }
+        Ok(outputs)
+    }
+
+    /// The GPU tiles' logit rule and Affine-Scaled alpha and alpha_ma, on the device.
+    #[cfg(feature = "cuda")]
+    fn device_tile_logits(
+        &self,
+        p: &Projected,
+    ) -> Result<(crate::cuda::flash::DeviceLogits, Option<crate::cuda::flash::DeviceAffine>)> {
+        use crate::cuda::flash::{DeviceAffine, DeviceLogits};
+        let affine = match (&p.alpha, &self.alpha_ma) {
+            (Some(alpha), Some(alpha_ma)) => Some(DeviceAffine {
+                alpha: alpha.to_dtype(DType::F32)?,
+                alpha_ma: alpha_ma.to_dtype(DType::F32)?,
+                beta_length: self.shape.affine.beta_length,
+                seq_len: p.t,
+            }),
+            (None, _) => None,
+            (Some(_), None) => return Err(unplanned("Affine-Scaled tiles without alpha_ma")),
+        };
+        let rule = match &self.logit_rule {
+            LogitRule::Plain => DeviceLogits::Plain,
+            LogitRule::Logn { scale } => DeviceLogits::Logn {
+                head_scale: scale.to_dtype(DType::F32)?,
+            },
+            LogitRule::ScaleInvariant { tau } => {
+                let (a, m) = reversed_coefficients(*tau, p.t);
+                let device = p.q.device();
+                DeviceLogits::Distance {
+                    a: Tensor::new(a.as_slice(), device)?,
+                    m: Tensor::new(m.as_slice(), device)?,
+                }
+            }
+            LogitRule::SoftCap { cap } => DeviceLogits::SoftCap { cap: *cap as f32 },
+        };
+        Ok((rule, affine))
     }
 
     /// [`Kernel::FusedRows`]: each block's weights and row table from the fused softmax of

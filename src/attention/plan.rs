@@ -10,6 +10,9 @@
 use crate::probe::row_table::{RowWants, MAX_BANDS};
 pub use crate::probe::Kernel;
 
+/// The largest head dimension the GPU's flash kernels take (`cuda::flash::MAX_HEAD_DIM`).
+pub const GPU_FLASH_HEAD_DIM: usize = 256;
+
 /// The device a layer runs on, as far as the kernels care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeviceKind {
@@ -44,6 +47,8 @@ pub struct Facts {
     /// The logits are soft-capped (the CPU's fused softmax reports the capped maximum, not
     /// the raw one max_logit wants).
     pub softcapped: bool,
+    /// The per-head dimension of q and k.
+    pub head_dim: usize,
     /// Affine-Scaled weights (alpha), and whether the stored alpha_ma is there.
     pub affine: bool,
     pub alpha_ma: bool,
@@ -66,7 +71,15 @@ pub fn plan(f: &Facts) -> Kernel {
         && (!f.affine || f.alpha_ma)
         && !reads_maps
         && (f.rows.is_some() || !f.wants_attention);
-    if flash_serves {
+    // the GPU's tiles (cuda/flash.cu): any of its dtypes, sinks read on the device
+    let gpu_flash_serves = f.device == DeviceKind::Cuda
+        && !training
+        && (!f.affine || (f.alpha_ma && !f.sinks))
+        && f.head_dim <= GPU_FLASH_HEAD_DIM
+        && f.rows.as_ref().is_none_or(|r| r.bands.len() <= MAX_BANDS)
+        && !reads_maps
+        && (f.rows.is_some() || !f.wants_attention);
+    if flash_serves || gpu_flash_serves {
         return Kernel::FlashTiles;
     }
     if let Some(rows) = &f.rows {
@@ -108,6 +121,7 @@ mod tests {
             plain_logits: true,
             windowed: false,
             softcapped: false,
+            head_dim: 64,
             affine: false,
             alpha_ma: false,
             rows: Some(RowWants::default()),
@@ -158,10 +172,25 @@ mod tests {
             ..f.clone()
         };
         assert_eq!(plan(&bf16), Kernel::MaterialisedFused);
-        // CUDA: fused rows for plain logits up to 16 bands, else candle ops
+        // CUDA: the GPU's tiles for every logit rule and dtype, up to 16 bands and head
+        // dimension 256; then fused rows for plain logits, else candle ops
         let cuda = Facts {
             device: DeviceKind::Cuda,
             ..f.clone()
+        };
+        assert_eq!(plan(&cuda), Kernel::FlashTiles);
+        for facts in [
+            Facts { f32: false, ..cuda.clone() },
+            Facts { plain_logits: false, ..cuda.clone() },
+            Facts { windowed: true, ..cuda.clone() },
+            Facts { sinks: true, ..cuda.clone() },
+            Facts { affine: true, alpha_ma: true, ..cuda.clone() },
+        ] {
+            assert_eq!(plan(&facts), Kernel::FlashTiles, "{facts:?}");
+        }
+        let cuda = Facts {
+            head_dim: 512,
+            ..cuda
         };
         assert_eq!(plan(&cuda), Kernel::FusedRows);
         let many = RowWants {
@@ -211,6 +240,7 @@ mod tests {
         assert_eq!(plan(&maps), Kernel::Materialised);
         let cuda = Facts {
             device: DeviceKind::Cuda,
+            head_dim: 512,
             ..windowed
         };
         assert_eq!(plan(&cuda), Kernel::Materialised);

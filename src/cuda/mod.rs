@@ -1,6 +1,7 @@
 //! CUDA kernels of the metric reductions (feature `cuda`): `kernels.cu`, compiled to PTX by
 //! build.rs with the toolkit's nvcc, loaded once per device.
 
+pub mod flash;
 pub mod nll;
 pub mod rows;
 pub mod softmax;
