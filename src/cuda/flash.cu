@@ -410,3 +410,6 @@ FLASH_ROWS(flash_rows_f16_d128, __half, 128)
 FLASH_ROWS(flash_rows_f32_d256, float, 256)
 FLASH_ROWS(flash_rows_bf16_d256, __nv_bfloat16, 256)
 FLASH_ROWS(flash_rows_f16_d256, __half, 256)
+
+// The tensor-core kernels (bf16 and f16, head dimensions 64 and 128).
+#include "flash_mma.cuh"

@@ -26,6 +26,11 @@ const WARPS: usize = 8;
 /// Keys per shared-memory tile (`KEY_TILE` in flash.cu).
 const KEY_TILE: usize = 32;
 
+/// Warps, and queries, per thread block of the tensor-core kernel (`MMA_WARPS` and
+/// `MMA_ROWS` in flash_mma.cuh: 16 queries per warp).
+const MMA_WARPS: usize = 4;
+const MMA_ROWS: usize = MMA_WARPS * 16;
+
 /// The largest head dimension the kernels are compiled for.
 pub use crate::attention::plan::GPU_FLASH_HEAD_DIM as MAX_HEAD_DIM;
 
@@ -100,10 +105,33 @@ unsafe impl DeviceRepr for FlashParams {}
 /// device or dtype, a head dimension over [`MAX_HEAD_DIM`], more bands than the kernels hold,
 /// shapes that do not fit): the caller's other kernels run.
 pub fn causal_attention(
+    qkv: (&Tensor, &Tensor, &Tensor),
+    block: QueryBlock,
+    logits: FlashLogits,
+    wants: Option<&RowWants>,
+) -> Result<Option<(Tensor, Tensor)>> {
+    causal_attention_on(qkv, block, logits, wants, Engine::Fastest)
+}
+
+/// Which of flash.cu's kernels a call may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Engine {
+    /// The tensor cores where they apply (bf16 and f16, head dimension 64 or 128, aligned
+    /// tensors), else the CUDA cores.
+    Fastest,
+    /// The CUDA cores' kernel (every dtype and head dimension up to 256): what the tests
+    /// compare the tensor cores' with.
+    #[cfg_attr(not(test), allow(dead_code))]
+    Cores,
+}
+
+/// [`causal_attention`] on the kernels `engine` allows.
+pub(crate) fn causal_attention_on(
     (q, k, v): (&Tensor, &Tensor, &Tensor),
     block: QueryBlock,
     logits: FlashLogits,
     wants: Option<&RowWants>,
+    engine: Engine,
 ) -> Result<Option<(Tensor, Tensor)>> {
     let Some(params) = params((q, k, v), block, logits, wants)? else {
         return Ok(None);
@@ -111,7 +139,8 @@ pub fn causal_attention(
     let Some(bands) = band_table(wants.unwrap_or(&RowWants::default())) else {
         return Ok(None);
     };
-    let Some(extras) = Extras::of(&logits)? else {
+    let (b, heads, t, _) = q.dims4()?;
+    let Some(extras) = Extras::of(&logits, (b, heads, t))? else {
         return Ok(None);
     };
     let (k, v) = (k.contiguous()?, v.contiguous()?);
@@ -119,11 +148,14 @@ pub fn causal_attention(
     with_cuda_storage(&q, |dev, qs, qr| {
         with_cuda_storage(&k, |_, ks, kr| {
             with_cuda_storage(&v, |_, vs, vr| {
+                // the tensor cores read 16 bytes at a time
+                let aligned = [&qr, &kr, &vr].iter().all(|r| r.start % 8 == 0);
                 let launch = Launch {
                     dev,
                     params,
                     bands,
                     extras: &extras,
+                    tensor_cores: engine == Engine::Fastest && aligned,
                 };
                 match (qs, ks, vs) {
                     (CudaStorageSlice::F32(q), CudaStorageSlice::F32(k), CudaStorageSlice::F32(v)) => {
@@ -228,11 +260,15 @@ impl Extras {
         .into_iter()
     }
 
-    /// The tables of `logits`; `None` where one is not f32.
-    fn of(logits: &FlashLogits) -> Result<Option<Self>> {
-        let flat = |t: &Tensor| -> Result<Option<Tensor>> {
-            Ok((t.dtype() == DType::F32).then_some(t.flatten_all()?.contiguous()?))
+    /// The tables of `logits` for q `[b, heads, t, d]`; `None` where one is not f32 or
+    /// shorter than the kernel reads (sinks, LogN scales and alpha_ma: `heads`; distance
+    /// tables: `t`; alpha: `b * heads * t`).
+    fn of(logits: &FlashLogits, (b, heads, t): (usize, usize, usize)) -> Result<Option<Self>> {
+        let flat_of = |x: &Tensor, len: usize| -> Result<Option<Tensor>> {
+            let fits = x.dtype() == DType::F32 && x.elem_count() >= len;
+            Ok(fits.then_some(x.flatten_all()?.contiguous()?))
         };
+        let flat = |x: &Tensor| flat_of(x, heads);
         let mut extras = Extras {
             sinks: None,
             head_scale: None,
@@ -249,7 +285,7 @@ impl Extras {
                 extras.head_scale = Some(s);
             }
             DeviceLogits::Distance { a, m } => {
-                let (Some(a), Some(m)) = (flat(a)?, flat(m)?) else {
+                let (Some(a), Some(m)) = (flat_of(a, t)?, flat_of(m, t)?) else {
                     return Ok(None);
                 };
                 extras.dist = Some((a, m));
@@ -257,7 +293,8 @@ impl Extras {
             DeviceLogits::Plain | DeviceLogits::SoftCap { .. } => {}
         }
         if let Some(affine) = logits.affine {
-            let (Some(a), Some(ma)) = (flat(&affine.alpha)?, flat(&affine.alpha_ma)?) else {
+            let alpha = flat_of(&affine.alpha, b * heads * t)?;
+            let (Some(a), Some(ma)) = (alpha, flat(&affine.alpha_ma)?) else {
                 return Ok(None);
             };
             extras.alpha = Some((a, ma));
@@ -272,6 +309,8 @@ struct Launch<'a> {
     params: FlashParams,
     bands: BandTable,
     extras: &'a Extras,
+    /// The tensor-core kernel may run (it does for bf16 and f16 of head dimension 64, 128).
+    tensor_cores: bool,
 }
 
 impl Launch<'_> {
@@ -283,14 +322,24 @@ impl Launch<'_> {
     ) -> Result<Option<(Tensor, Tensor)>> {
         let p = self.params;
         let dev = self.dev;
+        let mma = self.tensor_cores && name != "f32" && matches!(p.d, 64 | 128);
         let dmax = [64, 128, 256]
             .into_iter()
             .find(|&m| p.d as usize <= m)
             .unwrap_or(MAX_HEAD_DIM);
+        let (kernel, rows_per_block, threads, shared) = match mma {
+            // static shared memory
+            true => (format!("flash_mma_{name}_d{}", p.d), MMA_ROWS, MMA_WARPS * 32, 0),
+            false => (
+                format!("flash_rows_{name}_d{dmax}"),
+                WARPS,
+                WARPS * 32,
+                (KEY_TILE * (dmax + 1) + KEY_TILE * dmax + WARPS * dmax) * 4,
+            ),
+        };
         let func = dev
-            .get_or_load_custom_func(&format!("flash_rows_{name}_d{dmax}"), "asa_analyze_flash", PTX)?
+            .get_or_load_custom_func(&kernel, "asa_analyze_flash", PTX)?
             .into_cuda_function();
-        let shared = (KEY_TILE * (dmax + 1) + KEY_TILE * dmax + WARPS * dmax) * 4;
         if shared > 48 * 1024 {
             let attribute = CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
             func.set_attribute(attribute, shared as i32).w()?;
@@ -320,8 +369,8 @@ impl Launch<'_> {
         }
         args.arg(&p).arg(&self.bands);
         let config = LaunchConfig {
-            grid_dim: ((p.n as usize).div_ceil(WARPS) as u32, p.heads as u32, b as u32),
-            block_dim: ((WARPS * 32) as u32, 1, 1),
+            grid_dim: ((p.n as usize).div_ceil(rows_per_block) as u32, p.heads as u32, b as u32),
+            block_dim: (threads as u32, 1, 1),
             shared_mem_bytes: shared as u32,
         };
         // SAFETY: the arguments match the kernel's signature; q holds b x heads x t x d
@@ -517,9 +566,17 @@ mod tests {
             window: KeyWindow::CAUSAL,
         });
         let mut checked = 0;
+        // f32 on the CUDA cores; bf16 and f16 on the tensor cores where they apply (head
+        // dimensions 64 and 128), bf16 on the CUDA cores too
+        let runs = [
+            (DType::F32, Engine::Fastest),
+            (DType::BF16, Engine::Fastest),
+            (DType::BF16, Engine::Cores),
+            (DType::F16, Engine::Fastest),
+        ];
         for case in cases {
-            for dtype in [DType::F32, DType::BF16] {
-                checked += check_case(case, dtype, &gpu);
+            for (dtype, engine) in runs {
+                checked += check_case(case, dtype, engine, &gpu);
             }
         }
         assert!(checked > 200, "{checked} comparisons");
@@ -527,7 +584,7 @@ mod tests {
 
     /// Every rule x sinks x Affine-Scaled x row request of `case` in `dtype`; the number of
     /// comparisons made.
-    fn check_case(case: Case, dtype: DType, gpu: &Device) -> usize {
+    fn check_case(case: Case, dtype: DType, engine: Engine, gpu: &Device) -> usize {
         let cpu = Device::Cpu;
         let Case { b, heads, kv, t, d, .. } = case;
         let make = |h: usize, seed: u64| {
@@ -579,7 +636,10 @@ mod tests {
                 });
                 let gpu_sinks = Tensor::new(sinks.as_slice(), gpu).unwrap();
                 for wants in [Some(&full), None] {
-                    let what = format!("{case:?} {dtype:?} {name} sink {sink} affine {beta:?} rows {}", wants.is_some());
+                    let what = format!(
+                        "{case:?} {dtype:?} {engine:?} {name} sink {sink} affine {beta:?} rows {}",
+                        wants.is_some()
+                    );
                     let (want_out, want_table) = cpu_flash::causal_attention(
                         Qkv {
                             q: &q32,
@@ -598,7 +658,7 @@ mod tests {
                     )
                     .unwrap()
                     .expect("the CPU tiles take the case");
-                    let (out, table) = causal_attention(
+                    let (out, table) = causal_attention_on(
                         (&qg, &kg, &vg),
                         block,
                         FlashLogits {
@@ -608,14 +668,16 @@ mod tests {
                             sinks: sink.then_some(&gpu_sinks),
                         },
                         wants,
+                        engine,
                     )
                     .unwrap()
                     .expect("the GPU tiles take the case");
                     assert_eq!(out.dtype(), dtype, "{what}");
                     assert_eq!(out.dims4().unwrap(), (b, heads, case.n, d), "{what}");
                     assert_eq!(table.dims(), want_table.dims(), "{what}");
-                    // bf16 outputs are the f32 outputs rounded (8 bits of mantissa)
-                    let out_tol = if dtype == DType::F32 { 2e-5 } else { 8e-3 };
+                    // 16-bit outputs are rounded (bf16: 8 bits of mantissa), and the tensor
+                    // cores take the weights rounded as well
+                    let out_tol = if dtype == DType::F32 { 2e-5 } else { 1e-2 };
                     close(&host(&out), &host(&want_out), out_tol, &format!("output, {what}"));
                     let width = want_table.dim(1).unwrap();
                     compare_tables(&host(&table), &host(&want_table), width, &what);
