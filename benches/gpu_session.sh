@@ -49,15 +49,16 @@ for step in $steps; do
         ;;
     bench)
         needs_model
-        for run in "10 core" "1 core" "10 all"; do
-            set -- $run
+        # BENCH_RUNS: batch:metrics cases (default all three); EAGER=0 skips transformers' eager run
+        for run in ${BENCH_RUNS:-10:core 1:core 10:all}; do
+            bs=${run%%:*} metrics=${run##*:}
             # transformers' eager run (its metrics beside ours) once, on the first case
-            skip=$([ "$1 $2" = "10 core" ] || echo --skip-eager)
+            skip=$([ "$run" = "10:core" ] && [ "${EAGER:-1}" = 1 ] || echo --skip-eager)
             python3 benches/side_by_side.py $skip --model /tmp/b1 --seq-len 1024 --num-seqs 10 --device cuda \
-                --dtype bfloat16 --asa "$ASA" --batch-size $1 --warmup 1 --asa-metrics ${2/core/$CORE} \
-                --json-out "$OUT/gpu_1b_bs$1_$2.json" >/dev/null
-            echo "batch $1, metrics $2:"
-            summary "$OUT/gpu_1b_bs$1_$2.json"
+                --dtype bfloat16 --asa "$ASA" --batch-size $bs --warmup 1 --asa-metrics ${metrics/core/$CORE} \
+                --json-out "$OUT/gpu_1b_bs${bs}_$metrics.json" >/dev/null
+            echo "batch $bs, metrics $metrics:"
+            summary "$OUT/gpu_1b_bs${bs}_$metrics.json"
         done
         ;;
     long)

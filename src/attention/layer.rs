@@ -385,7 +385,7 @@ impl Attention {
         block: usize,
         probe: &mut dyn Probe,
     ) -> Result<Vec<Tensor>> {
-        use crate::cuda::flash::{causal_attention, FlashLogits};
+        use crate::cuda::flash::{causal_attention, launch_block, FlashLogits};
         let (rule, affine) = self.device_tile_logits(p)?;
         let sinks = match &self.sink_logits {
             Some(s) => Some(s.to_dtype(DType::F32)?),
@@ -398,8 +398,9 @@ impl Attention {
             sinks: sinks.as_ref(),
         };
         let wants = probe.row_request(layer);
+        let (b, heads) = (p.q.dim(0)?, p.q.dim(1)?);
         let mut outputs = Vec::new();
-        for (q_start, n) in query_blocks(p.t, block) {
+        for (q_start, n) in query_blocks(p.t, launch_block(block, b * heads, p.t)) {
             let ctx = self.block_ctx(layer, q_start, n, p.t);
             let _p = phase("attention: flash tiles (q.k, softmax, row table, values)");
             let block = QueryBlock {

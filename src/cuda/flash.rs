@@ -34,6 +34,19 @@ const MMA_ROWS: usize = MMA_WARPS * 16;
 /// The largest head dimension the kernels are compiled for.
 pub use crate::attention::plan::GPU_FLASH_HEAD_DIM as MAX_HEAD_DIM;
 
+/// Row-table rows one launch writes at most (about 100 MB of table at 25 columns).
+const LAUNCH_ROWS: usize = 1 << 20;
+
+/// Queries per launch for `rows_per_query` rows per query (batch x heads) and sequences of
+/// `t` tokens: the whole sequence where its row tables stay under [`LAUNCH_ROWS`] rows, never
+/// fewer than the run's `block`. The kernel holds no map, so the run's block (sized for the
+/// maps of the materialised kernels) would only cut the grid into launches too small to
+/// fill the GPU (at 32k tokens, a block of 113 queries of SmolLM2's 9 heads is 18 thread
+/// blocks on 132 multiprocessors).
+pub fn launch_block(block: usize, rows_per_query: usize, t: usize) -> usize {
+    (LAUNCH_ROWS / rows_per_query.max(1)).max(block).min(t.max(1))
+}
+
 /// How the logits are made on the device (`cpu_flash::TileLogits`, its tables on the GPU as
 /// f32 tensors): raw q.k times `scale`, then the rule.
 #[derive(Debug, Clone)]
