@@ -82,52 +82,29 @@ __device__ __forceinline__ float row_max(float v) {
 }
 
 // Adds each row's band sums of this tile's weights `w` (the lane's 2 x (MMA_KEYS / 4)
-// values) to the shared per-row band sums `band_s`, with the distance ranges
-// [band_lo[b], band_hi[b]) in shared memory. A row's keys in one tile lie at distances
-// i - k0 - MMA_KEYS + 1 .. i - k0: a band holding all of them takes the lane's sum of the
-// tile (most tiles of a long row), one holding none is skipped.
-__device__ __forceinline__ void add_tile_bands(const float (&w)[MMA_KEYS / 8][4],
-                                               const int (&i)[2], int k0, int nbands,
-                                               const unsigned* band_lo,
-                                               const unsigned* band_hi, double* band_s,
-                                               const int (&local)[2]) {
+// values) to the shared per-row band sums `band_s` (owned by the row's first lane).
+__device__ __forceinline__ void add_tile_bands(const float (&w)[MMA_KEYS / 8][4], const int (&i)[2],
+                                               int k0, const BandTable& bands, int nbands,
+                                               double* band_s, const int (&local)[2]) {
     const int tg = threadIdx.x & 3;
+    for (int b = 0; b < nbands; b++) {
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int far = i[r] - (k0 + MMA_KEYS - 1), near = i[r] - k0;
-        if (near < 0) {
-            continue;  // the tile is past the query: no visible key
-        }
-        const unsigned dmin = (unsigned)max(far, 0), dmax = (unsigned)near;
-        // key 0 of a query i > 0 is its own band (`first`), not distance i's
-        const bool whole_tiles = !(k0 == 0 && i[r] > 0);
-        float total = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < MMA_KEYS / 8; nt++) {
-            total += w[nt][2 * r] + w[nt][2 * r + 1];
-        }
-        for (int b = 0; b < nbands; b++) {
-            const unsigned lo = band_lo[b], hi = band_hi[b];
-            if (dmin >= hi || dmax < lo) {
-                continue;
-            }
+        for (int r = 0; r < 2; r++) {
             float part = 0.0f;
-            if (whole_tiles && lo <= dmin && dmax < hi) {
-                part = total;
-            } else {
 #pragma unroll
-                for (int nt = 0; nt < MMA_KEYS / 8; nt++) {
+            for (int nt = 0; nt < MMA_KEYS / 8; nt++) {
 #pragma unroll
-                    for (int c = 0; c < 2; c++) {
-                        const int j = k0 + nt * 8 + tg * 2 + c;
-                        const unsigned dist = (unsigned)(i[r] - j);
-                        const bool in = (i[r] == 0 || j > 0) && j <= i[r] && dist >= lo && dist < hi;
-                        part += in ? w[nt][2 * r + c] : 0.0f;
-                    }
+                for (int c = 0; c < 2; c++) {
+                    const int j = k0 + nt * 8 + tg * 2 + c;
+                    const unsigned dist = (unsigned)(i[r] - j);
+                    const bool in = (i[r] == 0 || j > 0) && j <= i[r] && dist >= bands.lo[b] &&
+                                    dist < bands.hi[b];
+                    part += in ? w[nt][2 * r + c] : 0.0f;
                 }
             }
-            if (part != 0.0f) {
-                atomicAdd(band_s + local[r] * MAX_BANDS + b, (double)part);
+            const double total = row_sum((double)part);
+            if (tg == 0) {
+                band_s[local[r] * MAX_BANDS + b] += total;
             }
         }
     }
@@ -148,7 +125,6 @@ __device__ void flash_mma_rows(const T* __restrict__ q, const T* __restrict__ k,
     __shared__ __align__(16) T k_s[MMA_KEYS * KS];
     __shared__ __align__(16) T v_t[D * VS];
     __shared__ double band_s[MMA_ROWS * MAX_BANDS];
-    __shared__ unsigned band_lo[MAX_BANDS], band_hi[MAX_BANDS];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, tg = lane & 3;
     const int seq = blockIdx.z, head = blockIdx.y;
@@ -170,10 +146,6 @@ __device__ void flash_mma_rows(const T* __restrict__ q, const T* __restrict__ k,
     }
     for (int idx = threadIdx.x; idx < MMA_ROWS * MAX_BANDS; idx += blockDim.x) {
         band_s[idx] = 0.0;
-    }
-    if (threadIdx.x < MAX_BANDS) {
-        band_lo[threadIdx.x] = bands.lo[threadIdx.x];
-        band_hi[threadIdx.x] = bands.hi[threadIdx.x];
     }
     // the warp's q rows as A fragments, one per 16 dimensions
     unsigned qa[D / 16][4];
@@ -337,9 +309,7 @@ __device__ void flash_mma_rows(const T* __restrict__ q, const T* __restrict__ k,
                 continue;
             }
             if (p.nbands > 0) {
-                // each row's first lane rescaled the row's band sums above
-                __syncwarp();
-                add_tile_bands(x, i, k0, p.nbands, band_lo, band_hi, band_s, local);
+                add_tile_bands(x, i, k0, bands, p.nbands, band_s, local);
             }
             // output += weights x V, 16 keys per step
 #pragma unroll
