@@ -424,7 +424,10 @@ impl Attention {
     fn device_tile_logits(
         &self,
         p: &Projected,
-    ) -> Result<(crate::cuda::flash::DeviceLogits, Option<crate::cuda::flash::DeviceAffine>)> {
+    ) -> Result<(
+        crate::cuda::flash::DeviceLogits,
+        Option<crate::cuda::flash::DeviceAffine>,
+    )> {
         use crate::cuda::flash::{DeviceAffine, DeviceLogits};
         let affine = match (&p.alpha, &self.alpha_ma) {
             (Some(alpha), Some(alpha_ma)) => Some(DeviceAffine {

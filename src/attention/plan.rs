@@ -65,20 +65,20 @@ pub struct Facts {
 pub fn plan(f: &Facts) -> Kernel {
     let training = f.qk_tracks || f.others_track;
     let reads_maps = f.wants_scores || f.wants_softmax;
+    // the tiles hand the probe row tables, or nothing
+    let tiles_serve_probe = !reads_maps && (f.rows.is_some() || !f.wants_attention);
     let cpu_inference = f.device == DeviceKind::Cpu && f.f32 && !training;
     let flash_serves = cpu_inference
         && (!f.sinks || f.host_sinks)
         && (!f.affine || f.alpha_ma)
-        && !reads_maps
-        && (f.rows.is_some() || !f.wants_attention);
+        && tiles_serve_probe;
     // the GPU's tiles (cuda/flash.cu): any of its dtypes, sinks read on the device
     let gpu_flash_serves = f.device == DeviceKind::Cuda
         && !training
         && (!f.affine || (f.alpha_ma && !f.sinks))
         && f.head_dim <= GPU_FLASH_HEAD_DIM
         && f.rows.as_ref().is_none_or(|r| r.bands.len() <= MAX_BANDS)
-        && !reads_maps
-        && (f.rows.is_some() || !f.wants_attention);
+        && tiles_serve_probe;
     if flash_serves || gpu_flash_serves {
         return Kernel::FlashTiles;
     }
@@ -180,11 +180,27 @@ mod tests {
         };
         assert_eq!(plan(&cuda), Kernel::FlashTiles);
         for facts in [
-            Facts { f32: false, ..cuda.clone() },
-            Facts { plain_logits: false, ..cuda.clone() },
-            Facts { windowed: true, ..cuda.clone() },
-            Facts { sinks: true, ..cuda.clone() },
-            Facts { affine: true, alpha_ma: true, ..cuda.clone() },
+            Facts {
+                f32: false,
+                ..cuda.clone()
+            },
+            Facts {
+                plain_logits: false,
+                ..cuda.clone()
+            },
+            Facts {
+                windowed: true,
+                ..cuda.clone()
+            },
+            Facts {
+                sinks: true,
+                ..cuda.clone()
+            },
+            Facts {
+                affine: true,
+                alpha_ma: true,
+                ..cuda.clone()
+            },
         ] {
             assert_eq!(plan(&facts), Kernel::FlashTiles, "{facts:?}");
         }

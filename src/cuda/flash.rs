@@ -44,7 +44,9 @@ const LAUNCH_ROWS: usize = 1 << 20;
 /// fill the GPU (at 32k tokens, a block of 113 queries of SmolLM2's 9 heads is 18 thread
 /// blocks on 132 multiprocessors).
 pub fn launch_block(block: usize, rows_per_query: usize, t: usize) -> usize {
-    (LAUNCH_ROWS / rows_per_query.max(1)).max(block).min(t.max(1))
+    (LAUNCH_ROWS / rows_per_query.max(1))
+        .max(block)
+        .min(t.max(1))
 }
 
 /// How the logits are made on the device (`cpu_flash::TileLogits`, its tables on the GPU as
@@ -53,12 +55,19 @@ pub fn launch_block(block: usize, rows_per_query: usize, t: usize) -> usize {
 pub enum DeviceLogits {
     Plain,
     /// LogN: y = s * (s_h ln(i + 1)), `head_scale` `[heads]`.
-    Logn { head_scale: Tensor },
+    Logn {
+        head_scale: Tensor,
+    },
     /// y = cap tanh(s / cap).
-    SoftCap { cap: f32 },
+    SoftCap {
+        cap: f32,
+    },
     /// Scale-invariant: y = s a_t + m_t, the tables `[t]` stored reversed
     /// (`crate::attention::reversed_coefficients`).
-    Distance { a: Tensor, m: Tensor },
+    Distance {
+        a: Tensor,
+        m: Tensor,
+    },
 }
 
 /// Affine-Scaled weights alpha p + beta on the device: `alpha` `[batch, heads, t]`,
@@ -171,17 +180,21 @@ pub(crate) fn causal_attention_on(
                     tensor_cores: engine == Engine::Fastest && aligned,
                 };
                 match (qs, ks, vs) {
-                    (CudaStorageSlice::F32(q), CudaStorageSlice::F32(k), CudaStorageSlice::F32(v)) => {
-                        launch.run("f32", (&q.slice(qr), &k.slice(kr), &v.slice(vr)))
-                    }
+                    (
+                        CudaStorageSlice::F32(q),
+                        CudaStorageSlice::F32(k),
+                        CudaStorageSlice::F32(v),
+                    ) => launch.run("f32", (&q.slice(qr), &k.slice(kr), &v.slice(vr))),
                     (
                         CudaStorageSlice::BF16(q),
                         CudaStorageSlice::BF16(k),
                         CudaStorageSlice::BF16(v),
                     ) => launch.run("bf16", (&q.slice(qr), &k.slice(kr), &v.slice(vr))),
-                    (CudaStorageSlice::F16(q), CudaStorageSlice::F16(k), CudaStorageSlice::F16(v)) => {
-                        launch.run("f16", (&q.slice(qr), &k.slice(kr), &v.slice(vr)))
-                    }
+                    (
+                        CudaStorageSlice::F16(q),
+                        CudaStorageSlice::F16(k),
+                        CudaStorageSlice::F16(v),
+                    ) => launch.run("f16", (&q.slice(qr), &k.slice(kr), &v.slice(vr))),
                     _ => Ok(None),
                 }
             })
@@ -234,9 +247,11 @@ fn params(
         cap,
         has_sink: i32::from(logits.sinks.is_some()),
         affine: i32::from(logits.affine.is_some()),
-        beta_visible: i32::from(logits
-            .affine
-            .is_some_and(|a| a.beta_length == BetaLength::Visible)),
+        beta_visible: i32::from(
+            logits
+                .affine
+                .is_some_and(|a| a.beta_length == BetaLength::Visible),
+        ),
         seq_len: logits.affine.map_or(t, |a| a.seq_len) as i32,
         want_rows: i32::from(wants.is_some()),
         width: wants.map_or(1, RowWants::width) as i32,
@@ -294,7 +309,9 @@ impl Extras {
         }
         match logits.rule {
             DeviceLogits::Logn { head_scale } => {
-                let Some(s) = flat(head_scale)? else { return Ok(None) };
+                let Some(s) = flat(head_scale)? else {
+                    return Ok(None);
+                };
                 extras.head_scale = Some(s);
             }
             DeviceLogits::Distance { a, m } => {
@@ -342,7 +359,12 @@ impl Launch<'_> {
             .unwrap_or(MAX_HEAD_DIM);
         let (kernel, rows_per_block, threads, shared) = match mma {
             // static shared memory
-            true => (format!("flash_mma_{name}_d{}", p.d), MMA_ROWS, MMA_WARPS * 32, 0),
+            true => (
+                format!("flash_mma_{name}_d{}", p.d),
+                MMA_ROWS,
+                MMA_WARPS * 32,
+                0,
+            ),
             false => (
                 format!("flash_rows_{name}_d{dmax}"),
                 WARPS,
@@ -354,7 +376,8 @@ impl Launch<'_> {
             .get_or_load_custom_func(&kernel, "asa_analyze_flash", PTX)?
             .into_cuda_function();
         if shared > 48 * 1024 {
-            let attribute = CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+            let attribute =
+                CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
             func.set_attribute(attribute, shared as i32).w()?;
         }
         let b = q.len() / (p.heads * p.t * p.d) as usize;
@@ -366,7 +389,11 @@ impl Launch<'_> {
         let mut args = stream.launch_builder(&func);
         args.arg(q).arg(k).arg(v).arg(&out).arg(&table);
         // absent tables are never read, but each argument must be a valid pointer
-        let guards: Vec<_> = self.extras.tensors().map(|t| t.map(Tensor::storage_and_layout)).collect();
+        let guards: Vec<_> = self
+            .extras
+            .tensors()
+            .map(|t| t.map(Tensor::storage_and_layout))
+            .collect();
         let mut views = Vec::with_capacity(guards.len());
         for guard in &guards {
             views.push(match guard {
@@ -382,7 +409,11 @@ impl Launch<'_> {
         }
         args.arg(&p).arg(&self.bands);
         let config = LaunchConfig {
-            grid_dim: ((p.n as usize).div_ceil(rows_per_block) as u32, p.heads as u32, b as u32),
+            grid_dim: (
+                (p.n as usize).div_ceil(rows_per_block) as u32,
+                p.heads as u32,
+                b as u32,
+            ),
             block_dim: (threads as u32, 1, 1),
             shared_mem_bytes: shared as u32,
         };
@@ -420,7 +451,10 @@ fn f32_view<'a>(storage: &'a Storage, layout: &Layout) -> Result<CudaView<'a, f3
 
 /// The error of a table that `Extras::of` should have refused.
 fn unfit(what: &str) -> Error {
-    candle_core::Error::Msg(format!("internal error: flash attention on the GPU: {what}")).into()
+    candle_core::Error::Msg(format!(
+        "internal error: flash attention on the GPU: {what}"
+    ))
+    .into()
 }
 
 #[cfg(test)]
@@ -438,10 +472,14 @@ mod tests {
 
     /// Deterministic values in [-2, 2).
     fn values(len: usize, seed: u64) -> Vec<f32> {
-        let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut x = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (0..len)
             .map(|_| {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((x >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
             })
             .collect()
@@ -599,7 +637,9 @@ mod tests {
     /// comparisons made.
     fn check_case(case: Case, dtype: DType, engine: Engine, gpu: &Device) -> usize {
         let cpu = Device::Cpu;
-        let Case { b, heads, kv, t, d, .. } = case;
+        let Case {
+            b, heads, kv, t, d, ..
+        } = case;
         let make = |h: usize, seed: u64| {
             // rounded to `dtype`: both sides see the same values
             Tensor::from_vec(values(b * h * t * d, seed), (b, h, t, d), &cpu)
@@ -613,7 +653,10 @@ mod tests {
         let on_gpu = |x: &Tensor| x.to_device(gpu).unwrap();
         let (qg, kg, vg) = (on_gpu(&q), on_gpu(&k), on_gpu(&v));
         let sinks: Vec<f32> = (0..heads).map(|h| h as f32 - 1.0).collect();
-        let alpha: Vec<f32> = values(b * heads * t, 4).iter().map(|a| 0.6 + 0.2 * a).collect();
+        let alpha: Vec<f32> = values(b * heads * t, 4)
+            .iter()
+            .map(|a| 0.6 + 0.2 * a)
+            .collect();
         let alpha_ma: Vec<f32> = (0..heads).map(|h| 0.9 + 0.05 * h as f32).collect();
         let full = RowWants {
             first: true,
@@ -691,7 +734,12 @@ mod tests {
                     // 16-bit outputs are rounded (bf16: 8 bits of mantissa), and the tensor
                     // cores take the weights rounded as well
                     let out_tol = if dtype == DType::F32 { 2e-5 } else { 1e-2 };
-                    close(&host(&out), &host(&want_out), out_tol, &format!("output, {what}"));
+                    close(
+                        &host(&out),
+                        &host(&want_out),
+                        out_tol,
+                        &format!("output, {what}"),
+                    );
                     let width = want_table.dim(1).unwrap();
                     compare_tables(&host(&table), &host(&want_table), width, &what);
                     checked += 1;
