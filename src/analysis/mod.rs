@@ -1,7 +1,9 @@
 //! One model's analysis: batches of token windows through the forward pass with the
 //! metric probe attached, query block by query block; the block planner; training series.
 
+pub mod attention_series;
 pub mod cancel;
+pub mod checkpoint_ready;
 pub mod hub_cache;
 pub mod inspect;
 pub mod partial;

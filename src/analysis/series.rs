@@ -58,7 +58,7 @@ pub fn find_series(dir: &Path) -> Result<Option<Vec<StepCheckpoint>>> {
 /// The step of a checkpoint folder and where it came from: `trainer_state.json`'s
 /// `global_step`, else the folder name's trailing number (one too long for a step, say a
 /// timestamp, makes it no step folder).
-fn step_of(path: &Path) -> Result<Option<(u64, String)>> {
+pub(crate) fn step_of(path: &Path) -> Result<Option<(u64, String)>> {
     let state = path.join("trainer_state.json");
     if state.is_file() {
         let text = std::fs::read_to_string(&state).map_err(|e| Error::io(&state, e))?;

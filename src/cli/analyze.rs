@@ -158,7 +158,7 @@ pub struct MetricArgs {
 }
 
 /// The models named on the command line: `label=path` or a path (label = its name).
-fn parse_models(raw: &[String]) -> Result<Vec<ModelSource>> {
+pub(super) fn parse_models(raw: &[String]) -> Result<Vec<ModelSource>> {
     let mut specs: Vec<ModelSource> = Vec::new();
     for item in raw {
         let (label, path) = match item.split_once('=') {
@@ -193,7 +193,7 @@ fn parse_models(raw: &[String]) -> Result<Vec<ModelSource>> {
 
 /// The library's options for these arguments, computing `metrics` (or, for `analyze`,
 /// `--metrics`).
-fn run_options(args: &MetricArgs, metrics: &[Metric], command: &str) -> Result<RunOptions> {
+pub(super) fn run_options(args: &MetricArgs, metrics: &[Metric], command: &str) -> Result<RunOptions> {
     let metrics: BTreeSet<Metric> = match (&args.metrics, command) {
         (Some(chosen), "analyze") => chosen.iter().copied().collect(),
         (Some(_), _) => {

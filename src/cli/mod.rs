@@ -22,6 +22,7 @@ mod report;
 mod stdout;
 mod tables;
 mod train;
+mod watch;
 
 /// Analyse attention in transformer checkpoints (Affine-Scaled Attention and friends).
 #[derive(Debug, Parser)]
@@ -63,6 +64,9 @@ enum Command {
     MaxLogit(analyze::MetricArgs),
     /// Attention each key position receives (H2O's heavy-hitter score): key_received.csv.
     KeyReceived(analyze::MetricArgs),
+    /// Follow a training run's folder: analyse each step checkpoint once it is complete
+    /// into attention_series (resumable; --once: what is there now).
+    Watch(watch::WatchArgs),
     /// Merge the partial results of `analyze --shard K/N` into the tables of one run.
     Merge(merge::MergeArgs),
     /// Architecture, attention variant (and how it was detected), shapes, parameter counts.
@@ -153,6 +157,7 @@ fn run(cli: Cli, process: &Process) -> Result<()> {
         Command::Inspect(args) => inspect::run(args),
         Command::Tables(args) => tables::run(args, process),
         Command::Merge(args) => merge::run(args, process),
+        Command::Watch(args) => watch::run(args, process),
         Command::Analyze(args) => analyze::run(args, &Metric::defaults(), "analyze", process),
         Command::Entropy(args) => analyze::run(args, &[Metric::ENTROPY], "entropy", process),
         Command::FirstToken(args) => {

@@ -155,6 +155,21 @@ pub const QK_SERIES: TableSchema = TableSchema {
     ],
 };
 
+/// `attention_series`: the attention rows of each analysed step of a training run
+/// (callbacks, `watch`, checkpoint series): model, step, then `attention`'s columns.
+pub const ATTENTION_SERIES: TableSchema = TableSchema {
+    name: "attention_series",
+    columns: &[
+        req("model", Text),
+        req("step", Int),
+        req("metric", Text),
+        req("layer", Int),
+        req("head", Int),
+        req("stat", Text),
+        req("value", Float),
+    ],
+};
+
 /// `key_received`: attention each key position receives, exact below 30 then decade bins
 /// `[key_lo, key_hi)`; head empty: mean over heads.
 pub const KEY_RECEIVED: TableSchema = TableSchema {
@@ -262,7 +277,7 @@ pub const PAPER_TABLES: TableSchema = TableSchema {
 };
 
 /// Every declared table.
-pub const SCHEMAS: [&TableSchema; 14] = [
+pub const SCHEMAS: [&TableSchema; 15] = [
     &ATTENTION,
     &WEIGHT_SUM_HIST,
     &HEATMAP,
@@ -271,6 +286,7 @@ pub const SCHEMAS: [&TableSchema; 14] = [
     &NLL_POSITION,
     &NLL_BINS,
     &QK_SERIES,
+    &ATTENTION_SERIES,
     &KEY_RECEIVED,
     &GRAD_STATS,
     &SPIKES,

@@ -24,4 +24,5 @@ mod shards;
 mod streaming;
 mod tables;
 mod train;
+mod watch;
 mod weight_map;

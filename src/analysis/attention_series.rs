@@ -1,0 +1,210 @@
+//! The `attention_series` table (SPEC section 6) of a training run: every analysed step's
+//! `attention` rows with the step beside them, and what can be read back from it (the
+//! steps already done, the QK^T points of `qk_series`).
+
+use std::collections::BTreeSet;
+
+use super::run::SeriesPoint;
+use crate::export::schema::ATTENTION_SERIES;
+use crate::export::{Column, Table};
+use crate::metrics::Metric;
+
+/// The `attention_series` rows of one step: `attention`'s rows (model, metric, layer, head,
+/// stat, value) with `step`.
+pub fn step_rows(step: u64, attention: &Table) -> Table {
+    let height = attention.height();
+    let column = |name: &str| {
+        attention
+            .column(name)
+            .cloned()
+            .unwrap_or_else(|| panic!("the attention table has a `{name}` column"))
+    };
+    ATTENTION_SERIES.build(vec![
+        ("model", column("model")),
+        ("step", Column::Int(vec![Some(step as i64); height])),
+        ("metric", column("metric")),
+        ("layer", column("layer")),
+        ("head", column("head")),
+        ("stat", column("stat")),
+        ("value", column("value")),
+    ])
+}
+
+/// An empty `attention_series` table.
+pub fn empty() -> Table {
+    ATTENTION_SERIES.build(vec![
+        ("model", Column::Str(Vec::new())),
+        ("step", Column::Int(Vec::new())),
+        ("metric", Column::Str(Vec::new())),
+        ("layer", Column::Int(Vec::new())),
+        ("head", Column::Int(Vec::new())),
+        ("stat", Column::Str(Vec::new())),
+        ("value", Column::Float(Vec::new())),
+    ])
+}
+
+/// The steps of model `label` that `series` holds.
+pub fn steps_done(series: &Table, label: &str) -> BTreeSet<u64> {
+    let (Some(Column::Str(models)), Some(Column::Int(steps))) =
+        (series.column("model"), series.column("step"))
+    else {
+        return BTreeSet::new();
+    };
+    models
+        .iter()
+        .zip(steps)
+        .filter(|(m, _)| m.as_deref() == Some(label))
+        .filter_map(|(_, s)| s.and_then(|s| u64::try_from(s).ok()))
+        .collect()
+}
+
+/// The QK^T point (model, step, mean, absolute mean) of every step whose whole-model
+/// `qk_mean` and `qk_abs_mean` rows `series` holds, in the table's order: the rows of
+/// `qk_series`.
+pub fn qk_points(series: &Table) -> Vec<SeriesPoint> {
+    let cols = (
+        series.column("model"),
+        series.column("step"),
+        series.column("metric"),
+        series.column("layer"),
+        series.column("value"),
+    );
+    let (
+        Some(Column::Str(models)),
+        Some(Column::Int(steps)),
+        Some(Column::Str(metrics)),
+        Some(Column::Int(layers)),
+        Some(Column::Float(values)),
+    ) = cols
+    else {
+        return Vec::new();
+    };
+    let mut points: Vec<SeriesPoint> = Vec::new();
+    let mut abs: Vec<((String, u64), f64)> = Vec::new();
+    for k in 0..series.height() {
+        let (Some(model), Some(step), Some(metric), None, Some(value)) = (
+            &models[k],
+            steps[k].and_then(|s| u64::try_from(s).ok()),
+            &metrics[k],
+            layers[k],
+            values[k],
+        ) else {
+            continue;
+        };
+        if metric == Metric::QK_MEAN.name() {
+            points.push((model.clone(), step, value, f64::NAN));
+        } else if metric == "qk_abs_mean" {
+            abs.push(((model.clone(), step), value));
+        }
+    }
+    for point in &mut points {
+        if let Some((_, v)) = abs
+            .iter()
+            .find(|(key, _)| key.0 == point.0 && key.1 == point.1)
+        {
+            point.3 = *v;
+        }
+    }
+    points
+}
+
+/// `series` with the steps in `drop` of model `label` left out (a step analysed again
+/// replaces its rows).
+pub fn without_steps(series: &Table, label: &str, drop: &BTreeSet<u64>) -> Table {
+    let done = steps_done(series, label);
+    if drop.iter().all(|s| !done.contains(s)) {
+        return series.clone();
+    }
+    let (Some(Column::Str(models)), Some(Column::Int(steps))) =
+        (series.column("model"), series.column("step"))
+    else {
+        return series.clone();
+    };
+    let keep: Vec<bool> = models
+        .iter()
+        .zip(steps)
+        .map(|(m, s)| {
+            let step = s.and_then(|s| u64::try_from(s).ok());
+            !(m.as_deref() == Some(label) && step.is_some_and(|s| drop.contains(&s)))
+        })
+        .collect();
+    let columns = series
+        .columns
+        .iter()
+        .map(|(name, column)| (name.clone(), filter(column, &keep)))
+        .collect();
+    Table {
+        name: series.name.clone(),
+        columns,
+    }
+}
+
+/// The values of `column` where `keep` is true.
+fn filter(column: &Column, keep: &[bool]) -> Column {
+    fn pick<T: Clone>(values: &[T], keep: &[bool]) -> Vec<T> {
+        values
+            .iter()
+            .zip(keep)
+            .filter(|(_, k)| **k)
+            .map(|(v, _)| v.clone())
+            .collect()
+    }
+    match column {
+        Column::Str(v) => Column::Str(pick(v, keep)),
+        Column::Int(v) => Column::Int(pick(v, keep)),
+        Column::Float(v) => Column::Float(pick(v, keep)),
+        Column::Bytes(v) => Column::Bytes(pick(v, keep)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attention(model: &str) -> Table {
+        Table::new(
+            "attention",
+            vec![
+                ("model", Column::Str(vec![Some(model.into()); 3])),
+                (
+                    "metric",
+                    Column::Str(vec![
+                        Some("qk_mean".into()),
+                        Some("qk_abs_mean".into()),
+                        Some("qk_mean".into()),
+                    ]),
+                ),
+                ("layer", Column::Int(vec![None, None, Some(1)])),
+                ("head", Column::Int(vec![None, None, None])),
+                ("stat", Column::Str(vec![Some("mean".into()); 3])),
+                ("value", Column::Float(vec![Some(0.5), Some(2.0), Some(9.0)])),
+            ],
+        )
+    }
+
+    #[test]
+    fn steps_rows_and_qk_points_of_a_series() {
+        let mut series = empty();
+        series.append(step_rows(10, &attention("a")));
+        series.append(step_rows(20, &attention("a")));
+        series.append(step_rows(10, &attention("b")));
+        assert_eq!(series.height(), 9);
+        assert_eq!(steps_done(&series, "a"), [10, 20].into());
+        assert_eq!(steps_done(&series, "b"), [10].into());
+        assert!(steps_done(&series, "c").is_empty());
+        // one point per (model, step): the whole-model rows, not layer 1's
+        let points = qk_points(&series);
+        assert_eq!(
+            points,
+            vec![
+                ("a".to_string(), 10, 0.5, 2.0),
+                ("a".to_string(), 20, 0.5, 2.0),
+                ("b".to_string(), 10, 0.5, 2.0)
+            ]
+        );
+        let dropped = without_steps(&series, "a", &[10].into());
+        assert_eq!(dropped.height(), 6);
+        assert_eq!(steps_done(&dropped, "a"), [20].into());
+        assert_eq!(steps_done(&dropped, "b"), [10].into());
+    }
+}

@@ -1,0 +1,266 @@
+//! `watch RUN_DIR`: follows the output folder of a training run (the HF Trainer's
+//! `checkpoint-N/`, `step-N/`, any trainer that writes step folders) and analyses each step
+//! checkpoint once it is complete (`analysis::checkpoint_ready`), appending its rows to
+//! `attention_series` under `--out` (with `qk_series`, and the figures with `--figures`).
+//! Steps already in the table are skipped, so a restarted watch resumes where it stopped;
+//! `--once` analyses what is complete now and exits; Ctrl-C ends it between two commits
+//! (the binary's signal thread removes the unfinished output, the committed table stays).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::analyze::{self, commit_tables, FigureFlags, MetricArgs, Terminal};
+use super::Process;
+use crate::analysis::attention_series::{empty, qk_points, step_rows, steps_done, without_steps};
+use crate::analysis::checkpoint_ready::{step_folders, StepFolder};
+use crate::analysis::{ModelSource, Run, RunOptions};
+use crate::error::{Error, Result};
+use crate::export::schema::ATTENTION_SERIES;
+use crate::export::{read_table, Column, ColumnKind, OutputDir, Table};
+use crate::metrics::{qk_series_table, Metric};
+
+/// What `watch` computes unless `--metrics` says otherwise: what a training run's attention
+/// is watched for (sinks forming, entropy collapse, logit growth, QK^T growth).
+const WATCH_METRICS: [Metric; 6] = [
+    Metric::FIRST_TOKEN,
+    Metric::SINK_RATE,
+    Metric::ENTROPY,
+    Metric::MAX_LOGIT,
+    Metric::QK_MEAN,
+    Metric::WEIGHT_SUM,
+];
+
+/// `watch`'s arguments: the metric options of `analyze` (its one MODEL is the run folder,
+/// `label=path` naming the series' model), and how to follow the folder.
+#[derive(Debug, clap::Args)]
+pub struct WatchArgs {
+    #[command(flatten)]
+    pub metric: MetricArgs,
+    /// Analyse the complete step checkpoints there now, then exit.
+    #[arg(long)]
+    pub once: bool,
+    /// Seconds between two looks at the folder.
+    #[arg(long, default_value_t = 30.0)]
+    pub poll: f64,
+}
+
+/// Runs `watch`.
+pub fn run(args: WatchArgs, process: &Process) -> Result<()> {
+    let m = &args.metric;
+    if m.models.len() != 1 {
+        return Err(Error::usage(
+            "watch follows one run folder: `asa-analyze watch [LABEL=]RUN_DIR`",
+        ));
+    }
+    if m.shard.is_some() || m.shard_count.is_some() || m.json || m.profile {
+        return Err(Error::usage(
+            "--shard, --shard-count, --json and --profile do not apply to watch",
+        ));
+    }
+    if !(args.poll.is_finite() && args.poll > 0.0) {
+        return Err(Error::usage("--poll must be a positive number of seconds"));
+    }
+    let source = analyze::parse_models(&m.models)?.remove(0);
+    if !source.path.is_dir() {
+        return Err(Error::input(&source.path, "not a folder: watch follows a run's output folder"));
+    }
+    let mut options = analyze::run_options(m, &WATCH_METRICS, "analyze")?;
+    options.shard = None;
+    options.validate()?;
+    let mut watcher = Watcher {
+        source,
+        options,
+        args: &args,
+        process,
+        series: existing_series(&m.out)?,
+        failed: BTreeMap::new(),
+        said_waiting: BTreeSet::new(),
+    };
+    let done = steps_done(&watcher.series, &watcher.source.label);
+    if !done.is_empty() && !m.quiet {
+        eprintln!(
+            "asa-analyze: watch: {} step(s) of {} already in {}: skipped",
+            done.len(),
+            watcher.source.label,
+            m.out.join("attention_series").display()
+        );
+    }
+    loop {
+        watcher.look()?;
+        if args.once {
+            return Ok(());
+        }
+        sleep(Duration::from_secs_f64(args.poll), process)?;
+    }
+}
+
+/// The state of one watch.
+struct Watcher<'a> {
+    source: ModelSource,
+    options: RunOptions,
+    args: &'a WatchArgs,
+    process: &'a Process,
+    /// Every row committed so far (read back from `--out` at the start).
+    series: Table,
+    /// Steps whose analysis failed, with the files' signature then: tried again only when
+    /// their files change.
+    failed: BTreeMap<u64, Vec<(PathBuf, u64)>>,
+    /// Steps already reported as incomplete.
+    said_waiting: BTreeSet<u64>,
+}
+
+impl Watcher<'_> {
+    /// One look at the folder: every complete step not yet in the series, in step order.
+    fn look(&mut self) -> Result<()> {
+        let run_dir = &self.source.path;
+        let steps = step_folders(run_dir).map_err(|e| Error::io(run_dir, e))?;
+        let done = steps_done(&self.series, &self.source.label);
+        for step in steps.iter().filter(|s| !done.contains(&s.step)) {
+            self.process.cancel.check()?;
+            if let Some(why) = &step.waiting {
+                self.say_waiting(step, why);
+                continue;
+            }
+            let signature = signature(&step.dir);
+            if self.failed.get(&step.step) == Some(&signature) {
+                continue;
+            }
+            match self.analyse(step) {
+                Ok(()) => {
+                    self.failed.remove(&step.step);
+                }
+                Err(Error::Interrupted) => return Err(Error::Interrupted),
+                Err(e) => {
+                    // a broken checkpoint must not end the watch of the rest of the run
+                    eprintln!("asa-analyze: watch: step {}: {}", step.step, e.report());
+                    self.failed.insert(step.step, signature);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn say_waiting(&mut self, step: &StepFolder, why: &str) {
+        let quiet = self.args.metric.quiet;
+        if self.args.once || (!quiet && self.said_waiting.insert(step.step)) {
+            eprintln!(
+                "asa-analyze: watch: step {} ({}) is not complete yet: {why}",
+                step.step,
+                step.dir.display()
+            );
+        }
+    }
+
+    /// Analyses one complete step and commits the series with its rows.
+    fn analyse(&mut self, step: &StepFolder) -> Result<()> {
+        let started = Instant::now();
+        let m = &self.args.metric;
+        let mut out = OutputDir::create(&m.out, m.format, &self.process.staging)?;
+        let mut options = self.options.clone();
+        options.scratch_dir = Some(out.staging().to_path_buf());
+        let run = Run {
+            models: vec![ModelSource {
+                label: self.source.label.clone(),
+                path: step.dir.clone(),
+            }],
+            options,
+            cancel: self.process.cancel.clone(),
+        };
+        let mut terminal = Terminal {
+            quiet: m.quiet,
+            bar: None,
+        };
+        let output = run.execute(&mut terminal)?;
+        let attention = output
+            .tables()
+            .into_iter()
+            .find(|t| t.name == "attention")
+            .ok_or_else(|| Error::input(&step.dir, "the analysis gave no attention table"))?;
+        let mut series = without_steps(&self.series, &self.source.label, &[step.step].into());
+        series.append(step_rows(step.step, &attention));
+        out.write(&series)?;
+        let points = qk_points(&series);
+        if !points.is_empty() {
+            out.write(&qk_series_table(&points))?;
+        }
+        let mut record = output.record("watch", &run.options);
+        record.options["format"] = json!(m.format);
+        record.options["run_dir"] = json!(self.source.path);
+        record.options["step"] = json!(step.step);
+        record.seconds = started.elapsed().as_secs_f64();
+        out.write_bytes("run.json", record.to_json()?.as_bytes())?;
+        let flags = FigureFlags {
+            figures: m.figures,
+            quiet: m.quiet,
+        };
+        commit_tables(out, flags)?;
+        self.series = series;
+        if !m.quiet {
+            eprintln!(
+                "asa-analyze: watch: step {} of {} analysed in {:.1} s: {}",
+                step.step,
+                self.source.label,
+                started.elapsed().as_secs_f64(),
+                m.out.join("attention_series").display()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The `attention_series` table already under `out` (CSV or Parquet), or an empty one.
+fn existing_series(out: &Path) -> Result<Table> {
+    for ext in ["csv", "parquet"] {
+        let path = out.join(format!("attention_series.{ext}"));
+        if !path.is_file() {
+            continue;
+        }
+        let mut table = read_table(&path)?;
+        // a column with no value at all reads back as text: give it the declared kind
+        for (name, column) in &mut table.columns {
+            let spec = ATTENTION_SERIES.column(name);
+            if let (Some(spec), Column::Str(values)) = (spec, &*column) {
+                if values.iter().all(Option::is_none) {
+                    *column = match spec.kind {
+                        ColumnKind::Int => Column::Int(vec![None; values.len()]),
+                        ColumnKind::Float => Column::Float(vec![None; values.len()]),
+                        ColumnKind::Text => continue,
+                    };
+                }
+            }
+        }
+        ATTENTION_SERIES
+            .check(&table)
+            .map_err(|e| Error::input(&path, e))?;
+        let mut series = empty();
+        series.append(table);
+        return Ok(series);
+    }
+    Ok(empty())
+}
+
+/// The names and sizes of the files in `dir` (what a retry after a failure waits to see
+/// change).
+fn signature(dir: &Path) -> Vec<(PathBuf, u64)> {
+    let mut files: Vec<(PathBuf, u64)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| Some((e.path(), e.metadata().ok()?.len())))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Waits `time`, waking to end early when the run is cancelled.
+fn sleep(time: Duration, process: &Process) -> Result<()> {
+    let until = Instant::now() + time;
+    while Instant::now() < until {
+        process.cancel.check()?;
+        std::thread::sleep((until - Instant::now()).min(Duration::from_millis(100)));
+    }
+    Ok(())
+}

@@ -1,0 +1,175 @@
+//! `watch`: a training run's folder followed step by step into attention_series; only
+//! complete checkpoints are read, every step appears once, a restart resumes, and each
+//! step's rows are those `analyze` gives for that checkpoint.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::common::{copy_fixture, expect_success, model_dir, run_cli};
+
+const FIXTURE: &str = "llama_gqa";
+const ARGS: [&str; 4] = ["--seq-len", "32", "--num-seqs", "2"];
+const METRICS: &str = "first_token,sink_rate,entropy,max_logit,qk_mean,weight_sum";
+
+/// (metric, layer, head, stat) -> value of each step of `model` in `csv`
+/// (attention_series.csv, or attention.csv with `step` 0).
+fn rows(csv: &Path, model: Option<&str>) -> BTreeMap<u64, BTreeMap<String, f64>> {
+    let text = std::fs::read_to_string(csv).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name);
+    let mut out: BTreeMap<u64, BTreeMap<String, f64>> = BTreeMap::new();
+    for line in lines {
+        let f: Vec<&str> = line.split(',').collect();
+        if model.is_some_and(|m| f[0] != m) {
+            continue;
+        }
+        let step = col("step").map_or(0, |c| f[c].parse().unwrap());
+        let key = ["metric", "layer", "head", "stat"]
+            .map(|n| f[col(n).unwrap()])
+            .join("/");
+        let value: f64 = f[col("value").unwrap()].parse().unwrap();
+        let previous = out.entry(step).or_default().insert(key.clone(), value);
+        assert!(previous.is_none(), "{key} of step {step} twice in {}", csv.display());
+    }
+    out
+}
+
+/// A run folder with step checkpoints `steps` of the fixture.
+fn run_folder(root: &Path, steps: &[u64]) -> std::path::PathBuf {
+    let run = root.join("run");
+    for step in steps {
+        copy_fixture(FIXTURE, &run.join(format!("checkpoint-{step}")));
+    }
+    // a trainer's other folders are not steps
+    std::fs::create_dir_all(run.join("runs")).unwrap();
+    run
+}
+
+/// `analyze` of the fixture with watch's metrics: the rows every step must have.
+fn analyze_rows(root: &Path) -> BTreeMap<String, f64> {
+    let dir = model_dir(FIXTURE).display().to_string();
+    let mut args = vec!["analyze", &dir, "--out", "single", "--metrics", METRICS, "--quiet"];
+    args.extend(ARGS);
+    expect_success(&run_cli(root, &args));
+    rows(&root.join("single/attention.csv"), None).remove(&0).unwrap()
+}
+
+#[test]
+fn watch_once_reads_complete_steps_and_a_restart_resumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let run = run_folder(root, &[10, 20]);
+    // step 30 is being written: its last shard is cut short
+    let partial = run.join("checkpoint-30");
+    copy_fixture(FIXTURE, &partial);
+    let shard = partial.join("model-00003-of-00003.safetensors");
+    let whole = std::fs::read(&shard).unwrap();
+    std::fs::write(&shard, &whole[..whole.len() - 100]).unwrap();
+    let watch = |root: &Path| {
+        let mut args = vec!["watch", "run", "--once", "--out", "out"];
+        args.extend(ARGS);
+        let output = run_cli(root, &args);
+        expect_success(&output);
+        String::from_utf8_lossy(&output.stderr).to_string()
+    };
+    let said = watch(root);
+    assert!(
+        said.contains("step 30") && said.contains("not complete yet"),
+        "{said}"
+    );
+    let series = root.join("out/attention_series.csv");
+    let want = analyze_rows(root);
+    let got = rows(&series, Some("run"));
+    assert_eq!(got.keys().copied().collect::<Vec<_>>(), [10, 20]);
+    for (step, values) in &got {
+        // the same checkpoint, the same corpus: the same numbers as `analyze`
+        assert_eq!(values, &want, "step {step}");
+    }
+    // the step completes; a second watch analyses it alone
+    std::fs::write(&shard, &whole).unwrap();
+    let said = watch(root);
+    assert!(said.contains("2 step(s) of run already in"), "{said}");
+    assert!(said.contains("step 30 of run analysed"), "{said}");
+    assert!(!said.contains("step 10 of run analysed"), "{said}");
+    let got = rows(&series, Some("run"));
+    assert_eq!(got.keys().copied().collect::<Vec<_>>(), [10, 20, 30]);
+    assert_eq!(got[&30], want);
+    // qk_series follows the table
+    let qk = std::fs::read_to_string(root.join("out/qk_series.csv")).unwrap();
+    assert_eq!(qk.lines().count(), 4, "{qk}");
+}
+
+#[cfg(unix)]
+#[test]
+fn watch_reads_no_checkpoint_a_second_process_is_still_writing() {
+    use std::io::Write;
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let run = run_folder(&root, &[10]);
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_asa-analyze"));
+    command
+        .args(["watch", "run", "--poll", "0.05", "--out", "out"])
+        .args(ARGS)
+        .current_dir(&root)
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: only resets SIGINT's disposition in the child before exec (a test runner
+    // started in the background passes it down ignored)
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().unwrap();
+    // the trainer writes step 20 file by file, each file in pieces, pausing far longer
+    // than the watch's poll between them (a "sizes stable" rule would read it half-written)
+    let step = run.join("checkpoint-20");
+    std::fs::create_dir(&step).unwrap();
+    let mut names: Vec<_> = std::fs::read_dir(model_dir(FIXTURE))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    // config first, the index after the shards, as save_pretrained writes them
+    names.sort_by_key(|n| (n != "config.json", n == "model.safetensors.index.json", n.clone()));
+    for name in names {
+        let bytes = std::fs::read(model_dir(FIXTURE).join(&name)).unwrap();
+        let mut file = std::fs::File::create(step.join(&name)).unwrap();
+        for piece in bytes.chunks(bytes.len().div_ceil(3)) {
+            file.write_all(piece).unwrap();
+            file.flush().unwrap();
+            std::thread::sleep(Duration::from_millis(150));
+        }
+    }
+    let series = root.join("out/attention_series.csv");
+    let started = Instant::now();
+    while !(series.is_file() && rows(&series, Some("run")).contains_key(&20)) {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "step 20 never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: sends SIGINT to the child we started
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.signal(), Some(libc::SIGINT), "{stderr}");
+    // no failed read of a half-written file, and each step once with analyze's numbers
+    assert!(!stderr.contains("watch: step 20:"), "{stderr}");
+    assert!(stderr.contains("step 20") && stderr.contains("not complete yet"), "{stderr}");
+    let got = rows(&series, Some("run"));
+    assert_eq!(got.keys().copied().collect::<Vec<_>>(), [10, 20]);
+    let want = analyze_rows(&root);
+    assert_eq!(got[&10], want);
+    assert_eq!(got[&20], want);
+    // no staging folder left behind
+    let left: Vec<_> = std::fs::read_dir(root.join("out"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with(".asa-staging"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
