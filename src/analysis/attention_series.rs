@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use super::run::SeriesPoint;
 use crate::export::schema::ATTENTION_SERIES;
 use crate::export::{Column, Table};
-use crate::metrics::Metric;
+use crate::metrics::{attention_tables, Metric, ModelMetrics};
 
 /// The `attention_series` rows of one step: `attention`'s rows (model, metric, layer, head,
 /// stat, value) with `step`.
@@ -27,6 +27,53 @@ pub fn step_rows(step: u64, attention: &Table) -> Table {
         ("head", column("head")),
         ("stat", column("stat")),
         ("value", column("value")),
+    ])
+}
+
+/// The `attention_series` of the training series an `analyze` run computed: each step's
+/// whole-model QK^T rows (`points`), and at each series' last step, the metrics computed
+/// there (`models`' rows of its label) in their place.
+pub fn of_series(points: &[SeriesPoint], models: &[(String, ModelMetrics)]) -> Table {
+    let mut series = empty();
+    let mut last: std::collections::BTreeMap<&str, u64> = Default::default();
+    for (label, step, _, _) in points {
+        let entry = last.entry(label.as_str()).or_insert(*step);
+        *entry = (*entry).max(*step);
+    }
+    for (label, step, mean, abs) in points {
+        let model = models.iter().find(|(l, _)| l == label);
+        if last[label.as_str()] == *step {
+            if let Some(model) = model {
+                let tables = attention_tables(std::slice::from_ref(model));
+                if let Some(attention) = tables.iter().find(|t| t.name == "attention") {
+                    let rows = step_rows(*step, attention);
+                    if qk_points(&rows).is_empty() {
+                        series.append(qk_rows(label, *step, (*mean, *abs)));
+                    }
+                    series.append(rows);
+                    continue;
+                }
+            }
+        }
+        series.append(qk_rows(label, *step, (*mean, *abs)));
+    }
+    series
+}
+
+/// The two whole-model QK^T rows of one step.
+fn qk_rows(label: &str, step: u64, (mean, abs): (f64, f64)) -> Table {
+    let text = |v: &str| Some(v.to_string());
+    ATTENTION_SERIES.build(vec![
+        ("model", Column::Str(vec![text(label), text(label)])),
+        ("step", Column::Int(vec![Some(step as i64); 2])),
+        (
+            "metric",
+            Column::Str(vec![text(Metric::QK_MEAN.name()), text("qk_abs_mean")]),
+        ),
+        ("layer", Column::Int(vec![None, None])),
+        ("head", Column::Int(vec![None, None])),
+        ("stat", Column::Str(vec![text("mean"), text("mean")])),
+        ("value", Column::Float(vec![Some(mean), Some(abs)])),
     ])
 }
 
@@ -177,7 +224,10 @@ mod tests {
                 ("layer", Column::Int(vec![None, None, Some(1)])),
                 ("head", Column::Int(vec![None, None, None])),
                 ("stat", Column::Str(vec![Some("mean".into()); 3])),
-                ("value", Column::Float(vec![Some(0.5), Some(2.0), Some(9.0)])),
+                (
+                    "value",
+                    Column::Float(vec![Some(0.5), Some(2.0), Some(9.0)]),
+                ),
             ],
         )
     }

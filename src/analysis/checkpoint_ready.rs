@@ -96,8 +96,10 @@ pub fn readiness(dir: &Path) -> Result<(), String> {
 }
 
 fn name(path: &Path) -> String {
-    path.file_name()
-        .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into())
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into(),
+    )
 }
 
 /// A JSON file read whole (at most [`MAX_JSON`] bytes): a file still being written does not

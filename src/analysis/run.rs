@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use candle_core::{DType, Device};
 
+use super::attention_series;
 use super::hub_cache::{self, HubModel};
 use super::partial::{model_fingerprint, run_fingerprint, PartialModel};
 use super::plan::{batch_chunk, block_size, check_block, default_budget};
@@ -232,7 +233,8 @@ pub struct RunOutput {
 }
 
 impl RunOutput {
-    /// The section 6 tables of the run (attention tables, the QK^T series).
+    /// The section 6 tables of the run (attention tables; a training series' QK^T series and
+    /// its attention_series).
     pub fn tables(&self) -> Vec<Table> {
         let models: Vec<(String, ModelMetrics)> = self
             .models
@@ -242,6 +244,7 @@ impl RunOutput {
         let mut tables = attention_tables(&models);
         if !self.series.is_empty() {
             tables.push(qk_series_table(&self.series));
+            tables.push(attention_series::of_series(&self.series, &models));
         }
         tables
     }

@@ -193,7 +193,11 @@ pub(super) fn parse_models(raw: &[String]) -> Result<Vec<ModelSource>> {
 
 /// The library's options for these arguments, computing `metrics` (or, for `analyze`,
 /// `--metrics`).
-pub(super) fn run_options(args: &MetricArgs, metrics: &[Metric], command: &str) -> Result<RunOptions> {
+pub(super) fn run_options(
+    args: &MetricArgs,
+    metrics: &[Metric],
+    command: &str,
+) -> Result<RunOptions> {
     let metrics: BTreeSet<Metric> = match (&args.metrics, command) {
         (Some(chosen), "analyze") => chosen.iter().copied().collect(),
         (Some(_), _) => {

@@ -123,6 +123,13 @@ pub fn main(process: &Process) -> ExitCode {
     };
     match run(cli, process) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(Error::Interrupted) if process.cancel.is_cancelled() => {
+            // the binary's signal thread cancelled the run: it removes the unfinished output
+            // and ends the process by the signal (a shell sees 130, not 2); this thread only
+            // got to its next check first
+            std::thread::sleep(std::time::Duration::from_secs(10));
+            exit_with(&Error::Interrupted)
+        }
         Err(err) => exit_with(&err),
     }
 }

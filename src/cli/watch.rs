@@ -65,7 +65,10 @@ pub fn run(args: WatchArgs, process: &Process) -> Result<()> {
     }
     let source = analyze::parse_models(&m.models)?.remove(0);
     if !source.path.is_dir() {
-        return Err(Error::input(&source.path, "not a folder: watch follows a run's output folder"));
+        return Err(Error::input(
+            &source.path,
+            "not a folder: watch follows a run's output folder",
+        ));
     }
     let mut options = analyze::run_options(m, &WATCH_METRICS, "analyze")?;
     options.shard = None;

@@ -12,7 +12,7 @@ use crate::export::{read_table, Column, Table};
 
 /// The tables figures read (file stems `.csv` or `.parquet`), each checked against its
 /// schema's required columns ([`crate::export::schema`], SPEC section 6).
-pub const TABLES: [&TableSchema; 11] = [
+pub const TABLES: [&TableSchema; 12] = [
     &schema::ATTENTION,
     &schema::WEIGHT_SUM_HIST,
     &schema::HEATMAP,
@@ -20,6 +20,7 @@ pub const TABLES: [&TableSchema; 11] = [
     &schema::DISTANCE_PROFILE,
     &schema::NLL_POSITION,
     &schema::QK_SERIES,
+    &schema::ATTENTION_SERIES,
     &schema::GRAD_STATS,
     &schema::SPIKES,
     &schema::SPIKE_STEPS,

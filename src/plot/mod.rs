@@ -20,6 +20,7 @@
 //! | `fig9_heatmap` | 30 x 30 attention map of one layer | heatmap |
 //! | `fig11_clipping` | sigmoid vs linear clipping (analytic) | none |
 //! | `distance_profile` | attention mass by query-key distance band | distance_profile |
+//! | `sink_emergence` | first-token weight per layer over training steps | attention_series |
 //! | `tables4_5.md` | Table 4 (gradient statistics), Table 5 (spikes) | grad_stats, spikes |
 //!
 //! Choices the tables leave open:
@@ -51,6 +52,7 @@ pub mod lines;
 pub mod raster;
 pub mod render;
 pub mod scene;
+pub mod series;
 pub mod tables;
 pub mod theme;
 pub mod training;
@@ -131,7 +133,7 @@ pub type Built = std::result::Result<Figure, String>;
 
 /// Every figure builder, in paper order: (file stem, builder).
 #[allow(clippy::type_complexity)]
-pub const FIGURES: [(&str, fn(&mut Ctx) -> Built); 13] = [
+pub const FIGURES: [(&str, fn(&mut Ctx) -> Built); 14] = [
     ("fig1_query_profile", bars::fig1_query_profile),
     ("fig2_qk_mean", lines::fig2_qk_mean),
     ("fig3_weight_sums", bars::fig3_weight_sums),
@@ -145,6 +147,7 @@ pub const FIGURES: [(&str, fn(&mut Ctx) -> Built); 13] = [
     ("fig10_loss_late", lines::fig10_loss_late),
     ("fig11_clipping", analytic::fig11_clipping),
     ("distance_profile", distance::distance_profile),
+    ("sink_emergence", series::sink_emergence),
 ];
 
 /// Builds every figure whose tables exist; skipped ones become notes.

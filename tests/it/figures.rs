@@ -158,6 +158,7 @@ fn every_figure_is_drawn_from_full_tables() {
             "fig10_loss_late",
             "fig11_clipping",
             "distance_profile",
+            "sink_emergence",
         ]
     );
     assert!(notes.is_empty(), "unexpected notes: {notes:?}");
@@ -551,7 +552,7 @@ fn header_only_tables_are_skipped_with_a_note() {
     let (figs, notes) = build_figures(&res, &FigureOptions::default());
     let names: Vec<&str> = figs.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(names, ["fig11_clipping"]);
-    assert_eq!(notes.len(), 12, "{notes:?}");
+    assert_eq!(notes.len(), 13, "{notes:?}");
     assert!(notes.iter().all(|n| n.contains("skipped")), "{notes:?}");
 }
 
@@ -642,13 +643,13 @@ fn cli_writes_every_figure_and_the_tables() {
     ]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
-    assert!(err.contains("wrote 27 files"), "{err}");
+    assert!(err.contains("wrote 29 files"), "{err}");
     let mut files: Vec<String> = std::fs::read_dir(&dest)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     files.sort();
-    assert_eq!(files.len(), 27, "{files:?}");
+    assert_eq!(files.len(), 29, "{files:?}");
     assert!(
         files.iter().all(|f| !f.starts_with('.')),
         "staging left behind"
@@ -901,4 +902,46 @@ fn training_curves_per_size_with_kd_loss_centred_smoothing_and_log_y() {
             .any(|n| n.contains("no metric val_loss (it has kd_loss, loss, grad_norm)")),
         "{notes:?}"
     );
+}
+
+#[test]
+fn sink_emergence_draws_each_layers_first_token_mean_over_the_steps() {
+    let (figs, _) = full();
+    let f = find(&figs, "sink_emergence");
+    // one panel per model of attention_series, one line per layer (per-head, std and other
+    // metrics' rows left out), layer 1 to 3 from viridis' dark end to its light end
+    let titles: Vec<&str> = f.panels.iter().map(|p| p.title.as_str()).collect();
+    assert_eq!(titles, ["base", "sink"]);
+    for (panel, slope) in f.panels.iter().zip([0.3, 0.5]) {
+        let lines: Vec<(&Vec<(f64, f64)>, RGBColor)> = panel
+            .marks
+            .iter()
+            .filter_map(|m| match m {
+                Mark::Line { points, color, .. } => Some((points, *color)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(lines.len(), 3, "{}", panel.title);
+        for (l, (points, color)) in lines.iter().enumerate() {
+            let layer = (l + 1) as f64;
+            assert_eq!(*color, viridis(l as f64 / 2.0));
+            let want: Vec<(f64, f64)> = (0..=4)
+                .map(|k| {
+                    let step = 250.0 * k as f64;
+                    (step, (0.1 + slope * layer * step / 1000.0).min(1.0))
+                })
+                .collect();
+            assert_eq!(points.len(), want.len());
+            for (got, want) in points.iter().zip(&want) {
+                assert_eq!(got.0, want.0);
+                assert!(
+                    (got.1 - want.1).abs() < 1e-6,
+                    "{}: {got:?} vs {want:?}",
+                    panel.title
+                );
+            }
+        }
+    }
+    assert_eq!(legend(f), ["layer 1", "layer 2", "layer 3"]);
+    render(f);
 }

@@ -31,7 +31,11 @@ fn rows(csv: &Path, model: Option<&str>) -> BTreeMap<u64, BTreeMap<String, f64>>
             .join("/");
         let value: f64 = f[col("value").unwrap()].parse().unwrap();
         let previous = out.entry(step).or_default().insert(key.clone(), value);
-        assert!(previous.is_none(), "{key} of step {step} twice in {}", csv.display());
+        assert!(
+            previous.is_none(),
+            "{key} of step {step} twice in {}",
+            csv.display()
+        );
     }
     out
 }
@@ -50,10 +54,20 @@ fn run_folder(root: &Path, steps: &[u64]) -> std::path::PathBuf {
 /// `analyze` of the fixture with watch's metrics: the rows every step must have.
 fn analyze_rows(root: &Path) -> BTreeMap<String, f64> {
     let dir = model_dir(FIXTURE).display().to_string();
-    let mut args = vec!["analyze", &dir, "--out", "single", "--metrics", METRICS, "--quiet"];
+    let mut args = vec![
+        "analyze",
+        &dir,
+        "--out",
+        "single",
+        "--metrics",
+        METRICS,
+        "--quiet",
+    ];
     args.extend(ARGS);
     expect_success(&run_cli(root, &args));
-    rows(&root.join("single/attention.csv"), None).remove(&0).unwrap()
+    rows(&root.join("single/attention.csv"), None)
+        .remove(&0)
+        .unwrap()
 }
 
 #[test]
@@ -96,9 +110,13 @@ fn watch_once_reads_complete_steps_and_a_restart_resumes() {
     let got = rows(&series, Some("run"));
     assert_eq!(got.keys().copied().collect::<Vec<_>>(), [10, 20, 30]);
     assert_eq!(got[&30], want);
-    // qk_series follows the table
+    // qk_series follows the table, and `figures` draws both series
     let qk = std::fs::read_to_string(root.join("out/qk_series.csv")).unwrap();
     assert_eq!(qk.lines().count(), 4, "{qk}");
+    expect_success(&run_cli(root, &["figures", "out", "--out", "figs"]));
+    for fig in ["fig2_qk_mean", "sink_emergence"] {
+        assert!(root.join(format!("figs/{fig}.png")).is_file(), "{fig}");
+    }
 }
 
 #[cfg(unix)]
@@ -133,7 +151,13 @@ fn watch_reads_no_checkpoint_a_second_process_is_still_writing() {
         .map(|e| e.unwrap().file_name())
         .collect();
     // config first, the index after the shards, as save_pretrained writes them
-    names.sort_by_key(|n| (n != "config.json", n == "model.safetensors.index.json", n.clone()));
+    names.sort_by_key(|n| {
+        (
+            n != "config.json",
+            n == "model.safetensors.index.json",
+            n.clone(),
+        )
+    });
     for name in names {
         let bytes = std::fs::read(model_dir(FIXTURE).join(&name)).unwrap();
         let mut file = std::fs::File::create(step.join(&name)).unwrap();
@@ -159,7 +183,10 @@ fn watch_reads_no_checkpoint_a_second_process_is_still_writing() {
     assert_eq!(output.status.signal(), Some(libc::SIGINT), "{stderr}");
     // no failed read of a half-written file, and each step once with analyze's numbers
     assert!(!stderr.contains("watch: step 20:"), "{stderr}");
-    assert!(stderr.contains("step 20") && stderr.contains("not complete yet"), "{stderr}");
+    assert!(
+        stderr.contains("step 20") && stderr.contains("not complete yet"),
+        "{stderr}"
+    );
     let got = rows(&series, Some("run"));
     assert_eq!(got.keys().copied().collect::<Vec<_>>(), [10, 20]);
     let want = analyze_rows(&root);
