@@ -300,7 +300,7 @@ fn analyze(
     let run = Run {
         models: models
             .into_iter()
-            .map(|(label, path)| ModelSource { label, path })
+            .map(|(label, path)| ModelSource::at(label, path))
             .collect(),
         options,
         cancel: cancel.map(|c| c.0.clone()).unwrap_or_default(),

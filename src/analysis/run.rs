@@ -32,7 +32,7 @@ use crate::metrics::qk_mean::QkResult;
 use crate::metrics::{
     attention_tables, qk_series_table, Metric, MetricOptions, MetricProbe, ModelMetrics,
 };
-use crate::model::{Checkpoint, LayerTiming, Model, WeightMap};
+use crate::model::{Checkpoint, LayerTiming, MemoryModel, Model, WeightMap};
 use crate::probe::Kernel;
 
 /// A checkpoint to analyse and the label its rows carry.
@@ -41,6 +41,20 @@ pub struct ModelSource {
     pub label: String,
     /// A checkpoint folder, a GGUF file, or a folder of `step-N/` checkpoints (a series).
     pub path: PathBuf,
+    /// A model held in memory instead (`path` unused): analysed as the checkpoint saved
+    /// from it would be.
+    pub memory: Option<std::sync::Arc<MemoryModel>>,
+}
+
+impl ModelSource {
+    /// The checkpoint (or series) at `path`, labelled `label`.
+    pub fn at(label: impl Into<String>, path: impl Into<PathBuf>) -> Self {
+        ModelSource {
+            label: label.into(),
+            path: path.into(),
+            memory: None,
+        }
+    }
 }
 
 /// Everything an analysis is asked for, as plain values (the CLI's flags, Python's keyword
@@ -306,6 +320,11 @@ impl Run {
         };
         let (mut models, mut series, mut step_partials) = (Vec::new(), Vec::new(), Vec::new());
         for source in &self.models {
+            if let Some(memory) = &source.memory {
+                let (label, metrics) = (&source.label, &o.metrics);
+                models.push(ctx.model(label, &memory.origin, Some(memory), metrics, events)?);
+                continue;
+            }
             // a Hub id with revisions (`org/name@step1000,step2000`), from the local cache
             let (hub_dir, hub_series) = match hub_cache::resolve(&source.path)? {
                 Some(HubModel::Checkpoint(dir)) => (Some(dir), None),
@@ -328,7 +347,7 @@ impl Run {
                 }
                 None => {
                     let metrics = &o.metrics;
-                    models.push(ctx.model(&source.label, path, metrics, events)?)
+                    models.push(ctx.model(&source.label, path, None, metrics, events)?)
                 }
             }
         }
@@ -394,7 +413,7 @@ impl ModelContext<'_> {
             if last && others {
                 wanted.extend(asked.iter().copied());
             }
-            let mut r = self.model(label, dir, &wanted, events)?;
+            let mut r = self.model(label, dir, None, &wanted, events)?;
             let qk = r
                 .metrics
                 .get::<QkResult>(Metric::QK_MEAN)
@@ -424,11 +443,12 @@ impl ModelContext<'_> {
         &self,
         label: &str,
         path: &Path,
+        memory: Option<&MemoryModel>,
         metrics: &BTreeSet<Metric>,
         events: &mut dyn RunEvents,
     ) -> Result<ModelResult> {
         let o = self.options;
-        let ckpt = self.open(label, path, events)?;
+        let ckpt = self.open(label, path, memory, events)?;
         let windows = self.windows(&ckpt, path)?;
         check_length(&ckpt, o.seq_len, label, events)?;
         let opts = metric_options(o, metrics, ckpt.config.num_layers, label)?;
@@ -471,11 +491,21 @@ impl ModelContext<'_> {
         })
     }
 
-    /// The checkpoint at `path`, as `--variant` says if it does, validated, with the
-    /// options that govern its weights; a note of variant weights it does not use.
-    fn open(&self, label: &str, path: &Path, events: &mut dyn RunEvents) -> Result<Checkpoint> {
+    /// The checkpoint at `path` (or held in `memory`), as `--variant` says if it does,
+    /// validated, with the options that govern its weights; a note of variant weights it
+    /// does not use.
+    fn open(
+        &self,
+        label: &str,
+        path: &Path,
+        memory: Option<&MemoryModel>,
+        events: &mut dyn RunEvents,
+    ) -> Result<Checkpoint> {
         let o = self.options;
-        let ckpt = Checkpoint::open_mapped(path, self.device, self.dtype, self.map)?;
+        let ckpt = match memory {
+            Some(m) => Checkpoint::from_memory(m, self.device, self.dtype, self.map)?,
+            None => Checkpoint::open_mapped(path, self.device, self.dtype, self.map)?,
+        };
         let mut ckpt = match o.variant {
             Some(kind) => ckpt.with_variant(kind),
             None => ckpt,

@@ -186,7 +186,7 @@ pub(super) fn parse_models(raw: &[String]) -> Result<Vec<ModelSource>> {
                 "model label `{label}` is given twice; name them with label=path"
             )));
         }
-        specs.push(ModelSource { label, path });
+        specs.push(ModelSource::at(label, path));
     }
     Ok(specs)
 }

@@ -191,9 +191,11 @@ fn analysis_run(
 ) -> Run {
     let models = METHODS
         .iter()
-        .map(|(label, _)| ModelSource {
-            label: label.to_string(),
-            path: args.out.join("runs").join(label).join("checkpoints"),
+        .map(|(label, _)| {
+            ModelSource::at(
+                label.to_string(),
+                args.out.join("runs").join(label).join("checkpoints"),
+            )
         })
         .collect();
     let options = RunOptions {

@@ -165,10 +165,7 @@ impl Watcher<'_> {
         let mut options = self.options.clone();
         options.scratch_dir = Some(out.staging().to_path_buf());
         let run = Run {
-            models: vec![ModelSource {
-                label: self.source.label.clone(),
-                path: step.dir.clone(),
-            }],
+            models: vec![ModelSource::at(self.source.label.clone(), step.dir.clone())],
             options,
             cancel: self.process.cancel.clone(),
         };

@@ -44,6 +44,15 @@ pub use weights::WeightStore;
 use crate::attention::VariantKind;
 use crate::error::{Error, Result};
 
+/// A model held in memory: its config.json as text and its tensors under their Hugging Face
+/// names, `origin` naming it in messages (e.g. `<memory>/model`).
+#[derive(Debug, Clone)]
+pub struct MemoryModel {
+    pub origin: PathBuf,
+    pub config_json: String,
+    pub tensors: Vec<safetensors_file::MemoryTensor>,
+}
+
 /// A checkpoint opened for analysis: config, weights, detected variant.
 pub struct Checkpoint {
     /// The path as given: a checkpoint folder, or a `.gguf` file (see [`Checkpoint::gguf`]
@@ -81,6 +90,33 @@ impl Checkpoint {
                 (config, WeightStore::from_gguf(gguf, device, dtype))
             }
         };
+        Self::assemble(path, config, store, map)
+    }
+
+    /// A model held in memory (its config.json text and its tensors, say a trainer's), read
+    /// as the checkpoint saved from it would be: the same config resolution, loader,
+    /// validation and variant detection; `origin` names it in messages.
+    pub fn from_memory(
+        model: &MemoryModel,
+        device: &Device,
+        dtype: DType,
+        map: &WeightMap,
+    ) -> Result<Self> {
+        let origin = &model.origin;
+        let config = ModelConfig::from_json(&model.config_json, &origin.join("config.json"))?;
+        let files = safetensors_file::SafetensorsFiles::from_memory(model.tensors.clone(), origin)?;
+        let store = WeightStore::from_memory(files, origin, device, dtype);
+        Self::assemble(origin, config, store, map)
+    }
+
+    /// The checkpoint of `config` and `store` at `path`, its tensors renamed by `map` and the
+    /// architecture's own names, its variant detected.
+    fn assemble(
+        path: &Path,
+        config: ModelConfig,
+        store: WeightStore,
+        map: &WeightMap,
+    ) -> Result<Self> {
         // the architecture's own tensor names (GPT-NeoX), after any --weight-map rules
         let map = map
             .clone()

@@ -31,9 +31,40 @@ pub struct StoredTensor {
     len: usize,
 }
 
-/// The tensors of one or more safetensors files (the shards of one checkpoint).
+/// Bytes held in memory by someone else (a trainer's parameters handed over from Python),
+/// read in place.
+pub type SharedBytes = std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// One tensor held in memory: its dtype, shape and little-endian bytes (bf16 as its raw
+/// 16-bit words), under its Hugging Face name.
+#[derive(Clone)]
+pub struct MemoryTensor {
+    pub name: String,
+    pub dtype: Dtype,
+    pub shape: Vec<usize>,
+    pub bytes: SharedBytes,
+}
+
+impl std::fmt::Debug for MemoryTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryTensor")
+            .field("name", &self.name)
+            .field("dtype", &self.dtype)
+            .field("shape", &self.shape)
+            .finish()
+    }
+}
+
+/// Where a "file"'s bytes are: an open file read with `pread`, or a tensor's bytes in memory.
+enum Backing {
+    File(File),
+    Memory(SharedBytes),
+}
+
+/// The tensors of one or more safetensors files (the shards of one checkpoint), or of
+/// tensors held in memory, each then its own "file" at offset 0.
 pub struct SafetensorsFiles {
-    files: Vec<(PathBuf, File)>,
+    files: Vec<(PathBuf, Backing)>,
     tensors: BTreeMap<String, StoredTensor>,
     /// Tensors stored in two files (a stale shard): `(first file, second file)`.
     twice: BTreeMap<String, (PathBuf, PathBuf)>,
@@ -57,12 +88,58 @@ impl SafetensorsFiles {
                     tensors.insert(name, tensor);
                 }
             }
-            files.push((path.clone(), file));
+            files.push((path.clone(), Backing::File(file)));
         }
         Ok(SafetensorsFiles {
             files,
             tensors,
             twice,
+            bytes_read: AtomicU64::new(0),
+        })
+    }
+
+    /// Serves `tensors` held in memory, checked as a file's header is (a floating-point or
+    /// byte dtype, as many bytes as dtype x shape; a name given twice is an error), each
+    /// named `origin/name` in messages.
+    pub fn from_memory(tensors: Vec<MemoryTensor>, origin: &Path) -> Result<Self> {
+        let mut files = Vec::with_capacity(tensors.len());
+        let mut stored: BTreeMap<String, StoredTensor> = BTreeMap::new();
+        for (index, t) in tensors.into_iter().enumerate() {
+            let path = origin.join(&t.name);
+            let elements = t.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+            let bytes = elements.and_then(|n| n.checked_mul(t.dtype.bitsize()).map(|b| b / 8));
+            let len = t.bytes.as_ref().as_ref().len();
+            if bytes != Some(len) {
+                return Err(Error::input(
+                    &path,
+                    format!(
+                        "tensor {} of shape {:?} and dtype {:?} holds {len} bytes, not {}",
+                        t.name,
+                        t.shape,
+                        t.dtype,
+                        bytes.map_or("a countable number".into(), |b| b.to_string())
+                    ),
+                ));
+            }
+            let tensor = StoredTensor {
+                file: index,
+                dtype: t.dtype,
+                shape: t.shape,
+                start: 0,
+                len,
+            };
+            if stored.insert(t.name.clone(), tensor).is_some() {
+                return Err(Error::input(
+                    &path,
+                    format!("tensor {} is given twice", t.name),
+                ));
+            }
+            files.push((path, Backing::Memory(t.bytes)));
+        }
+        Ok(SafetensorsFiles {
+            files,
+            tensors: stored,
+            twice: BTreeMap::new(),
             bytes_read: AtomicU64::new(0),
         })
     }
@@ -142,7 +219,10 @@ impl SafetensorsFiles {
     /// Asks the kernel to read `tensor`'s bytes ahead (into the page cache, not into this
     /// process's memory), so that the next [`SafetensorsFiles::load`] finds them there.
     pub fn read_ahead(&self, tensor: &StoredTensor) {
-        let fd = self.files[tensor.file].1.as_raw_fd();
+        let Backing::File(file) = &self.files[tensor.file].1 else {
+            return; // already in memory
+        };
+        let fd = file.as_raw_fd();
         // SAFETY: a valid open descriptor; the call only advises the kernel.
         unsafe {
             libc::posix_fadvise(
@@ -173,9 +253,20 @@ impl SafetensorsFiles {
         out: &mut [u8],
         name: &str,
     ) -> Result<()> {
-        let (path, file) = &self.files[tensor.file];
-        file.read_exact_at(out, tensor.start + offset as u64)
-            .map_err(|e| Error::invalid(path, format!("cannot read tensor {name}"), e))?;
+        let (path, backing) = &self.files[tensor.file];
+        match backing {
+            Backing::File(file) => file
+                .read_exact_at(out, tensor.start + offset as u64)
+                .map_err(|e| Error::invalid(path, format!("cannot read tensor {name}"), e))?,
+            Backing::Memory(bytes) => {
+                let from = tensor.start as usize + offset;
+                let bytes: &[u8] = bytes.as_ref().as_ref();
+                let part = bytes.get(from..from + out.len()).ok_or_else(|| {
+                    Error::input(path, format!("tensor {name}: a read past its bytes"))
+                })?;
+                out.copy_from_slice(part);
+            }
+        }
         self.bytes_read
             .fetch_add(out.len() as u64, Ordering::Relaxed);
         Ok(())

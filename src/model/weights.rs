@@ -74,6 +74,30 @@ impl WeightStore {
         })
     }
 
+    /// Serves tensors held in memory (`files` of [`SafetensorsFiles::from_memory`]) through
+    /// the safetensors loader, as the checkpoint saved from them would be served; `origin`
+    /// names them in messages.
+    pub fn from_memory(
+        files: SafetensorsFiles,
+        origin: &Path,
+        device: &Device,
+        dtype: DType,
+    ) -> Self {
+        WeightStore {
+            source: Source::Safetensors {
+                files,
+                listing: origin.to_path_buf(),
+            },
+            device: device.clone(),
+            dtype,
+            shapes_only: false,
+            allow_nonfinite: false,
+            first_nonfinite: Default::default(),
+            read: Default::default(),
+            aliases: BTreeMap::new(),
+        }
+    }
+
     /// Serves the tensors of an opened GGUF file, dequantized to `dtype` on `get`.
     pub fn from_gguf(gguf: GgufFile, device: &Device, dtype: DType) -> Self {
         WeightStore {

@@ -770,10 +770,7 @@ fn the_library_run_gives_what_the_cli_writes() {
         num_seqs: 2,
         ..RunOptions::default()
     };
-    let source = ModelSource {
-        label: "sink".into(),
-        path: model.clone(),
-    };
+    let source = ModelSource::at("sink", model.clone());
     let output = Run {
         models: vec![source],
         options,
@@ -819,10 +816,7 @@ fn cancelling_one_of_two_runs_in_two_threads_leaves_the_other_whole() {
     }
 
     let run = || Run {
-        models: vec![ModelSource {
-            label: "gqa".into(),
-            path: model_dir("llama_gqa"),
-        }],
+        models: vec![ModelSource::at("gqa", model_dir("llama_gqa"))],
         options: RunOptions {
             seq_len: 32,
             num_seqs: 4,

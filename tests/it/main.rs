@@ -16,6 +16,7 @@ mod golden;
 mod logs;
 mod long_context;
 mod long_sequences;
+mod memory_model;
 mod metrics;
 mod real_model;
 mod reliability;

@@ -141,7 +141,7 @@ fn watch_reads_no_checkpoint_a_second_process_is_still_writing() {
             Ok(())
         });
     }
-    let mut child = command.spawn().unwrap();
+    let child = command.spawn().unwrap();
     // the trainer writes step 20 file by file, each file in pieces, pausing far longer
     // than the watch's poll between them (a "sizes stable" rule would read it half-written)
     let step = run.join("checkpoint-20");

@@ -198,21 +198,27 @@ impl ModelConfig {
             std::io::ErrorKind::NotFound => Error::input(&path, "missing config.json"),
             _ => Error::io(&path, e),
         })?;
+        Self::from_json(&text, &path)
+    }
+
+    /// Resolves the text of a config.json (`path` names it in errors: a file, or where an
+    /// in-memory model's config came from).
+    pub fn from_json(text: &str, path: &Path) -> Result<Self> {
         let raw: RawConfig =
-            serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(&text))
-                .map_err(|e| field_error(&path, "invalid config.json", e))?;
+            serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(text))
+                .map_err(|e| field_error(path, "invalid config.json", e))?;
         if raw.model_type.as_deref() != Some("gemma3") {
-            return raw.resolve(&path);
+            return raw.resolve(path);
         }
         // a multimodal checkpoint: its text model
-        let value: Value = serde_json::from_str(&text)
-            .map_err(|e| Error::invalid(&path, "invalid config.json", e))?;
-        let text = crate::model::multimodal::text_config(&value, &path)?.unwrap_or(value);
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| Error::invalid(path, "invalid config.json", e))?;
+        let text = crate::model::multimodal::text_config(&value, path)?.unwrap_or(value);
         let raw: RawConfig = serde_path_to_error::deserialize(text)
-            .map_err(|e| field_error(&path, "invalid config.json text_config", e))?;
+            .map_err(|e| field_error(path, "invalid config.json text_config", e))?;
         Ok(ModelConfig {
             multimodal: true,
-            ..raw.resolve(&path)?
+            ..raw.resolve(path)?
         })
     }
 
