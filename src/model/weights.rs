@@ -62,8 +62,17 @@ impl WeightStore {
             ));
         };
         let files = SafetensorsFiles::open(&paths)?;
-        Ok(WeightStore {
-            source: Source::Safetensors { files, listing },
+        Ok(WeightStore::with_source(
+            Source::Safetensors { files, listing },
+            device,
+            dtype,
+        ))
+    }
+
+    /// A store of `source` with nothing read yet.
+    fn with_source(source: Source, device: &Device, dtype: DType) -> Self {
+        WeightStore {
+            source,
             device: device.clone(),
             dtype,
             shapes_only: false,
@@ -71,7 +80,7 @@ impl WeightStore {
             first_nonfinite: Default::default(),
             read: Default::default(),
             aliases: BTreeMap::new(),
-        })
+        }
     }
 
     /// Serves tensors held in memory (`files` of [`SafetensorsFiles::from_memory`]) through
@@ -83,48 +92,25 @@ impl WeightStore {
         device: &Device,
         dtype: DType,
     ) -> Self {
-        WeightStore {
-            source: Source::Safetensors {
+        WeightStore::with_source(
+            Source::Safetensors {
                 files,
                 listing: origin.to_path_buf(),
             },
-            device: device.clone(),
+            device,
             dtype,
-            shapes_only: false,
-            allow_nonfinite: false,
-            first_nonfinite: Default::default(),
-            read: Default::default(),
-            aliases: BTreeMap::new(),
-        }
+        )
     }
 
     /// Serves the tensors of an opened GGUF file, dequantized to `dtype` on `get`.
     pub fn from_gguf(gguf: GgufFile, device: &Device, dtype: DType) -> Self {
-        WeightStore {
-            source: Source::Gguf(Box::new(gguf)),
-            device: device.clone(),
-            dtype,
-            shapes_only: false,
-            allow_nonfinite: false,
-            first_nonfinite: Default::default(),
-            read: Default::default(),
-            aliases: BTreeMap::new(),
-        }
+        WeightStore::with_source(Source::Gguf(Box::new(gguf)), device, dtype)
     }
 
     /// Serves in-memory tensors under their HF names (the trainer's `Var`s): `get` returns
     /// the same tensor when dtype and device already match, so gradients reach the variables.
     pub fn from_tensors(tensors: BTreeMap<String, Tensor>, device: &Device, dtype: DType) -> Self {
-        WeightStore {
-            source: Source::Memory(tensors),
-            device: device.clone(),
-            dtype,
-            shapes_only: false,
-            allow_nonfinite: false,
-            first_nonfinite: Default::default(),
-            read: Default::default(),
-            aliases: BTreeMap::new(),
-        }
+        WeightStore::with_source(Source::Memory(tensors), device, dtype)
     }
 
     /// The GGUF file behind the store, if it is one.

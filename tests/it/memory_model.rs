@@ -123,9 +123,12 @@ fn bf16_tensors_in_memory_equal_the_checkpoint_saved_from_them() {
     let views: BTreeMap<String, safetensors::tensor::TensorView> = bf16
         .iter()
         .map(|t| {
-            let view =
-                safetensors::tensor::TensorView::new(t.dtype, t.shape.clone(), t.bytes.as_ref().as_ref())
-                    .unwrap();
+            let view = safetensors::tensor::TensorView::new(
+                t.dtype,
+                t.shape.clone(),
+                t.bytes.as_ref().as_ref(),
+            )
+            .unwrap();
             (t.name.clone(), view)
         })
         .collect();
@@ -153,13 +156,19 @@ fn a_state_dict_that_does_not_fit_its_config_is_refused_by_name() {
     // a missing tensor
     let missing = "model.layers.1.self_attn.k_proj.weight";
     let err = run(all.iter().filter(|t| t.name != missing).cloned().collect());
-    assert!(err.contains(missing) && err.contains("<memory>/llama_gqa"), "{err}");
+    assert!(
+        err.contains(missing) && err.contains("<memory>/llama_gqa"),
+        "{err}"
+    );
     // bytes that do not match dtype x shape
     let mut short = all.clone();
     let t = short.iter_mut().find(|t| t.name == missing).unwrap();
     t.bytes = Arc::new(vec![0u8; 12]);
     let err = run(short);
-    assert!(err.contains(missing) && err.contains("holds 12 bytes"), "{err}");
+    assert!(
+        err.contains(missing) && err.contains("holds 12 bytes"),
+        "{err}"
+    );
     // a wrong shape
     let mut wrong = all;
     let t = wrong.iter_mut().find(|t| t.name == missing).unwrap();
