@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     import polars as pl
 
 PathLike = Union[str, "os.PathLike[str]"]
-Models = Union[PathLike, Mapping[str, PathLike], Sequence[PathLike]]
+Models = Union[PathLike, Any, Mapping[str, Any], Sequence[Any]]
 
 
 class Result:
@@ -89,18 +89,91 @@ class Result:
         return f"asa_analyze.Result(models={models}, tables: {tables})"
 
 
-def _models(models: Models) -> List[tuple]:
-    """(label, path) pairs: a dict gives its labels; a path its folder name; a Hub id itself."""
+def _in_memory(model: Any) -> bool:
+    """Whether `model` is held in memory: a transformers model (it has `config` and
+    `state_dict`) or a `(config, state_dict)` pair."""
+    if isinstance(model, tuple):
+        return len(model) == 2 and isinstance(model[1], Mapping)
+    return hasattr(model, "state_dict") and hasattr(model, "config")
+
+
+def _models(models: Models) -> tuple:
+    """(label, path) pairs (a dict gives its labels; a path its folder name; a Hub id itself;
+    a model in memory "model", or its dict label), and the in-memory models' arguments."""
     if isinstance(models, Mapping):
-        return [(str(k), os.fspath(v)) for k, v in models.items()]
-    if isinstance(models, (str, os.PathLike)):
-        models = [models]
-    pairs = []
-    for m in models:
-        path = os.fspath(m)
-        label = Path(path).resolve().stem if os.path.exists(path) else path
-        pairs.append((label, path))
-    return pairs
+        items = [(str(k), v) for k, v in models.items()]
+    else:
+        if isinstance(models, (str, os.PathLike)) or _in_memory(models):
+            models = [models]
+        items = []
+        for m in models:
+            if _in_memory(m):
+                items.append(("model", m))
+            else:
+                path = os.fspath(m)
+                items.append((Path(path).resolve().stem if os.path.exists(path) else path, path))
+    pairs, memory = [], []
+    for label, m in items:
+        if _in_memory(m):
+            pairs.append((label, ""))
+            memory.append((label, *_held(label, m)))
+        else:
+            pairs.append((label, os.fspath(m)))
+    return pairs, memory
+
+
+_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64"}
+
+
+def _held(label: str, model: Any) -> tuple:
+    """The config.json text and the tensors of a model in memory, each tensor's bytes read in
+    place from a C-contiguous host array (a CPU torch tensor seen through numpy, bf16 as its
+    raw 16-bit words; a tensor on a GPU is copied to the host once)."""
+    import numpy as np
+
+    if isinstance(model, tuple):
+        config, state = model
+    else:
+        config, state = model.config, model.state_dict()
+    if hasattr(config, "to_dict"):
+        config = config.to_dict()
+    if isinstance(config, (str, bytes)):
+        config = json.loads(config)
+    tied = bool(config.get("tie_word_embeddings", False))
+    tensors = []
+    for name, value in state.items():
+        if tied and name == "lm_head.weight":
+            continue  # save_pretrained leaves the tied copy out, and so does its checkpoint
+        dtype, array = _host_array(label, name, value, np)
+        flat = array.reshape(-1)
+        address = flat.__array_interface__["data"][0] if flat.size else 0
+        tensors.append((name, dtype, list(array.shape), flat, address, flat.nbytes))
+    return json.dumps(config), tensors
+
+
+def _host_array(label: str, name: str, value: Any, np: Any) -> tuple:
+    """(safetensors dtype name, C-contiguous host array) of one tensor."""
+    module = type(value).__module__
+    if module.startswith("torch"):
+        if value.is_meta:
+            raise UsageError(f"tensor {name} of model {label} is on the meta device: load its weights first")
+        value = value.detach()
+        if value.device.type != "cpu":
+            value = value.cpu()
+        kind = str(value.dtype).replace("torch.", "")
+        if kind not in _DTYPES:
+            raise UsageError(f"tensor {name} of model {label}: dtype {kind} is not one of {', '.join(_DTYPES)}")
+        value = value.contiguous()
+        if kind == "bfloat16":
+            import torch
+
+            return "BF16", value.view(torch.int16).numpy()
+        return _DTYPES[kind], value.numpy()
+    array = np.asarray(value)
+    kind = str(array.dtype)
+    if kind not in _DTYPES:
+        raise UsageError(f"tensor {name} of model {label}: dtype {kind} is not one of {', '.join(_DTYPES)}")
+    return _DTYPES[kind], np.ascontiguousarray(array)
 
 
 class _Progress:
@@ -186,10 +259,17 @@ def analyze(
     seed: int = 0,
     progress: bool = True,
     cancel: Optional[CancelToken] = None,
+    tokenizer: Optional[PathLike] = None,
 ) -> Result:
     """Every attention metric of `models` in one pass, as `asa-analyze analyze`.
 
-    models: a path or Hub id, a list of them, or a {label: path} dict.
+    models: a path or Hub id, a list of them, or a {label: path} dict. A model held in
+        memory stands where a path would: a transformers model, or a `(config, state_dict)`
+        pair (config a dict or a transformers config; tensors torch or numpy, float32,
+        float16, bfloat16 or float64), analysed as the checkpoint `save_pretrained` would
+        write of it, without writing it (CPU tensors are read in place).
+    tokenizer: a tokenizer.json for a text corpus (a model in memory has none of its own;
+        token ids need none).
     corpus: a text or token-id file, a list of texts, or token ids (a 2-D numpy array or a
         list of lists); default the built-in generated prose (`seed`).
     metrics: metric names (e.g. ["first_token", "entropy"]); default the `analyze` set.
@@ -202,9 +282,10 @@ def analyze(
     cancel: a `CancelToken` whose `cancel()` (from any thread) stops this run at its next
         query block, raising `Cancelled` with nothing returned or written.
     """
+    pairs, memory = _models(models)
     with tempfile.TemporaryDirectory(prefix="asa-analyze-") as tmp:
         native = _native.analyze(
-            _models(models),
+            pairs,
             metrics=None if metrics is None else list(metrics),
             corpus=_corpus(corpus, tmp),
             seq_len=seq_len,
@@ -217,6 +298,8 @@ def analyze(
             seed=seed,
             events=_Progress() if progress else _Quiet(),
             cancel=cancel,
+            memory=memory,
+            tokenizer=None if tokenizer is None else os.fspath(tokenizer),
         )
     return Result(native)
 

@@ -31,6 +31,7 @@ use pyo3::prelude::*;
 use pyo3_polars::PyDataFrame;
 
 mod heap;
+mod memory;
 
 create_exception!(
     asa_analyze,
@@ -264,7 +265,7 @@ fn options(
 
 /// Runs an analysis (see `asa_analyze.analyze`).
 #[pyfunction]
-#[pyo3(signature = (models, metrics = None, corpus = None, seq_len = 1024, num_seqs = 10, bos = "auto", windows = "packed", variant = None, device = "auto", batch_size = 1, seed = 0, shard = None, events = None, cancel = None))]
+#[pyo3(signature = (models, metrics = None, corpus = None, seq_len = 1024, num_seqs = 10, bos = "auto", windows = "packed", variant = None, device = "auto", batch_size = 1, seed = 0, shard = None, events = None, cancel = None, memory = None, tokenizer = None))]
 #[allow(clippy::too_many_arguments)]
 fn analyze(
     py: Python<'_>,
@@ -282,8 +283,10 @@ fn analyze(
     shard: Option<&str>,
     events: Option<Py<PyAny>>,
     cancel: Option<PyRef<'_, PyCancelToken>>,
+    memory: Option<Vec<(String, String, Vec<memory::TensorArg>)>>,
+    tokenizer: Option<PathBuf>,
 ) -> PyResult<NativeResult> {
-    let options = options(
+    let mut options = options(
         metrics,
         corpus,
         (seq_len, num_seqs, batch_size, seed),
@@ -297,10 +300,20 @@ fn analyze(
             "shards are for the CLI on a cluster (analyze --shard K/N, then merge); in Python run whole or merge partials with merge()",
         ));
     }
+    options.tokenizer = tokenizer;
+    // models held in memory, by label (their `models` entry gives their place)
+    let mut held = std::collections::BTreeMap::new();
+    for (label, config_json, tensors) in memory.unwrap_or_default() {
+        let model = memory::memory_model(&label, config_json, tensors)?;
+        held.insert(label, std::sync::Arc::new(model));
+    }
     let run = Run {
         models: models
             .into_iter()
-            .map(|(label, path)| ModelSource::at(label, path))
+            .map(|(label, path)| ModelSource {
+                memory: held.remove(&label),
+                ..ModelSource::at(label, path)
+            })
             .collect(),
         options,
         cancel: cancel.map(|c| c.0.clone()).unwrap_or_default(),

@@ -286,3 +286,53 @@ def test_tables_equal_the_clis(tmp_path):
     assert "| 1B | Baseline |" in repr(got) and got._repr_markdown_() == repr(got)
     with pytest.raises(asa.UsageError, match="unknown task `mmlu`"):
         asa.tables(runs, accuracy={"mmlu": "acc"})
+
+
+def read_safetensors(folder):
+    """A checkpoint folder's tensors as numpy arrays, read with the format's own layout (an
+    8-byte header length, a JSON header, the data): no safetensors package needed."""
+    state = {}
+    for file in sorted(Path(folder).glob("*.safetensors")):
+        raw = file.read_bytes()
+        n = int.from_bytes(raw[:8], "little")
+        header = json.loads(raw[8 : 8 + n])
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            assert info["dtype"] == "F32", name
+            lo, hi = info["data_offsets"]
+            state[name] = np.frombuffer(raw[8 + n + lo : 8 + n + hi], dtype="<f4").reshape(info["shape"])
+    return state
+
+
+def test_a_model_in_memory_gives_the_tables_of_its_checkpoint():
+    # a (config, state_dict) pair, as a trainer holds it: the tables of the folder it came
+    # from, value for value (the Rust tests check the same bit for bit, bf16 included)
+    ids = np.random.default_rng(0).integers(0, 50, size=(3, 16)).tolist()
+    for name in ["llama_gqa", "sink", "affine_scaled"]:
+        folder = FIXTURES / name
+        config = json.loads((folder / "config.json").read_text())
+        state = read_safetensors(folder)
+        from_folder = asa.analyze({"m": folder}, corpus=ids, **SMALL)
+        from_memory = asa.analyze({"m": (config, state)}, corpus=ids, **SMALL)
+        assert set(from_memory.tables) == set(from_folder.tables), name
+        for table, frame in from_folder.tables.items():
+            assert from_memory.tables[table].equals(frame), (name, table)
+    # a text corpus with a model in memory reads the tokenizer it is given
+    text = asa.analyze((config, state), tokenizer=FIXTURES / "llama_gqa" / "tokenizer.json", **SMALL)
+    assert text.run["models"][0]["model"] == "model"
+
+
+def test_a_state_dict_that_does_not_fit_raises_naming_the_tensor():
+    folder = FIXTURES / "llama_gqa"
+    config = json.loads((folder / "config.json").read_text())
+    state = read_safetensors(folder)
+    ids = [[1, 2, 3, 4] * 4] * 2
+    missing = dict(state)
+    del missing["model.layers.1.self_attn.k_proj.weight"]
+    with pytest.raises(asa.AsaError, match="model.layers.1.self_attn.k_proj.weight"):
+        asa.analyze({"m": (config, missing)}, corpus=ids, **SMALL)
+    ints = dict(state)
+    ints["model.norm.weight"] = np.ones(ints["model.norm.weight"].shape, dtype=np.int64)
+    with pytest.raises(asa.UsageError, match="model.norm.weight.*int64"):
+        asa.analyze({"m": (config, ints)}, corpus=ids, **SMALL)

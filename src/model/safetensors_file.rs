@@ -45,6 +45,19 @@ pub struct MemoryTensor {
     pub bytes: SharedBytes,
 }
 
+impl MemoryTensor {
+    /// The dtype called `name` (`F32`, `F16`, `BF16`, `F64`, as safetensors names them).
+    pub fn dtype_named(name: &str) -> Option<Dtype> {
+        match name {
+            "F32" => Some(Dtype::F32),
+            "F16" => Some(Dtype::F16),
+            "BF16" => Some(Dtype::BF16),
+            "F64" => Some(Dtype::F64),
+            _ => None,
+        }
+    }
+}
+
 impl std::fmt::Debug for MemoryTensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryTensor")
