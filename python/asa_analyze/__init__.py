@@ -28,11 +28,13 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, 
 
 from . import _native
 from ._native import AsaError, CancelToken, Cancelled, InputError, IoError, UsageError
+from .monitor import Monitor
 
 __all__ = [
     "AsaError",
     "CancelToken",
     "Cancelled",
+    "Monitor",
     "InputError",
     "IoError",
     "UsageError",

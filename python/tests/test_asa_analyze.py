@@ -336,3 +336,39 @@ def test_a_state_dict_that_does_not_fit_raises_naming_the_tensor():
     ints["model.norm.weight"] = np.ones(ints["model.norm.weight"].shape, dtype=np.int64)
     with pytest.raises(asa.UsageError, match="model.norm.weight.*int64"):
         asa.analyze({"m": (config, ints)}, corpus=ids, **SMALL)
+
+
+def test_monitor_analyses_snapshots_in_the_background_with_their_steps():
+    # a training loop changing the weights in place every step: each analysed step's rows
+    # are those of a direct analysis of the weights as they were at that step
+    folder = FIXTURES / "llama_gqa"
+    config = json.loads((folder / "config.json").read_text())
+    state = {k: v.copy() for k, v in read_safetensors(folder).items()}
+    ids = np.random.default_rng(1).integers(0, 50, size=(2, 16))
+    logged = []
+    mon = asa.Monitor(probe=ids, every=2, log=lambda values, step: logged.append((step, values)))
+    want = {}
+    for step in range(6):
+        state["model.layers.0.self_attn.q_proj.weight"] *= 1.5  # training moves the weights
+        if step % 2 == 0:
+            want[step] = asa.analyze({"model": (config, state)}, corpus=ids, seq_len=16, num_seqs=2,
+                                     metrics=list(asa.monitor.DEFAULT_METRICS), progress=False).attention
+        assert mon((config, state), step) == (step % 2 == 0)
+        mon.wait()  # one at a time here: none skipped
+    series = mon.series
+    assert sorted(set(series["step"].to_list())) == [0, 2, 4] and mon.skipped == 0
+    for step, frame in want.items():
+        got = series.filter(pl.col("step") == step).drop("step")
+        assert got.equals(frame), step
+    # the values change with the weights, and the loggers got them with their steps
+    first = [series.filter((pl.col("step") == s) & (pl.col("metric") == "entropy") & (pl.col("layer") == 1)
+                           & pl.col("head").is_null() & (pl.col("stat") == "mean"))["value"][0] for s in (0, 4)]
+    assert first[0] != first[1]
+    assert [s for s, _ in logged] == [0, 2, 4] and "attn/entropy/layer_01" in logged[0][1]
+    # a request while an analysis runs is skipped and counted, never waited for
+    slow = asa.Monitor(probe=np.tile(ids, (400, 4)), every=1)
+    assert slow((config, state), 10) is True
+    assert slow((config, state), 11) is False and slow.skipped == 1
+    slow.wait()
+    out = mon.write(Path(os.environ.get("TMPDIR", "/tmp")) / f"asa-monitor-{os.getpid()}")
+    assert pl.read_csv(out).height == series.height

@@ -1,0 +1,193 @@
+"""Attention statistics while a model trains, for any training loop (nanoGPT, torchtitan,
+accelerate, a notebook): `Monitor` takes a snapshot of the weights when asked and analyses
+it on a background thread (the analysis releases the GIL) while training goes on.
+
+    mon = asa.Monitor(probe=ids, every=100)          # token ids [sequences, tokens], or texts
+    for step in range(steps):
+        ...train...
+        mon(model, step)                             # every 100 steps: a snapshot, analysed
+    mon.wait()
+    mon.series                                       # attention_series: step, metric, layer, ...
+    mon.write("results/run")                         # attention_series.csv beside the others
+
+At most one analysis is in flight: a request while one runs is skipped and counted
+(`skipped`), so training never waits. A failing analysis warns once and never stops
+training. Each row carries the step whose weights were analysed.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+DEFAULT_METRICS = ("first_token", "sink_rate", "entropy", "max_logit", "qk_mean", "weight_sum")
+
+
+def _snapshot(model: Any) -> tuple:
+    """(config, state_dict) of `model` (a transformers model or a (config, state_dict) pair)
+    with every tensor copied to the host now, so that training may change the weights while
+    the copy is analysed."""
+    import numpy as np
+
+    if isinstance(model, tuple):
+        config, state = model
+    else:
+        config, state = model.config, model.state_dict()
+    if hasattr(config, "to_dict"):
+        config = config.to_dict()
+    copied = {}
+    for name, value in state.items():
+        if type(value).__module__.startswith("torch"):
+            copied[name] = value.detach().to("cpu", copy=True)
+        else:
+            copied[name] = np.array(value, copy=True)
+    return dict(config), copied
+
+
+class Monitor:
+    """Analyses a training model's attention every `every` steps on `probe` (token ids as a
+    2-D array or list of lists, or texts with `tokenizer`), in the background.
+
+    metrics: registry names (default first_token, sink_rate, entropy, max_logit, qk_mean,
+        weight_sum). log: called as `log(values, step)` with `{"attn/<metric>/layer_03":
+        value, ...}` (per-layer means) once a step's analysis is done, from the analysis
+        thread: hand it your logger's `log`. label: the model's name in the tables.
+    """
+
+    def __init__(
+        self,
+        probe: Any,
+        every: int = 1,
+        metrics: Sequence[str] = DEFAULT_METRICS,
+        label: str = "model",
+        log: Optional[Callable[[Dict[str, float], int], Any]] = None,
+        tokenizer: Optional[Any] = None,
+        **analyze_options: Any,
+    ) -> None:
+        if every < 1:
+            raise ValueError("every must be at least 1")
+        self.probe = probe
+        self.every = every
+        self.metrics = list(metrics)
+        self.label = label
+        self.log = log
+        self.tokenizer = tokenizer
+        self.options = analyze_options
+        self.skipped = 0
+        self._frames: List[Any] = []
+        self._thread: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
+        self._warned = False
+
+    def __call__(self, model: Any, step: int) -> bool:
+        """Asks for an analysis of `model`'s weights at `step` (every `every` steps): True when
+        one started, False when not due or skipped because one is still running."""
+        if step % self.every != 0:
+            return False
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                self.skipped += 1
+                return False
+            snapshot = _snapshot(model)
+            self._thread = threading.Thread(
+                target=self._analyse, args=(snapshot, step), name=f"asa-monitor-{step}", daemon=True
+            )
+            self._thread.start()
+        return True
+
+    def _analyse(self, snapshot: tuple, step: int) -> None:
+        from . import analyze
+
+        try:
+            options = dict(self.options)
+            if _is_ids(self.probe):
+                # token ids: their own length and count, unless asked otherwise
+                options.setdefault("seq_len", len(self.probe[0]))
+                options.setdefault("num_seqs", len(self.probe))
+            res = analyze(
+                {self.label: snapshot},
+                corpus=self.probe,
+                metrics=self.metrics,
+                progress=False,
+                tokenizer=self.tokenizer,
+                **options,
+            )
+        except Exception as e:  # a failing analysis never stops training
+            if not self._warned:
+                warnings.warn(f"asa_analyze.Monitor: the analysis of step {step} failed: {e}", stacklevel=2)
+                self._warned = True
+            return
+        import polars as pl
+
+        att = res.attention
+        frame = att.select(
+            pl.col("model"),
+            pl.lit(step, dtype=pl.Int64).alias("step"),
+            pl.col("metric"),
+            pl.col("layer"),
+            pl.col("head"),
+            pl.col("stat"),
+            pl.col("value"),
+        )
+        with self._lock:
+            self._frames.append(frame)
+        if self.log is not None:
+            self.log(_log_values(att), step)
+
+    def wait(self) -> None:
+        """Waits for the analysis in flight (call it at the end of training)."""
+        thread = self._thread
+        if thread is not None:
+            thread.join()
+
+    @property
+    def series(self) -> Any:
+        """The `attention_series` table so far (model, step, metric, layer, head, stat,
+        value), one block of rows per analysed step, in step order."""
+        import polars as pl
+
+        with self._lock:
+            frames = list(self._frames)
+        if not frames:
+            return pl.DataFrame(
+                schema={"model": pl.String, "step": pl.Int64, "metric": pl.String, "layer": pl.Int64,
+                        "head": pl.Int64, "stat": pl.String, "value": pl.Float64}
+            )
+        return pl.concat(frames).sort("step", maintain_order=True)
+
+    def write(self, dir: Any) -> Path:
+        """Writes `attention_series.csv` into `dir` (created), as `watch` writes it."""
+        path = Path(dir)
+        path.mkdir(parents=True, exist_ok=True)
+        out = path / "attention_series.csv"
+        tmp = path / ".attention_series.csv.tmp"
+        self.series.write_csv(tmp)
+        os.replace(tmp, out)
+        return out
+
+
+def _is_ids(probe: Any) -> bool:
+    """Whether `probe` is token ids (a 2-D array or a list of lists of ints)."""
+    if isinstance(probe, (str, bytes, os.PathLike)):
+        return False
+    try:
+        first = probe[0]
+        return not isinstance(first, (str, bytes)) and len(first) > 0
+    except (TypeError, IndexError, KeyError):
+        return False
+
+
+def _log_values(att: Any) -> Dict[str, float]:
+    """`{"attn/<metric>/layer_03": value}` of the per-layer means (and the whole-model means
+    as `attn/<metric>`) of an attention frame."""
+    import polars as pl
+
+    means = att.filter((pl.col("stat") == "mean") & pl.col("head").is_null())
+    values: Dict[str, float] = {}
+    for row in means.iter_rows(named=True):
+        key = f"attn/{row['metric']}" + ("" if row["layer"] is None else f"/layer_{row['layer']:02d}")
+        values[key] = row["value"]
+    return values
