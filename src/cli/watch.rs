@@ -70,6 +70,7 @@ pub fn run(args: WatchArgs, process: &Process) -> Result<()> {
             "not a folder: watch follows a run's output folder",
         ));
     }
+    // `--metrics` chooses as it does for `analyze`
     let mut options = analyze::run_options(m, &WATCH_METRICS, "analyze")?;
     options.shard = None;
     options.validate()?;
