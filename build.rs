@@ -17,6 +17,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/cuda/kernels.cu");
     println!("cargo:rerun-if-changed=src/cuda/flash.cu");
     println!("cargo:rerun-if-changed=src/cuda/flash_mma.cuh");
+    println!("cargo:rerun-if-changed=src/cuda/common.cuh");
     println!("cargo:rerun-if-changed=src/probe/row_columns.rs");
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     println!("cargo:rerun-if-env-changed=NVCC");

@@ -340,34 +340,41 @@ impl Attention {
         let scale = self.shape.scale as f32;
         let (rule, affine) = self.tile_logits(p)?;
         let wants = probe.row_request(layer);
+        let logits = Logits {
+            scale,
+            rule: &rule,
+            affine: affine.as_ref(),
+        };
+        let qkv = Qkv {
+            q: &p.q,
+            k: &p.k,
+            v: &p.v,
+        };
+        let blocks = query_blocks(p.t, block);
+        self.tile_blocks((p, layer), blocks, wants.is_some(), probe, |block| {
+            let sinks = p.host_sinks.as_deref();
+            causal_attention(qkv, block, logits, sinks, wants.as_ref(), Tiles::default())?
+                .ok_or_else(|| unplanned("flash tiles"))
+        })
+    }
+
+    /// Each query block of `blocks` through the tiles of `compute` (its output and row
+    /// table), the table handed to the probe when `rows`.
+    fn tile_blocks(
+        &self,
+        (p, layer): (&Projected, usize),
+        blocks: impl IntoIterator<Item = (usize, usize)>,
+        rows: bool,
+        probe: &mut dyn Probe,
+        mut compute: impl FnMut(QueryBlock) -> Result<(Tensor, Tensor)>,
+    ) -> Result<Vec<Tensor>> {
         let mut outputs = Vec::new();
-        for (q_start, n) in query_blocks(p.t, block) {
+        for (q_start, n) in blocks {
             let ctx = self.block_ctx(layer, q_start, n, p.t);
             let _p = phase("attention: flash tiles (q.k, softmax, row table, values)");
-            let block = QueryBlock {
-                q_start,
-                n,
-                window: self.shape.window,
-            };
-            let logits = Logits {
-                scale,
-                rule: &rule,
-                affine: affine.as_ref(),
-            };
-            let (out, table) = causal_attention(
-                Qkv {
-                    q: &p.q,
-                    k: &p.k,
-                    v: &p.v,
-                },
-                block,
-                logits,
-                p.host_sinks.as_deref(),
-                wants.as_ref(),
-                Tiles::default(),
-            )?
-            .ok_or_else(|| unplanned("flash tiles"))?;
-            if wants.is_some() {
+            let window = self.shape.window;
+            let (out, table) = compute(QueryBlock { q_start, n, window })?;
+            if rows {
                 probe.on_row_table(&ctx, &table)?;
             }
             outputs.push(out);
@@ -399,24 +406,11 @@ impl Attention {
         };
         let wants = probe.row_request(layer);
         let (b, heads) = (p.q.dim(0)?, p.q.dim(1)?);
-        let mut outputs = Vec::new();
-        for (q_start, n) in query_blocks(p.t, launch_block(block, b * heads, p.t)) {
-            let ctx = self.block_ctx(layer, q_start, n, p.t);
-            let _p = phase("attention: flash tiles (q.k, softmax, row table, values)");
-            let block = QueryBlock {
-                q_start,
-                n,
-                window: self.shape.window,
-            };
-            let (out, table) = causal_attention((&p.q, &p.k, &p.v), block, logits, wants.as_ref())?
-                .ok_or_else(|| unplanned("flash tiles on the GPU"))?;
-            if wants.is_some() {
-                probe.on_row_table(&ctx, &table)?;
-            }
-            outputs.push(out);
-            probe.on_block_end(&ctx)?;
-        }
-        Ok(outputs)
+        let blocks = query_blocks(p.t, launch_block(block, b * heads, p.t));
+        self.tile_blocks((p, layer), blocks, wants.is_some(), probe, |block| {
+            causal_attention((&p.q, &p.k, &p.v), block, logits, wants.as_ref())?
+                .ok_or_else(|| unplanned("flash tiles on the GPU"))
+        })
     }
 
     /// The GPU tiles' logit rule and Affine-Scaled alpha and alpha_ma, on the device.

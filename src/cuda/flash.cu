@@ -20,17 +20,13 @@
 #include <cuda_fp16.h>
 
 #include "row_table.h"
+// BandTable and the dtype conversions.
+#include "common.cuh"
 
 // Keys per tile: one per lane.
 #define KEY_TILE 32
 // Warps (queries) per thread block; flash.rs launches WARPS * 32 threads.
 #define WARPS 8
-
-// Distance ranges [lo[k], hi[k]) of one call, passed by value (BandTable in rows.rs).
-struct BandTable {
-    unsigned int lo[MAX_BANDS];
-    unsigned int hi[MAX_BANDS];
-};
 
 // The logit rules (`TileLogits` in cpu_flash.rs).
 #define RULE_PLAIN 0
@@ -55,18 +51,6 @@ struct FlashParams {
     // the row table: width, and what it holds (want_rows 0: one column, the sink mass)
     int want_rows, width, want_first, want_sum, want_entropy, nbands, max_logit_col;
 };
-
-__device__ __forceinline__ float to_f32(float v) { return v; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
-template <typename T> __device__ __forceinline__ T from_f32(float v);
-template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
-    return __float2bfloat16(v);
-}
-template <> __device__ __forceinline__ __half from_f32<__half>(float v) {
-    return __float2half(v);
-}
 
 __device__ __forceinline__ double warp_sum(double v) {
     for (int offset = 16; offset > 0; offset >>= 1) {

@@ -4,14 +4,13 @@
 
 use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute_enum;
 use candle_core::cuda_backend::cudarc::driver::{
-    CudaSlice, CudaView, DeviceRepr, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaSlice, CudaView, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorageSlice, WrapErr};
-use candle_core::op::BackpropOp;
 use candle_core::{DType, Layout, Storage, Tensor};
 
 use super::rows::{band_table, BandTable};
-use super::with_cuda_storage;
+use super::{device_tensor, with_cuda_storage};
 use crate::attention::cpu_flash::QueryBlock;
 use crate::attention::BetaLength;
 use crate::error::{Error, Result};
@@ -344,42 +343,16 @@ struct Launch<'a> {
 }
 
 impl Launch<'_> {
-    /// Runs the kernel for dtype `name` (f32, bf16, f16) on q, k and v.
+    /// Runs the kernel for dtype `name` (f32, bf16, f16) on q, k and v: the kernel chosen,
+    /// its outputs allocated, its arguments pushed, the launch, the outputs as tensors.
     fn run<T: DeviceRepr + CudaDType>(
         &self,
         name: &str,
         (q, k, v): (&CudaView<'_, T>, &CudaView<'_, T>, &CudaView<'_, T>),
     ) -> Result<Option<(Tensor, Tensor)>> {
-        let p = self.params;
-        let dev = self.dev;
-        let mma = self.tensor_cores && name != "f32" && matches!(p.d, 64 | 128);
-        let dmax = [64, 128, 256]
-            .into_iter()
-            .find(|&m| p.d as usize <= m)
-            .unwrap_or(MAX_HEAD_DIM);
-        let (kernel, rows_per_block, threads, shared) = match mma {
-            // static shared memory
-            true => (
-                format!("flash_mma_{name}_d{}", p.d),
-                MMA_ROWS,
-                MMA_WARPS * 32,
-                0,
-            ),
-            false => (
-                format!("flash_rows_{name}_d{dmax}"),
-                WARPS,
-                WARPS * 32,
-                (KEY_TILE * (dmax + 1) + KEY_TILE * dmax + WARPS * dmax) * 4,
-            ),
-        };
-        let func = dev
-            .get_or_load_custom_func(&kernel, "asa_analyze_flash", PTX)?
-            .into_cuda_function();
-        if shared > 48 * 1024 {
-            let attribute =
-                CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-            func.set_attribute(attribute, shared as i32).w()?;
-        }
+        let (p, dev) = (self.params, self.dev);
+        let choice = self.choose(name);
+        let func = choice.load(dev)?;
         let b = q.len() / (p.heads * p.t * p.d) as usize;
         let rows = b * (p.heads * p.n) as usize;
         // SAFETY: the kernel writes every element of every row of the output
@@ -394,13 +367,10 @@ impl Launch<'_> {
             .tensors()
             .map(|t| t.map(Tensor::storage_and_layout))
             .collect();
-        let mut views = Vec::with_capacity(guards.len());
-        for guard in &guards {
-            views.push(match guard {
-                Some((storage, layout)) => Some(f32_view(storage, layout)?),
-                None => None,
-            });
-        }
+        let views = guards
+            .iter()
+            .map(|g| g.as_ref().map(|(s, l)| f32_view(s, l)).transpose())
+            .collect::<Result<Vec<_>>>()?;
         for view in &views {
             match view {
                 Some(view) => args.arg(view),
@@ -408,32 +378,78 @@ impl Launch<'_> {
             };
         }
         args.arg(&p).arg(&self.bands);
-        let config = LaunchConfig {
-            grid_dim: (
-                (p.n as usize).div_ceil(rows_per_block) as u32,
-                p.heads as u32,
-                b as u32,
-            ),
-            block_dim: (threads as u32, 1, 1),
-            shared_mem_bytes: shared as u32,
-        };
         // SAFETY: the arguments match the kernel's signature; q holds b x heads x t x d
         // elements, k and v b x kv x t x d, out rows x d, the table rows x width floats, and
         // each table the length `params` checked; the kernel reads and writes inside them
-        unsafe { args.launch(config) }.w()?;
-        let out = Tensor::from_storage(
-            Storage::Cuda(T::wrap_cuda_slice(out, dev.clone())),
-            (b, p.heads as usize, p.n as usize, p.d as usize),
-            BackpropOp::none(),
-            false,
-        );
-        let table = Tensor::from_storage(
-            Storage::Cuda(f32::wrap_cuda_slice(table, dev.clone())),
-            (rows, p.width as usize),
-            BackpropOp::none(),
-            false,
-        );
-        Ok(Some((out, table)))
+        unsafe { args.launch(choice.config(&p, b)) }.w()?;
+        let out_shape = (b, p.heads as usize, p.n as usize, p.d as usize);
+        Ok(Some((
+            device_tensor(out, dev, out_shape),
+            device_tensor(table, dev, (rows, p.width as usize)),
+        )))
+    }
+
+    /// The kernel for dtype `name`: the tensor cores' where they apply, else the CUDA
+    /// cores' of the smallest compiled head dimension that holds `d`.
+    fn choose(&self, name: &str) -> KernelChoice {
+        let d = self.params.d as usize;
+        if self.tensor_cores && name != "f32" && matches!(d, 64 | 128) {
+            // static shared memory
+            return KernelChoice {
+                name: format!("flash_mma_{name}_d{d}"),
+                rows_per_block: MMA_ROWS,
+                threads: MMA_WARPS * 32,
+                shared: 0,
+            };
+        }
+        let dmax = [64, 128, 256]
+            .into_iter()
+            .find(|&m| d <= m)
+            .unwrap_or(MAX_HEAD_DIM);
+        KernelChoice {
+            name: format!("flash_rows_{name}_d{dmax}"),
+            rows_per_block: WARPS,
+            threads: WARPS * 32,
+            shared: (KEY_TILE * (dmax + 1) + KEY_TILE * dmax + WARPS * dmax) * 4,
+        }
+    }
+}
+
+/// One of flash.cu's kernels and how it is launched.
+struct KernelChoice {
+    name: String,
+    /// Queries per thread block.
+    rows_per_block: usize,
+    threads: usize,
+    /// Dynamic shared memory in bytes.
+    shared: usize,
+}
+
+impl KernelChoice {
+    /// The kernel on `dev`, allowed its shared memory.
+    fn load(&self, dev: &CudaDevice) -> Result<CudaFunction> {
+        let func = dev
+            .get_or_load_custom_func(&self.name, "asa_analyze_flash", PTX)?
+            .into_cuda_function();
+        if self.shared > 48 * 1024 {
+            let attribute =
+                CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+            func.set_attribute(attribute, self.shared as i32).w()?;
+        }
+        Ok(func)
+    }
+
+    /// The grid of `p`'s queries x heads x `b` sequences.
+    fn config(&self, p: &FlashParams, b: usize) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: (
+                (p.n as usize).div_ceil(self.rows_per_block) as u32,
+                p.heads as u32,
+                b as u32,
+            ),
+            block_dim: (self.threads as u32, 1, 1),
+            shared_mem_bytes: self.shared as u32,
+        }
     }
 }
 

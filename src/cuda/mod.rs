@@ -6,10 +6,10 @@ pub mod nll;
 pub mod rows;
 pub mod softmax;
 
-use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaView};
+use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaSlice, CudaView};
 use std::ops::Range;
 
-use candle_core::cuda_backend::{CudaDevice, CudaStorageSlice};
+use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorageSlice};
 use candle_core::{Device, Storage, Tensor};
 
 use crate::error::Result;
@@ -35,6 +35,20 @@ pub fn prepare(dev: &CudaDevice) {
         // SAFETY: the analysis uses the device's one stream only
         dev.disable_event_tracking();
     }
+}
+
+/// A tensor of `shape` over the device memory `slice` of `dev` (no copy).
+fn device_tensor<T: CudaDType>(
+    slice: CudaSlice<T>,
+    dev: &CudaDevice,
+    shape: impl Into<candle_core::Shape>,
+) -> Tensor {
+    Tensor::from_storage(
+        Storage::Cuda(T::wrap_cuda_slice(slice, dev.clone())),
+        shape,
+        candle_core::op::BackpropOp::none(),
+        false,
+    )
 }
 
 /// PTX of `kernels.cu`.

@@ -4,11 +4,10 @@
 
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorageSlice, WrapErr};
-use candle_core::op::BackpropOp;
-use candle_core::{DType, Storage, Tensor};
+use candle_core::{DType, Tensor};
 
 use super::rows::{band_table, config, grouped, BandTable};
-use super::{kernel, with_cuda_f32, with_cuda_storage};
+use super::{device_tensor, kernel, with_cuda_f32, with_cuda_storage};
 use crate::error::Result;
 use crate::probe::row_table::RowWants;
 
@@ -126,18 +125,8 @@ fn fused<T: DeviceRepr + CudaDType>(
     // SAFETY: the arguments match the kernel's signature; `raw` and `weights` hold rows x
     // keys elements, `table` rows x width floats, `sinks` one float per head
     unsafe { args.launch(config(launch.rows, launch.keys as usize)) }.w()?;
-    let weights = Tensor::from_storage(
-        Storage::Cuda(T::wrap_cuda_slice(weights, dev.clone())),
-        shape,
-        BackpropOp::none(),
-        false,
-    );
-    let table = Tensor::from_storage(
-        Storage::Cuda(f32::wrap_cuda_slice(table, dev.clone())),
-        (launch.rows, launch.width as usize),
-        BackpropOp::none(),
-        false,
-    );
+    let weights = device_tensor(weights, dev, shape);
+    let table = device_tensor(table, dev, (launch.rows, launch.width as usize));
     Ok((weights, table))
 }
 

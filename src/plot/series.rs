@@ -3,15 +3,61 @@
 
 use std::collections::BTreeMap;
 
+use plotters::style::RGBColor;
+
 use super::data::Cols;
 use super::scene::{fit_range, Axis, Dash, Figure, LegendEntry, Mark, Panel, Swatch};
 use super::theme::viridis;
 use super::{Built, Ctx};
 
+const FIG: &str = "sink_emergence";
+
+/// Per model, per layer: (step, first-token mean) points.
+type LayerSeries = BTreeMap<String, BTreeMap<i64, Vec<(f64, f64)>>>;
+
 /// One panel per model: the per-layer `first_token` means of `attention_series` over
 /// training steps, one line per layer (viridis from the first layer to the last).
 pub fn sink_emergence(ctx: &mut Ctx) -> Built {
-    const FIG: &str = "sink_emergence";
+    let series = first_token_means(ctx)?;
+    let layers = series
+        .values()
+        .flat_map(|l| l.keys().copied())
+        .max()
+        .unwrap_or(1);
+    let color = |l: i64| viridis((l - 1) as f64 / (layers - 1).max(1) as f64);
+    let points = || series.values().flat_map(|l| l.values()).flatten();
+    let x = Axis::new(
+        "training step (weights analysed)",
+        fit_range(points().map(|p| p.0), false),
+    );
+    let y = Axis::new(
+        "mean first-token weight",
+        fit_range(points().map(|p| p.1), true),
+    );
+    let panels = ctx
+        .pal
+        .order(series.keys().cloned())
+        .into_iter()
+        .map(|m| Panel {
+            marks: layer_lines(&series[&m], color),
+            title: m,
+            x: x.clone(),
+            y: y.clone(),
+            grid: true,
+        })
+        .collect();
+    let mut f = Figure::new(
+        FIG,
+        "Sink emergence: first-token weight per layer over training",
+        panels,
+    );
+    f.legend = layer_legend(layers, color);
+    Ok(f)
+}
+
+/// The per-layer first-token means of `attention_series` (per-head rows, other stats and
+/// metrics left out; non-finite values noted and left out).
+fn first_token_means(ctx: &mut Ctx) -> Result<LayerSeries, String> {
     let t = ctx
         .res
         .get("attention_series")
@@ -26,8 +72,7 @@ pub fn sink_emergence(ctx: &mut Ctx) -> Built {
         c.text("stat")?,
         c.num("value")?,
     );
-    // model -> layer -> (step, first-token mean)
-    let mut series: BTreeMap<String, BTreeMap<i64, Vec<(f64, f64)>>> = BTreeMap::new();
+    let mut series = LayerSeries::new();
     let mut dropped = 0;
     for i in 0..t.height() {
         let wanted = metric[i].as_deref() == Some("first_token")
@@ -55,61 +100,34 @@ pub fn sink_emergence(ctx: &mut Ctx) -> Built {
     if series.is_empty() {
         return Err("attention_series.csv has no per-layer first_token means".into());
     }
-    let models = ctx.pal.order(series.keys().cloned());
-    let layers = series
-        .values()
-        .flat_map(|l| l.keys().copied())
-        .max()
-        .unwrap_or(1);
-    let color = |l: i64| viridis((l - 1) as f64 / (layers - 1).max(1) as f64);
-    let steps: Vec<f64> = series
-        .values()
-        .flat_map(|l| l.values())
-        .flatten()
-        .map(|p| p.0)
-        .collect();
-    let values: Vec<f64> = series
-        .values()
-        .flat_map(|l| l.values())
-        .flatten()
-        .map(|p| p.1)
-        .collect();
-    let (x_range, y_range) = (fit_range(steps, false), fit_range(values, true));
-    let panels = models
+    Ok(series)
+}
+
+/// One line per layer of one model, its points in step order.
+fn layer_lines(
+    layers: &BTreeMap<i64, Vec<(f64, f64)>>,
+    color: impl Fn(i64) -> RGBColor,
+) -> Vec<Mark> {
+    layers
         .iter()
-        .map(|m| {
-            let marks = series[m]
-                .iter()
-                .map(|(&l, points)| {
-                    let mut points = points.clone();
-                    points.sort_by(|a, b| a.0.total_cmp(&b.0));
-                    Mark::line(points, color(l))
-                })
-                .collect();
-            Panel {
-                title: m.clone(),
-                x: Axis::new("training step (weights analysed)", x_range),
-                y: Axis::new("mean first-token weight", y_range),
-                marks,
-                grid: true,
-            }
+        .map(|(&l, points)| {
+            let mut points = points.clone();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            Mark::line(points, color(l))
         })
-        .collect();
-    let mut f = Figure::new(
-        FIG,
-        "Sink emergence: first-token weight per layer over training",
-        panels,
-    );
-    // the first, middle and last layers name the colour scale
+        .collect()
+}
+
+/// The first, middle and last of `layers` layers name the colour scale.
+fn layer_legend(layers: i64, color: impl Fn(i64) -> RGBColor) -> Vec<LegendEntry> {
     let mut named: Vec<i64> = vec![1, (layers + 1) / 2, layers];
     named.dedup();
-    f.legend = named
+    named
         .into_iter()
         .map(|l| LegendEntry {
             label: format!("layer {l}"),
             color: color(l),
             swatch: Swatch::Line(Dash::Solid),
         })
-        .collect();
-    Ok(f)
+        .collect()
 }
