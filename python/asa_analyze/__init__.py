@@ -143,25 +143,58 @@ def _held(label: str, model: Any) -> tuple:
         config = json.loads(config)
     tied = bool(config.get("tie_word_embeddings", False))
     tensors = []
+    copy = _HostCopy()
     for name, value in state.items():
         if tied and name == "lm_head.weight":
             continue  # save_pretrained leaves the tied copy out, and so does its checkpoint
-        dtype, array = _host_array(label, name, value, np)
+        dtype, array = _host_array(label, name, value, np, copy)
         flat = array.reshape(-1)
         address = flat.__array_interface__["data"][0] if flat.size else 0
         tensors.append((name, dtype, list(array.shape), flat, address, flat.nbytes))
-    return json.dumps(config), tensors
+    return json.dumps(config), tensors, copy.record()
 
 
-def _host_array(label: str, name: str, value: Any, np: Any) -> tuple:
-    """(safetensors dtype name, C-contiguous host array) of one tensor."""
+class _HostCopy:
+    """The copy of a model's device tensors to the host: which device, how many tensors and
+    bytes, how long (run.json's `host_copy`)."""
+
+    def __init__(self) -> None:
+        self.devices: List[str] = []
+        self.tensors = 0
+        self.bytes = 0
+        self.seconds = 0.0
+
+    def to_host(self, value: Any) -> Any:
+        """`value` (a torch tensor on a device) copied to the host, the copy counted."""
+        import time
+
+        start = time.perf_counter()
+        host = value.cpu()
+        self.seconds += time.perf_counter() - start
+        device = str(value.device)
+        if device not in self.devices:
+            self.devices.append(device)
+        self.tensors += 1
+        self.bytes += host.element_size() * host.nelement()
+        return host
+
+    def record(self) -> Optional[tuple]:
+        """(device, tensors, bytes, seconds), or None when nothing was copied."""
+        if not self.tensors:
+            return None
+        return (",".join(self.devices), self.tensors, self.bytes, self.seconds)
+
+
+def _host_array(label: str, name: str, value: Any, np: Any, copy: "_HostCopy") -> tuple:
+    """(safetensors dtype name, C-contiguous host array) of one tensor (one on a device
+    copied to the host, counted in `copy`)."""
     module = type(value).__module__
     if module.startswith("torch"):
         if value.is_meta:
             raise UsageError(f"tensor {name} of model {label} is on the meta device: load its weights first")
         value = value.detach()
         if value.device.type != "cpu":
-            value = value.cpu()
+            value = copy.to_host(value)
         kind = str(value.dtype).replace("torch.", "")
         if kind not in _DTYPES:
             raise UsageError(f"tensor {name} of model {label}: dtype {kind} is not one of {', '.join(_DTYPES)}")
@@ -262,6 +295,7 @@ def analyze(
     progress: bool = True,
     cancel: Optional[CancelToken] = None,
     tokenizer: Optional[PathLike] = None,
+    threads: Optional[int] = None,
 ) -> Result:
     """Every attention metric of `models` in one pass, as `asa-analyze analyze`.
 
@@ -283,6 +317,11 @@ def analyze(
     progress: a tqdm bar (a plain one without tqdm); False for none.
     cancel: a `CancelToken` whose `cancel()` (from any thread) stops this run at its next
         query block, raising `Cancelled` with nothing returned or written.
+    threads: run on this many threads of a pool of its own (beside a training loop, so as
+        not to take every core from it); default every core.
+
+    A model in memory on a GPU is copied to the host once; run.json's model record says what
+    that copy cost (`.run["models"][i]["host_copy"]`: device, tensors, bytes, seconds).
     """
     pairs, memory = _models(models)
     with tempfile.TemporaryDirectory(prefix="asa-analyze-") as tmp:
@@ -302,6 +341,7 @@ def analyze(
             cancel=cancel,
             memory=memory,
             tokenizer=None if tokenizer is None else os.fspath(tokenizer),
+            threads=threads,
         )
     return Result(native)
 

@@ -37,8 +37,11 @@ def analyze(
     shard: Optional[str] = None,
     events: Optional[Any] = None,
     cancel: Optional[CancelToken] = None,
-    memory: Optional[List[Tuple[str, str, List[Tuple[str, str, List[int], Any, int, int]]]]] = None,
+    memory: Optional[
+        List[Tuple[str, str, List[Tuple[str, str, List[int], Any, int, int]], Optional[Tuple[str, int, int, float]]]]
+    ] = None,
     tokenizer: Optional[str] = None,
+    threads: Optional[int] = None,
 ) -> NativeResult: ...
 def inspect(path: str) -> str: ...
 def merge(partials: List[str]) -> NativeResult: ...

@@ -12,7 +12,12 @@ it on a background thread (the analysis releases the GIL) while training goes on
 
 At most one analysis is in flight: a request while one runs is skipped and counted
 (`skipped`), so training never waits. A failing analysis warns once and never stops
-training. Each row carries the step whose weights were analysed.
+training. Each row carries the step whose weights were analysed. The analysis runs on
+`threads` threads of its own (default 1: one probe batch is small beside `every` training
+steps, and the other cores stay with the training loop and its data loader).
+
+The Hugging Face Trainer and Lightning get the same as callbacks that log to the trainer's
+own loggers: `asa_analyze.callbacks.AttentionStats`, `LightningAttentionStats`.
 """
 
 from __future__ import annotations
@@ -53,8 +58,10 @@ class Monitor:
 
     metrics: registry names (default first_token, sink_rate, entropy, max_logit, qk_mean,
         weight_sum). log: called as `log(values, step)` with `{"attn/<metric>/layer_03":
-        value, ...}` (per-layer means) once a step's analysis is done, from the analysis
-        thread: hand it your logger's `log`. label: the model's name in the tables.
+        value, ...}` (per-layer means; per head too, `.../layer_03/head_05`, with
+        `per_head`) once a step's analysis is done, from the analysis thread: hand it your
+        logger's `log`. label: the model's name in the tables. threads: the analysis'
+        threads (None: every core).
     """
 
     def __init__(
@@ -65,17 +72,22 @@ class Monitor:
         label: str = "model",
         log: Optional[Callable[[Dict[str, float], int], Any]] = None,
         tokenizer: Optional[Any] = None,
+        per_head: bool = False,
+        threads: Optional[int] = 1,
         **analyze_options: Any,
     ) -> None:
         if every < 1:
             raise ValueError("every must be at least 1")
+        if threads is not None and threads < 1:
+            raise ValueError("threads must be at least 1")
         self.probe = probe
         self.every = every
         self.metrics = list(metrics)
         self.label = label
         self.log = log
         self.tokenizer = tokenizer
-        self.options = analyze_options
+        self.per_head = per_head
+        self.options = dict(analyze_options, threads=threads)
         self.skipped = 0
         self._frames: List[Any] = []
         self._thread: Optional[threading.Thread] = None
@@ -87,16 +99,38 @@ class Monitor:
         one started, False when not due or skipped because one is still running."""
         if step % self.every != 0:
             return False
+        return self.request(model, step)
+
+    def request(self, model: Any, step: int) -> bool:
+        """Asks for an analysis of `model`'s weights at `step` now, due or not (at an
+        evaluation, say): True when one started, False when skipped because one is still
+        running."""
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 self.skipped += 1
                 return False
             snapshot = _snapshot(model)
+            self.check_probe(snapshot[0])
             self._thread = threading.Thread(
                 target=self._analyse, args=(snapshot, step), name=f"asa-monitor-{step}", daemon=True
             )
             self._thread.start()
         return True
+
+    def check_probe(self, config: Any) -> None:
+        """Raises `UsageError` when the probe's sequences (token ids) are longer than the
+        model's positions: a setting to fix before training, not an analysis failure."""
+        from . import UsageError
+
+        if hasattr(config, "to_dict"):
+            config = config.to_dict()
+        positions = config.get("max_position_embeddings") if isinstance(config, dict) else None
+        length = self.options.get("seq_len") or (len(self.probe[0]) if _is_ids(self.probe) else None)
+        if positions and length and length > positions:
+            raise UsageError(
+                f"probe: {length} tokens per sequence exceed the model's max_position_embeddings "
+                f"{positions}; give a shorter probe (or seq_len=)"
+            )
 
     def _analyse(self, snapshot: tuple, step: int) -> None:
         from . import analyze
@@ -135,7 +169,7 @@ class Monitor:
         with self._lock:
             self._frames.append(frame)
         if self.log is not None:
-            self.log(_log_values(att), step)
+            self.log(_log_values(att, self.per_head), step)
 
     def wait(self) -> None:
         """Waits for the analysis in flight (call it at the end of training)."""
@@ -180,14 +214,21 @@ def _is_ids(probe: Any) -> bool:
         return False
 
 
-def _log_values(att: Any) -> Dict[str, float]:
+def _log_values(att: Any, per_head: bool = False) -> Dict[str, float]:
     """`{"attn/<metric>/layer_03": value}` of the per-layer means (and the whole-model means
-    as `attn/<metric>`) of an attention frame."""
+    as `attn/<metric>`) of an attention frame; with `per_head`, each head's mean too as
+    `attn/<metric>/layer_03/head_05`."""
     import polars as pl
 
-    means = att.filter((pl.col("stat") == "mean") & pl.col("head").is_null())
+    means = att.filter(pl.col("stat") == "mean")
+    if not per_head:
+        means = means.filter(pl.col("head").is_null())
     values: Dict[str, float] = {}
     for row in means.iter_rows(named=True):
-        key = f"attn/{row['metric']}" + ("" if row["layer"] is None else f"/layer_{row['layer']:02d}")
+        key = f"attn/{row['metric']}"
+        if row["layer"] is not None:
+            key += f"/layer_{row['layer']:02d}"
+            if row["head"] is not None:
+                key += f"/head_{row['head']:02d}"
         values[key] = row["value"]
     return values

@@ -224,48 +224,75 @@ impl NativeResult {
     }
 }
 
-/// The library's options from keyword arguments (names as the CLI's flags).
-#[allow(clippy::too_many_arguments)]
-fn options(
+/// The keyword arguments of `analyze` that become the library's options (names as the
+/// CLI's flags).
+struct AnalyzeArgs<'a> {
     metrics: Option<Vec<String>>,
     corpus: Option<PathBuf>,
-    (seq_len, num_seqs, batch_size, seed): (usize, usize, usize, u64),
-    (bos, windows): (&str, &str),
-    variant: Option<&str>,
-    device: &str,
-    shard: Option<&str>,
-) -> PyResult<RunOptions> {
-    let mut o = RunOptions::default();
-    if let Some(names) = metrics {
-        o.metrics = names
-            .iter()
-            .map(|n| n.parse::<Metric>().map_err(usage))
-            .collect::<PyResult<_>>()?;
+    seq_len: usize,
+    num_seqs: usize,
+    batch_size: usize,
+    seed: u64,
+    bos: &'a str,
+    windows: &'a str,
+    variant: Option<&'a str>,
+    device: &'a str,
+    shard: Option<&'a str>,
+}
+
+impl AnalyzeArgs<'_> {
+    /// The library's options, each argument parsed as the CLI parses its flag.
+    fn options(self) -> PyResult<RunOptions> {
+        let mut o = RunOptions::default();
+        if let Some(names) = self.metrics {
+            o.metrics = names
+                .iter()
+                .map(|n| n.parse::<Metric>().map_err(usage))
+                .collect::<PyResult<_>>()?;
+        }
+        o.corpus = self.corpus;
+        o.seq_len = self.seq_len;
+        o.num_seqs = self.num_seqs;
+        o.batch_size = self.batch_size;
+        o.seed = self.seed;
+        o.bos = self.bos.parse::<BosMode>().map_err(usage)?;
+        o.windows = self.windows.parse::<WindowMode>().map_err(usage)?;
+        o.variant = match self.variant {
+            Some(name) => Some(name.parse::<VariantKind>().map_err(usage)?),
+            None => None,
+        };
+        o.device = self
+            .device
+            .parse::<DeviceRequest>()
+            .map_err(|e| UsageError::new_err(e.to_string()))?;
+        o.shard = match self.shard {
+            Some(text) => Some(Shard::parse(text).map_err(to_py)?).filter(|s| s.count > 1),
+            None => None,
+        };
+        Ok(o)
     }
-    o.corpus = corpus;
-    o.seq_len = seq_len;
-    o.num_seqs = num_seqs;
-    o.batch_size = batch_size;
-    o.seed = seed;
-    o.bos = bos.parse::<BosMode>().map_err(usage)?;
-    o.windows = windows.parse::<WindowMode>().map_err(usage)?;
-    o.variant = match variant {
-        Some(name) => Some(name.parse::<VariantKind>().map_err(usage)?),
-        None => None,
-    };
-    o.device = device
-        .parse::<DeviceRequest>()
-        .map_err(|e| UsageError::new_err(e.to_string()))?;
-    o.shard = match shard {
-        Some(text) => Some(Shard::parse(text).map_err(to_py)?).filter(|s| s.count > 1),
-        None => None,
-    };
-    Ok(o)
+}
+
+/// Runs `work` on `threads` threads of a pool of its own (its rayon tasks and candle's
+/// matrix products stay on them), or on the process' pool (every core) when `None`.
+fn on_threads<T: Send>(threads: Option<usize>, work: impl FnOnce() -> T + Send) -> PyResult<T> {
+    match threads {
+        None => Ok(work()),
+        Some(0) => Err(UsageError::new_err("threads must be at least 1")),
+        Some(n) => {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .thread_name(|i| format!("asa-analyze-{i}"))
+                .build()
+                .map_err(|e| UsageError::new_err(format!("cannot start {n} analysis threads: {e}")))?;
+            Ok(pool.install(work))
+        }
+    }
 }
 
 /// Runs an analysis (see `asa_analyze.analyze`).
 #[pyfunction]
-#[pyo3(signature = (models, metrics = None, corpus = None, seq_len = 1024, num_seqs = 10, bos = "auto", windows = "packed", variant = None, device = "auto", batch_size = 1, seed = 0, shard = None, events = None, cancel = None, memory = None, tokenizer = None))]
+#[pyo3(signature = (models, metrics = None, corpus = None, seq_len = 1024, num_seqs = 10, bos = "auto", windows = "packed", variant = None, device = "auto", batch_size = 1, seed = 0, shard = None, events = None, cancel = None, memory = None, tokenizer = None, threads = None))]
 #[allow(clippy::too_many_arguments)]
 fn analyze(
     py: Python<'_>,
@@ -283,18 +310,24 @@ fn analyze(
     shard: Option<&str>,
     events: Option<Py<PyAny>>,
     cancel: Option<PyRef<'_, PyCancelToken>>,
-    memory: Option<Vec<(String, String, Vec<memory::TensorArg>)>>,
+    memory: Option<Vec<memory::MemoryArg>>,
     tokenizer: Option<PathBuf>,
+    threads: Option<usize>,
 ) -> PyResult<NativeResult> {
-    let mut options = options(
+    let mut options = AnalyzeArgs {
         metrics,
         corpus,
-        (seq_len, num_seqs, batch_size, seed),
-        (bos, windows),
+        seq_len,
+        num_seqs,
+        batch_size,
+        seed,
+        bos,
+        windows,
         variant,
         device,
         shard,
-    )?;
+    }
+    .options()?;
     if options.shard.is_some() {
         return Err(UsageError::new_err(
             "shards are for the CLI on a cluster (analyze --shard K/N, then merge); in Python run whole or merge partials with merge()",
@@ -303,8 +336,8 @@ fn analyze(
     options.tokenizer = tokenizer;
     // models held in memory, by label (their `models` entry gives their place)
     let mut held = std::collections::BTreeMap::new();
-    for (label, config_json, tensors) in memory.unwrap_or_default() {
-        let model = memory::memory_model(&label, config_json, tensors)?;
+    for (label, config_json, tensors, host_copy) in memory.unwrap_or_default() {
+        let model = memory::memory_model(&label, config_json, tensors, host_copy)?;
         held.insert(label, std::sync::Arc::new(model));
     }
     let run = Run {
@@ -320,9 +353,11 @@ fn analyze(
     };
     let mut sink = PyEvents::new(events, run.cancel.clone());
     let output = py.detach(|| {
-        let _heap = heap::RunHeap::enter();
-        run.execute(&mut sink)
-    });
+        on_threads(threads, || {
+            let _heap = heap::RunHeap::enter();
+            run.execute(&mut sink)
+        })
+    })?;
     let output = output.map_err(|e| sink.error(e))?;
     let record = output.record("python analyze", &run.options);
     Ok(NativeResult { output, record })

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use asa_analyze::model::safetensors_file::MemoryTensor;
-use asa_analyze::model::MemoryModel;
+use asa_analyze::model::{HostCopy, MemoryModel};
 use pyo3::prelude::*;
 
 use crate::UsageError;
@@ -36,11 +36,19 @@ impl AsRef<[u8]> for HeldArray {
     }
 }
 
-/// The model `label`: its config.json text and its tensors.
+/// One model as Python hands it over: label, config.json text, tensors, host copy.
+pub type MemoryArg = (String, String, Vec<TensorArg>, Option<HostCopyArg>);
+
+/// The copy of a model's device tensors to the host as Python measured it: the device, the
+/// tensors and bytes copied, and the seconds it took.
+pub type HostCopyArg = (String, usize, u64, f64);
+
+/// The model `label`: its config.json text, its tensors and the host copy they needed.
 pub fn memory_model(
     label: &str,
     config_json: String,
     tensors: Vec<TensorArg>,
+    host_copy: Option<HostCopyArg>,
 ) -> PyResult<MemoryModel> {
     let tensors = tensors
         .into_iter()
@@ -67,5 +75,11 @@ pub fn memory_model(
         origin: PathBuf::from(format!("<memory>/{label}")),
         config_json,
         tensors,
+        host_copy: host_copy.map(|(from, tensors, bytes, seconds)| HostCopy {
+            from,
+            tensors,
+            bytes,
+            seconds,
+        }),
     })
 }

@@ -338,7 +338,7 @@ def test_a_state_dict_that_does_not_fit_raises_naming_the_tensor():
         asa.analyze({"m": (config, ints)}, corpus=ids, **SMALL)
 
 
-def test_monitor_analyses_snapshots_in_the_background_with_their_steps():
+def test_monitor_analyses_snapshots_in_the_background_with_their_steps(tmp_path):
     # a training loop changing the weights in place every step: each analysed step's rows
     # are those of a direct analysis of the weights as they were at that step
     folder = FIXTURES / "llama_gqa"
@@ -370,5 +370,21 @@ def test_monitor_analyses_snapshots_in_the_background_with_their_steps():
     assert slow((config, state), 10) is True
     assert slow((config, state), 11) is False and slow.skipped == 1
     slow.wait()
-    out = mon.write(Path(os.environ.get("TMPDIR", "/tmp")) / f"asa-monitor-{os.getpid()}")
+    out = mon.write(tmp_path / "series")
     assert pl.read_csv(out).height == series.height
+
+
+def test_a_run_on_threads_of_its_own_gives_the_same_tables():
+    # threads= caps a run (beside a training loop) without changing a value; a model on the
+    # host needs no host copy, and run.json says none
+    folder = FIXTURES / "llama_gqa"
+    config = json.loads((folder / "config.json").read_text())
+    state = read_safetensors(folder)
+    ids = np.random.default_rng(3).integers(0, 50, size=(2, 16))
+    whole = asa.analyze({"m": (config, state)}, corpus=ids, seq_len=16, num_seqs=2, progress=False)
+    one = asa.analyze({"m": (config, state)}, corpus=ids, seq_len=16, num_seqs=2, progress=False, threads=1)
+    for name, frame in whole.tables.items():
+        assert one.tables[name].equals(frame), name
+    assert "host_copy" not in one.run["models"][0]
+    with pytest.raises(asa.UsageError, match="threads must be at least 1"):
+        asa.analyze({"m": (config, state)}, corpus=ids, seq_len=16, num_seqs=2, progress=False, threads=0)

@@ -96,6 +96,9 @@ pub struct ModelRecord {
     /// Windows merged into this model's tables (a merge only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub windows: Option<u64>,
+    /// A model in memory whose tensors were on a device: the copy to the host, and its cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_copy: Option<crate::model::HostCopy>,
 }
 
 /// The memory schedule a model ran under and why, with each streamed layer's times.

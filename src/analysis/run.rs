@@ -477,6 +477,7 @@ impl ModelContext<'_> {
             schedule: schedule.record(&done.timings),
             seconds: done.seconds,
             tokens_per_second: (range.len() * o.seq_len) as f64 / done.seconds,
+            host_copy: memory.and_then(|m| m.host_copy.clone()),
             ..model_record(&ckpt, &model, &done.metrics, shape, o.seq_len)
         };
         let partial = match o.shard {

@@ -51,6 +51,19 @@ pub struct MemoryModel {
     pub origin: PathBuf,
     pub config_json: String,
     pub tensors: Vec<safetensors_file::MemoryTensor>,
+    /// The copy to the host that tensors held on a device (a GPU) needed before they could
+    /// be read, if any: recorded in run.json as the model's `host_copy`.
+    pub host_copy: Option<HostCopy>,
+}
+
+/// Tensors of a model in memory copied from a device to the host before the analysis.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HostCopy {
+    /// The device they were copied from (e.g. `cuda:0`).
+    pub from: String,
+    pub tensors: usize,
+    pub bytes: u64,
+    pub seconds: f64,
 }
 
 /// A checkpoint opened for analysis: config, weights, detected variant.

@@ -70,6 +70,7 @@ fn memory(name: &str, tensors: Vec<MemoryTensor>) -> MemoryModel {
         origin: format!("<memory>/{name}").into(),
         config_json: std::fs::read_to_string(model_dir(name).join("config.json")).unwrap(),
         tensors,
+        host_copy: None,
     }
 }
 
