@@ -284,7 +284,9 @@ fn on_threads<T: Send>(threads: Option<usize>, work: impl FnOnce() -> T + Send) 
                 .num_threads(n)
                 .thread_name(|i| format!("asa-analyze-{i}"))
                 .build()
-                .map_err(|e| UsageError::new_err(format!("cannot start {n} analysis threads: {e}")))?;
+                .map_err(|e| {
+                    UsageError::new_err(format!("cannot start {n} analysis threads: {e}"))
+                })?;
             Ok(pool.install(work))
         }
     }

@@ -2,11 +2,13 @@
 //! `attention` rows with the step beside them, and what can be read back from it (the
 //! steps already done, the QK^T points of `qk_series`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
 use super::run::SeriesPoint;
+use crate::error::{Error, Result};
 use crate::export::schema::ATTENTION_SERIES;
-use crate::export::{Column, Table};
+use crate::export::{read_table, Column, ColumnKind, Table};
 use crate::metrics::{attention_tables, Metric, ModelMetrics};
 
 /// The `attention_series` rows of one step: `attention`'s rows (model, metric, layer, head,
@@ -88,6 +90,137 @@ pub fn empty() -> Table {
         ("stat", Column::Str(Vec::new())),
         ("value", Column::Float(Vec::new())),
     ])
+}
+
+/// The `attention_series` table in folder `dir` (`attention_series.csv` or `.parquet`, as
+/// `watch`, `analyze` of a checkpoint series and the Python callbacks write it), checked
+/// against its schema; `None` when the folder has none.
+pub fn read_in(dir: &Path) -> Result<Option<Table>> {
+    for ext in ["csv", "parquet"] {
+        let path = dir.join(format!("attention_series.{ext}"));
+        if !path.is_file() {
+            continue;
+        }
+        let mut table = read_table(&path)?;
+        // a column with no value at all reads back as text: give it the declared kind
+        for (name, column) in &mut table.columns {
+            let spec = ATTENTION_SERIES.column(name);
+            if let (Some(spec), Column::Str(values)) = (spec, &*column) {
+                if values.iter().all(Option::is_none) {
+                    *column = match spec.kind {
+                        ColumnKind::Int => Column::Int(vec![None; values.len()]),
+                        ColumnKind::Float => Column::Float(vec![None; values.len()]),
+                        ColumnKind::Text => continue,
+                    };
+                }
+            }
+        }
+        ATTENTION_SERIES
+            .check(&table)
+            .map_err(|e| Error::input(&path, e))?;
+        let mut series = empty();
+        series.append(table);
+        return Ok(Some(series));
+    }
+    Ok(None)
+}
+
+/// One row of an `attention_series` table but its model and step, as compared between two
+/// series that both hold a step (values by their bits: NaN equals NaN).
+type StepRow = (
+    Option<String>,
+    Option<i64>,
+    Option<i64>,
+    Option<String>,
+    Option<u64>,
+);
+
+/// The `attention_series` tables of several folders (a run resumed elsewhere, `watch` on
+/// several machines) as one: every (model, step) once, in model then step order. A step
+/// that two folders both hold is kept once when their rows are the same, and refused when
+/// they differ (two runs under one label).
+pub fn merge(series: &[(PathBuf, Table)]) -> Result<Table> {
+    // (model, step) -> (folder, its rows)
+    let mut steps: BTreeMap<(String, i64), (&Path, Vec<StepRow>)> = BTreeMap::new();
+    for (dir, table) in series {
+        for ((model, step), rows) in by_step(table) {
+            match steps.get(&(model.clone(), step)) {
+                None => {
+                    steps.insert((model, step), (dir, rows));
+                }
+                Some((_, kept)) if *kept == rows => {}
+                Some((first, _)) => {
+                    return Err(Error::input(
+                        dir,
+                        format!(
+                            "step {step} of model {model} is also in {} with other values (two runs under one label?)",
+                            first.display()
+                        ),
+                    ))
+                }
+            }
+        }
+    }
+    let mut merged = empty();
+    for ((model, step), (_, rows)) in steps {
+        let n = rows.len();
+        let mut cols: (Vec<_>, Vec<_>, Vec<_>, Vec<_>, Vec<_>) = Default::default();
+        for (metric, layer, head, stat, bits) in rows {
+            cols.0.push(metric);
+            cols.1.push(layer);
+            cols.2.push(head);
+            cols.3.push(stat);
+            cols.4.push(bits.map(f64::from_bits));
+        }
+        merged.append(ATTENTION_SERIES.build(vec![
+            ("model", Column::Str(vec![Some(model); n])),
+            ("step", Column::Int(vec![Some(step); n])),
+            ("metric", Column::Str(cols.0)),
+            ("layer", Column::Int(cols.1)),
+            ("head", Column::Int(cols.2)),
+            ("stat", Column::Str(cols.3)),
+            ("value", Column::Float(cols.4)),
+        ]));
+    }
+    Ok(merged)
+}
+
+/// The rows of `series` grouped by (model, step), in table order within each step.
+fn by_step(series: &Table) -> BTreeMap<(String, i64), Vec<StepRow>> {
+    let text = |name: &str| match series.column(name) {
+        Some(Column::Str(v)) => v.clone(),
+        _ => vec![None; series.height()],
+    };
+    let int = |name: &str| match series.column(name) {
+        Some(Column::Int(v)) => v.clone(),
+        _ => vec![None; series.height()],
+    };
+    let (models, steps, metrics, layers, heads, stats) = (
+        text("model"),
+        int("step"),
+        text("metric"),
+        int("layer"),
+        int("head"),
+        text("stat"),
+    );
+    let values = match series.column("value") {
+        Some(Column::Float(v)) => v.clone(),
+        _ => vec![None; series.height()],
+    };
+    let mut out: BTreeMap<(String, i64), Vec<StepRow>> = BTreeMap::new();
+    for k in 0..series.height() {
+        let (Some(model), Some(step)) = (&models[k], steps[k]) else {
+            continue;
+        };
+        out.entry((model.clone(), step)).or_default().push((
+            metrics[k].clone(),
+            layers[k],
+            heads[k],
+            stats[k].clone(),
+            values[k].map(f64::to_bits),
+        ));
+    }
+    out
 }
 
 /// The steps of model `label` that `series` holds.

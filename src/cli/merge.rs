@@ -2,17 +2,21 @@
 //! merged into the section 6 tables a single run writes (counts equal, values within
 //! 1e-12 relative), or with `--partial` into one partial of the shards given (a tree of
 //! merges for many shards). Partials of another run, missing or doubled shards and
-//! unfinished partials are refused, nothing written.
+//! unfinished partials are refused, nothing written. Folders that hold an `attention_series`
+//! table and no partial (`watch` outputs, the Python callbacks' `out`) are merged as series:
+//! every (model, step) once (see [`attention_series::merge`]), with `qk_series` and run.json.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::analyze::{commit_tables, FigureFlags};
 use super::choice::choice;
 use super::Process;
-use crate::analysis::partial::{merge_partials, stage_partial};
+use crate::analysis::attention_series::{self, qk_points};
+use crate::analysis::partial::{merge_partials, stage_partial, MARKER, STATES};
 use crate::analysis::record::RunRecord;
-use crate::error::Result;
-use crate::export::{Format, OutputDir};
+use crate::error::{Error, Result};
+use crate::export::{Format, OutputDir, Table};
+use crate::metrics::qk_series_table;
 use crate::results::stage_tables;
 
 /// Arguments of `merge`.
@@ -40,6 +44,9 @@ pub struct MergeArgs {
 
 /// Runs `merge`.
 pub fn run(args: MergeArgs, process: &Process) -> Result<()> {
+    if let Some(series) = series_inputs(&args.partials)? {
+        return merge_series(&args, &series, process);
+    }
     let started = std::time::Instant::now();
     let merged = merge_partials(&args.partials, !args.partial)?;
     let mut out = OutputDir::create(&args.out, args.format, &process.staging)?;
@@ -78,6 +85,69 @@ pub fn run(args: MergeArgs, process: &Process) -> Result<()> {
             "asa-analyze: merged shards {:?} of {} into {what} in {}",
             merged.info.shards,
             merged.info.count,
+            args.out.display()
+        );
+    }
+    Ok(())
+}
+
+/// The `attention_series` tables of `dirs` when every one holds one and none is a shard's
+/// partial result; `None` otherwise (the partials' merge then says what is wrong).
+fn series_inputs(dirs: &[PathBuf]) -> Result<Option<Vec<(PathBuf, Table)>>> {
+    let partial = |d: &Path| d.join(MARKER).exists() || d.join(STATES).exists();
+    if dirs.iter().any(|d| partial(d)) {
+        return Ok(None);
+    }
+    let mut series = Vec::new();
+    for dir in dirs {
+        match attention_series::read_in(dir)? {
+            Some(table) => series.push((dir.clone(), table)),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(series))
+}
+
+/// `merge` of series folders: one `attention_series` (and its `qk_series`), run.json
+/// saying what was merged, the figures with `--figures`.
+fn merge_series(args: &MergeArgs, series: &[(PathBuf, Table)], process: &Process) -> Result<()> {
+    let started = std::time::Instant::now();
+    if args.partial {
+        return Err(Error::usage(
+            "--partial is for shards' partial results; attention series merge whole",
+        ));
+    }
+    let merged = attention_series::merge(series)?;
+    let mut out = OutputDir::create(&args.out, args.format, &process.staging)?;
+    out.write(&merged)?;
+    let points = qk_points(&merged);
+    if !points.is_empty() {
+        out.write(&qk_series_table(&points))?;
+    }
+    let record = RunRecord {
+        command: "merge".to_string(),
+        asa_analyze_version: env!("CARGO_PKG_VERSION").to_string(),
+        options: serde_json::json!({ "format": args.format }),
+        merged_from: Some(
+            series
+                .iter()
+                .map(|(d, _)| d.display().to_string())
+                .collect(),
+        ),
+        merge_seconds: Some(started.elapsed().as_secs_f64()),
+        ..RunRecord::default()
+    };
+    out.write_bytes("run.json", record.to_json()?.as_bytes())?;
+    let flags = FigureFlags {
+        figures: args.figures,
+        quiet: args.quiet,
+    };
+    commit_tables(out, flags)?;
+    if !args.quiet {
+        eprintln!(
+            "asa-analyze: merged the attention series of {} folders ({} rows) into {}",
+            series.len(),
+            merged.height(),
             args.out.display()
         );
     }

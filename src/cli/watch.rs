@@ -14,12 +14,13 @@ use serde_json::json;
 
 use super::analyze::{self, commit_tables, FigureFlags, MetricArgs, Terminal};
 use super::Process;
-use crate::analysis::attention_series::{empty, qk_points, step_rows, steps_done, without_steps};
+use crate::analysis::attention_series::{
+    self, empty, qk_points, step_rows, steps_done, without_steps,
+};
 use crate::analysis::checkpoint_ready::{step_folders, StepFolder};
 use crate::analysis::{ModelSource, Run, RunOptions};
 use crate::error::{Error, Result};
-use crate::export::schema::ATTENTION_SERIES;
-use crate::export::{read_table, Column, ColumnKind, OutputDir, Table};
+use crate::export::{OutputDir, Table};
 use crate::metrics::{qk_series_table, Metric};
 
 /// What `watch` computes unless `--metrics` says otherwise: what a training run's attention
@@ -214,33 +215,7 @@ impl Watcher<'_> {
 
 /// The `attention_series` table already under `out` (CSV or Parquet), or an empty one.
 fn existing_series(out: &Path) -> Result<Table> {
-    for ext in ["csv", "parquet"] {
-        let path = out.join(format!("attention_series.{ext}"));
-        if !path.is_file() {
-            continue;
-        }
-        let mut table = read_table(&path)?;
-        // a column with no value at all reads back as text: give it the declared kind
-        for (name, column) in &mut table.columns {
-            let spec = ATTENTION_SERIES.column(name);
-            if let (Some(spec), Column::Str(values)) = (spec, &*column) {
-                if values.iter().all(Option::is_none) {
-                    *column = match spec.kind {
-                        ColumnKind::Int => Column::Int(vec![None; values.len()]),
-                        ColumnKind::Float => Column::Float(vec![None; values.len()]),
-                        ColumnKind::Text => continue,
-                    };
-                }
-            }
-        }
-        ATTENTION_SERIES
-            .check(&table)
-            .map_err(|e| Error::input(&path, e))?;
-        let mut series = empty();
-        series.append(table);
-        return Ok(series);
-    }
-    Ok(empty())
+    Ok(attention_series::read_in(out)?.unwrap_or_else(empty))
 }
 
 /// The names and sizes of the files in `dir` (what a retry after a failure waits to see

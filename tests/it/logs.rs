@@ -821,3 +821,71 @@ fn a_full_stdout_is_an_error() {
         "{err}"
     );
 }
+
+/// `curves` reads an `attention_series` table (CSV or Parquet) as a log: each mean is a
+/// series named as the training callbacks log it, each model a run. Expected values are
+/// the fixture's own rows (written by tools/make_tables.py), read here as plain text.
+#[test]
+fn curves_read_an_attention_series_as_the_callbacks_name_it() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/tables/full/attention_series.csv");
+    let text = std::fs::read_to_string(&fixture).unwrap();
+    let mut want: Vec<(String, i64, f64)> = Vec::new();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        if f[2] == "first_token" && f[3] == "2" && f[4] == "1" && f[5] == "mean" {
+            want.push((
+                f[0].to_string(),
+                f[1].parse().unwrap(),
+                f[6].parse().unwrap(),
+            ));
+        }
+    }
+    assert!(
+        want.len() >= 4 && want.iter().any(|w| w.0 != want[0].0),
+        "two models' steps"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let parquet = dir.path().join("attention_series.parquet");
+    let table = asa_analyze::export::read_table(&fixture).unwrap();
+    asa_analyze::export::write_table(&table, &parquet, asa_analyze::export::Format::Parquet)
+        .unwrap();
+    for input in [&fixture, &parquet] {
+        let input = input.to_str().unwrap();
+        let v = json_of(&[
+            "curves",
+            input,
+            "--metric",
+            "attn/first_token/layer_02/head_01",
+        ]);
+        let got: Vec<(String, i64, f64)> = v["curves"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["run"].as_str().unwrap().to_string(),
+                    r["step"].as_i64().unwrap(),
+                    r["value"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(got, want, "{input}");
+    }
+    // a series the table does not hold: the names it does hold
+    let o = run_in(
+        &fixtures(),
+        &[
+            "curves",
+            fixture.to_str().unwrap(),
+            "--metric",
+            "attn/alpha/layer_01",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("no series `attn/alpha/layer_01`; series found: attn/first_token/layer_01"),
+        "{err}"
+    );
+}

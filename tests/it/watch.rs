@@ -200,3 +200,88 @@ fn watch_reads_no_checkpoint_a_second_process_is_still_writing() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// `merge` of folders holding attention_series (a run resumed elsewhere, `watch` on two
+/// machines): every (model, step) once, in model then step order, a step held twice with
+/// the same rows kept once; held twice with other values, refused with nothing written.
+#[test]
+fn merge_joins_attention_series_and_refuses_a_step_that_differs() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/tables/full/attention_series.csv");
+    let text = std::fs::read_to_string(&fixture).unwrap();
+    let header = text.lines().next().unwrap();
+    let body: Vec<&str> = text.lines().skip(1).collect();
+    let step = |line: &str| line.split(',').nth(1).unwrap().parse::<u64>().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let write = |name: &str, keep: &dyn Fn(u64) -> bool, edit: &dyn Fn(&str) -> String| {
+        let dir = root.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let lines: Vec<String> = body
+            .iter()
+            .filter(|l| keep(step(l)))
+            .map(|l| edit(l))
+            .collect();
+        std::fs::write(
+            dir.join("attention_series.csv"),
+            format!("{header}\n{}\n", lines.join("\n")),
+        )
+        .unwrap();
+        dir
+    };
+    let same = |l: &str| l.to_string();
+    let early = write("early", &|s| s <= 500, &same);
+    let late = write("late", &|s| s >= 500, &same);
+    let out = root.path().join("merged");
+    let args = [
+        "merge",
+        late.to_str().unwrap(),
+        early.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    expect_success(&run_cli(root.path(), &args));
+    // every step of each model once, as the fixture holds them
+    for model in ["base", "sink"] {
+        assert_eq!(
+            rows(&out.join("attention_series.csv"), Some(model)),
+            rows(&fixture, Some(model)),
+            "{model}"
+        );
+    }
+    let merged = std::fs::read_to_string(out.join("attention_series.csv")).unwrap();
+    let order: Vec<(String, u64)> = merged
+        .lines()
+        .skip(1)
+        .map(|l| (l.split(',').next().unwrap().to_string(), step(l)))
+        .collect();
+    assert!(
+        order.windows(2).all(|w| w[0] <= w[1]),
+        "model then step order"
+    );
+    assert!(out.join("qk_series.csv").is_file() || !merged.contains("qk_mean"));
+    // the same step with another value: refused, naming it, nothing written
+    let edited = write("edited", &|s| s == 500, &|l: &str| {
+        let mut f: Vec<String> = l.split(',').map(str::to_string).collect();
+        f[6] = format!("{}", f[6].parse::<f64>().unwrap() + 0.5);
+        f.join(",")
+    });
+    let refused = root.path().join("refused");
+    let o = run_cli(
+        root.path(),
+        &[
+            "merge",
+            early.to_str().unwrap(),
+            edited.to_str().unwrap(),
+            "--out",
+            refused.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("step 500 of model base is also in") && err.contains("with other values"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!refused.exists());
+}

@@ -11,9 +11,12 @@ use super::metric::{self, MatchKind};
 use super::series::{Observation, RawSeries};
 use crate::error::{Error, Result};
 
+mod attention_series;
 mod delimited;
 mod jsonl;
 mod tfevents;
+
+pub use attention_series::series_name;
 
 /// The kind of log a file is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -29,6 +32,9 @@ pub enum LogFormat {
     JsonLines,
     /// `events.out.tfevents.*` files (one file or a run folder).
     TensorBoard,
+    /// An `attention_series` table (CSV or Parquet): its means as `attn/...` series, one
+    /// run per model.
+    AttentionSeries,
 }
 
 /// What to read from a log.
@@ -61,10 +67,11 @@ impl LogFile {
     /// The error for a request that matched nothing: names the file, the request, its
     /// aliases and the columns or tags that exist.
     pub fn absent_error(&self, request: &str) -> Error {
-        let what = match self.format {
-            LogFormat::TensorBoard => "scalar tag",
-            LogFormat::JsonLines => "key",
-            _ => "column",
+        let (what, plural) = match self.format {
+            LogFormat::TensorBoard => ("scalar tag", "scalar tags"),
+            LogFormat::AttentionSeries => ("series", "series"),
+            LogFormat::JsonLines => ("key", "keys"),
+            _ => ("column", "columns"),
         };
         let aliases = metric::alias_hint(request)
             .map(|a| format!(" (or an alias: {a})"))
@@ -72,7 +79,7 @@ impl LogFile {
         Error::input(
             &self.path,
             format!(
-                "no {what} `{request}`{aliases}; {what}s found: {}",
+                "no {what} `{request}`{aliases}; {plural} found: {}",
                 list_names(&self.names)
             ),
         )
@@ -99,8 +106,9 @@ fn list_names(names: &[String]) -> String {
 
 /// Reads the requested metrics from `path`, choosing the reader from the path: a
 /// folder or an `*tfevents*` file is TensorBoard, `.jsonl`/`.ndjson`/`.json` is JSON
-/// Lines, `.tsv`/`.tab` is TSV, anything else CSV (TSV when the header has tabs and no
-/// commas; a W&B export when it has `Step` and `<run> - <metric>` columns).
+/// Lines, `.tsv`/`.tab` is TSV, `.parquet` and a CSV with the `attention_series` header are
+/// attention series, anything else CSV (TSV when the header has tabs and no commas; a W&B
+/// export when it has `Step` and `<run> - <metric>` columns).
 pub fn read_log(path: &Path, request: &LogRequest) -> Result<LogFile> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     let name = path
@@ -119,9 +127,26 @@ pub fn read_log(path: &Path, request: &LogRequest) -> Result<LogFile> {
         .unwrap_or_default();
     match ext.as_str() {
         "jsonl" | "ndjson" | "json" => jsonl::read(path, request),
+        "parquet" => attention_series::read(path, request),
+        "csv" if attention_series::is_attention_series_header(&first_line(path)?) => {
+            attention_series::read(path, request)
+        }
         "tsv" | "tab" => delimited::read(path, request, Some(b'\t')),
         _ => delimited::read(path, request, None),
     }
+}
+
+/// The first line of the text file at `path` (at most 64 KiB of it).
+fn first_line(path: &Path) -> Result<String> {
+    use std::io::{BufRead, Read};
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut line = String::new();
+    let mut reader = std::io::BufReader::new(file.take(1 << 16));
+    // a file that is not UTF-8 is not an attention_series table: the CSV reader says why
+    if reader.read_line(&mut line).is_err() {
+        line.clear();
+    }
+    Ok(line)
 }
 
 /// Tracks, for each request, which column/key/tag answers it, while names stream in
