@@ -183,22 +183,23 @@ fn positions(c: &ModelConfig) -> String {
 /// How q.k becomes the logits, and what happens to the next-token logits (Gemma 2's
 /// query scale and soft-caps).
 fn logit_transforms(c: &ModelConfig) -> String {
-    let scale = match c.query_pre_attn_scalar {
+    let gemma = c.gemma;
+    let scale = match gemma.map(|g| g.query_pre_attn_scalar) {
         Some(s) => format!("q.k / sqrt({s}) (query_pre_attn_scalar)"),
         None => format!("q.k / sqrt({}) (head_dim)", c.head_dim),
     };
-    let attn = match c.attn_logit_softcap {
+    let attn = match c.attn_logit_softcap() {
         Some(cap) => format!(
             ", soft-capped at {cap}: {cap} tanh(s / {cap}) (max_logit is before the cap, \
              max_logit_capped after)"
         ),
         None => String::new(),
     };
-    let embed = match c.embedding_scale {
+    let embed = match gemma.map(|g| g.embedding_scale) {
         Some(s) => format!("; embeddings times {s:.6}"),
         None => String::new(),
     };
-    let last = match c.final_logit_softcap {
+    let last = match gemma.and_then(|g| g.final_logit_softcap) {
         Some(cap) => format!("; next-token logits soft-capped at {cap}"),
         None => String::new(),
     };

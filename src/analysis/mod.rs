@@ -157,7 +157,7 @@ pub fn accumulate_timed(
     let key_windows: Vec<_> = (0..c.num_layers).map(|l| c.key_window(l)).collect();
     let mut probe = MetricProbe::new(
         opts.clone(),
-        (&key_windows, c.attn_logit_softcap),
+        (&key_windows, c.attn_logit_softcap()),
         c.num_heads,
         windows,
     );

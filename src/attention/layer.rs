@@ -14,7 +14,7 @@ use super::logn::logn_logits;
 use super::plan::{plan, DeviceKind, Facts, Kernel};
 use super::scale_invariant::{reversed_coefficients, DistanceTable};
 use super::sink::softmax_with_sink;
-use super::variant::{AffineConfig, ScaleInvariantConfig, VariantKind};
+use super::variant::{AffineConfig, Variant};
 use crate::cpu::host::{lane_max, with_cpu_f32};
 use crate::error::{Error, Result};
 use crate::nn::{Linear, RmsNorm, Rope};
@@ -31,8 +31,8 @@ pub struct AttentionShape {
     pub head_dim: usize,
     pub qkv_bias: bool,
     pub o_bias: bool,
-    pub variant: VariantKind,
-    pub affine: AffineConfig,
+    /// The variant and its settings.
+    pub variant: Variant,
     /// Whether `q_norm` / `k_norm` are required (Qwen3); other architectures use them when
     /// the checkpoint has `self_attn.q_norm.weight`.
     pub qk_norm: bool,
@@ -43,10 +43,6 @@ pub struct AttentionShape {
     pub qk_norm_plus_one: bool,
     /// epsilon of the QK-norm RMSNorm.
     pub rms_norm_eps: f64,
-    /// scale_invariant settings (used by that variant only).
-    pub scale_invariant: ScaleInvariantConfig,
-    /// logn: s_h for every head from config.json, when no `self_attn.logn_scale` is stored.
-    pub logn_scale: Option<f64>,
     /// The keys each query sees: a sliding window in windowed layers, else every earlier key.
     pub window: KeyWindow,
     /// The factor of q.k: 1/sqrt(head_dim), or Gemma's query_pre_attn_scalar^-1/2.
@@ -114,10 +110,10 @@ impl Attention {
     /// The layer of its weights (`model::attention` loads them from a checkpoint).
     pub fn new(w: AttentionWeights, shape: AttentionShape) -> Self {
         let logit_rule = match (shape.variant, w.logn_scale) {
-            (VariantKind::ScaleInvariant, _) => LogitRule::ScaleInvariant {
-                tau: shape.scale_invariant.tau,
-            },
-            (VariantKind::Logn, Some(scale)) => LogitRule::Logn { scale },
+            (Variant::ScaleInvariant(settings), _) => {
+                LogitRule::ScaleInvariant { tau: settings.tau }
+            }
+            (Variant::Logn { .. }, Some(scale)) => LogitRule::Logn { scale },
             _ => match shape.softcap {
                 Some(cap) => LogitRule::SoftCap { cap },
                 None => LogitRule::Plain,
@@ -231,7 +227,7 @@ impl Attention {
             }
             _ => (q_out, k_out),
         };
-        let (q, gate) = if s.variant.is_gated() {
+        let (q, gate) = if s.variant.kind().is_gated() {
             let (q, gate) = split_query_gate(&q_out, s.heads, s.head_dim)?;
             (q, Some(gate))
         } else {
@@ -257,7 +253,7 @@ impl Attention {
             return Ok(None);
         };
         let raw = proj.forward(xs)?.to_dtype(DType::F32)?;
-        let alpha = activate(&raw, self.shape.affine.activation)?
+        let alpha = activate(&raw, self.affine()?.activation)?
             .transpose(1, 2)?
             .contiguous()?;
         push(probe, Hook::Alpha, whole, || Ok(alpha.clone()))?;
@@ -427,7 +423,7 @@ impl Attention {
             (Some(alpha), Some(alpha_ma)) => Some(DeviceAffine {
                 alpha: alpha.to_dtype(DType::F32)?,
                 alpha_ma: alpha_ma.to_dtype(DType::F32)?,
-                beta_length: self.shape.affine.beta_length,
+                beta_length: self.affine()?.beta_length,
                 seq_len: p.t,
             }),
             (None, _) => None,
@@ -717,7 +713,7 @@ impl Attention {
             (Some(alpha), Some(alpha_ma)) => {
                 let n = p.dim(2)?;
                 let alpha_block = alpha.narrow(D::Minus1, q_start, n)?;
-                let beta_length = self.shape.affine.beta_length;
+                let beta_length = self.affine()?.beta_length;
                 let fused = affine_rows(&p, &alpha_block, alpha_ma, q_start, seq_len, beta_length)?;
                 let weights = match fused {
                     Some(weights) => weights,
@@ -728,7 +724,7 @@ impl Attention {
                         &visibility(q_start, n, self.shape.window, p.device())?,
                         q_start,
                         seq_len,
-                        &self.shape.affine,
+                        self.affine()?,
                     )?,
                 };
                 Ok(BlockWeights {
@@ -751,7 +747,7 @@ impl Attention {
             (Some(alpha), Some(alpha_ma)) => Some(AffineTile {
                 alpha: alpha.flatten_all()?.to_vec1::<f32>()?,
                 alpha_ma: alpha_ma.flatten_all()?.to_vec1::<f32>()?,
-                beta_length: self.shape.affine.beta_length,
+                beta_length: self.affine()?.beta_length,
                 seq_len: p.t,
             }),
             (None, _) => None,
@@ -803,6 +799,16 @@ impl Attention {
     /// The layer's shape and variant.
     pub fn shape(&self) -> &AttentionShape {
         &self.shape
+    }
+
+    /// The Affine-Scaled settings of a layer with alpha (an affine variant's).
+    fn affine(&self) -> Result<&AffineConfig> {
+        self.shape.variant.affine().ok_or_else(|| {
+            candle_core::Error::Msg(
+                "internal error: an alpha projection without Affine-Scaled settings".into(),
+            )
+            .into()
+        })
     }
 }
 

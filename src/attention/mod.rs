@@ -19,4 +19,6 @@ pub use layer::{Attention, AttentionShape, AttentionWeights};
 pub use logn::logn_logits;
 pub use scale_invariant::{distance_coefficients, reversed_coefficients, DistanceTable};
 pub use sink::softmax_with_sink;
-pub use variant::{Activation, AffineConfig, BetaLength, ScaleInvariantConfig, VariantKind};
+pub use variant::{
+    Activation, AffineConfig, BetaLength, ScaleInvariantConfig, Variant, VariantKind,
+};

@@ -6,7 +6,7 @@ use candle_core::{DType, Tensor};
 use super::layers::{linear, projection, rms_norm, weight_matrix};
 use super::layout::QkvLayout;
 use super::weights::WeightStore;
-use crate::attention::{Attention, AttentionShape, AttentionWeights, VariantKind};
+use crate::attention::{Attention, AttentionShape, AttentionWeights, Variant};
 use crate::error::{Error, Result};
 use crate::nn::{Linear, RmsNorm};
 
@@ -34,7 +34,7 @@ pub fn load_attention(
     let sink_logits = load_sink_logits(store, prefix, s)?;
     let norms = load_qk_norms(store, prefix, s)?;
     let logn_scale = match s.variant {
-        VariantKind::Logn => Some(load_logn_scale(store, prefix, s)?),
+        Variant::Logn { scale } => Some(load_logn_scale(store, prefix, s.heads, scale)?),
         _ => None,
     };
     let alpha = load_alpha(store, prefix, s)?;
@@ -72,7 +72,7 @@ fn separate_qkv(
     prefix: &str,
     s: &AttentionShape,
 ) -> Result<(Linear, Linear, Linear)> {
-    let q_out = if s.variant.is_gated() { 2 } else { 1 } * s.heads * s.head_dim;
+    let q_out = if s.variant.kind().is_gated() { 2 } else { 1 } * s.heads * s.head_dim;
     let kv_out = s.kv_heads * s.head_dim;
     let proj = |name: &str, out: usize| {
         linear(
@@ -98,12 +98,12 @@ fn load_sink_logits(
     s: &AttentionShape,
 ) -> Result<Option<Tensor>> {
     Ok(match s.variant {
-        VariantKind::Sink => Some(
+        Variant::Sink => Some(
             store
                 .get_as(&format!("{prefix}.sinks"), &[s.heads], DType::F32)?
                 .reshape((1, s.heads, 1, 1))?,
         ),
-        VariantKind::OffByOne => Some(Tensor::zeros(
+        Variant::OffByOne => Some(Tensor::zeros(
             (1, s.heads, 1, 1),
             DType::F32,
             store.device(),
@@ -140,7 +140,7 @@ fn load_qk_norms(store: &WeightStore, prefix: &str, s: &AttentionShape) -> Resul
 /// `{prefix}.alpha_proj` (its bias if stored) and `{prefix}.alpha_ma` of an Affine-Scaled
 /// layer.
 fn load_alpha(store: &WeightStore, prefix: &str, s: &AttentionShape) -> Result<Alpha> {
-    if !s.variant.is_affine() {
+    if s.variant.affine().is_none() {
         return Ok(Alpha {
             proj: None,
             ma: None,
@@ -160,15 +160,18 @@ fn load_alpha(store: &WeightStore, prefix: &str, s: &AttentionShape) -> Result<A
 }
 
 /// s_h `[1, heads, 1, 1]` f32 of a logn layer: the stored `{prefix}.logn_scale` [heads], else
-/// config.json's `logn.scale` for every head.
-fn load_logn_scale(store: &WeightStore, prefix: &str, s: &AttentionShape) -> Result<Tensor> {
+/// config.json's `logn.scale` (`config_scale`) for every head.
+fn load_logn_scale(
+    store: &WeightStore,
+    prefix: &str,
+    heads: usize,
+    config_scale: Option<f64>,
+) -> Result<Tensor> {
     let name = format!("{prefix}.logn_scale");
-    let scale = match s.logn_scale {
-        Some(value) if !store.contains(&name) => {
-            Tensor::full(value as f32, s.heads, store.device())?
-        }
+    let scale = match config_scale {
+        Some(value) if !store.contains(&name) => Tensor::full(value as f32, heads, store.device())?,
         _ => store
-            .get_as(&name, &[s.heads], DType::F32)
+            .get_as(&name, &[heads], DType::F32)
             .map_err(|err| match err {
                 Error::Input { path, message } => Error::Input {
                     path,
@@ -179,7 +182,7 @@ fn load_logn_scale(store: &WeightStore, prefix: &str, s: &AttentionShape) -> Res
                 other => other,
             })?,
     };
-    Ok(scale.reshape((1, s.heads, 1, 1))?)
+    Ok(scale.reshape((1, heads, 1, 1))?)
 }
 
 /// q, k and v from the fused `{prefix}.qkv_proj` `[heads * 3 * head_dim, hidden]` (and its
@@ -190,7 +193,7 @@ fn split_qkv_per_head(
     prefix: &str,
     s: &AttentionShape,
 ) -> Result<(Linear, Linear, Linear)> {
-    if s.kv_heads != s.heads || s.variant.is_gated() {
+    if s.kv_heads != s.heads || s.variant.kind().is_gated() {
         return Err(Error::input(
             store.any_file(),
             "a fused per-head q/k/v projection needs as many key/value heads as query heads and no gate",
@@ -230,7 +233,7 @@ fn split_qkv(
     s: &AttentionShape,
     conv1d: bool,
 ) -> Result<(Linear, Linear, Linear)> {
-    if s.variant.is_gated() {
+    if s.variant.kind().is_gated() {
         return Err(Error::input(
             store.any_file(),
             "a fused q/k/v projection cannot carry a gated query",

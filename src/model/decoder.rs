@@ -199,7 +199,6 @@ pub struct Model {
     lm_head: Option<Linear>,
     shape: AttentionShape,
     config: ModelConfig,
-    variant: VariantKind,
     /// Where a layer-major pass keeps the residual stream between layers when it is
     /// spilled (`None`: in memory).
     spill_to: Option<PathBuf>,
@@ -208,7 +207,8 @@ pub struct Model {
 }
 
 impl Model {
-    /// Loads every layer from `store` for `config` with attention `variant`.
+    /// Loads every layer from `store` for `config` with attention `variant` (its settings
+    /// from config.json's blocks, [`crate::model::config::VariantSettings::variant`]).
     pub fn load(store: &WeightStore, config: &ModelConfig, variant: VariantKind) -> Result<Self> {
         let c = config;
         let mut model = Self::streamed(store, config, variant)?;
@@ -241,17 +241,14 @@ impl Model {
             head_dim: c.head_dim,
             qkv_bias: c.qkv_bias,
             o_bias: c.o_bias,
-            variant,
-            affine: c.variant_settings.affine(),
+            variant: c.variant_settings.variant(variant),
             qk_norm: c.qk_norm,
             qk_norm_whole: c.layout.qk_norm_whole,
             qk_norm_plus_one: c.layout.norm == super::layout::NormKind::RmsPlusOne,
             rms_norm_eps: c.rms_norm_eps,
-            scale_invariant: c.variant_settings.scale_invariant(),
-            logn_scale: c.variant_settings.logn_scale,
             window: crate::probe::KeyWindow::CAUSAL,
             scale: c.query_scale(),
-            softcap: c.attn_logit_softcap,
+            softcap: c.attn_logit_softcap(),
         };
         Ok(Model {
             embed_tokens: None,
@@ -273,7 +270,6 @@ impl Model {
             lm_head: None,
             shape,
             config: config.clone(),
-            variant,
             spill_to: None,
             watch: NonFiniteWatch::default(),
         })
@@ -461,7 +457,7 @@ impl Model {
     /// sqrt(hidden), rounded to the embeddings' dtype as transformers rounds it), plus the
     /// learned positions 0..t, if any.
     fn finish_embeddings(&self, xs: Tensor) -> Result<Tensor> {
-        let xs = match self.config.embedding_scale {
+        let xs = match self.config.gemma.map(|g| g.embedding_scale) {
             Some(scale) => {
                 let scale = Tensor::new(scale as f32, xs.device())?.to_dtype(xs.dtype())?;
                 xs.broadcast_mul(&scale)?
@@ -516,7 +512,7 @@ impl Model {
                 let _p = phase("logits (lm_head)");
                 let logits = head(&hidden.narrow(1, start, n)?.contiguous()?)?;
                 // Gemma 2: cap * tanh(logits / cap)
-                match c.final_logit_softcap {
+                match c.gemma.and_then(|g| g.final_logit_softcap) {
                     Some(cap) => ((logits / cap)?.tanh()? * cap)?,
                     None => logits,
                 }
@@ -540,6 +536,6 @@ impl Model {
 
     /// The attention variant the model runs.
     pub fn variant(&self) -> VariantKind {
-        self.variant
+        self.shape.variant.kind()
     }
 }

@@ -236,7 +236,7 @@ impl Checkpoint {
             variant.kind,
             crate::attention::VariantKind::Logn | crate::attention::VariantKind::ScaleInvariant
         );
-        if let (true, Some(_)) = (other_rule, config.attn_logit_softcap) {
+        if let (true, Some(_)) = (other_rule, config.attn_logit_softcap()) {
             return Err(Error::input(
                 dir.join("config.json"),
                 format!(

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
 
-use crate::attention::VariantKind;
+use crate::attention::{Variant, VariantKind};
 use crate::error::{Error, Result};
 use crate::model::{Model, ModelConfig, WeightStore};
 use probe::TrainProbe;
@@ -114,7 +114,8 @@ pub struct StepLog {
 /// (decayed matrices, undecayed vectors).
 pub struct Trainer {
     config: ModelConfig,
-    variant: VariantKind,
+    /// The variant trained, with its settings.
+    variant: Variant,
     vars: BTreeMap<String, Var>,
     /// `model.layers.{l}.self_attn.alpha_ma` `[heads]` (affine variants).
     alpha_ma: BTreeMap<usize, Vec<f32>>,
@@ -176,8 +177,8 @@ impl Trainer {
         let decayed = adam(true)?;
         let plain = adam(false)?;
         let trainer = Trainer {
+            variant: config.variant_settings.variant(variant),
             config,
-            variant,
             vars,
             alpha_ma,
             device: device.clone(),
@@ -198,7 +199,7 @@ impl Trainer {
 
     /// The variant trained.
     pub fn variant(&self) -> VariantKind {
-        self.variant
+        self.variant.kind()
     }
 
     /// Steps taken.
@@ -235,7 +236,7 @@ impl Trainer {
     /// The analysis model over the current parameters (gradients flow to the `Var`s).
     pub fn model(&self) -> Result<Model> {
         let store = WeightStore::from_tensors(self.tensors()?, &self.device, DType::F32);
-        Model::load(&store, &self.config, self.variant)
+        Model::load(&store, &self.config, self.variant.kind())
     }
 
     /// Forward pass on `ids` `[batch, T + 1]` (u32): inputs are the first T ids, targets
@@ -295,10 +296,11 @@ impl Trainer {
         self.plain.set_learning_rate(lr);
         self.decayed.step(&grads)?;
         self.plain.step(&grads)?;
-        let rho = self.config.variant_settings.affine().momentum;
-        for (l, mean) in fwd.alpha_means.iter().enumerate() {
-            if let (Some(mean), Some(ma)) = (mean, self.alpha_ma.get_mut(&l)) {
-                *ma = alpha_ma_update(ma, mean, rho);
+        if let Some(affine) = self.variant.affine() {
+            for (l, mean) in fwd.alpha_means.iter().enumerate() {
+                if let (Some(mean), Some(ma)) = (mean, self.alpha_ma.get_mut(&l)) {
+                    *ma = alpha_ma_update(ma, mean, affine.momentum);
+                }
             }
         }
         self.step += 1;

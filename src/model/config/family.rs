@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use super::raw::RawConfig;
+use super::GemmaSettings;
 use crate::error::Result;
 use crate::model::experts::{Experts, RawExperts};
 use crate::model::layout::Layout;
@@ -53,21 +54,13 @@ pub struct Family {
     pub rope: fn(&RawConfig, &Path, usize) -> Result<Ropes>,
     pub window: WindowRule,
     pub experts: ExpertsFn,
-    /// The attention scale, soft-caps and embedding scale (Gemma), from hidden_size.
-    pub scalars: fn(&RawConfig, &Path, usize) -> Result<Scalars>,
+    /// Gemma's attention scale, soft-caps and embedding scale, from hidden_size (none for
+    /// the other families).
+    pub scalars: fn(&RawConfig, &Path, usize) -> Result<Option<GemmaSettings>>,
     /// The checkpoint's tensor names as the loader's (`crate::model::layout::builtin_weight_map`):
     /// (convention, stored), `{l}` a layer, `{p}` weight or bias, `{b}` an optional base
     /// model prefix (`transformer.`).
     pub weight_names: &'static [(&'static str, &'static str)],
     /// Endings of stored names transformers skips on load (old buffers).
     pub ignored_on_load: &'static [&'static str],
-}
-
-/// The scalars only some families have.
-#[derive(Debug, Default)]
-pub struct Scalars {
-    pub query_pre_attn_scalar: Option<f64>,
-    pub attn_logit_softcap: Option<f64>,
-    pub final_logit_softcap: Option<f64>,
-    pub embedding_scale: Option<f64>,
 }

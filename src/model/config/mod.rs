@@ -44,7 +44,7 @@ use super::layout::Layout;
 pub use super::rope::RopeConfig;
 pub use super::rope_scaling::{PRopeSpacing, RopeScaling};
 use super::sliding_window::SlidingWindow;
-use crate::attention::{AffineConfig, ScaleInvariantConfig, VariantKind};
+use crate::attention::{AffineConfig, ScaleInvariantConfig, Variant, VariantKind};
 use crate::error::{Error, Result};
 
 /// An architecture the loader implements (`model_type`): one of [`families::FAMILIES`].
@@ -104,7 +104,8 @@ impl serde::Serialize for Architecture {
 /// What config.json says of the attention variant: the one it names, and the blocks of
 /// the variants with settings, each `None` when absent (a plain config carries none). The
 /// blocks are kept whichever variant is named: the variant that runs may come from the
-/// weights or `--variant` (see [`crate::model::detect_variant`]).
+/// weights or `--variant` (see [`crate::model::detect_variant`]); [`VariantSettings::variant`]
+/// gives the one that runs, with its settings.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct VariantSettings {
     /// The variant named (`attention_variant`), if any; detection from the weights fills
@@ -129,6 +130,36 @@ impl VariantSettings {
     pub fn scale_invariant(&self) -> ScaleInvariantConfig {
         self.scale_invariant.unwrap_or_default()
     }
+
+    /// The variant `kind` with its settings from these blocks (defaults for an absent
+    /// block), whichever variant config.json names.
+    pub fn variant(&self, kind: VariantKind) -> Variant {
+        match kind {
+            VariantKind::Softmax => Variant::Softmax,
+            VariantKind::OffByOne => Variant::OffByOne,
+            VariantKind::Sink => Variant::Sink,
+            VariantKind::Gated => Variant::Gated,
+            VariantKind::AffineScaled => Variant::AffineScaled(self.affine()),
+            VariantKind::AffineScaledGated => Variant::AffineScaledGated(self.affine()),
+            VariantKind::ScaleInvariant => Variant::ScaleInvariant(self.scale_invariant()),
+            VariantKind::Logn => Variant::Logn {
+                scale: self.logn_scale,
+            },
+        }
+    }
+}
+
+/// The settings of the Gemma families that other models lack.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct GemmaSettings {
+    /// q.k is scaled by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2.
+    pub query_pre_attn_scalar: f64,
+    /// Attention logits soft-capped at cap tanh(s / cap) (Gemma 2).
+    pub attn_logit_softcap: Option<f64>,
+    /// Next-token logits soft-capped likewise (Gemma 2).
+    pub final_logit_softcap: Option<f64>,
+    /// Embeddings multiplied by this (sqrt(hidden_size)).
+    pub embedding_scale: f64,
 }
 
 /// A config.json resolved into the values the forward pass needs (no options left).
@@ -152,6 +183,9 @@ pub struct ModelConfig {
     /// Biases on the MLP projections (Llama `mlp_bias`).
     pub mlp_bias: bool,
     pub rope: RopeConfig,
+    /// The rotary settings of the sliding-window layers where they differ from `rope`
+    /// (Gemma 3's `rope_parameters.sliding_attention`; `rope` is then the global layers').
+    pub rope_local: Option<RopeConfig>,
     pub bos_token_id: Option<u32>,
     pub eos_token_id: Option<u32>,
     /// The attention variant config.json names, and the settings of the variants that
@@ -166,17 +200,8 @@ pub struct ModelConfig {
     pub layout: Layout,
     /// A mixture-of-experts MLP (Mixtral, Qwen3-MoE): its experts, routing and layers.
     pub experts: Option<Experts>,
-    /// q.k is scaled by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2 (Gemma).
-    pub query_pre_attn_scalar: Option<f64>,
-    /// Attention logits soft-capped at cap tanh(s / cap) (Gemma 2).
-    pub attn_logit_softcap: Option<f64>,
-    /// Next-token logits soft-capped likewise (Gemma 2).
-    pub final_logit_softcap: Option<f64>,
-    /// Embeddings multiplied by this (Gemma: sqrt(hidden_size)).
-    pub embedding_scale: Option<f64>,
-    /// The rotary settings of the sliding-window layers where they differ from `rope`
-    /// (Gemma 3's `rope_parameters.sliding_attention`; `rope` is then the global layers').
-    pub rope_local: Option<RopeConfig>,
+    /// Gemma's query scale, soft-caps and embedding scale (the Gemma families only).
+    pub gemma: Option<GemmaSettings>,
     /// The text model of a multimodal checkpoint (`super::multimodal`): its vision tower is
     /// not read.
     pub multimodal: bool,
@@ -186,9 +211,14 @@ impl ModelConfig {
     /// The factor of q.k: query_pre_attn_scalar^-1/2 (Gemma) or head_dim^-1/2.
     pub fn query_scale(&self) -> f64 {
         1.0 / self
-            .query_pre_attn_scalar
-            .unwrap_or(self.head_dim as f64)
+            .gemma
+            .map_or(self.head_dim as f64, |g| g.query_pre_attn_scalar)
             .sqrt()
+    }
+
+    /// The attention logits' soft-cap (Gemma 2).
+    pub fn attn_logit_softcap(&self) -> Option<f64> {
+        self.gemma.and_then(|g| g.attn_logit_softcap)
     }
 
     /// Reads and resolves `dir/config.json`.

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::family::{Family, Scalars};
+use super::family::Family;
 use super::raw::{RawAffine, RawConfig, RawScaleInvariant};
 use super::{Architecture, ModelConfig, VariantSettings};
 use crate::attention::{Activation, AffineConfig, BetaLength, ScaleInvariantConfig, VariantKind};
@@ -38,7 +38,7 @@ impl RawConfig {
         let (bos_token_id, eos_token_id) = self.special_tokens(path, s.vocab)?;
         let sliding_window = self.window(path, family, s.layers)?;
         let experts = self.experts(family, (s.layers, s.intermediate), path)?;
-        let scalars: Scalars = (family.scalars)(&self, path, s.hidden)?;
+        let gemma = (family.scalars)(&self, path, s.hidden)?;
         let (qkv_bias, o_bias) = (family.biases)(&self);
         Ok(ModelConfig {
             architecture,
@@ -60,6 +60,7 @@ impl RawConfig {
             o_bias,
             mlp_bias: family.mlp_bias || self.mlp_bias.unwrap_or(false),
             rope,
+            rope_local,
             bos_token_id,
             eos_token_id,
             variant_settings,
@@ -67,11 +68,7 @@ impl RawConfig {
             sliding_window,
             layout: (family.layout)(&self),
             experts,
-            query_pre_attn_scalar: scalars.query_pre_attn_scalar,
-            attn_logit_softcap: scalars.attn_logit_softcap,
-            final_logit_softcap: scalars.final_logit_softcap,
-            embedding_scale: scalars.embedding_scale,
-            rope_local,
+            gemma,
             multimodal: false,
         })
     }
@@ -515,6 +512,34 @@ pub(super) mod tests {
         .unwrap();
         assert_eq!(cfg.variant_settings.declared, Some(VariantKind::Logn));
         assert_eq!(cfg.variant_settings.logn_scale, Some(0.7));
+    }
+
+    #[test]
+    fn the_running_variant_carries_its_blocks_settings_or_their_defaults() {
+        use crate::attention::Variant;
+        let cfg = resolve(&format!(
+            r#"{{{BASE}, "scale_invariant": {{"tau": 0.5}}, "logn": {{"scale": 0.7}}}}"#
+        ))
+        .unwrap();
+        let settings = &cfg.variant_settings;
+        for name in VariantKind::NAMES {
+            let kind = VariantKind::parse(name).unwrap();
+            assert_eq!(settings.variant(kind).kind(), kind, "{name}");
+        }
+        assert_eq!(settings.variant(VariantKind::Softmax), Variant::Softmax);
+        assert_eq!(settings.variant(VariantKind::Softmax).affine(), None);
+        assert_eq!(
+            settings.variant(VariantKind::ScaleInvariant),
+            Variant::ScaleInvariant(ScaleInvariantConfig { tau: 0.5 })
+        );
+        assert_eq!(
+            settings.variant(VariantKind::Logn),
+            Variant::Logn { scale: Some(0.7) }
+        );
+        // no affine_scaled block: its defaults
+        let affine = settings.variant(VariantKind::AffineScaledGated);
+        assert_eq!(affine.affine(), Some(&AffineConfig::default()));
+        assert!(cfg.gemma.is_none());
     }
 
     #[test]

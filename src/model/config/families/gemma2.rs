@@ -8,9 +8,9 @@ use serde_json::Value;
 
 use super::llama;
 use crate::error::{Error, Result};
-use crate::model::config::family::{Family, Scalars};
+use crate::model::config::family::Family;
 use crate::model::config::raw::positive;
-use crate::model::config::RawConfig;
+use crate::model::config::{GemmaSettings, RawConfig};
 use crate::model::layout::{Layout, MlpKind, NormKind};
 use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
 
@@ -48,7 +48,7 @@ pub(crate) fn layout(_: &RawConfig) -> Layout {
 }
 
 /// Gemma2Config's soft-caps: 50 (attention) and 30 (final logits) when absent.
-fn scalars(raw: &RawConfig, path: &Path, hidden_size: usize) -> Result<Scalars> {
+fn scalars(raw: &RawConfig, path: &Path, hidden_size: usize) -> Result<Option<GemmaSettings>> {
     gemma_scalars(raw, path, hidden_size, (Some(50.0), Some(30.0)))
 }
 
@@ -59,13 +59,13 @@ pub(crate) fn gemma_scalars(
     path: &Path,
     hidden_size: usize,
     (attn_default, final_default): (Option<f64>, Option<f64>),
-) -> Result<Scalars> {
-    Ok(Scalars {
-        query_pre_attn_scalar: Some(positive(
+) -> Result<Option<GemmaSettings>> {
+    Ok(Some(GemmaSettings {
+        query_pre_attn_scalar: positive(
             raw.query_pre_attn_scalar.unwrap_or(256.0),
             "query_pre_attn_scalar",
             path,
-        )?),
+        )?,
         attn_logit_softcap: softcap(
             "attn_logit_softcapping",
             raw.attn_logit_softcapping.as_ref(),
@@ -78,8 +78,8 @@ pub(crate) fn gemma_scalars(
             final_default,
             path,
         )?,
-        embedding_scale: Some((hidden_size as f64).sqrt()),
-    })
+        embedding_scale: (hidden_size as f64).sqrt(),
+    }))
 }
 
 /// The soft-cap `key`: `default` when absent, none when null.

@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use super::gemma2;
 use crate::error::Result;
-use crate::model::config::family::{Family, Ropes, Scalars};
-use crate::model::config::RawConfig;
+use crate::model::config::family::{Family, Ropes};
+use crate::model::config::{GemmaSettings, RawConfig};
 use crate::model::rope::RopeConfig;
 use crate::model::sliding_window::{WindowLayers, WindowRule};
 
@@ -27,7 +27,7 @@ pub(crate) const FAMILY: Family = Family {
 };
 
 /// Gemma3TextConfig caps nothing by default.
-fn scalars(raw: &RawConfig, path: &Path, hidden_size: usize) -> Result<Scalars> {
+fn scalars(raw: &RawConfig, path: &Path, hidden_size: usize) -> Result<Option<GemmaSettings>> {
     gemma2::gemma_scalars(raw, path, hidden_size, (None, None))
 }
 

@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use crate::error::Result;
-use crate::model::config::family::{Family, Ropes, Scalars};
-use crate::model::config::RawConfig;
+use crate::model::config::family::{Family, Ropes};
+use crate::model::config::{GemmaSettings, RawConfig};
 use crate::model::experts::{Experts, RawExperts};
 use crate::model::layout::Layout;
 use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
@@ -69,6 +69,6 @@ fn dense(_: &RawExperts, _: (usize, usize), _: &Path) -> Result<Option<Experts>>
     Ok(None)
 }
 
-fn no_scalars(_: &RawConfig, _: &Path, _: usize) -> Result<Scalars> {
-    Ok(Scalars::default())
+fn no_scalars(_: &RawConfig, _: &Path, _: usize) -> Result<Option<GemmaSettings>> {
+    Ok(None)
 }
