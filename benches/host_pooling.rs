@@ -77,7 +77,7 @@ fn main() {
                     seq_len: SEQ_LEN,
                     window: KeyWindow::CAUSAL,
                 };
-                probe.on_row_table(&ctx, table, false).expect("table");
+                probe.on_row_table(&ctx, table).expect("table");
             }
             pooling += started.elapsed().as_secs_f64();
             let started = Instant::now();

@@ -41,7 +41,9 @@ impl NonFiniteWatch {
         }
         // x - x is 0 for a finite x and NaN for NaN or an infinity: the sum is NaN exactly
         // when some value is not finite
-        let sum = (xs - xs)?
+        #[allow(clippy::eq_op)]
+        let differences = (xs - xs)?;
+        let sum = differences
             .sum_all()?
             .to_dtype(DType::F32)?
             .to_scalar::<f32>()?;
