@@ -352,9 +352,13 @@ def entropy(models: Models, **kwargs: Any) -> Result:
     return analyze(models, metrics=["entropy"], **kwargs)
 
 
-def inspect(path: PathLike) -> Dict[str, Any]:
-    """What `asa-analyze inspect --json` says of a checkpoint (folder, GGUF file or Hub id)."""
-    return json.loads(_native.inspect(os.fspath(path)))
+def inspect(model: Any) -> Dict[str, Any]:
+    """What `asa-analyze inspect --json` says of a checkpoint (folder, GGUF file or Hub id),
+    or of a model held in memory (a transformers model or a `(config, state_dict)` pair:
+    what it says of the checkpoint `save_pretrained` would write)."""
+    if _in_memory(model):
+        return json.loads(_native.inspect("", memory=("model", *_held("model", model))))
+    return json.loads(_native.inspect(os.fspath(model)))
 
 
 def merge(partials: Iterable[PathLike]) -> Result:

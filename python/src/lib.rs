@@ -365,11 +365,24 @@ fn analyze(
     Ok(NativeResult { output, record })
 }
 
-/// `inspect --json` of a checkpoint, as JSON text.
+/// `inspect --json` of a checkpoint, or of a model held in memory, as JSON text.
 #[pyfunction]
-fn inspect(py: Python<'_>, path: PathBuf) -> PyResult<String> {
+#[pyo3(signature = (path, memory = None))]
+fn inspect(py: Python<'_>, path: PathBuf, memory: Option<memory::MemoryArg>) -> PyResult<String> {
+    let model = match memory {
+        Some((label, config_json, tensors, host_copy)) => Some(memory::memory_model(
+            &label,
+            config_json,
+            tensors,
+            host_copy,
+        )?),
+        None => None,
+    };
     let report = py
-        .detach(|| asa_analyze::analysis::inspect::report(&path))
+        .detach(|| match &model {
+            Some(model) => asa_analyze::analysis::inspect::report_memory(model),
+            None => asa_analyze::analysis::inspect::report(&path),
+        })
         .map_err(to_py)?;
     Ok(report.to_string())
 }

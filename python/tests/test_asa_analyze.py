@@ -318,6 +318,10 @@ def test_a_model_in_memory_gives_the_tables_of_its_checkpoint():
         assert set(from_memory.tables) == set(from_folder.tables), name
         for table, frame in from_folder.tables.items():
             assert from_memory.tables[table].equals(frame), (name, table)
+        # inspect says of it what it says of the folder, but where it came from
+        from_memory, from_folder = asa.inspect((config, state)), asa.inspect(folder)
+        assert from_memory.pop("checkpoint") == "<memory>/model" and from_folder.pop("checkpoint") == str(folder)
+        assert from_memory == from_folder, name
     # a text corpus with a model in memory reads the tokenizer it is given
     text = asa.analyze((config, state), tokenizer=FIXTURES / "llama_gqa" / "tokenizer.json", **SMALL)
     assert text.run["models"][0]["model"] == "model"

@@ -21,6 +21,15 @@ pub fn report(checkpoint: &Path) -> Result<serde_json::Value> {
     Ok(json_report(checkpoint, &ckpt, &stored))
 }
 
+/// `inspect --json` of a model held in memory (`model.origin` names it), as for the
+/// checkpoint `save_pretrained` would write of it.
+pub fn report_memory(model: &crate::model::MemoryModel) -> Result<serde_json::Value> {
+    let ckpt = Checkpoint::from_memory(model, &Device::Cpu, DType::F32, &WeightMap::default())?
+        .validate()?;
+    let stored = stored_dtypes(&ckpt);
+    Ok(json_report(&model.origin, &ckpt, &stored))
+}
+
 /// The checkpoint `checkpoint` names (a folder, a GGUF file or a Hub id), checked, its
 /// names read through `weight_map` (a JSON file of name patterns) when given.
 pub fn open(checkpoint: &Path, weight_map: Option<&Path>) -> Result<Checkpoint> {
