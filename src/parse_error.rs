@@ -19,6 +19,15 @@ pub enum ParseError {
         given: String,
         choices: &'static str,
     },
+    /// `` unknown {what} `{given}` in `{within}` ({choices}) ``: a part of a value, such as
+    /// the unit of a size.
+    #[error("unknown {what} `{given}` in `{within}` ({choices})")]
+    UnknownIn {
+        what: &'static str,
+        given: String,
+        within: String,
+        choices: &'static str,
+    },
 }
 
 impl ParseError {

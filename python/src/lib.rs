@@ -407,7 +407,7 @@ fn frames(tables: &[Table]) -> PyResult<Vec<(String, PyDataFrame)>> {
         .iter()
         .map(|t| {
             // a section 6 table has exactly its schema's columns, in order and kind
-            schema::check_declared(t).map_err(PyValueError::new_err)?;
+            schema::check_declared(t).map_err(|e| PyValueError::new_err(e.to_string()))?;
             Ok((t.name.clone(), PyDataFrame(to_frame(t).map_err(to_py)?)))
         })
         .collect()
@@ -420,7 +420,7 @@ fn log_inputs(runs: Vec<String>, step_column: Option<String>) -> LogInputs {
 
 /// A step window (`A..B`, `A..=B`, `A..`, `..B`, `all`).
 fn window(text: &str) -> PyResult<StepWindow> {
-    text.parse::<StepWindow>().map_err(UsageError::new_err)
+    text.parse::<StepWindow>().map_err(usage)
 }
 
 /// Gradient-norm statistics over a step window, as `asa-analyze grad-stats` (Table 4).

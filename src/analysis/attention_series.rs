@@ -117,7 +117,7 @@ pub fn read_in(dir: &Path) -> Result<Option<Table>> {
         }
         ATTENTION_SERIES
             .check(&table)
-            .map_err(|e| Error::input(&path, e))?;
+            .map_err(|e| Error::input(&path, e.to_string()))?;
         let mut series = empty();
         series.append(table);
         return Ok(Some(series));

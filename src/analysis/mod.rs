@@ -36,6 +36,26 @@ pub struct RunShape {
     pub block: usize,
 }
 
+/// A part of a run: the windows `range` of the run's `windows` (sequence numbers stay
+/// those of the whole run).
+#[derive(Debug, Clone)]
+pub struct RunPart<'a> {
+    /// Every window of the run, all of equal length.
+    pub windows: &'a [Vec<u32>],
+    /// The windows of this part.
+    pub range: std::ops::Range<usize>,
+}
+
+impl<'a> RunPart<'a> {
+    /// Every window of the run.
+    pub fn whole(windows: &'a [Vec<u32>]) -> Self {
+        RunPart {
+            windows,
+            range: 0..windows.len(),
+        }
+    }
+}
+
 /// What goes along with a part's forward passes beside the metrics.
 pub struct Along<'a, 'b> {
     /// Checked after every query block: the part stops with
@@ -112,19 +132,17 @@ pub fn analyze(
     shape: RunShape,
     progress: impl FnMut(usize),
 ) -> Result<ModelMetrics> {
-    let all = 0..windows.len();
-    let probe = accumulate(ckpt, model, (windows, all), opts, shape, progress)?;
+    let probe = accumulate(ckpt, model, RunPart::whole(windows), opts, shape, progress)?;
     finish(ckpt, &probe)
 }
 
-/// The metric accumulators of `model` over the windows `range` of the run's `windows`
-/// (sequence numbers stay those of the whole run; `progress` counts this part's tokens):
-/// a part of a run whose parts, merged
+/// The metric accumulators of `model` over the windows of `part` (`progress` counts this
+/// part's tokens): a part of a run whose parts, merged
 /// ([`MetricProbe::merge`]) and finished, give the whole run's metrics.
 pub fn accumulate(
     ckpt: &Checkpoint,
     model: &Model,
-    part: (&[Vec<u32>], std::ops::Range<usize>),
+    part: RunPart,
     opts: &MetricOptions,
     shape: RunShape,
     mut progress: impl FnMut(usize),
@@ -143,11 +161,12 @@ pub fn accumulate(
 pub fn accumulate_timed(
     ckpt: &Checkpoint,
     model: &Model,
-    (windows, range): (&[Vec<u32>], std::ops::Range<usize>),
+    part: RunPart,
     opts: &MetricOptions,
     shape: RunShape,
     along: Along,
 ) -> Result<(MetricProbe, Vec<LayerTiming>)> {
+    let RunPart { windows, range } = part;
     let Along {
         cancel,
         progress,

@@ -5,6 +5,7 @@ use candle_core::Device;
 
 use crate::device::{available_memory, free_device_memory};
 use crate::error::{Error, Result};
+use crate::parse_error::ParseError;
 
 /// f32 tensors of `[batch, heads, block, T]` alive at once at the peak of one block:
 /// raw q.k, scaled scores, masked scores, exp, weights, softmax, the probe's reduction
@@ -34,7 +35,7 @@ pub fn batch_chunk(budget: u64, batch: usize, heads: usize, seq_len: usize) -> u
 }
 
 /// Parses a memory size: `512M`, `4G`, `2GiB`, `1500000000`.
-pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
+pub fn parse_bytes(s: &str) -> std::result::Result<u64, ParseError> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -42,16 +43,19 @@ pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
     let (num, unit) = t.split_at(split);
     let value: f64 = num
         .parse()
-        .map_err(|_| format!("`{s}` is not a memory size (e.g. 512M, 4G)"))?;
+        .map_err(|_| ParseError::not_a("a memory size", s, "e.g. 512M, 4G"))?;
     let scale = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "k" | "kb" | "kib" => 1024.0,
         "m" | "mb" | "mib" => 1024.0 * 1024.0,
         "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
         other => {
-            return Err(format!(
-                "unknown memory unit `{other}` in `{s}` (use K, M or G)"
-            ))
+            return Err(ParseError::UnknownIn {
+                what: "memory unit",
+                given: other.to_string(),
+                within: s.to_string(),
+                choices: "use K, M or G",
+            })
         }
     };
     Ok((value * scale) as u64)
@@ -96,5 +100,11 @@ mod tests {
         assert_eq!(parse_bytes("4G").unwrap(), 4 << 30);
         assert_eq!(parse_bytes("512MiB").unwrap(), 512 << 20);
         assert!(parse_bytes("12 parsecs").is_err());
+        let says = |s: &str| parse_bytes(s).unwrap_err().to_string();
+        assert_eq!(says("lots"), "`lots` is not a memory size (e.g. 512M, 4G)");
+        assert_eq!(
+            says("12 parsecs"),
+            "unknown memory unit `parsecs` in `12 parsecs` (use K, M or G)"
+        );
     }
 }

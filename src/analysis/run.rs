@@ -17,7 +17,7 @@ use super::record::{ActivationAt, ModelRecord, NonFiniteRecord, RunRecord, Serie
 use super::schedule::{peak_rss_bytes, Schedule};
 use super::series::find_series;
 use super::shard::Shard;
-use super::{accumulate_timed, finish, finish_inputs, Along, CancelToken, RunShape};
+use super::{accumulate_timed, finish, finish_inputs, Along, CancelToken, RunPart, RunShape};
 use crate::attention::VariantKind;
 use crate::corpus::{
     load_windows_with, BosMode, CorpusOptions, CorpusSource, SpecialTokens, TokenizerRef,
@@ -545,7 +545,10 @@ impl ModelContext<'_> {
             progress: &mut |done: usize| events.progress(done as u64),
             observers: &mut [],
         };
-        let part = (pass.windows, pass.range.clone());
+        let part = RunPart {
+            windows: pass.windows,
+            range: pass.range.clone(),
+        };
         let (probe, timings) =
             accumulate_timed(pass.ckpt, pass.model, part, pass.opts, pass.shape, along)?;
         let metrics = finish(pass.ckpt, &probe)?;

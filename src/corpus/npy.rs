@@ -11,6 +11,27 @@ use crate::error::{Error, Result};
 
 const MAGIC: &[u8] = b"\x93NUMPY";
 
+/// What is wrong with a `.npy` header (the dict after the magic and the header length).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum NpyError {
+    /// The dict lacks `descr`, `fortran_order` or `shape`, or one does not read.
+    #[error("malformed .npy header {header:?}")]
+    Malformed { header: String },
+    /// The element type is not an integer (floats, strings, objects).
+    #[error("dtype '{descr}' is not an integer type; token ids must be int32 or int64")]
+    NotInteger { descr: String },
+    /// An integer type of a size other than 1, 2, 4 or 8 bytes.
+    #[error("unsupported integer dtype '{descr}'")]
+    UnsupportedInteger { descr: String },
+}
+
+/// A parsed header: element type, Fortran order, shape.
+struct Header {
+    dtype: Dtype,
+    fortran: bool,
+    shape: Vec<usize>,
+}
+
 /// Token ids read from a `.npy`: shape `[n]` gives one row, `[seqs, len]` gives `seqs` rows.
 #[derive(Debug)]
 pub(crate) struct NpyIds {
@@ -29,7 +50,7 @@ struct Dtype {
 }
 
 impl Dtype {
-    fn parse(descr: &str) -> std::result::Result<Dtype, String> {
+    fn parse(descr: &str) -> std::result::Result<Dtype, NpyError> {
         let (order, rest) = match descr.chars().next() {
             Some(c @ ('<' | '>' | '|' | '=')) => (c, &descr[1..]),
             _ => ('=', descr),
@@ -40,9 +61,9 @@ impl Dtype {
             Some('i') => true,
             Some('u') => false,
             _ => {
-                return Err(format!(
-                    "dtype '{descr}' is not an integer type; token ids must be int32 or int64"
-                ))
+                return Err(NpyError::NotInteger {
+                    descr: descr.to_string(),
+                })
             }
         };
         match size {
@@ -51,7 +72,9 @@ impl Dtype {
                 size,
                 big_endian: order == '>' || (order == '=' && cfg!(target_endian = "big")),
             }),
-            _ => Err(format!("unsupported integer dtype '{descr}'")),
+            _ => Err(NpyError::UnsupportedInteger {
+                descr: descr.to_string(),
+            }),
         }
     }
 
@@ -84,8 +107,10 @@ fn header_value<'h>(header: &'h str, key: &str) -> Option<&'h str> {
 }
 
 /// Parses `{'descr': '<i4', 'fortran_order': False, 'shape': (3, 4), }`.
-fn parse_header(header: &str) -> std::result::Result<(Dtype, bool, Vec<usize>), String> {
-    let bad = || format!("malformed .npy header {:?}", header.trim());
+fn parse_header(header: &str) -> std::result::Result<Header, NpyError> {
+    let bad = || NpyError::Malformed {
+        header: header.trim().to_string(),
+    };
     let descr = header_value(header, "descr").ok_or_else(bad)?;
     let descr = descr.strip_prefix('\'').ok_or_else(bad)?;
     let descr = &descr[..descr.find('\'').ok_or_else(bad)?];
@@ -107,7 +132,11 @@ fn parse_header(header: &str) -> std::result::Result<(Dtype, bool, Vec<usize>), 
         .filter(|s| !s.is_empty())
         .map(|s| s.parse::<usize>().map_err(|_| bad()))
         .collect::<std::result::Result<Vec<_>, _>>()?;
-    Ok((dtype, fortran, shape))
+    Ok(Header {
+        dtype,
+        fortran,
+        shape,
+    })
 }
 
 /// Reads `path`, checking each id is in `0..vocab_size`.
@@ -132,7 +161,11 @@ pub(crate) fn read_ids(path: &Path, vocab_size: usize) -> Result<NpyIds> {
         .get(start..header_end)
         .ok_or_else(|| input("truncated .npy header".into()))?;
     let header = String::from_utf8_lossy(header);
-    let (dtype, fortran, shape) = parse_header(&header).map_err(input)?;
+    let Header {
+        dtype,
+        fortran,
+        shape,
+    } = parse_header(&header).map_err(|e| input(e.to_string()))?;
     let (rows, cols) = match shape[..] {
         [n] => (1, n),
         [seqs, len] => (seqs, len),
@@ -183,16 +216,36 @@ mod tests {
 
     #[test]
     fn header_and_dtypes() {
-        let (d, f, s) =
+        let h =
             parse_header("{'descr': '<i8', 'fortran_order': False, 'shape': (3, 4), }").unwrap();
+        let d = h.dtype;
         assert_eq!(
-            (d.size, d.signed, d.big_endian, f, s),
+            (d.size, d.signed, d.big_endian, h.fortran, h.shape),
             (8, true, false, false, vec![3, 4])
         );
-        let (_, _, s) =
-            parse_header("{'descr': '|u1', 'fortran_order': True, 'shape': (7,), }").unwrap();
-        assert_eq!(s, vec![7]);
-        assert!(parse_header("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }").is_err());
+        let h = parse_header("{'descr': '|u1', 'fortran_order': True, 'shape': (7,), }").unwrap();
+        assert!(h.fortran);
+        assert_eq!(h.shape, vec![7]);
+        assert_eq!(
+            parse_header("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }")
+                .err()
+                .map(|e| e.to_string()),
+            Some(
+                "dtype '<f4' is not an integer type; token ids must be int32 or int64".to_string()
+            )
+        );
+        assert_eq!(
+            parse_header("{'descr': '<i3', 'fortran_order': False, 'shape': (3,), }")
+                .err()
+                .map(|e| e.to_string()),
+            Some("unsupported integer dtype '<i3'".to_string())
+        );
+        assert_eq!(
+            parse_header(" {'descr': '<i4'} ")
+                .err()
+                .map(|e| e.to_string()),
+            Some(r#"malformed .npy header "{'descr': '<i4'}""#.to_string())
+        );
         let be = Dtype::parse(">i2").unwrap();
         assert_eq!(be.decode(&[0xff, 0xfe]), -2);
         let le = Dtype::parse("<i4").unwrap();

@@ -9,7 +9,7 @@ mod table;
 mod writer;
 
 pub use reader::read_table;
-pub use schema::{ColumnKind, ColumnSpec, TableSchema};
+pub use schema::{ColumnKind, ColumnSpec, SchemaError, TableSchema};
 pub use staging_watch::StagingWatch;
 pub use table::{Column, Table};
 pub use writer::{to_frame, write_table, Format, OutputDir};

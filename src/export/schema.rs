@@ -7,6 +7,28 @@
 
 use super::table::{Column, Table};
 
+/// How a table differs from its schema.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    /// The table was checked against the schema of another table.
+    #[error("table {table} checked against the {schema} schema")]
+    OtherTable { table: String, schema: &'static str },
+    /// The column names differ from those declared, or their order does.
+    #[error("table {table}: columns {} where its schema declares {}", found.join(","), declared.join(","))]
+    Columns {
+        table: &'static str,
+        found: Vec<String>,
+        declared: Vec<&'static str>,
+    },
+    /// A column holds another kind of value than declared.
+    #[error("table {table}: column {column} is not of kind {kind:?}")]
+    Kind {
+        table: &'static str,
+        column: &'static str,
+        kind: ColumnKind,
+    },
+}
+
 /// What a column holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColumnKind {
@@ -327,28 +349,28 @@ impl TableSchema {
     }
 
     /// `Ok` when `table` has exactly the declared columns, in order, of the declared kinds.
-    pub fn check(&self, table: &Table) -> Result<(), String> {
+    pub fn check(&self, table: &Table) -> Result<(), SchemaError> {
         if table.name != self.name {
-            return Err(format!(
-                "table {} checked against the {} schema",
-                table.name, self.name
-            ));
+            return Err(SchemaError::OtherTable {
+                table: table.name.clone(),
+                schema: self.name,
+            });
         }
         let names: Vec<&str> = table.columns.iter().map(|(n, _)| n.as_str()).collect();
         if names != self.names() {
-            return Err(format!(
-                "table {}: columns {} where its schema declares {}",
-                self.name,
-                names.join(","),
-                self.names().join(",")
-            ));
+            return Err(SchemaError::Columns {
+                table: self.name,
+                found: names.into_iter().map(str::to_string).collect(),
+                declared: self.names(),
+            });
         }
         for (spec, (_, column)) in self.columns.iter().zip(&table.columns) {
             if ColumnKind::of(column) != Some(spec.kind) {
-                return Err(format!(
-                    "table {}: column {} is not of kind {:?}",
-                    self.name, spec.name, spec.kind
-                ));
+                return Err(SchemaError::Kind {
+                    table: self.name,
+                    column: spec.name,
+                    kind: spec.kind,
+                });
             }
         }
         Ok(())
@@ -356,7 +378,7 @@ impl TableSchema {
 }
 
 /// `Ok` when `table` matches its schema, or has none (tables outside section 6).
-pub fn check_declared(table: &Table) -> Result<(), String> {
+pub fn check_declared(table: &Table) -> Result<(), SchemaError> {
     schema(&table.name).map_or(Ok(()), |s| s.check(table))
 }
 
@@ -406,5 +428,34 @@ mod tests {
             ])
         });
         assert!(kind.is_err());
+    }
+
+    #[test]
+    fn check_says_what_differs() {
+        let says = |name: &str, columns: Vec<(&str, Column)>| {
+            NLL_BINS
+                .check(&Table::new(name, columns))
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            says("heatmap", vec![]),
+            "table heatmap checked against the nll_bins schema"
+        );
+        assert_eq!(
+            says("nll_bins", vec![("model", Column::Str(vec![]))]),
+            "table nll_bins: columns model where its schema declares model,positions,nll"
+        );
+        assert_eq!(
+            says(
+                "nll_bins",
+                vec![
+                    ("model", Column::Str(vec![])),
+                    ("positions", Column::Int(vec![])),
+                    ("nll", Column::Float(vec![])),
+                ]
+            ),
+            "table nll_bins: column positions is not of kind Text"
+        );
     }
 }

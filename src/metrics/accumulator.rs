@@ -225,13 +225,12 @@ impl<T: serde::Serialize> SaveState for T {
     }
 }
 
-/// The accumulator of type `T` whose [`SaveState::state`] is `bytes`.
+/// The accumulator of type `T` whose [`SaveState::state`] is `bytes`; the decoder's error
+/// when they are not one.
 pub fn restore<T: Accumulator + serde::de::DeserializeOwned + 'static>(
     bytes: &[u8],
-) -> std::result::Result<Box<dyn Accumulator>, String> {
-    rmp_serde::from_slice::<T>(bytes)
-        .map(|acc| Box::new(acc) as Box<dyn Accumulator>)
-        .map_err(|e| e.to_string())
+) -> std::result::Result<Box<dyn Accumulator>, rmp_serde::decode::Error> {
+    rmp_serde::from_slice::<T>(bytes).map(|acc| Box::new(acc) as Box<dyn Accumulator>)
 }
 
 #[cfg(test)]

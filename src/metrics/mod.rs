@@ -63,7 +63,7 @@ pub use accumulator::{
     Accumulator, BlockEvent, Event, FinishCtx, Needs, QkSums, Rows, Setup, Weights,
 };
 pub use metric::Metric;
-pub use probe::{MetricProbe, ProbeState};
+pub use probe::{MetricProbe, ProbeState, RestoreError};
 pub use results::{MetricResult, ModelMetrics, PerHead};
 pub use tables::{attention_tables, decade_bins, qk_series_table};
 

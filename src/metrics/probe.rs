@@ -14,7 +14,7 @@ use super::block_pools::{pool_host, pool_on_device, BlockPools, PoolShape};
 use super::registry::REGISTRY;
 use super::results::ModelMetrics;
 use super::rows::to_host;
-use super::{MetricOptions, VariantTraits};
+use super::{Metric, MetricOptions, VariantTraits};
 use crate::cpu::host::with_cpu_f32;
 use crate::error::{Error, Result};
 use crate::probe::blocks::with_column;
@@ -22,6 +22,22 @@ use crate::probe::row_pass::{weight_rows, weight_table_on_device};
 use crate::probe::row_table::{Column, RowWants, QK_ABS_SUM, QK_SUM, SINK_MASS};
 use crate::probe::{BlockCtx, Hook, Kernel, KeyWindow, Probe};
 use crate::profile::phase;
+
+/// Why a saved [`ProbeState`] does not make a probe again.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// The state holds another number of accumulator states than its metrics have
+    /// accumulators.
+    #[error("{states} metric states for the {accumulators} accumulators of its metrics")]
+    Count { states: usize, accumulators: usize },
+    /// The saved state of the accumulator of `metric` (its first) does not decode.
+    #[error("the state of {metric}: {source}")]
+    State {
+        metric: Metric,
+        #[source]
+        source: rmp_serde::decode::Error,
+    },
+}
 
 /// What a row table held.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -137,20 +153,22 @@ impl MetricProbe {
 
     /// The probe whose [`MetricProbe::state`] is `state` (ready to merge and finish); an
     /// error says what does not fit.
-    pub fn restore(state: ProbeState) -> std::result::Result<Self, String> {
+    pub fn restore(state: ProbeState) -> std::result::Result<Self, RestoreError> {
         let entries: Vec<_> = asked_entries(&state.opts).collect();
         if entries.len() != state.accumulators.len() {
-            return Err(format!(
-                "{} metric states for the {} accumulators of its metrics",
-                state.accumulators.len(),
-                entries.len()
-            ));
+            return Err(RestoreError::Count {
+                states: state.accumulators.len(),
+                accumulators: entries.len(),
+            });
         }
         let accumulators = entries
             .iter()
             .zip(&state.accumulators)
             .map(|((metrics, _, restore), bytes)| {
-                restore(bytes).map_err(|e| format!("the state of {}: {e}", metrics[0]))
+                restore(bytes).map_err(|source| RestoreError::State {
+                    metric: metrics[0],
+                    source,
+                })
             })
             .collect::<std::result::Result<_, _>>()?;
         Ok(MetricProbe {
@@ -655,6 +673,40 @@ mod tests {
             }
             _ => assert_eq!(a, b, "{path}"),
         }
+    }
+
+    #[test]
+    fn a_state_that_does_not_fit_says_why() {
+        let t = 4;
+        let opts = MetricOptions {
+            metrics: [Metric::FIRST_TOKEN].into_iter().collect(),
+            min_query: 2,
+            heatmap_layer: 0,
+            heatmap_size: t,
+            profile_query: t - 1,
+            bins: 7,
+            sink_eps: 0.1,
+            bands: Bands::decades(t),
+            entropy_of: EntropyOf::Effective,
+        };
+        let windows = vec![vec![0u32; t]];
+        let probe = MetricProbe::new(opts, (&[KeyWindow::CAUSAL], None), 1, &windows);
+        let mut state = probe.state().unwrap();
+        assert!(MetricProbe::restore(state.clone()).is_ok());
+        state.accumulators.push(Vec::new());
+        let err = MetricProbe::restore(state.clone()).err().unwrap();
+        assert_eq!(
+            err.to_string(),
+            "2 metric states for the 1 accumulators of its metrics"
+        );
+        // 0xc1 is no MessagePack marker
+        state.accumulators = vec![vec![0xc1]];
+        let err = MetricProbe::restore(state).err().unwrap();
+        assert!(
+            err.to_string().starts_with("the state of first_token: "),
+            "{err}"
+        );
+        assert!(std::error::Error::source(&err).is_some());
     }
 
     #[test]

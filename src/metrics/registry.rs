@@ -9,7 +9,7 @@ use super::{
 };
 
 /// Makes an accumulator again from its saved state (a shard's partial result).
-pub type Restore = fn(&[u8]) -> std::result::Result<Box<dyn Accumulator>, String>;
+pub type Restore = fn(&[u8]) -> std::result::Result<Box<dyn Accumulator>, rmp_serde::decode::Error>;
 
 /// An accumulator's metrics, its constructor and its restorer.
 pub type Entry = (

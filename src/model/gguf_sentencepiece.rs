@@ -23,7 +23,9 @@ use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 use tokenizers::{DecoderWrapper, NormalizerWrapper, Tokenizer};
 
 use super::gguf_config::short;
-use super::gguf_tokenizer::{add_listed_tokens, string_array, token_types, TokenType};
+use super::gguf_tokenizer::{
+    add_listed_tokens, string_array, token_types, TokenType, TokenizerMetadataError,
+};
 use crate::error::{Error, Result};
 
 /// SentencePiece's escaped space.
@@ -31,7 +33,7 @@ const SPACE: &str = "\u{2581}";
 
 /// Builds the SentencePiece tokenizer described by `content` (read from `path`).
 pub fn sentencepiece_tokenizer(content: &Content, path: &Path) -> Result<Tokenizer> {
-    let fail = |message: String| Error::input(path, message);
+    let fail = |e: TokenizerMetadataError| Error::input(path, e.to_string());
     let tokens = string_array(content, "tokenizer.ggml.tokens").map_err(fail)?;
     let scores = scores(content, tokens.len()).map_err(fail)?;
     let types = token_types(content, tokens.len());
@@ -88,22 +90,31 @@ pub fn sentencepiece_tokenizer(content: &Content, path: &Path) -> Result<Tokeniz
 }
 
 /// `tokenizer.ggml.scores`, one per token.
-fn scores(content: &Content, n: usize) -> std::result::Result<Vec<f32>, String> {
+fn scores(content: &Content, n: usize) -> std::result::Result<Vec<f32>, TokenizerMetadataError> {
     let key = "tokenizer.ggml.scores";
     let Some(Value::Array(items)) = content.metadata.get(key) else {
-        return Err(format!(
-            "missing tokenizer metadata {key} (a SentencePiece vocabulary needs its scores)"
-        ));
+        return Err(TokenizerMetadataError::Missing {
+            key,
+            why: Some("a SentencePiece vocabulary needs its scores"),
+        });
     };
     if items.len() != n {
-        return Err(format!("{key} has {} entries for {n} tokens", items.len()));
+        return Err(TokenizerMetadataError::Count {
+            key,
+            len: items.len(),
+            tokens: n,
+        });
     }
     items
         .iter()
         .map(|v| match v {
             Value::F32(x) => Ok(*x),
             Value::F64(x) => Ok(*x as f32),
-            other => Err(format!("{key} holds a non-float, {}", short(other))),
+            other => Err(TokenizerMetadataError::Element {
+                key,
+                want: "float",
+                found: short(other),
+            }),
         })
         .collect()
 }

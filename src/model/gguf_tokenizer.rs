@@ -35,6 +35,35 @@ const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L
 /// Qwen2: as Llama 3 with single digits.
 const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// A `tokenizer.ggml.*` metadata value that is missing or not what the tokenizer needs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenizerMetadataError {
+    /// `missing tokenizer metadata {key}`, then ` ({why})` when there is a reason to give.
+    #[error("missing tokenizer metadata {key}{}", why.map_or_else(String::new, |w| format!(" ({w})")))]
+    Missing {
+        key: &'static str,
+        why: Option<&'static str>,
+    },
+    /// The value is not an array.
+    #[error("{key} is not an array")]
+    NotArray { key: &'static str },
+    /// An element of the array is not of the type `want` (`string`, `float`); `found`
+    /// describes it ("u32 5").
+    #[error("{key} holds a non-{want}, {found}")]
+    Element {
+        key: &'static str,
+        want: &'static str,
+        found: String,
+    },
+    /// The array has `len` entries where the vocabulary has `tokens`.
+    #[error("{key} has {len} entries for {tokens} tokens")]
+    Count {
+        key: &'static str,
+        len: usize,
+        tokens: usize,
+    },
+}
+
 /// Whether the file carries a tokenizer at all.
 pub fn has_tokenizer(content: &Content) -> bool {
     content.metadata.contains_key("tokenizer.ggml.tokens")
@@ -72,8 +101,9 @@ pub fn tokenizer_from_content(content: &Content, path: &Path) -> Result<Tokenize
             "the GGUF pre-tokenizer `{pre}` (tokenizer.ggml.pre) is not supported (supported: {PRE_TOKENIZERS}); pass --tokenizer tokenizer.json"
         ))
     })?;
-    let tokens = string_array(content, "tokenizer.ggml.tokens").map_err(fail)?;
-    let merges = string_array(content, "tokenizer.ggml.merges").map_err(fail)?;
+    let metadata = |e: TokenizerMetadataError| fail(e.to_string());
+    let tokens = string_array(content, "tokenizer.ggml.tokens").map_err(metadata)?;
+    let merges = string_array(content, "tokenizer.ggml.merges").map_err(metadata)?;
     let types = token_types(content, tokens.len());
 
     let spelling = bytes_to_unicode();
@@ -199,20 +229,25 @@ fn pre_tokenizer(pre: &str) -> Option<PreTokenizerWrapper> {
     })
 }
 
+/// The array of strings at `key`.
 pub(super) fn string_array(
     content: &Content,
-    key: &str,
-) -> std::result::Result<Vec<String>, String> {
+    key: &'static str,
+) -> std::result::Result<Vec<String>, TokenizerMetadataError> {
     match content.metadata.get(key) {
         Some(Value::Array(items)) => items
             .iter()
             .map(|v| match v {
                 Value::String(s) => Ok(s.clone()),
-                other => Err(format!("{key} holds a non-string, {}", short(other))),
+                other => Err(TokenizerMetadataError::Element {
+                    key,
+                    want: "string",
+                    found: short(other),
+                }),
             })
             .collect(),
-        Some(_) => Err(format!("{key} is not an array")),
-        None => Err(format!("missing tokenizer metadata {key}")),
+        Some(_) => Err(TokenizerMetadataError::NotArray { key }),
+        None => Err(TokenizerMetadataError::Missing { key, why: None }),
     }
 }
 
@@ -288,6 +323,37 @@ mod tests {
             assert!(err.contains("m.gguf") && err.contains(needle), "{err}");
             assert!(err.contains("--tokenizer"), "{err}");
         }
+    }
+
+    #[test]
+    fn metadata_errors_read_as_before() {
+        let mut c = content("gpt2", "default", true);
+        let key = "tokenizer.ggml.merges";
+        let says = |c: &Content| string_array(c, key).unwrap_err().to_string();
+        c.metadata
+            .insert(key.into(), Value::Array(vec![Value::U32(5)]));
+        assert_eq!(says(&c), "tokenizer.ggml.merges holds a non-string, u32 5");
+        c.metadata.insert(key.into(), Value::U32(5));
+        assert_eq!(says(&c), "tokenizer.ggml.merges is not an array");
+        c.metadata.remove(key);
+        assert_eq!(says(&c), "missing tokenizer metadata tokenizer.ggml.merges");
+        let scores = TokenizerMetadataError::Missing {
+            key: "tokenizer.ggml.scores",
+            why: Some("a SentencePiece vocabulary needs its scores"),
+        };
+        assert_eq!(
+            scores.to_string(),
+            "missing tokenizer metadata tokenizer.ggml.scores (a SentencePiece vocabulary needs its scores)"
+        );
+        let count = TokenizerMetadataError::Count {
+            key: "tokenizer.ggml.scores",
+            len: 3,
+            tokens: 8,
+        };
+        assert_eq!(
+            count.to_string(),
+            "tokenizer.ggml.scores has 3 entries for 8 tokens"
+        );
     }
 
     #[test]

@@ -17,6 +17,26 @@ use regex::Regex;
 
 use crate::error::{Error, Result};
 
+/// What is wrong with one name pattern of a weight map.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatternError {
+    /// An empty pattern.
+    #[error("empty name pattern")]
+    Empty,
+    /// A `{` with no `}` after it.
+    #[error("unclosed `{{` in \"{pattern}\"")]
+    Unclosed { pattern: String },
+    /// A `}` with no `{` before it.
+    #[error("unmatched `}}` in \"{pattern}\"")]
+    Unmatched { pattern: String },
+    /// A placeholder name that is not a regex group name.
+    #[error("placeholder `{{{name}}}` in \"{pattern}\" must be a letter or _ followed by letters, digits or _")]
+    BadName { name: String, pattern: String },
+    /// The same placeholder twice in one pattern.
+    #[error("placeholder `{{{name}}}` twice in \"{pattern}\"")]
+    Twice { name: String, pattern: String },
+}
+
 /// The rules of a weight-map file (none: names are used as stored).
 #[derive(Debug, Clone, Default)]
 pub struct WeightMap {
@@ -60,8 +80,9 @@ impl WeightMap {
             let stored = stored
                 .as_str()
                 .ok_or_else(|| bad(format!("the value of \"{convention}\" is not a string")))?;
-            let (conv_names, _) = split_pattern(convention).map_err(&bad)?;
-            let (stored_names, regex) = split_pattern(stored).map_err(&bad)?;
+            let pattern = |e: PatternError| bad(e.to_string());
+            let (conv_names, _) = split_pattern(convention).map_err(pattern)?;
+            let (stored_names, regex) = split_pattern(stored).map_err(pattern)?;
             let (mut a, mut b) = (conv_names.clone(), stored_names);
             a.sort();
             b.sort();
@@ -119,9 +140,9 @@ impl WeightMap {
 }
 
 /// The placeholders of `pattern` in order and an anchored regex matching names of it.
-fn split_pattern(pattern: &str) -> std::result::Result<(Vec<String>, String), String> {
+fn split_pattern(pattern: &str) -> std::result::Result<(Vec<String>, String), PatternError> {
     if pattern.is_empty() {
-        return Err("empty name pattern".into());
+        return Err(PatternError::Empty);
     }
     let mut names = Vec::new();
     let mut regex = String::from("^");
@@ -130,24 +151,32 @@ fn split_pattern(pattern: &str) -> std::result::Result<(Vec<String>, String), St
         regex.push_str(&regex::escape(&rest[..open]));
         let close = rest[open..]
             .find('}')
-            .ok_or_else(|| format!("unclosed `{{` in \"{pattern}\""))?;
+            .ok_or_else(|| PatternError::Unclosed {
+                pattern: pattern.to_string(),
+            })?;
         let name = &rest[open + 1..open + close];
         // a regex group name: a letter or _ first, then letters, digits or _
         let starts_well = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_');
         if !starts_well || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Err(format!(
-                "placeholder `{{{name}}}` in \"{pattern}\" must be a letter or _ followed by letters, digits or _"
-            ));
+            return Err(PatternError::BadName {
+                name: name.to_string(),
+                pattern: pattern.to_string(),
+            });
         }
         if names.iter().any(|n| n == name) {
-            return Err(format!("placeholder `{{{name}}}` twice in \"{pattern}\""));
+            return Err(PatternError::Twice {
+                name: name.to_string(),
+                pattern: pattern.to_string(),
+            });
         }
         regex.push_str(&format!("(?P<{name}>[^.]+)"));
         names.push(name.to_string());
         rest = &rest[open + close + 1..];
     }
     if rest.contains('}') {
-        return Err(format!("unmatched `}}` in \"{pattern}\""));
+        return Err(PatternError::Unmatched {
+            pattern: pattern.to_string(),
+        });
     }
     regex.push_str(&regex::escape(rest));
     regex.push('$');
@@ -210,6 +239,22 @@ mod tests {
                 err.contains("map.json") && err.contains(says),
                 "{json}: {err}"
             );
+        }
+    }
+
+    #[test]
+    fn pattern_messages_read_as_before() {
+        for (pattern, says) in [
+            ("", "empty name pattern"),
+            ("a.{l", "unclosed `{` in \"a.{l\""),
+            ("a}", "unmatched `}` in \"a}\""),
+            (
+                "a.{1}",
+                "placeholder `{1}` in \"a.{1}\" must be a letter or _ followed by letters, digits or _",
+            ),
+            ("a.{l}.{l}", "placeholder `{l}` twice in \"a.{l}.{l}\""),
+        ] {
+            assert_eq!(split_pattern(pattern).unwrap_err().to_string(), says);
         }
     }
 }

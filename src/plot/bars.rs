@@ -9,7 +9,7 @@ use super::data::{attention_rows, Cols, Results};
 use super::lines::model_legend;
 use super::scene::{fit_range, Axis, Dash, Figure, LegendEntry, Mark, Panel, Swatch};
 use super::theme::{Method, FIRST_TOKEN, INK, MUTED};
-use super::{Built, Ctx};
+use super::{Built, Ctx, FigureError};
 
 /// One model's profile: (layer, query, [(key, value)], sink mass).
 struct Profile {
@@ -47,11 +47,11 @@ pub fn fig1_query_profile(ctx: &mut Ctx) -> Built {
 fn read_profiles(
     ctx: &mut Ctx,
     fig: &str,
-) -> std::result::Result<BTreeMap<String, Profile>, String> {
+) -> std::result::Result<BTreeMap<String, Profile>, FigureError> {
     let t = ctx
         .res
         .get("query_profile")
-        .ok_or("no query_profile table")?;
+        .ok_or(FigureError::no_table("query_profile"))?;
     let c = Cols::new(t, "query_profile.csv");
     let (model, key, value) = (c.text("model")?, c.int("key")?, c.num("value")?);
     let (layer, query, sink) = (
@@ -98,7 +98,7 @@ fn read_profiles(
     }
     profiles.retain(|_, p| !p.keys.is_empty());
     if profiles.is_empty() {
-        return Err("query_profile.csv has no finite weights".into());
+        return Err(FigureError::no_rows("query_profile.csv", "finite weights"));
     }
     Ok(profiles)
 }
@@ -268,7 +268,9 @@ pub fn fig3_weight_sums(ctx: &mut Ctx) -> Built {
     // (model, mean, median) first: the panels share one x range, so they compare.
     let mut stats = Vec::new();
     for m in &models {
-        let bins = hists.get_mut(m).ok_or("model without bins")?;
+        let Some(bins) = hists.get_mut(m) else {
+            continue; // the models are the keys of `hists`
+        };
         bins.sort_by(|a, b| a.0.total_cmp(&b.0));
         let (mean, median) = summary.mean_median(m, bins);
         stats.push((m, mean, median));
@@ -287,11 +289,14 @@ pub fn fig3_weight_sums(ctx: &mut Ctx) -> Built {
 
 /// Each model's bins in weight_sum_hist.csv (edges ordered, counts at least 0), with a
 /// note on the bins left out; a model whose bins are all empty has none.
-fn read_hists(ctx: &mut Ctx, fig: &str) -> std::result::Result<BTreeMap<String, Bins>, String> {
+fn read_hists(
+    ctx: &mut Ctx,
+    fig: &str,
+) -> std::result::Result<BTreeMap<String, Bins>, FigureError> {
     let t = ctx
         .res
         .get("weight_sum_hist")
-        .ok_or("no weight_sum_hist table")?;
+        .ok_or(FigureError::no_table("weight_sum_hist"))?;
     let c = Cols::new(t, "weight_sum_hist.csv");
     let (model, lo, hi, count) = (
         c.text("model")?,
@@ -319,7 +324,10 @@ fn read_hists(ctx: &mut Ctx, fig: &str) -> std::result::Result<BTreeMap<String, 
     }
     hists.retain(|_, b| b.iter().any(|b| b.2 > 0.0));
     if hists.is_empty() {
-        return Err("weight_sum_hist.csv has no non-empty bins".into());
+        return Err(FigureError::no_rows(
+            "weight_sum_hist.csv",
+            "non-empty bins",
+        ));
     }
     Ok(hists)
 }

@@ -10,6 +10,8 @@ use crate::error::{Error, Result};
 use crate::export::schema::{self, ColumnKind, TableSchema};
 use crate::export::{read_table, Column, Table};
 
+use super::FigureError;
+
 /// The tables figures read (file stems `.csv` or `.parquet`), each checked against its
 /// schema's required columns ([`crate::export::schema`], SPEC section 6).
 pub const TABLES: [&TableSchema; 12] = [
@@ -406,22 +408,25 @@ impl<'a> Cols<'a> {
         Cols { table, file }
     }
 
-    fn missing(&self, name: &str) -> String {
-        format!("{} has no column `{name}`", self.file)
+    fn missing(&self, name: &str) -> FigureError {
+        FigureError::NoColumn {
+            file: self.file.to_string(),
+            column: name.to_string(),
+        }
     }
 
     /// A required text column.
-    pub fn text(&self, name: &str) -> std::result::Result<Vec<Option<String>>, String> {
+    pub fn text(&self, name: &str) -> std::result::Result<Vec<Option<String>>, FigureError> {
         text(self.table, name).ok_or_else(|| self.missing(name))
     }
 
     /// A required number column.
-    pub fn num(&self, name: &str) -> std::result::Result<Vec<Option<f64>>, String> {
+    pub fn num(&self, name: &str) -> std::result::Result<Vec<Option<f64>>, FigureError> {
         num(self.table, name).ok_or_else(|| self.missing(name))
     }
 
     /// A required integer column.
-    pub fn int(&self, name: &str) -> std::result::Result<Vec<Option<i64>>, String> {
+    pub fn int(&self, name: &str) -> std::result::Result<Vec<Option<i64>>, FigureError> {
         int(self.table, name).ok_or_else(|| self.missing(name))
     }
 
@@ -457,10 +462,13 @@ pub struct AttnRow {
 }
 
 /// The rows of `attention.csv` whose metric is `metric`.
-pub fn attention_rows(res: &Results, metric: &str) -> std::result::Result<Vec<AttnRow>, String> {
+pub fn attention_rows(
+    res: &Results,
+    metric: &str,
+) -> std::result::Result<Vec<AttnRow>, FigureError> {
     let t = res
         .get("attention")
-        .ok_or_else(|| "no attention table".to_string())?;
+        .ok_or(FigureError::no_table("attention"))?;
     let c = Cols::new(t, "attention.csv");
     let (model, metrics, value) = (c.text("model")?, c.text("metric")?, c.num("value")?);
     let (layer, head, stat) = (
@@ -484,7 +492,10 @@ pub fn attention_rows(res: &Results, metric: &str) -> std::result::Result<Vec<At
         });
     }
     if rows.is_empty() {
-        return Err(format!("attention.csv has no {metric} rows"));
+        return Err(FigureError::no_rows(
+            "attention.csv",
+            format!("{metric} rows"),
+        ));
     }
     Ok(rows)
 }

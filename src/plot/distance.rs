@@ -8,7 +8,7 @@ use plotters::style::RGBColor;
 use super::data::Cols;
 use super::scene::{fit_range, int_range, Axis, Dash, Figure, LegendEntry, Mark, Panel, Swatch};
 use super::theme::viridis;
-use super::{Built, Ctx};
+use super::{Built, Ctx, FigureError};
 
 /// Sort key of a distance band: `first`, `0`, `1-10`, `10-100`, ... by lower bound.
 fn band_key(band: &str) -> (i64, String) {
@@ -84,11 +84,14 @@ pub fn distance_profile(ctx: &mut Ctx) -> Built {
 /// Each model's per-layer points of distance_profile.csv by band, with notes on the rows
 /// left out; a band that starts at or past the model's window length holds no pair
 /// (t < seq_len) and is left out too.
-fn read_bands(ctx: &mut Ctx, fig: &str) -> std::result::Result<BTreeMap<String, Bands>, String> {
+fn read_bands(
+    ctx: &mut Ctx,
+    fig: &str,
+) -> std::result::Result<BTreeMap<String, Bands>, FigureError> {
     let t = ctx
         .res
         .get("distance_profile")
-        .ok_or("no distance_profile table")?;
+        .ok_or(FigureError::no_table("distance_profile"))?;
     let c = Cols::new(t, "distance_profile.csv");
     let (model, layer, band, value) = (
         c.text("model")?,
@@ -133,7 +136,10 @@ fn read_bands(ctx: &mut Ctx, fig: &str) -> std::result::Result<BTreeMap<String, 
         );
     }
     if data.is_empty() {
-        return Err("distance_profile.csv has no finite per-layer rows".into());
+        return Err(FigureError::no_rows(
+            "distance_profile.csv",
+            "finite per-layer rows",
+        ));
     }
     Ok(data)
 }

@@ -10,7 +10,7 @@ use super::bars::fmt3;
 use super::data::{attention_rows, Cols};
 use super::scene::{int_range, Axis, ColorBar, Figure, Mark, Panel};
 use super::theme::{viridis, MISSING};
-use super::{Built, Ctx};
+use super::{Built, Ctx, FigureError};
 use crate::metrics::summary::quantile_sorted;
 
 /// One map: (query, key) -> weight.
@@ -29,7 +29,7 @@ const CONSTANT_SPREAD: f64 = 1e-3;
 /// Per-(layer, head) `mean` rows of one attention metric, by model.
 type Grids = BTreeMap<String, BTreeMap<(i64, i64), f64>>;
 
-fn per_head(ctx: &mut Ctx, fig: &str, metric: &str) -> std::result::Result<Grids, String> {
+fn per_head(ctx: &mut Ctx, fig: &str, metric: &str) -> std::result::Result<Grids, FigureError> {
     let rows = attention_rows(ctx.res, metric)?;
     let mut grids: Grids = BTreeMap::new();
     let mut nan = 0;
@@ -50,8 +50,9 @@ fn per_head(ctx: &mut Ctx, fig: &str, metric: &str) -> std::result::Result<Grids
         ctx.note(fig, format!("{nan} non-finite {metric} means left blank"));
     }
     if grids.is_empty() {
-        return Err(format!(
-            "attention.csv has no finite per-head {metric} means"
+        return Err(FigureError::no_rows(
+            "attention.csv",
+            format!("finite per-head {metric} means"),
         ));
     }
     Ok(grids)
@@ -112,7 +113,7 @@ pub fn fig5_head_total(ctx: &mut Ctx) -> Built {
 pub fn fig5_alpha(ctx: &mut Ctx) -> Built {
     const FIG: &str = "fig5_alpha";
     let grids =
-        per_head(ctx, FIG, "alpha").map_err(|why| format!("{why}: no Affine-Scaled model"))?;
+        per_head(ctx, FIG, "alpha").map_err(|why| FigureError::NoAffineScaled(Box::new(why)))?;
     Ok(one_scale_figure(
         ctx,
         &grids,
@@ -185,8 +186,11 @@ type Maps = BTreeMap<String, (Option<i64>, Cells)>;
 
 /// The map of each model in heatmap.csv, with notes on the rows left out; a model with
 /// no finite weight has none.
-fn read_maps(ctx: &mut Ctx, fig: &str) -> std::result::Result<Maps, String> {
-    let t = ctx.res.get("heatmap").ok_or("no heatmap table")?;
+fn read_maps(ctx: &mut Ctx, fig: &str) -> std::result::Result<Maps, FigureError> {
+    let t = ctx
+        .res
+        .get("heatmap")
+        .ok_or(FigureError::no_table("heatmap"))?;
     let c = Cols::new(t, "heatmap.csv");
     let (model, query, key, value) = (
         c.text("model")?,
@@ -222,7 +226,7 @@ fn read_maps(ctx: &mut Ctx, fig: &str) -> std::result::Result<Maps, String> {
     note_left_out(ctx, fig, (nan, outside, other));
     maps.retain(|_, (_, cells)| !cells.is_empty());
     if maps.is_empty() {
-        return Err("heatmap.csv has no finite weights".into());
+        return Err(FigureError::no_rows("heatmap.csv", "finite weights"));
     }
     Ok(maps)
 }

@@ -11,7 +11,7 @@ use super::scene::{
 };
 use super::theme::{FAINT, INK};
 use super::training::{self, Curves};
-use super::{Built, Ctx};
+use super::{Built, Ctx, FigureError};
 use crate::stats::StepWindow;
 
 /// One legend line per model, in palette order.
@@ -56,8 +56,9 @@ fn per_layer(
     }
     by_model.retain(|_, layers| layers.values().any(|(m, _)| m.is_finite()));
     if by_model.is_empty() {
-        return Err(format!(
-            "attention.csv has no finite per-layer {metric} means"
+        return Err(FigureError::no_rows(
+            "attention.csv",
+            format!("finite per-layer {metric} means"),
         ));
     }
     if nan > 0 {
@@ -136,10 +137,10 @@ pub fn fig6_entropy(ctx: &mut Ctx) -> Built {
 /// Fig. 2: raw QK^T mean (and mean absolute value) over training steps, one line per run.
 pub fn fig2_qk_mean(ctx: &mut Ctx) -> Built {
     const FIG: &str = "fig2_qk_mean";
-    let t = ctx
-        .res
-        .get("qk_series")
-        .ok_or("no qk_series table: a folder of step checkpoints gives one")?;
+    let t = ctx.res.get("qk_series").ok_or(FigureError::no_table_hint(
+        "qk_series",
+        "a folder of step checkpoints gives one",
+    ))?;
     let c = Cols::new(t, "qk_series.csv");
     let (model, step, mean, abs) = (
         c.text("model")?,
@@ -168,7 +169,7 @@ pub fn fig2_qk_mean(ctx: &mut Ctx) -> Built {
         );
     }
     if series.is_empty() {
-        return Err("qk_series.csv has no finite values".into());
+        return Err(FigureError::no_rows("qk_series.csv", "finite values"));
     }
     let models = ctx.pal.order(series.keys().cloned());
     let steps: Vec<f64> = series.values().flatten().map(|p| p.0).collect();
@@ -226,8 +227,11 @@ fn curves(
     fig: &str,
     what: &str,
     is_wanted: &dyn Fn(&str) -> bool,
-) -> std::result::Result<Curves, String> {
-    let t = ctx.res.get("curves").ok_or("no curves table")?;
+) -> std::result::Result<Curves, FigureError> {
+    let t = ctx
+        .res
+        .get("curves")
+        .ok_or(FigureError::no_table("curves"))?;
     let c = Cols::new(t, "curves.csv");
     let (run, metric, step, value) = (
         c.text("run")?,
@@ -253,7 +257,10 @@ fn curves(
     }
     out.retain(|_, pts| pts.iter().any(|p| p.1.is_finite()));
     if out.is_empty() {
-        return Err(format!("curves.csv has no finite {what} values"));
+        return Err(FigureError::no_rows(
+            "curves.csv",
+            format!("finite {what} values"),
+        ));
     }
     if dropped > 0 {
         ctx.note(
@@ -416,7 +423,7 @@ fn curve_figure(
 
 /// The loss curves of Figs. 7 and 10 and the metric they show (a KD loss when the logs have
 /// one), noted.
-fn loss_curves(ctx: &mut Ctx, fig: &str) -> std::result::Result<(Curves, String), String> {
+fn loss_curves(ctx: &mut Ctx, fig: &str) -> std::result::Result<(Curves, String), FigureError> {
     let (metric, why) = training::loss_metric(ctx)?;
     if let Some(why) = why {
         ctx.note(fig, format!("plots {metric} ({why})"));
@@ -491,7 +498,10 @@ pub fn fig10_loss_late(ctx: &mut Ctx) -> Built {
         .filter(|(_, pts)| !pts.is_empty())
         .collect();
     if data.is_empty() {
-        return Err(format!("no {metric} values in the late window ({what})"));
+        return Err(FigureError::EmptyWindow {
+            metric,
+            window: what,
+        });
     }
     let title = format!("Fig. 10: {metric}, late phase ({what})");
     let label = loss_label(&metric);
@@ -513,7 +523,11 @@ pub fn fig10_loss_late(ctx: &mut Ctx) -> Built {
 /// Spike markers of `spike_steps.csv` per (run, k), and the k values in order.
 type SpikeMarks = (BTreeMap<(String, i64), Vec<(f64, f64)>>, Vec<i64>);
 
-fn spike_marks(ctx: &mut Ctx, fig: &str, data: &Curves) -> std::result::Result<SpikeMarks, String> {
+fn spike_marks(
+    ctx: &mut Ctx,
+    fig: &str,
+    data: &Curves,
+) -> std::result::Result<SpikeMarks, FigureError> {
     let mut by_k: BTreeMap<(String, i64), Vec<(f64, f64)>> = BTreeMap::new();
     match ctx.res.get("spike_steps") {
         None => ctx.note(fig, "no spike_steps table: spikes not marked"),

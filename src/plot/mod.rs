@@ -47,6 +47,7 @@ pub mod analytic;
 pub mod bars;
 pub mod data;
 pub mod distance;
+pub mod error;
 pub mod heatmaps;
 pub mod lines;
 pub mod raster;
@@ -58,6 +59,7 @@ pub mod theme;
 pub mod training;
 
 pub use data::Results;
+pub use error::FigureError;
 pub use render::{to_png, to_svg};
 pub use scene::Figure;
 pub use theme::Palette;
@@ -129,7 +131,7 @@ impl<'a> Ctx<'a> {
 }
 
 /// A built figure, or why it was skipped.
-pub type Built = std::result::Result<Figure, String>;
+pub type Built = std::result::Result<Figure, FigureError>;
 
 /// Every figure builder, in paper order: (file stem, builder).
 #[allow(clippy::type_complexity)]

@@ -8,7 +8,7 @@ use plotters::style::RGBColor;
 use super::data::Cols;
 use super::scene::{fit_range, Axis, Dash, Figure, LegendEntry, Mark, Panel, Swatch};
 use super::theme::viridis;
-use super::{Built, Ctx};
+use super::{Built, Ctx, FigureError};
 
 const FIG: &str = "sink_emergence";
 
@@ -57,11 +57,14 @@ pub fn sink_emergence(ctx: &mut Ctx) -> Built {
 
 /// The per-layer first-token means of `attention_series` (per-head rows, other stats and
 /// metrics left out; non-finite values noted and left out).
-fn first_token_means(ctx: &mut Ctx) -> Result<LayerSeries, String> {
+fn first_token_means(ctx: &mut Ctx) -> Result<LayerSeries, FigureError> {
     let t = ctx
         .res
         .get("attention_series")
-        .ok_or("no attention_series table: `watch` or a training callback writes one")?;
+        .ok_or(FigureError::no_table_hint(
+            "attention_series",
+            "`watch` or a training callback writes one",
+        ))?;
     let c = Cols::new(t, "attention_series.csv");
     let (model, step, metric, layer, head, stat, value) = (
         c.text("model")?,
@@ -98,7 +101,10 @@ fn first_token_means(ctx: &mut Ctx) -> Result<LayerSeries, String> {
         );
     }
     if series.is_empty() {
-        return Err("attention_series.csv has no per-layer first_token means".into());
+        return Err(FigureError::no_rows(
+            "attention_series.csv",
+            "per-layer first_token means",
+        ));
     }
     Ok(series)
 }

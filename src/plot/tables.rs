@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::data::{Cols, Results};
+use super::FigureError;
 use crate::stats::num;
 
 fn cell(v: Option<f64>) -> String {
@@ -24,8 +25,10 @@ fn k_label(k: f64) -> String {
 }
 
 /// Table 4 rows: one per run (and metric), Mean | Std | Var | CV | n over the window.
-fn table4(res: &Results) -> std::result::Result<String, String> {
-    let t = res.get("grad_stats").ok_or("no grad_stats table")?;
+fn table4(res: &Results) -> std::result::Result<String, FigureError> {
+    let t = res
+        .get("grad_stats")
+        .ok_or(FigureError::no_table("grad_stats"))?;
     let c = Cols::new(t, "grad_stats.csv");
     let (run, mean, std, var, cv) = (
         c.text("run")?,
@@ -83,8 +86,8 @@ const STEPS_NOTE: &str = "Steps: the step window as `--steps` writes it, a..b fr
 
 /// Table 5 rows: one per run (and metric) and step window, the spike count for each k,
 /// then median, MAD.
-fn table5(res: &Results) -> std::result::Result<String, String> {
-    let t = res.get("spikes").ok_or("no spikes table")?;
+fn table5(res: &Results) -> std::result::Result<String, FigureError> {
+    let t = res.get("spikes").ok_or(FigureError::no_table("spikes"))?;
     let c = Cols::new(t, "spikes.csv");
     let (run, k, count) = (c.text("run")?, c.num("k")?, c.num("count")?);
     let (metric, median, mad, scale) = (
@@ -155,7 +158,7 @@ fn table5(res: &Results) -> std::result::Result<String, String> {
 
 /// The Markdown of Tables 4 and 5 and notes for a missing one; an error when both are
 /// missing.
-pub fn tables4_5(res: &Results) -> std::result::Result<(String, Vec<String>), String> {
+pub fn tables4_5(res: &Results) -> std::result::Result<(String, Vec<String>), FigureError> {
     let mut notes = Vec::new();
     let mut parts = Vec::new();
     for (made, what) in [(table4(res), "Table 4"), (table5(res), "Table 5")] {
@@ -165,7 +168,9 @@ pub fn tables4_5(res: &Results) -> std::result::Result<(String, Vec<String>), St
         }
     }
     if parts.is_empty() {
-        return Err("no grad_stats or spikes table".into());
+        return Err(FigureError::NoTables {
+            tables: &["grad_stats", "spikes"],
+        });
     }
     let mut s = String::from(
         "# Tables 4 and 5\n\nRendered by `asa-analyze figures` from the exported tables.\n\n",

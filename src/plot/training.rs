@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::data::Cols;
-use super::Ctx;
+use super::{Ctx, FigureError};
 
 /// (step, value, smoothed) per run of one metric of `curves.csv`.
 pub type Curves = BTreeMap<String, Vec<(f64, f64, f64)>>;
@@ -14,8 +14,11 @@ pub type Curves = BTreeMap<String, Vec<(f64, f64, f64)>>;
 /// The loss metric of Figs. 7 and 10: `--metric`, else a KD loss (a name holding `kd`)
 /// when the logs have one, else the training loss; with why, for the figure's note, when it
 /// is not the plain training loss.
-pub fn loss_metric(ctx: &Ctx) -> Result<(String, Option<String>), String> {
-    let t = ctx.res.get("curves").ok_or("no curves table")?;
+pub fn loss_metric(ctx: &Ctx) -> Result<(String, Option<String>), FigureError> {
+    let t = ctx
+        .res
+        .get("curves")
+        .ok_or(FigureError::no_table("curves"))?;
     let c = Cols::new(t, "curves.csv");
     let mut names: Vec<String> = Vec::new();
     for m in c.text("metric")?.into_iter().flatten() {
@@ -26,10 +29,11 @@ pub fn loss_metric(ctx: &Ctx) -> Result<(String, Option<String>), String> {
     if let Some(want) = &ctx.opts.loss_metric {
         return match names.contains(want) {
             true => Ok((want.clone(), Some("--metric".into()))),
-            false => Err(format!(
-                "curves.csv has no metric {want} (it has {})",
-                names.join(", ")
-            )),
+            false => Err(FigureError::NoMetric {
+                file: "curves.csv",
+                metric: want.clone(),
+                has: names,
+            }),
         };
     }
     let leaf = |n: &str| n.rsplit('/').next().unwrap_or(n).to_lowercase();
@@ -41,10 +45,10 @@ pub fn loss_metric(ctx: &Ctx) -> Result<(String, Option<String>), String> {
     }
     match names.iter().find(|n| is_loss(n)) {
         Some(loss) => Ok((loss.clone(), None)),
-        None => Err(format!(
-            "curves.csv has no loss metric (it has {})",
-            names.join(", ")
-        )),
+        None => Err(FigureError::NoLossMetric {
+            file: "curves.csv",
+            has: names,
+        }),
     }
 }
 

@@ -20,7 +20,7 @@ pub mod window;
 pub use read::{read_log, LogFile, LogFormat, LogRequest};
 pub use runs::{load_runs, Loaded, RunSeries, RunSpec};
 pub use series::{Quality, Series};
-pub use window::StepWindow;
+pub use window::{StepWindow, StepWindowError};
 
 /// A number for people: four significant digits, scientific notation when very large or
 /// small (`1.826`, `0.04044`, `2.500e-5`).

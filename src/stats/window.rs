@@ -4,6 +4,17 @@
 use std::fmt;
 use std::str::FromStr;
 
+/// A step window that does not parse, or holds no step.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepWindowError {
+    /// Not of the form `A..B`, `A..=B`, `A..` or `..B` (of integers, `k` allowed).
+    #[error("invalid step window `{0}`: expected A..B (B excluded), A..=B, A.. or ..B")]
+    Invalid(String),
+    /// A window such as `5..5` or `9..2`.
+    #[error("step window `{0}` holds no step")]
+    Empty(String),
+}
+
 /// A range of training steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StepWindow {
@@ -107,7 +118,7 @@ impl fmt::Display for StepWindow {
 }
 
 impl FromStr for StepWindow {
-    type Err = String;
+    type Err = StepWindowError;
 
     /// Parses `A..B`, `A..=B`, `A..`, `..B`, `..=B` or `all`; `k` suffixes are allowed
     /// (`7k..9k` is `7000..9000`).
@@ -116,8 +127,7 @@ impl FromStr for StepWindow {
         if s.eq_ignore_ascii_case("all") || s == ".." {
             return Ok(StepWindow::ALL);
         }
-        let bad =
-            || format!("invalid step window `{s}`: expected A..B (B excluded), A..=B, A.. or ..B");
+        let bad = || StepWindowError::Invalid(s.to_string());
         let (lo, hi, inclusive) = if let Some((lo, hi)) = s.split_once("..=") {
             (lo, hi, true)
         } else if let Some((lo, hi)) = s.split_once("..") {
@@ -125,7 +135,7 @@ impl FromStr for StepWindow {
         } else {
             return Err(bad());
         };
-        let parse = |t: &str| -> Result<Option<i64>, String> {
+        let parse = |t: &str| -> Result<Option<i64>, StepWindowError> {
             let t = t.trim();
             if t.is_empty() {
                 return Ok(None);
@@ -150,7 +160,7 @@ impl FromStr for StepWindow {
             return Err(bad());
         }
         if window.is_empty() {
-            return Err(format!("step window `{s}` holds no step"));
+            return Err(StepWindowError::Empty(s.to_string()));
         }
         Ok(window)
     }
@@ -200,5 +210,11 @@ mod tests {
             assert!(s.parse::<StepWindow>().is_err(), "{s} should not parse");
         }
         assert!("5..=5".parse::<StepWindow>().is_ok());
+        let says = |s: &str| s.parse::<StepWindow>().unwrap_err().to_string();
+        assert_eq!(
+            says(" 1..x "),
+            "invalid step window `1..x`: expected A..B (B excluded), A..=B, A.. or ..B"
+        );
+        assert_eq!(says("10..5"), "step window `10..5` holds no step");
     }
 }

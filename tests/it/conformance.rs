@@ -162,7 +162,7 @@ fn hook_q_and_hook_k_are_before_rope_as_in_transformer_lens() {
 /// materialised for the metrics. Before, attaching it took every layer off the tiles.
 #[test]
 fn an_attached_capture_probe_keeps_the_kernel_plan_and_the_tables() {
-    use asa_analyze::analysis::{accumulate_timed, finish, Along, CancelToken, RunShape};
+    use asa_analyze::analysis::{accumulate_timed, finish, Along, CancelToken, RunPart, RunShape};
     use asa_analyze::metrics::entropy::EntropyOf;
     use asa_analyze::metrics::{attention_tables, Metric};
     use asa_analyze::probe::{Kernel, Probe};
@@ -190,7 +190,10 @@ fn an_attached_capture_probe_keeps_the_kernel_plan_and_the_tables() {
                 progress: &mut |_| {},
                 observers,
             };
-            let part = (&ids[..], all.clone());
+            let part = RunPart {
+                windows: &ids,
+                range: all.clone(),
+            };
             let (probe, _) = accumulate_timed(&ckpt, &model, part, &opts, shape, along).unwrap();
             finish(&ckpt, &probe).unwrap()
         };

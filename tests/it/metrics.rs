@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use asa_analyze::analysis::{accumulate, analyze, finish, RunShape};
+use asa_analyze::analysis::{accumulate, analyze, finish, RunPart, RunShape};
 use asa_analyze::metrics::alpha_gate::AlphaResult;
 use asa_analyze::metrics::entropy::EntropyOf;
 use asa_analyze::metrics::{Metric, MetricOptions, ModelMetrics, PerHead};
@@ -652,10 +652,12 @@ fn a_run_split_at_random_and_merged_in_any_order_gives_the_single_run() {
                     .map(|w| {
                         // a part's progress counts its own tokens, up to all of them
                         let mut done = 0;
-                        let range = w[0]..w[1];
+                        let part = RunPart {
+                            windows: &ids,
+                            range: w[0]..w[1],
+                        };
                         let part =
-                            accumulate(&ckpt, &model, (&ids, range), &opts, shape, |d| done = d)
-                                .unwrap();
+                            accumulate(&ckpt, &model, part, &opts, shape, |d| done = d).unwrap();
                         assert_eq!(done, (w[1] - w[0]) * 20, "progress of part {w:?}");
                         // through its saved state, as a shard's partial result carries it
                         asa_analyze::metrics::MetricProbe::restore(part.state().unwrap()).unwrap()
