@@ -23,6 +23,7 @@ pub mod parse_error;
 pub mod plot;
 pub mod probe;
 pub mod profile;
+pub mod report;
 pub mod results;
 pub mod stats;
 pub mod train;

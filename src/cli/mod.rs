@@ -15,6 +15,7 @@ mod analyze;
 mod choice;
 mod demo;
 mod figures;
+mod html_report;
 mod inspect;
 mod logs;
 mod merge;
@@ -82,6 +83,9 @@ enum Command {
     Tables(tables::TablesArgs),
     /// Every paper figure (PNG + SVG) and Tables 4-5 (Markdown) from exported tables.
     Figures(figures::FiguresArgs),
+    /// One self-contained HTML page of results folders: layer x head grids, each head's
+    /// profiles and block map side by side across models, training series, tables.
+    Report(html_report::ReportArgs),
     /// Train a small Llama-style model for one attention variant (CSV log, HF checkpoints).
     Train(train::TrainArgs),
     /// Train baseline, sink, Affine-Scaled, gated and Affine-Scaled + gated models here and
@@ -197,6 +201,7 @@ fn run(cli: Cli, process: &Process) -> Result<()> {
         Command::Spikes(args) => logs::spikes(args, process),
         Command::Curves(args) => logs::curves(args, process),
         Command::Figures(args) => figures::run(args, process),
+        Command::Report(args) => html_report::run(args),
         Command::Train(args) => train::run(args, process),
         Command::Demo(args) => demo::run(args, process),
     }

@@ -20,6 +20,7 @@ mod memory_model;
 mod metrics;
 mod real_model;
 mod reliability;
+mod report;
 mod schema;
 mod shards;
 mod streaming;

@@ -1,0 +1,36 @@
+//! `report RESULTS_DIR... --out report.html`: one self-contained HTML page of the folders'
+//! tables (see [`crate::report`]). Glue only.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::error::Result;
+
+/// `report RESULTS_DIR... --out FILE`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Folders with exported tables (from analyze, watch, merge, curves ...); several are
+    /// shown side by side.
+    #[arg(required = true, value_name = "RESULTS_DIR")]
+    results: Vec<PathBuf>,
+    /// The HTML file to write (whole, or not at all).
+    #[arg(long, value_name = "FILE", default_value = "report.html")]
+    out: PathBuf,
+    /// No summary on stderr.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// Runs `report`.
+pub fn run(args: ReportArgs) -> Result<()> {
+    let bytes = crate::report::write(&args.results, &args.out)?;
+    if !args.quiet {
+        eprintln!(
+            "asa-analyze: wrote {} ({:.1} MB, self-contained: open it in a browser)",
+            args.out.display(),
+            bytes as f64 / 1e6
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,103 @@
+//! `report`: one self-contained HTML page of one or several results folders (SPEC section
+//! 11): the page's code (`page.js`, `page.css`), the charting library (Apache ECharts,
+//! vendored under `vendor/` with its licence) and the tables' data (gzip, base64) all inside
+//! the file; it makes no request when opened. Every label and text from the tables reaches
+//! the page as data and is set as text, never as markup.
+
+pub mod payload;
+
+use std::path::{Path, PathBuf};
+
+use crate::analysis::record::RunRecord;
+use crate::error::{Error, Result};
+use crate::plot::data::Results;
+pub use payload::Folder;
+
+const TEMPLATE: &str = include_str!("page.html");
+const STYLE: &str = include_str!("page.css");
+const SCRIPT: &str = include_str!("page.js");
+/// Apache ECharts 6.1.0 (Apache-2.0, `vendor/LICENSE-echarts`, `vendor/NOTICE-echarts`).
+const ECHARTS: &str = include_str!("vendor/echarts-6.1.0.min.js");
+const ECHARTS_NOTICE: &str = include_str!("vendor/NOTICE-echarts");
+
+/// The folders' tables and run records, read for a report.
+pub fn load(dirs: &[PathBuf]) -> Result<(Results, Vec<Folder>)> {
+    let results = Results::load(dirs)?;
+    let folders = dirs
+        .iter()
+        .map(|dir| {
+            let path = dir.join("run.json");
+            let record = match std::fs::read_to_string(&path) {
+                Ok(text) => Some(RunRecord::parse(&text, &path)?),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(Error::io(&path, e)),
+            };
+            Ok(Folder {
+                path: dir.clone(),
+                record,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if results.names().is_empty() {
+        return Err(Error::input(
+            &dirs[0],
+            "no tables to report (expected the --out folder of analyze, watch, merge, curves ...)",
+        ));
+    }
+    Ok((results, folders))
+}
+
+/// The page's HTML.
+pub fn html(results: &Results, folders: &[Folder]) -> Result<String> {
+    let data = payload::packed(&payload::data(results, folders)?)?;
+    let notice = ECHARTS_NOTICE.replace("*/", "* /");
+    Ok(TEMPLATE
+        .replace("/*@style@*/", STYLE)
+        .replace(
+            "/*@echarts@*/",
+            &format!("/*\n{notice}\nLicensed under the Apache License, Version 2.0 */\n{ECHARTS}"),
+        )
+        .replace("/*@page@*/", SCRIPT)
+        .replace("@data@", &data))
+}
+
+/// Writes the report of `dirs` to `out` whole (through a temporary file beside it: a failed
+/// or interrupted run leaves no partial page).
+pub fn write(dirs: &[PathBuf], out: &Path) -> Result<usize> {
+    let (results, folders) = load(dirs)?;
+    let page = html(&results, &folders)?;
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut tmp = tempfile_in(&parent, out)?;
+    std::fs::write(&tmp.0, page.as_bytes()).map_err(|e| Error::io(&tmp.0, e))?;
+    std::fs::rename(&tmp.0, out).map_err(|e| Error::io(out, e))?;
+    tmp.1 = false;
+    Ok(page.len())
+}
+
+/// A temporary path beside `out`, removed on drop unless taken (its `.1` cleared).
+struct TempPath(PathBuf, bool);
+
+impl Drop for TempPath {
+    fn drop(&mut self) {
+        if self.1 {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+fn tempfile_in(dir: &Path, out: &Path) -> Result<TempPath> {
+    if !dir.is_dir() {
+        return Err(Error::input(dir, "no such folder for the report"));
+    }
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "report.html".into());
+    Ok(TempPath(
+        dir.join(format!(".{name}.{}.tmp", std::process::id())),
+        true,
+    ))
+}

@@ -1,0 +1,332 @@
+// The report page: reads the embedded tables (gzip JSON in base64, inflated by the browser),
+// draws a layers x heads grid per model coloured by a chosen metric, and, for a clicked head,
+// its profiles (and block map when the run has one) for every model side by side; then the
+// training series, Tables 4-5 and the run records. Every text from the data is set as text
+// (textContent, or escaped in tooltips): nothing from the tables is read as markup.
+"use strict";
+
+const report = { tables: {}, folders: [], charts: [], selected: null };
+
+/** `s` with the characters HTML gives meaning to escaped (tooltips are HTML). */
+function esc(s) {
+  return String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+}
+
+/** A number as the tables hold it (NaN and infinities came as strings). */
+function num(v) {
+  if (v === null || v === undefined) return null;
+  if (typeof v === "number") return v;
+  return { NaN: NaN, Infinity: Infinity, "-Infinity": -Infinity }[v] ?? null;
+}
+
+/** The rows of table `name` as objects (empty when the run does not have it). */
+function rows(name) {
+  const t = report.tables[name];
+  if (!t) return [];
+  const cols = Object.keys(t);
+  const n = cols.length ? t[cols[0]].length : 0;
+  const out = new Array(n);
+  for (let i = 0; i < n; i++) {
+    const r = {};
+    for (const c of cols) r[c] = t[c][i];
+    out[i] = r;
+  }
+  return out;
+}
+
+function el(tag, text, cls) {
+  const e = document.createElement(tag);
+  if (text !== undefined) e.textContent = text;
+  if (cls) e.className = cls;
+  return e;
+}
+
+async function load() {
+  const b64 = document.getElementById("report-data").textContent.trim();
+  const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+  return new Response(stream).json();
+}
+
+// ---- the overview: per model, layers x heads coloured by a metric --------------------
+
+/** Per-head values of each metric: metric -> model -> Map("layer/head" -> value). */
+function headValues() {
+  const out = {};
+  const put = (metric, model, layer, head, value) => {
+    ((out[metric] ??= {})[model] ??= new Map()).set(`${layer}/${head}`, value);
+  };
+  for (const r of rows("attention")) {
+    if (r.head === null || r.layer === null) continue;
+    // the mean over queries, or the largest (max_logit's own statistic)
+    if (r.stat === "mean" || (r.stat === "max" && r.metric === "max_logit")) {
+      const name = r.stat === "mean" ? r.metric : `${r.metric} (max)`;
+      put(name, r.model, r.layer, r.head, num(r.value));
+    }
+  }
+  for (const r of rows("head_roles")) {
+    put("role", r.model, r.layer, r.head, r.role);
+  }
+  return out;
+}
+
+function models() {
+  const seen = new Set();
+  for (const name of ["attention", "head_roles", "attention_series", "distance_profile"]) {
+    for (const r of rows(name)) if (r.model !== null) seen.add(r.model);
+  }
+  return [...seen];
+}
+
+function drawOverview(values) {
+  const select = document.getElementById("metric");
+  const metrics = Object.keys(values);
+  if (!metrics.length) {
+    document.getElementById("grids").append(el("p", "No per-head metric in these results.", "note"));
+    return;
+  }
+  for (const m of metrics) select.append(new Option(m, m));
+  // the metric that tells sinks apart first, where the run has it per head
+  select.value = ["first_token", "sink_importance", "entropy"].find((m) => metrics.includes(m)) ?? metrics[0];
+  const draw = () => drawGrids(values, select.value, document.getElementById("log-scale").checked);
+  select.addEventListener("change", draw);
+  document.getElementById("log-scale").addEventListener("change", draw);
+  draw();
+}
+
+const ROLES = ["sink", "local", "previous_token", "induction", "mixed"];
+
+function drawGrids(values, metric, logScale) {
+  const box = document.getElementById("grids");
+  for (const c of report.charts.splice(0)) c.dispose();
+  box.replaceChildren();
+  const byModel = values[metric] || {};
+  for (const model of Object.keys(byModel)) {
+    const cells = byModel[model];
+    let layers = 0, heads = 0;
+    for (const key of cells.keys()) {
+      const [l, h] = key.split("/").map(Number);
+      layers = Math.max(layers, l);
+      heads = Math.max(heads, h);
+    }
+    const isRole = metric === "role";
+    const data = [];
+    let lo = Infinity, hi = -Infinity;
+    for (const [key, v] of cells) {
+      const [l, h] = key.split("/").map(Number);
+      const shown = isRole ? ROLES.indexOf(v) : logScale ? Math.log10(Math.max(v, 1e-12)) : v;
+      if (Number.isFinite(shown)) { lo = Math.min(lo, shown); hi = Math.max(hi, shown); }
+      data.push({ value: [h - 1, l - 1, shown], exact: v });
+    }
+    const div = el("div", undefined, "grid");
+    div.dataset.model = model;
+    box.append(div);
+    const chart = echarts.init(div, null, { renderer: "canvas" });
+    report.charts.push(chart);
+    chart.setOption({
+      animation: false,
+      title: { text: model, textStyle: { fontSize: 13 } },
+      tooltip: {
+        formatter: (p) => `${esc(model)}<br>layer ${p.data.value[1] + 1}, head ${p.data.value[0] + 1}<br>` +
+          `${esc(metric)} = ${esc(typeof p.data.exact === "number" ? p.data.exact.toPrecision(8) : p.data.exact)}`,
+      },
+      grid: { left: 50, right: 70, top: 30, bottom: 40 },
+      xAxis: { type: "category", name: "head", nameLocation: "middle", nameGap: 25, data: [...Array(heads).keys()].map((h) => h + 1) },
+      yAxis: { type: "category", name: "layer", data: [...Array(layers).keys()].map((l) => l + 1) },
+      visualMap: isRole
+        ? { type: "piecewise", categories: undefined, pieces: ROLES.map((r, i) => ({ value: i, label: r })), right: 0, top: "middle" }
+        : { min: Number.isFinite(lo) ? lo : 0, max: Number.isFinite(hi) && hi > lo ? hi : lo + 1, calculable: true, right: 0, top: "middle",
+            text: [logScale ? "log10" : "", ""], inRange: { color: ["#f7fbff", "#6baed6", "#08306b"] } },
+      series: [{ type: "heatmap", data, emphasis: { itemStyle: { borderColor: "#d62728", borderWidth: 2 } } }],
+    });
+    chart.on("click", (p) => selectHead(p.data.value[1] + 1, p.data.value[0] + 1));
+  }
+}
+
+// ---- one head: its profiles and block map, every model side by side ------------------
+
+function selectHead(layer, head) {
+  const started = performance.now();
+  report.selected = { layer, head };
+  const section = document.getElementById("head");
+  section.hidden = false;
+  document.getElementById("head-title").textContent = `Layer ${layer}, head ${head}`;
+  const box = document.getElementById("head-models");
+  for (const c of report.headCharts || []) c.dispose();
+  report.headCharts = [];
+  box.replaceChildren();
+  for (const model of models()) {
+    const column = el("div", undefined, "model-column");
+    column.dataset.model = model;
+    column.append(el("h3", model));
+    box.append(column);
+    headCharts(column, model, layer, head);
+  }
+  section.dataset.drawnMs = String(performance.now() - started);
+  document.body.dataset.selected = `${layer}/${head}`;
+}
+
+function chartIn(column, cls) {
+  const div = el("div", undefined, cls || "chart");
+  column.append(div);
+  const chart = echarts.init(div, null, { renderer: "canvas" });
+  report.headCharts.push(chart);
+  return chart;
+}
+
+function headCharts(column, model, layer, head) {
+  const map = rows("block_map").filter((r) => r.model === model && r.layer === layer && r.head === head && r.stat === "mean");
+  if (map.length) blockMap(chartIn(column, "chart map"), map);
+  const bands = rows("distance_profile").filter((r) => r.model === model && r.layer === layer && r.head === head);
+  if (bands.length) {
+    lineChart(chartIn(column), "attention by query-key distance", "band", bands.map((r) => [r.band, num(r.value)]), "bar");
+  }
+  const keys = rows("key_received").filter((r) => r.model === model && r.layer === layer && r.head === head && r.stat === "mean");
+  if (keys.length) {
+    lineChart(chartIn(column), "attention received per key (mean)", "key", keys.map((r) => [r.key_lo, num(r.value)]), "line", "log");
+  }
+  const profile = rows("query_profile").filter((r) => r.model === model && r.layer === layer);
+  if (profile.length) {
+    lineChart(chartIn(column), `query ${profile[0].query}'s weights (layer ${layer}, heads' mean)`, "key",
+      profile.map((r) => [r.key, num(r.value)]), "line");
+  }
+  if (!map.length && !bands.length && !keys.length && !profile.length) {
+    column.append(el("p", "No per-head profile of this model in these results.", "note"));
+  }
+}
+
+function lineChart(chart, title, xName, points, kind, xScale) {
+  const categorical = typeof points[0][0] === "string";
+  chart.setOption({
+    animation: false,
+    title: { text: title, textStyle: { fontSize: 12 } },
+    tooltip: { trigger: "axis", formatter: (ps) => ps.map((p) => `${esc(p.value[0])}: ${esc(Number(p.value[1]).toPrecision(6))}`).join("<br>") },
+    grid: { left: 60, right: 20, top: 35, bottom: 45 },
+    xAxis: categorical ? { type: "category", name: xName, nameLocation: "middle", nameGap: 28 }
+      : { type: xScale === "log" ? "log" : "value", name: xName, nameLocation: "middle", nameGap: 28, min: xScale === "log" ? 1 : undefined },
+    yAxis: { type: "value" },
+    series: [{ type: kind, data: xScale === "log" ? points.map(([x, y]) => [x + 1, y]) : points, showSymbol: points.length < 60 }],
+  });
+}
+
+function blockMap(chart, cells) {
+  const qs = [...new Set(cells.map((r) => r.q_lo))].sort((a, b) => a - b);
+  const ks = [...new Set(cells.map((r) => r.k_lo))].sort((a, b) => a - b);
+  const qi = new Map(qs.map((q, i) => [q, i]));
+  const ki = new Map(ks.map((k, i) => [k, i]));
+  let hi = 0;
+  const data = cells.map((r) => {
+    const v = num(r.value);
+    hi = Math.max(hi, v);
+    return [ki.get(r.k_lo), qi.get(r.q_lo), Math.log10(Math.max(v, 1e-9)), v];
+  });
+  chart.setOption({
+    animation: false,
+    title: { text: "block map (mean weight, log10)", textStyle: { fontSize: 12 } },
+    tooltip: { formatter: (p) => `queries ${qs[p.value[1]]}.., keys ${ks[p.value[0]]}..<br>mean ${esc(p.value[3].toPrecision(6))}` },
+    grid: { left: 60, right: 70, top: 35, bottom: 70 },
+    xAxis: { type: "category", name: "key position", nameLocation: "middle", nameGap: 28, data: ks },
+    yAxis: { type: "category", name: "query position", data: qs, inverse: true },
+    dataZoom: [{ type: "inside", xAxisIndex: 0 }, { type: "inside", yAxisIndex: 0 }, { type: "slider", xAxisIndex: 0, bottom: 5 }],
+    visualMap: { min: -9, max: Math.log10(Math.max(hi, 1e-9)), dimension: 2, calculable: true, right: 0, top: "middle",
+      inRange: { color: ["#ffffff", "#fdae6b", "#a63603"] } },
+    series: [{ type: "heatmap", data, progressive: 0 }],
+  });
+}
+
+// ---- training series, tables, run records -------------------------------------------
+
+function drawSeries() {
+  const series = rows("attention_series").filter((r) => r.stat === "mean" && r.head === null);
+  if (!series.length) return;
+  document.getElementById("series").hidden = false;
+  const box = document.getElementById("series-charts");
+  const plot = (title, lines) => {
+    const div = el("div", undefined, "series-chart");
+    box.append(div);
+    echarts.init(div).setOption({
+      animation: false,
+      title: { text: title, textStyle: { fontSize: 13 } },
+      tooltip: { trigger: "axis" },
+      legend: { type: "scroll", bottom: 0 },
+      grid: { left: 60, right: 20, top: 35, bottom: 60 },
+      xAxis: { type: "value", name: "step", nameLocation: "middle", nameGap: 25 },
+      yAxis: { type: "value" },
+      series: [...lines].map(([name, pts]) => ({ name, type: "line", data: pts.sort((a, b) => a[0] - b[0]) })),
+    });
+  };
+  const qk = new Map();
+  const sink = new Map();
+  for (const r of series) {
+    if (r.layer === null && (r.metric === "qk_mean" || r.metric === "qk_abs_mean")) {
+      const key = `${r.model} ${r.metric}`;
+      (qk.get(key) || qk.set(key, []).get(key)).push([r.step, num(r.value)]);
+    }
+    if (r.layer !== null && r.metric === "first_token") {
+      const key = `${r.model} layer ${r.layer}`;
+      (sink.get(key) || sink.set(key, []).get(key)).push([r.step, num(r.value)]);
+    }
+  }
+  if (qk.size) plot("QK^T over training", qk);
+  if (sink.size) plot("first-token mass per layer over training (sink emergence)", sink);
+}
+
+function htmlTable(title, name, columns) {
+  const data = rows(name);
+  if (!data.length) return null;
+  const wrap = el("div");
+  wrap.append(el("h3", title));
+  const table = el("table");
+  const head = el("tr");
+  for (const c of columns) head.append(el("th", c, typeof data[0][c] === "string" ? "text" : ""));
+  table.append(head);
+  for (const r of data) {
+    const tr = el("tr");
+    for (const c of columns) {
+      const v = r[c];
+      tr.append(el("td", v === null ? "" : typeof v === "number" ? String(+v.toPrecision(6)) : String(v), typeof v === "string" ? "text" : ""));
+    }
+    table.append(tr);
+  }
+  wrap.append(table);
+  return wrap;
+}
+
+function drawTables() {
+  const parts = [];
+  const first = (name) => (report.tables[name] ? Object.keys(report.tables[name]) : []);
+  for (const [title, name] of [["Tables 1-3", "paper_tables"], ["Table 4: gradient-norm statistics", "grad_stats"],
+    ["Table 5: gradient-norm spikes", "spikes"], ["Head roles", "head_roles"]]) {
+    const t = htmlTable(title, name, first(name));
+    if (t) parts.push(t);
+  }
+  if (!parts.length) return;
+  document.getElementById("paper-tables").hidden = false;
+  document.getElementById("tables-body").append(...parts);
+}
+
+function drawRecords() {
+  const box = document.getElementById("records-body");
+  for (const f of report.folders) {
+    box.append(el("h3", f.path));
+    box.append(el("pre", f.record ? JSON.stringify(f.record, null, 2) : "(no run.json)"));
+  }
+}
+
+async function main() {
+  const started = performance.now();
+  const data = await load();
+  report.tables = data.tables;
+  report.folders = data.folders;
+  document.getElementById("folders").textContent = data.folders.map((f) => f.path).join(" · ");
+  drawOverview(headValues());
+  drawSeries();
+  drawTables();
+  drawRecords();
+  document.body.dataset.ready = String(performance.now() - started);
+}
+
+main().catch((e) => {
+  document.body.prepend(el("p", `The report could not be drawn: ${e}`, "note"));
+  throw e;
+});
