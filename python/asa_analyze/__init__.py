@@ -46,6 +46,8 @@ __all__ = [
     "grad_stats",
     "inspect",
     "merge",
+    "report",
+    "Report",
     "spikes",
     "tables",
     "PaperTables",
@@ -359,6 +361,45 @@ def inspect(model: Any) -> Dict[str, Any]:
     if _in_memory(model):
         return json.loads(_native.inspect("", memory=("model", *_held("model", model))))
     return json.loads(_native.inspect(os.fspath(model)))
+
+
+class Report:
+    """An HTML report (`asa-analyze report`): `.html` the page's text, `.path` the file it
+    was written to (if any); a notebook shows it inline (in a sandboxed frame)."""
+
+    def __init__(self, html: str, path: Optional[Path]) -> None:
+        self.html = html
+        self.path = path
+
+    def write(self, path: PathLike) -> Path:
+        """Writes the page to `path` (whole: through a temporary file beside it)."""
+        target = Path(path)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        tmp.write_text(self.html, encoding="utf-8")
+        os.replace(tmp, target)
+        self.path = target
+        return target
+
+    def _repr_html_(self) -> str:
+        import html
+
+        return (f'<iframe srcdoc="{html.escape(self.html, quote=True)}" sandbox="allow-scripts" '
+                'style="width: 100%; height: 900px; border: 0"></iframe>')
+
+    def __repr__(self) -> str:
+        where = f" at {self.path}" if self.path else ""
+        return f"<asa_analyze.Report{where}: {len(self.html) / 1e6:.1f} MB>"
+
+
+def report(results: Union[PathLike, Sequence[PathLike]], out: Optional[PathLike] = None) -> Report:
+    """The self-contained HTML report of results folders, as `asa-analyze report` writes it
+    (written to `out` when given); shown inline in a notebook."""
+    if isinstance(results, (str, os.PathLike)):
+        results = [results]
+    page = Report(_native.report([os.fspath(r) for r in results]), None)
+    if out is not None:
+        page.write(out)
+    return page
 
 
 def merge(partials: Iterable[PathLike]) -> Result:

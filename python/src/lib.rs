@@ -387,6 +387,17 @@ fn inspect(py: Python<'_>, path: PathBuf, memory: Option<memory::MemoryArg>) -> 
     Ok(report.to_string())
 }
 
+/// The HTML report of results folders (see `asa_analyze.report`): the page's text.
+#[pyfunction]
+#[pyo3(name = "report")]
+fn html_report(py: Python<'_>, results: Vec<PathBuf>) -> PyResult<String> {
+    py.detach(|| {
+        let (tables, folders) = asa_analyze::report::load(&results)?;
+        asa_analyze::report::html(&tables, &folders)
+    })
+    .map_err(to_py)
+}
+
 /// The partial results of `analyze --shard K/N` merged into one run's results.
 #[pyfunction]
 fn merge(py: Python<'_>, partials: Vec<PathBuf>) -> PyResult<NativeResult> {
@@ -578,6 +589,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;
     m.add_function(wrap_pyfunction!(merge, m)?)?;
+    m.add_function(wrap_pyfunction!(html_report, m)?)?;
     m.add_function(wrap_pyfunction!(grad_stats, m)?)?;
     m.add_function(wrap_pyfunction!(spikes, m)?)?;
     m.add_function(wrap_pyfunction!(curves, m)?)?;

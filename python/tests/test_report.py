@@ -103,3 +103,42 @@ def test_markup_in_labels_shows_as_text_and_nothing_runs_or_is_fetched(page):
     assert browser.requests == []
     assert browser.errors == []
     print("first view drawn in", browser.eval("document.body.dataset.ready"), "ms")
+
+
+@pytest.mark.skipif(not os.environ.get("ASA_REPORT_DEMO"), reason="the demo's report: set ASA_REPORT_DEMO (CI does, after its demo run)")
+def test_the_demos_report_draws_every_model_with_no_error_and_no_request(tmp_path):
+    demo = Path(os.environ["ASA_REPORT_DEMO"])
+    att = pl.read_csv(demo.parent / "results" / "attention" / "attention.csv")
+    per_head = att.filter((pl.col("metric") == "entropy") & (pl.col("stat") == "mean") & pl.col("head").is_not_null())
+    browser = cdp.Browser()
+    try:
+        browser.open(demo.resolve().as_uri())
+        print("demo report: first view drawn in", browser.wait_for("document.body.dataset.ready"), "ms")
+        browser.eval("(() => { const s = document.getElementById('metric'); s.value = 'entropy'; s.dispatchEvent(new Event('change')); return 1; })()")
+        models = browser.eval("[...document.querySelectorAll('.grid')].map(d => d.dataset.model)")
+        assert sorted(models) == sorted(per_head["model"].unique().to_list())
+        for i, model in enumerate(models):
+            cells = browser.eval(f"echarts.getInstanceByDom(document.querySelectorAll('.grid')[{i}]).getOption().series[0].data.length")
+            assert cells == per_head.filter(pl.col("model") == model).height
+        x, y = cell_centre(browser, 0, 1, 1)
+        browser.click(x, y)
+        browser.wait_for("document.body.dataset.selected === '1/1'")
+        assert browser.eval("document.querySelectorAll('#head-models .model-column').length") == len(models)
+        browser.pump(0.5)
+        shots = Path(os.environ.get("ASA_REPORT_SCREENSHOTS", tmp_path))
+        shots.mkdir(parents=True, exist_ok=True)
+        browser.screenshot(str(shots / "demo-overview.png"))
+        assert browser.requests == [] and browser.errors == []
+    finally:
+        browser.close()
+
+
+def test_python_report_is_the_clis_page_and_shows_inline(page):
+    _, tmp, _ = page
+    rep = asa.report(tmp / "results", out=tmp / "py.html")
+    assert (tmp / "py.html").read_text() == rep.html
+    cli = (tmp / "report.html").read_text()
+    # the same page but for the embedded data (the same tables, compressed alike)
+    assert rep.html == cli
+    inline = rep._repr_html_()
+    assert inline.startswith("<iframe srcdoc=") and "<script" not in inline

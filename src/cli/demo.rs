@@ -10,6 +10,7 @@
 //! DIR/runs/{baseline,sink,asa,gated,asa_gated}/   log.csv, checkpoints/step-N/, train.json
 //! DIR/results/{attention,grad_stats,spikes,curves,tables}/   the exported tables
 //! DIR/figures/                    every figure (PNG + SVG) and tables4_5.md
+//! DIR/report.html                 the HTML report of the results (`report`)
 //! ```
 //!
 //! Training that finished with the same options is reused unless `--force`. The runs
@@ -133,15 +134,20 @@ pub fn run(args: DemoArgs, process: &Process) -> Result<()> {
     let dirs = ["attention", "grad_stats", "spikes", "curves"].map(|sub| results.join(sub));
     plot::write_figures(&dirs, &figures, &FigureOptions::default(), &process.staging)?;
     paper_tables_of_demo(&out, &results, &args.lm_eval, process)?;
+    let report = out.join("report.html");
+    let shown =
+        ["attention", "grad_stats", "spikes", "curves", "tables"].map(|sub| results.join(sub));
+    crate::report::write(&shown, &report)?;
 
     print_summary(&summaries, &attention, &spikes)?;
     if !args.quiet {
         eprintln!(
-            "asa-analyze: demo: done in {:.0}s (training {:.0}s); tables in {}, figures in {}",
+            "asa-analyze: demo: done in {:.0}s (training {:.0}s); tables in {}, figures in {}, report {}",
             started.elapsed().as_secs_f64(),
             trained_at,
             results.display(),
-            figures.display()
+            figures.display(),
+            report.display()
         );
     }
     Ok(())

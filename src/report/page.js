@@ -96,27 +96,34 @@ function drawOverview(values) {
 
 const ROLES = ["sink", "local", "previous_token", "induction", "mixed"];
 
+/** The value a grid cell is coloured by: a role's index, or the value (log10 if asked). */
+function shade(v, isRole, logScale) {
+  return isRole ? ROLES.indexOf(v) : logScale ? Math.log10(Math.max(v, 1e-12)) : v;
+}
+
 function drawGrids(values, metric, logScale) {
   const box = document.getElementById("grids");
   for (const c of report.charts.splice(0)) c.dispose();
   box.replaceChildren();
   const byModel = values[metric] || {};
+  const isRole = metric === "role";
+  // one colour scale for every model, so that the grids compare
+  let lo = Infinity, hi = -Infinity;
+  for (const cells of Object.values(byModel)) {
+    for (const v of cells.values()) {
+      const s = shade(v, isRole, logScale);
+      if (Number.isFinite(s)) { lo = Math.min(lo, s); hi = Math.max(hi, s); }
+    }
+  }
   for (const model of Object.keys(byModel)) {
     const cells = byModel[model];
     let layers = 0, heads = 0;
-    for (const key of cells.keys()) {
+    const data = [];
+    for (const [key, v] of cells) {
       const [l, h] = key.split("/").map(Number);
       layers = Math.max(layers, l);
       heads = Math.max(heads, h);
-    }
-    const isRole = metric === "role";
-    const data = [];
-    let lo = Infinity, hi = -Infinity;
-    for (const [key, v] of cells) {
-      const [l, h] = key.split("/").map(Number);
-      const shown = isRole ? ROLES.indexOf(v) : logScale ? Math.log10(Math.max(v, 1e-12)) : v;
-      if (Number.isFinite(shown)) { lo = Math.min(lo, shown); hi = Math.max(hi, shown); }
-      data.push({ value: [h - 1, l - 1, shown], exact: v });
+      data.push({ value: [h - 1, l - 1, shade(v, isRole, logScale)], exact: v });
     }
     const div = el("div", undefined, "grid");
     div.dataset.model = model;
@@ -125,18 +132,19 @@ function drawGrids(values, metric, logScale) {
     report.charts.push(chart);
     chart.setOption({
       animation: false,
-      title: { text: model, textStyle: { fontSize: 13 } },
+      title: { text: model, textStyle: { fontSize: 13, width: 330, overflow: "truncate" } },
       tooltip: {
         formatter: (p) => `${esc(model)}<br>layer ${p.data.value[1] + 1}, head ${p.data.value[0] + 1}<br>` +
           `${esc(metric)} = ${esc(typeof p.data.exact === "number" ? p.data.exact.toPrecision(8) : p.data.exact)}`,
       },
-      grid: { left: 50, right: 70, top: 30, bottom: 40 },
+      grid: { left: 50, right: 80, top: 30, bottom: 40 },
       xAxis: { type: "category", name: "head", nameLocation: "middle", nameGap: 25, data: [...Array(heads).keys()].map((h) => h + 1) },
       yAxis: { type: "category", name: "layer", data: [...Array(layers).keys()].map((l) => l + 1) },
       visualMap: isRole
-        ? { type: "piecewise", categories: undefined, pieces: ROLES.map((r, i) => ({ value: i, label: r })), right: 0, top: "middle" }
-        : { min: Number.isFinite(lo) ? lo : 0, max: Number.isFinite(hi) && hi > lo ? hi : lo + 1, calculable: true, right: 0, top: "middle",
-            text: [logScale ? "log10" : "", ""], inRange: { color: ["#f7fbff", "#6baed6", "#08306b"] } },
+        ? { type: "piecewise", pieces: ROLES.map((r, i) => ({ value: i, label: r })), right: 0, top: "middle" }
+        : { min: Number.isFinite(lo) ? lo : 0, max: Number.isFinite(hi) && hi > lo ? hi : lo + 1, calculable: true, right: 0,
+            top: "middle", precision: 3, formatter: (v) => (logScale ? "1e" : "") + Number(v).toPrecision(3),
+            inRange: { color: ["#f7fbff", "#6baed6", "#08306b"] } },
       series: [{ type: "heatmap", data, emphasis: { itemStyle: { borderColor: "#d62728", borderWidth: 2 } } }],
     });
     chart.on("click", (p) => selectHead(p.data.value[1] + 1, p.data.value[0] + 1));

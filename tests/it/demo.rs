@@ -49,6 +49,8 @@ fn demo_produces_every_table_and_figure_and_reuses_training() {
         stdout.contains("final_loss") && stdout.contains("perplexity"),
         "{stdout}"
     );
+    let page = std::fs::read_to_string(out.join("report.html")).expect("the demo's report");
+    assert!(page.starts_with("<!DOCTYPE html>"));
     let results = out.join("results");
     for table in [
         "attention/attention.csv",
