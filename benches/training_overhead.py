@@ -56,32 +56,32 @@ def main():
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--probe", type=int, default=2, help="probe sequences (of --seq tokens)")
     ap.add_argument("--threads", default="1", help="comma-separated analysis thread counts; 'all' for every core")
+    ap.add_argument("--repeats", type=int, default=1, help="runs of each configuration, alternated")
     args = ap.parse_args()
     probe = np.random.default_rng(1).integers(0, 8192, size=(args.probe, args.seq))
     params = sum(p.numel() for p in model_30m().parameters())
     info = dict(params=params, steps=args.steps, every=args.every, batch=args.batch, seq=args.seq,
                 probe=list(probe.shape), torch_threads=torch.get_num_threads(), cores=os.cpu_count())
 
-    base, model = train(args.steps, args.batch, args.seq)
-    print(json.dumps({**info, "run": "no monitor", "seconds": round(base, 2)}), flush=True)
-
-    start = time.perf_counter()
-    snap = _snapshot(model)
-    snapshot_s = time.perf_counter() - start
-    for threads in args.threads.split(","):
-        n = None if threads == "all" else int(threads)
+    for repeat in range(args.repeats):
+        base, model = train(args.steps, args.batch, args.seq)
+        print(json.dumps({**info, "run": "no monitor", "repeat": repeat, "seconds": round(base, 2)}), flush=True)
         start = time.perf_counter()
-        asa.analyze({"model": snap}, corpus=probe, seq_len=args.seq, num_seqs=args.probe, progress=False,
-                    metrics=list(asa.monitor.DEFAULT_METRICS), threads=n)
-        alone = time.perf_counter() - start
-        mon = asa.Monitor(probe=probe, every=args.every, threads=n)
-        seconds, _ = train(args.steps, args.batch, args.seq, mon)
-        analysed = sorted(set(mon.series["step"].to_list()))
-        print(json.dumps({**info, "run": f"Monitor every {args.every}, threads={threads}", "seconds": round(seconds, 2),
-                          "overhead_pct": round(100 * (seconds / base - 1), 1), "analysed_steps": analysed,
-                          "skipped": mon.skipped, "snapshot_s": round(snapshot_s, 3),
-                          "analysis_alone_s": round(alone, 3)}), flush=True)
-
+        snap = _snapshot(model)
+        snapshot_s = time.perf_counter() - start
+        for threads in args.threads.split(","):
+            n = None if threads == "all" else int(threads)
+            start = time.perf_counter()
+            asa.analyze({"model": snap}, corpus=probe, seq_len=args.seq, num_seqs=args.probe, progress=False,
+                        metrics=list(asa.monitor.DEFAULT_METRICS), threads=n)
+            alone = time.perf_counter() - start
+            mon = asa.Monitor(probe=probe, every=args.every, threads=n)
+            seconds, _ = train(args.steps, args.batch, args.seq, mon)
+            analysed = sorted(set(mon.series["step"].to_list()))
+            print(json.dumps({**info, "run": f"Monitor every {args.every}, threads={threads}", "repeat": repeat,
+                              "seconds": round(seconds, 2), "overhead_pct": round(100 * (seconds / base - 1), 1),
+                              "analysed_steps": analysed, "skipped": mon.skipped, "snapshot_s": round(snapshot_s, 3),
+                              "analysis_alone_s": round(alone, 3)}), flush=True)
 
 if __name__ == "__main__":
     main()
