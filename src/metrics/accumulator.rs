@@ -21,6 +21,10 @@ pub struct Needs {
     /// Columns of the pattern's row table (first-token mass, weight sum, entropy, distance
     /// bands, the row's largest logit).
     pub rows: RowWants,
+    /// Also pool the row table over the queries `>= rows_from` of every window
+    /// ([`BlockPools::late`]): a mean over a later part of each window (the induction
+    /// probe's second copy). Every accumulator asking for it asks for the same query.
+    pub rows_from: Option<usize>,
     /// Sums of raw q.k over the visible keys.
     pub qk: bool,
     /// Each row's mass that goes to no token (sink, off_by_one).
@@ -47,6 +51,13 @@ impl Needs {
                 self.rows.bands.push(band);
             }
         }
+        if let (Some(mine), Some(theirs)) = (self.rows_from, other.rows_from) {
+            assert_eq!(
+                mine, theirs,
+                "two metrics pool the rows from different queries"
+            );
+        }
+        self.rows_from = self.rows_from.or(other.rows_from);
         self.qk |= other.qk;
         self.sink_mass |= other.sink_mass;
         self.softmax_entropy |= other.softmax_entropy;

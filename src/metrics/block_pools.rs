@@ -1,5 +1,6 @@
 //! A query block's row table pooled per (sequence, head) and column: over the rows that
-//! count (queries >= min_query) and over the rows before them, plus W_i (the weight sum
+//! count (queries >= min_query) and over the rows before them, when a metric asks for it
+//! over the rows from a later query on (`Needs::rows_from`), plus W_i (the weight sum
 //! averaged over heads) of every counted query. This is all the accumulators keep of a
 //! table. Host tables are pooled in one pass ([`pool_host`]); tables on a GPU are summed
 //! there by three candle reductions ([`pool_on_device`]), so a few kilobytes per block cross
@@ -23,6 +24,9 @@ pub struct PoolShape {
     pub n: usize,
     /// Leading queries of the block that do not count (those < min_query).
     pub skip: usize,
+    /// The block's rows from which the late pools run (those of queries >=
+    /// `Needs::rows_from`, clipped to `n`); `None`: no late pools asked for.
+    pub late: Option<usize>,
     /// Columns of the table.
     pub width: usize,
 }
@@ -38,12 +42,21 @@ impl PoolShape {
         self.skip.min(self.n)..self.n
     }
 
-    /// Values of the flat f64 sums of [`pool_on_device`]: per (cell, column) over every row
-    /// and, when rows are skipped, over the skipped rows; then per (sequence, query, column)
-    /// over the heads.
+    /// The rows of each cell in the late pools (empty when none are asked for).
+    pub fn late_rows(&self) -> Range<usize> {
+        match self.late {
+            Some(from) => from.min(self.n)..self.n,
+            None => self.n..self.n,
+        }
+    }
+
+    /// Values of the flat f64 sums of [`pool_on_device`]: per (cell, column) over every row,
+    /// when rows are skipped over the skipped rows, when late pools are asked for over the
+    /// late rows; then per (sequence, query, column) over the heads.
     pub fn flat_len(&self) -> usize {
-        let early = if self.skip > 0 { 1 } else { 0 };
-        (1 + early) * self.cells() * self.width + self.batch * self.n * self.width
+        let early = usize::from(self.skip > 0);
+        let late = usize::from(self.late.is_some());
+        (1 + early + late) * self.cells() * self.width + self.batch * self.n * self.width
     }
 }
 
@@ -54,6 +67,9 @@ pub struct BlockPools {
     pub counted: Vec<Vec<Pool>>,
     /// `[column][cell]` over the rows before them.
     pub early: Vec<Vec<Pool>>,
+    /// `[column][cell]` over the late rows ([`PoolShape::late_rows`]); empty when no metric
+    /// asked for them.
+    pub late: Vec<Vec<Pool>>,
     /// W_i `[batch, counted]` (mean over heads of the weight sums; NaN if one is).
     pub query_means: Vec<f64>,
 }
@@ -66,6 +82,10 @@ pub fn pool_host(table: &[f32], shape: &PoolShape) -> BlockPools {
     BlockPools {
         counted: pool_rows(table, width, n, counted.clone(), &columns),
         early: pool_rows(table, width, n, 0..counted.start, &columns),
+        late: match shape.late {
+            Some(_) => pool_rows(table, width, n, shape.late_rows(), &columns),
+            None => Vec::new(),
+        },
         query_means: query_means(Column::of_table(table, width, SUM), shape.heads, n, counted),
     }
 }
@@ -82,6 +102,17 @@ pub fn pool_on_device(table: &Tensor, shape: &PoolShape) -> Result<Tensor> {
                 .sum(2)?
                 .flatten_all()?,
         );
+    }
+    if shape.late.is_some() {
+        let late = shape.late_rows();
+        let sums = match late.len() {
+            0 => Tensor::zeros(b * h * width, DType::F64, table.device())?,
+            _ => rows
+                .narrow(2, late.start, late.len())?
+                .sum(2)?
+                .flatten_all()?,
+        };
+        parts.push(sums);
     }
     parts.push(rows.sum(1)?.flatten_all()?);
     Ok(Tensor::cat(&parts, 0)?)
@@ -100,10 +131,14 @@ impl BlockPools {
         let table = cells * width;
         let all = &flat[..table];
         let skip = shape.skip.min(n);
-        let (early, over_heads) = if shape.skip > 0 {
+        let (early, rest) = if shape.skip > 0 {
             (&flat[table..2 * table], &flat[2 * table..])
         } else {
             (&[][..], &flat[table..])
+        };
+        let (late, over_heads) = match shape.late {
+            Some(_) => rest.split_at(table),
+            None => (&[][..], rest),
         };
         let early_sum = |k: usize| early.get(k).copied().unwrap_or(0.0);
         let pools = |sum: &dyn Fn(usize) -> f64, rows: usize| -> Vec<Vec<Pool>> {
@@ -127,6 +162,10 @@ impl BlockPools {
         Some(BlockPools {
             counted: pools(&|k| all[k] - early_sum(k), n - skip),
             early: pools(&early_sum, skip),
+            late: match shape.late {
+                Some(_) => pools(&|k| late[k], shape.late_rows().len()),
+                None => Vec::new(),
+            },
             query_means,
         })
     }
@@ -152,6 +191,7 @@ mod tests {
             heads: 3,
             n: 5,
             skip: 2,
+            late: Some(3),
             width: 7,
         };
         let rows = shape.cells() * shape.n;
@@ -174,6 +214,20 @@ mod tests {
         assert!((pools.counted[1][0].sum - want).abs() < 1e-12);
         assert_eq!((pools.counted[1][0].count, pools.counted[1][0].nan), (3, 0));
         assert!((pools.early[1][0].sum - (value(0, 1) + value(1, 1))).abs() < 1e-12);
+        // late rows 3, 4 of cell 1 (rows 8, 9 of the table), column 4
+        let late = &pools.late[4][1];
+        assert!((late.sum - (value(8, 4) + value(9, 4))).abs() < 1e-12);
+        assert_eq!((late.count, late.nan), (2, 0));
+        // 101 is query 4 of cell 2: a late row too
+        assert_eq!((pools.late[3][2].count, pools.late[3][2].nan), (1, 1));
+        let none = pool_host(
+            &table,
+            &PoolShape {
+                late: None,
+                ..shape
+            },
+        );
+        assert!(none.late.is_empty());
         // value 40 = row 5 (cell 1, query 0: early), column 5; 101 = row 14 (cell 2, query 4), column 3
         assert_eq!((pools.early[5][1].count, pools.early[5][1].nan), (1, 1));
         assert_eq!((pools.counted[3][2].count, pools.counted[3][2].nan), (2, 1));
@@ -208,8 +262,15 @@ mod tests {
         let flat: Vec<f64> = pool_on_device(&t, &shape).unwrap().to_vec1().unwrap();
         assert!(BlockPools::from_sums(&flat, &shape).is_none());
         assert!(pool_host(&with_inf, &shape).counted[2][0].sum.is_finite());
-        for skip in [0, 2, 5] {
-            let shape = PoolShape { skip, ..shape };
+        let cases = [0, 2, 5].into_iter().flat_map(|skip| {
+            [None, Some(0), Some(3), Some(5), Some(9)].map(move |late| (skip, late))
+        });
+        for (skip, late) in cases {
+            let shape = PoolShape {
+                skip,
+                late,
+                ..shape
+            };
             let want = pool_host(&table, &shape);
             let rows = shape.cells() * shape.n;
             let t = Tensor::from_vec(table.clone(), (rows, shape.width), &Device::Cpu).unwrap();
@@ -224,6 +285,8 @@ mod tests {
             };
             close(&got.counted, &want.counted);
             close(&got.early, &want.early);
+            close(&got.late, &want.late);
+            assert_eq!(got.late.is_empty(), late.is_none());
             assert_eq!(got.query_means.len(), want.query_means.len());
             for (x, y) in got.query_means.iter().zip(&want.query_means) {
                 assert!((x - y).abs() < 1e-12, "skip {skip}: {x} vs {y}");

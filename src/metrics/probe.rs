@@ -243,6 +243,11 @@ impl MetricProbe {
             n,
             // every accumulator counts the queries >= min_query
             skip: self.opts.min_query.saturating_sub(ctx.q_start).min(n),
+            // a metric over the later queries of every window (the induction probe's copy)
+            late: self
+                .needs(ctx.layer)
+                .rows_from
+                .map(|from| from.saturating_sub(ctx.q_start).min(n)),
             width,
         }
     }

@@ -87,6 +87,7 @@ mod tests {
             heads: 2,
             n: 3,
             skip: 1,
+            late: None,
             width,
         };
         let pools = pool_host(&table, &shape);
