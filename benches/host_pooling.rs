@@ -46,6 +46,8 @@ fn main() {
         sink_eps: 0.3,
         bands: Bands::decades(SEQ_LEN),
         entropy_of: EntropyOf::Effective,
+        induction_len: None,
+        roles: Default::default(),
     };
     let windows = vec![vec![0u32; SEQ_LEN]; BATCH * BATCHES];
     let mut probe = MetricProbe::new(opts, (&[KeyWindow::CAUSAL; LAYERS], None), HEADS, &windows);

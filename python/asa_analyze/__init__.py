@@ -298,6 +298,7 @@ def analyze(
     cancel: Optional[CancelToken] = None,
     tokenizer: Optional[PathLike] = None,
     threads: Optional[int] = None,
+    probe: Optional[str] = None,
 ) -> Result:
     """Every attention metric of `models` in one pass, as `asa-analyze analyze`.
 
@@ -310,6 +311,10 @@ def analyze(
         token ids need none).
     corpus: a text or token-id file, a list of texts, or token ids (a 2-D numpy array or a
         list of lists); default the built-in generated prose (`seed`).
+    probe: "induction" for the built-in induction probe instead of a corpus, as
+        `--probe induction`: windows of BOS, L random token ids (from `seed`) and the same L
+        again, `seq_len` = 2L + 1 (odd); induction_score joins the default metrics and
+        `head_roles` gets its column.
     metrics: metric names (e.g. ["first_token", "entropy"]); default the `analyze` set.
     windows: "packed" (documents joined with EOS, cut into consecutive windows) or
         "documents" (each window the start of its own document).
@@ -331,6 +336,7 @@ def analyze(
             pairs,
             metrics=None if metrics is None else list(metrics),
             corpus=_corpus(corpus, tmp),
+            probe=probe,
             seq_len=seq_len,
             num_seqs=num_seqs,
             bos=bos,

@@ -15,6 +15,7 @@ use asa_analyze::analysis::record::RunRecord;
 use asa_analyze::analysis::shard::Shard;
 use asa_analyze::analysis::{CancelToken, ModelSource, Run, RunEvents, RunOptions, RunOutput};
 use asa_analyze::attention::VariantKind;
+use asa_analyze::corpus::induction::ProbeKind;
 use asa_analyze::corpus::{BosMode, WindowMode};
 use asa_analyze::device::DeviceRequest;
 use asa_analyze::export::{schema, to_frame, Format, OutputDir, StagingWatch, Table};
@@ -229,6 +230,7 @@ impl NativeResult {
 struct AnalyzeArgs<'a> {
     metrics: Option<Vec<String>>,
     corpus: Option<PathBuf>,
+    probe: Option<&'a str>,
     seq_len: usize,
     num_seqs: usize,
     batch_size: usize,
@@ -244,13 +246,21 @@ impl AnalyzeArgs<'_> {
     /// The library's options, each argument parsed as the CLI parses its flag.
     fn options(self) -> PyResult<RunOptions> {
         let mut o = RunOptions::default();
-        if let Some(names) = self.metrics {
+        if let Some(names) = &self.metrics {
             o.metrics = names
                 .iter()
                 .map(|n| n.parse::<Metric>().map_err(usage))
                 .collect::<PyResult<_>>()?;
         }
         o.corpus = self.corpus;
+        o.probe = match self.probe {
+            Some(name) => Some(name.parse::<ProbeKind>().map_err(usage)?),
+            None => None,
+        };
+        // the probe's own metric comes with the default set, as in `analyze --probe`
+        if o.probe == Some(ProbeKind::Induction) && self.metrics.is_none() {
+            o.metrics.insert(Metric::INDUCTION_SCORE);
+        }
         o.seq_len = self.seq_len;
         o.num_seqs = self.num_seqs;
         o.batch_size = self.batch_size;
@@ -294,13 +304,14 @@ fn on_threads<T: Send>(threads: Option<usize>, work: impl FnOnce() -> T + Send) 
 
 /// Runs an analysis (see `asa_analyze.analyze`).
 #[pyfunction]
-#[pyo3(signature = (models, metrics = None, corpus = None, seq_len = 1024, num_seqs = 10, bos = "auto", windows = "packed", variant = None, device = "auto", batch_size = 1, seed = 0, shard = None, events = None, cancel = None, memory = None, tokenizer = None, threads = None))]
+#[pyo3(signature = (models, metrics = None, corpus = None, probe = None, seq_len = 1024, num_seqs = 10, bos = "auto", windows = "packed", variant = None, device = "auto", batch_size = 1, seed = 0, shard = None, events = None, cancel = None, memory = None, tokenizer = None, threads = None))]
 #[allow(clippy::too_many_arguments)]
 fn analyze(
     py: Python<'_>,
     models: Vec<(String, PathBuf)>,
     metrics: Option<Vec<String>>,
     corpus: Option<PathBuf>,
+    probe: Option<&str>,
     seq_len: usize,
     num_seqs: usize,
     bos: &str,
@@ -319,6 +330,7 @@ fn analyze(
     let mut options = AnalyzeArgs {
         metrics,
         corpus,
+        probe,
         seq_len,
         num_seqs,
         batch_size,

@@ -99,6 +99,19 @@ pub struct ModelRecord {
     /// A model in memory whose tensors were on a device: the copy to the host, and its cost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_copy: Option<crate::model::HostCopy>,
+    /// The built-in probe the windows were (`--probe`), with what rebuilds them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe: Option<ProbeRecord>,
+}
+
+/// A built-in probe's windows: which probe, each copy's length L and the seed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProbeRecord {
+    pub probe: crate::corpus::induction::ProbeKind,
+    /// L: each window is BOS, L random ids, the same L ids again (2L + 1 tokens).
+    pub copy_len: usize,
+    /// `--seed` of the ids.
+    pub seed: u64,
 }
 
 /// The memory schedule a model ran under and why, with each streamed layer's times.

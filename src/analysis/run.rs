@@ -13,12 +13,15 @@ use super::attention_series;
 use super::hub_cache::{self, HubModel};
 use super::partial::{model_fingerprint, run_fingerprint, PartialModel};
 use super::plan::{batch_chunk, block_size, check_block, default_budget};
-use super::record::{ActivationAt, ModelRecord, NonFiniteRecord, RunRecord, SeriesStep};
+use super::record::{
+    ActivationAt, ModelRecord, NonFiniteRecord, ProbeRecord, RunRecord, SeriesStep,
+};
 use super::schedule::{peak_rss_bytes, Schedule};
 use super::series::find_series;
 use super::shard::Shard;
 use super::{accumulate_timed, finish, finish_inputs, Along, CancelToken, RunPart, RunShape};
 use crate::attention::VariantKind;
+use crate::corpus::induction::{copy_len, ProbeKind};
 use crate::corpus::{
     load_windows_with, BosMode, CorpusOptions, CorpusSource, SpecialTokens, TokenizerRef,
     WindowMode, Windows,
@@ -28,6 +31,7 @@ use crate::error::{Error, Result};
 use crate::export::Table;
 use crate::metrics::distance::Bands;
 use crate::metrics::entropy::EntropyOf;
+use crate::metrics::head_role::RoleThresholds;
 use crate::metrics::qk_mean::QkResult;
 use crate::metrics::{
     attention_tables, qk_series_table, Metric, MetricOptions, MetricProbe, ModelMetrics,
@@ -64,6 +68,9 @@ pub struct RunOptions {
     pub metrics: BTreeSet<Metric>,
     /// Text (.txt, .jsonl) or token ids (.npy, .json); `None`: the built-in generated prose.
     pub corpus: Option<PathBuf>,
+    /// A built-in probe instead of a corpus (`--probe induction`: BOS, L random ids, the
+    /// same L again, `seq_len = 2L + 1`, ids from `seed`).
+    pub probe: Option<ProbeKind>,
     pub tokenizer: Option<PathBuf>,
     pub weight_map: Option<PathBuf>,
     /// Analyse every checkpoint as this variant, whatever config.json names or the weights
@@ -107,6 +114,8 @@ pub struct RunOptions {
     /// Distance band edges after 0; `None`: decades.
     pub bands: Option<Vec<usize>>,
     pub entropy_of: EntropyOf,
+    /// The head-role thresholds (`--role-*`).
+    pub roles: RoleThresholds,
     /// Analyse shard K of N of each model's windows and keep the exact metric states (a
     /// partial result for `merge`) instead of finishing them alone.
     #[serde(skip)]
@@ -122,6 +131,7 @@ impl Default for RunOptions {
         RunOptions {
             metrics: Metric::defaults().into_iter().collect(),
             corpus: None,
+            probe: None,
             tokenizer: None,
             weight_map: None,
             variant: None,
@@ -148,6 +158,7 @@ impl Default for RunOptions {
             sink_eps: 0.3,
             bands: None,
             entropy_of: EntropyOf::Effective,
+            roles: RoleThresholds::default(),
             shard: None,
         }
     }
@@ -192,11 +203,59 @@ impl RunOptions {
                 self.sink_eps
             )));
         }
+        self.validate_probe()?;
+        validate_roles(&self.roles)?;
         match &self.tokenizer {
             Some(file) if !file.is_file() => Err(Error::not_a_file(file, "--tokenizer")),
             _ => Ok(()),
         }
     }
+
+    /// The probe's own errors: a probe replaces the corpus and shapes the windows, and
+    /// induction_score is only measured on the induction probe.
+    fn validate_probe(&self) -> Result<()> {
+        let Some(probe) = self.probe else {
+            if self.metrics.contains(&Metric::INDUCTION_SCORE) {
+                return Err(Error::usage(
+                    "induction_score is measured on the induction probe: add --probe induction \
+                     (with an odd --seq-len, 2L + 1)",
+                ));
+            }
+            return Ok(());
+        };
+        if let Some(corpus) = &self.corpus {
+            return Err(Error::usage(format!(
+                "--probe {probe} makes its own windows: drop --corpus {}",
+                corpus.display()
+            )));
+        }
+        if self.windows == WindowMode::Documents {
+            return Err(Error::usage(format!(
+                "--probe {probe} makes its own windows: --windows documents applies to a corpus"
+            )));
+        }
+        copy_len(self.seq_len).map(|_| ())
+    }
+}
+
+/// The thresholds' own errors: finite numbers, a window of at least one key.
+fn validate_roles(roles: &RoleThresholds) -> Result<()> {
+    for (name, value) in [
+        ("--role-sink", roles.sink),
+        ("--role-local", roles.local),
+        ("--role-prev", roles.prev),
+        ("--role-induction", roles.induction),
+    ] {
+        if !value.is_finite() {
+            return Err(Error::usage(format!(
+                "{name} must be a finite number, got {value}"
+            )));
+        }
+    }
+    if roles.local_window == 0 {
+        return Err(Error::usage("--role-local-window must be at least 1"));
+    }
+    Ok(())
 }
 
 /// What a caller hears while a run goes; every method defaults to nothing.
@@ -478,6 +537,14 @@ impl ModelContext<'_> {
             seconds: done.seconds,
             tokens_per_second: (range.len() * o.seq_len) as f64 / done.seconds,
             host_copy: memory.and_then(|m| m.host_copy.clone()),
+            probe: o
+                .probe
+                .zip(opts.induction_len)
+                .map(|(probe, copy_len)| ProbeRecord {
+                    probe,
+                    copy_len,
+                    seed: o.seed,
+                }),
             ..model_record(&ckpt, &model, &done.metrics, shape, o.seq_len)
         };
         let partial = match o.shard {
@@ -605,9 +672,10 @@ impl ModelContext<'_> {
     fn windows(&self, ckpt: &Checkpoint, path: &Path) -> Result<Windows> {
         let o = self.options;
         let c = &ckpt.config;
-        let source = match &o.corpus {
-            Some(p) => CorpusSource::File(p.clone()),
-            None => CorpusSource::BuiltIn { seed: o.seed },
+        let source = match (&o.corpus, o.probe) {
+            (_, Some(ProbeKind::Induction)) => CorpusSource::InductionProbe { seed: o.seed },
+            (Some(p), None) => CorpusSource::File(p.clone()),
+            (None, None) => CorpusSource::BuiltIn { seed: o.seed },
         };
         let corpus_opts = CorpusOptions {
             seq_len: o.seq_len,
@@ -619,7 +687,7 @@ impl ModelContext<'_> {
             bos: c.bos_token_id,
             eos: c.eos_token_id,
         };
-        let needs_text = !matches!(&o.corpus, Some(p) if is_token_ids(p));
+        let needs_text = !matches!(&o.corpus, Some(p) if is_token_ids(p)) && o.probe.is_none();
         let (built, tokenizer_json);
         let origin = path.to_path_buf();
         let tokenizer = match (&o.tokenizer, ckpt.tokenizer_json()) {
@@ -809,6 +877,11 @@ fn metric_options(
             None => Bands::decades(t),
         },
         entropy_of: o.entropy_of,
+        induction_len: match o.probe {
+            Some(ProbeKind::Induction) => Some(copy_len(t)?),
+            None => None,
+        },
+        roles: o.roles,
     })
 }
 

@@ -20,11 +20,13 @@ use crate::analysis::record::{ModelRecord, ProfilePhase};
 use crate::analysis::shard::Shard;
 use crate::analysis::{kernel_layers, ModelSource, Run, RunEvents, RunOptions, RunOutput};
 use crate::attention::VariantKind;
+use crate::corpus::induction::ProbeKind;
 use crate::corpus::{BosMode, WindowMode};
 use crate::device::{parse_dtype, resolve_device, DeviceRequest};
 use crate::error::{Error, Result};
 use crate::export::{Format, OutputDir};
 use crate::metrics::entropy::EntropyOf;
+use crate::metrics::head_role::RoleThresholds;
 use crate::metrics::{Metric, ModelMetrics};
 use crate::results::{self, stage_tables};
 
@@ -38,6 +40,10 @@ pub struct MetricArgs {
     /// Text (.txt, .jsonl) or token ids (.npy, .json); default: built-in generated prose.
     #[arg(long, value_name = "FILE")]
     pub corpus: Option<PathBuf>,
+    /// A built-in probe instead of a corpus: `induction`, windows of BOS, L random token ids
+    /// (from --seed) and the same L again, --seq-len 2L + 1; `analyze` adds induction_score.
+    #[arg(long, value_parser = choice::<ProbeKind>(&ProbeKind::NAMES), value_name = "NAME")]
+    pub probe: Option<ProbeKind>,
     /// tokenizer.json to use instead of the checkpoint's own (or its GGUF metadata).
     #[arg(long, value_name = "FILE")]
     pub tokenizer: Option<PathBuf>,
@@ -135,6 +141,21 @@ pub struct MetricArgs {
     /// Entropy of the effective weights (clamped, renormalised) or of the plain softmax.
     #[arg(long, value_parser = choice::<EntropyOf>(&EntropyOf::NAMES), default_value = "effective")]
     pub entropy_of: EntropyOf,
+    /// head_role: a head whose mean first-token mass reaches this is a sink head.
+    #[arg(long, default_value_t = 0.5, value_name = "MASS")]
+    pub role_sink: f64,
+    /// head_role: local_mass is the mass on the last W keys (distances 0 .. W-1, key 0 not).
+    #[arg(long, default_value_t = 16, value_name = "W")]
+    pub role_local_window: usize,
+    /// head_role: a head whose local_mass reaches this is a local head.
+    #[arg(long, default_value_t = 0.5, value_name = "MASS")]
+    pub role_local: f64,
+    /// head_role: a head whose mass at distance 1 reaches this is a previous-token head.
+    #[arg(long, default_value_t = 0.4, value_name = "MASS")]
+    pub role_prev: f64,
+    /// head_role: a head whose induction_score reaches this is an induction head.
+    #[arg(long, default_value_t = 0.4, value_name = "MASS")]
+    pub role_induction: f64,
     /// `analyze` only: compute just these metrics (comma-separated), e.g.
     /// first_token,entropy,weight_sum,head_total,heatmap,nll.
     #[arg(long, value_parser = choice::<Metric>(Metric::names()), value_delimiter = ',')]
@@ -198,7 +219,7 @@ pub(super) fn run_options(
     metrics: &[Metric],
     command: &str,
 ) -> Result<RunOptions> {
-    let metrics: BTreeSet<Metric> = match (&args.metrics, command) {
+    let mut metrics: BTreeSet<Metric> = match (&args.metrics, command) {
         (Some(chosen), "analyze") => chosen.iter().copied().collect(),
         (Some(_), _) => {
             return Err(Error::usage(format!(
@@ -207,9 +228,14 @@ pub(super) fn run_options(
         }
         (None, _) => metrics.iter().copied().collect(),
     };
+    // the probe's own metric comes with the defaults of `analyze`
+    if args.probe == Some(ProbeKind::Induction) && args.metrics.is_none() && command == "analyze" {
+        metrics.insert(Metric::INDUCTION_SCORE);
+    }
     Ok(RunOptions {
         metrics,
         corpus: args.corpus.clone(),
+        probe: args.probe,
         tokenizer: args.tokenizer.clone(),
         weight_map: args.weight_map.clone(),
         variant: args.variant,
@@ -236,6 +262,13 @@ pub(super) fn run_options(
         sink_eps: args.sink_eps,
         bands: args.bands.clone(),
         entropy_of: args.entropy_of,
+        roles: RoleThresholds {
+            sink: args.role_sink,
+            local_window: args.role_local_window,
+            local: args.role_local,
+            prev: args.role_prev,
+            induction: args.role_induction,
+        },
         shard: match Shard::resolve(args.shard.as_deref(), args.shard_count, |k| {
             std::env::var(k).ok()
         })? {

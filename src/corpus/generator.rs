@@ -10,10 +10,11 @@
 
 /// A small self-contained PRNG (splitmix64): deterministic on every platform.
 #[derive(Debug, Clone)]
-struct SplitMix64(u64);
+pub(super) struct SplitMix64(pub(super) u64);
 
 impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
+    /// The next value: the state advances by 0x9E3779B97F4A7C15, then is mixed.
+    pub(super) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -21,8 +22,8 @@ impl SplitMix64 {
         z ^ (z >> 31)
     }
 
-    /// Uniform in `0..n` (n > 0); the tiny modulo bias is irrelevant here.
-    fn below(&mut self, n: usize) -> usize {
+    /// Uniform in `0..n` (n > 0): `next_u64() % n` (the tiny modulo bias is irrelevant).
+    pub(super) fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n as u64) as usize
     }
 

@@ -2,11 +2,13 @@
 //!
 //! A corpus is a file (`.txt` one document, `.jsonl` one document per line's `text`, `.npy`
 //! or `.json` token ids) or the built-in generated prose ([`generator`]) when no `--corpus`
-//! is given. Text is tokenized with the checkpoint's `tokenizer.json`, each document on its
-//! own and without special tokens. Documents are joined in order with the EOS id between
-//! consecutive ones (when the checkpoint has an EOS) and cut into `num_seqs` consecutive,
-//! non-overlapping windows of `seq_len` ids; with a BOS each window is `[BOS]` followed by
-//! the next `seq_len - 1` ids of the joined stream.
+//! is given; `--probe induction` replaces it with the built-in induction probe
+//! ([`induction`]: BOS, L random ids, the same L again). Text is tokenized with the
+//! checkpoint's `tokenizer.json`, each document on its own and without special tokens.
+//! Documents are joined in order with the EOS id between consecutive ones (when the
+//! checkpoint has an EOS) and cut into `num_seqs` consecutive, non-overlapping windows of
+//! `seq_len` ids; with a BOS each window is `[BOS]` followed by the next `seq_len - 1` ids
+//! of the joined stream.
 //!
 //! Decisions beyond the spec:
 //! - Token-id tables used as windows: a `[seqs, len]` `.npy` (or a `.json` list of lists all
@@ -26,6 +28,7 @@
 //!   are skipped (no doubled EOS).
 
 pub mod generator;
+pub mod induction;
 mod npy;
 mod pieces;
 mod read;
@@ -107,6 +110,8 @@ pub enum CorpusSource {
     File(PathBuf),
     /// The built-in generated prose ([`generator::documents`]).
     BuiltIn { seed: u64 },
+    /// The built-in induction probe ([`induction`]): BOS, L random ids, the same L again.
+    InductionProbe { seed: u64 },
 }
 
 /// Token windows ready for the model, plus provenance for run.json.
@@ -231,6 +236,9 @@ fn load(
                 vocab_size,
                 opts,
             )
+        }
+        CorpusSource::InductionProbe { seed } => {
+            induction::windows(*seed, tokenizer, special, vocab_size, opts)
         }
     }
 }

@@ -207,6 +207,23 @@ pub const KEY_RECEIVED: TableSchema = TableSchema {
     ],
 };
 
+/// `head_roles`: per model, layer and head (1-based) the head's role (sink, local,
+/// previous_token, induction or mixed; README "Head roles") and the scores it was decided
+/// from; induction_score empty where the induction probe did not run.
+pub const HEAD_ROLES: TableSchema = TableSchema {
+    name: "head_roles",
+    columns: &[
+        req("model", Text),
+        req("layer", Int),
+        req("head", Int),
+        req("role", Text),
+        req("first_token", Float),
+        req("local_mass", Float),
+        req("prev_token", Float),
+        req("induction_score", Float),
+    ],
+};
+
 /// `grad_stats` (paper Table 4): statistics of a log metric over a step window.
 pub const GRAD_STATS: TableSchema = TableSchema {
     name: "grad_stats",
@@ -299,7 +316,7 @@ pub const PAPER_TABLES: TableSchema = TableSchema {
 };
 
 /// Every declared table.
-pub const SCHEMAS: [&TableSchema; 15] = [
+pub const SCHEMAS: [&TableSchema; 16] = [
     &ATTENTION,
     &WEIGHT_SUM_HIST,
     &HEATMAP,
@@ -310,6 +327,7 @@ pub const SCHEMAS: [&TableSchema; 15] = [
     &QK_SERIES,
     &ATTENTION_SERIES,
     &KEY_RECEIVED,
+    &HEAD_ROLES,
     &GRAD_STATS,
     &SPIKES,
     &SPIKE_STEPS,

@@ -123,6 +123,12 @@ impl FirstToken {
         }
     }
 
+    /// `[layer][head]` mean first-token mass over sequences and the queries >= min_query
+    /// that see the first token (first_token per head).
+    pub fn per_head(&self) -> Vec<Vec<f64>> {
+        head_means(&self.rows)
+    }
+
     /// Sink rate at threshold `eps`.
     pub fn sink_rate(&self, eps: f64) -> SinkRate {
         let importance = head_means(&self.all_rows);

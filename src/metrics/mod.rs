@@ -40,7 +40,9 @@ pub mod block_pools;
 pub mod distance;
 pub mod entropy;
 pub mod first_token;
+pub mod head_role;
 pub mod heatmap;
+pub mod induction;
 pub mod key_received;
 pub mod layer_stat;
 pub mod max_logit;
@@ -88,6 +90,13 @@ pub struct MetricOptions {
     pub sink_eps: f64,
     pub bands: Bands,
     pub entropy_of: EntropyOf,
+    /// L, each copy's length, of the induction probe (`--probe induction`) the windows
+    /// are; `None`: windows of `2L + 1` tokens are taken as such a probe by induction_score.
+    #[serde(default)]
+    pub induction_len: Option<usize>,
+    /// The head-role thresholds (`--role-*`).
+    #[serde(default)]
+    pub roles: head_role::RoleThresholds,
 }
 
 /// What the metrics need to know of a model's attention variant.

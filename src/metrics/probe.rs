@@ -737,6 +737,8 @@ mod tests {
             sink_eps: 0.1,
             bands: Bands::decades(t),
             entropy_of: EntropyOf::Effective,
+            induction_len: None,
+            roles: Default::default(),
         };
         let windows = vec![vec![0u32; t]; 2 * b];
         let mut host = MetricProbe::new(opts.clone(), (&[KeyWindow::CAUSAL], None), h, &windows);

@@ -7,6 +7,7 @@ use super::{
     alpha_gate, distance, entropy, first_token, heatmap, key_received, max_logit, nll, qk_mean,
     sink_mass, weight_sum, Metric,
 };
+use super::{head_role, induction};
 
 /// Makes an accumulator again from its saved state (a shard's partial result).
 pub type Restore = fn(&[u8]) -> std::result::Result<Box<dyn Accumulator>, rmp_serde::decode::Error>;
@@ -80,5 +81,16 @@ pub static REGISTRY: &[Entry] = &[
         &[Metric::KEY_RECEIVED],
         key_received::build,
         restore::<key_received::KeyReceived>,
+    ),
+    (
+        &[Metric::INDUCTION_SCORE],
+        induction::build,
+        restore::<induction::InductionScore>,
+    ),
+    // after induction_score: head_role's finish reads its scores
+    (
+        &[Metric::HEAD_ROLE],
+        head_role::build,
+        restore::<head_role::HeadScores>,
     ),
 ];

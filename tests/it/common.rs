@@ -61,6 +61,8 @@ pub fn fixture_options(
         sink_eps: 0.3,
         bands: Bands::decades(20),
         entropy_of,
+        induction_len: None,
+        roles: Default::default(),
     }
 }
 

@@ -6,7 +6,6 @@
 use crate::common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use asa_analyze::analysis::plan::block_size;
@@ -78,15 +77,10 @@ fn measure_four_thousand_tokens() {
     let ids: Vec<u32> = (0..t as u32).map(|i| (i * 7 + 3) % 64).collect();
     let windows = vec![ids];
     let opts = MetricOptions {
-        metrics: Metric::defaults().into_iter().collect::<BTreeSet<_>>(),
-        min_query: 1,
-        heatmap_layer: 1,
         heatmap_size: 30,
         profile_query: t - 1,
-        bins: 20,
-        sink_eps: 0.3,
         bands: Bands::decades(t),
-        entropy_of: EntropyOf::Effective,
+        ..fixture_options(Metric::defaults(), EntropyOf::Effective)
     };
     let block = block_size(32 * MIB as u64, 1, heads, t);
     assert!(block < t);

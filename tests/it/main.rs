@@ -13,6 +13,7 @@ mod families;
 mod figures;
 mod fuzz;
 mod golden;
+mod head_roles;
 mod logs;
 mod long_context;
 mod long_sequences;

@@ -174,6 +174,8 @@ fn smollm2_options() -> MetricOptions {
         sink_eps: o["sink_eps"].as_f64().unwrap(),
         bands: Bands::decades(n("seq_len")),
         entropy_of: EntropyOf::Effective,
+        induction_len: None,
+        roles: Default::default(),
     }
 }
 
