@@ -65,8 +65,8 @@ Models = Union[PathLike, Any, Mapping[str, Any], Sequence[Any]]
 
 class Result:
     """An analysis' tables, one polars DataFrame per table of the CLI's `--out` folder
-    under the same name (`.attention`, `.distance_profile`, `.heatmap`, `.nll_position`,
-    ...), and `.run`, the run.json record as a dict."""
+    under the same name (`.attention`, `.distance_profile`, `.head_roles`, `.heatmap`,
+    `.nll_position`, ...), and `.run`, the run.json record as a dict."""
 
     def __init__(self, native: Any) -> None:
         self._native = native

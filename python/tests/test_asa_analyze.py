@@ -101,6 +101,22 @@ def test_document_windows_as_the_cli(tmp_path):
         asa.analyze({"sink": FIXTURES / "sink"}, windows="sampled", **SMALL)
 
 
+def test_the_induction_probe_as_the_cli(tmp_path):
+    # the engineered checkpoint's heads on the probe (tests/it/head_roles.rs checks the values
+    # against tools/make_induction_fixtures.py's float64 reference; here: the CLI's tables)
+    args = dict(seq_len=21, num_seqs=4, seed=3)
+    res = asa.analyze({"hr": FIXTURES / "head_roles"}, probe="induction", progress=False, **args)
+    cli("analyze", f"hr={FIXTURES / 'head_roles'}", "--probe", "induction", "--seq-len", "21",
+        "--num-seqs", "4", "--seed", "3", "--quiet", "--out", "o", cwd=tmp_path)
+    assert_frame_equal_values(res.head_roles, pl.read_csv(tmp_path / "o" / "head_roles.csv"), "head_roles")
+    assert res.head_roles["role"].to_list()[4] == "induction"
+    assert res.run["models"][0]["probe"] == {"probe": "induction", "copy_len": 10, "seed": 3}
+    with pytest.raises(asa.UsageError, match="--seq-len must be odd"):
+        asa.analyze(FIXTURES / "head_roles", probe="induction", seq_len=20, num_seqs=1, progress=False)
+    with pytest.raises(asa.UsageError, match="unknown probe `nope`"):
+        asa.analyze(FIXTURES / "head_roles", probe="nope", seq_len=21, num_seqs=1, progress=False)
+
+
 def test_hub_ids_from_a_huggingface_cache(tmp_path, monkeypatch):
     repo = tmp_path / "hub" / "models--EleutherAI--pythia-tiny"
     shutil.copytree(FIXTURES / "qwen2", repo / "snapshots" / "abc123")
