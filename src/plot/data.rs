@@ -84,6 +84,17 @@ impl Results {
         Ok(results)
     }
 
+    /// These results with `tables` added beside them (tables `figures` does not read, shown
+    /// by the report); a table of a name already held replaces it.
+    pub fn with_tables(mut self, tables: impl IntoIterator<Item = Table>) -> Results {
+        for t in tables {
+            let path = PathBuf::from(format!("{}.csv", t.name));
+            self.sources.entry(t.name.clone()).or_default().push(path);
+            self.tables.insert(t.name.clone(), t);
+        }
+        self
+    }
+
     /// Builds results from tables in memory (tests, `analyze --figures`).
     pub fn from_tables(tables: impl IntoIterator<Item = Table>) -> Results {
         let mut results = Results::default();

@@ -20,9 +20,35 @@ const SCRIPT: &str = include_str!("page.js");
 const ECHARTS: &str = include_str!("vendor/echarts-6.1.0.min.js");
 const ECHARTS_NOTICE: &str = include_str!("vendor/NOTICE-echarts");
 
+/// Tables the report shows beyond those `figures` reads: per-key and per-head results, and
+/// Tables 1-3.
+const MORE_TABLES: [&str; 4] = ["key_received", "head_roles", "block_map", "paper_tables"];
+
 /// The folders' tables and run records, read for a report.
 pub fn load(dirs: &[PathBuf]) -> Result<(Results, Vec<Folder>)> {
     let results = Results::load(dirs)?;
+    let mut more: Vec<crate::export::Table> = Vec::new();
+    for name in MORE_TABLES {
+        let mut joined: Option<crate::export::Table> = None;
+        for dir in dirs {
+            let Some(path) = ["csv", "parquet"]
+                .iter()
+                .map(|e| dir.join(format!("{name}.{e}")))
+                .find(|p| p.is_file())
+            else {
+                continue;
+            };
+            let table = crate::export::read_table(&path)?;
+            crate::export::schema::check_declared(&table)
+                .map_err(|e| Error::input(&path, e.to_string()))?;
+            match &mut joined {
+                None => joined = Some(table),
+                Some(t) => t.append(table),
+            }
+        }
+        more.extend(joined);
+    }
+    let results = results.with_tables(more);
     let folders = dirs
         .iter()
         .map(|dir| {

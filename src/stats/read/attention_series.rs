@@ -86,12 +86,23 @@ pub(super) fn read(path: &Path, request: &LogRequest) -> Result<LogFile> {
             "attention_series table has no mean rows",
         ));
     }
+    join_runs(path, request, &matcher, names, runs)
+}
+
+/// One log of the runs' series (one run per model), or the requests all absent.
+fn join_runs(
+    path: &Path,
+    request: &LogRequest,
+    matcher: &Matcher,
+    names: Vec<String>,
+    runs: Vec<(String, Collector)>,
+) -> Result<LogFile> {
     let mut file: Option<LogFile> = None;
     for (model, collector) in runs {
         let part = collector.finish(
             path,
             LogFormat::AttentionSeries,
-            &matcher,
+            matcher,
             names.clone(),
             Vec::new(),
         )?;
