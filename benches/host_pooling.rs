@@ -41,6 +41,7 @@ fn main() {
         min_query: 1,
         heatmap_layer: 8,
         heatmap_size: 64,
+        map_size: 256,
         profile_query: SEQ_LEN - 1,
         bins: 20,
         sink_eps: 0.3,

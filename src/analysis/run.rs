@@ -108,6 +108,8 @@ pub struct RunOptions {
     /// Heatmap / profile layer, 1-based (default 8, clipped to the depth).
     pub layer: Option<usize>,
     pub size: usize,
+    /// block_map side G: query and key blocks (clipped to the window length).
+    pub map_size: usize,
     pub profile_query: Option<usize>,
     pub bins: usize,
     pub sink_eps: f64,
@@ -153,6 +155,7 @@ impl Default for RunOptions {
             min_query: 1,
             layer: None,
             size: 30,
+            map_size: 256,
             profile_query: None,
             bins: 20,
             sink_eps: 0.3,
@@ -179,6 +182,7 @@ impl RunOptions {
         for (name, value) in [
             ("--bins", self.bins),
             ("--size", self.size),
+            ("--map-size", self.map_size),
             ("--batch-size", self.batch_size),
         ] {
             if value == 0 {
@@ -368,6 +372,11 @@ impl Run {
         o.validate()?;
         let device = resolve_device(o.device)?;
         let dtype = resolve_dtype(o.dtype, &device);
+        if device.is_cuda() && o.metrics.contains(&Metric::BLOCK_MAP) {
+            events.note(
+                "block_map: no CUDA kernel makes its key-block sums; every layer runs on materialised blocks whose weights are reduced on the host",
+            );
+        }
         let map = WeightMap::from_option(o.weight_map.as_deref())?;
         let ctx = ModelContext {
             order: std::cell::Cell::new(0),
@@ -869,6 +878,7 @@ fn metric_options(
         min_query: o.min_query,
         heatmap_layer,
         heatmap_size: o.size.min(t),
+        map_size: o.map_size.min(t),
         profile_query,
         bins: o.bins,
         sink_eps: o.sink_eps,

@@ -13,7 +13,8 @@
 //! f32, no autograd. The row table's columns are those of
 //! `crate::probe::row_table`; each is a sum over the row's keys of e = exp(y - m), y the
 //! row's logits and m their running maximum, divided at the end by the row's denominator
-//! S (+ the sink's e). The numbers are the materialised path's up to rounding, except where
+//! S (+ the sink's e); `block_map`'s key-block columns are such sums over each key block
+//! and the largest e there, rescaled with the others when m grows. The numbers are the materialised path's up to rounding, except where
 //! a sink logit exceeds every real logit by more than ~87: there every f32 e of the
 //! materialised path underflows and its entropy is NaN, while the tiles, which never shift
 //! by the sink, keep the entropy of the (tiny but positive) weights the real keys get.
@@ -31,7 +32,7 @@ use crate::cpu::host::{lane_max, lane_sum, with_cpu_f32};
 use crate::error::Result;
 use crate::probe::row_pass::{band_keys, clamped_entropy_sums, entropy_of_sums, qk_row};
 use crate::probe::row_table::{
-    RowWants, BANDS, ENTROPY, FIRST, QK_ABS_SUM, QK_SUM, SINK_MASS, SUM,
+    KeyBlocks, RowWants, BANDS, ENTROPY, FIRST, QK_ABS_SUM, QK_SUM, SINK_MASS, SUM,
 };
 use crate::probe::KeyWindow;
 use crate::simd_dispatch;
@@ -254,6 +255,91 @@ fn add_band_sums(
     }
 }
 
+/// Adds query `i`'s weights `w` of the tile from key `k0` to its key blocks' sums and
+/// maxima; a tile within one block takes `tile_sum`, the sum of `w`.
+#[inline(always)]
+fn add_block_sums(
+    (sums, maxima): (&mut [f64], &mut [f32]),
+    blocks: KeyBlocks,
+    k0: usize,
+    w: &[f32],
+    tile_sum: f64,
+) {
+    let end = k0 + w.len();
+    blocks.split(k0, end, |b, lo, hi| {
+        let part = &w[lo - k0..hi - k0];
+        sums[b] += if hi - lo == w.len() {
+            tile_sum
+        } else {
+            lane_sum(part, |v| v)
+        };
+        maxima[b] = maxima[b].max(lane_max(part, |v| v));
+    });
+}
+
+/// A row's running sums over parts of its keys: its distance bands and, for `block_map`,
+/// its key blocks' sums and maxima (empty slices where nobody asked for them).
+struct RowParts<'a> {
+    bands: &'a mut [f64],
+    block_sums: &'a mut [f64],
+    block_max: &'a mut [f32],
+}
+
+impl RowParts<'_> {
+    /// No parts (the first pass of Affine-Scaled tiles).
+    fn none() -> RowParts<'static> {
+        RowParts {
+            bands: &mut [],
+            block_sums: &mut [],
+            block_max: &mut [],
+        }
+    }
+
+    /// Every sum and maximum times `c` (the row's maximum grew); only the key blocks up to
+    /// `last` hold any yet.
+    #[inline(always)]
+    fn rescale(&mut self, c: f64, last: usize) {
+        for b in self.bands.iter_mut() {
+            *b *= c;
+        }
+        let seen = (last + 1).min(self.block_sums.len());
+        for s in &mut self.block_sums[..seen] {
+            *s *= c;
+        }
+        let c = c as f32;
+        // a block not seen yet stays at -inf (never -inf * 0 where c underflows)
+        for m in self.block_max[..seen].iter_mut().filter(|m| m.is_finite()) {
+            *m *= c;
+        }
+    }
+
+    /// Adds query `i`'s weights `w` of the tile from key `k0` (their sum `tile_sum`).
+    #[inline(always)]
+    fn add(&mut self, wants: &RowWants, (k0, i): (usize, usize), w: &[f32], tile_sum: f64) {
+        add_band_sums(self.bands, wants, (k0, i), w, tile_sum);
+        if let Some(blocks) = wants.key_blocks {
+            let parts = (&mut *self.block_sums, &mut *self.block_max);
+            add_block_sums(parts, blocks, k0, w, tile_sum);
+        }
+    }
+}
+
+/// Writes a row's key-block columns (see `crate::probe::row_table`): its blocks' sums and
+/// maxima times `weight` (the row's 1 / denominator; 1 for weights already final); a block
+/// the row saw no key of (maximum -inf) holds 0.
+fn write_blocks(cell: &mut [f32], wants: &RowWants, (sums, maxima): (&[f64], &[f32]), weight: f64) {
+    let Some((blocks, c)) = wants.key_blocks.zip(wants.key_block_columns()) else {
+        return;
+    };
+    let (sum_cells, max_cells) = cell[c..].split_at_mut(blocks.blocks);
+    for b in 0..blocks.blocks {
+        if maxima[b] > f32::NEG_INFINITY || maxima[b].is_nan() {
+            sum_cells[b] = (sums[b] * weight) as f32;
+            max_cells[b] = (maxima[b] as f64 * weight) as f32;
+        }
+    }
+}
+
 /// A finished row's values for its table line.
 struct RowLine {
     first: f32,
@@ -299,8 +385,9 @@ fn write_line(
 }
 
 /// One query row's visible keys of one key tile: raw q.k `x` in, e out (`weights`, same
-/// length), sums updated; `bands` are the row's band sums and `out` its output row, both
-/// rescaled when the maximum grows. `k0` is the tile's first key, `i` the query.
+/// length), sums updated; `parts` are the row's band and key-block sums and `out` its
+/// output row, all rescaled when the maximum grows. `k0` is the tile's first key, `i` the
+/// query.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn tile_row(
@@ -308,7 +395,7 @@ fn tile_row(
     (rule, scratch): (RowLogits, &mut [f32]),
     weights: &mut [MaybeUninit<f32>],
     sums: &mut RowSums,
-    bands: &mut [f64],
+    mut parts: RowParts,
     out: &mut [f32],
     (scale, k0, i): (f32, usize, usize),
     wants: Option<&RowWants>,
@@ -328,9 +415,10 @@ fn tile_row(
         sums.sum_ey = c * (sums.sum_ey + sums.sum * shift);
         sums.sum *= c;
         sums.first *= c;
-        for b in bands.iter_mut() {
-            *b *= c;
-        }
+        let last = wants
+            .and_then(|w| w.key_blocks)
+            .map_or(0, |b| b.block_of(k0));
+        parts.rescale(c, last);
         let c = c as f32;
         for o in out.iter_mut() {
             *o *= c;
@@ -351,7 +439,7 @@ fn tile_row(
         sums.first += e[0] as f64;
     }
     if let Some(wants) = wants {
-        add_band_sums(bands, wants, (k0, i), e, sum);
+        parts.add(wants, (k0, i), e, sum);
     }
 }
 
@@ -364,10 +452,11 @@ fn max_before_cap(sums: &RowSums) -> f32 {
 }
 
 /// The row's table line (the columns of `crate::probe::row_table`) and its output row
-/// divided by the denominator; `sink` is the row's sink logit.
+/// divided by the denominator; `sink` is the row's sink logit; `parts` its bands' sums and
+/// its key blocks' sums and maxima.
 fn finish_row(
     sums: &RowSums,
-    bands: &[f64],
+    (bands, blocks): (&[f64], (&[f64], &[f32])),
     out: &mut [f32],
     cell: &mut [f32],
     (sink, i): (Option<f32>, usize),
@@ -403,6 +492,7 @@ fn finish_row(
         bands.iter().map(|b| (b * weight) as f32),
         i,
     );
+    write_blocks(cell, wants, blocks, weight);
 }
 
 /// Affine-Scaled weights a_ij = alpha_i p_ij + beta_i over the visible keys, with beta_i =
@@ -442,7 +532,7 @@ fn affine_tile_row(
     weights: &mut [f32],
     softmax: &RowSums,
     acc: &mut AffineSums,
-    bands: &mut [f64],
+    mut parts: RowParts,
     (scale, k0, i): (f32, usize, usize),
     (alpha, beta): (f32, f32),
     wants: Option<&RowWants>,
@@ -465,7 +555,7 @@ fn affine_tile_row(
     acc.mass += mass;
     acc.w_ln_w += w_ln_w;
     if let Some(wants) = wants {
-        add_band_sums(bands, wants, (k0, i), weights, tile_sum);
+        parts.add(wants, (k0, i), weights, tile_sum);
     }
 }
 
@@ -473,7 +563,7 @@ fn affine_tile_row(
 fn finish_affine_row(
     softmax: &RowSums,
     acc: &AffineSums,
-    bands: &[f64],
+    (bands, blocks): (&[f64], (&[f64], &[f32])),
     cell: &mut [f32],
     i: usize,
     wants: Option<&RowWants>,
@@ -492,6 +582,7 @@ fn finish_affine_row(
         max_logit: max_before_cap(softmax),
     };
     write_line(cell, wants, line, bands.iter().map(|&b| b as f32), i);
+    write_blocks(cell, wants, blocks, 1.0);
 }
 
 /// Where a task's tiles sit: `rows` query rows, head dim `d`, tile buffers of row stride
@@ -601,6 +692,8 @@ struct TaskAt {
     first_key: usize,
     tile: usize,
     n_bands: usize,
+    /// Key blocks per row (0 without `block_map`).
+    n_blocks: usize,
 }
 
 impl TaskAt {
@@ -637,7 +730,7 @@ impl TaskAt {
 }
 
 /// A task's buffers: its query rows, the tile's logits and weights, the rule's scratch row,
-/// the output rows, each row's running sums and band sums.
+/// the output rows, each row's running sums, band sums and key blocks' sums and maxima.
 struct TaskBuffers {
     q_rows: Vec<f32>,
     logits: Vec<f32>,
@@ -646,6 +739,8 @@ struct TaskBuffers {
     out: Vec<f32>,
     sums: Vec<RowSums>,
     bands: Vec<f64>,
+    block_sums: Vec<f64>,
+    block_max: Vec<f32>,
 }
 
 impl TaskBuffers {
@@ -669,7 +764,36 @@ impl TaskBuffers {
             out: vec![0f32; rows * d],
             sums: vec![RowSums::new(); rows],
             bands: vec![0f64; rows * at.n_bands],
+            block_sums: vec![0f64; rows * at.n_blocks],
+            block_max: vec![f32::NEG_INFINITY; rows * at.n_blocks],
         }
+    }
+
+    /// Task row `r`'s finished parts: band sums, and key blocks' sums and maxima.
+    fn parts_of(&self, at: &TaskAt, r: usize) -> (&[f64], (&[f64], &[f32])) {
+        let (nb, nk) = (at.n_bands, at.n_blocks);
+        (
+            &self.bands[r * nb..(r + 1) * nb],
+            (
+                &self.block_sums[r * nk..(r + 1) * nk],
+                &self.block_max[r * nk..(r + 1) * nk],
+            ),
+        )
+    }
+}
+
+/// Task row `r`'s parts (band sums, key blocks' sums and maxima) in a task's buffers of
+/// them.
+fn row_parts<'a>(
+    (bands, sums, maxima): (&'a mut [f64], &'a mut [f64], &'a mut [f32]),
+    at: &TaskAt,
+    r: usize,
+) -> RowParts<'a> {
+    let (nb, nk) = (at.n_bands, at.n_blocks);
+    RowParts {
+        bands: &mut bands[r * nb..(r + 1) * nb],
+        block_sums: &mut sums[r * nk..(r + 1) * nk],
+        block_max: &mut maxima[r * nk..(r + 1) * nk],
     }
 }
 
@@ -712,6 +836,7 @@ fn task(
         // short rows need no full-width tile buffers
         tile: tile.min(q0 + nq - first_key),
         n_bands: wants.map_or(0, |w| w.bands.len()),
+        n_blocks: wants.and_then(|w| w.key_blocks).map_or(0, |k| k.blocks),
     };
     let width = wants.map_or(1, RowWants::width);
     let kv_at = (seq * kv + kv_head) * t * d;
@@ -720,26 +845,26 @@ fn task(
     let mut buf = TaskBuffers::new(q, dims, at, logits.rule);
     online_pass(&mut buf, kv, dims, at, logits, wants);
     let mut cells = vec![0f32; at.rows * width];
-    let bands_of = |r: usize| r * at.n_bands..(r + 1) * at.n_bands;
     let Some(affine) = logits.affine else {
+        let mut out = std::mem::take(&mut buf.out);
         for r in 0..at.rows {
             finish_row(
                 &buf.sums[r],
-                &buf.bands[bands_of(r)],
-                &mut buf.out[r * d..(r + 1) * d],
+                buf.parts_of(&at, r),
+                &mut out[r * d..(r + 1) * d],
                 &mut cells[r * width..(r + 1) * width],
                 (sinks.map(|s| s[at.head(r)]), at.query(r)),
                 wants,
             );
         }
-        return (buf.out, cells);
+        return (out, cells);
     };
     let acc = affine_pass(&mut buf, kv, dims, at, logits, affine, wants);
     for r in 0..at.rows {
         finish_affine_row(
             &buf.sums[r],
             &acc[r],
-            &buf.bands[bands_of(r)],
+            buf.parts_of(&at, r),
             &mut cells[r * width..(r + 1) * width],
             at.query(r),
             wants,
@@ -761,7 +886,7 @@ fn online_pass(
 ) {
     let (scale, logits_rule) = (logits.scale, logits.rule);
     let weights_final = logits.affine.is_none();
-    let (d, n_bands) = (dims.d, at.n_bands);
+    let d = dims.d;
     let online_wants = if weights_final { wants } else { None };
     for k0 in at.tile_starts() {
         let tile = at.tile_at(d, k0);
@@ -784,10 +909,18 @@ fn online_pass(
             // the row's keys from key `from` on
             let from = k0 + lo;
             let rule = (logits_rule.row(at.head(r), i, from), &mut buf.scratch[..]);
-            let (band, o): (&mut [f64], &mut [f32]) = match weights_final {
-                false => (&mut [], &mut []),
+            let (parts, o): (RowParts, &mut [f32]) = match weights_final {
+                false => (RowParts::none(), &mut []),
                 true => (
-                    &mut buf.bands[r * n_bands..(r + 1) * n_bands],
+                    row_parts(
+                        (
+                            &mut buf.bands[..],
+                            &mut buf.block_sums[..],
+                            &mut buf.block_max[..],
+                        ),
+                        &at,
+                        r,
+                    ),
                     &mut buf.out[r * d..(r + 1) * d],
                 ),
             };
@@ -797,7 +930,7 @@ fn online_pass(
                 rule,
                 e,
                 &mut buf.sums[r],
-                band,
+                parts,
                 o,
                 at,
                 online_wants
@@ -821,12 +954,12 @@ fn affine_pass(
     wants: Option<&RowWants>,
 ) -> Vec<AffineSums> {
     let (scale, logits_rule) = (logits.scale, logits.rule);
-    let (d, n_bands) = (dims.d, at.n_bands);
+    let d = dims.d;
     let mut acc = vec![AffineSums::default(); at.rows];
     for k0 in at.tile_starts() {
         let tile = at.tile_at(d, k0);
         qk_tile(&mut buf.logits, &buf.q_rows, k, tile);
-        for r in 0..at.rows {
+        for (r, acc) in acc.iter_mut().enumerate() {
             let (head, i) = (at.head(r), at.query(r));
             let row = r * at.tile;
             let (lo, hi) = visible_in_tile(dims.window, i, k0, tile.width);
@@ -848,15 +981,20 @@ fn affine_pass(
             );
             let x = &buf.logits[row + lo..row + hi];
             let rule = (logits_rule.row(head, i, from), &mut buf.scratch[..]);
-            let band = &mut buf.bands[r * n_bands..(r + 1) * n_bands];
+            let parts = (
+                &mut buf.bands[..],
+                &mut buf.block_sums[..],
+                &mut buf.block_max[..],
+            );
+            let parts = row_parts(parts, &at, r);
             let at = (scale, from, i);
             simd_dispatch!(affine_tile_row(
                 x,
                 rule,
                 w,
                 &buf.sums[r],
-                &mut acc[r],
-                band,
+                acc,
+                parts,
                 at,
                 (alpha, beta),
                 wants
@@ -1083,7 +1221,7 @@ mod tests {
         (q_start, n, window): (usize, usize, Option<usize>),
         (scale, rule): (f64, Rule),
         sinks: Option<&[f32]>,
-        bands: &[(usize, usize)],
+        bands: (&[(usize, usize)], Option<KeyBlocks>),
     ) -> Expected {
         expected_affine(
             (q, k, v),
@@ -1099,7 +1237,9 @@ mod tests {
     /// [`expected`] with Affine-Scaled weights a = alpha p + beta, beta = (alpha_ma - alpha)
     /// / N, N = t (`full`) or i + 1, when `affine` = (alpha `[b, heads, t]`, alpha_ma, full)
     /// is given; then the entropy is that of max(a, 0) renormalised. With a `window` of w
-    /// keys, query i sees keys i - w < j <= i only.
+    /// keys, query i sees keys i - w < j <= i only. With key `blocks`, each row's cells end
+    /// with the sums, then the maxima, of its visible weights in each key block (0 where it
+    /// sees none).
     #[allow(clippy::too_many_arguments)]
     fn expected_affine(
         (q, k, v): (&[f32], &[f32], &[f32]),
@@ -1107,7 +1247,7 @@ mod tests {
         (q_start, n, window): (usize, usize, Option<usize>),
         (scale, rule): (f64, Rule),
         sinks: Option<&[f32]>,
-        bands: &[(usize, usize)],
+        (bands, blocks): (&[(usize, usize)], Option<KeyBlocks>),
         affine: Option<(&[f32], &[f32], bool)>,
     ) -> Expected {
         let groups = heads / kv;
@@ -1175,6 +1315,25 @@ mod tests {
                     }
                     // the row's largest logit over its real keys (never the sink)
                     cell.push(y.iter().cloned().fold(f64::MIN, f64::max));
+                    if let Some(blocks) = blocks {
+                        // block c holds keys floor(c t / G) .. floor((c + 1) t / G)
+                        let g = blocks.blocks;
+                        let in_block =
+                            |c: usize| (c * t / g..(c + 1) * t / g).filter(|&j| j >= lo && j <= i);
+                        let sums = (0..g).map(|c| in_block(c).map(|j| w[j]).sum::<f64>());
+                        let maxima = (0..g).map(|c| {
+                            let m = in_block(c).map(|j| w[j]).fold(f64::NEG_INFINITY, f64::max);
+                            if m == f64::NEG_INFINITY {
+                                0.0
+                            } else {
+                                m
+                            }
+                        });
+                        let (sums, maxima): (Vec<f64>, Vec<f64>) =
+                            (sums.collect(), maxima.collect());
+                        cell.extend(sums);
+                        cell.extend(maxima);
+                    }
                     cells.push(cell);
                 }
             }
@@ -1194,11 +1353,14 @@ mod tests {
             tensors: (qt, kt, vt),
         } = inputs((b, heads, kv, t, d), 1, 2.5);
         let bands = vec![(0, 1), (1, 10), (10, usize::MAX)];
+        // block_map's key blocks: 7 of the 45 keys (6 or 7 keys each), across the tiles
+        let blocks = KeyBlocks::new(7, t);
         let wants = RowWants {
             first: true,
             sum: true,
             entropy: true,
             bands: bands.clone(),
+            key_blocks: Some(blocks),
             max_logit: true,
         };
         let sinks = values(heads, 4, 3.0);
@@ -1251,7 +1413,7 @@ mod tests {
                         (q_start, n, window),
                         (scale, rule),
                         sink,
-                        &bands,
+                        (&bands, Some(blocks)),
                     );
                     let close =
                         |got: f32, want: f64| (got as f64 - want).abs() <= 1e-6 + 1e-5 * want.abs();
@@ -1322,7 +1484,7 @@ mod tests {
             (0, t, None),
             (0.5, Rule::Plain),
             Some(&sinks),
-            &[],
+            (&[], None),
         );
         let table = table.to_vec2::<f32>().unwrap();
         for (got, want) in table.iter().zip(&want.cells) {
@@ -1375,7 +1537,7 @@ mod tests {
             (3, 17, None),
             (0.5, Rule::Plain),
             None,
-            &[],
+            (&[], None),
         );
         for (got, want) in table.to_vec2::<f32>().unwrap().iter().zip(&want.cells) {
             assert_eq!(got.len(), BANDS);
@@ -1398,6 +1560,7 @@ mod tests {
             entropy: true,
             bands: vec![(0, 1), (1, usize::MAX)],
             max_logit: false,
+            key_blocks: None,
         };
         let sinks = [1000f32, 1000.0];
         let (out, table) = causal_attention(
@@ -1429,7 +1592,7 @@ mod tests {
             (0, t, None),
             (0.5, Rule::Plain),
             None,
-            &[],
+            (&[], None),
         );
         for (got, want) in table.to_vec2::<f32>().unwrap().iter().zip(&want.cells) {
             assert_eq!(got[SINK_MASS], 1.0);
@@ -1462,11 +1625,14 @@ mod tests {
         alpha[t + 5] = 0.0; // sequence 0, head 1 (alpha_ma -0.4), query 5
         let alpha_ma = [0.6f32, -0.4, 0.9, 0.2, -0.1, 1.0];
         let bands = vec![(0, 1), (1, 10), (10, usize::MAX)];
+        // key blocks of 6 or 7 of the 33 keys; negative weights make negative maxima
+        let blocks = KeyBlocks::new(5, t);
         let wants = RowWants {
             first: true,
             sum: true,
             entropy: true,
             bands: bands.clone(),
+            key_blocks: Some(blocks),
             max_logit: true,
         };
         let scale = 0.35f64;
@@ -1511,7 +1677,7 @@ mod tests {
                         (q_start, n, None),
                         (scale, Rule::Plain),
                         None,
-                        &bands,
+                        (&bands, Some(blocks)),
                         Some((&alpha, &alpha_ma, full)),
                     );
                     let close = |got: f32, want: f64| {

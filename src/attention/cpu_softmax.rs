@@ -15,7 +15,7 @@ use rayon::prelude::*;
 use crate::cpu::fast_math::exp;
 use crate::cpu::host::{lane_max, with_cpu_f32};
 use crate::error::Result;
-use crate::probe::row_pass::{entropy_of_sums, qk_row, row_values};
+use crate::probe::row_pass::{entropy_of_sums, key_block_values, qk_row, row_values};
 use crate::probe::row_table::{RowWants, QK_ABS_SUM, QK_SUM, SINK_MASS};
 use crate::simd_dispatch;
 
@@ -122,6 +122,10 @@ fn softmax_cell(
     // SAFETY: softmax_row wrote every element of `out`
     let weights = unsafe { &*(out as *const [MaybeUninit<f32>] as *const [f32]) };
     row_values(cell, weights, i, wants, Some(entropy));
+    // causal rows (the fused softmax masks no window): the keys 0 ..= i
+    if let Some((blocks, c)) = wants.key_blocks.zip(wants.key_block_columns()) {
+        key_block_values(&mut cell[c..], weights, 0, blocks);
+    }
     let (qk, qk_abs) = qk_row(x);
     cell[SINK_MASS] = mass;
     cell[QK_SUM] = qk as f32;
@@ -294,6 +298,8 @@ mod row_table_tests {
             entropy: true,
             bands: vec![(0, 1), (1, 10), (10, usize::MAX)],
             max_logit: false,
+            // block_map's columns too: 5 key blocks of the 37 keys
+            key_blocks: Some(crate::probe::row_table::KeyBlocks::new(5, keys)),
         };
         let width = wants.width();
         let sinks = [0.5f32, -1.0];
@@ -304,7 +310,8 @@ mod row_table_tests {
             let (want_weights, mass) = causal_softmax(&raw, 0.125, q_start, sink).unwrap().unwrap();
             let host = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
             assert_eq!(host(&weights), host(&want_weights));
-            let want = weight_rows(&want_weights, q_start, &wants)
+            let causal = crate::probe::KeyWindow::CAUSAL;
+            let want = weight_rows(&want_weights, q_start, causal, &wants)
                 .unwrap()
                 .unwrap();
             let table = host(&table);

@@ -6,6 +6,12 @@
 //! `CaptureProbe`) never change it; the attention tensors they want are materialised for
 //! them with candle ops in a pass of their own after the layer's kernel ran (the phase
 //! "attention: blocks materialised for observers" of `--profile`).
+//!
+//! `block_map`'s key-block columns ([`RowWants::key_blocks`]) are filled by the CPU's
+//! kernels only (the flash tiles, the fused softmax and the row pass over a materialised
+//! block): the CUDA kernels do not compute them, so on a GPU such a layer runs the
+//! materialised blocks (candle ops) and the CPU row pass reads a host copy of each block's
+//! weights (run.json's `kernels` shows it, and a note says why).
 
 use crate::probe::row_table::{RowWants, MAX_BANDS};
 pub use crate::probe::Kernel;
@@ -72,12 +78,14 @@ pub fn plan(f: &Facts) -> Kernel {
         && (!f.sinks || f.host_sinks)
         && (!f.affine || f.alpha_ma)
         && tiles_serve_probe;
-    // the GPU's tiles (cuda/flash.cu): any of its dtypes, sinks read on the device
+    // the GPU's tiles (cuda/flash.cu): any of its dtypes, sinks read on the device; no
+    // key-block columns
     let gpu_flash_serves = f.device == DeviceKind::Cuda
         && !training
         && (!f.affine || (f.alpha_ma && !f.sinks))
         && f.head_dim <= GPU_FLASH_HEAD_DIM
         && f.rows.as_ref().is_none_or(|r| r.bands.len() <= MAX_BANDS)
+        && f.rows.as_ref().is_none_or(|r| r.key_blocks.is_none())
         && tiles_serve_probe;
     if flash_serves || gpu_flash_serves {
         return Kernel::FlashTiles;
@@ -86,7 +94,11 @@ pub fn plan(f: &Facts) -> Kernel {
         let plain = f.plain_logits && !f.affine && !reads_maps && !training;
         let device = match f.device {
             DeviceKind::Cpu => f.f32 && (!f.sinks || f.host_sinks),
-            DeviceKind::Cuda => rows.bands.len() <= MAX_BANDS && (!f.sinks || f.sinks_f32),
+            DeviceKind::Cuda => {
+                rows.bands.len() <= MAX_BANDS
+                    && (!f.sinks || f.sinks_f32)
+                    && rows.key_blocks.is_none()
+            }
             DeviceKind::Other => false,
         };
         if plain && device && !f.windowed {
@@ -107,6 +119,7 @@ pub fn plan(f: &Facts) -> Kernel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probe::row_table::KeyBlocks;
 
     /// CPU f32 inference of a softmax layer whose probe takes rows.
     fn cpu_rows() -> Facts {
@@ -260,5 +273,27 @@ mod tests {
             ..windowed
         };
         assert_eq!(plan(&cuda), Kernel::Materialised);
+    }
+
+    #[test]
+    fn key_blocks_take_the_cpu_kernels_and_the_materialised_blocks_on_a_gpu() {
+        let blocks = RowWants {
+            key_blocks: Some(KeyBlocks::new(8, 64)),
+            ..RowWants::default()
+        };
+        let f = Facts {
+            rows: Some(blocks),
+            ..cpu_rows()
+        };
+        assert_eq!(plan(&f), Kernel::FlashTiles);
+        // no CUDA kernel fills them: neither the GPU's tiles nor its fused rows
+        for head_dim in [64, 512] {
+            let cuda = Facts {
+                device: DeviceKind::Cuda,
+                head_dim,
+                ..f.clone()
+            };
+            assert_eq!(plan(&cuda), Kernel::Materialised, "head dim {head_dim}");
+        }
     }
 }

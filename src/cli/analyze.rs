@@ -126,6 +126,9 @@ pub struct MetricArgs {
     /// Heatmap size (queries and keys).
     #[arg(long, default_value_t = 30)]
     pub size: usize,
+    /// block_map side: G x G blocks of queries and keys (G = min(map-size, seq-len)).
+    #[arg(long, default_value_t = 256)]
+    pub map_size: usize,
     /// Query of the profile, 0-based (default: the last).
     #[arg(long)]
     pub profile_query: Option<usize>,
@@ -257,6 +260,7 @@ pub(super) fn run_options(
         min_query: args.min_query,
         layer: args.layer,
         size: args.size,
+        map_size: args.map_size,
         profile_query: args.profile_query,
         bins: args.bins,
         sink_eps: args.sink_eps,

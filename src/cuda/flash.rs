@@ -680,6 +680,7 @@ mod tests {
             entropy: true,
             bands: vec![(0, 1), (1, 10), (10, 100), (100, usize::MAX)],
             max_logit: true,
+            key_blocks: None,
         };
         let block = QueryBlock {
             q_start: case.q_start,

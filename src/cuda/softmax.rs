@@ -184,6 +184,7 @@ mod tests {
             entropy: true,
             bands: vec![(0, 1), (1, 10), (10, 100), (100, usize::MAX)],
             max_logit: false,
+            key_blocks: None,
         };
         let sink_logits = Tensor::new(&[0.5f32, -1.0, 9.0], &cpu)
             .unwrap()
@@ -207,7 +208,10 @@ mod tests {
                     }
                     None => (candle_nn::ops::softmax(&scores, D::Minus1).unwrap(), None),
                 };
-                let want_table = weight_rows(&want_w, q_start, &wants).unwrap().unwrap();
+                let causal = crate::probe::KeyWindow::CAUSAL;
+                let want_table = weight_rows(&want_w, q_start, causal, &wants)
+                    .unwrap()
+                    .unwrap();
                 let want_rows = split_table(&want_table, &wants);
                 let (qk, qk_abs) = qk_sums(&raw32, q_start, crate::probe::KeyWindow::CAUSAL)
                     .unwrap()

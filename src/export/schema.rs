@@ -224,6 +224,25 @@ pub const HEAD_ROLES: TableSchema = TableSchema {
     ],
 };
 
+/// `block_map`: the attention map at a fixed resolution, a row per (layer, head, cell
+/// with a visible pair, stat): query positions `[q_lo, q_hi)`, key positions `[k_lo, k_hi)`,
+/// stat `mean` or `max`; head empty: over heads. Written as Parquet whatever `--format`
+/// says ([`TableSchema::parquet_only`]): it is large.
+pub const BLOCK_MAP: TableSchema = TableSchema {
+    name: "block_map",
+    columns: &[
+        req("model", Text),
+        req("layer", Int),
+        req("head", Int),
+        req("q_lo", Int),
+        req("q_hi", Int),
+        req("k_lo", Int),
+        req("k_hi", Int),
+        req("stat", Text),
+        req("value", Float),
+    ],
+};
+
 /// `grad_stats` (paper Table 4): statistics of a log metric over a step window.
 pub const GRAD_STATS: TableSchema = TableSchema {
     name: "grad_stats",
@@ -316,7 +335,7 @@ pub const PAPER_TABLES: TableSchema = TableSchema {
 };
 
 /// Every declared table.
-pub const SCHEMAS: [&TableSchema; 16] = [
+pub const SCHEMAS: [&TableSchema; 17] = [
     &ATTENTION,
     &WEIGHT_SUM_HIST,
     &HEATMAP,
@@ -328,6 +347,7 @@ pub const SCHEMAS: [&TableSchema; 16] = [
     &ATTENTION_SERIES,
     &KEY_RECEIVED,
     &HEAD_ROLES,
+    &BLOCK_MAP,
     &GRAD_STATS,
     &SPIKES,
     &SPIKE_STEPS,
@@ -392,6 +412,14 @@ impl TableSchema {
             }
         }
         Ok(())
+    }
+}
+
+impl TableSchema {
+    /// Whether the table is written as Parquet whatever the run's `--format` (SPEC section
+    /// 6: `block_map.parquet`, too large for CSV).
+    pub fn parquet_only(&self) -> bool {
+        self.name == BLOCK_MAP.name
     }
 }
 

@@ -163,10 +163,15 @@ impl OutputDir {
         &self.staging
     }
 
-    /// Stages a table as `<name>.<ext>`.
+    /// Stages a table as `<name>.<ext>` (Parquet for a table declared so, whatever the
+    /// folder's format: `schema::TableSchema::parquet_only`).
     pub fn write(&mut self, table: &Table) -> Result<()> {
-        let file = format!("{}.{}", table.name, self.format.extension());
-        write_table(table, &self.staging.join(&file), self.format)?;
+        let format = match super::schema::schema(&table.name) {
+            Some(s) if s.parquet_only() => Format::Parquet,
+            _ => self.format,
+        };
+        let file = format!("{}.{}", table.name, format.extension());
+        write_table(table, &self.staging.join(&file), format)?;
         self.push(file, false);
         Ok(())
     }

@@ -11,7 +11,7 @@ use super::results::ModelMetrics;
 use super::{MetricOptions, VariantTraits};
 use crate::error::Result;
 pub use crate::probe::row_pass::QkSums;
-use crate::probe::row_table::{Column, RowWants};
+use crate::probe::row_table::{Column, KeyBlocks, RowWants};
 use crate::probe::{BlockCtx, Hook, KeyWindow};
 
 /// What an accumulator reads. The probe asks the kernels for the union of every
@@ -44,6 +44,7 @@ impl Needs {
         self.rows.sum |= other.rows.sum;
         self.rows.entropy |= other.rows.entropy;
         self.rows.max_logit |= other.rows.max_logit;
+        self.rows.key_blocks = self.rows.key_blocks.or(other.rows.key_blocks);
         // every band either reads, each once, in the order first seen: an accumulator finds
         // its own bands' columns by range (`RowWants::band_columns`)
         for band in other.rows.bands {
@@ -69,7 +70,7 @@ impl Needs {
     /// Whether a column of the pattern's row table is read (the weights' reductions).
     pub fn reads_pattern_rows(&self) -> bool {
         let r = &self.rows;
-        r.first || r.sum || r.entropy || !r.bands.is_empty()
+        r.first || r.sum || r.entropy || !r.bands.is_empty() || r.key_blocks.is_some()
     }
 
     /// Whether `hook` (a block or once-per-layer hook) must be computed for these needs.
@@ -95,6 +96,47 @@ pub struct Rows<'a> {
     /// The table's distance bands (`RowWants::bands` of the union of every need): where
     /// each band's column is ([`RowWants::band_columns`]).
     pub bands: &'a [(usize, usize)],
+}
+
+/// A block's key-block columns (`block_map`): per row, in `[batch, head, n]` order, the sum
+/// and then the maximum of its weights over each of the G key blocks ([`KeyBlocks`]; a
+/// block the row sees no key of holds 0 in both), read in place from the host row table.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyBlockRows<'a> {
+    table: &'a [f32],
+    width: usize,
+    column: usize,
+    pub blocks: KeyBlocks,
+}
+
+impl<'a> KeyBlockRows<'a> {
+    /// The columns from `column` on (G sums, then G maxima) of a host `table` of `width`
+    /// columns.
+    pub fn new(table: &'a [f32], width: usize, column: usize, blocks: KeyBlocks) -> Self {
+        KeyBlockRows {
+            table,
+            width: width.max(1),
+            column,
+            blocks,
+        }
+    }
+
+    /// Rows of the table.
+    pub fn rows(&self) -> usize {
+        self.table.len() / self.width
+    }
+
+    /// Row `row`'s sums over each key block, `[G]`.
+    pub fn sums(&self, row: usize) -> &'a [f32] {
+        let at = row * self.width + self.column;
+        &self.table[at..at + self.blocks.blocks]
+    }
+
+    /// Row `row`'s largest weight in each key block, `[G]`.
+    pub fn maxima(&self, row: usize) -> &'a [f32] {
+        let at = row * self.width + self.column + self.blocks.blocks;
+        &self.table[at..at + self.blocks.blocks]
+    }
 }
 
 /// A block's weights themselves, handed on only when an accumulator asked for them
@@ -131,6 +173,8 @@ pub struct BlockEvent<'a> {
     pub qk: Option<QkSums>,
     /// The block's weights, when asked for.
     pub weights: Option<Weights<'a>>,
+    /// Each row's sums and maxima over the key blocks (`block_map`).
+    pub key_blocks: Option<KeyBlockRows<'a>>,
 }
 
 /// One event of a forward pass.
@@ -220,6 +264,7 @@ impl<'a> BlockEvent<'a> {
             max_logit: None,
             qk: None,
             weights: None,
+            key_blocks: None,
         }
     }
 }

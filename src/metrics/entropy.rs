@@ -172,6 +172,7 @@ impl MetricResult for EntropyResult {
 mod tests {
     use crate::probe::row_pass::weight_rows;
     use crate::probe::row_table::{RowWants, ENTROPY};
+    use crate::probe::KeyWindow;
     use candle_core::{Device, Tensor};
 
     #[test]
@@ -185,7 +186,9 @@ mod tests {
         let entropy = |row: &[f32]| {
             // the last query of a block sees every key
             let a = Tensor::from_vec(row.to_vec(), (1, 1, 1, row.len()), &Device::Cpu).unwrap();
-            weight_rows(&a, row.len() - 1, &wants).unwrap().unwrap()[ENTROPY]
+            weight_rows(&a, row.len() - 1, KeyWindow::CAUSAL, &wants)
+                .unwrap()
+                .unwrap()[ENTROPY]
         };
         assert!((entropy(&[0.5, 0.5]) - std::f64::consts::LN_2 as f32).abs() < 1e-6);
         assert!((entropy(&[0.6, -0.2, 0.2]) - 0.562335).abs() < 1e-6);

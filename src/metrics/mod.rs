@@ -36,6 +36,7 @@
 
 pub mod accumulator;
 pub mod alpha_gate;
+pub mod block_map;
 pub mod block_pools;
 pub mod distance;
 pub mod entropy;
@@ -62,7 +63,7 @@ pub mod weight_sum;
 use std::collections::BTreeSet;
 
 pub use accumulator::{
-    Accumulator, BlockEvent, Event, FinishCtx, Needs, QkSums, Rows, Setup, Weights,
+    Accumulator, BlockEvent, Event, FinishCtx, KeyBlockRows, Needs, QkSums, Rows, Setup, Weights,
 };
 pub use metric::Metric;
 pub use probe::{MetricProbe, ProbeState, RestoreError};
@@ -82,6 +83,8 @@ pub struct MetricOptions {
     pub heatmap_layer: usize,
     /// Heatmap side, <= T.
     pub heatmap_size: usize,
+    /// block_map side G (query and key blocks), <= T.
+    pub map_size: usize,
     /// Query of the profile, 0-based, < T.
     pub profile_query: usize,
     /// Weight-sum histogram bins.

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use candle_core::{DType, Device, Tensor};
 
 use super::accumulator::{
-    Accumulator, BlockEvent, Event, FinishCtx, Needs, QkSums, Rows, Setup, Weights,
+    Accumulator, BlockEvent, Event, FinishCtx, KeyBlockRows, Needs, QkSums, Rows, Setup, Weights,
 };
 use super::block_pools::{pool_host, pool_on_device, BlockPools, PoolShape};
 use super::registry::REGISTRY;
@@ -276,7 +276,7 @@ impl MetricProbe {
         weights: &Tensor,
         wants: &RowWants,
     ) -> Result<Vec<f32>> {
-        let host = match weight_rows(weights, ctx.q_start, wants)? {
+        let host = match weight_rows(weights, ctx.q_start, ctx.window, wants)? {
             Some(table) => Some(table),
             // another dtype or layout: the same pass over a host f32 copy
             None => {
@@ -284,7 +284,7 @@ impl MetricProbe {
                     .to_device(&Device::Cpu)?
                     .to_dtype(DType::F32)?
                     .contiguous()?;
-                weight_rows(&copy, ctx.q_start, wants)?
+                weight_rows(&copy, ctx.q_start, ctx.window, wants)?
             }
         };
         host.ok_or_else(|| {
@@ -418,6 +418,11 @@ impl MetricProbe {
         });
         match done {
             Some(result) => result,
+            // key-block columns are read on the host (only the CPU's kernels make them)
+            None if self.pattern_wants().key_blocks.is_some() => {
+                let host = table.to_device(&Device::Cpu)?.to_dtype(DType::F32)?;
+                self.table_event(ctx, &host.contiguous()?, source, extras)
+            }
             None => {
                 self.pool_on_device(table, ctx, source)?;
                 self.hand_on(ctx, None, extras)
@@ -426,7 +431,8 @@ impl MetricProbe {
     }
 
     /// Hands one block's event to every accumulator: the host row table `table` pooled
-    /// (with its q.k sums when its source holds them) and `extras`.
+    /// (with its q.k sums when its source holds them; its key-block columns read in place)
+    /// and `extras`.
     fn hand_on(
         &mut self,
         ctx: &BlockCtx,
@@ -435,10 +441,11 @@ impl MetricProbe {
     ) -> Result<()> {
         let wants = self.pattern_wants();
         let wants_qk = self.needs(ctx.layer).qk;
-        let width = wants.width();
+        let (width, pooled) = (wants.width(), wants.pooled_width());
         let pools = table.map(|(data, source)| {
-            let shape = self.pool_shape(ctx, data.len(), width);
-            (pool_host(data, &shape), data, source)
+            let part = pooled_columns(data, width, pooled);
+            let shape = self.pool_shape(ctx, part.len(), pooled);
+            (pool_host(&part, &shape), part, data, source)
         });
         let mut event = BlockEvent {
             softmax_rows: extras.softmax_rows,
@@ -446,14 +453,18 @@ impl MetricProbe {
             weights: extras.weights,
             ..BlockEvent::empty(ctx, self.seq_offset)
         };
-        if let Some((pools, data, source)) = &pools {
+        if let Some((pools, part, data, source)) = &pools {
             event.rows = Some(Rows {
                 pools,
                 bands: &wants.bands,
             });
             event.max_logit = wants
                 .max_logit_column()
-                .map(|c| Column::of_table(data, width, c));
+                .map(|c| Column::of_table(part, pooled, c));
+            event.key_blocks = wants
+                .key_blocks
+                .zip(wants.key_block_columns())
+                .map(|(blocks, c)| KeyBlockRows::new(data, width, c, blocks));
             if *source == (TableSource::Pattern { qk: true }) && wants_qk {
                 event.qk = Some(qk_of_pools(pools, ctx));
             }
@@ -539,6 +550,16 @@ fn qk_of_pools(pools: &BlockPools, ctx: &BlockCtx) -> QkSums {
         abs_sum: pools.total(QK_ABS_SUM),
         pairs: pairs as f64,
     }
+}
+
+/// The first `pooled` columns of a host table of `width` columns: the table itself where
+/// they are all of it, else a copy without the key-block columns after them.
+fn pooled_columns(table: &[f32], width: usize, pooled: usize) -> std::borrow::Cow<'_, [f32]> {
+    if pooled >= width {
+        return std::borrow::Cow::Borrowed(table);
+    }
+    let rows = table.chunks_exact(width.max(1));
+    std::borrow::Cow::Owned(rows.flat_map(|row| &row[..pooled]).copied().collect())
 }
 
 /// Rows of a host table of `width` columns.
@@ -732,6 +753,7 @@ mod tests {
             min_query: 2,
             heatmap_layer: 5,
             heatmap_size: t,
+            map_size: t,
             profile_query: t - 1,
             bins: 7,
             sink_eps: 0.1,
@@ -764,7 +786,9 @@ mod tests {
                 host.on_tensor(Hook::Pattern, &ctx, &w).unwrap();
                 host.on_block_end(&ctx).unwrap();
                 // the table the fused softmax hands over: its q.k and sink columns by hand
-                let mut table = weight_rows(&w, q0, &wants).unwrap().unwrap();
+                let mut table = weight_rows(&w, q0, KeyWindow::CAUSAL, &wants)
+                    .unwrap()
+                    .unwrap();
                 for cell in table.chunks_mut(width) {
                     cell[SINK_MASS] = 0.25;
                     cell[QK_SUM] = 1.0;

@@ -93,4 +93,9 @@ pub static REGISTRY: &[Entry] = &[
         head_role::build,
         restore::<head_role::HeadScores>,
     ),
+    (
+        &[Metric::BLOCK_MAP],
+        super::block_map::build,
+        restore::<super::block_map::BlockMap>,
+    ),
 ];

@@ -62,6 +62,7 @@ pub fn with_column(table: &Tensor, c: usize, values: &Tensor) -> Result<Tensor> 
     let column = values
         .flatten_all()?
         .to_dtype(table.dtype())?
+        .to_device(table.device())?
         .reshape((rows, 1))?;
     let mut parts = vec![table.narrow(1, 0, c)?, column];
     if c + 1 < width {

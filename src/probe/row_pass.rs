@@ -9,10 +9,10 @@ use candle_core::{Tensor, D};
 use rayon::prelude::*;
 
 use crate::cpu::fast_math::ln;
-use crate::cpu::host::{lane_sum, with_cpu_f32};
+use crate::cpu::host::{lane_max, lane_sum, with_cpu_f32};
 use crate::error::Result;
 use crate::probe::blocks::visibility;
-use crate::probe::row_table::{RowWants, BANDS, ENTROPY, FIRST, SUM};
+use crate::probe::row_table::{KeyBlocks, RowWants, BANDS, ENTROPY, FIRST, SUM};
 use crate::probe::KeyWindow;
 use crate::simd_dispatch;
 
@@ -96,6 +96,24 @@ pub(crate) fn row_values(
     }
 }
 
+/// Fills a row's key-block columns `cells` (G sums, then G maxima) from its weights
+/// `visible` of the keys `first_key ..` it sees; the blocks it sees no key of keep 0.
+#[inline(always)]
+pub(crate) fn key_block_values(
+    cells: &mut [f32],
+    visible: &[f32],
+    first_key: usize,
+    blocks: KeyBlocks,
+) {
+    let (sums, maxima) = cells.split_at_mut(blocks.blocks);
+    let end = first_key + visible.len();
+    blocks.split(first_key, end, |b, lo, hi| {
+        let part = &visible[lo - first_key..hi - first_key];
+        sums[b] = lane_sum(part, |x| x) as f32;
+        maxima[b] = lane_max(part, |x| x);
+    });
+}
+
 /// Sum and absolute sum of one row of raw q.k.
 #[inline(always)]
 pub(crate) fn qk_row(visible: &[f32]) -> (f64, f64) {
@@ -104,14 +122,21 @@ pub(crate) fn qk_row(visible: &[f32]) -> (f64, f64) {
 
 /// The host row table (read it with [`crate::probe::row_table::split_table`]) of causal `weights`
 /// `[batch, head, n, q_start + n]` on CPU f32 or a CUDA device (f32), or `None` where the
-/// candle reductions must run.
-pub fn weight_rows(weights: &Tensor, q_start: usize, wants: &RowWants) -> Result<Option<Vec<f32>>> {
+/// candle reductions must run. Keys outside `window` hold 0 in `weights`; the key blocks
+/// read only the keys each query sees.
+pub fn weight_rows(
+    weights: &Tensor,
+    q_start: usize,
+    window: KeyWindow,
+    wants: &RowWants,
+) -> Result<Option<Vec<f32>>> {
     let (b, h, n, keys) = weights.dims4()?;
     if keys != q_start + n || keys == 0 {
         return Ok(None);
     }
     let rows = b * h * n;
     let width = wants.width();
+    let key_blocks = wants.key_blocks.zip(wants.key_block_columns());
     let host = with_cpu_f32(weights, |data| {
         let mut out = vec![0f32; rows * width];
         out.par_chunks_mut(width)
@@ -120,6 +145,11 @@ pub fn weight_rows(weights: &Tensor, q_start: usize, wants: &RowWants) -> Result
             .for_each(|(row, (cell, w))| {
                 let i = q_start + row % n;
                 simd_dispatch!(row_values(cell, &w[..=i], i, wants, None));
+                if let Some((blocks, c)) = key_blocks {
+                    let seen = window.keys(i);
+                    let from = seen.start;
+                    key_block_values(&mut cell[c..], &w[seen], from, blocks);
+                }
             });
         out
     });
@@ -143,7 +173,8 @@ pub fn weight_table_on_device(
     wants: &RowWants,
 ) -> Result<Option<Tensor>> {
     let (_, _, n, keys) = weights.dims4()?;
-    if keys != q_start + n || keys == 0 {
+    // the GPU's row kernel has no key-block columns: the CPU row pass makes them
+    if keys != q_start + n || keys == 0 || wants.key_blocks.is_some() {
         return Ok(None);
     }
     device_weight_table(weights, q_start, wants)
@@ -275,8 +306,11 @@ mod tests {
             entropy: true,
             bands: vec![(0, 1), (1, usize::MAX)],
             max_logit: false,
+            key_blocks: None,
         };
-        let table = weight_rows(&w, 1, &wants).unwrap().unwrap();
+        let table = weight_rows(&w, 1, KeyWindow::CAUSAL, &wants)
+            .unwrap()
+            .unwrap();
         let v = split_table(&table, &wants);
         assert_eq!(v.first.to_vec(), vec![0.5, 0.6]);
         assert!((v.sum.get(0) - 1.0).abs() < 1e-7 && (v.sum.get(1) - 1.0).abs() < 1e-7);
@@ -330,8 +364,11 @@ mod device_path_tests {
             entropy: true,
             bands: bands.ranges(),
             max_logit: false,
+            key_blocks: None,
         };
-        let table = weight_rows(&w, q_start, &wants).unwrap().unwrap();
+        let table = weight_rows(&w, q_start, KeyWindow::CAUSAL, &wants)
+            .unwrap()
+            .unwrap();
         let rows = split_table(&table, &wants);
         let host = |t: Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
         let close = |a: &[f32], b: &[f32]| {
@@ -422,9 +459,15 @@ mod cuda_tests {
             entropy: true,
             bands: vec![(0, 1), (1, 10), (10, 100), (100, usize::MAX)],
             max_logit: false,
+            key_blocks: None,
         };
-        let cpu_table = weight_rows(&cpu_w, q_start, &wants).unwrap().unwrap();
-        let gpu_table = weight_rows(&gpu_w, q_start, &wants).unwrap().unwrap();
+        let causal = KeyWindow::CAUSAL;
+        let cpu_table = weight_rows(&cpu_w, q_start, causal, &wants)
+            .unwrap()
+            .unwrap();
+        let gpu_table = weight_rows(&gpu_w, q_start, causal, &wants)
+            .unwrap()
+            .unwrap();
         let (cpu, gpu_rows) = (
             split_table(&cpu_table, &wants),
             split_table(&gpu_table, &wants),
@@ -444,7 +487,7 @@ mod cuda_tests {
         }
         // a row without positive mass has no entropy (NaN) on both
         let negative = Tensor::new(&[[[[-0.5f32, -0.5]]]], &Device::Cpu).unwrap();
-        let table = weight_rows(&negative.to_device(gpu).unwrap(), 1, &wants)
+        let table = weight_rows(&negative.to_device(gpu).unwrap(), 1, causal, &wants)
             .unwrap()
             .unwrap();
         assert!(split_table(&table, &wants).entropy.get(0).is_nan());

@@ -7,8 +7,10 @@
 //! renormalised (NaN without positive mass); the mass sent to no token; sum of raw q.k and
 //! of |q.k| over the visible keys; then, when bands are asked for, a_i0 for i > 0 (else 0)
 //! and one column per distance range of [`RowWants::bands`]; last, when asked for, the
-//! row's largest logit over its visible keys ([`RowWants::max_logit_column`]). A column
-//! nobody asked for (or that the filler does not compute: sink and q.k columns come from
+//! row's largest logit over its visible keys ([`RowWants::max_logit_column`]); last, for
+//! `block_map`, the sum and then the maximum of the row's weights over each key block of
+//! [`KeyBlocks`] ([`RowWants::key_block_columns`]: G sums, then G maxima; a block the row
+//! sees no key of holds 0 in both). A column nobody asked for (or that the filler does not compute: sink and q.k columns come from
 //! the fused softmaxes and the CPU's flash tiles only) holds 0.
 
 pub use super::row_columns::{RowColumn, MAX_BANDS};
@@ -39,12 +41,72 @@ pub struct RowWants {
     pub bands: Vec<(usize, usize)>,
     /// The row's largest logit over its visible keys (the logit the variant normalises).
     pub max_logit: bool,
+    /// Per key block: the sum and the maximum of the row's weights over its visible keys
+    /// there (`block_map`).
+    pub key_blocks: Option<KeyBlocks>,
+}
+
+/// The key blocks of `block_map`: G = `blocks` blocks over `seq_len` positions, block b
+/// holding positions [floor(b T / G), floor((b + 1) T / G)) (none empty: G <= T).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KeyBlocks {
+    pub blocks: usize,
+    pub seq_len: usize,
+}
+
+impl KeyBlocks {
+    /// G blocks over T positions; G is clipped to 1 ..= T.
+    pub fn new(blocks: usize, seq_len: usize) -> Self {
+        KeyBlocks {
+            blocks: blocks.clamp(1, seq_len.max(1)),
+            seq_len,
+        }
+    }
+
+    /// The first position of block `b` (T for b = G).
+    #[inline(always)]
+    pub fn start(self, b: usize) -> usize {
+        b * self.seq_len / self.blocks
+    }
+
+    /// The block holding position `j` (< T): the largest b with start(b) <= j, that is
+    /// ceil((j + 1) G / T) - 1.
+    #[inline(always)]
+    pub fn block_of(self, j: usize) -> usize {
+        ((j + 1) * self.blocks).div_ceil(self.seq_len) - 1
+    }
+
+    /// Calls `each(b, lo, hi)` for every block b meeting the positions `from .. to`, with
+    /// `lo .. hi` the part of them in block b.
+    #[inline(always)]
+    pub fn split(self, from: usize, to: usize, mut each: impl FnMut(usize, usize, usize)) {
+        if from >= to {
+            return;
+        }
+        let mut b = self.block_of(from);
+        let mut lo = from;
+        while lo < to {
+            let hi = self.start(b + 1).min(to);
+            each(b, lo, hi);
+            (b, lo) = (b + 1, hi);
+        }
+    }
 }
 
 impl RowWants {
     /// Columns of the table.
     pub fn width(&self) -> usize {
+        self.pooled_width() + self.key_blocks.map_or(0, |k| 2 * k.blocks)
+    }
+
+    /// The columns before the key blocks' (the per-row reductions the probe pools).
+    pub fn pooled_width(&self) -> usize {
         self.bands_end() + self.max_logit as usize
+    }
+
+    /// The first column of the key blocks' sums (G of them, then G maxima), when asked for.
+    pub fn key_block_columns(&self) -> Option<usize> {
+        self.key_blocks.map(|_| self.pooled_width())
     }
 
     /// One past the last band column.
@@ -216,6 +278,7 @@ mod tests {
             entropy: true,
             bands: Vec::new(),
             max_logit: false,
+            key_blocks: None,
         };
         assert_eq!(wants.width(), 6);
         let table: Vec<f32> = (0..12).map(|v| v as f32).collect();
@@ -230,5 +293,37 @@ mod tests {
         assert!(rows.bands.is_empty());
         let dense = Column::from(&[1.0f32, 2.0, 3.0]);
         assert_eq!((dense.len(), dense.get(2)), (3, 3.0));
+        // key blocks follow every other column: G sums, then G maxima
+        let blocks = RowWants {
+            key_blocks: Some(KeyBlocks::new(4, 10)),
+            ..wants
+        };
+        assert_eq!(blocks.pooled_width(), 6);
+        assert_eq!(blocks.key_block_columns(), Some(6));
+        assert_eq!(blocks.width(), 6 + 8);
+    }
+
+    #[test]
+    fn key_blocks_by_hand() {
+        // T = 10, G = 4: floor(b 10 / 4) = 0, 2, 5, 7, 10
+        let k = KeyBlocks::new(4, 10);
+        let starts: Vec<usize> = (0..=4).map(|b| k.start(b)).collect();
+        assert_eq!(starts, [0, 2, 5, 7, 10]);
+        let of: Vec<usize> = (0..10).map(|j| k.block_of(j)).collect();
+        assert_eq!(of, [0, 0, 1, 1, 1, 2, 2, 3, 3, 3]);
+        let mut parts = Vec::new();
+        k.split(1, 8, |b, lo, hi| parts.push((b, lo, hi)));
+        assert_eq!(parts, [(0, 1, 2), (1, 2, 5), (2, 5, 7), (3, 7, 8)]);
+        // G = T: one position per block; G > T is clipped to T
+        let one = KeyBlocks::new(50, 7);
+        assert_eq!(one.blocks, 7);
+        assert!((0..7).all(|j| one.block_of(j) == j && one.start(j) == j));
+        // uneven blocks of a long window: every position in the block that starts at or
+        // before it
+        let long = KeyBlocks::new(256, 1000);
+        for j in 0..1000 {
+            let b = long.block_of(j);
+            assert!(long.start(b) <= j && j < long.start(b + 1), "{j}");
+        }
     }
 }

@@ -56,6 +56,7 @@ pub fn fixture_options(
         min_query: 1,
         heatmap_layer: 1, // the default 8 clipped to the 2 layers
         heatmap_size: 20,
+        map_size: 20,
         profile_query: 19,
         bins: 20,
         sink_eps: 0.3,

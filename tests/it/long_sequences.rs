@@ -78,6 +78,7 @@ fn measure_four_thousand_tokens() {
     let windows = vec![ids];
     let opts = MetricOptions {
         heatmap_size: 30,
+        map_size: 256,
         profile_query: t - 1,
         bands: Bands::decades(t),
         ..fixture_options(Metric::defaults(), EntropyOf::Effective)

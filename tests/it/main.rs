@@ -4,6 +4,7 @@
 
 mod common;
 
+mod block_map;
 mod checkpoint_errors;
 mod cli_metrics;
 mod conformance;

@@ -169,6 +169,7 @@ fn smollm2_options() -> MetricOptions {
         min_query: n("min_query"),
         heatmap_layer: n("heatmap_layer") - 1,
         heatmap_size: n("heatmap_size"),
+        map_size: 256,
         profile_query: n("profile_query"),
         bins: n("bins"),
         sink_eps: o["sink_eps"].as_f64().unwrap(),
