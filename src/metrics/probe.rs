@@ -709,11 +709,14 @@ mod tests {
             min_query: 2,
             heatmap_layer: 0,
             heatmap_size: t,
+            map_size: t,
             profile_query: t - 1,
             bins: 7,
             sink_eps: 0.1,
             bands: Bands::decades(t),
             entropy_of: EntropyOf::Effective,
+            induction_len: None,
+            roles: Default::default(),
         };
         let windows = vec![vec![0u32; t]];
         let probe = MetricProbe::new(opts, (&[KeyWindow::CAUSAL], None), 1, &windows);
