@@ -28,7 +28,7 @@ use rayon::prelude::*;
 use super::cpu_affine::{affine_weight, beta};
 use super::cpu_softmax::exp_row;
 use super::variant::BetaLength;
-use crate::cpu::host::{lane_max, lane_sum, with_cpu_f32};
+use crate::cpu::host::{lane_max, lane_sum, lane_sum_max, with_cpu_f32};
 use crate::error::Result;
 use crate::probe::row_pass::{band_keys, clamped_entropy_sums, entropy_of_sums, qk_row};
 use crate::probe::row_table::{
@@ -265,16 +265,21 @@ fn add_block_sums(
     w: &[f32],
     tile_sum: f64,
 ) {
+    // a loop, not `KeyBlocks::split`'s closure: the body stays in the caller's SIMD copy
     let end = k0 + w.len();
-    blocks.split(k0, end, |b, lo, hi| {
+    let (mut b, mut lo) = (blocks.block_of(k0), k0);
+    while lo < end {
+        let hi = blocks.start(b + 1).min(end);
         let part = &w[lo - k0..hi - k0];
-        sums[b] += if hi - lo == w.len() {
-            tile_sum
+        let (sum, max) = if hi - lo == w.len() {
+            (tile_sum, lane_max(part, |v| v))
         } else {
-            lane_sum(part, |v| v)
+            lane_sum_max(part)
         };
-        maxima[b] = maxima[b].max(lane_max(part, |v| v));
-    });
+        sums[b] += sum;
+        maxima[b] = maxima[b].max(max);
+        (b, lo) = (b + 1, hi);
+    }
 }
 
 /// A row's running sums over parts of its keys: its distance bands and, for `block_map`,

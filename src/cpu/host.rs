@@ -52,6 +52,26 @@ pub fn lane_max(xs: &[f32], map: impl Fn(f32) -> f32) -> f32 {
     acc.iter().fold(tail, |m, &a| m.max(a))
 }
 
+/// [`lane_sum`] of the values and [`lane_max`] of them in one pass (the same sum, bit for
+/// bit).
+#[inline(always)]
+pub fn lane_sum_max(xs: &[f32]) -> (f64, f32) {
+    let mut acc = [0f32; LANES];
+    let mut top = [f32::NEG_INFINITY; LANES];
+    let mut chunks = xs.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for ((a, t), &x) in acc.iter_mut().zip(top.iter_mut()).zip(chunk) {
+            *a += x;
+            *t = if x > *t { x } else { *t };
+        }
+    }
+    let rest = chunks.remainder();
+    let tail: f64 = rest.iter().map(|&x| x as f64).sum();
+    let tail_max = rest.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    let sum = acc.iter().map(|&a| a as f64).sum::<f64>() + tail;
+    (sum, top.iter().fold(tail_max, |m, &t| m.max(t)))
+}
+
 /// Runs a row kernel compiled for AVX-512 where the CPU has it, else for AVX2 + FMA where
 /// it has those, else for the baseline; `$kernel` must be `#[inline(always)]` so each copy
 /// gets its own code. Every copy computes the same bits (no operation is contracted or
@@ -116,6 +136,10 @@ mod tests {
         );
         assert_eq!(lane_max(&xs, |x| -x), 20.0);
         assert_eq!(lane_max(&[], |x| x), f32::NEG_INFINITY);
+        // -20 + ... + 16 = -74; the largest 16 (in the tail), then 3 (in the lanes)
+        assert_eq!(lane_sum_max(&xs), (-74.0, 16.0));
+        assert_eq!(lane_sum_max(&xs[..24]), (-204.0, 3.0));
+        assert_eq!(lane_sum_max(&[]), (0.0, f32::NEG_INFINITY));
         let view = with_cpu_f32(
             &Tensor::new(&[1f32, 2., 3.], &Device::Cpu)
                 .unwrap()

@@ -9,7 +9,7 @@ use candle_core::{Tensor, D};
 use rayon::prelude::*;
 
 use crate::cpu::fast_math::ln;
-use crate::cpu::host::{lane_max, lane_sum, with_cpu_f32};
+use crate::cpu::host::{lane_sum, lane_sum_max, with_cpu_f32};
 use crate::error::Result;
 use crate::probe::blocks::visibility;
 use crate::probe::row_table::{KeyBlocks, RowWants, BANDS, ENTROPY, FIRST, SUM};
@@ -106,12 +106,15 @@ pub(crate) fn key_block_values(
     blocks: KeyBlocks,
 ) {
     let (sums, maxima) = cells.split_at_mut(blocks.blocks);
+    // a loop, not `KeyBlocks::split`'s closure: the body stays in the caller's SIMD copy
     let end = first_key + visible.len();
-    blocks.split(first_key, end, |b, lo, hi| {
-        let part = &visible[lo - first_key..hi - first_key];
-        sums[b] = lane_sum(part, |x| x) as f32;
-        maxima[b] = lane_max(part, |x| x);
-    });
+    let (mut b, mut lo) = (blocks.block_of(first_key), first_key);
+    while lo < end {
+        let hi = blocks.start(b + 1).min(end);
+        let (sum, max) = lane_sum_max(&visible[lo - first_key..hi - first_key]);
+        (sums[b], maxima[b]) = (sum as f32, max);
+        (b, lo) = (b + 1, hi);
+    }
 }
 
 /// Sum and absolute sum of one row of raw q.k.
@@ -148,7 +151,8 @@ pub fn weight_rows(
                 if let Some((blocks, c)) = key_blocks {
                     let seen = window.keys(i);
                     let from = seen.start;
-                    key_block_values(&mut cell[c..], &w[seen], from, blocks);
+                    let row = &w[seen];
+                    simd_dispatch!(key_block_values(&mut cell[c..], row, from, blocks));
                 }
             });
         out
