@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use super::run::SeriesPoint;
 use crate::error::{Error, Result};
 use crate::export::schema::ATTENTION_SERIES;
-use crate::export::{read_table, Column, ColumnKind, Table};
+use crate::export::{read_declared, Column, Table};
 use crate::metrics::{attention_tables, Metric, ModelMetrics};
 
 /// The `attention_series` rows of one step: `attention`'s rows (model, metric, layer, head,
@@ -101,23 +101,7 @@ pub fn read_in(dir: &Path) -> Result<Option<Table>> {
         if !path.is_file() {
             continue;
         }
-        let mut table = read_table(&path)?;
-        // a column with no value at all reads back as text: give it the declared kind
-        for (name, column) in &mut table.columns {
-            let spec = ATTENTION_SERIES.column(name);
-            if let (Some(spec), Column::Str(values)) = (spec, &*column) {
-                if values.iter().all(Option::is_none) {
-                    *column = match spec.kind {
-                        ColumnKind::Int => Column::Int(vec![None; values.len()]),
-                        ColumnKind::Float => Column::Float(vec![None; values.len()]),
-                        ColumnKind::Text => continue,
-                    };
-                }
-            }
-        }
-        ATTENTION_SERIES
-            .check(&table)
-            .map_err(|e| Error::input(&path, e.to_string()))?;
+        let table = read_declared(&path, &ATTENTION_SERIES)?;
         let mut series = empty();
         series.append(table);
         return Ok(Some(series));

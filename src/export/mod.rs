@@ -8,7 +8,7 @@ mod staging_watch;
 mod table;
 mod writer;
 
-pub use reader::read_table;
+pub use reader::{read_declared, read_table};
 pub use schema::{ColumnKind, ColumnSpec, SchemaError, TableSchema};
 pub use staging_watch::StagingWatch;
 pub use table::{Column, Table};

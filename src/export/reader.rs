@@ -49,6 +49,27 @@ pub fn read_table(path: &Path) -> Result<Table> {
     Ok(Table { name, columns })
 }
 
+/// Reads `path` as the declared table `schema`: a column with no value at all (which reads
+/// back as text) gets its declared kind, then the table is checked against the schema.
+pub fn read_declared(path: &Path, schema: &super::TableSchema) -> Result<Table> {
+    let mut table = read_table(path)?;
+    for (name, column) in &mut table.columns {
+        if let (Some(spec), Column::Str(values)) = (schema.column(name), &*column) {
+            if values.iter().all(Option::is_none) {
+                *column = match spec.kind {
+                    super::ColumnKind::Int => Column::Int(vec![None; values.len()]),
+                    super::ColumnKind::Float => Column::Float(vec![None; values.len()]),
+                    super::ColumnKind::Text => continue,
+                };
+            }
+        }
+    }
+    schema
+        .check(&table)
+        .map_err(|e| Error::input(path, e.to_string()))?;
+    Ok(table)
+}
+
 fn read_csv(path: &Path) -> Result<DataFrame> {
     check_last_line(path)?;
     CsvReadOptions::default()

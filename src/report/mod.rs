@@ -38,9 +38,10 @@ pub fn load(dirs: &[PathBuf]) -> Result<(Results, Vec<Folder>)> {
             else {
                 continue;
             };
-            let table = crate::export::read_table(&path)?;
-            crate::export::schema::check_declared(&table)
-                .map_err(|e| Error::input(&path, e.to_string()))?;
+            let table = match crate::export::schema::schema(name) {
+                Some(schema) => crate::export::read_declared(&path, schema)?,
+                None => crate::export::read_table(&path)?,
+            };
             match &mut joined {
                 None => joined = Some(table),
                 Some(t) => t.append(table),
