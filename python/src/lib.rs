@@ -403,11 +403,8 @@ fn inspect(py: Python<'_>, path: PathBuf, memory: Option<memory::MemoryArg>) -> 
 #[pyfunction]
 #[pyo3(name = "report")]
 fn html_report(py: Python<'_>, results: Vec<PathBuf>) -> PyResult<String> {
-    py.detach(|| {
-        let (tables, folders) = asa_analyze::report::load(&results)?;
-        asa_analyze::report::html(&tables, &folders)
-    })
-    .map_err(to_py)
+    py.detach(|| asa_analyze::report::html(&asa_analyze::report::load(&results)?))
+        .map_err(to_py)
 }
 
 /// The partial results of `analyze --shard K/N` merged into one run's results.

@@ -24,8 +24,11 @@ pub struct ReportArgs {
 
 /// Runs `report`.
 pub fn run(args: ReportArgs) -> Result<()> {
-    let bytes = crate::report::write(&args.results, &args.out)?;
+    let (bytes, notes) = crate::report::write(&args.results, &args.out)?;
     if !args.quiet {
+        for note in notes {
+            eprintln!("asa-analyze: report: {note}");
+        }
         eprintln!(
             "asa-analyze: wrote {} ({:.1} MB, self-contained: open it in a browser)",
             args.out.display(),

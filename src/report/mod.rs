@@ -24,8 +24,21 @@ const ECHARTS_NOTICE: &str = include_str!("vendor/NOTICE-echarts");
 /// Tables 1-3.
 const MORE_TABLES: [&str; 4] = ["key_received", "head_roles", "block_map", "paper_tables"];
 
+/// Block-map rows a report embeds at most: beyond them (a long run at `--map-size 256` has
+/// millions) the page would outgrow a browser tab, and the map stays in block_map.parquet.
+pub const BLOCK_MAP_ROWS_SHOWN: usize = 400_000;
+
+/// What a report shows: the folders' tables, their run records, and notes on what it left
+/// out.
+pub struct Contents {
+    pub results: Results,
+    pub folders: Vec<Folder>,
+    pub notes: Vec<String>,
+}
+
 /// The folders' tables and run records, read for a report.
-pub fn load(dirs: &[PathBuf]) -> Result<(Results, Vec<Folder>)> {
+pub fn load(dirs: &[PathBuf]) -> Result<Contents> {
+    let mut notes = Vec::new();
     let results = Results::load(dirs)?;
     let mut more: Vec<crate::export::Table> = Vec::new();
     for name in MORE_TABLES {
@@ -47,7 +60,13 @@ pub fn load(dirs: &[PathBuf]) -> Result<(Results, Vec<Folder>)> {
                 Some(t) => t.append(table),
             }
         }
-        more.extend(joined);
+        match joined {
+            Some(t) if name == "block_map" && t.height() > BLOCK_MAP_ROWS_SHOWN => notes.push(format!(
+                "block_map has {} rows, more than the {BLOCK_MAP_ROWS_SHOWN} a report embeds: the maps are left out (read block_map.parquet, or analyse with a smaller --map-size)",
+                t.height()
+            )),
+            t => more.extend(t),
+        }
     }
     let results = results.with_tables(more);
     let folders = dirs
@@ -71,12 +90,18 @@ pub fn load(dirs: &[PathBuf]) -> Result<(Results, Vec<Folder>)> {
             "no tables to report (expected the --out folder of analyze, watch, merge, curves ...)",
         ));
     }
-    Ok((results, folders))
+    Ok(Contents {
+        results,
+        folders,
+        notes,
+    })
 }
 
 /// The page's HTML.
-pub fn html(results: &Results, folders: &[Folder]) -> Result<String> {
-    let data = payload::packed(&payload::data(results, folders)?)?;
+pub fn html(contents: &Contents) -> Result<String> {
+    let mut data = payload::data(&contents.results, &contents.folders)?;
+    data["notes"] = serde_json::json!(contents.notes);
+    let data = payload::packed(&data)?;
     let notice = ECHARTS_NOTICE.replace("*/", "* /");
     Ok(TEMPLATE
         .replace("/*@style@*/", STYLE)
@@ -90,9 +115,9 @@ pub fn html(results: &Results, folders: &[Folder]) -> Result<String> {
 
 /// Writes the report of `dirs` to `out` whole (through a temporary file beside it: a failed
 /// or interrupted run leaves no partial page).
-pub fn write(dirs: &[PathBuf], out: &Path) -> Result<usize> {
-    let (results, folders) = load(dirs)?;
-    let page = html(&results, &folders)?;
+pub fn write(dirs: &[PathBuf], out: &Path) -> Result<(usize, Vec<String>)> {
+    let contents = load(dirs)?;
+    let page = html(&contents)?;
     let parent = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -101,7 +126,7 @@ pub fn write(dirs: &[PathBuf], out: &Path) -> Result<usize> {
     std::fs::write(&tmp.0, page.as_bytes()).map_err(|e| Error::io(&tmp.0, e))?;
     std::fs::rename(&tmp.0, out).map_err(|e| Error::io(out, e))?;
     tmp.1 = false;
-    Ok(page.len())
+    Ok((page.len(), contents.notes))
 }
 
 /// A temporary path beside `out`, removed on drop unless taken (its `.1` cleared).

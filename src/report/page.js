@@ -327,6 +327,7 @@ async function main() {
   report.tables = data.tables;
   report.folders = data.folders;
   document.getElementById("folders").textContent = data.folders.map((f) => f.path).join(" · ");
+  for (const note of data.notes || []) document.querySelector("header").append(el("p", note, "note"));
   drawOverview(headValues());
   drawSeries();
   drawTables();
