@@ -5,8 +5,11 @@
 //!
 //! The interpreter owns the process: nothing here installs a signal handler. Each run has a
 //! cancellation token of its own, set when `Python::check_signals` reports Ctrl-C (the
-//! main thread's runs) or when the caller's `CancelToken.cancel()` is called (any thread);
-//! the malloc tunables are set while at least one run goes ([`heap`]).
+//! main thread's runs) or when the caller's `CancelToken.cancel()` is called (any thread).
+//! glibc's malloc tunables are left as the interpreter has them: setting them at all (even
+//! back to their defaults) stops glibc's dynamic mmap threshold for the rest of the
+//! process, which made a torch training loop in the same process 40 % slower after the
+//! first analysis (BENCHMARKS.md, "Attention statistics while training").
 
 use std::path::PathBuf;
 
@@ -31,7 +34,6 @@ use pyo3::exceptions::{PyException, PyKeyboardInterrupt, PyValueError};
 use pyo3::prelude::*;
 use pyo3_polars::PyDataFrame;
 
-mod heap;
 mod memory;
 
 create_exception!(
@@ -368,7 +370,6 @@ fn analyze(
     let mut sink = PyEvents::new(events, run.cancel.clone());
     let output = py.detach(|| {
         on_threads(threads, || {
-            let _heap = heap::RunHeap::enter();
             run.execute(&mut sink)
         })
     })?;

@@ -6,7 +6,9 @@
 //! with both, most of those the weights' first touch; 8k tokens: 56 s by default, 42-47 s
 //! with both). The library never calls these: they change the whole process, so they are
 //! the host's to set. The binary sets them for its whole life (`main`); the Python
-//! extension while at least one of its runs goes (`python/src/heap.rs`).
+//! extension never does: any `mallopt` of the mmap threshold, even to its default, turns off
+//! glibc's dynamic threshold for the rest of the process, and a torch training loop in that
+//! process then mmaps every large tensor (40 % slower, measured).
 
 /// Both thresholds during a run.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
