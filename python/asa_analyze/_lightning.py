@@ -10,11 +10,11 @@ try:
 except ImportError:  # the older package name
     from pytorch_lightning import Callback  # type: ignore[no-redef]
 
-from .callbacks import _hf_model, _Schedule, _unwrapped
+from .callbacks import _hf_model, _Results, _Schedule, _unwrapped
 from .monitor import DEFAULT_METRICS
 
 
-class LightningAttentionStats(Callback):  # type: ignore[misc]
+class LightningAttentionStats(_Results, Callback):  # type: ignore[misc]
     """A `lightning.pytorch.Callback`: every `every` optimizer steps (`trainer.global_step`),
     the attention of the transformers model the LightningModule trains, on `probe`,
     analysed in the background and logged to every logger of the Trainer
@@ -44,16 +44,6 @@ class LightningAttentionStats(Callback):  # type: ignore[misc]
         self._schedule = _Schedule(probe, every, metrics, per_head, out, label, threads, analyze_options)
         self._tokenizer = tokenizer
         self._pick = model or _hf_model
-
-    @property
-    def series(self) -> Any:
-        """The `attention_series` table of the steps analysed so far."""
-        return self._schedule.monitor.series
-
-    @property
-    def skipped(self) -> int:
-        """Requests skipped because an analysis was still running."""
-        return self._schedule.monitor.skipped
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         if trainer.is_global_zero:

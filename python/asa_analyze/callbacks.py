@@ -103,13 +103,29 @@ class _Schedule:
         return self.ready()
 
 
+class _Results:
+    """What both callbacks show of their `_schedule`: the series and the skip count."""
+
+    _schedule: _Schedule
+
+    @property
+    def series(self) -> Any:
+        """The `attention_series` table of the steps analysed so far."""
+        return self._schedule.monitor.series
+
+    @property
+    def skipped(self) -> int:
+        """Requests skipped because an analysis was still running."""
+        return self._schedule.monitor.skipped
+
+
 def _transformers_callback() -> type:
     from transformers import TrainerCallback
 
     return TrainerCallback
 
 
-class AttentionStats(_transformers_callback()):  # type: ignore[misc]
+class AttentionStats(_Results, _transformers_callback()):  # type: ignore[misc]
     """A `transformers.TrainerCallback`: every `every` optimizer steps (and at each evaluation
     with `at_evaluate`), the model's attention on `probe`, analysed in the background, logged
     through the Trainer's loggers at the analysed step (keys `attn/<metric>/layer_03`;
@@ -139,16 +155,6 @@ class AttentionStats(_transformers_callback()):  # type: ignore[misc]
         self._schedule.monitor.tokenizer = tokenizer
         self.at_evaluate = at_evaluate
         self._handler: Any = None
-
-    @property
-    def series(self) -> Any:
-        """The `attention_series` table of the steps analysed so far."""
-        return self._schedule.monitor.series
-
-    @property
-    def skipped(self) -> int:
-        """Requests skipped because an analysis was still running."""
-        return self._schedule.monitor.skipped
 
     def on_train_begin(
         self, args: Any, state: Any, control: Any, model: Any = None, processing_class: Any = None, **kwargs: Any

@@ -368,11 +368,7 @@ fn analyze(
         cancel: cancel.map(|c| c.0.clone()).unwrap_or_default(),
     };
     let mut sink = PyEvents::new(events, run.cancel.clone());
-    let output = py.detach(|| {
-        on_threads(threads, || {
-            run.execute(&mut sink)
-        })
-    })?;
+    let output = py.detach(|| on_threads(threads, || run.execute(&mut sink)))?;
     let output = output.map_err(|e| sink.error(e))?;
     let record = output.record("python analyze", &run.options);
     Ok(NativeResult { output, record })
