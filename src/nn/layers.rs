@@ -1,48 +1,10 @@
-//! Small building blocks of a decoder: linear projections, RMSNorm and LayerNorm, the
-//! SwiGLU and GELU MLPs. Built from tensors; `model::layers` loads them from a checkpoint.
+//! Small building blocks of a decoder: RMSNorm and LayerNorm, the SwiGLU and GELU MLPs
+//! (projections: [`super::Linear`]). Built from tensors; `model::layers` loads them from a checkpoint.
 
 use candle_core::{Module, Tensor};
 
+use super::Linear;
 use crate::error::Result;
-
-/// `y = x W^T (+ b)`, weights `[out, in]`.
-pub struct Linear {
-    inner: candle_nn::Linear,
-}
-
-impl Linear {
-    /// A projection with weight `[out, in]` and an optional bias `[out]`.
-    pub fn new(weight: Tensor, bias: Option<Tensor>) -> Self {
-        Linear {
-            inner: candle_nn::Linear::new(weight, bias),
-        }
-    }
-
-    /// A projection from an already-loaded weight (e.g. tied embeddings).
-    pub fn from_weight(weight: Tensor) -> Self {
-        Linear::new(weight, None)
-    }
-
-    /// The projections of the first `rows` output rows and of the rest (a fused weight
-    /// split, e.g. Phi-3's `gate_up_proj`).
-    pub fn split_rows(&self, rows: usize) -> Result<(Linear, Linear)> {
-        let w = self.inner.weight();
-        let out = w.dim(0)?;
-        let part = |start: usize, len: usize| -> Result<Linear> {
-            let b = match self.inner.bias() {
-                Some(b) => Some(b.narrow(0, start, len)?.contiguous()?),
-                None => None,
-            };
-            Ok(Linear::new(w.narrow(0, start, len)?.contiguous()?, b))
-        };
-        Ok((part(0, rows)?, part(rows, out - rows)?))
-    }
-
-    /// Applies the projection to `[..., in]`.
-    pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {
-        Ok(self.inner.forward(xs)?)
-    }
-}
 
 /// Root-mean-square normalisation with a learned scale.
 pub struct RmsNorm {

@@ -2,7 +2,9 @@
 //! built from tensors: below `model` (which loads them) and `attention` (which uses them).
 
 mod layers;
+mod linear;
 mod rope;
 
-pub use layers::{ClampedGlu, FeedForward, Linear, Mlp, MoeMlp, Norm, RmsNorm, Routing};
+pub use layers::{ClampedGlu, FeedForward, Mlp, MoeMlp, Norm, RmsNorm, Routing};
+pub use linear::Linear;
 pub use rope::Rope;

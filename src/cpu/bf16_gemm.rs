@@ -1,0 +1,296 @@
+//! A bf16 GEMM with f32 accumulation: `c[m, n] = sum_k x[m, k] w[n, k]` on AVX-512 BF16
+//! (`vdpbf16ps`: 32 bf16 products summed into 16 f32 lanes per instruction, twice the
+//! multiply-adds of an f32 FMA), runtime-detected; a portable loop computes the same sums
+//! elsewhere.
+//!
+//! The structure follows llama.cpp's tinyBLAS and IREE's `mmt4d` bf16 tiles: the weight is
+//! packed once in pair-interleaved panels ([`PackedWeight`]), and a register tile of
+//! [`TILE_ROWS`] rows x [`PANEL_WIDTH`] columns keeps 24 independent accumulators (more than
+//! the instruction's latency x throughput), fed per k pair by two panel loads and one
+//! broadcast per row. Threads take disjoint ranges of panels; within a thread the panel's
+//! k block ([`K_BLOCK_PAIRS`] pairs, 128 KiB) stays in L2 while every row block goes by.
+
+use rayon::prelude::*;
+
+use super::bf16_panels::{Bf16Rows, PackedWeight, PANEL_WIDTH};
+
+/// Rows of the register tile (x 2 vectors of 16 lanes: 24 accumulators of 32).
+pub const TILE_ROWS: usize = 12;
+/// k pairs of one pass over a panel (128 KiB of panel: held in L2 across row blocks).
+pub const K_BLOCK_PAIRS: usize = 1024;
+
+/// Whether this CPU runs the AVX-512 BF16 kernel (else [`matmul`] uses the portable loop).
+pub fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `x [m, k] w^T`: `[m, n]` f32, row-major; the products of bf16 values summed in f32.
+pub fn matmul(x: &Bf16Rows, w: &PackedWeight) -> Vec<f32> {
+    assert_eq!(x.stride, w.pairs() * 2, "rows and weight disagree on k");
+    let mut out = vec![0f32; x.m * w.n];
+    if x.m == 0 || w.n == 0 {
+        return out;
+    }
+    let threads = rayon::current_num_threads().clamp(1, w.panels());
+    let per_thread = w.panels().div_ceil(threads);
+    let out_at = OutPtr(out.as_mut_ptr());
+    (0..threads).into_par_iter().for_each(|t| {
+        let panels = t * per_thread..((t + 1) * per_thread).min(w.panels());
+        for panel in panels {
+            // SAFETY: each panel writes only its own columns of `out` ([`Target`])
+            unsafe { panel_product(x, w, panel, out_at.get()) };
+        }
+    });
+    out
+}
+
+/// The output buffer shared by the threads, each writing its own columns.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: threads write disjoint column ranges of the buffer, which outlives them
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// The pointer (a method, so closures capture the `Send` wrapper, not its field).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// Where one tile's sums go: `rows` x `cols` of `out` from `at`, row stride `stride`; added
+/// to what is there when `accumulate` (the k blocks after the first).
+#[derive(Clone, Copy)]
+struct Target {
+    at: *mut f32,
+    stride: usize,
+    rows: usize,
+    cols: usize,
+    accumulate: bool,
+}
+
+/// The columns of panel `panel`, every row, every k block.
+///
+/// # Safety
+/// `out` holds `x.m * w.n` values and no other thread writes this panel's columns.
+unsafe fn panel_product(x: &Bf16Rows, w: &PackedWeight, panel: usize, out: *mut f32) {
+    let cols = (w.n - panel * PANEL_WIDTH).min(PANEL_WIDTH);
+    let data = w.panel(panel);
+    for first_pair in (0..w.pairs()).step_by(K_BLOCK_PAIRS) {
+        let pairs = first_pair..(first_pair + K_BLOCK_PAIRS).min(w.pairs());
+        for row in (0..x.m).step_by(TILE_ROWS) {
+            let target = Target {
+                at: out.add(row * w.n + panel * PANEL_WIDTH),
+                stride: w.n,
+                rows: (x.m - row).min(TILE_ROWS),
+                cols,
+                accumulate: first_pair > 0,
+            };
+            let rows = &x.bits[row * x.stride + pairs.start * 2..];
+            tile(
+                rows,
+                x.stride,
+                &data[pairs.start * PANEL_WIDTH * 2..],
+                pairs.len(),
+                target,
+            );
+        }
+    }
+}
+
+/// One register tile over `pairs` k pairs: `rows` (bits, row stride `stride`) against
+/// `panel` (from the block's first pair).
+unsafe fn tile(rows: &[u16], stride: usize, panel: &[u16], pairs: usize, target: Target) {
+    #[cfg(target_arch = "x86_64")]
+    if available() {
+        return avx512::tile(rows.as_ptr(), stride, panel.as_ptr(), pairs, target);
+    }
+    portable_tile(rows, stride, panel, pairs, target)
+}
+
+/// The tile in plain f32 arithmetic: each pair's two products added, then into the lane's
+/// sum, as `vdpbf16ps` orders them.
+unsafe fn portable_tile(rows: &[u16], stride: usize, panel: &[u16], pairs: usize, t: Target) {
+    let value = |bits: u16| f32::from_bits((bits as u32) << 16);
+    for r in 0..t.rows {
+        let row = &rows[r * stride..];
+        for c in 0..t.cols {
+            let mut sum = 0f32;
+            for j in 0..pairs {
+                let (a0, a1) = (value(row[2 * j]), value(row[2 * j + 1]));
+                let lane = j * PANEL_WIDTH * 2 + c * 2;
+                let (b0, b1) = (value(panel[lane]), value(panel[lane + 1]));
+                sum += a0 * b0 + a1 * b1;
+            }
+            let dst = t.at.add(r * t.stride + c);
+            *dst = if t.accumulate { *dst + sum } else { sum };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{Target, PANEL_WIDTH, TILE_ROWS};
+
+    /// Dispatches a tile of `target.rows` rows to the kernel compiled for that many.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F, BW and BF16; `rows` holds `target.rows` rows of `stride` and
+    /// `panel` `pairs` pairs of [`PANEL_WIDTH`] lanes.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    pub unsafe fn tile(
+        rows: *const u16,
+        stride: usize,
+        panel: *const u16,
+        pairs: usize,
+        t: Target,
+    ) {
+        macro_rules! rows {
+            ($($n:literal)*) => {
+                match t.rows {
+                    $($n => kernel::<$n>(rows, stride, panel, pairs, t),)*
+                    _ => unreachable!("a tile has 1 to {TILE_ROWS} rows"),
+                }
+            };
+        }
+        rows!(1 2 3 4 5 6 7 8 9 10 11 12)
+    }
+
+    /// `R` rows x 32 columns: per k pair two panel loads, one broadcast per row, 2R
+    /// `vdpbf16ps` into independent accumulators; then stored (masked to `t.cols`).
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    unsafe fn kernel<const R: usize>(
+        rows: *const u16,
+        stride: usize,
+        panel: *const u16,
+        pairs: usize,
+        t: Target,
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); 2]; R];
+        let row_pairs = rows as *const i32;
+        let pair_stride = stride / 2;
+        for j in 0..pairs {
+            let b = panel.add(j * PANEL_WIDTH * 2);
+            let b0: __m512bh = std::mem::transmute(_mm512_loadu_si512(b as *const _));
+            let b1: __m512bh = std::mem::transmute(_mm512_loadu_si512(b.add(32) as *const _));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let pair = row_pairs.add(r * pair_stride + j).read_unaligned();
+                let a: __m512bh = std::mem::transmute(_mm512_set1_epi32(pair));
+                acc[0] = _mm512_dpbf16_ps(acc[0], a, b0);
+                acc[1] = _mm512_dpbf16_ps(acc[1], a, b1);
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (v, &sum) in acc.iter().enumerate() {
+                let lanes = t.cols.saturating_sub(v * 16).min(16);
+                if lanes == 0 {
+                    continue;
+                }
+                let mask: __mmask16 = ((1u32 << lanes) - 1) as u16;
+                let dst = t.at.add(r * t.stride + v * 16);
+                let value = match t.accumulate {
+                    true => _mm512_add_ps(sum, _mm512_maskz_loadu_ps(mask, dst)),
+                    false => sum,
+                };
+                _mm512_mask_storeu_ps(dst, mask, value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use half::bf16;
+
+    use super::*;
+
+    /// xorshift values in [-2, 2) with a spread of magnitudes.
+    fn values(seed: u64, len: usize) -> Vec<f32> {
+        let mut s = seed | 1;
+        (0..len)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 4.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn products_match_float64_within_the_f32_accumulation_bound() {
+        // odd sizes and tails: rows not a multiple of the tile, columns not of the panel,
+        // k odd and past one k block
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (13, 7, 33),
+            (25, 2051, 47),
+            (12, 64, 32),
+            (3, 130, 95),
+        ] {
+            let x = values(m as u64 * 7 + k as u64, m * k);
+            let w: Vec<bf16> = values(n as u64 * 3 + 1, n * k)
+                .into_iter()
+                .map(bf16::from_f32)
+                .collect();
+            let rows = Bf16Rows::from_f32(&x, m, k);
+            let got = matmul(&rows, &PackedWeight::pack(&w, n, k));
+            for i in 0..m {
+                for j in 0..n {
+                    let (mut want, mut size) = (0f64, 0f64);
+                    for l in 0..k {
+                        let a = bf16::from_bits(rows.bits[i * rows.stride + l]).to_f64();
+                        let p = a * w[j * k + l].to_f64();
+                        want += p;
+                        size += p.abs();
+                    }
+                    // products of bf16 values are exact in f32; the k sums round in f32
+                    let bound = k as f64 * f32::EPSILON as f64 * size + 1e-30;
+                    let err = (got[i * n + j] as f64 - want).abs();
+                    assert!(err <= bound, "{m}x{k}x{n} [{i},{j}]: {err} > {bound}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_kernel_and_the_portable_loop_agree() {
+        let (m, k, n) = (14, 40, 40);
+        let x = values(5, m * k);
+        let w: Vec<bf16> = values(6, n * k).into_iter().map(bf16::from_f32).collect();
+        let rows = Bf16Rows::from_f32(&x, m, k);
+        let packed = PackedWeight::pack(&w, n, k);
+        let fast = matmul(&rows, &packed);
+        let mut slow = vec![0f32; m * n];
+        for panel in 0..packed.panels() {
+            let cols = (n - panel * PANEL_WIDTH).min(PANEL_WIDTH);
+            for row in (0..m).step_by(TILE_ROWS) {
+                let target = Target {
+                    // SAFETY: inside `slow`
+                    at: unsafe { slow.as_mut_ptr().add(row * n + panel * PANEL_WIDTH) },
+                    stride: n,
+                    rows: (m - row).min(TILE_ROWS),
+                    cols,
+                    accumulate: false,
+                };
+                let rows_at = &rows.bits[row * rows.stride..];
+                // SAFETY: the target lies inside `slow`
+                unsafe { portable_tile(rows_at, rows.stride, packed.panel(panel), 20, target) };
+            }
+        }
+        for (a, b) in fast.iter().zip(&slow) {
+            assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{a} vs {b}");
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! The operands of the bf16 GEMM ([`super::bf16_gemm`]): a weight `[n, k]` packed once in
+//! pair-interleaved panels, and activation rows rounded to bf16.
+//!
+//! `vdpbf16ps` multiplies bf16 pairs and adds both products into one f32 lane, so the
+//! weight's two values of a k pair sit side by side: panel `p` holds, for each k pair `j`,
+//! the [`PANEL_WIDTH`] output columns `n = p * PANEL_WIDTH + lane` as
+//! `(w[n][2j], w[n][2j + 1])`. One 64-byte load then gives 16 lanes' pairs, and one 32-bit
+//! broadcast of an activation row's pair `(x[2j], x[2j + 1])` multiplies them all.
+
+use half::bf16;
+
+/// Output columns of one panel: two 16-lane vectors.
+pub const PANEL_WIDTH: usize = 32;
+
+/// A weight `[n, k]` in bf16, packed for [`super::bf16_gemm::matmul`] (k padded to even
+/// with zeros, n to a multiple of [`PANEL_WIDTH`]).
+pub struct PackedWeight {
+    /// Output columns (rows of the weight).
+    pub n: usize,
+    /// Inner dimension (columns of the weight).
+    pub k: usize,
+    pairs: usize,
+    data: Vec<u16>,
+}
+
+impl PackedWeight {
+    /// Packs the row-major weight `w` `[n, k]` (the bits of bf16 values).
+    pub fn pack(w: &[bf16], n: usize, k: usize) -> Self {
+        assert_eq!(w.len(), n * k, "a weight [{n}, {k}] has {} values", w.len());
+        let pairs = k.div_ceil(2);
+        let panel_len = pairs * PANEL_WIDTH * 2;
+        let mut data = vec![0u16; n.div_ceil(PANEL_WIDTH) * panel_len];
+        for (col, row) in w.chunks_exact(k.max(1)).enumerate().take(n) {
+            let panel = &mut data[(col / PANEL_WIDTH) * panel_len..][..panel_len];
+            let lane = col % PANEL_WIDTH;
+            for (i, v) in row.iter().enumerate() {
+                panel[(i / 2) * PANEL_WIDTH * 2 + lane * 2 + (i & 1)] = v.to_bits();
+            }
+        }
+        PackedWeight { n, k, pairs, data }
+    }
+
+    /// k pairs (k / 2 rounded up).
+    pub fn pairs(&self) -> usize {
+        self.pairs
+    }
+
+    /// Panels of [`PANEL_WIDTH`] columns.
+    pub fn panels(&self) -> usize {
+        self.n.div_ceil(PANEL_WIDTH)
+    }
+
+    /// Panel `p`: `pairs` x [`PANEL_WIDTH`] x 2 values.
+    pub fn panel(&self, p: usize) -> &[u16] {
+        let len = self.pairs * PANEL_WIDTH * 2;
+        &self.data[p * len..(p + 1) * len]
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.data.len() * 2
+    }
+
+    /// The weight `[n, k]` back in row-major order.
+    pub fn unpack(&self) -> Vec<bf16> {
+        let mut w = Vec::with_capacity(self.n * self.k);
+        for col in 0..self.n {
+            let panel = self.panel(col / PANEL_WIDTH);
+            let lane = col % PANEL_WIDTH;
+            w.extend(
+                (0..self.k).map(|i| {
+                    bf16::from_bits(panel[(i / 2) * PANEL_WIDTH * 2 + lane * 2 + (i & 1)])
+                }),
+            );
+        }
+        w
+    }
+}
+
+/// Activation rows `[m, k]` as bf16 bits, each row padded to an even length with a zero
+/// (`stride` values a row).
+pub struct Bf16Rows {
+    /// Rows.
+    pub m: usize,
+    /// Values a row, padding included (even).
+    pub stride: usize,
+    /// The bits, row-major.
+    pub bits: Vec<u16>,
+}
+
+impl Bf16Rows {
+    /// f32 rows `[m, k]` rounded to the nearest bf16 (ties to even), as torch rounds.
+    pub fn from_f32(xs: &[f32], m: usize, k: usize) -> Self {
+        let stride = k.div_ceil(2) * 2;
+        let mut bits = vec![0u16; m * stride];
+        if k > 0 {
+            for (src, dst) in xs.chunks_exact(k).zip(bits.chunks_exact_mut(stride)) {
+                round_row(src, &mut dst[..k]);
+            }
+        }
+        Bf16Rows { m, stride, bits }
+    }
+
+    /// bf16 rows `[m, k]` as they are (copied only to pad an odd k).
+    pub fn from_bf16(xs: &[bf16], m: usize, k: usize) -> Self {
+        let stride = k.div_ceil(2) * 2;
+        let mut bits = vec![0u16; m * stride];
+        if k > 0 {
+            for (src, dst) in xs.chunks_exact(k).zip(bits.chunks_exact_mut(stride)) {
+                for (d, s) in dst.iter_mut().zip(src) {
+                    *d = s.to_bits();
+                }
+            }
+        }
+        Bf16Rows { m, stride, bits }
+    }
+}
+
+/// Rounds a row with the AVX-512 conversions where the CPU has them (`vcvtne2ps2bf16`: round
+/// to nearest even, as `half` does), else with `half`.
+fn round_row(src: &[f32], dst: &mut [u16]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::bf16_gemm::available() {
+        // SAFETY: the CPU has AVX-512 F, BW and BF16 (checked just above)
+        unsafe { round_row_avx512(src, dst) };
+        return;
+    }
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = bf16::from_f32(s).to_bits();
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+unsafe fn round_row_avx512(src: &[f32], dst: &mut [u16]) {
+    use std::arch::x86_64::*;
+    let n = src.len().min(dst.len());
+    let mut i = 0;
+    while i + 32 <= n {
+        let lo = _mm512_loadu_ps(src.as_ptr().add(i));
+        let hi = _mm512_loadu_ps(src.as_ptr().add(i + 16));
+        let both: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
+        _mm512_storeu_si512(dst.as_mut_ptr().add(i) as *mut _, both);
+        i += 32;
+    }
+    for j in i..n {
+        dst[j] = half::bf16::from_f32(src[j]).to_bits();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panels_interleave_the_pairs_of_each_column() {
+        // w[n][k] = n * 10 + k, n = 33 (two panels), k = 3 (two pairs, the last padded)
+        let (n, k) = (33, 3);
+        let w: Vec<bf16> = (0..n * k)
+            .map(|i| bf16::from_f32(((i / k) * 10 + i % k) as f32))
+            .collect();
+        let p = PackedWeight::pack(&w, n, k);
+        assert_eq!((p.pairs(), p.panels()), (2, 2));
+        let at = |panel: usize, pair: usize, lane: usize, half: usize| {
+            bf16::from_bits(p.panel(panel)[pair * PANEL_WIDTH * 2 + lane * 2 + half]).to_f32()
+        };
+        assert_eq!(at(0, 0, 5, 0), 50.0);
+        assert_eq!(at(0, 0, 5, 1), 51.0);
+        assert_eq!(at(0, 1, 5, 0), 52.0);
+        assert_eq!(at(0, 1, 5, 1), 0.0);
+        assert_eq!(at(1, 1, 0, 0), 322.0);
+        assert_eq!(at(1, 0, 1, 0), 0.0);
+        assert_eq!(p.unpack(), w);
+    }
+
+    #[test]
+    fn rows_round_to_nearest_even_as_half_does() {
+        let xs: Vec<f32> = (0..70)
+            .map(|i| (i as f32 * 0.37).sin() * 1e3 + f32::from_bits(0x3f80_8000 + i))
+            .collect();
+        let rows = Bf16Rows::from_f32(&xs, 2, 35);
+        assert_eq!(rows.stride, 36);
+        for (r, row) in xs.chunks(35).enumerate() {
+            for (i, &x) in row.iter().enumerate() {
+                assert_eq!(rows.bits[r * 36 + i], bf16::from_f32(x).to_bits());
+            }
+            assert_eq!(rows.bits[r * 36 + 35], 0);
+        }
+    }
+}

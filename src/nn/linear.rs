@@ -1,0 +1,152 @@
+//! Linear projections `y = x W^T (+ b)`: candle's matmul, or, for a bf16 weight on a CPU
+//! with AVX-512 BF16, the packed bf16 GEMM of [`crate::cpu::bf16_gemm`].
+
+use candle_core::{DType, Device, Module, Storage, Tensor};
+use half::bf16;
+
+use crate::cpu::bf16_gemm;
+use crate::cpu::bf16_panels::{Bf16Rows, PackedWeight};
+use crate::error::Result;
+
+/// `y = x W^T (+ b)`, weights `[out, in]`.
+pub struct Linear {
+    kind: Kind,
+}
+
+enum Kind {
+    /// candle's matmul (f32, f16, f64, every device; bf16 where the kernel is missing).
+    Candle(candle_nn::Linear),
+    /// A bf16 weight packed once for the bf16 GEMM: products of bf16 values summed in
+    /// f32, the bias added in f32, the output rounded once to the input's dtype (as torch's
+    /// bf16 `linear` on the CPU rounds it).
+    Bf16 {
+        weight: PackedWeight,
+        bias: Option<Vec<f32>>,
+    },
+}
+
+impl Linear {
+    /// A projection with weight `[out, in]` and an optional bias `[out]`. A bf16 CPU weight
+    /// that no gradient flows through is packed for the bf16 GEMM when the CPU has it (the
+    /// tensor itself is then dropped: packed, it takes the same memory).
+    pub fn new(weight: Tensor, bias: Option<Tensor>) -> Self {
+        match packable(&weight).then(|| pack(&weight, bias.as_ref())) {
+            Some(Ok(kind)) => Linear { kind },
+            _ => Linear {
+                kind: Kind::Candle(candle_nn::Linear::new(weight, bias)),
+            },
+        }
+    }
+
+    /// A projection from an already-loaded weight (e.g. tied embeddings).
+    pub fn from_weight(weight: Tensor) -> Self {
+        Linear::new(weight, None)
+    }
+
+    /// The projections of the first `rows` output rows and of the rest (a fused weight
+    /// split, e.g. Phi-3's `gate_up_proj`).
+    pub fn split_rows(&self, rows: usize) -> Result<(Linear, Linear)> {
+        let (w, b) = self.weight_and_bias()?;
+        let out = w.dim(0)?;
+        let part = |start: usize, len: usize| -> Result<Linear> {
+            let b = match &b {
+                Some(b) => Some(b.narrow(0, start, len)?.contiguous()?),
+                None => None,
+            };
+            Ok(Linear::new(w.narrow(0, start, len)?.contiguous()?, b))
+        };
+        Ok((part(0, rows)?, part(rows, out - rows)?))
+    }
+
+    /// Applies the projection to `[..., in]`.
+    pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        match &self.kind {
+            Kind::Candle(inner) => Ok(inner.forward(xs)?),
+            Kind::Bf16 { weight, bias } => bf16_forward(xs, weight, bias.as_deref()),
+        }
+    }
+
+    /// The weight `[out, in]` and bias as tensors (unpacked again for the bf16 GEMM's).
+    fn weight_and_bias(&self) -> Result<(Tensor, Option<Tensor>)> {
+        Ok(match &self.kind {
+            Kind::Candle(inner) => (inner.weight().clone(), inner.bias().cloned()),
+            Kind::Bf16 { weight, bias } => {
+                let w = Tensor::from_vec(weight.unpack(), (weight.n, weight.k), &Device::Cpu)?;
+                let b = match bias {
+                    Some(b) => {
+                        Some(Tensor::new(b.as_slice(), &Device::Cpu)?.to_dtype(DType::BF16)?)
+                    }
+                    None => None,
+                };
+                (w, b)
+            }
+        })
+    }
+}
+
+/// A 2-D bf16 CPU weight outside any gradient, on a CPU with the bf16 GEMM.
+fn packable(weight: &Tensor) -> bool {
+    weight.dtype() == DType::BF16
+        && matches!(weight.device(), Device::Cpu)
+        && weight.rank() == 2
+        && !weight.is_variable()
+        && bf16_gemm::available()
+}
+
+fn pack(weight: &Tensor, bias: Option<&Tensor>) -> Result<Kind> {
+    let (n, k) = weight.dims2()?;
+    let values = weight.contiguous()?.flatten_all()?.to_vec1::<bf16>()?;
+    let bias = match bias {
+        Some(b) => Some(b.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?),
+        None => None,
+    };
+    Ok(Kind::Bf16 {
+        weight: PackedWeight::pack(&values, n, k),
+        bias,
+    })
+}
+
+/// `xs [..., k]` (bf16 or f32, on the CPU) times the packed weight, in `xs`'s dtype.
+fn bf16_forward(xs: &Tensor, weight: &PackedWeight, bias: Option<&[f32]>) -> Result<Tensor> {
+    let k = xs.dims().last().copied().unwrap_or(0);
+    if k != weight.k || !matches!(xs.device(), Device::Cpu) {
+        let msg = format!(
+            "linear: input {:?} against a bf16 weight [{}, {}]",
+            xs.shape(),
+            weight.n,
+            weight.k
+        );
+        return Err(candle_core::Error::Msg(msg).into());
+    }
+    let m = xs.elem_count() / k.max(1);
+    let rows = bf16_rows(&xs.contiguous()?, m, k)?;
+    let mut out = bf16_gemm::matmul(&rows, weight);
+    if let Some(bias) = bias {
+        for row in out.chunks_exact_mut(weight.n) {
+            for (y, b) in row.iter_mut().zip(bias) {
+                *y += b;
+            }
+        }
+    }
+    let mut dims = xs.dims().to_vec();
+    *dims
+        .last_mut()
+        .expect("a projection's input has a last dimension") = weight.n;
+    Ok(Tensor::from_vec(out, dims, &Device::Cpu)?.to_dtype(xs.dtype())?)
+}
+
+/// The rows of a contiguous CPU tensor as bf16 (bf16 as they are, other dtypes rounded).
+fn bf16_rows(xs: &Tensor, m: usize, k: usize) -> Result<Bf16Rows> {
+    if xs.dtype() == DType::BF16 {
+        let (storage, layout) = xs.storage_and_layout();
+        if let (Storage::Cpu(cpu), Some((start, end))) = (&*storage, layout.contiguous_offsets()) {
+            return Ok(Bf16Rows::from_bf16(
+                &cpu.as_slice::<bf16>()?[start..end],
+                m,
+                k,
+            ));
+        }
+    }
+    let values = xs.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+    Ok(Bf16Rows::from_f32(&values, m, k))
+}
