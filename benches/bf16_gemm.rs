@@ -1,0 +1,171 @@
+//! The bf16 GEMM (src/cpu/bf16_gemm.rs) against this CPU's limit (issue 41).
+//!
+//! 1. Peak throughput of `vdpbf16ps` and of the f32 FMA (`vfmadd231ps`, zmm): 24 independent
+//!    accumulators in registers, one thread and every thread, as FLOP/s (2 per multiply-add).
+//!    Their ratio does not depend on the clock.
+//! 2. `x [m, k] w^T` at the shapes of an 8B model's projections (m = 1024 tokens): the bf16
+//!    GEMM (activations rounded to bf16 inside the timing, the weight packed once outside it,
+//!    as a layer's weights are), and the f32 `gemm` crate candle's CPU matmul uses, each the
+//!    best of 5.
+//!
+//! Prints one JSON object (benches/bf16_gemm.sh runs it beside torch's bf16 matmul).
+//! Run: `cargo bench --bench bf16_gemm`.
+use std::time::Instant;
+
+use asa_analyze::cpu::bf16_gemm;
+use asa_analyze::cpu::bf16_panels::{Bf16Rows, PackedWeight};
+use half::bf16;
+use rayon::prelude::*;
+
+const PEAK_ITERS: usize = 20_000_000;
+const SHAPES: [(usize, usize, usize); 3] =
+    [(1024, 4096, 4096), (1024, 4096, 14336), (1024, 14336, 4096)];
+
+fn main() {
+    if !bf16_gemm::available() {
+        println!("{{\"error\": \"this CPU has no AVX-512 BF16\"}}");
+        return;
+    }
+    let threads = rayon::current_num_threads();
+    let bf16_one = peak(threads_of(1, peak_bf16));
+    let fma_one = peak(threads_of(1, peak_fma));
+    let bf16_all = peak(threads_of(threads, peak_bf16));
+    let fma_all = peak(threads_of(threads, peak_fma));
+    let mut rows = Vec::new();
+    for (m, k, n) in SHAPES {
+        let x = values(1, m * k);
+        let w = values(2, n * k);
+        let w16: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
+        let packed = PackedWeight::pack(&w16, n, k);
+        let ours = best_of(5, || {
+            let rows = Bf16Rows::from_f32(&x, m, k);
+            std::hint::black_box(bf16_gemm::matmul(&rows, &packed));
+        });
+        let f32_gemm = best_of(5, || {
+            std::hint::black_box(f32_product(&x, &w, (m, k, n)));
+        });
+        let flops = 2.0 * (m * k * n) as f64;
+        rows.push(format!(
+            "{{\"m\": {m}, \"k\": {k}, \"n\": {n}, \"bf16_s\": {ours:.5}, \"bf16_gflops\": {:.1}, \
+             \"bf16_of_peak\": {:.3}, \"f32_gemm_s\": {f32_gemm:.5}, \"f32_gemm_gflops\": {:.1}}}",
+            flops / ours / 1e9,
+            flops / ours / bf16_all,
+            flops / f32_gemm / 1e9,
+        ));
+    }
+    println!(
+        "{{\"threads\": {threads}, \"peak_gflops\": {{\"bf16_one_thread\": {:.1}, \"f32_fma_one_thread\": {:.1}, \
+         \"bf16_all_threads\": {:.1}, \"f32_fma_all_threads\": {:.1}, \"ratio\": {:.2}}},\n \"gemm\": [{}]}}",
+        bf16_one / 1e9,
+        fma_one / 1e9,
+        bf16_all / 1e9,
+        fma_all / 1e9,
+        bf16_all / fma_all,
+        rows.join(",\n  ")
+    );
+}
+
+/// FLOP/s of `kernel` run on `threads` threads at once: (seconds, FLOPs of each).
+fn threads_of(threads: usize, kernel: fn() -> f64) -> (f64, f64) {
+    let start = Instant::now();
+    let flops: f64 = (0..threads).into_par_iter().map(|_| kernel()).sum();
+    (start.elapsed().as_secs_f64(), flops)
+}
+
+fn peak((seconds, flops): (f64, f64)) -> f64 {
+    flops / seconds
+}
+
+/// FLOPs of `PEAK_ITERS` x 24 `vdpbf16ps` (32 multiply-adds each).
+fn peak_bf16() -> f64 {
+    // SAFETY: the CPU has AVX-512 BF16 (checked in main)
+    std::hint::black_box(unsafe { dpbf16_chain(PEAK_ITERS) });
+    (PEAK_ITERS * 24 * 32 * 2) as f64
+}
+
+/// FLOPs of `PEAK_ITERS` x 24 zmm FMAs (16 multiply-adds each).
+fn peak_fma() -> f64 {
+    // SAFETY: the CPU has AVX-512 F (checked in main)
+    std::hint::black_box(unsafe { fma_chain(PEAK_ITERS) });
+    (PEAK_ITERS * 24 * 16 * 2) as f64
+}
+
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn dpbf16_chain(iters: usize) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm512_setzero_ps(); 24];
+    let a: __m512bh = std::mem::transmute(_mm512_set1_epi16(0x3f80));
+    let b: __m512bh = std::mem::transmute(_mm512_set1_epi16(0x2f80));
+    for _ in 0..iters {
+        for x in acc.iter_mut() {
+            *x = _mm512_dpbf16_ps(*x, a, b);
+        }
+    }
+    acc.iter().map(|&x| _mm512_reduce_add_ps(x)).sum()
+}
+
+#[target_feature(enable = "avx512f")]
+unsafe fn fma_chain(iters: usize) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm512_setzero_ps(); 24];
+    let (a, b) = (_mm512_set1_ps(1.0), _mm512_set1_ps(1e-9));
+    for _ in 0..iters {
+        for x in acc.iter_mut() {
+            *x = _mm512_fmadd_ps(a, b, *x);
+        }
+    }
+    acc.iter().map(|&x| _mm512_reduce_add_ps(x)).sum()
+}
+
+/// `x w^T` in f32 with the `gemm` crate on every thread, as candle's CPU matmul calls it.
+fn f32_product(x: &[f32], w: &[f32], (m, k, n): (usize, usize, usize)) -> Vec<f32> {
+    let mut out = vec![0f32; m * n];
+    // SAFETY: the strides describe x [m, k] row-major, w^T (w [n, k] row-major), out [m, n]
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            out.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            x.as_ptr(),
+            1,
+            k as isize,
+            w.as_ptr(),
+            k as isize,
+            1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::Rayon(rayon::current_num_threads()),
+        );
+    }
+    out
+}
+
+fn best_of(runs: usize, mut f: impl FnMut()) -> f64 {
+    (0..runs)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// xorshift values in [-1, 1).
+fn values(seed: u64, len: usize) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
