@@ -412,8 +412,8 @@ impl Model {
     }
 
     /// `hidden` `[batch, n, hidden]` times the LM head `name`, read from `store`
-    /// [`LM_HEAD_CHUNK`] vocabulary rows at a time (never cast whole; a GGUF matrix is
-    /// dequantized whole, as its blocks are stored).
+    /// [`LM_HEAD_CHUNK`] vocabulary rows at a time (never cast or dequantized whole; a
+    /// GGUF head whose rows cannot be read alone is read whole once).
     fn lm_head_in_chunks(
         &self,
         store: &WeightStore,
@@ -421,7 +421,6 @@ impl Model {
         hidden: &Tensor,
     ) -> Result<Tensor> {
         let c = &self.config;
-        // GGUF (dequantized per tensor): the whole matrix once
         let chunk = if store.reads_rows() {
             LM_HEAD_CHUNK
         } else {

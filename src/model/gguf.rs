@@ -219,6 +219,45 @@ impl GgufFile {
     }
 }
 
+impl GgufFile {
+    /// Whether rows of `name` can be read alone ([`GgufFile::load_rows`]): a 2-D tensor
+    /// stored as it is used (nothing to undo), each row a whole number of quantized blocks.
+    pub fn reads_rows(&self, name: &str) -> bool {
+        self.tensors.get(name).is_some_and(|t| {
+            matches!(t.undo, Undo::Nothing)
+                && t.shape.len() == 2
+                && t.shape[1].is_multiple_of(t.dtype.block_size())
+        })
+    }
+
+    /// Rows `rows` of the matrix `name` dequantized to f32: only those rows' blocks are read
+    /// (one positioned read), so an embedding or an LM head never has to be whole in memory.
+    /// `None` when the tensor cannot be read by rows ([`GgufFile::reads_rows`]).
+    pub fn load_rows(&self, name: &str, rows: std::ops::Range<usize>) -> Result<Option<Tensor>> {
+        if !self.reads_rows(name) {
+            return Ok(None);
+        }
+        let t = &self.tensors[name];
+        let (count, cols) = (t.shape[0], t.shape[1]);
+        if rows.start > rows.end || rows.end > count {
+            let what = format!("rows {rows:?} of tensor {} with {count} rows", t.gguf_name);
+            return Err(Error::input(&self.path, what));
+        }
+        let info = &self.content.tensor_infos[&t.gguf_name];
+        let row_bytes = (cols / t.dtype.block_size() * t.dtype.type_size()) as u64;
+        let start = self.content.tensor_data_offset + info.offset + rows.start as u64 * row_bytes;
+        let mut raw = vec![0u8; rows.len() * row_bytes as usize];
+        let file = File::open(&self.path).map_err(|e| Error::io(&self.path, e))?;
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut raw, start)
+            .map_err(|e| Error::io(&self.path, e))?;
+        let dims = vec![rows.len(), cols];
+        let q =
+            candle_core::quantized::ggml_file::qtensor_from_ggml(t.dtype, &raw, dims, &Device::Cpu)
+                .map_err(|e| Error::invalid(&self.path, &t.gguf_name, root_cause(e)))?;
+        Ok(Some(q.dequantize(&Device::Cpu)?))
+    }
+}
+
 /// Whether `path` names a GGUF file by its extension.
 pub fn is_gguf_path(path: &Path) -> bool {
     path.extension()

@@ -427,6 +427,15 @@ impl WeightStore {
             self.check_finite(name, &self.shown(name), &rows)?;
             return Ok(rows.to_device(&self.device)?);
         }
+        if let Some(gguf) = self
+            .gguf()
+            .filter(|g| g.reads_rows(name) && !self.shapes_only)
+        {
+            self.check(name, expected)?;
+            let rows = gguf_rows(gguf, name, ids)?.to_dtype(self.dtype)?;
+            self.check_finite(name, &self.shown(name), &rows)?;
+            return Ok(rows.to_device(&self.device)?);
+        }
         let whole = self.get(name, expected)?;
         let ids = Tensor::from_slice(ids, ids.len(), &self.device)?;
         Ok(whole.index_select(&ids, 0)?)
@@ -449,14 +458,32 @@ impl WeightStore {
             self.check_finite(name, &self.shown(name), &part)?;
             return Ok(part.to_device(&self.device)?);
         }
+        if let Some(gguf) = self
+            .gguf()
+            .filter(|g| g.reads_rows(name) && !self.shapes_only)
+        {
+            self.check(name, expected)?;
+            let part = gguf.load_rows(name, rows)?.expect("checked: read by rows");
+            let part = part.to_dtype(self.dtype)?;
+            self.check_finite(name, &self.shown(name), &part)?;
+            return Ok(part.to_device(&self.device)?);
+        }
         Ok(self
             .get(name, expected)?
             .narrow(0, rows.start, rows.len())?)
     }
 
-    /// Whether rows of a matrix are read alone ([`WeightStore::get_row_range`]): safetensors.
+    /// Whether rows of a matrix are read alone ([`WeightStore::get_row_range`]): safetensors,
+    /// and GGUF matrices stored as they are used (embeddings and LM heads).
     pub fn reads_rows(&self) -> bool {
-        matches!(self.source, Source::Safetensors { .. }) && !self.shapes_only
+        match &self.source {
+            Source::Safetensors { .. } => !self.shapes_only,
+            Source::Gguf(g) => {
+                let head = !g.contains("lm_head.weight") || g.reads_rows("lm_head.weight");
+                !self.shapes_only && g.reads_rows("model.embed_tokens.weight") && head
+            }
+            Source::Memory(_) => false,
+        }
     }
 
     /// Asks the OS to read ahead every stored tensor whose convention name starts with
@@ -603,4 +630,34 @@ fn shard_paths(dir: &Path, index: &Path) -> Result<Vec<PathBuf>> {
         ));
     }
     Ok(paths)
+}
+
+/// Rows `ids` of the GGUF matrix `name`, in their order: the distinct ids read as runs of
+/// consecutive rows, then selected.
+fn gguf_rows(gguf: &GgufFile, name: &str, ids: &[u32]) -> Result<Tensor> {
+    let mut sorted: Vec<u32> = ids.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+    for &id in &sorted {
+        match runs.last_mut() {
+            Some(run) if run.end == id as usize => run.end += 1,
+            _ => runs.push(id as usize..id as usize + 1),
+        }
+    }
+    let mut parts = Vec::with_capacity(runs.len());
+    for run in runs {
+        parts.push(gguf.load_rows(name, run)?.expect("checked: read by rows"));
+    }
+    let distinct = Tensor::cat(&parts, 0)?;
+    let at: Vec<u32> = ids
+        .iter()
+        .map(|id| {
+            sorted
+                .binary_search(id)
+                .expect("every id is in the sorted list") as u32
+        })
+        .collect();
+    let at = Tensor::from_slice(&at, at.len(), distinct.device())?;
+    Ok(distinct.index_select(&at, 0)?)
 }

@@ -255,3 +255,98 @@ fn a_broken_last_layer_is_refused_before_any_work_and_nothing_is_written() {
         assert!(!out.exists(), "output written for a broken checkpoint");
     }
 }
+
+/// The GGUF fixtures that are whole models (the tokenizer-only file left out).
+const GGUF_MODELS: [&str; 9] = [
+    "llama_gqa",
+    "qwen2",
+    "qwen3",
+    "olmo2",
+    "phi3",
+    "gpt2",
+    "gpt_neox",
+    "gemma2_like_2b",
+    "gemma3_like_1b",
+];
+
+#[test]
+fn gguf_embedding_and_head_rows_are_the_rows_of_the_whole_matrix() {
+    // issue 41: rows of a GGUF matrix read alone (only their quantized blocks) equal the
+    // same rows of the matrix dequantized whole, at the start, middle and end
+    use asa_analyze::model::GgufFile;
+    for name in GGUF_MODELS {
+        let gguf = GgufFile::open(&fixtures().join("gguf").join(format!("{name}.gguf"))).unwrap();
+        for tensor in ["model.embed_tokens.weight", "lm_head.weight"] {
+            if !gguf.contains(tensor) {
+                continue;
+            }
+            assert!(gguf.reads_rows(tensor), "{name}: {tensor}");
+            let whole = gguf.load(tensor).unwrap();
+            let rows = whole.dim(0).unwrap();
+            for range in [0..1, 3..17, rows - 5..rows, 0..rows] {
+                let part = gguf.load_rows(tensor, range.clone()).unwrap().unwrap();
+                let want = whole.narrow(0, range.start, range.len()).unwrap();
+                let (a, b) = (
+                    part.to_vec2::<f32>().unwrap(),
+                    want.to_vec2::<f32>().unwrap(),
+                );
+                assert_eq!(a, b, "{name}: {tensor} rows {range:?}");
+            }
+            assert!(
+                gguf.load_rows(tensor, rows - 1..rows + 1).is_err(),
+                "{name}"
+            );
+        }
+        // a transposed GPT-2 projection is not read by rows
+        if name == "gpt2" {
+            assert!(!gguf.reads_rows("model.layers.0.mlp.up_proj.weight"));
+        }
+    }
+}
+
+#[test]
+fn streamed_gguf_runs_give_the_in_memory_tables_bit_for_bit() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in GGUF_MODELS {
+        let model = format!(
+            "m={}",
+            fixtures()
+                .join("gguf")
+                .join(format!("{name}.gguf"))
+                .display()
+        );
+        let tokenizer = fixtures().join("models").join(name).join("tokenizer.json");
+        let outs: Vec<_> = [&[][..], &["--stream-layers"]]
+            .into_iter()
+            .enumerate()
+            .map(|(k, stream)| {
+                let out = tmp.path().join(format!("{name}-{k}"));
+                let mut args = vec![
+                    "analyze",
+                    &model,
+                    "--seq-len",
+                    "20",
+                    "--num-seqs",
+                    "3",
+                    "--batch-size",
+                    "2",
+                    "--block-size",
+                    "8",
+                    "--quiet",
+                    "--out",
+                    out.to_str().unwrap(),
+                    "--tokenizer",
+                    tokenizer.to_str().unwrap(),
+                ];
+                args.extend_from_slice(stream);
+                expect_success(&run_cli(tmp.path(), &args));
+                out
+            })
+            .collect();
+        let memory = tables(&outs[0]);
+        assert!(memory.len() >= 7, "{name}: {} tables", memory.len());
+        assert_eq!(memory, tables(&outs[1]), "{name}: streamed tables differ");
+        let schedule = &run_json(&outs[1])["models"][0]["schedule"];
+        assert_eq!(schedule["taken"], "layer-major (streamed)", "{name}");
+    }
+}
