@@ -377,6 +377,11 @@ impl Run {
                 "block_map: no CUDA kernel makes its key-block sums; every layer runs on materialised blocks whose weights are reduced on the host",
             );
         }
+        if dtype == DType::BF16 && !device.is_cuda() && !crate::cpu::bf16_gemm::available() {
+            events.note(
+                "bf16: this CPU has no AVX-512 BF16, so bf16 products run on candle's generic kernels (slower than f32)",
+            );
+        }
         let map = WeightMap::from_option(o.weight_map.as_deref())?;
         let ctx = ModelContext {
             order: std::cell::Cell::new(0),
