@@ -4,9 +4,11 @@
 pub mod attention_series;
 pub mod cancel;
 pub mod checkpoint_ready;
+pub mod fingerprint;
 pub mod hub_cache;
 pub mod inspect;
 pub mod partial;
+pub mod partial_checks;
 pub mod plan;
 pub mod record;
 mod run;

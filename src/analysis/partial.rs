@@ -1,20 +1,22 @@
 //! A shard's partial result and `merge` (SPEC section 8). A partial folder holds
-//! `partial.parquet` (one row per model: its label and the exact state of every metric
-//! accumulator, with what finishing needs, as MessagePack bytes), `run.json` (the run
-//! fingerprint and which shards of how many it covers) and `partial.complete`, written last.
+//! `partial.parquet` (one row per model: its label, the partial's identity — run
+//! fingerprint, shards of how many — and the exact state of every metric accumulator, with
+//! what finishing needs and the windows it covers, as MessagePack bytes), `run.json` (the
+//! same identity and the SHA-256 of `partial.parquet`) and `partial.complete`, written last.
 //! Merging reads the partials' run.json first (refusing partials of other runs, missing or
-//! doubled shards, unfinished ones), then their states one partial at a time, so memory
-//! stays that of one partial whatever their number; a merge of some shards is a partial
-//! itself (a tree of merges).
+//! doubled shards, unfinished ones), then their states one partial at a time, each checked
+//! against its run.json and the others' ([`super::partial_checks`]), so memory stays that of
+//! one partial whatever their number; a merge of some shards is a partial itself (a tree of
+//! merges).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
+use serde_json::Value;
 
+use super::fingerprint::{sha256_file, windows_sha256};
+use super::partial_checks::{check_info, check_partials, check_states, Coverage};
 use super::record::{MergeRecord, ModelRecord, RunRecord};
-use super::run::{ModelResult, RunOptions, RunOutput};
+use super::run::{ModelResult, RunOutput};
 use super::shard::Shard;
 use crate::error::{Error, Result};
 use crate::export::{read_table, write_table, Column, Format, OutputDir, Table};
@@ -25,8 +27,6 @@ use crate::metrics::{Metric, MetricProbe, ProbeState, VariantTraits};
 pub const STATES: &str = "partial.parquet";
 /// Written last: the partial is whole.
 pub const MARKER: &str = "partial.complete";
-/// Bytes of each checkpoint file hashed for the fingerprint (headers and the start).
-const HASHED_BYTES: u64 = 1 << 20;
 
 /// One model's part of a shard: everything its metrics need to be finished without the
 /// checkpoint.
@@ -42,7 +42,7 @@ pub struct PartialModel {
     /// Windows analysed by the shards merged so far, of `total`.
     pub windows: u64,
     pub total: u64,
-    /// The model's part of the run fingerprint ([`model_fingerprint`]).
+    /// The model's part of the run fingerprint ([`super::fingerprint::model_fingerprint`]).
     pub fingerprint: Value,
     /// The step of a training series this checkpoint is (its QK^T point).
     pub step: Option<u64>,
@@ -50,95 +50,70 @@ pub struct PartialModel {
     pub model: bool,
     /// Its place among the run's checkpoints.
     pub order: usize,
+    /// The windows the state holds: one range per shard merged into it, in shard order.
+    pub covers: Vec<Covered>,
 }
 
-/// What a shard's partial says of itself (its run.json's `partial` block).
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+/// The windows of one shard that a state holds: `start..end` of the model's windows and
+/// the SHA-256 of their token ids.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Covered {
+    pub shard: usize,
+    pub start: u64,
+    pub end: u64,
+    pub sha256: String,
+}
+
+impl Covered {
+    /// The windows `shard` analyses of `windows` (every window of the model).
+    pub fn of(shard: &Shard, windows: &[Vec<u32>]) -> Covered {
+        let c = Covered::range(shard, windows.len());
+        Covered {
+            sha256: windows_sha256(&windows[c.start as usize..c.end as usize]),
+            ..c
+        }
+    }
+
+    /// The range `shard` analyses of `total` windows, with no hash.
+    pub fn range(shard: &Shard, total: usize) -> Covered {
+        let range = shard.units(total);
+        Covered {
+            shard: shard.index,
+            start: range.start as u64,
+            end: range.end as u64,
+            sha256: String::new(),
+        }
+    }
+}
+
+/// What a shard's partial says of itself: its run.json's `partial` block, and (without
+/// `states_sha256`) the identity in every row of its `partial.parquet`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PartialInfo {
-    /// Shards covered (one for a shard, more for a merge of some).
+    /// Shards covered (one for a shard, more for a merge of some), ascending.
     pub shards: Vec<usize>,
     pub count: usize,
     /// Everything that must agree between partials of one run.
     pub fingerprint: Value,
+    /// SHA-256 of `partial.parquet` (run.json only; absent from partials written before
+    /// asa-analyze recorded it, which `merge` refuses).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub states_sha256: Option<String>,
 }
 
-/// The fingerprint of one model of a run: its label, its checkpoint's files (name, size,
-/// SHA-256 of the first MiB) and the windows it analyses (count, length, SHA-256 of the
-/// token ids).
-pub fn model_fingerprint(label: &str, path: &Path, windows: &[Vec<u32>]) -> Result<Value> {
-    let mut files = Vec::new();
-    let listed: Vec<PathBuf> = if path.is_dir() {
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
-            .map_err(|e| Error::io(path, e))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.is_file())
-            .collect();
-        entries.sort();
-        entries
-    } else {
-        vec![path.to_path_buf()]
-    };
-    for file in listed {
-        let size = std::fs::metadata(&file)
-            .map_err(|e| Error::io(&file, e))?
-            .len();
-        let mut head = Vec::new();
-        use std::io::Read;
-        std::fs::File::open(&file)
-            .and_then(|f| f.take(HASHED_BYTES).read_to_end(&mut head))
-            .map_err(|e| Error::io(&file, e))?;
-        let name = file.file_name().map(|n| n.to_string_lossy().to_string());
-        files.push(json!({"file": name, "size": size, "sha256": hex(&Sha256::digest(&head))}));
-    }
-    let mut ids = Sha256::new();
-    for w in windows {
-        for id in w {
-            ids.update(id.to_le_bytes());
+impl PartialInfo {
+    /// The identity written into `partial.parquet`: this block without the states' hash.
+    pub fn identity(&self) -> PartialInfo {
+        PartialInfo {
+            states_sha256: None,
+            ..self.clone()
         }
     }
-    Ok(json!({
-        "model": label,
-        "files": files,
-        "windows": windows.len(),
-        "seq_len": windows.first().map_or(0, Vec::len),
-        "windows_sha256": hex(&ids.finalize()),
-    }))
 }
 
-/// The run's fingerprint: the tool's version, the analysis dtype, the options that change
-/// the numbers (not where the files are, the device, the batch or block sizes or memory
-/// limits), and each model's fingerprint.
-pub fn run_fingerprint(options: &RunOptions, dtype: &str, models: Vec<Value>) -> Value {
-    let mut opts = serde_json::to_value(options).unwrap_or(Value::Null);
-    if let Value::Object(o) = &mut opts {
-        for key in [
-            "corpus",
-            "tokenizer",
-            "weight_map",
-            "device",
-            "batch_size",
-            "max_memory",
-            "block_size",
-            "stream_layers",
-            "memory_budget",
-        ] {
-            o.remove(key);
-        }
-    }
-    json!({
-        "asa_analyze_version": env!("CARGO_PKG_VERSION"),
-        "dtype": dtype,
-        "options": opts,
-        "models": models,
-    })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Stages a partial result in `out`: the states' table, `record` (run.json, with `info`
-/// as its `partial` block) and, last, the completion marker.
+/// Stages a partial result in `out`: the states' table (each row with `info`'s identity),
+/// `record` (run.json, with `info` and the table's SHA-256 as its `partial` block) and,
+/// last, the completion marker.
 pub fn stage_partial(
     out: &mut OutputDir,
     models: &[PartialModel],
@@ -153,6 +128,8 @@ pub fn stage_partial(
                 .map_err(|e| Error::failed("saving a partial result", e))
         })
         .collect::<Result<Vec<_>>>()?;
+    let identity = serde_json::to_string(&info.identity())
+        .map_err(|e| Error::failed("saving a partial result", e))?;
     let table = Table::new(
         "partial",
         vec![
@@ -160,11 +137,19 @@ pub fn stage_partial(
                 "model",
                 Column::Str(models.iter().map(|m| Some(m.label.clone())).collect()),
             ),
+            (
+                "identity",
+                Column::Str(models.iter().map(|_| Some(identity.clone())).collect()),
+            ),
             ("state", Column::Bytes(states)),
         ],
     );
-    write_table(&table, &out.staged_path(STATES)?, Format::Parquet)?;
-    record.partial = Some(info.clone());
+    let path = out.staged_path(STATES)?;
+    write_table(&table, &path, Format::Parquet)?;
+    record.partial = Some(PartialInfo {
+        states_sha256: Some(sha256_file(&path, u64::MAX)?),
+        ..info.identity()
+    });
     out.write_bytes("run.json", record.to_json()?.as_bytes())?;
     out.write_bytes(MARKER, b"complete\n")
 }
@@ -177,8 +162,8 @@ pub struct Partial {
     pub record: RunRecord,
 }
 
-/// Opens the partial in `dir`: finished (the marker is there), with a run.json that has a
-/// `partial` block.
+/// Opens the partial in `dir`: finished (the marker is there), with a run.json whose
+/// `partial` block is whole and within its own bounds ([`check_info`]).
 pub fn open_partial(dir: &Path) -> Result<Partial> {
     let run_json = dir.join("run.json");
     if !dir.join(MARKER).is_file() {
@@ -196,15 +181,7 @@ pub fn open_partial(dir: &Path) -> Result<Partial> {
         .partial
         .clone()
         .ok_or_else(|| Error::input(&run_json, "run.json has no valid `partial` block"))?;
-    if info.count == 0 || info.shards.iter().any(|&k| k >= info.count) {
-        return Err(Error::input(
-            &run_json,
-            format!(
-                "shards {:?} of {} are not shards of the run",
-                info.shards, info.count
-            ),
-        ));
-    }
+    check_info(&run_json, &info)?;
     Ok(Partial {
         dir: dir.to_path_buf(),
         info,
@@ -212,14 +189,27 @@ pub fn open_partial(dir: &Path) -> Result<Partial> {
     })
 }
 
-/// The models' states of partial `dir`.
-fn read_states(dir: &Path) -> Result<Vec<PartialModel>> {
-    let path = dir.join(STATES);
+/// The models' states of `partial`, after its `partial.parquet` is found to be the file its
+/// run.json records and to say of itself what run.json says.
+fn read_states(partial: &Partial) -> Result<Vec<PartialModel>> {
+    let path = partial.dir.join(STATES);
+    let sha256 = sha256_file(&path, u64::MAX)?;
+    if partial.info.states_sha256.as_deref() != Some(sha256.as_str()) {
+        return Err(Error::input(
+            &path,
+            "not the partial.parquet its run.json records (SHA-256 differs): the folder's files come from different shards or runs; re-run the shard",
+        ));
+    }
     let table = read_table(&path)?;
-    let Some(Column::Bytes(states)) = table.column("state") else {
-        return Err(Error::input(&path, "no `state` column of bytes"));
+    let (Some(Column::Str(identities)), Some(Column::Bytes(states))) =
+        (table.column("identity"), table.column("state"))
+    else {
+        return Err(Error::input(
+            &path,
+            "no `identity` column of text and `state` column of bytes",
+        ));
     };
-    states
+    let models = states
         .iter()
         .map(|s| {
             let bytes = s
@@ -228,94 +218,9 @@ fn read_states(dir: &Path) -> Result<Vec<PartialModel>> {
             rmp_serde::from_slice(bytes)
                 .map_err(|e| Error::invalid(&path, "cannot read a model's saved state", e))
         })
-        .collect()
-}
-
-/// The first place where two fingerprints differ, as a path such as
-/// `options.seq_len` or `models[0].files[2].size`.
-fn first_difference(a: &Value, b: &Value, at: &str) -> Option<String> {
-    match (a, b) {
-        (Value::Object(x), Value::Object(y)) => {
-            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
-            keys.into_iter().find_map(|k| {
-                let here = if at.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{at}.{k}")
-                };
-                first_difference(
-                    x.get(k).unwrap_or(&Value::Null),
-                    y.get(k).unwrap_or(&Value::Null),
-                    &here,
-                )
-            })
-        }
-        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
-            .iter()
-            .zip(y)
-            .enumerate()
-            .find_map(|(i, (p, q))| first_difference(p, q, &format!("{at}[{i}]"))),
-        _ if a == b => None,
-        _ => Some(at.to_string()),
-    }
-}
-
-/// Checks that `partials` are of one run and cover no shard twice (and, when `complete`,
-/// every shard): the run's shard count and the shards covered.
-fn check_partials(partials: &[Partial], complete: bool) -> Result<(usize, Vec<usize>)> {
-    let first = partials
-        .first()
-        .ok_or_else(|| Error::usage("merge needs at least one partial result"))?;
-    let mut owner: BTreeMap<usize, &Path> = BTreeMap::new();
-    for p in partials {
-        if let Some(field) = first_difference(&first.info.fingerprint, &p.info.fingerprint, "") {
-            return Err(Error::input(
-                &p.dir,
-                format!(
-                    "a partial result of another run than {}: the runs differ in {field}",
-                    first.dir.display()
-                ),
-            ));
-        }
-        if p.info.count != first.info.count {
-            return Err(Error::input(
-                &p.dir,
-                format!(
-                    "a shard of {} shards, {} is of {}",
-                    p.info.count,
-                    first.dir.display(),
-                    first.info.count
-                ),
-            ));
-        }
-        for &k in &p.info.shards {
-            if let Some(other) = owner.insert(k, &p.dir) {
-                return Err(Error::input(
-                    &p.dir,
-                    format!(
-                        "shard {k} of {} is also in {}",
-                        p.info.count,
-                        other.display()
-                    ),
-                ));
-            }
-        }
-    }
-    let count = first.info.count;
-    let missing: Vec<String> = (0..count)
-        .filter(|k| !owner.contains_key(k))
-        .map(|k| k.to_string())
-        .collect();
-    if complete && !missing.is_empty() {
-        let shown: Vec<&str> = missing.iter().take(10).map(String::as_str).collect();
-        let more = if missing.len() > 10 { ", ..." } else { "" };
-        return Err(Error::usage(format!(
-            "shard{} {}{more} of {count} missing: merge needs every shard (or --partial for a merge of some)",
-            if missing.len() == 1 { "" } else { "s" },
-            shown.join(", "),
-        )));
-    }
-    Ok((count, owner.into_keys().collect()))
+        .collect::<Result<Vec<PartialModel>>>()?;
+    check_states(&path, &partial.info, identities, &models)?;
+    Ok(models)
 }
 
 /// A merge of partials: each model's merged state, and what the merged partials cover.
@@ -335,11 +240,13 @@ pub fn merge_partials(dirs: &[PathBuf], complete: bool) -> Result<Merged> {
         .collect::<Result<Vec<_>>>()?;
     let (count, shards) = check_partials(&partials, complete)?;
     let mut merged: Vec<(PartialModel, MetricProbe)> = Vec::new();
+    let mut coverage = Coverage::new(count);
     for p in &partials {
-        let models = read_states(&p.dir)?;
+        let path = p.dir.join(STATES);
+        let models = read_states(p)?;
         if !merged.is_empty() && models.len() != merged.len() {
             return Err(Error::input(
-                p.dir.join(STATES),
+                &path,
                 format!(
                     "{} models where the other partials have {}",
                     models.len(),
@@ -348,31 +255,16 @@ pub fn merge_partials(dirs: &[PathBuf], complete: bool) -> Result<Merged> {
             ));
         }
         for (k, model) in models.into_iter().enumerate() {
-            let probe = MetricProbe::restore(model.probe.clone()).map_err(|e| {
-                Error::input(p.dir.join(STATES), format!("model {}: {e}", model.label))
-            })?;
-            match merged.get_mut(k) {
-                None => merged.push((model, probe)),
-                Some((into, acc)) => {
-                    if into.label != model.label {
-                        return Err(Error::input(
-                            p.dir.join(STATES),
-                            format!(
-                                "model {} where the other partials have {}",
-                                model.label, into.label
-                            ),
-                        ));
-                    }
-                    acc.merge(&probe);
-                    into.windows += model.windows;
-                }
-            }
+            coverage.add(k, &model, &p.dir)?;
+            merge_model(&mut merged, k, model, &path)?;
         }
     }
+    coverage.check(complete)?;
     let models = merged
         .into_iter()
         .map(|(mut model, probe)| {
             model.probe = probe.state()?;
+            model.covers.sort_by_key(|c| c.shard);
             Ok(model)
         })
         .collect::<Result<Vec<_>>>()?;
@@ -383,9 +275,39 @@ pub fn merge_partials(dirs: &[PathBuf], complete: bool) -> Result<Merged> {
             shards,
             count,
             fingerprint: first.info.fingerprint.clone(),
+            states_sha256: None,
         },
         record: first.record.clone(),
     })
+}
+
+/// Merges `model` (the `k`-th of the partial whose states are at `path`) into `merged`.
+fn merge_model(
+    merged: &mut Vec<(PartialModel, MetricProbe)>,
+    k: usize,
+    model: PartialModel,
+    path: &Path,
+) -> Result<()> {
+    let probe = MetricProbe::restore(model.probe.clone())
+        .map_err(|e| Error::input(path, format!("model {}: {e}", model.label)))?;
+    match merged.get_mut(k) {
+        None => merged.push((model, probe)),
+        Some((into, acc)) => {
+            if into.label != model.label {
+                return Err(Error::input(
+                    path,
+                    format!(
+                        "model {} where the other partials have {}",
+                        model.label, into.label
+                    ),
+                ));
+            }
+            acc.merge(&probe);
+            into.windows += model.windows;
+            into.covers.extend(model.covers);
+        }
+    }
+    Ok(())
 }
 
 impl Merged {
@@ -456,29 +378,6 @@ pub fn shard_info(shard: &Shard, fingerprint: Value) -> PartialInfo {
         shards: vec![shard.index],
         count: shard.count,
         fingerprint,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fingerprints_name_where_they_differ() {
-        let a =
-            json!({"options": {"seq_len": 16, "bins": 20}, "models": [{"files": [{"size": 1}]}]});
-        let mut b = a.clone();
-        assert_eq!(first_difference(&a, &b, ""), None);
-        b["options"]["seq_len"] = json!(32);
-        assert_eq!(
-            first_difference(&a, &b, "").as_deref(),
-            Some("options.seq_len")
-        );
-        let mut c = a.clone();
-        c["models"][0]["files"][0]["size"] = json!(2);
-        assert_eq!(
-            first_difference(&a, &c, "").as_deref(),
-            Some("models[0].files[0].size")
-        );
+        states_sha256: None,
     }
 }

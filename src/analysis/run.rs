@@ -10,8 +10,9 @@ use std::time::Instant;
 use candle_core::{DType, Device};
 
 use super::attention_series;
+use super::fingerprint::{model_fingerprint, run_fingerprint};
 use super::hub_cache::{self, HubModel};
-use super::partial::{model_fingerprint, run_fingerprint, PartialModel};
+use super::partial::{Covered, PartialModel};
 use super::plan::{batch_chunk, block_size, check_block, default_budget};
 use super::record::{
     ActivationAt, ModelRecord, NonFiniteRecord, ProbeRecord, RunRecord, SeriesStep,
@@ -529,6 +530,9 @@ impl ModelContext<'_> {
         let (model, schedule) = self.load(&ckpt, path, label)?;
         // a shard analyses its share of the windows; the accumulators span them all
         let total = windows.ids.len();
+        if let Some(shard) = &o.shard {
+            shard.check_windows(total, label)?;
+        }
         let range = o.shard.map_or(0..total, |s| s.units(total));
         let pass = Pass {
             ckpt: &ckpt,
@@ -563,7 +567,7 @@ impl ModelContext<'_> {
         };
         let partial = match o.shard {
             None => None,
-            Some(_) => Some(self.partial(&pass, &done.probe, &record, path)?),
+            Some(shard) => Some(self.partial(&pass, &shard, &done.probe, &record, path)?),
         };
         Ok(ModelResult {
             label: label.to_string(),
@@ -646,6 +650,7 @@ impl ModelContext<'_> {
     fn partial(
         &self,
         pass: &Pass,
+        shard: &Shard,
         probe: &MetricProbe,
         record: &ModelRecord,
         path: &Path,
@@ -660,10 +665,11 @@ impl ModelContext<'_> {
                 .map_err(|e| Error::failed("cannot encode a model's record", e))?,
             windows: pass.range.len() as u64,
             total: pass.windows.len() as u64,
-            fingerprint: model_fingerprint(pass.label, path, pass.windows)?,
+            fingerprint: model_fingerprint(pass.label, path, pass.windows, shard)?,
             step: None,
             model: true,
             order: self.order.replace(self.order.get() + 1),
+            covers: vec![Covered::of(shard, pass.windows)],
         })
     }
 

@@ -3,8 +3,10 @@
 //! whatever N is. K and N come from the flag, from a Slurm job array
 //! (`SLURM_ARRAY_TASK_ID` less `SLURM_ARRAY_TASK_MIN`, over `SLURM_ARRAY_TASK_STEP`, of
 //! `SLURM_ARRAY_TASK_COUNT`: `--array=0-3` and `--array=1-8` both work) or from a Kubernetes
-//! indexed job (`JOB_COMPLETION_INDEX` of `--shard-count N`). The flag wins; run.json says
-//! where K and N came from.
+//! indexed job (`JOB_COMPLETION_INDEX` of `--shard-count N`). The flag wins over the
+//! environment; `--shard-count` inside a Slurm array names two sources and is refused, as is
+//! a `SLURM_ARRAY_TASK_MAX` that is not the array's last task. N is at most the windows of
+//! each model ([`Shard::check_windows`]). run.json says where K and N came from.
 
 use std::ops::Range;
 
@@ -64,7 +66,15 @@ impl Shard {
             }
             return Shard::parse(text).map(Some);
         }
-        if let Some(id) = env("SLURM_ARRAY_TASK_ID") {
+        let slurm_id = env("SLURM_ARRAY_TASK_ID");
+        if let (Some(id), Some(count)) = (&slurm_id, shard_count) {
+            let index = env("JOB_COMPLETION_INDEX")
+                .map_or(String::new(), |i| format!(" with JOB_COMPLETION_INDEX {i}"));
+            return Err(Error::usage(format!(
+                "--shard-count {count}{index} (a Kubernetes indexed job) and SLURM_ARRAY_TASK_ID {id} (a Slurm job array) both name the shard: give one of them, or --shard K/N"
+            )));
+        }
+        if let Some(id) = slurm_id {
             return slurm(&id, &env).map(Some);
         }
         let Some(count) = shard_count else {
@@ -92,6 +102,29 @@ impl Shard {
         }))
     }
 
+    /// Where N came from, for a message: `--shard K/N`, `SLURM_ARRAY_TASK_COUNT N` or
+    /// `--shard-count N`.
+    pub fn origin(&self) -> String {
+        match self.source {
+            ShardSource::Flag => format!("--shard {}/{}", self.index, self.count),
+            ShardSource::Slurm => format!("SLURM_ARRAY_TASK_COUNT {}", self.count),
+            ShardSource::Kubernetes => format!("--shard-count {}", self.count),
+        }
+    }
+
+    /// Refuses more shards than the `total` windows of model `label` (a shard of no window
+    /// is a count no run needs, and bounds what `merge` reads).
+    pub fn check_windows(&self, total: usize, label: &str) -> Result<()> {
+        if self.count <= total {
+            return Ok(());
+        }
+        Err(Error::usage(format!(
+            "{}: {} shards of the {total} windows of {label}: at most {total} (one window each)",
+            self.origin(),
+            self.count
+        )))
+    }
+
     /// The units (windows of one model, in order) this shard analyses out of `total`: the
     /// K-th of N contiguous, nearly equal ranges.
     pub fn units(&self, total: usize) -> Range<usize> {
@@ -113,27 +146,35 @@ fn slurm(id: &str, env: &impl Fn(&str) -> Option<String>) -> Result<Shard> {
             .parse()
             .map_err(|_| Error::usage(format!("{name} `{value}` is not a non-negative integer")))
     };
+    let or = |name: &str, default: &str| Some(env(name).unwrap_or_else(|| default.into()));
     let task = number("SLURM_ARRAY_TASK_ID", Some(id.to_string()))?;
     let count = number("SLURM_ARRAY_TASK_COUNT", env("SLURM_ARRAY_TASK_COUNT"))?;
-    let min = number(
-        "SLURM_ARRAY_TASK_MIN",
-        Some(env("SLURM_ARRAY_TASK_MIN").unwrap_or_else(|| "0".into())),
-    )?;
-    let step = number(
-        "SLURM_ARRAY_TASK_STEP",
-        Some(env("SLURM_ARRAY_TASK_STEP").unwrap_or_else(|| "1".into())),
-    )?;
+    let min = number("SLURM_ARRAY_TASK_MIN", or("SLURM_ARRAY_TASK_MIN", "0"))?;
+    let step = number("SLURM_ARRAY_TASK_STEP", or("SLURM_ARRAY_TASK_STEP", "1"))?;
     let offset = task.checked_sub(min).filter(|_| step > 0);
-    match offset {
-        Some(offset) if offset % step == 0 && offset / step < count => Ok(Shard {
-            index: offset / step,
-            count,
-            source: ShardSource::Slurm,
-        }),
-        _ => Err(Error::usage(format!(
+    let index = match offset {
+        Some(offset) if offset % step == 0 && offset / step < count => offset / step,
+        _ => return Err(Error::usage(format!(
             "SLURM_ARRAY_TASK_ID {task}, SLURM_ARRAY_TASK_MIN {min}, SLURM_ARRAY_TASK_STEP {step} and SLURM_ARRAY_TASK_COUNT {count} do not make a task of the array (an array with gaps such as --array=0,3,7 cannot be sharded: give --shard K/N)"
         ))),
+    };
+    // the last task, when Slurm says it, must be the count's: else tasks are missing
+    if let Some(max) = env("SLURM_ARRAY_TASK_MAX") {
+        let max = number("SLURM_ARRAY_TASK_MAX", Some(max))?;
+        let last = (count - 1)
+            .checked_mul(step)
+            .and_then(|s| s.checked_add(min));
+        if last != Some(max) {
+            return Err(Error::usage(format!(
+                "SLURM_ARRAY_TASK_MAX {max} is not the last task of SLURM_ARRAY_TASK_MIN {min}, SLURM_ARRAY_TASK_STEP {step} and SLURM_ARRAY_TASK_COUNT {count} (an array with gaps cannot be sharded: give --shard K/N)"
+            )));
+        }
     }
+    Ok(Shard {
+        index,
+        count,
+        source: ShardSource::Slurm,
+    })
 }
 
 #[cfg(test)]
@@ -235,6 +276,50 @@ mod tests {
         assert!(err.contains("not below --shard-count 4"), "{err}");
         let err = Shard::resolve(Some("0/2"), Some(2), env(&k8s)).unwrap_err();
         assert!(err.to_string().contains("not both"));
+    }
+
+    #[test]
+    fn contradictory_shard_sources_are_refused_naming_both() {
+        let both = [
+            ("JOB_COMPLETION_INDEX", "1"),
+            ("SLURM_ARRAY_TASK_ID", "2"),
+            ("SLURM_ARRAY_TASK_COUNT", "4"),
+        ];
+        let err = Shard::resolve(None, Some(3), env(&both))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--shard-count 3 with JOB_COMPLETION_INDEX 1")
+                && err.contains("SLURM_ARRAY_TASK_ID 2"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn slurm_array_task_max_must_be_the_last_task() {
+        let at = |max: &str| {
+            let vars = [
+                ("SLURM_ARRAY_TASK_ID", "3"),
+                ("SLURM_ARRAY_TASK_COUNT", "4"),
+                ("SLURM_ARRAY_TASK_MIN", "1"),
+                ("SLURM_ARRAY_TASK_MAX", max),
+            ];
+            Shard::resolve(None, None, env(&vars))
+        };
+        // --array=1-4
+        assert_eq!(at("4").unwrap().unwrap().index, 2);
+        for bad in ["7", "3", "x"] {
+            let err = at(bad).unwrap_err().to_string();
+            assert!(err.contains("SLURM_ARRAY_TASK_MAX"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_shard_count_is_at_most_the_windows() {
+        let s = Shard::parse(&format!("0/{}", usize::MAX)).unwrap();
+        let err = s.check_windows(7, "a").unwrap_err().to_string();
+        assert!(err.contains("of the 7 windows of a: at most 7"), "{err}");
+        assert!(Shard::parse("6/7").unwrap().check_windows(7, "a").is_ok());
     }
 
     #[test]

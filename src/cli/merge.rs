@@ -44,6 +44,7 @@ pub struct MergeArgs {
 
 /// Runs `merge`.
 pub fn run(args: MergeArgs, process: &Process) -> Result<()> {
+    refuse_out_among_inputs(&args.out, &args.partials)?;
     if let Some(series) = series_inputs(&args.partials)? {
         return merge_series(&args, &series, process);
     }
@@ -89,6 +90,25 @@ pub fn run(args: MergeArgs, process: &Process) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Refuses an `--out` that is one of the `inputs` (the same folder, however named): the
+/// merge would overwrite what it reads. Nothing is written.
+fn refuse_out_among_inputs(out: &Path, inputs: &[PathBuf]) -> Result<()> {
+    let Ok(target) = out.canonicalize() else {
+        // no such folder yet: not an input that exists
+        return Ok(());
+    };
+    match inputs.iter().find(|p| p.canonicalize().is_ok_and(|p| p == target)) {
+        Some(input) => Err(Error::input(
+            out,
+            format!(
+                "--out names {}, one of the folders merged: merging would overwrite its run.json; give another --out",
+                input.display()
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The `attention_series` tables of `dirs` when every one holds one and none is a shard's

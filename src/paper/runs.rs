@@ -111,6 +111,17 @@ impl Input {
     }
 }
 
+/// Refuses a manifest's `loss_window` below 1 step, naming the manifest at `path`.
+fn check_loss_window(path: &Path, window: Option<i64>) -> Result<()> {
+    match window.filter(|&w| w < 1) {
+        Some(w) => Err(Error::input(
+            path,
+            format!("loss_window must be at least 1 step, got {w}"),
+        )),
+        None => Ok(()),
+    }
+}
+
 impl RunSet {
     /// The runs of a manifest (`.toml` or `.json`).
     pub fn from_manifest(path: &Path) -> Result<RunSet> {
@@ -125,6 +136,7 @@ impl RunSet {
                 Error::input(path, format!("invalid manifest: {}", e.message().trim()))
             })?
         };
+        check_loss_window(path, manifest.loss_window)?;
         let base = path.parent().unwrap_or(Path::new("."));
         let resolve = |p: &str| {
             let joined = base.join(p);

@@ -2,7 +2,9 @@
 //! header and index.json, a GGUF file's header, a corpus, a training log, an exported table)
 //! are mutated by a fixed-seed generator, and the real binary runs on each case. Every case
 //! must end with exit 0 or 2 (never a signal, an abort or a panic), one line on stderr when
-//! 2, no staging folder left, within a time limit and a memory cap.
+//! 2, no staging folder left, within a time limit and a memory cap. Issue 40 adds `merge` of
+//! tampered partials (run.json values, the state file's bytes, files swapped between shards)
+//! and `analyze` under hostile shard environments (Slurm and Kubernetes variables, flags).
 //!
 //! `cargo test --release fuzz` runs the committed corpus (`tests/fixtures/fuzz/`, cases that
 //! once failed) and `ASA_FUZZ_CASES` generated cases (default 520) from `ASA_FUZZ_SEED`
@@ -31,9 +33,11 @@ enum Target {
     Corpus,
     Log,
     Table,
+    Partial,
+    ShardEnv,
 }
 
-const TARGETS: [Target; 7] = [
+const TARGETS: [Target; 9] = [
     Target::Config,
     Target::SafetensorsHeader,
     Target::Index,
@@ -41,7 +45,12 @@ const TARGETS: [Target; 7] = [
     Target::Corpus,
     Target::Log,
     Target::Table,
+    Target::Partial,
+    Target::ShardEnv,
 ];
+
+/// A case: its command line and the environment variables it runs with.
+type Case = (Vec<String>, Vec<(String, String)>);
 
 /// A mutation of bytes or JSON values, chosen by `rng`.
 fn mutate_bytes(rng: &mut fastrand::Rng, bytes: &mut Vec<u8>, region: std::ops::Range<usize>) {
@@ -136,9 +145,20 @@ fn mutate_json(rng: &mut fastrand::Rng, value: &mut serde_json::Value) {
     }
 }
 
-/// Writes case `seed`'s input under `dir` and returns the command line to run there.
-fn make_case(target: Target, seed: u64, dir: &Path) -> Vec<String> {
+/// Writes case `seed`'s input under `dir` and returns the command line (and environment)
+/// to run there.
+fn make_case(target: Target, seed: u64, dir: &Path) -> Case {
     let mut rng = fastrand::Rng::with_seed(seed);
+    match target {
+        Target::Partial => return (partial_case(&mut rng, dir), Vec::new()),
+        Target::ShardEnv => return shard_env_case(&mut rng, dir),
+        _ => {}
+    }
+    (file_case(target, &mut rng, dir), Vec::new())
+}
+
+/// A case of a mutated input file (every target but the partials and the environment).
+fn file_case(target: Target, rng: &mut fastrand::Rng, dir: &Path) -> Vec<String> {
     let ckpt = dir.join("ckpt");
     let out = dir.join("out").display().to_string();
     let analyze = |model: &str| -> Vec<String> {
@@ -160,14 +180,14 @@ fn make_case(target: Target, seed: u64, dir: &Path) -> Vec<String> {
         Target::Config | Target::Index | Target::SafetensorsHeader => {
             copy_fixture("llama_gqa", &ckpt);
             match target {
-                Target::Config => rewrite_json(&ckpt.join("config.json"), &mut rng),
-                Target::Index => rewrite_json(&ckpt.join("model.safetensors.index.json"), &mut rng),
+                Target::Config => rewrite_json(&ckpt.join("config.json"), rng),
+                Target::Index => rewrite_json(&ckpt.join("model.safetensors.index.json"), rng),
                 _ => {
                     let shard = ckpt.join("model-00001-of-00003.safetensors");
                     let mut bytes = std::fs::read(&shard).unwrap();
                     let header = 8 + u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
                     for _ in 0..rng.usize(1..4) {
-                        mutate_bytes(&mut rng, &mut bytes, 0..header);
+                        mutate_bytes(rng, &mut bytes, 0..header);
                     }
                     std::fs::write(&shard, bytes).unwrap();
                 }
@@ -181,7 +201,7 @@ fn make_case(target: Target, seed: u64, dir: &Path) -> Vec<String> {
             let mut bytes = std::fs::read(fixtures().join("gguf/llama_gqa.gguf")).unwrap();
             let header = bytes.len().min(8192);
             for _ in 0..rng.usize(1..4) {
-                mutate_bytes(&mut rng, &mut bytes, 0..header);
+                mutate_bytes(rng, &mut bytes, 0..header);
             }
             std::fs::write(&path, bytes).unwrap();
             let command = if rng.bool() { "inspect" } else { "analyze" };
@@ -199,7 +219,7 @@ fn make_case(target: Target, seed: u64, dir: &Path) -> Vec<String> {
             let mut bytes = std::fs::read(fixtures().join("corpus/tiny.jsonl")).unwrap();
             let len = bytes.len();
             for _ in 0..rng.usize(1..6) {
-                mutate_bytes(&mut rng, &mut bytes, 0..len);
+                mutate_bytes(rng, &mut bytes, 0..len);
             }
             std::fs::write(&path, bytes).unwrap();
             let model = fixtures().join("models/llama_gqa").display().to_string();
@@ -212,7 +232,7 @@ fn make_case(target: Target, seed: u64, dir: &Path) -> Vec<String> {
             let mut bytes = std::fs::read(fixtures().join("logs/noisy.csv")).unwrap();
             let len = bytes.len();
             for _ in 0..rng.usize(1..6) {
-                mutate_bytes(&mut rng, &mut bytes, 0..len);
+                mutate_bytes(rng, &mut bytes, 0..len);
             }
             std::fs::write(&path, bytes).unwrap();
             let command = ["spikes", "grad-stats", "curves"][rng.usize(..3)];
@@ -220,6 +240,7 @@ fn make_case(target: Target, seed: u64, dir: &Path) -> Vec<String> {
                 .map(String::from)
                 .to_vec()
         }
+        Target::Partial | Target::ShardEnv => unreachable!("made by their own functions"),
         Target::Table => {
             let results = dir.join("results");
             std::fs::create_dir_all(&results).unwrap();
@@ -238,7 +259,7 @@ fn make_case(target: Target, seed: u64, dir: &Path) -> Vec<String> {
             let mut bytes = std::fs::read(victim).unwrap();
             let len = bytes.len();
             for _ in 0..rng.usize(1..6) {
-                mutate_bytes(&mut rng, &mut bytes, 0..len);
+                mutate_bytes(rng, &mut bytes, 0..len);
             }
             std::fs::write(victim, bytes).unwrap();
             ["figures", &results.display().to_string(), "--out", &out]
@@ -246,6 +267,141 @@ fn make_case(target: Target, seed: u64, dir: &Path) -> Vec<String> {
                 .to_vec()
         }
     }
+}
+
+/// Two shards (`p0`, `p1`) of one run, analysed once per test process, that partial cases
+/// copy and tamper with.
+fn prepared_partials() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("fuzz-partials-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let model = fixtures().join("models/llama_gqa").display().to_string();
+        for k in 0..2 {
+            let (shard, out) = (format!("{k}/2"), format!("p{k}"));
+            crate::common::expect_success(&crate::common::run_cli(
+                &dir,
+                &[
+                    "analyze",
+                    &model,
+                    "--seq-len",
+                    "16",
+                    "--num-seqs",
+                    "4",
+                    "--shard",
+                    &shard,
+                    "--out",
+                    &out,
+                    "--quiet",
+                ],
+            ));
+        }
+        dir
+    })
+}
+
+/// `merge` of the two prepared shards after one tampering: a run.json value, the state
+/// file's bytes, a state or run.json taken from the other shard.
+fn partial_case(rng: &mut fastrand::Rng, dir: &Path) -> Vec<String> {
+    for k in 0..2 {
+        let (from, to) = (
+            prepared_partials().join(format!("p{k}")),
+            dir.join(format!("p{k}")),
+        );
+        std::fs::create_dir_all(&to).unwrap();
+        for name in ["partial.parquet", "run.json", "partial.complete"] {
+            std::fs::copy(from.join(name), to.join(name)).unwrap();
+        }
+    }
+    let k = rng.usize(..2);
+    let (victim, other) = (dir.join(format!("p{k}")), dir.join(format!("p{}", 1 - k)));
+    let parquet = victim.join("partial.parquet");
+    match rng.u8(0..6) {
+        0 | 1 => rewrite_json(&victim.join("run.json"), rng),
+        2 => {
+            let mut bytes = std::fs::read(&parquet).unwrap();
+            let len = bytes.len();
+            for _ in 0..rng.usize(1..4) {
+                mutate_bytes(rng, &mut bytes, 0..len);
+            }
+            std::fs::write(&parquet, bytes).unwrap();
+        }
+        3 => {
+            std::fs::copy(other.join("partial.parquet"), &parquet).unwrap();
+        }
+        4 => {
+            std::fs::copy(other.join("run.json"), victim.join("run.json")).unwrap();
+        }
+        _ => {
+            std::fs::copy(other.join("partial.parquet"), &parquet).unwrap();
+            rewrite_json(&victim.join("run.json"), rng);
+        }
+    }
+    let out = dir.join("out").display().to_string();
+    let mut args: Vec<String> = vec!["merge".into()];
+    args.extend([dir.join("p0"), dir.join("p1")].map(|p| p.display().to_string()));
+    args.extend(["--out".into(), out, "--quiet".into()]);
+    if rng.u8(0..4) == 0 {
+        args.push("--partial".into());
+    }
+    args
+}
+
+/// `analyze` under a hostile shard environment: Slurm's and Kubernetes' variables with
+/// extreme, negative or malformed values, with or without `--shard` / `--shard-count`.
+fn shard_env_case(rng: &mut fastrand::Rng, dir: &Path) -> Case {
+    let values = [
+        "0",
+        "1",
+        "2",
+        "3",
+        "4",
+        "7",
+        "-1",
+        "x",
+        "",
+        " 2",
+        "1000000000",
+        "18446744073709551615",
+        "18446744073709551616",
+    ];
+    let mut pick = || values[rng.usize(..values.len())].to_string();
+    let mut env = Vec::new();
+    for name in [
+        "SLURM_ARRAY_TASK_ID",
+        "SLURM_ARRAY_TASK_COUNT",
+        "SLURM_ARRAY_TASK_MIN",
+        "SLURM_ARRAY_TASK_MAX",
+        "SLURM_ARRAY_TASK_STEP",
+        "JOB_COMPLETION_INDEX",
+    ] {
+        if rng.bool() {
+            env.push((name.to_string(), pick()));
+        }
+    }
+    let model = fixtures().join("models/llama_gqa").display().to_string();
+    let out = dir.join("out").display().to_string();
+    let mut args: Vec<String> = [
+        "analyze",
+        &model,
+        "--seq-len",
+        "16",
+        "--num-seqs",
+        "4",
+        "--quiet",
+        "--out",
+        &out,
+    ]
+    .map(String::from)
+    .to_vec();
+    match rng.u8(0..4) {
+        0 => args.extend(["--shard".into(), format!("{}/{}", pick(), pick())]),
+        1 => args.extend(["--shard-count".into(), pick()]),
+        _ => {}
+    }
+    (args, env)
 }
 
 fn corpus_path() -> PathBuf {
@@ -271,10 +427,21 @@ fn rewrite_json(path: &Path, rng: &mut fastrand::Rng) {
 }
 
 /// A case's exit status (0 or 2), or what went wrong.
-fn check_case(dir: &Path, args: &[String]) -> Result<i32, String> {
+fn check_case(dir: &Path, (args, env): &Case) -> Result<i32, String> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_asa-analyze"));
+    for name in [
+        "SLURM_ARRAY_TASK_ID",
+        "SLURM_ARRAY_TASK_COUNT",
+        "SLURM_ARRAY_TASK_MIN",
+        "SLURM_ARRAY_TASK_MAX",
+        "SLURM_ARRAY_TASK_STEP",
+        "JOB_COMPLETION_INDEX",
+    ] {
+        child.env_remove(name);
+    }
     child
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .current_dir(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -372,8 +539,8 @@ fn mutated_inputs_end_cleanly_with_exit_0_or_2() {
     for (k, &(target, case_seed)) in all.iter().enumerate() {
         let dir = tmp.path().join(format!("case{k}"));
         std::fs::create_dir_all(&dir).unwrap();
-        let args = make_case(target, case_seed, &dir);
-        match check_case(&dir, &args) {
+        let case = make_case(target, case_seed, &dir);
+        match check_case(&dir, &case) {
             Ok(0) => clean += 1,
             Ok(_) => refused += 1,
             Err(problem) => {
@@ -386,7 +553,9 @@ fn mutated_inputs_end_cleanly_with_exit_0_or_2() {
                     let kept = Path::new(&save).join(format!("{target:?}-{case_seed}"));
                     let _ = std::fs::create_dir_all(&kept);
                     let _ = Command::new("cp").arg("-r").arg(&dir).arg(&kept).status();
-                    let _ = std::fs::write(kept.join("args.txt"), args.join("\n"));
+                    let _ = std::fs::write(kept.join("args.txt"), case.0.join("\n"));
+                    let env: Vec<String> = case.1.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    let _ = std::fs::write(kept.join("env.txt"), env.join("\n"));
                 }
             }
         }

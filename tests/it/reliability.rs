@@ -737,3 +737,25 @@ fn no_memory_bounds_a_model_larger_than_the_machine_is_refused_before_reading() 
     );
     assert!(!tmp.path().join("res").exists());
 }
+
+/// Issue 40, class "odd corners": a bad `loss_window` in a manifest is named as the
+/// manifest's field, with the manifest's file (it read as `--loss-window` before).
+#[test]
+fn odd_corners_a_bad_loss_window_in_a_manifest_names_the_manifest() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("paper.toml"),
+        "loss_window = 0\n[[run]]\nsize = \"1B\"\nmethod = \"sink\"\n",
+    )
+    .unwrap();
+    let err = expect_error(&run_cli(
+        tmp.path(),
+        &["tables", "--manifest", "paper.toml", "--out", "t"],
+    ));
+    assert!(
+        err.contains("paper.toml") && err.contains("loss_window must be at least 1 step, got 0"),
+        "{err}"
+    );
+    assert!(!err.contains("--loss-window"), "{err}");
+    assert!(!tmp.path().join("t").exists());
+}
