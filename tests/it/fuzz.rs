@@ -367,7 +367,7 @@ fn shard_env_case(rng: &mut fastrand::Rng, dir: &Path) -> Case {
         "18446744073709551615",
         "18446744073709551616",
     ];
-    let mut pick = || values[rng.usize(..values.len())].to_string();
+    let pick = |rng: &mut fastrand::Rng| values[rng.usize(..values.len())].to_string();
     let mut env = Vec::new();
     for name in [
         "SLURM_ARRAY_TASK_ID",
@@ -378,7 +378,7 @@ fn shard_env_case(rng: &mut fastrand::Rng, dir: &Path) -> Case {
         "JOB_COMPLETION_INDEX",
     ] {
         if rng.bool() {
-            env.push((name.to_string(), pick()));
+            env.push((name.to_string(), pick(rng)));
         }
     }
     let model = fixtures().join("models/llama_gqa").display().to_string();
@@ -397,8 +397,8 @@ fn shard_env_case(rng: &mut fastrand::Rng, dir: &Path) -> Case {
     .map(String::from)
     .to_vec();
     match rng.u8(0..4) {
-        0 => args.extend(["--shard".into(), format!("{}/{}", pick(), pick())]),
-        1 => args.extend(["--shard-count".into(), pick()]),
+        0 => args.extend(["--shard".into(), format!("{}/{}", pick(rng), pick(rng))]),
+        1 => args.extend(["--shard-count".into(), pick(rng)]),
         _ => {}
     }
     (args, env)
