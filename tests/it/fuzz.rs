@@ -49,6 +49,16 @@ const TARGETS: [Target; 9] = [
     Target::ShardEnv,
 ];
 
+/// The environment variables that name a shard (Slurm's and Kubernetes').
+const SHARD_VARS: [&str; 6] = [
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_ARRAY_TASK_COUNT",
+    "SLURM_ARRAY_TASK_MIN",
+    "SLURM_ARRAY_TASK_MAX",
+    "SLURM_ARRAY_TASK_STEP",
+    "JOB_COMPLETION_INDEX",
+];
+
 /// A case: its command line and the environment variables it runs with.
 type Case = (Vec<String>, Vec<(String, String)>);
 
@@ -369,14 +379,7 @@ fn shard_env_case(rng: &mut fastrand::Rng, dir: &Path) -> Case {
     ];
     let pick = |rng: &mut fastrand::Rng| values[rng.usize(..values.len())].to_string();
     let mut env = Vec::new();
-    for name in [
-        "SLURM_ARRAY_TASK_ID",
-        "SLURM_ARRAY_TASK_COUNT",
-        "SLURM_ARRAY_TASK_MIN",
-        "SLURM_ARRAY_TASK_MAX",
-        "SLURM_ARRAY_TASK_STEP",
-        "JOB_COMPLETION_INDEX",
-    ] {
+    for name in SHARD_VARS {
         if rng.bool() {
             env.push((name.to_string(), pick(rng)));
         }
@@ -429,14 +432,7 @@ fn rewrite_json(path: &Path, rng: &mut fastrand::Rng) {
 /// A case's exit status (0 or 2), or what went wrong.
 fn check_case(dir: &Path, (args, env): &Case) -> Result<i32, String> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_asa-analyze"));
-    for name in [
-        "SLURM_ARRAY_TASK_ID",
-        "SLURM_ARRAY_TASK_COUNT",
-        "SLURM_ARRAY_TASK_MIN",
-        "SLURM_ARRAY_TASK_MAX",
-        "SLURM_ARRAY_TASK_STEP",
-        "JOB_COMPLETION_INDEX",
-    ] {
+    for name in SHARD_VARS {
         child.env_remove(name);
     }
     child
