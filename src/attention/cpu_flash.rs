@@ -30,7 +30,7 @@ use super::cpu_softmax::exp_row;
 use super::variant::BetaLength;
 use crate::cpu::host::{lane_max, lane_sum, lane_sum_max, with_cpu_f32};
 use crate::error::Result;
-use crate::probe::row_pass::{band_keys, clamped_entropy_sums, entropy_of_sums, qk_row};
+use crate::probe::row_pass::{band_keys, clamped_entropy_sums, qk_row, EntropySums};
 use crate::probe::row_table::{
     KeyBlocks, RowWants, BANDS, ENTROPY, FIRST, QK_ABS_SUM, QK_SUM, SINK_MASS, SUM,
 };
@@ -139,6 +139,21 @@ enum RowLogits<'a> {
     Distance(&'a [f32], &'a [f32]),
 }
 
+/// How one row's logits are made from its raw q.k: times `scale`, then `logits`, written to
+/// `scratch` where the rule changes them.
+struct RowRule<'a> {
+    logits: RowLogits<'a>,
+    scale: f32,
+    scratch: &'a mut [f32],
+}
+
+/// Query `i`'s keys of one tile, from key `k0` on.
+#[derive(Debug, Clone, Copy)]
+struct RowTile {
+    i: usize,
+    k0: usize,
+}
+
 impl TileLogits {
     /// The rule of query `i` of head `head` for keys from `k0`.
     fn row(&self, head: usize, i: usize, k0: usize) -> RowLogits<'_> {
@@ -200,14 +215,15 @@ impl RowSums {
 }
 
 /// The logits y a row normalises from its raw q.k `x`, as (y', s) with y = s * y': `x`
-/// itself for plain logits, else the rule's logits written to `scratch` and s = 1.
+/// itself for plain logits, else the rule's logits written to its scratch row and s = 1.
 #[inline(always)]
-fn row_logits<'a>(
-    x: &'a [f32],
-    (rule, scratch): (RowLogits, &'a mut [f32]),
-    scale: f32,
-) -> (&'a [f32], f32) {
-    match rule {
+fn row_logits<'a>(x: &'a [f32], rule: RowRule<'a>) -> (&'a [f32], f32) {
+    let RowRule {
+        logits,
+        scale,
+        scratch,
+    } = rule;
+    match logits {
         RowLogits::Plain => (x, scale),
         RowLogits::Factor(factor) => {
             let y = &mut scratch[..x.len()];
@@ -230,55 +246,6 @@ fn row_logits<'a>(
             }
             (&*y, 1.0)
         }
-    }
-}
-
-/// Adds query `i`'s weights `w` of the tile from key `k0` to its distance-band sums; a band
-/// holding the whole tile takes `tile_sum`, the sum of `w` (most tiles of a long row).
-#[inline(always)]
-fn add_band_sums(
-    bands: &mut [f64],
-    wants: &RowWants,
-    (k0, i): (usize, usize),
-    w: &[f32],
-    tile_sum: f64,
-) {
-    let tile_end = k0 + w.len();
-    for (band, &(lo, hi)) in bands.iter_mut().zip(&wants.bands) {
-        let (start, end) = band_keys(i, lo, hi);
-        let (start, end) = (start.max(k0), end.min(tile_end));
-        if start == k0 && end == tile_end {
-            *band += tile_sum;
-        } else if start < end {
-            *band += lane_sum(&w[start - k0..end - k0], |v| v);
-        }
-    }
-}
-
-/// Adds query `i`'s weights `w` of the tile from key `k0` to its key blocks' sums and
-/// maxima; a tile within one block takes `tile_sum`, the sum of `w`.
-#[inline(always)]
-fn add_block_sums(
-    (sums, maxima): (&mut [f64], &mut [f32]),
-    blocks: KeyBlocks,
-    k0: usize,
-    w: &[f32],
-    tile_sum: f64,
-) {
-    // a loop, not `KeyBlocks::split`'s closure: the body stays in the caller's SIMD copy
-    let end = k0 + w.len();
-    let (mut b, mut lo) = (blocks.block_of(k0), k0);
-    while lo < end {
-        let hi = blocks.start(b + 1).min(end);
-        let part = &w[lo - k0..hi - k0];
-        let (sum, max) = if hi - lo == w.len() {
-            (tile_sum, lane_max(part, |v| v))
-        } else {
-            lane_sum_max(part)
-        };
-        sums[b] += sum;
-        maxima[b] = maxima[b].max(max);
-        (b, lo) = (b + 1, hi);
     }
 }
 
@@ -320,11 +287,95 @@ impl RowParts<'_> {
 
     /// Adds query `i`'s weights `w` of the tile from key `k0` (their sum `tile_sum`).
     #[inline(always)]
-    fn add(&mut self, wants: &RowWants, (k0, i): (usize, usize), w: &[f32], tile_sum: f64) {
-        add_band_sums(self.bands, wants, (k0, i), w, tile_sum);
+    fn add(&mut self, wants: &RowWants, at: RowTile, w: &[f32], tile_sum: f64) {
+        self.add_bands(wants, at, w, tile_sum);
         if let Some(blocks) = wants.key_blocks {
-            let parts = (&mut *self.block_sums, &mut *self.block_max);
-            add_block_sums(parts, blocks, k0, w, tile_sum);
+            self.add_blocks(blocks, at.k0, w, tile_sum);
+        }
+    }
+
+    /// Adds query `i`'s weights `w` of the tile from key `k0` to its distance-band sums; a
+    /// band holding the whole tile takes `tile_sum`, the sum of `w` (most tiles of a long
+    /// row).
+    #[inline(always)]
+    fn add_bands(&mut self, wants: &RowWants, at: RowTile, w: &[f32], tile_sum: f64) {
+        let RowTile { i, k0 } = at;
+        let tile_end = k0 + w.len();
+        for (band, &(lo, hi)) in self.bands.iter_mut().zip(&wants.bands) {
+            let (start, end) = band_keys(i, lo, hi);
+            let (start, end) = (start.max(k0), end.min(tile_end));
+            if start == k0 && end == tile_end {
+                *band += tile_sum;
+            } else if start < end {
+                *band += lane_sum(&w[start - k0..end - k0], |v| v);
+            }
+        }
+    }
+
+    /// Adds the weights `w` of the tile from key `k0` to the row's key blocks' sums and
+    /// maxima; a tile within one block takes `tile_sum`, the sum of `w`.
+    #[inline(always)]
+    fn add_blocks(&mut self, blocks: KeyBlocks, k0: usize, w: &[f32], tile_sum: f64) {
+        // a loop, not `KeyBlocks::split`'s closure: the body stays in the caller's SIMD copy
+        let end = k0 + w.len();
+        let (mut b, mut lo) = (blocks.block_of(k0), k0);
+        while lo < end {
+            let hi = blocks.start(b + 1).min(end);
+            let part = &w[lo - k0..hi - k0];
+            let (sum, max) = if hi - lo == w.len() {
+                (tile_sum, lane_max(part, |v| v))
+            } else {
+                lane_sum_max(part)
+            };
+            self.block_sums[b] += sum;
+            self.block_max[b] = self.block_max[b].max(max);
+            (b, lo) = (b + 1, hi);
+        }
+    }
+}
+
+/// A finished row's parts (see [`RowParts`]): its distance bands' sums and its key blocks'
+/// sums and maxima.
+#[derive(Debug, Clone, Copy)]
+struct PartTotals<'a> {
+    bands: &'a [f64],
+    block_sums: &'a [f64],
+    block_max: &'a [f32],
+}
+
+/// A task's rows' parts, row after row (`TaskAt::n_bands` and `TaskAt::n_blocks` a row).
+struct TaskParts {
+    bands: Vec<f64>,
+    block_sums: Vec<f64>,
+    block_max: Vec<f32>,
+}
+
+impl TaskParts {
+    fn new(at: &TaskAt) -> Self {
+        TaskParts {
+            bands: vec![0f64; at.rows * at.n_bands],
+            block_sums: vec![0f64; at.rows * at.n_blocks],
+            block_max: vec![f32::NEG_INFINITY; at.rows * at.n_blocks],
+        }
+    }
+
+    /// Task row `r`'s running parts.
+    fn row(&mut self, at: &TaskAt, r: usize) -> RowParts<'_> {
+        let (nb, nk) = (at.n_bands, at.n_blocks);
+        RowParts {
+            bands: &mut self.bands[r * nb..(r + 1) * nb],
+            block_sums: &mut self.block_sums[r * nk..(r + 1) * nk],
+            block_max: &mut self.block_max[r * nk..(r + 1) * nk],
+        }
+    }
+
+    /// Task row `r`'s finished parts.
+    fn totals(&self, at: &TaskAt, r: usize) -> PartTotals<'_> {
+        let (nb, nk) = (at.n_bands, at.n_blocks);
+        PartTotals {
+            bands: &self.bands[r * nb..(r + 1) * nb],
+            block_sums: &self.block_sums[r * nk..(r + 1) * nk],
+            block_max: &self.block_max[r * nk..(r + 1) * nk],
         }
     }
 }
@@ -332,10 +383,11 @@ impl RowParts<'_> {
 /// Writes a row's key-block columns (see `crate::probe::row_table`): its blocks' sums and
 /// maxima times `weight` (the row's 1 / denominator; 1 for weights already final); a block
 /// the row saw no key of (maximum -inf) holds 0.
-fn write_blocks(cell: &mut [f32], wants: &RowWants, (sums, maxima): (&[f64], &[f32]), weight: f64) {
+fn write_blocks(cell: &mut [f32], wants: &RowWants, parts: PartTotals, weight: f64) {
     let Some((blocks, c)) = wants.key_blocks.zip(wants.key_block_columns()) else {
         return;
     };
+    let (sums, maxima) = (parts.block_sums, parts.block_max);
     let (sum_cells, max_cells) = cell[c..].split_at_mut(blocks.blocks);
     for b in 0..blocks.blocks {
         if maxima[b] > f32::NEG_INFINITY || maxima[b].is_nan() {
@@ -389,29 +441,40 @@ fn write_line(
     }
 }
 
-/// One query row's visible keys of one key tile: raw q.k `x` in, e out (`weights`, same
-/// length), sums updated; `parts` are the row's band and key-block sums and `out` its
-/// output row, all rescaled when the maximum grows. `k0` is the tile's first key, `i` the
-/// query.
+/// What the online pass keeps of one query row, all rescaled when its maximum grows: its
+/// running sums, its band and key-block sums (`parts`) and its output row `out` (the last
+/// two empty in the first pass of Affine-Scaled tiles).
+struct RowState<'a> {
+    sums: &'a mut RowSums,
+    parts: RowParts<'a>,
+    out: &'a mut [f32],
+}
+
+/// One query row's visible keys of one key tile (`at`): raw q.k `x` in, e out (`weights`,
+/// same length), the row's `state` updated.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn tile_row(
     x: &[f32],
-    (rule, scratch): (RowLogits, &mut [f32]),
+    rule: RowRule,
     weights: &mut [MaybeUninit<f32>],
-    sums: &mut RowSums,
-    mut parts: RowParts,
-    out: &mut [f32],
-    (scale, k0, i): (f32, usize, usize),
+    state: RowState,
+    at: RowTile,
     wants: Option<&RowWants>,
 ) {
+    let RowState {
+        sums,
+        mut parts,
+        out,
+    } = state;
+    let RowTile { k0, .. } = at;
     let (qk, qk_abs) = qk_row(x);
     sums.qk += qk;
     sums.qk_abs += qk_abs;
-    if matches!(rule, RowLogits::SoftCap(_)) {
+    if matches!(rule.logits, RowLogits::SoftCap(_)) {
+        let scale = rule.scale;
         sums.uncapped_max = sums.uncapped_max.max(lane_max(x, |v| v * scale));
     }
-    let (x, scale) = row_logits(x, (rule, scratch), scale);
+    let (x, scale) = row_logits(x, rule);
     let max = sums.max.max(lane_max(x, |v| v * scale));
     if max > sums.max && sums.max > f32::NEG_INFINITY {
         // e (y - m) = e' (y - m') / c + e' (m' - m) / c with c = exp(m - m') and e' = c e
@@ -444,7 +507,7 @@ fn tile_row(
         sums.first += e[0] as f64;
     }
     if let Some(wants) = wants {
-        parts.add(wants, (k0, i), e, sum);
+        parts.add(wants, at, e, sum);
     }
 }
 
@@ -456,15 +519,16 @@ fn max_before_cap(sums: &RowSums) -> f32 {
     }
 }
 
-/// The row's table line (the columns of `crate::probe::row_table`) and its output row
+/// Query `i`'s table line (the columns of `crate::probe::row_table`) and its output row
 /// divided by the denominator; `sink` is the row's sink logit; `parts` its bands' sums and
 /// its key blocks' sums and maxima.
 fn finish_row(
     sums: &RowSums,
-    (bands, blocks): (&[f64], (&[f64], &[f32])),
+    parts: PartTotals,
     out: &mut [f32],
     cell: &mut [f32],
-    (sink, i): (Option<f32>, usize),
+    sink: Option<f32>,
+    i: usize,
     wants: Option<&RowWants>,
 ) {
     // the denominator shifted by max(m, sink), so that neither term overflows: the real
@@ -484,20 +548,19 @@ fn finish_row(
     let line = RowLine {
         first: (sums.first * weight) as f32,
         sum: (sums.sum * weight) as f32,
-        entropy: entropy_of_sums((sums.sum, sums.sum_ey)),
+        entropy: EntropySums {
+            total: sums.sum,
+            x: sums.sum_ey,
+        }
+        .entropy(),
         sink_mass: (sink_e * inv) as f32,
         qk: sums.qk,
         qk_abs: sums.qk_abs,
         max_logit: max_before_cap(sums),
     };
-    write_line(
-        cell,
-        wants,
-        line,
-        bands.iter().map(|b| (b * weight) as f32),
-        i,
-    );
-    write_blocks(cell, wants, blocks, weight);
+    let bands = parts.bands.iter().map(|b| (b * weight) as f32);
+    write_line(cell, wants, line, bands, i);
+    write_blocks(cell, wants, parts, weight);
 }
 
 /// Affine-Scaled weights a_ij = alpha_i p_ij + beta_i over the visible keys, with beta_i =
@@ -522,27 +585,44 @@ struct AffineSums {
     first: f64,
     sum: f64,
     /// [`clamped_entropy_sums`]: positive mass and sum w ln w.
-    mass: f64,
-    w_ln_w: f64,
+    entropy: EntropySums,
 }
 
-/// The second pass over one row's visible keys of a tile: the softmax p = e / S from the
-/// row's final maximum and denominator (`softmax`), the weights alpha p + beta into
-/// `weights`, and their sums.
+/// How one row's Affine-Scaled weights are made: alpha p + beta, p = e / S the softmax from
+/// the row's final maximum and denominator (`softmax`).
+#[derive(Debug, Clone, Copy)]
+struct AffineRow<'a> {
+    softmax: &'a RowSums,
+    alpha: f32,
+    beta: f32,
+}
+
+/// What the Affine-Scaled second pass keeps of one row: its weights' sums and its band and
+/// key-block sums.
+struct AffineState<'a> {
+    acc: &'a mut AffineSums,
+    parts: RowParts<'a>,
+}
+
+/// The second pass over one row's visible keys of a tile (`at`): the weights of `row` into
+/// `weights`, and their sums into `state`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn affine_tile_row(
     x: &[f32],
-    logits: (RowLogits, &mut [f32]),
+    rule: RowRule,
     weights: &mut [f32],
-    softmax: &RowSums,
-    acc: &mut AffineSums,
-    mut parts: RowParts,
-    (scale, k0, i): (f32, usize, usize),
-    (alpha, beta): (f32, f32),
+    row: AffineRow,
+    state: AffineState,
+    at: RowTile,
     wants: Option<&RowWants>,
 ) {
-    let (y, scale) = row_logits(x, logits, scale);
+    let AffineRow {
+        softmax,
+        alpha,
+        beta,
+    } = row;
+    let AffineState { acc, mut parts } = state;
+    let (y, scale) = row_logits(x, rule);
     // SAFETY: f32 -> MaybeUninit<f32> of the same slice; exp_row only writes floats
     let uninit = unsafe { &mut *(weights as *mut [f32] as *mut [MaybeUninit<f32>]) };
     exp_row::<false>(y, uninit, scale, softmax.max);
@@ -551,16 +631,14 @@ fn affine_tile_row(
     for w in weights.iter_mut() {
         *w = affine_weight(alpha, *w * inv, beta);
     }
-    if k0 == 0 {
+    if at.k0 == 0 {
         acc.first = weights[0] as f64;
     }
     let tile_sum = lane_sum(weights, |w| w);
     acc.sum += tile_sum;
-    let (mass, w_ln_w) = clamped_entropy_sums(weights);
-    acc.mass += mass;
-    acc.w_ln_w += w_ln_w;
+    acc.entropy.add(clamped_entropy_sums(weights));
     if let Some(wants) = wants {
-        parts.add(wants, (k0, i), weights, tile_sum);
+        parts.add(wants, at, weights, tile_sum);
     }
 }
 
@@ -568,7 +646,7 @@ fn affine_tile_row(
 fn finish_affine_row(
     softmax: &RowSums,
     acc: &AffineSums,
-    (bands, blocks): (&[f64], (&[f64], &[f32])),
+    parts: PartTotals,
     cell: &mut [f32],
     i: usize,
     wants: Option<&RowWants>,
@@ -580,14 +658,15 @@ fn finish_affine_row(
     let line = RowLine {
         first: acc.first as f32,
         sum: acc.sum as f32,
-        entropy: entropy_of_sums((acc.mass, acc.w_ln_w)),
+        entropy: acc.entropy.entropy(),
         sink_mass: 0.0,
         qk: softmax.qk,
         qk_abs: softmax.qk_abs,
         max_logit: max_before_cap(softmax),
     };
-    write_line(cell, wants, line, bands.iter().map(|&b| b as f32), i);
-    write_blocks(cell, wants, blocks, 1.0);
+    let bands = parts.bands.iter().map(|&b| b as f32);
+    write_line(cell, wants, line, bands, i);
+    write_blocks(cell, wants, parts, 1.0);
 }
 
 /// Where a task's tiles sit: `rows` query rows, head dim `d`, tile buffers of row stride
@@ -735,7 +814,8 @@ impl TaskAt {
 }
 
 /// A task's buffers: its query rows, the tile's logits and weights, the rule's scratch row,
-/// the output rows, each row's running sums, band sums and key blocks' sums and maxima.
+/// the output rows, each row's running sums and parts (band sums and key blocks' sums and
+/// maxima).
 struct TaskBuffers {
     q_rows: Vec<f32>,
     logits: Vec<f32>,
@@ -743,9 +823,7 @@ struct TaskBuffers {
     scratch: Vec<f32>,
     out: Vec<f32>,
     sums: Vec<RowSums>,
-    bands: Vec<f64>,
-    block_sums: Vec<f64>,
-    block_max: Vec<f32>,
+    parts: TaskParts,
 }
 
 impl TaskBuffers {
@@ -768,37 +846,8 @@ impl TaskBuffers {
             },
             out: vec![0f32; rows * d],
             sums: vec![RowSums::new(); rows],
-            bands: vec![0f64; rows * at.n_bands],
-            block_sums: vec![0f64; rows * at.n_blocks],
-            block_max: vec![f32::NEG_INFINITY; rows * at.n_blocks],
+            parts: TaskParts::new(&at),
         }
-    }
-
-    /// Task row `r`'s finished parts: band sums, and key blocks' sums and maxima.
-    fn parts_of(&self, at: &TaskAt, r: usize) -> (&[f64], (&[f64], &[f32])) {
-        let (nb, nk) = (at.n_bands, at.n_blocks);
-        (
-            &self.bands[r * nb..(r + 1) * nb],
-            (
-                &self.block_sums[r * nk..(r + 1) * nk],
-                &self.block_max[r * nk..(r + 1) * nk],
-            ),
-        )
-    }
-}
-
-/// Task row `r`'s parts (band sums, key blocks' sums and maxima) in a task's buffers of
-/// them.
-fn row_parts<'a>(
-    (bands, sums, maxima): (&'a mut [f64], &'a mut [f64], &'a mut [f32]),
-    at: &TaskAt,
-    r: usize,
-) -> RowParts<'a> {
-    let (nb, nk) = (at.n_bands, at.n_blocks);
-    RowParts {
-        bands: &mut bands[r * nb..(r + 1) * nb],
-        block_sums: &mut sums[r * nk..(r + 1) * nk],
-        block_max: &mut maxima[r * nk..(r + 1) * nk],
     }
 }
 
@@ -855,10 +904,11 @@ fn task(
         for r in 0..at.rows {
             finish_row(
                 &buf.sums[r],
-                buf.parts_of(&at, r),
+                buf.parts.totals(&at, r),
                 &mut out[r * d..(r + 1) * d],
                 &mut cells[r * width..(r + 1) * width],
-                (sinks.map(|s| s[at.head(r)]), at.query(r)),
+                sinks.map(|s| s[at.head(r)]),
+                at.query(r),
                 wants,
             );
         }
@@ -869,7 +919,7 @@ fn task(
         finish_affine_row(
             &buf.sums[r],
             &acc[r],
-            buf.parts_of(&at, r),
+            buf.parts.totals(&at, r),
             &mut cells[r * width..(r + 1) * width],
             at.query(r),
             wants,
@@ -913,33 +963,22 @@ fn online_pass(
             let x = &buf.logits[row + lo..row + hi];
             // the row's keys from key `from` on
             let from = k0 + lo;
-            let rule = (logits_rule.row(at.head(r), i, from), &mut buf.scratch[..]);
-            let (parts, o): (RowParts, &mut [f32]) = match weights_final {
-                false => (RowParts::none(), &mut []),
-                true => (
-                    row_parts(
-                        (
-                            &mut buf.bands[..],
-                            &mut buf.block_sums[..],
-                            &mut buf.block_max[..],
-                        ),
-                        &at,
-                        r,
-                    ),
-                    &mut buf.out[r * d..(r + 1) * d],
-                ),
+            let rule = RowRule {
+                logits: logits_rule.row(at.head(r), i, from),
+                scale,
+                scratch: &mut buf.scratch[..],
             };
-            let at = (scale, from, i);
-            simd_dispatch!(tile_row(
-                x,
-                rule,
-                e,
-                &mut buf.sums[r],
+            let (parts, out): (RowParts, &mut [f32]) = match weights_final {
+                false => (RowParts::none(), &mut []),
+                true => (buf.parts.row(&at, r), &mut buf.out[r * d..(r + 1) * d]),
+            };
+            let state = RowState {
+                sums: &mut buf.sums[r],
                 parts,
-                o,
-                at,
-                online_wants
-            ));
+                out,
+            };
+            let row_at = RowTile { i, k0: from };
+            simd_dispatch!(tile_row(x, rule, e, state, row_at, online_wants));
         }
         if weights_final {
             value_tile(&mut buf.out, &buf.weights, v, tile);
@@ -985,24 +1024,21 @@ fn affine_pass(
                 affine.beta_length,
             );
             let x = &buf.logits[row + lo..row + hi];
-            let rule = (logits_rule.row(head, i, from), &mut buf.scratch[..]);
-            let parts = (
-                &mut buf.bands[..],
-                &mut buf.block_sums[..],
-                &mut buf.block_max[..],
-            );
-            let parts = row_parts(parts, &at, r);
-            let at = (scale, from, i);
+            let rule = RowRule {
+                logits: logits_rule.row(head, i, from),
+                scale,
+                scratch: &mut buf.scratch[..],
+            };
+            let parts = buf.parts.row(&at, r);
+            let row_at = RowTile { i, k0: from };
+            let weights_of = AffineRow {
+                softmax: &buf.sums[r],
+                alpha,
+                beta,
+            };
+            let state = AffineState { acc, parts };
             simd_dispatch!(affine_tile_row(
-                x,
-                rule,
-                w,
-                &buf.sums[r],
-                acc,
-                parts,
-                at,
-                (alpha, beta),
-                wants
+                x, rule, w, weights_of, state, row_at, wants
             ));
         }
         value_tile(&mut buf.out, &buf.weights, v, tile);
@@ -1151,27 +1187,46 @@ mod tests {
             .collect()
     }
 
-    /// Deterministic q, k, v of `(batch, heads, kv, t, d)` from `seed` (q and k within
-    /// ±`qk`, v within ±1), as host vectors and CPU tensors.
-    struct Inputs {
-        host: (Vec<f32>, Vec<f32>, Vec<f32>),
-        tensors: (Tensor, Tensor, Tensor),
+    /// A case's sizes: q `[b, heads, t, d]`, k and v `[b, kv, t, d]`.
+    #[derive(Debug, Clone, Copy)]
+    struct Sizes {
+        b: usize,
+        heads: usize,
+        kv: usize,
+        t: usize,
+        d: usize,
     }
 
-    fn inputs(
-        (b, heads, kv, t, d): (usize, usize, usize, usize, usize),
-        seed: usize,
-        qk: f32,
-    ) -> Inputs {
+    /// Deterministic q, k, v as host vectors and CPU tensors.
+    struct Inputs {
+        host: [Vec<f32>; 3],
+        tensors: [Tensor; 3],
+    }
+
+    impl Inputs {
+        fn host(&self) -> Qkv<'_, [f32]> {
+            let [q, k, v] = &self.host;
+            Qkv { q, k, v }
+        }
+
+        fn tensors(&self) -> Qkv<'_, Tensor> {
+            let [q, k, v] = &self.tensors;
+            Qkv { q, k, v }
+        }
+    }
+
+    /// q, k and v of `sizes` from `seed`: q and k within ±`qk`, v within ±1.
+    fn inputs(sizes: Sizes, seed: usize, qk: f32) -> Inputs {
+        let Sizes { b, heads, kv, t, d } = sizes;
         let q = values(b * heads * t * d, seed, qk);
         let k = values(b * kv * t * d, seed + 1, qk);
         let v = values(b * kv * t * d, seed + 2, 1.0);
         let tensor = |x: &Vec<f32>, h: usize| {
             Tensor::from_vec(x.clone(), (b, h, t, d), &Device::Cpu).unwrap()
         };
-        let tensors = (tensor(&q, heads), tensor(&k, kv), tensor(&v, kv));
+        let tensors = [tensor(&q, heads), tensor(&k, kv), tensor(&v, kv)];
         Inputs {
-            host: (q, k, v),
+            host: [q, k, v],
             tensors,
         }
     }
@@ -1219,42 +1274,66 @@ mod tests {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn expected(
-        (q, k, v): (&[f32], &[f32], &[f32]),
-        (b, heads, kv, t, d): (usize, usize, usize, usize, usize),
-        (q_start, n, window): (usize, usize, Option<usize>),
-        (scale, rule): (f64, Rule),
-        sinks: Option<&[f32]>,
-        bands: (&[(usize, usize)], Option<KeyBlocks>),
-    ) -> Expected {
-        expected_affine(
-            (q, k, v),
-            (b, heads, kv, t, d),
-            (q_start, n, window),
-            (scale, rule),
-            sinks,
-            bands,
-            None,
-        )
+    /// What the reference computes: the queries `q_start..q_start + n`, each seeing the
+    /// keys of its `window` (w keys: i - w < j <= i; all j <= i without), logits `rule` of
+    /// `scale` * q.k, per-head `sinks`, distance `bands` and key `blocks` (each row's cells
+    /// end with the sums, then the maxima, of its visible weights in each key block, 0
+    /// where it sees none), and Affine-Scaled weights with `affine`.
+    #[derive(Debug, Clone, Copy)]
+    struct Case<'a> {
+        q_start: usize,
+        n: usize,
+        window: Option<usize>,
+        scale: f64,
+        rule: Rule<'a>,
+        sinks: Option<&'a [f32]>,
+        bands: &'a [(usize, usize)],
+        blocks: Option<KeyBlocks>,
+        affine: Option<AffineCase<'a>>,
     }
 
-    /// [`expected`] with Affine-Scaled weights a = alpha p + beta, beta = (alpha_ma - alpha)
-    /// / N, N = t (`full`) or i + 1, when `affine` = (alpha `[b, heads, t]`, alpha_ma, full)
-    /// is given; then the entropy is that of max(a, 0) renormalised. With a `window` of w
-    /// keys, query i sees keys i - w < j <= i only. With key `blocks`, each row's cells end
-    /// with the sums, then the maxima, of its visible weights in each key block (0 where it
-    /// sees none).
-    #[allow(clippy::too_many_arguments)]
-    fn expected_affine(
-        (q, k, v): (&[f32], &[f32], &[f32]),
-        (b, heads, kv, t, d): (usize, usize, usize, usize, usize),
-        (q_start, n, window): (usize, usize, Option<usize>),
-        (scale, rule): (f64, Rule),
-        sinks: Option<&[f32]>,
-        (bands, blocks): (&[(usize, usize)], Option<KeyBlocks>),
-        affine: Option<(&[f32], &[f32], bool)>,
-    ) -> Expected {
+    impl Default for Case<'_> {
+        /// No queries, plain logits, no window, sinks, bands, blocks or affine weights.
+        fn default() -> Self {
+            Case {
+                q_start: 0,
+                n: 0,
+                window: None,
+                scale: 1.0,
+                rule: Rule::Plain,
+                sinks: None,
+                bands: &[],
+                blocks: None,
+                affine: None,
+            }
+        }
+    }
+
+    /// Affine-Scaled weights a = alpha p + beta, beta = (alpha_ma - alpha) / N, N = t
+    /// (`full`) or i + 1, from `alpha` `[b, heads, t]` and `alpha_ma` `[heads]`; their
+    /// entropy is that of max(a, 0) renormalised.
+    #[derive(Debug, Clone, Copy)]
+    struct AffineCase<'a> {
+        alpha: &'a [f32],
+        alpha_ma: &'a [f32],
+        full: bool,
+    }
+
+    /// The reference of `case` over `qkv` of `sizes`.
+    fn expected(qkv: Qkv<[f32]>, sizes: Sizes, case: &Case) -> Expected {
+        let Qkv { q, k, v } = qkv;
+        let Sizes { b, heads, kv, t, d } = sizes;
+        let Case {
+            q_start,
+            n,
+            window,
+            scale,
+            rule,
+            sinks,
+            bands,
+            blocks,
+            affine,
+        } = *case;
         let groups = heads / kv;
         let mut out = Vec::new();
         let mut cells = Vec::new();
@@ -1285,7 +1364,12 @@ mod tests {
                     let mut w: Vec<f64> = e.iter().map(|e| e / z).collect();
                     let mut entropy: f64 =
                         e[lo..].iter().map(|e| e / real).map(|p| -p * p.ln()).sum();
-                    if let Some((alpha, alpha_ma, full)) = affine {
+                    if let Some(AffineCase {
+                        alpha,
+                        alpha_ma,
+                        full,
+                    }) = affine
+                    {
                         let a = alpha[(s * heads + h) * t + i] as f64;
                         let len = if full { t } else { i + 1 } as f64;
                         let beta = (alpha_ma[h] as f64 - a) / len;
@@ -1352,11 +1436,15 @@ mod tests {
         // ~±18 (LogN ~±70) so the running maximum moves across tiles; tasks of 3-4 queries
         // (x 3 heads) against tiles of 5-7 keys cross every boundary: diagonal tiles, partial
         // last tiles, rows with no visible key in a tile; 1 x 1 tiles; and one tile
-        let (b, heads, kv, t, d) = (2, 6, 2, 45, 8);
-        let Inputs {
-            host: (q, k, v),
-            tensors: (qt, kt, vt),
-        } = inputs((b, heads, kv, t, d), 1, 2.5);
+        let sizes = Sizes {
+            b: 2,
+            heads: 6,
+            kv: 2,
+            t: 45,
+            d: 8,
+        };
+        let Sizes { heads, t, d, .. } = sizes;
+        let inputs = inputs(sizes, 1, 2.5);
         let bands = vec![(0, 1), (1, 10), (10, usize::MAX)];
         // block_map's key blocks: 7 of the 45 keys (6 or 7 keys each), across the tiles
         let blocks = KeyBlocks::new(7, t);
@@ -1391,11 +1479,7 @@ mod tests {
                     Tiles::default(),
                 ] {
                     let (out, table) = causal_attention(
-                        Qkv {
-                            q: &qt,
-                            k: &kt,
-                            v: &vt,
-                        },
+                        inputs.tensors(),
                         QueryBlock {
                             q_start,
                             n,
@@ -1412,14 +1496,18 @@ mod tests {
                     )
                     .unwrap()
                     .unwrap();
-                    let want = expected(
-                        (&q, &k, &v),
-                        (b, heads, kv, t, d),
-                        (q_start, n, window),
-                        (scale, rule),
-                        sink,
-                        (&bands, Some(blocks)),
-                    );
+                    let case = Case {
+                        q_start,
+                        n,
+                        window,
+                        scale,
+                        rule,
+                        sinks: sink,
+                        bands: &bands,
+                        blocks: Some(blocks),
+                        affine: None,
+                    };
+                    let want = expected(inputs.host(), sizes, &case);
                     let close =
                         |got: f32, want: f64| (got as f64 - want).abs() <= 1e-6 + 1e-5 * want.abs();
                     let out = out.flatten_all().unwrap().to_vec1::<f32>().unwrap();
@@ -1455,18 +1543,18 @@ mod tests {
 
     #[test]
     fn without_wants_the_one_column_is_the_sink_mass() {
-        let (b, heads, kv, t, d) = (1, 2, 1, 9, 4);
-        let Inputs {
-            host: (q, k, v),
-            tensors: (qt, kt, vt),
-        } = inputs((b, heads, kv, t, d), 5, 1.0);
+        let sizes = Sizes {
+            b: 1,
+            heads: 2,
+            kv: 1,
+            t: 9,
+            d: 4,
+        };
+        let t = sizes.t;
+        let inputs = inputs(sizes, 5, 1.0);
         let sinks = [0.5f32, -2.0];
         let (_, table) = causal_attention(
-            Qkv {
-                q: &qt,
-                k: &kt,
-                v: &vt,
-            },
+            inputs.tensors(),
             QueryBlock {
                 q_start: 0,
                 n: t,
@@ -1483,14 +1571,13 @@ mod tests {
         )
         .unwrap()
         .unwrap();
-        let want = expected(
-            (&q, &k, &v),
-            (b, heads, kv, t, d),
-            (0, t, None),
-            (0.5, Rule::Plain),
-            Some(&sinks),
-            (&[], None),
-        );
+        let case = Case {
+            n: t,
+            scale: 0.5,
+            sinks: Some(&sinks),
+            ..Case::default()
+        };
+        let want = expected(inputs.host(), sizes, &case);
         let table = table.to_vec2::<f32>().unwrap();
         for (got, want) in table.iter().zip(&want.cells) {
             assert_eq!(got.len(), 1);
@@ -1505,21 +1592,20 @@ mod tests {
 
     #[test]
     fn columns_nobody_asked_for_stay_zero() {
-        let (b, heads, kv, t, d) = (1, 4, 2, 20, 4);
-        let Inputs {
-            host: (q, k, v),
-            tensors: (qt, kt, vt),
-        } = inputs((b, heads, kv, t, d), 8, 1.5);
+        let sizes = Sizes {
+            b: 1,
+            heads: 4,
+            kv: 2,
+            t: 20,
+            d: 4,
+        };
+        let inputs = inputs(sizes, 8, 1.5);
         let wants = RowWants {
             first: true,
             ..RowWants::default()
         };
         let (_, table) = causal_attention(
-            Qkv {
-                q: &qt,
-                k: &kt,
-                v: &vt,
-            },
+            inputs.tensors(),
             QueryBlock {
                 q_start: 3,
                 n: 17,
@@ -1536,14 +1622,13 @@ mod tests {
         )
         .unwrap()
         .unwrap();
-        let want = expected(
-            (&q, &k, &v),
-            (b, heads, kv, t, d),
-            (3, 17, None),
-            (0.5, Rule::Plain),
-            None,
-            (&[], None),
-        );
+        let case = Case {
+            q_start: 3,
+            n: 17,
+            scale: 0.5,
+            ..Case::default()
+        };
+        let want = expected(inputs.host(), sizes, &case);
         for (got, want) in table.to_vec2::<f32>().unwrap().iter().zip(&want.cells) {
             assert_eq!(got.len(), BANDS);
             assert!((got[FIRST] as f64 - want[FIRST]).abs() < 1e-6);
@@ -1554,11 +1639,15 @@ mod tests {
     #[test]
     fn a_sink_far_above_every_logit_takes_all_the_mass_without_overflow() {
         // exp(1000 - max) overflows f64: the denominator is shifted by the sink instead
-        let (b, heads, kv, t, d) = (1, 2, 1, 12, 4);
-        let Inputs {
-            host: (q, k, v),
-            tensors: (qt, kt, vt),
-        } = inputs((b, heads, kv, t, d), 11, 1.0);
+        let sizes = Sizes {
+            b: 1,
+            heads: 2,
+            kv: 1,
+            t: 12,
+            d: 4,
+        };
+        let t = sizes.t;
+        let inputs = inputs(sizes, 11, 1.0);
         let wants = RowWants {
             first: true,
             sum: true,
@@ -1569,11 +1658,7 @@ mod tests {
         };
         let sinks = [1000f32, 1000.0];
         let (out, table) = causal_attention(
-            Qkv {
-                q: &qt,
-                k: &kt,
-                v: &vt,
-            },
+            inputs.tensors(),
             QueryBlock {
                 q_start: 0,
                 n: t,
@@ -1591,14 +1676,12 @@ mod tests {
         .unwrap()
         .unwrap();
         // the real keys' softmax (without the sink) keeps its entropy
-        let want = expected(
-            (&q, &k, &v),
-            (b, heads, kv, t, d),
-            (0, t, None),
-            (0.5, Rule::Plain),
-            None,
-            (&[], None),
-        );
+        let case = Case {
+            n: t,
+            scale: 0.5,
+            ..Case::default()
+        };
+        let want = expected(inputs.host(), sizes, &case);
         for (got, want) in table.to_vec2::<f32>().unwrap().iter().zip(&want.cells) {
             assert_eq!(got[SINK_MASS], 1.0);
             assert_eq!((got[FIRST], got[SUM]), (0.0, 0.0));
@@ -1618,11 +1701,15 @@ mod tests {
         // alpha from -0.2 to 1.2 (clipped activations stay in [0, 1]; the kernel takes any),
         // alpha_ma of both signs: some rows carry negative weights, and with alpha 0 and a
         // negative alpha_ma every weight of the row is negative (entropy NaN)
-        let (b, heads, kv, t, d) = (2, 6, 2, 33, 8);
-        let Inputs {
-            host: (q, k, v),
-            tensors: (qt, kt, vt),
-        } = inputs((b, heads, kv, t, d), 21, 2.0);
+        let sizes = Sizes {
+            b: 2,
+            heads: 6,
+            kv: 2,
+            t: 33,
+            d: 8,
+        };
+        let Sizes { b, heads, t, .. } = sizes;
+        let inputs = inputs(sizes, 21, 2.0);
         let mut alpha: Vec<f32> = values(b * heads * t, 24, 0.7)
             .iter()
             .map(|a| a + 0.5)
@@ -1655,11 +1742,7 @@ mod tests {
                     Tiles::default(),
                 ] {
                     let (out, table) = causal_attention(
-                        Qkv {
-                            q: &qt,
-                            k: &kt,
-                            v: &vt,
-                        },
+                        inputs.tensors(),
                         QueryBlock {
                             q_start,
                             n,
@@ -1676,15 +1759,20 @@ mod tests {
                     )
                     .unwrap()
                     .unwrap();
-                    let want = expected_affine(
-                        (&q, &k, &v),
-                        (b, heads, kv, t, d),
-                        (q_start, n, None),
-                        (scale, Rule::Plain),
-                        None,
-                        (&bands, Some(blocks)),
-                        Some((&alpha, &alpha_ma, full)),
-                    );
+                    let case = Case {
+                        q_start,
+                        n,
+                        scale,
+                        bands: &bands,
+                        blocks: Some(blocks),
+                        affine: Some(AffineCase {
+                            alpha: &alpha,
+                            alpha_ma: &alpha_ma,
+                            full,
+                        }),
+                        ..Case::default()
+                    };
+                    let want = expected(inputs.host(), sizes, &case);
                     let close = |got: f32, want: f64| {
                         (got.is_nan() && want.is_nan())
                             || (got as f64 - want).abs() <= 1e-6 + 1e-5 * want.abs()

@@ -15,7 +15,7 @@ use rayon::prelude::*;
 use crate::cpu::fast_math::exp;
 use crate::cpu::host::{lane_max, with_cpu_f32};
 use crate::error::Result;
-use crate::probe::row_pass::{entropy_of_sums, key_block_values, qk_row, row_values};
+use crate::probe::row_pass::{key_block_values, qk_row, row_values, EntropySums};
 use crate::probe::row_table::{RowWants, QK_ABS_SUM, QK_SUM, SINK_MASS};
 use crate::simd_dispatch;
 
@@ -92,7 +92,11 @@ fn softmax_row<const ENTROPY: bool>(
     // is the maximum)
     let entropy = if ENTROPY {
         // NaN when S is 0 (every real key's e underflowed: no mass left to them)
-        entropy_of_sums((sum, sum_ey))
+        EntropySums {
+            total: sum,
+            x: sum_ey,
+        }
+        .entropy()
     } else {
         f32::NAN
     };
@@ -107,7 +111,9 @@ fn softmax_cell(
     x: &[f32],
     out: &mut [MaybeUninit<f32>],
     cell: &mut [f32],
-    (scale, sink, i): (f32, Option<f32>, usize),
+    scale: f32,
+    sink: Option<f32>,
+    i: usize,
     wants: Option<&RowWants>,
 ) {
     let Some(wants) = wants else {
@@ -163,8 +169,8 @@ fn fused_block(
                 for o in invisible {
                     o.write(0.0);
                 }
-                let row = (scale, sink, i);
-                simd_dispatch!(softmax_cell(&x[..=i], out, cell, row, wants));
+                let x = &x[..=i];
+                simd_dispatch!(softmax_cell(x, out, cell, scale, sink, i, wants));
             });
         // SAFETY: the loop above wrote all `data.len()` elements
         unsafe { weights.set_len(data.len()) };

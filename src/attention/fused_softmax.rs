@@ -8,26 +8,33 @@ use super::cpu_softmax;
 use crate::error::Result;
 use crate::probe::row_table::RowWants;
 
+/// A layer's per-head sink logits, both forms: the tensor `[1, heads, 1, 1]` (f32) the GPU
+/// reads and the host copy `[heads]` the CPU reads (both `None` without sinks).
+#[derive(Debug, Clone, Copy)]
+pub struct SinkLogits<'a> {
+    pub tensor: Option<&'a Tensor>,
+    pub host: Option<&'a [f32]>,
+}
+
 /// Weights in `raw`'s dtype and the row table of causal softmax(scale * raw) with optional
-/// per-head sink logits (`sink_logits` `[1, heads, 1, 1]` f32; on the CPU their host copy
-/// `host_sinks`), for raw q.k `[batch, heads, n, q_start + n]`; `None` where no kernel
-/// applies.
+/// per-head `sinks`, for raw q.k `[batch, heads, n, q_start + n]`; `None` where no kernel
+/// applies (on the CPU, sinks without their host copy).
 pub fn causal_softmax_rows(
     raw: &Tensor,
     scale: f32,
     q_start: usize,
-    (sink_logits, host_sinks): (Option<&Tensor>, Option<&[f32]>),
+    sinks: SinkLogits,
     wants: &RowWants,
 ) -> Result<Option<(Tensor, Tensor)>> {
     if raw.device().is_cpu() {
-        if sink_logits.is_some() && host_sinks.is_none() {
+        if sinks.tensor.is_some() && sinks.host.is_none() {
             return Ok(None);
         }
-        return cpu_softmax::causal_softmax_rows(raw, scale, q_start, host_sinks, wants);
+        return cpu_softmax::causal_softmax_rows(raw, scale, q_start, sinks.host, wants);
     }
     #[cfg(feature = "cuda")]
     {
-        crate::cuda::softmax::causal_softmax_rows(raw, scale, q_start, sink_logits, wants)
+        crate::cuda::softmax::causal_softmax_rows(raw, scale, q_start, sinks.tensor, wants)
     }
     #[cfg(not(feature = "cuda"))]
     {

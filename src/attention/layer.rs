@@ -8,7 +8,7 @@ use super::affine_scaled::{activate, affine_weights};
 use super::cpu_affine::affine_rows;
 use super::cpu_flash::{causal_attention, AffineTile, Logits, Qkv, QueryBlock, TileLogits, Tiles};
 use super::cpu_softmax::causal_softmax;
-use super::fused_softmax::causal_softmax_rows;
+use super::fused_softmax::{causal_softmax_rows, SinkLogits};
 use super::gated::split_query_gate;
 use super::logn::logn_logits;
 use super::plan::{plan, DeviceKind, Facts, Kernel};
@@ -347,7 +347,7 @@ impl Attention {
             v: &p.v,
         };
         let blocks = query_blocks(p.t, block);
-        self.tile_blocks((p, layer), blocks, wants.is_some(), probe, |block| {
+        self.tile_blocks(p, layer, blocks, wants.is_some(), probe, |block| {
             let sinks = p.host_sinks.as_deref();
             causal_attention(qkv, block, logits, sinks, wants.as_ref(), Tiles::default())?
                 .ok_or_else(|| unplanned("flash tiles"))
@@ -358,7 +358,8 @@ impl Attention {
     /// table), the table handed to the probe when `rows`.
     fn tile_blocks(
         &self,
-        (p, layer): (&Projected, usize),
+        p: &Projected,
+        layer: usize,
         blocks: impl IntoIterator<Item = (usize, usize)>,
         rows: bool,
         probe: &mut dyn Probe,
@@ -403,8 +404,13 @@ impl Attention {
         let wants = probe.row_request(layer);
         let (b, heads) = (p.q.dim(0)?, p.q.dim(1)?);
         let blocks = query_blocks(p.t, launch_block(block, b * heads, p.t));
-        self.tile_blocks((p, layer), blocks, wants.is_some(), probe, |block| {
-            causal_attention((&p.q, &p.k, &p.v), block, logits, wants.as_ref())?
+        let qkv = Qkv {
+            q: &p.q,
+            k: &p.k,
+            v: &p.v,
+        };
+        self.tile_blocks(p, layer, blocks, wants.is_some(), probe, |block| {
+            causal_attention(qkv, block, logits, wants.as_ref())?
                 .ok_or_else(|| unplanned("flash tiles on the GPU"))
         })
     }
@@ -460,7 +466,10 @@ impl Attention {
         let wants = probe
             .row_request(layer)
             .ok_or_else(|| unplanned("fused softmax rows without a row request"))?;
-        let sinks = (self.sink_logits.as_ref(), p.host_sinks.as_deref());
+        let sinks = SinkLogits {
+            tensor: self.sink_logits.as_ref(),
+            host: p.host_sinks.as_deref(),
+        };
         let mut outputs = Vec::new();
         for (q_start, n) in query_blocks(p.t, block) {
             let ctx = self.block_ctx(layer, q_start, n, p.t);

@@ -2,6 +2,8 @@
 //! table from q, k and v on the device, the block's weights never held; the GPU side of
 //! `attention::cpu_flash::causal_attention`, with the same tables.
 
+use std::ops::Range;
+
 use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute_enum;
 use candle_core::cuda_backend::cudarc::driver::{
     CudaFunction, CudaSlice, CudaView, DeviceRepr, LaunchConfig, PushKernelArg,
@@ -11,7 +13,7 @@ use candle_core::{DType, Layout, Storage, Tensor};
 
 use super::rows::{band_table, BandTable};
 use super::{device_tensor, with_cuda_storage};
-use crate::attention::cpu_flash::QueryBlock;
+use crate::attention::cpu_flash::{Qkv, QueryBlock};
 use crate::attention::BetaLength;
 use crate::error::{Error, Result};
 use crate::probe::row_table::RowWants;
@@ -126,7 +128,7 @@ unsafe impl DeviceRepr for FlashParams {}
 /// device or dtype, a head dimension over [`MAX_HEAD_DIM`], more bands than the kernels hold,
 /// shapes that do not fit): the caller's other kernels run.
 pub fn causal_attention(
-    qkv: (&Tensor, &Tensor, &Tensor),
+    qkv: Qkv<Tensor>,
     block: QueryBlock,
     logits: FlashLogits,
     wants: Option<&RowWants>,
@@ -148,29 +150,29 @@ pub(crate) enum Engine {
 
 /// [`causal_attention`] on the kernels `engine` allows.
 pub(crate) fn causal_attention_on(
-    (q, k, v): (&Tensor, &Tensor, &Tensor),
+    qkv: Qkv<Tensor>,
     block: QueryBlock,
     logits: FlashLogits,
     wants: Option<&RowWants>,
     engine: Engine,
 ) -> Result<Option<(Tensor, Tensor)>> {
-    let Some(params) = params((q, k, v), block, logits, wants)? else {
+    let Some(params) = params(qkv, block, logits, wants)? else {
         return Ok(None);
     };
     let Some(bands) = band_table(wants.unwrap_or(&RowWants::default())) else {
         return Ok(None);
     };
-    let (b, heads, t, _) = q.dims4()?;
-    let Some(extras) = Extras::of(&logits, (b, heads, t))? else {
+    let Some(extras) = Extras::of(&logits, qkv.q)? else {
         return Ok(None);
     };
-    let (k, v) = (k.contiguous()?, v.contiguous()?);
-    let q = q.contiguous()?;
+    let (k, v) = (qkv.k.contiguous()?, qkv.v.contiguous()?);
+    let q = qkv.q.contiguous()?;
     with_cuda_storage(&q, |dev, qs, qr| {
         with_cuda_storage(&k, |_, ks, kr| {
             with_cuda_storage(&v, |_, vs, vr| {
                 // the tensor cores read 16 bytes at a time
                 let aligned = [&qr, &kr, &vr].iter().all(|r| r.start % 8 == 0);
+                let ranges = [qr, kr, vr];
                 let launch = Launch {
                     dev,
                     params,
@@ -183,17 +185,17 @@ pub(crate) fn causal_attention_on(
                         CudaStorageSlice::F32(q),
                         CudaStorageSlice::F32(k),
                         CudaStorageSlice::F32(v),
-                    ) => launch.run("f32", (&q.slice(qr), &k.slice(kr), &v.slice(vr))),
+                    ) => launch.run_on("f32", Qkv { q, k, v }, ranges),
                     (
                         CudaStorageSlice::BF16(q),
                         CudaStorageSlice::BF16(k),
                         CudaStorageSlice::BF16(v),
-                    ) => launch.run("bf16", (&q.slice(qr), &k.slice(kr), &v.slice(vr))),
+                    ) => launch.run_on("bf16", Qkv { q, k, v }, ranges),
                     (
                         CudaStorageSlice::F16(q),
                         CudaStorageSlice::F16(k),
                         CudaStorageSlice::F16(v),
-                    ) => launch.run("f16", (&q.slice(qr), &k.slice(kr), &v.slice(vr))),
+                    ) => launch.run_on("f16", Qkv { q, k, v }, ranges),
                     _ => Ok(None),
                 }
             })
@@ -203,11 +205,12 @@ pub(crate) fn causal_attention_on(
 
 /// The launch's settings, or `None` where the shapes do not fit the kernels.
 fn params(
-    (q, k, v): (&Tensor, &Tensor, &Tensor),
+    qkv: Qkv<Tensor>,
     block: QueryBlock,
     logits: FlashLogits,
     wants: Option<&RowWants>,
 ) -> Result<Option<FlashParams>> {
+    let Qkv { q, k, v } = qkv;
     let (b, heads, t, d) = q.dims4()?;
     let kv = k.dim(1)?;
     let fits = block.n > 0
@@ -287,10 +290,11 @@ impl Extras {
         .into_iter()
     }
 
-    /// The tables of `logits` for q `[b, heads, t, d]`; `None` where one is not f32 or
+    /// The tables of `logits` for `q` `[b, heads, t, d]`; `None` where one is not f32 or
     /// shorter than the kernel reads (sinks, LogN scales and alpha_ma: `heads`; distance
     /// tables: `t`; alpha: `b * heads * t`).
-    fn of(logits: &FlashLogits, (b, heads, t): (usize, usize, usize)) -> Result<Option<Self>> {
+    fn of(logits: &FlashLogits, q: &Tensor) -> Result<Option<Self>> {
+        let (b, heads, t, _) = q.dims4()?;
         let flat_of = |x: &Tensor, len: usize| -> Result<Option<Tensor>> {
             let fits = x.dtype() == DType::F32 && x.elem_count() >= len;
             Ok(fits.then_some(x.flatten_all()?.contiguous()?))
@@ -343,13 +347,33 @@ struct Launch<'a> {
 }
 
 impl Launch<'_> {
+    /// [`Launch::run`] on the parts `ranges` of q's, k's and v's device memory.
+    fn run_on<T: DeviceRepr + CudaDType>(
+        &self,
+        name: &str,
+        qkv: Qkv<CudaSlice<T>>,
+        ranges: [Range<usize>; 3],
+    ) -> Result<Option<(Tensor, Tensor)>> {
+        let [qr, kr, vr] = ranges;
+        let (q, k, v) = (qkv.q.slice(qr), qkv.k.slice(kr), qkv.v.slice(vr));
+        self.run(
+            name,
+            Qkv {
+                q: &q,
+                k: &k,
+                v: &v,
+            },
+        )
+    }
+
     /// Runs the kernel for dtype `name` (f32, bf16, f16) on q, k and v: the kernel chosen,
     /// its outputs allocated, its arguments pushed, the launch, the outputs as tensors.
     fn run<T: DeviceRepr + CudaDType>(
         &self,
         name: &str,
-        (q, k, v): (&CudaView<'_, T>, &CudaView<'_, T>, &CudaView<'_, T>),
+        qkv: Qkv<CudaView<'_, T>>,
     ) -> Result<Option<(Tensor, Tensor)>> {
+        let Qkv { q, k, v } = qkv;
         let (p, dev) = (self.params, self.dev);
         let choice = self.choose(name);
         let func = choice.load(dev)?;
@@ -732,7 +756,11 @@ mod tests {
                     .unwrap()
                     .expect("the CPU tiles take the case");
                     let (out, table) = causal_attention_on(
-                        (&qg, &kg, &vg),
+                        Qkv {
+                            q: &qg,
+                            k: &kg,
+                            v: &vg,
+                        },
                         block,
                         FlashLogits {
                             scale: 1.0 / (d as f32).sqrt(),

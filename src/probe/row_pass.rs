@@ -16,10 +16,43 @@ use crate::probe::row_table::{KeyBlocks, RowWants, BANDS, ENTROPY, FIRST, SUM};
 use crate::probe::KeyWindow;
 use crate::simd_dispatch;
 
+/// The two sums an entropy is made of ([`EntropySums::entropy`]): T = sum w and X = sum w
+/// ln w of weights w, or S = sum e and sum e (y - m) of a softmax from its logits y
+/// (maximum m, e = exp(y - m)); additive over a row's parts.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct EntropySums {
+    /// T (or S).
+    pub total: f64,
+    /// X.
+    pub x: f64,
+}
+
+impl EntropySums {
+    /// The one entropy formula of the CPU: H = ln T - X / T in nats, the entropy of weights
+    /// w / T ([`clamped_entropy_sums`] of a whole row), or of a softmax from its logits (T =
+    /// S, X = sum e (y - m): the fused softmaxes and the flash tiles); NaN without mass (T
+    /// <= 0).
+    #[inline(always)]
+    pub(crate) fn entropy(self) -> f32 {
+        let EntropySums { total, x } = self;
+        if total <= 0.0 {
+            return f32::NAN;
+        }
+        (total.ln() - x / total) as f32
+    }
+
+    /// Adds a part of the row's sums.
+    #[inline(always)]
+    pub(crate) fn add(&mut self, part: EntropySums) {
+        self.total += part.total;
+        self.x += part.x;
+    }
+}
+
 /// The sums the entropy of `max(w, 0)` renormalised is made of: the positive mass sum
 /// max(w, 0) and sum w ln w over the positive weights; additive over a row's parts.
 #[inline(always)]
-pub(crate) fn clamped_entropy_sums(weights: &[f32]) -> (f64, f64) {
+pub(crate) fn clamped_entropy_sums(weights: &[f32]) -> EntropySums {
     let mass = lane_sum(weights, |w| w.max(0.0));
     // q ln q -> 0 as q -> 0: weights below the normal range contribute nothing
     let q_ln_q = lane_sum(weights, |w| {
@@ -29,25 +62,16 @@ pub(crate) fn clamped_entropy_sums(weights: &[f32]) -> (f64, f64) {
             0.0
         }
     });
-    (mass, q_ln_q)
-}
-
-/// The one entropy formula of the CPU: H = ln T - X / T in nats, the entropy of weights
-/// w / T from T = sum w and X = sum w ln w ([`clamped_entropy_sums`] of a whole row), or of
-/// a softmax from its logits (T = S = sum e, X = sum e (y - m): the fused softmaxes and the
-/// flash tiles); NaN without mass (T <= 0).
-#[inline(always)]
-pub(crate) fn entropy_of_sums((total, x): (f64, f64)) -> f32 {
-    if total <= 0.0 {
-        return f32::NAN;
+    EntropySums {
+        total: mass,
+        x: q_ln_q,
     }
-    (total.ln() - x / total) as f32
 }
 
 /// Entropy in nats of `max(w, 0)` renormalised; NaN without positive mass.
 #[inline(always)]
 fn clamped_entropy(visible: &[f32]) -> f32 {
-    entropy_of_sums(clamped_entropy_sums(visible))
+    clamped_entropy_sums(visible).entropy()
 }
 
 /// The (start, end) key range of band `[lo, hi)` for query `i`, key 0 left out for i > 0.
