@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use asa_analyze::metrics::distance::Bands;
 use asa_analyze::metrics::entropy::EntropyOf;
-use asa_analyze::metrics::{Metric, MetricOptions, MetricProbe};
+use asa_analyze::metrics::{Metric, MetricOptions, MetricProbe, ModelAttention};
 use asa_analyze::probe::{BlockCtx, KeyWindow, Probe};
 use candle_core::{Device, Tensor};
 
@@ -51,7 +51,12 @@ fn main() {
         roles: Default::default(),
     };
     let windows = vec![vec![0u32; SEQ_LEN]; BATCH * BATCHES];
-    let mut probe = MetricProbe::new(opts, (&[KeyWindow::CAUSAL; LAYERS], None), HEADS, &windows);
+    let model = ModelAttention {
+        key_windows: &[KeyWindow::CAUSAL; LAYERS],
+        logit_softcap: None,
+        heads: HEADS,
+    };
+    let mut probe = MetricProbe::new(opts, model, &windows);
     let wants = probe
         .row_request(0)
         .expect("the core metrics take row tables");

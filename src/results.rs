@@ -19,19 +19,26 @@ pub struct Committed {
     pub notes: Vec<String>,
 }
 
-/// Writes `output`'s tables and its run.json `record` into `dir` (with the figures under
-/// `dir/figures` when `figures`), atomically; the staging folders are registered with
-/// `watch` while they live.
+/// How [`write_results`] writes: the tables' `format`, and the figures rendered from them
+/// (under `figures/`) when `figures`.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteOptions {
+    pub format: Format,
+    pub figures: bool,
+}
+
+/// Writes `output`'s tables and its run.json `record` into `dir` as `options` say,
+/// atomically; the staging folders are registered with `watch` while they live.
 pub fn write_results(
     output: &RunOutput,
     record: &RunRecord,
     dir: &Path,
-    (format, figures): (Format, bool),
+    options: WriteOptions,
     watch: &StagingWatch,
 ) -> Result<Committed> {
-    let mut out = OutputDir::create(dir, format, watch)?;
+    let mut out = OutputDir::create(dir, options.format, watch)?;
     stage_tables(&mut out, output, record)?;
-    commit_tables(out, figures)
+    commit_tables(out, options.figures)
 }
 
 /// Stages a run's tables and its run.json `record` in `out` (moved into place on commit).

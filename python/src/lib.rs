@@ -25,7 +25,7 @@ use asa_analyze::export::{schema, to_frame, Format, OutputDir, StagingWatch, Tab
 use asa_analyze::metrics::Metric;
 use asa_analyze::paper::runs::Input;
 use asa_analyze::paper::{paper_tables, render, Method, RunSet, ValueOptions};
-use asa_analyze::results::write_results;
+use asa_analyze::results::{write_results, WriteOptions};
 use asa_analyze::stats::report::{self, CurvesOptions, GradStatsOptions, LogInputs, SpikesOptions};
 use asa_analyze::stats::StepWindow;
 use asa_analyze::Error;
@@ -221,7 +221,8 @@ impl NativeResult {
         // nobody removes this staging folder on a signal but its own Drop: the interpreter,
         // not this library, decides what a signal does
         let watch = StagingWatch::new();
-        py.detach(|| write_results(&self.output, &self.record, &dir, (format, figures), &watch))
+        let options = WriteOptions { format, figures };
+        py.detach(|| write_results(&self.output, &self.record, &dir, options, &watch))
             .map(|committed| committed.files)
             .map_err(to_py)
     }

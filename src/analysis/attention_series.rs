@@ -42,7 +42,8 @@ pub fn of_series(points: &[SeriesPoint], models: &[(String, ModelMetrics)]) -> T
         let entry = last.entry(label.as_str()).or_insert(*step);
         *entry = (*entry).max(*step);
     }
-    for (label, step, mean, abs) in points {
+    for point in points {
+        let (label, step, _, _) = point;
         let model = models.iter().find(|(l, _)| l == label);
         if last[label.as_str()] == *step {
             if let Some(model) = model {
@@ -50,20 +51,22 @@ pub fn of_series(points: &[SeriesPoint], models: &[(String, ModelMetrics)]) -> T
                 if let Some(attention) = tables.iter().find(|t| t.name == "attention") {
                     let rows = step_rows(*step, attention);
                     if qk_points(&rows).is_empty() {
-                        series.append(qk_rows(label, *step, (*mean, *abs)));
+                        series.append(qk_rows(point));
                     }
                     series.append(rows);
                     continue;
                 }
             }
         }
-        series.append(qk_rows(label, *step, (*mean, *abs)));
+        series.append(qk_rows(point));
     }
     series
 }
 
 /// The two whole-model QK^T rows of one step.
-fn qk_rows(label: &str, step: u64, (mean, abs): (f64, f64)) -> Table {
+fn qk_rows(point: &SeriesPoint) -> Table {
+    let (label, step, mean, abs) = point;
+    let (label, step, mean, abs) = (label.as_str(), *step, *mean, *abs);
     let text = |v: &str| Some(v.to_string());
     ATTENTION_SERIES.build(vec![
         ("model", Column::Str(vec![text(label), text(label)])),

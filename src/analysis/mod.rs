@@ -24,7 +24,7 @@ pub use run::{
 use candle_core::Tensor;
 
 use crate::error::Result;
-use crate::metrics::{MetricOptions, MetricProbe, ModelMetrics, VariantTraits};
+use crate::metrics::{MetricOptions, MetricProbe, ModelAttention, ModelMetrics, VariantTraits};
 use crate::model::{Checkpoint, LayerTiming, Model};
 use crate::probe::row_table::RowWants;
 use crate::probe::{BlockCtx, Hook, Kernel, Probe, ProbeSet};
@@ -176,12 +176,12 @@ pub fn accumulate_timed(
     } = along;
     let c = &ckpt.config;
     let key_windows: Vec<_> = (0..c.num_layers).map(|l| c.key_window(l)).collect();
-    let mut probe = MetricProbe::new(
-        opts.clone(),
-        (&key_windows, c.attn_logit_softcap()),
-        c.num_heads,
-        windows,
-    );
+    let attention = ModelAttention {
+        key_windows: &key_windows,
+        logit_softcap: c.attn_logit_softcap(),
+        heads: c.num_heads,
+    };
+    let mut probe = MetricProbe::new(opts.clone(), attention, windows);
     let device = ckpt.store.device();
     let t = windows.first().map_or(0, Vec::len);
     let layers = c.num_layers.max(1);

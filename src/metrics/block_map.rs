@@ -9,6 +9,8 @@
 //! ([`KeyBlockRows`], the row table's key-block columns, made by the flash tiles as they
 //! go), and this accumulator adds the rows of a query block in f64.
 
+use std::ops::Range;
+
 use super::accumulator::{Accumulator, Event, FinishCtx, KeyBlockRows, Needs, Setup};
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
@@ -147,8 +149,9 @@ impl BlockMap {
         }
     }
 
-    /// Adds the key-block columns `rows` of queries `q_start .. q_start + n` of `layer`.
-    pub fn add(&mut self, layer: usize, (q_start, n): (usize, usize), rows: &KeyBlockRows) {
+    /// Adds the key-block columns `rows` of the `queries` of `layer`.
+    pub fn add(&mut self, layer: usize, queries: Range<usize>, rows: &KeyBlockRows) {
+        let (q_start, n) = (queries.start, queries.len());
         let cells = rows.rows();
         let batch = cells / (self.heads * n).max(1);
         if q_start == 0 {
@@ -261,7 +264,7 @@ impl Accumulator for BlockMap {
     fn add(&mut self, event: &Event) -> Result<()> {
         if let Event::Block(b) = event {
             if let Some(rows) = &b.key_blocks {
-                BlockMap::add(self, b.layer, (b.q_start, b.q_len), rows);
+                BlockMap::add(self, b.layer, b.q_start..b.q_start + b.q_len, rows);
             }
         }
         Ok(())
@@ -387,12 +390,12 @@ mod tests {
         // rows [batch, head, n]: sequence 0 queries 0, 1, then sequence 1; the first row's
         // invisible key 1 is 0 (query 0 sees key 0 only: its block 1 is not read)
         let rows = KeyBlockRows::new(&first, 4, 0, blocks);
-        acc.add(0, (0, 2), &rows);
+        acc.add(0, 0..2, &rows);
         let last = columns(
             blocks,
             &[(0, vec![0.5, 0.125, 0.375]), (0, vec![0.25, 0.25, 0.5])],
         );
-        acc.add(0, (2, 1), &KeyBlockRows::new(&last, 4, 0, blocks));
+        acc.add(0, 2..3, &KeyBlockRows::new(&last, 4, 0, blocks));
         let r = acc.finish();
         assert_eq!(r.bounds, [0, 1, 3]);
         assert_eq!(r.cells, [vec![(0, 0), (1, 0), (1, 1)]]);

@@ -66,7 +66,7 @@ pub use accumulator::{
     Accumulator, BlockEvent, Event, FinishCtx, KeyBlockRows, Needs, QkSums, Rows, Setup, Weights,
 };
 pub use metric::Metric;
-pub use probe::{MetricProbe, ProbeState, RestoreError};
+pub use probe::{MetricProbe, ModelAttention, ProbeState, RestoreError};
 pub use results::{MetricResult, ModelMetrics, PerHead};
 pub use tables::{attention_tables, decade_bins, qk_series_table};
 

@@ -92,6 +92,16 @@ pub struct ProbeState {
     pub kernels: BTreeMap<usize, Kernel>,
 }
 
+/// What the accumulators know of a model's attention: the keys each layer's queries see
+/// (`[layer]`, sliding windows), the logits' soft-cap (Gemma 2), if any, and the query heads
+/// per layer.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelAttention<'a> {
+    pub key_windows: &'a [KeyWindow],
+    pub logit_softcap: Option<f64>,
+    pub heads: usize,
+}
+
 /// The probe that feeds every requested accumulator during one model's forward passes.
 pub struct MetricProbe {
     opts: MetricOptions,
@@ -106,15 +116,14 @@ pub struct MetricProbe {
 }
 
 impl MetricProbe {
-    /// Accumulators for a model whose layers see the keys of `key_windows` (one per layer)
-    /// with logits soft-capped at `logit_softcap` (if any), with `heads`, over `windows` (all
-    /// sequences of the run): one per registry entry with an asked metric.
-    pub fn new(
-        opts: MetricOptions,
-        (key_windows, logit_softcap): (&[KeyWindow], Option<f64>),
-        heads: usize,
-        windows: &[Vec<u32>],
-    ) -> Self {
+    /// Accumulators for a model of attention `model` over `windows` (all sequences of the
+    /// run): one per registry entry with an asked metric.
+    pub fn new(opts: MetricOptions, model: ModelAttention, windows: &[Vec<u32>]) -> Self {
+        let ModelAttention {
+            key_windows,
+            logit_softcap,
+            heads,
+        } = model;
         let setup = Setup {
             opts: &opts,
             layers: key_windows.len(),
@@ -645,6 +654,15 @@ mod tests {
     use candle_core::Device;
     use serde_json::Value;
 
+    /// One causal layer of `heads` heads, no soft-cap.
+    fn causal(heads: usize) -> ModelAttention<'static> {
+        ModelAttention {
+            key_windows: &[KeyWindow::CAUSAL],
+            logit_softcap: None,
+            heads,
+        }
+    }
+
     /// Causal weights `[b, h, n, q0 + n]` of queries `q0 ..`: each row's visible keys get
     /// positive weights summing to 1, a few rows slightly off (as affine weights are) and a
     /// few negative (no entropy: NaN, which the GPU path pools on the host).
@@ -719,7 +737,7 @@ mod tests {
             roles: Default::default(),
         };
         let windows = vec![vec![0u32; t]];
-        let probe = MetricProbe::new(opts, (&[KeyWindow::CAUSAL], None), 1, &windows);
+        let probe = MetricProbe::new(opts, causal(1), &windows);
         let mut state = probe.state().unwrap();
         assert!(MetricProbe::restore(state.clone()).is_ok());
         state.accumulators.push(Vec::new());
@@ -766,8 +784,8 @@ mod tests {
             roles: Default::default(),
         };
         let windows = vec![vec![0u32; t]; 2 * b];
-        let mut host = MetricProbe::new(opts.clone(), (&[KeyWindow::CAUSAL], None), h, &windows);
-        let mut device = MetricProbe::new(opts, (&[KeyWindow::CAUSAL], None), h, &windows);
+        let mut host = MetricProbe::new(opts.clone(), causal(h), &windows);
+        let mut device = MetricProbe::new(opts, causal(h), &windows);
         let wants = device.row_request(0).expect("row tables");
         let width = wants.width();
         // two batches of b sequences
