@@ -3,23 +3,25 @@
 
 use candle_core::{DType, Tensor};
 
-use super::layers::{linear, projection, rms_norm, weight_matrix};
-use super::layout::QkvLayout;
+use super::layers::{linear, projection, rms_norm, weight_matrix, ProjDims};
+use super::layout::{Layout, QkvLayout};
 use super::weights::WeightStore;
 use crate::attention::{Attention, AttentionShape, AttentionWeights, Variant};
 use crate::error::{Error, Result};
 use crate::nn::{Linear, RmsNorm};
 
 /// Loads the attention layer under `prefix` (e.g. `model.layers.3.self_attn`), every
-/// tensor's presence and shape checked; q, k and v stored as `qkv` says.
+/// tensor's presence and shape checked; q, k and v stored as the layout's `qkv` says, every
+/// projection `[in, out]` where it says `conv1d`.
 pub fn load_attention(
     store: &WeightStore,
     prefix: &str,
     shape: AttentionShape,
-    (qkv, conv1d): (QkvLayout, bool),
+    layout: &Layout,
 ) -> Result<Attention> {
     let s = &shape;
-    let (q_proj, k_proj, v_proj) = match qkv {
+    let conv1d = layout.conv1d;
+    let (q_proj, k_proj, v_proj) = match layout.qkv {
         QkvLayout::FusedPerHead => split_qkv_per_head(store, prefix, s)?,
         QkvLayout::Fused => split_qkv(store, prefix, s, conv1d)?,
         QkvLayout::Separate => separate_qkv(store, prefix, s)?,
@@ -27,7 +29,10 @@ pub fn load_attention(
     let o_proj = projection(
         store,
         &format!("{prefix}.o_proj"),
-        (s.heads * s.head_dim, s.hidden),
+        ProjDims {
+            in_dim: s.heads * s.head_dim,
+            out_dim: s.hidden,
+        },
         s.o_bias,
         conv1d,
     )?;
@@ -78,8 +83,10 @@ fn separate_qkv(
         linear(
             store,
             &format!("{prefix}.{name}"),
-            s.hidden,
-            out,
+            ProjDims {
+                in_dim: s.hidden,
+                out_dim: out,
+            },
             s.qkv_bias,
         )
     };
@@ -151,8 +158,10 @@ fn load_alpha(store: &WeightStore, prefix: &str, s: &AttentionShape) -> Result<A
         proj: Some(linear(
             store,
             &format!("{prefix}.alpha_proj"),
-            s.hidden,
-            s.heads,
+            ProjDims {
+                in_dim: s.hidden,
+                out_dim: s.heads,
+            },
             bias,
         )?),
         ma: Some(store.get_as(&format!("{prefix}.alpha_ma"), &[s.heads], DType::F32)?),
@@ -244,7 +253,10 @@ fn split_qkv(
     let weight = weight_matrix(
         store,
         &format!("{prefix}.qkv_proj.weight"),
-        (rows, s.hidden),
+        ProjDims {
+            in_dim: s.hidden,
+            out_dim: rows,
+        },
         conv1d,
     )?;
     let bias = match s.qkv_bias {

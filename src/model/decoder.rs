@@ -9,7 +9,7 @@ use candle_core::Tensor;
 
 use super::attention;
 use super::config::ModelConfig;
-use super::layers::{linear, mlp, moe_mlp, norm};
+use super::layers::{linear, mlp, moe_mlp, norm, MlpDims, ProjDims};
 use super::nonfinite::{NonFiniteAt, NonFiniteWatch};
 use super::residuals::Residuals;
 use super::rope::rope_tables;
@@ -86,7 +86,7 @@ impl DecoderLayer {
                     window: c.key_window(l),
                     ..shape.clone()
                 },
-                (layout.qkv, layout.conv1d),
+                &layout,
             )?,
             post_attention,
             pre_mlp,
@@ -94,9 +94,12 @@ impl DecoderLayer {
                 None => FeedForward::Dense(mlp(
                     store,
                     &format!("{prefix}.mlp"),
-                    (c.hidden_size, c.intermediate_size),
+                    MlpDims {
+                        hidden: c.hidden_size,
+                        intermediate: c.intermediate_size,
+                    },
                     c.mlp_bias,
-                    (layout.mlp, layout.fused_gate_up, layout.conv1d),
+                    &layout,
                 )?),
                 Some(experts) => FeedForward::Moe(moe_mlp(store, &prefix, c.hidden_size, experts)?),
             },
@@ -111,7 +114,8 @@ impl DecoderLayer {
         &self,
         xs: &Tensor,
         rope: &Rope,
-        (l, watch): (usize, &NonFiniteWatch),
+        l: usize,
+        watch: &NonFiniteWatch,
         block: usize,
         probe: &mut dyn Probe,
     ) -> Result<Tensor> {
@@ -220,7 +224,11 @@ impl Model {
         model.lm_head = Some(if Self::tied(store, c) {
             Linear::from_weight(embed.clone())
         } else {
-            linear(store, "lm_head", c.hidden_size, c.vocab_size, false)?
+            let dims = ProjDims {
+                in_dim: c.hidden_size,
+                out_dim: c.vocab_size,
+            };
+            linear(store, "lm_head", dims, false)?
         });
         model.embed_tokens = Some(candle_nn::Embedding::new(embed, c.hidden_size));
         Ok(model)
@@ -331,7 +339,7 @@ impl Model {
         self.watch.check(&xs, None, "hook_embed")?;
         for (l, layer) in self.layers.iter().enumerate() {
             let rope = rope.of_layer(&self.config, l);
-            xs = layer.forward(&xs, rope, (l, &self.watch), block, probe)?;
+            xs = layer.forward(&xs, rope, l, &self.watch, block, probe)?;
         }
         self.logits(&xs, block, probe, &mut |hidden| lm_head.forward(hidden))
     }
@@ -377,7 +385,7 @@ impl Model {
             for k in 0..stream.len() {
                 probe.on_batch(k);
                 let rope = rope.of_layer(c, l);
-                let xs = layer.forward(&stream.take(k)?, rope, (l, &self.watch), block, probe)?;
+                let xs = layer.forward(&stream.take(k)?, rope, l, &self.watch, block, probe)?;
                 stream.put(k, xs)?;
             }
             timings.push(LayerTiming {

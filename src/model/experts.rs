@@ -69,6 +69,14 @@ pub struct Experts {
     pub names: ExpertNames,
 }
 
+/// The model's sizes a family's experts rule reads: its layers and its dense MLP's
+/// `intermediate_size` (Mixtral's experts take it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DenseSizes {
+    pub num_layers: usize,
+    pub intermediate_size: usize,
+}
+
 /// The raw config fields experts are read from.
 pub(crate) struct RawExperts<'a> {
     pub num_local_experts: Option<usize>,
@@ -87,10 +95,10 @@ pub(crate) struct RawExperts<'a> {
 pub(crate) fn resolve(
     raw: RawExperts<'_>,
     architecture: Architecture,
-    dims: (usize, usize),
+    sizes: DenseSizes,
     path: &Path,
 ) -> Result<Option<Experts>> {
-    let Some(experts) = (architecture.family().experts)(&raw, dims, path)? else {
+    let Some(experts) = (architecture.family().experts)(&raw, sizes, path)? else {
         return Ok(None);
     };
     let (count, top_k) = (experts.count, experts.top_k);
@@ -154,6 +162,12 @@ impl Experts {
 mod tests {
     use super::*;
 
+    /// 6 layers, a dense MLP of 64.
+    const SIZES: DenseSizes = DenseSizes {
+        num_layers: 6,
+        intermediate_size: 64,
+    };
+
     fn arch(name: &str) -> Architecture {
         Architecture::parse(name).unwrap()
     }
@@ -176,7 +190,7 @@ mod tests {
     fn qwen3_moe_layers_follow_the_step_and_the_dense_list() {
         let path = Path::new("config.json");
         let at = |step, dense| {
-            resolve(raw(step, dense), arch("qwen3_moe"), (6, 64), path)
+            resolve(raw(step, dense), arch("qwen3_moe"), SIZES, path)
                 .unwrap()
                 .map(|e| e.layers)
         };
@@ -186,7 +200,7 @@ mod tests {
         assert_eq!(at(Some(2), None), Some(vec![1, 3, 5]));
         assert_eq!(at(Some(2), Some(&[3])), Some(vec![1, 5]));
         assert_eq!(at(Some(1), Some(&[0, 1, 2, 3, 4, 5])), None);
-        let e = resolve(raw(None, None), arch("qwen3_moe"), (6, 64), path)
+        let e = resolve(raw(None, None), arch("qwen3_moe"), SIZES, path)
             .unwrap()
             .unwrap();
         assert!(
@@ -194,7 +208,7 @@ mod tests {
                 && e.intermediate == 24
                 && e.names == ExpertNames::Qwen
         );
-        let err = resolve(raw(Some(0), None), arch("qwen3_moe"), (6, 64), path)
+        let err = resolve(raw(Some(0), None), arch("qwen3_moe"), SIZES, path)
             .unwrap_err()
             .to_string();
         assert!(
@@ -202,7 +216,7 @@ mod tests {
             "{err}"
         );
         // Mixtral: every layer, renormalised, the dense intermediate size
-        let m = resolve(raw(Some(2), None), arch("mixtral"), (6, 64), path)
+        let m = resolve(raw(Some(2), None), arch("mixtral"), SIZES, path)
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -210,7 +224,7 @@ mod tests {
             (6, Routing::SoftmaxTopK { renormalise: true }, 64)
         );
         // GPT-OSS: every layer, softmax after top-k, its clamped SwiGLU
-        let g = resolve(raw(None, None), arch("gpt_oss"), (6, 64), path)
+        let g = resolve(raw(None, None), arch("gpt_oss"), SIZES, path)
             .unwrap()
             .unwrap();
         assert_eq!((g.layers.len(), g.routing), (6, Routing::TopKSoftmax));
@@ -222,7 +236,7 @@ mod tests {
             })
         );
         assert_eq!(
-            resolve(raw(None, None), arch("llama"), (6, 64), path).unwrap(),
+            resolve(raw(None, None), arch("llama"), SIZES, path).unwrap(),
             None
         );
     }

@@ -94,13 +94,14 @@ fn refuse_unimplemented(meta: &Meta) -> Result<()> {
     Ok(())
 }
 
-/// `rope_parameters` for config.json: default RoPE at `theta`, or the Llama-3 scaling that
-/// the file's `rope_freqs.weight` factors encode (with what the recovery found).
+/// `rope_parameters` for config.json: default RoPE at the dims' `theta`, or the Llama-3
+/// scaling that the file's `rope_freqs.weight` factors encode (with what the recovery found).
 fn rope_parameters(
     meta: &Meta,
     file: &mut File,
-    (theta, rot_dim, context): (f64, usize, usize),
+    dims: &Dims,
 ) -> Result<(serde_json::Value, Option<Recovered>)> {
+    let (theta, rot_dim, context) = (dims.theta, dims.rot_dim, dims.context);
     let path = meta.path;
     let mut rope = json!({"rope_type": "default", "rope_theta": theta});
     if metadata_str(meta.content, &meta.key("rope.scaling.type")) == Some("linear") {
@@ -164,7 +165,7 @@ pub(crate) fn raw_config(
     refuse_unimplemented(meta)?;
     let dims = read_dims(meta, heads, kv_heads)?;
     check_dims(meta, &dims)?;
-    let (rope, recovered) = rope_parameters(meta, file, (dims.theta, dims.rot_dim, dims.context))?;
+    let (rope, recovered) = rope_parameters(meta, file, &dims)?;
     let mut raw = base_config(meta, tensors, &dims, rope)?;
     family_config(meta, tensors, &dims, &mut raw)?;
     Ok((raw, recovered))
@@ -298,7 +299,7 @@ fn family_config(
                 raw["use_parallel_residual"] = json!(parallel);
             }
         }
-        "gemma2" | "gemma3" => gemma(meta, raw, (d.hidden, d.heads, d.head_dim))?,
+        "gemma2" | "gemma3" => gemma(meta, raw, d)?,
         _ => {}
     }
     Ok(())
@@ -308,11 +309,8 @@ fn family_config(
 /// the 27B models (46 layers for Gemma 2, 62 for Gemma 3: hidden / heads), Gemma 2's
 /// soft-caps, Gemma 3's global RoPE (`rope.freq_base`, linear scaling) and its sliding
 /// layers' (`rope.freq_base_swa`, else 10000) and `attention.sliding_window_pattern`.
-fn gemma(
-    meta: &Meta,
-    raw: &mut serde_json::Value,
-    (hidden, heads, head_dim): (usize, usize, usize),
-) -> Result<()> {
+fn gemma(meta: &Meta, raw: &mut serde_json::Value, d: &Dims) -> Result<()> {
+    let (hidden, heads, head_dim) = (d.hidden, d.heads, d.head_dim);
     let gemma3 = meta.arch == "gemma3";
     raw["model_type"] = json!(if gemma3 { "gemma3_text" } else { "gemma2" });
     raw["hidden_act"] = serde_json::Value::Null;

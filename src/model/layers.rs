@@ -4,19 +4,22 @@
 use candle_core::Tensor;
 
 use super::experts::{ExpertNames, Experts};
-use super::layout::{MlpKind, NormKind};
+use super::layout::{Layout, MlpKind, NormKind};
 use super::weights::WeightStore;
 use crate::error::Result;
 use crate::nn::{Linear, Mlp, MoeMlp, Norm, RmsNorm};
 
+/// A projection's sizes: `in_dim` features in, `out_dim` out (its weight `[out_dim, in_dim]`
+/// as a [`Linear`] holds it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProjDims {
+    pub in_dim: usize,
+    pub out_dim: usize,
+}
+
 /// `{prefix}.weight` `[out, in]` and, when `bias`, `{prefix}.bias` `[out]`.
-pub fn linear(
-    store: &WeightStore,
-    prefix: &str,
-    in_dim: usize,
-    out_dim: usize,
-    bias: bool,
-) -> Result<Linear> {
+pub fn linear(store: &WeightStore, prefix: &str, dims: ProjDims, bias: bool) -> Result<Linear> {
+    let ProjDims { in_dim, out_dim } = dims;
     let weight = store.get(&format!("{prefix}.weight"), &[out_dim, in_dim])?;
     let bias = if bias {
         Some(store.get(&format!("{prefix}.bias"), &[out_dim])?)
@@ -31,9 +34,10 @@ pub fn linear(
 pub fn weight_matrix(
     store: &WeightStore,
     name: &str,
-    (out_dim, in_dim): (usize, usize),
+    dims: ProjDims,
     conv1d: bool,
 ) -> Result<candle_core::Tensor> {
+    let ProjDims { in_dim, out_dim } = dims;
     Ok(match conv1d {
         false => store.get(name, &[out_dim, in_dim])?,
         true => store.get(name, &[in_dim, out_dim])?.t()?.contiguous()?,
@@ -44,18 +48,13 @@ pub fn weight_matrix(
 pub fn projection(
     store: &WeightStore,
     prefix: &str,
-    (in_dim, out_dim): (usize, usize),
+    dims: ProjDims,
     bias: bool,
     conv1d: bool,
 ) -> Result<Linear> {
-    let weight = weight_matrix(
-        store,
-        &format!("{prefix}.weight"),
-        (out_dim, in_dim),
-        conv1d,
-    )?;
+    let weight = weight_matrix(store, &format!("{prefix}.weight"), dims, conv1d)?;
     let bias = match bias {
-        true => Some(store.get(&format!("{prefix}.bias"), &[out_dim])?),
+        true => Some(store.get(&format!("{prefix}.bias"), &[dims.out_dim])?),
         false => None,
     };
     Ok(Linear::new(weight, bias))
@@ -92,19 +91,39 @@ pub fn norm(
     })
 }
 
+/// An MLP's sizes: `hidden` in and out, `intermediate` between.
+#[derive(Debug, Clone, Copy)]
+pub struct MlpDims {
+    pub hidden: usize,
+    pub intermediate: usize,
+}
+
 /// `{prefix}.{gate,up,down}_proj` (SwiGLU; gate and up as one `gate_up_proj`, gate rows
-/// first, when `fused_gate_up`) or `{prefix}.{up,down}_proj` (GELU).
+/// first, when the layout's `fused_gate_up`) or `{prefix}.{up,down}_proj` (GELU), as the
+/// layout's MLP kind and `conv1d` say.
 pub fn mlp(
     store: &WeightStore,
     prefix: &str,
-    (hidden, intermediate): (usize, usize),
+    dims: MlpDims,
     bias: bool,
-    (kind, fused_gate_up, conv1d): (MlpKind, bool, bool),
+    layout: &Layout,
 ) -> Result<Mlp> {
-    let proj = |name: &str, from: usize, to: usize| {
-        projection(store, &format!("{prefix}.{name}"), (from, to), bias, conv1d)
+    let MlpDims {
+        hidden,
+        intermediate,
+    } = dims;
+    let kind = layout.mlp;
+    let proj = |name: &str, in_dim: usize, out_dim: usize| {
+        let dims = ProjDims { in_dim, out_dim };
+        projection(
+            store,
+            &format!("{prefix}.{name}"),
+            dims,
+            bias,
+            layout.conv1d,
+        )
     };
-    if kind == MlpKind::SwiGlu && fused_gate_up {
+    if kind == MlpKind::SwiGlu && layout.fused_gate_up {
         let both = proj("gate_up_proj", hidden, 2 * intermediate)?;
         let (gate, up) = both.split_rows(intermediate)?;
         return Ok(Mlp::new(gate, up, proj("down_proj", intermediate, hidden)?));
@@ -134,8 +153,10 @@ pub fn moe_mlp(
     let router = linear(
         store,
         &format!("{prefix}.{}", experts.names.router()),
-        hidden,
-        experts.count,
+        ProjDims {
+            in_dim: hidden,
+            out_dim: experts.count,
+        },
         experts.names == ExpertNames::GptOss,
     )?;
     let experts_mlp = match experts.names {
@@ -147,7 +168,8 @@ pub fn moe_mlp(
     Ok(MoeMlp::new(
         router,
         experts_mlp,
-        (experts.top_k, experts.routing),
+        experts.top_k,
+        experts.routing,
     ))
 }
 
@@ -163,14 +185,9 @@ fn separate_experts(
     let intermediate = experts.intermediate;
     (0..experts.count)
         .map(|e| {
-            let proj = |name: &str, from: usize, to: usize| {
-                linear(
-                    store,
-                    &format!("{prefix}.experts.{e}.{name}"),
-                    from,
-                    to,
-                    false,
-                )
+            let proj = |name: &str, in_dim: usize, out_dim: usize| {
+                let dims = ProjDims { in_dim, out_dim };
+                linear(store, &format!("{prefix}.experts.{e}.{name}"), dims, false)
             };
             Ok(Mlp::new(
                 proj(gate, hidden, intermediate)?,
@@ -194,7 +211,8 @@ fn stacked_experts(
     let (count, inter) = (experts.count, experts.intermediate);
     let name = |what: &str| format!("{prefix}.experts.{what}");
     // [experts, out, in] as a Linear stores its weight
-    let matrix = |what: &str, (out_dim, in_dim): (usize, usize)| -> Result<Tensor> {
+    let matrix = |what: &str, dims: ProjDims| -> Result<Tensor> {
+        let ProjDims { in_dim, out_dim } = dims;
         match store.contains(&name(&format!("{what}_blocks"))) {
             true => store.get_mxfp4(&name(what), &[count, out_dim, in_dim]),
             false => Ok(store
@@ -202,9 +220,21 @@ fn stacked_experts(
                 .transpose(1, 2)?),
         }
     };
-    let gate_up = matrix("gate_up_proj", (2 * inter, hidden))?;
+    let gate_up = matrix(
+        "gate_up_proj",
+        ProjDims {
+            in_dim: hidden,
+            out_dim: 2 * inter,
+        },
+    )?;
     let gate_up_bias = store.get(&name("gate_up_proj_bias"), &[count, 2 * inter])?;
-    let down = matrix("down_proj", (hidden, inter))?;
+    let down = matrix(
+        "down_proj",
+        ProjDims {
+            in_dim: inter,
+            out_dim: hidden,
+        },
+    )?;
     let down_bias = store.get(&name("down_proj_bias"), &[count, hidden])?;
     if !store.reads_data() {
         // shapes checked; slicing the broadcast zeros would copy them

@@ -223,7 +223,7 @@ pub struct MoeMlp {
 impl MoeMlp {
     /// Experts, their router `[experts, hidden]`, how many each token uses and how they
     /// are weighted.
-    pub fn new(router: Linear, experts: Vec<Mlp>, (top_k, routing): (usize, Routing)) -> Self {
+    pub fn new(router: Linear, experts: Vec<Mlp>, top_k: usize, routing: Routing) -> Self {
         MoeMlp {
             router,
             experts,

@@ -8,7 +8,7 @@ use std::path::Path;
 use super::raw::RawConfig;
 use super::GemmaSettings;
 use crate::error::Result;
-use crate::model::experts::{Experts, RawExperts};
+use crate::model::experts::{DenseSizes, Experts, RawExperts};
 use crate::model::layout::Layout;
 use crate::model::rope::RopeConfig;
 use crate::model::sliding_window::WindowRule;
@@ -16,9 +16,22 @@ use crate::model::sliding_window::WindowRule;
 /// The RoPE of the layers, and of the sliding-window layers where it differs (Gemma 3).
 pub(crate) type Ropes = (RopeConfig, Option<RopeConfig>);
 
-/// A mixture-of-experts MLP from the config and (num_layers, intermediate_size); `None`
-/// when dense.
-pub(crate) type ExpertsFn = fn(&RawExperts, (usize, usize), &Path) -> Result<Option<Experts>>;
+/// A mixture-of-experts MLP from the config and the model's dense sizes; `None` when dense.
+pub(crate) type ExpertsFn = fn(&RawExperts, DenseSizes, &Path) -> Result<Option<Experts>>;
+
+/// Which attention projections carry biases: q/k/v, and o.
+#[derive(Debug, Clone, Copy)]
+pub struct Biases {
+    pub qkv: bool,
+    pub o: bool,
+}
+
+impl Biases {
+    /// The same on q/k/v and o.
+    pub const fn all(bias: bool) -> Self {
+        Biases { qkv: bias, o: bias }
+    }
+}
 
 /// A family's rules (its transformers config class's defaults and its modeling code's
 /// layout), read by [`RawConfig::resolve`].
@@ -40,8 +53,8 @@ pub struct Family {
     pub check: fn(&RawConfig, &Path) -> Result<()>,
     /// MXFP4-quantized experts (`quantization_config`) are read.
     pub mxfp4_experts: bool,
-    /// (q/k/v, o) biases.
-    pub biases: fn(&RawConfig) -> (bool, bool),
+    /// The attention projections' biases.
+    pub biases: fn(&RawConfig) -> Biases,
     /// Biases on the MLP whatever `mlp_bias` says.
     pub mlp_bias: bool,
     /// The norm epsilon (from the family's key, with its default).

@@ -7,12 +7,12 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::family::Family;
+use super::family::{Biases, Family};
 use super::raw::{RawAffine, RawConfig, RawScaleInvariant};
 use super::{Architecture, ModelConfig, VariantSettings};
 use crate::attention::{Activation, AffineConfig, BetaLength, ScaleInvariantConfig, VariantKind};
 use crate::error::{Error, Result};
-use crate::model::experts::{Experts, RawExperts};
+use crate::model::experts::{DenseSizes, Experts, RawExperts};
 use crate::model::sliding_window::{RawWindow, SlidingWindow};
 
 /// The sizes of the model, checked.
@@ -37,9 +37,16 @@ impl RawConfig {
         let rms_norm_eps = self.norm_eps(path, family)?;
         let (bos_token_id, eos_token_id) = self.special_tokens(path, s.vocab)?;
         let sliding_window = self.window(path, family, s.layers)?;
-        let experts = self.experts(family, (s.layers, s.intermediate), path)?;
+        let dense = DenseSizes {
+            num_layers: s.layers,
+            intermediate_size: s.intermediate,
+        };
+        let experts = self.experts(family, dense, path)?;
         let gemma = (family.scalars)(&self, path, s.hidden)?;
-        let (qkv_bias, o_bias) = (family.biases)(&self);
+        let Biases {
+            qkv: qkv_bias,
+            o: o_bias,
+        } = (family.biases)(&self);
         Ok(ModelConfig {
             architecture,
             hidden_size: s.hidden,
@@ -281,7 +288,7 @@ impl RawConfig {
     fn experts(
         &self,
         family: &'static Family,
-        dims: (usize, usize),
+        dense: DenseSizes,
         path: &Path,
     ) -> Result<Option<Experts>> {
         let raw = RawExperts {
@@ -295,7 +302,7 @@ impl RawConfig {
             swiglu_alpha: self.swiglu_alpha,
             swiglu_limit: self.swiglu_limit,
         };
-        crate::model::experts::resolve(raw, Architecture(family), dims, path)
+        crate::model::experts::resolve(raw, Architecture(family), dense, path)
     }
 }
 

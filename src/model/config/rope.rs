@@ -31,7 +31,7 @@ impl RawConfig {
             .or(self.rotary_pct)
             .unwrap_or(1.0);
         check_partial_rotary(partial_rotary_factor, head_dim, path)?;
-        let scaling = self.scaling(params, (head_dim, partial_rotary_factor), path)?;
+        let scaling = self.scaling(params, head_dim, partial_rotary_factor, path)?;
         Ok(RopeConfig {
             theta,
             scaling,
@@ -76,7 +76,8 @@ impl RawConfig {
     fn scaling(
         &self,
         params: Option<&Value>,
-        (head_dim, partial_rotary_factor): (usize, f64),
+        head_dim: usize,
+        partial_rotary_factor: f64,
         path: &Path,
     ) -> Result<RopeScaling> {
         let rope_type = match params.and_then(|p| p.get("rope_type").or_else(|| p.get("type"))) {
@@ -98,10 +99,12 @@ impl RawConfig {
             }
             "linear" | "dynamic" | "yarn" | "longrope" => {
                 let p = params.expect("rope_type came from params");
-                let max = self.max_position_embeddings.unwrap_or(2048) as f64;
-                let original = self.original_max_position_embeddings.map(|o| o as f64);
-                let pairs = rotated_dims(head_dim, partial_rotary_factor) / 2;
-                resolve_scaled(rope_type, p, (max, original, pairs), path)?
+                let lengths = ScalingLengths {
+                    max_position_embeddings: self.max_position_embeddings.unwrap_or(2048) as f64,
+                    original_max: self.original_max_position_embeddings.map(|o| o as f64),
+                    pairs: rotated_dims(head_dim, partial_rotary_factor) / 2,
+                };
+                resolve_scaled(rope_type, p, lengths, path)?
             }
             other => {
                 let supported = "default, linear, dynamic, yarn, longrope, llama3, p_rope";
@@ -207,19 +210,29 @@ pub fn p_rope_pairs(p: f64, head_dim: usize) -> usize {
     (p * (head_dim / 2) as f64 + 1e-9).floor() as usize
 }
 
-/// The scaling `kind` (linear, dynamic, yarn, longrope) from its rope parameters `p`;
-/// `max_position_embeddings` is the config's (dynamic's reference length, YaRN's default
-/// original length), `original_max` a top-level `original_max_position_embeddings`, which
-/// transformers prefers, and `pairs` the rotating frequency pairs (longrope's factor lists
-/// have one factor each).
+/// What a scaled RoPE's parameters are resolved against, from the config beside them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ScalingLengths {
+    /// The config's `max_position_embeddings` (dynamic's reference length, YaRN's default
+    /// original length).
+    pub max_position_embeddings: f64,
+    /// A top-level `original_max_position_embeddings`, which transformers prefers to the
+    /// rope parameters' own.
+    pub original_max: Option<f64>,
+    /// The rotating frequency pairs (longrope's factor lists have one factor each).
+    pub pairs: usize,
+}
+
+/// The scaling `kind` (linear, dynamic, yarn, longrope) from its rope parameters `p`,
+/// against the config's `lengths`.
 pub(crate) fn resolve_scaled(
     kind: &str,
     p: &Value,
-    (max_position_embeddings, original_max, pairs): (f64, Option<f64>, usize),
+    lengths: ScalingLengths,
     path: &Path,
 ) -> Result<RopeScaling> {
     if kind == "longrope" {
-        return resolve_longrope(p, (max_position_embeddings, original_max, pairs), path);
+        return resolve_longrope(p, lengths, path);
     }
     let factor = |required: bool| -> Result<Option<f64>> {
         match float_field(p, "factor", path)? {
@@ -241,9 +254,9 @@ pub(crate) fn resolve_scaled(
         },
         "dynamic" => RopeScaling::Dynamic {
             factor: factor(true)?.expect("required"),
-            max_position_embeddings,
+            max_position_embeddings: lengths.max_position_embeddings,
         },
-        _ => resolve_yarn(p, factor, (max_position_embeddings, original_max), path)?,
+        _ => resolve_yarn(p, factor, lengths, path)?,
     })
 }
 
@@ -252,10 +265,11 @@ pub(crate) fn resolve_scaled(
 fn resolve_yarn(
     p: &Value,
     factor: impl Fn(bool) -> Result<Option<f64>>,
-    (max_position_embeddings, original_max): (f64, Option<f64>),
+    lengths: ScalingLengths,
     path: &Path,
 ) -> Result<RopeScaling> {
-    let original = match original_max {
+    let max_position_embeddings = lengths.max_position_embeddings;
+    let original = match lengths.original_max {
         Some(o) => o,
         None => float_field(p, "original_max_position_embeddings", path)?
             .unwrap_or(max_position_embeddings),
@@ -296,11 +310,12 @@ fn resolve_yarn(
 
 /// LongRoPE's factor lists (one positive number per rotating pair), original length and
 /// attention factor.
-fn resolve_longrope(
-    p: &Value,
-    (max_position_embeddings, original_max, pairs): (f64, Option<f64>, usize),
-    path: &Path,
-) -> Result<RopeScaling> {
+fn resolve_longrope(p: &Value, lengths: ScalingLengths, path: &Path) -> Result<RopeScaling> {
+    let ScalingLengths {
+        max_position_embeddings,
+        original_max,
+        pairs,
+    } = lengths;
     let list = |key: &str| -> Result<Vec<f64>> {
         let values: Option<Vec<f64>> = p
             .get(key)

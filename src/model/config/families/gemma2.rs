@@ -49,7 +49,18 @@ pub(crate) fn layout(_: &RawConfig) -> Layout {
 
 /// Gemma2Config's soft-caps: 50 (attention) and 30 (final logits) when absent.
 fn scalars(raw: &RawConfig, path: &Path, hidden_size: usize) -> Result<Option<GemmaSettings>> {
-    gemma_scalars(raw, path, hidden_size, (Some(50.0), Some(30.0)))
+    let defaults = SoftCaps {
+        attn: Some(50.0),
+        final_logits: Some(30.0),
+    };
+    gemma_scalars(raw, path, hidden_size, defaults)
+}
+
+/// A config class's default soft-caps: of the attention logits and of the final logits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SoftCaps {
+    pub attn: Option<f64>,
+    pub final_logits: Option<f64>,
 }
 
 /// Gemma's scalars: query_pre_attn_scalar (default 256), the soft-caps (`defaults` when
@@ -58,7 +69,7 @@ pub(crate) fn gemma_scalars(
     raw: &RawConfig,
     path: &Path,
     hidden_size: usize,
-    (attn_default, final_default): (Option<f64>, Option<f64>),
+    defaults: SoftCaps,
 ) -> Result<Option<GemmaSettings>> {
     Ok(Some(GemmaSettings {
         query_pre_attn_scalar: positive(
@@ -69,13 +80,13 @@ pub(crate) fn gemma_scalars(
         attn_logit_softcap: softcap(
             "attn_logit_softcapping",
             raw.attn_logit_softcapping.as_ref(),
-            attn_default,
+            defaults.attn,
             path,
         )?,
         final_logit_softcap: softcap(
             "final_logit_softcapping",
             raw.final_logit_softcapping.as_ref(),
-            final_default,
+            defaults.final_logits,
             path,
         )?,
         embedding_scale: (hidden_size as f64).sqrt(),

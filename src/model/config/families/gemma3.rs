@@ -28,7 +28,11 @@ pub(crate) const FAMILY: Family = Family {
 
 /// Gemma3TextConfig caps nothing by default.
 fn scalars(raw: &RawConfig, path: &Path, hidden_size: usize) -> Result<Option<GemmaSettings>> {
-    gemma2::gemma_scalars(raw, path, hidden_size, (None, None))
+    let defaults = gemma2::SoftCaps {
+        attn: None,
+        final_logits: None,
+    };
+    gemma2::gemma_scalars(raw, path, hidden_size, defaults)
 }
 
 /// Gemma 3's RoPE: `rope_parameters` keyed by layer type (`full_attention`,
@@ -43,44 +47,54 @@ fn rope(raw: &RawConfig, path: &Path, head_dim: usize) -> Result<Ropes> {
             .filter(|v| !v.is_null())
             .cloned()
     };
-    let global = one(
-        raw,
-        (nested("full_attention"), raw.rope_scaling.as_ref()),
-        raw.rope_theta.unwrap_or(1_000_000.0),
-        (path, head_dim),
-    )?;
-    let local = one(
-        raw,
-        (nested("sliding_attention"), None),
-        raw.rope_local_base_freq.unwrap_or(10_000.0),
-        (path, head_dim),
-    )?;
-    Ok((global, Some(local)))
+    let global = LayerRope {
+        params: nested("full_attention"),
+        legacy: raw.rope_scaling.as_ref(),
+        theta: raw.rope_theta.unwrap_or(1_000_000.0),
+    };
+    let local = LayerRope {
+        params: nested("sliding_attention"),
+        legacy: None,
+        theta: raw.rope_local_base_freq.unwrap_or(10_000.0),
+    };
+    Ok((
+        global.resolve(raw, path, head_dim)?,
+        Some(local.resolve(raw, path, head_dim)?),
+    ))
 }
 
-/// One layer type's RoPE: its parameters (default RoPE when absent), the legacy scaling's
-/// keys over them, and `theta` when they name none.
-fn one(
-    raw: &RawConfig,
-    (params, legacy): (Option<Value>, Option<&Value>),
+/// One layer type's RoPE as the config gives it: its parameters (default RoPE when absent),
+/// the legacy scaling's keys to lay over them, and the `theta` when they name none.
+struct LayerRope<'a> {
+    params: Option<Value>,
+    legacy: Option<&'a Value>,
     theta: f64,
-    (path, head_dim): (&Path, usize),
-) -> Result<RopeConfig> {
-    let mut params = params.unwrap_or_else(|| serde_json::json!({"rope_type": "default"}));
-    if let Some(Value::Object(legacy)) = legacy {
-        for (k, v) in legacy {
-            params[k] = v.clone();
+}
+
+impl LayerRope<'_> {
+    /// The resolved RoPE, with `raw`'s lengths and partial rotation.
+    fn resolve(self, raw: &RawConfig, path: &Path, head_dim: usize) -> Result<RopeConfig> {
+        let LayerRope {
+            params,
+            legacy,
+            theta,
+        } = self;
+        let mut params = params.unwrap_or_else(|| serde_json::json!({"rope_type": "default"}));
+        if let Some(Value::Object(legacy)) = legacy {
+            for (k, v) in legacy {
+                params[k] = v.clone();
+            }
         }
+        if params.get("rope_theta").is_none_or(Value::is_null) {
+            params["rope_theta"] = serde_json::json!(theta);
+        }
+        RawConfig {
+            rope_parameters: Some(params),
+            max_position_embeddings: raw.max_position_embeddings,
+            original_max_position_embeddings: raw.original_max_position_embeddings,
+            partial_rotary_factor: raw.partial_rotary_factor,
+            ..RawConfig::default()
+        }
+        .resolve_rope(path, head_dim)
     }
-    if params.get("rope_theta").is_none_or(Value::is_null) {
-        params["rope_theta"] = serde_json::json!(theta);
-    }
-    RawConfig {
-        rope_parameters: Some(params),
-        max_position_embeddings: raw.max_position_embeddings,
-        original_max_position_embeddings: raw.original_max_position_embeddings,
-        partial_rotary_factor: raw.partial_rotary_factor,
-        ..RawConfig::default()
-    }
-    .resolve_rope(path, head_dim)
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::llama;
 use crate::error::{Error, Result};
-use crate::model::config::family::Family;
+use crate::model::config::family::{Biases, Family};
 use crate::model::config::RawConfig;
 use crate::model::layout::{Layout, MlpKind, NormKind, QkvLayout};
 
@@ -79,8 +79,8 @@ fn check(raw: &RawConfig, path: &Path) -> Result<()> {
     Ok(())
 }
 
-fn all_biases(_: &RawConfig) -> (bool, bool) {
-    (true, true)
+fn all_biases(_: &RawConfig) -> Biases {
+    Biases::all(true)
 }
 
 fn layer_norm_epsilon(raw: &RawConfig) -> f64 {

@@ -2,7 +2,7 @@
 //! rotary (`rotary_pct`), a parallel residual, a GELU MLP, biases everywhere.
 
 use super::llama;
-use crate::model::config::family::Family;
+use crate::model::config::family::{Biases, Family};
 use crate::model::config::RawConfig;
 use crate::model::layout::{Layout, MlpKind, NormKind, QkvLayout};
 
@@ -54,9 +54,8 @@ pub(crate) const FAMILY: Family = Family {
 };
 
 /// GPTNeoXConfig's attention_bias defaults to true.
-fn attention_bias(raw: &RawConfig) -> (bool, bool) {
-    let bias = raw.attention_bias.unwrap_or(true);
-    (bias, bias)
+fn attention_bias(raw: &RawConfig) -> Biases {
+    Biases::all(raw.attention_bias.unwrap_or(true))
 }
 
 fn layer_norm_eps(raw: &RawConfig) -> f64 {

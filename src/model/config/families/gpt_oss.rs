@@ -6,10 +6,10 @@ use std::path::Path;
 
 use super::llama;
 use crate::error::Result;
-use crate::model::config::family::{Family, Ropes};
+use crate::model::config::family::{Biases, Family, Ropes};
 use crate::model::config::raw::positive;
 use crate::model::config::RawConfig;
-use crate::model::experts::{finite, ExpertNames, Experts, RawExperts};
+use crate::model::experts::{finite, DenseSizes, ExpertNames, Experts, RawExperts};
 use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
 use crate::nn::{ClampedGlu, Routing};
 
@@ -32,9 +32,8 @@ pub(crate) const FAMILY: Family = Family {
 };
 
 /// GptOssConfig's attention_bias defaults to true.
-fn attention_bias(raw: &RawConfig) -> (bool, bool) {
-    let bias = raw.attention_bias.unwrap_or(true);
-    (bias, bias)
+fn attention_bias(raw: &RawConfig) -> Biases {
+    Biases::all(raw.attention_bias.unwrap_or(true))
 }
 
 fn rms_norm_eps(raw: &RawConfig) -> f64 {
@@ -72,11 +71,11 @@ fn rope(raw: &RawConfig, path: &Path, head_dim: usize) -> Result<Ropes> {
 }
 
 /// GptOssConfig's defaults: 128 experts, top 4, alpha 1.702, limit 7.
-fn experts(
-    raw: &RawExperts,
-    (num_layers, intermediate_size): (usize, usize),
-    path: &Path,
-) -> Result<Option<Experts>> {
+fn experts(raw: &RawExperts, dense: DenseSizes, path: &Path) -> Result<Option<Experts>> {
+    let DenseSizes {
+        num_layers,
+        intermediate_size,
+    } = dense;
     Ok(Some(Experts {
         count: raw.num_local_experts.or(raw.num_experts).unwrap_or(128),
         top_k: raw.num_experts_per_tok.unwrap_or(4),

@@ -4,9 +4,9 @@
 use std::path::Path;
 
 use crate::error::Result;
-use crate::model::config::family::{Family, Ropes};
+use crate::model::config::family::{Biases, Family, Ropes};
 use crate::model::config::{GemmaSettings, RawConfig};
-use crate::model::experts::{Experts, RawExperts};
+use crate::model::experts::{DenseSizes, Experts, RawExperts};
 use crate::model::layout::Layout;
 use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
 
@@ -47,9 +47,8 @@ fn nothing_to_check(_: &RawConfig, _: &Path) -> Result<()> {
 }
 
 /// q/k/v and o biases as `attention_bias` says (none by default).
-fn attention_bias(raw: &RawConfig) -> (bool, bool) {
-    let bias = raw.attention_bias.unwrap_or(false);
-    (bias, bias)
+fn attention_bias(raw: &RawConfig) -> Biases {
+    Biases::all(raw.attention_bias.unwrap_or(false))
 }
 
 fn rms_norm_eps(raw: &RawConfig) -> f64 {
@@ -65,7 +64,7 @@ pub(crate) fn rope(raw: &RawConfig, path: &Path, head_dim: usize) -> Result<Rope
     Ok((raw.resolve_rope(path, head_dim)?, None))
 }
 
-fn dense(_: &RawExperts, _: (usize, usize), _: &Path) -> Result<Option<Experts>> {
+fn dense(_: &RawExperts, _: DenseSizes, _: &Path) -> Result<Option<Experts>> {
     Ok(None)
 }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use super::mistral;
 use crate::error::Result;
 use crate::model::config::family::Family;
-use crate::model::experts::{ExpertNames, Experts, RawExperts};
+use crate::model::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
 use crate::nn::Routing;
 
 pub(crate) const FAMILY: Family = Family {
@@ -16,11 +16,11 @@ pub(crate) const FAMILY: Family = Family {
 };
 
 /// MixtralConfig's defaults: 8 experts, top 2.
-fn experts(
-    raw: &RawExperts,
-    (num_layers, intermediate_size): (usize, usize),
-    _: &Path,
-) -> Result<Option<Experts>> {
+fn experts(raw: &RawExperts, dense: DenseSizes, _: &Path) -> Result<Option<Experts>> {
+    let DenseSizes {
+        num_layers,
+        intermediate_size,
+    } = dense;
     Ok(Some(Experts {
         count: raw.num_local_experts.unwrap_or(8),
         top_k: raw.num_experts_per_tok.unwrap_or(2),

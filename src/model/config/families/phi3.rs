@@ -2,7 +2,7 @@
 //! rotary (LongRoPE), Mistral's sliding window when `sliding_window` is set.
 
 use super::{llama, mistral};
-use crate::model::config::family::Family;
+use crate::model::config::family::{Biases, Family};
 use crate::model::config::RawConfig;
 use crate::model::layout::{Layout, QkvLayout};
 
@@ -15,8 +15,8 @@ pub(crate) const FAMILY: Family = Family {
 };
 
 /// Phi-3's projections have no biases.
-fn no_bias(_: &RawConfig) -> (bool, bool) {
-    (false, false)
+fn no_bias(_: &RawConfig) -> Biases {
+    Biases::all(false)
 }
 
 fn layout(_: &RawConfig) -> Layout {

@@ -2,7 +2,7 @@
 //! layers `layer_types` (else `max_window_layers` onwards) name when `use_sliding_window`.
 
 use super::llama;
-use crate::model::config::family::Family;
+use crate::model::config::family::{Biases, Family};
 use crate::model::config::RawConfig;
 use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
 
@@ -20,6 +20,9 @@ pub(crate) const FAMILY: Family = Family {
     ..llama::FAMILY
 };
 
-fn qkv_bias(_: &RawConfig) -> (bool, bool) {
-    (true, false)
+fn qkv_bias(_: &RawConfig) -> Biases {
+    Biases {
+        qkv: true,
+        o: false,
+    }
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use super::qwen3;
 use crate::error::{Error, Result};
 use crate::model::config::family::Family;
-use crate::model::experts::{ExpertNames, Experts, RawExperts};
+use crate::model::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
 use crate::nn::Routing;
 
 pub(crate) const FAMILY: Family = Family {
@@ -19,11 +19,8 @@ pub(crate) const FAMILY: Family = Family {
 };
 
 /// Qwen3MoeConfig's defaults: 128 experts, top 8, 768, step 1, no renormalising.
-fn experts(
-    raw: &RawExperts,
-    (num_layers, _): (usize, usize),
-    path: &Path,
-) -> Result<Option<Experts>> {
+fn experts(raw: &RawExperts, dense: DenseSizes, path: &Path) -> Result<Option<Experts>> {
+    let num_layers = dense.num_layers;
     let step = raw.decoder_sparse_step.unwrap_or(1);
     if step == 0 {
         return Err(Error::input(path, "decoder_sparse_step must be at least 1"));
