@@ -232,22 +232,36 @@ fn fig1_legend(ctx: &Ctx, models: &[String], any_sink: bool) -> Vec<LegendEntry>
 /// One model's histogram bins: (lo, hi, count).
 type Bins = Vec<(f64, f64, f64)>;
 
+/// A distribution's mean and median.
+#[derive(Debug, Clone, Copy)]
+struct MeanMedian {
+    mean: f64,
+    median: f64,
+}
+
 /// Mean and median from the bins (median by linear interpolation within its bin).
-fn hist_stats(bins: &Bins) -> (f64, f64) {
+fn hist_stats(bins: &Bins) -> MeanMedian {
     let total: f64 = bins.iter().map(|b| b.2).sum();
     if total <= 0.0 {
-        return (f64::NAN, f64::NAN);
+        return MeanMedian {
+            mean: f64::NAN,
+            median: f64::NAN,
+        };
     }
     let mean = bins.iter().map(|b| b.2 * (b.0 + b.1) / 2.0).sum::<f64>() / total;
     let mut seen = 0.0;
     for b in bins {
         if seen + b.2 >= total / 2.0 && b.2 > 0.0 {
             let frac = (total / 2.0 - seen) / b.2;
-            return (mean, b.0 + frac * (b.1 - b.0));
+            let median = b.0 + frac * (b.1 - b.0);
+            return MeanMedian { mean, median };
         }
         seen += b.2;
     }
-    (mean, f64::NAN)
+    MeanMedian {
+        mean,
+        median: f64::NAN,
+    }
 }
 
 /// Fig. 3: histogram of per-query weight sums W_i, one panel per model on one shared x
@@ -272,15 +286,12 @@ pub fn fig3_weight_sums(ctx: &mut Ctx) -> Built {
             continue; // the models are the keys of `hists`
         };
         bins.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let (mean, median) = summary.mean_median(m, bins);
-        stats.push((m, mean, median));
+        stats.push((m, summary.mean_median(m, bins)));
     }
     let x_range = hist_x_range(&hists, &stats);
     let panels = stats
         .into_iter()
-        .map(|(m, mean, median)| {
-            hist_panel(m, &hists[m], ctx.pal.color(m), (mean, median), x_range)
-        })
+        .map(|(m, center)| hist_panel(m, &hists[m], ctx.pal.color(m), center, x_range))
         .collect();
     let mut f = Figure::new(FIG, "Fig. 3: per-query attention weight sums", panels);
     f.legend = fig3_legend(ctx, &models);
@@ -376,8 +387,11 @@ impl WeightSumRows {
 
     /// Model `m`'s mean and median (see [`fig3_weight_sums`]) from these rows and its
     /// `bins`, sorted by lower edge.
-    fn mean_median(&self, m: &str, bins: &Bins) -> (f64, f64) {
-        let (h_mean, h_median) = hist_stats(bins);
+    fn mean_median(&self, m: &str, bins: &Bins) -> MeanMedian {
+        let MeanMedian {
+            mean: h_mean,
+            median: h_median,
+        } = hist_stats(bins);
         let mean = self
             .pooled
             .get(&(m.to_string(), "mean".into()))
@@ -406,20 +420,20 @@ impl WeightSumRows {
             .get(&(m.to_string(), "p50".into()))
             .copied()
             .unwrap_or(h_median);
-        (mean, median)
+        MeanMedian { mean, median }
     }
 }
 
 /// The x range all panels share: the occupied bins (empty bins of a softmax model reach
 /// ±0.5 past its sums of 1) and the mean and median lines.
-fn hist_x_range(hists: &BTreeMap<String, Bins>, stats: &[(&String, f64, f64)]) -> (f64, f64) {
+fn hist_x_range(hists: &BTreeMap<String, Bins>, stats: &[(&String, MeanMedian)]) -> (f64, f64) {
     fit_range(
         hists
             .values()
             .flatten()
             .filter(|b| b.2 > 0.0)
             .flat_map(|b| [b.0, b.1])
-            .chain(stats.iter().flat_map(|s| [s.1, s.2])),
+            .chain(stats.iter().flat_map(|s| [s.1.mean, s.1.median])),
         false,
     )
 }
@@ -429,9 +443,10 @@ fn hist_panel(
     m: &str,
     bins: &Bins,
     color: RGBColor,
-    (mean, median): (f64, f64),
+    center: MeanMedian,
     (xlo, xhi): (f64, f64),
 ) -> Panel {
+    let MeanMedian { mean, median } = center;
     let rects = hist_bars(bins, (xhi - xlo) / 150.0);
     let top = rects.iter().map(|r| r.3).fold(0.0, f64::max);
     let marks = vec![
@@ -511,11 +526,11 @@ mod tests {
     #[test]
     fn median_interpolates_within_its_bin() {
         // 10 queries in [0, 1), 10 in [1, 2): the middle is the end of the first bin.
-        let (mean, median) = hist_stats(&vec![(0.0, 1.0, 10.0), (1.0, 2.0, 10.0)]);
+        let MeanMedian { mean, median } = hist_stats(&vec![(0.0, 1.0, 10.0), (1.0, 2.0, 10.0)]);
         assert_eq!(mean, 1.0); // (10 * 0.5 + 10 * 1.5) / 20
         assert_eq!(median, 1.0);
         // 30 in [0, 1), 10 in [1, 2): half (20) is 2/3 into the first bin.
-        let (_, median) = hist_stats(&vec![(0.0, 1.0, 30.0), (1.0, 2.0, 10.0)]);
+        let median = hist_stats(&vec![(0.0, 1.0, 30.0), (1.0, 2.0, 10.0)]).median;
         assert!((median - 2.0 / 3.0).abs() < 1e-12);
     }
 }

@@ -8,7 +8,7 @@ use plotters::style::RGBColor;
 
 use super::bars::fmt3;
 use super::data::{attention_rows, Cols};
-use super::scene::{int_range, Axis, ColorBar, Figure, Mark, Panel};
+use super::scene::{int_range, Axis, ColorBar, Figure, FigureText, Mark, Panel};
 use super::theme::{viridis, MISSING};
 use super::{Built, Ctx, FigureError};
 use crate::metrics::summary::quantile_sorted;
@@ -97,15 +97,12 @@ fn head_panels(ctx: &Ctx, grids: &Grids, (lo, hi): (f64, f64)) -> Vec<Panel> {
 pub fn fig5_head_total(ctx: &mut Ctx) -> Built {
     const FIG: &str = "fig5_head_total";
     let grids = per_head(ctx, FIG, "head_total")?;
-    Ok(one_scale_figure(
-        ctx,
-        &grids,
-        (
-            FIG,
-            "Fig. 5: total attention per layer and head (one colour scale)",
-        ),
-        "head total Σⱼ aᵢⱼ (mean over queries)",
-    ))
+    let text = FigureText {
+        fig: FIG,
+        title: "Fig. 5: total attention per layer and head (one colour scale)",
+        value_label: "head total Σⱼ aᵢⱼ (mean over queries)",
+    };
+    Ok(one_scale_figure(ctx, &grids, text))
 }
 
 /// Companion of Fig. 5: the mean Affine-Scaled scale α per (layer, head) of each model
@@ -114,25 +111,22 @@ pub fn fig5_alpha(ctx: &mut Ctx) -> Built {
     const FIG: &str = "fig5_alpha";
     let grids =
         per_head(ctx, FIG, "alpha").map_err(|why| FigureError::NoAffineScaled(Box::new(why)))?;
-    Ok(one_scale_figure(
-        ctx,
-        &grids,
-        (
-            FIG,
-            "Fig. 5 (companion): mean Affine-Scaled α per layer and head",
-        ),
-        "mean α = φ(wₕ · xᵢ) over queries",
-    ))
+    let text = FigureText {
+        fig: FIG,
+        title: "Fig. 5 (companion): mean Affine-Scaled α per layer and head",
+        value_label: "mean α = φ(wₕ · xᵢ) over queries",
+    };
+    Ok(one_scale_figure(ctx, &grids, text))
 }
 
 /// Per-head grids, a panel per model, on one colour scale from min(0, least) to
-/// max(1, largest), stated on the colour bar.
-fn one_scale_figure(
-    ctx: &Ctx,
-    grids: &Grids,
-    (fig, title): (&str, &str),
-    scale_label: &str,
-) -> Figure {
+/// max(1, largest), stated on the colour bar (labelled with the text's value label).
+fn one_scale_figure(ctx: &Ctx, grids: &Grids, text: FigureText) -> Figure {
+    let FigureText {
+        fig,
+        title,
+        value_label: scale_label,
+    } = text;
     let (lo, hi) = grids
         .values()
         .flat_map(|g| g.values())
@@ -200,30 +194,30 @@ fn read_maps(ctx: &mut Ctx, fig: &str) -> std::result::Result<Maps, FigureError>
     );
     let layer = c.int_or_empty("layer");
     let mut maps: Maps = BTreeMap::new();
-    let (mut nan, mut other, mut outside) = (0, 0, 0);
+    let mut left_out = LeftOut::default();
     for i in 0..t.height() {
         let (Some(m), Some(q), Some(k)) = (&model[i], query[i], key[i]) else {
             continue;
         };
         if !(0..MAX_HEATMAP_POSITION).contains(&q) || !(0..MAX_HEATMAP_POSITION).contains(&k) {
-            outside += 1;
+            left_out.outside += 1;
             continue;
         }
         let e = maps
             .entry(m.clone())
             .or_insert_with(|| (layer[i], BTreeMap::new()));
         if e.0 != layer[i] {
-            other += 1;
+            left_out.other_layer += 1;
             continue;
         }
         match value[i] {
             Some(v) if v.is_finite() => {
                 e.1.insert((q, k), v);
             }
-            _ => nan += 1,
+            _ => left_out.nan += 1,
         }
     }
-    note_left_out(ctx, fig, (nan, outside, other));
+    left_out.note(ctx, fig);
     maps.retain(|_, (_, cells)| !cells.is_empty());
     if maps.is_empty() {
         return Err(FigureError::no_rows("heatmap.csv", "finite weights"));
@@ -231,23 +225,40 @@ fn read_maps(ctx: &mut Ctx, fig: &str) -> std::result::Result<Maps, FigureError>
     Ok(maps)
 }
 
-/// Notes on the heatmap rows left out: non-finite weights, positions past
-/// [`MAX_HEATMAP_POSITION`], rows of a second layer.
-fn note_left_out(ctx: &mut Ctx, fig: &str, (nan, outside, other): (usize, usize, usize)) {
-    if nan > 0 {
-        ctx.note(fig, format!("{nan} non-finite weights left blank"));
-    }
-    if outside > 0 {
-        ctx.note(
-            fig,
-            format!("{outside} rows with a position outside 0..{MAX_HEATMAP_POSITION} not drawn"),
-        );
-    }
-    if other > 0 {
-        ctx.note(
-            fig,
-            format!("{other} rows of a second layer not drawn (one layer per model)"),
-        );
+/// The heatmap rows left out: non-finite weights (`nan`), positions past
+/// [`MAX_HEATMAP_POSITION`] (`outside`), rows of a second layer (`other_layer`).
+#[derive(Debug, Clone, Copy, Default)]
+struct LeftOut {
+    nan: usize,
+    outside: usize,
+    other_layer: usize,
+}
+
+impl LeftOut {
+    /// A note on `fig` for each kind of row left out.
+    fn note(self, ctx: &mut Ctx, fig: &str) {
+        let LeftOut {
+            nan,
+            outside,
+            other_layer: other,
+        } = self;
+        if nan > 0 {
+            ctx.note(fig, format!("{nan} non-finite weights left blank"));
+        }
+        if outside > 0 {
+            ctx.note(
+                fig,
+                format!(
+                    "{outside} rows with a position outside 0..{MAX_HEATMAP_POSITION} not drawn"
+                ),
+            );
+        }
+        if other > 0 {
+            ctx.note(
+                fig,
+                format!("{other} rows of a second layer not drawn (one layer per model)"),
+            );
+        }
     }
 }
 

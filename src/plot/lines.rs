@@ -7,7 +7,7 @@ use plotters::style::RGBColor;
 
 use super::data::{attention_rows, Cols};
 use super::scene::{
-    fit_range, int_range, Axis, Dash, Figure, LegendEntry, Mark, Panel, Shape, Swatch,
+    fit_range, int_range, Axis, Dash, Figure, FigureText, LegendEntry, Mark, Panel, Shape, Swatch,
 };
 use super::theme::{FAINT, INK};
 use super::training::{self, Curves};
@@ -28,13 +28,12 @@ pub(crate) fn model_legend(ctx: &Ctx, models: &[String], swatch: Swatch) -> Vec<
 
 /// Per-layer `mean` (and `std`) rows of one attention metric, one line per model with a
 /// ±1 std band (std over sequences); `from_zero` anchors the y axis at 0.
-fn per_layer(
-    ctx: &mut Ctx,
-    fig: &str,
-    metric: &str,
-    (title, y_label): (&str, &str),
-    from_zero: bool,
-) -> Built {
+fn per_layer(ctx: &mut Ctx, text: FigureText, metric: &str, from_zero: bool) -> Built {
+    let FigureText {
+        fig,
+        title,
+        value_label: y_label,
+    } = text;
     let rows = attention_rows(ctx.res, metric)?;
     let mut by_model: BTreeMap<String, BTreeMap<i64, (f64, f64)>> = BTreeMap::new();
     let mut nan = 0;
@@ -107,31 +106,23 @@ fn per_layer(
 
 /// Fig. 4: mean attention weight on the first token, per layer.
 pub fn fig4_first_token(ctx: &mut Ctx) -> Built {
-    per_layer(
-        ctx,
-        "fig4_first_token",
-        "first_token",
-        (
-            "Fig. 4: first-token attention per layer (band: ±1 std over sequences)",
-            "first-token weight aᵢ₀ (mean over queries)",
-        ),
-        true,
-    )
+    let text = FigureText {
+        fig: "fig4_first_token",
+        title: "Fig. 4: first-token attention per layer (band: ±1 std over sequences)",
+        value_label: "first-token weight aᵢ₀ (mean over queries)",
+    };
+    per_layer(ctx, text, "first_token", true)
 }
 
 /// Fig. 6: mean attention entropy per layer.
 pub fn fig6_entropy(ctx: &mut Ctx) -> Built {
-    per_layer(
-        ctx,
-        "fig6_entropy",
-        "entropy",
-        (
-            "Fig. 6: attention entropy per layer (band: ±1 std over sequences)",
-            "attention entropy (nats)",
-        ),
-        // Entropies differ by tenths of a nat around ~3: zoom to them.
-        false,
-    )
+    let text = FigureText {
+        fig: "fig6_entropy",
+        title: "Fig. 6: attention entropy per layer (band: ±1 std over sequences)",
+        value_label: "attention entropy (nats)",
+    };
+    // Entropies differ by tenths of a nat around ~3: zoom to them.
+    per_layer(ctx, text, "entropy", false)
 }
 
 /// Fig. 2: raw QK^T mean (and mean absolute value) over training steps, one line per run.
@@ -377,11 +368,16 @@ fn run_colors(ctx: &Ctx, runs: &[String]) -> BTreeMap<String, RGBColor> {
 /// of a run (Fig. 8's spikes).
 fn curve_figure(
     ctx: &Ctx,
-    (fig, title, y_label): (&str, String, &str),
+    text: FigureText,
     mut data: Curves,
     from_zero: bool,
     extra: &dyn Fn(&[String], &BTreeMap<String, RGBColor>) -> Vec<Mark>,
 ) -> Figure {
+    let FigureText {
+        fig,
+        title,
+        value_label: y_label,
+    } = text;
     let runs = ctx.pal.order(data.keys().cloned());
     let colors = run_colors(ctx, &runs);
     let smoothing = training::smooth(ctx, &mut data);
@@ -447,13 +443,12 @@ pub fn fig7_loss(ctx: &mut Ctx) -> Built {
     let (data, metric) = loss_curves(ctx, FIG)?;
     let title = format!("Fig. 7: {metric} over training");
     let label = loss_label(&metric);
-    Ok(curve_figure(
-        ctx,
-        (FIG, title, &label),
-        data,
-        false,
-        &|_, _| Vec::new(),
-    ))
+    let text = FigureText {
+        fig: FIG,
+        title: &title,
+        value_label: &label,
+    };
+    Ok(curve_figure(ctx, text, data, false, &|_, _| Vec::new()))
 }
 
 /// The late window: `--late-steps`, else the last `late_fraction` of the logged steps.
@@ -511,9 +506,12 @@ pub fn fig10_loss_late(ctx: &mut Ctx) -> Built {
         ..ctx.opts.clone()
     };
     let inner = Ctx::new(ctx.res, ctx.pal, &opts);
-    let mut f = curve_figure(&inner, (FIG, title, &label), data, false, &|_, _| {
-        Vec::new()
-    });
+    let text = FigureText {
+        fig: FIG,
+        title: &title,
+        value_label: &label,
+    };
+    let mut f = curve_figure(&inner, text, data, false, &|_, _| Vec::new());
     if let (Some(text), Some(last)) = (smoothing, f.legend.last_mut()) {
         last.label = text;
     }
@@ -586,8 +584,12 @@ pub fn fig8_grad_norm(ctx: &mut Ctx) -> Built {
             })
             .collect()
     };
-    let title = "Fig. 8: gradient norm with spike steps (g > median + k·MAD)".to_string();
-    let mut f = curve_figure(ctx, (FIG, title, "gradient norm ‖g‖₂"), data, true, &extra);
+    let text = FigureText {
+        fig: FIG,
+        title: "Fig. 8: gradient norm with spike steps (g > median + k·MAD)",
+        value_label: "gradient norm ‖g‖₂",
+    };
+    let mut f = curve_figure(ctx, text, data, true, &extra);
     for (i, k) in ks.iter().enumerate().take(4) {
         let k = *k as f64 / 1000.0;
         f.legend.push(LegendEntry {

@@ -190,6 +190,15 @@ pub struct Figure {
     pub colorbar: Option<ColorBar>,
 }
 
+/// A figure's words: its file name `fig`, its `title`, and the label of the axis its
+/// values are read on (`value_label`: the y axis, or the colour bar).
+#[derive(Debug, Clone, Copy)]
+pub struct FigureText<'a> {
+    pub fig: &'a str,
+    pub title: &'a str,
+    pub value_label: &'a str,
+}
+
 impl Figure {
     /// A figure with panels laid out in up to three columns.
     pub fn new(name: &str, title: impl Into<String>, panels: Vec<Panel>) -> Figure {
