@@ -15,6 +15,7 @@ pub mod cuda;
 pub mod device;
 pub mod error;
 pub mod export;
+pub mod input;
 pub mod metrics;
 pub mod model;
 pub mod nn;

@@ -7,7 +7,6 @@
 //! after the shards, lists shards that are all whole.
 
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -161,7 +160,7 @@ fn name(path: &Path) -> String {
 /// A JSON file read whole (at most [`MAX_JSON`] bytes): a file still being written does not
 /// parse.
 fn read_json(path: &Path) -> Result<serde_json::Value, FileNotReady> {
-    let file = File::open(path).map_err(|_| FileNotReady::NotWritten)?;
+    let file = crate::input::open(path).map_err(|_| FileNotReady::NotWritten)?;
     let mut text = String::new();
     file.take(MAX_JSON).read_to_string(&mut text)?;
     serde_json::from_str(&text).map_err(|_| FileNotReady::NotJson)
@@ -169,7 +168,7 @@ fn read_json(path: &Path) -> Result<serde_json::Value, FileNotReady> {
 
 /// `Ok` when the safetensors file at `path` is as long as its header says.
 fn whole_safetensors(path: &Path) -> Result<(), FileNotReady> {
-    let mut file = File::open(path).map_err(|_| FileNotReady::NotWritten)?;
+    let mut file = crate::input::open(path).map_err(|_| FileNotReady::NotWritten)?;
     let len = file.metadata()?.len();
     let mut prefix = [0u8; 8];
     if len < 8 || file.read_exact(&mut prefix).is_err() {

@@ -175,7 +175,7 @@ pub fn open_partial(dir: &Path) -> Result<Partial> {
         };
         return Err(Error::input(dir, what));
     }
-    let text = std::fs::read_to_string(&run_json).map_err(|e| Error::io(&run_json, e))?;
+    let text = crate::input::read_text(&run_json, crate::input::JSON_RECORD)?;
     let record = RunRecord::parse(&text, &run_json)?;
     let info = record
         .partial

@@ -61,7 +61,7 @@ pub fn find_series(dir: &Path) -> Result<Option<Vec<StepCheckpoint>>> {
 pub(crate) fn step_of(path: &Path) -> Result<Option<(u64, String)>> {
     let state = path.join("trainer_state.json");
     if state.is_file() {
-        let text = std::fs::read_to_string(&state).map_err(|e| Error::io(&state, e))?;
+        let text = crate::input::read_text(&state, crate::input::JSON_RECORD)?;
         let json: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| Error::input(&state, format!("invalid JSON: {e}")))?;
         if let Some(step) = json.get("global_step").and_then(|v| v.as_u64()) {

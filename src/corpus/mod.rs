@@ -281,7 +281,8 @@ impl Tok {
     }
 
     fn open(path: &Path) -> Result<Tok> {
-        let tokenizer = Tokenizer::from_file(path)
+        let bytes = crate::input::read_bytes(path, crate::input::TOKENIZER)?;
+        let tokenizer = Tokenizer::from_bytes(bytes)
             .map_err(|e| Error::invalid(path, "cannot read the tokenizer", e))?;
         Ok(Tok {
             path: path.to_path_buf(),
@@ -410,7 +411,7 @@ impl Text {
     fn open(&self) -> Result<Box<dyn std::io::Read + '_>> {
         Ok(match self {
             Text::Owned(s) => Box::new(s.as_bytes()),
-            Text::File(p) => Box::new(std::fs::File::open(p).map_err(|e| Error::io(p, e))?),
+            Text::File(p) => Box::new(crate::input::open(p)?),
         })
     }
 }

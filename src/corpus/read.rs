@@ -52,7 +52,7 @@ fn utf8(bytes: Vec<u8>) -> std::result::Result<String, ()> {
 
 /// The whole of a `.txt` file: one document.
 pub(crate) fn read_txt(path: &Path) -> Result<String> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let bytes = crate::input::read_bytes(path, crate::input::TEXT)?;
     utf8(bytes).map_err(|_| Error::input(path, "not UTF-8 text"))
 }
 
@@ -66,7 +66,7 @@ pub(crate) struct JsonlDocs {
 
 impl JsonlDocs {
     pub(crate) fn open(path: &Path) -> Result<JsonlDocs> {
-        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        let file = crate::input::open(path)?;
         Ok(JsonlDocs {
             path: path.to_path_buf(),
             reader: std::io::BufReader::new(file),
@@ -131,7 +131,7 @@ pub(crate) fn read_npy(path: &Path, vocab_size: usize) -> Result<IdDocs> {
 
 /// Reads a `.json` list of lists of token ids (a flat list of ids is one document).
 pub(crate) fn read_json(path: &Path, vocab_size: usize) -> Result<IdDocs> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let bytes = crate::input::read_bytes(path, crate::input::TOKEN_IDS)?;
     let text = utf8(bytes).map_err(|_| Error::input(path, "not UTF-8 text"))?;
     let value: Value =
         serde_json::from_str(&text).map_err(|e| Error::invalid(path, "not valid JSON", e))?;

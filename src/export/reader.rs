@@ -24,7 +24,7 @@ pub fn read_table(path: &Path) -> Result<Table> {
     let frame = match ext.as_deref() {
         Some("csv") => read_csv(path)?,
         Some("parquet") => {
-            let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+            let file = crate::input::open(path)?;
             ParquetReader::new(file)
                 .finish()
                 .map_err(|e| Error::invalid(path, "cannot read Parquet table", e))?
@@ -71,21 +71,21 @@ pub fn read_declared(path: &Path, schema: &super::TableSchema) -> Result<Table> 
 }
 
 fn read_csv(path: &Path) -> Result<DataFrame> {
-    check_last_line(path)?;
+    let mut file = crate::input::open(path)?;
+    check_last_line(path, &mut file)?;
     CsvReadOptions::default()
         .with_has_header(true)
         .with_infer_schema_length(None)
-        .try_into_reader_with_file_path(Some(path.to_path_buf()))
-        .and_then(|r| r.finish())
+        .into_reader_with_file_handle(file)
+        .finish()
         .map_err(|e| Error::invalid(path, "cannot read CSV table", e))
 }
 
 /// Refuses a CSV whose last line has no newline: a table is written whole, so a file that
 /// stops inside a line was cut off (a copy or a write that did not finish), and its last row
-/// may hold a shortened number that reads as a valid one.
-fn check_last_line(path: &Path) -> Result<()> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+/// may hold a shortened number that reads as a valid one. Leaves `file` at its start.
+fn check_last_line(path: &Path, file: &mut std::fs::File) -> Result<()> {
+    use std::io::{BufRead, Read, Seek, SeekFrom};
     let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
     if len == 0 {
         return Ok(());
@@ -93,16 +93,23 @@ fn check_last_line(path: &Path) -> Result<()> {
     let mut last = [0u8; 1];
     file.seek(SeekFrom::End(-1))
         .and_then(|_| file.read_exact(&mut last))
+        .and_then(|_| file.seek(SeekFrom::Start(0)))
         .map_err(|e| Error::io(path, e))?;
     if last[0] == b'\n' {
         return Ok(());
     }
-    let lines = std::fs::read(path)
-        .map_err(|e| Error::io(path, e))?
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
-        + 1;
+    // counted in pieces: the table may be larger than memory cares to hold twice
+    let mut lines = 1;
+    let mut reader = std::io::BufReader::new(&*file);
+    loop {
+        let chunk = reader.fill_buf().map_err(|e| Error::io(path, e))?;
+        if chunk.is_empty() {
+            break;
+        }
+        lines += chunk.iter().filter(|&&b| b == b'\n').count();
+        let n = chunk.len();
+        reader.consume(n);
+    }
     Err(Error::input(
         path,
         format!(

@@ -22,7 +22,6 @@
 //!   Llama-3 rule's parameters ([`super::gguf_rope`]), checked to reproduce every factor.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::Content;
@@ -94,7 +93,7 @@ impl GgufFile {
     /// tensor inside the file, every tensor name known. Reads no tensor data except the small
     /// `rope_freqs` table.
     pub fn open(path: &Path) -> Result<Self> {
-        let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let mut file = crate::input::open(path)?;
         let file_size = file.metadata().map_err(|e| Error::io(path, e))?.len();
         // candle's reader divides by the declared alignment
         super::gguf_alignment::check_alignment(path)?;
@@ -199,7 +198,7 @@ impl GgufFile {
             .tensors
             .get(name)
             .ok_or_else(|| Error::input(&self.path, format!("tensor {name} is missing")))?;
-        let mut file = File::open(&self.path).map_err(|e| Error::io(&self.path, e))?;
+        let mut file = crate::input::open(&self.path)?;
         let q = self
             .content
             .tensor(&mut file, &t.gguf_name, &Device::Cpu)

@@ -71,7 +71,7 @@ pub fn has_tokenizer(content: &Content) -> bool {
 
 /// Builds the tokenizer of the GGUF file at `path` from its metadata.
 pub fn tokenizer_from_gguf(path: &Path) -> Result<Tokenizer> {
-    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut file = crate::input::open(path)?;
     let content = Content::read(&mut file).map_err(|e| read_error(path, e))?;
     tokenizer_from_content(&content, path)
 }

@@ -194,7 +194,8 @@ impl Checkpoint {
                 if !path.is_file() {
                     return Err(Error::input(&path, "missing tokenizer.json"));
                 }
-                Tokenizer::from_file(&path)
+                let bytes = crate::input::read_bytes(&path, crate::input::TOKENIZER)?;
+                Tokenizer::from_bytes(bytes)
                     .map_err(|e| Error::invalid(&path, "invalid tokenizer.json", e))
             }
         }
@@ -360,9 +361,8 @@ fn checkpoint_kind(path: &Path) -> Result<Kind> {
 /// Whether a file starts with the GGUF magic (a `.gguf` file renamed).
 fn has_gguf_magic(path: &Path) -> bool {
     let mut magic = [0u8; 4];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok_and(|_| &magic == b"GGUF")
+    crate::input::open(path).is_ok_and(|mut f| f.read_exact(&mut magic).is_ok())
+        && &magic == b"GGUF"
 }
 
 /// What went wrong, inside the path, backtrace and context candle may wrap an error in: the

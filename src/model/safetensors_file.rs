@@ -92,7 +92,7 @@ impl SafetensorsFiles {
         let mut tensors: BTreeMap<String, StoredTensor> = BTreeMap::new();
         let mut twice = BTreeMap::new();
         for (index, path) in paths.iter().enumerate() {
-            let file = File::open(path).map_err(|e| Error::io(path, e))?;
+            let file = crate::input::open(path)?;
             for (name, tensor) in read_header(path, &file, index)? {
                 if let Some(first) = tensors.get(&name) {
                     let first = paths[first.file].clone();

@@ -58,7 +58,7 @@ struct Rule {
 impl WeightMap {
     /// Reads and checks a weight-map file.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text = crate::input::read_text(path, crate::input::JSON_RECORD)?;
         Self::parse(&text, path)
     }
 

@@ -593,7 +593,7 @@ impl WeightStore {
 
 /// The distinct shard files named by an index, in order, checked to exist.
 fn shard_paths(dir: &Path, index: &Path) -> Result<Vec<PathBuf>> {
-    let text = std::fs::read_to_string(index).map_err(|e| Error::io(index, e))?;
+    let text = crate::input::read_text(index, crate::input::JSON_RECORD)?;
     let json: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| Error::invalid(index, "invalid JSON", e))?;
     let map = json

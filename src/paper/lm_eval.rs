@@ -60,7 +60,7 @@ pub fn read_all(paths: &[PathBuf]) -> Result<LmEvalResults> {
 
 /// Reads one result file.
 pub fn read(path: &Path) -> Result<LmEvalResults> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let text = crate::input::read_text(path, crate::input::JSON_RECORD)?;
     let json: Value = serde_json::from_str(&text)
         .map_err(|e| Error::invalid(path, "not an lm-eval-harness result file (not JSON)", e))?;
     let Some(results) = json.get("results").and_then(Value::as_object) else {

@@ -125,7 +125,7 @@ fn check_loss_window(path: &Path, window: Option<i64>) -> Result<()> {
 impl RunSet {
     /// The runs of a manifest (`.toml` or `.json`).
     pub fn from_manifest(path: &Path) -> Result<RunSet> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text = crate::input::read_text(path, crate::input::JSON_RECORD)?;
         let is_json = path
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("json"));

@@ -165,7 +165,7 @@ impl Results {
 /// still draw every figure).
 fn run_models(dir: &Path) -> (BTreeMap<String, String>, BTreeMap<String, i64>) {
     let (mut variants, mut seq_lens) = (BTreeMap::new(), BTreeMap::new());
-    let Ok(text) = std::fs::read_to_string(dir.join("run.json")) else {
+    let Ok(text) = crate::input::read_text(&dir.join("run.json"), crate::input::JSON_RECORD) else {
         return (variants, seq_lens);
     };
     let Ok(run) = serde_json::from_str::<RunRecord>(&text) else {

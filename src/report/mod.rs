@@ -73,10 +73,12 @@ pub fn load(dirs: &[PathBuf]) -> Result<Contents> {
         .iter()
         .map(|dir| {
             let path = dir.join("run.json");
-            let record = match std::fs::read_to_string(&path) {
+            let record = match crate::input::read_text(&path, crate::input::JSON_RECORD) {
                 Ok(text) => Some(RunRecord::parse(&text, &path)?),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                Err(e) => return Err(Error::io(&path, e)),
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                    None
+                }
+                Err(e) => return Err(e),
             };
             Ok(Folder {
                 path: dir.clone(),

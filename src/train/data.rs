@@ -40,7 +40,7 @@ pub fn documents(source: &TextSource) -> Result<Vec<String>> {
 }
 
 fn read_documents(path: &Path) -> Result<Vec<String>> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let text = crate::input::read_text(path, crate::input::TEXT)?;
     let jsonl = path.extension().and_then(|e| e.to_str()) == Some("jsonl");
     if !jsonl {
         return Ok(vec![text]);

@@ -328,7 +328,8 @@ fn commit_run(mut out: OutputDir, opts: &TrainOptions, summary: &TrainSummary) -
 
 /// A finished run in `out` trained with the same options, if there is one.
 pub fn finished_run(opts: &TrainOptions) -> Option<TrainSummary> {
-    let text = std::fs::read_to_string(opts.out.join("train.json")).ok()?;
+    let text =
+        crate::input::read_text(&opts.out.join("train.json"), crate::input::JSON_RECORD).ok()?;
     let json: serde_json::Value = serde_json::from_str(&text).ok()?;
     if json.get("options")? != &opts.record() {
         return None;

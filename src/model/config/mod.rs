@@ -224,10 +224,13 @@ impl ModelConfig {
     /// Reads and resolves `dir/config.json`.
     pub fn from_dir(dir: &Path) -> Result<Self> {
         let path = dir.join("config.json");
-        let text = std::fs::read_to_string(&path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => Error::input(&path, "missing config.json"),
-            _ => Error::io(&path, e),
-        })?;
+        let text =
+            crate::input::read_text(&path, crate::input::JSON_RECORD).map_err(|e| match e {
+                Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                    Error::input(&path, "missing config.json")
+                }
+                e => e,
+            })?;
         Self::from_json(&text, &path)
     }
 

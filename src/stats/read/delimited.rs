@@ -50,7 +50,7 @@ struct RowCounts {
 }
 
 pub(super) fn read(path: &Path, request: &LogRequest, delimiter: Option<u8>) -> Result<LogFile> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let file = crate::input::open(path)?;
     let mut reader = BufReader::with_capacity(1 << 16, file);
     let delimiter = match delimiter {
         Some(d) => d,

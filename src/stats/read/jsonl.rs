@@ -32,7 +32,7 @@ struct State<'a> {
 }
 
 pub(super) fn read(path: &Path, request: &LogRequest) -> Result<LogFile> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let file = crate::input::open(path)?;
     let reader = BufReader::with_capacity(1 << 16, file);
     let mut state = State {
         path,
@@ -73,7 +73,7 @@ impl State<'_> {
         if !is_json {
             return Ok(false);
         }
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text = crate::input::read_text(path, crate::input::TEXT)?;
         let Ok(doc) = serde_json::from_str::<Value>(&python_literals(&text)) else {
             return Ok(false);
         };

@@ -139,7 +139,7 @@ pub fn read_log(path: &Path, request: &LogRequest) -> Result<LogFile> {
 /// The first line of the text file at `path` (at most 64 KiB of it).
 fn first_line(path: &Path) -> Result<String> {
     use std::io::{BufRead, Read};
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let file = crate::input::open(path)?;
     let mut line = String::new();
     let mut reader = std::io::BufReader::new(file.take(1 << 16));
     // a file that is not UTF-8 is not an attention_series table: the CSV reader says why

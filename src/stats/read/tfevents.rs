@@ -287,7 +287,7 @@ struct Records {
 
 impl Records {
     fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let file = crate::input::open(path)?;
         let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         Ok(Records {
             path: path.to_path_buf(),
