@@ -10,6 +10,16 @@
 //! The cache is `$HF_HUB_CACHE`, else `$HF_HOME/hub`, else `~/.cache/huggingface/hub`, laid
 //! out as huggingface_hub lays it out: `models--{org}--{name}/refs/{revision}` holds a
 //! commit hash, `snapshots/{hash}/` the files.
+//!
+//! A ref resolves only to a snapshot of its own repository's folder: its text (a regular
+//! file of at most [`crate::input::HUB_REF`] bytes, surrounding whitespace trimmed) must be
+//! a snapshot name, 1 to [`MAX_SNAPSHOT_NAME`] ASCII letters and digits (a commit hash: no
+//! separator, no `..`, no absolute path), the folder `snapshots/{name}` must exist with a
+//! config.json, and its canonical path must be `snapshots/{name}` of the repository folder's
+//! canonical path (a snapshot, or `snapshots/`, that is a symbolic link elsewhere is
+//! refused; a cache that is itself a link is fine). A ref that breaks a rule
+//! is an error naming the ref file; a revision with no ref names a snapshot directly, under
+//! the same rules.
 
 use std::path::{Path, PathBuf};
 
@@ -55,14 +65,10 @@ pub fn resolve(spec: &Path) -> Result<Option<HubModel>> {
     let root = cache_root();
     let folder = root.join(format!("models--{}", repo.replace('/', "--")));
     let snapshot = |revision: &str| -> Result<PathBuf> {
-        let by_ref = std::fs::read_to_string(folder.join("refs").join(revision))
-            .ok()
-            .map(|hash| hash.trim().to_string());
-        let hash = by_ref.unwrap_or_else(|| revision.to_string());
-        let dir = folder.join("snapshots").join(&hash);
-        match (dir.join("config.json").is_file(), pinned) {
-            (true, _) => Ok(dir),
-            (false, true) => Err(Error::input(
+        let dir = snapshot_dir(&folder, revision)?;
+        match (dir, pinned) {
+            (Some(dir), _) => Ok(dir),
+            (None, true) => Err(Error::input(
                 &folder,
                 format!(
                     "{repo}@{revision} is not in the local Hugging Face cache (no \
@@ -70,7 +76,7 @@ pub fn resolve(spec: &Path) -> Result<Option<HubModel>> {
                      with `huggingface-cli download {repo} --revision {revision}`"
                 ),
             )),
-            (false, false) => Err(Error::input(
+            (None, false) => Err(Error::input(
                 spec,
                 format!(
                     "no such checkpoint folder, and {repo} is not in the local Hugging Face \
@@ -102,6 +108,67 @@ pub fn resolve(spec: &Path) -> Result<Option<HubModel>> {
     }
     steps.sort_by_key(|s| s.step);
     Ok(Some(HubModel::Series(steps)))
+}
+
+/// The longest snapshot name: a SHA-256 commit id (a SHA-1 one, what the Hub uses, is 40).
+pub const MAX_SNAPSHOT_NAME: usize = 64;
+
+/// The snapshot folder of `revision` in the repository folder `folder` (see the module doc),
+/// `None` when the cache does not hold it; an error when its ref breaks a rule.
+fn snapshot_dir(folder: &Path, revision: &str) -> Result<Option<PathBuf>> {
+    let ref_path = folder.join("refs").join(revision);
+    let name = match crate::input::read_text(&ref_path, crate::input::HUB_REF) {
+        Ok(text) => {
+            let name = text.trim();
+            if !is_snapshot_name(name) {
+                return Err(refused_ref(&ref_path, name));
+            }
+            name.to_string()
+        }
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            match is_snapshot_name(revision) {
+                true => revision.to_string(),
+                false => return Ok(None),
+            }
+        }
+        Err(e) => return Err(e),
+    };
+    let snapshots = folder.join("snapshots");
+    let dir = snapshots.join(&name);
+    if !dir.join("config.json").is_file() {
+        return Ok(None);
+    }
+    // a snapshot folder (or snapshots/) that is a link out of the repository's folder
+    let inside = match (folder.canonicalize(), dir.canonicalize()) {
+        (Ok(repo), Ok(real)) => real == repo.join("snapshots").join(&name),
+        _ => false,
+    };
+    if !inside {
+        return Err(Error::input(
+            &dir,
+            "leads out of the cache's snapshots/ folder (a symbolic link?); a Hub revision \
+             resolves only to a snapshot inside the cache",
+        ));
+    }
+    Ok(Some(dir))
+}
+
+/// A commit-hash-like snapshot name: 1 to [`MAX_SNAPSHOT_NAME`] ASCII letters and digits.
+fn is_snapshot_name(name: &str) -> bool {
+    (1..=MAX_SNAPSHOT_NAME).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// The error of a ref whose text `held` is no snapshot name.
+fn refused_ref(ref_path: &Path, held: &str) -> Error {
+    let shown: String = held.chars().take(80).collect();
+    let more = if shown.len() < held.len() { "..." } else { "" };
+    Error::input(
+        ref_path,
+        format!(
+            "holds `{shown}{more}`, no snapshot name: a ref resolves only to a snapshot inside the \
+             cache, named by a commit hash (letters and digits, at most {MAX_SNAPSHOT_NAME})"
+        ),
+    )
 }
 
 /// The Hugging Face cache folder.
@@ -148,5 +215,51 @@ mod tests {
         assert_eq!(step_of("stage1-step1000-tokens4B"), Some(1000));
         assert_eq!(step_of("checkpoint-250"), Some(250));
         assert_eq!(step_of("main"), None);
+    }
+
+    /// A repository folder with `refs/main` holding `held` and a snapshot `abc123`.
+    fn cache_with_ref(held: &str) -> (tempfile::TempDir, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let folder = tmp.path().join("models--o--m");
+        std::fs::create_dir_all(folder.join("refs")).unwrap();
+        std::fs::create_dir_all(folder.join("snapshots/abc123")).unwrap();
+        std::fs::write(folder.join("snapshots/abc123/config.json"), "{}").unwrap();
+        std::fs::write(folder.join("refs/main"), held).unwrap();
+        (tmp, folder)
+    }
+
+    #[test]
+    fn refs_resolve_only_to_snapshots_inside_the_cache() {
+        let (_tmp, folder) = cache_with_ref("abc123\n");
+        let dir = snapshot_dir(&folder, "main").unwrap().unwrap();
+        assert_eq!(dir, folder.join("snapshots/abc123"));
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("config.json"), "{}").unwrap();
+        let absolute = outside.path().to_str().unwrap().to_string();
+        for held in [
+            absolute.as_str(),
+            "../../x",
+            "abc/123",
+            "..",
+            "a".repeat(65).as_str(),
+        ] {
+            let (_tmp, folder) = cache_with_ref(held);
+            let err = snapshot_dir(&folder, "main").unwrap_err().to_string();
+            assert!(err.contains("refs/main: holds `"), "{held}: {err}");
+        }
+        // a missing snapshot is not in the cache
+        let (_tmp, folder) = cache_with_ref("def456");
+        assert_eq!(snapshot_dir(&folder, "main").unwrap(), None);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_snapshot_linked_out_of_the_cache_is_refused() {
+        let (_tmp, folder) = cache_with_ref("def456");
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("config.json"), "{}").unwrap();
+        std::os::unix::fs::symlink(outside.path(), folder.join("snapshots/def456")).unwrap();
+        let err = snapshot_dir(&folder, "main").unwrap_err().to_string();
+        assert!(err.contains("leads out of the cache"), "{err}");
     }
 }
