@@ -49,22 +49,18 @@ pub fn stage_tables(out: &mut OutputDir, output: &RunOutput, record: &RunRecord)
     out.write_bytes("run.json", record.to_json()?.as_bytes())
 }
 
-/// Moves staged tables into place, rendering the figures from them first (into
-/// `figures/` beside them) when `figures`.
-pub fn commit_tables(out: OutputDir, figures: bool) -> Result<Committed> {
+/// The folder of `--out` that `--figures` draws into.
+pub const FIGURES: &str = "figures";
+
+/// Moves staged tables into place, rendering the figures from them first when `figures`:
+/// staged in the same folder under `figures/`, so that tables and figures are one commit
+/// (a signal lands before or after it, never between the tables and the figures).
+pub fn commit_tables(mut out: OutputDir, figures: bool) -> Result<Committed> {
     let mut notes = Vec::new();
-    let figures = if figures {
-        let target = out.target().join("figures");
-        let mut fig_out = OutputDir::create(&target, out.format(), out.watch())?;
-        let report = crate::plot::render_all(&[out.staging().to_path_buf()], &mut fig_out)?;
-        notes = report.notes;
-        Some(fig_out)
-    } else {
-        None
-    };
-    let mut files = out.commit()?;
-    if let Some(fig_out) = figures {
-        files.extend(fig_out.commit()?);
+    if figures {
+        let tables = [out.staging().to_path_buf()];
+        notes = crate::plot::render_all_in(&tables, &mut out, FIGURES)?.notes;
     }
+    let files = out.commit()?;
     Ok(Committed { files, notes })
 }

@@ -320,9 +320,6 @@ fn host_name() -> String {
     }
 }
 
-/// Removes staging folders in `target` that this machine's processes left when they were
-/// killed before they could clean up; a live run's folder, and other machines' folders, are
-/// left alone.
 /// Locks `target` for this run (an advisory lock on the folder itself: no file is left
 /// behind); a folder another live run holds is refused, naming that run's pid. `None` where
 /// the file system has no locks.
@@ -360,7 +357,23 @@ fn other_runs(target: &Path) -> Vec<u32> {
         .collect()
 }
 
+/// Folders inside an output folder that hold staging folders of their own: `figures/`, where
+/// `figures --out OUT/figures` stages (and `--figures` staged before its figures joined the
+/// tables' commit).
+const NESTED_OUTPUTS: [&str; 1] = ["figures"];
+
+/// Removes staging folders in `target`, and in its [`NESTED_OUTPUTS`], that this machine's
+/// processes left when they were killed before they could clean up (SIGKILL, a power cut);
+/// a live run's folder, and other machines' folders, are left alone.
 fn remove_stale_staging(target: &Path) {
+    remove_stale_staging_in(target);
+    for nested in NESTED_OUTPUTS {
+        remove_stale_staging_in(&target.join(nested));
+    }
+}
+
+/// [`remove_stale_staging`] of the one folder `target`.
+fn remove_stale_staging_in(target: &Path) {
     let Ok(entries) = fs::read_dir(target) else {
         return;
     };

@@ -173,14 +173,34 @@ pub fn render_all(results: &[PathBuf], out: &mut OutputDir) -> Result<RenderRepo
     render_all_with(results, out, &FigureOptions::default())
 }
 
+/// [`render_all`], staging the files under `folder` of `out` (`figures`: the figures of
+/// `analyze --figures`, committed with the tables staged in the same `out`, as one unit).
+pub fn render_all_in(
+    results: &[PathBuf],
+    out: &mut OutputDir,
+    folder: &str,
+) -> Result<RenderReport> {
+    render_into(results, out, folder, &FigureOptions::default())
+}
+
 /// [`render_all`] with options.
 pub fn render_all_with(
     results: &[PathBuf],
     out: &mut OutputDir,
     opts: &FigureOptions,
 ) -> Result<RenderReport> {
+    render_into(results, out, "", opts)
+}
+
+/// [`render_all_with`] under `folder` of `out` (`""`: its top).
+fn render_into(
+    results: &[PathBuf],
+    out: &mut OutputDir,
+    folder: &str,
+    opts: &FigureOptions,
+) -> Result<RenderReport> {
     let res = Results::load(results)?;
-    let mut report = render_results(&res, out, opts)?;
+    let mut report = render_results(&res, out, folder, opts)?;
     if res.names().is_empty() {
         report.notes.insert(
             0,
@@ -209,27 +229,34 @@ pub fn write_figures(
     Ok(report)
 }
 
-/// Renders from tables already in memory.
+/// Renders from tables already in memory, staging the files under `folder` of `out` (`""`:
+/// its top).
 pub fn render_results(
     res: &Results,
     out: &mut OutputDir,
+    folder: &str,
     opts: &FigureOptions,
 ) -> Result<RenderReport> {
     let (figures, mut notes) = build_figures(res, opts);
+    let in_folder = |file: String| match folder {
+        "" => file,
+        f => format!("{f}/{file}"),
+    };
     let mut files = Vec::new();
     for fig in &figures {
         let svg = to_svg(fig)?;
         let png = to_png(fig)?;
         for (ext, bytes) in [("svg", svg.as_bytes()), ("png", png.as_slice())] {
-            let file = format!("{}.{ext}", fig.name);
+            let file = in_folder(format!("{}.{ext}", fig.name));
             out.write_bytes(&file, bytes)?;
             files.push(file);
         }
     }
     match tables::tables4_5(res) {
         Ok((text, table_notes)) => {
-            out.write_bytes("tables4_5.md", text.as_bytes())?;
-            files.push("tables4_5.md".into());
+            let file = in_folder("tables4_5.md".into());
+            out.write_bytes(&file, text.as_bytes())?;
+            files.push(file);
             notes.extend(table_notes.into_iter().map(|n| format!("tables4_5: {n}")));
         }
         Err(why) => notes.push(format!("tables4_5: skipped ({why})")),
