@@ -66,7 +66,8 @@ Models = Union[PathLike, Any, Mapping[str, Any], Sequence[Any]]
 class Result:
     """An analysis' tables, one polars DataFrame per table of the CLI's `--out` folder
     under the same name (`.attention`, `.distance_profile`, `.head_roles`, `.heatmap`,
-    `.nll_position`, ...), and `.run`, the run.json record as a dict."""
+    `.nll_position`, `.block_map` when that metric ran, ...), and `.run`, the run.json
+    record as a dict."""
 
     def __init__(self, native: Any) -> None:
         self._native = native
@@ -299,6 +300,12 @@ def analyze(
     tokenizer: Optional[PathLike] = None,
     threads: Optional[int] = None,
     probe: Optional[str] = None,
+    map_size: int = 256,
+    role_sink: float = 0.5,
+    role_local_window: int = 16,
+    role_local: float = 0.5,
+    role_prev: float = 0.4,
+    role_induction: float = 0.4,
 ) -> Result:
     """Every attention metric of `models` in one pass, as `asa-analyze analyze`.
 
@@ -316,6 +323,15 @@ def analyze(
         again, `seq_len` = 2L + 1 (odd); induction_score joins the default metrics and
         `head_roles` gets its column.
     metrics: metric names (e.g. ["first_token", "entropy"]); default the `analyze` set.
+        "block_map" (not a default) adds the `block_map` frame: per (layer, head, and the
+        mean over heads) the mean and max attention weight of each cell of a G x G grid of
+        query x key blocks, G = min(`map_size`, `seq_len`) (`--map-size`, default 256).
+    map_size: block_map's side G, as `--map-size`.
+    role_sink, role_local_window, role_local, role_prev, role_induction: the thresholds of
+        the `head_role` metric (a default; the `head_roles` frame), as `--role-sink` (0.5),
+        `--role-local-window` (16 keys), `--role-local` (0.5), `--role-prev` (0.4) and
+        `--role-induction` (0.4); the README's "Head roles and the induction probe" says
+        where each rule comes from.
     windows: "packed" (documents joined with EOS, cut into consecutive windows) or
         "documents" (each window the start of its own document).
     variant: analyse every model as this attention variant ("off_by_one", "sink", ...)
@@ -350,6 +366,12 @@ def analyze(
             memory=memory,
             tokenizer=None if tokenizer is None else os.fspath(tokenizer),
             threads=threads,
+            map_size=map_size,
+            role_sink=role_sink,
+            role_local_window=role_local_window,
+            role_local=role_local,
+            role_prev=role_prev,
+            role_induction=role_induction,
         )
     return Result(native)
 

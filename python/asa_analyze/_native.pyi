@@ -26,6 +26,7 @@ def analyze(
     models: List[Tuple[str, str]],
     metrics: Optional[List[str]] = None,
     corpus: Optional[str] = None,
+    probe: Optional[str] = None,
     seq_len: int = 1024,
     num_seqs: int = 10,
     bos: str = "auto",
@@ -42,6 +43,12 @@ def analyze(
     ] = None,
     tokenizer: Optional[str] = None,
     threads: Optional[int] = None,
+    map_size: int = 256,
+    role_sink: float = 0.5,
+    role_local_window: int = 16,
+    role_local: float = 0.5,
+    role_prev: float = 0.4,
+    role_induction: float = 0.4,
 ) -> NativeResult: ...
 def inspect(
     path: str, memory: Optional[Tuple[str, str, List[Tuple[str, str, List[int], Any, int, int]], Optional[Tuple[str, int, int, float]]]] = None

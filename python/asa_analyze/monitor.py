@@ -61,7 +61,11 @@ class Monitor:
         value, ...}` (per-layer means; per head too, `.../layer_03/head_05`, with
         `per_head`) once a step's analysis is done, from the analysis thread: hand it your
         logger's `log`. label: the model's name in the tables. threads: the analysis'
-        threads (None: every core).
+        threads (None: every core). Other keywords go to `asa_analyze.analyze` with its
+        names and defaults (seq_len, num_seqs, map_size, role_sink, role_local_window,
+        role_local, role_prev, role_induction, ...). The series
+        keeps the attention table's rows (first_token ... max_logit); the block_map and
+        head_roles tables are not attention rows and are not kept per step.
     """
 
     def __init__(

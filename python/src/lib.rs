@@ -22,6 +22,7 @@ use asa_analyze::corpus::induction::ProbeKind;
 use asa_analyze::corpus::{BosMode, WindowMode};
 use asa_analyze::device::DeviceRequest;
 use asa_analyze::export::{schema, to_frame, Format, OutputDir, StagingWatch, Table};
+use asa_analyze::metrics::head_role::RoleThresholds;
 use asa_analyze::metrics::Metric;
 use asa_analyze::paper::runs::Input;
 use asa_analyze::paper::{paper_tables, render, Method, RunSet, ValueOptions};
@@ -243,6 +244,11 @@ struct AnalyzeArgs<'a> {
     variant: Option<&'a str>,
     device: &'a str,
     shard: Option<&'a str>,
+    /// block_map's side G (`--map-size`).
+    map_size: usize,
+    /// The head-role thresholds (`--role-sink`, `--role-local-window`, `--role-local`,
+    /// `--role-prev`, `--role-induction`).
+    roles: RoleThresholds,
 }
 
 impl AnalyzeArgs<'_> {
@@ -266,6 +272,8 @@ impl AnalyzeArgs<'_> {
         }
         o.seq_len = self.seq_len;
         o.num_seqs = self.num_seqs;
+        o.map_size = self.map_size;
+        o.roles = self.roles;
         o.batch_size = self.batch_size;
         o.seed = self.seed;
         o.bos = self.bos.parse::<BosMode>().map_err(usage)?;
@@ -307,7 +315,7 @@ fn on_threads<T: Send>(threads: Option<usize>, work: impl FnOnce() -> T + Send) 
 
 /// Runs an analysis (see `asa_analyze.analyze`).
 #[pyfunction]
-#[pyo3(signature = (models, metrics = None, corpus = None, probe = None, seq_len = 1024, num_seqs = 10, bos = "auto", windows = "packed", variant = None, device = "auto", batch_size = 1, seed = 0, shard = None, events = None, cancel = None, memory = None, tokenizer = None, threads = None))]
+#[pyo3(signature = (models, metrics = None, corpus = None, probe = None, seq_len = 1024, num_seqs = 10, bos = "auto", windows = "packed", variant = None, device = "auto", batch_size = 1, seed = 0, shard = None, events = None, cancel = None, memory = None, tokenizer = None, threads = None, map_size = 256, role_sink = 0.5, role_local_window = 16, role_local = 0.5, role_prev = 0.4, role_induction = 0.4))]
 #[allow(clippy::too_many_arguments)]
 fn analyze(
     py: Python<'_>,
@@ -329,6 +337,12 @@ fn analyze(
     memory: Option<Vec<memory::MemoryArg>>,
     tokenizer: Option<PathBuf>,
     threads: Option<usize>,
+    map_size: usize,
+    role_sink: f64,
+    role_local_window: usize,
+    role_local: f64,
+    role_prev: f64,
+    role_induction: f64,
 ) -> PyResult<NativeResult> {
     let mut options = AnalyzeArgs {
         metrics,
@@ -343,6 +357,14 @@ fn analyze(
         variant,
         device,
         shard,
+        map_size,
+        roles: RoleThresholds {
+            sink: role_sink,
+            local_window: role_local_window,
+            local: role_local,
+            prev: role_prev,
+            induction: role_induction,
+        },
     }
     .options()?;
     if options.shard.is_some() {

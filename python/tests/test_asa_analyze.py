@@ -117,6 +117,38 @@ def test_the_induction_probe_as_the_cli(tmp_path):
         asa.analyze(FIXTURES / "head_roles", probe="nope", seq_len=21, num_seqs=1, progress=False)
 
 
+def test_block_map_and_head_role_options_as_the_cli(tmp_path):
+    # block_map and head_roles with non-default --map-size and --role-* (issue 39): the
+    # frames equal the tables the CLI writes for the same run, read from its files
+    opts = dict(map_size=5, role_sink=0.3, role_local_window=4, role_local=0.6, role_prev=0.2,
+                role_induction=0.25)
+    metrics = ["first_token", "distance_profile", "block_map", "induction_score", "head_role"]
+    args = dict(seq_len=21, num_seqs=3, seed=2)
+    res = asa.analyze({"hr": FIXTURES / "head_roles"}, probe="induction", metrics=metrics,
+                      progress=False, **args, **opts)
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in opts.items()]
+    cli("analyze", f"hr={FIXTURES / 'head_roles'}", "--probe", "induction", "--seq-len", "21",
+        "--num-seqs", "3", "--seed", "2", "--metrics", ",".join(metrics), *flags, "--quiet",
+        "--out", "o", cwd=tmp_path)
+    assert_frame_equal_values(res.block_map, pl.read_parquet(tmp_path / "o" / "block_map.parquet"), "block_map")
+    assert_frame_equal_values(res.head_roles, pl.read_csv(tmp_path / "o" / "head_roles.csv"), "head_roles")
+    # 5 x 5 blocks of 21 positions: query block a holds [floor(21a/5), floor(21(a+1)/5))
+    assert sorted(res.block_map["q_lo"].unique().to_list()) == [21 * a // 5 for a in range(5)]
+    assert json.loads((tmp_path / "o" / "run.json").read_text())["options"]["roles"] == res.run["options"]["roles"]
+    assert res.run["options"]["map_size"] == 5 and res.run["options"]["roles"]["local_window"] == 4
+    # the defaults are the CLI's (--help states them)
+    import inspect
+    params = inspect.signature(asa.analyze).parameters
+    help_text = " ".join(cli("analyze", "--help", cwd=tmp_path).stdout.split())
+    for name in ["map_size", *opts.keys()]:
+        flag = "--" + name.replace("_", "-")
+        default = params[name].default
+        after = help_text.split(f"{flag} <", 1)[1]
+        assert f"[default: {default}]" in after.split(" --", 1)[0], name
+    with pytest.raises(asa.UsageError, match="--map-size must be at least 1"):
+        asa.analyze(FIXTURES / "head_roles", map_size=0, **SMALL)
+
+
 def test_hub_ids_from_a_huggingface_cache(tmp_path, monkeypatch):
     repo = tmp_path / "hub" / "models--EleutherAI--pythia-tiny"
     shutil.copytree(FIXTURES / "qwen2", repo / "snapshots" / "abc123")
