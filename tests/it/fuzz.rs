@@ -1,6 +1,6 @@
 //! Issue 24: a fuzzing harness. Valid inputs (a checkpoint's config.json, its safetensors
-//! header and index.json, a GGUF file's header, a corpus, a training log, an exported table)
-//! are mutated by a fixed-seed generator, and the real binary runs on each case. Every case
+//! header and index.json, a GGUF file's header, a corpus, a training log, an exported table,
+//! a Hugging Face cache's layout: issue 40) are mutated by a fixed-seed generator, and the real binary runs on each case. Every case
 //! must end with exit 0 or 2 (never a signal, an abort or a panic), one line on stderr when
 //! 2, no staging folder left, within a time limit and a memory cap. Issue 40 adds `merge` of
 //! tampered partials (run.json values, the state file's bytes, files swapped between shards)
@@ -35,9 +35,10 @@ enum Target {
     Table,
     Partial,
     ShardEnv,
+    HubCache,
 }
 
-const TARGETS: [Target; 9] = [
+const TARGETS: [Target; 10] = [
     Target::Config,
     Target::SafetensorsHeader,
     Target::Index,
@@ -47,6 +48,7 @@ const TARGETS: [Target; 9] = [
     Target::Table,
     Target::Partial,
     Target::ShardEnv,
+    Target::HubCache,
 ];
 
 /// The environment variables that name a shard (Slurm's and Kubernetes').
@@ -276,6 +278,92 @@ fn file_case(target: Target, rng: &mut fastrand::Rng, dir: &Path) -> Vec<String>
                 .map(String::from)
                 .to_vec()
         }
+        Target::HubCache => {
+            hub_layout(&mut rng, dir);
+            let revision = ["", "@main", "@step1000", "@step1000,step2000"][rng.usize(..4)];
+            analyze(&format!("org/tiny{revision}"))
+        }
+    }
+}
+
+/// A snapshot name of the cache cases: a short one or a Hub-like commit hash.
+const HASHES: [&str; 2] = ["abc123", "0123456789abcdef0123456789abcdef01234567"];
+
+/// A Hugging Face cache under `dir/hub` (each case runs with `HF_HUB_CACHE` there) holding
+/// `org/tiny` (llama_gqa snapshots) with refs `main`, `step1000` and `step2000` that hold a
+/// hash, or a hostile text, or are no file; beside the cache, `dir/outside` holds a valid
+/// qwen2 checkpoint that no ref may reach ([`check_hub_case`]).
+fn hub_layout(rng: &mut fastrand::Rng, dir: &Path) {
+    let repo = dir.join("hub/models--org--tiny");
+    let outside = dir.join("outside");
+    copy_fixture("qwen2", &outside);
+    for hash in HASHES {
+        if rng.u8(0..5) != 0 {
+            copy_fixture("llama_gqa", &repo.join("snapshots").join(hash));
+        }
+    }
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    let inside = repo.join("snapshots").join(HASHES[0]);
+    for name in ["main", "step1000", "step2000"] {
+        let path = repo.join("refs").join(name);
+        let held: String = match rng.u8(0..16) {
+            0 => outside.display().to_string(),
+            1 => inside.display().to_string(),
+            2 => "../../../outside".into(),
+            3 => format!("../snapshots/{}", HASHES[0]),
+            4 => "a".repeat(rng.usize(65..6000)),
+            5 => String::new(),
+            6 => format!("{}\0x", HASHES[0]),
+            7 => "def456".into(),
+            8 => format!("  {}\n\n", HASHES[1]),
+            9 => {
+                let _ = std::os::unix::fs::symlink(outside.join("config.json"), &path);
+                continue;
+            }
+            10 => {
+                std::fs::create_dir_all(&path).unwrap();
+                continue;
+            }
+            11 => {
+                let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+                // SAFETY: a valid NUL-terminated path
+                unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+                continue;
+            }
+            12 => {
+                let _ = std::os::unix::fs::symlink("/dev/zero", &path);
+                continue;
+            }
+            13 => continue, // no ref: the revision names a snapshot itself
+            _ => HASHES[rng.usize(..2)].into(),
+        };
+        std::fs::write(&path, held).unwrap();
+    }
+    // a snapshot, or the snapshots folder, that links out of the cache
+    match rng.u8(0..6) {
+        0 => {
+            let _ = std::os::unix::fs::symlink(&outside, repo.join("snapshots/def456"));
+        }
+        1 => {
+            let _ = std::fs::remove_dir_all(repo.join("snapshots"));
+            std::fs::create_dir_all(dir.join("elsewhere")).unwrap();
+            copy_fixture("qwen2", &dir.join("elsewhere").join(HASHES[0]));
+            let _ = std::os::unix::fs::symlink(dir.join("elsewhere"), repo.join("snapshots"));
+        }
+        _ => {}
+    }
+}
+
+/// A cache case that ran analysed a snapshot of the cache (llama_gqa), never the qwen2
+/// checkpoint a ref or link could lead to outside it.
+fn check_hub_case(dir: &Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(dir.join("out/run.json"))
+        .map_err(|e| format!("exit 0 without run.json: {e}"))?;
+    let run: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let models = run["models"].as_array().cloned().unwrap_or_default();
+    match models.iter().find(|m| m["architecture"] != "llama") {
+        Some(m) => Err(format!("loaded a checkpoint from outside the cache: {m}")),
+        None => Ok(()),
     }
 }
 
@@ -439,6 +527,8 @@ fn check_case(dir: &Path, (args, env): &Case) -> Result<i32, String> {
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .current_dir(dir)
+        // the cache cases' own cache, and no other case reads the user's
+        .env("HF_HUB_CACHE", dir.join("hub"))
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     crate::common::cap_address_space(&mut child, MEMORY_CAP);
@@ -536,7 +626,11 @@ fn mutated_inputs_end_cleanly_with_exit_0_or_2() {
         let dir = tmp.path().join(format!("case{k}"));
         std::fs::create_dir_all(&dir).unwrap();
         let case = make_case(target, case_seed, &dir);
-        match check_case(&dir, &case) {
+        let checked = match (target, check_case(&dir, &case)) {
+            (Target::HubCache, Ok(0)) => check_hub_case(&dir).map(|_| 0),
+            (_, checked) => checked,
+        };
+        match checked {
             Ok(0) => clean += 1,
             Ok(_) => refused += 1,
             Err(problem) => {

@@ -15,6 +15,7 @@ mod figures;
 mod fuzz;
 mod golden;
 mod head_roles;
+mod hostile_files;
 mod logs;
 mod long_context;
 mod long_sequences;
