@@ -48,7 +48,10 @@ fn mkfifo(path: &Path) {
 fn results(dir: &Path, name: &str) -> PathBuf {
     let model = format!("m={}", model_dir("llama_gqa").display());
     let args = ["analyze", &model, "--seq-len", "12", "--num-seqs", "2"];
-    expect_success(&run_cli(dir, &[&args[..], &["--quiet", "--out", name]].concat()));
+    expect_success(&run_cli(
+        dir,
+        &[&args[..], &["--quiet", "--out", name]].concat(),
+    ));
     dir.join(name)
 }
 
@@ -186,7 +189,10 @@ fn figures_run_caught_drawing(dir: &Path, out: &str) -> (std::process::Child, Pa
         if let Some(status) = child.try_wait().unwrap() {
             panic!("the run ended ({status}) before a figure was caught being staged");
         }
-        assert!(started.elapsed() < Duration::from_secs(60), "no figure staged");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no figure staged"
+        );
         std::thread::sleep(Duration::from_micros(200));
     }
 }
@@ -226,7 +232,10 @@ fn staging_left_by_killed_figures_run_is_removed() {
     std::fs::write(nested.join("fig1.svg"), "<svg/>").unwrap();
     let model = format!("m={}", model_dir("llama_gqa").display());
     let args = ["analyze", &model, "--seq-len", "12", "--num-seqs", "2"];
-    expect_success(&run_cli(tmp.path(), &[&args[..], &["--quiet", "--out", "out"]].concat()));
+    expect_success(&run_cli(
+        tmp.path(),
+        &[&args[..], &["--quiet", "--out", "out"]].concat(),
+    ));
     assert!(!staging.exists() && !nested.exists(), "{:?}", listing(&out));
     assert!(out.join("attention.csv").is_file());
     let hidden = |dir: &Path| {
