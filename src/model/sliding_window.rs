@@ -1,12 +1,13 @@
-//! Sliding-window attention as transformers configures it (Mistral's and Phi-3's `sliding_window`,
-//! Qwen2/Qwen3's `use_sliding_window` with `max_window_layers` or `layer_types`): query i
-//! of a windowed layer sees the keys j with i - j < size (transformers'
-//! `sliding_window_overlay`: `kv_idx > q_idx - sliding_window`).
+//! Sliding-window attention as transformers configures it (Mistral's, Mixtral's and Phi-3's
+//! `sliding_window`, Qwen2/Qwen3's `use_sliding_window` with `max_window_layers` or
+//! `layer_types`, Qwen3-MoE's `use_sliding_window`): query i of a windowed layer sees the keys
+//! j with i - j < size (transformers' `sliding_window_overlay`: `kv_idx > q_idx - sliding_window`).
 //!
-//! Mistral, Mixtral and Phi-3 slide on every layer whatever `layer_types` says (their
-//! transformers models build one sliding mask for all layers); Qwen2/Qwen3 slide on the
-//! layers their `layer_types` (or `max_window_layers`) name. The kernels mask by
-//! [`KeyWindow`]; a window at least as long as the sequence changes nothing.
+//! Mistral, Mixtral, Phi-3 and Qwen3-MoE slide on every layer whatever `layer_types` says
+//! (their transformers models build one sliding mask for all layers; Qwen3MoeConfig has no
+//! `max_window_layers`); Qwen2/Qwen3, Gemma and GPT-OSS slide on the layers their
+//! `layer_types` (or the config class's rule) name. The kernels mask by [`KeyWindow`]; a
+//! window at least as long as the sequence changes nothing.
 
 use std::path::Path;
 
@@ -70,7 +71,7 @@ pub enum WindowUse {
     /// When `sliding_window` is set (Mistral, Gemma).
     Always,
     /// When `use_sliding_window` is true too (transformers drops the window of a Qwen config
-    /// without it).
+    /// without it; `sliding_window` absent is then the config class's default, 4096).
     WhenEnabled,
 }
 
@@ -78,9 +79,10 @@ pub enum WindowUse {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WindowLayers {
     /// Every layer, whatever `layer_types` says (one sliding mask for all layers: Mistral,
-    /// Mixtral, Phi-3).
+    /// Mixtral, Phi-3, Qwen3-MoE).
     All,
-    /// Those `layer_types` names, else layer i when i >= `max_window_layers` (Qwen2Config).
+    /// Those `layer_types` names, else layer i when i >= `max_window_layers` (Qwen2Config;
+    /// 28 when absent).
     FromMaxWindowLayers,
     /// Those `layer_types` names, else layer i when i is even (Gemma2Config, GptOssConfig).
     EveryOther,
@@ -99,29 +101,50 @@ pub struct WindowRule {
 }
 
 /// The window of a config, as transformers reads it for a family with `rule`; `None` when
-/// every layer attends to all earlier keys.
+/// every layer attends to all earlier keys. `layer_types` naming sliding layers of a config
+/// without a window (`use_sliding_window` false, `sliding_window` null) is refused:
+/// transformers has no window to build their mask with and refuses it too.
 pub(crate) fn resolve(
     raw: RawWindow<'_>,
     rule: &WindowRule,
     num_layers: usize,
     path: &Path,
 ) -> Result<Option<SlidingWindow>> {
-    let types = layer_types(raw.layer_types, num_layers, path)?;
+    let types = match rule.used {
+        // Llama: transformers reads neither the window nor the layer types
+        WindowUse::Never => return Ok(None),
+        _ => layer_types(raw.layer_types, num_layers, path)?,
+    };
     let used = match rule.used {
-        WindowUse::Never => false,
-        WindowUse::Always => true,
         WindowUse::WhenEnabled => raw.use_sliding_window == Some(true),
+        _ => true,
     };
     let Some(size) = size(raw.sliding_window, rule, path)?.filter(|_| used) else {
-        if raw.use_sliding_window == Some(true) && used {
+        let sliding = types.is_some_and(|t| t.iter().any(|t| t == "sliding_attention"));
+        if sliding && rule.layers != WindowLayers::All {
+            let why = match used {
+                true => "sliding_window is null",
+                false => "use_sliding_window is not true",
+            };
             return Err(Error::input(
                 path,
-                "use_sliding_window is true but sliding_window is not set",
+                format!("layer_types names sliding_attention layers but {why}: there is no window to give them"),
             ));
         }
         return Ok(None);
     };
-    let layers: Vec<usize> = match (types, rule.layers) {
+    let layers = windowed_layers(&raw, rule, types, num_layers);
+    Ok((!layers.is_empty()).then_some(SlidingWindow { size, layers }))
+}
+
+/// The layers a window of `rule` slides on (0-based).
+fn windowed_layers(
+    raw: &RawWindow<'_>,
+    rule: &WindowRule,
+    types: Option<&[String]>,
+    num_layers: usize,
+) -> Vec<usize> {
+    match (types, rule.layers) {
         // one sliding mask for every layer, layer_types or not
         (_, WindowLayers::All) => (0..num_layers).collect(),
         (Some(types), _) => (0..num_layers)
@@ -132,11 +155,11 @@ pub(crate) fn resolve(
             let pattern = raw.sliding_window_pattern.unwrap_or(default).max(1);
             (0..num_layers).filter(|l| (l + 1) % pattern != 0).collect()
         }
+        // Qwen2Config's max_window_layers defaults to 28
         (None, WindowLayers::FromMaxWindowLayers) => {
-            (raw.max_window_layers.unwrap_or(num_layers)..num_layers).collect()
+            (raw.max_window_layers.unwrap_or(28)..num_layers).collect()
         }
-    };
-    Ok((!layers.is_empty()).then_some(SlidingWindow { size, layers }))
+    }
 }
 
 /// `layer_types`, checked: one known type per layer.

@@ -36,13 +36,18 @@ pub struct RawConfig {
     pub bos_token_id: Option<Value>,
     pub eos_token_id: Option<Value>,
     pub use_sliding_window: Option<bool>,
+    /// `null` (no window) is `Some(Value::Null)`, apart from absent (the class's default).
+    #[serde(default, deserialize_with = "present")]
     pub sliding_window: Option<Value>,
     pub max_window_layers: Option<usize>,
     /// The pretraining length outside the rope parameters (Phi-3), preferred by YaRN.
     pub original_max_position_embeddings: Option<usize>,
     /// Gemma's attention scale, soft-caps (null: none) and MLP activation.
     pub query_pre_attn_scalar: Option<f64>,
+    /// `null` (no cap) is `Some(Value::Null)`, apart from absent (the class's default).
+    #[serde(default, deserialize_with = "present")]
     pub attn_logit_softcapping: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
     pub final_logit_softcapping: Option<Value>,
     pub hidden_activation: Option<String>,
     /// Gemma's bidirectional (non-causal) attention, which the kernels do not compute.
@@ -79,6 +84,13 @@ pub struct RawConfig {
     pub affine_scaled: Option<RawAffine>,
     pub scale_invariant: Option<RawScaleInvariant>,
     pub logn: Option<RawLogn>,
+}
+
+/// A field that is there, `null` included: serde reads a `null` into an `Option` as `None`,
+/// the same as an absent key, where transformers' config classes tell them apart (a
+/// `sliding_window` or soft-cap of `null` is none; an absent one the class's default).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
 }
 
 /// The `scale_invariant` block of config.json.

@@ -554,10 +554,42 @@ pub(super) mod tests {
         use crate::probe::KeyWindow;
         let qwen = BASE.replace(r#""model_type": "llama""#, r#""model_type": "qwen2""#);
         assert_ne!(qwen, BASE);
-        let err = resolve(&format!(r#"{{{qwen}, "use_sliding_window": true}}"#))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("sliding_window is not set"), "{err}");
+        // Qwen2Config: sliding_window 4096 and max_window_layers 28 when absent
+        let w = resolve(&format!(
+            r#"{{{qwen}, "use_sliding_window": true, "max_window_layers": 0}}"#
+        ))
+        .unwrap()
+        .sliding_window
+        .unwrap();
+        assert_eq!(w.size, 4096);
+        let shallow = resolve(&format!(r#"{{{qwen}, "use_sliding_window": true}}"#)).unwrap();
+        assert_eq!(shallow.sliding_window, None);
+        // layer_types naming sliding layers without a window: transformers refuses it
+        let layers = shallow.num_layers;
+        let sliding = vec![r#""sliding_attention""#; layers].join(", ");
+        let err = resolve(&format!(
+            r#"{{{qwen}, "sliding_window": 8, "layer_types": [{sliding}]}}"#
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("use_sliding_window is not true"), "{err}");
+        // Qwen3-MoE: every layer (no max_window_layers); Mistral: 4096 when absent
+        let moe = BASE.replace(r#""model_type": "llama""#, r#""model_type": "qwen3_moe""#);
+        let w = resolve(&format!(
+            r#"{{{moe}, "use_sliding_window": true, "max_window_layers": 1}}"#
+        ))
+        .unwrap()
+        .sliding_window
+        .unwrap();
+        assert_eq!((w.size, w.layers), (4096, (0..layers).collect::<Vec<_>>()));
+        let mistral = BASE.replace(r#""model_type": "llama""#, r#""model_type": "mistral""#);
+        let w = resolve(&format!("{{{mistral}}}"))
+            .unwrap()
+            .sliding_window
+            .unwrap();
+        assert_eq!(w.size, 4096);
+        let off = resolve(&format!(r#"{{{mistral}, "sliding_window": null}}"#)).unwrap();
+        assert_eq!(off.sliding_window, None);
         // Qwen2Config: layers from max_window_layers on slide; without use_sliding_window none
         let w = resolve(&format!(
             r#"{{{qwen}, "use_sliding_window": true, "sliding_window": 8, "max_window_layers": 1}}"#
@@ -570,7 +602,6 @@ pub(super) mod tests {
         assert_eq!(none.sliding_window, None);
         // Mistral: every layer, even where layer_types says full attention (MistralModel
         // builds one sliding mask for all layers); Llama has no window
-        let mistral = BASE.replace(r#""model_type": "llama""#, r#""model_type": "mistral""#);
         let w = resolve(&format!(r#"{{{mistral}, "sliding_window": 4096}}"#))
             .unwrap()
             .sliding_window

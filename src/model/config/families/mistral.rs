@@ -5,7 +5,8 @@ use super::llama;
 use crate::model::config::family::Family;
 use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
 
-/// A window on every layer when `sliding_window` is set (Mixtral and Phi-3 too).
+/// A window on every layer when `sliding_window` is set (Mixtral and Phi-3 too; their
+/// config classes default it to null).
 pub(crate) const WINDOW: WindowRule = WindowRule {
     used: WindowUse::Always,
     default_size: None,
@@ -14,6 +15,10 @@ pub(crate) const WINDOW: WindowRule = WindowRule {
 
 pub(crate) const FAMILY: Family = Family {
     name: "mistral",
-    window: WINDOW,
+    // MistralConfig's sliding_window defaults to 4096 (null turns it off)
+    window: WindowRule {
+        default_size: Some(4096),
+        ..WINDOW
+    },
     ..llama::FAMILY
 };

@@ -11,6 +11,8 @@ use crate::nn::Routing;
 
 pub(crate) const FAMILY: Family = Family {
     name: "mixtral",
+    // MixtralConfig's sliding_window defaults to null, not Mistral's 4096
+    window: mistral::WINDOW,
     experts,
     ..mistral::FAMILY
 };

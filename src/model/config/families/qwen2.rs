@@ -6,10 +6,10 @@ use crate::model::config::family::{Biases, Family};
 use crate::model::config::RawConfig;
 use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
 
-/// Qwen2Config's window (Qwen3 and Qwen3-MoE read it alike).
+/// Qwen2Config's window (Qwen3 reads it alike): 4096 when `sliding_window` is absent.
 pub(crate) const WINDOW: WindowRule = WindowRule {
     used: WindowUse::WhenEnabled,
-    default_size: None,
+    default_size: Some(4096),
     layers: WindowLayers::FromMaxWindowLayers,
 };
 

@@ -1,7 +1,9 @@
 //! Qwen3-MoE: Qwen3's attention (but `head_dim` from hidden / heads when absent) with a
 //! mixture-of-experts MLP (`mlp.gate`, experts `gate_proj`/`up_proj`/`down_proj` of
 //! `moe_intermediate_size`) on the layers `decoder_sparse_step` and `mlp_only_layers` pick,
-//! renormalised only with `norm_topk_prob`.
+//! renormalised only with `norm_topk_prob`, and with `use_sliding_window` a window on every
+//! layer (Qwen3MoeConfig has neither `max_window_layers` nor `layer_types`: its model builds
+//! one sliding mask for all layers; `sliding_window` 4096 when absent).
 
 use std::path::Path;
 
@@ -9,11 +11,17 @@ use super::qwen3;
 use crate::error::{Error, Result};
 use crate::model::config::family::Family;
 use crate::model::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
+use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
 use crate::nn::Routing;
 
 pub(crate) const FAMILY: Family = Family {
     name: "qwen3_moe",
     default_head_dim: None,
+    window: WindowRule {
+        used: WindowUse::WhenEnabled,
+        default_size: Some(4096),
+        layers: WindowLayers::All,
+    },
     experts,
     ..qwen3::FAMILY
 };
