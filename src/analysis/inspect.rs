@@ -197,22 +197,35 @@ fn logit_transforms(c: &ModelConfig) -> String {
         Some(s) => format!("q.k / sqrt({s}) (query_pre_attn_scalar)"),
         None => format!("q.k / sqrt({}) (head_dim)", c.head_dim),
     };
-    let attn = match c.attn_logit_softcap() {
-        Some(cap) => format!(
+    let attn = match (
+        c.attn_logit_softcap(),
+        gemma.and_then(|g| g.attn_logit_softcap),
+    ) {
+        (Some(cap), _) => format!(
             ", soft-capped at {cap}: {cap} tanh(s / {cap}) (max_logit is before the cap, \
              max_logit_capped after)"
         ),
-        None => String::new(),
+        (None, Some(cap)) => format!(", {}", identity_cap("attn_logit_softcapping", cap)),
+        (None, None) => String::new(),
     };
     let embed = match gemma.map(|g| g.embedding_scale) {
         Some(s) => format!("; embeddings times {s:.6}"),
         None => String::new(),
     };
-    let last = match gemma.and_then(|g| g.final_logit_softcap) {
-        Some(cap) => format!("; next-token logits soft-capped at {cap}"),
-        None => String::new(),
+    let last = match (
+        c.final_logit_softcap(),
+        gemma.and_then(|g| g.final_logit_softcap),
+    ) {
+        (Some(cap), _) => format!("; next-token logits soft-capped at {cap}"),
+        (None, Some(cap)) => format!("; {}", identity_cap("final_logit_softcapping", cap)),
+        (None, None) => String::new(),
     };
     format!("{scale}{attn}{embed}{last}")
+}
+
+/// A soft-cap beyond f32, not applied: what it is.
+fn identity_cap(key: &str, cap: f64) -> String {
+    format!("{key} {cap:e} is beyond f32: the identity on every logit below 1.4e35 (not applied)")
 }
 
 /// Which keys a query sees: all earlier ones, or a sliding window on some layers.

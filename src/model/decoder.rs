@@ -519,7 +519,7 @@ impl Model {
                 let _p = phase("logits (lm_head)");
                 let logits = head(&hidden.narrow(1, start, n)?.contiguous()?)?;
                 // Gemma 2: cap * tanh(logits / cap)
-                match c.gemma.and_then(|g| g.final_logit_softcap) {
+                match c.final_logit_softcap() {
                     Some(cap) => ((logits / cap)?.tanh()? * cap)?,
                     None => logits,
                 }

@@ -207,6 +207,29 @@ pub struct ModelConfig {
     pub multimodal: bool,
 }
 
+/// The largest soft-cap the forward pass applies: a cap beyond the f32 range (config.json
+/// may say 1e308) is the identity on every logit |s| < 1.4e35 in f32 (it changes s by a
+/// relative (s / cap)^2 / 3 < 2^-24), as transformers computes it in float64; applied in
+/// f32 it would be inf and make every logit NaN, so it is not applied (`inspect` says so).
+pub const MAX_APPLIED_SOFTCAP: f64 = f32::MAX as f64;
+
+/// `cap` when the forward pass applies it ([`MAX_APPLIED_SOFTCAP`]).
+fn applied(cap: Option<f64>) -> Option<f64> {
+    cap.filter(|&c| c <= MAX_APPLIED_SOFTCAP)
+}
+
+impl GemmaSettings {
+    /// The attention soft-cap the forward pass applies (none beyond f32: the identity).
+    pub fn applied_attn_softcap(&self) -> Option<f64> {
+        applied(self.attn_logit_softcap)
+    }
+
+    /// The next-token soft-cap the forward pass applies (none beyond f32: the identity).
+    pub fn applied_final_softcap(&self) -> Option<f64> {
+        applied(self.final_logit_softcap)
+    }
+}
+
 impl ModelConfig {
     /// The factor of q.k: query_pre_attn_scalar^-1/2 (Gemma) or head_dim^-1/2.
     pub fn query_scale(&self) -> f64 {
@@ -216,9 +239,14 @@ impl ModelConfig {
             .sqrt()
     }
 
-    /// The attention logits' soft-cap (Gemma 2).
+    /// The attention logits' soft-cap as applied (Gemma 2; none beyond f32, the identity).
     pub fn attn_logit_softcap(&self) -> Option<f64> {
-        self.gemma.and_then(|g| g.attn_logit_softcap)
+        self.gemma.and_then(|g| g.applied_attn_softcap())
+    }
+
+    /// The next-token logits' soft-cap as applied (Gemma 2; none beyond f32, the identity).
+    pub fn final_logit_softcap(&self) -> Option<f64> {
+        self.gemma.and_then(|g| g.applied_final_softcap())
     }
 
     /// Reads and resolves `dir/config.json`.

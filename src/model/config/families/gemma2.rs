@@ -71,12 +71,21 @@ pub(crate) fn gemma_scalars(
     hidden_size: usize,
     defaults: SoftCaps,
 ) -> Result<Option<GemmaSettings>> {
-    Ok(Some(GemmaSettings {
-        query_pre_attn_scalar: positive(
-            raw.query_pre_attn_scalar.unwrap_or(256.0),
-            "query_pre_attn_scalar",
+    let scalar = positive(
+        raw.query_pre_attn_scalar.unwrap_or(256.0),
+        "query_pre_attn_scalar",
+        path,
+    )?;
+    // q.k is scaled by scalar^-1/2 in f32: a scalar so small that it overflows would make
+    // every logit inf (transformers, in float64, gives a one-hot softmax instead)
+    if 1.0 / scalar.sqrt() > f32::MAX as f64 {
+        return Err(Error::input(
             path,
-        )?,
+            format!("query_pre_attn_scalar {scalar:e} gives a q.k scale past the f32 range"),
+        ));
+    }
+    Ok(Some(GemmaSettings {
+        query_pre_attn_scalar: scalar,
         attn_logit_softcap: softcap(
             "attn_logit_softcapping",
             raw.attn_logit_softcapping.as_ref(),
@@ -110,5 +119,34 @@ fn softcap(
                 format!("{key} must be a number or null, got {v}"),
             )),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::model::config::ModelConfig;
+
+    const GEMMA: &str = r#""model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 16, "vocab_size": 100"#;
+
+    fn config(extra: &str) -> crate::error::Result<ModelConfig> {
+        ModelConfig::from_json(&format!("{{{GEMMA}, {extra}}}"), Path::new("config.json"))
+    }
+
+    #[test]
+    fn softcaps_beyond_f32_are_the_identity_and_tiny_scalars_are_refused() {
+        let c =
+            config(r#""attn_logit_softcapping": 1e308, "final_logit_softcapping": 3e38"#).unwrap();
+        // kept as written (run.json), applied only within f32
+        assert_eq!(c.gemma.unwrap().attn_logit_softcap, Some(1e308));
+        assert_eq!(c.attn_logit_softcap(), None);
+        assert_eq!(c.final_logit_softcap(), Some(3e38));
+        let err = config(r#""query_pre_attn_scalar": 1e-300"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("past the f32 range"), "{err}");
     }
 }

@@ -1,6 +1,7 @@
 //! Gemma 3 (text): Gemma 2's layout with per-head QK-norm scaled by (1 + w), no soft-caps
-//! by default, five sliding layers to a global one, and separate RoPE parameters for the
-//! sliding and the global layers.
+//! by default (and no attention soft-cap at all, as transformers computes it), five sliding
+//! layers to a global one, and separate RoPE parameters for the sliding and the global
+//! layers.
 
 use std::path::Path;
 
@@ -26,13 +27,19 @@ pub(crate) const FAMILY: Family = Family {
     ..gemma2::FAMILY
 };
 
-/// Gemma3TextConfig caps nothing by default.
+/// Gemma3TextConfig caps nothing by default, and its attention reads no soft-cap:
+/// transformers 5.24's Gemma3Attention keeps `attn_logit_softcapping` but passes no
+/// `softcap` to the attention function, so only `final_logit_softcapping` is applied.
 fn scalars(raw: &RawConfig, path: &Path, hidden_size: usize) -> Result<Option<GemmaSettings>> {
     let defaults = gemma2::SoftCaps {
         attn: None,
         final_logits: None,
     };
-    gemma2::gemma_scalars(raw, path, hidden_size, defaults)
+    let settings = gemma2::gemma_scalars(raw, path, hidden_size, defaults)?;
+    Ok(settings.map(|s| GemmaSettings {
+        attn_logit_softcap: None,
+        ..s
+    }))
 }
 
 /// Gemma 3's RoPE: `rope_parameters` keyed by layer type (`full_attention`,
