@@ -7,6 +7,7 @@ mod common;
 mod block_map;
 mod checkpoint_errors;
 mod cli_metrics;
+mod config_fixtures;
 mod conformance;
 mod corpus;
 mod demo;
