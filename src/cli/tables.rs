@@ -81,6 +81,9 @@ fn run_set(args: &TablesArgs) -> Result<(RunSet, ValueOptions)> {
             "tables needs runs: --manifest FILE, or --checkpoint / --log / --results / --lm-eval SIZE/METHOD=PATH",
         ));
     }
+    if args.table3.iter().any(|m| m.trim().is_empty()) {
+        return Err(Error::usage("--table3: a method name is empty"));
+    }
     if !args.table3.is_empty() {
         set.table3 = args
             .table3

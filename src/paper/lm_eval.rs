@@ -1,13 +1,15 @@
 //! lm-eval-harness v0.4 result files (`results_<date>.json` of `lm_eval --output_path`):
 //! the `results` block, per task the metrics of the `none` filter (`"acc,none"`,
 //! `"acc_stderr,none"`, `"acc_norm,none"`, ...). A stderr lm-eval could not compute is the
-//! string `"N/A"`: no stderr.
+//! string `"N/A"`: no stderr. Values are finite and standard errors finite and >= 0
+//! (`super::checks`); whether a value is an accuracy is for the table that reports it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use super::checks;
 use crate::error::{Error, Result};
 
 /// A metric's value and standard error as lm-eval reported them (fractions, not percent).
@@ -91,9 +93,9 @@ pub fn read(path: &Path) -> Result<LmEvalResults> {
                     format!("results.{task}.\"{key}\" is not a number: {value}"),
                 ));
             };
-            let stderr = entry
-                .get(&format!("{metric}_stderr,{filter}"))
-                .and_then(Value::as_f64);
+            let field = format!("results.{task}.\"{key}\"");
+            let v = checks::finite(v, &field, path)?;
+            let stderr = stderr_of(entry, &format!("{metric}_stderr,{filter}"), task, path)?;
             metrics.insert(metric.to_string(), Reported { value: v, stderr });
         }
         tasks.insert(
@@ -110,6 +112,28 @@ pub fn read(path: &Path) -> Result<LmEvalResults> {
         .map(str::to_string)
         .collect();
     Ok(LmEvalResults { tasks, versions })
+}
+
+/// `results.TASK."KEY"` as a standard error: none when absent, null or `"N/A"` (lm-eval
+/// could not compute it), else finite and >= 0.
+fn stderr_of(
+    entry: &serde_json::Map<String, Value>,
+    key: &str,
+    task: &str,
+    path: &Path,
+) -> Result<Option<f64>> {
+    let field = format!("results.{task}.\"{key}\"");
+    match entry.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s == "N/A" => Ok(None),
+        Some(v) => match v.as_f64() {
+            Some(x) => checks::stderr(x, &field, path).map(Some),
+            None => Err(Error::input(
+                path,
+                format!("{field} is not a number or \"N/A\": {v}"),
+            )),
+        },
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! the zero-shot accuracies of lm-eval-harness, laid out as the paper lays them out, in
 //! Markdown, LaTeX and a tidy table. A missing input leaves an empty cell and a note.
 
+pub mod checks;
 pub mod layout;
 pub mod lm_eval;
 pub mod method;

@@ -197,15 +197,15 @@ pub fn markdown(table: &PaperTable) -> String {
     let mut last_size = None;
     for (i, row) in table.rows.iter().enumerate() {
         let size = match last_size == Some(&row.size) {
-            true => "",
-            false => row.size.as_str(),
+            true => String::new(),
+            false => markdown_cell(&row.size),
         };
         last_size = Some(&row.size);
         let shown_cells = row_texts(row, &marks[i], |t| format!("**{t}**"));
         let _ = writeln!(
             out,
             "| {size} | {} | {} |",
-            row.method.display(),
+            markdown_cell(row.method.display()),
             shown_cells.join(" | ")
         );
     }
@@ -214,6 +214,24 @@ pub fn markdown(table: &PaperTable) -> String {
         out.push('\n');
         for (i, note) in notes.iter().enumerate() {
             let _ = writeln!(out, "{}. {note}", i + 1);
+        }
+    }
+    out
+}
+
+/// A name as a Markdown table cell: the characters that would end the cell (`|`) or format
+/// it (`\`, `*`, `` ` ``, `<`, `>`, `[`, `]`) backslash-escaped, control characters (a line
+/// break would end the row) as spaces.
+pub fn markdown_cell(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for ch in text.chars() {
+        match ch {
+            '\\' | '|' | '*' | '`' | '<' | '>' | '[' | ']' => {
+                out.push('\\');
+                out.push(ch);
+            }
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
         }
     }
     out
@@ -230,6 +248,9 @@ fn tex(text: &str) -> String {
                 out.push(ch);
             }
             '~' => out.push_str(r"\textasciitilde{}"),
+            '|' => out.push_str(r"\textbar{}"),
+            '<' => out.push_str(r"\textless{}"),
+            '>' => out.push_str(r"\textgreater{}"),
             '^' => out.push_str(r"\textasciicircum{}"),
             'Δ' => out.push_str(r"$\Delta$"),
             _ => out.push(ch),

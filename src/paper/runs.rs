@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device};
 use serde::Deserialize;
 
+use super::checks;
 use super::method::Method;
 use crate::analysis::hub_cache::{self, HubModel};
 use crate::error::{Error, Result};
@@ -147,21 +148,21 @@ impl RunSet {
                 PathBuf::from(p)
             }
         };
+        let table3 = manifest.table3.unwrap_or_default();
+        for m in &table3 {
+            checks::name(m, "a method of table3", path)?;
+        }
         let mut set = RunSet {
             loss_window: manifest.loss_window,
             loss_metric: manifest.loss_metric,
-            table3: manifest
-                .table3
-                .unwrap_or_default()
-                .iter()
-                .map(|m| Method::parse(m))
-                .collect(),
+            table3: table3.iter().map(|m| Method::parse(m)).collect(),
             accuracy: manifest.accuracy.unwrap_or_default(),
             runs: Vec::new(),
         };
-        for r in manifest.run {
-            if r.size.trim().is_empty() {
-                return Err(Error::input(path, "a run with an empty size"));
+        for (n, r) in manifest.run.into_iter().enumerate() {
+            checks::name(&r.size, &format!("run {}: size", n + 1), path)?;
+            if let Some(m) = &r.method {
+                checks::name(m, &format!("run {} (size {}): method", n + 1, r.size), path)?;
             }
             let checkpoint = r.checkpoint.as_deref().map(resolve);
             let (method, method_source) = match (&r.method, &checkpoint) {
@@ -215,9 +216,14 @@ impl RunSet {
                 "{flag} {arg}: the run is SIZE/METHOD (e.g. 1B/affine_scaled)"
             ))
         })?;
-        if size.is_empty() || method.is_empty() || path.is_empty() {
+        if size.trim().is_empty() || method.trim().is_empty() || path.is_empty() {
             return Err(Error::usage(format!(
                 "{flag} {arg}: size, method and path must all be given"
+            )));
+        }
+        if key.chars().any(char::is_control) {
+            return Err(Error::usage(format!(
+                "{flag} {arg:?}: the size or method has a control character"
             )));
         }
         let given = method.to_string();
@@ -267,11 +273,13 @@ impl RunSet {
     }
 
     fn add(&mut self, run: PaperRun, manifest: &Path) -> Result<()> {
-        if self.find(&run.size, &run.method).is_some() {
+        if let Some(i) = self.find(&run.size, &run.method) {
             return Err(Error::input(
                 manifest,
                 format!(
-                    "two runs of size {} and method {}",
+                    "runs {} and {} are both of size {} and method {}",
+                    i + 1,
+                    self.runs.len() + 1,
                     run.size,
                     run.method.key()
                 ),

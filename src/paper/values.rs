@@ -4,10 +4,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::checks;
 use super::lm_eval::{self, LmEvalResults};
 use super::runs::{open_checkpoint, PaperRun, RunSet};
 use crate::error::{Error, Result};
 use crate::export::{read_table, Column, Table};
+use crate::stats::series::Sample;
 use crate::stats::{load_runs, LogRequest, RunSpec, StepWindow};
 
 /// A zero-shot task of the paper's tables.
@@ -166,25 +168,25 @@ pub fn run_values(
     };
     let accuracy = match run.lm_eval.is_empty() {
         true => vec![Cell::Missing("no lm-eval-harness result (--lm-eval)".into()); TASKS.len()],
-        false => accuracies(&lm_eval::read_all(&run.lm_eval)?, &run.lm_eval, o),
+        false => accuracies(&lm_eval::read_all(&run.lm_eval)?, &run.lm_eval, o)?,
     };
     let values: Vec<f64> = accuracy.iter().filter_map(Cell::value).collect();
-    let average = if values.len() == TASKS.len() {
-        Cell::Value {
-            value: values.iter().sum::<f64>() / values.len() as f64,
+    let average = match (values.len() == TASKS.len(), checks::mean(&values)) {
+        (true, Some(mean)) => Cell::Value {
+            value: mean,
             stderr: None,
             source: "mean of the six accuracies".into(),
             note: None,
-        }
-    } else if let (true, Some(Cell::Missing(reason))) = (values.is_empty(), accuracy.first()) {
-        // no accuracy at all: the average is empty for the same reason
-        Cell::Missing(reason.clone())
-    } else {
-        Cell::Missing(format!(
-            "the average needs all six tasks ({} of {} reported)",
-            values.len(),
-            TASKS.len()
-        ))
+        },
+        _ => match (values.is_empty(), accuracy.first()) {
+            // no accuracy at all: the average is empty for the same reason
+            (true, Some(Cell::Missing(reason))) => Cell::Missing(reason.clone()),
+            _ => Cell::Missing(format!(
+                "the average needs all six tasks ({} of {} reported)",
+                values.len(),
+                TASKS.len()
+            )),
+        },
     };
     Ok(RunValues {
         delta_params_m,
@@ -257,7 +259,9 @@ fn final_loss(log: &Path, run: &PaperRun, o: &ValueOptions) -> Result<Cell> {
         inclusive: true,
     };
     let sample = series.sample(&window)?;
-    let mean = sample.values.iter().sum::<f64>() / sample.values.len() as f64;
+    let field = format!("the mean of `{}` over {window}", series.series.source);
+    let mean = checks::mean(&sample.values).unwrap_or(f64::NAN);
+    let mean = checks::finite(mean, &field, log)?;
     Ok(Cell::Value {
         value: mean,
         stderr: None,
@@ -268,7 +272,32 @@ fn final_loss(log: &Path, run: &PaperRun, o: &ValueOptions) -> Result<Cell> {
             sample.values.len(),
             log.display()
         ),
-        note: None,
+        note: skipped_note(&sample, &series.series.source, log),
+    })
+}
+
+/// The footnote of the values a loss window left out (missing, NaN, inf; earlier values of
+/// a step logged twice), if any.
+fn skipped_note(sample: &Sample, metric: &str, log: &Path) -> Option<String> {
+    let q = &sample.quality;
+    let parts: Vec<String> = [
+        (q.n_missing, "missing"),
+        (q.n_nan, "NaN"),
+        (q.n_inf, "inf"),
+        (q.n_duplicate, "replaced by a later row of the same step"),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
+    (!parts.is_empty()).then(|| {
+        format!(
+            "Loss: {} values of `{metric}` in the window of {} skipped ({}); the mean is over the other {}",
+            q.n_missing + q.n_nan + q.n_inf + q.n_duplicate,
+            log.display(),
+            parts.join(", "),
+            sample.values.len()
+        )
     })
 }
 
@@ -306,6 +335,56 @@ fn perplexity(dir: &Path, run: &PaperRun) -> Result<Cell> {
         Some(Column::Str(v)) => v[i].as_deref().is_none_or(str::is_empty),
         _ => true,
     };
+    let label = model_label(&models, run, &path)?;
+    let found: Vec<usize> = (0..table.height())
+        .filter(|&i| {
+            models[i].as_deref() == Some(label.as_str())
+                && metrics[i].as_deref() == Some("ppl")
+                && stats[i].as_deref() == Some("mean")
+                && layer_empty(i)
+        })
+        .collect();
+    // data rows numbered from 1 after the header (a CSV's data row n is its line n + 1)
+    if let [first, second, ..] = found[..] {
+        return Err(Error::input(
+            &path,
+            format!(
+                "two ppl rows of model {label} (data rows {} and {}): which is the run's is ambiguous",
+                first + 1,
+                second + 1
+            ),
+        ));
+    }
+    let field = |i: usize| {
+        format!(
+            "data row {} (model {label}, metric ppl) column value",
+            i + 1
+        )
+    };
+    let ppl = match found.first() {
+        Some(&i) => match values[i] {
+            Some(v) => Some(checks::perplexity(v, &field(i), &path)?),
+            None => None,
+        },
+        None => None,
+    };
+    Ok(match ppl {
+        Some(ppl) => Cell::Value {
+            value: ppl,
+            stderr: None,
+            source: format!("ppl of model {label} in {}", path.display()),
+            note: None,
+        },
+        None => Cell::Missing(format!(
+            "no ppl of model {label} in {} (analyzed without the nll metric?)",
+            path.display()
+        )),
+    })
+}
+
+/// The label a run goes by in an attention table with `models`: named (`model`), or
+/// SIZE/METHOD, METHOD (as written or by its key), or the only model.
+fn model_label(models: &[Option<String>], run: &PaperRun, path: &Path) -> Result<String> {
     let mut labels: Vec<&str> = Vec::new();
     for m in models.iter().flatten() {
         if !labels.contains(&m.as_str()) {
@@ -323,49 +402,27 @@ fn perplexity(dir: &Path, run: &PaperRun) -> Result<Cell> {
         candidates.push(m.to_string());
     }
     let wanted = format!("{}/{}", run.size, run.method.key());
-    let label = match &run.model {
-        Some(m) if labels.contains(&m.as_str()) => m.clone(),
-        Some(m) => {
-            return Err(Error::input(
-                &path,
-                format!("no model `{m}` (it has {})", labels.join(", ")),
-            ))
-        }
-        None => match candidates.iter().find(|c| labels.contains(&c.as_str())) {
-            Some(c) => c.clone(),
-            None if labels.len() == 1 => labels[0].to_string(),
-            None => {
-                return Err(Error::input(
-                    &path,
-                    format!(
-                        "which model is {wanted}? it has {} (name it: `model` in the manifest)",
-                        labels.join(", ")
-                    ),
-                ))
-            }
-        },
-    };
-    let found = (0..table.height()).find(|&i| {
-        models[i].as_deref() == Some(label.as_str())
-            && metrics[i].as_deref() == Some("ppl")
-            && stats[i].as_deref() == Some("mean")
-            && layer_empty(i)
-    });
-    Ok(match found.and_then(|i| values[i]) {
-        Some(ppl) => Cell::Value {
-            value: ppl,
-            stderr: None,
-            source: format!("ppl of model {label} in {}", path.display()),
-            note: None,
-        },
-        None => Cell::Missing(format!(
-            "no ppl of model {label} in {} (analyzed without the nll metric?)",
-            path.display()
+    match &run.model {
+        Some(m) if labels.contains(&m.as_str()) => Ok(m.clone()),
+        Some(m) => Err(Error::input(
+            path,
+            format!("no model `{m}` (it has {})", labels.join(", ")),
         )),
-    })
+        None => match candidates.iter().find(|c| labels.contains(&c.as_str())) {
+            Some(c) => Ok(c.clone()),
+            None if labels.len() == 1 => Ok(labels[0].to_string()),
+            None => Err(Error::input(
+                path,
+                format!(
+                    "which model is {wanted}? it has {} (name it: `model` in the manifest)",
+                    labels.join(", ")
+                ),
+            )),
+        },
+    }
 }
 
-fn accuracies(results: &LmEvalResults, files: &[PathBuf], o: &ValueOptions) -> Vec<Cell> {
+fn accuracies(results: &LmEvalResults, files: &[PathBuf], o: &ValueOptions) -> Result<Vec<Cell>> {
     let named = files
         .iter()
         .map(|f| f.display().to_string())
@@ -379,16 +436,24 @@ fn accuracies(results: &LmEvalResults, files: &[PathBuf], o: &ValueOptions) -> V
                 .get(task.key)
                 .map_or(task.default_metric, String::as_str);
             let Some(result) = results.tasks.get(task.key) else {
-                return Cell::Missing(format!("no {} in {named}", task.key));
+                return Ok(Cell::Missing(format!("no {} in {named}", task.key)));
             };
             match result.metrics.get(metric) {
-                Some(r) => Cell::Value {
-                    value: 100.0 * r.value,
-                    stderr: r.stderr.map(|s| 100.0 * s),
-                    source: format!("{} `{metric},none` in {}", task.key, result.file.display()),
-                    note: None,
-                },
-                None => Cell::Missing(format!(
+                Some(r) => {
+                    let field = format!("results.{}.\"{metric},none\"", task.key);
+                    let value = checks::accuracy(r.value, &field, &result.file)?;
+                    Ok(Cell::Value {
+                        value: 100.0 * value,
+                        stderr: r.stderr.map(|s| 100.0 * s),
+                        source: format!(
+                            "{} `{metric},none` in {}",
+                            task.key,
+                            result.file.display()
+                        ),
+                        note: None,
+                    })
+                }
+                None => Ok(Cell::Missing(format!(
                     "{} has no {metric} in {} (it has {})",
                     task.key,
                     result.file.display(),
@@ -398,7 +463,7 @@ fn accuracies(results: &LmEvalResults, files: &[PathBuf], o: &ValueOptions) -> V
                         .cloned()
                         .collect::<Vec<_>>()
                         .join(", ")
-                )),
+                ))),
             }
         })
         .collect()
