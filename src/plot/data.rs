@@ -359,6 +359,37 @@ fn check_contract(table: &Table, schema: &TableSchema, path: &Path) -> Result<()
             }
         }
     }
+    check_nonnegative(table, path, at)
+}
+
+/// Number columns that can hold no negative value (a standard deviation, a variance, a MAD),
+/// by table; a negative one is refused naming its line and column (NaN and empty cells are
+/// gaps, not values).
+const NONNEGATIVE: [(&str, &str); 3] = [
+    ("grad_stats", "std"),
+    ("grad_stats", "var"),
+    ("spikes", "mad"),
+];
+
+fn check_nonnegative(table: &Table, path: &Path, at: impl Fn(usize) -> String) -> Result<()> {
+    for (_, name) in NONNEGATIVE.iter().filter(|(t, _)| *t == table.name) {
+        let Some(values) = num(table, name) else {
+            continue;
+        };
+        if let Some((row, x)) = values
+            .iter()
+            .enumerate()
+            .find_map(|(row, x)| x.filter(|x| *x < 0.0).map(|x| (row, x)))
+        {
+            return Err(Error::input(
+                path,
+                format!(
+                    "{}, column `{name}`: {x} is negative (it is >= 0 by definition)",
+                    at(row)
+                ),
+            ));
+        }
+    }
     Ok(())
 }
 

@@ -7,6 +7,11 @@ use super::data::{Cols, Results};
 use super::FigureError;
 use crate::stats::num;
 
+/// A run or metric name as a Markdown table cell (escaped as the paper's tables escape it).
+fn name_cell(v: Option<&str>) -> String {
+    crate::paper::render::markdown_cell(v.unwrap_or("-"))
+}
+
 fn cell(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), num)
 }
@@ -54,8 +59,8 @@ fn table4(res: &Results) -> std::result::Result<String, FigureError> {
     for i in 0..t.height() {
         s.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            run[i].as_deref().unwrap_or("-"),
-            metric[i].as_deref().unwrap_or("-"),
+            name_cell(run[i].as_deref()),
+            name_cell(metric[i].as_deref()),
             window(i),
             cell(mean[i]),
             cell(std[i]),
@@ -144,7 +149,12 @@ fn table5(res: &Results) -> std::result::Result<String, FigureError> {
     s.push('\n');
     for key in &order {
         let (counts, med, mad) = &rows[key];
-        s.push_str(&format!("| {} | {} | {} |", key.0, key.1, key.2));
+        s.push_str(&format!(
+            "| {} | {} | {} |",
+            name_cell(Some(&key.0)),
+            name_cell(Some(&key.1)),
+            key.2
+        ));
         for k in &ks {
             let n = counts
                 .get(&k.to_bits())
