@@ -28,6 +28,7 @@ mod report;
 mod schema;
 mod shards;
 mod streaming;
+mod table_values;
 mod tables;
 mod train;
 mod watch;
