@@ -1,13 +1,15 @@
 //! Issue 24: a fuzzing harness. Valid inputs (a checkpoint's config.json, its safetensors
 //! header and index.json, a GGUF file's header, a corpus, a training log, an exported table,
-//! a Hugging Face cache's layout: issue 40) are mutated by a fixed-seed generator, and the real binary runs on each case. Every case
+//! and since issue 40 a Hugging Face cache's layout, a `tables` manifest and an
+//! lm-eval-harness result file) are mutated by a fixed-seed generator, and the real binary
+//! runs on each case. Every case
 //! must end with exit 0 or 2 (never a signal, an abort or a panic), one line on stderr when
 //! 2, no staging folder left, within a time limit and a memory cap. Issue 40 adds `merge` of
 //! tampered partials (run.json values, the state file's bytes, files swapped between shards)
 //! and `analyze` under hostile shard environments (Slurm and Kubernetes variables, flags).
 //!
 //! `cargo test --release fuzz` runs the committed corpus (`tests/fixtures/fuzz/`, cases that
-//! once failed) and `ASA_FUZZ_CASES` generated cases (default 520) from `ASA_FUZZ_SEED`
+//! once failed) and `ASA_FUZZ_CASES` generated cases (default 720) from `ASA_FUZZ_SEED`
 //! (default 24); `tools/fuzz.sh` runs longer with fresh seeds and saves any failing case to
 //! the corpus.
 
@@ -36,9 +38,13 @@ enum Target {
     Partial,
     ShardEnv,
     HubCache,
+    /// A `tables` manifest (JSON) naming a checkpoint, a log, results and lm-eval files.
+    Manifest,
+    /// An lm-eval-harness result file read by `tables`.
+    LmEval,
 }
 
-const TARGETS: [Target; 10] = [
+const TARGETS: [Target; 12] = [
     Target::Config,
     Target::SafetensorsHeader,
     Target::Index,
@@ -49,6 +55,8 @@ const TARGETS: [Target; 10] = [
     Target::Partial,
     Target::ShardEnv,
     Target::HubCache,
+    Target::Manifest,
+    Target::LmEval,
 ];
 
 /// The environment variables that name a shard (Slurm's and Kubernetes').
@@ -283,6 +291,7 @@ fn file_case(target: Target, rng: &mut fastrand::Rng, dir: &Path) -> Vec<String>
             let revision = ["", "@main", "@step1000", "@step1000,step2000"][rng.usize(..4)];
             analyze(&format!("org/tiny{revision}"))
         }
+        Target::Manifest | Target::LmEval => paper_case(target, &mut rng, dir, &out),
     }
 }
 
@@ -495,6 +504,45 @@ fn shard_env_case(rng: &mut fastrand::Rng, dir: &Path) -> Case {
     (args, env)
 }
 
+/// A `tables` case: a valid manifest (Table 1's baseline and Affine-Scaled runs with a
+/// checkpoint, a log, `analyze` results and lm-eval files) with the manifest or one lm-eval
+/// file mutated.
+fn paper_case(target: Target, rng: &mut fastrand::Rng, dir: &Path, out: &str) -> Vec<String> {
+    let fx = fixtures();
+    let lm_eval = dir.join("asa.json");
+    std::fs::copy(fx.join("lm_eval/asa.json"), &lm_eval).unwrap();
+    let path = |p: PathBuf| p.display().to_string();
+    let manifest = serde_json::json!({
+        "loss_window": 3,
+        "table3": ["linear_clipping", "sigmoid"],
+        "run": [
+            {"size": "1B", "method": "baseline", "checkpoint": path(fx.join("models/llama_gqa")),
+             "log": path(fx.join("logs/hand.csv")), "results": path(fx.join("tables/full")),
+             "model": "base", "lm_eval": path(fx.join("lm_eval/baseline.json"))},
+            {"size": "1B", "method": "asa", "log": path(fx.join("logs/noisy.csv")),
+             "results": path(fx.join("tables/full")), "model": "asa", "lm_eval": [path(lm_eval.clone())]},
+        ],
+    });
+    let manifest_path = dir.join("paper.json");
+    std::fs::write(&manifest_path, manifest.to_string()).unwrap();
+    match target {
+        Target::Manifest => rewrite_json(&manifest_path, rng),
+        // half the time in the `results` block, the numbers the tables report
+        _ if rng.bool() => {
+            let mut json: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&lm_eval).unwrap()).unwrap();
+            for _ in 0..rng.usize(1..4) {
+                mutate_json(rng, &mut json["results"]);
+            }
+            std::fs::write(&lm_eval, json.to_string()).unwrap();
+        }
+        _ => rewrite_json(&lm_eval, rng),
+    }
+    ["tables", "--manifest", &path(manifest_path), "--out", out]
+        .map(String::from)
+        .to_vec()
+}
+
 fn corpus_path() -> PathBuf {
     fixtures().join("corpus/tiny.txt")
 }
@@ -610,7 +658,7 @@ fn env_number(name: &str, default: u64) -> u64 {
 
 #[test]
 fn mutated_inputs_end_cleanly_with_exit_0_or_2() {
-    let cases = env_number("ASA_FUZZ_CASES", 520);
+    let cases = env_number("ASA_FUZZ_CASES", 720);
     let seed = env_number("ASA_FUZZ_SEED", 24);
     let mut all: Vec<(Target, u64)> = corpus();
     let committed = all.len();
