@@ -246,7 +246,7 @@ impl GgufFile {
         let row_bytes = (cols / t.dtype.block_size() * t.dtype.type_size()) as u64;
         let start = self.content.tensor_data_offset + info.offset + rows.start as u64 * row_bytes;
         let mut raw = vec![0u8; rows.len() * row_bytes as usize];
-        let file = File::open(&self.path).map_err(|e| Error::io(&self.path, e))?;
+        let file = crate::input::open(&self.path)?;
         std::os::unix::fs::FileExt::read_exact_at(&file, &mut raw, start)
             .map_err(|e| Error::io(&self.path, e))?;
         let dims = vec![rows.len(), cols];

@@ -287,11 +287,11 @@ fn file_case(target: Target, rng: &mut fastrand::Rng, dir: &Path) -> Vec<String>
                 .to_vec()
         }
         Target::HubCache => {
-            hub_layout(&mut rng, dir);
+            hub_layout(rng, dir);
             let revision = ["", "@main", "@step1000", "@step1000,step2000"][rng.usize(..4)];
             analyze(&format!("org/tiny{revision}"))
         }
-        Target::Manifest | Target::LmEval => paper_case(target, &mut rng, dir, &out),
+        Target::Manifest | Target::LmEval => paper_case(target, rng, dir, &out),
     }
 }
 
