@@ -15,6 +15,7 @@ mod run;
 pub mod schedule;
 pub mod series;
 pub mod shard;
+pub mod tokens;
 
 pub use cancel::CancelToken;
 pub use run::{

@@ -357,6 +357,7 @@ impl Merged {
                 metrics,
                 record,
                 partial: None,
+                tokens: Vec::new(),
             });
         }
         Ok(RunOutput {

@@ -289,6 +289,9 @@ pub struct ModelResult {
     pub record: ModelRecord,
     /// A shard's exact metric states (`--shard`), for `merge`.
     pub partial: Option<PartialModel>,
+    /// The first window's token ids and texts (`tokens` table; [`super::tokens`]): empty
+    /// unless heatmap ran on windows of at most 2048 tokens with a tokenizer at hand.
+    pub tokens: Vec<(u32, String)>,
 }
 
 /// One step of a training series: model label, step, QK^T mean and absolute mean.
@@ -320,6 +323,8 @@ impl RunOutput {
             .map(|m| (m.label.clone(), m.metrics.clone()))
             .collect();
         let mut tables = attention_tables(&models);
+        let tokens = self.models.iter().map(|m| (m.label.as_str(), m.tokens.as_slice()));
+        tables.extend(super::tokens::tokens_table(tokens));
         if !self.series.is_empty() {
             tables.push(qk_series_table(&self.series));
             tables.push(attention_series::of_series(&self.series, &models));
@@ -574,6 +579,7 @@ impl ModelContext<'_> {
             metrics: done.metrics,
             record,
             partial,
+            tokens: self.tokens(&ckpt, &windows, metrics),
         })
     }
 
@@ -724,6 +730,33 @@ impl ModelContext<'_> {
             (None, None) => None,
         };
         load_windows_with(&source, tokenizer, special, c.vocab_size, &corpus_opts)
+    }
+
+    /// The first window's tokens as text, for a short run whose heatmap a report shows next
+    /// to them ([`super::tokens`]); none for a shard (merge does not carry them), without
+    /// heatmap, past 2048 tokens, or when no tokenizer is at hand (token-id corpora).
+    fn tokens(
+        &self,
+        ckpt: &Checkpoint,
+        windows: &Windows,
+        metrics: &BTreeSet<Metric>,
+    ) -> Vec<(u32, String)> {
+        let o = self.options;
+        if !metrics.contains(&Metric::HEATMAP)
+            || o.seq_len > super::tokens::TOKENS_UP_TO
+            || o.shard.is_some()
+        {
+            return Vec::new();
+        }
+        let tokenizer = match &o.tokenizer {
+            Some(file) => tokenizers::Tokenizer::from_file(file).ok(),
+            None => ckpt.tokenizer().ok(),
+        };
+        let (Some(tokenizer), Some(ids)) = (tokenizer, windows.ids.first()) else {
+            return Vec::new();
+        };
+        let texts = super::tokens::token_texts(&tokenizer, ids);
+        ids.iter().copied().zip(texts).collect()
     }
 
     /// Sequences per pass and queries per block: `--block-size`, or what fits the budget.

@@ -3,12 +3,14 @@
 //! rename), as CSV or Parquet.
 
 mod reader;
+mod rows;
 pub mod schema;
 mod staging_watch;
 mod table;
 mod writer;
 
 pub use reader::{read_declared, read_table};
+pub use rows::{for_each_row, Cell};
 pub use schema::{ColumnKind, ColumnSpec, SchemaError, TableSchema};
 pub use staging_watch::StagingWatch;
 pub use table::{Column, Table};

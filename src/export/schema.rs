@@ -334,8 +334,20 @@ pub const PAPER_TABLES: TableSchema = TableSchema {
     ],
 };
 
+/// `tokens`: the first window's tokens as text (a short run's, for the report's tokens
+/// view; `analysis::tokens`): model, position (0-based), token_id, text.
+pub const TOKENS: TableSchema = TableSchema {
+    name: "tokens",
+    columns: &[
+        req("model", Text),
+        req("position", Int),
+        req("token_id", Int),
+        req("text", Text),
+    ],
+};
+
 /// Every declared table.
-pub const SCHEMAS: [&TableSchema; 17] = [
+pub const SCHEMAS: [&TableSchema; 18] = [
     &ATTENTION,
     &WEIGHT_SUM_HIST,
     &HEATMAP,
@@ -353,6 +365,7 @@ pub const SCHEMAS: [&TableSchema; 17] = [
     &SPIKE_STEPS,
     &CURVES,
     &PAPER_TABLES,
+    &TOKENS,
 ];
 
 /// The schema of the table with file stem `name`, if it is a declared one.

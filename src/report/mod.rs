@@ -4,7 +4,9 @@
 //! the file; it makes no request when opened. Every label and text from the tables reaches
 //! the page as data and is set as text, never as markup.
 
+pub mod block_maps;
 pub mod payload;
+pub mod quantise;
 
 use std::path::{Path, PathBuf};
 
@@ -21,24 +23,20 @@ const ECHARTS: &str = include_str!("vendor/echarts-6.1.0.min.js");
 const ECHARTS_NOTICE: &str = include_str!("vendor/NOTICE-echarts");
 
 /// Tables the report shows beyond those `figures` reads: per-key and per-head results, and
-/// Tables 1-3.
-const MORE_TABLES: [&str; 4] = ["key_received", "head_roles", "block_map", "paper_tables"];
+/// Tables 1-3 (block maps come apart, compact: [`block_maps`]).
+const MORE_TABLES: [&str; 3] = ["key_received", "head_roles", "paper_tables"];
 
-/// Block-map rows a report embeds at most: beyond them (a long run at `--map-size 256` has
-/// millions) the page would outgrow a browser tab, and the map stays in block_map.parquet.
-pub const BLOCK_MAP_ROWS_SHOWN: usize = 400_000;
-
-/// What a report shows: the folders' tables, their run records, and notes on what it left
-/// out.
+/// What a report shows: the folders' tables, their block maps, their run records, and notes
+/// on what it left out.
 pub struct Contents {
     pub results: Results,
+    pub block_maps: block_maps::BlockMaps,
     pub folders: Vec<Folder>,
     pub notes: Vec<String>,
 }
 
 /// The folders' tables and run records, read for a report.
 pub fn load(dirs: &[PathBuf]) -> Result<Contents> {
-    let mut notes = Vec::new();
     let results = Results::load(dirs)?;
     let mut more: Vec<crate::export::Table> = Vec::new();
     for name in MORE_TABLES {
@@ -60,15 +58,15 @@ pub fn load(dirs: &[PathBuf]) -> Result<Contents> {
                 Some(t) => t.append(table),
             }
         }
-        match joined {
-            Some(t) if name == "block_map" && t.height() > BLOCK_MAP_ROWS_SHOWN => notes.push(format!(
-                "block_map has {} rows, more than the {BLOCK_MAP_ROWS_SHOWN} a report embeds: the maps are left out (read block_map.parquet, or analyse with a smaller --map-size)",
-                t.height()
-            )),
-            t => more.extend(t),
-        }
+        more.extend(joined);
     }
     let results = results.with_tables(more);
+    let map_files: Vec<PathBuf> = dirs
+        .iter()
+        .map(|d| d.join("block_map.parquet"))
+        .filter(|p| p.is_file())
+        .collect();
+    let block_maps = block_maps::encode(&map_files)?;
     let folders = dirs
         .iter()
         .map(|dir| {
@@ -86,7 +84,7 @@ pub fn load(dirs: &[PathBuf]) -> Result<Contents> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    if results.names().is_empty() {
+    if results.names().is_empty() && map_files.is_empty() {
         return Err(Error::input(
             &dirs[0],
             "no tables to report (expected the --out folder of analyze, watch, merge, curves ...)",
@@ -94,8 +92,9 @@ pub fn load(dirs: &[PathBuf]) -> Result<Contents> {
     }
     Ok(Contents {
         results,
+        notes: block_maps.notes.clone(),
+        block_maps,
         folders,
-        notes,
     })
 }
 
@@ -103,16 +102,19 @@ pub fn load(dirs: &[PathBuf]) -> Result<Contents> {
 pub fn html(contents: &Contents) -> Result<String> {
     let mut data = payload::data(&contents.results, &contents.folders)?;
     data["notes"] = serde_json::json!(contents.notes);
+    data["block_maps"] = contents.block_maps.index.clone();
     let data = payload::packed(&data)?;
     let notice = ECHARTS_NOTICE.replace("*/", "* /");
+    // the data first: base64 holds none of the code's placeholders
     Ok(TEMPLATE
+        .replace("@data@", &data)
+        .replace("@maps@", &contents.block_maps.blob)
         .replace("/*@style@*/", STYLE)
         .replace(
             "/*@echarts@*/",
             &format!("/*\n{notice}\nLicensed under the Apache License, Version 2.0 */\n{ECHARTS}"),
         )
-        .replace("/*@page@*/", SCRIPT)
-        .replace("@data@", &data))
+        .replace("/*@page@*/", SCRIPT))
 }
 
 /// Writes the report of `dirs` to `out` whole (through a temporary file beside it: a failed

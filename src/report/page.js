@@ -1,11 +1,11 @@
 // The report page: reads the embedded tables (gzip JSON in base64, inflated by the browser),
 // draws a layers x heads grid per model coloured by a chosen metric, and, for a clicked head,
-// its profiles (and block map when the run has one) for every model side by side; then the
+// its profiles (and block map when the run has one, decoded then) for every model side by side; then the
 // training series, Tables 4-5 and the run records. Every text from the data is set as text
 // (textContent, or escaped in tooltips): nothing from the tables is read as markup.
 "use strict";
 
-const report = { tables: {}, folders: [], charts: [], selected: null };
+const report = { tables: {}, folders: [], blockMaps: {}, charts: [], selected: null };
 
 /** `s` with the characters HTML gives meaning to escaped (tooltips are HTML). */
 function esc(s) {
@@ -41,11 +41,14 @@ function el(tag, text, cls) {
   return e;
 }
 
-async function load() {
-  const b64 = document.getElementById("report-data").textContent.trim();
+/** The gzip-compressed bytes written in base64 `b64`, inflated (a `Response`). */
+function inflate(b64) {
   const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
-  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
-  return new Response(stream).json();
+  return new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip")));
+}
+
+async function load() {
+  return inflate(document.getElementById("report-data").textContent.trim()).json();
 }
 
 // ---- the overview: per model, layers x heads coloured by a metric --------------------
@@ -147,15 +150,18 @@ function drawGrids(values, metric, logScale) {
             inRange: { color: ["#f7fbff", "#6baed6", "#08306b"] } },
       series: [{ type: "heatmap", data, emphasis: { itemStyle: { borderColor: "#d62728", borderWidth: 2 } } }],
     });
-    chart.on("click", (p) => selectHead(p.data.value[1] + 1, p.data.value[0] + 1));
+    chart.on("click", (p) => selectHead(p.data.value[1] + 1, p.data.value[0] + 1).catch(shown));
   }
 }
 
 // ---- one head: its profiles and block map, every model side by side ------------------
 
-function selectHead(layer, head) {
+async function selectHead(layer, head) {
   const started = performance.now();
   report.selected = { layer, head };
+  const all = models();
+  const maps = await Promise.all(all.map((model) => blockMapOf(model, layer, head)));
+  if (report.selected.layer !== layer || report.selected.head !== head) return; // a later click won
   const section = document.getElementById("head");
   section.hidden = false;
   document.getElementById("head-title").textContent = `Layer ${layer}, head ${head}`;
@@ -163,13 +169,13 @@ function selectHead(layer, head) {
   for (const c of report.headCharts || []) c.dispose();
   report.headCharts = [];
   box.replaceChildren();
-  for (const model of models()) {
+  all.forEach((model, i) => {
     const column = el("div", undefined, "model-column");
     column.dataset.model = model;
     column.append(el("h3", model));
     box.append(column);
-    headCharts(column, model, layer, head);
-  }
+    headCharts(column, model, layer, head, maps[i]);
+  });
   section.dataset.drawnMs = String(performance.now() - started);
   document.body.dataset.selected = `${layer}/${head}`;
 }
@@ -182,9 +188,8 @@ function chartIn(column, cls) {
   return chart;
 }
 
-function headCharts(column, model, layer, head) {
-  const map = rows("block_map").filter((r) => r.model === model && r.layer === layer && r.head === head && r.stat === "mean");
-  if (map.length) blockMap(chartIn(column, "chart map"), map);
+function headCharts(column, model, layer, head, map) {
+  if (map) blockMap(chartIn(column, "chart map"), column, map);
   const bands = rows("distance_profile").filter((r) => r.model === model && r.layer === layer && r.head === head);
   if (bands.length) {
     lineChart(chartIn(column), "attention by query-key distance", "band", bands.map((r) => [r.band, num(r.value)]), "bar");
@@ -198,7 +203,7 @@ function headCharts(column, model, layer, head) {
     lineChart(chartIn(column), `query ${profile[0].query}'s weights (layer ${layer}, heads' mean)`, "key",
       profile.map((r) => [r.key, num(r.value)]), "line");
   }
-  if (!map.length && !bands.length && !keys.length && !profile.length) {
+  if (!map && !bands.length && !keys.length && !profile.length) {
     column.append(el("p", "No per-head profile of this model in these results.", "note"));
   }
 }
@@ -217,28 +222,111 @@ function lineChart(chart, title, xName, points, kind, xScale) {
   });
 }
 
-function blockMap(chart, cells) {
-  const qs = [...new Set(cells.map((r) => r.q_lo))].sort((a, b) => a - b);
-  const ks = [...new Set(cells.map((r) => r.k_lo))].sort((a, b) => a - b);
-  const qi = new Map(qs.map((q, i) => [q, i]));
-  const ki = new Map(ks.map((k, i) => [k, i]));
-  let hi = 0;
-  const data = cells.map((r) => {
-    const v = num(r.value);
-    hi = Math.max(hi, v);
-    return [ki.get(r.k_lo), qi.get(r.q_lo), Math.log10(Math.max(v, 1e-9)), v];
-  });
+// ---- block maps: one byte per cell, decoded when a head is opened ----------------------
+// (src/report/quantise.rs has the format: per map, the lower triangle's cells row by row,
+// code 0 empty, 255 not finite, 1..254 a step of the map's log or linear scale, sent as
+// differences from the row above, gzip, base64, in the #block-maps element.)
+
+/** The value code `k` of map `m` stands for (null: empty cell). */
+function mapValue(m, k) {
+  if (k === 0) return null;
+  if (k === 255) return NaN;
+  if (m.scale === "log") return Math.exp(Math.log(m.lo) + ((k - 1) * (Math.log(m.hi) - Math.log(m.lo))) / 253);
+  return m.lo + ((k - 1) * (m.hi - m.lo)) / 253;
+}
+
+/** Map `m`'s codes: its text in the blob inflated, each row's differences added back. */
+async function mapCodes(m) {
+  report.mapsText ??= document.getElementById("block-maps").textContent;
+  const d = new Uint8Array(await inflate(report.mapsText.slice(m.at, m.at + m.len)).arrayBuffer());
+  const c = new Uint8Array(d.length);
+  for (let a = 0, s = 0; s < d.length; s += ++a) {
+    for (let b = 0; b <= a && s + b < d.length; b++) c[s + b] = (d[s + b] + (b < a ? c[s - a + b] : 0)) & 255;
+  }
+  return c;
+}
+
+/** The mean and max maps of a head (head null: over heads) of `model`, decoded; null if none. */
+async function blockMapOf(model, layer, head) {
+  const index = report.blockMaps[model];
+  const find = (stat) => index?.maps.find((m) => m.layer === layer && m.head === head && m.stat === stat);
+  const mean = find("mean");
+  if (!mean) return null;
+  const max = find("max");
+  return { bounds: index.bounds, mean, max, meanCodes: await mapCodes(mean), maxCodes: max ? await mapCodes(max) : null };
+}
+
+/** A decoded value as the page states it: approximately, with the map's error bound. */
+function approx(m, k) {
+  const v = mapValue(m, k);
+  if (v === null || Number.isNaN(v)) return v === null ? "(empty)" : "not finite";
+  const bound = m.scale === "log" ? `± ${(100 * m.error).toPrecision(2)} %` : `± ${m.error.toPrecision(2)}`;
+  return `${k === 1 && m.clipped ? "≤ " : "≈ "}${v.toPrecision(4)} (${bound})`;
+}
+
+/** The colour of code k: white to dark orange along the map's scale (codes are its steps). */
+const RAMP = [[255, 255, 255], [253, 174, 107], [166, 54, 3]];
+function codeColour(k) {
+  const x = (2 * (k - 1)) / 253, i = Math.min(Math.floor(x), 1), f = x - i;
+  return RAMP[i].map((c, j) => Math.round(c + f * (RAMP[i + 1][j] - c)));
+}
+
+/** The mean map as an image of one pixel per cell (empty and non-finite cells transparent). */
+function mapImage(codes, g) {
+  const canvas = document.createElement("canvas");
+  canvas.width = canvas.height = g;
+  const ctx = canvas.getContext("2d");
+  const img = ctx.createImageData(g, g);
+  const palette = [...Array(256).keys()].map((k) => (k === 0 || k === 255 ? [0, 0, 0, 0] : [...codeColour(k), 255]));
+  for (let a = 0, s = 0; a < g; s += ++a) {
+    for (let b = 0; b <= a; b++) img.data.set(palette[codes[s + b]], 4 * (a * g + b));
+  }
+  ctx.putImageData(img, 0, 0);
+  return canvas;
+}
+
+/** The block holding position p (bounds: the G + 1 block edges), or -1. */
+function blockAt(bounds, p) {
+  let lo = 0, hi = bounds.length - 1;
+  if (!(p >= bounds[0] && p < bounds[hi])) return -1;
+  while (hi - lo > 1) {
+    const mid = (lo + hi) >> 1;
+    if (bounds[mid] <= p) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
+/** A head's block map: an image on position axes (zoom and pan), values read out on hover. */
+function blockMap(chart, column, map) {
+  const { bounds, mean, max, meanCodes, maxCodes } = map;
+  const g = bounds.length - 1, t = bounds[g];
+  const image = mapImage(meanCodes, g);
+  const hover = el("p", "", "note map-hover");
+  column.append(hover);
+  const scale = mean.scale === "log" ? "log" : "linear";
   chart.setOption({
     animation: false,
-    title: { text: "block map (mean weight, log10)", textStyle: { fontSize: 12 } },
-    tooltip: { formatter: (p) => `queries ${qs[p.value[1]]}.., keys ${ks[p.value[0]]}..<br>mean ${esc(p.value[3].toPrecision(6))}` },
-    grid: { left: 60, right: 70, top: 35, bottom: 70 },
-    xAxis: { type: "category", name: "key position", nameLocation: "middle", nameGap: 28, data: ks },
-    yAxis: { type: "category", name: "query position", data: qs, inverse: true },
-    dataZoom: [{ type: "inside", xAxisIndex: 0 }, { type: "inside", yAxisIndex: 0 }, { type: "slider", xAxisIndex: 0, bottom: 5 }],
-    visualMap: { min: -9, max: Math.log10(Math.max(hi, 1e-9)), dimension: 2, calculable: true, right: 0, top: "middle",
-      inRange: { color: ["#ffffff", "#fdae6b", "#a63603"] } },
-    series: [{ type: "heatmap", data, progressive: 0 }],
+    title: { text: "block map (mean weight)", subtext: `white ${mean.lo.toPrecision(2)} to dark ${mean.hi.toPrecision(2)}, ${scale} scale`,
+      textStyle: { fontSize: 12 }, subtextStyle: { fontSize: 11 } },
+    grid: { left: 60, right: 30, top: 50, bottom: 70 },
+    xAxis: { type: "value", min: 0, max: t, name: "key position", nameLocation: "middle", nameGap: 28 },
+    yAxis: { type: "value", min: 0, max: t, inverse: true, name: "query position", nameLocation: "middle", nameGap: 45 },
+    dataZoom: [{ type: "inside", xAxisIndex: 0, filterMode: "none" }, { type: "inside", yAxisIndex: 0, filterMode: "none" },
+      { type: "slider", xAxisIndex: 0, bottom: 5, filterMode: "none" }],
+    series: [{ type: "custom", clip: true, data: [[0, 0]], renderItem: (params, api) => {
+      const [x0, y0] = api.coord([0, 0]), [x1, y1] = api.coord([t, t]);
+      return { type: "image", style: { image, x: x0, y: Math.min(y0, y1), width: x1 - x0, height: Math.abs(y1 - y0) } };
+    } }],
+  });
+  chart.getZr().on("mousemove", (e) => {
+    const [k, q] = chart.convertFromPixel({ gridIndex: 0 }, [e.offsetX, e.offsetY]);
+    const a = blockAt(bounds, q), b = blockAt(bounds, k);
+    if (a < 0 || b < 0 || b > a) { hover.textContent = ""; return; }
+    const i = (a * (a + 1)) / 2 + b;
+    const ends = (x) => `${bounds[x]}..${bounds[x + 1] - 1}`;
+    hover.textContent = `queries ${ends(a)}, keys ${ends(b)}: mean ${approx(mean, meanCodes[i])}` +
+      (max ? `, max ${approx(max, maxCodes[i])}` : "");
+    hover.dataset.cell = `${a}/${b}`;
   });
 }
 
@@ -326,6 +414,7 @@ async function main() {
   const data = await load();
   report.tables = data.tables;
   report.folders = data.folders;
+  report.blockMaps = data.block_maps || {};
   document.getElementById("folders").textContent = data.folders.map((f) => f.path).join(" · ");
   for (const note of data.notes || []) document.querySelector("header").append(el("p", note, "note"));
   drawOverview(headValues());
@@ -333,9 +422,13 @@ async function main() {
   drawTables();
   drawRecords();
   document.body.dataset.ready = String(performance.now() - started);
+  // since the page began to load (parsing the file and the charting library included)
+  requestAnimationFrame(() => { document.body.dataset.drawnAt = String(performance.now()); });
 }
 
-main().catch((e) => {
+function shown(e) {
   document.body.prepend(el("p", `The report could not be drawn: ${e}`, "note"));
   throw e;
-});
+}
+
+main().catch(shown);
