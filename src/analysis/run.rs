@@ -323,7 +323,10 @@ impl RunOutput {
             .map(|m| (m.label.clone(), m.metrics.clone()))
             .collect();
         let mut tables = attention_tables(&models);
-        let tokens = self.models.iter().map(|m| (m.label.as_str(), m.tokens.as_slice()));
+        let tokens = self
+            .models
+            .iter()
+            .map(|m| (m.label.as_str(), m.tokens.as_slice()));
         tables.extend(super::tokens::tokens_table(tokens));
         if !self.series.is_empty() {
             tables.push(qk_series_table(&self.series));

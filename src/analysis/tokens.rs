@@ -5,8 +5,8 @@
 
 use tokenizers::Tokenizer;
 
-use crate::export::{schema, Column};
 use crate::export::Table;
+use crate::export::{schema, Column};
 
 /// The longest windows whose tokens are written (a tokens view reads them one by one).
 pub const TOKENS_UP_TO: usize = 2048;
@@ -33,7 +33,9 @@ pub fn token_texts(tokenizer: &Tokenizer, ids: &[u32]) -> Vec<String> {
 
 /// The `tokens` table of the models that have tokens (`(label, [(id, text)])`); none when no
 /// model has.
-pub fn tokens_table<'a>(models: impl Iterator<Item = (&'a str, &'a [(u32, String)])>) -> Option<Table> {
+pub fn tokens_table<'a>(
+    models: impl Iterator<Item = (&'a str, &'a [(u32, String)])>,
+) -> Option<Table> {
     let (mut model, mut position, mut id, mut text) = (vec![], vec![], vec![], vec![]);
     for (label, tokens) in models {
         for (i, (t, s)) in tokens.iter().enumerate() {

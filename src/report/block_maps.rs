@@ -103,8 +103,7 @@ fn cells(
     let columns = ["model", "layer", "head", "q_lo", "k_lo", "stat", "value"];
     for file in files {
         for_each_row(file, &columns, |r| {
-            let (Cell::Str(model), Some(layer), Cell::Str(stat)) = (r[0], r[1].int(), r[5])
-            else {
+            let (Cell::Str(model), Some(layer), Cell::Str(stat)) = (r[0], r[1].int(), r[5]) else {
                 return Err(bad_row(file, "a row without its model, layer or stat"));
             };
             let Some(edges) = bounds.get(model) else {
@@ -119,7 +118,9 @@ fn cells(
             }
             let g = edges.len() - 1;
             let key = (model.to_string(), layer, r[2].int(), stat.to_string());
-            let map = maps.entry(key).or_insert_with(|| vec![None; g * (g + 1) / 2]);
+            let map = maps
+                .entry(key)
+                .or_insert_with(|| vec![None; g * (g + 1) / 2]);
             map[a * (a + 1) / 2 + b] = Some(r[6].float().unwrap_or(f64::NAN));
             Ok(())
         })?;

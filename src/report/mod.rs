@@ -23,8 +23,8 @@ const ECHARTS: &str = include_str!("vendor/echarts-6.1.0.min.js");
 const ECHARTS_NOTICE: &str = include_str!("vendor/NOTICE-echarts");
 
 /// Tables the report shows beyond those `figures` reads: per-key and per-head results, and
-/// Tables 1-3 (block maps come apart, compact: [`block_maps`]).
-const MORE_TABLES: [&str; 3] = ["key_received", "head_roles", "paper_tables"];
+/// Tables 1-3, a short run's tokens (block maps come apart, compact: [`block_maps`]).
+const MORE_TABLES: [&str; 4] = ["key_received", "head_roles", "paper_tables", "tokens"];
 
 /// What a report shows: the folders' tables, their block maps, their run records, and notes
 /// on what it left out.

@@ -5,7 +5,7 @@
 // (textContent, or escaped in tooltips): nothing from the tables is read as markup.
 "use strict";
 
-const report = { tables: {}, folders: [], blockMaps: {}, charts: [], selected: null };
+const report = { tables: {}, folders: [], blockMaps: {}, charts: [], tokenViews: [], selected: null };
 
 /** `s` with the characters HTML gives meaning to escaped (tooltips are HTML). */
 function esc(s) {
@@ -176,6 +176,7 @@ async function selectHead(layer, head) {
     box.append(column);
     headCharts(column, model, layer, head, maps[i]);
   });
+  tokensFollow(maps, layer, head);
   section.dataset.drawnMs = String(performance.now() - started);
   document.body.dataset.selected = `${layer}/${head}`;
 }
@@ -330,6 +331,74 @@ function blockMap(chart, column, map) {
   });
 }
 
+// ---- tokens: a short run's text shaded by one query's attention ------------------------
+
+/** Where a tokens view's weights come from: heatmap (layer L, mean over heads), or the
+ * selected head's block map where its blocks are single tokens. */
+function heatmapSource(model) {
+  const cells = rows("heatmap").filter((r) => r.model === model);
+  if (!cells.length) return null;
+  const w = new Map(cells.map((r) => [`${r.query}/${r.key}`, num(r.value)]));
+  const size = Math.max(...cells.map((r) => r.query)) + 1;
+  const label = `layer ${cells[0].layer}, mean over heads and windows (heatmap)`;
+  return { size, label, weight: (q, k) => [w.get(`${q}/${k}`) ?? null, ""] };
+}
+
+function headSource(map, layer, head) {
+  const { bounds, mean, meanCodes } = map;
+  if (!bounds.every((b, i) => b === i)) return null; // blocks of several tokens
+  return { size: bounds.length - 1, label: `layer ${layer}, head ${head}, mean over windows (block map, quantised)`,
+    weight: (q, k) => [mapValue(mean, meanCodes[(q * (q + 1)) / 2 + k]), approx(mean, meanCodes[(q * (q + 1)) / 2 + k])] };
+}
+
+function drawTokens() {
+  const tokens = rows("tokens");
+  const box = document.getElementById("tokens-body");
+  for (const model of new Set(tokens.map((t) => t.model))) {
+    const source = heatmapSource(model);
+    if (!source) continue;
+    document.getElementById("tokens").hidden = false;
+    const wrap = el("div", undefined, "tokens-model");
+    wrap.dataset.model = model;
+    const note = el("p", "", "note");
+    const text = el("p", undefined, "tokens-text");
+    wrap.append(el("h3", model), note, text);
+    box.append(wrap);
+    const mine = tokens.filter((t) => t.model === model).sort((a, b) => a.position - b.position);
+    const spans = mine.map((t) => {
+      const span = el("span", t.text, "token");
+      span.dataset.position = t.position;
+      text.append(span);
+      return span;
+    });
+    const view = { model, source, heat: source, query: Math.min(source.size, spans.length) - 1 };
+    view.pick = (q) => {
+      view.query = Math.min(q, view.source.size - 1);
+      note.textContent = `query ${view.query} (${JSON.stringify(mine[view.query]?.text ?? "")}); weights: ${view.source.label}`;
+      spans.forEach((span, k) => {
+        const [w, stated] = k <= view.query ? view.source.weight(view.query, k) : [null, ""];
+        span.classList.toggle("query", k === view.query);
+        span.style.background = w === null || !Number.isFinite(w) ? "" : `rgba(166, 54, 3, ${Math.min(Math.max(w, 0), 1)})`;
+        span.style.color = w > 0.5 ? "#fff" : "";
+        span.dataset.weight = w === null ? "" : String(w);
+        span.title = w === null ? "" : `key ${k}: ${stated || w.toPrecision(6)}`;
+      });
+    };
+    text.addEventListener("click", (e) => e.target.dataset.position !== undefined && view.pick(Number(e.target.dataset.position)));
+    report.tokenViews.push(view);
+    view.pick(view.query);
+  }
+}
+
+/** The tokens views follow the selected head where its block map is at token resolution. */
+function tokensFollow(maps, layer, head) {
+  for (const view of report.tokenViews) {
+    const map = maps[models().indexOf(view.model)];
+    view.source = (map && headSource(map, layer, head)) || view.heat;
+    view.pick(view.query);
+  }
+}
+
 // ---- training series, tables, run records -------------------------------------------
 
 function drawSeries() {
@@ -418,6 +487,7 @@ async function main() {
   document.getElementById("folders").textContent = data.folders.map((f) => f.path).join(" · ");
   for (const note of data.notes || []) document.querySelector("header").append(el("p", note, "note"));
   drawOverview(headValues());
+  drawTokens();
   drawSeries();
   drawTables();
   drawRecords();

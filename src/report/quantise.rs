@@ -134,7 +134,14 @@ mod tests {
     #[test]
     fn values_read_back_within_the_stated_error() {
         // 1e-12 .. 0.5 spans more than eight decades: the smallest are clipped to 0.5e-8
-        let cells = [Some(0.5), None, Some(1e-3), Some(1e-12), Some(f64::NAN), Some(0.2)];
+        let cells = [
+            Some(0.5),
+            None,
+            Some(1e-3),
+            Some(1e-12),
+            Some(f64::NAN),
+            Some(0.2),
+        ];
         let q = quantise(&cells);
         assert_eq!(q.scale, Scale::Log);
         assert!(q.clipped && q.lo == 0.5e-8 && q.hi == 0.5);

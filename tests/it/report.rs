@@ -64,3 +64,157 @@ fn a_report_of_no_tables_is_refused_and_writes_nothing() {
     assert!(!dir.path().join("page.html").exists());
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 }
+
+/// The page's data and its block-map blob, read back from the file as a browser would
+/// (base64, gzip), independently of the encoder.
+fn page_payload(page: &str) -> (serde_json::Value, String) {
+    use std::io::Read;
+    let between = |open: &str| {
+        let start = page.find(open).expect(open) + open.len();
+        page[start..start + page[start..].find("</script>").unwrap()]
+            .trim()
+            .to_string()
+    };
+    let data = between(r#"<script id="report-data" type="application/octet-stream">"#);
+    let mut json = String::new();
+    flate2::read::GzDecoder::new(&gunbase64(&data)[..])
+        .read_to_string(&mut json)
+        .unwrap();
+    let blob = between(r#"<script id="block-maps" type="application/octet-stream">"#);
+    (serde_json::from_str(&json).unwrap(), blob)
+}
+
+fn gunbase64(text: &str) -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .unwrap()
+}
+
+/// One map's codes from its text in the blob: gunzip, then each row's differences from the
+/// row above added back (README "The HTML report" states the format).
+fn map_codes(blob: &str, at: usize, len: usize) -> Vec<u8> {
+    use std::io::Read;
+    let mut d = Vec::new();
+    flate2::read::GzDecoder::new(&gunbase64(&blob[at..at + len])[..])
+        .read_to_end(&mut d)
+        .unwrap();
+    let mut c = d.clone();
+    let (mut row, mut start) = (0, 0);
+    while start < d.len() {
+        for b in 0..row {
+            c[start + b] = d[start + b].wrapping_add(c[start - row + b]);
+        }
+        row += 1;
+        start += row;
+    }
+    c
+}
+
+#[test]
+fn a_reports_block_maps_read_back_within_their_stated_error() {
+    use asa_analyze::export::{read_table, Column};
+    let dir = tempfile::tempdir().unwrap();
+    let model = format!("m={}", model_dir("sink").display());
+    let args = [
+        "analyze",
+        &model,
+        "--seq-len",
+        "48",
+        "--num-seqs",
+        "2",
+        "--metrics",
+        "first_token,heatmap,block_map",
+        "--map-size",
+        "12",
+        "--out",
+        "res",
+        "-q",
+    ];
+    expect_success(&run_cli(dir.path(), &args));
+    // heatmap on 48 <= 2048 tokens: the first window's tokens, for the tokens view
+    let tokens = read_table(&dir.path().join("res/tokens.csv")).unwrap();
+    assert_eq!(tokens.height(), 48);
+    expect_success(&run_cli(
+        dir.path(),
+        &["report", "res", "--out", "page.html"],
+    ));
+    let page = std::fs::read_to_string(dir.path().join("page.html")).unwrap();
+    let (data, blob) = page_payload(&page);
+    assert_eq!(
+        data["tables"]["tokens"]["position"]
+            .as_array()
+            .unwrap()
+            .len(),
+        48
+    );
+    assert!(
+        data["tables"].get("block_map").is_none(),
+        "the maps travel compact only"
+    );
+    let index = &data["block_maps"]["m"];
+    // 48 positions in 12 blocks of 4
+    let bounds: Vec<i64> = serde_json::from_value(index["bounds"].clone()).unwrap();
+    assert_eq!(bounds, (0..=12).map(|b| b * 4).collect::<Vec<_>>());
+    let table = read_table(&dir.path().join("res/block_map.parquet")).unwrap();
+    let col = |n: &str| table.column(n).unwrap().clone();
+    let (Column::Int(layer), Column::Int(head), Column::Int(q_lo), Column::Int(k_lo)) =
+        (col("layer"), col("head"), col("q_lo"), col("k_lo"))
+    else {
+        panic!("block_map's columns")
+    };
+    let (Column::Str(stat), Column::Float(value)) = (col("stat"), col("value")) else {
+        panic!("block_map's columns")
+    };
+    let maps = index["maps"].as_array().unwrap();
+    // 2 layers x (4 heads + the map over heads) x {mean, max}
+    assert_eq!(maps.len(), 2 * 5 * 2);
+    let mut checked = 0;
+    for m in maps {
+        let codes = map_codes(
+            &blob,
+            m["at"].as_u64().unwrap() as usize,
+            m["len"].as_u64().unwrap() as usize,
+        );
+        assert_eq!(codes.len(), 12 * 13 / 2);
+        let (lo, hi, err) = (
+            m["lo"].as_f64().unwrap(),
+            m["hi"].as_f64().unwrap(),
+            m["error"].as_f64().unwrap(),
+        );
+        assert_eq!(m["scale"], "log", "softmax weights are positive");
+        // eight decades over 253 steps at most: exp(ln(1e8) / 506) - 1
+        assert!(err > 0.0 && err <= 0.0371, "{err}");
+        for i in 0..table.height() {
+            let same = layer[i] == m["layer"].as_i64()
+                && head[i] == m["head"].as_i64()
+                && stat[i].as_deref() == m["stat"].as_str();
+            if !same {
+                continue;
+            }
+            let (a, b) = (
+                (q_lo[i].unwrap() / 4) as usize,
+                (k_lo[i].unwrap() / 4) as usize,
+            );
+            let k = codes[a * (a + 1) / 2 + b];
+            let want = value[i].unwrap();
+            assert!(
+                (1..=254).contains(&k),
+                "a cell with pairs is not empty: {k}"
+            );
+            // the value of code k on the map's log scale
+            let got = (lo.ln() + f64::from(k - 1) * (hi.ln() - lo.ln()) / 253.0).exp();
+            if k == 1 && m["clipped"] == true {
+                assert!(want <= got * (1.0 + err));
+            } else {
+                assert!(
+                    (got / want - 1.0).abs() <= err * (1.0 + 1e-9),
+                    "{got} vs {want} (±{err})"
+                );
+            }
+            checked += 1;
+        }
+    }
+    // every row of the table, each once: 2 layers x 5 maps x 78 cells x 2 stats
+    assert_eq!((checked, table.height()), (2 * 5 * 78 * 2, 2 * 5 * 78 * 2));
+}
