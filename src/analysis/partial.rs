@@ -52,6 +52,9 @@ pub struct PartialModel {
     pub order: usize,
     /// The windows the state holds: one range per shard merged into it, in shard order.
     pub covers: Vec<Covered>,
+    /// The first window's tokens as text (the `tokens` table), from the shard holding it.
+    #[serde(default)]
+    pub tokens: Vec<(u32, String)>,
 }
 
 /// The windows of one shard that a state holds: `start..end` of the model's windows and
@@ -305,6 +308,9 @@ fn merge_model(
             acc.merge(&probe);
             into.windows += model.windows;
             into.covers.extend(model.covers);
+            if into.tokens.is_empty() {
+                into.tokens = model.tokens;
+            }
         }
     }
     Ok(())
@@ -357,7 +363,7 @@ impl Merged {
                 metrics,
                 record,
                 partial: None,
-                tokens: Vec::new(),
+                tokens: m.tokens.clone(),
             });
         }
         Ok(RunOutput {

@@ -573,16 +573,24 @@ impl ModelContext<'_> {
                 }),
             ..model_record(&ckpt, &model, &done.metrics, shape, o.seq_len)
         };
+        let tokens = self.tokens(&ckpt, &windows, metrics);
         let partial = match o.shard {
             None => None,
-            Some(shard) => Some(self.partial(&pass, &shard, &done.probe, &record, path)?),
+            Some(shard) => {
+                let first = (pass.range.start == 0).then(|| tokens.clone());
+                let partial = self.partial(&pass, &shard, &done.probe, &record, path)?;
+                Some(PartialModel {
+                    tokens: first.unwrap_or_default(),
+                    ..partial
+                })
+            }
         };
         Ok(ModelResult {
             label: label.to_string(),
             metrics: done.metrics,
             record,
             partial,
-            tokens: self.tokens(&ckpt, &windows, metrics),
+            tokens,
         })
     }
 
@@ -679,6 +687,7 @@ impl ModelContext<'_> {
             model: true,
             order: self.order.replace(self.order.get() + 1),
             covers: vec![Covered::of(shard, pass.windows)],
+            tokens: Vec::new(),
         })
     }
 
@@ -736,8 +745,9 @@ impl ModelContext<'_> {
     }
 
     /// The first window's tokens as text, for a short run whose heatmap a report shows next
-    /// to them ([`super::tokens`]); none for a shard (merge does not carry them), without
-    /// heatmap, past 2048 tokens, or when no tokenizer is at hand (token-id corpora).
+    /// to them ([`super::tokens`]; a shard's partial carries them when it holds the first
+    /// window); none without heatmap, past 2048 tokens, or when no tokenizer is at hand
+    /// (token-id corpora).
     fn tokens(
         &self,
         ckpt: &Checkpoint,
@@ -745,10 +755,7 @@ impl ModelContext<'_> {
         metrics: &BTreeSet<Metric>,
     ) -> Vec<(u32, String)> {
         let o = self.options;
-        if !metrics.contains(&Metric::HEATMAP)
-            || o.seq_len > super::tokens::TOKENS_UP_TO
-            || o.shard.is_some()
-        {
+        if !metrics.contains(&Metric::HEATMAP) || o.seq_len > super::tokens::TOKENS_UP_TO {
             return Vec::new();
         }
         let tokenizer = match &o.tokenizer {
