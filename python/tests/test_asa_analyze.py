@@ -363,9 +363,12 @@ def test_a_model_in_memory_gives_the_tables_of_its_checkpoint():
         state = read_safetensors(folder)
         from_folder = asa.analyze({"m": folder}, corpus=ids, **SMALL)
         from_memory = asa.analyze({"m": (config, state)}, corpus=ids, **SMALL)
-        assert set(from_memory.tables) == set(from_folder.tables), name
-        for table, frame in from_folder.tables.items():
-            assert from_memory.tables[table].equals(frame), (name, table)
+        # the folder's tokenizer.json gives the first window's text (the tokens table); a
+        # (config, state_dict) pair has no tokenizer, so no text: every other table is equal
+        assert "tokens" in from_folder.tables and "tokens" not in from_memory.tables, name
+        assert set(from_memory.tables) == set(from_folder.tables) - {"tokens"}, name
+        for table, frame in from_memory.tables.items():
+            assert from_folder.tables[table].equals(frame), (name, table)
         # inspect says of it what it says of the folder, but where it came from
         from_memory, from_folder = asa.inspect((config, state)), asa.inspect(folder)
         assert from_memory.pop("checkpoint") == "<memory>/model" and from_folder.pop("checkpoint") == str(folder)
