@@ -130,6 +130,17 @@ CASES = [
     ("gpt_oss_sliding_layer_types_without_a_window", "gpt_oss",
      {"sliding_window": None, "layer_types": [SLIDE, FULL]},
      "sliding_window null, yet layer_types names a sliding layer: refused"),
+    # the config classes derive sliding layers when layer_types is absent, window or not:
+    # with sliding_window null transformers then has no window for their mask (a TypeError)
+    ("gemma2_null_window_without_layer_types", "gemma2",
+     {"sliding_window": None, "layer_types": DELETE},
+     "sliding_window null, layer_types absent: Gemma2Config derives sliding layers anyway: refused"),
+    ("gemma3_null_window_without_layer_types", "gemma3",
+     {"sliding_window": None, "layer_types": DELETE},
+     "sliding_window null, layer_types absent: Gemma3TextConfig derives sliding layers anyway: refused"),
+    ("gpt_oss_null_window_without_layer_types", "gpt_oss",
+     {"sliding_window": None, "layer_types": DELETE},
+     "sliding_window null, layer_types absent: GptOssConfig derives sliding layers anyway: refused"),
     ("qwen3_moe_window_default_size_4096", "qwen3_moe",
      {"use_sliding_window": True, "sliding_window": DELETE},
      "sliding_window absent: Qwen3MoeConfig's 4096 on every layer (longer than the text)"),
@@ -234,7 +245,7 @@ def main():
     for name, base, edits, what in CASES:
         try:
             logits, windowed, d32 = case_logits(name, base, edits, ids)
-        except ValueError as e:  # transformers refuses the config: asa-analyze must too
+        except (ValueError, TypeError) as e:  # transformers refuses the config: so must asa-analyze
             cases.append({"name": name, "base": base, "edits": edits_json(edits), "transformers": what,
                           "transformers_error": str(e).splitlines()[0]})
             print(f"{name}: transformers refuses it: {e}")

@@ -102,8 +102,9 @@ pub struct WindowRule {
 
 /// The window of a config, as transformers reads it for a family with `rule`; `None` when
 /// every layer attends to all earlier keys. `layer_types` naming sliding layers of a config
-/// without a window (`use_sliding_window` false, `sliding_window` null) is refused:
-/// transformers has no window to build their mask with and refuses it too.
+/// without a window (`use_sliding_window` false, `sliding_window` null), or absent where the
+/// config class derives sliding layers (Gemma 2/3, GPT-OSS) with `sliding_window` null, is
+/// refused: transformers has no window to build their mask with and refuses it too.
 pub(crate) fn resolve(
     raw: RawWindow<'_>,
     rule: &WindowRule,
@@ -120,6 +121,20 @@ pub(crate) fn resolve(
         _ => true,
     };
     let Some(size) = size(raw.sliding_window, rule, path)?.filter(|_| used) else {
+        // without layer_types, Gemma 2/3 and GPT-OSS derive sliding layers whatever the window
+        let derived = types.is_none()
+            && used
+            && matches!(
+                rule.layers,
+                WindowLayers::EveryOther | WindowLayers::AllButEvery(_)
+            )
+            && num_layers > 0;
+        if derived {
+            return Err(Error::input(
+                path,
+                "sliding_window is null but layer_types is absent, so the config class makes some layers sliding layers by its rule: there is no window to give them (transformers refuses it too); set layer_types or a window",
+            ));
+        }
         let sliding = types.is_some_and(|t| t.iter().any(|t| t == "sliding_attention"));
         if sliding && rule.layers != WindowLayers::All {
             let why = match used {

@@ -147,3 +147,18 @@ fn qwen2_sliding_layer_types_without_a_window_are_refused() {
     let failures = check(Some("qwen2_layer_types_without_use_sliding_window"));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// transformers refuses a Gemma 2, Gemma 3 or GPT-OSS config with `sliding_window: null` and
+/// no `layer_types`: its config class derives sliding layers anyway and has no window for
+/// their mask. So does asa-analyze (it ran them with full attention before).
+#[test]
+fn null_window_without_layer_types_is_refused_where_the_class_derives_sliding_layers() {
+    for case in [
+        "gemma2_null_window_without_layer_types",
+        "gemma3_null_window_without_layer_types",
+        "gpt_oss_null_window_without_layer_types",
+    ] {
+        let failures = check(Some(case));
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+}
