@@ -15,7 +15,6 @@ use std::time::Instant;
 use asa_analyze::cpu::bf16_gemm;
 use asa_analyze::cpu::bf16_panels::{Bf16Rows, PackedWeight};
 use half::bf16;
-use rayon::prelude::*;
 
 const PEAK_ITERS: usize = 20_000_000;
 const SHAPES: [(usize, usize, usize); 3] =
@@ -65,10 +64,14 @@ fn main() {
     );
 }
 
-/// FLOP/s of `kernel` run on `threads` threads at once: (seconds, FLOPs of each).
+/// `kernel` run on `threads` OS threads at once (one each, not a work-stealing pool, which
+/// may run two on one thread): (seconds, FLOPs of all).
 fn threads_of(threads: usize, kernel: fn() -> f64) -> (f64, f64) {
     let start = Instant::now();
-    let flops: f64 = (0..threads).into_par_iter().map(|_| kernel()).sum();
+    let flops: f64 = std::thread::scope(|s| {
+        let each: Vec<_> = (0..threads).map(|_| s.spawn(kernel)).collect();
+        each.into_iter().map(|h| h.join().unwrap()).sum()
+    });
     (start.elapsed().as_secs_f64(), flops)
 }
 
