@@ -71,6 +71,12 @@ pub fn read(path: &Path) -> Result<LmEvalResults> {
             "not an lm-eval-harness result file (no `results` object)",
         ));
     };
+    if let Some(task) = repeated_task(&text) {
+        return Err(Error::input(
+            path,
+            format!("results.{task} appears twice: a JSON reader keeps one copy silently, so which one counts cannot be told; keep one"),
+        ));
+    }
     let mut tasks = BTreeMap::new();
     for (task, entry) in results {
         let Some(entry) = entry.as_object() else {
@@ -112,6 +118,42 @@ pub fn read(path: &Path) -> Result<LmEvalResults> {
         .map(str::to_string)
         .collect();
     Ok(LmEvalResults { tasks, versions })
+}
+
+/// A task named twice in the file's `results` object (a parsed JSON value keeps only the
+/// last): its keys read again in order, values skipped.
+fn repeated_task(text: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct File {
+        results: Keys,
+    }
+    struct Keys(Vec<String>);
+    impl<'de> serde::Deserialize<'de> for Keys {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+            struct InOrder;
+            impl<'de> serde::de::Visitor<'de> for InOrder {
+                type Value = Keys;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("an object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> std::result::Result<Keys, A::Error> {
+                    let mut keys = Vec::new();
+                    while let Some(key) = map.next_key::<String>()? {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                        keys.push(key);
+                    }
+                    Ok(Keys(keys))
+                }
+            }
+            d.deserialize_map(InOrder)
+        }
+    }
+    let mut keys = serde_json::from_str::<File>(text).ok()?.results.0;
+    keys.sort();
+    keys.windows(2).find(|w| w[0] == w[1]).map(|w| w[0].clone())
 }
 
 /// `results.TASK."KEY"` as a standard error: none when absent, null or `"N/A"` (lm-eval
@@ -166,5 +208,29 @@ mod tests {
         std::fs::write(&path, r#"{"results": {"piqa": {"acc,none": 0.4}}}"#).unwrap();
         let err = read_all(&[path, other]).unwrap_err().to_string();
         assert!(err.contains("task piqa is also in"), "{err}");
+    }
+
+    #[test]
+    fn a_task_repeated_in_one_file_is_refused() {
+        // issue 40: serde_json keeps the last of two equal keys; the file says two things
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.json");
+        std::fs::write(
+            &path,
+            r#"{"results": {"piqa": {"acc,none": 0.9}, "arc_easy": {"acc,none": 0.5},
+                "piqa": {"acc,none": 0.4}}, "configs": {"piqa": {}, "piqa": {}}}"#,
+        )
+        .unwrap();
+        let err = read(&path).unwrap_err().to_string();
+        assert!(err.contains("results.piqa appears twice"), "{err}");
+        assert!(err.contains("r.json"), "{err}");
+        // the same key in two tasks' blocks, or repeated outside `results`, is fine
+        std::fs::write(
+            &path,
+            r#"{"results": {"piqa": {"acc,none": 0.9}, "arc_easy": {"acc,none": 0.5}},
+                "configs": {"piqa": {}, "piqa": {}}}"#,
+        )
+        .unwrap();
+        assert_eq!(read(&path).unwrap().tasks.len(), 2);
     }
 }
