@@ -372,6 +372,21 @@ pub struct Run {
     pub cancel: CancelToken,
 }
 
+/// Notes on kernels a run has to do without: block_map's key-block sums on a GPU, the bf16
+/// GEMM on a CPU without AVX-512 BF16.
+fn kernel_notes(o: &RunOptions, device: &Device, dtype: DType, events: &mut dyn RunEvents) {
+    if device.is_cuda() && o.metrics.contains(&Metric::BLOCK_MAP) {
+        events.note(
+            "block_map: no CUDA kernel makes its key-block sums; every layer runs on materialised blocks whose weights are reduced on the host",
+        );
+    }
+    if dtype == DType::BF16 && !device.is_cuda() && !crate::cpu::bf16_gemm::available() {
+        events.note(
+            "bf16: this CPU has no AVX-512 BF16, so bf16 products run on candle's generic kernels (slower than f32)",
+        );
+    }
+}
+
 impl Run {
     /// Analyses every model (a training series step by step: QK^T per step, the other
     /// metrics on its last step in the same forward pass), telling `events` as it goes.
@@ -381,16 +396,7 @@ impl Run {
         o.validate()?;
         let device = resolve_device(o.device)?;
         let dtype = resolve_dtype(o.dtype, &device);
-        if device.is_cuda() && o.metrics.contains(&Metric::BLOCK_MAP) {
-            events.note(
-                "block_map: no CUDA kernel makes its key-block sums; every layer runs on materialised blocks whose weights are reduced on the host",
-            );
-        }
-        if dtype == DType::BF16 && !device.is_cuda() && !crate::cpu::bf16_gemm::available() {
-            events.note(
-                "bf16: this CPU has no AVX-512 BF16, so bf16 products run on candle's generic kernels (slower than f32)",
-            );
-        }
+        kernel_notes(o, &device, dtype, events);
         let map = WeightMap::from_option(o.weight_map.as_deref())?;
         let ctx = ModelContext {
             order: std::cell::Cell::new(0),

@@ -109,7 +109,7 @@ fn pack(weight: &Tensor, bias: Option<&Tensor>) -> Result<Kind> {
 /// `xs [..., k]` (bf16 or f32, on the CPU) times the packed weight, in `xs`'s dtype.
 fn bf16_forward(xs: &Tensor, weight: &PackedWeight, bias: Option<&[f32]>) -> Result<Tensor> {
     let k = xs.dims().last().copied().unwrap_or(0);
-    if k != weight.k || !matches!(xs.device(), Device::Cpu) {
+    if xs.rank() == 0 || k != weight.k || !matches!(xs.device(), Device::Cpu) {
         let msg = format!(
             "linear: input {:?} against a bf16 weight [{}, {}]",
             xs.shape(),
@@ -129,9 +129,8 @@ fn bf16_forward(xs: &Tensor, weight: &PackedWeight, bias: Option<&[f32]>) -> Res
         }
     }
     let mut dims = xs.dims().to_vec();
-    *dims
-        .last_mut()
-        .expect("a projection's input has a last dimension") = weight.n;
+    dims.pop();
+    dims.push(weight.n);
     Ok(Tensor::from_vec(out, dims, &Device::Cpu)?.to_dtype(xs.dtype())?)
 }
 
