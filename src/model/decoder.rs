@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
 use super::attention;
 use super::config::ModelConfig;
@@ -518,9 +518,10 @@ impl Model {
             let logits = {
                 let _p = phase("logits (lm_head)");
                 let logits = head(&hidden.narrow(1, start, n)?.contiguous()?)?;
-                // Gemma 2: cap * tanh(logits / cap)
+                // Gemma 2: cap * tanh(logits / cap), in f32: a cap past the half types'
+                // range (65504 in f16) would be inf there and every logit NaN
                 match c.final_logit_softcap() {
-                    Some(cap) => ((logits / cap)?.tanh()? * cap)?,
+                    Some(cap) => ((logits.to_dtype(DType::F32)? / cap)?.tanh()? * cap)?,
                     None => logits,
                 }
             };

@@ -45,9 +45,10 @@ fn write_case(case: &Value, dir: &Path) {
     });
 }
 
-/// The f32 logits of the checkpoint in `dir` for `ids`, or the error that refused it.
-fn logits(dir: &Path, ids: &Tensor) -> Result<Tensor, String> {
-    let ckpt = Checkpoint::open(dir, &Device::Cpu, DType::F32)
+/// The logits of the checkpoint in `dir` for `ids` in `dtype` (as f32), or the error that
+/// refused it.
+fn logits(dir: &Path, ids: &Tensor, dtype: DType) -> Result<Tensor, String> {
+    let ckpt = Checkpoint::open(dir, &Device::Cpu, dtype)
         .and_then(|c| c.validate())
         .map_err(|e| e.to_string())?;
     let model = ckpt.load_model().map_err(|e| e.to_string())?;
@@ -56,7 +57,8 @@ fn logits(dir: &Path, ids: &Tensor) -> Result<Tensor, String> {
         .forward(ids, 64, &mut probe)
         .map_err(|e| e.to_string())?;
     let layers = model.config().num_layers;
-    Ok(probe.get(Hook::Logits, layers).unwrap().unwrap())
+    let logits = probe.get(Hook::Logits, layers).unwrap().unwrap();
+    Ok(logits.to_dtype(DType::F32).unwrap())
 }
 
 /// Runs case `name` (every case when `None`); returns the failures.
@@ -71,7 +73,7 @@ fn check(name: Option<&str>) -> Vec<String> {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join(case_name);
         write_case(case, &dir);
-        let got = logits(&dir, &ids);
+        let got = logits(&dir, &ids, DType::F32);
         match (case.get("transformers_error"), got) {
             (Some(_), Err(_)) => {}
             (Some(e), Ok(_)) => failures.push(format!(
@@ -161,4 +163,42 @@ fn null_window_without_layer_types_is_refused_where_the_class_derives_sliding_la
         let failures = check(Some(case));
         assert!(failures.is_empty(), "{}", failures.join("\n"));
     }
+}
+
+/// Soft-caps past f16's range (65504) but inside f32's bend no logit in f16 either: the final
+/// cap is applied in f32 (in f16 it was inf, and every logit NaN). The reference is
+/// transformers' float64 forward without caps (the identity to (s / cap)^2 / 3 < 1e-12).
+#[test]
+fn softcaps_past_the_half_range_are_the_identity_in_f16() {
+    let (cases, refs) = cases();
+    let ids = refs["input_ids"].to_dtype(DType::U32).unwrap();
+    let mut case = cases
+        .iter()
+        .find(|c| c["name"] == "gemma2_no_softcaps")
+        .unwrap()
+        .clone();
+    case["edits"]["attn_logit_softcapping"] = serde_json::json!(1e6);
+    case["edits"]["final_logit_softcapping"] = serde_json::json!(1e6);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("m");
+    write_case(&case, &dir);
+    let reference = &refs["gemma2_no_softcaps"];
+    let f16 = logits(&dir, &ids, DType::F16).unwrap();
+    let d = max_abs_diff(&f16, reference);
+    // f16 keeps 11 significant bits: within 2^-10 of the largest logit per layer of rounding
+    let scale = reference
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap();
+    let bound = scale.to_scalar::<f64>().unwrap() * 2f64.powi(-10) * 8.0;
+    assert!(
+        d.is_finite() && d < bound,
+        "f16 logits differ from float64 by {d:e} (bound {bound:e})"
+    );
+    let f32 = logits(&dir, &ids, DType::F32).unwrap();
+    let d = max_abs_diff(&f32, reference);
+    assert!(d < ATOL, "f32 logits differ from float64 by {d:e}");
 }
