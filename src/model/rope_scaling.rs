@@ -195,3 +195,23 @@ pub(crate) fn describe(scaling: &RopeScaling) -> Option<String> {
         _ => return None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two rotating dimensions have one frequency, base^0 = 1, whatever dynamic NTK makes
+    /// of the base (its exponent dim / (dim - 2) is infinite there: transformers divides by
+    /// zero); within and past the trained length.
+    #[test]
+    fn dynamic_ntk_with_two_rotating_dims_keeps_frequency_one() {
+        let scaling = RopeScaling::Dynamic {
+            factor: 4.0,
+            max_position_embeddings: 16.0,
+        };
+        for seq_len in [8, 16, 64] {
+            let f = inverse_frequencies(&scaling, 10_000.0, 2, seq_len).unwrap();
+            assert_eq!(f, vec![1.0], "seq_len {seq_len}");
+        }
+    }
+}
