@@ -28,6 +28,8 @@ use rayon::prelude::*;
 use super::cpu_affine::{affine_weight, beta};
 use super::cpu_softmax::exp_row;
 use super::variant::BetaLength;
+use crate::cpu::bf16_gemm::product_into;
+use crate::cpu::bf16_panels::{Bf16Rows, PackedWeight, PANEL_WIDTH};
 use crate::cpu::host::{lane_max, lane_sum, lane_sum_max, with_cpu_f32};
 use crate::error::Result;
 use crate::probe::row_pass::{band_keys, clamped_entropy_sums, qk_row, EntropySums};
@@ -81,11 +83,63 @@ pub struct Logits<'a> {
     pub affine: Option<&'a AffineTile>,
 }
 
-/// One kv head's keys and values `[t, d]` (host).
-#[derive(Debug, Clone, Copy)]
+/// A layer's host q, k, v and, for bf16 products, its packed keys and values.
+#[derive(Clone, Copy)]
+struct Operands<'a> {
+    qkv: Qkv<'a, [f32]>,
+    packed: Option<&'a PackedKv>,
+}
+
+/// One kv head's keys and values `[t, d]` (host), and for the bf16 products the same
+/// packed.
+#[derive(Clone, Copy)]
 struct KeyValues<'a> {
     k: &'a [f32],
     v: &'a [f32],
+    packed: Option<&'a PackedHead>,
+}
+
+/// A layer's keys and values packed once for bf16 products (`crate::cpu::bf16_gemm`): with
+/// them the tiles multiply as FlashAttention does in bf16. q is multiplied by the scale in
+/// f32, then rounded to bf16; k and v are rounded (exact for a bf16 model's); each tile's
+/// weights e are rounded for the value product only. Products are summed in f32; the
+/// logits, the online softmax and every row sum stay f32/f64.
+pub struct PackedKv {
+    /// Per (sequence, kv head).
+    heads: Vec<PackedHead>,
+}
+
+/// One kv head's keys as a `[t, d]` weight (keys are output columns of q.k) and its values
+/// as a `[d, t]` one (keys are the inner dimension of p.v).
+struct PackedHead {
+    k: PackedWeight,
+    v: PackedWeight,
+}
+
+impl PackedKv {
+    /// Packs `k` and `v` `[batch, kv, t, d]` (contiguous f32 on the CPU; `None` otherwise),
+    /// one head per thread.
+    pub fn pack(k: &Tensor, v: &Tensor) -> Result<Option<Self>> {
+        let (b, kv, t, d) = k.dims4()?;
+        if v.dims4()? != (b, kv, t, d) {
+            return Ok(None);
+        }
+        let heads = with_cpu_f32(k, |k| {
+            with_cpu_f32(v, |v| {
+                (0..b * kv)
+                    .into_par_iter()
+                    .map(|h| {
+                        let at = h * t * d..(h + 1) * t * d;
+                        PackedHead {
+                            k: PackedWeight::pack_f32(&k[at.clone()], t, d),
+                            v: PackedWeight::pack_f32_transposed(&v[at], t, d),
+                        }
+                    })
+                    .collect()
+            })
+        });
+        Ok(heads.flatten().map(|heads| PackedKv { heads }))
+    }
 }
 
 /// One task's rows: the query heads sharing kv head `kv_head` of sequence `seq`, queries
@@ -753,6 +807,46 @@ fn value_tile(out: &mut [f32], weights: &[f32], v: &[f32], at: TileAt) {
     }
 }
 
+/// The tile's q.k into `buf.logits`: f32 products, or bf16 ones with the keys packed.
+fn qk_products(buf: &mut TaskBuffers, kv: KeyValues, tile: TileAt) {
+    let Some(packed) = kv.packed else {
+        return qk_tile(&mut buf.logits, &buf.q_rows, kv.k, tile);
+    };
+    let q = &buf.q_bf16;
+    let keys = tile.k0..tile.k0 + tile.width;
+    let pairs = 0..packed.k.pairs();
+    product_into(
+        (&q.bits, q.stride, tile.rows),
+        &packed.k,
+        keys,
+        pairs,
+        &mut buf.logits,
+        tile.tile,
+        false,
+    );
+}
+
+/// The tile's weights times its values, added to `buf.out`: f32 products, or the weights
+/// rounded to bf16 against the packed values.
+fn value_products(buf: &mut TaskBuffers, kv: KeyValues, tile: TileAt) {
+    let Some(packed) = kv.packed else {
+        return value_tile(&mut buf.out, &buf.weights, kv.v, tile);
+    };
+    let w = &mut buf.weights_bf16;
+    w.round_into(&buf.weights, tile.rows, tile.width, tile.tile);
+    // tiles start at an even key (a multiple of the panel width)
+    let pairs = tile.k0 / 2..tile.k0 / 2 + tile.width.div_ceil(2);
+    product_into(
+        (&w.bits, w.stride, tile.rows),
+        &packed.v,
+        0..tile.d,
+        pairs,
+        &mut buf.out,
+        tile.d,
+        true,
+    );
+}
+
 /// The keys of a tile from `k0` (of `width`) that query `i` sees, as offsets `lo..hi` into
 /// the tile (empty: `lo == hi`).
 fn visible_in_tile(window: KeyWindow, i: usize, k0: usize, width: usize) -> (usize, usize) {
@@ -781,6 +875,42 @@ struct TaskAt {
 }
 
 impl TaskAt {
+    /// The task of `rows` with key tiles of `tile`; with `panel_aligned` (bf16 products)
+    /// the tiles start at a multiple of the panel width (keys before the first one a query
+    /// sees are masked like any other hidden key).
+    fn new(
+        dims: Dims,
+        rows: TaskRows,
+        wants: Option<&RowWants>,
+        tile: usize,
+        panel_aligned: bool,
+    ) -> Self {
+        let TaskRows {
+            seq,
+            kv_head,
+            q0,
+            nq,
+        } = rows;
+        let groups = dims.heads / dims.kv;
+        let mut first_key = dims.window.first_key(q0);
+        if panel_aligned {
+            first_key -= first_key % PANEL_WIDTH;
+        }
+        TaskAt {
+            seq,
+            kv_head,
+            groups,
+            q0,
+            nq,
+            rows: groups * nq,
+            first_key,
+            // short rows need no full-width tile buffers
+            tile: tile.min(q0 + nq - first_key),
+            n_bands: wants.map_or(0, |w| w.bands.len()),
+            n_blocks: wants.and_then(|w| w.key_blocks).map_or(0, |k| k.blocks),
+        }
+    }
+
     /// The query head of task row `r`.
     fn head(&self, r: usize) -> usize {
         self.kv_head * self.groups + r / self.nq
@@ -813,11 +943,14 @@ impl TaskAt {
     }
 }
 
-/// A task's buffers: its query rows, the tile's logits and weights, the rule's scratch row,
+/// A task's buffers: its query rows (and for bf16 products the same scaled and rounded,
+/// and the tile's weights rounded), the tile's logits and weights, the rule's scratch row,
 /// the output rows, each row's running sums and parts (band sums and key blocks' sums and
 /// maxima).
 struct TaskBuffers {
     q_rows: Vec<f32>,
+    q_bf16: Bf16Rows,
+    weights_bf16: Bf16Rows,
     logits: Vec<f32>,
     weights: Vec<f32>,
     scratch: Vec<f32>,
@@ -827,8 +960,9 @@ struct TaskBuffers {
 }
 
 impl TaskBuffers {
-    /// Buffers for task `at` with its query rows packed `[rows, d]` from `q`.
-    fn new(q: &[f32], dims: Dims, at: TaskAt, rule: &TileLogits) -> Self {
+    /// Buffers for task `at` with its query rows packed `[rows, d]` from `q`, and with
+    /// `bf16_scale` the rows times it rounded to bf16.
+    fn new(q: &[f32], dims: Dims, at: TaskAt, rule: &TileLogits, bf16_scale: Option<f32>) -> Self {
         let (rows, d) = (at.rows, dims.d);
         let mut q_rows = Vec::with_capacity(rows * d);
         for g in 0..at.groups {
@@ -836,8 +970,15 @@ impl TaskBuffers {
             let from = ((at.seq * dims.heads + head) * dims.t + at.q0) * d;
             q_rows.extend_from_slice(&q[from..from + at.nq * d]);
         }
+        let mut q_bf16 = Bf16Rows::empty();
+        if let Some(scale) = bf16_scale {
+            let scaled: Vec<f32> = q_rows.iter().map(|&x| x * scale).collect();
+            q_bf16.round_into(&scaled, rows, d, d);
+        }
         TaskBuffers {
             q_rows,
+            q_bf16,
+            weights_bf16: Bf16Rows::empty(),
             logits: vec![0f32; rows * at.tile],
             weights: vec![0f32; rows * at.tile],
             scratch: match rule {
@@ -855,7 +996,7 @@ impl TaskBuffers {
 /// `seq`, queries `q0..q0 + nq`. Returns their output rows `[groups * nq, d]` and table
 /// cells `[groups * nq, width]`, row `g * nq + qi`.
 fn task(
-    qkv: Qkv<[f32]>,
+    operands: Operands,
     dims: Dims,
     rows: TaskRows,
     logits: Logits,
@@ -863,41 +1004,33 @@ fn task(
     wants: Option<&RowWants>,
     tile: usize,
 ) -> (Vec<f32>, Vec<f32>) {
-    let TaskRows {
-        seq,
-        kv_head,
-        q0,
-        nq,
-    } = rows;
-    let Qkv { q, k, v } = qkv;
-    let Dims {
-        heads,
-        kv,
-        t,
-        d,
-        window,
-    } = dims;
-    let groups = heads / kv;
-    let first_key = window.first_key(q0);
-    let at = TaskAt {
-        seq,
-        kv_head,
-        groups,
-        q0,
-        nq,
-        rows: groups * nq,
-        first_key,
-        // short rows need no full-width tile buffers
-        tile: tile.min(q0 + nq - first_key),
-        n_bands: wants.map_or(0, |w| w.bands.len()),
-        n_blocks: wants.and_then(|w| w.key_blocks).map_or(0, |k| k.blocks),
-    };
+    let Operands {
+        qkv: Qkv { q, k, v },
+        packed,
+    } = operands;
+    let (t, d) = (dims.t, dims.d);
+    let at = TaskAt::new(dims, rows, wants, tile, packed.is_some());
     let width = wants.map_or(1, RowWants::width);
-    let kv_at = (seq * kv + kv_head) * t * d;
+    let head = rows.seq * dims.kv + rows.kv_head;
+    let kv_at = head * t * d;
     let (k, v) = (&k[kv_at..kv_at + t * d], &v[kv_at..kv_at + t * d]);
-    let kv = KeyValues { k, v };
-    let mut buf = TaskBuffers::new(q, dims, at, logits.rule);
+    let packed = packed.map(|p| &p.heads[head]);
+    let kv = KeyValues { k, v, packed };
+    // bf16 products take q times the scale, rounded: the rules then scale by 1
+    let bf16_scale = packed.map(|_| logits.scale);
+    let logits = Logits {
+        scale: if packed.is_some() { 1.0 } else { logits.scale },
+        ..logits
+    };
+    let mut buf = TaskBuffers::new(q, dims, at, logits.rule, bf16_scale);
     online_pass(&mut buf, kv, dims, at, logits, wants);
+    if let Some(scale) = bf16_scale {
+        // the raw q.k sums: the tiles summed scale * q.k
+        for sums in &mut buf.sums {
+            sums.qk /= scale as f64;
+            sums.qk_abs /= scale as f64;
+        }
+    }
     let mut cells = vec![0f32; at.rows * width];
     let Some(affine) = logits.affine else {
         let mut out = std::mem::take(&mut buf.out);
@@ -933,7 +1066,7 @@ fn task(
 /// Affine-Scaled weights take only the maximum and denominator here ([`affine_pass`]).
 fn online_pass(
     buf: &mut TaskBuffers,
-    KeyValues { k, v }: KeyValues,
+    kv: KeyValues,
     dims: Dims,
     at: TaskAt,
     logits: Logits,
@@ -945,7 +1078,7 @@ fn online_pass(
     let online_wants = if weights_final { wants } else { None };
     for k0 in at.tile_starts() {
         let tile = at.tile_at(d, k0);
-        qk_tile(&mut buf.logits, &buf.q_rows, k, tile);
+        qk_products(buf, kv, tile);
         for r in 0..at.rows {
             let i = at.query(r);
             let row = r * at.tile;
@@ -981,7 +1114,7 @@ fn online_pass(
             simd_dispatch!(tile_row(x, rule, e, state, row_at, online_wants));
         }
         if weights_final {
-            value_tile(&mut buf.out, &buf.weights, v, tile);
+            value_products(buf, kv, tile);
         }
     }
 }
@@ -990,7 +1123,7 @@ fn online_pass(
 /// alpha p + beta of every tile, their sums and bands, and the output.
 fn affine_pass(
     buf: &mut TaskBuffers,
-    KeyValues { k, v }: KeyValues,
+    kv: KeyValues,
     dims: Dims,
     at: TaskAt,
     logits: Logits,
@@ -1002,7 +1135,7 @@ fn affine_pass(
     let mut acc = vec![AffineSums::default(); at.rows];
     for k0 in at.tile_starts() {
         let tile = at.tile_at(d, k0);
-        qk_tile(&mut buf.logits, &buf.q_rows, k, tile);
+        qk_products(buf, kv, tile);
         for (r, acc) in acc.iter_mut().enumerate() {
             let (head, i) = (at.head(r), at.query(r));
             let row = r * at.tile;
@@ -1041,7 +1174,7 @@ fn affine_pass(
                 x, rule, w, weights_of, state, row_at, wants
             ));
         }
-        value_tile(&mut buf.out, &buf.weights, v, tile);
+        value_products(buf, kv, tile);
     }
     acc
 }
@@ -1056,6 +1189,8 @@ fn affine_pass(
 /// `wants`, one column: the sink mass); `None` where the tensors are not contiguous f32
 /// CPU tensors, their shapes do not fit (kv heads not dividing the heads, the block past
 /// `t`, sinks or the rule's tables shorter than the heads or `t`) or the block is empty.
+/// With `packed` (the layer's k and v packed by [`PackedKv::pack`]) the tiles' products are
+/// bf16 ones.
 pub fn causal_attention(
     qkv: Qkv<Tensor>,
     block: QueryBlock,
@@ -1063,15 +1198,23 @@ pub fn causal_attention(
     sinks: Option<&[f32]>,
     wants: Option<&RowWants>,
     tiles: Tiles,
+    packed: Option<&PackedKv>,
 ) -> Result<Option<(Tensor, Tensor)>> {
     let (b, heads, t, d) = qkv.q.dims4()?;
     let kv = qkv.k.dim(1)?;
     if !fits(qkv, block, logits, sinks)? {
         return Ok(None);
     }
+    if packed.is_some_and(|p| p.heads.len() != b * kv) {
+        return Ok(None);
+    }
     let tiles = Tiles {
         rows: tiles.rows.max(1),
-        keys: tiles.keys.max(1),
+        // bf16 products read whole panels of keys
+        keys: match packed {
+            Some(_) => tiles.keys.max(1).next_multiple_of(PANEL_WIDTH),
+            None => tiles.keys.max(1),
+        },
     };
     let dims = Dims {
         heads,
@@ -1089,7 +1232,8 @@ pub fn causal_attention(
                     .par_iter()
                     .map(|&rows| {
                         let qkv = Qkv { q, k, v };
-                        task(qkv, dims, rows, logits, sinks, wants, tiles.keys)
+                        let operands = Operands { qkv, packed };
+                        task(operands, dims, rows, logits, sinks, wants, tiles.keys)
                     })
                     .collect::<Vec<_>>()
             })
@@ -1493,6 +1637,7 @@ mod tests {
                         sink,
                         Some(&wants),
                         tiles,
+                        None,
                     )
                     .unwrap()
                     .unwrap();
@@ -1541,6 +1686,122 @@ mod tests {
         }
     }
 
+    /// bf16 products (`PackedKv`): with q, k, v already bf16 values and a power-of-two scale
+    /// (so q times it rounds exactly), the only rounding left is the tile's weights for the
+    /// value product: every row-table cell matches the float64 reference as the f32 tiles'
+    /// do, and each output is within 2^-8 max|v| of it (a relative 2^-9 per weight). Tiles
+    /// of 7 and 40 keys become whole panels (32, 64); windows start tiles mid-panel.
+    #[test]
+    fn bf16_products_round_only_the_weights_of_the_value_product() {
+        let sizes = Sizes {
+            b: 2,
+            heads: 6,
+            kv: 2,
+            t: 100,
+            d: 16,
+        };
+        let Sizes { b, heads, kv, t, d } = sizes;
+        let rounded = |x: Vec<f32>| -> Vec<f32> {
+            x.into_iter()
+                .map(|v| half::bf16::from_f32(v).to_f32())
+                .collect()
+        };
+        let raw = inputs(sizes, 3, 2.5);
+        let [q, k, v] = raw.host.clone().map(rounded);
+        let tensor = |x: &Vec<f32>, h: usize| {
+            Tensor::from_vec(x.clone(), (b, h, t, d), &Device::Cpu).unwrap()
+        };
+        let inputs = Inputs {
+            tensors: [tensor(&q, heads), tensor(&k, kv), tensor(&v, kv)],
+            host: [q, k, v],
+        };
+        let packed = PackedKv::pack(inputs.tensors().k, inputs.tensors().v)
+            .unwrap()
+            .unwrap();
+        let bands = vec![(0, 1), (1, 10), (10, usize::MAX)];
+        let blocks = KeyBlocks::new(7, t);
+        let wants = RowWants {
+            first: true,
+            sum: true,
+            entropy: true,
+            bands: bands.clone(),
+            key_blocks: Some(blocks),
+            max_logit: true,
+        };
+        let sinks = values(heads, 4, 3.0);
+        let scale = 0.25;
+        let logn_scale = [0.5f32, 0.8, 1.1, 0.3, 0.6, 0.9];
+        let rules = [
+            Rule::Plain,
+            Rule::Logn(&logn_scale),
+            Rule::ScaleInvariant(10.0),
+        ];
+        for (q_start, n) in [(0, 100), (37, 63)] {
+            for rule in rules {
+                for window in [None, Some(5), Some(45)] {
+                    for (tiles, sink) in [
+                        (Tiles { rows: 12, keys: 7 }, None),
+                        (Tiles { rows: 5, keys: 40 }, Some(&sinks[..])),
+                        (Tiles::default(), None),
+                    ] {
+                        let block = QueryBlock {
+                            q_start,
+                            n,
+                            window: KeyWindow(window),
+                        };
+                        let logits = Logits {
+                            scale,
+                            rule: &rule.tiles(t),
+                            affine: None,
+                        };
+                        let qkv = inputs.tensors();
+                        let (out, table) = causal_attention(
+                            qkv,
+                            block,
+                            logits,
+                            sink,
+                            Some(&wants),
+                            tiles,
+                            Some(&packed),
+                        )
+                        .unwrap()
+                        .unwrap();
+                        let case = Case {
+                            q_start,
+                            n,
+                            window,
+                            scale: scale as f64,
+                            rule,
+                            sinks: sink,
+                            bands: &bands,
+                            blocks: Some(blocks),
+                            affine: None,
+                        };
+                        let want = expected(inputs.host(), sizes, &case);
+                        let what = format!("({q_start}, {n}, {rule:?}, {window:?}, {tiles:?})");
+                        let out = out.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                        for (at, (&g, &w)) in out.iter().zip(&want.out).enumerate() {
+                            let err = (g as f64 - w).abs();
+                            assert!(err <= 2f64.powi(-8), "output {at}: {g} vs {w} {what}");
+                        }
+                        let table = table.to_vec2::<f32>().unwrap();
+                        assert_eq!(table.len(), want.cells.len());
+                        for (row, (got, want)) in table.iter().zip(&want.cells).enumerate() {
+                            for (c, (&g, &w)) in got.iter().zip(want).enumerate() {
+                                let err = (g as f64 - w).abs();
+                                let tol = match c {
+                                    QK_SUM | QK_ABS_SUM => 1e-4 * w.abs().max(1.0),
+                                    _ => 1e-6 + 1e-5 * w.abs(),
+                                };
+                                assert!(err <= tol, "row {row} column {c}: {g} vs {w} {what}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn without_wants_the_one_column_is_the_sink_mass() {
         let sizes = Sizes {
@@ -1568,6 +1829,7 @@ mod tests {
             Some(&sinks),
             None,
             Tiles { rows: 2, keys: 3 },
+            None,
         )
         .unwrap()
         .unwrap();
@@ -1619,6 +1881,7 @@ mod tests {
             None,
             Some(&wants),
             Tiles { rows: 6, keys: 4 },
+            None,
         )
         .unwrap()
         .unwrap();
@@ -1672,6 +1935,7 @@ mod tests {
             Some(&sinks),
             Some(&wants),
             Tiles { rows: 2, keys: 5 },
+            None,
         )
         .unwrap()
         .unwrap();
@@ -1756,6 +2020,7 @@ mod tests {
                         None,
                         Some(&wants),
                         tiles,
+                        None,
                     )
                     .unwrap()
                     .unwrap();

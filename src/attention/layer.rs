@@ -6,7 +6,9 @@ use candle_core::{DType, Device, Tensor, D};
 
 use super::affine_scaled::{activate, affine_weights};
 use super::cpu_affine::affine_rows;
-use super::cpu_flash::{causal_attention, AffineTile, Logits, Qkv, QueryBlock, TileLogits, Tiles};
+use super::cpu_flash::{
+    causal_attention, AffineTile, Logits, PackedKv, Qkv, QueryBlock, TileLogits, Tiles,
+};
 use super::cpu_softmax::causal_softmax;
 use super::fused_softmax::{causal_softmax_rows, SinkLogits};
 use super::gated::split_query_gate;
@@ -279,9 +281,7 @@ impl Attention {
     /// copy would wait for the device, nor when the sinks are being trained).
     fn host_sinks(&self, xs: &Tensor) -> Result<Option<Vec<f32>>> {
         match &self.sink_logits {
-            Some(sink) if xs.device().is_cpu() && !sink.track_op() => {
-                Ok(Some(sink.flatten_all()?.to_vec1::<f32>()?))
-            }
+            Some(sink) if xs.device().is_cpu() && !sink.track_op() => Ok(Some(host_f32(sink)?)),
             _ => Ok(None),
         }
     }
@@ -299,6 +299,7 @@ impl Attention {
         Facts {
             device,
             f32: p.q.dtype() == DType::F32,
+            bf16: p.q.dtype() == DType::BF16,
             qk_tracks: p.q.track_op() || p.k.track_op(),
             others_track: p.v.track_op()
                 || sinks.is_some_and(Tensor::track_op)
@@ -341,16 +342,38 @@ impl Attention {
             rule: &rule,
             affine: affine.as_ref(),
         };
+        // a bf16 layer's tiles read f32 copies of q, k, v and multiply in bf16 (the values
+        // are bf16's, so the copies are exact); the output is rounded back to bf16
+        let dtype = p.q.dtype();
+        let (q, k, v) = (
+            p.q.to_dtype(DType::F32)?,
+            p.k.to_dtype(DType::F32)?,
+            p.v.to_dtype(DType::F32)?,
+        );
+        let packed = match dtype == DType::BF16 && crate::cpu::bf16_gemm::available() {
+            true => PackedKv::pack(&k, &v)?,
+            false => None,
+        };
         let qkv = Qkv {
-            q: &p.q,
-            k: &p.k,
-            v: &p.v,
+            q: &q,
+            k: &k,
+            v: &v,
         };
         let blocks = query_blocks(p.t, block);
         self.tile_blocks(p, layer, blocks, wants.is_some(), probe, |block| {
             let sinks = p.host_sinks.as_deref();
-            causal_attention(qkv, block, logits, sinks, wants.as_ref(), Tiles::default())?
-                .ok_or_else(|| unplanned("flash tiles"))
+            let tiles = Tiles::default();
+            let (out, table) = causal_attention(
+                qkv,
+                block,
+                logits,
+                sinks,
+                wants.as_ref(),
+                tiles,
+                packed.as_ref(),
+            )?
+            .ok_or_else(|| unplanned("flash tiles"))?;
+            Ok((out.to_dtype(dtype)?, table))
         })
     }
 
@@ -754,8 +777,8 @@ impl Attention {
     fn tile_logits(&self, p: &Projected) -> Result<(TileLogits, Option<AffineTile>)> {
         let affine = match (&p.alpha, &self.alpha_ma) {
             (Some(alpha), Some(alpha_ma)) => Some(AffineTile {
-                alpha: alpha.flatten_all()?.to_vec1::<f32>()?,
-                alpha_ma: alpha_ma.flatten_all()?.to_vec1::<f32>()?,
+                alpha: host_f32(alpha)?,
+                alpha_ma: host_f32(alpha_ma)?,
                 beta_length: self.affine()?.beta_length,
                 seq_len: p.t,
             }),
@@ -765,7 +788,7 @@ impl Attention {
         let rule = match &self.logit_rule {
             LogitRule::Plain => TileLogits::Plain,
             LogitRule::Logn { scale } => TileLogits::Logn {
-                head_scale: scale.flatten_all()?.to_vec1::<f32>()?,
+                head_scale: host_f32(scale)?,
             },
             LogitRule::ScaleInvariant { tau } => {
                 let (a, m) = reversed_coefficients(*tau, p.t);
@@ -887,4 +910,9 @@ fn unplanned(kernel: &str) -> Error {
         "internal error: {kernel} asked for a case it cannot serve"
     ))
     .into()
+}
+
+/// The values of `xs` (any float dtype) as f32 on the host, flattened.
+fn host_f32(xs: &Tensor) -> Result<Vec<f32>> {
+    Ok(xs.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?)
 }

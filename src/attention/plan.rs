@@ -35,6 +35,9 @@ pub struct Facts {
     pub device: DeviceKind,
     /// q, k and v are f32 (the analysis dtype).
     pub f32: bool,
+    /// q, k and v are bf16 (the CPU's tiles take them, with bf16 products where the CPU has
+    /// AVX-512 BF16).
+    pub bf16: bool,
     /// q or k takes part in autograd (the q.k product tracks gradients).
     pub qk_tracks: bool,
     /// v, the sink logits, alpha or the LogN scale take part in autograd.
@@ -73,8 +76,9 @@ pub fn plan(f: &Facts) -> Kernel {
     let reads_maps = f.wants_scores || f.wants_softmax;
     // the tiles hand the probe row tables, or nothing
     let tiles_serve_probe = !reads_maps && (f.rows.is_some() || !f.wants_attention);
-    let cpu_inference = f.device == DeviceKind::Cpu && f.f32 && !training;
-    let flash_serves = cpu_inference
+    let flash_serves = f.device == DeviceKind::Cpu
+        && (f.f32 || f.bf16)
+        && !training
         && (!f.sinks || f.host_sinks)
         && (!f.affine || f.alpha_ma)
         && tiles_serve_probe;
@@ -126,6 +130,7 @@ mod tests {
         Facts {
             device: DeviceKind::Cpu,
             f32: true,
+            bf16: false,
             qk_tracks: false,
             others_track: false,
             sinks: false,

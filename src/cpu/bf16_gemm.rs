@@ -53,6 +53,64 @@ pub fn matmul(x: &Bf16Rows, w: &PackedWeight) -> Vec<f32> {
     out
 }
 
+/// A part of `x w^T` on the calling thread (the attention tiles run one per task): the rows
+/// of `x` (`m` rows of `x_stride` bits from its first pair on) against the output columns
+/// `cols` and the k pairs `pairs` of `w`; written to `out` (row stride `stride`, column 0 is
+/// `cols.start`), or added to it when `accumulate`. `cols.start` is a multiple of
+/// [`PANEL_WIDTH`].
+#[allow(clippy::too_many_arguments)]
+pub fn product_into(
+    (x, x_stride, m): (&[u16], usize, usize),
+    w: &PackedWeight,
+    cols: std::ops::Range<usize>,
+    pairs: std::ops::Range<usize>,
+    out: &mut [f32],
+    stride: usize,
+    accumulate: bool,
+) {
+    assert!(cols.start % PANEL_WIDTH == 0 && cols.end <= w.n && pairs.end <= w.pairs());
+    assert!(
+        x_stride >= pairs.len() * 2 && (m == 0 || x.len() >= (m - 1) * x_stride + pairs.len() * 2)
+    );
+    assert!(cols.len() <= stride && (m == 0 || out.len() >= (m - 1) * stride + cols.len()));
+    if pairs.is_empty() {
+        if !accumulate {
+            for row in out.chunks_mut(stride).take(m) {
+                row[..cols.len()].fill(0.0);
+            }
+        }
+        return;
+    }
+    for col in cols.clone().step_by(PANEL_WIDTH) {
+        let data = &w.panel(col / PANEL_WIDTH)[pairs.start * PANEL_WIDTH * 2..];
+        for first in (0..pairs.len()).step_by(K_BLOCK_PAIRS) {
+            let block = (pairs.len() - first).min(K_BLOCK_PAIRS);
+            for row in (0..m).step_by(TILE_ROWS) {
+                let target = Target {
+                    // SAFETY (of the tile below): inside `out`, checked above
+                    at: unsafe { out.as_mut_ptr().add(row * stride + (col - cols.start)) },
+                    stride,
+                    rows: (m - row).min(TILE_ROWS),
+                    cols: (cols.end - col).min(PANEL_WIDTH),
+                    accumulate: accumulate || first > 0,
+                };
+                let rows = &x[row * x_stride + first * 2..];
+                // SAFETY: the rows, the panel's pairs and the target lie inside their
+                // buffers (the extents checked above)
+                unsafe {
+                    tile(
+                        rows,
+                        x_stride,
+                        &data[first * PANEL_WIDTH * 2..],
+                        block,
+                        target,
+                    )
+                };
+            }
+        }
+    }
+}
+
 /// The output buffer shared by the threads, each writing its own columns.
 #[derive(Clone, Copy)]
 struct OutPtr(*mut f32);
@@ -262,6 +320,65 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn parts_of_a_product_equal_the_matching_part_of_the_whole() {
+        // columns from the second panel, pairs from an odd offset, accumulated onto ones
+        let (m, k, n) = (17, 2 * 600, 100);
+        let x = values(11, m * k);
+        let w: Vec<bf16> = values(12, n * k).into_iter().map(bf16::from_f32).collect();
+        let packed = PackedWeight::pack(&w, n, k);
+        let (cols, pairs) = (32..90, 3..563);
+        // the rows' k values of those pairs, and the whole product of those columns
+        let sub_x: Vec<f32> = (0..m)
+            .flat_map(|r| x[r * k + pairs.start * 2..r * k + pairs.end * 2].to_vec())
+            .collect();
+        let rows = Bf16Rows::from_f32(&sub_x, m, pairs.len() * 2);
+        let sub_w: Vec<bf16> = cols
+            .clone()
+            .flat_map(|c| w[c * k + pairs.start * 2..c * k + pairs.end * 2].to_vec())
+            .collect();
+        let want = matmul(
+            &rows,
+            &PackedWeight::pack(&sub_w, cols.len(), pairs.len() * 2),
+        );
+        let stride = cols.len() + 5;
+        let mut out = vec![1f32; m * stride];
+        let x_part = (&rows.bits[..], rows.stride, m);
+        product_into(
+            x_part,
+            &packed,
+            cols.clone(),
+            pairs.clone(),
+            &mut out,
+            stride,
+            true,
+        );
+        for r in 0..m {
+            for c in 0..cols.len() {
+                let (got, want) = (out[r * stride + c], want[r * cols.len() + c] + 1.0);
+                assert!(
+                    (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                    "[{r},{c}] {got} vs {want}"
+                );
+            }
+            assert_eq!(
+                out[r * stride + cols.len()],
+                1.0,
+                "row {r}: past the columns"
+            );
+        }
+        product_into(
+            x_part,
+            &packed,
+            cols.clone(),
+            pairs,
+            &mut out,
+            stride,
+            false,
+        );
+        assert!((out[0] - want[0]).abs() <= 1e-4 * (1.0 + want[0].abs()));
     }
 
     #[test]

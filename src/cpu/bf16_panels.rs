@@ -27,14 +27,36 @@ impl PackedWeight {
     /// Packs the row-major weight `w` `[n, k]` (the bits of bf16 values).
     pub fn pack(w: &[bf16], n: usize, k: usize) -> Self {
         assert_eq!(w.len(), n * k, "a weight [{n}, {k}] has {} values", w.len());
+        Self::pack_with(n, k, |col, i| w[col * k + i].to_bits())
+    }
+
+    /// Packs the row-major f32 matrix `w` `[n, k]` rounded to the nearest bf16 (the keys of
+    /// an attention head: `[keys, d]` against query rows of `d`).
+    pub fn pack_f32(w: &[f32], n: usize, k: usize) -> Self {
+        assert_eq!(w.len(), n * k, "a matrix [{n}, {k}] has {} values", w.len());
+        Self::pack_with(n, k, |col, i| bf16::from_f32(w[col * k + i]).to_bits())
+    }
+
+    /// Packs the transpose of the row-major f32 matrix `m` `[k, n]` rounded to bf16: the
+    /// values of an attention head `[keys, d]`, weighed by rows of key weights.
+    pub fn pack_f32_transposed(m: &[f32], k: usize, n: usize) -> Self {
+        assert_eq!(m.len(), n * k, "a matrix [{k}, {n}] has {} values", m.len());
+        Self::pack_with(n, k, |col, i| bf16::from_f32(m[i * n + col]).to_bits())
+    }
+
+    /// Packs the weight whose value at output column `col`, inner index `i` is
+    /// `bits(col, i)`, visiting the inner pairs in memory order of the panels.
+    fn pack_with(n: usize, k: usize, bits: impl Fn(usize, usize) -> u16) -> Self {
         let pairs = k.div_ceil(2);
         let panel_len = pairs * PANEL_WIDTH * 2;
         let mut data = vec![0u16; n.div_ceil(PANEL_WIDTH) * panel_len];
-        for (col, row) in w.chunks_exact(k.max(1)).enumerate().take(n) {
-            let panel = &mut data[(col / PANEL_WIDTH) * panel_len..][..panel_len];
-            let lane = col % PANEL_WIDTH;
-            for (i, v) in row.iter().enumerate() {
-                panel[(i / 2) * PANEL_WIDTH * 2 + lane * 2 + (i & 1)] = v.to_bits();
+        for (p, panel) in data.chunks_exact_mut(panel_len.max(1)).enumerate() {
+            let cols = p * PANEL_WIDTH..((p + 1) * PANEL_WIDTH).min(n);
+            for col in cols {
+                let lane = col % PANEL_WIDTH;
+                for i in 0..k {
+                    panel[(i / 2) * PANEL_WIDTH * 2 + lane * 2 + (i & 1)] = bits(col, i);
+                }
             }
         }
         PackedWeight { n, k, pairs, data }
@@ -99,6 +121,30 @@ impl Bf16Rows {
             }
         }
         Bf16Rows { m, stride, bits }
+    }
+
+    /// An empty buffer for [`Bf16Rows::round_into`] to fill.
+    pub fn empty() -> Self {
+        Bf16Rows {
+            m: 0,
+            stride: 0,
+            bits: Vec::new(),
+        }
+    }
+
+    /// Fills the buffer with the f32 rows `[m, k]` of `xs` (row stride `src_stride` >= k)
+    /// rounded to the nearest bf16, each row padded to an even length with a zero; the
+    /// allocation is kept from call to call.
+    pub fn round_into(&mut self, xs: &[f32], m: usize, k: usize, src_stride: usize) {
+        assert!(src_stride >= k && (m == 0 || xs.len() >= (m - 1) * src_stride + k));
+        self.m = m;
+        self.stride = k.div_ceil(2) * 2;
+        self.bits.resize(m * self.stride, 0);
+        for r in 0..m {
+            let dst = &mut self.bits[r * self.stride..(r + 1) * self.stride];
+            round_row(&xs[r * src_stride..r * src_stride + k], &mut dst[..k]);
+            dst[k..].fill(0);
+        }
     }
 
     /// bf16 rows `[m, k]` as they are (copied only to pad an odd k).
@@ -171,6 +217,40 @@ mod tests {
         assert_eq!(at(1, 1, 0, 0), 322.0);
         assert_eq!(at(1, 0, 1, 0), 0.0);
         assert_eq!(p.unpack(), w);
+    }
+
+    #[test]
+    fn f32_matrices_pack_as_their_bf16_rounding_and_transposes_as_their_transpose() {
+        let (n, k) = (37, 5);
+        let m: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.731).sin() * 3.0).collect();
+        let rounded: Vec<bf16> = m.iter().map(|&x| bf16::from_f32(x)).collect();
+        assert_eq!(PackedWeight::pack_f32(&m, n, k).unpack(), rounded);
+        // m read as [k, n]: its transpose [n, k]
+        let t = PackedWeight::pack_f32_transposed(&m, k, n);
+        assert_eq!((t.n, t.k), (n, k));
+        let want: Vec<bf16> = (0..n)
+            .flat_map(|col| (0..k).map(move |i| (col, i)))
+            .map(|(col, i)| bf16::from_f32(m[i * n + col]))
+            .collect();
+        assert_eq!(t.unpack(), want);
+    }
+
+    #[test]
+    fn strided_rows_round_into_a_reused_buffer() {
+        let xs: Vec<f32> = (0..40).map(|i| i as f32 * 1.001 - 7.0).collect();
+        let mut rows = Bf16Rows::empty();
+        rows.round_into(&xs, 3, 8, 10);
+        rows.round_into(&xs, 4, 7, 10);
+        assert_eq!((rows.m, rows.stride, rows.bits.len()), (4, 8, 32));
+        for r in 0..4 {
+            for i in 0..7 {
+                assert_eq!(
+                    rows.bits[r * 8 + i],
+                    bf16::from_f32(xs[r * 10 + i]).to_bits()
+                );
+            }
+            assert_eq!(rows.bits[r * 8 + 7], 0, "row {r} padded");
+        }
     }
 
     #[test]

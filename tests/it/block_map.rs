@@ -264,9 +264,13 @@ fn bf16_block_maps_are_within_the_bf16_tolerance() {
     };
     for name in MODEL_FIXTURES {
         let got = run(name, DType::BF16, (6, &[]), (3, 7));
-        // bf16 on the CPU: materialised blocks (the fused softmax, or candle ops in windows)
-        let tiles = got.kernels.values().any(|&k| k == Kernel::FlashTiles);
-        assert!(!tiles, "{name}: {:?}", got.kernels);
+        // bf16 on the CPU: the flash tiles, with bf16 products where the CPU has AVX-512
+        // BF16 (issue 41), the map of their tile sums
+        assert!(
+            all_on(&got, Kernel::FlashTiles),
+            "{name}: {:?}",
+            got.kernels
+        );
         let (mean, max) = largest_errors(&got_map(block_map(&got)), &reference_map(name, 6));
         let (mean_bound, max_bound) = (bound(name, "mean"), bound(name, "max"));
         eprintln!(
