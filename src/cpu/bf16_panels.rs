@@ -162,9 +162,27 @@ impl Bf16Rows {
     }
 }
 
+/// f32 values rounded to the nearest bf16 (ties to even), both cores taking parts of a long
+/// slice: the analysis' bf16 tensors are made from f32 sums this way.
+pub fn round_to_bf16(src: &[f32]) -> Vec<bf16> {
+    use rayon::prelude::*;
+    /// Values per task: large enough that a task outweighs its scheduling.
+    const CHUNK: usize = 1 << 16;
+    let mut out = vec![bf16::ZERO; src.len()];
+    out.par_chunks_mut(CHUNK)
+        .zip(src.par_chunks(CHUNK))
+        .for_each(|(dst, src)| {
+            // SAFETY: bf16 is a transparent u16
+            let bits =
+                unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut u16, dst.len()) };
+            round_row(src, bits);
+        });
+    out
+}
+
 /// Rounds a row with the AVX-512 conversions where the CPU has them (`vcvtne2ps2bf16`: round
 /// to nearest even, as `half` does), else with `half`.
-fn round_row(src: &[f32], dst: &mut [u16]) {
+pub(crate) fn round_row(src: &[f32], dst: &mut [u16]) {
     #[cfg(target_arch = "x86_64")]
     if super::bf16_gemm::available() {
         // SAFETY: the CPU has AVX-512 F, BW and BF16 (checked just above)
@@ -251,6 +269,15 @@ mod tests {
             }
             assert_eq!(rows.bits[r * 8 + 7], 0, "row {r} padded");
         }
+    }
+
+    #[test]
+    fn long_slices_round_as_half_does() {
+        let xs: Vec<f32> = (0..200_003)
+            .map(|i| (i as f32 * 0.0137).sin() * 3e4 + f32::from_bits(0x3f80_8000 + (i % 7)))
+            .collect();
+        let want: Vec<bf16> = xs.iter().map(|&x| bf16::from_f32(x)).collect();
+        assert_eq!(round_to_bf16(&xs), want);
     }
 
     #[test]

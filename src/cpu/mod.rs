@@ -4,6 +4,7 @@
 //! elementwise ops, each of which would read and write the whole block again.
 
 pub mod bf16_gemm;
+pub mod bf16_glu;
 pub mod bf16_panels;
 pub mod fast_math;
 pub mod heap;

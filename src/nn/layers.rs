@@ -160,7 +160,13 @@ impl Mlp {
         let inner = match (&self.gate_proj, self.clamped) {
             (Some(gate), Some(clamped)) => clamped.apply(&gate.forward(xs)?, &up)?,
             (Some(gate), None) if self.tanh_gelu => (gate.forward(xs)?.gelu()? * up)?,
-            (Some(gate), None) => (candle_nn::ops::silu(&gate.forward(xs)?)? * up)?,
+            (Some(gate), None) => {
+                let gate = gate.forward(xs)?;
+                match crate::cpu::bf16_glu::silu_mul(&gate, &up)? {
+                    Some(inner) => inner,
+                    None => (candle_nn::ops::silu(&gate)? * up)?,
+                }
+            }
             (None, _) if self.tanh_gelu => up.gelu()?,
             (None, _) => up.gelu_erf()?,
         };

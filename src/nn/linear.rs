@@ -5,7 +5,7 @@ use candle_core::{DType, Device, Module, Storage, Tensor};
 use half::bf16;
 
 use crate::cpu::bf16_gemm;
-use crate::cpu::bf16_panels::{Bf16Rows, PackedWeight};
+use crate::cpu::bf16_panels::{round_to_bf16, Bf16Rows, PackedWeight};
 use crate::error::Result;
 
 /// `y = x W^T (+ b)`, weights `[out, in]`.
@@ -131,7 +131,10 @@ fn bf16_forward(xs: &Tensor, weight: &PackedWeight, bias: Option<&[f32]>) -> Res
     let mut dims = xs.dims().to_vec();
     dims.pop();
     dims.push(weight.n);
-    Ok(Tensor::from_vec(out, dims, &Device::Cpu)?.to_dtype(xs.dtype())?)
+    Ok(match xs.dtype() {
+        DType::BF16 => Tensor::from_vec(round_to_bf16(&out), dims, &Device::Cpu)?,
+        dtype => Tensor::from_vec(out, dims, &Device::Cpu)?.to_dtype(dtype)?,
+    })
 }
 
 /// The rows of a contiguous CPU tensor as bf16 (bf16 as they are, other dtypes rounded).
