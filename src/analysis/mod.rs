@@ -122,6 +122,10 @@ impl<F: FnMut(usize, usize, usize)> Probe for BlockTicker<'_, F> {
     fn on_row_table(&mut self, ctx: &BlockCtx, table: &Tensor) -> Result<()> {
         self.inner.on_row_table(ctx, table)
     }
+
+    fn on_key_sums(&mut self, ctx: &BlockCtx, sums: &Tensor) -> Result<()> {
+        self.inner.on_key_sums(ctx, sums)
+    }
 }
 
 /// Computes `opts` metrics of `model` over `windows` (all of equal length), calling

@@ -585,18 +585,12 @@ fn finish_row(
     i: usize,
     wants: Option<&RowWants>,
 ) {
-    // the denominator shifted by max(m, sink), so that neither term overflows: the real
-    // keys' sums take c = exp(m - max) <= 1, the sink exp(sink - max) <= 1
-    let max = sink.map_or(sums.max, |s| sums.max.max(s)) as f64;
-    let c = (sums.max as f64 - max).exp();
-    let sink_e = sink.map_or(0.0, |s| (s as f64 - max).exp());
-    let inv = 1.0 / (sums.sum * c + sink_e);
-    let weight = c * inv;
+    let (weight, sink_mass) = row_weight(sums, sink);
     for o in out.iter_mut() {
         *o = (*o as f64 * weight) as f32;
     }
     let Some(wants) = wants else {
-        cell[0] = (sink_e * inv) as f32;
+        cell[0] = sink_mass as f32;
         return;
     };
     let line = RowLine {
@@ -607,7 +601,7 @@ fn finish_row(
             x: sums.sum_ey,
         }
         .entropy(),
-        sink_mass: (sink_e * inv) as f32,
+        sink_mass: sink_mass as f32,
         qk: sums.qk,
         qk_abs: sums.qk_abs,
         max_logit: max_before_cap(sums),
@@ -616,6 +610,78 @@ fn finish_row(
     write_line(cell, wants, line, bands, i);
     write_blocks(cell, wants, parts, weight);
 }
+
+/// What a row's e = exp(y - m) (m its maximum) are multiplied by to be its weights, and the
+/// sink's mass. The denominator is shifted by max(m, sink), so that neither term overflows:
+/// the real keys' sums take c = exp(m - max) <= 1, the sink exp(sink - max) <= 1.
+fn row_weight(sums: &RowSums, sink: Option<f32>) -> (f64, f64) {
+    let max = sink.map_or(sums.max, |s| sums.max.max(s)) as f64;
+    let c = (sums.max as f64 - max).exp();
+    let sink_e = sink.map_or(0.0, |s| (s as f64 - max).exp());
+    let inv = 1.0 / (sums.sum * c + sink_e);
+    (c * inv, sink_e * inv)
+}
+
+/// key_received's pass over softmax weights: with each row's finished maximum and its
+/// `weights` factor ([`row_weight`]), every tile's weights again (the q.k product and the
+/// exp: the online pass only knew the running maximum), added into `buf.received` for the
+/// queries from `buf.received_from` on.
+fn received_pass(
+    buf: &mut TaskBuffers,
+    kv: KeyValues,
+    dims: Dims,
+    at: TaskAt,
+    logits: Logits,
+    weights: &[f32],
+) {
+    let keys = at.keys();
+    for k0 in at.tile_starts() {
+        let tile = at.tile_at(dims.d, k0);
+        qk_products(buf, kv, tile);
+        for (r, &weight) in weights.iter().enumerate() {
+            let i = at.query(r);
+            let (lo, hi) = visible_in_tile(dims.window, i, k0, tile.width);
+            if i < buf.received_from || lo == hi {
+                continue;
+            }
+            let row = r * at.tile;
+            let x = &buf.logits[row + lo..row + hi];
+            let e = &mut buf.weights[row + lo..row + hi];
+            let rule = RowRule {
+                logits: logits.rule.row(at.head(r), i, k0 + lo),
+                scale: logits.scale,
+                scratch: &mut buf.scratch[..],
+            };
+            let from = (r / at.nq) * keys + k0 + lo;
+            let sums = &mut buf.received[from..from + (hi - lo)];
+            let max = buf.sums[r].max;
+            simd_dispatch!(received_row(x, rule, e, (max, weight), sums));
+        }
+    }
+}
+
+/// One row's weights of a tile (`x` its raw q.k, `e` scratch), e = exp(y - max) times
+/// `weight`, added into `sums`.
+#[inline(always)]
+fn received_row(
+    x: &[f32],
+    rule: RowRule,
+    e: &mut [f32],
+    (max, weight): (f32, f32),
+    sums: &mut [f32],
+) {
+    let (y, scale) = row_logits(x, rule);
+    // SAFETY: f32 -> MaybeUninit<f32> of the same slice; exp_row only writes floats
+    let uninit = unsafe { &mut *(e as *mut [f32] as *mut [MaybeUninit<f32>]) };
+    exp_row::<false>(y, uninit, scale, max);
+    for (s, &e) in sums.iter_mut().zip(e.iter()) {
+        *s += e * weight;
+    }
+}
+
+/// A task's output rows `[rows, d]`, table cells `[rows, width]` and key_received sums
+/// `[groups, keys]` (empty when not asked for).
+type TaskOutput = (Vec<f32>, Vec<f32>, Vec<f32>);
 
 /// Affine-Scaled weights a_ij = alpha_i p_ij + beta_i over the visible keys, with beta_i =
 /// (alpha_ma - alpha_i) / N (`crate::attention::cpu_affine::beta`): they need each row's
@@ -951,6 +1017,10 @@ struct TaskBuffers {
     q_rows: Vec<f32>,
     q_bf16: Bf16Rows,
     weights_bf16: Bf16Rows,
+    /// key_received's sums `[groups, keys]` over the queries from `received_from` on
+    /// (empty when not asked for).
+    received: Vec<f32>,
+    received_from: usize,
     logits: Vec<f32>,
     weights: Vec<f32>,
     scratch: Vec<f32>,
@@ -979,6 +1049,8 @@ impl TaskBuffers {
             q_rows,
             q_bf16,
             weights_bf16: Bf16Rows::empty(),
+            received: Vec::new(),
+            received_from: 0,
             logits: vec![0f32; rows * at.tile],
             weights: vec![0f32; rows * at.tile],
             scratch: match rule {
@@ -1003,7 +1075,7 @@ fn task(
     sinks: Option<&[f32]>,
     wants: Option<&RowWants>,
     tile: usize,
-) -> (Vec<f32>, Vec<f32>) {
+) -> TaskOutput {
     let Operands {
         qkv: Qkv { q, k, v },
         packed,
@@ -1023,6 +1095,10 @@ fn task(
         ..logits
     };
     let mut buf = TaskBuffers::new(q, dims, at, logits.rule, bf16_scale);
+    if let Some(from) = wants.and_then(|w| w.key_sums_from) {
+        buf.received = vec![0f32; at.groups * at.keys()];
+        buf.received_from = from;
+    }
     online_pass(&mut buf, kv, dims, at, logits, wants);
     if let Some(scale) = bf16_scale {
         // the raw q.k sums: the tiles summed scale * q.k
@@ -1033,6 +1109,12 @@ fn task(
     }
     let mut cells = vec![0f32; at.rows * width];
     let Some(affine) = logits.affine else {
+        if !buf.received.is_empty() {
+            let weights: Vec<f32> = (0..at.rows)
+                .map(|r| row_weight(&buf.sums[r], sinks.map(|s| s[at.head(r)])).0 as f32)
+                .collect();
+            received_pass(&mut buf, kv, dims, at, logits, &weights);
+        }
         let mut out = std::mem::take(&mut buf.out);
         for r in 0..at.rows {
             finish_row(
@@ -1045,7 +1127,7 @@ fn task(
                 wants,
             );
         }
-        return (out, cells);
+        return (out, cells, buf.received);
     };
     let acc = affine_pass(&mut buf, kv, dims, at, logits, affine, wants);
     for r in 0..at.rows {
@@ -1058,7 +1140,7 @@ fn task(
             wants,
         );
     }
-    (buf.out, cells)
+    (buf.out, cells, buf.received)
 }
 
 /// The online softmax over every key tile: each row's maximum and denominator; with plain
@@ -1173,6 +1255,12 @@ fn affine_pass(
             simd_dispatch!(affine_tile_row(
                 x, rule, w, weights_of, state, row_at, wants
             ));
+            if !buf.received.is_empty() && i >= buf.received_from {
+                let from = (r / at.nq) * at.keys() + k0 + lo;
+                for (s, &w) in buf.received[from..from + w.len()].iter_mut().zip(w.iter()) {
+                    *s += w;
+                }
+            }
         }
         value_products(buf, kv, tile);
     }
@@ -1199,7 +1287,7 @@ pub fn causal_attention(
     wants: Option<&RowWants>,
     tiles: Tiles,
     packed: Option<&PackedKv>,
-) -> Result<Option<(Tensor, Tensor)>> {
+) -> Result<Option<TileOutput>> {
     let (b, heads, t, d) = qkv.q.dims4()?;
     let kv = qkv.k.dim(1)?;
     if !fits(qkv, block, logits, sinks)? {
@@ -1244,10 +1332,56 @@ pub fn causal_attention(
     };
     let width = wants.map_or(1, RowWants::width);
     let (out, table) = gather(&tasks, &results, b, dims, block, width);
-    Ok(Some((
-        Tensor::from_vec(out, (b, heads, block.n, d), &Device::Cpu)?,
-        Tensor::from_vec(table, (b * heads * block.n, width), &Device::Cpu)?,
-    )))
+    let keys = block.q_start + block.n;
+    let key_sums = match wants.and_then(|w| w.key_sums_from) {
+        Some(_) => Some(Tensor::from_vec(
+            gather_key_sums(&tasks, &results, b, dims, keys),
+            (b, heads, keys),
+            &Device::Cpu,
+        )?),
+        None => None,
+    };
+    Ok(Some(TileOutput {
+        out: Tensor::from_vec(out, (b, heads, block.n, d), &Device::Cpu)?,
+        table: Tensor::from_vec(table, (b * heads * block.n, width), &Device::Cpu)?,
+        key_sums,
+    }))
+}
+
+/// What the tiles computed for a query block: the attention output `[batch, heads, n, d]`,
+/// the row table `[batch * heads * n, width]` and, when `RowWants::key_sums_from` asked,
+/// each key's weight summed over the block's queries from there on `[batch, heads, keys]`
+/// (keys `0 .. q_start + n`).
+pub struct TileOutput {
+    pub out: Tensor,
+    pub table: Tensor,
+    pub key_sums: Option<Tensor>,
+}
+
+/// The tasks' key sums added up per (sequence, head) over the block's `keys`.
+fn gather_key_sums(
+    tasks: &[TaskRows],
+    results: &[TaskOutput],
+    b: usize,
+    dims: Dims,
+    keys: usize,
+) -> Vec<f32> {
+    let groups = dims.heads / dims.kv;
+    let mut sums = vec![0f32; b * dims.heads * keys];
+    for (at, (_, _, received)) in tasks.iter().zip(results) {
+        let task_keys = at.q0 + at.nq;
+        for g in 0..groups {
+            let head = at.seq * dims.heads + at.kv_head * groups + g;
+            let dst = &mut sums[head * keys..head * keys + task_keys];
+            for (s, &r) in dst
+                .iter_mut()
+                .zip(&received[g * task_keys..(g + 1) * task_keys])
+            {
+                *s += r;
+            }
+        }
+    }
+    sums
 }
 
 /// Whether the tiles can take the block: a non-empty block within `t`, kv heads dividing
@@ -1298,7 +1432,7 @@ fn task_rows(b: usize, kv: usize, block: QueryBlock, per_task: usize) -> Vec<Tas
 /// The tasks' output rows and table cells in `[batch, heads, n]` order.
 fn gather(
     tasks: &[TaskRows],
-    results: &[(Vec<f32>, Vec<f32>)],
+    results: &[TaskOutput],
     b: usize,
     dims: Dims,
     block: QueryBlock,
@@ -1308,7 +1442,7 @@ fn gather(
     let groups = heads / dims.kv;
     let mut out = vec![0f32; b * heads * n * d];
     let mut table = vec![0f32; b * heads * n * width];
-    for (at, (task_out, task_cells)) in tasks.iter().zip(results) {
+    for (at, (task_out, task_cells, _)) in tasks.iter().zip(results) {
         for g in 0..groups {
             let row = (at.seq * heads + at.kv_head * groups + g) * n + (at.q0 - block.q_start);
             let (from, nq) = (g * at.nq, at.nq);
@@ -1599,6 +1733,7 @@ mod tests {
             bands: bands.clone(),
             key_blocks: Some(blocks),
             max_logit: true,
+            key_sums_from: None,
         };
         let sinks = values(heads, 4, 3.0);
         let scale = 1.0 / (d as f64).sqrt();
@@ -1622,7 +1757,7 @@ mod tests {
                     Tiles { rows: 1, keys: 1 },
                     Tiles::default(),
                 ] {
-                    let (out, table) = causal_attention(
+                    let TileOutput { out, table, .. } = causal_attention(
                         inputs.tensors(),
                         QueryBlock {
                             q_start,
@@ -1727,6 +1862,7 @@ mod tests {
             bands: bands.clone(),
             key_blocks: Some(blocks),
             max_logit: true,
+            key_sums_from: None,
         };
         let sinks = values(heads, 4, 3.0);
         let scale = 0.25;
@@ -1755,7 +1891,7 @@ mod tests {
                             affine: None,
                         };
                         let qkv = inputs.tensors();
-                        let (out, table) = causal_attention(
+                        let TileOutput { out, table, .. } = causal_attention(
                             qkv,
                             block,
                             logits,
@@ -1814,7 +1950,7 @@ mod tests {
         let t = sizes.t;
         let inputs = inputs(sizes, 5, 1.0);
         let sinks = [0.5f32, -2.0];
-        let (_, table) = causal_attention(
+        let TileOutput { table, .. } = causal_attention(
             inputs.tensors(),
             QueryBlock {
                 q_start: 0,
@@ -1866,7 +2002,7 @@ mod tests {
             first: true,
             ..RowWants::default()
         };
-        let (_, table) = causal_attention(
+        let TileOutput { table, .. } = causal_attention(
             inputs.tensors(),
             QueryBlock {
                 q_start: 3,
@@ -1918,9 +2054,10 @@ mod tests {
             bands: vec![(0, 1), (1, usize::MAX)],
             max_logit: false,
             key_blocks: None,
+            key_sums_from: None,
         };
         let sinks = [1000f32, 1000.0];
-        let (out, table) = causal_attention(
+        let TileOutput { out, table, .. } = causal_attention(
             inputs.tensors(),
             QueryBlock {
                 q_start: 0,
@@ -1990,6 +2127,7 @@ mod tests {
             bands: bands.clone(),
             key_blocks: Some(blocks),
             max_logit: true,
+            key_sums_from: None,
         };
         let scale = 0.35f64;
         for (full, beta_length) in [(true, BetaLength::Full), (false, BetaLength::Visible)] {
@@ -2005,7 +2143,7 @@ mod tests {
                     Tiles { rows: 1, keys: 1 },
                     Tiles::default(),
                 ] {
-                    let (out, table) = causal_attention(
+                    let TileOutput { out, table, .. } = causal_attention(
                         inputs.tensors(),
                         QueryBlock {
                             q_start,

@@ -306,6 +306,7 @@ mod row_table_tests {
             max_logit: false,
             // block_map's columns too: 5 key blocks of the 37 keys
             key_blocks: Some(crate::probe::row_table::KeyBlocks::new(5, keys)),
+            key_sums_from: None,
         };
         let width = wants.width();
         let sinks = [0.5f32, -1.0];

@@ -7,7 +7,7 @@ use candle_core::{DType, Device, Tensor, D};
 use super::affine_scaled::{activate, affine_weights};
 use super::cpu_affine::affine_rows;
 use super::cpu_flash::{
-    causal_attention, AffineTile, Logits, PackedKv, Qkv, QueryBlock, TileLogits, Tiles,
+    causal_attention, AffineTile, Logits, PackedKv, Qkv, QueryBlock, TileLogits, TileOutput, Tiles,
 };
 use super::cpu_softmax::causal_softmax;
 use super::fused_softmax::{causal_softmax_rows, SinkLogits};
@@ -363,7 +363,7 @@ impl Attention {
         self.tile_blocks(p, layer, blocks, wants.is_some(), probe, |block| {
             let sinks = p.host_sinks.as_deref();
             let tiles = Tiles::default();
-            let (out, table) = causal_attention(
+            let output = causal_attention(
                 qkv,
                 block,
                 logits,
@@ -373,12 +373,15 @@ impl Attention {
                 packed.as_ref(),
             )?
             .ok_or_else(|| unplanned("flash tiles"))?;
-            Ok((out.to_dtype(dtype)?, table))
+            Ok(TileOutput {
+                out: output.out.to_dtype(dtype)?,
+                ..output
+            })
         })
     }
 
-    /// Each query block of `blocks` through the tiles of `compute` (its output and row
-    /// table), the table handed to the probe when `rows`.
+    /// Each query block of `blocks` through the tiles of `compute` (its output, row table
+    /// and key sums), the table (after the key sums) handed to the probe when `rows`.
     fn tile_blocks(
         &self,
         p: &Projected,
@@ -386,14 +389,21 @@ impl Attention {
         blocks: impl IntoIterator<Item = (usize, usize)>,
         rows: bool,
         probe: &mut dyn Probe,
-        mut compute: impl FnMut(QueryBlock) -> Result<(Tensor, Tensor)>,
+        mut compute: impl FnMut(QueryBlock) -> Result<TileOutput>,
     ) -> Result<Vec<Tensor>> {
         let mut outputs = Vec::new();
         for (q_start, n) in blocks {
             let ctx = self.block_ctx(layer, q_start, n, p.t);
             let _p = phase("attention: flash tiles (q.k, softmax, row table, values)");
             let window = self.shape.window;
-            let (out, table) = compute(QueryBlock { q_start, n, window })?;
+            let TileOutput {
+                out,
+                table,
+                key_sums,
+            } = compute(QueryBlock { q_start, n, window })?;
+            if let Some(sums) = &key_sums {
+                probe.on_key_sums(&ctx, sums)?;
+            }
             if rows {
                 probe.on_row_table(&ctx, &table)?;
             }
@@ -433,8 +443,14 @@ impl Attention {
             v: &p.v,
         };
         self.tile_blocks(p, layer, blocks, wants.is_some(), probe, |block| {
-            causal_attention(qkv, block, logits, wants.as_ref())?
-                .ok_or_else(|| unplanned("flash tiles on the GPU"))
+            let (out, table) = causal_attention(qkv, block, logits, wants.as_ref())?
+                .ok_or_else(|| unplanned("flash tiles on the GPU"))?;
+            // the plan gives the GPU's tiles no key sums to compute
+            Ok(TileOutput {
+                out,
+                table,
+                key_sums: None,
+            })
         })
     }
 

@@ -89,13 +89,17 @@ pub fn plan(f: &Facts) -> Kernel {
         && (!f.affine || (f.alpha_ma && !f.sinks))
         && f.head_dim <= GPU_FLASH_HEAD_DIM
         && f.rows.as_ref().is_none_or(|r| r.bands.len() <= MAX_BANDS)
-        && f.rows.as_ref().is_none_or(|r| r.key_blocks.is_none())
+        && f.rows
+            .as_ref()
+            .is_none_or(|r| r.key_blocks.is_none() && r.key_sums_from.is_none())
         && tiles_serve_probe;
     if flash_serves || gpu_flash_serves {
         return Kernel::FlashTiles;
     }
     if let Some(rows) = &f.rows {
-        let plain = f.plain_logits && !f.affine && !reads_maps && !training;
+        // the fused rows hand no key sums
+        let plain =
+            f.plain_logits && !f.affine && !reads_maps && !training && rows.key_sums_from.is_none();
         let device = match f.device {
             DeviceKind::Cpu => f.f32 && (!f.sinks || f.host_sinks),
             DeviceKind::Cuda => {

@@ -45,6 +45,7 @@ impl Needs {
         self.rows.entropy |= other.rows.entropy;
         self.rows.max_logit |= other.rows.max_logit;
         self.rows.key_blocks = self.rows.key_blocks.or(other.rows.key_blocks);
+        self.rows.key_sums_from = self.rows.key_sums_from.or(other.rows.key_sums_from);
         // every band either reads, each once, in the order first seen: an accumulator finds
         // its own bands' columns by range (`RowWants::band_columns`)
         for band in other.rows.bands {
@@ -76,7 +77,10 @@ impl Needs {
     /// Whether `hook` (a block or once-per-layer hook) must be computed for these needs.
     pub fn wants(&self, hook: Hook) -> bool {
         match hook {
-            Hook::Pattern => self.reads_pattern_rows() || self.weights,
+            // a materialised block's key sums are taken from its weights
+            Hook::Pattern => {
+                self.reads_pattern_rows() || self.weights || self.rows.key_sums_from.is_some()
+            }
             Hook::Softmax => self.softmax_entropy,
             Hook::Qk => self.qk,
             Hook::SinkMass => self.sink_mass,
@@ -175,6 +179,10 @@ pub struct BlockEvent<'a> {
     pub weights: Option<Weights<'a>>,
     /// Each row's sums and maxima over the key blocks (`block_map`).
     pub key_blocks: Option<KeyBlockRows<'a>>,
+    /// Each key's weight summed over the block's queries from `RowWants::key_sums_from` on,
+    /// `[batch, head, q_start + q_len]`, from the flash tiles (a materialised block hands
+    /// its `weights` instead).
+    pub key_sums: Option<&'a Tensor>,
 }
 
 /// One event of a forward pass.
@@ -265,6 +273,7 @@ impl<'a> BlockEvent<'a> {
             qk: None,
             weights: None,
             key_blocks: None,
+            key_sums: None,
         }
     }
 }

@@ -1,7 +1,8 @@
 //! key_received (H2O's heavy-hitter score): the attention each key position j receives,
 //! sum over the queries i >= max(j, min_query) that see it of a_ij, per (layer, head) and key, mean over
 //! sequences; also divided by the number of those queries. Per-key sums are column sums of
-//! the weights, which flash tiles never hold: the weights of each block are read.
+//! the weights: the flash tiles hand them beside the row table (a second pass over each
+//! task's key tiles with the rows' finished softmax), a materialised block its weights.
 
 use candle_core::{DType, Tensor};
 
@@ -56,21 +57,24 @@ impl KeyReceived {
     /// Adds a block's weights `[batch, head, n, keys]` of queries `q_start ..`: the column
     /// sums over its counted queries, reduced on the device.
     pub fn add(&mut self, layer: usize, q_start: usize, weights: &Tensor) -> Result<()> {
-        let (b, h, n, keys) = weights.dims4()?;
+        let (_, _, n, _) = weights.dims4()?;
+        let skip = self.min_query.saturating_sub(q_start).min(n);
+        let sums = weights
+            .narrow(2, skip, n - skip)?
+            .to_dtype(DType::F32)?
+            .sum(2)?;
+        self.add_sums(layer, q_start, &sums)
+    }
+
+    /// Adds a block's key sums `[batch, head, keys]` over its counted queries (the queries
+    /// of block `q_start ..` from `min_query` on).
+    pub fn add_sums(&mut self, layer: usize, q_start: usize, sums: &Tensor) -> Result<()> {
+        let (b, h, keys) = sums.dims3()?;
         if q_start == 0 {
             self.seqs[layer] += b as u64;
         }
-        let skip = self.min_query.saturating_sub(q_start).min(n);
-        if skip == n {
-            return Ok(());
-        }
-        let columns = weights
-            .narrow(2, skip, n - skip)?
-            .to_dtype(DType::F32)?
-            .sum(2)?
-            .flatten_all()?
-            .to_vec1::<f32>()?;
-        for (cell, column) in columns.chunks(keys).enumerate() {
+        let columns = sums.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        for (cell, column) in columns.chunks(keys.max(1)).enumerate() {
             let sums = &mut self.sum[layer][cell % h];
             for (s, &v) in sums.iter_mut().zip(column) {
                 *s += v as f64;
@@ -138,8 +142,8 @@ impl Merge for KeyReceived {
 }
 
 impl Metric {
-    /// key_received: the attention each key receives (H2O's heavy-hitter score); reads
-    /// every block's weights, so computed only when asked for.
+    /// key_received: the attention each key receives (H2O's heavy-hitter score); a second
+    /// pass over the flash tiles' keys, so computed only when asked for.
     pub const KEY_RECEIVED: Metric = Metric::on_request("key_received");
 }
 
@@ -156,16 +160,19 @@ pub fn build(s: &Setup) -> Box<dyn Accumulator> {
 
 impl Accumulator for KeyReceived {
     fn needs(&self, _layer: usize) -> Needs {
-        Needs {
-            weights: true,
-            ..Needs::default()
-        }
+        let mut needs = Needs::default();
+        needs.rows.key_sums_from = Some(self.min_query);
+        needs
     }
 
     fn add(&mut self, event: &Event) -> Result<()> {
         if let Event::Block(b) = event {
-            if let Some(weights) = b.weights {
-                KeyReceived::add(self, b.layer, b.q_start, weights.pattern)?;
+            match (b.key_sums, b.weights) {
+                (Some(sums), _) => self.add_sums(b.layer, b.q_start, sums)?,
+                (None, Some(weights)) => {
+                    KeyReceived::add(self, b.layer, b.q_start, weights.pattern)?
+                }
+                (None, None) => {}
             }
         }
         Ok(())

@@ -113,6 +113,8 @@ pub struct MetricProbe {
     /// Row tables still on the device, in block order.
     pending: Vec<DevicePools>,
     kernels: BTreeMap<usize, Kernel>,
+    /// The key sums of the block whose row table comes next.
+    key_sums: Option<Tensor>,
 }
 
 impl MetricProbe {
@@ -142,6 +144,7 @@ impl MetricProbe {
             block: BlockTensors::default(),
             pending: Vec::new(),
             kernels: BTreeMap::new(),
+            key_sums: None,
             opts,
         }
     }
@@ -188,6 +191,7 @@ impl MetricProbe {
             pending: Vec::new(),
             kernels: state.kernels,
             opts: state.opts,
+            key_sums: None,
         })
     }
 
@@ -348,7 +352,8 @@ impl MetricProbe {
                 Err(table) => self.pool_on_device(&table, ctx, TableSource::Softmax)?,
             }
         }
-        let weights = match (&block.pattern, needs.weights) {
+        let weights_read = needs.weights || needs.rows.key_sums_from.is_some();
+        let weights = match (&block.pattern, weights_read) {
             (Some(pattern), true) => Some(Weights {
                 pattern,
                 sink_mass: block.sink_mass.as_ref(),
@@ -359,6 +364,7 @@ impl MetricProbe {
             qk,
             softmax_rows: softmax_rows.as_ref(),
             weights,
+            key_sums: None,
         };
         match self.materialised_table(ctx, &block, &needs)? {
             Some(table) => {
@@ -460,6 +466,7 @@ impl MetricProbe {
             softmax_rows: extras.softmax_rows,
             qk: extras.qk,
             weights: extras.weights,
+            key_sums: extras.key_sums,
             ..BlockEvent::empty(ctx, self.seq_offset)
         };
         if let Some((pools, part, data, source)) = &pools {
@@ -547,6 +554,7 @@ struct BlockExtras<'a> {
     qk: Option<QkSums>,
     softmax_rows: Option<&'a BlockPools>,
     weights: Option<Weights<'a>>,
+    key_sums: Option<&'a Tensor>,
 }
 
 /// The q.k sums a fused kernel's table holds: its q.k columns' totals over the block's
@@ -607,13 +615,24 @@ impl Probe for MetricProbe {
         // no table where no metric reads one (e.g. `--metrics nll`): the plain softmax runs
         let read =
             needs.reads_pattern_rows() || needs.qk || needs.sink_mass || needs.rows.max_logit;
-        // per-key metrics need the weights themselves
+        // per-key metrics need the weights themselves, or key sums beside the table
+        let read = read || needs.rows.key_sums_from.is_some();
         (read && !needs.softmax_entropy && !needs.weights).then_some(needs.rows)
     }
 
     fn on_row_table(&mut self, ctx: &BlockCtx, table: &Tensor) -> Result<()> {
         let source = TableSource::Pattern { qk: true };
-        self.table_event(ctx, table, source, BlockExtras::default())
+        let key_sums = self.key_sums.take();
+        let extras = BlockExtras {
+            key_sums: key_sums.as_ref(),
+            ..BlockExtras::default()
+        };
+        self.table_event(ctx, table, source, extras)
+    }
+
+    fn on_key_sums(&mut self, _ctx: &BlockCtx, sums: &Tensor) -> Result<()> {
+        self.key_sums = Some(sums.clone());
+        Ok(())
     }
 
     fn on_tensor(&mut self, hook: Hook, ctx: &BlockCtx, xs: &Tensor) -> Result<()> {

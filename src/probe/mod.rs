@@ -185,6 +185,12 @@ pub trait Probe {
         Ok(())
     }
 
+    /// Receives, just before its row table, a query block's key sums
+    /// `[batch, head, q_start + n]` (f32; `RowWants::key_sums_from`).
+    fn on_key_sums(&mut self, _ctx: &BlockCtx, _sums: &Tensor) -> Result<()> {
+        Ok(())
+    }
+
     /// Whether an observer beside the planned probe wants `hook` (a per-block attention
     /// hook) of `layer` materialised for it, whatever the layer's kernel ([`ProbeSet`]).
     fn observes(&self, _hook: Hook, _layer: usize) -> bool {
@@ -295,6 +301,10 @@ impl Probe for ProbeSet<'_, '_> {
 
     fn on_row_table(&mut self, ctx: &BlockCtx, table: &Tensor) -> Result<()> {
         self.primary.on_row_table(ctx, table)
+    }
+
+    fn on_key_sums(&mut self, ctx: &BlockCtx, sums: &Tensor) -> Result<()> {
+        self.primary.on_key_sums(ctx, sums)
     }
 }
 

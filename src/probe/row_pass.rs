@@ -335,6 +335,7 @@ mod tests {
             bands: vec![(0, 1), (1, usize::MAX)],
             max_logit: false,
             key_blocks: None,
+            key_sums_from: None,
         };
         let table = weight_rows(&w, 1, KeyWindow::CAUSAL, &wants)
             .unwrap()
@@ -393,6 +394,7 @@ mod device_path_tests {
             bands: bands.ranges(),
             max_logit: false,
             key_blocks: None,
+            key_sums_from: None,
         };
         let table = weight_rows(&w, q_start, KeyWindow::CAUSAL, &wants)
             .unwrap()

@@ -44,6 +44,9 @@ pub struct RowWants {
     /// Per key block: the sum and the maximum of the row's weights over its visible keys
     /// there (`block_map`).
     pub key_blocks: Option<KeyBlocks>,
+    /// Beside the table, each key's weight summed over the block's queries from this one on
+    /// (`key_received`): `[batch, head, q_start + n]`, from kernels that never hold a block.
+    pub key_sums_from: Option<usize>,
 }
 
 /// The key blocks of `block_map`: G = `blocks` blocks over `seq_len` positions, block b
@@ -279,6 +282,7 @@ mod tests {
             bands: Vec::new(),
             max_logit: false,
             key_blocks: None,
+            key_sums_from: None,
         };
         assert_eq!(wants.width(), 6);
         let table: Vec<f32> = (0..12).map(|v| v as f32).collect();

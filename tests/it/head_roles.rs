@@ -96,19 +96,20 @@ fn the_probe_windows_are_the_documented_draws() {
     }
 }
 
-/// The metrics of `name` on `windows` with `metrics` (defaults when empty), the probe's L
-/// and local window `w`, in batches and blocks of `shape`.
-fn compute(
+/// The fixture's metrics over `windows`, with the entropy of `entropy_of` (`Softmax` reads
+/// every block's plain softmax: every block is materialised).
+fn compute_with(
     name: &str,
     windows: &[Vec<u32>],
     metrics: &[Metric],
     (len, w): (usize, usize),
     shape: (usize, usize),
+    entropy_of: EntropyOf,
 ) -> ModelMetrics {
     let ckpt = Checkpoint::open(&model_dir(name), &Device::Cpu, DType::F32).unwrap();
     let model = ckpt.load_model().unwrap();
     let t = windows[0].len();
-    let mut opts = fixture_options(metrics.iter().copied(), EntropyOf::Effective);
+    let mut opts = fixture_options(metrics.iter().copied(), entropy_of);
     opts.profile_query = t - 1;
     opts.heatmap_size = opts.heatmap_size.min(t);
     opts.bands = asa_analyze::metrics::distance::Bands::decades(t);
@@ -166,20 +167,26 @@ fn induction_score_and_head_scores_match_the_float64_reference_on_every_kernel()
         for probe in want["probes"].as_array().unwrap() {
             let windows = probe_windows(name, probe);
             let len = probe["copy_len"].as_u64().unwrap() as usize;
-            // tiles in layer 1 and the materialised heatmap layer 2; every layer
-            // materialised (key_received); tiles only; blocks of 1 and 7 queries
-            for (metrics, w, shape) in [
-                (&defaults, 16, (3, 64)),
-                (&defaults, 4, (2, 7)),
-                (&with_keys, 16, (1, 7)),
-                (&alone, 4, (2, 1)),
-                (&alone, 16, (4, 64)),
+            // tiles in layer 1 and the materialised heatmap layer 2 (key_received too:
+            // its sums from the tiles); every layer materialised (`--entropy-of softmax`);
+            // tiles only; blocks of 1 and 7 queries
+            for (metrics, w, shape, entropy_of) in [
+                (&defaults, 16, (3, 64), EntropyOf::Effective),
+                (&defaults, 4, (2, 7), EntropyOf::Effective),
+                (&with_keys, 16, (1, 7), EntropyOf::Effective),
+                (&with_keys, 16, (1, 7), EntropyOf::Softmax),
+                (&alone, 4, (2, 1), EntropyOf::Effective),
+                (&alone, 16, (4, 64), EntropyOf::Effective),
             ] {
-                let got = compute(name, &windows, metrics, (len, w), shape);
+                let got = compute_with(name, &windows, metrics, (len, w), shape, entropy_of);
                 let kernels: BTreeSet<Kernel> = got.kernels.values().copied().collect();
-                let keys = metrics.contains(&Metric::KEY_RECEIVED);
-                assert_eq!(kernels.contains(&Kernel::FlashTiles), !keys, "{kernels:?}");
-                let what = format!("{name} L={len} w={w} {shape:?} keys {keys}");
+                let materialised = entropy_of == EntropyOf::Softmax;
+                assert_eq!(
+                    kernels.contains(&Kernel::FlashTiles),
+                    !materialised,
+                    "{kernels:?}"
+                );
+                let what = format!("{name} L={len} w={w} {shape:?} {entropy_of:?}");
                 check_scores(&got, probe, w, &what);
             }
         }

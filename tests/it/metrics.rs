@@ -514,9 +514,9 @@ fn logit_key_reference(name: &str) -> Value {
 
 #[test]
 fn max_logit_and_key_received_match_the_float64_reference() {
-    // the flash tiles (every metric but key_received: layer 1 on tiles, layer 2 the
-    // materialised heatmap layer) and the materialised blocks (key_received asked for),
-    // in one block and in blocks of 7 queries
+    // layer 1 on the flash tiles (key_received's sums from their second pass, issue 41),
+    // layer 2 the materialised heatmap layer; and every block materialised (`--entropy-of
+    // softmax`: key_received from the weights); in one block and in blocks of 7 queries
     let with_keys: Vec<Metric> = Metric::defaults()
         .into_iter()
         .chain([Metric::KEY_RECEIVED])
@@ -525,17 +525,29 @@ fn max_logit_and_key_received_match_the_float64_reference() {
         let want = logit_key_reference(name);
         let ckpt = Checkpoint::open(&model_dir(name), &Device::Cpu, DType::F32).unwrap();
         let model = ckpt.load_model().unwrap();
-        for (metrics, (batch_size, block)) in [
-            (Metric::defaults().to_vec(), (3, 64)),
-            (Metric::defaults().to_vec(), (2, 7)),
-            (with_keys.clone(), (3, 64)),
-            (with_keys.clone(), (2, 7)),
+        for (metrics, (batch_size, block), entropy_of) in [
+            (Metric::defaults().to_vec(), (3, 64), EntropyOf::Effective),
+            (Metric::defaults().to_vec(), (2, 7), EntropyOf::Effective),
+            (with_keys.clone(), (3, 64), EntropyOf::Effective),
+            (with_keys.clone(), (2, 7), EntropyOf::Effective),
+            (with_keys.clone(), (2, 7), EntropyOf::Softmax),
         ] {
             let keys = metrics.contains(&Metric::KEY_RECEIVED);
-            let opts = fixture_options(metrics, EntropyOf::Effective);
+            let opts = fixture_options(metrics, entropy_of);
             let shape = RunShape { batch_size, block };
             let got = analyze(&ckpt, &model, &windows(name), &opts, shape, |_| {}).unwrap();
-            let what = format!("{name} (keys {keys}, batch {batch_size}, block {block})");
+            let what =
+                format!("{name} (keys {keys}, batch {batch_size}, block {block}, {entropy_of:?})");
+            let tiles = got
+                .kernels
+                .values()
+                .any(|&k| k == asa_analyze::probe::Kernel::FlashTiles);
+            assert_eq!(
+                tiles,
+                entropy_of == EntropyOf::Effective,
+                "{what}: {:?}",
+                got.kernels
+            );
             let ml = got
                 .get::<asa_analyze::metrics::max_logit::MaxLogitResult>(
                     asa_analyze::metrics::Metric::MAX_LOGIT,
