@@ -99,6 +99,7 @@ def main():
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--json-out")
     p.add_argument("--skip-eager", action="store_true")
+    p.add_argument("--skip-sdpa", action="store_true", help="asa-analyze (and eager) only")
     p.add_argument("--asa-metrics", default=CORE, help="metrics for asa-analyze, or 'all' for the full suite")
     p.add_argument("--max-memory", help="asa-analyze --max-memory (e.g. 1G)")
     p.add_argument("--asa-dtype", help="asa-analyze's analysis dtype when it differs from --dtype (e.g. float32)")
@@ -169,11 +170,12 @@ def main():
             results["agreement_max_abs_diff"] = diffs
         except Exception as e:
             results["transformers eager + metrics"]["error"] = error_line(err)
-    out, err = timed("transformers sdpa forward (floor)", [args.python, tw, "--mode", "sdpa", *common])
-    try:
-        results["transformers sdpa forward (floor)"]["inner_s"] = json.loads(out.strip().splitlines()[-1])["seconds"]
-    except Exception:
-        results["transformers sdpa forward (floor)"]["error"] = error_line(err)
+    if not args.skip_sdpa:
+        out, err = timed("transformers sdpa forward (floor)", [args.python, tw, "--mode", "sdpa", *common])
+        try:
+            results["transformers sdpa forward (floor)"]["inner_s"] = json.loads(out.strip().splitlines()[-1])["seconds"]
+        except Exception:
+            results["transformers sdpa forward (floor)"]["error"] = error_line(err)
     report = {"model": args.model, "device": args.device, "dtype": args.dtype, "seq_len": args.seq_len,
               "num_seqs": args.num_seqs, "tokens": args.text or args.ids or "random ids",
               "mem_limit_gib": args.mem_limit, "asa_metrics": args.asa_metrics, "results": results}

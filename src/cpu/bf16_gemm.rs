@@ -68,7 +68,7 @@ pub fn product_into(
     stride: usize,
     accumulate: bool,
 ) {
-    assert!(cols.start % PANEL_WIDTH == 0 && cols.end <= w.n && pairs.end <= w.pairs());
+    assert!(cols.start.is_multiple_of(PANEL_WIDTH) && cols.end <= w.n && pairs.end <= w.pairs());
     assert!(
         x_stride >= pairs.len() * 2 && (m == 0 || x.len() >= (m - 1) * x_stride + pairs.len() * 2)
     );
