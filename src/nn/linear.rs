@@ -95,13 +95,21 @@ fn packable(weight: &Tensor) -> bool {
 
 fn pack(weight: &Tensor, bias: Option<&Tensor>) -> Result<Kind> {
     let (n, k) = weight.dims2()?;
-    let values = weight.contiguous()?.flatten_all()?.to_vec1::<bf16>()?;
     let bias = match bias {
         Some(b) => Some(b.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?),
         None => None,
     };
+    let weight = weight.contiguous()?;
+    // packed from the tensor's own storage (no copy of a layer's weights on the way)
+    let (storage, layout) = weight.storage_and_layout();
+    let packed = match (&*storage, layout.contiguous_offsets()) {
+        (Storage::Cpu(cpu), Some((start, end))) => {
+            PackedWeight::pack(&cpu.as_slice::<bf16>()?[start..end], n, k)
+        }
+        _ => PackedWeight::pack(&weight.flatten_all()?.to_vec1::<bf16>()?, n, k),
+    };
     Ok(Kind::Bf16 {
-        weight: PackedWeight::pack(&values, n, k),
+        weight: packed,
         bias,
     })
 }
