@@ -299,7 +299,7 @@ impl Attention {
         Facts {
             device,
             f32: p.q.dtype() == DType::F32,
-            bf16: p.q.dtype() == DType::BF16,
+            half: matches!(p.q.dtype(), DType::BF16 | DType::F16),
             qk_tracks: p.q.track_op() || p.k.track_op(),
             others_track: p.v.track_op()
                 || sinks.is_some_and(Tensor::track_op)
@@ -342,8 +342,8 @@ impl Attention {
             rule: &rule,
             affine: affine.as_ref(),
         };
-        // a bf16 layer's tiles read f32 copies of q, k, v and multiply in bf16 (the values
-        // are bf16's, so the copies are exact); the output is rounded back to bf16
+        // a bf16 or f16 layer's tiles read f32 copies of q, k, v (exact) and multiply in bf16
+        // (bf16 on AVX-512 BF16) or f32; the output is rounded back to the layer's dtype
         let dtype = p.q.dtype();
         let (q, k, v) = (
             p.q.to_dtype(DType::F32)?,

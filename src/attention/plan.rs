@@ -35,9 +35,9 @@ pub struct Facts {
     pub device: DeviceKind,
     /// q, k and v are f32 (the analysis dtype).
     pub f32: bool,
-    /// q, k and v are bf16 (the CPU's tiles take them, with bf16 products where the CPU has
-    /// AVX-512 BF16).
-    pub bf16: bool,
+    /// q, k and v are bf16 or f16: the CPU's tiles take f32 copies of them (with bf16
+    /// products for bf16 where the CPU has AVX-512 BF16).
+    pub half: bool,
     /// q or k takes part in autograd (the q.k product tracks gradients).
     pub qk_tracks: bool,
     /// v, the sink logits, alpha or the LogN scale take part in autograd.
@@ -77,7 +77,7 @@ pub fn plan(f: &Facts) -> Kernel {
     // the tiles hand the probe row tables, or nothing
     let tiles_serve_probe = !reads_maps && (f.rows.is_some() || !f.wants_attention);
     let flash_serves = f.device == DeviceKind::Cpu
-        && (f.f32 || f.bf16)
+        && (f.f32 || f.half)
         && !training
         && (!f.sinks || f.host_sinks)
         && (!f.affine || f.alpha_ma)
@@ -134,7 +134,7 @@ mod tests {
         Facts {
             device: DeviceKind::Cpu,
             f32: true,
-            bf16: false,
+            half: false,
             qk_tracks: false,
             others_track: false,
             sinks: false,
@@ -187,13 +187,20 @@ mod tests {
             }),
             Kernel::Materialised
         );
-        // bf16 on the CPU: neither the tiles nor the fused rows; the fused softmax takes
-        // the f32 logits of a materialised block
-        let bf16 = Facts {
+        // bf16 and f16 on the CPU: the tiles (on f32 copies); another dtype (f64): neither
+        // the tiles nor the fused rows, the fused softmax takes the f32 logits of a
+        // materialised block
+        let half = Facts {
+            f32: false,
+            half: true,
+            ..f.clone()
+        };
+        assert_eq!(plan(&half), Kernel::FlashTiles);
+        let other = Facts {
             f32: false,
             ..f.clone()
         };
-        assert_eq!(plan(&bf16), Kernel::MaterialisedFused);
+        assert_eq!(plan(&other), Kernel::MaterialisedFused);
         // CUDA: the GPU's tiles for every logit rule and dtype, up to 16 bands and head
         // dimension 256; then fused rows for plain logits, else candle ops
         let cuda = Facts {
