@@ -90,6 +90,9 @@ fn packable(weight: &Tensor) -> bool {
         && matches!(weight.device(), Device::Cpu)
         && weight.rank() == 2
         && !weight.is_variable()
+        // a broadcast placeholder (a shapes-only store's, while a checkpoint is validated)
+        // is never packed: packing would allocate the whole model
+        && weight.stride().iter().all(|&s| s != 0)
         && bf16_gemm::available()
 }
 
