@@ -382,7 +382,7 @@ fn kernel_notes(o: &RunOptions, device: &Device, dtype: DType, events: &mut dyn 
     }
     if dtype == DType::BF16 && !device.is_cuda() && !crate::cpu::bf16_gemm::available() {
         events.note(
-            "bf16: this CPU has no AVX-512 BF16, so bf16 products run on candle's generic kernels (slower than f32)",
+            "bf16: this CPU has no AVX-512 BF16, so the products of the bf16 values run in f32 (f32 speed, weights held in f32)",
         );
     }
 }

@@ -36,10 +36,18 @@ pub struct Schedule {
 pub const STREAM_BY_DEFAULT_BYTES: u64 = 1 << 30;
 
 /// Whether a model is streamed: when asked (`forced`), or on the CPU when its weights
-/// (`in_memory` bytes) would not fit the `budget`, or pass [`STREAM_BY_DEFAULT_BYTES`] while
-/// one layer and the residual stream fit it (no scratch file: the cheaper schedule).
-fn streams(forced: bool, cpu: bool, in_memory: u64, streamed_need: u64, budget: u64) -> bool {
-    let large = in_memory > STREAM_BY_DEFAULT_BYTES && streamed_need <= budget;
+/// (`in_memory` bytes) would not fit the `budget`, or, when no budget was given (`chosen`
+/// false), pass [`STREAM_BY_DEFAULT_BYTES`] while one layer and the residual stream fit it
+/// (no scratch file: the cheaper schedule). A `--memory-budget` given decides alone.
+fn streams(
+    forced: bool,
+    cpu: bool,
+    in_memory: u64,
+    streamed_need: u64,
+    budget: (u64, bool),
+) -> bool {
+    let (budget, chosen) = budget;
+    let large = !chosen && in_memory > STREAM_BY_DEFAULT_BYTES && streamed_need <= budget;
     forced || (cpu && (in_memory > budget || large))
 }
 
@@ -55,7 +63,8 @@ impl Schedule {
         let budget = o.memory_budget.unwrap_or_else(default_memory_budget);
         let residual_bytes = (o.num_seqs * o.seq_len * ckpt.config.hidden_size * 4) as u64;
         let need = largest_layer + residual_bytes;
-        let streamed = streams(o.stream_layers, device.is_cpu(), in_memory, need, budget);
+        let chosen = (budget, o.memory_budget.is_some());
+        let streamed = streams(o.stream_layers, device.is_cpu(), in_memory, need, chosen);
         Schedule {
             streamed,
             in_memory,
@@ -146,14 +155,17 @@ mod tests {
     #[test]
     fn large_models_stream_on_the_cpu_unless_the_residual_stream_would_spill() {
         const GIB: u64 = 1 << 30;
+        let default = (16 * GIB, false);
         // (forced, cpu, in memory, one layer + residual stream, budget) -> streamed
         for (case, want) in [
-            ((false, true, GIB / 2, GIB / 16, 16 * GIB), false), // small: in memory
-            ((false, true, 3 * GIB, GIB / 8, 16 * GIB), true),   // 1B in bf16: streamed
-            ((false, true, 3 * GIB, 20 * GIB, 16 * GIB), false), // would spill; fits in memory
-            ((false, true, 30 * GIB, 20 * GIB, 16 * GIB), true), // fits neither: streamed, spilled
-            ((false, false, 3 * GIB, GIB / 8, 16 * GIB), false), // GPU: in memory
-            ((true, false, GIB / 2, GIB / 16, 16 * GIB), true),  // --stream-layers
+            ((false, true, GIB / 2, GIB / 16, default), false), // small: in memory
+            ((false, true, 3 * GIB, GIB / 8, default), true),   // 1B in bf16: streamed
+            ((false, true, 3 * GIB, 20 * GIB, default), false), // would spill; fits in memory
+            ((false, true, 30 * GIB, 20 * GIB, default), true), // fits neither: streamed, spilled
+            ((false, false, 3 * GIB, GIB / 8, default), false), // GPU: in memory
+            ((true, false, GIB / 2, GIB / 16, default), true),  // --stream-layers
+            ((false, true, 3 * GIB, GIB / 8, (16 * GIB, true)), false), // --memory-budget 16G
+            ((false, true, 3 * GIB, GIB / 8, (2 * GIB, true)), true), // --memory-budget 2G
         ] {
             let (forced, cpu, in_memory, need, budget) = case;
             assert_eq!(

@@ -23,6 +23,10 @@ enum Kind {
         weight: PackedWeight,
         bias: Option<Vec<f32>>,
     },
+    /// A bf16 CPU weight on a CPU without AVX-512 BF16 (candle's CPU matmul has no bf16):
+    /// held in f32, the products of the same bf16 values in f32, the output rounded back to
+    /// the input's dtype.
+    F32Products(candle_nn::Linear),
 }
 
 impl Linear {
@@ -30,11 +34,23 @@ impl Linear {
     /// that no gradient flows through is packed for the bf16 GEMM when the CPU has it (the
     /// tensor itself is then dropped: packed, it takes the same memory).
     pub fn new(weight: Tensor, bias: Option<Tensor>) -> Self {
-        match packable(&weight).then(|| pack(&weight, bias.as_ref())) {
-            Some(Ok(kind)) => Linear { kind },
-            _ => Linear {
-                kind: Kind::Candle(candle_nn::Linear::new(weight, bias)),
-            },
+        if !bf16_on_cpu(&weight) {
+            return Linear::candle(weight, bias);
+        }
+        let kind = match bf16_gemm::available() {
+            true => pack(&weight, bias.as_ref()),
+            false => f32_products(&weight, bias.as_ref()),
+        };
+        match kind {
+            Ok(kind) => Linear { kind },
+            Err(_) => Linear::candle(weight, bias),
+        }
+    }
+
+    /// candle's own linear layer.
+    fn candle(weight: Tensor, bias: Option<Tensor>) -> Self {
+        Linear {
+            kind: Kind::Candle(candle_nn::Linear::new(weight, bias)),
         }
     }
 
@@ -63,6 +79,10 @@ impl Linear {
         match &self.kind {
             Kind::Candle(inner) => Ok(inner.forward(xs)?),
             Kind::Bf16 { weight, bias } => bf16_forward(xs, weight, bias.as_deref()),
+            Kind::F32Products(inner) => {
+                let ys = inner.forward(&xs.to_dtype(DType::F32)?)?;
+                Ok(ys.to_dtype(xs.dtype())?)
+            }
         }
     }
 
@@ -70,6 +90,10 @@ impl Linear {
     fn weight_and_bias(&self) -> Result<(Tensor, Option<Tensor>)> {
         Ok(match &self.kind {
             Kind::Candle(inner) => (inner.weight().clone(), inner.bias().cloned()),
+            Kind::F32Products(inner) => {
+                let bf16 = |t: &Tensor| t.to_dtype(DType::BF16);
+                (bf16(inner.weight())?, inner.bias().map(bf16).transpose()?)
+            }
             Kind::Bf16 { weight, bias } => {
                 let w = Tensor::from_vec(weight.unpack(), (weight.n, weight.k), &Device::Cpu)?;
                 let b = match bias {
@@ -84,16 +108,25 @@ impl Linear {
     }
 }
 
-/// A 2-D bf16 CPU weight outside any gradient, on a CPU with the bf16 GEMM.
-fn packable(weight: &Tensor) -> bool {
+/// A 2-D bf16 CPU weight outside any gradient: packed for the bf16 GEMM, or held in f32
+/// where the CPU lacks it.
+fn bf16_on_cpu(weight: &Tensor) -> bool {
     weight.dtype() == DType::BF16
         && matches!(weight.device(), Device::Cpu)
         && weight.rank() == 2
         && !weight.is_variable()
         // a broadcast placeholder (a shapes-only store's, while a checkpoint is validated)
-        // is never packed: packing would allocate the whole model
+        // is left as it is: packing or casting would allocate the whole model
         && weight.stride().iter().all(|&s| s != 0)
-        && bf16_gemm::available()
+}
+
+/// The weight and bias in f32 for [`Kind::F32Products`].
+fn f32_products(weight: &Tensor, bias: Option<&Tensor>) -> Result<Kind> {
+    let bias = bias.map(|b| b.to_dtype(DType::F32)).transpose()?;
+    Ok(Kind::F32Products(candle_nn::Linear::new(
+        weight.to_dtype(DType::F32)?,
+        bias,
+    )))
 }
 
 fn pack(weight: &Tensor, bias: Option<&Tensor>) -> Result<Kind> {
@@ -162,4 +195,53 @@ fn bf16_rows(xs: &Tensor, m: usize, k: usize) -> Result<Bf16Rows> {
     }
     let values = xs.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
     Ok(Bf16Rows::from_f32(&values, m, k))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fallback of a CPU without AVX-512 BF16 (f32 products of the same bf16 values)
+    /// and the bf16 kernel give the same bf16 outputs, to one rounding.
+    #[test]
+    fn f32_products_agree_with_the_bf16_kernel() {
+        let (m, k, n) = (5, 70, 37);
+        let values = |len: usize, seed: f32| -> Vec<f32> {
+            (0..len).map(|i| ((i as f32 + seed) * 0.37).sin()).collect()
+        };
+        let tensor = |v: Vec<f32>, shape: &[usize]| {
+            Tensor::from_vec(v, shape, &Device::Cpu)
+                .unwrap()
+                .to_dtype(DType::BF16)
+                .unwrap()
+        };
+        let w = tensor(values(n * k, 1.0), &[n, k]);
+        let b = tensor(values(n, 2.0), &[n]);
+        let x = tensor(values(m * k, 3.0), &[m, k]);
+        let fallback = Linear {
+            kind: f32_products(&w, Some(&b)).unwrap(),
+        };
+        let packed = Linear {
+            kind: pack(&w, Some(&b)).unwrap(),
+        };
+        let f32_of = |y: Tensor| -> Vec<f32> {
+            assert_eq!(y.dtype(), DType::BF16);
+            y.to_dtype(DType::F32)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap()
+        };
+        let (a, b) = (
+            f32_of(fallback.forward(&x).unwrap()),
+            f32_of(packed.forward(&x).unwrap()),
+        );
+        for (a, b) in a.iter().zip(&b) {
+            assert!(
+                (a - b).abs() <= 2f32.powi(-7) * a.abs().max(1.0),
+                "{a} vs {b}"
+            );
+        }
+    }
 }
