@@ -57,12 +57,16 @@ impl KeyReceived {
     /// Adds a block's weights `[batch, head, n, keys]` of queries `q_start ..`: the column
     /// sums over its counted queries, reduced on the device.
     pub fn add(&mut self, layer: usize, q_start: usize, weights: &Tensor) -> Result<()> {
-        let (_, _, n, _) = weights.dims4()?;
+        let (b, h, n, keys) = weights.dims4()?;
         let skip = self.min_query.saturating_sub(q_start).min(n);
-        let sums = weights
-            .narrow(2, skip, n - skip)?
-            .to_dtype(DType::F32)?
-            .sum(2)?;
+        let sums = match skip == n {
+            // no counted query in the block (its sequences still count from query 0)
+            true => Tensor::zeros((b, h, keys), DType::F32, weights.device())?,
+            false => weights
+                .narrow(2, skip, n - skip)?
+                .to_dtype(DType::F32)?
+                .sum(2)?,
+        };
         self.add_sums(layer, q_start, &sums)
     }
 
@@ -274,5 +278,12 @@ mod tests {
         let mut twice = acc.clone();
         Merge::merge(&mut twice, &acc);
         assert_eq!(twice.finish(), r);
+        // blocks of one query: the first holds no counted query, yet its sequence counts
+        let mut ones = KeyReceived::new(&[KeyWindow::CAUSAL], 1, 3, 1);
+        let rows = a.narrow(2, 0, 1).unwrap();
+        ones.add(0, 0, &rows).unwrap();
+        ones.add(0, 1, &a.narrow(2, 1, 1).unwrap()).unwrap();
+        ones.add(0, 2, &b).unwrap();
+        assert_eq!(ones.finish(), r);
     }
 }
