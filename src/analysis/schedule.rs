@@ -30,8 +30,8 @@ pub struct Schedule {
 
 /// Weights above this are streamed by default on the CPU. Both schedules read each weight
 /// once, so streaming costs no time and holds one layer instead of all: measured on a
-/// Llama-3.2-1B shape in bf16, 1 x 512 (BENCHMARKS.md, "bf16 on the CPU"), streamed 8.8 s
-/// and 1.1 GiB peak against 18.6 s and 3.2 GiB in memory. Smaller models stay in memory
+/// Llama-3.2-1B shape in bf16, 1 x 512 (BENCHMARKS.md, "bf16 on the CPU"), streamed 8.4 s
+/// and 0.54 GiB peak against 18.6 s and 3.2 GiB in memory. Smaller models stay in memory
 /// (nothing to save; every batch then runs all layers at once).
 pub const STREAM_BY_DEFAULT_BYTES: u64 = 1 << 30;
 

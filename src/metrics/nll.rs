@@ -232,3 +232,44 @@ impl MetricResult for NllResult {
         ]));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// The host pass against float64 -log softmax at the target, on f32 logits and on the
+    /// same values rounded to bf16 (each against its own values); a target past the
+    /// vocabulary is NaN.
+    #[test]
+    fn host_nll_is_the_float64_negative_log_softmax() {
+        let (rows, vocab) = (7, 1000);
+        let values: Vec<f32> = (0..rows * vocab)
+            .map(|i| ((i as f32 * 0.731).sin() * 9.0) + (i % 13) as f32 * 0.5)
+            .collect();
+        let targets: Vec<u32> = (0..rows as u32).map(|r| r * 97 % vocab as u32).collect();
+        let logits = Tensor::from_vec(values, (rows, vocab), &Device::Cpu).unwrap();
+        for dtype in [DType::F32, DType::BF16] {
+            let logits = logits.to_dtype(dtype).unwrap();
+            let got = host_nll(&logits, &targets).unwrap();
+            let exact = logits
+                .to_dtype(DType::F64)
+                .unwrap()
+                .to_vec2::<f64>()
+                .unwrap();
+            for (r, row) in exact.iter().enumerate() {
+                let max = row.iter().cloned().fold(f64::MIN, f64::max);
+                let lse = row.iter().map(|x| (x - max).exp()).sum::<f64>().ln() + max;
+                let want = lse - row[targets[r] as usize];
+                let err = (got[r] as f64 - want).abs();
+                assert!(
+                    err <= 1e-5 * want.abs().max(1.0),
+                    "{dtype:?} row {r}: {} vs {want}",
+                    got[r]
+                );
+            }
+        }
+        let past = host_nll(&logits, &[0, 1, 2, 3, 4, 5, vocab as u32]).unwrap();
+        assert!(past[6].is_nan() && past[0].is_finite());
+    }
+}
