@@ -1,8 +1,9 @@
 //! nll: next-token negative log-likelihood from logit blocks, never holding [T, vocab]
 //! logits for the whole sequence; per target position and overall (perplexity). On a GPU
 //! one kernel computes each block's log-sum-exp and picks the target (`cuda::nll`); on the
-//! CPU one pass per row over its host values does ([`host_nll`]), so no temporary the size
-//! of the block is made (a 1B model's 512 x 128,256 block is 0.26 GB in f32).
+//! CPU, for bf16 logits, one pass per row over their host values does ([`host_nll`]), so no
+//! temporary the size of the block is made (a 1B model's 512 x 128,256 block is 0.26 GB in
+//! f32); f32 logits keep candle's ops, whose sums the f32 tables are pinned to.
 
 use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
 use super::merge::Merge;
@@ -63,9 +64,8 @@ impl Nll {
         let rows = logits.reshape((b * n_pred, ()))?;
         let nll = match device_nll(&rows, &ids)? {
             Some(nll) => nll,
-            None if rows.device().is_cpu() && matches!(rows.dtype(), DType::F32 | DType::BF16) => {
-                host_nll(&rows, &ids)?
-            }
+            // bf16 only: f32 tables stay bit-identical to the candle ops' below
+            None if rows.device().is_cpu() && rows.dtype() == DType::BF16 => host_nll(&rows, &ids)?,
             None => {
                 let logits = logits.to_dtype(DType::F32)?;
                 let ids = Tensor::from_vec(ids, (b, n_pred, 1), logits.device())?;
