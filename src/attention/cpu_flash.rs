@@ -1708,6 +1708,19 @@ mod tests {
         Expected { out, cells }
     }
 
+    /// Every row-table column: first, sum, entropy, `bands`, key `blocks` and max logit.
+    fn every_column(bands: &[(usize, usize)], blocks: KeyBlocks) -> RowWants {
+        RowWants {
+            first: true,
+            sum: true,
+            entropy: true,
+            bands: bands.to_vec(),
+            key_blocks: Some(blocks),
+            max_logit: true,
+            key_sums_from: None,
+        }
+    }
+
     #[test]
     fn tiles_give_the_attention_and_row_table_of_a_float64_softmax() {
         // 2 sequences, 6 query heads on 2 kv heads, 45 positions, head dim 8; logits up to
@@ -1726,15 +1739,7 @@ mod tests {
         let bands = vec![(0, 1), (1, 10), (10, usize::MAX)];
         // block_map's key blocks: 7 of the 45 keys (6 or 7 keys each), across the tiles
         let blocks = KeyBlocks::new(7, t);
-        let wants = RowWants {
-            first: true,
-            sum: true,
-            entropy: true,
-            bands: bands.clone(),
-            key_blocks: Some(blocks),
-            max_logit: true,
-            key_sums_from: None,
-        };
+        let wants = every_column(&bands, blocks);
         let sinks = values(heads, 4, 3.0);
         let scale = 1.0 / (d as f64).sqrt();
         let logn_scale = [0.5f32, 0.8, 1.1, 0.3, 0.6, 0.9];
@@ -1855,15 +1860,7 @@ mod tests {
             .unwrap();
         let bands = vec![(0, 1), (1, 10), (10, usize::MAX)];
         let blocks = KeyBlocks::new(7, t);
-        let wants = RowWants {
-            first: true,
-            sum: true,
-            entropy: true,
-            bands: bands.clone(),
-            key_blocks: Some(blocks),
-            max_logit: true,
-            key_sums_from: None,
-        };
+        let wants = every_column(&bands, blocks);
         let sinks = values(heads, 4, 3.0);
         let scale = 0.25;
         let logn_scale = [0.5f32, 0.8, 1.1, 0.3, 0.6, 0.9];

@@ -62,10 +62,14 @@ impl Nll {
             ids.extend_from_slice(&self.targets[seq_offset + s][start + 1..start + 1 + n_pred]);
         }
         let rows = logits.reshape((b * n_pred, ()))?;
-        let nll = match device_nll(&rows, &ids)? {
-            Some(nll) => nll,
+        let fused = match device_nll(&rows, &ids)? {
+            Some(nll) => Some(nll),
             // bf16 only: f32 tables stay bit-identical to the candle ops' below
-            None if rows.device().is_cpu() && rows.dtype() == DType::BF16 => host_nll(&rows, &ids)?,
+            None if rows.dtype() == DType::BF16 => host_nll(&rows, &ids)?,
+            None => None,
+        };
+        let nll = match fused {
+            Some(nll) => nll,
             None => {
                 let logits = logits.to_dtype(DType::F32)?;
                 let ids = Tensor::from_vec(ids, (b, n_pred, 1), logits.device())?;
@@ -118,15 +122,18 @@ fn device_nll(_: &Tensor, _: &[u32]) -> Result<Option<Vec<f32>>> {
 /// Each row's -log softmax at its target from the host values of contiguous CPU logits
 /// `[rows, vocab]` (f32, or bf16 widened a row at a time): the row's maximum, then the sum of
 /// exp(x - max) in f32 lanes with an f64 total, both cores taking rows. A target past the
-/// vocabulary gives NaN.
-fn host_nll(logits: &Tensor, targets: &[u32]) -> Result<Vec<f32>> {
+/// vocabulary gives NaN; `None` for logits on another device or of another dtype.
+fn host_nll(logits: &Tensor, targets: &[u32]) -> Result<Option<Vec<f32>>> {
     use candle_core::Storage;
     use rayon::prelude::*;
     let (rows, vocab) = logits.dims2()?;
+    if !matches!(logits.dtype(), DType::F32 | DType::BF16) || targets.len() != rows {
+        return Ok(None);
+    }
     let logits = logits.contiguous()?;
     let (storage, layout) = logits.storage_and_layout();
     let (Storage::Cpu(cpu), Some((start, end))) = (&*storage, layout.contiguous_offsets()) else {
-        unreachable!("a contiguous CPU tensor");
+        return Ok(None);
     };
     let nll = |row: &[f32], target: u32| -> f32 {
         match row.get(target as usize) {
@@ -134,7 +141,7 @@ fn host_nll(logits: &Tensor, targets: &[u32]) -> Result<Vec<f32>> {
             None => f32::NAN,
         }
     };
-    Ok(match logits.dtype() {
+    Ok(Some(match logits.dtype() {
         DType::BF16 => {
             let all = &cpu.as_slice::<half::bf16>()?[start..end];
             (0..rows)
@@ -155,7 +162,7 @@ fn host_nll(logits: &Tensor, targets: &[u32]) -> Result<Vec<f32>> {
                 .map(|r| nll(&all[r * vocab..(r + 1) * vocab], targets[r]))
                 .collect()
         }
-    })
+    }))
 }
 
 /// ln sum_j e^(x_j) of a row, shifted by its maximum.
@@ -251,7 +258,7 @@ mod tests {
         let logits = Tensor::from_vec(values, (rows, vocab), &Device::Cpu).unwrap();
         for dtype in [DType::F32, DType::BF16] {
             let logits = logits.to_dtype(dtype).unwrap();
-            let got = host_nll(&logits, &targets).unwrap();
+            let got = host_nll(&logits, &targets).unwrap().unwrap();
             let exact = logits
                 .to_dtype(DType::F64)
                 .unwrap()
@@ -269,7 +276,9 @@ mod tests {
                 );
             }
         }
-        let past = host_nll(&logits, &[0, 1, 2, 3, 4, 5, vocab as u32]).unwrap();
+        let past = host_nll(&logits, &[0, 1, 2, 3, 4, 5, vocab as u32])
+            .unwrap()
+            .unwrap();
         assert!(past[6].is_nan() && past[0].is_finite());
     }
 }
