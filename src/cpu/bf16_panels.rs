@@ -27,7 +27,38 @@ impl PackedWeight {
     /// Packs the row-major weight `w` `[n, k]` (the bits of bf16 values).
     pub fn pack(w: &[bf16], n: usize, k: usize) -> Self {
         assert_eq!(w.len(), n * k, "a weight [{n}, {k}] has {} values", w.len());
-        Self::pack_with(n, k, |col, i| w[col * k + i].to_bits())
+        if k % 2 == 1 {
+            return Self::pack_with(n, k, |col, i| w[col * k + i].to_bits());
+        }
+        Self::pack_panels(n, k, |_, p, panel| {
+            let first = p * PANEL_WIDTH;
+            let cols = ((p + 1) * PANEL_WIDTH).min(n) - first;
+            pack_even_panel(&w[first * k..(first + cols) * k], k, panel);
+        })
+    }
+
+    /// Packs the bf16 weight `[n, k]` (k even) whose rows `rows` `fill(rows, buffer)` writes
+    /// to `buffer` (`rows.len()` rows of k values, row-major): read panel by panel into a
+    /// small buffer and packed from there while it is in cache, on both cores, so the
+    /// weight is never held unpacked. `None` when a `fill` returns false.
+    pub fn pack_rows(
+        n: usize,
+        k: usize,
+        fill: impl Fn(std::ops::Range<usize>, &mut [bf16]) -> bool + Sync,
+    ) -> Option<Self> {
+        assert!(k.is_multiple_of(2), "pack_rows: an odd k ({k})");
+        let failed = std::sync::atomic::AtomicBool::new(false);
+        let packed = Self::pack_panels(n, k, |buffer, p, panel| {
+            use std::sync::atomic::Ordering::Relaxed;
+            let rows = p * PANEL_WIDTH..((p + 1) * PANEL_WIDTH).min(n);
+            buffer.resize(rows.len() * k, bf16::ZERO);
+            if failed.load(Relaxed) || !fill(rows, buffer) {
+                failed.store(true, Relaxed);
+                return;
+            }
+            pack_even_panel(buffer, k, panel);
+        });
+        (!failed.into_inner()).then_some(packed)
     }
 
     /// Packs the row-major f32 matrix `w` `[n, k]` rounded to the nearest bf16 (the keys of
@@ -45,15 +76,11 @@ impl PackedWeight {
     }
 
     /// Packs the weight whose value at output column `col`, inner index `i` is
-    /// `bits(col, i)`, the panels shared out to both cores (a streamed 8B model packs 16 GB).
+    /// `bits(col, i)`.
     fn pack_with(n: usize, k: usize, bits: impl Fn(usize, usize) -> u16 + Sync) -> Self {
-        use rayon::prelude::*;
-        let pairs = k.div_ceil(2);
-        let panel_len = pairs * PANEL_WIDTH * 2;
-        let mut data = vec![0u16; n.div_ceil(PANEL_WIDTH) * panel_len];
         // written in memory order: pair by pair, the panel's columns side by side (the
         // padding of an odd k and of the last panel's missing columns stays 0)
-        let pack_panel = |(p, panel): (usize, &mut [u16])| {
+        Self::pack_panels(n, k, |_, p, panel| {
             let cols = p * PANEL_WIDTH..((p + 1) * PANEL_WIDTH).min(n);
             for (j, pair) in panel.chunks_exact_mut(PANEL_WIDTH * 2).enumerate() {
                 for (lane, col) in cols.clone().enumerate() {
@@ -63,17 +90,34 @@ impl PackedWeight {
                     }
                 }
             }
-        };
+        })
+    }
+
+    /// A zeroed packed weight `[n, k]` whose panels `fill(scratch, p, panel)` writes (with
+    /// a scratch buffer of its thread's), the panels shared out to both cores (a streamed
+    /// 8B model packs 16 GB).
+    fn pack_panels(
+        n: usize,
+        k: usize,
+        fill: impl Fn(&mut Vec<bf16>, usize, &mut [u16]) + Sync,
+    ) -> Self {
+        use rayon::prelude::*;
+        let pairs = k.div_ceil(2);
+        let panel_len = pairs * PANEL_WIDTH * 2;
+        let mut data = vec![0u16; n.div_ceil(PANEL_WIDTH) * panel_len];
+        let len = panel_len.max(1);
         // small weights (an attention head's keys) stay on the calling thread
         match n * k >= 1 << 20 {
             true => data
-                .par_chunks_exact_mut(panel_len.max(1))
+                .par_chunks_exact_mut(len)
                 .enumerate()
-                .for_each(pack_panel),
-            false => data
-                .chunks_exact_mut(panel_len.max(1))
-                .enumerate()
-                .for_each(pack_panel),
+                .for_each_init(Vec::new, |scratch, (p, panel)| fill(scratch, p, panel)),
+            false => {
+                let mut scratch = Vec::new();
+                for (p, panel) in data.chunks_exact_mut(len).enumerate() {
+                    fill(&mut scratch, p, panel);
+                }
+            }
         }
         PackedWeight { n, k, pairs, data }
     }
@@ -228,6 +272,24 @@ unsafe fn round_row_avx512(src: &[f32], dst: &mut [u16]) {
     }
 }
 
+/// Packs the rows `rows` (up to [`PANEL_WIDTH`] rows of an even `k`, row-major) into
+/// `panel`: each pair is two neighbours of a row, copied whole, in blocks of 16 pairs (one
+/// 64-byte line of each row), row by row.
+fn pack_even_panel(rows: &[bf16], k: usize, panel: &mut [u16]) {
+    const BLOCK: usize = 16;
+    let pairs = k / 2;
+    for j0 in (0..pairs).step_by(BLOCK) {
+        let j1 = (j0 + BLOCK).min(pairs);
+        for (lane, row) in rows.chunks_exact(k.max(1)).enumerate() {
+            for (t, pair) in row[2 * j0..2 * j1].chunks_exact(2).enumerate() {
+                let at = ((j0 + t) * PANEL_WIDTH + lane) * 2;
+                panel[at] = pair[0].to_bits();
+                panel[at + 1] = pair[1].to_bits();
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +313,37 @@ mod tests {
         assert_eq!(at(1, 1, 0, 0), 322.0);
         assert_eq!(at(1, 0, 1, 0), 0.0);
         assert_eq!(p.unpack(), w);
+    }
+
+    #[test]
+    fn even_widths_pack_as_the_value_by_value_layout() {
+        // the pair-copying path of an even k against the value-by-value one (pack_f32 of
+        // the same values): a partial last panel, a pair count that is not a multiple of
+        // the 16-pair block, and a weight large enough to be packed on both cores
+        for (n, k) in [(70, 74), (33, 2), (300, 3500)] {
+            let w: Vec<bf16> = (0..n * k)
+                .map(|i| bf16::from_f32((i as f32 * 0.377).sin()))
+                .collect();
+            let wide: Vec<f32> = w.iter().map(|v| v.to_f32()).collect();
+            let (fast, each) = (
+                PackedWeight::pack(&w, n, k),
+                PackedWeight::pack_f32(&wide, n, k),
+            );
+            assert_eq!((fast.pairs, fast.panels()), (each.pairs, each.panels()));
+            assert!(fast.data == each.data, "[{n}, {k}]");
+            assert_eq!(fast.unpack(), w);
+            // the same weight read panel by panel through a buffer
+            let read = PackedWeight::pack_rows(n, k, |rows, buffer| {
+                buffer.copy_from_slice(&w[rows.start * k..rows.end * k]);
+                true
+            });
+            assert!(
+                read.is_some_and(|r| r.data == each.data),
+                "[{n}, {k}] by rows"
+            );
+            // a panel that cannot be read fails the whole weight
+            assert!(PackedWeight::pack_rows(n, k, |rows, _| rows.start == 0).is_none() || n <= 32);
+        }
     }
 
     #[test]

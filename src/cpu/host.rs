@@ -1,6 +1,8 @@
 //! Host views of CPU tensors and lane-parallel sums.
 
 use candle_core::{DType, Device, Storage, Tensor};
+use half::{bf16, f16};
+use rayon::prelude::*;
 
 /// Lanes of the partial sums: independent f32 accumulators the compiler keeps in vector
 /// registers; they are combined in f64.
@@ -18,6 +20,56 @@ pub fn with_cpu_f32<R>(xs: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Option<R> {
         Storage::Cpu(cpu) => cpu.as_slice::<f32>().ok().map(|all| f(&all[start..end])),
         _ => None,
     }
+}
+
+/// The first NaN or infinity of a contiguous f32, bf16 or f16 CPU tensor (its flat index
+/// and value), found on the stored values in parallel chunks without a cast; `None` for
+/// other devices, dtypes or layouts.
+pub fn first_nonfinite(xs: &Tensor) -> Option<Option<(usize, f32)>> {
+    if !matches!(xs.device(), Device::Cpu) {
+        return None;
+    }
+    let (storage, layout) = xs.storage_and_layout();
+    let (start, end) = layout.contiguous_offsets()?;
+    let Storage::Cpu(cpu) = &*storage else {
+        return None;
+    };
+    Some(match xs.dtype() {
+        DType::F32 => first_where(
+            &cpu.as_slice::<f32>().ok()?[start..end],
+            |v| v,
+            f32::is_finite,
+        ),
+        DType::BF16 => first_where(
+            &cpu.as_slice::<bf16>().ok()?[start..end],
+            bf16::to_f32,
+            |v| v.is_finite(),
+        ),
+        DType::F16 => first_where(&cpu.as_slice::<f16>().ok()?[start..end], f16::to_f32, |v| {
+            v.is_finite()
+        }),
+        _ => return None,
+    })
+}
+
+/// The first element of `xs` that is not `finite` (its index and value as f32): each chunk
+/// is scanned whole (a branch-free pass the compiler vectorises) and searched only when it
+/// holds one.
+fn first_where<T: Copy + Sync>(
+    xs: &[T],
+    value: impl Fn(T) -> f32 + Sync,
+    finite: impl Fn(T) -> bool + Sync,
+) -> Option<(usize, f32)> {
+    const CHUNK: usize = 1 << 16;
+    xs.par_chunks(CHUNK)
+        .enumerate()
+        .find_map_first(|(c, chunk)| {
+            if chunk.iter().fold(true, |all, &v| all & finite(v)) {
+                return None;
+            }
+            let i = chunk.iter().position(|&v| !finite(v))?;
+            Some((c * CHUNK + i, value(chunk[i])))
+        })
 }
 
 /// Sum of `map(x)` over a slice, in `LANES` f32 partial sums combined in f64.
@@ -148,5 +200,30 @@ mod tests {
             |s| s.to_vec(),
         );
         assert_eq!(view, Some(vec![2., 3.]));
+    }
+
+    #[test]
+    fn the_first_nonfinite_value_is_found_in_every_half_and_f32() {
+        // past the first 65,536-value chunk, with a later one that must not be reported
+        let n = 200_000;
+        let mut xs: Vec<f32> = (0..n).map(|i| (i as f32 * 0.01).sin() * 1e4).collect();
+        let whole = Tensor::new(xs.as_slice(), &Device::Cpu).unwrap();
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            let t = whole.to_dtype(dtype).unwrap();
+            assert_eq!(first_nonfinite(&t), Some(None), "{dtype:?}");
+        }
+        xs[70_001] = f32::NEG_INFINITY;
+        xs[150_000] = f32::NAN;
+        let bad = Tensor::new(xs.as_slice(), &Device::Cpu).unwrap();
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            let t = bad.to_dtype(dtype).unwrap();
+            assert_eq!(first_nonfinite(&t), Some(Some((70_001, f32::NEG_INFINITY))));
+            // a view that starts past the infinity finds the NaN, at its own index
+            let tail = t.narrow(0, 100_000, 100_000).unwrap();
+            let (at, value) = first_nonfinite(&tail).unwrap().unwrap();
+            assert!(at == 50_000 && value.is_nan(), "{dtype:?}: {at} {value}");
+        }
+        // other dtypes and devices are left to the caller
+        assert_eq!(first_nonfinite(&bad.to_dtype(DType::F64).unwrap()), None);
     }
 }

@@ -184,8 +184,8 @@ pub struct LayerTiming {
 /// Vocabulary rows of the LM head read and applied at a time when layers are streamed.
 const LM_HEAD_CHUNK: usize = 16384;
 
-/// f32 logits a block of positions may hold when layers are streamed (each block reads the
-/// LM head from the file once).
+/// Bytes of logits (in the analysis dtype) a block of positions may hold when layers are
+/// streamed (each block reads and packs the LM head from the file once).
 const LOGIT_BLOCK_BYTES: usize = 256 << 20;
 
 /// A loaded causal language model: every weight in memory, or (streamed) none but the
@@ -402,7 +402,8 @@ impl Model {
             "lm_head.weight"
         };
         // each logit block reads the whole LM head: blocks of up to 256 MiB of logits
-        let positions = (LOGIT_BLOCK_BYTES / (4 * c.vocab_size.max(1))).max(block);
+        let logit_bytes = self.norm_dtype().size_in_bytes() * c.vocab_size.max(1);
+        let positions = (LOGIT_BLOCK_BYTES / logit_bytes).max(block);
         for k in 0..stream.len() {
             probe.on_batch(k);
             let xs = stream.take(k)?;
@@ -437,8 +438,12 @@ impl Model {
         let mut parts = Vec::new();
         for (start, n) in query_blocks(c.vocab_size, chunk) {
             let rows = start..start + n;
-            let w = store.get_row_range(name, &[c.vocab_size, c.hidden_size], rows)?;
-            parts.push(Linear::from_weight(w).forward(hidden)?);
+            let shape = [c.vocab_size, c.hidden_size];
+            let head = match store.packed_rows(name, &shape, rows.clone())? {
+                Some(packed) => Linear::packed(packed, None)?,
+                None => Linear::from_weight(store.get_row_range(name, &shape, rows)?),
+            };
+            parts.push(head.forward(hidden)?);
         }
         Ok(Tensor::cat(&parts, 2)?)
     }

@@ -19,14 +19,7 @@ pub struct ProjDims {
 
 /// `{prefix}.weight` `[out, in]` and, when `bias`, `{prefix}.bias` `[out]`.
 pub fn linear(store: &WeightStore, prefix: &str, dims: ProjDims, bias: bool) -> Result<Linear> {
-    let ProjDims { in_dim, out_dim } = dims;
-    let weight = store.get(&format!("{prefix}.weight"), &[out_dim, in_dim])?;
-    let bias = if bias {
-        Some(store.get(&format!("{prefix}.bias"), &[out_dim])?)
-    } else {
-        None
-    };
-    Ok(Linear::new(weight, bias))
+    projection(store, prefix, dims, bias, false)
 }
 
 /// The weight `name` as `[out, in]`: stored so, or stored `[in, out]` (GPT-2's Conv1D,
@@ -52,12 +45,24 @@ pub fn projection(
     bias: bool,
     conv1d: bool,
 ) -> Result<Linear> {
-    let weight = weight_matrix(store, &format!("{prefix}.weight"), dims, conv1d)?;
-    let bias = match bias {
-        true => Some(store.get(&format!("{prefix}.bias"), &[dims.out_dim])?),
-        false => None,
+    let name = format!("{prefix}.weight");
+    let (shape, rows) = ([dims.out_dim, dims.in_dim], 0..dims.out_dim);
+    // a bf16 weight stored [out, in] is packed as it is read
+    let packed = match conv1d {
+        false => store.packed_rows(&name, &shape, rows)?,
+        true => None,
     };
-    Ok(Linear::new(weight, bias))
+    let bias = || match bias {
+        true => store
+            .get(&format!("{prefix}.bias"), &[dims.out_dim])
+            .map(Some),
+        false => Ok(None),
+    };
+    if let Some(packed) = packed {
+        return Linear::packed(packed, bias()?.as_ref());
+    }
+    let weight = weight_matrix(store, &name, dims, conv1d)?;
+    Ok(Linear::new(weight, bias()?))
 }
 
 /// `{prefix}.weight` `[dim]`.

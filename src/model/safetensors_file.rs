@@ -13,7 +13,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use safetensors::{Dtype, SafeTensors};
 
 use crate::error::{Error, Result};
@@ -204,8 +204,34 @@ impl SafetensorsFiles {
         if let Some(first) = shape.first_mut() {
             *first = rows.len();
         }
-        let bytes = self.read(tensor, rows.start * row_bytes, rows.len() * row_bytes, name)?;
-        to_tensor(&bytes, tensor.dtype, &shape, self.path(tensor), name)
+        let (offset, len) = (rows.start * row_bytes, rows.len() * row_bytes);
+        filled_tensor(
+            len,
+            tensor.dtype,
+            &shape,
+            self.path(tensor),
+            name,
+            |bytes| self.read_into(tensor, offset, bytes, name),
+        )
+    }
+
+    /// Rows `rows` (along the first dimension) of `tensor`'s bytes as stored, read into
+    /// `out` (exactly their size).
+    pub fn read_rows_into(
+        &self,
+        name: &str,
+        tensor: &StoredTensor,
+        rows: std::ops::Range<usize>,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let (row_bytes, _) = row_layout(tensor);
+        if out.len() != rows.len() * row_bytes || rows.end * row_bytes > tensor.len {
+            return Err(Error::input(
+                self.path(tensor),
+                format!("tensor {name}: rows {rows:?} do not fit it"),
+            ));
+        }
+        self.read_into(tensor, rows.start * row_bytes, out, name)
     }
 
     /// Rows `ids` (in that order, repeats allowed) of the matrix `tensor`, on the CPU: the
@@ -219,14 +245,23 @@ impl SafetensorsFiles {
                 format!("token id {bad} is outside {name} ({rows} rows)"),
             ));
         }
-        let mut bytes = zeroed(ids.len() * row_bytes, self.path(tensor), name)?;
-        for (chunk, &id) in bytes.chunks_mut(row_bytes.max(1)).zip(ids) {
-            self.read_into(tensor, id as usize * row_bytes, chunk, name)?;
-        }
         if let Some(first) = shape.first_mut() {
             *first = ids.len();
         }
-        to_tensor(&bytes, tensor.dtype, &shape, self.path(tensor), name)
+        let len = ids.len() * row_bytes;
+        filled_tensor(
+            len,
+            tensor.dtype,
+            &shape,
+            self.path(tensor),
+            name,
+            |bytes| {
+                for (chunk, &id) in bytes.chunks_mut(row_bytes.max(1)).zip(ids) {
+                    self.read_into(tensor, id as usize * row_bytes, chunk, name)?;
+                }
+                Ok(())
+            },
+        )
     }
 
     /// Asks the kernel to read `tensor`'s bytes ahead (into the page cache, not into this
@@ -317,39 +352,59 @@ fn read_header(path: &Path, file: &File, index: usize) -> Result<Vec<(String, St
     Ok(out)
 }
 
-/// A CPU tensor of `shape` from little-endian `bytes` of `dtype` (floating point only).
-fn to_tensor(
-    bytes: &[u8],
+/// A CPU tensor of `shape` and the stored `dtype` (floating point only) whose `len`
+/// little-endian bytes `fill` writes: read straight into the tensor's own memory, allocated
+/// zeroed by the allocator (fresh pages, no pass over them) and never copied again.
+fn filled_tensor(
+    len: usize,
     dtype: Dtype,
     shape: &[usize],
     path: &Path,
     name: &str,
+    fill: impl FnOnce(&mut [u8]) -> Result<()>,
 ) -> Result<Tensor> {
-    let dtype = match dtype {
-        Dtype::BF16 => DType::BF16,
-        Dtype::F16 => DType::F16,
-        Dtype::F32 => DType::F32,
-        Dtype::F64 => DType::F64,
-        other => {
-            return Err(Error::input(
-                path,
-                format!("tensor {name} has dtype {other:?}; weights must be F16, BF16, F32 or F64"),
-            ))
-        }
-    };
-    Ok(Tensor::from_raw_buffer(bytes, dtype, shape, &Device::Cpu)?)
+    let at = (len, shape, path, name);
+    match dtype {
+        Dtype::BF16 => filled::<half::bf16>(at, fill),
+        Dtype::F16 => filled::<half::f16>(at, fill),
+        Dtype::F32 => filled::<f32>(at, fill),
+        Dtype::F64 => filled::<f64>(at, fill),
+        other => Err(Error::input(
+            path,
+            format!("tensor {name} has dtype {other:?}; weights must be F16, BF16, F32 or F64"),
+        )),
+    }
 }
 
-/// `len` zero bytes for tensor `name`, allocated fallibly: a size read from a header that
-/// the machine cannot hold is an error naming the file, not an abort.
-fn zeroed(len: usize, path: &Path, name: &str) -> Result<Vec<u8>> {
-    let mut bytes = Vec::new();
-    bytes.try_reserve_exact(len).map_err(|_| {
-        Error::input(
+/// [`filled_tensor`] for element type `T`.
+fn filled<T: bytemuck::Pod + candle_core::WithDType>(
+    (len, shape, path, name): (usize, &[usize], &Path, &str),
+    fill: impl FnOnce(&mut [u8]) -> Result<()>,
+) -> Result<Tensor> {
+    let size = std::mem::size_of::<T>();
+    if len % size != 0 {
+        return Err(Error::input(
             path,
-            format!("cannot allocate {len} bytes to read tensor {name}: not enough memory"),
-        )
-    })?;
-    bytes.resize(len, 0);
-    Ok(bytes)
+            format!("tensor {name}: {len} bytes is not a whole number of {size}-byte values"),
+        ));
+    }
+    let mut values = bytemuck::allocation::try_zeroed_vec::<T>(len / size)
+        .map_err(|_| out_of_memory(len, path, name))?;
+    fill(bytemuck::cast_slice_mut(&mut values))?;
+    Ok(Tensor::from_vec(values, shape, &Device::Cpu)?)
+}
+
+/// The error of an allocation of `len` bytes for tensor `name` that failed.
+fn out_of_memory(len: usize, path: &Path, name: &str) -> Error {
+    Error::input(
+        path,
+        format!("cannot allocate {len} bytes to read tensor {name}: not enough memory"),
+    )
+}
+
+/// `len` zero bytes for tensor `name`, allocated fallibly (and zeroed by the allocator): a
+/// size read from a header that the machine cannot hold is an error naming the file, not
+/// an abort.
+fn zeroed(len: usize, path: &Path, name: &str) -> Result<Vec<u8>> {
+    bytemuck::allocation::try_zeroed_vec(len).map_err(|_| out_of_memory(len, path, name))
 }

@@ -12,7 +12,9 @@ use candle_core::{DType, Device, Tensor};
 use super::gguf::GgufFile;
 use super::safetensors_file::SafetensorsFiles;
 use super::weight_map::WeightMap;
-use crate::cpu::host::with_cpu_f32;
+use crate::cpu::bf16_gemm;
+use crate::cpu::bf16_panels::PackedWeight;
+use crate::cpu::host::first_nonfinite;
 use crate::error::{Error, Result};
 
 /// The tensors of one checkpoint, loaded lazily and cast to the analysis dtype on `get`.
@@ -263,7 +265,7 @@ impl WeightStore {
                 .position(|v| !v.is_finite())
                 .map(|i| (i, data[i]))
         };
-        let bad = match with_cpu_f32(tensor, first_bad) {
+        let bad = match first_nonfinite(tensor) {
             Some(bad) => bad,
             None => first_bad(
                 &tensor
@@ -471,6 +473,47 @@ impl WeightStore {
         Ok(self
             .get(name, expected)?
             .narrow(0, rows.start, rows.len())?)
+    }
+
+    /// Rows `rows` of the bf16 matrix `name` (checked to be `expected` `[rows, cols]`)
+    /// packed for the bf16 GEMM straight from the file ([`PackedWeight::pack_rows`]): read a
+    /// panel at a time into a buffer that stays in cache, so a layer's weights are never
+    /// held unpacked nor copied again. `None` where that path does not apply (another
+    /// source or dtype, a CPU without AVX-512 BF16, an odd width), or where a panel cannot
+    /// be read or holds NaN or an infinity: [`WeightStore::get`] then reads the weight and
+    /// says what is wrong with it.
+    pub fn packed_rows(
+        &self,
+        name: &str,
+        expected: &[usize],
+        rows: std::ops::Range<usize>,
+    ) -> Result<Option<PackedWeight>> {
+        let Source::Safetensors { files, .. } = &self.source else {
+            return Ok(None);
+        };
+        let applies = self.dtype == DType::BF16
+            && matches!(self.device, Device::Cpu)
+            && !self.shapes_only
+            && bf16_gemm::available();
+        if !applies {
+            return Ok(None);
+        }
+        self.check(name, expected)?;
+        let stored = &files.tensors()[self.stored_name(name)];
+        let &[_, k] = expected else {
+            return Ok(None);
+        };
+        if stored.dtype != safetensors::Dtype::BF16 || k % 2 == 1 {
+            return Ok(None);
+        }
+        let shown = self.shown(name);
+        let first = rows.start;
+        Ok(PackedWeight::pack_rows(rows.len(), k, |panel, buffer| {
+            let at = first + panel.start..first + panel.end;
+            let bytes = bytemuck::cast_slice_mut(buffer);
+            files.read_rows_into(&shown, stored, at, bytes).is_ok()
+                && buffer.iter().all(|v| v.is_finite())
+        }))
     }
 
     /// Whether rows of a matrix are read alone ([`WeightStore::get_row_range`]): safetensors,

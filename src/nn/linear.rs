@@ -47,6 +47,18 @@ impl Linear {
         }
     }
 
+    /// A projection whose bf16 weight was packed as it was read
+    /// ([`crate::model::weights::WeightStore::packed_rows`]), with an optional bias `[out]`.
+    pub fn packed(weight: PackedWeight, bias: Option<&Tensor>) -> Result<Self> {
+        let bias = match bias {
+            Some(b) => Some(b.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?),
+            None => None,
+        };
+        Ok(Linear {
+            kind: Kind::Bf16 { weight, bias },
+        })
+    }
+
     /// candle's own linear layer.
     fn candle(weight: Tensor, bias: Option<Tensor>) -> Self {
         Linear {
@@ -131,10 +143,6 @@ fn f32_products(weight: &Tensor, bias: Option<&Tensor>) -> Result<Kind> {
 
 fn pack(weight: &Tensor, bias: Option<&Tensor>) -> Result<Kind> {
     let (n, k) = weight.dims2()?;
-    let bias = match bias {
-        Some(b) => Some(b.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?),
-        None => None,
-    };
     let weight = weight.contiguous()?;
     // packed from the tensor's own storage (no copy of a layer's weights on the way)
     let (storage, layout) = weight.storage_and_layout();
@@ -144,10 +152,7 @@ fn pack(weight: &Tensor, bias: Option<&Tensor>) -> Result<Kind> {
         }
         _ => PackedWeight::pack(&weight.flatten_all()?.to_vec1::<bf16>()?, n, k),
     };
-    Ok(Kind::Bf16 {
-        weight: packed,
-        bias,
-    })
+    Ok(Linear::packed(packed, bias)?.kind)
 }
 
 /// `xs [..., k]` (bf16 or f32, on the CPU) times the packed weight, in `xs`'s dtype.

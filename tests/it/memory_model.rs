@@ -111,14 +111,11 @@ fn a_model_in_memory_gives_the_tables_of_its_checkpoint_bit_for_bit() {
     }
 }
 
-#[test]
-fn bf16_tensors_in_memory_equal_the_checkpoint_saved_from_them() {
-    // the trainer's bf16 parameters as raw 16-bit words, and the folder `save_pretrained`
-    // would write of them
-    let tmp = tempfile::tempdir().unwrap();
-    let saved = tmp.path().join("saved");
-    std::fs::create_dir(&saved).unwrap();
-    let dir = model_dir("llama_gqa");
+/// The fixture `name` saved as a bf16 checkpoint (one `model.safetensors`) in `saved`, as
+/// `save_pretrained` would write a trainer's bf16 parameters; returns those parameters.
+fn save_bf16(name: &str, saved: &Path) -> Vec<MemoryTensor> {
+    std::fs::create_dir_all(saved).unwrap();
+    let dir = model_dir(name);
     std::fs::copy(dir.join("config.json"), saved.join("config.json")).unwrap();
     let bf16 = to_bf16(&tensors_of(&dir));
     let views: BTreeMap<String, safetensors::tensor::TensorView> = bf16
@@ -134,6 +131,16 @@ fn bf16_tensors_in_memory_equal_the_checkpoint_saved_from_them() {
         })
         .collect();
     safetensors::serialize_to_file(&views, None, &saved.join("model.safetensors")).unwrap();
+    bf16
+}
+
+#[test]
+fn bf16_tensors_in_memory_equal_the_checkpoint_saved_from_them() {
+    // the trainer's bf16 parameters as raw 16-bit words, and the folder `save_pretrained`
+    // would write of them
+    let tmp = tempfile::tempdir().unwrap();
+    let saved = tmp.path().join("saved");
+    let bf16 = save_bf16("llama_gqa", &saved);
     let from_folder = tables(ModelSource::at("m", &saved));
     let from_memory = tables(in_memory("m", memory("llama_gqa", bf16)));
     assert_eq!(from_memory, from_folder);
@@ -177,4 +184,113 @@ fn a_state_dict_that_does_not_fit_its_config_is_refused_by_name() {
     t.shape = vec![n];
     let err = run(wrong);
     assert!(err.contains(missing) && err.contains("shape"), "{err}");
+}
+
+#[test]
+fn bf16_weights_packed_as_they_are_read_equal_the_loaded_weights_packed() {
+    // issue 41: a bf16 matrix is packed for the bf16 GEMM panel by panel straight from the
+    // file (WeightStore::packed_rows), never held unpacked; it must be the weight `get`
+    // loads, packed, for whole matrices and for row ranges (the LM head's chunks)
+    use asa_analyze::cpu::bf16_gemm;
+    use asa_analyze::cpu::bf16_panels::PackedWeight;
+    use asa_analyze::model::weights::WeightStore;
+    use candle_core::{DType, Device};
+    let tmp = tempfile::tempdir().unwrap();
+    let saved = tmp.path().join("saved");
+    let tensors = save_bf16("llama_gqa", &saved);
+    let store = WeightStore::open(&saved, &Device::Cpu, DType::BF16).unwrap();
+    let mut matrices = 0;
+    for t in tensors.iter().filter(|t| t.shape.len() == 2) {
+        let (n, k) = (t.shape[0], t.shape[1]);
+        let rows = 1..n - 1;
+        let packed = store.packed_rows(&t.name, &t.shape, rows.clone()).unwrap();
+        if !bf16_gemm::available() || k % 2 == 1 {
+            assert!(packed.is_none(), "{}", t.name);
+            continue;
+        }
+        let loaded = store
+            .get(&t.name, &t.shape)
+            .unwrap()
+            .narrow(0, 1, n - 2)
+            .unwrap();
+        let loaded = loaded
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<half::bf16>()
+            .unwrap();
+        let packed = packed.expect("a bf16 matrix of even width is packed as read");
+        assert_eq!((packed.n, packed.k), (n - 2, k));
+        assert_eq!(
+            packed.unpack(),
+            PackedWeight::pack(&loaded, n - 2, k).unpack(),
+            "{}",
+            t.name
+        );
+        matrices += 1;
+    }
+    if bf16_gemm::available() {
+        assert!(matrices >= 10, "{matrices}");
+    }
+    // f32 analyses and f32-stored weights are loaded as before
+    let f32_store = WeightStore::open(&saved, &Device::Cpu, DType::F32).unwrap();
+    let q = "model.layers.0.self_attn.q_proj.weight";
+    let shape = f32_store.shape(q).unwrap();
+    assert!(f32_store
+        .packed_rows(q, &shape, 0..shape[0])
+        .unwrap()
+        .is_none());
+    let f32_stored = WeightStore::open(&model_dir("llama_gqa"), &Device::Cpu, DType::BF16).unwrap();
+    assert!(f32_stored
+        .packed_rows(q, &shape, 0..shape[0])
+        .unwrap()
+        .is_none());
+    // a missing weight is the same error as `get` gives
+    let err = store
+        .packed_rows("model.layers.0.nope.weight", &shape, 0..1)
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("is missing"), "{err}");
+}
+
+#[test]
+fn a_nan_in_a_bf16_weight_is_refused_by_name_when_packed_as_read() {
+    // the packed read gives up on a non-finite value, and `get` then names it
+    use asa_analyze::model::weights::WeightStore;
+    use candle_core::{DType, Device};
+    let tmp = tempfile::tempdir().unwrap();
+    let saved = tmp.path().join("saved");
+    let mut tensors = save_bf16("llama_gqa", &saved);
+    let q = "model.layers.1.mlp.up_proj.weight";
+    let t = tensors.iter_mut().find(|t| t.name == q).unwrap();
+    let mut bytes = t.bytes.as_ref().as_ref().to_vec();
+    bytes[10..12].copy_from_slice(&0x7fc0u16.to_le_bytes()); // value 5: NaN
+    t.bytes = Arc::new(bytes);
+    let views: BTreeMap<String, safetensors::tensor::TensorView> = tensors
+        .iter()
+        .map(|t| {
+            let bytes = t.bytes.as_ref().as_ref();
+            let view = safetensors::tensor::TensorView::new(t.dtype, t.shape.clone(), bytes);
+            (t.name.clone(), view.unwrap())
+        })
+        .collect();
+    safetensors::serialize_to_file(&views, None, &saved.join("model.safetensors")).unwrap();
+    let store = WeightStore::open(&saved, &Device::Cpu, DType::BF16).unwrap();
+    let shape = store.shape(q).unwrap();
+    assert!(store.packed_rows(q, &shape, 0..shape[0]).unwrap().is_none());
+    let err = Run {
+        models: vec![ModelSource::at("m", &saved)],
+        options: RunOptions {
+            dtype: Some(DType::BF16),
+            ..options()
+        },
+        cancel: Default::default(),
+    }
+    .execute(&mut Silent)
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(
+        err.contains(q) && err.contains("NaN at flat index 5"),
+        "{err}"
+    );
 }
