@@ -9,9 +9,11 @@
 #   3. Llama-3-8B shape, 1 x 1024, bf16, every metric, streamed, beside transformers' SDPA
 #      forward in bf16 (tools/make_random_checkpoint.py writes both checkpoints).
 #   4. SmolLM2 at 32,768 tokens, bf16, asa-analyze alone (STAGES=...4 to run it; ~4 min).
+#   5. The 8B checkpoint quantized to Q8_0 GGUF (tools/make_gguf_checkpoint.py, once: ~5 min,
+#      8.5 GB), 1 x 1024, bf16, every metric, asa-analyze alone (its peak RSS).
 #
 #   benches/bf16_cpu.sh [PYTHON]   (PYTHON: torch + transformers + numpy + tokenizers;
-#                                   STAGES: which of 1 2 3 4, default "1 2 3")
+#                                   STAGES: which of 1 2 3 4 5, default "1 2 3")
 # Writes benches/results/bf16_cpu_*.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,6 +51,11 @@ for s in $STAGES; do
   4)
     side --model "$SMOL" --seq-len 32768 --dtype bfloat16 --asa-metrics all --text $TEXT \
       --skip-sdpa --json-out $R/bf16_cpu_smollm2_32k_bfloat16.json ;;
+  5)
+    GGUF=$CKPTS/llama8b.q8_0.gguf
+    [ -f "$GGUF" ] || "$PY" tools/make_gguf_checkpoint.py "$CKPTS/llama8b" "$GGUF" --type q8_0
+    side --model "$GGUF" --seq-len 1024 --dtype bfloat16 --asa-metrics all --skip-sdpa \
+      --json-out $R/bf16_cpu_8b_q8_0.json ;;
   esac
 done
 for f in $R/bf16_cpu_*.json; do

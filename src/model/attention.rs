@@ -134,7 +134,7 @@ fn load_qk_norms(store: &WeightStore, prefix: &str, s: &AttentionShape) -> Resul
         let norm = rms_norm(store, &format!("{prefix}.{name}"), dim, s.rms_norm_eps)?;
         // Gemma 3 stores its QK-norm scales as offsets from 1
         Ok(match s.qk_norm_plus_one {
-            true => norm.plus_one()?,
+            true => norm.plus_one(),
             false => norm,
         })
     };

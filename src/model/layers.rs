@@ -83,11 +83,8 @@ pub fn norm(
 ) -> Result<Norm> {
     Ok(match kind {
         NormKind::Rms => Norm::Rms(rms_norm(store, prefix, dim, eps)?),
-        // (1 + w) in the weights' dtype, as Gemma's norm computes it
-        NormKind::RmsPlusOne => Norm::Rms(RmsNorm::new(
-            (store.get(&format!("{prefix}.weight"), &[dim])? + 1.0)?,
-            eps,
-        )),
+        // (1 + w): in f32 for half activations, as Gemma's norm computes it
+        NormKind::RmsPlusOne => Norm::Rms(rms_norm(store, prefix, dim, eps)?.plus_one()),
         NormKind::Layer => Norm::layer(
             store.get(&format!("{prefix}.weight"), &[dim])?,
             store.get(&format!("{prefix}.bias"), &[dim])?,

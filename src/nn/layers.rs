@@ -1,20 +1,28 @@
 //! Small building blocks of a decoder: RMSNorm and LayerNorm, the SwiGLU and GELU MLPs
 //! (projections: [`super::Linear`]). Built from tensors; `model::layers` loads them from a checkpoint.
 
-use candle_core::{Module, Tensor};
+use candle_core::{DType, Module, Tensor};
 
 use super::Linear;
 use crate::error::Result;
 
 /// Root-mean-square normalisation with a learned scale.
+///
+/// In f32 and f64 the whole norm runs in the analysis dtype. For bf16 and f16 activations
+/// the statistics, the scale (`1 + w` included) and the product are f32 and the output is
+/// rounded once, as transformers' Gemma norm computes it (its Llama norm rounds twice, the
+/// normalised row and then its product with the scale; candle's half-precision kernel
+/// would round the row's rms itself, an error shared by the whole row).
 pub struct RmsNorm {
     weight: Tensor,
     eps: f32,
+    /// Scaled by `1 + weight` (Gemma stores its scales as offsets from 1).
+    plus_one: bool,
 }
 
 impl RmsNorm {
     /// The dtype of its scale (the analysis dtype).
-    pub fn dtype(&self) -> candle_core::DType {
+    pub fn dtype(&self) -> DType {
         self.weight.dtype()
     }
 
@@ -23,34 +31,63 @@ impl RmsNorm {
         RmsNorm {
             weight,
             eps: eps as f32,
+            plus_one: false,
         }
     }
 
     /// The same norm scaled by (1 + weight) (Gemma stores its scales as offsets from 1).
-    pub fn plus_one(self) -> Result<Self> {
-        Ok(RmsNorm {
-            weight: (self.weight + 1.0)?,
-            eps: self.eps,
+    pub fn plus_one(self) -> Self {
+        RmsNorm {
+            plus_one: true,
+            ..self
+        }
+    }
+
+    /// The scale in `dtype`: the weight, plus one where stored as an offset (added in
+    /// `dtype`).
+    fn scale(&self, dtype: DType) -> Result<Tensor> {
+        let weight = self.weight.to_dtype(dtype)?;
+        Ok(match self.plus_one {
+            true => (weight + 1.0)?,
+            false => weight,
         })
     }
 
     /// Normalises the last dimension. The fused kernel has no backward pass, so when
     /// gradients are tracked (training) the same formula runs as differentiable tensor ops.
     pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        let dtype = xs.dtype();
         if xs.track_op() || self.weight.track_op() {
-            return Ok(candle_nn::ops::rms_norm_slow(xs, &self.weight, self.eps)?);
+            return Ok(candle_nn::ops::rms_norm_slow(
+                xs,
+                &self.scale(dtype)?,
+                self.eps,
+            )?);
         }
-        Ok(candle_nn::ops::rms_norm(
-            &xs.contiguous()?,
-            &self.weight,
-            self.eps,
-        )?)
+        if !is_half(dtype) {
+            let xs = xs.contiguous()?;
+            return Ok(candle_nn::ops::rms_norm(
+                &xs,
+                &self.scale(dtype)?,
+                self.eps,
+            )?);
+        }
+        let wide = xs.to_dtype(DType::F32)?.contiguous()?;
+        let normed = candle_nn::ops::rms_norm(&wide, &self.scale(DType::F32)?, self.eps)?;
+        Ok(normed.to_dtype(dtype)?)
     }
+}
+
+/// bf16 or f16: the dtypes whose norms run in f32 and round once.
+fn is_half(dtype: DType) -> bool {
+    matches!(dtype, DType::BF16 | DType::F16)
 }
 
 /// A layer's norm: RMSNorm, or LayerNorm (mean removed, scale and bias; GPT-NeoX).
 pub enum Norm {
     Rms(RmsNorm),
+    /// LayerNorm (candle's kernel computes half activations in f32 and rounds once, as
+    /// torch's CPU `layer_norm` does: tested below).
     Layer(candle_nn::LayerNorm),
 }
 
@@ -61,7 +98,7 @@ impl Norm {
     }
 
     /// The dtype of its scale (the analysis dtype).
-    pub fn dtype(&self) -> candle_core::DType {
+    pub fn dtype(&self) -> DType {
         match self {
             Norm::Rms(norm) => norm.dtype(),
             Norm::Layer(norm) => norm.weight().dtype(),
@@ -292,6 +329,79 @@ impl FeedForward {
         match self {
             FeedForward::Dense(mlp) => mlp.forward(xs),
             FeedForward::Moe(moe) => moe.forward(xs),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// bf16 values of a smooth pseudo-random sequence.
+    fn bf16_values(n: usize, seed: f32) -> Tensor {
+        let xs: Vec<f32> = (0..n)
+            .map(|i| ((i as f32 + seed) * 0.731).sin() * 3.0)
+            .collect();
+        let xs = Tensor::from_vec(xs, n, &Device::Cpu).unwrap();
+        xs.to_dtype(DType::BF16).unwrap()
+    }
+
+    #[test]
+    fn half_rms_norms_compute_in_f32_and_round_once() {
+        // against float64 from the same bf16 inputs: one rounding to bf16 (half an ulp, at
+        // most 2^-8 relative) and no more; rounding the rms or the normalised row as well would
+        // put some of these 4 x 256 values past it
+        let (rows, dim, eps) = (4, 256, 1e-6);
+        let x = bf16_values(rows * dim, 0.0).reshape((rows, dim)).unwrap();
+        let w = bf16_values(dim, 17.0);
+        let wide = |t: &Tensor| t.to_dtype(DType::F64).unwrap();
+        let (xs, ws) = (
+            wide(&x).to_vec2::<f64>().unwrap(),
+            wide(&w).to_vec1::<f64>().unwrap(),
+        );
+        for plus_one in [false, true] {
+            let norm = RmsNorm::new(w.clone(), eps);
+            let norm = if plus_one { norm.plus_one() } else { norm };
+            let got = norm.forward(&x).unwrap();
+            assert_eq!(got.dtype(), DType::BF16);
+            let got = wide(&got).to_vec2::<f64>().unwrap();
+            for (row, out) in xs.iter().zip(&got) {
+                let ms = row.iter().map(|v| v * v).sum::<f64>() / dim as f64;
+                let r = 1.0 / (ms + eps).sqrt();
+                for ((v, s), y) in row.iter().zip(&ws).zip(out) {
+                    let want = v * r * if plus_one { 1.0 + s } else { *s };
+                    let tol = want.abs() * (1.0 / 256.0) * (1.0 + 1e-3) + 1e-30;
+                    assert!(
+                        (y - want).abs() <= tol,
+                        "{y} vs {want} (plus_one {plus_one})"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn half_layer_norms_compute_in_f32_and_round_once() {
+        let (rows, dim, eps) = (4, 256, 1e-5);
+        let x = bf16_values(rows * dim, 3.0).reshape((rows, dim)).unwrap();
+        let (w, b) = (bf16_values(dim, 5.0), bf16_values(dim, 9.0));
+        let wide = |t: &Tensor| t.to_dtype(DType::F64).unwrap();
+        let got = Norm::layer(w.clone(), b.clone(), eps).forward(&x).unwrap();
+        assert_eq!(got.dtype(), DType::BF16);
+        let got = wide(&got).to_vec2::<f64>().unwrap();
+        let (ws, bs) = (
+            wide(&w).to_vec1::<f64>().unwrap(),
+            wide(&b).to_vec1::<f64>().unwrap(),
+        );
+        for (row, out) in wide(&x).to_vec2::<f64>().unwrap().iter().zip(&got) {
+            let mean = row.iter().sum::<f64>() / dim as f64;
+            let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / dim as f64;
+            for (i, (v, y)) in row.iter().zip(out).enumerate() {
+                let want = (v - mean) / (var + eps).sqrt() * ws[i] + bs[i];
+                let tol = want.abs() * (1.0 / 256.0) * (1.0 + 1e-3) + 1e-5;
+                assert!((y - want).abs() <= tol, "{y} vs {want}");
+            }
         }
     }
 }

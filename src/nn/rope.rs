@@ -14,7 +14,8 @@ pub struct Rope {
 
 impl Rope {
     /// Tables for `seq_len` positions of the inverse frequencies `inv` (one per rotating
-    /// pair), computed in f64 and cast to `dtype`.
+    /// pair), computed in f64 and cast to `dtype`; kept in f32 for bf16 and f16, whose
+    /// rotation then runs in f32 and rounds once ([`Rope::apply`]).
     pub fn new(inv: &[f64], seq_len: usize, dtype: DType, device: &Device) -> Result<Self> {
         Self::scaled(inv, seq_len, 1.0, dtype, device)
     }
@@ -37,6 +38,10 @@ impl Rope {
                 sin.push(angle.sin() * scale);
             }
         }
+        let dtype = match dtype {
+            DType::BF16 | DType::F16 => DType::F32,
+            other => other,
+        };
         let cos = Tensor::from_vec(cos, (seq_len, half), device)?.to_dtype(dtype)?;
         let sin = Tensor::from_vec(sin, (seq_len, half), device)?.to_dtype(dtype)?;
         Ok(Rope {
@@ -48,10 +53,16 @@ impl Rope {
 
     /// Rotates `xs` `[batch, heads, seq, head_dim]`. The fused kernel has no backward pass,
     /// so when gradients are tracked (training) the rotate-half formula runs as tensor ops.
+    /// bf16 and f16 values are rotated in f32 with the f32 tables and rounded once (torch
+    /// rounds the tables to the half type and each product and sum).
     pub fn apply(&self, xs: &Tensor) -> Result<Tensor> {
         let (_, _, _, head_dim) = xs.dims4()?;
         if self.rot_dim == 0 {
             return Ok(xs.clone());
+        }
+        if xs.dtype() != self.cos.dtype() {
+            let wide = self.apply(&xs.to_dtype(self.cos.dtype())?)?;
+            return Ok(wide.to_dtype(xs.dtype())?);
         }
         let rope = |x: &Tensor| -> Result<Tensor> {
             Ok(if x.track_op() {

@@ -22,6 +22,7 @@ mod long_context;
 mod long_sequences;
 mod memory_model;
 mod metrics;
+mod metrics_bf16;
 mod real_model;
 mod reliability;
 mod report;
