@@ -54,7 +54,11 @@ for s in $STAGES; do
   5)
     GGUF=$CKPTS/llama8b.q8_0.gguf
     [ -f "$GGUF" ] || "$PY" tools/make_gguf_checkpoint.py "$CKPTS/llama8b" "$GGUF" --type q8_0
-    side --model "$GGUF" --seq-len 1024 --dtype bfloat16 --asa-metrics all --skip-sdpa \
+    # the token ids of stage 3 (side_by_side.py's random ids of the 8B config, seed 0)
+    IDS=/tmp/bench_ids_1x1024.json
+    "$PY" -c "import json, random, sys; r = random.Random(0); v = json.load(open(sys.argv[1]))['vocab_size']; json.dump([[r.randrange(v) for _ in range(1024)]], open(sys.argv[2], 'w'))" \
+      "$CKPTS/llama8b/config.json" $IDS
+    side --model "$GGUF" --ids $IDS --seq-len 1024 --dtype bfloat16 --asa-metrics all --skip-sdpa \
       --json-out $R/bf16_cpu_8b_q8_0.json ;;
   esac
 done

@@ -107,12 +107,12 @@ def main():
     p.add_argument("--warmup", type=int, default=0,
                    help="untimed forward passes before the Python scripts' timed loop (asa-analyze is timed cold)")
     args = p.parse_args()
-    cfg = json.load(open(os.path.join(args.model, "config.json")))
     kind = "text" if args.text else "ids"
     ids_path = args.ids or os.path.join("/tmp", f"bench_{kind}_{args.num_seqs}x{args.seq_len}.json")
     if args.text:
         json.dump(text_ids(args.model, args.text, args.seq_len, args.num_seqs), open(ids_path, "w"))
     elif not args.ids:
+        cfg = json.load(open(os.path.join(args.model, "config.json")))
         rng = random.Random(0)
         ids = [[rng.randrange(cfg["vocab_size"]) for _ in range(args.seq_len)] for _ in range(args.num_seqs)]
         json.dump(ids, open(ids_path, "w"))

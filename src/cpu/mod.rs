@@ -6,6 +6,7 @@
 pub mod bf16_gemm;
 pub mod bf16_glu;
 pub mod bf16_panels;
+pub mod bf16_rms_norm;
 pub mod fast_math;
 pub mod heap;
 pub mod host;

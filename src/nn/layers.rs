@@ -72,8 +72,19 @@ impl RmsNorm {
                 self.eps,
             )?);
         }
+        let scale = self.scale(DType::F32)?;
+        let host_scale = match xs.device().is_cpu() && dtype == DType::BF16 {
+            true => Some(scale.to_vec1::<f32>()?),
+            false => None,
+        };
+        if let Some(scale) = host_scale {
+            let xs = xs.contiguous()?;
+            if let Some(normed) = crate::cpu::bf16_rms_norm::rms_norm(&xs, &scale, self.eps)? {
+                return Ok(normed);
+            }
+        }
         let wide = xs.to_dtype(DType::F32)?.contiguous()?;
-        let normed = candle_nn::ops::rms_norm(&wide, &self.scale(DType::F32)?, self.eps)?;
+        let normed = candle_nn::ops::rms_norm(&wide, &scale, self.eps)?;
         Ok(normed.to_dtype(dtype)?)
     }
 }
