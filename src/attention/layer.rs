@@ -254,7 +254,8 @@ impl Attention {
         let Some(proj) = &self.alpha_proj else {
             return Ok(None);
         };
-        let raw = proj.forward(xs)?.to_dtype(DType::F32)?;
+        // in f32: a bf16 projection's sums are not rounded (alpha is a statistic)
+        let raw = proj.forward_f32(xs)?;
         let alpha = activate(&raw, self.affine()?.activation)?
             .transpose(1, 2)?
             .contiguous()?;

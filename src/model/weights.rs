@@ -491,6 +491,8 @@ impl WeightStore {
         let Source::Safetensors { files, .. } = &self.source else {
             return Ok(None);
         };
+        // what `get` would refuse is refused here too, on every CPU
+        self.check(name, expected)?;
         let applies = self.dtype == DType::BF16
             && matches!(self.device, Device::Cpu)
             && !self.shapes_only
@@ -498,7 +500,6 @@ impl WeightStore {
         if !applies {
             return Ok(None);
         }
-        self.check(name, expected)?;
         let stored = &files.tensors()[self.stored_name(name)];
         let &[_, k] = expected else {
             return Ok(None);

@@ -90,11 +90,23 @@ impl Linear {
     pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {
         match &self.kind {
             Kind::Candle(inner) => Ok(inner.forward(xs)?),
-            Kind::Bf16 { weight, bias } => bf16_forward(xs, weight, bias.as_deref()),
+            Kind::Bf16 { weight, bias } => bf16_forward(xs, weight, bias.as_deref(), xs.dtype()),
             Kind::F32Products(inner) => {
                 let ys = inner.forward(&xs.to_dtype(DType::F32)?)?;
                 Ok(ys.to_dtype(xs.dtype())?)
             }
+        }
+    }
+
+    /// Applies the projection with its output in f32: for a bf16 CPU weight the products'
+    /// f32 sums, not rounded to bf16 (SPEC section 12 rounds a product's inputs only), for
+    /// projections whose outputs are statistics (Affine-Scaled alpha); elsewhere
+    /// [`Linear::forward`] widened.
+    pub fn forward_f32(&self, xs: &Tensor) -> Result<Tensor> {
+        match &self.kind {
+            Kind::Bf16 { weight, bias } => bf16_forward(xs, weight, bias.as_deref(), DType::F32),
+            Kind::F32Products(inner) => Ok(inner.forward(&xs.to_dtype(DType::F32)?)?),
+            Kind::Candle(_) => Ok(self.forward(xs)?.to_dtype(DType::F32)?),
         }
     }
 
@@ -155,8 +167,13 @@ fn pack(weight: &Tensor, bias: Option<&Tensor>) -> Result<Kind> {
     Ok(Linear::packed(packed, bias)?.kind)
 }
 
-/// `xs [..., k]` (bf16 or f32, on the CPU) times the packed weight, in `xs`'s dtype.
-fn bf16_forward(xs: &Tensor, weight: &PackedWeight, bias: Option<&[f32]>) -> Result<Tensor> {
+/// `xs [..., k]` (bf16 or f32, on the CPU) times the packed weight, in `dtype`.
+fn bf16_forward(
+    xs: &Tensor,
+    weight: &PackedWeight,
+    bias: Option<&[f32]>,
+    dtype: DType,
+) -> Result<Tensor> {
     let k = xs.dims().last().copied().unwrap_or(0);
     if xs.rank() == 0 || k != weight.k || !matches!(xs.device(), Device::Cpu) {
         let msg = format!(
@@ -180,7 +197,7 @@ fn bf16_forward(xs: &Tensor, weight: &PackedWeight, bias: Option<&[f32]>) -> Res
     let mut dims = xs.dims().to_vec();
     dims.pop();
     dims.push(weight.n);
-    Ok(match xs.dtype() {
+    Ok(match dtype {
         DType::BF16 => Tensor::from_vec(round_to_bf16(&out), dims, &Device::Cpu)?,
         dtype => Tensor::from_vec(out, dims, &Device::Cpu)?.to_dtype(dtype)?,
     })

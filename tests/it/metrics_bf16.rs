@@ -46,7 +46,13 @@
 //! - `sink_rate.rate`: a head may be on the other side of `sink_eps` only if its float64
 //!   importance lies within the `sink_rate` (importance) bound of it;
 //! - `alpha` and `gate` exist only on fixtures transformers cannot run, so torch has no
-//!   error for them: every number is held to SPEC section 12's flat atol 1e-2 + rtol 2e-2;
+//!   error for them: they are held to SPEC section 12's flat atol 1e-2 + rtol 2e-2, as the
+//!   tolerance of each token's value carried to the statistics: a mean, a std and a
+//!   percentile of values each move by at most the largest change of a value, so every
+//!   statistic is within 1e-2 + 2e-2 x the metric's largest |value|. (Per statistic, with
+//!   its own value as the scale, the p05 and p25 of Affine-Scaled alpha, near ReLU's 0 among
+//!   values of ~1, miss it by up to 1.2x on the f32-products path of a CPU without AVX-512
+//!   BF16 while its tokens' values are within their own tolerance.)
 //! - structural fields (`first_token.visible_share`, `entropy.nan_count`, the heatmap's
 //!   layer, the profile's query, the band names, a degenerate histogram) must be equal.
 //!
@@ -419,17 +425,20 @@ fn check_metric<'f>(
             (diff, first, bound, diff <= bound + 1e-12, None)
         }
         "alpha" | "gate" => {
-            // SPEC section 12's flat tolerance, number by number: the worst one's
-            // difference and its tolerance
-            let (mut worst, mut at, mut tol) = (f64::NEG_INFINITY, first, FLAT.0);
+            // SPEC section 12's flat tolerance for each token's value, carried to the
+            // statistics: atol 1e-2 + rtol 2e-2 x the largest |value| of the metric
+            let scale = fields
+                .iter()
+                .flat_map(|f| values(f).1.iter())
+                .filter(|y| !y.is_nan())
+                .fold(0f64, |m, y| m.max(y.abs()));
+            let tol = FLAT.0 + FLAT.1 * scale;
+            let (mut worst, mut at) = (0f64, first);
             for &f in fields {
                 let (ours, want) = values(f);
-                largest_diff(ours, want, &format!("{what} {f}"));
-                for (x, y) in ours.iter().zip(want) {
-                    let t = FLAT.0 + FLAT.1 * y.abs();
-                    if (x - y).abs() - t > worst - tol {
-                        (worst, at, tol) = ((x - y).abs(), f, t);
-                    }
+                let d = largest_diff(ours, want, &format!("{what} {f}"));
+                if d > worst {
+                    (worst, at) = (d, f);
                 }
             }
             (worst, at, tol, worst <= tol, None)
