@@ -343,20 +343,7 @@ def transformers64_reference(model_dir, cls, mod, ids, base_attr, rms_cls=None, 
         groups = getattr(module, "num_key_value_groups", 1)
         keys = mod.repeat_kv(key, groups) if groups > 1 else key
         values = mod.repeat_kv(value, groups) if groups > 1 else value
-        scores = torch.matmul(query, keys.transpose(2, 3)) * scaling
-        softcap = kwargs.get("softcap")
-        if softcap is not None:  # Gemma 2, as its eager attention caps: before the mask
-            scores = torch.tanh(scores / softcap) * softcap
-        t = scores.shape[-1]
-        causal = torch.ones(t, t, dtype=torch.bool).tril()
-        # the keys transformers' own mask lets each query see (a sliding window where the
-        # layer has one): an additive float mask (0 visible) or a boolean one
-        if attention_mask is None:
-            visible = causal
-        else:
-            m = attention_mask[0, 0, :, :t]
-            visible = m if m.dtype == torch.bool else (m == 0)
-        assert not (visible & ~causal).any(), "a key after its query is visible"
+        scores, visible = eager_scores(query, keys, attention_mask, scaling, kwargs.get("softcap"))
         masked = scores.masked_fill(~visible, float("-inf"))
         weights = F.softmax(masked, dim=-1)
         cap = {"q": query.detach().clone(), "k": key.detach().clone(), "attn_scores": masked.detach().clone(), "softmax": weights.detach().clone()}
@@ -366,7 +353,7 @@ def transformers64_reference(model_dir, cls, mod, ids, base_attr, rms_cls=None, 
             comb = torch.cat([masked, col], dim=-1)
             weights = F.softmax(comb - comb.max(-1, keepdim=True).values, dim=-1)[..., :-1]
             cap["sink_mass"] = 1.0 - weights.sum(-1)
-        if not torch.equal(visible, causal):
+        if not torch.equal(visible, torch.ones_like(visible).tril()):  # not plain causal
             cap["visible"] = visible.to(TORCH64)
         caps.append(cap)
         out = torch.matmul(weights, values).transpose(1, 2).contiguous()
@@ -415,6 +402,25 @@ def hf_forward(model_dir, cls, ids, inv_freq64, precise, logit_transform=None):
     with ctx, torch.no_grad():
         out = model(input_ids=ids, output_attentions=True, use_cache=False)
     return model, out.logits.detach(), [a.detach() for a in out.attentions]
+
+
+def eager_scores(query, keys, attention_mask, scaling, softcap):
+    """transformers' eager attention logits q k^T * scaling (Gemma 2's cap applied before
+    the mask, as its eager attention does), in the inputs' dtype, and the keys
+    transformers' own mask lets each query see (a sliding window where the layer has one;
+    an additive float mask, 0 visible, or a boolean one), checked to be causal."""
+    scores = torch.matmul(query, keys.transpose(2, 3)) * scaling
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    t = scores.shape[-1]
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    if attention_mask is None:
+        visible = causal
+    else:
+        m = attention_mask[0, 0, :, :t]
+        visible = m if m.dtype == torch.bool else (m == 0)
+    assert not (visible & ~causal).any(), "a key after its query is visible"
+    return scores, visible
 
 
 def mxfp4_quantize(w):

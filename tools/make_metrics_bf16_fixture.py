@@ -96,7 +96,7 @@ from transformers import AutoModelForCausalLM
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_fixtures  # noqa: E402
 import make_logit_key_fixtures  # noqa: E402
-from make_block_map_bf16_fixture import attentions  # noqa: E402
+from make_block_map_bf16_fixture import skip_reason  # noqa: E402
 from make_logit_key_fixtures import FIXTURES, MODELS, REFS, read_safetensors  # noqa: E402
 
 OUT = os.path.join(REFS, "metrics_bf16.json")
@@ -170,22 +170,6 @@ def scale_of(want):
 # ----------------------------------------------------------------------------
 # the torch bf16 run
 # ----------------------------------------------------------------------------
-def skip_reason(name, R, ids):
-    """Why transformers does not stand for the reference of `name` (None: it does): the
-    block-map script's rule, float32 eager weights within 1e-4 of the float64 pattern."""
-    layers = sum(1 for k in R if k.endswith(".pattern"))
-    try:
-        f32 = attentions(name, ids, torch.float32)
-    except Exception as e:  # a variant transformers does not know (or loads without its weights)
-        return f"transformers cannot run it: {type(e).__name__}"
-    if len(f32) != layers:
-        return "transformers gives another number of layers"
-    far = max(float(np.abs(f32[l] - R[f"layers.{l}.pattern"]).max()) for l in range(layers))
-    if far > 1e-4:
-        return f"transformers' float32 weights differ from the reference by {far:.3g}"
-    return None
-
-
 @contextlib.contextmanager
 def softmax_inputs(seen):
     """Records the input of every F.softmax call (the eager attention's) in `seen`."""
@@ -209,18 +193,10 @@ def capture_layer(module, query, key, attention_mask, weights, kwargs, softmax_i
         scaling = query.size(-1) ** -0.5
     keys = key.repeat_interleave(query.shape[1] // key.shape[1], dim=1)
     # the eager functions' own bf16 ops, in their order
-    scores = torch.matmul(query, keys.transpose(2, 3)) * scaling
-    softcap = kwargs.get("softcap")
-    if softcap is not None:
-        scores = torch.tanh(scores / softcap) * softcap
+    scores, visible = make_fixtures.eager_scores(
+        query, keys, attention_mask, scaling, kwargs.get("softcap")
+    )
     t = scores.shape[-1]
-    causal = torch.ones(t, t, dtype=torch.bool).tril()
-    if attention_mask is None:
-        visible = causal
-    else:
-        m = attention_mask[0, 0, :, :t]
-        visible = m if m.dtype == torch.bool else (m == 0)
-    assert not (visible & ~causal).any(), "a key after its query is visible"
     # what the softmax saw: the scores themselves at every visible pair (GPT-OSS: the
     # scores beside the sink column, less the row maximum, as its eager attention does)
     (seen,) = softmax_in

@@ -204,14 +204,14 @@ impl SafetensorsFiles {
         if let Some(first) = shape.first_mut() {
             *first = rows.len();
         }
-        let (offset, len) = (rows.start * row_bytes, rows.len() * row_bytes);
+        let len = rows.len() * row_bytes;
         filled_tensor(
             len,
             tensor.dtype,
             &shape,
             self.path(tensor),
             name,
-            |bytes| self.read_into(tensor, offset, bytes, name),
+            |bytes| self.read_rows_into(name, tensor, rows, bytes),
         )
     }
 
