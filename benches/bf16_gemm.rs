@@ -13,7 +13,8 @@
 use std::time::Instant;
 
 use asa_analyze::cpu::bf16_gemm;
-use asa_analyze::cpu::bf16_panels::{Bf16Rows, PackedWeight};
+use asa_analyze::cpu::bf16_panels::PackedWeight;
+use asa_analyze::cpu::bf16_row_tiles::RowTiles;
 use half::bf16;
 
 const PEAK_ITERS: usize = 20_000_000;
@@ -37,7 +38,7 @@ fn main() {
         let w16: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
         let packed = PackedWeight::pack(&w16, n, k);
         let ours = best_of(5, || {
-            let rows = Bf16Rows::from_f32(&x, m, k);
+            let rows = RowTiles::from_f32(&x, m, k);
             std::hint::black_box(bf16_gemm::matmul(&rows, &packed));
         });
         let f32_gemm = best_of(5, || {

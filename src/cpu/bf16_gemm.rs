@@ -4,17 +4,22 @@
 //! elsewhere.
 //!
 //! The structure follows llama.cpp's tinyBLAS and IREE's `mmt4d` bf16 tiles: the weight is
-//! packed once in pair-interleaved panels ([`PackedWeight`]), and a register tile of
-//! [`TILE_ROWS`] rows x [`PANEL_WIDTH`] columns keeps 24 independent accumulators (more than
-//! the instruction's latency x throughput), fed per k pair by two panel loads and one
-//! broadcast per row. Threads take disjoint ranges of panels; within a thread the panel's
-//! k block ([`K_BLOCK_PAIRS`] pairs, 128 KiB) stays in L2 while every row block goes by.
+//! packed once in pair-interleaved panels ([`PackedWeight`]), and a register tile keeps 24
+//! independent accumulators (more than the instruction's latency x throughput), fed per k
+//! pair by the panels' loads and one broadcast per row. [`matmul`] runs
+//! [`bf16_row_tiles::TILE_ROWS`] rows (packed in [`RowTiles`]) x two panels (64 columns:
+//! four loads, six broadcasts per 24 instructions); [`product_into`] runs [`TILE_ROWS`]
+//! row-major rows x one panel (the attention tiles). Threads take disjoint ranges of panels;
+//! within a thread the panels' k block ([`K_BLOCK_PAIRS`] pairs, 128 KiB a panel) stays in
+//! L2 while every row block goes by.
 
 use rayon::prelude::*;
 
-use super::bf16_panels::{Bf16Rows, PackedWeight, PANEL_WIDTH};
+use super::bf16_panels::{PackedWeight, PANEL_WIDTH};
+use super::bf16_row_tiles::{self, RowTiles};
 
-/// Rows of the register tile (x 2 vectors of 16 lanes: 24 accumulators of 32).
+/// Rows of [`product_into`]'s register tile (x 2 vectors of 16 lanes: 24 accumulators of
+/// 32).
 pub const TILE_ROWS: usize = 12;
 /// k pairs of one pass over a panel (128 KiB of panel: held in L2 across row blocks).
 pub const K_BLOCK_PAIRS: usize = 1024;
@@ -34,20 +39,23 @@ pub fn available() -> bool {
 }
 
 /// `x [m, k] w^T`: `[m, n]` f32, row-major; the products of bf16 values summed in f32.
-pub fn matmul(x: &Bf16Rows, w: &PackedWeight) -> Vec<f32> {
-    assert_eq!(x.stride, w.pairs() * 2, "rows and weight disagree on k");
+pub fn matmul(x: &RowTiles, w: &PackedWeight) -> Vec<f32> {
+    assert_eq!(x.pairs(), w.pairs(), "rows and weight disagree on k");
     let mut out = vec![0f32; x.m * w.n];
     if x.m == 0 || w.n == 0 {
         return out;
     }
-    let threads = rayon::current_num_threads().clamp(1, w.panels());
-    let per_thread = w.panels().div_ceil(threads);
+    // panels two by two (the last alone when their count is odd)
+    let pairs_of_panels = w.panels().div_ceil(2);
+    let threads = rayon::current_num_threads().clamp(1, pairs_of_panels);
+    let per_thread = pairs_of_panels.div_ceil(threads);
     let out_at = OutPtr(out.as_mut_ptr());
     (0..threads).into_par_iter().for_each(|t| {
-        let panels = t * per_thread..((t + 1) * per_thread).min(w.panels());
-        for panel in panels {
-            // SAFETY: each panel writes only its own columns of `out` ([`Target`])
-            unsafe { panel_product(x, w, panel, out_at.get()) };
+        let first = (t * per_thread).min(pairs_of_panels);
+        let end = ((t + 1) * per_thread).min(pairs_of_panels);
+        for two in first..end {
+            // SAFETY: each pair of panels writes only its own columns of `out` ([`Target`])
+            unsafe { panels_product(x, w, 2 * two, out_at.get()) };
         }
     });
     out
@@ -136,31 +144,30 @@ struct Target {
     accumulate: bool,
 }
 
-/// The columns of panel `panel`, every row, every k block.
+/// The columns of panels `first` and `first + 1` (the first alone when it is the last),
+/// every row, every k block.
 ///
 /// # Safety
-/// `out` holds `x.m * w.n` values and no other thread writes this panel's columns.
-unsafe fn panel_product(x: &Bf16Rows, w: &PackedWeight, panel: usize, out: *mut f32) {
-    let cols = (w.n - panel * PANEL_WIDTH).min(PANEL_WIDTH);
-    let data = w.panel(panel);
+/// `out` holds `x.m * w.n` values and no other thread writes these panels' columns.
+unsafe fn panels_product(x: &RowTiles, w: &PackedWeight, first: usize, out: *mut f32) {
+    let cols = (w.n - first * PANEL_WIDTH).min(2 * PANEL_WIDTH);
+    let second = (first + 1 < w.panels()).then(|| w.panel(first + 1));
+    let data = w.panel(first);
     for first_pair in (0..w.pairs()).step_by(K_BLOCK_PAIRS) {
         let pairs = first_pair..(first_pair + K_BLOCK_PAIRS).min(w.pairs());
-        for row in (0..x.m).step_by(TILE_ROWS) {
+        let at = pairs.start * PANEL_WIDTH * 2;
+        let panels = (&data[at..], second.map(|panel| &panel[at..]));
+        for tile in 0..x.tiles() {
+            let row = tile * bf16_row_tiles::TILE_ROWS;
             let target = Target {
-                at: out.add(row * w.n + panel * PANEL_WIDTH),
+                at: out.add(row * w.n + first * PANEL_WIDTH),
                 stride: w.n,
-                rows: (x.m - row).min(TILE_ROWS),
+                rows: (x.m - row).min(bf16_row_tiles::TILE_ROWS),
                 cols,
                 accumulate: first_pair > 0,
             };
-            let rows = &x.bits[row * x.stride + pairs.start * 2..];
-            tile(
-                rows,
-                x.stride,
-                &data[pairs.start * PANEL_WIDTH * 2..],
-                pairs.len(),
-                target,
-            );
+            let rows = &x.tile(tile)[pairs.start * bf16_row_tiles::TILE_ROWS..];
+            tiled_tile(rows, panels, pairs.len(), target);
         }
     }
 }
@@ -170,23 +177,49 @@ unsafe fn panel_product(x: &Bf16Rows, w: &PackedWeight, panel: usize, out: *mut 
 unsafe fn tile(rows: &[u16], stride: usize, panel: &[u16], pairs: usize, target: Target) {
     #[cfg(target_arch = "x86_64")]
     if available() {
-        return avx512::tile(rows.as_ptr(), stride, panel.as_ptr(), pairs, target);
+        return avx512::strided_tile(rows.as_ptr(), stride, panel.as_ptr(), pairs, target);
     }
-    portable_tile(rows, stride, panel, pairs, target)
+    let pair = |r: usize, j: usize| {
+        rows[r * stride + 2 * j] as u32 | (rows[r * stride + 2 * j + 1] as u32) << 16
+    };
+    portable_tile(pair, (panel, None), pairs, target)
+}
+
+/// One register tile of [`RowTiles`] rows over `pairs` k pairs: `rows` (a tile, from the
+/// block's first pair) against one or two panels (from the block's first pair).
+unsafe fn tiled_tile(rows: &[u32], panels: (&[u16], Option<&[u16]>), pairs: usize, t: Target) {
+    #[cfg(target_arch = "x86_64")]
+    if available() {
+        let second = panels.1.map(|panel| panel.as_ptr());
+        return avx512::tiled_tile(rows.as_ptr(), (panels.0.as_ptr(), second), pairs, t);
+    }
+    let pair = |r: usize, j: usize| rows[j * bf16_row_tiles::TILE_ROWS + r];
+    portable_tile(pair, panels, pairs, t)
 }
 
 /// The tile in plain f32 arithmetic: each pair's two products added, then into the lane's
-/// sum, as `vdpbf16ps` orders them.
-unsafe fn portable_tile(rows: &[u16], stride: usize, panel: &[u16], pairs: usize, t: Target) {
+/// sum, as `vdpbf16ps` orders them; `pair(r, j)` is row `r`'s k pair `j` (low half first),
+/// columns past the first panel's from the second.
+unsafe fn portable_tile(
+    pair: impl Fn(usize, usize) -> u32,
+    panels: (&[u16], Option<&[u16]>),
+    pairs: usize,
+    t: Target,
+) {
     let value = |bits: u16| f32::from_bits((bits as u32) << 16);
     for r in 0..t.rows {
-        let row = &rows[r * stride..];
         for c in 0..t.cols {
+            let panel = match c < PANEL_WIDTH {
+                true => panels.0,
+                false => panels.1.expect("columns past one panel come from a second"),
+            };
+            let lane = c % PANEL_WIDTH;
             let mut sum = 0f32;
             for j in 0..pairs {
-                let (a0, a1) = (value(row[2 * j]), value(row[2 * j + 1]));
-                let lane = j * PANEL_WIDTH * 2 + c * 2;
-                let (b0, b1) = (value(panel[lane]), value(panel[lane + 1]));
+                let bits = pair(r, j);
+                let (a0, a1) = (value(bits as u16), value((bits >> 16) as u16));
+                let at = j * PANEL_WIDTH * 2 + lane * 2;
+                let (b0, b1) = (value(panel[at]), value(panel[at + 1]));
                 sum += a0 * b0 + a1 * b1;
             }
             let dst = t.at.add(r * t.stride + c);
@@ -200,24 +233,26 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     use super::{Target, PANEL_WIDTH, TILE_ROWS};
+    use crate::cpu::bf16_row_tiles;
 
-    /// Dispatches a tile of `target.rows` rows to the kernel compiled for that many.
+    /// A tile of `t.rows` row-major rows x one panel, on the kernel compiled for that many.
     ///
     /// # Safety
-    /// The CPU has AVX-512 F, BW and BF16; `rows` holds `target.rows` rows of `stride` and
+    /// The CPU has AVX-512 F, BW and BF16; `rows` holds `t.rows` rows of `stride` and
     /// `panel` `pairs` pairs of [`PANEL_WIDTH`] lanes.
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-    pub unsafe fn tile(
+    pub unsafe fn strided_tile(
         rows: *const u16,
         stride: usize,
         panel: *const u16,
         pairs: usize,
         t: Target,
     ) {
+        let rows = Rows::Strided(rows as *const i32, stride / 2);
         macro_rules! rows {
             ($($n:literal)*) => {
                 match t.rows {
-                    $($n => kernel::<$n>(rows, stride, panel, pairs, t),)*
+                    $($n => kernel::<$n, 1>(rows, [panel], pairs, t),)*
                     _ => unreachable!("a tile has 1 to {TILE_ROWS} rows"),
                 }
             };
@@ -225,32 +260,92 @@ mod avx512 {
         rows!(1 2 3 4 5 6 7 8 9 10 11 12)
     }
 
-    /// `R` rows x 32 columns: per k pair two panel loads, one broadcast per row, 2R
-    /// `vdpbf16ps` into independent accumulators; then stored (masked to `t.cols`).
+    /// A tile of `t.rows` rows of a [`bf16_row_tiles::RowTiles`] tile x one or two panels,
+    /// on the kernel compiled for that many.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F, BW and BF16; `rows` holds `pairs` pairs of a tile and each
+    /// panel `pairs` pairs of [`PANEL_WIDTH`] lanes.
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-    unsafe fn kernel<const R: usize>(
-        rows: *const u16,
-        stride: usize,
-        panel: *const u16,
+    pub unsafe fn tiled_tile(
+        rows: *const u32,
+        panels: (*const u16, Option<*const u16>),
         pairs: usize,
         t: Target,
     ) {
-        let mut acc = [[_mm512_setzero_ps(); 2]; R];
-        let row_pairs = rows as *const i32;
-        let pair_stride = stride / 2;
+        let rows = Rows::Tiled(rows as *const i32);
+        macro_rules! rows {
+            ($($n:literal)*) => {
+                match (t.rows, panels.1) {
+                    $(($n, Some(second)) => kernel::<$n, 2>(rows, [panels.0, second], pairs, t),)*
+                    $(($n, None) => kernel::<$n, 1>(rows, [panels.0], pairs, t),)*
+                    _ => unreachable!("a tile has 1 to {} rows", bf16_row_tiles::TILE_ROWS),
+                }
+            };
+        }
+        rows!(1 2 3 4 5 6)
+    }
+
+    /// Where a kernel finds row `r`'s k pair `j`.
+    #[derive(Clone, Copy)]
+    enum Rows {
+        /// Row-major rows, this many pairs apart.
+        Strided(*const i32, usize),
+        /// A [`bf16_row_tiles::RowTiles`] tile: the rows' pairs side by side.
+        Tiled(*const i32),
+    }
+
+    /// `R` rows x `P` panels (32 columns each): per k pair 2P panel loads, one broadcast per
+    /// row, 2RP `vdpbf16ps` into independent accumulators; then stored (masked to `t.cols`).
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    #[inline]
+    unsafe fn kernel<const R: usize, const P: usize>(
+        rows: Rows,
+        panels: [*const u16; P],
+        pairs: usize,
+        t: Target,
+    ) {
+        match rows {
+            Rows::Strided(at, pair_stride) => {
+                let pair = |r: usize, j: usize| at.add(r * pair_stride + j).read_unaligned();
+                kernel_of::<R, P>(pair, panels, pairs, t)
+            }
+            Rows::Tiled(at) => {
+                let pair =
+                    |r: usize, j: usize| at.add(j * bf16_row_tiles::TILE_ROWS + r).read_unaligned();
+                kernel_of::<R, P>(pair, panels, pairs, t)
+            }
+        }
+    }
+
+    /// [`kernel`] with row `r`'s k pair `j` at `pair(r, j)`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    #[inline]
+    unsafe fn kernel_of<const R: usize, const P: usize>(
+        pair: impl Fn(usize, usize) -> i32,
+        panels: [*const u16; P],
+        pairs: usize,
+        t: Target,
+    ) {
+        const { assert!(P == 1 || P == 2) };
+        let mut acc = [[_mm512_setzero_ps(); 4]; R];
         for j in 0..pairs {
-            let b = panel.add(j * PANEL_WIDTH * 2);
-            let b0: __m512bh = std::mem::transmute(_mm512_loadu_si512(b as *const _));
-            let b1: __m512bh = std::mem::transmute(_mm512_loadu_si512(b.add(32) as *const _));
+            let zero: __m512bh = std::mem::transmute(_mm512_setzero_si512());
+            let mut b = [zero; 4];
+            for p in 0..P {
+                let at = panels[p].add(j * PANEL_WIDTH * 2);
+                b[2 * p] = std::mem::transmute(_mm512_loadu_si512(at as *const _));
+                b[2 * p + 1] = std::mem::transmute(_mm512_loadu_si512(at.add(32) as *const _));
+            }
             for (r, acc) in acc.iter_mut().enumerate() {
-                let pair = row_pairs.add(r * pair_stride + j).read_unaligned();
-                let a: __m512bh = std::mem::transmute(_mm512_set1_epi32(pair));
-                acc[0] = _mm512_dpbf16_ps(acc[0], a, b0);
-                acc[1] = _mm512_dpbf16_ps(acc[1], a, b1);
+                let a: __m512bh = std::mem::transmute(_mm512_set1_epi32(pair(r, j)));
+                for v in 0..2 * P {
+                    acc[v] = _mm512_dpbf16_ps(acc[v], a, b[v]);
+                }
             }
         }
         for (r, acc) in acc.iter().enumerate() {
-            for (v, &sum) in acc.iter().enumerate() {
+            for (v, &sum) in acc.iter().take(2 * P).enumerate() {
                 let lanes = t.cols.saturating_sub(v * 16).min(16);
                 if lanes == 0 {
                     continue;
@@ -272,6 +367,7 @@ mod tests {
     use half::bf16;
 
     use super::*;
+    use crate::cpu::bf16_panels::Bf16Rows;
 
     /// xorshift values in [-2, 2) with a spread of magnitudes.
     fn values(seed: u64, len: usize) -> Vec<f32> {
@@ -302,13 +398,12 @@ mod tests {
                 .into_iter()
                 .map(bf16::from_f32)
                 .collect();
-            let rows = Bf16Rows::from_f32(&x, m, k);
-            let got = matmul(&rows, &PackedWeight::pack(&w, n, k));
+            let got = matmul(&RowTiles::from_f32(&x, m, k), &PackedWeight::pack(&w, n, k));
             for i in 0..m {
                 for j in 0..n {
                     let (mut want, mut size) = (0f64, 0f64);
                     for l in 0..k {
-                        let a = bf16::from_bits(rows.bits[i * rows.stride + l]).to_f64();
+                        let a = bf16::from_f32(x[i * k + l]).to_f64();
                         let p = a * w[j * k + l].to_f64();
                         want += p;
                         size += p.abs();
@@ -334,18 +429,18 @@ mod tests {
         let sub_x: Vec<f32> = (0..m)
             .flat_map(|r| x[r * k + pairs.start * 2..r * k + pairs.end * 2].to_vec())
             .collect();
-        let rows = Bf16Rows::from_f32(&sub_x, m, pairs.len() * 2);
         let sub_w: Vec<bf16> = cols
             .clone()
             .flat_map(|c| w[c * k + pairs.start * 2..c * k + pairs.end * 2].to_vec())
             .collect();
         let want = matmul(
-            &rows,
+            &RowTiles::from_f32(&sub_x, m, pairs.len() * 2),
             &PackedWeight::pack(&sub_w, cols.len(), pairs.len() * 2),
         );
+        let rows = Bf16Rows::from_f32(&x, m, k);
         let stride = cols.len() + 5;
         let mut out = vec![1f32; m * stride];
-        let x_part = (&rows.bits[..], rows.stride, m);
+        let x_part = (&rows.bits[pairs.start * 2..], rows.stride, m);
         product_into(
             x_part,
             &packed,
@@ -382,32 +477,48 @@ mod tests {
     }
 
     #[test]
-    fn the_kernel_and_the_portable_loop_agree() {
-        let (m, k, n) = (14, 40, 40);
+    fn the_kernels_and_the_portable_loop_agree() {
+        // three panels (two together, then one partial alone), tiles of 6, 6 and 2 rows
+        let (m, k, n) = (14, 40, 70);
         let x = values(5, m * k);
         let w: Vec<bf16> = values(6, n * k).into_iter().map(bf16::from_f32).collect();
-        let rows = Bf16Rows::from_f32(&x, m, k);
         let packed = PackedWeight::pack(&w, n, k);
-        let fast = matmul(&rows, &packed);
+        let tiles = RowTiles::from_f32(&x, m, k);
+        let rows = Bf16Rows::from_f32(&x, m, k);
+        let fast = matmul(&tiles, &packed);
+        let mut strided = vec![0f32; m * n];
+        product_into(
+            (&rows.bits, k, m),
+            &packed,
+            0..n,
+            0..k / 2,
+            &mut strided,
+            n,
+            false,
+        );
         let mut slow = vec![0f32; m * n];
-        for panel in 0..packed.panels() {
-            let cols = (n - panel * PANEL_WIDTH).min(PANEL_WIDTH);
-            for row in (0..m).step_by(TILE_ROWS) {
+        for first in (0..packed.panels()).step_by(2) {
+            let second = (first + 1 < packed.panels()).then(|| packed.panel(first + 1));
+            for tile in 0..tiles.tiles() {
+                let row = tile * bf16_row_tiles::TILE_ROWS;
                 let target = Target {
                     // SAFETY: inside `slow`
-                    at: unsafe { slow.as_mut_ptr().add(row * n + panel * PANEL_WIDTH) },
+                    at: unsafe { slow.as_mut_ptr().add(row * n + first * PANEL_WIDTH) },
                     stride: n,
-                    rows: (m - row).min(TILE_ROWS),
-                    cols,
+                    rows: (m - row).min(bf16_row_tiles::TILE_ROWS),
+                    cols: (n - first * PANEL_WIDTH).min(2 * PANEL_WIDTH),
                     accumulate: false,
                 };
-                let rows_at = &rows.bits[row * rows.stride..];
+                let at = tiles.tile(tile);
+                let pair = |r: usize, j: usize| at[j * bf16_row_tiles::TILE_ROWS + r];
+                let panels = (packed.panel(first), second);
                 // SAFETY: the target lies inside `slow`
-                unsafe { portable_tile(rows_at, rows.stride, packed.panel(panel), 20, target) };
+                unsafe { portable_tile(pair, panels, k / 2, target) };
             }
         }
-        for (a, b) in fast.iter().zip(&slow) {
+        for ((a, b), c) in fast.iter().zip(&slow).zip(&strided) {
             assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{a} vs {b}");
+            assert!((c - b).abs() <= 1e-5 * (1.0 + b.abs()), "{c} vs {b}");
         }
     }
 }

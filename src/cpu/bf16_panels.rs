@@ -206,20 +206,6 @@ impl Bf16Rows {
             dst[k..].fill(0);
         }
     }
-
-    /// bf16 rows `[m, k]` as they are (copied only to pad an odd k).
-    pub fn from_bf16(xs: &[bf16], m: usize, k: usize) -> Self {
-        let stride = k.div_ceil(2) * 2;
-        let mut bits = vec![0u16; m * stride];
-        if k > 0 {
-            for (src, dst) in xs.chunks_exact(k).zip(bits.chunks_exact_mut(stride)) {
-                for (d, s) in dst.iter_mut().zip(src) {
-                    *d = s.to_bits();
-                }
-            }
-        }
-        Bf16Rows { m, stride, bits }
-    }
 }
 
 /// f32 values rounded to the nearest bf16 (ties to even), both cores taking parts of a long

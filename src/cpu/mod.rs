@@ -7,6 +7,7 @@ pub mod bf16_gemm;
 pub mod bf16_glu;
 pub mod bf16_panels;
 pub mod bf16_rms_norm;
+pub mod bf16_row_tiles;
 pub mod fast_math;
 pub mod heap;
 pub mod host;

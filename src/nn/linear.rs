@@ -5,7 +5,8 @@ use candle_core::{DType, Device, Module, Storage, Tensor};
 use half::bf16;
 
 use crate::cpu::bf16_gemm;
-use crate::cpu::bf16_panels::{round_to_bf16, Bf16Rows, PackedWeight};
+use crate::cpu::bf16_panels::{round_to_bf16, PackedWeight};
+use crate::cpu::bf16_row_tiles::RowTiles;
 use crate::error::Result;
 
 /// `y = x W^T (+ b)`, weights `[out, in]`.
@@ -204,11 +205,11 @@ fn bf16_forward(
 }
 
 /// The rows of a contiguous CPU tensor as bf16 (bf16 as they are, other dtypes rounded).
-fn bf16_rows(xs: &Tensor, m: usize, k: usize) -> Result<Bf16Rows> {
+fn bf16_rows(xs: &Tensor, m: usize, k: usize) -> Result<RowTiles> {
     if xs.dtype() == DType::BF16 {
         let (storage, layout) = xs.storage_and_layout();
         if let (Storage::Cpu(cpu), Some((start, end))) = (&*storage, layout.contiguous_offsets()) {
-            return Ok(Bf16Rows::from_bf16(
+            return Ok(RowTiles::from_bf16(
                 &cpu.as_slice::<bf16>()?[start..end],
                 m,
                 k,
@@ -216,7 +217,7 @@ fn bf16_rows(xs: &Tensor, m: usize, k: usize) -> Result<Bf16Rows> {
         }
     }
     let values = xs.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-    Ok(Bf16Rows::from_f32(&values, m, k))
+    Ok(RowTiles::from_f32(&values, m, k))
 }
 
 #[cfg(test)]
