@@ -26,6 +26,7 @@ use gemm::{gemm, Parallelism};
 use rayon::prelude::*;
 
 use super::cpu_affine::{affine_weight, beta};
+use super::cpu_kept_weights::{rows_within, KeptWeights};
 use super::cpu_softmax::exp_row;
 use super::variant::BetaLength;
 use crate::cpu::bf16_gemm::product_into;
@@ -622,63 +623,6 @@ fn row_weight(sums: &RowSums, sink: Option<f32>) -> (f64, f64) {
     (c * inv, sink_e * inv)
 }
 
-/// key_received's pass over softmax weights: with each row's finished maximum and its
-/// `weights` factor ([`row_weight`]), every tile's weights again (the q.k product and the
-/// exp: the online pass only knew the running maximum), added into `buf.received` for the
-/// queries from `buf.received_from` on.
-fn received_pass(
-    buf: &mut TaskBuffers,
-    kv: KeyValues,
-    dims: Dims,
-    at: TaskAt,
-    logits: Logits,
-    weights: &[f32],
-) {
-    let keys = at.keys();
-    for k0 in at.tile_starts() {
-        let tile = at.tile_at(dims.d, k0);
-        qk_products(buf, kv, tile);
-        for (r, &weight) in weights.iter().enumerate() {
-            let i = at.query(r);
-            let (lo, hi) = visible_in_tile(dims.window, i, k0, tile.width);
-            if i < buf.received_from || lo == hi {
-                continue;
-            }
-            let row = r * at.tile;
-            let x = &buf.logits[row + lo..row + hi];
-            let e = &mut buf.weights[row + lo..row + hi];
-            let rule = RowRule {
-                logits: logits.rule.row(at.head(r), i, k0 + lo),
-                scale: logits.scale,
-                scratch: &mut buf.scratch[..],
-            };
-            let from = (r / at.nq) * keys + k0 + lo;
-            let sums = &mut buf.received[from..from + (hi - lo)];
-            let max = buf.sums[r].max;
-            simd_dispatch!(received_row(x, rule, e, (max, weight), sums));
-        }
-    }
-}
-
-/// One row's weights of a tile (`x` its raw q.k, `e` scratch), e = exp(y - max) times
-/// `weight`, added into `sums`.
-#[inline(always)]
-fn received_row(
-    x: &[f32],
-    rule: RowRule,
-    e: &mut [f32],
-    (max, weight): (f32, f32),
-    sums: &mut [f32],
-) {
-    let (y, scale) = row_logits(x, rule);
-    // SAFETY: f32 -> MaybeUninit<f32> of the same slice; exp_row only writes floats
-    let uninit = unsafe { &mut *(e as *mut [f32] as *mut [MaybeUninit<f32>]) };
-    exp_row::<false>(y, uninit, scale, max);
-    for (s, &e) in sums.iter_mut().zip(e.iter()) {
-        *s += e * weight;
-    }
-}
-
 /// A task's output rows `[rows, d]`, table cells `[rows, width]` and key_received sums
 /// `[groups, keys]` (empty when not asked for).
 type TaskOutput = (Vec<f32>, Vec<f32>, Vec<f32>);
@@ -1021,6 +965,8 @@ struct TaskBuffers {
     /// (empty when not asked for).
     received: Vec<f32>,
     received_from: usize,
+    /// The online pass's weights of the rows key_received sums (softmax weights only).
+    kept: Option<KeptWeights>,
     logits: Vec<f32>,
     weights: Vec<f32>,
     scratch: Vec<f32>,
@@ -1051,6 +997,7 @@ impl TaskBuffers {
             weights_bf16: Bf16Rows::empty(),
             received: Vec::new(),
             received_from: 0,
+            kept: None,
             logits: vec![0f32; rows * at.tile],
             weights: vec![0f32; rows * at.tile],
             scratch: match rule {
@@ -1098,6 +1045,9 @@ fn task(
     if let Some(from) = wants.and_then(|w| w.key_sums_from) {
         buf.received = vec![0f32; at.groups * at.keys()];
         buf.received_from = from;
+        if logits.affine.is_none() {
+            buf.kept = Some(KeptWeights::new(at.rows, at.keys() - at.first_key, at.tile));
+        }
     }
     online_pass(&mut buf, kv, dims, at, logits, wants);
     if let Some(scale) = bf16_scale {
@@ -1109,11 +1059,14 @@ fn task(
     }
     let mut cells = vec![0f32; at.rows * width];
     let Some(affine) = logits.affine else {
-        if !buf.received.is_empty() {
-            let weights: Vec<f32> = (0..at.rows)
-                .map(|r| row_weight(&buf.sums[r], sinks.map(|s| s[at.head(r)])).0 as f32)
-                .collect();
-            received_pass(&mut buf, kv, dims, at, logits, &weights);
+        if let Some(kept) = &buf.kept {
+            let keys = at.keys();
+            for r in (0..at.rows).filter(|&r| at.query(r) >= buf.received_from) {
+                let (factor, _) = row_weight(&buf.sums[r], sinks.map(|s| s[at.head(r)]));
+                let g = r / at.nq;
+                let sums = &mut buf.received[g * keys + at.first_key..(g + 1) * keys];
+                kept.add_row(r, buf.sums[r].max, factor as f32, sums);
+            }
         }
         let mut out = std::mem::take(&mut buf.out);
         for r in 0..at.rows {
@@ -1194,6 +1147,10 @@ fn online_pass(
             };
             let row_at = RowTile { i, k0: from };
             simd_dispatch!(tile_row(x, rule, e, state, row_at, online_wants));
+            if let Some(kept) = buf.kept.as_mut().filter(|_| i >= buf.received_from) {
+                let e = &buf.weights[row..row + tile.width];
+                kept.keep(r, k0 - at.first_key, e, buf.sums[r].max);
+            }
         }
         if weights_final {
             value_products(buf, kv, tile);
@@ -1311,7 +1268,10 @@ pub fn causal_attention(
         d,
         window: block.window,
     };
-    let per_task = (tiles.rows / (heads / kv)).clamp(1, block.n);
+    let mut per_task = (tiles.rows / (heads / kv)).clamp(1, block.n);
+    if wants.is_some_and(|w| w.key_sums_from.is_some()) {
+        per_task = rows_within(per_task, heads / kv, block.q_start + block.n);
+    }
     let tasks = task_rows(b, kv, block, per_task);
     let computed = with_cpu_f32(qkv.q, |q| {
         with_cpu_f32(qkv.k, |k| {

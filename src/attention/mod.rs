@@ -4,6 +4,7 @@
 mod affine_scaled;
 pub(crate) mod cpu_affine;
 pub mod cpu_flash;
+mod cpu_kept_weights;
 pub mod cpu_softmax;
 mod fused_softmax;
 mod gated;

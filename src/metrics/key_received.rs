@@ -1,8 +1,9 @@
 //! key_received (H2O's heavy-hitter score): the attention each key position j receives,
 //! sum over the queries i >= max(j, min_query) that see it of a_ij, per (layer, head) and key, mean over
 //! sequences; also divided by the number of those queries. Per-key sums are column sums of
-//! the weights: the flash tiles hand them beside the row table (a second pass over each
-//! task's key tiles with the rows' finished softmax), a materialised block its weights.
+//! the weights: the flash tiles hand them beside the row table (each task's kept tile
+//! weights rescaled to the rows' finished softmax, `attention::cpu_kept_weights`), a
+//! materialised block its weights.
 
 use candle_core::{DType, Tensor};
 
