@@ -6,7 +6,9 @@ use candle_core::{DType, Device, Storage, Tensor};
 use half::bf16;
 use rayon::prelude::*;
 
-use super::bf16_panels::round_row;
+use super::bf16_gemm::matmul;
+use super::bf16_panels::{round_row, PackedWeight};
+use super::bf16_row_tiles::RowTiles;
 use super::fast_math::exp;
 use crate::error::Result;
 use crate::simd_dispatch;
@@ -43,12 +45,43 @@ pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Option<Tensor>> {
         .for_each(|(dst, (g, u))| {
             let mut values = vec![0f32; dst.len()];
             simd_dispatch!(silu_mul_row(g, u, &mut values));
-            // SAFETY: bf16 is a transparent u16
-            let bits =
-                unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut u16, dst.len()) };
-            round_row(&values, bits);
+            round_row(&values, bits_of(dst));
         });
     Ok(Some(Tensor::from_vec(out, gate.dims(), &Device::Cpu)?))
+}
+
+/// The SwiGLU of a bf16 MLP for its down projection: `silu(g) * u` with `g = x gate^T` and
+/// `u = x up^T`, each product's f32 sums rounded to bf16 (as [`super::bf16_gemm`]'s callers
+/// round a bf16 layer's outputs) and the SwiGLU computed in f32 from those and rounded once,
+/// as [`silu_mul`] does: the same bits, without the two bf16 tensors, the SwiGLU's tensor
+/// and the down projection's copy of it into tiles (one pass instead of four).
+pub fn swiglu_rows(x: &RowTiles, gate: &PackedWeight, up: &PackedWeight) -> RowTiles {
+    assert_eq!(gate.n, up.n, "gate and up projections of one width");
+    let (g, u) = (matmul(x, gate), matmul(x, up));
+    let n = gate.n;
+    RowTiles::build(x.m, n, |row, dst| {
+        /// Values rounded and multiplied at a time (on the stack).
+        const PIECE: usize = 256;
+        let (mut gb, mut ub) = ([bf16::ZERO; PIECE], [bf16::ZERO; PIECE]);
+        let mut values = [0f32; PIECE];
+        let (g, u) = (&g[row * n..(row + 1) * n], &u[row * n..(row + 1) * n]);
+        for (start, (g, u)) in (0..n)
+            .step_by(PIECE)
+            .zip(g.chunks(PIECE).zip(u.chunks(PIECE)))
+        {
+            let len = g.len();
+            round_row(g, bits_of(&mut gb[..len]));
+            round_row(u, bits_of(&mut ub[..len]));
+            simd_dispatch!(silu_mul_row(&gb[..len], &ub[..len], &mut values[..len]));
+            round_row(&values[..len], &mut dst[start..start + len]);
+        }
+    })
+}
+
+/// bf16 values as their bits.
+fn bits_of(values: &mut [bf16]) -> &mut [u16] {
+    // SAFETY: bf16 is a transparent u16
+    unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr() as *mut u16, values.len()) }
 }
 
 /// `g / (1 + e^-g) * u` in f32 (e^-g saturates at e^88: the product is then ~0, as it is).

@@ -47,7 +47,7 @@ impl RowTiles {
 
     /// The tiles of the rows that `fill(row, bits)` writes (`k` bits; the padding past k is
     /// zero), the tiles shared out to both cores when the rows are large.
-    fn build(m: usize, k: usize, fill: impl Fn(usize, &mut [u16]) + Sync) -> Self {
+    pub fn build(m: usize, k: usize, fill: impl Fn(usize, &mut [u16]) + Sync) -> Self {
         use rayon::prelude::*;
         let pairs = k.div_ceil(2);
         let tile_len = (pairs * TILE_ROWS).max(1);

@@ -204,6 +204,12 @@ impl Mlp {
 
     /// Applies the MLP to `[batch, seq, hidden]`.
     pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        if let (Some(gate), None, false) = (&self.gate_proj, self.clamped, self.tanh_gelu) {
+            let fused = super::linear::bf16_swiglu(gate, &self.up_proj, &self.down_proj, xs)?;
+            if let Some(ys) = fused {
+                return Ok(ys);
+            }
+        }
         let up = self.up_proj.forward(xs)?;
         let inner = match (&self.gate_proj, self.clamped) {
             (Some(gate), Some(clamped)) => clamped.apply(&gate.forward(xs)?, &up)?,

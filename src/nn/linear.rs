@@ -4,9 +4,9 @@
 use candle_core::{DType, Device, Module, Storage, Tensor};
 use half::bf16;
 
-use crate::cpu::bf16_gemm;
 use crate::cpu::bf16_panels::{round_to_bf16, PackedWeight};
 use crate::cpu::bf16_row_tiles::RowTiles;
+use crate::cpu::{bf16_gemm, bf16_glu};
 use crate::error::Result;
 
 /// `y = x W^T (+ b)`, weights `[out, in]`.
@@ -175,6 +175,14 @@ fn bf16_forward(
     bias: Option<&[f32]>,
     dtype: DType,
 ) -> Result<Tensor> {
+    let m = cpu_rows_of(xs, weight)?;
+    let rows = bf16_rows(&xs.contiguous()?, m, weight.k)?;
+    product_tensor(&rows, weight, bias, dtype, out_dims(xs, weight.n))
+}
+
+/// The rows of `xs [..., k]` against a bf16 weight `[n, k]`: an error for another k or a
+/// tensor off the CPU.
+fn cpu_rows_of(xs: &Tensor, weight: &PackedWeight) -> Result<usize> {
     let k = xs.dims().last().copied().unwrap_or(0);
     if xs.rank() == 0 || k != weight.k || !matches!(xs.device(), Device::Cpu) {
         let msg = format!(
@@ -185,9 +193,26 @@ fn bf16_forward(
         );
         return Err(candle_core::Error::Msg(msg).into());
     }
-    let m = xs.elem_count() / k.max(1);
-    let rows = bf16_rows(&xs.contiguous()?, m, k)?;
-    let mut out = bf16_gemm::matmul(&rows, weight);
+    Ok(xs.elem_count() / k.max(1))
+}
+
+/// The dims of `xs [..., k]` projected to `n`.
+fn out_dims(xs: &Tensor, n: usize) -> Vec<usize> {
+    let mut dims = xs.dims().to_vec();
+    dims.pop();
+    dims.push(n);
+    dims
+}
+
+/// `rows` times the packed weight, the bias added in f32, as a `dims` tensor in `dtype`.
+fn product_tensor(
+    rows: &RowTiles,
+    weight: &PackedWeight,
+    bias: Option<&[f32]>,
+    dtype: DType,
+    dims: Vec<usize>,
+) -> Result<Tensor> {
+    let mut out = bf16_gemm::matmul(rows, weight);
     if let Some(bias) = bias {
         for row in out.chunks_exact_mut(weight.n) {
             for (y, b) in row.iter_mut().zip(bias) {
@@ -195,13 +220,51 @@ fn bf16_forward(
             }
         }
     }
-    let mut dims = xs.dims().to_vec();
-    dims.pop();
-    dims.push(weight.n);
     Ok(match dtype {
         DType::BF16 => Tensor::from_vec(round_to_bf16(&out), dims, &Device::Cpu)?,
         dtype => Tensor::from_vec(out, dims, &Device::Cpu)?.to_dtype(dtype)?,
     })
+}
+
+/// `down(silu(gate(xs)) * up(xs))` of bf16 `xs` on three packed bf16 projections, gate and
+/// up without biases, in one pass from the products to the down projection's rows
+/// ([`bf16_glu::swiglu_rows`]; the same bits as the projections and
+/// [`bf16_glu::silu_mul`] one after the other). `None` for any other projections or input
+/// (the caller composes the ops).
+pub fn bf16_swiglu(
+    gate: &Linear,
+    up: &Linear,
+    down: &Linear,
+    xs: &Tensor,
+) -> Result<Option<Tensor>> {
+    let (
+        Kind::Bf16 {
+            weight: g,
+            bias: None,
+        },
+        Kind::Bf16 {
+            weight: u,
+            bias: None,
+        },
+        Kind::Bf16 { weight: d, bias },
+    ) = (&gate.kind, &up.kind, &down.kind)
+    else {
+        return Ok(None);
+    };
+    if xs.dtype() != DType::BF16 || u.k != g.k || u.n != g.n || d.k != g.n {
+        return Ok(None);
+    }
+    let m = cpu_rows_of(xs, g)?;
+    let rows = bf16_rows(&xs.contiguous()?, m, g.k)?;
+    let inner = bf16_glu::swiglu_rows(&rows, g, u);
+    let dims = out_dims(xs, d.n);
+    Ok(Some(product_tensor(
+        &inner,
+        d,
+        bias.as_deref(),
+        DType::BF16,
+        dims,
+    )?))
 }
 
 /// The rows of a contiguous CPU tensor as bf16 (bf16 as they are, other dtypes rounded).
@@ -266,5 +329,51 @@ mod tests {
                 "{a} vs {b}"
             );
         }
+    }
+
+    /// The fused SwiGLU gives the bits of the projections and the SwiGLU one after the
+    /// other (both round each product to bf16, then the SwiGLU once).
+    #[test]
+    fn the_fused_swiglu_is_the_composed_ops_bit_for_bit() {
+        // 3 x 5 tokens (a partial row tile), 70 wide, an inner width of 300 (past one
+        // rounding piece, a partial panel), a down projection with a bias
+        let (k, inner) = (70, 300);
+        let tensor = |len: usize, seed: f32, shape: &[usize]| {
+            let v: Vec<f32> = (0..len)
+                .map(|i| ((i as f32 + seed) * 0.37).sin() * 2.0)
+                .collect();
+            Tensor::from_vec(v, shape, &Device::Cpu)
+                .unwrap()
+                .to_dtype(DType::BF16)
+                .unwrap()
+        };
+        let gate = Linear::new(tensor(inner * k, 1.0, &[inner, k]), None);
+        let up = Linear::new(tensor(inner * k, 2.0, &[inner, k]), None);
+        let bias = tensor(k, 4.0, &[k]);
+        let down = Linear::new(tensor(k * inner, 3.0, &[k, inner]), Some(bias));
+        let xs = tensor(3 * 5 * k, 5.0, &[3, 5, k]);
+        let Some(fused) = bf16_swiglu(&gate, &up, &down, &xs).unwrap() else {
+            // no AVX-512 BF16: the projections hold f32 products and the MLP composes
+            assert!(!bf16_gemm::available());
+            return;
+        };
+        let g = gate.forward(&xs).unwrap();
+        let u = up.forward(&xs).unwrap();
+        let h = bf16_glu::silu_mul(&g, &u).unwrap().unwrap();
+        let composed = down.forward(&h).unwrap();
+        assert_eq!(fused.dims(), &[3, 5, k]);
+        let bits = |t: &Tensor| -> Vec<u16> {
+            t.flatten_all()
+                .unwrap()
+                .to_vec1::<half::bf16>()
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect()
+        };
+        assert_eq!(bits(&fused), bits(&composed));
+        // an f32 input is not fused
+        let f = xs.to_dtype(DType::F32).unwrap();
+        assert!(bf16_swiglu(&gate, &up, &down, &f).unwrap().is_none());
     }
 }
