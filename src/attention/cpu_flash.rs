@@ -1059,15 +1059,7 @@ fn task(
     }
     let mut cells = vec![0f32; at.rows * width];
     let Some(affine) = logits.affine else {
-        if let Some(kept) = &buf.kept {
-            let keys = at.keys();
-            for r in (0..at.rows).filter(|&r| at.query(r) >= buf.received_from) {
-                let (factor, _) = row_weight(&buf.sums[r], sinks.map(|s| s[at.head(r)]));
-                let g = r / at.nq;
-                let sums = &mut buf.received[g * keys + at.first_key..(g + 1) * keys];
-                kept.add_row(r, buf.sums[r].max, factor as f32, sums);
-            }
-        }
+        add_kept_weights(&mut buf, at, sinks);
         let mut out = std::mem::take(&mut buf.out);
         for r in 0..at.rows {
             finish_row(
@@ -1094,6 +1086,21 @@ fn task(
         );
     }
     (buf.out, cells, buf.received)
+}
+
+/// key_received's sums of a task's softmax weights: each row's kept tile weights rescaled to
+/// its finished maximum and denominator (and sink), added into its head's key sums.
+fn add_kept_weights(buf: &mut TaskBuffers, at: TaskAt, sinks: Option<&[f32]>) {
+    let Some(kept) = &buf.kept else {
+        return;
+    };
+    let keys = at.keys();
+    for r in (0..at.rows).filter(|&r| at.query(r) >= buf.received_from) {
+        let (factor, _) = row_weight(&buf.sums[r], sinks.map(|s| s[at.head(r)]));
+        let g = r / at.nq;
+        let sums = &mut buf.received[g * keys + at.first_key..(g + 1) * keys];
+        kept.add_row(r, buf.sums[r].max, factor as f32, sums);
+    }
 }
 
 /// The online softmax over every key tile: each row's maximum and denominator; with plain

@@ -334,8 +334,11 @@ mod avx512 {
             let mut b = [zero; 4];
             for p in 0..P {
                 let at = panels[p].add(j * PANEL_WIDTH * 2);
-                b[2 * p] = std::mem::transmute(_mm512_loadu_si512(at as *const _));
-                b[2 * p + 1] = std::mem::transmute(_mm512_loadu_si512(at.add(32) as *const _));
+                let load = |at: *const u16| -> __m512bh {
+                    std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(at as *const _))
+                };
+                b[2 * p] = load(at);
+                b[2 * p + 1] = load(at.add(32));
             }
             for (r, acc) in acc.iter_mut().enumerate() {
                 let a: __m512bh = std::mem::transmute(_mm512_set1_epi32(pair(r, j)));
