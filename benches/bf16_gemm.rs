@@ -94,13 +94,13 @@ fn peak_fma() -> f64 {
     (PEAK_ITERS * 24 * 16 * 2) as f64
 }
 
-/// `iters` x 24 `vdpbf16ps` into 24 accumulators (operands 1.0 in f32 bits: bf16 pairs 0 and
-/// 1), in assembly: written with intrinsics, the
-/// compiler kept 15 of them in registers and moved the rest through the stack, which
-/// measured 20 % under the GEMM itself.
-#[target_feature(enable = "avx512f,avx512bf16")]
-unsafe fn dpbf16_chain(iters: usize) {
-    std::arch::asm!(
+/// `iters` x 24 of the instruction `op` (`vdpbf16ps`, `vfmadd231ps`) into 24 zmm
+/// accumulators, operands 1.0 in f32 bits (bf16 pairs 0 and 1), in assembly: written with
+/// intrinsics, the compiler kept 15 of the accumulators in registers and moved the rest
+/// through the stack, which measured 20 % under the GEMM itself.
+macro_rules! chain {
+    ($op:literal, $iters:expr) => {
+        std::arch::asm!(
             "vpxord zmm0, zmm0, zmm0",
             "vpxord zmm1, zmm1, zmm1",
             "vpxord zmm2, zmm2, zmm2",
@@ -130,33 +130,33 @@ unsafe fn dpbf16_chain(iters: usize) {
             "vpslld zmm24, zmm24, 23",
             "vmovaps zmm25, zmm24",
             "2:",
-            "vdpbf16ps zmm0, zmm24, zmm25",
-            "vdpbf16ps zmm1, zmm24, zmm25",
-            "vdpbf16ps zmm2, zmm24, zmm25",
-            "vdpbf16ps zmm3, zmm24, zmm25",
-            "vdpbf16ps zmm4, zmm24, zmm25",
-            "vdpbf16ps zmm5, zmm24, zmm25",
-            "vdpbf16ps zmm6, zmm24, zmm25",
-            "vdpbf16ps zmm7, zmm24, zmm25",
-            "vdpbf16ps zmm8, zmm24, zmm25",
-            "vdpbf16ps zmm9, zmm24, zmm25",
-            "vdpbf16ps zmm10, zmm24, zmm25",
-            "vdpbf16ps zmm11, zmm24, zmm25",
-            "vdpbf16ps zmm12, zmm24, zmm25",
-            "vdpbf16ps zmm13, zmm24, zmm25",
-            "vdpbf16ps zmm14, zmm24, zmm25",
-            "vdpbf16ps zmm15, zmm24, zmm25",
-            "vdpbf16ps zmm16, zmm24, zmm25",
-            "vdpbf16ps zmm17, zmm24, zmm25",
-            "vdpbf16ps zmm18, zmm24, zmm25",
-            "vdpbf16ps zmm19, zmm24, zmm25",
-            "vdpbf16ps zmm20, zmm24, zmm25",
-            "vdpbf16ps zmm21, zmm24, zmm25",
-            "vdpbf16ps zmm22, zmm24, zmm25",
-            "vdpbf16ps zmm23, zmm24, zmm25",
+            concat!($op, " zmm0, zmm24, zmm25"),
+            concat!($op, " zmm1, zmm24, zmm25"),
+            concat!($op, " zmm2, zmm24, zmm25"),
+            concat!($op, " zmm3, zmm24, zmm25"),
+            concat!($op, " zmm4, zmm24, zmm25"),
+            concat!($op, " zmm5, zmm24, zmm25"),
+            concat!($op, " zmm6, zmm24, zmm25"),
+            concat!($op, " zmm7, zmm24, zmm25"),
+            concat!($op, " zmm8, zmm24, zmm25"),
+            concat!($op, " zmm9, zmm24, zmm25"),
+            concat!($op, " zmm10, zmm24, zmm25"),
+            concat!($op, " zmm11, zmm24, zmm25"),
+            concat!($op, " zmm12, zmm24, zmm25"),
+            concat!($op, " zmm13, zmm24, zmm25"),
+            concat!($op, " zmm14, zmm24, zmm25"),
+            concat!($op, " zmm15, zmm24, zmm25"),
+            concat!($op, " zmm16, zmm24, zmm25"),
+            concat!($op, " zmm17, zmm24, zmm25"),
+            concat!($op, " zmm18, zmm24, zmm25"),
+            concat!($op, " zmm19, zmm24, zmm25"),
+            concat!($op, " zmm20, zmm24, zmm25"),
+            concat!($op, " zmm21, zmm24, zmm25"),
+            concat!($op, " zmm22, zmm24, zmm25"),
+            concat!($op, " zmm23, zmm24, zmm25"),
             "dec {n}",
             "jnz 2b",
-            n = inout(reg) iters => _,
+            n = inout(reg) $iters => _,
             out("zmm0") _,
             out("zmm1") _,
             out("zmm2") _,
@@ -184,97 +184,20 @@ unsafe fn dpbf16_chain(iters: usize) {
             out("zmm24") _,
             out("zmm25") _,
             options(nostack),
-    );
+        )
+    };
 }
 
-/// `iters` x 24 zmm FMAs into 24 accumulators, in assembly (as [`dpbf16_chain`]).
+/// `iters` x 24 `vdpbf16ps` ([`chain`]).
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn dpbf16_chain(iters: usize) {
+    chain!("vdpbf16ps", iters);
+}
+
+/// `iters` x 24 zmm FMAs ([`chain`]).
 #[target_feature(enable = "avx512f")]
 unsafe fn fma_chain(iters: usize) {
-    std::arch::asm!(
-            "vpxord zmm0, zmm0, zmm0",
-            "vpxord zmm1, zmm1, zmm1",
-            "vpxord zmm2, zmm2, zmm2",
-            "vpxord zmm3, zmm3, zmm3",
-            "vpxord zmm4, zmm4, zmm4",
-            "vpxord zmm5, zmm5, zmm5",
-            "vpxord zmm6, zmm6, zmm6",
-            "vpxord zmm7, zmm7, zmm7",
-            "vpxord zmm8, zmm8, zmm8",
-            "vpxord zmm9, zmm9, zmm9",
-            "vpxord zmm10, zmm10, zmm10",
-            "vpxord zmm11, zmm11, zmm11",
-            "vpxord zmm12, zmm12, zmm12",
-            "vpxord zmm13, zmm13, zmm13",
-            "vpxord zmm14, zmm14, zmm14",
-            "vpxord zmm15, zmm15, zmm15",
-            "vpxord zmm16, zmm16, zmm16",
-            "vpxord zmm17, zmm17, zmm17",
-            "vpxord zmm18, zmm18, zmm18",
-            "vpxord zmm19, zmm19, zmm19",
-            "vpxord zmm20, zmm20, zmm20",
-            "vpxord zmm21, zmm21, zmm21",
-            "vpxord zmm22, zmm22, zmm22",
-            "vpxord zmm23, zmm23, zmm23",
-            "vpternlogd zmm24, zmm24, zmm24, 0xff",
-            "vpsrld zmm24, zmm24, 25",
-            "vpslld zmm24, zmm24, 23",
-            "vmovaps zmm25, zmm24",
-            "2:",
-            "vfmadd231ps zmm0, zmm24, zmm25",
-            "vfmadd231ps zmm1, zmm24, zmm25",
-            "vfmadd231ps zmm2, zmm24, zmm25",
-            "vfmadd231ps zmm3, zmm24, zmm25",
-            "vfmadd231ps zmm4, zmm24, zmm25",
-            "vfmadd231ps zmm5, zmm24, zmm25",
-            "vfmadd231ps zmm6, zmm24, zmm25",
-            "vfmadd231ps zmm7, zmm24, zmm25",
-            "vfmadd231ps zmm8, zmm24, zmm25",
-            "vfmadd231ps zmm9, zmm24, zmm25",
-            "vfmadd231ps zmm10, zmm24, zmm25",
-            "vfmadd231ps zmm11, zmm24, zmm25",
-            "vfmadd231ps zmm12, zmm24, zmm25",
-            "vfmadd231ps zmm13, zmm24, zmm25",
-            "vfmadd231ps zmm14, zmm24, zmm25",
-            "vfmadd231ps zmm15, zmm24, zmm25",
-            "vfmadd231ps zmm16, zmm24, zmm25",
-            "vfmadd231ps zmm17, zmm24, zmm25",
-            "vfmadd231ps zmm18, zmm24, zmm25",
-            "vfmadd231ps zmm19, zmm24, zmm25",
-            "vfmadd231ps zmm20, zmm24, zmm25",
-            "vfmadd231ps zmm21, zmm24, zmm25",
-            "vfmadd231ps zmm22, zmm24, zmm25",
-            "vfmadd231ps zmm23, zmm24, zmm25",
-            "dec {n}",
-            "jnz 2b",
-            n = inout(reg) iters => _,
-            out("zmm0") _,
-            out("zmm1") _,
-            out("zmm2") _,
-            out("zmm3") _,
-            out("zmm4") _,
-            out("zmm5") _,
-            out("zmm6") _,
-            out("zmm7") _,
-            out("zmm8") _,
-            out("zmm9") _,
-            out("zmm10") _,
-            out("zmm11") _,
-            out("zmm12") _,
-            out("zmm13") _,
-            out("zmm14") _,
-            out("zmm15") _,
-            out("zmm16") _,
-            out("zmm17") _,
-            out("zmm18") _,
-            out("zmm19") _,
-            out("zmm20") _,
-            out("zmm21") _,
-            out("zmm22") _,
-            out("zmm23") _,
-            out("zmm24") _,
-            out("zmm25") _,
-            options(nostack),
-    );
+    chain!("vfmadd231ps", iters);
 }
 
 /// `x w^T` in f32 with the `gemm` crate on every thread, as candle's CPU matmul calls it.

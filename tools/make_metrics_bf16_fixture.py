@@ -96,7 +96,7 @@ from transformers import AutoModelForCausalLM
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_fixtures  # noqa: E402
 import make_logit_key_fixtures  # noqa: E402
-from make_block_map_bf16_fixture import skip_reason  # noqa: E402
+from make_block_map_bf16_fixture import skip_reason, write_or_check  # noqa: E402
 from make_logit_key_fixtures import FIXTURES, MODELS, REFS, read_safetensors  # noqa: E402
 
 OUT = os.path.join(REFS, "metrics_bf16.json")
@@ -344,21 +344,7 @@ def main():
             note = f"  (0; 2^-8 x the field's scale {scale[f_]:.3g} = {floor:.2e})" if (
                 e == 0 and f_ not in ("weight_sum_hist.count", "sink_rate.rate")) else ""
             print(f"  {f_:34} {e:.3e}{note}")
-    text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
-    if args.check:
-        with open(OUT) as f:
-            old = json.load(f)
-        assert old["errors"].keys() == doc["errors"].keys(), "other fixtures"
-        assert old["skipped"].keys() == doc["skipped"].keys(), "other fixtures skipped"
-        for name, e in doc["errors"].items():
-            assert old["errors"][name].keys() == e.keys(), (name, "other fields")
-            for f_, x in e.items():
-                assert abs(old["errors"][name][f_] - x) < 1e-12, (name, f_, old["errors"][name][f_], x)
-        print("metrics_bf16.json: the same")
-        return
-    with open(OUT, "w") as f:
-        f.write(text)
-    print(f"wrote {OUT}")
+    write_or_check(doc, OUT, args.check)
 
 
 if __name__ == "__main__":

@@ -207,13 +207,17 @@ unsafe fn portable_tile(
     t: Target,
 ) {
     let value = |bits: u16| f32::from_bits((bits as u32) << 16);
+    // columns past the first panel only where there is a second (as the callers pass them)
+    let cols = match panels.1 {
+        Some(_) => t.cols,
+        None => t.cols.min(PANEL_WIDTH),
+    };
     for r in 0..t.rows {
-        for c in 0..t.cols {
-            let panel = match c < PANEL_WIDTH {
-                true => panels.0,
-                false => panels.1.expect("columns past one panel come from a second"),
+        for c in 0..cols {
+            let (panel, lane) = match (c.checked_sub(PANEL_WIDTH), panels.1) {
+                (Some(lane), Some(second)) => (second, lane),
+                _ => (panels.0, c),
             };
-            let lane = c % PANEL_WIDTH;
             let mut sum = 0f32;
             for j in 0..pairs {
                 let bits = pair(r, j);

@@ -101,24 +101,11 @@ impl PackedWeight {
         k: usize,
         fill: impl Fn(&mut Vec<bf16>, usize, &mut [u16]) + Sync,
     ) -> Self {
-        use rayon::prelude::*;
         let pairs = k.div_ceil(2);
         let panel_len = pairs * PANEL_WIDTH * 2;
         let mut data = vec![0u16; n.div_ceil(PANEL_WIDTH) * panel_len];
-        let len = panel_len.max(1);
         // small weights (an attention head's keys) stay on the calling thread
-        match n * k >= 1 << 20 {
-            true => data
-                .par_chunks_exact_mut(len)
-                .enumerate()
-                .for_each_init(Vec::new, |scratch, (p, panel)| fill(scratch, p, panel)),
-            false => {
-                let mut scratch = Vec::new();
-                for (p, panel) in data.chunks_exact_mut(len).enumerate() {
-                    fill(&mut scratch, p, panel);
-                }
-            }
-        }
+        fill_chunks(&mut data, panel_len.max(1), n * k, fill);
         PackedWeight { n, k, pairs, data }
     }
 
@@ -204,6 +191,31 @@ impl Bf16Rows {
             let dst = &mut self.bits[r * self.stride..(r + 1) * self.stride];
             round_row(&xs[r * src_stride..r * src_stride + k], &mut dst[..k]);
             dst[k..].fill(0);
+        }
+    }
+}
+
+/// Fills `data` chunk by chunk (`len` values each) with `fill(scratch, index, chunk)`, each
+/// thread with a scratch buffer of its own: on both cores when the operand has at least
+/// 2^20 `values` (a layer's weight or activations), on the calling thread below that (an
+/// attention head's keys), where handing out tasks would cost more than the work.
+pub(crate) fn fill_chunks<T: Send, S: Send>(
+    data: &mut [T],
+    len: usize,
+    values: usize,
+    fill: impl Fn(&mut Vec<S>, usize, &mut [T]) + Sync,
+) {
+    use rayon::prelude::*;
+    match values >= 1 << 20 {
+        true => data
+            .par_chunks_exact_mut(len)
+            .enumerate()
+            .for_each_init(Vec::new, |scratch, (i, chunk)| fill(scratch, i, chunk)),
+        false => {
+            let mut scratch = Vec::new();
+            for (i, chunk) in data.chunks_exact_mut(len).enumerate() {
+                fill(&mut scratch, i, chunk);
+            }
         }
     }
 }

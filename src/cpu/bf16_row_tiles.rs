@@ -9,6 +9,8 @@
 
 use half::bf16;
 
+use super::bf16_panels::fill_chunks;
+
 /// Rows of one tile (x 64 columns: the GEMM's 24 accumulators).
 pub const TILE_ROWS: usize = 6;
 
@@ -48,11 +50,9 @@ impl RowTiles {
     /// The tiles of the rows that `fill(row, bits)` writes (`k` bits; the padding past k is
     /// zero), the tiles shared out to both cores when the rows are large.
     pub fn build(m: usize, k: usize, fill: impl Fn(usize, &mut [u16]) + Sync) -> Self {
-        use rayon::prelude::*;
         let pairs = k.div_ceil(2);
-        let tile_len = (pairs * TILE_ROWS).max(1);
         let mut data = vec![0u32; m.div_ceil(TILE_ROWS) * pairs * TILE_ROWS];
-        let interleave = |scratch: &mut Vec<u16>, (t, tile): (usize, &mut [u32])| {
+        let interleave = |scratch: &mut Vec<u16>, t: usize, tile: &mut [u32]| {
             let rows = t * TILE_ROWS..((t + 1) * TILE_ROWS).min(m);
             scratch.clear();
             scratch.resize(TILE_ROWS * pairs * 2, 0);
@@ -66,18 +66,7 @@ impl RowTiles {
                 }
             }
         };
-        match m * k >= 1 << 20 {
-            true => data
-                .par_chunks_exact_mut(tile_len)
-                .enumerate()
-                .for_each_init(Vec::new, interleave),
-            false => {
-                let mut scratch = Vec::new();
-                for item in data.chunks_exact_mut(tile_len).enumerate() {
-                    interleave(&mut scratch, item);
-                }
-            }
-        }
+        fill_chunks(&mut data, (pairs * TILE_ROWS).max(1), m * k, interleave);
         RowTiles { m, k, pairs, data }
     }
 
