@@ -52,7 +52,8 @@ Every number is computed twice: with numpy (vectorised) and with plain Python lo
   - attn_scores is -inf exactly above the diagonal and finite on and below it; pattern is 0
     above the diagonal;
   - attn_scores is re-derived from the stored q, k (and, for logn / scale_invariant, the
-    model's logn_scale / config tau), so it is post-1/sqrt(d) and post-transform;
+    model's logn_scale / config tau; for DeepSeek-V3 the YaRN mscale^2 its softmax scale
+    carries, from config.json), so it is post-1/sqrt(d) and post-transform;
   - for sink / off_by_one, pattern == softmax(attn_scores) * (1 - sink_mass) and the stored
     sink logit S_h is recovered from (attn_scores, sink_mass): the sink is not a column of
     attn_scores, so it cannot enter max_logit;
@@ -104,10 +105,16 @@ FIXTURES = [
     "qwen3",
     "scale_invariant",
     "logn",
+    "smollm3",
+    "olmo3",
+    "glm4_moe",
+    "llama4_text",
+    "deepseek_v3",
 ]
 # Weights that sum to 1 over the visible keys by construction.
 SUM_TO_ONE = {"llama_gqa", "qwen2", "mistral", "gpt_neox", "olmo2", "phi3", "gpt2", "mixtral", "qwen2_window", "qwen3_moe", "rope_linear", "rope_dynamic",
-              "rope_yarn", "gemma2", "phi3_longrope", "gemma3", "gemma2_like_2b", "gemma3_like_1b", "gated", "qwen3", "scale_invariant", "logn"}
+              "rope_yarn", "gemma2", "phi3_longrope", "gemma3", "gemma2_like_2b", "gemma3_like_1b", "gated", "qwen3", "scale_invariant", "logn",
+              "smollm3", "olmo3", "glm4_moe", "llama4_text", "deepseek_v3"}
 TOL = 1e-12
 
 _DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "BOOL": "?"}
@@ -180,6 +187,21 @@ def softcap_of(name):
     if cfg.get("model_type") != "gemma2" or cap is None:
         return None
     return float(cfg["query_pre_attn_scalar"]) ** -0.5, float(cap)
+
+
+def mla_mscale2(name):
+    """DeepSeek-V3's softmax scale over qk_head_dim^-1/2, as transformers' yarn_apply_mscale
+    computes it: mscale^2 with mscale = 0.1 mscale_all_dim ln(factor) + 1 (1 for factor <= 1)
+    when rope_type is not default and mscale_all_dim is set; else 1."""
+    cfg = read_model_weights(name)[1]
+    rp = cfg.get("rope_parameters") or {}
+    if cfg.get("model_type") != "deepseek_v3" or rp.get("rope_type", "default") == "default":
+        return 1.0
+    if not rp.get("mscale_all_dim"):
+        return 1.0
+    factor = float(rp["factor"])
+    m = 1.0 if factor <= 1 else 0.1 * float(rp["mscale_all_dim"]) * math.log(factor) + 1.0
+    return m * m
 
 
 def uncapped_scores(R, l, name):
@@ -351,6 +373,8 @@ def check_inputs(name, R, mq, notes):
             tau = float(cfg["scale_invariant"]["tau"])
             x = np.log1p(np.maximum(ii - jj, 0.0) / tau)
             s = np.sqrt(1.0 + 2.0 * x) * s - 2.0 * x
+        elif mla_mscale2(name) != 1.0:  # DeepSeek-V3 with YaRN: qk_head_dim^-1/2 x mscale^2
+            s = s * mla_mscale2(name)
         d = np.abs(s[..., ~upper] - S[..., ~upper]).max()
         worst = max(worst, d)
         assert d < 1e-12 * max(1.0, np.abs(S[..., ~upper]).max()), (name, l, "attn_scores != transformed q.k", d)

@@ -89,6 +89,7 @@ pub fn json_report(
         "layout": c.layout,
         "lm_head": lm_head(ckpt),
         "sliding_window": c.sliding_window,
+        "layer_kinds": c.layer_kinds(),
         "parameters": ckpt.parameter_count(),
         "delta_parameters": ckpt.delta_params(),
         "stored_dtypes": stored,
@@ -153,6 +154,10 @@ pub fn table_rows(
         ("vocab size", c.vocab_size.to_string()),
         ("lm head", lm_head(ckpt).to_string()),
         ("attention", attention_span(c)),
+        (
+            "layer kinds",
+            crate::model::attention_layers::LayerKind::describe_all(&c.layer_kinds()),
+        ),
         ("logits", logit_transforms(c)),
         ("rope", positions(c)),
         ("parameters", format_count(ckpt.parameter_count())),
@@ -230,6 +235,18 @@ fn identity_cap(key: &str, cap: f64) -> String {
 
 /// Which keys a query sees: all earlier ones, or a sliding window on some layers.
 fn attention_span(c: &ModelConfig) -> String {
+    if let Some(chunks) = &c.attention_layers.chunked {
+        let layers: Vec<String> = chunks.layers.iter().map(|l| (l + 1).to_string()).collect();
+        return format!(
+            "chunks of {} positions on layers {} (query i sees the keys j <= i of its own \
+             chunk: floor(j / {}) = floor(i / {}); first-token metrics count only the queries \
+             of the first chunk); other layers causal",
+            chunks.size,
+            layers.join(", "),
+            chunks.size,
+            chunks.size
+        );
+    }
     match &c.sliding_window {
         None => "causal, every earlier key".to_string(),
         Some(w) => format!(

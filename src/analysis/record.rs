@@ -86,6 +86,9 @@ pub struct ModelRecord {
     /// 1-based.
     pub heatmap_layer: usize,
     pub profile_query: usize,
+    /// What each decoder layer is (mixer; for attention the keys a query sees and RoPE or
+    /// NoPE).
+    pub layer_kinds: Vec<crate::model::attention_layers::LayerKind>,
     /// Kernel name -> the 0-based layers it computed.
     pub kernels: BTreeMap<String, Vec<usize>>,
     pub schedule: ScheduleRecord,

@@ -876,6 +876,7 @@ fn model_record(
         variant_source: ckpt.variant.source.clone(),
         unused_weights: ckpt.variant.unused_weights.clone(),
         layers: c.num_layers,
+        layer_kinds: c.layer_kinds(),
         heads: c.num_heads,
         kv_heads: c.num_kv_heads,
         head_dim: c.head_dim,

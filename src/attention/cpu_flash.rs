@@ -1734,7 +1734,7 @@ mod tests {
                         QueryBlock {
                             q_start,
                             n,
-                            window: KeyWindow(window),
+                            window: window.map_or(KeyWindow::CAUSAL, KeyWindow::sliding),
                         },
                         Logits {
                             scale: scale as f32,
@@ -1847,7 +1847,7 @@ mod tests {
                         let block = QueryBlock {
                             q_start,
                             n,
-                            window: KeyWindow(window),
+                            window: window.map_or(KeyWindow::CAUSAL, KeyWindow::sliding),
                         };
                         let logits = Logits {
                             scale,

@@ -51,6 +51,13 @@ pub struct AttentionShape {
     pub scale: f64,
     /// Logit soft-capping (Gemma 2): the logits are cap * tanh(s / cap).
     pub softcap: Option<f64>,
+    /// The layer rotates q and k (false: a NoPE layer).
+    pub rotary: bool,
+    /// q and k are RMS-normalised per head without a scale after RoPE (Llama 4's L2
+    /// norm, `q_norm`/`k_norm` of unit scales) rather than by a QK-norm before it.
+    pub l2_qk_norm: bool,
+    /// Llama 4's temperature tuning of the queries (its NoPE layers).
+    pub temperature: Option<crate::model::attention_layers::TemperatureTuning>,
 }
 
 /// How the scaled logits s_ij become the logits the variant normalises.
@@ -191,8 +198,7 @@ impl Attention {
         // after RoPE
         push(probe, Hook::Q, &whole, || Ok(q.clone()))?;
         push(probe, Hook::K, &whole, || Ok(k.clone()))?;
-        let q = rope.apply(&q.transpose(1, 2)?.contiguous()?)?;
-        let k = rope.apply(&k.transpose(1, 2)?.contiguous()?)?;
+        let (q, k) = self.rotate(&q, &k, rope)?;
         push(probe, Hook::RotQ, &whole, || Ok(q.transpose(1, 2)?))?;
         push(probe, Hook::RotK, &whole, || Ok(k.transpose(1, 2)?))?;
         let v = self
@@ -237,10 +243,44 @@ impl Attention {
         };
         let k = k_out.reshape((b, t, s.kv_heads, s.head_dim))?;
         let (q, k) = match (&self.q_norm, &self.k_norm, s.qk_norm_whole) {
-            (Some(q_norm), Some(k_norm), false) => (q_norm.forward(&q)?, k_norm.forward(&k)?),
+            (Some(q_norm), Some(k_norm), false) if !s.l2_qk_norm => {
+                (q_norm.forward(&q)?, k_norm.forward(&k)?)
+            }
             _ => (q, k),
         };
         Ok((q, k, gate))
+    }
+
+    /// q `[b, heads, t, d]` and k `[b, kv, t, d]` of q `[b, t, heads, d]` and k: rotated
+    /// (not in a NoPE layer), then normalised where the QK-norm follows RoPE (Llama 4), then
+    /// the queries scaled by the layer's temperature at their positions (Llama 4's NoPE
+    /// layers), as transformers orders them.
+    fn rotate(&self, q: &Tensor, k: &Tensor, rope: &Rope) -> Result<(Tensor, Tensor)> {
+        let s = &self.shape;
+        let q = q.transpose(1, 2)?.contiguous()?;
+        let k = k.transpose(1, 2)?.contiguous()?;
+        let (q, k) = match s.rotary {
+            true => (rope.apply(&q)?, rope.apply(&k)?),
+            false => (q, k),
+        };
+        let (q, k) = match (&self.q_norm, &self.k_norm) {
+            (Some(q_norm), Some(k_norm)) if s.l2_qk_norm => {
+                (q_norm.forward(&q)?, k_norm.forward(&k)?)
+            }
+            _ => (q, k),
+        };
+        let Some(temperature) = s.temperature else {
+            return Ok((q, k));
+        };
+        // the factors in f32, each query multiplied and rounded to its dtype once
+        let t = q.dim(2)?;
+        let factors: Vec<f32> = (0..t).map(|p| temperature.factor(p)).collect();
+        let factors = Tensor::from_vec(factors, (1, 1, t, 1), q.device())?;
+        let q = q
+            .to_dtype(DType::F32)?
+            .broadcast_mul(&factors)?
+            .to_dtype(q.dtype())?;
+        Ok((q, k))
     }
 
     /// Affine-Scaled alpha `[b, heads, t]` of `xs` (f32), pushed as `Alpha`; none for other
@@ -311,6 +351,7 @@ impl Attention {
             sinks_f32: sinks.is_none_or(|s| s.dtype() == DType::F32),
             plain_logits: matches!(self.logit_rule, LogitRule::Plain),
             windowed: self.shape.window.restricts(p.t),
+            chunked: matches!(self.shape.window, KeyWindow::Chunked(_)),
             softcapped: matches!(self.logit_rule, LogitRule::SoftCap { .. }),
             head_dim: self.shape.head_dim,
             affine: p.alpha.is_some(),

@@ -53,6 +53,8 @@ pub struct Facts {
     /// A sliding window hides some earlier keys from some queries (only the flash tiles
     /// and candle ops mask by window).
     pub windowed: bool,
+    /// The window is a chunk (Llama 4): the GPU's tiles mask sliding windows only.
+    pub chunked: bool,
     /// The logits are soft-capped (the CPU's fused softmax reports the capped maximum, not
     /// the raw one max_logit wants).
     pub softcapped: bool,
@@ -86,6 +88,7 @@ pub fn plan(f: &Facts) -> Kernel {
     // key-block columns
     let gpu_flash_serves = f.device == DeviceKind::Cuda
         && !training
+        && !f.chunked
         && (!f.affine || (f.alpha_ma && !f.sinks))
         && f.head_dim <= GPU_FLASH_HEAD_DIM
         && f.rows.as_ref().is_none_or(|r| r.bands.len() <= MAX_BANDS)
@@ -142,6 +145,7 @@ mod tests {
             sinks_f32: true,
             plain_logits: true,
             windowed: false,
+            chunked: false,
             softcapped: false,
             head_dim: 64,
             affine: false,
@@ -286,9 +290,20 @@ mod tests {
         let cuda = Facts {
             device: DeviceKind::Cuda,
             head_dim: 512,
-            ..windowed
+            ..windowed.clone()
         };
         assert_eq!(plan(&cuda), Kernel::Materialised);
+        // a chunked layer: the CPU's tiles, never the GPU's (they mask sliding windows only)
+        let chunked = Facts {
+            chunked: true,
+            ..windowed
+        };
+        assert_eq!(plan(&chunked), Kernel::FlashTiles);
+        let gpu = Facts {
+            device: DeviceKind::Cuda,
+            ..chunked
+        };
+        assert_eq!(plan(&gpu), Kernel::Materialised);
     }
 
     #[test]

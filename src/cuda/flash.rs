@@ -224,7 +224,9 @@ fn params(
         && t < i32::MAX as usize / MAX_HEAD_DIM
         && q.dtype() == k.dtype()
         && q.dtype() == v.dtype()
-        && !(logits.affine.is_some() && logits.sinks.is_some());
+        && !(logits.affine.is_some() && logits.sinks.is_some())
+        // the kernel masks sliding windows only (plan gives it no chunked layer)
+        && !matches!(block.window, crate::probe::KeyWindow::Chunked(_));
     if !fits {
         return Ok(None);
     }
@@ -243,7 +245,7 @@ fn params(
         d: d as i32,
         q_start: block.q_start as i32,
         n: block.n as i32,
-        window: block.window.0.map_or(0, |s| s.min(t) as i32),
+        window: block.window.sliding_size().map_or(0, |s| s.min(t) as i32),
         scale: logits.scale,
         rule,
         cap,

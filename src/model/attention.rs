@@ -122,6 +122,14 @@ fn load_sink_logits(
 /// `{prefix}.q_norm` and `k_norm` when the config asks for QK-norm or the checkpoint has
 /// `q_norm.weight`.
 fn load_qk_norms(store: &WeightStore, prefix: &str, s: &AttentionShape) -> Result<QkNorms> {
+    if s.l2_qk_norm {
+        // Llama4TextL2Norm: no stored scale
+        let ones = || Tensor::ones(s.head_dim, store.dtype(), store.device());
+        return Ok(QkNorms {
+            q: Some(RmsNorm::new(ones()?, s.rms_norm_eps)),
+            k: Some(RmsNorm::new(ones()?, s.rms_norm_eps)),
+        });
+    }
     if !(s.qk_norm || store.contains(&format!("{prefix}.q_norm.weight"))) {
         return Ok(QkNorms { q: None, k: None });
     }

@@ -84,6 +84,12 @@ impl DecoderLayer {
                 &format!("{prefix}.self_attn"),
                 AttentionShape {
                     window: c.key_window(l),
+                    rotary: c.attention_layers.rotates(l),
+                    l2_qk_norm: c.attention_layers.l2_qk_norm && c.attention_layers.rotates(l),
+                    temperature: c
+                        .attention_layers
+                        .temperature
+                        .filter(|_| !c.attention_layers.rotates(l)),
                     ..shape.clone()
                 },
                 &layout,
@@ -257,6 +263,9 @@ impl Model {
             window: crate::probe::KeyWindow::CAUSAL,
             scale: c.query_scale(),
             softcap: c.attn_logit_softcap(),
+            rotary: true,
+            l2_qk_norm: false,
+            temperature: None,
         };
         Ok(Model {
             embed_tokens: None,
@@ -456,7 +465,8 @@ impl Model {
         let all = match c.layout.learned_positions {
             // no rotary embedding: no frequency rotates
             true => Rope::new(&[], t, dtype, device)?,
-            false => rope_tables(&c.rope, c.head_dim, t, dtype, device)?,
+            false => rope_tables(&c.rope, c.head_dim, t, dtype, device)?
+                .with_interleaved_pairs(c.layout.rope_interleaved),
         };
         let sliding = match &c.rope_local {
             Some(local) => Some(rope_tables(local, c.head_dim, t, dtype, device)?),

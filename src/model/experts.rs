@@ -24,6 +24,13 @@ pub enum ExpertNames {
     /// intermediate]` (gate and up columns interleaved) and `down_proj` `[experts,
     /// intermediate, hidden]`, each with a bias; or their MXFP4 `_blocks` and `_scales`.
     GptOss,
+    /// `feed_forward.router`, `feed_forward.experts.gate_up_proj` `[experts, hidden, 2 *
+    /// intermediate]` (gate columns first, then up) and `down_proj` `[experts,
+    /// intermediate, hidden]`, no biases; the shared expert `feed_forward.shared_expert`.
+    Llama4,
+    /// `mlp.gate` with its `e_score_correction_bias`, `mlp.experts.{e}.gate_proj|up_proj|
+    /// down_proj`, the shared experts `mlp.shared_experts` (DeepSeek-V3, GLM-4.5).
+    DeepSeek,
 }
 
 impl ExpertNames {
@@ -31,15 +38,25 @@ impl ExpertNames {
     pub fn block(self) -> &'static str {
         match self {
             ExpertNames::Mixtral => "block_sparse_moe",
-            ExpertNames::Qwen | ExpertNames::GptOss => "mlp",
+            ExpertNames::Llama4 => "feed_forward",
+            ExpertNames::Qwen | ExpertNames::GptOss | ExpertNames::DeepSeek => "mlp",
         }
     }
 
     /// The router under the block.
     pub fn router(self) -> &'static str {
         match self {
-            ExpertNames::GptOss => "router",
-            ExpertNames::Mixtral | ExpertNames::Qwen => "gate",
+            ExpertNames::GptOss | ExpertNames::Llama4 => "router",
+            ExpertNames::Mixtral | ExpertNames::Qwen | ExpertNames::DeepSeek => "gate",
+        }
+    }
+
+    /// The shared experts under the block, if the family has them.
+    pub fn shared(self) -> Option<&'static str> {
+        match self {
+            ExpertNames::Llama4 => Some("shared_expert"),
+            ExpertNames::DeepSeek => Some("shared_experts"),
+            _ => None,
         }
     }
 
@@ -47,7 +64,7 @@ impl ExpertNames {
     pub fn projections(self) -> [&'static str; 3] {
         match self {
             ExpertNames::Mixtral => ["w1", "w3", "w2"],
-            ExpertNames::Qwen | ExpertNames::GptOss => ["gate_proj", "up_proj", "down_proj"],
+            _ => ["gate_proj", "up_proj", "down_proj"],
         }
     }
 }
@@ -67,6 +84,8 @@ pub struct Experts {
     /// The layers with experts, 0-based (the others have the dense MLP).
     pub layers: Vec<usize>,
     pub names: ExpertNames,
+    /// The shared experts' intermediate size (all of them as one MLP), where there are some.
+    pub shared_intermediate: Option<usize>,
 }
 
 /// The model's sizes a family's experts rule reads: its layers and its dense MLP's
@@ -88,6 +107,19 @@ pub(crate) struct RawExperts<'a> {
     pub mlp_only_layers: Option<&'a [usize]>,
     pub swiglu_alpha: Option<f64>,
     pub swiglu_limit: Option<f64>,
+    /// Llama 4: the experts' size, and which layers have them.
+    pub intermediate_size: Option<usize>,
+    pub moe_layers: Option<&'a [usize]>,
+    pub interleave_moe_layer_step: Option<usize>,
+    /// DeepSeek-V3 / GLM-4.5.
+    pub n_routed_experts: Option<usize>,
+    pub n_shared_experts: Option<usize>,
+    pub n_group: Option<usize>,
+    pub topk_group: Option<usize>,
+    pub routed_scaling_factor: Option<f64>,
+    pub first_k_dense_replace: Option<usize>,
+    pub topk_method: Option<&'a str>,
+    pub scoring_func: Option<&'a str>,
 }
 
 /// The experts of a config, as transformers reads them for `architecture` (its family's
@@ -132,6 +164,10 @@ impl Experts {
             Routing::SoftmaxTopK { renormalise: true } => "softmax, top-k, renormalised",
             Routing::SoftmaxTopK { renormalise: false } => "softmax, top-k, not renormalised",
             Routing::TopKSoftmax => "top-k logits, then softmax",
+            Routing::TopKSigmoidInput => "top-k logits, sigmoid weights on the experts' inputs",
+            Routing::GroupLimitedSigmoid { .. } => {
+                "sigmoid scores, group-limited top-k with a score-correction bias"
+            }
         };
         let kind = match self.clamped {
             Some(c) => format!(
@@ -151,8 +187,12 @@ impl Experts {
                     .join(", ")
             ),
         };
+        let shared = match self.shared_intermediate {
+            Some(size) => format!(" and a shared SwiGLU of {size}"),
+            None => String::new(),
+        };
         format!(
-            "a mixture of {} {kind} of {}, {} a token ({routing}){layers}",
+            "a mixture of {} {kind} of {}, {} a token ({routing}){shared}{layers}",
             self.count, self.intermediate, self.top_k
         )
     }
@@ -183,6 +223,17 @@ mod tests {
             mlp_only_layers: dense,
             swiglu_alpha: None,
             swiglu_limit: None,
+            intermediate_size: None,
+            moe_layers: None,
+            interleave_moe_layer_step: None,
+            n_routed_experts: None,
+            n_shared_experts: None,
+            n_group: None,
+            topk_group: None,
+            routed_scaling_factor: None,
+            first_k_dense_replace: None,
+            topk_method: None,
+            scoring_func: None,
         }
     }
 

@@ -163,16 +163,76 @@ pub fn moe_mlp(
     )?;
     let experts_mlp = match experts.names {
         ExpertNames::GptOss => stacked_experts(store, &prefix, hidden, experts)?,
-        ExpertNames::Mixtral | ExpertNames::Qwen => {
+        ExpertNames::Llama4 => llama4_experts(store, &prefix, hidden, experts)?,
+        ExpertNames::Mixtral | ExpertNames::Qwen | ExpertNames::DeepSeek => {
             separate_experts(store, &prefix, hidden, experts)?
         }
     };
-    Ok(MoeMlp::new(
-        router,
-        experts_mlp,
-        experts.top_k,
-        experts.routing,
-    ))
+    let score_bias = match experts.names {
+        ExpertNames::DeepSeek => {
+            let name = format!("{prefix}.gate.e_score_correction_bias");
+            let bias = store.get_as(&name, &[experts.count], candle_core::DType::F32)?;
+            Some(match store.reads_data() {
+                true => bias.to_vec1::<f32>()?,
+                false => vec![0.0; experts.count],
+            })
+        }
+        _ => None,
+    };
+    let shared = match (experts.names.shared(), experts.shared_intermediate) {
+        (Some(name), Some(intermediate)) => {
+            let dims = MlpDims {
+                hidden,
+                intermediate,
+            };
+            Some(mlp(
+                store,
+                &format!("{prefix}.{name}"),
+                dims,
+                false,
+                &Layout::LLAMA,
+            )?)
+        }
+        _ => None,
+    };
+    Ok(
+        MoeMlp::new(router, experts_mlp, experts.top_k, experts.routing)
+            .with_bias_and_shared(score_bias, shared),
+    )
+}
+
+/// Llama 4's stacked experts: `{prefix}.experts.gate_up_proj` `[experts, hidden, 2 * inter]`
+/// (x W: the gate's columns, then the up projection's) and `down_proj` `[experts, inter,
+/// hidden]`, no biases.
+fn llama4_experts(
+    store: &WeightStore,
+    prefix: &str,
+    hidden: usize,
+    experts: &Experts,
+) -> Result<Vec<Mlp>> {
+    let (count, inter) = (experts.count, experts.intermediate);
+    let gate_up = store.get(
+        &format!("{prefix}.experts.gate_up_proj"),
+        &[count, hidden, 2 * inter],
+    )?;
+    let down = store.get(
+        &format!("{prefix}.experts.down_proj"),
+        &[count, inter, hidden],
+    )?;
+    (0..count)
+        .map(|e| {
+            // [out, in] as a Linear holds it
+            let part = |t: &Tensor, start: usize, len: usize| -> Result<Linear> {
+                let w = t.get(e)?.narrow(1, start, len)?.t()?.contiguous()?;
+                Ok(Linear::new(w, None))
+            };
+            Ok(Mlp::new(
+                part(&gate_up, 0, inter)?,
+                part(&gate_up, inter, inter)?,
+                part(&down, 0, hidden)?,
+            ))
+        })
+        .collect()
 }
 
 /// One tensor per expert and projection: `{prefix}.experts.{e}.{gate,up,down}` (Mixtral's

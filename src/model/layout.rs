@@ -70,6 +70,9 @@ pub struct Layout {
     pub learned_positions: bool,
     /// Projection weights are stored `[in, out]` (GPT-2's Conv1D), transposed on load.
     pub conv1d: bool,
+    /// RoPE rotates interleaved pairs (dims 2k, 2k + 1: Llama 4's complex rotation) rather
+    /// than the halves (k, k + d/2).
+    pub rope_interleaved: bool,
 }
 
 impl Layout {
@@ -85,6 +88,7 @@ impl Layout {
         qk_norm_whole: false,
         learned_positions: false,
         conv1d: false,
+        rope_interleaved: false,
     };
 
     /// The layout in words (for `inspect`).
@@ -128,7 +132,11 @@ impl Layout {
             (false, true) => ", Conv1D weights",
             (false, false) => "",
         };
-        format!("{place} {norm}, {qkv}{qk}, {mlp}, {residual}{positions}")
+        let pairs = match self.rope_interleaved {
+            true => ", RoPE on interleaved pairs",
+            false => "",
+        };
+        format!("{place} {norm}, {qkv}{qk}, {mlp}, {residual}{positions}{pairs}")
     }
 }
 

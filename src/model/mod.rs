@@ -3,6 +3,7 @@
 //! ([`gguf`]); both end up as a [`ModelConfig`] and a [`WeightStore`] serving HF names.
 
 mod attention;
+pub mod attention_layers;
 pub mod config;
 mod decoder;
 mod detect;

@@ -87,8 +87,11 @@ pub enum WindowLayers {
     /// Those `layer_types` names, else layer i when i is even (Gemma2Config, GptOssConfig).
     EveryOther,
     /// Those `layer_types` names, else every layer but each `sliding_window_pattern`-th,
-    /// this one when absent (Gemma3TextConfig).
+    /// this one when absent (Gemma3TextConfig, Olmo3Config's 4).
     AllButEvery(usize),
+    /// Those `layer_types` names, none without them (SmolLM3: its family refuses a window
+    /// it would derive otherwise).
+    Listed,
 }
 
 /// A family's window rules (`super::config::Family::window`).
@@ -166,6 +169,7 @@ fn windowed_layers(
             .filter(|&l| types[l] == "sliding_attention")
             .collect(),
         (None, WindowLayers::EveryOther) => (0..num_layers).step_by(2).collect(),
+        (None, WindowLayers::Listed) => Vec::new(),
         (None, WindowLayers::AllButEvery(default)) => {
             let pattern = raw.sliding_window_pattern.unwrap_or(default).max(1);
             (0..num_layers).filter(|l| (l + 1) % pattern != 0).collect()

@@ -229,7 +229,7 @@ impl Mlp {
 }
 
 /// How a router turns a token's logits `[experts]` into the chosen experts' weights.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Routing {
     /// A softmax over every expert, the `top_k` largest kept, divided by their sum when
@@ -237,16 +237,36 @@ pub enum Routing {
     SoftmaxTopK { renormalise: bool },
     /// The `top_k` largest logits, then a softmax over those alone (GPT-OSS).
     TopKSoftmax,
+    /// The `top_k` largest logits, each expert weighted by the sigmoid of its logit, the
+    /// weight multiplying the expert's input rather than its output (Llama 4).
+    TopKSigmoidInput,
+    /// DeepSeek-V3's `noaux_tc`: sigmoid scores; the choice ranks the scores plus the
+    /// router's score-correction bias, within the `topk_group` of `groups` groups whose two
+    /// best biased scores sum highest; the chosen experts' (unbiased) scores divided by
+    /// their sum when `renormalise`, times `scaling` (GLM-4.5 too).
+    GroupLimitedSigmoid {
+        groups: usize,
+        topk_group: usize,
+        renormalise: bool,
+        scaling: f64,
+    },
 }
 
 impl Routing {
     /// The chosen experts of one token and their weights, ties to the lower expert (as
-    /// torch.topk).
-    fn route(self, logits: &[f32], probs: Option<&[f32]>, top_k: usize) -> Vec<(usize, f32)> {
+    /// torch.topk); `bias` is the router's score-correction bias.
+    fn route(
+        self,
+        logits: &[f32],
+        probs: Option<&[f32]>,
+        bias: Option<&[f32]>,
+        top_k: usize,
+    ) -> Vec<(usize, f32)> {
+        if let Routing::GroupLimitedSigmoid { .. } = self {
+            return self.route_groups(logits, bias, top_k);
+        }
         let score = probs.unwrap_or(logits);
-        let mut order: Vec<usize> = (0..score.len()).collect();
-        order.sort_by(|&a, &c| score[c].total_cmp(&score[a]).then(a.cmp(&c)));
-        let chosen = &order[..top_k.min(order.len())];
+        let chosen = top(score, top_k);
         match (self, probs) {
             (Routing::SoftmaxTopK { renormalise }, Some(probs)) => {
                 let total: f32 = match renormalise {
@@ -255,6 +275,10 @@ impl Routing {
                 };
                 chosen.iter().map(|&e| (e, probs[e] / total)).collect()
             }
+            (Routing::TopKSigmoidInput, _) => chosen
+                .iter()
+                .map(|&e| (e, 1.0 / (1.0 + (-logits[e]).exp())))
+                .collect(),
             _ => {
                 let max = chosen.first().map_or(0.0, |&e| logits[e]);
                 let exps: Vec<f32> = chosen.iter().map(|&e| (logits[e] - max).exp()).collect();
@@ -267,17 +291,74 @@ impl Routing {
             }
         }
     }
+
+    /// [`Routing::GroupLimitedSigmoid`] of one token, as transformers'
+    /// `DeepseekV3MoE.route_tokens_to_experts` computes it (in f32).
+    fn route_groups(self, logits: &[f32], bias: Option<&[f32]>, top_k: usize) -> Vec<(usize, f32)> {
+        let Routing::GroupLimitedSigmoid {
+            groups,
+            topk_group,
+            renormalise,
+            scaling,
+        } = self
+        else {
+            return Vec::new();
+        };
+        let scores: Vec<f32> = logits.iter().map(|&l| 1.0 / (1.0 + (-l).exp())).collect();
+        let biased: Vec<f32> = match bias {
+            Some(bias) => scores.iter().zip(bias).map(|(s, b)| s + b).collect(),
+            None => scores.clone(),
+        };
+        // each group's two best biased scores, summed; the best `topk_group` groups kept
+        let per_group = biased.len() / groups.max(1);
+        let group_scores: Vec<f32> = biased
+            .chunks(per_group.max(1))
+            .map(|g| top(g, 2).iter().map(|&e| g[e]).sum())
+            .collect();
+        let kept = top(&group_scores, topk_group);
+        // the other groups' experts score 0 (masked_fill(~mask, 0.0))
+        let choice: Vec<f32> = biased
+            .iter()
+            .enumerate()
+            .map(|(e, &s)| match kept.contains(&(e / per_group.max(1))) {
+                true => s,
+                false => 0.0,
+            })
+            .collect();
+        let chosen = top(&choice, top_k);
+        let total: f32 = match renormalise {
+            true => chosen.iter().map(|&e| scores[e]).sum::<f32>() + 1e-20,
+            false => 1.0,
+        };
+        chosen
+            .iter()
+            .map(|&e| (e, scores[e] / total * scaling as f32))
+            .collect()
+    }
+}
+
+/// The indices of the `k` largest of `score`, largest first, ties to the lower index.
+fn top(score: &[f32], k: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..score.len()).collect();
+    order.sort_by(|&a, &c| score[c].total_cmp(&score[a]).then(a.cmp(&c)));
+    order.truncate(k);
+    order
 }
 
 /// A mixture-of-experts MLP: router logits `[experts]` per token (in f32, as transformers
 /// routes), the `top_k` experts chosen and weighted as [`Routing`] says, and the output the
-/// weighted sum of those experts' MLPs. Only the chosen experts run, each on the tokens
-/// routed to it.
+/// weighted sum of those experts' MLPs (Llama 4: the experts of the weighted inputs), plus
+/// the shared experts' MLP where there is one. Only the chosen experts run, each on the
+/// tokens routed to it.
 pub struct MoeMlp {
     router: Linear,
     experts: Vec<Mlp>,
     top_k: usize,
     routing: Routing,
+    /// The router's score-correction bias `[experts]` (DeepSeek-V3, GLM-4.5).
+    score_bias: Option<Vec<f32>>,
+    /// The MLP every token goes through beside the routed experts.
+    shared: Option<Mlp>,
 }
 
 impl MoeMlp {
@@ -289,6 +370,17 @@ impl MoeMlp {
             experts,
             top_k,
             routing,
+            score_bias: None,
+            shared: None,
+        }
+    }
+
+    /// The same with the router's score-correction bias and a shared expert.
+    pub fn with_bias_and_shared(self, score_bias: Option<Vec<f32>>, shared: Option<Mlp>) -> Self {
+        MoeMlp {
+            score_bias,
+            shared,
+            ..self
         }
     }
 
@@ -304,19 +396,24 @@ impl MoeMlp {
             Routing::SoftmaxTopK { .. } => {
                 Some(candle_nn::ops::softmax_last_dim(&logits)?.to_vec2::<f32>()?)
             }
-            Routing::TopKSoftmax => None,
+            _ => None,
         };
         let logits = logits.to_vec2::<f32>()?;
         let mut routed: Vec<(Vec<u32>, Vec<f32>)> =
             vec![(Vec::new(), Vec::new()); self.experts.len()];
+        let bias = self.score_bias.as_deref();
         for (token, row) in logits.iter().enumerate() {
             let probs = probs.as_ref().map(|p| p[token].as_slice());
-            for (e, weight) in self.routing.route(row, probs, self.top_k) {
+            for (e, weight) in self.routing.route(row, probs, bias, self.top_k) {
                 routed[e].0.push(token as u32);
                 routed[e].1.push(weight);
             }
         }
-        let mut out = flat.zeros_like()?;
+        let mut out = match &self.shared {
+            Some(shared) => shared.forward(&flat.unsqueeze(0)?)?.squeeze(0)?,
+            None => flat.zeros_like()?,
+        };
+        let scale_inputs = self.routing == Routing::TopKSigmoidInput;
         for (expert, (tokens, weights)) in self.experts.iter().zip(routed) {
             if tokens.is_empty() {
                 continue;
@@ -325,10 +422,17 @@ impl MoeMlp {
             let index = Tensor::from_vec(tokens, n, flat.device())?;
             let weights =
                 Tensor::from_vec(weights, (n, 1), flat.device())?.to_dtype(flat.dtype())?;
-            let y = expert
-                .forward(&flat.index_select(&index, 0)?.unsqueeze(0)?)?
-                .squeeze(0)?;
-            out = out.index_add(&index, &y.broadcast_mul(&weights)?, 0)?;
+            let inputs = flat.index_select(&index, 0)?;
+            let y = match scale_inputs {
+                true => expert
+                    .forward(&inputs.broadcast_mul(&weights)?.unsqueeze(0)?)?
+                    .squeeze(0)?,
+                false => expert
+                    .forward(&inputs.unsqueeze(0)?)?
+                    .squeeze(0)?
+                    .broadcast_mul(&weights)?,
+            };
+            out = out.index_add(&index, &y, 0)?;
         }
         Ok(out.reshape((b, t, h))?)
     }

@@ -1,5 +1,6 @@
-//! Rotary position embeddings applied in Hugging Face's rotate-half convention, from
-//! cos/sin tables of given inverse frequencies (`model::rope` derives them from config.json).
+//! Rotary position embeddings applied in Hugging Face's rotate-half convention (or on
+//! interleaved pairs, Llama 4's complex rotation), from cos/sin tables of given inverse
+//! frequencies (`model::rope` derives them from config.json).
 
 use candle_core::{DType, Device, Tensor};
 
@@ -10,6 +11,8 @@ pub struct Rope {
     cos: Tensor,
     sin: Tensor,
     rot_dim: usize,
+    /// Pair k is dims (2k, 2k + 1) (Llama 4's `view_as_complex`) rather than (k, k + d/2).
+    interleaved: bool,
 }
 
 impl Rope {
@@ -48,7 +51,16 @@ impl Rope {
             cos,
             sin,
             rot_dim: 2 * half,
+            interleaved: false,
         })
+    }
+
+    /// The same tables rotating interleaved pairs (dims 2k and 2k + 1) when `interleaved`.
+    pub fn with_interleaved_pairs(self, interleaved: bool) -> Self {
+        Rope {
+            interleaved,
+            ..self
+        }
     }
 
     /// Rotates `xs` `[batch, heads, seq, head_dim]`. The fused kernel has no backward pass,
@@ -65,10 +77,13 @@ impl Rope {
             return Ok(wide.to_dtype(xs.dtype())?);
         }
         let rope = |x: &Tensor| -> Result<Tensor> {
-            Ok(if x.track_op() {
-                candle_nn::rotary_emb::rope_slow(x, &self.cos, &self.sin)?
-            } else {
-                candle_nn::rotary_emb::rope(x, &self.cos, &self.sin)?
+            use candle_nn::rotary_emb::{rope, rope_i, rope_i_slow, rope_slow};
+            let (cos, sin) = (&self.cos, &self.sin);
+            Ok(match (x.track_op(), self.interleaved) {
+                (true, false) => rope_slow(x, cos, sin)?,
+                (false, false) => rope(x, cos, sin)?,
+                (true, true) => rope_i_slow(x, cos, sin)?,
+                (false, true) => rope_i(x, cos, sin)?,
             })
         };
         if self.rot_dim == head_dim {

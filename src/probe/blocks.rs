@@ -15,7 +15,7 @@ pub fn query_blocks(seq_len: usize, block: usize) -> impl Iterator<Item = (usize
 }
 
 /// Visibility `[q_len, q_start + q_len]`: 1.0 where query i sees key j (j <= i, and inside
-/// the sliding `window` where there is one), else 0.0 (f32).
+/// the sliding `window` or the query's chunk where there is one), else 0.0 (f32).
 pub fn visibility(
     q_start: usize,
     q_len: usize,
@@ -26,14 +26,22 @@ pub fn visibility(
     let queries = Tensor::arange(q_start as u32, keys as u32, device)?.reshape((q_len, 1))?;
     let key_idx = Tensor::arange(0u32, keys as u32, device)?.reshape((1, keys))?;
     let causal = key_idx.broadcast_le(&queries)?.to_dtype(DType::F32)?;
-    Ok(match window.0 {
+    Ok(match window {
         // j > i - size, i.e. j + size > i
-        Some(size) => {
+        KeyWindow::Sliding(size) => {
             let shifted =
                 Tensor::arange(size as u32, (keys + size) as u32, device)?.reshape((1, keys))?;
             causal.mul(&shifted.broadcast_gt(&queries)?.to_dtype(DType::F32)?)?
         }
-        None => causal,
+        // j >= the first key of query i's chunk
+        KeyWindow::Chunked(_) => {
+            let first: Vec<u32> = (q_start..keys)
+                .map(|i| window.first_key(i) as u32)
+                .collect();
+            let first = Tensor::from_vec(first, (q_len, 1), device)?;
+            causal.mul(&key_idx.broadcast_ge(&first)?.to_dtype(DType::F32)?)?
+        }
+        KeyWindow::Causal => causal,
     })
 }
 
@@ -96,6 +104,19 @@ mod tests {
             .to_vec2::<f32>()
             .unwrap();
         assert_eq!(v, vec![vec![0., 1., 1., 0.], vec![0., 0., 1., 1.]]);
+        // chunks of 2 positions: query 2 starts a chunk, query 3 sees keys 2..=3
+        let v = visibility(1, 3, KeyWindow::chunked(2), &Device::Cpu)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
+        assert_eq!(
+            v,
+            vec![
+                vec![1., 1., 0., 0.],
+                vec![0., 0., 1., 0.],
+                vec![0., 0., 1., 1.]
+            ]
+        );
     }
 
     #[test]

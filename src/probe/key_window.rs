@@ -1,34 +1,61 @@
-//! Which keys a query sees: every earlier key (causal attention), or, in a sliding-window
-//! layer, only the last `size` of them: key j is visible from query i when
-//! i - size < j <= i (transformers' `sliding_window_overlay`, `kv_idx > q_idx - window`).
+//! Which keys a query sees: every earlier key (causal attention); in a sliding-window layer
+//! only the last `size` of them: key j is visible from query i when i - size < j <= i
+//! (transformers' `sliding_window_overlay`, `kv_idx > q_idx - window`); in a chunked layer
+//! (Llama 4's `chunked_attention`) the earlier keys of the query's own chunk of `size`
+//! positions: floor(j / size) = floor(i / size), j <= i (transformers' `chunked_overlay`).
 //! Every kernel masks by it and every metric counts by it.
 
 use std::ops::Range;
 
-/// The keys each query of a layer sees; `None`: every key j <= i.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-pub struct KeyWindow(pub Option<usize>);
+/// The keys each query of a layer sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyWindow {
+    /// Every key j <= i.
+    #[default]
+    Causal,
+    /// The last `size` keys, the query itself included (`size` >= 1).
+    Sliding(usize),
+    /// The keys of the query's chunk of `size` positions up to the query (`size` >= 1).
+    Chunked(usize),
+}
 
 impl KeyWindow {
     /// Full causal attention.
-    pub const CAUSAL: KeyWindow = KeyWindow(None);
+    pub const CAUSAL: KeyWindow = KeyWindow::Causal;
 
     /// A sliding window of `size` keys (the query itself included); `size` >= 1.
     pub fn sliding(size: usize) -> Self {
-        KeyWindow(Some(size.max(1)))
+        KeyWindow::Sliding(size.max(1))
+    }
+
+    /// Chunks of `size` positions; `size` >= 1.
+    pub fn chunked(size: usize) -> Self {
+        KeyWindow::Chunked(size.max(1))
+    }
+
+    /// The sliding window's size (none for causal and chunked layers).
+    pub fn sliding_size(self) -> Option<usize> {
+        match self {
+            KeyWindow::Sliding(size) => Some(size),
+            _ => None,
+        }
     }
 
     /// Whether some query of a `seq_len`-token sequence does not see every earlier key.
     pub fn restricts(self, seq_len: usize) -> bool {
-        self.0.is_some_and(|size| size < seq_len)
+        match self {
+            KeyWindow::Causal => false,
+            KeyWindow::Sliding(size) | KeyWindow::Chunked(size) => size < seq_len,
+        }
     }
 
     /// The first key query `i` sees.
     #[inline(always)]
     pub fn first_key(self, i: usize) -> usize {
-        match self.0 {
-            Some(size) => (i + 1).saturating_sub(size),
-            None => 0,
+        match self {
+            KeyWindow::Causal => 0,
+            KeyWindow::Sliding(size) => (i + 1).saturating_sub(size),
+            KeyWindow::Chunked(size) => i - i % size,
         }
     }
 
@@ -44,13 +71,18 @@ impl KeyWindow {
         self.first_key(i) == 0
     }
 
+    /// The queries past `j` that see key `j` end before this one.
+    fn end_of_sight(self, j: usize) -> Option<usize> {
+        match self {
+            KeyWindow::Causal => None,
+            KeyWindow::Sliding(size) => Some(j + size),
+            KeyWindow::Chunked(size) => Some(j - j % size + size),
+        }
+    }
+
     /// How many of the queries `queries` see key 0.
     pub fn queries_seeing_first(self, queries: Range<usize>) -> usize {
-        let end = match self.0 {
-            Some(size) => queries.end.min(size),
-            None => queries.end,
-        };
-        end.saturating_sub(queries.start)
+        self.queries_seeing(0, queries)
     }
 
     /// The (query, key) pairs the queries `queries` see.
@@ -61,11 +93,50 @@ impl KeyWindow {
     /// How many of the queries `queries` see key `j`.
     pub fn queries_seeing(self, j: usize, queries: Range<usize>) -> usize {
         let start = queries.start.max(j);
-        let end = match self.0 {
-            Some(size) => queries.end.min(j + size),
+        let end = match self.end_of_sight(j) {
+            Some(end) => queries.end.min(end),
             None => queries.end,
         };
         end.saturating_sub(start)
+    }
+
+    /// In words, for `inspect` and run.json ("causal", "sliding window of 6 keys", ...).
+    pub fn describe(self) -> String {
+        match self {
+            KeyWindow::Causal => "causal".to_string(),
+            KeyWindow::Sliding(size) => format!("sliding window of {size} keys"),
+            KeyWindow::Chunked(size) => format!("chunks of {size} positions"),
+        }
+    }
+}
+
+/// Stored as before chunks existed: causal `null`, a sliding window its size, a chunked
+/// layer `{"chunk": size}` (partial results and records written earlier still read).
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+enum Stored {
+    Size(Option<usize>),
+    Chunk { chunk: usize },
+}
+
+impl serde::Serialize for KeyWindow {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match *self {
+            KeyWindow::Causal => Stored::Size(None),
+            KeyWindow::Sliding(size) => Stored::Size(Some(size)),
+            KeyWindow::Chunked(chunk) => Stored::Chunk { chunk },
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for KeyWindow {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        Ok(match Stored::deserialize(d)? {
+            Stored::Size(None) => KeyWindow::Causal,
+            Stored::Size(Some(size)) => KeyWindow::sliding(size),
+            Stored::Chunk { chunk } => KeyWindow::chunked(chunk),
+        })
     }
 }
 
@@ -96,5 +167,39 @@ mod tests {
         assert_eq!(c.pairs(2..4), 3 + 4);
         assert_eq!(c.queries_seeing(4, 1..10), 6);
         assert!(!c.restricts(1 << 20));
+    }
+
+    #[test]
+    fn chunks_of_four_positions() {
+        let w = KeyWindow::chunked(4);
+        assert_eq!(w.keys(0), 0..1);
+        assert_eq!(w.keys(3), 0..4);
+        assert_eq!(w.keys(4), 4..5);
+        assert_eq!(w.keys(9), 8..10);
+        assert!(w.sees_first(3) && !w.sees_first(4));
+        assert_eq!(w.queries_seeing_first(1..10), 3);
+        assert_eq!(w.pairs(0..6), 1 + 2 + 3 + 4 + 1 + 2);
+        // key 5 is seen by queries 5, 6, 7 of its chunk 4..8
+        assert_eq!(w.queries_seeing(5, 0..10), 3);
+        assert_eq!(w.queries_seeing(5, 0..7), 2);
+        assert_eq!(w.queries_seeing(8, 0..10), 2);
+        assert!(w.restricts(5) && !w.restricts(4));
+        // every count agrees with the keys each query sees
+        for j in 0..12 {
+            let seen = (0..12).filter(|&i| w.keys(i).contains(&j)).count();
+            assert_eq!(w.queries_seeing(j, 0..12), seen, "key {j}");
+        }
+    }
+
+    #[test]
+    fn stored_as_before_chunks_existed() {
+        for (w, json) in [
+            (KeyWindow::CAUSAL, "null"),
+            (KeyWindow::sliding(6), "6"),
+            (KeyWindow::chunked(8), r#"{"chunk":8}"#),
+        ] {
+            assert_eq!(serde_json::to_string(&w).unwrap(), json);
+            assert_eq!(serde_json::from_str::<KeyWindow>(json).unwrap(), w);
+        }
     }
 }

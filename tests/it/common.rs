@@ -14,7 +14,7 @@ use asa_analyze::metrics::{Metric, MetricOptions};
 use candle_core::{Device, Tensor};
 
 /// Every model fixture written by `tools/make_fixtures.py`.
-pub const MODEL_FIXTURES: [&str; 28] = [
+pub const MODEL_FIXTURES: [&str; 31] = [
     "llama_gqa",
     "qwen2",
     "mistral",
@@ -43,6 +43,9 @@ pub const MODEL_FIXTURES: [&str; 28] = [
     "qwen3",
     "scale_invariant",
     "logn",
+    "smollm3",
+    "olmo3",
+    "llama4_text",
 ];
 
 /// The options the fixture references were computed with (`tools/make_fixtures.py`: 20
@@ -241,4 +244,11 @@ pub fn assert_json_close(a: &serde_json::Value, b: &serde_json::Value, rel: f64,
         }
         _ => assert_eq!(a, b, "{path}"),
     }
+}
+
+/// The layers of a reference (`layers.{l}.pattern` for l = 0, 1, ...): 2 for most fixtures.
+pub fn reference_layers(refs: &HashMap<String, Tensor>) -> usize {
+    (0..)
+        .take_while(|l| refs.contains_key(&format!("layers.{l}.pattern")))
+        .count()
 }

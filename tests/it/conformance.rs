@@ -38,10 +38,11 @@ fn logits_and_weights_match_references_for_every_fixture() {
     ];
     for name in MODEL_FIXTURES {
         let (probe, refs) = run(name, 64, &hooks);
-        let logits = probe.get(Hook::Logits, 2).unwrap().unwrap();
+        let layers = reference_layers(&refs);
+        let logits = probe.get(Hook::Logits, layers).unwrap().unwrap();
         let d = max_abs_diff(&logits, &refs["logits"]);
         assert!(d < ATOL, "{name}: logits differ by {d:e}");
-        for l in 0..2 {
+        for l in 0..layers {
             let pattern = probe.get(Hook::Pattern, l).unwrap().unwrap();
             let d = max_abs_diff(&pattern, &refs[&format!("layers.{l}.pattern")]);
             assert!(d < ATOL, "{name} layer {l}: pattern differs by {d:e}");
@@ -215,7 +216,8 @@ fn an_attached_capture_probe_keeps_the_kernel_plan_and_the_tables() {
             .count();
         let tables = |m| format!("{:?}", attention_tables(&[(name.to_string(), m)]));
         assert_eq!(tables(alone), tables(observed), "{name}: tables");
-        for l in 0..2 {
+        let layers = reference_layers(&refs);
+        for l in 0..layers {
             let pattern = capture.get(Hook::Pattern, l).unwrap().unwrap();
             let d = max_abs_diff(&pattern, &refs[&format!("layers.{l}.pattern")]);
             assert!(
@@ -226,7 +228,7 @@ fn an_attached_capture_probe_keeps_the_kernel_plan_and_the_tables() {
                 assert!(capture.get(hook, l).unwrap().is_some(), "{name} {hook:?}");
             }
         }
-        let logits = capture.get(Hook::Logits, 2).unwrap().unwrap();
+        let logits = capture.get(Hook::Logits, layers).unwrap().unwrap();
         assert!(
             max_abs_diff(&logits, &refs["logits"]) < ATOL,
             "{name}: logits"

@@ -545,3 +545,63 @@ fn gemma3_multimodal_checkpoints_give_their_text_model() {
     let err = expect_error(&run_cli(tmp.path(), &["inspect", "m"]));
     assert!(err.contains("needs a text_config"), "{err}");
 }
+
+/// Issue 52: Llama 4's chunked, NoPE and temperature-tuned layers and SmolLM3's NoPE layer
+/// are named by `inspect` and run.json layer by layer (1-based, as the tables), and a layer
+/// type the family does not implement is refused naming it.
+#[test]
+fn llama4_and_smollm3_name_each_layers_kind() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("llama4_text", &tmp.path().join("l4"));
+    copy_fixture("smollm3", &tmp.path().join("smol"));
+    let inspect = expect_success(&run_cli(tmp.path(), &["inspect", "l4"]));
+    for says in [
+        "1-3: attention, RoPE, chunks of 8 positions; 4: attention, NoPE, causal, temperature-tuned queries",
+        "chunks of 8 positions on layers 1, 2, 3",
+        "RoPE on interleaved pairs",
+        "a mixture of 4 SwiGLU experts of 16, 2 a token (top-k logits, sigmoid weights on the experts' inputs) and a shared SwiGLU of 16 on layers 2, 4",
+    ] {
+        assert!(inspect.contains(says), "{says}: {inspect}");
+    }
+    let inspect = expect_success(&run_cli(tmp.path(), &["inspect", "smol"]));
+    assert!(
+        inspect.contains("1-3: attention, RoPE, causal; 4: attention, NoPE, causal"),
+        "{inspect}"
+    );
+    expect_success(&run_cli(
+        tmp.path(),
+        &[
+            "analyze",
+            "l4",
+            "--seq-len",
+            "20",
+            "--num-seqs",
+            "1",
+            "--quiet",
+            "--out",
+            "res",
+        ],
+    ));
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("res/run.json")).unwrap())
+            .unwrap();
+    let kinds = &run["models"][0]["layer_kinds"];
+    assert_eq!(kinds[0]["keys"], "chunks of 8 positions", "{kinds}");
+    assert_eq!(kinds[3]["rope"], false, "{kinds}");
+    assert_eq!(kinds[3]["layer"], 4, "{kinds}");
+    // a sliding layer is not a Llama 4 layer type; a chunked layer needs a chunk size
+    edit_config(&tmp.path().join("l4"), |c| {
+        c["layer_types"][1] = "sliding_attention".into();
+    });
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "l4"]));
+    assert!(
+        err.contains("config.json") && err.contains("`sliding_attention`"),
+        "{err}"
+    );
+    edit_config(&tmp.path().join("l4"), |c| {
+        c["layer_types"][1] = "chunked_attention".into();
+        c["attention_chunk_size"] = serde_json::Value::Null;
+    });
+    let err = expect_error(&run_cli(tmp.path(), &["inspect", "l4"]));
+    assert!(err.contains("attention_chunk_size is null"), "{err}");
+}

@@ -8,6 +8,7 @@ use std::path::Path;
 use super::raw::RawConfig;
 use super::GemmaSettings;
 use crate::error::Result;
+use crate::model::attention_layers::AttentionLayers;
 use crate::model::experts::{DenseSizes, Experts, RawExperts};
 use crate::model::layout::Layout;
 use crate::model::rope::RopeConfig;
@@ -46,6 +47,9 @@ pub struct Family {
     /// `intermediate_size` when absent, as a multiple of hidden_size (GPT-2's `n_inner`
     /// null); required when `None`.
     pub default_intermediate_per_hidden: Option<usize>,
+    /// The dense MLP's size as the config states it (`intermediate_size`; Llama 4's
+    /// `intermediate_size_mlp`, its experts taking `intermediate_size`).
+    pub dense_intermediate: fn(&RawConfig) -> Option<usize>,
     /// The one MLP activation implemented, and the config key naming it.
     pub activation: &'static str,
     pub activation_key: fn(&RawConfig) -> Option<&str>,
@@ -66,6 +70,9 @@ pub struct Family {
     pub layout: fn(&RawConfig) -> Layout,
     pub rope: fn(&RawConfig, &Path, usize) -> Result<Ropes>,
     pub window: WindowRule,
+    /// NoPE, chunked layers and the other per-layer attention settings beyond the window,
+    /// from the config and the number of layers.
+    pub attention_layers: fn(&RawConfig, usize, &Path) -> Result<AttentionLayers>,
     pub experts: ExpertsFn,
     /// Gemma's attention scale, soft-caps and embedding scale, from hidden_size (none for
     /// the other families).

@@ -39,6 +39,7 @@ pub(crate) use raw::field_error;
 pub use raw::{RawAffine, RawConfig, RawLogn, RawScaleInvariant};
 pub use rope::p_rope_pairs;
 
+use super::attention_layers::AttentionLayers;
 use super::experts::Experts;
 use super::layout::Layout;
 pub use super::rope::RopeConfig;
@@ -196,6 +197,8 @@ pub struct ModelConfig {
     pub qk_norm: bool,
     /// Sliding-window attention, when some layer uses it.
     pub sliding_window: Option<SlidingWindow>,
+    /// NoPE and chunked layers, temperature tuning, L2 QK-norm.
+    pub attention_layers: AttentionLayers,
     /// The norm, MLP, residual wiring and q/k/v projections of the architecture.
     pub layout: Layout,
     /// A mixture-of-experts MLP (Mixtral, Qwen3-MoE): its experts, routing and layers.
@@ -283,8 +286,23 @@ impl ModelConfig {
         })
     }
 
+    /// What each decoder layer is (run.json's and `inspect`'s `layer_kinds`).
+    pub fn layer_kinds(&self) -> Vec<super::attention_layers::LayerKind> {
+        let a = &self.attention_layers;
+        (0..self.num_layers)
+            .map(|l| {
+                let rope = a.rotates(l) && !self.layout.learned_positions;
+                let tuned = a.temperature.is_some() && !a.rotates(l);
+                super::attention_layers::LayerKind::attention(l, self.key_window(l), rope, tuned)
+            })
+            .collect()
+    }
+
     /// The keys each query of layer `layer` (0-based) sees.
     pub fn key_window(&self, layer: usize) -> crate::probe::KeyWindow {
+        if let Some(size) = self.attention_layers.chunk_of(layer) {
+            return crate::probe::KeyWindow::chunked(size);
+        }
         self.sliding_window
             .as_ref()
             .map_or(crate::probe::KeyWindow::CAUSAL, |w| w.of_layer(layer))

@@ -80,6 +80,41 @@ pub struct RawConfig {
     pub rotary_emb_base: Option<f64>,
     pub layer_types: Option<Vec<String>>,
     pub hidden_act: Option<String>,
+    /// NoPE layers (SmolLM3, Llama 4): 1 where a layer uses RoPE, 0 where it does not, or
+    /// every `no_rope_layer_interval`-th layer.
+    pub no_rope_layers: Option<Vec<i64>>,
+    pub no_rope_layer_interval: Option<usize>,
+    /// Llama 4: chunked attention, temperature tuning of NoPE layers, L2 QK-norm, experts on
+    /// `moe_layers` (or every `interleave_moe_layer_step`-th layer), the dense MLP's size.
+    /// `null` (no chunks) is `Some(Value::Null)`, apart from absent (the class's default).
+    #[serde(default, deserialize_with = "present")]
+    pub attention_chunk_size: Option<Value>,
+    pub attn_temperature_tuning: Option<bool>,
+    pub floor_scale: Option<f64>,
+    pub attn_scale: Option<f64>,
+    pub use_qk_norm: Option<bool>,
+    pub moe_layers: Option<Vec<usize>>,
+    pub interleave_moe_layer_step: Option<usize>,
+    pub intermediate_size_mlp: Option<usize>,
+    /// DeepSeek-V3 / GLM-4.5 experts: routed and shared experts, group-limited top-k,
+    /// the routed weights' factor, the dense layers before the first MoE layer.
+    pub n_routed_experts: Option<usize>,
+    pub n_shared_experts: Option<usize>,
+    pub n_group: Option<usize>,
+    pub topk_group: Option<usize>,
+    pub routed_scaling_factor: Option<f64>,
+    pub first_k_dense_replace: Option<usize>,
+    pub topk_method: Option<String>,
+    pub scoring_func: Option<String>,
+    /// DeepSeek's multi-token-prediction layers (not implemented: refused when non-zero).
+    pub num_nextn_predict_layers: Option<usize>,
+    /// Multi-head latent attention (DeepSeek-V3).
+    pub q_lora_rank: Option<Value>,
+    pub kv_lora_rank: Option<usize>,
+    pub qk_nope_head_dim: Option<usize>,
+    pub qk_rope_head_dim: Option<usize>,
+    pub v_head_dim: Option<usize>,
+    pub rope_interleave: Option<bool>,
     pub attention_variant: Option<String>,
     pub affine_scaled: Option<RawAffine>,
     pub scale_invariant: Option<RawScaleInvariant>,

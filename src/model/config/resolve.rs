@@ -37,6 +37,7 @@ impl RawConfig {
         let rms_norm_eps = self.norm_eps(path, family)?;
         let (bos_token_id, eos_token_id) = self.special_tokens(path, s.vocab)?;
         let sliding_window = self.window(path, family, s.layers)?;
+        let attention_layers = (family.attention_layers)(&self, s.layers, path)?;
         let dense = DenseSizes {
             num_layers: s.layers,
             intermediate_size: s.intermediate,
@@ -73,6 +74,7 @@ impl RawConfig {
             variant_settings,
             qk_norm: family.qk_norm,
             sliding_window,
+            attention_layers,
             layout: (family.layout)(&self),
             experts,
             gemma,
@@ -101,9 +103,10 @@ impl RawConfig {
         let (heads, kv_heads, head_dim) = self.heads(path, family, hidden)?;
         self.check_implemented(path, family)?;
         let vocab = required(self.vocab_size, "vocab_size", path)?;
+        let stated = (family.dense_intermediate)(self);
         let intermediate = match family.default_intermediate_per_hidden {
-            Some(times) => self.intermediate_size.unwrap_or(times * hidden),
-            None => required(self.intermediate_size, "intermediate_size", path)?,
+            Some(times) => stated.unwrap_or(times * hidden),
+            None => required(stated, "intermediate_size", path)?,
         };
         let layers = required(self.num_hidden_layers, "num_hidden_layers", path)?;
         for (field, size) in [
@@ -301,6 +304,17 @@ impl RawConfig {
             mlp_only_layers: self.mlp_only_layers.as_deref(),
             swiglu_alpha: self.swiglu_alpha,
             swiglu_limit: self.swiglu_limit,
+            intermediate_size: self.intermediate_size,
+            moe_layers: self.moe_layers.as_deref(),
+            interleave_moe_layer_step: self.interleave_moe_layer_step,
+            n_routed_experts: self.n_routed_experts,
+            n_shared_experts: self.n_shared_experts,
+            n_group: self.n_group,
+            topk_group: self.topk_group,
+            routed_scaling_factor: self.routed_scaling_factor,
+            first_k_dense_replace: self.first_k_dense_replace,
+            topk_method: self.topk_method.as_deref(),
+            scoring_func: self.scoring_func.as_deref(),
         };
         crate::model::experts::resolve(raw, Architecture(family), dense, path)
     }
@@ -408,7 +422,7 @@ pub(super) mod tests {
         assert!(
             err.contains("mamba")
                 && err.contains(
-                    "gpt2, gpt_neox, gpt_oss, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3"
+                    "gpt2, gpt_neox, gpt_oss, llama, llama4_text, mistral, mixtral, olmo2, olmo3, phi3, qwen2, qwen3"
                 ),
             "{err}"
         );

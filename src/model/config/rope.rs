@@ -15,6 +15,17 @@ use crate::model::rope_scaling::{PRopeSpacing, RopeScaling};
 impl RawConfig {
     /// RoPE from transformers 5 `rope_parameters` or older `rope_theta` + `rope_scaling`.
     pub(crate) fn resolve_rope(&self, path: &Path, head_dim: usize) -> Result<RopeConfig> {
+        self.resolve_rope_with_theta(path, head_dim, 10000.0)
+    }
+
+    /// [`RawConfig::resolve_rope`] with the config class's `default_theta` when the config
+    /// names none.
+    pub(crate) fn resolve_rope_with_theta(
+        &self,
+        path: &Path,
+        head_dim: usize,
+        default_theta: f64,
+    ) -> Result<RopeConfig> {
         self.check_rope_objects(path)?;
         let params = self.rope_parameters.as_ref().or(self.rope_scaling.as_ref());
         let params = params.filter(|v| !v.is_null());
@@ -24,7 +35,7 @@ impl RawConfig {
         let theta = field("rope_theta")?
             .or(self.rope_theta)
             .or(self.rotary_emb_base)
-            .unwrap_or(10000.0);
+            .unwrap_or(default_theta);
         let theta = positive(theta, "rope_theta", path)?;
         let partial_rotary_factor = field("partial_rotary_factor")?
             .or(self.partial_rotary_factor)

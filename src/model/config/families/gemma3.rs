@@ -47,6 +47,22 @@ fn scalars(raw: &RawConfig, path: &Path, hidden_size: usize) -> Result<Option<Ge
 /// `rope_local_base_freq` (sliding, default 1e4) and `rope_scaling` (global only), as
 /// Gemma3TextConfig reads them. Returns (global, sliding).
 fn rope(raw: &RawConfig, path: &Path, head_dim: usize) -> Result<Ropes> {
+    let thetas = (
+        raw.rope_theta.unwrap_or(1_000_000.0),
+        raw.rope_local_base_freq.unwrap_or(10_000.0),
+    );
+    typed_rope(raw, path, head_dim, thetas)
+}
+
+/// RoPE parameters keyed by layer type (`full_attention`, `sliding_attention`; each default
+/// RoPE when absent, with `thetas` (global, sliding) where they name none), the legacy
+/// `rope_scaling` laid over the global layers' (Gemma 3, OLMo 3). Returns (global, sliding).
+pub(crate) fn typed_rope(
+    raw: &RawConfig,
+    path: &Path,
+    head_dim: usize,
+    thetas: (f64, f64),
+) -> Result<Ropes> {
     let nested = |key: &str| {
         raw.rope_parameters
             .as_ref()
@@ -57,12 +73,12 @@ fn rope(raw: &RawConfig, path: &Path, head_dim: usize) -> Result<Ropes> {
     let global = LayerRope {
         params: nested("full_attention"),
         legacy: raw.rope_scaling.as_ref(),
-        theta: raw.rope_theta.unwrap_or(1_000_000.0),
+        theta: thetas.0,
     };
     let local = LayerRope {
         params: nested("sliding_attention"),
         legacy: None,
-        theta: raw.rope_local_base_freq.unwrap_or(10_000.0),
+        theta: thetas.1,
     };
     Ok((
         global.resolve(raw, path, head_dim)?,

@@ -87,5 +87,6 @@ fn experts(raw: &RawExperts, dense: DenseSizes, path: &Path) -> Result<Option<Ex
         intermediate: intermediate_size,
         layers: (0..num_layers).collect(),
         names: ExpertNames::GptOss,
+        shared_intermediate: None,
     }))
 }

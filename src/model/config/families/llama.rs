@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use crate::error::Result;
+use crate::model::attention_layers::AttentionLayers;
 use crate::model::config::family::{Biases, Family, Ropes};
 use crate::model::config::{GemmaSettings, RawConfig};
 use crate::model::experts::{DenseSizes, Experts, RawExperts};
@@ -15,6 +16,7 @@ pub(crate) const FAMILY: Family = Family {
     heads_only: false,
     default_head_dim: None,
     default_intermediate_per_hidden: None,
+    dense_intermediate: intermediate_size,
     activation: "silu",
     activation_key: hidden_act,
     check: nothing_to_check,
@@ -32,11 +34,16 @@ pub(crate) const FAMILY: Family = Family {
         default_size: None,
         layers: WindowLayers::FromMaxWindowLayers,
     },
+    attention_layers: every_layer_alike,
     experts: dense,
     scalars: no_scalars,
     weight_names: &[],
     ignored_on_load: &[],
 };
+
+fn intermediate_size(raw: &RawConfig) -> Option<usize> {
+    raw.intermediate_size
+}
 
 pub(crate) fn hidden_act(raw: &RawConfig) -> Option<&str> {
     raw.hidden_act.as_deref()
@@ -62,6 +69,11 @@ fn layout(_: &RawConfig) -> Layout {
 /// One RoPE for every layer, as the config gives it.
 pub(crate) fn rope(raw: &RawConfig, path: &Path, head_dim: usize) -> Result<Ropes> {
     Ok((raw.resolve_rope(path, head_dim)?, None))
+}
+
+/// Every layer rotates and sees every earlier key (or the window's).
+fn every_layer_alike(_: &RawConfig, _: usize, _: &Path) -> Result<AttentionLayers> {
+    Ok(AttentionLayers::default())
 }
 
 fn dense(_: &RawExperts, _: DenseSizes, _: &Path) -> Result<Option<Experts>> {

@@ -31,5 +31,6 @@ fn experts(raw: &RawExperts, dense: DenseSizes, _: &Path) -> Result<Option<Exper
         intermediate: intermediate_size,
         layers: (0..num_layers).collect(),
         names: ExpertNames::Mixtral,
+        shared_intermediate: None,
     }))
 }

@@ -9,17 +9,21 @@ mod gpt2;
 mod gpt_neox;
 mod gpt_oss;
 pub(crate) mod llama;
+mod llama4_text;
 mod mistral;
 mod mixtral;
 mod olmo2;
+mod olmo3;
 mod phi3;
 mod qwen2;
 mod qwen3;
 mod qwen3_moe;
+mod smollm3;
 
 /// Every family the loader implements.
 pub(crate) static FAMILIES: &[Family] = &[
     llama::FAMILY,
+    llama4_text::FAMILY,
     qwen2::FAMILY,
     qwen3::FAMILY,
     qwen3_moe::FAMILY,
@@ -27,6 +31,8 @@ pub(crate) static FAMILIES: &[Family] = &[
     mixtral::FAMILY,
     phi3::FAMILY,
     olmo2::FAMILY,
+    olmo3::FAMILY,
+    smollm3::FAMILY,
     gemma2::FAMILY,
     gemma3::FAMILY,
     gpt_oss::FAMILY,

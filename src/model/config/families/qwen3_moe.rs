@@ -47,5 +47,6 @@ fn experts(raw: &RawExperts, dense: DenseSizes, path: &Path) -> Result<Option<Ex
             .filter(|l| !dense.contains(l) && count > 0 && (l + 1) % step == 0)
             .collect(),
         names: ExpertNames::Qwen,
+        shared_intermediate: None,
     }))
 }

@@ -1,0 +1,206 @@
+//! Llama 4 (text, `llama4_text`): the Llama layout with RoPE on interleaved pairs (theta 5e5
+//! by default), NoPE layers (`no_rope_layers`, else every `no_rope_layer_interval`-th),
+//! chunked attention of `attention_chunk_size` positions on the layers `layer_types` names
+//! `chunked_attention` (else the RoPE layers), temperature tuning of the NoPE layers'
+//! queries (`attn_temperature_tuning`, `floor_scale`, `attn_scale`), an L2 QK-norm after RoPE
+//! on the RoPE layers (`use_qk_norm`), and mixture-of-experts layers (`moe_layers`, else
+//! every `interleave_moe_layer_step`-th) of `intermediate_size` with a shared expert, routed
+//! by the sigmoid of the top-k logits on the experts' inputs; the dense layers' MLP is
+//! `intermediate_size_mlp` (`feed_forward.*`).
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::llama;
+use crate::error::{Error, Result};
+use crate::model::attention_layers::{
+    no_rope_layers, AttentionLayers, ChunkedLayers, TemperatureTuning,
+};
+use crate::model::config::family::{Family, Ropes};
+use crate::model::config::RawConfig;
+use crate::model::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
+use crate::model::layout::Layout;
+use crate::nn::Routing;
+
+pub(crate) const FAMILY: Family = Family {
+    name: "llama4_text",
+    dense_intermediate,
+    norm_eps: rms_norm_eps,
+    default_max_position_embeddings: 4096 * 32,
+    layout,
+    rope,
+    attention_layers,
+    experts,
+    weight_names: &[
+        (
+            "model.layers.{l}.mlp.gate_proj.{p}",
+            "model.layers.{l}.feed_forward.gate_proj.{p}",
+        ),
+        (
+            "model.layers.{l}.mlp.up_proj.{p}",
+            "model.layers.{l}.feed_forward.up_proj.{p}",
+        ),
+        (
+            "model.layers.{l}.mlp.down_proj.{p}",
+            "model.layers.{l}.feed_forward.down_proj.{p}",
+        ),
+    ],
+    ..llama::FAMILY
+};
+
+/// Llama4TextConfig's `intermediate_size_mlp` (16384 by default).
+fn dense_intermediate(raw: &RawConfig) -> Option<usize> {
+    Some(raw.intermediate_size_mlp.unwrap_or(16384))
+}
+
+/// Llama4TextConfig's default is 1e-5.
+fn rms_norm_eps(raw: &RawConfig) -> f64 {
+    raw.rms_norm_eps.unwrap_or(1e-5)
+}
+
+fn layout(_: &RawConfig) -> Layout {
+    Layout {
+        rope_interleaved: true,
+        ..Layout::LLAMA
+    }
+}
+
+/// `default_theta` 5e5.
+fn rope(raw: &RawConfig, path: &Path, head_dim: usize) -> Result<Ropes> {
+    Ok((
+        raw.resolve_rope_with_theta(path, head_dim, 500_000.0)?,
+        None,
+    ))
+}
+
+/// The NoPE and chunked layers, temperature tuning and the L2 QK-norm.
+fn attention_layers(raw: &RawConfig, num_layers: usize, path: &Path) -> Result<AttentionLayers> {
+    let no_rope = no_rope_layers(
+        raw.no_rope_layers.as_deref(),
+        raw.no_rope_layer_interval,
+        num_layers,
+        path,
+    )?;
+    let size = match &raw.attention_chunk_size {
+        None => Some(8192),
+        Some(Value::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(size) if size >= 1 => Some(size as usize),
+            _ => {
+                return Err(Error::input(
+                    path,
+                    format!("attention_chunk_size {v} must be a positive integer or null"),
+                ))
+            }
+        },
+    };
+    let chunked_layers: Vec<usize> = match &raw.layer_types {
+        Some(types) => {
+            if types.len() != num_layers {
+                return Err(Error::input(
+                    path,
+                    format!(
+                        "layer_types has {} entries for num_hidden_layers {num_layers}",
+                        types.len()
+                    ),
+                ));
+            }
+            if let Some(other) = types
+                .iter()
+                .find(|t| !matches!(t.as_str(), "full_attention" | "chunked_attention"))
+            {
+                return Err(Error::input(
+                    path,
+                    format!("layer type `{other}` is not implemented for llama4_text (supported: full_attention, chunked_attention)"),
+                ));
+            }
+            (0..num_layers)
+                .filter(|&l| types[l] == "chunked_attention")
+                .collect()
+        }
+        // Llama4TextConfig: the RoPE layers are chunked when there is a chunk size
+        None => (0..num_layers)
+            .filter(|l| size.is_some() && !no_rope.contains(l))
+            .collect(),
+    };
+    let chunked = match (size, chunked_layers.is_empty()) {
+        (_, true) => None,
+        (Some(size), false) => Some(ChunkedLayers {
+            size,
+            layers: chunked_layers,
+        }),
+        (None, false) => {
+            return Err(Error::input(
+                path,
+                "layer_types names chunked_attention layers but attention_chunk_size is null: there is no chunk to give them",
+            ))
+        }
+    };
+    let temperature = match raw.attn_temperature_tuning.unwrap_or(true) {
+        true => {
+            let floor_scale = raw.floor_scale.unwrap_or(8192.0);
+            let attn_scale = raw.attn_scale.unwrap_or(0.1);
+            if !(floor_scale.is_finite() && floor_scale > 0.0 && attn_scale.is_finite()) {
+                return Err(Error::input(
+                    path,
+                    format!(
+                        "floor_scale {floor_scale} must be > 0 and attn_scale {attn_scale} finite"
+                    ),
+                ));
+            }
+            Some(TemperatureTuning {
+                floor_scale,
+                attn_scale,
+            })
+        }
+        false => None,
+    };
+    Ok(AttentionLayers {
+        no_rope,
+        chunked,
+        temperature,
+        l2_qk_norm: raw.use_qk_norm.unwrap_or(true),
+    })
+}
+
+/// Llama4TextConfig's defaults: 16 experts of `intermediate_size` (8192), 1 a token, on
+/// every `interleave_moe_layer_step`-th layer (1) unless `moe_layers` lists them; a shared
+/// expert of the same size.
+fn experts(raw: &RawExperts, dense: DenseSizes, path: &Path) -> Result<Option<Experts>> {
+    let step = raw.interleave_moe_layer_step.unwrap_or(1);
+    if step == 0 {
+        return Err(Error::input(
+            path,
+            "interleave_moe_layer_step must be at least 1",
+        ));
+    }
+    let layers: Vec<usize> = match raw.moe_layers {
+        Some(listed) => {
+            if let Some(bad) = listed.iter().find(|&&l| l >= dense.num_layers) {
+                return Err(Error::input(
+                    path,
+                    format!(
+                        "moe_layers names layer {bad} of {} layers",
+                        dense.num_layers
+                    ),
+                ));
+            }
+            (0..dense.num_layers)
+                .filter(|l| listed.contains(l))
+                .collect()
+        }
+        None => (step - 1..dense.num_layers).step_by(step).collect(),
+    };
+    let intermediate = raw.intermediate_size.unwrap_or(8192);
+    Ok(Some(Experts {
+        count: raw.num_local_experts.unwrap_or(16),
+        top_k: raw.num_experts_per_tok.unwrap_or(1),
+        routing: Routing::TopKSigmoidInput,
+        clamped: None,
+        intermediate,
+        layers,
+        names: ExpertNames::Llama4,
+        shared_intermediate: Some(intermediate),
+    }))
+}

@@ -1,0 +1,59 @@
+//! SmolLM3: the Llama layout with NoPE layers (`no_rope_layers`, 1 where a layer uses RoPE;
+//! else every `no_rope_layer_interval`-th layer, 4 by default), tied embeddings and
+//! `rope_theta` 2e6 by default; a sliding window on the layers `layer_types` names.
+
+use std::path::Path;
+
+use super::llama;
+use crate::error::{Error, Result};
+use crate::model::attention_layers::{no_rope_layers, AttentionLayers};
+use crate::model::config::family::{Family, Ropes};
+use crate::model::config::RawConfig;
+use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
+
+pub(crate) const FAMILY: Family = Family {
+    name: "smollm3",
+    check,
+    default_max_position_embeddings: 32768,
+    default_tie_word_embeddings: true,
+    rope,
+    // SmolLM3Model masks by layer_types whatever use_sliding_window says
+    window: WindowRule {
+        used: WindowUse::Always,
+        default_size: None,
+        layers: WindowLayers::Listed,
+    },
+    attention_layers,
+    ..llama::FAMILY
+};
+
+/// SmolLM3Config derives sliding layers from the NoPE layers when `layer_types` is absent
+/// and `use_sliding_window` is set: not implemented (a saved config lists them).
+fn check(raw: &RawConfig, path: &Path) -> Result<()> {
+    let window = raw.sliding_window.as_ref().is_some_and(|w| !w.is_null());
+    if raw.layer_types.is_none() && raw.use_sliding_window == Some(true) && window {
+        return Err(Error::input(
+            path,
+            "use_sliding_window without layer_types is not implemented for smollm3 (SmolLM3Config derives the sliding layers from no_rope_layers): give layer_types",
+        ));
+    }
+    Ok(())
+}
+
+/// SmolLM3Config's `default_theta` is 2e6.
+fn rope(raw: &RawConfig, path: &Path, head_dim: usize) -> Result<Ropes> {
+    Ok((raw.resolve_rope_with_theta(path, head_dim, 2e6)?, None))
+}
+
+/// The NoPE layers.
+fn attention_layers(raw: &RawConfig, num_layers: usize, path: &Path) -> Result<AttentionLayers> {
+    Ok(AttentionLayers {
+        no_rope: no_rope_layers(
+            raw.no_rope_layers.as_deref(),
+            raw.no_rope_layer_interval,
+            num_layers,
+            path,
+        )?,
+        ..AttentionLayers::default()
+    })
+}
