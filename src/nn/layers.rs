@@ -316,13 +316,13 @@ impl Routing {
             .map(|g| top(g, 2).iter().map(|&e| g[e]).sum())
             .collect();
         let kept = top(&group_scores, topk_group);
-        // the other groups' experts score 0 (masked_fill(~mask, 0.0))
+        // the other groups' experts are out (masked_fill(~mask, -inf))
         let choice: Vec<f32> = biased
             .iter()
             .enumerate()
             .map(|(e, &s)| match kept.contains(&(e / per_group.max(1))) {
                 true => s,
-                false => 0.0,
+                false => f32::NEG_INFINITY,
             })
             .collect();
         let chosen = top(&choice, top_k);

@@ -14,7 +14,7 @@ use asa_analyze::metrics::{Metric, MetricOptions};
 use candle_core::{Device, Tensor};
 
 /// Every model fixture written by `tools/make_fixtures.py`.
-pub const MODEL_FIXTURES: [&str; 31] = [
+pub const MODEL_FIXTURES: [&str; 32] = [
     "llama_gqa",
     "qwen2",
     "mistral",
@@ -46,6 +46,7 @@ pub const MODEL_FIXTURES: [&str; 31] = [
     "smollm3",
     "olmo3",
     "llama4_text",
+    "glm4_moe",
 ];
 
 /// The options the fixture references were computed with (`tools/make_fixtures.py`: 20

@@ -605,3 +605,49 @@ fn llama4_and_smollm3_name_each_layers_kind() {
     let err = expect_error(&run_cli(tmp.path(), &["inspect", "l4"]));
     assert!(err.contains("attention_chunk_size is null"), "{err}");
 }
+
+/// Issue 52: GLM-4.5's experts are named by `inspect`, and routing settings the loader does
+/// not implement are refused naming the key.
+#[test]
+fn glm4_moe_names_its_routing_and_refuses_what_it_does_not_implement() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("glm4_moe", &tmp.path().join("glm"));
+    let inspect = expect_success(&run_cli(tmp.path(), &["inspect", "glm"]));
+    for says in [
+        "a mixture of 4 SwiGLU experts of 16, 2 a token (sigmoid scores, group-limited top-k with a score-correction bias) and a shared SwiGLU of 16 on layers 2, 3 (dense elsewhere)",
+        "partial_rotary_factor 0.5 (4 of 8 dims rotate)",
+    ] {
+        assert!(inspect.contains(says), "{says}: {inspect}");
+    }
+    for (key, value, says) in [
+        (
+            "scoring_func",
+            serde_json::json!("softmax"),
+            "scoring_func `softmax` is not implemented",
+        ),
+        (
+            "topk_method",
+            serde_json::json!("greedy"),
+            "topk_method `greedy` is not implemented",
+        ),
+        (
+            "n_group",
+            serde_json::json!(3),
+            "n_group 3 must divide the 4 routed experts",
+        ),
+        (
+            "n_group",
+            serde_json::json!(4),
+            "fewer than 2 experts a group",
+        ),
+    ] {
+        copy_fixture("glm4_moe", &tmp.path().join("bad"));
+        edit_config(&tmp.path().join("bad"), |c| c[key] = value.clone());
+        let err = expect_error(&run_cli(tmp.path(), &["inspect", "bad"]));
+        assert!(
+            err.contains("config.json") && err.contains(says),
+            "{key}: {err}"
+        );
+        std::fs::remove_dir_all(tmp.path().join("bad")).unwrap();
+    }
+}

@@ -26,6 +26,18 @@ impl RawConfig {
         head_dim: usize,
         default_theta: f64,
     ) -> Result<RopeConfig> {
+        self.resolve_rope_with_defaults(path, head_dim, default_theta, 1.0)
+    }
+
+    /// [`RawConfig::resolve_rope`] with the config class's `default_theta` and
+    /// `default_partial` rotary factor when the config names neither (GLM-4.5: 0.5).
+    pub(crate) fn resolve_rope_with_defaults(
+        &self,
+        path: &Path,
+        head_dim: usize,
+        default_theta: f64,
+        default_partial: f64,
+    ) -> Result<RopeConfig> {
         self.check_rope_objects(path)?;
         let params = self.rope_parameters.as_ref().or(self.rope_scaling.as_ref());
         let params = params.filter(|v| !v.is_null());
@@ -40,7 +52,7 @@ impl RawConfig {
         let partial_rotary_factor = field("partial_rotary_factor")?
             .or(self.partial_rotary_factor)
             .or(self.rotary_pct)
-            .unwrap_or(1.0);
+            .unwrap_or(default_partial);
         check_partial_rotary(partial_rotary_factor, head_dim, path)?;
         let scaling = self.scaling(params, head_dim, partial_rotary_factor, path)?;
         Ok(RopeConfig {

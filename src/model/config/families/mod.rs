@@ -5,6 +5,7 @@ use super::family::Family;
 
 mod gemma2;
 mod gemma3;
+mod glm4_moe;
 mod gpt2;
 mod gpt_neox;
 mod gpt_oss;
@@ -35,6 +36,7 @@ pub(crate) static FAMILIES: &[Family] = &[
     smollm3::FAMILY,
     gemma2::FAMILY,
     gemma3::FAMILY,
+    glm4_moe::FAMILY,
     gpt_oss::FAMILY,
     gpt2::FAMILY,
     gpt_neox::FAMILY,
