@@ -107,6 +107,18 @@ NAMES = ["smollm3", "olmo3", "glm4_moe", "llama4_text", "deepseek_v3"]
 TORCH64 = torch.float64
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM = mf.HIDDEN, mf.HEADS, mf.KV_HEADS, mf.HEAD_DIM
 MOE_INTER = 16
+# glm4_moe and deepseek_v3: DeepSeek-V3's mixture (4 routed experts in 2 groups, the best
+# group kept, 2 a token, renormalised, 1 shared expert) after one dense layer
+DEEPSEEK_MOE = dict(
+    first_k_dense_replace=1,
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    n_group=2,
+    topk_group=1,
+    n_shared_experts=1,
+    moe_intermediate_size=MOE_INTER,
+    norm_topk_prob=True,
+)
 BIAS_STD = 0.3  # e_score_correction_bias ~ N(0, BIAS_STD^2)
 ROUTE_MARGIN = 1e-4
 LATENT_SCALE = 0.01  # deepseek_v3: q_a_proj and the latent rows of kv_a_proj_with_mqa scaled by this  # every routing decision clear of its runner-up by at least this
@@ -369,16 +381,9 @@ def main():
     name = "glm4_moe"
     cfg = Glm4MoeConfig(
         **{**cc, "num_hidden_layers": 3},
-        first_k_dense_replace=1,
-        n_routed_experts=4,
-        num_experts_per_tok=2,
-        n_shared_experts=1,
-        n_group=2,
-        topk_group=1,
-        moe_intermediate_size=MOE_INTER,
+        **DEEPSEEK_MOE,
         use_qk_norm=True,
         attention_bias=True,
-        norm_topk_prob=True,
         routed_scaling_factor=1.5,
     )
     assert cfg.rope_parameters["partial_rotary_factor"] == 0.5, cfg.rope_parameters
@@ -476,19 +481,12 @@ def main():
             "mscale": 1.0, "mscale_all_dim": 1.0}
     cfg = DeepseekV3Config(
         **{**{k: v for k, v in cc.items() if k != "head_dim"}, "num_hidden_layers": 3, "num_key_value_heads": HEADS},
-        first_k_dense_replace=1,
+        **DEEPSEEK_MOE,
         q_lora_rank=16,
         kv_lora_rank=16,
         qk_nope_head_dim=8,
         qk_rope_head_dim=4,
         v_head_dim=6,
-        n_routed_experts=4,
-        num_experts_per_tok=2,
-        n_group=2,
-        topk_group=1,
-        n_shared_experts=1,
-        moe_intermediate_size=MOE_INTER,
-        norm_topk_prob=True,
         routed_scaling_factor=2.5,
         rope_parameters=dict(yarn),
     )

@@ -56,6 +56,16 @@ impl AttentionLayers {
         !self.no_rope.contains(&l)
     }
 
+    /// Whether layer `l`'s q and k are L2-normalised after RoPE (the RoPE layers only).
+    pub fn l2_qk_norm_of(&self, l: usize) -> bool {
+        self.l2_qk_norm && self.rotates(l)
+    }
+
+    /// The temperature tuning of layer `l`'s queries (the NoPE layers only).
+    pub fn temperature_of(&self, l: usize) -> Option<TemperatureTuning> {
+        self.temperature.filter(|_| !self.rotates(l))
+    }
+
     /// The chunk of layer `l`, if it is chunked.
     pub fn chunk_of(&self, l: usize) -> Option<usize> {
         self.chunked

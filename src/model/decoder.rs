@@ -85,11 +85,8 @@ impl DecoderLayer {
                 AttentionShape {
                     window: c.key_window(l),
                     rotary: c.attention_layers.rotates(l),
-                    l2_qk_norm: c.attention_layers.l2_qk_norm && c.attention_layers.rotates(l),
-                    temperature: c
-                        .attention_layers
-                        .temperature
-                        .filter(|_| !c.attention_layers.rotates(l)),
+                    l2_qk_norm: c.attention_layers.l2_qk_norm_of(l),
+                    temperature: c.attention_layers.temperature_of(l),
                     ..shape.clone()
                 },
                 &layout,
@@ -469,7 +466,10 @@ impl Model {
                 .with_interleaved_pairs(c.layout.rope_interleaved),
         };
         let sliding = match &c.rope_local {
-            Some(local) => Some(rope_tables(local, c.head_dim, t, dtype, device)?),
+            Some(local) => Some(
+                rope_tables(local, c.head_dim, t, dtype, device)?
+                    .with_interleaved_pairs(c.layout.rope_interleaved),
+            ),
             None => None,
         };
         Ok(Ropes { all, sliding })

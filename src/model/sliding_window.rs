@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::probe::KeyWindow;
 
 /// The layer types `layer_types` may name.
-const LAYER_TYPES: &str = "full_attention, sliding_attention";
+const LAYER_TYPES: [&str; 2] = ["full_attention", "sliding_attention"];
 
 /// A sliding window and the layers that use it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -117,7 +117,7 @@ pub(crate) fn resolve(
     let types = match rule.used {
         // Llama: transformers reads neither the window nor the layer types
         WindowUse::Never => return Ok(None),
-        _ => layer_types(raw.layer_types, num_layers, path)?,
+        _ => checked_layer_types(raw.layer_types, num_layers, &LAYER_TYPES, path)?,
     };
     let used = match rule.used {
         WindowUse::WhenEnabled => raw.use_sliding_window == Some(true),
@@ -181,10 +181,11 @@ fn windowed_layers(
     }
 }
 
-/// `layer_types`, checked: one known type per layer.
-fn layer_types<'a>(
+/// `layer_types`, checked: one of the `supported` types per layer.
+pub(crate) fn checked_layer_types<'a>(
     types: Option<&'a [String]>,
     num_layers: usize,
+    supported: &[&str],
     path: &Path,
 ) -> Result<Option<&'a [String]>> {
     let Some(types) = types else { return Ok(None) };
@@ -197,13 +198,13 @@ fn layer_types<'a>(
             ),
         ));
     }
-    if let Some(other) = types
-        .iter()
-        .find(|t| !matches!(t.as_str(), "full_attention" | "sliding_attention"))
-    {
+    if let Some(other) = types.iter().find(|t| !supported.contains(&t.as_str())) {
         return Err(Error::input(
             path,
-            format!("layer type `{other}` is not implemented (supported: {LAYER_TYPES})"),
+            format!(
+                "layer type `{other}` is not implemented (supported: {})",
+                supported.join(", ")
+            ),
         ));
     }
     Ok(Some(types))
@@ -211,15 +212,5 @@ fn layer_types<'a>(
 
 /// `sliding_window`: a positive integer, none when null, the family's default when absent.
 fn size(value: Option<&Value>, rule: &WindowRule, path: &Path) -> Result<Option<usize>> {
-    match value {
-        None => Ok(rule.default_size),
-        Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_u64() {
-            Some(size) if size >= 1 => Ok(Some(size as usize)),
-            _ => Err(Error::input(
-                path,
-                format!("sliding_window {v} must be a positive integer or null"),
-            )),
-        },
-    }
+    crate::model::config::positive_or_null(value, "sliding_window", rule.default_size, path)
 }

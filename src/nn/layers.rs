@@ -275,10 +275,9 @@ impl Routing {
                 };
                 chosen.iter().map(|&e| (e, probs[e] / total)).collect()
             }
-            (Routing::TopKSigmoidInput, _) => chosen
-                .iter()
-                .map(|&e| (e, 1.0 / (1.0 + (-logits[e]).exp())))
-                .collect(),
+            (Routing::TopKSigmoidInput, _) => {
+                chosen.iter().map(|&e| (e, sigmoid(logits[e]))).collect()
+            }
             _ => {
                 let max = chosen.first().map_or(0.0, |&e| logits[e]);
                 let exps: Vec<f32> = chosen.iter().map(|&e| (logits[e] - max).exp()).collect();
@@ -304,7 +303,7 @@ impl Routing {
         else {
             return Vec::new();
         };
-        let scores: Vec<f32> = logits.iter().map(|&l| 1.0 / (1.0 + (-l).exp())).collect();
+        let scores: Vec<f32> = logits.iter().map(|&l| sigmoid(l)).collect();
         let biased: Vec<f32> = match bias {
             Some(bias) => scores.iter().zip(bias).map(|(s, b)| s + b).collect(),
             None => scores.clone(),
@@ -335,6 +334,11 @@ impl Routing {
             .map(|&e| (e, scores[e] / total * scaling as f32))
             .collect()
     }
+}
+
+/// 1 / (1 + e^-x) in f32, as torch's sigmoid of a float32 router's logits.
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
 }
 
 /// The indices of the `k` largest of `score`, largest first, ties to the lower index.

@@ -111,32 +111,76 @@ impl KeyWindow {
 }
 
 /// Stored as before chunks existed: causal `null`, a sliding window its size, a chunked
-/// layer `{"chunk": size}` (partial results and records written earlier still read).
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(untagged)]
-enum Stored {
-    Size(Option<usize>),
-    Chunk { chunk: usize },
-}
-
+/// layer a struct `{"chunk": size}` (a one-element array in MessagePack's saved metric
+/// states), so that partial results and records written earlier still read.
 impl serde::Serialize for KeyWindow {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
         match *self {
-            KeyWindow::Causal => Stored::Size(None),
-            KeyWindow::Sliding(size) => Stored::Size(Some(size)),
-            KeyWindow::Chunked(chunk) => Stored::Chunk { chunk },
+            KeyWindow::Causal => s.serialize_none(),
+            KeyWindow::Sliding(size) => s.serialize_some(&size),
+            KeyWindow::Chunked(chunk) => {
+                let mut st = s.serialize_struct("Chunk", 1)?;
+                st.serialize_field("chunk", &chunk)?;
+                st.end()
+            }
         }
-        .serialize(s)
     }
 }
 
 impl<'de> serde::Deserialize<'de> for KeyWindow {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        Ok(match Stored::deserialize(d)? {
-            Stored::Size(None) => KeyWindow::Causal,
-            Stored::Size(Some(size)) => KeyWindow::sliding(size),
-            Stored::Chunk { chunk } => KeyWindow::chunked(chunk),
-        })
+        d.deserialize_any(StoredWindow)
+    }
+}
+
+/// Reads what [`KeyWindow`]'s `Serialize` writes, in any self-describing format.
+struct StoredWindow;
+
+impl<'de> serde::de::Visitor<'de> for StoredWindow {
+    type Value = KeyWindow;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("null, a window size or {\"chunk\": size}")
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> std::result::Result<KeyWindow, E> {
+        Ok(KeyWindow::Causal)
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> std::result::Result<KeyWindow, E> {
+        Ok(KeyWindow::Causal)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> std::result::Result<KeyWindow, D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, size: u64) -> std::result::Result<KeyWindow, E> {
+        Ok(KeyWindow::sliding(size as usize))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<KeyWindow, A::Error> {
+        let chunk: usize = seq
+            .next_element()?
+            .ok_or_else(|| serde::de::Error::invalid_length(0, &self))?;
+        Ok(KeyWindow::chunked(chunk))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<KeyWindow, A::Error> {
+        match map.next_entry::<String, usize>()? {
+            Some((key, chunk)) if key == "chunk" => Ok(KeyWindow::chunked(chunk)),
+            _ => Err(serde::de::Error::custom("expected {\"chunk\": size}")),
+        }
     }
 }
 
@@ -200,6 +244,10 @@ mod tests {
         ] {
             assert_eq!(serde_json::to_string(&w).unwrap(), json);
             assert_eq!(serde_json::from_str::<KeyWindow>(json).unwrap(), w);
+            // saved metric states are MessagePack
+            let bytes = rmp_serde::to_vec(&w).unwrap();
+            let back = rmp_serde::from_slice::<KeyWindow>(&bytes);
+            assert_eq!(back.as_ref().ok(), Some(&w), "{bytes:?} {back:?}");
         }
     }
 }

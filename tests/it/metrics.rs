@@ -637,7 +637,8 @@ fn a_run_split_at_random_and_merged_in_any_order_gives_the_single_run() {
         .chain([Metric::KEY_RECEIVED])
         .collect();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    for name in ["sink", "affine_scaled_gated", "logn"] {
+    // llama4_text: chunked and NoPE layers, their windows carried in each part's saved state
+    for name in ["sink", "affine_scaled_gated", "logn", "llama4_text"] {
         let ckpt = Checkpoint::open(&model_dir(name), &Device::Cpu, DType::F32).unwrap();
         let model = ckpt.load_model().unwrap();
         for flash in [true, false] {
@@ -648,8 +649,10 @@ fn a_run_split_at_random_and_merged_in_any_order_gives_the_single_run() {
                 metrics.clone()
             };
             let opts = fixture_options(metrics, EntropyOf::Effective);
+            // an MoE layer gathers each expert's tokens over the batch, so a window's batch
+            // partners change its f32 rounding there: llama4_text runs a window a pass
             let shape = RunShape {
-                batch_size: 2,
+                batch_size: if name == "llama4_text" { 1 } else { 2 },
                 block: 8,
             };
             let whole = analyze(&ckpt, &model, &ids, &opts, shape, |_| {}).unwrap();

@@ -35,7 +35,7 @@ use std::path::Path;
 use serde_json::Value;
 
 pub(crate) use family::Family;
-pub(crate) use raw::field_error;
+pub(crate) use raw::{field_error, positive_or_null};
 pub use raw::{RawAffine, RawConfig, RawLogn, RawScaleInvariant};
 pub use rope::p_rope_pairs;
 
@@ -292,7 +292,7 @@ impl ModelConfig {
         (0..self.num_layers)
             .map(|l| {
                 let rope = a.rotates(l) && !self.layout.learned_positions;
-                let tuned = a.temperature.is_some() && !a.rotates(l);
+                let tuned = a.temperature_of(l).is_some();
                 super::attention_layers::LayerKind::attention(l, self.key_window(l), rope, tuned)
             })
             .collect()

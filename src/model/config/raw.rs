@@ -106,15 +106,6 @@ pub struct RawConfig {
     pub first_k_dense_replace: Option<usize>,
     pub topk_method: Option<String>,
     pub scoring_func: Option<String>,
-    /// DeepSeek's multi-token-prediction layers (not implemented: refused when non-zero).
-    pub num_nextn_predict_layers: Option<usize>,
-    /// Multi-head latent attention (DeepSeek-V3).
-    pub q_lora_rank: Option<Value>,
-    pub kv_lora_rank: Option<usize>,
-    pub qk_nope_head_dim: Option<usize>,
-    pub qk_rope_head_dim: Option<usize>,
-    pub v_head_dim: Option<usize>,
-    pub rope_interleave: Option<bool>,
     pub attention_variant: Option<String>,
     pub affine_scaled: Option<RawAffine>,
     pub scale_invariant: Option<RawScaleInvariant>,
@@ -171,6 +162,27 @@ pub(crate) fn float_field(obj: &Value, key: &str, path: &Path) -> Result<Option<
             .as_f64()
             .map(Some)
             .ok_or_else(|| Error::input(path, format!("`{key}` must be a number, got {v}"))),
+    }
+}
+
+/// `key`'s value `value` as a positive integer: `None` when null, `default` when absent
+/// (the config class's), an error naming the key for anything else.
+pub(crate) fn positive_or_null(
+    value: Option<&Value>,
+    key: &str,
+    default: Option<usize>,
+    path: &Path,
+) -> Result<Option<usize>> {
+    match value {
+        None => Ok(default),
+        Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_u64() {
+            Some(size) if size >= 1 => Ok(Some(size as usize)),
+            _ => Err(Error::input(
+                path,
+                format!("{key} {v} must be a positive integer or null"),
+            )),
+        },
     }
 }
 

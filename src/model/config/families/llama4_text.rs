@@ -10,18 +10,20 @@
 
 use std::path::Path;
 
-use serde_json::Value;
-
 use super::llama;
 use crate::error::{Error, Result};
 use crate::model::attention_layers::{
     no_rope_layers, AttentionLayers, ChunkedLayers, TemperatureTuning,
 };
 use crate::model::config::family::{Family, Ropes};
-use crate::model::config::RawConfig;
+use crate::model::config::{positive_or_null, RawConfig};
 use crate::model::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
 use crate::model::layout::Layout;
+use crate::model::sliding_window::checked_layer_types;
 use crate::nn::Routing;
+
+/// The layer types Llama4TextConfig writes.
+const LAYER_TYPES: [&str; 2] = ["full_attention", "chunked_attention"];
 
 pub(crate) const FAMILY: Family = Family {
     name: "llama4_text",
@@ -82,86 +84,62 @@ fn attention_layers(raw: &RawConfig, num_layers: usize, path: &Path) -> Result<A
         num_layers,
         path,
     )?;
-    let size = match &raw.attention_chunk_size {
-        None => Some(8192),
-        Some(Value::Null) => None,
-        Some(v) => match v.as_u64() {
-            Some(size) if size >= 1 => Some(size as usize),
-            _ => {
-                return Err(Error::input(
-                    path,
-                    format!("attention_chunk_size {v} must be a positive integer or null"),
-                ))
-            }
-        },
-    };
-    let chunked_layers: Vec<usize> = match &raw.layer_types {
-        Some(types) => {
-            if types.len() != num_layers {
-                return Err(Error::input(
-                    path,
-                    format!(
-                        "layer_types has {} entries for num_hidden_layers {num_layers}",
-                        types.len()
-                    ),
-                ));
-            }
-            if let Some(other) = types
-                .iter()
-                .find(|t| !matches!(t.as_str(), "full_attention" | "chunked_attention"))
-            {
-                return Err(Error::input(
-                    path,
-                    format!("layer type `{other}` is not implemented for llama4_text (supported: full_attention, chunked_attention)"),
-                ));
-            }
-            (0..num_layers)
-                .filter(|&l| types[l] == "chunked_attention")
-                .collect()
-        }
-        // Llama4TextConfig: the RoPE layers are chunked when there is a chunk size
+    let chunked = chunked_layers(raw, &no_rope, num_layers, path)?;
+    Ok(AttentionLayers {
+        no_rope,
+        chunked,
+        temperature: temperature(raw, path)?,
+        l2_qk_norm: raw.use_qk_norm.unwrap_or(true),
+    })
+}
+
+/// The layers `layer_types` names `chunked_attention` (else, as Llama4TextConfig derives
+/// them, the RoPE layers) with `attention_chunk_size` (8192 by default; null: none).
+fn chunked_layers(
+    raw: &RawConfig,
+    no_rope: &[usize],
+    num_layers: usize,
+    path: &Path,
+) -> Result<Option<ChunkedLayers>> {
+    let key = raw.attention_chunk_size.as_ref();
+    let size = positive_or_null(key, "attention_chunk_size", Some(8192), path)?;
+    let types = checked_layer_types(raw.layer_types.as_deref(), num_layers, &LAYER_TYPES, path)?;
+    let layers: Vec<usize> = match types {
+        Some(types) => (0..num_layers)
+            .filter(|&l| types[l] == "chunked_attention")
+            .collect(),
         None => (0..num_layers)
             .filter(|l| size.is_some() && !no_rope.contains(l))
             .collect(),
     };
-    let chunked = match (size, chunked_layers.is_empty()) {
-        (_, true) => None,
-        (Some(size), false) => Some(ChunkedLayers {
-            size,
-            layers: chunked_layers,
-        }),
-        (None, false) => {
-            return Err(Error::input(
-                path,
-                "layer_types names chunked_attention layers but attention_chunk_size is null: there is no chunk to give them",
-            ))
-        }
-    };
-    let temperature = match raw.attn_temperature_tuning.unwrap_or(true) {
-        true => {
-            let floor_scale = raw.floor_scale.unwrap_or(8192.0);
-            let attn_scale = raw.attn_scale.unwrap_or(0.1);
-            if !(floor_scale.is_finite() && floor_scale > 0.0 && attn_scale.is_finite()) {
-                return Err(Error::input(
-                    path,
-                    format!(
-                        "floor_scale {floor_scale} must be > 0 and attn_scale {attn_scale} finite"
-                    ),
-                ));
-            }
-            Some(TemperatureTuning {
-                floor_scale,
-                attn_scale,
-            })
-        }
-        false => None,
-    };
-    Ok(AttentionLayers {
-        no_rope,
-        chunked,
-        temperature,
-        l2_qk_norm: raw.use_qk_norm.unwrap_or(true),
-    })
+    match (size, layers.is_empty()) {
+        (_, true) => Ok(None),
+        (Some(size), false) => Ok(Some(ChunkedLayers { size, layers })),
+        (None, false) => Err(Error::input(
+            path,
+            "layer_types names chunked_attention layers but attention_chunk_size is null: there is no chunk to give them",
+        )),
+    }
+}
+
+/// The NoPE layers' temperature tuning (`attn_temperature_tuning`, on by default, with
+/// `floor_scale` 8192 and `attn_scale` 0.1).
+fn temperature(raw: &RawConfig, path: &Path) -> Result<Option<TemperatureTuning>> {
+    if !raw.attn_temperature_tuning.unwrap_or(true) {
+        return Ok(None);
+    }
+    let floor_scale = raw.floor_scale.unwrap_or(8192.0);
+    let attn_scale = raw.attn_scale.unwrap_or(0.1);
+    if !(floor_scale.is_finite() && floor_scale > 0.0 && attn_scale.is_finite()) {
+        return Err(Error::input(
+            path,
+            format!("floor_scale {floor_scale} must be > 0 and attn_scale {attn_scale} finite"),
+        ));
+    }
+    Ok(Some(TemperatureTuning {
+        floor_scale,
+        attn_scale,
+    }))
 }
 
 /// Llama4TextConfig's defaults: 16 experts of `intermediate_size` (8192), 1 a token, on
