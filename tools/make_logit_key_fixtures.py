@@ -109,8 +109,7 @@ FIXTURES = [
     "olmo3",
     "glm4_moe",
     "llama4_text",
-    # deepseek_v3 (written by make_families_2026_fixtures.py) joins when asa-analyze loads
-    # MLA: its fixture is not committed before then
+    "deepseek_v3",
 ]
 # Weights that sum to 1 over the visible keys by construction.
 SUM_TO_ONE = {"llama_gqa", "qwen2", "mistral", "gpt_neox", "olmo2", "phi3", "gpt2", "mixtral", "qwen2_window", "qwen3_moe", "rope_linear", "rope_dynamic",

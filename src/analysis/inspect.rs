@@ -198,9 +198,19 @@ fn positions(c: &ModelConfig) -> String {
 /// query scale and soft-caps).
 fn logit_transforms(c: &ModelConfig) -> String {
     let gemma = c.gemma;
-    let scale = match gemma.map(|g| g.query_pre_attn_scalar) {
-        Some(s) => format!("q.k / sqrt({s}) (query_pre_attn_scalar)"),
-        None => format!("q.k / sqrt({}) (head_dim)", c.head_dim),
+    let scale = match (gemma.map(|g| g.query_pre_attn_scalar), &c.latent) {
+        (Some(s), _) => format!("q.k / sqrt({s}) (query_pre_attn_scalar)"),
+        (None, Some(l)) => format!(
+            "q.k x {:.7} (latent attention: q.k = q_nope.k_nope + q_rope.k_rope over {} + {} dims, \
+             scaled by {}^-1/2 times YaRN's mscale^2 {:.6}; values of {} dims)",
+            l.softmax_scale,
+            l.nope_dim,
+            l.rope_dim,
+            l.qk_dim(),
+            l.softmax_scale * (l.qk_dim() as f64).sqrt(),
+            l.v_dim
+        ),
+        (None, None) => format!("q.k / sqrt({}) (head_dim)", c.head_dim),
     };
     let attn = match (
         c.attn_logit_softcap(),

@@ -58,7 +58,25 @@ pub struct AttentionShape {
     pub l2_qk_norm: bool,
     /// Llama 4's temperature tuning of the queries (its NoPE layers).
     pub temperature: Option<crate::model::attention_layers::TemperatureTuning>,
+    /// Multi-head latent attention (DeepSeek-V3): q/k of `head_dim` = nope + rope, values
+    /// of `latent.v_dim`, one key/value head per head.
+    pub latent: Option<super::latent::LatentShape>,
 }
+
+/// How q, k and v are projected from the hidden states.
+pub enum QkvProjections {
+    /// `q_proj`, `k_proj`, `v_proj` (fused ones are split on load).
+    Separate {
+        q_proj: Linear,
+        k_proj: Linear,
+        v_proj: Linear,
+    },
+    /// Multi-head latent attention.
+    Latent(super::latent::LatentProjections),
+}
+
+/// q, k and v of a layer, and a gated layer's gate logits.
+type QueriesAndKeys = (Tensor, Tensor, Tensor, Option<Tensor>);
 
 /// How the scaled logits s_ij become the logits the variant normalises.
 enum LogitRule {
@@ -74,9 +92,7 @@ enum LogitRule {
 
 /// The tensors of one attention layer (`model.layers.{l}.self_attn`), as loaded.
 pub struct AttentionWeights {
-    pub q_proj: Linear,
-    pub k_proj: Linear,
-    pub v_proj: Linear,
+    pub qkv: QkvProjections,
     pub o_proj: Linear,
     pub q_norm: Option<RmsNorm>,
     pub k_norm: Option<RmsNorm>,
@@ -91,9 +107,7 @@ pub struct AttentionWeights {
 
 /// Parameters of one attention layer (`model.layers.{l}.self_attn`).
 pub struct Attention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
+    qkv: QkvProjections,
     o_proj: Linear,
     /// RMSNorm over each query / key head before RoPE (`[head_dim]` weights).
     q_norm: Option<RmsNorm>,
@@ -129,9 +143,7 @@ impl Attention {
             },
         };
         Attention {
-            q_proj: w.q_proj,
-            k_proj: w.k_proj,
-            v_proj: w.v_proj,
+            qkv: w.qkv,
             o_proj: w.o_proj,
             q_norm: w.q_norm,
             k_norm: w.k_norm,
@@ -170,10 +182,14 @@ impl Attention {
         self.observe_blocks(&p, layer, block, probe)?;
         probe.on_layer_end(layer)?;
         let _p = phase("attention: gate, o_proj");
-        let out =
-            Tensor::cat(&outputs, 2)?
-                .transpose(1, 2)?
-                .reshape((b, t, s.heads * s.head_dim))?;
+        let out = Tensor::cat(&outputs, 2)?;
+        // latent attention's values fill the first v_dim dims of each head (zeros after)
+        let v_dim = s.latent.map_or(s.head_dim, |l| l.v_dim);
+        let out = match v_dim < s.head_dim {
+            true => out.narrow(3, 0, v_dim)?,
+            false => out,
+        };
+        let out = out.transpose(1, 2)?.reshape((b, t, s.heads * v_dim))?;
         let out = match p.gate {
             Some(g) => (out * g)?,
             None => out,
@@ -192,7 +208,7 @@ impl Attention {
         let s = &self.shape;
         let (b, t, _) = xs.dims3()?;
         let _p = phase("attention: q/k/v, norms, rope");
-        let (q, k, gate) = self.queries_and_keys(xs)?;
+        let (q, k, v, gate) = self.queries_and_keys(xs)?;
         let whole = self.block_ctx(layer, 0, t, t);
         // TransformerLens' hook points and layout: [batch, pos, head, d_head], before and
         // after RoPE
@@ -201,9 +217,7 @@ impl Attention {
         let (q, k) = self.rotate(&q, &k, rope)?;
         push(probe, Hook::RotQ, &whole, || Ok(q.transpose(1, 2)?))?;
         push(probe, Hook::RotK, &whole, || Ok(k.transpose(1, 2)?))?;
-        let v = self
-            .v_proj
-            .forward(xs)?
+        let v = v
             .reshape((b, t, s.kv_heads, s.head_dim))?
             .transpose(1, 2)?
             .contiguous()?;
@@ -221,13 +235,25 @@ impl Attention {
     }
 
     /// q `[b, t, heads, d]` and k `[b, t, kv, d]` of `xs` after their QK-norm (of the whole
-    /// projections for OLMo 2, per head otherwise), and the gate's logits of a gated layer
-    /// (split from the query projection).
-    fn queries_and_keys(&self, xs: &Tensor) -> Result<(Tensor, Tensor, Option<Tensor>)> {
+    /// projections for OLMo 2, per head otherwise), v `[b, t, kv * d]` (latent attention's
+    /// made with its keys), and the gate's logits of a gated layer (split from the query
+    /// projection).
+    fn queries_and_keys(&self, xs: &Tensor) -> Result<QueriesAndKeys> {
         let s = &self.shape;
         let (b, t, _) = xs.dims3()?;
-        let q_out = self.q_proj.forward(xs)?;
-        let k_out = self.k_proj.forward(xs)?;
+        let (q_proj, k_proj, v_proj) = match &self.qkv {
+            QkvProjections::Separate {
+                q_proj,
+                k_proj,
+                v_proj,
+            } => (q_proj, k_proj, v_proj),
+            QkvProjections::Latent(latent) => {
+                let (q, k, v) = latent.forward(xs)?;
+                return Ok((q, k, v, None));
+            }
+        };
+        let q_out = q_proj.forward(xs)?;
+        let k_out = k_proj.forward(xs)?;
         // OLMo 2 normalises the whole projections, before they are split into heads
         let (q_out, k_out) = match (&self.q_norm, &self.k_norm, s.qk_norm_whole) {
             (Some(q_norm), Some(k_norm), true) => {
@@ -248,7 +274,7 @@ impl Attention {
             }
             _ => (q, k),
         };
-        Ok((q, k, gate))
+        Ok((q, k, v_proj.forward(xs)?, gate))
     }
 
     /// q `[b, heads, t, d]` and k `[b, kv, t, d]` of q `[b, t, heads, d]` and k: rotated

@@ -8,6 +8,7 @@ mod cpu_kept_weights;
 pub mod cpu_softmax;
 mod fused_softmax;
 mod gated;
+pub mod latent;
 mod layer;
 mod logn;
 pub mod plan;
@@ -16,7 +17,7 @@ mod sink;
 mod variant;
 
 pub use affine_scaled::{activate, affine_weights};
-pub use layer::{Attention, AttentionShape, AttentionWeights};
+pub use layer::{Attention, AttentionShape, AttentionWeights, QkvProjections};
 pub use logn::logn_logits;
 pub use scale_invariant::{distance_coefficients, reversed_coefficients, DistanceTable};
 pub use sink::softmax_with_sink;

@@ -6,7 +6,7 @@ use candle_core::{DType, Tensor};
 use super::layers::{linear, projection, rms_norm, weight_matrix, ProjDims};
 use super::layout::{Layout, QkvLayout};
 use super::weights::WeightStore;
-use crate::attention::{Attention, AttentionShape, AttentionWeights, Variant};
+use crate::attention::{Attention, AttentionShape, AttentionWeights, QkvProjections, Variant};
 use crate::error::{Error, Result};
 use crate::nn::{Linear, RmsNorm};
 
@@ -21,16 +21,23 @@ pub fn load_attention(
 ) -> Result<Attention> {
     let s = &shape;
     let conv1d = layout.conv1d;
-    let (q_proj, k_proj, v_proj) = match layout.qkv {
-        QkvLayout::FusedPerHead => split_qkv_per_head(store, prefix, s)?,
-        QkvLayout::Fused => split_qkv(store, prefix, s, conv1d)?,
-        QkvLayout::Separate => separate_qkv(store, prefix, s)?,
+    let separate = |(q_proj, k_proj, v_proj)| QkvProjections::Separate {
+        q_proj,
+        k_proj,
+        v_proj,
     };
+    let qkv = match layout.qkv {
+        QkvLayout::FusedPerHead => separate(split_qkv_per_head(store, prefix, s)?),
+        QkvLayout::Fused => separate(split_qkv(store, prefix, s, conv1d)?),
+        QkvLayout::Separate => separate(separate_qkv(store, prefix, s)?),
+        QkvLayout::Latent => QkvProjections::Latent(super::latent::load(store, prefix, s)?),
+    };
+    let v_dim = s.latent.map_or(s.head_dim, |l| l.v_dim);
     let o_proj = projection(
         store,
         &format!("{prefix}.o_proj"),
         ProjDims {
-            in_dim: s.heads * s.head_dim,
+            in_dim: s.heads * v_dim,
             out_dim: s.hidden,
         },
         s.o_bias,
@@ -44,9 +51,7 @@ pub fn load_attention(
     };
     let alpha = load_alpha(store, prefix, s)?;
     let weights = AttentionWeights {
-        q_proj,
-        k_proj,
-        v_proj,
+        qkv,
         o_proj,
         q_norm: norms.q,
         k_norm: norms.k,

@@ -263,6 +263,7 @@ impl Model {
             rotary: true,
             l2_qk_norm: false,
             temperature: None,
+            latent: c.latent,
         };
         Ok(Model {
             embed_tokens: None,
@@ -459,17 +460,18 @@ impl Model {
     fn rope(&self, t: usize, device: &candle_core::Device) -> Result<Ropes> {
         let c = &self.config;
         let dtype = self.norm_dtype();
+        // latent attention rotates the last rope_dim dims of each head
+        let (rope_dim, last) = c.latent.map_or((c.head_dim, false), |l| (l.rope_dim, true));
+        let tables = |rope| -> Result<Rope> {
+            Ok(rope_tables(rope, rope_dim, t, dtype, device)?.arranged(c.layout.rope_pairs, last))
+        };
         let all = match c.layout.learned_positions {
             // no rotary embedding: no frequency rotates
             true => Rope::new(&[], t, dtype, device)?,
-            false => rope_tables(&c.rope, c.head_dim, t, dtype, device)?
-                .with_interleaved_pairs(c.layout.rope_interleaved),
+            false => tables(&c.rope)?,
         };
         let sliding = match &c.rope_local {
-            Some(local) => Some(
-                rope_tables(local, c.head_dim, t, dtype, device)?
-                    .with_interleaved_pairs(c.layout.rope_interleaved),
-            ),
+            Some(local) => Some(tables(local)?),
             None => None,
         };
         Ok(Ropes { all, sliding })

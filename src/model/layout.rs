@@ -42,6 +42,9 @@ pub enum QkvLayout {
     FusedPerHead,
     /// One `qkv_proj` whose rows are all of q, then k, then v (Phi-3).
     Fused,
+    /// Multi-head latent attention (DeepSeek-V3): `q_a_proj`, `q_a_layernorm`, `q_b_proj` (or
+    /// `q_proj`), `kv_a_proj_with_mqa`, `kv_a_layernorm`, `kv_b_proj`.
+    Latent,
 }
 
 /// An architecture's layer layout.
@@ -70,9 +73,9 @@ pub struct Layout {
     pub learned_positions: bool,
     /// Projection weights are stored `[in, out]` (GPT-2's Conv1D), transposed on load.
     pub conv1d: bool,
-    /// RoPE rotates interleaved pairs (dims 2k, 2k + 1: Llama 4's complex rotation) rather
-    /// than the halves (k, k + d/2).
-    pub rope_interleaved: bool,
+    /// Which dims RoPE turns together: the halves (k, k + d/2), or interleaved pairs (Llama
+    /// 4's complex rotation; DeepSeek's, written back de-interleaved).
+    pub rope_pairs: crate::nn::RopePairs,
 }
 
 impl Layout {
@@ -88,7 +91,7 @@ impl Layout {
         qk_norm_whole: false,
         learned_positions: false,
         conv1d: false,
-        rope_interleaved: false,
+        rope_pairs: crate::nn::RopePairs::Halves,
     };
 
     /// The layout in words (for `inspect`).
@@ -112,6 +115,9 @@ impl Layout {
             QkvLayout::FusedPerHead => "fused per-head q/k/v",
             QkvLayout::Fused => "fused q/k/v",
             QkvLayout::Separate => "separate q/k/v",
+            QkvLayout::Latent => {
+                "multi-head latent attention (low-rank q, one compressed kv latent)"
+            }
         };
         let mlp = match self.fused_gate_up {
             true => format!("{mlp} (fused gate/up)"),
@@ -132,9 +138,12 @@ impl Layout {
             (false, true) => ", Conv1D weights",
             (false, false) => "",
         };
-        let pairs = match self.rope_interleaved {
-            true => ", RoPE on interleaved pairs",
-            false => "",
+        let pairs = match self.rope_pairs {
+            crate::nn::RopePairs::Halves => "",
+            crate::nn::RopePairs::Interleaved => ", RoPE on interleaved pairs",
+            crate::nn::RopePairs::Deinterleaved => {
+                ", RoPE on interleaved pairs written back de-interleaved"
+            }
         };
         format!("{place} {norm}, {qkv}{qk}, {mlp}, {residual}{positions}{pairs}")
     }

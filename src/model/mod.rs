@@ -14,6 +14,7 @@ mod gguf_config;
 mod gguf_rope;
 mod gguf_sentencepiece;
 pub mod gguf_tokenizer;
+mod latent;
 pub mod layers;
 pub mod layout;
 mod multimodal;

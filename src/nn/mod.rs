@@ -7,4 +7,4 @@ mod rope;
 
 pub use layers::{ClampedGlu, FeedForward, Mlp, MoeMlp, Norm, RmsNorm, Routing};
 pub use linear::Linear;
-pub use rope::Rope;
+pub use rope::{Rope, RopePairs};

@@ -14,7 +14,7 @@ use asa_analyze::metrics::{Metric, MetricOptions};
 use candle_core::{Device, Tensor};
 
 /// Every model fixture written by `tools/make_fixtures.py`.
-pub const MODEL_FIXTURES: [&str; 32] = [
+pub const MODEL_FIXTURES: [&str; 33] = [
     "llama_gqa",
     "qwen2",
     "mistral",
@@ -47,6 +47,7 @@ pub const MODEL_FIXTURES: [&str; 32] = [
     "olmo3",
     "llama4_text",
     "glm4_moe",
+    "deepseek_v3",
 ];
 
 /// The options the fixture references were computed with (`tools/make_fixtures.py`: 20

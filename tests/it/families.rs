@@ -651,3 +651,47 @@ fn glm4_moe_names_its_routing_and_refuses_what_it_does_not_implement() {
         std::fs::remove_dir_all(tmp.path().join("bad")).unwrap();
     }
 }
+
+/// Issue 52: DeepSeek-V3's latent attention is named by `inspect` with its softmax scale
+/// (12^-1/2 times YaRN's mscale^2 = 0.3742607, as transformers' `yarn_apply_mscale`), and
+/// sizes the loader cannot run are refused naming the key.
+#[test]
+fn deepseek_v3_names_its_latent_attention_and_refuses_what_it_cannot_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("deepseek_v3", &tmp.path().join("ds"));
+    let inspect = expect_success(&run_cli(tmp.path(), &["inspect", "ds"]));
+    for says in [
+        "multi-head latent attention (low-rank q, one compressed kv latent)",
+        "RoPE on interleaved pairs written back de-interleaved",
+        "q.k x 0.3742607 (latent attention: q.k = q_nope.k_nope + q_rope.k_rope over 8 + 4 dims",
+        "values of 6 dims",
+        "and a shared SwiGLU of 16 on layers 2, 3 (dense elsewhere)",
+    ] {
+        assert!(inspect.contains(says), "{says}: {inspect}");
+    }
+    for (key, value, says) in [
+        ("v_head_dim", serde_json::json!(13), "v_head_dim 13 at most"),
+        (
+            "qk_rope_head_dim",
+            serde_json::json!(3),
+            "qk_rope_head_dim 3 must be even",
+        ),
+        (
+            "kv_lora_rank",
+            serde_json::json!(0),
+            "kv_lora_rank must be at least 1",
+        ),
+        // one q_proj instead of the low-rank pair: this checkpoint has none
+        (
+            "q_lora_rank",
+            serde_json::Value::Null,
+            "self_attn.q_proj.weight",
+        ),
+    ] {
+        copy_fixture("deepseek_v3", &tmp.path().join("bad"));
+        edit_config(&tmp.path().join("bad"), |c| c[key] = value.clone());
+        let err = expect_error(&run_cli(tmp.path(), &["inspect", "bad"]));
+        assert!(err.contains(says), "{key}: {err}");
+        std::fs::remove_dir_all(tmp.path().join("bad")).unwrap();
+    }
+}

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use super::raw::RawConfig;
 use super::GemmaSettings;
+use crate::attention::latent::LatentShape;
 use crate::error::Result;
 use crate::model::attention_layers::AttentionLayers;
 use crate::model::experts::{DenseSizes, Experts, RawExperts};
@@ -74,6 +75,9 @@ pub struct Family {
     /// from the config and the number of layers.
     pub attention_layers: fn(&RawConfig, usize, &Path) -> Result<AttentionLayers>,
     pub experts: ExpertsFn,
+    /// Multi-head latent attention's sizes (DeepSeek-V3), from the config; `None` for q/k/v
+    /// heads of `head_dim`.
+    pub latent: fn(&RawConfig, &Path) -> Result<Option<LatentShape>>,
     /// Gemma's attention scale, soft-caps and embedding scale, from hidden_size (none for
     /// the other families).
     pub scalars: fn(&RawConfig, &Path, usize) -> Result<Option<GemmaSettings>>,

@@ -35,7 +35,7 @@ use std::path::Path;
 use serde_json::Value;
 
 pub(crate) use family::Family;
-pub(crate) use raw::{field_error, positive_or_null};
+pub(crate) use raw::{field_error, float_field, positive_or_null};
 pub use raw::{RawAffine, RawConfig, RawLogn, RawScaleInvariant};
 pub use rope::p_rope_pairs;
 
@@ -199,6 +199,9 @@ pub struct ModelConfig {
     pub sliding_window: Option<SlidingWindow>,
     /// NoPE and chunked layers, temperature tuning, L2 QK-norm.
     pub attention_layers: AttentionLayers,
+    /// Multi-head latent attention's sizes (DeepSeek-V3): `head_dim` is then q/k's (nope +
+    /// rope), one key/value head per head.
+    pub latent: Option<crate::attention::latent::LatentShape>,
     /// The norm, MLP, residual wiring and q/k/v projections of the architecture.
     pub layout: Layout,
     /// A mixture-of-experts MLP (Mixtral, Qwen3-MoE): its experts, routing and layers.
@@ -234,8 +237,12 @@ impl GemmaSettings {
 }
 
 impl ModelConfig {
-    /// The factor of q.k: query_pre_attn_scalar^-1/2 (Gemma) or head_dim^-1/2.
+    /// The factor of q.k: query_pre_attn_scalar^-1/2 (Gemma), latent attention's scale
+    /// (DeepSeek: with YaRN's mscale^2), or head_dim^-1/2.
     pub fn query_scale(&self) -> f64 {
+        if let Some(latent) = &self.latent {
+            return latent.softmax_scale;
+        }
         1.0 / self
             .gemma
             .map_or(self.head_dim as f64, |g| g.query_pre_attn_scalar)

@@ -106,6 +106,14 @@ pub struct RawConfig {
     pub first_k_dense_replace: Option<usize>,
     pub topk_method: Option<String>,
     pub scoring_func: Option<String>,
+    /// Multi-head latent attention (DeepSeek-V3): `q_lora_rank` null is one `q_proj`.
+    #[serde(default, deserialize_with = "present")]
+    pub q_lora_rank: Option<Value>,
+    pub kv_lora_rank: Option<usize>,
+    pub qk_nope_head_dim: Option<usize>,
+    pub qk_rope_head_dim: Option<usize>,
+    pub v_head_dim: Option<usize>,
+    pub rope_interleave: Option<bool>,
     pub attention_variant: Option<String>,
     pub affine_scaled: Option<RawAffine>,
     pub scale_invariant: Option<RawScaleInvariant>,

@@ -32,7 +32,24 @@ impl RawConfig {
         let architecture = self.architecture(path)?;
         let family = architecture.family();
         let s = self.sizes(path, family)?;
-        let (rope, rope_local) = (family.rope)(&self, path, s.head_dim)?;
+        let latent = (family.latent)(&self, path)?;
+        // latent attention: one key/value head per head, q/k of nope + rope dims, RoPE on
+        // the rope dims
+        let (s, rope_dim) = match &latent {
+            Some(l) => (
+                Sizes {
+                    kv_heads: s.heads,
+                    head_dim: l.qk_dim(),
+                    ..s
+                },
+                l.rope_dim,
+            ),
+            None => {
+                let head_dim = s.head_dim;
+                (s, head_dim)
+            }
+        };
+        let (rope, rope_local) = (family.rope)(&self, path, rope_dim)?;
         let variant_settings = self.variant_settings(path)?;
         let rms_norm_eps = self.norm_eps(path, family)?;
         let (bos_token_id, eos_token_id) = self.special_tokens(path, s.vocab)?;
@@ -75,6 +92,7 @@ impl RawConfig {
             qk_norm: family.qk_norm,
             sliding_window,
             attention_layers,
+            latent,
             layout: (family.layout)(&self),
             experts,
             gemma,

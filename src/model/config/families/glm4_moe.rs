@@ -9,12 +9,12 @@
 
 use std::path::Path;
 
+use super::deepseek_v3::{deepseek_experts, DeepSeekDefaults};
 use super::llama;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::config::family::{Biases, Family, Ropes};
 use crate::model::config::RawConfig;
-use crate::model::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
-use crate::nn::Routing;
+use crate::model::experts::{DenseSizes, Experts, RawExperts};
 
 pub(crate) const FAMILY: Family = Family {
     name: "glm4_moe",
@@ -50,22 +50,7 @@ fn rope(raw: &RawConfig, path: &Path, head_dim: usize) -> Result<Ropes> {
 /// Glm4MoeConfig's defaults: 128 experts of 1408, 8 a token, 1 shared, 1 group, scale 1,
 /// layers from 1 on.
 fn experts(raw: &RawExperts, dense: DenseSizes, path: &Path) -> Result<Option<Experts>> {
-    deepseek_experts(raw, dense, path, DeepSeekDefaults::GLM4_MOE)
-}
-
-/// The class defaults of a DeepSeek-style mixture of experts.
-pub(crate) struct DeepSeekDefaults {
-    pub count: usize,
-    pub top_k: usize,
-    pub intermediate: usize,
-    pub shared: usize,
-    pub groups: usize,
-    pub topk_group: usize,
-    pub scaling: f64,
-}
-
-impl DeepSeekDefaults {
-    const GLM4_MOE: DeepSeekDefaults = DeepSeekDefaults {
+    let defaults = DeepSeekDefaults {
         count: 128,
         top_k: 8,
         intermediate: 1408,
@@ -73,69 +58,7 @@ impl DeepSeekDefaults {
         groups: 1,
         topk_group: 1,
         scaling: 1.0,
+        first_dense: 1,
     };
-}
-
-/// DeepSeek-V3's and GLM-4.5's experts: dense layers before `first_k_dense_replace`, then
-/// routed experts (`mlp.experts.{e}`) with shared ones (`mlp.shared_experts`, all of them one
-/// MLP of `n_shared_experts` x `moe_intermediate_size`), group-limited sigmoid routing.
-pub(crate) fn deepseek_experts(
-    raw: &RawExperts,
-    dense: DenseSizes,
-    path: &Path,
-    defaults: DeepSeekDefaults,
-) -> Result<Option<Experts>> {
-    for (key, value, implemented) in [
-        ("topk_method", raw.topk_method, "noaux_tc"),
-        ("scoring_func", raw.scoring_func, "sigmoid"),
-    ] {
-        if let Some(other) = value.filter(|v| *v != implemented) {
-            return Err(Error::input(
-                path,
-                format!("{key} `{other}` is not implemented (supported: {implemented})"),
-            ));
-        }
-    }
-    let count = raw
-        .n_routed_experts
-        .or(raw.num_local_experts)
-        .unwrap_or(defaults.count);
-    let groups = raw.n_group.unwrap_or(defaults.groups);
-    let topk_group = raw.topk_group.unwrap_or(defaults.topk_group);
-    if groups == 0 || !count.is_multiple_of(groups) || topk_group == 0 || topk_group > groups {
-        return Err(Error::input(
-            path,
-            format!("n_group {groups} must divide the {count} routed experts and topk_group {topk_group} be between 1 and n_group"),
-        ));
-    }
-    // each group's score is the sum of its two best experts'
-    if count / groups < 2 {
-        return Err(Error::input(
-            path,
-            format!("n_group {groups} leaves fewer than 2 experts a group (transformers takes each group's top 2)"),
-        ));
-    }
-    let scaling = crate::model::experts::finite(
-        raw.routed_scaling_factor.unwrap_or(defaults.scaling),
-        "routed_scaling_factor",
-        path,
-    )?;
-    let intermediate = raw.moe_intermediate_size.unwrap_or(defaults.intermediate);
-    let shared = raw.n_shared_experts.unwrap_or(defaults.shared);
-    let first_moe = raw.first_k_dense_replace.unwrap_or(1);
-    Ok(Some(Experts {
-        count,
-        top_k: raw.num_experts_per_tok.unwrap_or(defaults.top_k),
-        routing: Routing::GroupLimitedSigmoid {
-            groups,
-            topk_group,
-            renormalise: raw.norm_topk_prob.unwrap_or(true),
-            scaling,
-        },
-        clamped: None,
-        intermediate,
-        layers: (first_moe..dense.num_layers).collect(),
-        names: ExpertNames::DeepSeek,
-        shared_intermediate: (shared > 0).then_some(shared * intermediate),
-    }))
+    deepseek_experts(raw, dense, path, defaults)
 }

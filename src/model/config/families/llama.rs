@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use crate::attention::latent::LatentShape;
 use crate::error::Result;
 use crate::model::attention_layers::AttentionLayers;
 use crate::model::config::family::{Biases, Family, Ropes};
@@ -36,6 +37,7 @@ pub(crate) const FAMILY: Family = Family {
     },
     attention_layers: every_layer_alike,
     experts: dense,
+    latent: no_latent,
     scalars: no_scalars,
     weight_names: &[],
     ignored_on_load: &[],
@@ -77,6 +79,10 @@ fn every_layer_alike(_: &RawConfig, _: usize, _: &Path) -> Result<AttentionLayer
 }
 
 fn dense(_: &RawExperts, _: DenseSizes, _: &Path) -> Result<Option<Experts>> {
+    Ok(None)
+}
+
+fn no_latent(_: &RawConfig, _: &Path) -> Result<Option<LatentShape>> {
     Ok(None)
 }
 

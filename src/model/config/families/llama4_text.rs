@@ -63,7 +63,7 @@ fn rms_norm_eps(raw: &RawConfig) -> f64 {
 
 fn layout(_: &RawConfig) -> Layout {
     Layout {
-        rope_interleaved: true,
+        rope_pairs: crate::nn::RopePairs::Interleaved,
         ..Layout::LLAMA
     }
 }

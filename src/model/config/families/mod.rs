@@ -3,6 +3,7 @@
 
 use super::family::Family;
 
+mod deepseek_v3;
 mod gemma2;
 mod gemma3;
 mod glm4_moe;
@@ -37,6 +38,7 @@ pub(crate) static FAMILIES: &[Family] = &[
     gemma2::FAMILY,
     gemma3::FAMILY,
     glm4_moe::FAMILY,
+    deepseek_v3::FAMILY,
     gpt_oss::FAMILY,
     gpt2::FAMILY,
     gpt_neox::FAMILY,

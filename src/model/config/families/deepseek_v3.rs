@@ -1,0 +1,211 @@
+//! DeepSeek-V3 (`deepseek_v3`; Kimi K2 is this architecture): multi-head latent attention
+//! (`crate::attention::latent`: low-rank q with its norm, one compressed kv latent with a
+//! rotary key shared by the heads, q.k over nope + rope dims) with RoPE on interleaved pairs
+//! written back de-interleaved (`rope_interleave`, true by default), the softmax scale
+//! times YaRN's mscale^2 where the rope parameters have `mscale_all_dim`, and from layer
+//! `first_k_dense_replace` (3) on a mixture of routed experts with shared ones, routed by
+//! sigmoid scores, a score-correction bias that only chooses and group-limited top-k
+//! (`noaux_tc`), renormalised and scaled (GLM-4.5 routes the same way).
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::llama;
+use crate::attention::latent::LatentShape;
+use crate::error::{Error, Result};
+use crate::model::config::family::{Biases, Family, Ropes};
+use crate::model::config::{float_field, positive_or_null, RawConfig};
+use crate::model::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
+use crate::model::layout::{Layout, QkvLayout};
+use crate::nn::{RopePairs, Routing};
+
+pub(crate) const FAMILY: Family = Family {
+    name: "deepseek_v3",
+    biases,
+    norm_eps: rms_norm_eps,
+    default_max_position_embeddings: 4096,
+    layout,
+    rope,
+    experts,
+    latent,
+    ..llama::FAMILY
+};
+
+/// `attention_bias` puts biases on q_a_proj, kv_a_proj_with_mqa and o_proj.
+fn biases(raw: &RawConfig) -> Biases {
+    Biases::all(raw.attention_bias.unwrap_or(false))
+}
+
+/// DeepseekV3Config's default is 1e-6.
+fn rms_norm_eps(raw: &RawConfig) -> f64 {
+    raw.rms_norm_eps.unwrap_or(1e-6)
+}
+
+fn layout(raw: &RawConfig) -> Layout {
+    Layout {
+        qkv: QkvLayout::Latent,
+        rope_pairs: match raw.rope_interleave.unwrap_or(true) {
+            true => RopePairs::Deinterleaved,
+            false => RopePairs::Halves,
+        },
+        ..Layout::LLAMA
+    }
+}
+
+/// The RoPE of the rope dims (`head_dim` here is `qk_rope_head_dim`).
+fn rope(raw: &RawConfig, path: &Path, rope_dim: usize) -> Result<Ropes> {
+    llama::rope(raw, path, rope_dim)
+}
+
+/// DeepseekV3Config's defaults: q rank 1536, kv rank 512, nope 128, rope 64, v 128.
+fn latent(raw: &RawConfig, path: &Path) -> Result<Option<LatentShape>> {
+    let q_rank = positive_or_null(raw.q_lora_rank.as_ref(), "q_lora_rank", Some(1536), path)?;
+    let kv_rank = raw.kv_lora_rank.unwrap_or(512);
+    let nope_dim = raw.qk_nope_head_dim.unwrap_or(128);
+    let rope_dim = raw.qk_rope_head_dim.unwrap_or(64);
+    let v_dim = raw.v_head_dim.unwrap_or(128);
+    for (key, value) in [
+        ("kv_lora_rank", kv_rank),
+        ("qk_rope_head_dim", rope_dim),
+        ("v_head_dim", v_dim),
+    ] {
+        if value == 0 {
+            return Err(Error::input(path, format!("{key} must be at least 1")));
+        }
+    }
+    if rope_dim % 2 != 0 || v_dim > nope_dim + rope_dim {
+        return Err(Error::input(
+            path,
+            format!("qk_rope_head_dim {rope_dim} must be even and v_head_dim {v_dim} at most qk_nope_head_dim + qk_rope_head_dim ({})", nope_dim + rope_dim),
+        ));
+    }
+    let scale = ((nope_dim + rope_dim) as f64).powf(-0.5) * yarn_softmax_mscale(raw, path)?;
+    Ok(Some(LatentShape {
+        q_rank,
+        kv_rank,
+        nope_dim,
+        rope_dim,
+        v_dim,
+        softmax_scale: scale,
+    }))
+}
+
+/// transformers' `yarn_apply_mscale`: with a RoPE type other than default and a non-zero
+/// `mscale_all_dim`, the softmax scale is multiplied by mscale^2, mscale = 0.1
+/// mscale_all_dim ln(factor) + 1 (1 for factor <= 1); else 1.
+fn yarn_softmax_mscale(raw: &RawConfig, path: &Path) -> Result<f64> {
+    let params = raw.rope_parameters.as_ref().or(raw.rope_scaling.as_ref());
+    let Some(params) = params.filter(|p| p.is_object()) else {
+        return Ok(1.0);
+    };
+    let rope_type = params
+        .get("rope_type")
+        .or_else(|| params.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let all_dim = float_field(params, "mscale_all_dim", path)?.unwrap_or(0.0);
+    if rope_type == "default" || all_dim == 0.0 {
+        return Ok(1.0);
+    }
+    let factor = float_field(params, "factor", path)?
+        .ok_or_else(|| Error::input(path, "rope_parameters has mscale_all_dim but no factor"))?;
+    let mscale = match factor <= 1.0 {
+        true => 1.0,
+        false => 0.1 * all_dim * factor.ln() + 1.0,
+    };
+    Ok(mscale * mscale)
+}
+
+/// DeepseekV3Config's defaults: 256 experts of 2048, 8 a token, 1 shared, 8 groups of which
+/// 4 are kept, scale 2.5, dense layers 1-3.
+fn experts(raw: &RawExperts, dense: DenseSizes, path: &Path) -> Result<Option<Experts>> {
+    let defaults = DeepSeekDefaults {
+        count: 256,
+        top_k: 8,
+        intermediate: 2048,
+        shared: 1,
+        groups: 8,
+        topk_group: 4,
+        scaling: 2.5,
+        first_dense: 3,
+    };
+    deepseek_experts(raw, dense, path, defaults)
+}
+
+/// The class defaults of a DeepSeek-style mixture of experts.
+pub(crate) struct DeepSeekDefaults {
+    pub count: usize,
+    pub top_k: usize,
+    pub intermediate: usize,
+    pub shared: usize,
+    pub groups: usize,
+    pub topk_group: usize,
+    pub scaling: f64,
+    /// `first_k_dense_replace`.
+    pub first_dense: usize,
+}
+
+/// DeepSeek-V3's and GLM-4.5's experts: dense layers before `first_k_dense_replace`, then
+/// routed experts (`mlp.experts.{e}`) with shared ones (`mlp.shared_experts`, all of them one
+/// MLP of `n_shared_experts` x `moe_intermediate_size`), group-limited sigmoid routing.
+pub(crate) fn deepseek_experts(
+    raw: &RawExperts,
+    dense: DenseSizes,
+    path: &Path,
+    defaults: DeepSeekDefaults,
+) -> Result<Option<Experts>> {
+    for (key, value, implemented) in [
+        ("topk_method", raw.topk_method, "noaux_tc"),
+        ("scoring_func", raw.scoring_func, "sigmoid"),
+    ] {
+        if let Some(other) = value.filter(|v| *v != implemented) {
+            return Err(Error::input(
+                path,
+                format!("{key} `{other}` is not implemented (supported: {implemented})"),
+            ));
+        }
+    }
+    let count = raw
+        .n_routed_experts
+        .or(raw.num_local_experts)
+        .unwrap_or(defaults.count);
+    let groups = raw.n_group.unwrap_or(defaults.groups);
+    let topk_group = raw.topk_group.unwrap_or(defaults.topk_group);
+    if groups == 0 || !count.is_multiple_of(groups) || topk_group == 0 || topk_group > groups {
+        return Err(Error::input(
+            path,
+            format!("n_group {groups} must divide the {count} routed experts and topk_group {topk_group} be between 1 and n_group"),
+        ));
+    }
+    // each group's score is the sum of its two best experts'
+    if count / groups < 2 {
+        return Err(Error::input(
+            path,
+            format!("n_group {groups} leaves fewer than 2 experts a group (transformers takes each group's top 2)"),
+        ));
+    }
+    let scaling = crate::model::experts::finite(
+        raw.routed_scaling_factor.unwrap_or(defaults.scaling),
+        "routed_scaling_factor",
+        path,
+    )?;
+    let intermediate = raw.moe_intermediate_size.unwrap_or(defaults.intermediate);
+    let shared = raw.n_shared_experts.unwrap_or(defaults.shared);
+    let first_moe = raw.first_k_dense_replace.unwrap_or(defaults.first_dense);
+    Ok(Some(Experts {
+        count,
+        top_k: raw.num_experts_per_tok.unwrap_or(defaults.top_k),
+        routing: Routing::GroupLimitedSigmoid {
+            groups,
+            topk_group,
+            renormalise: raw.norm_topk_prob.unwrap_or(true),
+            scaling,
+        },
+        clamped: None,
+        intermediate,
+        layers: (first_moe..dense.num_layers).collect(),
+        names: ExpertNames::DeepSeek,
+        shared_intermediate: (shared > 0).then_some(shared * intermediate),
+    }))
+}
