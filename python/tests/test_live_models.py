@@ -242,3 +242,21 @@ def test_a_bf16_model_in_memory_holds_no_second_float32_copy(tmp_path):
     cap = 3 * in_place["bf16"]
     assert in_place["extra"] < cap, (in_place, cap)
     assert extra("f32-copy")["extra"] > cap  # the cap tells the two apart
+
+
+@pytest.mark.parametrize(
+    "name", ["smollm3", "olmo3", "llama4_text", "glm4_moe", "deepseek_v3", "qwen3_moe", "mixtral"]
+)
+def test_a_transformers_model_of_each_family_gives_the_tables_of_its_checkpoint(name):
+    # issue 52: the model object transformers loads from a fixture folder (its MoE experts
+    # fused in memory, its config as `to_dict` gives it) analysed from memory: every table
+    # of the folder itself, value for value (the folder's are checked against float64)
+    folder = ROOT / "tests" / "fixtures" / "models" / name
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    ids = np.random.default_rng(1).integers(0, 64, size=(2, SEQ)).tolist()
+    small = dict(seq_len=SEQ, num_seqs=2, progress=False)
+    from_folder = asa.analyze({"m": folder}, corpus=ids, **small)
+    from_memory = asa.analyze({"m": model}, corpus=ids, **small)
+    assert set(from_memory.tables) == set(from_folder.tables) - {"tokens"}, name
+    for table, frame in from_memory.tables.items():
+        assert from_folder.tables[table].equals(frame), (name, table)

@@ -163,7 +163,10 @@ pub fn moe_mlp(
     )?;
     let experts_mlp = match experts.names {
         ExpertNames::GptOss => stacked_experts(store, &prefix, hidden, experts)?,
-        ExpertNames::Llama4 => llama4_experts(store, &prefix, hidden, experts)?,
+        ExpertNames::Llama4 => stacked_plain_experts(store, &prefix, hidden, experts, true)?,
+        _ if store.contains(&format!("{prefix}.experts.gate_up_proj")) => {
+            stacked_plain_experts(store, &prefix, hidden, experts, false)?
+        }
         ExpertNames::Mixtral | ExpertNames::Qwen | ExpertNames::DeepSeek => {
             separate_experts(store, &prefix, hidden, experts)?
         }
@@ -201,30 +204,35 @@ pub fn moe_mlp(
     )
 }
 
-/// Llama 4's stacked experts: `{prefix}.experts.gate_up_proj` `[experts, hidden, 2 * inter]`
-/// (x W: the gate's columns, then the up projection's) and `down_proj` `[experts, inter,
-/// hidden]`, no biases.
-fn llama4_experts(
+/// Stacked experts without biases, the gate's outputs before the up projection's:
+/// `{prefix}.experts.gate_up_proj` and `down_proj`, stored as x W (`x_w`: `[experts, hidden,
+/// 2 * inter]` and `[experts, inter, hidden]`, Llama 4's files) or as a Linear holds them
+/// (`[experts, 2 * inter, hidden]` and `[experts, hidden, inter]`: the fused experts
+/// transformers 5 keeps in memory for Mixtral, Qwen3-MoE, GLM-4.5 and DeepSeek-V3, which a
+/// model object's state_dict hands over).
+fn stacked_plain_experts(
     store: &WeightStore,
     prefix: &str,
     hidden: usize,
     experts: &Experts,
+    x_w: bool,
 ) -> Result<Vec<Mlp>> {
     let (count, inter) = (experts.count, experts.intermediate);
-    let gate_up = store.get(
-        &format!("{prefix}.experts.gate_up_proj"),
-        &[count, hidden, 2 * inter],
-    )?;
-    let down = store.get(
-        &format!("{prefix}.experts.down_proj"),
-        &[count, inter, hidden],
-    )?;
+    let (gate_up_shape, down_shape) = match x_w {
+        true => ([count, hidden, 2 * inter], [count, inter, hidden]),
+        false => ([count, 2 * inter, hidden], [count, hidden, inter]),
+    };
+    let gate_up = store.get(&format!("{prefix}.experts.gate_up_proj"), &gate_up_shape)?;
+    let down = store.get(&format!("{prefix}.experts.down_proj"), &down_shape)?;
     (0..count)
         .map(|e| {
-            // [out, in] as a Linear holds it
+            // rows `start..start + len` of the expert's [out, in] weight, as a Linear holds it
             let part = |t: &Tensor, start: usize, len: usize| -> Result<Linear> {
-                let w = t.get(e)?.narrow(1, start, len)?.t()?.contiguous()?;
-                Ok(Linear::new(w, None))
+                let w = match x_w {
+                    true => t.get(e)?.narrow(1, start, len)?.t()?,
+                    false => t.get(e)?.narrow(0, start, len)?,
+                };
+                Ok(Linear::new(w.contiguous()?, None))
             };
             Ok(Mlp::new(
                 part(&gate_up, 0, inter)?,

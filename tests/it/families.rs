@@ -695,3 +695,77 @@ fn deepseek_v3_names_its_latent_attention_and_refuses_what_it_cannot_run() {
         std::fs::remove_dir_all(tmp.path().join("bad")).unwrap();
     }
 }
+
+/// Issue 52: a transformers 5 model in memory keeps the experts of Mixtral, Qwen3-MoE,
+/// GLM-4.5 and DeepSeek-V3 fused (`mlp.experts.gate_up_proj` `[experts, 2 * inter, hidden]`,
+/// gate rows first, and `down_proj` `[experts, hidden, inter]`; Mixtral's router and experts
+/// under `mlp`), which is what `asa.analyze(model)` hands over: the same tables as the
+/// per-expert files `save_pretrained` writes.
+#[test]
+fn fused_experts_as_transformers_holds_them_give_the_per_expert_tables() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["mixtral", "qwen3_moe", "glm4_moe", "deepseek_v3"] {
+        copy_fixture(name, &tmp.path().join(name));
+        let fused = format!("{name}_fused");
+        copy_fixture(name, &tmp.path().join(&fused));
+        let dir = tmp.path().join(&fused);
+        let file = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|x| x == "safetensors"))
+            .unwrap();
+        let mut tensors = candle_core::safetensors::load(&file, &Device::Cpu).unwrap();
+        let (block, [gate, up, down]) = match name {
+            "mixtral" => ("block_sparse_moe", ["w1", "w3", "w2"]),
+            _ => ("mlp", ["gate_proj", "up_proj", "down_proj"]),
+        };
+        for l in 0..3 {
+            let prefix = format!("model.layers.{l}.{block}");
+            #[allow(clippy::type_complexity)]
+            let take =
+                |t: &mut std::collections::HashMap<String, candle_core::Tensor>,
+                 e: usize,
+                 p: &str| { t.remove(&format!("{prefix}.experts.{e}.{p}.weight")) };
+            let mut gate_up = Vec::new();
+            let mut downs = Vec::new();
+            for e in 0.. {
+                let Some(g) = take(&mut tensors, e, gate) else {
+                    break;
+                };
+                let u = take(&mut tensors, e, up).unwrap();
+                gate_up.push(candle_core::Tensor::cat(&[g, u], 0).unwrap());
+                downs.push(take(&mut tensors, e, down).unwrap());
+            }
+            if gate_up.is_empty() {
+                continue;
+            }
+            let memory = format!("model.layers.{l}.mlp");
+            tensors.insert(
+                format!("{memory}.experts.gate_up_proj"),
+                candle_core::Tensor::stack(&gate_up, 0).unwrap(),
+            );
+            tensors.insert(
+                format!("{memory}.experts.down_proj"),
+                candle_core::Tensor::stack(&downs, 0).unwrap(),
+            );
+            if let Some(router) = tensors.remove(&format!("{prefix}.gate.weight")) {
+                tensors.insert(format!("{memory}.gate.weight"), router);
+            }
+        }
+        // every per-expert tensor became a fused one
+        assert!(
+            tensors
+                .keys()
+                .any(|k| k.ends_with("mlp.experts.gate_up_proj"))
+                && !tensors.keys().any(|k| k.contains(".experts.0.")),
+            "{name}: {:?}",
+            tensors.keys().collect::<Vec<_>>()
+        );
+        candle_core::safetensors::save(&tensors, &file).unwrap();
+        assert_eq!(
+            attention_table(tmp.path(), &fused),
+            attention_table(tmp.path(), name),
+            "{name}"
+        );
+    }
+}

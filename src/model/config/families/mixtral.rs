@@ -14,6 +14,17 @@ pub(crate) const FAMILY: Family = Family {
     // MixtralConfig's sliding_window defaults to null, not Mistral's 4096
     window: mistral::WINDOW,
     experts,
+    // a transformers 5 model in memory keeps the router and its fused experts under `mlp`
+    weight_names: &[
+        (
+            "model.layers.{l}.block_sparse_moe.gate.{p}",
+            "model.layers.{l}.mlp.gate.{p}",
+        ),
+        (
+            "model.layers.{l}.block_sparse_moe.experts.{w}",
+            "model.layers.{l}.mlp.experts.{w}",
+        ),
+    ],
     ..mistral::FAMILY
 };
 
