@@ -7,6 +7,11 @@ benchmarks (benches/streaming.sh): an 8B model is 16 GB, not for CI.
 
     python3 tools/make_random_checkpoint.py --shape 8b --out /data/llama8b-random
     python3 tools/make_random_checkpoint.py --shape small --out /tmp/small   # a few hundred MB
+    python3 tools/make_random_checkpoint.py --shape deepseek_v3_4 --experts 32 --out /data/ds4
+
+`deepseek_v3_4` is DeepSeek-V3 at full width (hidden 7168, 128 heads of multi-head latent
+attention, YaRN factor 40) with its first 4 layers: 3 dense, then one mixture of `--experts`
+routed experts (256 in the model: 22.5 GB of bf16 for that one layer) and the shared expert.
 
 Needs numpy only (bf16 is written as the top 16 bits of each float32).
 """
@@ -30,6 +35,20 @@ SHAPES = {
     "70b4": dict(hidden_size=8192, num_hidden_layers=4, num_attention_heads=64,
                  num_key_value_heads=8, intermediate_size=28672, vocab_size=128256,
                  tie_word_embeddings=False, rope_theta=500000.0),
+    # DeepSeek-V3's width and its first 4 layers (3 dense, 1 MoE; issue 52's streaming bench)
+    "deepseek_v3_4": dict(model_type="deepseek_v3", hidden_size=7168, num_hidden_layers=4,
+                          num_attention_heads=128, num_key_value_heads=128, intermediate_size=18432,
+                          vocab_size=129280, tie_word_embeddings=False, q_lora_rank=1536,
+                          kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                          v_head_dim=128, n_routed_experts=256, n_shared_experts=1,
+                          num_experts_per_tok=8, n_group=8, topk_group=4,
+                          moe_intermediate_size=2048, first_k_dense_replace=3,
+                          routed_scaling_factor=2.5, norm_topk_prob=True, rms_norm_eps=1e-6,
+                          rope_interleave=True,
+                          rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0,
+                                           "original_max_position_embeddings": 4096,
+                                           "beta_fast": 32.0, "beta_slow": 1.0,
+                                           "mscale": 1.0, "mscale_all_dim": 1.0}),
     # a few hundred MB: the memory test's checkpoint
     "small": dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16,
                   num_key_value_heads=4, intermediate_size=4096, vocab_size=32000,
@@ -40,6 +59,9 @@ MAX_SHARD = 5_000_000_000
 
 def tensors(c):
     """(name, shape) in the order transformers stores them."""
+    if c.get("model_type") == "deepseek_v3":
+        yield from deepseek_tensors(c)
+        return
     h, i, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     d = h // c["num_attention_heads"]
     kv = c["num_key_value_heads"] * d
@@ -58,6 +80,39 @@ def tensors(c):
     yield "model.norm.weight", (h,)
     if not c["tie_word_embeddings"]:
         yield "lm_head.weight", (v, h)
+
+
+def deepseek_tensors(c):
+    """DeepSeek-V3's tensors: latent attention, dense MLPs, then routed and shared experts."""
+    h, v, heads = c["hidden_size"], c["vocab_size"], c["num_attention_heads"]
+    qk = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
+    kv, q = c["kv_lora_rank"], c["q_lora_rank"]
+    yield "model.embed_tokens.weight", (v, h)
+    for l in range(c["num_hidden_layers"]):
+        p = f"model.layers.{l}"
+        a = f"{p}.self_attn"
+        yield f"{a}.q_a_proj.weight", (q, h)
+        yield f"{a}.q_a_layernorm.weight", (q,)
+        yield f"{a}.q_b_proj.weight", (heads * qk, q)
+        yield f"{a}.kv_a_proj_with_mqa.weight", (kv + c["qk_rope_head_dim"], h)
+        yield f"{a}.kv_a_layernorm.weight", (kv,)
+        yield f"{a}.kv_b_proj.weight", (heads * (c["qk_nope_head_dim"] + c["v_head_dim"]), kv)
+        yield f"{a}.o_proj.weight", (h, heads * c["v_head_dim"])
+        mlps = [(f"{p}.mlp", c["intermediate_size"])]
+        if l >= c["first_k_dense_replace"]:
+            i = c["moe_intermediate_size"]
+            yield f"{p}.mlp.gate.weight", (c["n_routed_experts"], h)
+            yield f"{p}.mlp.gate.e_score_correction_bias", (c["n_routed_experts"],)
+            mlps = [(f"{p}.mlp.experts.{e}", i) for e in range(c["n_routed_experts"])]
+            mlps.append((f"{p}.mlp.shared_experts", i * c["n_shared_experts"]))
+        for m, i in mlps:
+            yield f"{m}.gate_proj.weight", (i, h)
+            yield f"{m}.up_proj.weight", (i, h)
+            yield f"{m}.down_proj.weight", (h, i)
+        yield f"{p}.input_layernorm.weight", (h,)
+        yield f"{p}.post_attention_layernorm.weight", (h,)
+    yield "model.norm.weight", (h,)
+    yield "lm_head.weight", (v, h)
 
 
 def bf16_bytes(name, shape, rng):
@@ -107,11 +162,15 @@ def main():
     ap.add_argument("--shape", choices=sorted(SHAPES), required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--experts", type=int, help="routed experts of a MoE shape (default: the model's)")
     args = ap.parse_args()
     c = dict(SHAPES[args.shape])
+    if args.experts:
+        c["n_routed_experts"] = args.experts
     os.makedirs(args.out, exist_ok=True)
+    arch = {"deepseek_v3": "DeepseekV3ForCausalLM"}.get(c.get("model_type"), "LlamaForCausalLM")
     config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+        "architectures": [arch], "model_type": "llama", "hidden_act": "silu",
         "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "torch_dtype": "bfloat16",
         "bos_token_id": 1, "eos_token_id": 2, "attention_bias": False, "mlp_bias": False,
         "initializer_range": 0.02, **c,

@@ -19,6 +19,12 @@ pub fn load(store: &WeightStore, prefix: &str, s: &AttentionShape) -> Result<Lat
             "a latent attention layout without latent sizes",
         ));
     };
+    if s.variant.kind().is_gated() {
+        return Err(Error::input(
+            store.any_file(),
+            "a gated variant reads its gate from q_proj, which latent attention does not have",
+        ));
+    }
     let proj = |name: &str, in_dim: usize, out_dim: usize, bias: bool| {
         linear(
             store,

@@ -769,3 +769,29 @@ fn fused_experts_as_transformers_holds_them_give_the_per_expert_tables() {
         );
     }
 }
+
+/// A gated variant on latent attention has no q_proj to read its gate from: refused, never
+/// run without the gate.
+#[test]
+fn a_gated_variant_on_latent_attention_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("deepseek_v3", &tmp.path().join("ds"));
+    let out = run_cli(
+        tmp.path(),
+        &[
+            "analyze",
+            "ds",
+            "--variant",
+            "gated",
+            "--seq-len",
+            "16",
+            "--num-seqs",
+            "1",
+            "--out",
+            "res",
+        ],
+    );
+    let err = expect_error(&out);
+    assert!(err.contains("latent attention"), "{err}");
+    assert!(!tmp.path().join("res").exists());
+}
