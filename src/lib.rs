@@ -17,6 +17,7 @@ pub mod error;
 pub mod export;
 pub mod input;
 pub mod metrics;
+pub mod mixer;
 pub mod model;
 pub mod nn;
 pub mod paper;

@@ -110,11 +110,16 @@ FIXTURES = [
     "glm4_moe",
     "llama4_text",
     "deepseek_v3",
+    "granitemoehybrid",
+    "falcon_h1",
+    "lfm2",
+    "qwen3_next",
 ]
 # Weights that sum to 1 over the visible keys by construction.
 SUM_TO_ONE = {"llama_gqa", "qwen2", "mistral", "gpt_neox", "olmo2", "phi3", "gpt2", "mixtral", "qwen2_window", "qwen3_moe", "rope_linear", "rope_dynamic",
               "rope_yarn", "gemma2", "phi3_longrope", "gemma3", "gemma2_like_2b", "gemma3_like_1b", "gated", "qwen3", "scale_invariant", "logn",
-              "smollm3", "olmo3", "glm4_moe", "llama4_text", "deepseek_v3"}
+              "smollm3", "olmo3", "glm4_moe", "llama4_text", "deepseek_v3", "granitemoehybrid", "falcon_h1",
+              "lfm2", "qwen3_next"}
 TOL = 1e-12
 
 _DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "BOOL": "?"}
@@ -202,6 +207,15 @@ def mla_mscale2(name):
     factor = float(rp["factor"])
     m = 1.0 if factor <= 1 else 0.1 * float(rp["mscale_all_dim"]) * math.log(factor) + 1.0
     return m * m
+
+
+def attention_multiplier(name):
+    """Granite's softmax scale (config attention_multiplier, used instead of head_dim^-1/2 by
+    transformers' granite / granitemoe / granitemoehybrid attention), else None."""
+    cfg = read_model_weights(name)[1]
+    if cfg.get("model_type") not in ("granite", "granitemoe", "granitemoeshared", "granitemoehybrid"):
+        return None
+    return float(cfg["attention_multiplier"])
 
 
 def uncapped_scores(R, l, name):
@@ -375,6 +389,8 @@ def check_inputs(name, R, mq, notes):
             s = np.sqrt(1.0 + 2.0 * x) * s - 2.0 * x
         elif mla_mscale2(name) != 1.0:  # DeepSeek-V3 with YaRN: qk_head_dim^-1/2 x mscale^2
             s = s * mla_mscale2(name)
+        elif attention_multiplier(name) is not None:  # Granite: q.k x attention_multiplier
+            s = s * math.sqrt(D) * attention_multiplier(name)
         d = np.abs(s[..., ~upper] - S[..., ~upper]).max()
         worst = max(worst, d)
         assert d < 1e-12 * max(1.0, np.abs(S[..., ~upper]).max()), (name, l, "attn_scores != transformed q.k", d)

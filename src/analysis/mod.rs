@@ -180,16 +180,18 @@ pub fn accumulate_timed(
         observers,
     } = along;
     let c = &ckpt.config;
-    let key_windows: Vec<_> = (0..c.num_layers).map(|l| c.key_window(l)).collect();
+    let layer_numbers = c.attention_layer_numbers();
+    let key_windows: Vec<_> = layer_numbers.iter().map(|&l| c.key_window(l)).collect();
     let attention = ModelAttention {
         key_windows: &key_windows,
         logit_softcap: c.attn_logit_softcap(),
         heads: c.num_heads,
+        layer_numbers: &layer_numbers,
     };
     let mut probe = MetricProbe::new(opts.clone(), attention, windows);
     let device = ckpt.store.device();
     let t = windows.first().map_or(0, Vec::len);
-    let layers = c.num_layers.max(1);
+    let layers = layer_numbers.len().max(1);
     let mut offsets = Vec::new();
     let mut batches = Vec::new();
     let mut first = range.start;
@@ -246,7 +248,7 @@ pub fn finish_inputs(ckpt: &Checkpoint) -> Result<(Option<Vec<Vec<f64>>>, Varian
     let c = &ckpt.config;
     let alpha_ma = if ckpt.variant.kind.is_affine() {
         let mut per_layer = Vec::with_capacity(c.num_layers);
-        for l in 0..c.num_layers {
+        for l in c.attention_layer_numbers() {
             let name = format!("model.layers.{l}.self_attn.alpha_ma");
             let t = ckpt
                 .store

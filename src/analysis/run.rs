@@ -37,6 +37,7 @@ use crate::metrics::qk_mean::QkResult;
 use crate::metrics::{
     attention_tables, qk_series_table, Metric, MetricOptions, MetricProbe, ModelMetrics,
 };
+use crate::model::config::ModelConfig;
 use crate::model::{Checkpoint, LayerTiming, MemoryModel, Model, WeightMap};
 use crate::probe::Kernel;
 
@@ -539,7 +540,7 @@ impl ModelContext<'_> {
         let ckpt = self.open(label, path, memory, events)?;
         let windows = self.windows(&ckpt, path)?;
         check_length(&ckpt, o.seq_len, label, events)?;
-        let opts = metric_options(o, metrics, ckpt.config.num_layers, label)?;
+        let opts = metric_options(o, metrics, &ckpt.config, label)?;
         let shape = self.shape(&ckpt, label, events);
         let (model, schedule) = self.load(&ckpt, path, label)?;
         // a shard analyses its share of the windows; the accumulators span them all
@@ -905,20 +906,11 @@ fn model_record(
 fn metric_options(
     o: &RunOptions,
     metrics: &BTreeSet<Metric>,
-    layers: usize,
+    config: &ModelConfig,
     label: &str,
 ) -> Result<MetricOptions> {
     let t = o.seq_len;
-    let heatmap_layer = match o.layer {
-        Some(0) => return Err(Error::usage("--layer is 1-based; 0 is not a layer")),
-        Some(l) if l > layers => {
-            return Err(Error::usage(format!(
-                "--layer {l} does not exist: {label} has {layers} layers"
-            )))
-        }
-        Some(l) => l - 1,
-        None => 8.min(layers) - 1,
-    };
+    let heatmap_layer = heatmap_layer(o.layer, config, label)?;
     let profile_query = match o.profile_query {
         Some(q) if q >= t => {
             return Err(Error::usage(format!(
@@ -954,6 +946,28 @@ fn metric_options(
         },
         roles: o.roles,
     })
+}
+
+/// The heatmap's layer among the attention layers the probe numbers: `--layer` (1-based,
+/// a decoder layer with attention), else the 8th attention layer or the last.
+fn heatmap_layer(layer: Option<usize>, config: &ModelConfig, label: &str) -> Result<usize> {
+    let numbers = config.attention_layer_numbers();
+    let layers = config.num_layers;
+    match layer {
+        Some(0) => Err(Error::usage("--layer is 1-based; 0 is not a layer")),
+        Some(l) if l > layers => Err(Error::usage(format!(
+            "--layer {l} does not exist: {label} has {layers} layers"
+        ))),
+        Some(l) => numbers.iter().position(|&n| n == l - 1).ok_or_else(|| {
+            let with: Vec<String> = numbers.iter().map(|n| (n + 1).to_string()).collect();
+            Error::usage(format!(
+                "--layer {l} of {label} is a {} layer, without attention (its attention layers: {})",
+                config.mixers[l - 1].name(),
+                with.join(", ")
+            ))
+        }),
+        None => Ok(8.min(numbers.len()).max(1) - 1),
+    }
 }
 
 /// `{kernel description: [1-based layers]}` for run.json and `--verbose`.

@@ -90,16 +90,22 @@ pub struct ProbeState {
     pub heads: usize,
     pub accumulators: Vec<Vec<u8>>,
     pub kernels: BTreeMap<usize, Kernel>,
+    /// The decoder layer of each probe layer (empty: the same numbers; states saved before
+    /// hybrids had none).
+    #[serde(default)]
+    pub layer_numbers: Vec<usize>,
 }
 
-/// What the accumulators know of a model's attention: the keys each layer's queries see
-/// (`[layer]`, sliding windows), the logits' soft-cap (Gemma 2), if any, and the query heads
-/// per layer.
+/// What the accumulators know of a model's attention: the keys each attention layer's
+/// queries see (`[layer]`, sliding windows), the logits' soft-cap (Gemma 2), if any, the
+/// query heads per layer, and the decoder layer (0-based) of each attention layer (a
+/// hybrid's attention layers are the probe's 0, 1, ...; empty: every layer has attention).
 #[derive(Debug, Clone, Copy)]
 pub struct ModelAttention<'a> {
     pub key_windows: &'a [KeyWindow],
     pub logit_softcap: Option<f64>,
     pub heads: usize,
+    pub layer_numbers: &'a [usize],
 }
 
 /// The probe that feeds every requested accumulator during one model's forward passes.
@@ -115,6 +121,8 @@ pub struct MetricProbe {
     kernels: BTreeMap<usize, Kernel>,
     /// The key sums of the block whose row table comes next.
     key_sums: Option<Tensor>,
+    /// [`ModelAttention::layer_numbers`].
+    layer_numbers: Vec<usize>,
 }
 
 impl MetricProbe {
@@ -125,6 +133,7 @@ impl MetricProbe {
             key_windows,
             logit_softcap,
             heads,
+            layer_numbers,
         } = model;
         let setup = Setup {
             opts: &opts,
@@ -145,6 +154,7 @@ impl MetricProbe {
             pending: Vec::new(),
             kernels: BTreeMap::new(),
             key_sums: None,
+            layer_numbers: layer_numbers.to_vec(),
             opts,
         }
     }
@@ -160,6 +170,7 @@ impl MetricProbe {
                 .map(|acc| acc.state())
                 .collect::<Result<_>>()?,
             kernels: self.kernels.clone(),
+            layer_numbers: self.layer_numbers.clone(),
         })
     }
 
@@ -192,6 +203,7 @@ impl MetricProbe {
             kernels: state.kernels,
             opts: state.opts,
             key_sums: None,
+            layer_numbers: state.layer_numbers,
         })
     }
 
@@ -212,7 +224,12 @@ impl MetricProbe {
         for acc in &self.accumulators {
             acc.finish(&ctx, &mut out);
         }
-        out.kernels = self.kernels.clone();
+        out.layer_numbers = self.layer_numbers.clone();
+        out.kernels = self
+            .kernels
+            .iter()
+            .map(|(&l, &k)| (out.decoder_layer(l), k))
+            .collect();
         out
     }
 
@@ -679,6 +696,7 @@ mod tests {
             key_windows: &[KeyWindow::CAUSAL],
             logit_softcap: None,
             heads,
+            layer_numbers: &[],
         }
     }
 

@@ -51,8 +51,12 @@ impl MetricResult for PerHead {
 #[derive(Debug, Clone, Default)]
 pub struct ModelMetrics {
     results: Vec<(Metric, Arc<dyn MetricResult>)>,
-    /// The kernel that computed each layer (0-based), for run.json and `--verbose`.
+    /// The kernel that computed each layer (0-based decoder layers), for run.json and
+    /// `--verbose`.
     pub kernels: BTreeMap<usize, Kernel>,
+    /// The decoder layer (0-based) of each of the results' layers, which count attention
+    /// layers only (a hybrid's); empty: the same numbers.
+    pub layer_numbers: Vec<usize>,
 }
 
 impl ModelMetrics {
@@ -71,6 +75,11 @@ impl ModelMetrics {
     pub fn get<T: 'static>(&self, metric: Metric) -> Option<&T> {
         let (_, result) = self.results.iter().find(|(m, _)| *m == metric)?;
         result.as_any().downcast_ref::<T>()
+    }
+
+    /// The decoder layer (0-based) of the results' layer `l`.
+    pub fn decoder_layer(&self, l: usize) -> usize {
+        self.layer_numbers.get(l).copied().unwrap_or(l)
     }
 
     /// Every result, in registry order.

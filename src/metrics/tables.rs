@@ -37,6 +37,9 @@ impl LongRows {
 pub struct TableRows {
     long: LongRows,
     others: Vec<Table>,
+    /// The decoder layer (0-based) of each layer the results number (their attention
+    /// layers); empty: the same numbers.
+    layer_numbers: Vec<usize>,
 }
 
 impl TableRows {
@@ -51,13 +54,29 @@ impl TableRows {
         stat: &str,
         value: f64,
     ) {
+        let layer = layer.map(|l| self.decoder_layer(l as i64 + 1));
         let long = &mut self.long;
         long.model.push(Some(model.to_string()));
         long.metric.push(Some(metric.to_string()));
-        long.layer.push(layer.map(|l| l as i64 + 1));
+        long.layer.push(layer);
         long.head.push(head.map(|h| h as i64 + 1));
         long.stat.push(Some(stat.to_string()));
         long.value.push(Some(value));
+    }
+
+    /// Rows written next number their layers as `layer_numbers` says (the decoder layer
+    /// of each attention layer, 0-based; empty: the same numbers).
+    pub fn number_layers_by(&mut self, layer_numbers: &[usize]) {
+        self.layer_numbers = layer_numbers.to_vec();
+    }
+
+    /// The 1-based decoder layer of the results' 1-based layer `l`.
+    fn decoder_layer(&self, l: i64) -> i64 {
+        let index = usize::try_from(l - 1).ok();
+        match index.and_then(|i| self.layer_numbers.get(i)) {
+            Some(&decoder) => decoder as i64 + 1,
+            None => l,
+        }
     }
 
     /// A `mean` row per (layer, head) of `values` `[layer][head]`.
@@ -80,9 +99,15 @@ impl TableRows {
     /// Rows of a table of its own (`heatmap`, ...), after those of other models; a table
     /// of SPEC section 6 must have exactly its schema's columns
     /// ([`crate::export::schema`]).
-    pub fn append(&mut self, table: Table) {
+    pub fn append(&mut self, mut table: Table) {
         if let Err(e) = schema::check_declared(&table) {
             panic!("{e}");
+        }
+        let layers = table.columns.iter_mut().find(|(name, _)| name == "layer");
+        if let Some((_, Column::Int(layers))) = layers {
+            for l in layers.iter_mut().flatten() {
+                *l = self.decoder_layer(*l);
+            }
         }
         match self.others.iter_mut().find(|t| t.name == table.name) {
             Some(existing) => existing.append(table),
@@ -120,6 +145,7 @@ pub fn floats(values: impl IntoIterator<Item = f64>) -> Column {
 pub fn attention_tables(models: &[(String, ModelMetrics)]) -> Vec<Table> {
     let mut rows = TableRows::default();
     for (label, m) in models {
+        rows.number_layers_by(&m.layer_numbers);
         for (metric, result) in m.results() {
             result.write_rows(metric, label, &mut rows);
         }

@@ -7,6 +7,7 @@
 
 use std::path::Path;
 
+use super::mixers::Mixer;
 use crate::error::{Error, Result};
 use crate::probe::KeyWindow;
 
@@ -81,12 +82,14 @@ impl AttentionLayers {
 pub struct LayerKind {
     /// 1-based, as the tables number layers.
     pub layer: usize,
-    /// `attention` (the mixer every implemented family has).
+    /// `attention`, or a hybrid's other mixer (`short conv`).
     pub mixer: String,
-    /// causal, sliding or chunked (`KeyWindow`'s words).
-    pub keys: String,
-    /// RoPE, or NoPE.
-    pub rope: bool,
+    /// Attention: causal, sliding or chunked (`KeyWindow`'s words).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<String>,
+    /// Attention: RoPE, or NoPE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope: Option<bool>,
     /// The queries are temperature-tuned (Llama 4's NoPE layers).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub temperature_tuned: bool,
@@ -97,16 +100,30 @@ impl LayerKind {
     pub fn attention(l: usize, window: KeyWindow, rope: bool, temperature_tuned: bool) -> Self {
         LayerKind {
             layer: l + 1,
-            mixer: "attention".to_string(),
-            keys: window.describe(),
-            rope,
+            mixer: Mixer::Attention.name().to_string(),
+            keys: Some(window.describe()),
+            rope: Some(rope),
             temperature_tuned,
         }
     }
 
-    /// The kind in words, without its number ("attention, RoPE, causal").
+    /// Layer `l` (0-based) of a mixer other than attention.
+    pub fn other(l: usize, mixer: Mixer) -> Self {
+        LayerKind {
+            layer: l + 1,
+            mixer: mixer.name().to_string(),
+            keys: None,
+            rope: None,
+            temperature_tuned: false,
+        }
+    }
+
+    /// The kind in words, without its number ("attention, RoPE, causal"; "short conv").
     fn words(&self) -> String {
-        let rope = match self.rope {
+        let (Some(keys), Some(rope)) = (&self.keys, self.rope) else {
+            return self.mixer.clone();
+        };
+        let rope = match rope {
             true => "RoPE",
             false => "NoPE",
         };
@@ -114,7 +131,7 @@ impl LayerKind {
             true => ", temperature-tuned queries",
             false => "",
         };
-        format!("{}, {rope}, {}{tuned}", self.mixer, self.keys)
+        format!("{}, {rope}, {keys}{tuned}", self.mixer)
     }
 
     /// Runs of layers of one kind, in a line ("1-3: attention, RoPE, chunks of 8

@@ -10,23 +10,94 @@ use candle_core::{DType, Tensor};
 use super::attention;
 use super::config::ModelConfig;
 use super::layers::{linear, mlp, moe_mlp, norm, MlpDims, ProjDims};
+use super::mixers::{load_short_conv, Mixer};
 use super::nonfinite::{NonFiniteAt, NonFiniteWatch};
 use super::residuals::Residuals;
 use super::rope::rope_tables;
 use super::weights::WeightStore;
 use crate::attention::{Attention, AttentionShape, VariantKind};
 use crate::error::{Error, Result};
+use crate::mixer::ShortConv;
 use crate::nn::Rope;
 use crate::nn::{FeedForward, Linear, Norm};
 use crate::probe::blocks::query_blocks;
 use crate::probe::{BlockCtx, Hook, Probe};
 use crate::profile::phase;
 
+/// What mixes positions in a decoder layer, as loaded.
+enum LayerMixer {
+    /// Attention (`self_attn`), the probe's layer `ordinal` (its place among the model's
+    /// attention layers).
+    Attention {
+        attention: Box<Attention>,
+        ordinal: usize,
+    },
+    /// A short gated convolution (`conv`, LFM2).
+    ShortConv(ShortConv),
+}
+
+impl LayerMixer {
+    /// Layer `l`'s mixer of `config` from `store`.
+    fn load(
+        store: &WeightStore,
+        c: &ModelConfig,
+        shape: &AttentionShape,
+        l: usize,
+    ) -> Result<Self> {
+        let prefix = format!("model.layers.{l}");
+        Ok(match c.mixers[l] {
+            Mixer::Attention => LayerMixer::Attention {
+                attention: Box::new(attention::load_attention(
+                    store,
+                    &format!("{prefix}.self_attn"),
+                    AttentionShape {
+                        window: c.key_window(l),
+                        rotary: c.attention_layers.rotates(l),
+                        l2_qk_norm: c.attention_layers.l2_qk_norm_of(l),
+                        temperature: c.attention_layers.temperature_of(l),
+                        ..shape.clone()
+                    },
+                    &c.layout,
+                )?),
+                ordinal: c.mixers[..l]
+                    .iter()
+                    .filter(|&&m| m == Mixer::Attention)
+                    .count(),
+            },
+            Mixer::ShortConv(conv) => LayerMixer::ShortConv(load_short_conv(
+                store,
+                &format!("{prefix}.conv"),
+                c.hidden_size,
+                conv,
+            )?),
+        })
+    }
+
+    /// The mixer's output for the normed stream `xs`; attention pushes its hooks to `probe`.
+    fn forward(
+        &self,
+        xs: &Tensor,
+        rope: &Rope,
+        block: usize,
+        probe: &mut dyn Probe,
+    ) -> Result<Tensor> {
+        match self {
+            LayerMixer::Attention { attention, ordinal } => {
+                attention.forward(xs, rope, *ordinal, block, probe)
+            }
+            LayerMixer::ShortConv(conv) => {
+                let _p = phase("other mixers");
+                conv.forward(xs)
+            }
+        }
+    }
+}
+
 /// One decoder layer (`model.layers.{l}`).
 pub struct DecoderLayer {
-    /// The norm before the attention (`input_layernorm`; none in a post-norm layout).
+    /// The norm before the mixer (`input_layernorm`; none in a post-norm layout).
     pre_attention: Option<Norm>,
-    self_attn: Attention,
+    mixer: LayerMixer,
     /// The norm of the attention's output (OLMo 2's `post_attention_layernorm`).
     post_attention: Option<Norm>,
     /// The norm before the MLP (`post_attention_layernorm` in the pre-norm layouts).
@@ -79,18 +150,7 @@ impl DecoderLayer {
         };
         Ok(DecoderLayer {
             pre_attention,
-            self_attn: attention::load_attention(
-                store,
-                &format!("{prefix}.self_attn"),
-                AttentionShape {
-                    window: c.key_window(l),
-                    rotary: c.attention_layers.rotates(l),
-                    l2_qk_norm: c.attention_layers.l2_qk_norm_of(l),
-                    temperature: c.attention_layers.temperature_of(l),
-                    ..shape.clone()
-                },
-                &layout,
-            )?,
+            mixer: LayerMixer::load(store, c, shape, l)?,
             post_attention,
             pre_mlp,
             mlp: match c.experts.as_ref().filter(|e| e.layers.contains(&l)) {
@@ -126,7 +186,7 @@ impl DecoderLayer {
             let _p = phase("norms, residuals");
             apply(&self.pre_attention, xs)?
         };
-        let attn = self.self_attn.forward(&normed, rope, l, block, probe)?;
+        let attn = self.mixer.forward(&normed, rope, block, probe)?;
         let _p = phase("norms, residuals");
         let attn = apply(&self.post_attention, &attn)?;
         watch.check(&attn, Some(l), "hook_attn_out")?;
@@ -516,7 +576,8 @@ impl Model {
         head: &mut dyn FnMut(&Tensor) -> Result<Tensor>,
     ) -> Result<()> {
         let c = &self.config;
-        let layers = c.num_layers;
+        // the probe numbers the attention layers; the logits come after the last
+        let layers = c.attention_layer_numbers().len();
         if !probe.wants(Hook::Logits, layers) {
             return Ok(());
         }

@@ -17,6 +17,7 @@ pub mod gguf_tokenizer;
 mod latent;
 pub mod layers;
 pub mod layout;
+pub mod mixers;
 mod multimodal;
 pub mod mxfp4;
 pub mod nonfinite;

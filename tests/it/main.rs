@@ -17,6 +17,7 @@ mod fuzz;
 mod golden;
 mod head_roles;
 mod hostile_files;
+mod hybrids;
 mod logs;
 mod long_context;
 mod long_sequences;

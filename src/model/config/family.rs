@@ -12,6 +12,7 @@ use crate::error::Result;
 use crate::model::attention_layers::AttentionLayers;
 use crate::model::experts::{DenseSizes, Experts, RawExperts};
 use crate::model::layout::Layout;
+use crate::model::mixers::Mixer;
 use crate::model::rope::RopeConfig;
 use crate::model::sliding_window::WindowRule;
 
@@ -74,6 +75,9 @@ pub struct Family {
     /// NoPE, chunked layers and the other per-layer attention settings beyond the window,
     /// from the config and the number of layers.
     pub attention_layers: fn(&RawConfig, usize, &Path) -> Result<AttentionLayers>,
+    /// Each layer's mixer (attention in every layer but a hybrid's), from the config and
+    /// the number of layers.
+    pub mixers: fn(&RawConfig, usize, &Path) -> Result<Vec<Mixer>>,
     pub experts: ExpertsFn,
     /// Multi-head latent attention's sizes (DeepSeek-V3), from the config; `None` for q/k/v
     /// heads of `head_dim`.

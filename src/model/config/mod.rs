@@ -27,6 +27,7 @@
 mod families;
 pub(crate) mod family;
 pub(crate) mod raw;
+mod raw_hybrid;
 mod resolve;
 mod rope;
 
@@ -199,6 +200,8 @@ pub struct ModelConfig {
     pub sliding_window: Option<SlidingWindow>,
     /// NoPE and chunked layers, temperature tuning, L2 QK-norm.
     pub attention_layers: AttentionLayers,
+    /// Each layer's mixer (`[layer]`): attention but in a hybrid's other layers.
+    pub mixers: Vec<super::mixers::Mixer>,
     /// Multi-head latent attention's sizes (DeepSeek-V3): `head_dim` is then q/k's (nope +
     /// rope), one key/value head per head.
     pub latent: Option<crate::attention::latent::LatentShape>,
@@ -295,14 +298,24 @@ impl ModelConfig {
 
     /// What each decoder layer is (run.json's and `inspect`'s `layer_kinds`).
     pub fn layer_kinds(&self) -> Vec<super::attention_layers::LayerKind> {
+        use super::attention_layers::LayerKind;
         let a = &self.attention_layers;
         (0..self.num_layers)
-            .map(|l| {
-                let rope = a.rotates(l) && !self.layout.learned_positions;
-                let tuned = a.temperature_of(l).is_some();
-                super::attention_layers::LayerKind::attention(l, self.key_window(l), rope, tuned)
+            .map(|l| match self.mixers[l] {
+                super::mixers::Mixer::Attention => {
+                    let rope = a.rotates(l) && !self.layout.learned_positions;
+                    let tuned = a.temperature_of(l).is_some();
+                    LayerKind::attention(l, self.key_window(l), rope, tuned)
+                }
+                other => LayerKind::other(l, other),
             })
             .collect()
+    }
+
+    /// The decoder layers (0-based) with attention, in order (every layer but a hybrid's
+    /// other mixers): the probe's layer k is the k-th of them.
+    pub fn attention_layer_numbers(&self) -> Vec<usize> {
+        super::mixers::attention_layers(&self.mixers)
     }
 
     /// The keys each query of layer `layer` (0-based) sees.

@@ -118,6 +118,9 @@ pub struct RawConfig {
     pub affine_scaled: Option<RawAffine>,
     pub scale_invariant: Option<RawScaleInvariant>,
     pub logn: Option<RawLogn>,
+    /// The hybrid families' keys.
+    #[serde(flatten)]
+    pub hybrid: super::raw_hybrid::RawHybrid,
 }
 
 /// A field that is there, `null` included: serde reads a `null` into an `Option` as `None`,

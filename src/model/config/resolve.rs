@@ -55,6 +55,7 @@ impl RawConfig {
         let (bos_token_id, eos_token_id) = self.special_tokens(path, s.vocab)?;
         let sliding_window = self.window(path, family, s.layers)?;
         let attention_layers = (family.attention_layers)(&self, s.layers, path)?;
+        let mixers = (family.mixers)(&self, s.layers, path)?;
         let dense = DenseSizes {
             num_layers: s.layers,
             intermediate_size: s.intermediate,
@@ -92,6 +93,7 @@ impl RawConfig {
             qk_norm: family.qk_norm,
             sliding_window,
             attention_layers,
+            mixers,
             latent,
             layout: (family.layout)(&self),
             experts,
@@ -440,7 +442,7 @@ pub(super) mod tests {
         assert!(
             err.contains("mamba")
                 && err.contains(
-                    "gpt2, gpt_neox, gpt_oss, llama, llama4_text, mistral, mixtral, olmo2, olmo3, phi3, qwen2, qwen3"
+                    "gpt2, gpt_neox, gpt_oss, lfm2, llama, llama4_text, mistral, mixtral, olmo2, olmo3, phi3, qwen2, qwen3"
                 ),
             "{err}"
         );

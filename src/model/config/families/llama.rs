@@ -10,6 +10,7 @@ use crate::model::config::family::{Biases, Family, Ropes};
 use crate::model::config::{GemmaSettings, RawConfig};
 use crate::model::experts::{DenseSizes, Experts, RawExperts};
 use crate::model::layout::Layout;
+use crate::model::mixers::{every_layer_attention, Mixer};
 use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
 
 pub(crate) const FAMILY: Family = Family {
@@ -36,6 +37,7 @@ pub(crate) const FAMILY: Family = Family {
         layers: WindowLayers::FromMaxWindowLayers,
     },
     attention_layers: every_layer_alike,
+    mixers: attention_only,
     experts: dense,
     latent: no_latent,
     scalars: no_scalars,
@@ -76,6 +78,11 @@ pub(crate) fn rope(raw: &RawConfig, path: &Path, head_dim: usize) -> Result<Rope
 /// Every layer rotates and sees every earlier key (or the window's).
 fn every_layer_alike(_: &RawConfig, _: usize, _: &Path) -> Result<AttentionLayers> {
     Ok(AttentionLayers::default())
+}
+
+/// Attention in every layer.
+fn attention_only(_: &RawConfig, num_layers: usize, _: &Path) -> Result<Vec<Mixer>> {
+    Ok(every_layer_attention(num_layers))
 }
 
 fn dense(_: &RawExperts, _: DenseSizes, _: &Path) -> Result<Option<Experts>> {

@@ -10,6 +10,7 @@ mod glm4_moe;
 mod gpt2;
 mod gpt_neox;
 mod gpt_oss;
+mod lfm2;
 pub(crate) mod llama;
 mod llama4_text;
 mod mistral;
@@ -35,6 +36,7 @@ pub(crate) static FAMILIES: &[Family] = &[
     olmo2::FAMILY,
     olmo3::FAMILY,
     smollm3::FAMILY,
+    lfm2::FAMILY,
     gemma2::FAMILY,
     gemma3::FAMILY,
     glm4_moe::FAMILY,

@@ -1,0 +1,9 @@
+//! The mixers of hybrid models that are not softmax attention (LFM2's short convolutions):
+//! they carry the hidden state on exactly as transformers' own torch code computes it, and
+//! no probe sees them. Below `model` (which loads them), beside `attention`.
+
+mod causal_conv;
+mod short_conv;
+
+pub use causal_conv::CausalConv;
+pub use short_conv::ShortConv;

@@ -1,0 +1,146 @@
+//! Issue 52: hybrid models (LFM2's short convolutions beside attention layers). Their
+//! numbers are checked against transformers' float64 forward by `metrics.rs` and the
+//! other every-fixture tests, over their attention layers; here: every table numbers an
+//! attention layer by its decoder layer, the other layers have no rows, run.json and
+//! `inspect` name each layer's mixer, and `--layer` refuses a layer without attention.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use crate::common::{
+    assert_close, expect_error, expect_success, ids_corpus, model_dir, reference_metrics, run_cli,
+};
+
+/// `analyze` of fixture `name` on its reference ids into `dir/out` with `extra` options.
+fn analyze(dir: &Path, name: &str, extra: &[&str]) -> std::process::Output {
+    let corpus = ids_corpus(name, dir);
+    let model = format!("{name}={}", model_dir(name).display());
+    let mut args = vec![
+        "analyze",
+        &model,
+        "--corpus",
+        &corpus,
+        "--seq-len",
+        "20",
+        "--num-seqs",
+        "3",
+        "--bos",
+        "never",
+        "--min-query",
+        "1",
+        "--quiet",
+        "--out",
+        "out",
+    ];
+    args.extend(extra);
+    run_cli(dir, &args)
+}
+
+/// The (layer, value) of every row of `csv` with `metric` and `stat` in the first columns
+/// model, metric, layer, head, stat, value, head empty.
+fn layer_rows(csv: &str, metric: &str, stat: &str) -> Vec<(usize, f64)> {
+    csv.lines()
+        .skip(1)
+        .map(|line| line.split(',').collect::<Vec<_>>())
+        .filter(|c| c[1] == metric && c[3].is_empty() && c[4] == stat)
+        .map(|c| (c[2].parse().unwrap(), c[5].parse().unwrap()))
+        .collect()
+}
+
+/// The distinct values of column `column` of a CSV table.
+fn column_values(csv: &str, column: &str) -> BTreeSet<String> {
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let at = header.iter().position(|c| *c == column).unwrap();
+    lines
+        .map(|l| l.split(',').nth(at).unwrap().to_string())
+        .collect()
+}
+
+/// LFM2's attention layers are decoder layers 2 and 4: attention.csv has rows for them
+/// alone, with the reference's values of the first and second attention layer; the
+/// heatmap (the last attention layer by default) is layer 4's; run.json lists layers 1
+/// and 3 as short convolutions and the kernels by decoder layer.
+#[test]
+fn lfm2_tables_number_attention_layers_by_their_decoder_layer() {
+    let tmp = tempfile::tempdir().unwrap();
+    expect_success(&analyze(tmp.path(), "lfm2", &[]));
+    let want = reference_metrics("lfm2");
+    let numbers: Vec<usize> = want["attention_layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as usize)
+        .collect();
+    assert_eq!(numbers, [2, 4]);
+    let out = tmp.path().join("out");
+    let attention = std::fs::read_to_string(out.join("attention.csv")).unwrap();
+    let layers: BTreeSet<String> = column_values(&attention, "layer");
+    assert_eq!(layers, ["", "2", "4"].map(String::from).into());
+    for metric in ["first_token", "entropy", "weight_sum"] {
+        let rows = layer_rows(&attention, metric, "mean");
+        assert_eq!(rows.len(), 2, "{metric}: {rows:?}");
+        for (k, (layer, value)) in rows.into_iter().enumerate() {
+            assert_eq!(layer, numbers[k], "{metric}");
+            let y = want[metric]["mean"][k].as_f64().unwrap();
+            assert_close(value, y, 1e-6, 1e-5, &format!("{metric} layer {layer}"));
+        }
+    }
+    let heatmap = std::fs::read_to_string(out.join("heatmap.csv")).unwrap();
+    assert_eq!(column_values(&heatmap, "layer"), ["4".to_string()].into());
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
+    let model = &run["models"][0];
+    let kinds: Vec<(u64, &str)> = model["layer_kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| (k["layer"].as_u64().unwrap(), k["mixer"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (1, "short conv"),
+            (2, "attention"),
+            (3, "short conv"),
+            (4, "attention")
+        ]
+    );
+    let kernel_layers: BTreeSet<u64> = model["kernels"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|v| v.as_array().unwrap().iter().map(|l| l.as_u64().unwrap()))
+        .collect();
+    assert_eq!(kernel_layers, [2, 4].into());
+}
+
+/// `--layer` names a decoder layer: a short-convolution layer is refused naming its mixer
+/// and the attention layers, and layer 2's heatmap is labelled 2.
+#[test]
+fn lfm2_layer_option_takes_decoder_layers_with_attention() {
+    let tmp = tempfile::tempdir().unwrap();
+    let err = expect_error(&analyze(tmp.path(), "lfm2", &["--layer", "3"]));
+    assert!(
+        err.contains("--layer 3") && err.contains("short conv") && err.contains("2, 4"),
+        "{err}"
+    );
+    assert!(!tmp.path().join("out").exists());
+    expect_success(&analyze(tmp.path(), "lfm2", &["--layer", "2"]));
+    let heatmap = std::fs::read_to_string(tmp.path().join("out/heatmap.csv")).unwrap();
+    assert_eq!(column_values(&heatmap, "layer"), ["2".to_string()].into());
+}
+
+/// `inspect` names each layer's mixer and LFM2's renamed tensors are all read.
+#[test]
+fn lfm2_inspect_names_each_layers_mixer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model_dir("lfm2").display().to_string();
+    let text = expect_success(&run_cli(tmp.path(), &["inspect", &model]));
+    for says in [
+        "layer kinds    1: short conv; 2: attention, RoPE, causal; 3: short conv; 4: attention, RoPE, causal",
+        "unused         none",
+    ] {
+        assert!(text.contains(says), "{says}: {text}");
+    }
+}
