@@ -3,16 +3,8 @@
 OLMo 3, GLM-4.5 (glm4_moe), Llama 4 (text) and DeepSeek-V3.
 
 Writes, relative to the repository root (the parent of this file's folder), for each <name>
-below and nothing else:
-
-  tests/fixtures/models/<name>/                 XForCausalLM(config).save_pretrained (f32
-                                                weights, config.json, generation_config.json)
-                                                plus make_fixtures.py's tokenizer.json
-  tests/fixtures/reference/<name>.safetensors   in make_fixtures.py's format: input_ids [3, 20]
-                                                (the same ids as every fixture), logits, and per
-                                                layer pattern, q, k, attn_scores (+ visible)
-  tests/fixtures/reference/<name>.metrics.json  every metric (make_fixtures.write_reference)
-  tests/fixtures/reference/<name>.logit_key.json  (make_logit_key_fixtures.py, run at the end)
+below and nothing else, the model folder and the three reference files that fixture_common.py
+lists; <name>.safetensors holds pattern, q, k, attn_scores (+ visible) for every layer.
 
 Fixtures (hidden 32, vocab 64, rms_norm_eps 1e-5, bos/eos of make_fixtures.common_cfg; each
 config class's defaults otherwise, shrunk; every matrix N(0, 0.2), norms 1 + 0.1 N):
@@ -68,23 +60,18 @@ Run:  /tmp/asa-py-venv/bin/python tools/make_families_2026_fixtures.py
 """
 
 import contextlib
-import inspect
-import json
 import math
 import os
-import shutil
 import sys
-import tempfile
-import textwrap
 
 import torch
-from safetensors import safe_open
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_fixtures as mf  # noqa: E402  (the shared float64 transformers reference)
+from make_fixtures import HEAD_DIM, HEADS, HIDDEN, KV_HEADS, TORCH64  # noqa: E402
 import make_logit_key_fixtures as lk  # noqa: E402
+import fixture_common as fc  # noqa: E402  (helpers shared by the float64 fixture scripts)
 
-import transformers  # noqa: E402
 from transformers import (  # noqa: E402
     DeepseekV3Config,
     DeepseekV3ForCausalLM,
@@ -104,8 +91,6 @@ from transformers.models.olmo3 import modeling_olmo3  # noqa: E402
 from transformers.models.smollm3 import modeling_smollm3  # noqa: E402
 
 NAMES = ["smollm3", "olmo3", "glm4_moe", "llama4_text", "deepseek_v3"]
-TORCH64 = torch.float64
-HIDDEN, HEADS, KV_HEADS, HEAD_DIM = mf.HIDDEN, mf.HEADS, mf.KV_HEADS, mf.HEAD_DIM
 MOE_INTER = 16
 # glm4_moe and deepseek_v3: DeepSeek-V3's mixture (4 routed experts in 2 groups, the best
 # group kept, 2 a token, renormalised, 1 shared expert) after one dense layer
@@ -141,35 +126,6 @@ class EagerExperts:
         return self.cls.from_pretrained(*args, **kwargs)
 
 
-@contextlib.contextmanager
-def patched(*triples):
-    """Sets (obj, attr, value) for the duration, restoring the old values after."""
-    saved = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in triples]
-    for obj, attr, val in triples:
-        setattr(obj, attr, val)
-    try:
-        yield
-    finally:
-        for obj, attr, val in reversed(saved):
-            setattr(obj, attr, val)
-
-
-@contextlib.contextmanager
-def recording(cls, what):
-    """Wraps cls.forward (whatever it is now) to record what(self, args, kwargs, out) of each
-    call, in call order."""
-    calls = []
-    inner = cls.forward
-
-    def forward(self, *args, **kwargs):
-        out = inner(self, *args, **kwargs)
-        calls.append(what(self, args, kwargs, out))
-        return out
-
-    with patched((cls, "forward", forward)):
-        yield calls
-
-
 # Llama 4, float64 with the same math: RoPE as complex numbers (torch.polar) of the float64
 # angles, applied to the (even, odd) pairs; the weightless L2 norm x rsqrt(mean x^2 + eps);
 # RMSNorm; the temperature-tuning scale computed from float64 positions.
@@ -198,17 +154,13 @@ def _llama4_rms_forward64(self, x):
 def _llama4_attention_forward64():
     """Llama4TextAttention.forward from transformers' own source with one change: the
     temperature-tuning positions in the query's dtype instead of float32."""
-    src = textwrap.dedent(inspect.getsource(modeling_llama4.Llama4TextAttention.forward))
-    old, new = "positions.float()", "positions.to(query_states.dtype)"
-    assert src.count(old) == 1, "transformers' Llama4TextAttention.forward changed"
-    ns = {}
-    exec(compile(src.replace(old, new), modeling_llama4.__file__, "exec"), modeling_llama4.__dict__, ns)
-    return ns["forward"]
+    return fc.from_source(modeling_llama4.Llama4TextAttention.forward,
+                          [("positions.float()", "positions.to(query_states.dtype)")])
 
 
 @contextlib.contextmanager
 def llama4_float64():
-    with patched(
+    with fc.patched(
         (mf, "_rope_forward64", _llama4_rope_forward64),  # what transformers64_reference installs
         (modeling_llama4, "apply_rotary_emb", _llama4_apply_rotary_emb64),
         (modeling_llama4.Llama4TextL2Norm, "forward", _llama4_l2_forward64),
@@ -264,9 +216,8 @@ def llama4_routing_check(calls, n_layers, k):
     margin between the k-th and the next logit)."""
     ds, margin = 0.0, float("inf")
     for router, x, (scores, _) in calls[:n_layers]:
-        logits = x.reshape(-1, x.shape[-1]).to(TORCH64) @ router.weight.detach().to(TORCH64).T
-        ls = logits.sort(dim=-1, descending=True).values
-        margin = min(margin, (ls[:, k - 1] - ls[:, k]).min().item())
+        logits = fc.router_logits64(router, x)
+        margin = min(margin, fc.topk_margin(logits, k))
         top = logits.topk(k, dim=-1)
         want = torch.zeros_like(logits).scatter_(1, top.indices, torch.sigmoid(top.values))
         ds = max(ds, (want - scores.to(TORCH64)).abs().max().item())
@@ -284,48 +235,12 @@ def nope_q_check(attn_inputs, caps, layer, scale_fn):
     return (q - caps[layer]["q"]).abs().max().item()
 
 
-def state_keys(d):
-    with safe_open(os.path.join(d, "model.safetensors"), framework="pt") as f:
-        return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-
-
 # ----------------------------------------------------------------------------
 # Main
 # ----------------------------------------------------------------------------
 def main():
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}")
-    for name in NAMES:
-        d = os.path.join(mf.MODELS, name)
-        if os.path.isdir(d):
-            shutil.rmtree(d)
-        for ext in (".safetensors", ".metrics.json", ".logit_key.json"):
-            p = os.path.join(mf.REFS, name + ext)
-            if os.path.exists(p):
-                os.remove(p)
-
-    tok, bos, eos = mf.build_tokenizer()
-    tmp = tempfile.mkdtemp()
-    tok_json = os.path.join(tmp, "tokenizer.json")
-    tok.save(tok_json)
-    with open(tok_json, "rb") as f, open(os.path.join(mf.MODELS, "llama_gqa", "tokenizer.json"), "rb") as g:
-        assert f.read() == g.read(), "the tokenizer differs from make_fixtures.py's"
-
-    g = torch.Generator().manual_seed(mf.SEED_IDS)
-    ids = torch.randint(0, mf.VOCAB, (mf.B, mf.T), generator=g, dtype=torch.int64)
-    with safe_open(os.path.join(mf.REFS, "llama_gqa.safetensors"), framework="pt") as f:
-        assert torch.equal(f.get_tensor("input_ids"), ids), "input ids differ from make_fixtures.py's"
-
-    cc = mf.common_cfg(bos, eos)
+    tmp, tok_json, ids, cc = fc.start(NAMES)
     checks, summary = [], []
-
-    def save(name, model):
-        d = os.path.join(mf.MODELS, name)
-        model.save_pretrained(d)
-        shutil.copy(tok_json, os.path.join(d, "tokenizer.json"))
-        with open(os.path.join(d, "config.json")) as f:
-            return d, json.load(f), state_keys(d)
 
     def finish(name, logits, caps, d32, info="", logit_fn=None):
         checks.append(f"{name}: transformers float64-patched vs unpatched (float32 internals) logits {mf.fmt(d32)}")
@@ -341,10 +256,10 @@ def main():
     torch.manual_seed(21)
     model = SmolLM3ForCausalLM(cfg)
     mf.init_weights(model, seed=2101)
-    d, saved, keys = save(name, model)
+    d, saved, keys = fc.save_model(name, model, tok_json)
     assert saved["model_type"] == "smollm3" and saved["tie_word_embeddings"] and "lm_head.weight" not in keys
     assert saved["rope_parameters"] == {"rope_theta": 2000000.0, "rope_type": "default"}, saved["rope_parameters"]
-    with recording(modeling_smollm3.SmolLM3Attention, lambda m, a, kw, o: (m, kw["hidden_states"].detach().clone())) as ins:
+    with fc.recording(modeling_smollm3.SmolLM3Attention, lambda m, a, kw, o: (m, kw["hidden_states"].detach().clone())) as ins:
         logits, caps, d32 = mf.transformers64_reference(
             d, SmolLM3ForCausalLM, modeling_smollm3, ids, "model", rms_cls=modeling_smollm3.SmolLM3RMSNorm
         )
@@ -363,7 +278,7 @@ def main():
     torch.manual_seed(22)
     model = Olmo3ForCausalLM(cfg)
     mf.init_weights(model, seed=2201)
-    d, saved, keys = save(name, model)
+    d, saved, keys = fc.save_model(name, model, tok_json)
     assert keys["model.layers.0.self_attn.q_norm.weight"] == (HEADS * HEAD_DIM,)
     assert keys["model.layers.0.self_attn.k_norm.weight"] == (KV_HEADS * HEAD_DIM,)
     assert "model.layers.0.input_layernorm.weight" not in keys and "lm_head.weight" in keys
@@ -394,14 +309,14 @@ def main():
     with torch.no_grad():
         for l in range(1, 3):
             model.model.layers[l].mlp.gate.e_score_correction_bias.copy_(BIAS_STD * torch.randn(4, generator=gen))
-    d, saved, keys = save(name, model)
+    d, saved, keys = fc.save_model(name, model, tok_json)
     assert keys["model.layers.1.mlp.experts.3.gate_proj.weight"] == (MOE_INTER, HIDDEN), sorted(keys)
     assert keys["model.layers.1.mlp.gate.e_score_correction_bias"] == (4,)
     assert keys["model.layers.1.mlp.shared_experts.up_proj.weight"] == (MOE_INTER, HIDDEN)
     assert keys["model.layers.0.mlp.gate_proj.weight"] == (mf.INTER, HIDDEN)
     assert keys["model.layers.0.self_attn.q_norm.weight"] == (HEAD_DIM,)
     assert "model.layers.0.self_attn.q_proj.bias" in keys and "model.layers.0.self_attn.o_proj.bias" not in keys
-    with recording(modeling_glm4_moe.Glm4MoeTopkRouter,
+    with fc.recording(modeling_glm4_moe.Glm4MoeTopkRouter,
                    lambda m, a, kw, o: (m, a[0].detach().clone(), tuple(t.detach().clone() for t in o))) as calls:
         logits, caps, d32 = mf.transformers64_reference(
             d, EagerExperts(Glm4MoeForCausalLM), modeling_glm4_moe, ids, "model", rms_cls=modeling_glm4_moe.Glm4MoeRMSNorm
@@ -435,7 +350,7 @@ def main():
     torch.manual_seed(24)
     model = Llama4ForCausalLM(cfg)
     mf.init_weights(model, seed=2401)
-    d, saved, keys = save(name, model)
+    d, saved, keys = fc.save_model(name, model, tok_json)
     assert saved["model_type"] == "llama4_text", saved["model_type"]
     assert keys["model.layers.1.feed_forward.experts.gate_up_proj"] == (4, HIDDEN, 2 * MOE_INTER), sorted(keys)
     assert keys["model.layers.1.feed_forward.experts.down_proj"] == (4, MOE_INTER, HIDDEN)
@@ -445,9 +360,9 @@ def main():
     def temperature(p):
         return torch.log1p(torch.floor((p + 1.0) / 4)) * 0.5 + 1.0
 
-    with llama4_float64(), recording(
+    with llama4_float64(), fc.recording(
         modeling_llama4.Llama4Router, lambda m, a, kw, o: (m, a[0].detach().clone(), tuple(t.detach().clone() for t in o))
-    ) as calls, recording(
+    ) as calls, fc.recording(
         modeling_llama4.Llama4TextAttention, lambda m, a, kw, o: (m, kw["hidden_states"].detach().clone())
     ) as ins:
         logits, caps, d32 = mf.transformers64_reference(
@@ -506,7 +421,7 @@ def main():
     scale = 12 ** -0.5 * mscale * mscale
     assert abs(model.model.layers[0].self_attn.scaling - scale) < 1e-15, model.model.layers[0].self_attn.scaling
     assert model.model.rotary_emb.attention_scaling == 1.0  # mscale / mscale_all_dim = 1: cos/sin unscaled
-    d, saved, keys = save(name, model)
+    d, saved, keys = fc.save_model(name, model, tok_json)
     assert saved["rope_parameters"] == yarn, saved["rope_parameters"]
     want = {"q_a_proj.weight": (16, HIDDEN), "q_a_layernorm.weight": (16,), "q_b_proj.weight": (HEADS * 12, 16),
             "kv_a_proj_with_mqa.weight": (16 + 4, HIDDEN), "kv_a_layernorm.weight": (16,),
@@ -515,7 +430,7 @@ def main():
         assert keys[f"model.layers.0.self_attn.{k}"] == shape, (k, keys.get(f"model.layers.0.self_attn.{k}"))
     assert keys["model.layers.2.mlp.experts.0.down_proj.weight"] == (HIDDEN, MOE_INTER)
     assert keys["model.layers.2.mlp.gate.e_score_correction_bias"] == (4,)
-    with recording(modeling_deepseek_v3.DeepseekV3TopkRouter,
+    with fc.recording(modeling_deepseek_v3.DeepseekV3TopkRouter,
                    lambda m, a, kw, o: (m, a[0].detach().clone(), tuple(t.detach().clone() for t in o))) as calls:
         logits, caps, d32 = mf.transformers64_reference(
             d, EagerExperts(DeepseekV3ForCausalLM), modeling_deepseek_v3, ids, "model",
@@ -543,30 +458,12 @@ def main():
                   f"logits move {d_eps:.2e} (latent rows of q_a_proj / kv_a_proj_with_mqa x {LATENT_SCALE})")
     finish(name, logits, caps, d32, f" MoE margin {rm:.4f};", logit_fn=lambda l, h, i, j, s: s * mscale * mscale)
 
-    shutil.rmtree(tmp)
-    for name in NAMES:  # save_pretrained / safetensors create files 0600
-        for dp, _, fns in os.walk(os.path.join(mf.MODELS, name)):
-            for fn in fns:
-                os.chmod(os.path.join(dp, fn), 0o644)
-        for ext in (".safetensors", ".metrics.json"):
-            os.chmod(os.path.join(mf.REFS, name + ext), 0o644)
+    fc.done_files(NAMES, tmp)
 
     # ---------------------------------------------------------------- logit_key.json
     assert lk.main(NAMES) == 0
 
-    print("\nself-checks:")
-    for c in checks:
-        print("  " + c)
-    print("\nfixtures:")
-    for name, peak, margin, M, info, d32 in summary:
-        assert peak > 0.3, (name, peak)
-        assert margin > 1e-3, (name, "sink importance too close to threshold", margin)
-        size = sum(os.path.getsize(os.path.join(dp, fn))
-                   for dp, _, fns in os.walk(os.path.join(mf.MODELS, name)) for fn in fns)
-        assert size < 500_000, (name, size)
-        print(f"  {name}: peaked rows (i>=3, max p>0.3) {peak:.3f}; sink_rate {M['sink_rate']['rate']:.3f} "
-              f"(min |importance-0.3| {margin:.3f}); nll {M['nll']['mean']:.4f}; f32 vs f64 logits "
-              f"{d32:.2e}; model dir {size} bytes;{info}")
+    fc.report(checks, summary)
     return 0
 
 

@@ -4,18 +4,10 @@ softmax attention with another token mixer: LFM2 (short gated convolutions) and 
 (Gated DeltaNet linear attention, gated softmax attention, a mixture of experts).
 
 Writes, relative to the repository root (the parent of this file's folder), for each <name>
-below and nothing else:
-
-  tests/fixtures/models/<name>/                 XForCausalLM(config).save_pretrained (f32
-                                                weights, config.json, generation_config.json)
-                                                plus make_fixtures.py's tokenizer.json
-  tests/fixtures/reference/<name>.safetensors   in make_fixtures.py's format: input_ids [3, 20]
-                                                (the same ids as every fixture), logits, and per
-                                                ATTENTION layer pattern, q, k, attn_scores
-                                                (Qwen3-Next: + gate)
-  tests/fixtures/reference/<name>.metrics.json  every metric (make_fixtures.write_reference),
-                                                plus "attention_layers": [2, 4]
-  tests/fixtures/reference/<name>.logit_key.json  (make_logit_key_fixtures.py, run at the end)
+below and nothing else, the model folder and the three reference files that fixture_common.py
+lists, by the hybrid convention below: <name>.safetensors holds pattern, q, k, attn_scores
+(Qwen3-Next: + gate) for the ATTENTION layers only, and <name>.metrics.json adds
+"attention_layers": [2, 4].
 
 The hybrid convention: only the softmax-attention layers are captured. `layers.{a}.*` in the
 safetensors file and every per-layer array of metrics.json count the attention layers only, in
@@ -86,38 +78,26 @@ Run:  /tmp/asa-py-venv/bin/python tools/make_hybrid_fixtures.py
 import contextlib
 import importlib.util
 import inspect
-import json
 import math
 import os
-import re
-import shutil
 import sys
-import tempfile
-import textwrap
 import time
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors import safe_open
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_fixtures as mf  # noqa: E402  (the shared float64 transformers reference)
+from make_fixtures import HEAD_DIM, HEADS, HIDDEN, KV_HEADS, TORCH64  # noqa: E402
 import make_logit_key_fixtures as lk  # noqa: E402
+import fixture_common as fc  # noqa: E402  (helpers shared by the float64 fixture scripts)
 
-import transformers  # noqa: E402
-from transformers import (  # noqa: E402
-    Lfm2Config,
-    Lfm2ForCausalLM,
-    Qwen3NextConfig,
-    Qwen3NextForCausalLM,
-)
+from transformers import Lfm2Config, Lfm2ForCausalLM, Qwen3NextConfig, Qwen3NextForCausalLM  # noqa: E402
 from transformers.models.lfm2 import modeling_lfm2  # noqa: E402
 from transformers.models.qwen3_next import modeling_qwen3_next  # noqa: E402
 
 NAMES = ["lfm2", "qwen3_next"]
-TORCH64 = torch.float64
-HIDDEN, HEADS, KV_HEADS, HEAD_DIM = mf.HIDDEN, mf.HEADS, mf.KV_HEADS, mf.HEAD_DIM
 ATTENTION_LAYERS = [2, 4]  # 1-based decoder layers with softmax attention, both fixtures
 LFM2_FF = 256  # int(2 * 64 / 3) = 42, rounded up to block_multiple_of 256
 # Qwen3-Next
@@ -128,59 +108,6 @@ DT_BIAS = [1.0, 0.0, -0.5, -1.0]
 CONV_STD = 0.5  # Gated DeltaNet conv1d weights
 ROUTE_MARGIN = 1e-3  # every routing decision clear of its runner-up (in probability) by at least this
 MIXER_TOL = 1e-10
-
-
-# ----------------------------------------------------------------------------
-# Small helpers (as make_families_2026_fixtures.py)
-# ----------------------------------------------------------------------------
-@contextlib.contextmanager
-def patched(*triples):
-    """Sets (obj, attr, value) for the duration, restoring the old values after."""
-    saved = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in triples]
-    for obj, attr, val in triples:
-        setattr(obj, attr, val)
-    try:
-        yield
-    finally:
-        for obj, attr, val in reversed(saved):
-            setattr(obj, attr, val)
-
-
-@contextlib.contextmanager
-def recording(cls, what):
-    """Wraps cls.forward (whatever it is now) to record what(self, args, kwargs, out) of each
-    call, in call order."""
-    calls = []
-    inner = cls.forward
-
-    def forward(self, *args, **kwargs):
-        out = inner(self, *args, **kwargs)
-        calls.append(what(self, args, kwargs, out))
-        return out
-
-    with patched((cls, "forward", forward)):
-        yield calls
-
-
-def state_keys(d):
-    with safe_open(os.path.join(d, "model.safetensors"), framework="pt") as f:
-        return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-
-
-def from_source(fn, replacements, strip_decorators=False):
-    """fn re-compiled from transformers' own source in its own module, each (old, new) of
-    `replacements` applied exactly once (the precision-only changes)."""
-    fn = inspect.unwrap(fn)
-    src = textwrap.dedent(inspect.getsource(fn))
-    if strip_decorators:
-        src = re.sub(r"\A(@[^\n]*\n)+", "", src)
-    for old, new in replacements:
-        assert src.count(old) == 1, (fn.__name__, old, "transformers' source changed")
-        src = src.replace(old, new)
-    mod = sys.modules[fn.__module__]
-    ns = {}
-    exec(compile(src, mod.__file__, "exec"), mod.__dict__, ns)
-    return ns[fn.__name__]
 
 
 # ----------------------------------------------------------------------------
@@ -199,14 +126,14 @@ _G_LINE = "g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)"
 
 def qwen3next_float64_patches():
     m = modeling_qwen3_next
-    chunk64 = from_source(m.torch_chunk_gated_delta_rule,
-                          [("to(torch.float32, memory_format", "to(initial_dtype, memory_format")],
-                          strip_decorators=True)
-    recurrent64 = from_source(m.torch_recurrent_gated_delta_rule,
-                              [("to(torch.float32, memory_format", "to(initial_dtype, memory_format")],
-                              strip_decorators=True)
-    gdn_forward64 = from_source(m.Qwen3NextGatedDeltaNet.forward,
-                                [(_G_LINE, "g = -self.A_log.exp() * F.softplus(a + self.dt_bias)")])
+    chunk64 = fc.from_source(m.torch_chunk_gated_delta_rule,
+                             [("to(torch.float32, memory_format", "to(initial_dtype, memory_format")],
+                             strip_decorators=True)
+    recurrent64 = fc.from_source(m.torch_recurrent_gated_delta_rule,
+                                 [("to(torch.float32, memory_format", "to(initial_dtype, memory_format")],
+                                 strip_decorators=True)
+    gdn_forward64 = fc.from_source(m.Qwen3NextGatedDeltaNet.forward,
+                                   [(_G_LINE, "g = -self.A_log.exp() * F.softplus(a + self.dt_bias)")])
     return [
         (m.Qwen3NextRMSNormGated, "forward", _rms_gated_forward64),
         (m, "torch_chunk_gated_delta_rule", chunk64),
@@ -255,42 +182,18 @@ def hybrid_reference(model_dir, cls, mod, ids, rms_cls, patches=(), records=(), 
     model = cls.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32, **load_kw)
     model = model.double().eval()
     cfg = model.config
-    rotary = model.model.rotary_emb
-    head = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    dim = int(head * cfg.rope_parameters.get("partial_rotary_factor", 1.0))
-    assert cfg.rope_parameters.get("rope_type", "default") == "default", cfg.rope_parameters
-    inv64 = 1.0 / (cfg.rope_parameters["rope_theta"] ** (torch.arange(0, dim, 2, dtype=TORCH64) / dim))
-    assert (rotary.inv_freq.to(TORCH64) - inv64).abs().max() < 1e-6, (rotary.inv_freq, inv64)
-    rotary.inv_freq = inv64.clone()
-    rotary.original_inv_freq = inv64.clone()
+    rotary = fc.float64_rope(model)
     caps, where = [], []
-
-    def eager64(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-        groups = getattr(module, "num_key_value_groups", 1)
-        keys = mod.repeat_kv(key, groups) if groups > 1 else key
-        values = mod.repeat_kv(value, groups) if groups > 1 else value
-        scores, visible = mf.eager_scores(query, keys, attention_mask, scaling, None)
-        masked = scores.masked_fill(~visible, float("-inf"))
-        weights = F.softmax(masked, dim=-1)
-        assert torch.equal(visible, torch.ones_like(visible).tril()), "not plain causal"
-        caps.append({"q": query.detach().clone(), "k": key.detach().clone(),
-                     "attn_scores": masked.detach().clone(), "softmax": weights.detach().clone()})
-        where.append(module.layer_idx)
-        out = torch.matmul(weights, values).transpose(1, 2).contiguous()
-        return out, weights
-
-    triples = [(mod, "eager_attention_forward", eager64), (type(rotary), "forward", mf._rope_forward64),
+    triples = [(mod, "eager_attention_forward", fc.eager_capture(mod, caps, where)),
+               (type(rotary), "forward", mf._rope_forward64),
                (rms_cls, "forward", mf._gemma_rms_forward64 if rms_cls is modeling_qwen3_next.Qwen3NextRMSNorm
                 else mf._rms_forward64), *patches]
-    with patched(*triples), contextlib.ExitStack() as stack, torch.no_grad():
-        recs = [stack.enter_context(recording(c, w)) for c, w in records]
+    with fc.patched(*triples), contextlib.ExitStack() as stack, torch.no_grad():
+        recs = [stack.enter_context(fc.recording(c, w)) for c, w in records]
         out = model(input_ids=ids, output_attentions=True, use_cache=False)
     want = [i for i, t in enumerate(cfg.layer_types) if t == "full_attention"]
     assert where == want and len(out.attentions) == len(want), (where, want, len(out.attentions))
-    for c, a in zip(caps, out.attentions):
-        assert a.dtype == TORCH64
-        c["pattern"] = a.detach()
-    assert out.logits.dtype == TORCH64
+    fc.add_patterns(caps, out)
     with torch.no_grad():
         lg32 = cls.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32, **load_kw).double().eval()(
             input_ids=ids, use_cache=False).logits
@@ -308,22 +211,6 @@ def hybrid_reference(model_dir, cls, mod, ids, rms_cls, patches=(), records=(), 
 # ----------------------------------------------------------------------------
 def load_np(model_dir):
     return {k: v.numpy() for k, v in mf.load_state(model_dir).items()}
-
-
-def np_silu(x):
-    return x / (1.0 + np.exp(-x))
-
-
-def np_sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def np_softplus(x):  # torch's F.softplus (beta 1, threshold 20)
-    return np.where(x > 20.0, x, np.log1p(np.exp(np.minimum(x, 20.0))))
-
-
-def np_rms(x, w, eps):
-    return w * (x / np.sqrt((x * x).mean(-1, keepdims=True) + eps))
 
 
 def np_zrms(x, w, eps):  # zero-centred: stored w, applied as 1 + w
@@ -370,15 +257,15 @@ def np_gated_deltanet(sd, p, x, cfg, want_state=False):
     ba = (x @ sd[p + "in_proj_ba.weight"].T).reshape(Bn, Tn, nk, 2 * r)
     b, a = ba[..., :r].reshape(Bn, Tn, nv), ba[..., r:].reshape(Bn, Tn, nv)
     mixed = np.concatenate([q.reshape(Bn, Tn, nk * dk), k.reshape(Bn, Tn, nk * dk), v.reshape(Bn, Tn, nv * dv)], -1)
-    mixed = np_silu(np_causal_conv(mixed, sd[p + "conv1d.weight"]))
+    mixed = fc.np_silu(np_causal_conv(mixed, sd[p + "conv1d.weight"]))
     q = mixed[..., :nk * dk].reshape(Bn, Tn, nk, dk)
     k = mixed[..., nk * dk:2 * nk * dk].reshape(Bn, Tn, nk, dk)
     v = mixed[..., 2 * nk * dk:].reshape(Bn, Tn, nv, dv)
     q = q / np.sqrt((q * q).sum(-1, keepdims=True) + 1e-6)  # l2norm, eps 1e-6
     k = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
     q = q / math.sqrt(dk)
-    beta = np_sigmoid(b)
-    g = -np.exp(sd[p + "A_log"]) * np_softplus(a + sd[p + "dt_bias"])  # [B, T, nv]
+    beta = fc.np_sigmoid(b)
+    g = -np.exp(sd[p + "A_log"]) * fc.np_softplus(a + sd[p + "dt_bias"])  # [B, T, nv]
     o = np.zeros((Bn, Tn, nv, dv))
     for bi in range(Bn):
         for j in range(nv):
@@ -390,32 +277,9 @@ def np_gated_deltanet(sd, p, x, cfg, want_state=False):
                 delta = (v[bi, t, j] - kt @ S) * beta[bi, t, j]
                 S = S + np.outer(kt, delta)
                 o[bi, t, j] = q[bi, t, kh] @ S
-    o = o / np.sqrt((o * o).mean(-1, keepdims=True) + eps) * sd[p + "norm.weight"] * np_silu(z)
+    o = o / np.sqrt((o * o).mean(-1, keepdims=True) + eps) * sd[p + "norm.weight"] * fc.np_silu(z)
     out = o.reshape(Bn, Tn, nv * dv) @ sd[p + "out_proj.weight"].T
     return (out, g, beta) if want_state else out
-
-
-def np_rope_half(x, pos, theta, rot):
-    """Half-split RoPE on the first `rot` dims of x [B, H, T, D]; the rest passes."""
-    inv = 1.0 / (theta ** (np.arange(0, rot, 2, dtype=np.float64) / rot))
-    ang = pos[:, None] * inv[None, :]
-    cos = np.concatenate([np.cos(ang), np.cos(ang)], -1)
-    sin = np.concatenate([np.sin(ang), np.sin(ang)], -1)
-    xr, xp = x[..., :rot], x[..., rot:]
-    rh = np.concatenate([-xr[..., rot // 2:], xr[..., :rot // 2]], -1)
-    return np.concatenate([xr * cos + rh * sin, xp], -1)
-
-
-def np_attention(q, k, v):
-    """q [B, H, T, D], k / v [B, KV, T, D]: causal softmax attention, [B, T, H*D]."""
-    Bn, H, Tn, D = q.shape
-    rep = H // k.shape[1]
-    kr, vr = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
-    s = np.einsum("bhid,bhjd->bhij", q, kr) / math.sqrt(D)
-    s = np.where(np.tril(np.ones((Tn, Tn), dtype=bool)), s, -np.inf)
-    e = np.exp(s - s.max(-1, keepdims=True))
-    p = e / e.sum(-1, keepdims=True)
-    return np.einsum("bhij,bhjd->bhid", p, vr).transpose(0, 2, 1, 3).reshape(Bn, Tn, H * D)
 
 
 def np_lfm2_forward(sd, cfg, ids):
@@ -426,22 +290,22 @@ def np_lfm2_forward(sd, cfg, ids):
     h = sd["model.embed_tokens.weight"][ids]
     for l, kind in enumerate(cfg["layer_types"]):
         p = f"model.layers.{l}."
-        x = np_rms(h, sd[p + "operator_norm.weight"], eps)
+        x = fc.np_rms(h, sd[p + "operator_norm.weight"], eps)
         if kind == "full_attention":
             a = p + "self_attn."
-            q = np_rms((x @ sd[a + "q_proj.weight"].T).reshape(Bn, Tn, H, D), sd[a + "q_layernorm.weight"], eps)
-            k = np_rms((x @ sd[a + "k_proj.weight"].T).reshape(Bn, Tn, KV, D), sd[a + "k_layernorm.weight"], eps)
+            q = fc.np_rms((x @ sd[a + "q_proj.weight"].T).reshape(Bn, Tn, H, D), sd[a + "q_layernorm.weight"], eps)
+            k = fc.np_rms((x @ sd[a + "k_proj.weight"].T).reshape(Bn, Tn, KV, D), sd[a + "k_layernorm.weight"], eps)
             v = (x @ sd[a + "v_proj.weight"].T).reshape(Bn, Tn, KV, D)
             q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))
-            q, k = np_rope_half(q, pos, theta, D), np_rope_half(k, pos, theta, D)
-            mix = np_attention(q, k, v) @ sd[a + "out_proj.weight"].T
+            q, k = fc.np_rope_half(q, pos, theta, D), fc.np_rope_half(k, pos, theta, D)
+            mix = fc.np_attention(q, k, v) @ sd[a + "out_proj.weight"].T
         else:
             mix = np_short_conv(sd, p + "conv.", x, cfg["hidden_size"])
         h = h + mix
-        x2 = np_rms(h, sd[p + "ffn_norm.weight"], eps)
+        x2 = fc.np_rms(h, sd[p + "ffn_norm.weight"], eps)
         f = p + "feed_forward."
-        h = h + (np_silu(x2 @ sd[f + "w1.weight"].T) * (x2 @ sd[f + "w3.weight"].T)) @ sd[f + "w2.weight"].T
-    h = np_rms(h, sd["model.embedding_norm.weight"], eps)
+        h = h + (fc.np_silu(x2 @ sd[f + "w1.weight"].T) * (x2 @ sd[f + "w3.weight"].T)) @ sd[f + "w2.weight"].T
+    h = fc.np_rms(h, sd["model.embedding_norm.weight"], eps)
     head = sd.get("lm_head.weight", sd["model.embed_tokens.weight"])
     return h @ head.T
 
@@ -459,7 +323,7 @@ def np_qwen3next_forward(sd, cfg, ids):
     h = sd["model.embed_tokens.weight"][ids]
 
     def swiglu(x, pre):
-        return (np_silu(x @ sd[pre + "gate_proj.weight"].T) * (x @ sd[pre + "up_proj.weight"].T)) @ sd[pre + "down_proj.weight"].T
+        return (fc.np_silu(x @ sd[pre + "gate_proj.weight"].T) * (x @ sd[pre + "up_proj.weight"].T)) @ sd[pre + "down_proj.weight"].T
 
     for l, kind in enumerate(cfg["layer_types"]):
         p = f"model.layers.{l}."
@@ -467,13 +331,13 @@ def np_qwen3next_forward(sd, cfg, ids):
         if kind == "full_attention":
             a = p + "self_attn."
             qg = (x @ sd[a + "q_proj.weight"].T).reshape(Bn, Tn, H, 2 * D)
-            q, gate = qg[..., :D], np_sigmoid(qg[..., D:].reshape(Bn, Tn, H * D))
+            q, gate = qg[..., :D], fc.np_sigmoid(qg[..., D:].reshape(Bn, Tn, H * D))
             q = np_zrms(q, sd[a + "q_norm.weight"], eps)
             k = np_zrms((x @ sd[a + "k_proj.weight"].T).reshape(Bn, Tn, KV, D), sd[a + "k_norm.weight"], eps)
             v = (x @ sd[a + "v_proj.weight"].T).reshape(Bn, Tn, KV, D)
             q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))
-            q, k = np_rope_half(q, pos, rp["rope_theta"], rot), np_rope_half(k, pos, rp["rope_theta"], rot)
-            mix = (np_attention(q, k, v) * gate) @ sd[a + "o_proj.weight"].T
+            q, k = fc.np_rope_half(q, pos, rp["rope_theta"], rot), fc.np_rope_half(k, pos, rp["rope_theta"], rot)
+            mix = (fc.np_attention(q, k, v) * gate) @ sd[a + "o_proj.weight"].T
         else:
             mix = np_gated_deltanet(sd, p + "linear_attn.", x, cfg)
         h = h + mix
@@ -494,7 +358,7 @@ def np_qwen3next_forward(sd, cfg, ids):
             for t in range(xf.shape[0]):
                 for e in sorted(range(K), key=lambda s: idx[t, s]):  # transformers adds experts in index order
                     y[t] += top[t, e] * swiglu(xf[t], f"{m}experts.{idx[t, e]}.")
-            y = y + np_sigmoid(xf @ sd[m + "shared_expert_gate.weight"].T) * swiglu(xf, m + "shared_expert.")
+            y = y + fc.np_sigmoid(xf @ sd[m + "shared_expert_gate.weight"].T) * swiglu(xf, m + "shared_expert.")
             y = y.reshape(x2.shape)
         h = h + y
     h = np_zrms(h, sd["model.norm.weight"], eps)
@@ -511,9 +375,8 @@ def softmax_routing_check(calls, cfg):
     K = cfg.num_experts_per_tok
     dw, margin, n = 0.0, float("inf"), 0
     for router, x, (_, w32, idx32) in calls:
-        p = torch.softmax(x.reshape(-1, x.shape[-1]).to(TORCH64) @ router.weight.detach().to(TORCH64).T, dim=-1)
-        ps = p.sort(dim=-1, descending=True).values
-        margin = min(margin, (ps[:, K - 1] - ps[:, K]).min().item())
+        p = torch.softmax(fc.router_logits64(router, x), dim=-1)
+        margin = min(margin, fc.topk_margin(p, K))
         top = p.topk(K, dim=-1)
         idx = top.indices.sort(dim=-1)
         assert torch.equal(idx.values, idx32.sort(dim=-1).values), "float64 routing chose other experts"
@@ -535,54 +398,17 @@ def maxdiff(a, b):
 # ----------------------------------------------------------------------------
 def main():
     t0 = time.time()
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}")
-    for name in NAMES:
-        d = os.path.join(mf.MODELS, name)
-        if os.path.isdir(d):
-            shutil.rmtree(d)
-        for ext in (".safetensors", ".metrics.json", ".logit_key.json"):
-            p = os.path.join(mf.REFS, name + ext)
-            if os.path.exists(p):
-                os.remove(p)
-
-    tok, bos, eos = mf.build_tokenizer()
-    tmp = tempfile.mkdtemp()
-    tok_json = os.path.join(tmp, "tokenizer.json")
-    tok.save(tok_json)
-    with open(tok_json, "rb") as f, open(os.path.join(mf.MODELS, "llama_gqa", "tokenizer.json"), "rb") as g:
-        assert f.read() == g.read(), "the tokenizer differs from make_fixtures.py's"
-
-    g = torch.Generator().manual_seed(mf.SEED_IDS)
-    ids = torch.randint(0, mf.VOCAB, (mf.B, mf.T), generator=g, dtype=torch.int64)
-    with safe_open(os.path.join(mf.REFS, "llama_gqa.safetensors"), framework="pt") as f:
-        assert torch.equal(f.get_tensor("input_ids"), ids), "input ids differ from make_fixtures.py's"
+    tmp, tok_json, ids, cc = fc.start(NAMES)
     ids_np = ids.numpy()
-
-    cc = mf.common_cfg(bos, eos)
     checks, summary = [check_torch_paths()], []
-
-    def save(name, model):
-        d = os.path.join(mf.MODELS, name)
-        model.save_pretrained(d)
-        shutil.copy(tok_json, os.path.join(d, "tokenizer.json"))
-        with open(os.path.join(d, "config.json")) as f:
-            return d, json.load(f), state_keys(d)
 
     def finish(name, logits, caps, where, d32, dpure, info=""):
         assert [w + 1 for w in where] == ATTENTION_LAYERS, where
         checks.append(f"{name}: transformers float64-patched vs unpatched (float32 internals) logits {mf.fmt(d32)}, "
                       f"vs the float32 model {mf.fmt(dpure)}")
         M, margin = mf.write_reference(name, "softmax", ids, logits, caps)
-        # the hybrid convention: the decoder layers (1-based) the captured layers are
-        M = {**{k: M[k] for k in ("model", "variant")}, "attention_layers": list(ATTENTION_LAYERS),
-             **{k: v for k, v in M.items() if k not in ("model", "variant")}}
-        mf.write_json(os.path.join(mf.REFS, f"{name}.metrics.json"), M)
-        worst = mf.crosscheck_metrics(name, "softmax", None)
-        checks.append(f"{name}: metrics.json with attention_layers {ATTENTION_LAYERS} re-checked with Python loops, "
-                      f"max diff {worst[0]:.1e}; heatmap / query_profile layer {M['heatmap']['layer']} of the "
-                      f"captured layers = decoder layer {ATTENTION_LAYERS[M['heatmap']['layer'] - 1]}")
+        M, line = fc.hybrid_metrics(name, M, ATTENTION_LAYERS)  # metrics.json's "attention_layers"
+        checks.append(line)
         summary.append((name, mf.peak_stats(caps), margin, M, info, d32))
 
     # ---------------------------------------------------------------- lfm2
@@ -593,7 +419,8 @@ def main():
     cfg = Lfm2Config(
         vocab_size=mf.VOCAB, hidden_size=HIDDEN, intermediate_size=mf.INTER, num_hidden_layers=4,
         num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=mf.MAX_POS,
-        norm_eps=mf.EPS, initializer_range=mf.INIT_STD, bos_token_id=bos, eos_token_id=eos, pad_token_id=None,
+        norm_eps=mf.EPS, initializer_range=mf.INIT_STD, bos_token_id=cc["bos_token_id"], eos_token_id=cc["eos_token_id"],
+        pad_token_id=None,
         layer_types=["conv", "full_attention", "conv", "full_attention"],
     )
     assert cfg.conv_bias is False and cfg.conv_L_cache == 3 and cfg.tie_word_embeddings is True, cfg
@@ -602,7 +429,7 @@ def main():
     torch.manual_seed(31)
     model = Lfm2ForCausalLM(cfg)
     mf.init_weights(model, seed=3101)
-    d, saved, keys = save(name, model)
+    d, saved, keys = fc.save_model(name, model, tok_json)
     assert saved["model_type"] == "lfm2" and saved["tie_word_embeddings"] and "lm_head.weight" not in keys
     want = {"model.layers.0.conv.conv.weight": (HIDDEN, 1, 3), "model.layers.0.conv.in_proj.weight": (3 * HIDDEN, HIDDEN),
             "model.layers.0.conv.out_proj.weight": (HIDDEN, HIDDEN), "model.layers.0.feed_forward.w1.weight": (LFM2_FF, HIDDEN),
@@ -669,7 +496,7 @@ def main():
                 mod.A_log.copy_(torch.log(torch.tensor(A_VALUES, dtype=TORCH64)))
                 mod.dt_bias.copy_(torch.tensor(DT_BIAS, dtype=TORCH64))
                 mod.conv1d.weight.copy_(CONV_STD * torch.randn(mod.conv1d.weight.shape, generator=gen))
-    d, saved, keys = save(name, model)
+    d, saved, keys = fc.save_model(name, model, tok_json)
     assert saved["model_type"] == "qwen3_next" and "lm_head.weight" in keys
     assert saved["layer_types"] == cfg.layer_types and "full_attention_interval" not in saved
     want = {"model.layers.0.linear_attn.in_proj_qkvz.weight": (2 * 16 + 2 * 32, HIDDEN),
@@ -748,37 +575,15 @@ def main():
                   f"3rd probability margin {rm:.4f}, weights vs transformers' float32 {mf.fmt(dw)}")
     finish(name, logits, caps, where, d32, dpure, f" MoE margin {rm:.4f}; gate share in (0.1,0.9) {inside:.3f};")
 
-    shutil.rmtree(tmp)
-    for name in NAMES:  # save_pretrained / safetensors create files 0600
-        for dp, _, fns in os.walk(os.path.join(mf.MODELS, name)):
-            for fn in fns:
-                os.chmod(os.path.join(dp, fn), 0o644)
-        for ext in (".safetensors", ".metrics.json"):
-            os.chmod(os.path.join(mf.REFS, name + ext), 0o644)
+    fc.done_files(NAMES, tmp)
 
     # ---------------------------------------------------------------- logit_key.json
-    # make_logit_key_fixtures.py's check_outputs treats a fixture missing from its SUM_TO_ONE
-    # set as Affine-Scaled (it reads model.layers.{l}.self_attn.alpha_ma): until these names
-    # are added to its FIXTURES and SUM_TO_ONE, add them here, in memory, for this run only.
-    absent = [n for n in NAMES if n not in lk.SUM_TO_ONE]
-    if absent:
-        print(f"NOTE: {absent} not in make_logit_key_fixtures.SUM_TO_ONE / FIXTURES; added in memory for this run")
-    with patched((lk, "SUM_TO_ONE", set(lk.SUM_TO_ONE) | set(NAMES))):
+    # make_logit_key_fixtures.py does not list these names yet: added to its SUM_TO_ONE set in
+    # memory, for this run only (fixture_common.logit_key_sum_to_one says why)
+    with fc.logit_key_sum_to_one(NAMES):
         assert lk.main(NAMES) == 0
 
-    print("\nself-checks:")
-    for c in checks:
-        print("  " + c)
-    print("\nfixtures:")
-    for name, peak, margin, M, info, d32 in summary:
-        assert peak > 0.3, (name, peak)
-        assert margin > 1e-3, (name, "sink importance too close to threshold", margin)
-        size = sum(os.path.getsize(os.path.join(dp, fn))
-                   for dp, _, fns in os.walk(os.path.join(mf.MODELS, name)) for fn in fns)
-        assert size < 500_000, (name, size)
-        print(f"  {name}: peaked rows (i>=3, max p>0.3) {peak:.3f}; sink_rate {M['sink_rate']['rate']:.3f} "
-              f"(min |importance-0.3| {margin:.3f}); nll {M['nll']['mean']:.4f}; f32 vs f64 logits "
-              f"{d32:.2e}; model dir {size} bytes;{info}")
+    fc.report(checks, summary)
     print(f"\ndone in {time.time() - t0:.1f} s")
     return 0
 

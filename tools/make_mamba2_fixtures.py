@@ -5,23 +5,13 @@ multipliers) and Falcon-H1 (falcon_h1: attention and Mamba-2 in parallel in ever
 Falcon-H1's multipliers).
 
 Writes, relative to the repository root (the parent of this file's folder), for each <name>
-below and nothing else:
-
-  tests/fixtures/models/<name>/                 XForCausalLM(config).save_pretrained (f32
-                                                weights, config.json, generation_config.json)
-                                                plus make_fixtures.py's tokenizer.json
-  tests/fixtures/reference/<name>.safetensors   in make_fixtures.py's format: input_ids [3, 20]
-                                                (the same ids as every fixture), logits, and per
-                                                SOFTMAX-ATTENTION layer pattern, q, k, attn_scores
-  tests/fixtures/reference/<name>.metrics.json  every metric (make_fixtures.write_reference), plus
-                                                "attention_layers": the 1-based decoder layers
-                                                that layers.{a} / every per-layer array stand for
-  tests/fixtures/reference/<name>.logit_key.json  (make_logit_key_fixtures.py, at the end, with
-                                                both names added in memory to its SUM_TO_ONE
-                                                set, for the names it accepts: falcon_h1; it
-                                                refuses granitemoehybrid, whose attn_scores are
-                                                q.k x attention_multiplier, not q.k / sqrt(d),
-                                                and the reason is printed)
+below and nothing else, the model folder and the reference files that fixture_common.py lists,
+by the hybrid convention below: <name>.safetensors holds pattern, q, k, attn_scores for the
+SOFTMAX-ATTENTION layers only; <name>.metrics.json adds "attention_layers", the 1-based decoder
+layers that layers.{a} / every per-layer array stand for; <name>.logit_key.json is written by
+make_logit_key_fixtures.py at the end, with both names added in memory to its SUM_TO_ONE set,
+for the names it accepts: falcon_h1 (it refuses granitemoehybrid, whose attn_scores are q.k x
+attention_multiplier, not q.k / sqrt(d), and the reason is printed).
 
 Hybrid convention: only softmax-attention layers are captured. layers.{a}.* in the safetensors
 and every per-layer array of metrics.json run over the attention layers in order (a = 0, 1, ...);
@@ -81,39 +71,28 @@ Deterministic (fixed seeds; a rerun writes the same bytes), a few seconds on one
 Run:  /tmp/asa-py-venv/bin/python tools/make_mamba2_fixtures.py
 """
 
-import contextlib
 import importlib.util
 import inspect
 import json
 import math
 import os
-import shutil
 import sys
-import tempfile
-import textwrap
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from safetensors import safe_open
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_fixtures as mf  # noqa: E402  (the shared float64 transformers reference)
+from make_fixtures import HEAD_DIM, HEADS, HIDDEN, KV_HEADS, TORCH64  # noqa: E402
 import make_logit_key_fixtures as lk  # noqa: E402
+import fixture_common as fc  # noqa: E402  (helpers shared by the float64 fixture scripts)
 
-import transformers  # noqa: E402
-from transformers import (  # noqa: E402
-    FalconH1Config,
-    FalconH1ForCausalLM,
-    GraniteMoeHybridConfig,
-    GraniteMoeHybridForCausalLM,
-)
+from transformers import FalconH1Config, FalconH1ForCausalLM, GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM  # noqa: E402
 from transformers.models.falcon_h1 import modeling_falcon_h1  # noqa: E402
 from transformers.models.granitemoehybrid import modeling_granitemoehybrid  # noqa: E402
 
 NAMES = ["granitemoehybrid", "falcon_h1"]
-TORCH64 = torch.float64
-HIDDEN, HEADS, KV_HEADS, HEAD_DIM = mf.HIDDEN, mf.HEADS, mf.KV_HEADS, mf.HEAD_DIM
 MOE_INTER = 16
 ROUTE_MARGIN = 1e-4  # every routing decision clear of its runner-up by at least this
 MAMBA_TOL = 1e-10  # the recurrence vs transformers' chunked scan
@@ -139,42 +118,8 @@ FALCON_MUP = dict(
 
 
 # ----------------------------------------------------------------------------
-# Small helpers (as in make_families_2026_fixtures.py)
+# Reading the saved checkpoints
 # ----------------------------------------------------------------------------
-@contextlib.contextmanager
-def patched(*triples):
-    """Sets (obj, attr, value) for the duration, restoring the old values after."""
-    saved = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in triples]
-    for obj, attr, val in triples:
-        setattr(obj, attr, val)
-    try:
-        yield
-    finally:
-        for obj, attr, val in reversed(saved):
-            setattr(obj, attr, val)
-
-
-@contextlib.contextmanager
-def recording(cls, what):
-    """Wraps cls.forward (whatever it is now) to record what(self, args, kwargs, out) of each
-    call, in call order."""
-    calls = []
-    inner = cls.forward
-
-    def forward(self, *args, **kwargs):
-        out = inner(self, *args, **kwargs)
-        calls.append(what(self, args, kwargs, out))
-        return out
-
-    with patched((cls, "forward", forward)):
-        yield calls
-
-
-def state_keys(d):
-    with safe_open(os.path.join(d, "model.safetensors"), framework="pt") as f:
-        return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-
-
 def float_tags(obj):
     """transformers 5 writes a non-finite float in config.json as {"__float__": "Infinity"}."""
     if set(obj) == {"__float__"}:
@@ -190,18 +135,6 @@ def load_np(d):
         return sd, json.load(f, object_hook=float_tags)
 
 
-def from_source(mod, obj, *replacements):
-    """obj (a function or method of module mod) recompiled from transformers' own source with
-    each (old, new, count) text replacement, in mod's namespace (decorators re-applied)."""
-    src = textwrap.dedent(inspect.getsource(obj))
-    for old, new, count in replacements:
-        assert src.count(old) == count, (obj.__qualname__, old, src.count(old))
-        src = src.replace(old, new)
-    ns = {}
-    exec(compile(src, mod.__file__, "exec"), mod.__dict__, ns)
-    return ns[obj.__name__]
-
-
 # ----------------------------------------------------------------------------
 # float64 patches of the Mamba-2 path (precision only, the same math)
 # ----------------------------------------------------------------------------
@@ -209,7 +142,7 @@ def mamba_float64_patches(mod, mixer_cls, gated_cls=None):
     """(obj, attr, value) triples: the mixer's forward without A_log.float(), the chunked scan
     without its five .float() casts (x, B, C, dt, dt x A), the gated RMSNorm without its float32
     casts. Returns (triples, scan_calls): scan_calls records each chunked scan's output."""
-    scan64 = from_source(mod, mod.mamba2_chunk_scan, (".float()", "", 5))
+    scan64 = fc.from_source(mod.mamba2_chunk_scan, [(".float()", "", 5)])
     scan_calls = []
 
     def scan(*args, **kwargs):
@@ -218,25 +151,28 @@ def mamba_float64_patches(mod, mixer_cls, gated_cls=None):
         return out
 
     triples = [
-        (mixer_cls, "forward", from_source(mod, mixer_cls.forward, ("-torch.exp(self.A_log.float())", "-torch.exp(self.A_log)", 1))),
+        (mixer_cls, "forward", fc.from_source(mixer_cls.forward, [("-torch.exp(self.A_log.float())", "-torch.exp(self.A_log)")])),
         (mod, "mamba2_chunk_scan", scan),
     ]
     if gated_cls is not None:
-        triples.append((gated_cls, "forward", from_source(mod, gated_cls.forward, ("torch.float32", "input_dtype", 2))))
+        triples.append((gated_cls, "forward", fc.from_source(gated_cls.forward, [("torch.float32", "input_dtype", 2)])))
     return triples, scan_calls
 
 
-def pure_torch_path(mod):
-    """transformers' Mamba-2 helpers resolve to their torch bodies: mamba_ssm, causal_conv1d and
-    kernels are not importable, and each wrapper's `is_new_implementation` is False."""
+def pure_torch_path():
+    """transformers' Mamba-2 helpers resolve to their torch bodies in both modules: mamba_ssm,
+    causal_conv1d and kernels are not importable, and each wrapper's `is_new_implementation` is
+    False. Returns a line for the log."""
     for pkg in ("mamba_ssm", "causal_conv1d", "kernels"):
         assert importlib.util.find_spec(pkg) is None, f"{pkg} is installed: transformers would use its kernels"
     names = ("causal_conv1d_fn", "causal_conv1d_update", "mamba2_chunk_scan", "mamba2_selective_state_update",
              "mamba2_split_conv1d_scan_combined")
-    for n in names:
-        nl = inspect.getclosurevars(getattr(mod, n)).nonlocals
-        assert nl["is_new_implementation"] is False, (mod.__name__, n)
-    return names
+    for mod in (modeling_granitemoehybrid, modeling_falcon_h1):
+        for n in names:
+            nl = inspect.getclosurevars(getattr(mod, n)).nonlocals
+            assert nl["is_new_implementation"] is False, (mod.__name__, n)
+    return (f"pure-torch Mamba path: mamba_ssm, causal_conv1d, kernels not installed; {', '.join(names)} "
+            f"resolve to transformers' torch bodies in both modules")
 
 
 # ----------------------------------------------------------------------------
@@ -254,40 +190,17 @@ def hybrid64_reference(model_dir, cls, mod, ids, rms_cls, mixer_cls, gated_cls=N
     model = model.double().eval()
     if fix is not None:
         fix(model)
-    cfg = model.config
-    rotary = model.model.rotary_emb
-    if rotary is not None:
-        assert cfg.rope_parameters.get("rope_type", "default") == "default", cfg.rope_parameters
-        head = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        inv64 = 1.0 / (cfg.rope_parameters["rope_theta"] ** (torch.arange(0, head, 2, dtype=TORCH64) / head))
-        assert (inv64 - rotary.inv_freq).abs().max() < 1e-7
-        rotary.inv_freq = inv64.clone()
-        rotary.original_inv_freq = inv64.clone()
+    rotary = fc.float64_rope(model)
     caps, order = [], []
-
-    def eager64(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-        groups = getattr(module, "num_key_value_groups", 1)
-        keys = mod.repeat_kv(key, groups) if groups > 1 else key
-        values = mod.repeat_kv(value, groups) if groups > 1 else value
-        scores, visible = mf.eager_scores(query, keys, attention_mask, scaling, kwargs.get("softcap"))
-        masked = scores.masked_fill(~visible, float("-inf"))
-        weights = F.softmax(masked, dim=-1)
-        cap = {"q": query.detach().clone(), "k": key.detach().clone(), "attn_scores": masked.detach().clone(),
-               "softmax": weights.detach().clone()}
-        assert torch.equal(visible, torch.ones_like(visible).tril()), "not plain causal"
-        caps.append(cap)
-        order.append(module.layer_idx)
-        out = torch.matmul(weights, values).transpose(1, 2).contiguous()
-        return out, weights
-
     mamba_triples, scan_calls = mamba_float64_patches(mod, mixer_cls, gated_cls)
-    triples = [(mod, "eager_attention_forward", eager64), (rms_cls, "forward", mf._rms_forward64), *mamba_triples]
+    triples = [(mod, "eager_attention_forward", fc.eager_capture(mod, caps, order)),
+               (rms_cls, "forward", mf._rms_forward64), *mamba_triples]
     if rotary is not None:
         triples.append((type(rotary), "forward", mf._rope_forward64))
     attn_cls = type(next(m for m in model.modules() if type(m).__name__.endswith("Attention")))
-    with patched(*triples), recording(
+    with fc.patched(*triples), fc.recording(
         mixer_cls, lambda m, a, kw, o: (m, kw["hidden_states"].detach().clone(), kw.get("attention_mask"), o.detach().clone())
-    ) as mixer_calls, recording(
+    ) as mixer_calls, fc.recording(
         attn_cls, lambda m, a, kw, o: (m, kw["hidden_states"].detach().clone())
     ) as attn_calls, torch.no_grad():
         out = model(input_ids=ids, output_attentions=True, use_cache=False)
@@ -296,10 +209,7 @@ def hybrid64_reference(model_dir, cls, mod, ids, rms_cls, mixer_cls, gated_cls=N
     assert [c[0].layer_idx for c in mixer_calls] == [i for i, layer in enumerate(model.model.layers)
                                                      if getattr(layer, "mamba", None) is not None]
     assert len(scan_calls) == len(mixer_calls) and all(c[2] is None for c in mixer_calls)
-    for c, a in zip(caps, out.attentions):
-        assert a.dtype == TORCH64
-        c["pattern"] = a.detach()
-    assert out.logits.dtype == TORCH64
+    fc.add_patterns(caps, out)
     return model, out.logits.detach(), caps, attn_layers, mixer_calls, scan_calls, attn_calls
 
 
@@ -320,7 +230,7 @@ def unpatched_forwards(model_dir, cls, mod, ids, extra=None):
         return f
 
     outs = []
-    with patched(*[(mod, n, counting(n)) for n in counts]), torch.no_grad():
+    with fc.patched(*[(mod, n, counting(n)) for n in counts]), torch.no_grad():
         for to64 in (True, False):
             m = cls.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32, **extra).eval()
             if to64:
@@ -332,18 +242,6 @@ def unpatched_forwards(model_dir, cls, mod, ids, extra=None):
 # ----------------------------------------------------------------------------
 # Independent numpy float64 implementations
 # ----------------------------------------------------------------------------
-def silu(x):
-    return x / (1.0 + np.exp(-x))
-
-
-def softplus(x):  # torch's softplus (beta 1, threshold 20)
-    return np.where(x > 20.0, x, np.log1p(np.exp(np.minimum(x, 20.0))))
-
-
-def rms(x, w, eps):
-    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
-
-
 def mamba2_recurrent(x, p, c):
     """A Mamba-2 mixer as the plain recurrence, from the layer's weights p (names without
     'model.layers.{l}.mamba.') and settings c. x [B, T, hidden] -> (out [B, T, hidden], the
@@ -367,11 +265,11 @@ def mamba2_recurrent(x, p, c):
                 conv[:, t] += w[:, k] * xbc[:, s]
     if "conv1d.bias" in p:
         conv = conv + p["conv1d.bias"]
-    xbc = silu(conv)
+    xbc = fc.np_silu(conv)
     xs = xbc[..., :DI].reshape(Bn, Tn, H, P)
     Bm = xbc[..., DI:DI + G * N].reshape(Bn, Tn, G, N)
     Cm = xbc[..., DI + G * N:].reshape(Bn, Tn, G, N)
-    dt = np.clip(softplus(dt + p["dt_bias"]), c["dt_limit"][0], c["dt_limit"][1])
+    dt = np.clip(fc.np_softplus(dt + p["dt_bias"]), c["dt_limit"][0], c["dt_limit"][1])
     A = -np.exp(p["A_log"])
     y = np.zeros((Bn, Tn, H, P))
     for b in range(Bn):
@@ -383,12 +281,12 @@ def mamba2_recurrent(x, p, c):
                 y[b, t, h] = S @ Cm[b, t, g] + p["D"][h] * xs[b, t, h]
     yy = y.reshape(Bn, Tn, DI)
     if c["gated_norm"] == "gate_then_norm":  # Granite: y silu(z), RMSNorm per group of DI / G, x w
-        yy = yy * silu(z)
+        yy = yy * fc.np_silu(z)
         yg = yy.reshape(Bn, Tn, G, DI // G)
         yg = yg / np.sqrt((yg * yg).mean(-1, keepdims=True) + c["eps"])
         yy = yg.reshape(Bn, Tn, DI) * p["norm.weight"]
     elif c["gated_norm"] is None:  # Falcon-H1 with mamba_rms_norm false: y silu(z)
-        yy = yy * silu(z)
+        yy = yy * fc.np_silu(z)
     else:
         raise NotImplementedError(c["gated_norm"])
     out = yy @ p["out_proj.weight"].T
@@ -425,21 +323,9 @@ def attention_np(x, p, cfg, scale, key_mult=1.0, rope_theta=None):
     k = (x @ p["k_proj.weight"].T).reshape(Bn, Tn, KV, D).transpose(0, 2, 1, 3) * key_mult
     v = (x @ p["v_proj.weight"].T).reshape(Bn, Tn, KV, D).transpose(0, 2, 1, 3)
     if rope_theta is not None:
-        inv = rope_theta ** (-np.arange(0, D, 2, dtype=np.float64) / D)
-        ang = np.arange(Tn, dtype=np.float64)[:, None] * inv[None, :]
-        cos, sin = np.cos(np.concatenate([ang, ang], -1)), np.sin(np.concatenate([ang, ang], -1))
-
-        def rot(u):
-            return u * cos + np.concatenate([-u[..., D // 2:], u[..., :D // 2]], -1) * sin
-
-        q, k = rot(q), rot(k)
-    kr, vr = np.repeat(k, H // KV, axis=1), np.repeat(v, H // KV, axis=1)
-    s = np.einsum("bhid,bhjd->bhij", q, kr) * scale
-    s = np.where(np.tril(np.ones((Tn, Tn), dtype=bool)), s, -np.inf)
-    a = np.exp(s - s.max(-1, keepdims=True))
-    a = a / a.sum(-1, keepdims=True)
-    o = np.einsum("bhij,bhjd->bhid", a, vr).transpose(0, 2, 1, 3).reshape(Bn, Tn, H * D)
-    return o @ p["o_proj.weight"].T, q, k
+        pos = np.arange(Tn, dtype=np.float64)
+        q, k = fc.np_rope_half(q, pos, rope_theta, D), fc.np_rope_half(k, pos, rope_theta, D)
+    return fc.np_attention(q, k, v, scale) @ p["o_proj.weight"].T, q, k
 
 
 def granite_forward_np(d, ids, router64=False):
@@ -453,14 +339,14 @@ def granite_forward_np(d, ids, router64=False):
     assert cfg["position_embedding_type"] is None
     for l, kind in enumerate(cfg["layer_types"]):
         p = layer_params(sd, f"model.layers.{l}.")
-        n = rms(h, p["input_layernorm.weight"], eps)
+        n = fc.np_rms(h, p["input_layernorm.weight"], eps)
         if kind == "linear_attention":
             o = mamba2_recurrent(n, layer_params(p, "mamba."), c)[0]
         else:
             assert kind == "full_attention", kind
             o = attention_np(n, layer_params(p, "self_attn."), cfg, cfg["attention_multiplier"])[0]
         h = h + o * cfg["residual_multiplier"]
-        n = rms(h, p["post_attention_layernorm.weight"], eps)
+        n = fc.np_rms(h, p["post_attention_layernorm.weight"], eps)
         flat = n.reshape(-1, n.shape[-1])
         logits32 = torch.from_numpy(flat @ p["block_sparse_moe.router.layer.weight"].T)
         if not router64:
@@ -475,12 +361,12 @@ def granite_forward_np(d, ids, router64=False):
                 e = int(top_i[tok, j])
                 assert 0 <= e < E
                 gate, up = flat[tok] @ gu[e, :I].T, flat[tok] @ gu[e, I:].T
-                moe[tok] += ((silu(gate) * up) @ dn[e].T) * top_w[tok, j]
+                moe[tok] += ((fc.np_silu(gate) * up) @ dn[e].T) * top_w[tok, j]
         S = p["shared_mlp.input_linear.weight"].shape[0] // 2
         hs = flat @ p["shared_mlp.input_linear.weight"].T
-        shared = (silu(hs[:, :S]) * hs[:, S:]) @ p["shared_mlp.output_linear.weight"].T
+        shared = (fc.np_silu(hs[:, :S]) * hs[:, S:]) @ p["shared_mlp.output_linear.weight"].T
         h = h + (moe + shared).reshape(h.shape) * cfg["residual_multiplier"]
-    h = rms(h, sd["model.norm.weight"], eps)
+    h = fc.np_rms(h, sd["model.norm.weight"], eps)
     return (h @ sd["lm_head.weight"].T) / cfg["logits_scaling"]
 
 
@@ -493,15 +379,15 @@ def falcon_forward_np(d, ids):
     gm, dm = cfg["mlp_multipliers"]
     for l in range(cfg["num_hidden_layers"]):
         p = layer_params(sd, f"model.layers.{l}.")
-        n = rms(h, p["input_layernorm.weight"], eps)
+        n = fc.np_rms(h, p["input_layernorm.weight"], eps)
         m = mamba2_recurrent(n, layer_params(p, "mamba."), c)[0] * cfg["ssm_out_multiplier"]
         a = attention_np(n * cfg["attention_in_multiplier"], layer_params(p, "self_attn."), cfg, HEAD_DIM ** -0.5,
                          key_mult=cfg["key_multiplier"], rope_theta=cfg["rope_parameters"]["rope_theta"])[0]
         h = h + (m + a * cfg["attention_out_multiplier"])
-        n = rms(h, p["pre_ff_layernorm.weight"], eps)
-        y = (n @ p["feed_forward.up_proj.weight"].T) * silu((n @ p["feed_forward.gate_proj.weight"].T) * gm)
+        n = fc.np_rms(h, p["pre_ff_layernorm.weight"], eps)
+        y = (n @ p["feed_forward.up_proj.weight"].T) * fc.np_silu((n @ p["feed_forward.gate_proj.weight"].T) * gm)
         h = h + (y @ p["feed_forward.down_proj.weight"].T) * dm
-    h = rms(h, sd["model.final_layernorm.weight"], eps)
+    h = fc.np_rms(h, sd["model.final_layernorm.weight"], eps)
     return (h @ sd["lm_head.weight"].T) * cfg["lm_head_multiplier"]
 
 
@@ -536,9 +422,8 @@ def granite_routing_check(calls, k):
     between the k-th and the next logit, tokens x layers)."""
     dw, margin, n = 0.0, float("inf"), 0
     for router, x, (_, w32, idx32) in calls:
-        logits = x.reshape(-1, x.shape[-1]).to(TORCH64) @ router.weight.detach().to(TORCH64).T
-        ls = logits.sort(dim=-1, descending=True).values
-        margin = min(margin, (ls[:, k - 1] - ls[:, k]).min().item())
+        logits = fc.router_logits64(router, x)
+        margin = min(margin, fc.topk_margin(logits, k))
         top = logits.topk(k, dim=-1)
         assert torch.equal(top.indices, idx32), "float64 routing chose other experts (or another order)"
         w = torch.softmax(top.values, dim=-1)
@@ -575,43 +460,8 @@ def set_mamba_params(model):
 # Main
 # ----------------------------------------------------------------------------
 def main():
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}")
-    for name in NAMES:
-        d = os.path.join(mf.MODELS, name)
-        if os.path.isdir(d):
-            shutil.rmtree(d)
-        for ext in (".safetensors", ".metrics.json", ".logit_key.json"):
-            p = os.path.join(mf.REFS, name + ext)
-            if os.path.exists(p):
-                os.remove(p)
-
-    tok, bos, eos = mf.build_tokenizer()
-    tmp = tempfile.mkdtemp()
-    tok_json = os.path.join(tmp, "tokenizer.json")
-    tok.save(tok_json)
-    with open(tok_json, "rb") as f, open(os.path.join(mf.MODELS, "llama_gqa", "tokenizer.json"), "rb") as g:
-        assert f.read() == g.read(), "the tokenizer differs from make_fixtures.py's"
-
-    g = torch.Generator().manual_seed(mf.SEED_IDS)
-    ids = torch.randint(0, mf.VOCAB, (mf.B, mf.T), generator=g, dtype=torch.int64)
-    with safe_open(os.path.join(mf.REFS, "llama_gqa.safetensors"), framework="pt") as f:
-        assert torch.equal(f.get_tensor("input_ids"), ids), "input ids differ from make_fixtures.py's"
-
-    cc = mf.common_cfg(bos, eos)
-    checks, summary = [], []
-    for mod in (modeling_granitemoehybrid, modeling_falcon_h1):
-        names = pure_torch_path(mod)
-    checks.append(f"pure-torch Mamba path: mamba_ssm, causal_conv1d, kernels not installed; {', '.join(names)} "
-                  f"resolve to transformers' torch bodies in both modules")
-
-    def save(name, model):
-        d = os.path.join(mf.MODELS, name)
-        model.save_pretrained(d)
-        shutil.copy(tok_json, os.path.join(d, "tokenizer.json"))
-        with open(os.path.join(d, "config.json")) as f:
-            return d, json.load(f, object_hook=float_tags), state_keys(d)
+    tmp, tok_json, ids, cc = fc.start(NAMES)
+    checks, summary = [pure_torch_path()], []
 
     def finish(name, d, cls, mod, logits, caps, attn_layers, n_mamba, extra=None, logit_fn=None, info=""):
         (lg64, lg32), counts = unpatched_forwards(d, cls, mod, ids, extra)
@@ -622,15 +472,8 @@ def main():
                       f"float32 internals {mf.fmt(d64)}, whole model in float32 {mf.fmt(d32)} (each unpatched pass ran "
                       f"the torch chunked scan and causal conv once per Mamba layer)")
         M, margin = mf.write_reference(name, "softmax", ids, logits, caps, logit_fn=logit_fn)
-        # the hybrid convention: the decoder layers (1-based) that layers.{a} / the per-layer arrays are
-        # (placed after "model" and "variant", as tools/make_hybrid_fixtures.py places it)
-        M = {**{k: M[k] for k in ("model", "variant")}, "attention_layers": [a + 1 for a in attn_layers],
-             **{k: v for k, v in M.items() if k not in ("model", "variant")}}
-        mf.write_json(os.path.join(mf.REFS, f"{name}.metrics.json"), M)
-        worst = mf.crosscheck_metrics(name, "softmax", None, logit_fn)
-        checks.append(f"{name}: metrics.json with attention_layers {M['attention_layers']} re-checked with Python "
-                      f"loops, max diff {worst[0]:.1e}; heatmap / query_profile layer {M['heatmap']['layer']} of the "
-                      f"captured layers = decoder layer {M['attention_layers'][M['heatmap']['layer'] - 1]}")
+        M, line = fc.hybrid_metrics(name, M, [a + 1 for a in attn_layers], logit_fn)  # metrics.json's "attention_layers"
+        checks.append(line)
         summary.append((name, mf.peak_stats(caps), margin, M, info, d64))
 
     # ---------------------------------------------------------------- granitemoehybrid
@@ -655,7 +498,7 @@ def main():
     assert model.model.rotary_emb is None
     mf.init_weights(model, seed=2601, bias_std=CONV_BIAS_STD)
     set_mamba_params(model)
-    d, saved, keys = save(name, model)
+    d, saved, keys = fc.save_model(name, model, tok_json, object_hook=float_tags)
     assert saved["model_type"] == "granitemoehybrid" and saved["layer_types"] == cfg.layer_types, saved
     assert "lm_head.weight" in keys and "model.layers.0.mamba.in_proj.bias" not in keys
     want = {"model.layers.0.mamba.in_proj.weight": (D_INNER + (D_INNER + 2 * 2 * 8) + 4, HIDDEN),
@@ -674,7 +517,7 @@ def main():
     for k, shape in want.items():
         assert keys.get(k) == shape, (k, keys.get(k))
     assert "model.layers.0.self_attn.q_proj.weight" not in keys and "model.layers.1.mamba.A_log" not in keys
-    with recording(modeling_granitemoehybrid.GraniteMoeHybridTopKRouter,
+    with fc.recording(modeling_granitemoehybrid.GraniteMoeHybridTopKRouter,
                    lambda m, a, kw, o: (m, a[0].detach().clone(), tuple(t.detach().clone() for t in o))) as calls:
         model64, logits, caps, attn_layers, mixer_calls, scan_calls, attn_calls = hybrid64_reference(
             d, GraniteMoeHybridForCausalLM, modeling_granitemoehybrid, ids,
@@ -721,7 +564,7 @@ def main():
     model = FalconH1ForCausalLM(cfg)
     mf.init_weights(model, seed=2701, bias_std=CONV_BIAS_STD)
     set_mamba_params(model)
-    d, saved, keys = save(name, model)
+    d, saved, keys = fc.save_model(name, model, tok_json, object_hook=float_tags)
     assert saved["model_type"] == "falcon_h1" and saved["head_dim"] == HEAD_DIM and "lm_head.weight" in keys
     for k in FALCON_MUP:
         assert saved[k] == FALCON_MUP[k], (k, saved[k])
@@ -766,25 +609,15 @@ def main():
     finish(name, d, FalconH1ForCausalLM, modeling_falcon_h1, logits, caps, attn_layers, len(mixer_calls),
            info=" attention + Mamba in every layer;")
 
-    shutil.rmtree(tmp)
-    for name in NAMES:  # save_pretrained / safetensors create files 0600
-        for dp, _, fns in os.walk(os.path.join(mf.MODELS, name)):
-            for fn in fns:
-                os.chmod(os.path.join(dp, fn), 0o644)
-        for ext in (".safetensors", ".metrics.json"):
-            os.chmod(os.path.join(mf.REFS, name + ext), 0o644)
+    fc.done_files(NAMES, tmp)
 
     # ---------------------------------------------------------------- logit_key.json
-    # make_logit_key_fixtures.py's check_outputs treats a fixture missing from its SUM_TO_ONE set
-    # as Affine-Scaled (it reads model.layers.{l}.self_attn.alpha_ma): until these names are added
-    # to its FIXTURES and SUM_TO_ONE, they are added here, in memory, for this run only (as
-    # tools/make_hybrid_fixtures.py does). Its check_inputs re-derives attn_scores as q.k / sqrt(d)
-    # (with hooks for Gemma, DeepSeek-V3's mscale, logn, scale_invariant) and has none for Granite's
-    # attention_multiplier: a name it refuses gets no logit_key.json, and the reason is printed.
-    absent = [n for n in NAMES if n not in lk.SUM_TO_ONE]
-    if absent:
-        print(f"NOTE: {absent} not in make_logit_key_fixtures.SUM_TO_ONE / FIXTURES; added in memory for this run")
-    with patched((lk, "SUM_TO_ONE", set(lk.SUM_TO_ONE) | set(NAMES))):
+    # make_logit_key_fixtures.py does not list these names yet: added to its SUM_TO_ONE set in
+    # memory, for this run only (fixture_common.logit_key_sum_to_one says why). Its check_inputs
+    # re-derives attn_scores as q.k / sqrt(d) (with hooks for Gemma, DeepSeek-V3's mscale, logn,
+    # scale_invariant) and has none for Granite's attention_multiplier: a name it refuses gets no
+    # logit_key.json, and the reason is printed.
+    with fc.logit_key_sum_to_one(NAMES):
         accepted = []
         for name in NAMES:
             try:
@@ -796,19 +629,7 @@ def main():
         if accepted:
             assert lk.main(accepted) == 0
 
-    print("\nself-checks:")
-    for c in checks:
-        print("  " + c)
-    print("\nfixtures:")
-    for name, peak, margin, M, info, d32 in summary:
-        assert peak > 0.3, (name, peak)
-        assert margin > 1e-3, (name, "sink importance too close to threshold", margin)
-        size = sum(os.path.getsize(os.path.join(dp, fn))
-                   for dp, _, fns in os.walk(os.path.join(mf.MODELS, name)) for fn in fns)
-        assert size < 500_000, (name, size)
-        print(f"  {name}: peaked rows (i>=3, max p>0.3) {peak:.3f}; sink_rate {M['sink_rate']['rate']:.3f} "
-              f"(min |importance-0.3| {margin:.3f}); nll {M['nll']['mean']:.4f}; f32 vs f64 logits "
-              f"{d32:.2e}; model dir {size} bytes;{info}")
+    fc.report(checks, summary)
     return 0
 
 

@@ -1,6 +1,6 @@
 //! The compact human table printed on stdout after a metric command.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Write};
 
 use super::stdout::with_stdout;
@@ -191,9 +191,16 @@ fn write_per_layer(
     if asked.len() > 2 || !asked.contains(metric) {
         return Ok(());
     }
-    let columns: Vec<(&str, Vec<f64>)> = models
+    // each model's values by decoder layer (a hybrid's attention layers only)
+    let columns: Vec<(&str, BTreeMap<usize, f64>)> = models
         .iter()
-        .filter_map(|(l, m)| get(m).map(|v| (l.as_str(), v)))
+        .filter_map(|(l, m)| {
+            let by_layer = get(m)?.into_iter().enumerate();
+            Some((
+                l.as_str(),
+                by_layer.map(|(k, v)| (m.decoder_layer(k), v)).collect(),
+            ))
+        })
         .collect();
     if columns.is_empty() && models.is_empty() {
         return Ok(()); // a training series alone (qk): its table follows
@@ -212,12 +219,15 @@ fn write_per_layer(
         write!(out, " {label:>12}")?;
     }
     writeln!(out)?;
-    let layers = columns.iter().map(|(_, v)| v.len()).max().unwrap_or(0);
-    for l in 0..layers {
+    let layers: BTreeSet<usize> = columns
+        .iter()
+        .flat_map(|(_, v)| v.keys().copied())
+        .collect();
+    for l in layers {
         write!(out, "{:>5}", l + 1)?;
         for (label, v) in &columns {
             let width = label.len().max(12);
-            write!(out, " {:>width$}", fmt(v.get(l).copied()))?;
+            write!(out, " {:>width$}", fmt(v.get(&l).copied()))?;
         }
         writeln!(out)?;
     }

@@ -10,14 +10,14 @@ use candle_core::{DType, Tensor};
 use super::attention;
 use super::config::ModelConfig;
 use super::layers::{linear, mlp, moe_mlp, norm, MlpDims, ProjDims};
-use super::mixers::{load_short_conv, Mixer};
+use super::mixers::{load_gated_delta_net, load_short_conv, Mixer};
 use super::nonfinite::{NonFiniteAt, NonFiniteWatch};
 use super::residuals::Residuals;
 use super::rope::rope_tables;
 use super::weights::WeightStore;
 use crate::attention::{Attention, AttentionShape, VariantKind};
 use crate::error::{Error, Result};
-use crate::mixer::ShortConv;
+use crate::mixer::{GatedDeltaNet, ShortConv};
 use crate::nn::Rope;
 use crate::nn::{FeedForward, Linear, Norm};
 use crate::probe::blocks::query_blocks;
@@ -34,6 +34,8 @@ enum LayerMixer {
     },
     /// A short gated convolution (`conv`, LFM2).
     ShortConv(ShortConv),
+    /// Gated DeltaNet (`linear_attn`, Qwen3-Next).
+    GatedDeltaNet(Box<GatedDeltaNet>),
 }
 
 impl LayerMixer {
@@ -70,6 +72,15 @@ impl LayerMixer {
                 c.hidden_size,
                 conv,
             )?),
+            Mixer::GatedDeltaNet(shape) => {
+                LayerMixer::GatedDeltaNet(Box::new(load_gated_delta_net(
+                    store,
+                    &format!("{prefix}.linear_attn"),
+                    c.hidden_size,
+                    shape,
+                    c.rms_norm_eps,
+                )?))
+            }
         })
     }
 
@@ -88,6 +99,10 @@ impl LayerMixer {
             LayerMixer::ShortConv(conv) => {
                 let _p = phase("other mixers");
                 conv.forward(xs)
+            }
+            LayerMixer::GatedDeltaNet(net) => {
+                let _p = phase("other mixers");
+                net.forward(xs)
             }
         }
     }

@@ -63,7 +63,7 @@ pub fn declared_variant(
     }
 }
 
-/// The variant weights of layer 0 that `kind` does not read.
+/// The variant weights of the first attention layer that `kind` does not read.
 fn unused_markers(config: &ModelConfig, store: &WeightStore, kind: VariantKind) -> Vec<String> {
     use VariantKind::{AffineScaled, AffineScaledGated, Gated, Logn, Sink};
     let m = Markers::of(config, store);
@@ -83,7 +83,8 @@ fn unused_markers(config: &ModelConfig, store: &WeightStore, kind: VariantKind) 
     unused
 }
 
-/// The names whose presence marks a variant (layer 0), and whether q_proj holds the gate.
+/// The names whose presence marks a variant (the first attention layer's), and whether
+/// q_proj holds the gate.
 struct Markers {
     sinks: String,
     alpha: String,
@@ -94,7 +95,12 @@ struct Markers {
 
 impl Markers {
     fn of(config: &ModelConfig, store: &WeightStore) -> Markers {
-        let attn = "model.layers.0.self_attn";
+        let first = config
+            .attention_layer_numbers()
+            .first()
+            .copied()
+            .unwrap_or(0);
+        let attn = format!("model.layers.{first}.self_attn");
         let q = format!("{attn}.q_proj.weight");
         let doubled_q = store
             .shape(&q)

@@ -28,6 +28,9 @@ pub enum ExpertNames {
     /// intermediate]` (gate columns first, then up) and `down_proj` `[experts,
     /// intermediate, hidden]`, no biases; the shared expert `feed_forward.shared_expert`.
     Llama4,
+    /// Qwen's names with one shared expert `mlp.shared_expert` whose output is scaled by
+    /// sigmoid(`mlp.shared_expert_gate` x) (Qwen3-Next).
+    QwenShared,
     /// `mlp.gate` with its `e_score_correction_bias`, `mlp.experts.{e}.gate_proj|up_proj|
     /// down_proj`, the shared experts `mlp.shared_experts` (DeepSeek-V3, GLM-4.5).
     DeepSeek,
@@ -39,7 +42,10 @@ impl ExpertNames {
         match self {
             ExpertNames::Mixtral => "block_sparse_moe",
             ExpertNames::Llama4 => "feed_forward",
-            ExpertNames::Qwen | ExpertNames::GptOss | ExpertNames::DeepSeek => "mlp",
+            ExpertNames::Qwen
+            | ExpertNames::QwenShared
+            | ExpertNames::GptOss
+            | ExpertNames::DeepSeek => "mlp",
         }
     }
 
@@ -47,15 +53,26 @@ impl ExpertNames {
     pub fn router(self) -> &'static str {
         match self {
             ExpertNames::GptOss | ExpertNames::Llama4 => "router",
-            ExpertNames::Mixtral | ExpertNames::Qwen | ExpertNames::DeepSeek => "gate",
+            ExpertNames::Mixtral
+            | ExpertNames::Qwen
+            | ExpertNames::QwenShared
+            | ExpertNames::DeepSeek => "gate",
         }
     }
 
     /// The shared experts under the block, if the family has them.
     pub fn shared(self) -> Option<&'static str> {
         match self {
-            ExpertNames::Llama4 => Some("shared_expert"),
+            ExpertNames::Llama4 | ExpertNames::QwenShared => Some("shared_expert"),
             ExpertNames::DeepSeek => Some("shared_experts"),
+            _ => None,
+        }
+    }
+
+    /// The shared expert's sigmoid gate `[1, hidden]` under the block, if it has one.
+    pub fn shared_gate(self) -> Option<&'static str> {
+        match self {
+            ExpertNames::QwenShared => Some("shared_expert_gate"),
             _ => None,
         }
     }
@@ -120,6 +137,8 @@ pub(crate) struct RawExperts<'a> {
     pub first_k_dense_replace: Option<usize>,
     pub topk_method: Option<&'a str>,
     pub scoring_func: Option<&'a str>,
+    /// Qwen3-Next's shared expert.
+    pub shared_expert_intermediate_size: Option<usize>,
 }
 
 /// The experts of a config, as transformers reads them for `architecture` (its family's
@@ -234,6 +253,7 @@ mod tests {
             first_k_dense_replace: None,
             topk_method: None,
             scoring_func: None,
+            shared_expert_intermediate_size: None,
         }
     }
 

@@ -7,7 +7,7 @@ use super::experts::{ExpertNames, Experts};
 use super::layout::{Layout, MlpKind, NormKind};
 use super::weights::WeightStore;
 use crate::error::Result;
-use crate::nn::{Linear, Mlp, MoeMlp, Norm, RmsNorm};
+use crate::nn::{Linear, Mlp, MoeMlp, Norm, RmsNorm, SharedExpert};
 
 /// A projection's sizes: `in_dim` features in, `out_dim` out (its weight `[out_dim, in_dim]`
 /// as a [`Linear`] holds it).
@@ -167,9 +167,10 @@ pub fn moe_mlp(
         _ if store.contains(&format!("{prefix}.experts.gate_up_proj")) => {
             stacked_plain_experts(store, &prefix, hidden, experts, false)?
         }
-        ExpertNames::Mixtral | ExpertNames::Qwen | ExpertNames::DeepSeek => {
-            separate_experts(store, &prefix, hidden, experts)?
-        }
+        ExpertNames::Mixtral
+        | ExpertNames::Qwen
+        | ExpertNames::QwenShared
+        | ExpertNames::DeepSeek => separate_experts(store, &prefix, hidden, experts)?,
     };
     let score_bias = match experts.names {
         ExpertNames::DeepSeek => {
@@ -188,13 +189,24 @@ pub fn moe_mlp(
                 hidden,
                 intermediate,
             };
-            Some(mlp(
+            let gate = match experts.names.shared_gate() {
+                Some(gate) => {
+                    let dims = ProjDims {
+                        in_dim: hidden,
+                        out_dim: 1,
+                    };
+                    Some(linear(store, &format!("{prefix}.{gate}"), dims, false)?)
+                }
+                None => None,
+            };
+            let mlp = mlp(
                 store,
                 &format!("{prefix}.{name}"),
                 dims,
                 false,
                 &Layout::LLAMA,
-            )?)
+            )?;
+            Some(SharedExpert { mlp, gate })
         }
         _ => None,
     };

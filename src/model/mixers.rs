@@ -3,12 +3,14 @@
 //! hidden state on ([`crate::mixer`]). A family reads its layers' mixers from its config in
 //! its own file (`super::config::Family::mixers`); the decoder loads them here.
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
 use super::layers::{linear, ProjDims};
 use super::weights::WeightStore;
 use crate::error::Result;
-use crate::mixer::ShortConv;
+use crate::mixer::{CausalConv, GatedDeltaNet, ShortConv};
+
+pub use crate::mixer::DeltaNetShape;
 
 /// A short gated convolution's settings (LFM2's `conv` layers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -26,6 +28,8 @@ pub enum Mixer {
     Attention,
     /// A short gated convolution (`conv`).
     ShortConv(ShortConvShape),
+    /// Gated DeltaNet (`linear_attn`, Qwen3-Next).
+    GatedDeltaNet(DeltaNetShape),
 }
 
 impl Mixer {
@@ -34,6 +38,7 @@ impl Mixer {
         match self {
             Mixer::Attention => "attention",
             Mixer::ShortConv(_) => "short conv",
+            Mixer::GatedDeltaNet(_) => "gated deltanet",
         }
     }
 }
@@ -74,4 +79,47 @@ pub fn load_short_conv(
     };
     let out_proj = proj("out_proj", hidden)?;
     ShortConv::new(in_proj, weight.squeeze(1)?, bias, out_proj)
+}
+
+/// Layer `prefix`'s Gated DeltaNet (`{prefix}.in_proj_qkvz`, `in_proj_ba`, `conv1d`,
+/// `A_log`, `dt_bias`, `norm`, `out_proj`) for `hidden` features; `eps` is its gated
+/// RMSNorm's.
+pub fn load_gated_delta_net(
+    store: &WeightStore,
+    prefix: &str,
+    hidden: usize,
+    shape: DeltaNetShape,
+    eps: f64,
+) -> Result<GatedDeltaNet> {
+    let name = |what: &str| format!("{prefix}.{what}");
+    let proj = |what: &str, in_dim: usize, out_dim: usize| {
+        linear(store, &name(what), ProjDims { in_dim, out_dim }, false)
+    };
+    let heads = shape.value_heads;
+    let per_head = |what: &str| -> Result<Vec<f32>> {
+        let t = store.get_as(&name(what), &[heads], DType::F32)?;
+        Ok(match store.reads_data() {
+            true => t.to_vec1::<f32>()?,
+            false => vec![0.0; heads],
+        })
+    };
+    let in_proj_qkvz = proj("in_proj_qkvz", hidden, shape.qkvz_rows())?;
+    let in_proj_ba = proj("in_proj_ba", hidden, 2 * heads)?;
+    let channels = shape.conv_channels();
+    let conv = store.get(&name("conv1d.weight"), &[channels, 1, shape.conv_kernel])?;
+    let a_log = per_head("A_log")?;
+    let dt_bias = per_head("dt_bias")?;
+    let norm_weight = store.get(&name("norm.weight"), &[shape.value_dim])?;
+    let out_proj = proj("out_proj", heads * shape.value_dim, hidden)?;
+    Ok(GatedDeltaNet {
+        shape,
+        in_proj_qkvz,
+        in_proj_ba,
+        conv: CausalConv::new(conv.squeeze(1)?, None)?,
+        a: a_log.iter().map(|&a| f64::from(a).exp()).collect(),
+        dt_bias: dt_bias.into_iter().map(f64::from).collect(),
+        norm_weight,
+        eps,
+        out_proj,
+    })
 }

@@ -362,7 +362,25 @@ pub struct MoeMlp {
     /// The router's score-correction bias `[experts]` (DeepSeek-V3, GLM-4.5).
     score_bias: Option<Vec<f32>>,
     /// The MLP every token goes through beside the routed experts.
-    shared: Option<Mlp>,
+    shared: Option<SharedExpert>,
+}
+
+/// The experts' MLP every token goes through, its output scaled by sigmoid(`gate` x) where
+/// it has a gate `[1, hidden]` (Qwen3-Next).
+pub struct SharedExpert {
+    pub mlp: Mlp,
+    pub gate: Option<Linear>,
+}
+
+impl SharedExpert {
+    /// Its output for tokens `flat` `[n, hidden]`.
+    fn forward(&self, flat: &Tensor) -> Result<Tensor> {
+        let out = self.mlp.forward(&flat.unsqueeze(0)?)?.squeeze(0)?;
+        match &self.gate {
+            Some(gate) => Ok(out.broadcast_mul(&candle_nn::ops::sigmoid(&gate.forward(flat)?)?)?),
+            None => Ok(out),
+        }
+    }
 }
 
 impl MoeMlp {
@@ -380,7 +398,11 @@ impl MoeMlp {
     }
 
     /// The same with the router's score-correction bias and a shared expert.
-    pub fn with_bias_and_shared(self, score_bias: Option<Vec<f32>>, shared: Option<Mlp>) -> Self {
+    pub fn with_bias_and_shared(
+        self,
+        score_bias: Option<Vec<f32>>,
+        shared: Option<SharedExpert>,
+    ) -> Self {
         MoeMlp {
             score_bias,
             shared,
@@ -414,7 +436,7 @@ impl MoeMlp {
             }
         }
         let mut out = match &self.shared {
-            Some(shared) => shared.forward(&flat.unsqueeze(0)?)?.squeeze(0)?,
+            Some(shared) => shared.forward(&flat)?,
             None => flat.zeros_like()?,
         };
         let scale_inputs = self.routing == Routing::TopKSigmoidInput;

@@ -5,6 +5,6 @@ mod layers;
 mod linear;
 mod rope;
 
-pub use layers::{ClampedGlu, FeedForward, Mlp, MoeMlp, Norm, RmsNorm, Routing};
+pub use layers::{ClampedGlu, FeedForward, Mlp, MoeMlp, Norm, RmsNorm, Routing, SharedExpert};
 pub use linear::Linear;
 pub use rope::{Rope, RopePairs};

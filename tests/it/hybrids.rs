@@ -144,3 +144,112 @@ fn lfm2_inspect_names_each_layers_mixer() {
         assert!(text.contains(says), "{says}: {text}");
     }
 }
+
+/// Qwen3-Next's output gate is the gated attention of the paper: `gate` has a row per
+/// (attention layer, head), numbered 2 and 4, with the reference's values.
+#[test]
+fn qwen3_next_gate_rows_are_its_attention_layers_with_the_reference_values() {
+    let tmp = tempfile::tempdir().unwrap();
+    expect_success(&analyze(
+        tmp.path(),
+        "qwen3_next",
+        &["--metrics", "gate,first_token"],
+    ));
+    let want = reference_metrics("qwen3_next");
+    let attention = std::fs::read_to_string(tmp.path().join("out/attention.csv")).unwrap();
+    assert_eq!(
+        column_values(&attention, "layer"),
+        ["2", "4"].map(String::from).into()
+    );
+    let mut seen = 0;
+    for line in attention.lines().skip(1) {
+        let c: Vec<&str> = line.split(',').collect();
+        if c[1] != "gate" {
+            continue;
+        }
+        let layer: usize = c[2].parse().unwrap();
+        let head: usize = c[3].parse().unwrap();
+        let k = [2, 4].iter().position(|&l| l == layer).unwrap();
+        let y = want["gate"][k][head - 1].as_f64().unwrap();
+        assert_close(
+            c[5].parse().unwrap(),
+            y,
+            1e-6,
+            1e-5,
+            &format!("gate {layer}/{head}"),
+        );
+        seen += 1;
+    }
+    assert_eq!(seen, 8);
+}
+
+/// `inspect` of Qwen3-Next names its DeltaNet and attention layers, the gated variant
+/// found in q_proj's rows, the shared expert and the partial RoPE.
+#[test]
+fn qwen3_next_inspect_names_its_layers_variant_and_experts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model_dir("qwen3_next").display().to_string();
+    let text = expect_success(&run_cli(tmp.path(), &["inspect", &model]));
+    for says in [
+        "layer kinds    1: gated deltanet; 2: attention, RoPE, causal; 3: gated deltanet; 4: attention, RoPE, causal",
+        "variant        gated (weights: model.layers.1.self_attn.q_proj.weight",
+        "a shared SwiGLU of 16",
+        "partial_rotary_factor 0.5",
+        "scaled by (1 + w)",
+        "unused         none",
+    ] {
+        assert!(text.contains(says), "{says}: {text}");
+    }
+}
+
+/// Settings the hybrid loaders do not implement are refused naming the key, never run.
+#[test]
+fn hybrid_settings_not_implemented_are_refused_naming_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases: [(&str, &str, serde_json::Value, &str); 6] = [
+        (
+            "lfm2",
+            "layer_types",
+            serde_json::json!(["conv", "sliding_attention", "conv", "full_attention"]),
+            "sliding_attention",
+        ),
+        ("lfm2", "conv_L_cache", 0.into(), "conv_L_cache"),
+        ("lfm2", "tie_embedding", false.into(), "tie_embedding"),
+        (
+            "lfm2",
+            "partial_rotary_factor",
+            0.5.into(),
+            "partial_rotary_factor",
+        ),
+        (
+            "qwen3_next",
+            "linear_num_value_heads",
+            3.into(),
+            "linear_num_value_heads 3",
+        ),
+        (
+            "qwen3_next",
+            "layer_types",
+            serde_json::json!([
+                "mamba",
+                "full_attention",
+                "linear_attention",
+                "full_attention"
+            ]),
+            "mamba",
+        ),
+    ];
+    for (k, (fixture, key, value, says)) in cases.into_iter().enumerate() {
+        let dir = tmp.path().join(format!("case{k}"));
+        crate::common::copy_fixture(fixture, &dir);
+        crate::common::edit_config(&dir, |c| c[key] = value.clone());
+        let err = expect_error(&run_cli(
+            tmp.path(),
+            &["inspect", &dir.display().to_string()],
+        ));
+        assert!(
+            err.contains("config.json") && err.contains(says),
+            "{key}: {err}"
+        );
+    }
+}

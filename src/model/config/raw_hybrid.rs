@@ -20,4 +20,13 @@ pub struct RawHybrid {
     /// them.
     pub tie_embedding: Option<bool>,
     pub block_ff_dim: Option<usize>,
+    /// Qwen3-Next: the Gated DeltaNet's heads, sizes and convolution, the attention
+    /// layers (else `layer_types`), the shared expert's size.
+    pub linear_num_key_heads: Option<usize>,
+    pub linear_num_value_heads: Option<usize>,
+    pub linear_key_head_dim: Option<usize>,
+    pub linear_value_head_dim: Option<usize>,
+    pub linear_conv_kernel_dim: Option<usize>,
+    pub full_attention_interval: Option<usize>,
+    pub shared_expert_intermediate_size: Option<usize>,
 }

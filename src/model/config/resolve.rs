@@ -335,6 +335,7 @@ impl RawConfig {
             first_k_dense_replace: self.first_k_dense_replace,
             topk_method: self.topk_method.as_deref(),
             scoring_func: self.scoring_func.as_deref(),
+            shared_expert_intermediate_size: self.hybrid.shared_expert_intermediate_size,
         };
         crate::model::experts::resolve(raw, Architecture(family), dense, path)
     }

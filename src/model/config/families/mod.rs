@@ -20,7 +20,8 @@ mod olmo3;
 mod phi3;
 mod qwen2;
 mod qwen3;
-mod qwen3_moe;
+pub(crate) mod qwen3_moe;
+mod qwen3_next;
 mod smollm3;
 
 /// Every family the loader implements.
@@ -30,6 +31,7 @@ pub(crate) static FAMILIES: &[Family] = &[
     qwen2::FAMILY,
     qwen3::FAMILY,
     qwen3_moe::FAMILY,
+    qwen3_next::FAMILY,
     mistral::FAMILY,
     mixtral::FAMILY,
     phi3::FAMILY,
