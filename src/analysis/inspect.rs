@@ -178,6 +178,10 @@ fn layout(c: &ModelConfig) -> String {
 
 /// The rotary embedding, or the learned positions that replace it (GPT-2).
 fn positions(c: &ModelConfig) -> String {
+    let attention = c.attention_layer_numbers();
+    if attention.iter().all(|&l| !c.attention_layers.rotates(l)) {
+        return "none: every attention layer is NoPE".to_string();
+    }
     match c.layout.learned_positions {
         true => format!(
             "none: learned absolute positions (up to {} tokens)",
@@ -199,6 +203,9 @@ fn positions(c: &ModelConfig) -> String {
 fn logit_transforms(c: &ModelConfig) -> String {
     let gemma = c.gemma;
     let scale = match (gemma.map(|g| g.query_pre_attn_scalar), &c.latent) {
+        _ if c.multipliers.attention_scale.is_some() => {
+            format!("q.k x {} (attention_multiplier)", c.query_scale())
+        }
         (Some(s), _) => format!("q.k / sqrt({s}) (query_pre_attn_scalar)"),
         (None, Some(l)) => format!(
             "q.k x {:.7} (latent attention: q.k = q_nope.k_nope + q_rope.k_rope over {} + {} dims, \
@@ -235,7 +242,11 @@ fn logit_transforms(c: &ModelConfig) -> String {
         (None, Some(cap)) => format!("; {}", identity_cap("final_logit_softcapping", cap)),
         (None, None) => String::new(),
     };
-    format!("{scale}{attn}{embed}{last}")
+    let multipliers = match c.multipliers.describe() {
+        words if words.is_empty() => words,
+        words => format!("; {words}"),
+    };
+    format!("{scale}{attn}{embed}{last}{multipliers}")
 }
 
 /// A soft-cap beyond f32, not applied: what it is.

@@ -7,6 +7,7 @@
 use candle_core::{DType, Tensor, D};
 use rayon::prelude::*;
 
+use super::mamba2::softplus;
 use super::CausalConv;
 use crate::error::Result;
 use crate::nn::Linear;
@@ -228,12 +229,4 @@ fn l2_normalised(x: &[f64]) -> Vec<f64> {
 
 fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
-}
-
-/// torch's softplus (beta 1, threshold 20): x above 20, else ln(1 + e^x).
-fn softplus(x: f64) -> f64 {
-    match x > 20.0 {
-        true => x,
-        false => x.exp().ln_1p(),
-    }
 }

@@ -10,14 +10,15 @@ use candle_core::{DType, Tensor};
 use super::attention;
 use super::config::ModelConfig;
 use super::layers::{linear, mlp, moe_mlp, norm, MlpDims, ProjDims};
-use super::mixers::{load_gated_delta_net, load_short_conv, Mixer};
+use super::mixers::{load_gated_delta_net, load_mamba2, load_short_conv, Mixer};
+use super::multipliers::scaled;
 use super::nonfinite::{NonFiniteAt, NonFiniteWatch};
 use super::residuals::Residuals;
 use super::rope::rope_tables;
 use super::weights::WeightStore;
 use crate::attention::{Attention, AttentionShape, VariantKind};
 use crate::error::{Error, Result};
-use crate::mixer::{GatedDeltaNet, ShortConv};
+use crate::mixer::{GatedDeltaNet, Mamba2, ShortConv};
 use crate::nn::Rope;
 use crate::nn::{FeedForward, Linear, Norm};
 use crate::probe::blocks::query_blocks;
@@ -36,6 +37,8 @@ enum LayerMixer {
     ShortConv(ShortConv),
     /// Gated DeltaNet (`linear_attn`, Qwen3-Next).
     GatedDeltaNet(Box<GatedDeltaNet>),
+    /// Mamba-2 (`mamba`, Granite 4 hybrid).
+    Mamba2(Box<Mamba2>),
 }
 
 impl LayerMixer {
@@ -81,6 +84,12 @@ impl LayerMixer {
                     c.rms_norm_eps,
                 )?))
             }
+            Mixer::Mamba2(shape) => LayerMixer::Mamba2(Box::new(load_mamba2(
+                store,
+                &format!("{prefix}.mamba"),
+                c,
+                shape,
+            )?)),
         })
     }
 
@@ -104,6 +113,10 @@ impl LayerMixer {
                 let _p = phase("other mixers");
                 net.forward(xs)
             }
+            LayerMixer::Mamba2(mamba) => {
+                let _p = phase("other mixers");
+                mamba.forward(xs)
+            }
         }
     }
 }
@@ -122,6 +135,9 @@ pub struct DecoderLayer {
     post_mlp: Option<Norm>,
     /// `x + attn(ln1(x)) + mlp(ln2(x))` (GPT-NeoX) rather than sequential.
     parallel_residual: bool,
+    /// The mixer's and the MLP's outputs are multiplied by this (Granite's
+    /// `residual_multiplier`).
+    residual_scale: Option<f64>,
 }
 
 impl DecoderLayer {
@@ -183,6 +199,7 @@ impl DecoderLayer {
             },
             post_mlp,
             parallel_residual: layout.parallel_residual,
+            residual_scale: c.multipliers.residual,
         })
     }
 
@@ -203,7 +220,7 @@ impl DecoderLayer {
         };
         let attn = self.mixer.forward(&normed, rope, block, probe)?;
         let _p = phase("norms, residuals");
-        let attn = apply(&self.post_attention, &attn)?;
+        let attn = scaled(apply(&self.post_attention, &attn)?, self.residual_scale)?;
         watch.check(&attn, Some(l), "hook_attn_out")?;
         // parallel: the MLP reads the layer's input, and both outputs join the residual
         let (mlp_in, xs) = match self.parallel_residual {
@@ -217,7 +234,7 @@ impl DecoderLayer {
         drop(_p);
         let _p = phase("mlp");
         let mlp = self.mlp.forward(&normed)?;
-        let mlp = apply(&self.post_mlp, &mlp)?;
+        let mlp = scaled(apply(&self.post_mlp, &mlp)?, self.residual_scale)?;
         watch.check(&mlp, Some(l), "hook_mlp_out")?;
         Ok((&xs + mlp)?)
     }
@@ -563,6 +580,7 @@ impl Model {
             }
             None => xs,
         };
+        let xs = scaled(xs, self.config.multipliers.embedding)?;
         let Some(positions) = &self.positions else {
             return Ok(xs);
         };
@@ -613,10 +631,17 @@ impl Model {
                 let logits = head(&hidden.narrow(1, start, n)?.contiguous()?)?;
                 // Gemma 2: cap * tanh(logits / cap), in f32: a cap past the half types'
                 // range (65504 in f16) would be inf there and every logit NaN
-                match c.final_logit_softcap() {
+                let logits = match c.final_logit_softcap() {
                     Some(cap) => ((logits.to_dtype(DType::F32)? / cap)?.tanh()? * cap)?,
                     None => logits,
-                }
+                };
+                // Granite divides the logits by logits_scaling, Falcon-H1 multiplies them
+                let m = c.multipliers;
+                let logits = match m.logits_divisor {
+                    Some(d) => (logits / d)?,
+                    None => logits,
+                };
+                scaled(logits, m.logits_factor)?
             };
             let ctx = BlockCtx {
                 layer: layers,

@@ -31,6 +31,10 @@ pub enum ExpertNames {
     /// Qwen's names with one shared expert `mlp.shared_expert` whose output is scaled by
     /// sigmoid(`mlp.shared_expert_gate` x) (Qwen3-Next).
     QwenShared,
+    /// Granite 4 hybrid's names as the loader reads them (the checkpoints' are renamed by
+    /// its weight map): `mlp.gate`, stacked `mlp.experts.gate_up_proj` / `down_proj` as a
+    /// Linear holds them, one shared MLP `mlp.shared_expert.gate_up_proj` / `down_proj`.
+    Granite,
     /// `mlp.gate` with its `e_score_correction_bias`, `mlp.experts.{e}.gate_proj|up_proj|
     /// down_proj`, the shared experts `mlp.shared_experts` (DeepSeek-V3, GLM-4.5).
     DeepSeek,
@@ -44,6 +48,7 @@ impl ExpertNames {
             ExpertNames::Llama4 => "feed_forward",
             ExpertNames::Qwen
             | ExpertNames::QwenShared
+            | ExpertNames::Granite
             | ExpertNames::GptOss
             | ExpertNames::DeepSeek => "mlp",
         }
@@ -56,6 +61,7 @@ impl ExpertNames {
             ExpertNames::Mixtral
             | ExpertNames::Qwen
             | ExpertNames::QwenShared
+            | ExpertNames::Granite
             | ExpertNames::DeepSeek => "gate",
         }
     }
@@ -63,7 +69,9 @@ impl ExpertNames {
     /// The shared experts under the block, if the family has them.
     pub fn shared(self) -> Option<&'static str> {
         match self {
-            ExpertNames::Llama4 | ExpertNames::QwenShared => Some("shared_expert"),
+            ExpertNames::Llama4 | ExpertNames::QwenShared | ExpertNames::Granite => {
+                Some("shared_expert")
+            }
             ExpertNames::DeepSeek => Some("shared_experts"),
             _ => None,
         }
@@ -75,6 +83,11 @@ impl ExpertNames {
             ExpertNames::QwenShared => Some("shared_expert_gate"),
             _ => None,
         }
+    }
+
+    /// Whether the shared MLP holds gate and up as one `gate_up_proj` (gate rows first).
+    pub fn shared_fused(self) -> bool {
+        self == ExpertNames::Granite
     }
 
     /// An expert's gate, up and down projections.
@@ -137,8 +150,9 @@ pub(crate) struct RawExperts<'a> {
     pub first_k_dense_replace: Option<usize>,
     pub topk_method: Option<&'a str>,
     pub scoring_func: Option<&'a str>,
-    /// Qwen3-Next's shared expert.
+    /// Qwen3-Next's shared expert, Granite's shared MLP.
     pub shared_expert_intermediate_size: Option<usize>,
+    pub shared_intermediate_size: Option<usize>,
 }
 
 /// The experts of a config, as transformers reads them for `architecture` (its family's
@@ -254,6 +268,7 @@ mod tests {
             topk_method: None,
             scoring_func: None,
             shared_expert_intermediate_size: None,
+            shared_intermediate_size: None,
         }
     }
 

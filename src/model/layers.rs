@@ -164,6 +164,7 @@ pub fn moe_mlp(
     let experts_mlp = match experts.names {
         ExpertNames::GptOss => stacked_experts(store, &prefix, hidden, experts)?,
         ExpertNames::Llama4 => stacked_plain_experts(store, &prefix, hidden, experts, true)?,
+        ExpertNames::Granite => stacked_plain_experts(store, &prefix, hidden, experts, false)?,
         _ if store.contains(&format!("{prefix}.experts.gate_up_proj")) => {
             stacked_plain_experts(store, &prefix, hidden, experts, false)?
         }
@@ -199,13 +200,11 @@ pub fn moe_mlp(
                 }
                 None => None,
             };
-            let mlp = mlp(
-                store,
-                &format!("{prefix}.{name}"),
-                dims,
-                false,
-                &Layout::LLAMA,
-            )?;
+            let layout = Layout {
+                fused_gate_up: experts.names.shared_fused(),
+                ..Layout::LLAMA
+            };
+            let mlp = mlp(store, &format!("{prefix}.{name}"), dims, false, &layout)?;
             Some(SharedExpert { mlp, gate })
         }
         _ => None,

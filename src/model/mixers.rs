@@ -8,9 +8,9 @@ use candle_core::{DType, Tensor};
 use super::layers::{linear, ProjDims};
 use super::weights::WeightStore;
 use crate::error::Result;
-use crate::mixer::{CausalConv, GatedDeltaNet, ShortConv};
+use crate::mixer::{CausalConv, GatedDeltaNet, Mamba2, Mamba2Gate, ShortConv};
 
-pub use crate::mixer::DeltaNetShape;
+pub use crate::mixer::{DeltaNetShape, Mamba2Shape};
 
 /// A short gated convolution's settings (LFM2's `conv` layers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -30,6 +30,8 @@ pub enum Mixer {
     ShortConv(ShortConvShape),
     /// Gated DeltaNet (`linear_attn`, Qwen3-Next).
     GatedDeltaNet(DeltaNetShape),
+    /// Mamba-2 (`mamba`, Granite 4 hybrid).
+    Mamba2(Mamba2Shape),
 }
 
 impl Mixer {
@@ -39,6 +41,7 @@ impl Mixer {
             Mixer::Attention => "attention",
             Mixer::ShortConv(_) => "short conv",
             Mixer::GatedDeltaNet(_) => "gated deltanet",
+            Mixer::Mamba2(_) => "mamba2",
         }
     }
 }
@@ -120,6 +123,56 @@ pub fn load_gated_delta_net(
         dt_bias: dt_bias.into_iter().map(f64::from).collect(),
         norm_weight,
         eps,
+        out_proj,
+    })
+}
+
+/// Layer `prefix`'s Mamba-2 mixer (`{prefix}.in_proj`, `conv1d`, `A_log`, `dt_bias`, `D`,
+/// `norm` where the gate has one, `out_proj`) of `config`'s hidden size and norm epsilon.
+pub fn load_mamba2(
+    store: &WeightStore,
+    prefix: &str,
+    config: &super::config::ModelConfig,
+    shape: Mamba2Shape,
+) -> Result<Mamba2> {
+    let hidden = config.hidden_size;
+    let name = |what: &str| format!("{prefix}.{what}");
+    let proj = |what: &str, in_dim: usize, out_dim: usize, bias: bool| {
+        linear(store, &name(what), ProjDims { in_dim, out_dim }, bias)
+    };
+    let per_head = |what: &str| -> Result<Vec<f64>> {
+        let t = store.get_as(&name(what), &[shape.heads], DType::F32)?;
+        Ok(match store.reads_data() {
+            true => t.to_vec1::<f32>()?.into_iter().map(f64::from).collect(),
+            false => vec![0.0; shape.heads],
+        })
+    };
+    let in_proj = proj("in_proj", hidden, shape.in_rows(), shape.in_bias)?;
+    let channels = shape.conv_channels();
+    let conv = store.get(&name("conv1d.weight"), &[channels, 1, shape.conv_kernel])?;
+    let conv_bias = match shape.conv_bias {
+        true => Some(store.get(&name("conv1d.bias"), &[channels])?),
+        false => None,
+    };
+    let a = per_head("A_log")?.into_iter().map(|a| -a.exp()).collect();
+    let (dt_bias, d) = (per_head("dt_bias")?, per_head("D")?);
+    let norm = match shape.gate {
+        Mamba2Gate::ThenGroupNorm => Some((
+            store.get(&name("norm.weight"), &[shape.inner()])?,
+            config.rms_norm_eps,
+        )),
+        Mamba2Gate::Only => None,
+    };
+    let out_proj = proj("out_proj", shape.inner(), hidden, shape.out_bias)?;
+    Ok(Mamba2 {
+        shape,
+        in_proj,
+        in_scale: None,
+        conv: CausalConv::new(conv.squeeze(1)?, conv_bias)?,
+        a,
+        dt_bias,
+        d,
+        norm,
         out_proj,
     })
 }

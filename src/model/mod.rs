@@ -19,6 +19,7 @@ pub mod layers;
 pub mod layout;
 pub mod mixers;
 mod multimodal;
+pub mod multipliers;
 pub mod mxfp4;
 pub mod nonfinite;
 mod residuals;

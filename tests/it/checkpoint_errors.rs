@@ -28,7 +28,7 @@ fn unknown_model_type_lists_supported_types() {
         err.contains("config.json")
             && err.contains("mamba")
             && err.contains(
-                "gpt2, gpt_neox, gpt_oss, lfm2, llama, llama4_text, mistral, mixtral, olmo2, olmo3, phi3, qwen2, qwen3"
+                "gpt2, gpt_neox, gpt_oss, granitemoehybrid, lfm2, llama, llama4_text, mistral, mixtral, olmo2, olmo3, phi3, qwen2, qwen3"
             ),
         "{err}"
     );

@@ -14,7 +14,7 @@ use asa_analyze::metrics::{Metric, MetricOptions};
 use candle_core::{Device, Tensor};
 
 /// Every model fixture written by `tools/make_fixtures.py`.
-pub const MODEL_FIXTURES: [&str; 35] = [
+pub const MODEL_FIXTURES: [&str; 36] = [
     "llama_gqa",
     "qwen2",
     "mistral",
@@ -50,6 +50,7 @@ pub const MODEL_FIXTURES: [&str; 35] = [
     "deepseek_v3",
     "lfm2",
     "qwen3_next",
+    "granitemoehybrid",
 ];
 
 /// The options the fixture references were computed with (`tools/make_fixtures.py`: 20

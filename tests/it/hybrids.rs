@@ -206,7 +206,7 @@ fn qwen3_next_inspect_names_its_layers_variant_and_experts() {
 #[test]
 fn hybrid_settings_not_implemented_are_refused_naming_them() {
     let tmp = tempfile::tempdir().unwrap();
-    let cases: [(&str, &str, serde_json::Value, &str); 6] = [
+    let cases: [(&str, &str, serde_json::Value, &str); 10] = [
         (
             "lfm2",
             "layer_types",
@@ -238,6 +238,30 @@ fn hybrid_settings_not_implemented_are_refused_naming_them() {
             ]),
             "mamba",
         ),
+        (
+            "granitemoehybrid",
+            "layer_types",
+            serde_json::Value::Null,
+            "no attention to analyse",
+        ),
+        (
+            "granitemoehybrid",
+            "num_local_experts",
+            0.into(),
+            "num_local_experts 0",
+        ),
+        (
+            "granitemoehybrid",
+            "time_step_limit",
+            serde_json::Value::Null,
+            "time_step_limit",
+        ),
+        (
+            "granitemoehybrid",
+            "mamba_n_heads",
+            3.into(),
+            "mamba_n_heads 3",
+        ),
     ];
     for (k, (fixture, key, value, says)) in cases.into_iter().enumerate() {
         let dir = tmp.path().join(format!("case{k}"));
@@ -252,4 +276,51 @@ fn hybrid_settings_not_implemented_are_refused_naming_them() {
             "{key}: {err}"
         );
     }
+}
+
+/// Granite 4 hybrid: `inspect` names its Mamba and NoPE attention layers and every muP
+/// multiplier; the hub's pre-transformers-5 layer names (`mamba`, `attention`, under
+/// `layers_block_type`) give the same tables.
+#[test]
+fn granite_hybrid_names_its_layers_and_multipliers_and_reads_legacy_layer_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model_dir("granitemoehybrid").display().to_string();
+    let text = expect_success(&run_cli(tmp.path(), &["inspect", &model]));
+    for says in [
+        "layer kinds    1: mamba2; 2: attention, NoPE, causal; 3: mamba2; 4: attention, NoPE, causal",
+        "q.k x 0.45 (attention_multiplier); embeddings x 2.7 (embedding_multiplier); mixer and MLP outputs x 0.5 (residual_multiplier); next-token logits / 2.5 (logits_scaling)",
+        "none: every attention layer is NoPE",
+        "a mixture of 4 SwiGLU experts of 16, 2 a token (top-k logits, then softmax) and a shared SwiGLU of 16",
+        "unused         none",
+    ] {
+        assert!(text.contains(says), "{says}: {text}");
+    }
+    let legacy = tmp.path().join("legacy");
+    crate::common::copy_fixture("granitemoehybrid", &legacy);
+    crate::common::edit_config(&legacy, |c| {
+        let obj = c.as_object_mut().unwrap();
+        obj.remove("layer_types");
+        obj.insert(
+            "layers_block_type".into(),
+            serde_json::json!(["mamba", "attention", "mamba", "attention"]),
+        );
+    });
+    let table = |dir: &Path| {
+        let out = tmp.path().join("out");
+        let _ = std::fs::remove_dir_all(&out);
+        let args = [
+            "analyze",
+            &format!("m={}", dir.display()),
+            "--seq-len",
+            "16",
+            "--num-seqs",
+            "2",
+            "--quiet",
+            "--out",
+            "out",
+        ];
+        expect_success(&run_cli(tmp.path(), &args));
+        std::fs::read_to_string(out.join("attention.csv")).unwrap()
+    };
+    assert_eq!(table(&model_dir("granitemoehybrid")), table(&legacy));
 }

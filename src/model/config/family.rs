@@ -13,6 +13,7 @@ use crate::model::attention_layers::AttentionLayers;
 use crate::model::experts::{DenseSizes, Experts, RawExperts};
 use crate::model::layout::Layout;
 use crate::model::mixers::Mixer;
+use crate::model::multipliers::Multipliers;
 use crate::model::rope::RopeConfig;
 use crate::model::sliding_window::WindowRule;
 
@@ -82,6 +83,8 @@ pub struct Family {
     /// Multi-head latent attention's sizes (DeepSeek-V3), from the config; `None` for q/k/v
     /// heads of `head_dim`.
     pub latent: fn(&RawConfig, &Path) -> Result<Option<LatentShape>>,
+    /// The muP multipliers (Granite 4 hybrid, Falcon-H1; none for the others).
+    pub multipliers: fn(&RawConfig, &Path) -> Result<Multipliers>,
     /// Gemma's attention scale, soft-caps and embedding scale, from hidden_size (none for
     /// the other families).
     pub scalars: fn(&RawConfig, &Path, usize) -> Result<Option<GemmaSettings>>,

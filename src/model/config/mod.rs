@@ -202,6 +202,8 @@ pub struct ModelConfig {
     pub attention_layers: AttentionLayers,
     /// Each layer's mixer (`[layer]`): attention but in a hybrid's other layers.
     pub mixers: Vec<super::mixers::Mixer>,
+    /// muP multipliers (Granite 4 hybrid, Falcon-H1).
+    pub multipliers: super::multipliers::Multipliers,
     /// Multi-head latent attention's sizes (DeepSeek-V3): `head_dim` is then q/k's (nope +
     /// rope), one key/value head per head.
     pub latent: Option<crate::attention::latent::LatentShape>,
@@ -240,9 +242,13 @@ impl GemmaSettings {
 }
 
 impl ModelConfig {
-    /// The factor of q.k: query_pre_attn_scalar^-1/2 (Gemma), latent attention's scale
+    /// The factor of q.k: Granite's `attention_multiplier`, query_pre_attn_scalar^-1/2
+    /// (Gemma), latent attention's scale
     /// (DeepSeek: with YaRN's mscale^2), or head_dim^-1/2.
     pub fn query_scale(&self) -> f64 {
+        if let Some(scale) = self.multipliers.attention_scale {
+            return scale;
+        }
         if let Some(latent) = &self.latent {
             return latent.softmax_scale;
         }

@@ -78,6 +78,7 @@ pub struct RawConfig {
     /// GPT-NeoX's legacy names of `partial_rotary_factor` and `rope_theta`.
     pub rotary_pct: Option<f64>,
     pub rotary_emb_base: Option<f64>,
+    #[serde(alias = "layers_block_type")]
     pub layer_types: Option<Vec<String>>,
     pub hidden_act: Option<String>,
     /// NoPE layers (SmolLM3, Llama 4): 1 where a layer uses RoPE, 0 where it does not, or
@@ -126,7 +127,9 @@ pub struct RawConfig {
 /// A field that is there, `null` included: serde reads a `null` into an `Option` as `None`,
 /// the same as an absent key, where transformers' config classes tell them apart (a
 /// `sliding_window` or soft-cap of `null` is none; an absent one the class's default).
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<Value>, D::Error> {
+pub(crate) fn present<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<Value>, D::Error> {
     Value::deserialize(d).map(Some)
 }
 

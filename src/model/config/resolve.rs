@@ -56,6 +56,7 @@ impl RawConfig {
         let sliding_window = self.window(path, family, s.layers)?;
         let attention_layers = (family.attention_layers)(&self, s.layers, path)?;
         let mixers = (family.mixers)(&self, s.layers, path)?;
+        let multipliers = (family.multipliers)(&self, path)?;
         let dense = DenseSizes {
             num_layers: s.layers,
             intermediate_size: s.intermediate,
@@ -94,6 +95,7 @@ impl RawConfig {
             sliding_window,
             attention_layers,
             mixers,
+            multipliers,
             latent,
             layout: (family.layout)(&self),
             experts,
@@ -336,6 +338,7 @@ impl RawConfig {
             topk_method: self.topk_method.as_deref(),
             scoring_func: self.scoring_func.as_deref(),
             shared_expert_intermediate_size: self.hybrid.shared_expert_intermediate_size,
+            shared_intermediate_size: self.hybrid.shared_intermediate_size,
         };
         crate::model::experts::resolve(raw, Architecture(family), dense, path)
     }
@@ -443,7 +446,7 @@ pub(super) mod tests {
         assert!(
             err.contains("mamba")
                 && err.contains(
-                    "gpt2, gpt_neox, gpt_oss, lfm2, llama, llama4_text, mistral, mixtral, olmo2, olmo3, phi3, qwen2, qwen3"
+                    "gpt2, gpt_neox, gpt_oss, granitemoehybrid, lfm2, llama, llama4_text, mistral, mixtral, olmo2, olmo3, phi3, qwen2, qwen3"
                 ),
             "{err}"
         );

@@ -11,6 +11,7 @@ use crate::model::config::{GemmaSettings, RawConfig};
 use crate::model::experts::{DenseSizes, Experts, RawExperts};
 use crate::model::layout::Layout;
 use crate::model::mixers::{every_layer_attention, Mixer};
+use crate::model::multipliers::Multipliers;
 use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
 
 pub(crate) const FAMILY: Family = Family {
@@ -40,6 +41,7 @@ pub(crate) const FAMILY: Family = Family {
     mixers: attention_only,
     experts: dense,
     latent: no_latent,
+    multipliers: no_multipliers,
     scalars: no_scalars,
     weight_names: &[],
     ignored_on_load: &[],
@@ -91,6 +93,10 @@ fn dense(_: &RawExperts, _: DenseSizes, _: &Path) -> Result<Option<Experts>> {
 
 fn no_latent(_: &RawConfig, _: &Path) -> Result<Option<LatentShape>> {
     Ok(None)
+}
+
+fn no_multipliers(_: &RawConfig, _: &Path) -> Result<Multipliers> {
+    Ok(Multipliers::default())
 }
 
 fn no_scalars(_: &RawConfig, _: &Path, _: usize) -> Result<Option<GemmaSettings>> {

@@ -10,6 +10,7 @@ mod glm4_moe;
 mod gpt2;
 mod gpt_neox;
 mod gpt_oss;
+mod granitemoehybrid;
 mod lfm2;
 pub(crate) mod llama;
 mod llama4_text;
@@ -32,6 +33,7 @@ pub(crate) static FAMILIES: &[Family] = &[
     qwen3::FAMILY,
     qwen3_moe::FAMILY,
     qwen3_next::FAMILY,
+    granitemoehybrid::FAMILY,
     mistral::FAMILY,
     mixtral::FAMILY,
     phi3::FAMILY,

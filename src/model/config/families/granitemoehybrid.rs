@@ -1,0 +1,249 @@
+//! Granite 4 hybrid (`granitemoehybrid`): Mamba-2 layers and attention layers by
+//! `layer_types` (`linear_attention`/`mamba`, `full_attention`/`attention`), attention
+//! without RoPE unless `position_embedding_type` is `rope`, muP multipliers (embeddings,
+//! both residual branches, the softmax scale `attention_multiplier`, logits divided by
+//! `logits_scaling`), and in every layer experts (the top-k logits softmaxed) plus a shared
+//! MLP, stored under the hub's names (`block_sparse_moe.input_linear`, `shared_mlp`).
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::llama;
+use crate::error::{Error, Result};
+use crate::mixer::Mamba2Gate;
+use crate::model::attention_layers::AttentionLayers;
+use crate::model::config::family::Family;
+use crate::model::config::RawConfig;
+use crate::model::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
+use crate::model::mixers::{Mamba2Shape, Mixer};
+use crate::model::multipliers::Multipliers;
+use crate::model::sliding_window::checked_layer_types;
+use crate::nn::Routing;
+
+pub(crate) const FAMILY: Family = Family {
+    name: "granitemoehybrid",
+    check,
+    attention_layers,
+    mixers,
+    multipliers,
+    experts,
+    weight_names: &[
+        (
+            "model.layers.{l}.mlp.gate.weight",
+            "model.layers.{l}.block_sparse_moe.router.layer.weight",
+        ),
+        (
+            "model.layers.{l}.mlp.gate.weight",
+            "model.layers.{l}.block_sparse_moe.router.weight",
+        ),
+        (
+            "model.layers.{l}.mlp.experts.gate_up_proj",
+            "model.layers.{l}.block_sparse_moe.input_linear.weight",
+        ),
+        (
+            "model.layers.{l}.mlp.experts.gate_up_proj",
+            "model.layers.{l}.block_sparse_moe.experts.gate_up_proj",
+        ),
+        (
+            "model.layers.{l}.mlp.experts.down_proj",
+            "model.layers.{l}.block_sparse_moe.output_linear.weight",
+        ),
+        (
+            "model.layers.{l}.mlp.experts.down_proj",
+            "model.layers.{l}.block_sparse_moe.experts.down_proj",
+        ),
+        (
+            "model.layers.{l}.mlp.shared_expert.gate_up_proj.{p}",
+            "model.layers.{l}.shared_mlp.input_linear.{p}",
+        ),
+        (
+            "model.layers.{l}.mlp.shared_expert.down_proj.{p}",
+            "model.layers.{l}.shared_mlp.output_linear.{p}",
+        ),
+    ],
+    ..llama::FAMILY
+};
+
+/// The layer types GraniteMoeHybridModel builds, and their names before transformers 5.
+const LAYER_TYPES: [&str; 4] = ["linear_attention", "full_attention", "mamba", "attention"];
+
+/// Refuses what is not a hybrid with experts: no attention layer (the class's default
+/// layer_types), no experts (only the shared MLP: not implemented).
+fn check(raw: &RawConfig, path: &Path) -> Result<()> {
+    if raw.layer_types.is_none() {
+        return Err(Error::input(
+            path,
+            "layer_types is absent, so every granitemoehybrid layer is a Mamba layer: there is no attention to analyse",
+        ));
+    }
+    if raw.num_local_experts.unwrap_or(8) == 0 {
+        return Err(Error::input(
+            path,
+            "num_local_experts 0 (the shared MLP alone) is not implemented for granitemoehybrid",
+        ));
+    }
+    Ok(())
+}
+
+/// NoPE attention unless `position_embedding_type` is `rope`.
+fn attention_layers(raw: &RawConfig, num_layers: usize, _: &Path) -> Result<AttentionLayers> {
+    let rope = raw.hybrid.position_embedding_type.as_deref() == Some("rope");
+    Ok(AttentionLayers {
+        no_rope: match rope {
+            true => Vec::new(),
+            false => (0..num_layers).collect(),
+        },
+        ..AttentionLayers::default()
+    })
+}
+
+/// Mamba layers where `layer_types` says `linear_attention` (or `mamba`).
+fn mixers(raw: &RawConfig, num_layers: usize, path: &Path) -> Result<Vec<Mixer>> {
+    let mamba = Mixer::Mamba2(mamba2_shape(raw, Mamba2Gate::ThenGroupNorm, path)?);
+    let types = checked_layer_types(raw.layer_types.as_deref(), num_layers, &LAYER_TYPES, path)?;
+    let types = types.unwrap_or_default();
+    Ok(types
+        .iter()
+        .map(|t| match t.as_str() {
+            "linear_attention" | "mamba" => mamba,
+            _ => Mixer::Attention,
+        })
+        .collect())
+}
+
+/// The Mamba-2 layers' sizes: `mamba_n_heads` (128) heads of `mamba_d_head` (`"auto"`:
+/// the inner size / heads), `mamba_d_state` (256), `mamba_n_groups` (1), `mamba_d_conv`
+/// (4), an inner size of `mamba_d_ssm` (Falcon-H1) or `mamba_expand` (2) x hidden, biases
+/// by `mamba_conv_bias` (true) and `mamba_proj_bias` (false; Falcon-H1's out_proj by
+/// `projectors_bias`), dt clamped to `time_step_limit` ((0, inf)).
+pub(crate) fn mamba2_shape(raw: &RawConfig, gate: Mamba2Gate, path: &Path) -> Result<Mamba2Shape> {
+    let h = &raw.hybrid;
+    let hidden = raw.hidden_size.unwrap_or(0);
+    let inner = match &h.mamba_d_ssm {
+        Some(Value::Number(n)) => n.as_u64().map(|n| n as usize),
+        Some(Value::Null) | None => None,
+        Some(other) => {
+            return Err(Error::input(
+                path,
+                format!("mamba_d_ssm {other} must be an integer or null"),
+            ))
+        }
+    };
+    let inner = inner.unwrap_or((h.mamba_expand.unwrap_or(2.0) * hidden as f64) as usize);
+    let heads = h.mamba_n_heads.unwrap_or(128);
+    let head_dim = match &h.mamba_d_head {
+        None => None,
+        Some(Value::String(s)) if s == "auto" => None,
+        Some(v) => Some(v.as_u64().ok_or_else(|| {
+            Error::input(
+                path,
+                format!("mamba_d_head {v} must be an integer or \"auto\""),
+            )
+        })? as usize),
+    };
+    let groups = h.mamba_n_groups.unwrap_or(1);
+    if heads == 0 || groups == 0 || !inner.is_multiple_of(heads) || !heads.is_multiple_of(groups) {
+        return Err(Error::input(
+            path,
+            format!("mamba_n_heads {heads} must divide the Mamba inner size {inner} and be a multiple of mamba_n_groups {groups}"),
+        ));
+    }
+    let head_dim = head_dim.unwrap_or(inner / heads);
+    if head_dim * heads != inner {
+        return Err(Error::input(
+            path,
+            format!("mamba_d_head {head_dim} x mamba_n_heads {heads} is not the Mamba inner size {inner}"),
+        ));
+    }
+    let (dt_min, dt_max) = time_step_limit(h.time_step_limit.as_ref(), path)?;
+    let out_bias = match gate {
+        Mamba2Gate::ThenGroupNorm => h.mamba_proj_bias,
+        Mamba2Gate::Only => h.projectors_bias,
+    };
+    Ok(Mamba2Shape {
+        heads,
+        head_dim,
+        state: h.mamba_d_state.unwrap_or(256),
+        groups,
+        conv_kernel: h.mamba_d_conv.unwrap_or(4).max(1),
+        conv_bias: h.mamba_conv_bias.unwrap_or(true),
+        in_bias: h.mamba_proj_bias.unwrap_or(false),
+        out_bias: out_bias.unwrap_or(false),
+        dt_min,
+        dt_max,
+        gate,
+    })
+}
+
+/// `time_step_limit`: `[min, max]`, each a number or transformers' tagged non-finite
+/// float (`{"__float__": "Infinity"}`); (0, inf) when absent.
+fn time_step_limit(value: Option<&Value>, path: &Path) -> Result<(f64, f64)> {
+    let Some(value) = value else {
+        return Ok((0.0, f64::INFINITY));
+    };
+    let bound = |v: &Value| -> Option<f64> {
+        match v {
+            Value::Number(n) => n.as_f64(),
+            Value::Object(o) => match o.get("__float__")?.as_str()? {
+                "Infinity" => Some(f64::INFINITY),
+                "-Infinity" => Some(f64::NEG_INFINITY),
+                _ => None,
+            },
+            _ => None,
+        }
+    };
+    match value.as_array().map(|a| a.as_slice()) {
+        Some([lo, hi]) => match (bound(lo), bound(hi)) {
+            (Some(lo), Some(hi)) if lo <= hi => Ok((lo, hi)),
+            _ => Err(Error::input(
+                path,
+                format!("time_step_limit {value} must be [min, max]"),
+            )),
+        },
+        _ => Err(Error::input(
+            path,
+            format!(
+                "time_step_limit {value} must be [min, max] (transformers cannot clamp dt by it)"
+            ),
+        )),
+    }
+}
+
+/// GraniteMoeHybridConfig's multipliers, 1 by default (the softmax scale too).
+fn multipliers(raw: &RawConfig, path: &Path) -> Result<Multipliers> {
+    let h = &raw.hybrid;
+    let positive = |v: Option<f64>, key: &str| -> Result<Option<f64>> {
+        let v = v.unwrap_or(1.0);
+        match v.is_finite() && v > 0.0 {
+            true => Ok(Some(v)),
+            false => Err(Error::input(
+                path,
+                format!("{key} {v} must be a finite number > 0"),
+            )),
+        }
+    };
+    Ok(Multipliers {
+        embedding: positive(h.embedding_multiplier, "embedding_multiplier")?,
+        residual: positive(h.residual_multiplier, "residual_multiplier")?,
+        attention_scale: positive(h.attention_multiplier, "attention_multiplier")?,
+        logits_divisor: positive(h.logits_scaling, "logits_scaling")?,
+        ..Multipliers::default()
+    })
+}
+
+/// GraniteMoeHybridConfig's defaults: 8 experts of `intermediate_size` (11008), top 2,
+/// the top-k logits softmaxed, a shared MLP of `shared_intermediate_size` (1024), in every
+/// layer.
+fn experts(raw: &RawExperts, dense: DenseSizes, _: &Path) -> Result<Option<Experts>> {
+    Ok(Some(Experts {
+        count: raw.num_local_experts.unwrap_or(8),
+        top_k: raw.num_experts_per_tok.unwrap_or(2),
+        routing: Routing::TopKSoftmax,
+        clamped: None,
+        intermediate: raw.intermediate_size.unwrap_or(11008),
+        layers: (0..dense.num_layers).collect(),
+        names: ExpertNames::Granite,
+        shared_intermediate: Some(raw.shared_intermediate_size.unwrap_or(1024)),
+    }))
+}

@@ -1,0 +1,78 @@
+//! The muP multipliers of Granite 4 hybrid and Falcon-H1 checkpoints: scalars on the
+//! embeddings, the residual branches, the attention's input, keys, scale and output, the
+//! MLP's gate and output, the Mamba output and the logits. The default multiplies nothing.
+
+/// A model's multipliers; `None` multiplies by 1 (the op is not applied).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Multipliers {
+    /// The embeddings are multiplied by this.
+    pub embedding: Option<f64>,
+    /// Each mixer's and MLP's output, before the residual sum (Granite's
+    /// `residual_multiplier`).
+    pub residual: Option<f64>,
+    /// The softmax scale instead of head_dim^-1/2 (Granite's `attention_multiplier`).
+    pub attention_scale: Option<f64>,
+    /// The logits are divided by this (Granite's `logits_scaling`)...
+    pub logits_divisor: Option<f64>,
+    /// ... or multiplied by this (Falcon-H1's `lm_head_multiplier`).
+    pub logits_factor: Option<f64>,
+    /// Falcon-H1: the attention's input and output, its keys, the Mamba output, the MLP's
+    /// gate projection and its output.
+    pub attention_in: Option<f64>,
+    pub attention_out: Option<f64>,
+    pub key: Option<f64>,
+    pub ssm_out: Option<f64>,
+    pub mlp_gate: Option<f64>,
+    pub mlp_down: Option<f64>,
+}
+
+impl Multipliers {
+    /// What they multiply besides the softmax scale, in words ("embeddings x 2.7; mixer
+    /// and MLP outputs x 0.5 (residual_multiplier); ..."); empty when nothing.
+    pub fn describe(&self) -> String {
+        let parts = [
+            (self.embedding, "embeddings x {} (embedding_multiplier)"),
+            (
+                self.residual,
+                "mixer and MLP outputs x {} (residual_multiplier)",
+            ),
+            (
+                self.attention_in,
+                "attention input x {} (attention_in_multiplier)",
+            ),
+            (self.key, "keys x {} (key_multiplier)"),
+            (
+                self.attention_out,
+                "attention output x {} (attention_out_multiplier)",
+            ),
+            (self.ssm_out, "Mamba output x {} (ssm_out_multiplier)"),
+            (self.mlp_gate, "MLP gate x {} (mlp_multipliers[0])"),
+            (self.mlp_down, "MLP output x {} (mlp_multipliers[1])"),
+            (
+                self.logits_divisor,
+                "next-token logits / {} (logits_scaling)",
+            ),
+            (
+                self.logits_factor,
+                "next-token logits x {} (lm_head_multiplier)",
+            ),
+        ];
+        parts
+            .iter()
+            .filter_map(|(v, words)| v.map(|v| words.replace("{}", &v.to_string())))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// `xs` times `factor`, when there is one (in `xs`'s dtype, as torch multiplies a tensor
+/// by a Python float).
+pub fn scaled(
+    xs: candle_core::Tensor,
+    factor: Option<f64>,
+) -> candle_core::Result<candle_core::Tensor> {
+    match factor {
+        Some(f) => xs.affine(f, 0.0),
+        None => Ok(xs),
+    }
+}
