@@ -7,10 +7,21 @@ the same inputs.  tools/make_block_map_bf16_fixture.py measures torch's error fo
 this script does it for every metric of `<name>.metrics.json` (tools/make_fixtures.py) and
 `<name>.logit_key.json` (tools/make_logit_key_fixtures.py).
 
-Which fixtures: those transformers runs itself, by the block-map script's rule (its float32
-eager weights reproduce the float64 `layers.{l}.pattern` to 1e-4).  The variants
-make_fixtures.py computes with its own forward (sink, off_by_one, gated, affine_scaled*,
-logn, scale_invariant) are not transformers models and are skipped, with the reason.
+Which fixtures: every one of make_logit_key_fixtures.FIXTURES that transformers runs itself,
+by the block-map script's rule (its float32 eager weights reproduce the float64
+`layers.{l}.pattern` to 1e-4): make_fixtures.py's architectures, those of
+make_families_2026_fixtures.py (smollm3, olmo3, glm4_moe, llama4_text, deepseek_v3) and the
+hybrids of make_hybrid_fixtures.py (lfm2, qwen3_next) and make_mamba2_fixtures.py
+(granitemoehybrid, falcon_h1).  The variants make_fixtures.py computes with its own forward
+(sink, off_by_one, gated, affine_scaled*, logn, scale_invariant) are not transformers models
+and are skipped, with the reason.
+
+Hybrids: their references hold the softmax-attention layers only, in order (`layers.{a}.*`
+over attention layers; metrics.json "attention_layers" lists their 1-based decoder layers).
+The eager attention is called by those layers only (a convolution, Mamba-2 or Gated DeltaNet
+mixer never calls it), so the captures below are the same layers: each capture's
+module.layer_idx is checked equal to attention_layers - 1 (to 0, 1, .. L - 1 where
+"attention_layers" is absent), and their number to the reference's.
 
 What torch computes: the model in bfloat16 with eager attention (transformers' own
 `eager_attention_forward`, wrapped, not replaced), `output_attentions`, and
@@ -22,7 +33,15 @@ What torch computes: the model in bfloat16 with eager attention (transformers' o
                at every visible pair; -inf where transformers' mask hides a key;
   q, k         the bf16 post-RoPE (post-QK-norm) q [B, H, T, D] and k [B, KV, T, D] handed
                to the eager function, as the reference stores them;
-  visible      transformers' mask (checked equal to the reference's `layers.{l}.visible`);
+  visible      transformers' mask (checked equal to the reference's `layers.{l}.visible`,
+               or to the causal mask where the reference stores none);
+  gate         (Qwen3-Next only) the bf16 attention output gate sigmoid(gate) [B, T, H*D]:
+               a forward hook on each Qwen3NextAttention's q_proj applies the attention
+               forward's own ops to its bf16 output (view [B, T, H, 2 D], torch.chunk into
+               query and gate, gate reshaped [B, T, H D], torch.sigmoid), and a pre-hook on
+               its o_proj checks that o_proj's input is the eager output [B, T, H*D] times
+               this gate bit for bit; compute_metrics makes `gate` of it as of the
+               reference's `layers.{a}.gate`;
   logits       the bf16 logits of the forward.
 
 Every metric is then computed from these bf16 numbers (widened to float64) by the very
@@ -67,10 +86,12 @@ Fixtures torch skips are held to twice the largest torch error of the metric ove
 fixtures it runs.  weight_sum_hist.edges is a metric of its own; weight_sum_hist.count is
 held to twice torch's moves (a degenerate pool must match exactly: its bins are those of a
 constant); sink_rate.rate may differ only by heads whose float64 importance lies within the
-sink_rate (importance) bound of sink_eps.  alpha.* and gate exist only on fixtures
-transformers cannot run (no torch error at all): the test holds them to SPEC section 12's
-flat atol 1e-2 + rtol 2e-2.  Single fields are recorded (not only the metric's largest) so
-that a failing metric says which of its stats is off.
+sink_rate (importance) bound of sink_eps.  alpha.* and gate are held by the test to SPEC
+section 12's flat atol 1e-2 + rtol 2e-2: alpha.* and the gated variants' gate exist only on
+fixtures transformers cannot run (no torch error at all); Qwen3-Next's gate is the one gate
+torch runs, and its torch error is recorded here like any other field's.  Single fields
+are recorded (not only the metric's largest) so that a failing metric says which of its
+stats is off.
 
 Run it from anywhere (paths are relative to the repository root):
 
@@ -218,14 +239,42 @@ def capture_layer(module, query, key, attention_mask, weights, kwargs, softmax_i
     }
 
 
+def output_gate_hooks(model, mod, gates):
+    """Qwen3-Next's attention output gate: a forward hook on each gated attention's q_proj
+    appends sigmoid(gate) [B, T, H*D] to `gates`, by the attention forward's own bf16 ops
+    (q_proj output viewed [B, T, H, 2 D], torch.chunk into query and gate, the gate reshaped
+    [B, T, H D], torch.sigmoid); a forward pre-hook on its o_proj appends o_proj's input to
+    `gates` as well (checked against eager output x gate).  Returns the hook handles (none
+    for a model without an output gate)."""
+    gated = getattr(mod, "Qwen3NextAttention", None)
+    handles = []
+    for m in model.modules():
+        if gated is None or not isinstance(m, gated):
+            continue
+
+        def gate_of(q_proj, args, out, m=m):
+            shape = out.shape[:-1]
+            _, gate = torch.chunk(out.view(*shape, -1, m.head_dim * 2), 2, dim=-1)
+            gates.append(("gate", torch.sigmoid(gate.reshape(*shape, -1)).detach().clone()))
+
+        def o_proj_in(o_proj, args):
+            gates.append(("o_proj_in", args[0].detach().clone()))
+
+        handles.append(m.q_proj.register_forward_hook(gate_of))
+        handles.append(m.o_proj.register_forward_pre_hook(o_proj_in))
+    return handles
+
+
 def torch_bf16(name, ids):
-    """Logits and per-layer captures of the bf16 eager forward of fixture `name`."""
+    """Logits, per-layer captures and the decoder layer (0-based) of each capture of the bf16
+    eager forward of fixture `name`: one capture per call of the eager attention, that is per
+    softmax-attention layer (a hybrid's other mixers never call it)."""
     model = AutoModelForCausalLM.from_pretrained(
         os.path.join(MODELS, name), dtype=torch.bfloat16, attn_implementation="eager"
     ).eval()
     mod = sys.modules[type(model).__module__]
     eager = mod.eager_attention_forward
-    caps = []
+    caps, layers, outs, gates = [], [], [], []
 
     def wrapped(module, query, key, value, attention_mask, *args, **kwargs):
         seen = []
@@ -233,18 +282,31 @@ def torch_bf16(name, ids):
             out, weights = eager(module, query, key, value, attention_mask, *args, **kwargs)
         assert not args, "positional arguments past the mask"
         caps.append(capture_layer(module, query, key, attention_mask, weights, kwargs, seen))
+        layers.append(module.layer_idx)
+        outs.append(out.detach().clone())
         return out, weights
 
+    handles = output_gate_hooks(model, mod, gates)
     mod.eager_attention_forward = wrapped
     try:
         with torch.no_grad():
             out = model(input_ids=ids, output_attentions=True, use_cache=False)
     finally:
         mod.eager_attention_forward = eager
+        for h in handles:
+            h.remove()
     assert len(caps) == len(out.attentions)
     for c, a in zip(caps, out.attentions):
         assert np.array_equal(c["pattern"], a.double().numpy())
-    return out.logits.double().numpy(), caps
+    if handles:
+        # per gated attention call: its gate (q_proj), then o_proj's input, which must be
+        # transformers' (eager output [B, T, H*D]) x sigmoid(gate) bit for bit
+        assert [k for k, _ in gates] == ["gate", "o_proj_in"] * len(caps), [k for k, _ in gates]
+        for c, o, (_, g), (_, x) in zip(caps, outs, gates[0::2], gates[1::2]):
+            assert g.dtype == torch.bfloat16
+            assert torch.equal(o.reshape(*g.shape[:-1], -1).contiguous() * g, x), "not the gate applied"
+            c["gate"] = g.double().numpy()
+    return out.logits.double().numpy(), caps, layers
 
 
 # ----------------------------------------------------------------------------
@@ -297,7 +359,13 @@ def errors(name):
     opts = want["options"]
     assert (opts["min_query"], opts["bins"], opts["sink_eps"], opts["seq_len"]) == (
         make_fixtures.MIN_QUERY, make_fixtures.BINS, make_fixtures.SINK_EPS, make_fixtures.T)
-    logits, caps = torch_bf16(name, ids)
+    logits, caps, layers = torch_bf16(name, ids)
+    # hybrids: the reference captures only the softmax-attention layers, in order
+    # (metrics.json "attention_layers", 1-based decoder layers); so does the eager wrapper
+    attention_layers = want.get("attention_layers")
+    expect = range(len(caps)) if attention_layers is None else [a - 1 for a in attention_layers]
+    assert layers == list(expect), (name, layers, attention_layers)
+    assert len(caps) == sum(1 for k in R if k.endswith(".pattern")), name
     for l, c in enumerate(caps):
         ref_vis = R.get(f"layers.{l}.visible")
         causal = np.tril(np.ones(c["visible"].shape))

@@ -154,7 +154,7 @@ def _held(label: str, model: Any) -> tuple:
         flat = array.reshape(-1)
         address = flat.__array_interface__["data"][0] if flat.size else 0
         tensors.append((name, dtype, list(array.shape), flat, address, flat.nbytes))
-    return json.dumps(config), tensors, copy.record()
+    return json.dumps(_finite_json(config), allow_nan=False), tensors, copy.record()
 
 
 class _HostCopy:
@@ -186,6 +186,22 @@ class _HostCopy:
         if not self.tensors:
             return None
         return (",".join(self.devices), self.tensors, self.bytes, self.seconds)
+
+
+def _finite_json(value):
+    """`value` with every non-finite float written as transformers writes it in config.json
+    (`{"__float__": "Infinity"}`: Granite's and Falcon-H1's `time_step_limit` is (0, inf)),
+    so the JSON handed over is valid JSON."""
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        word = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        return {"__float__": word}
+    if isinstance(value, dict):
+        return {k: _finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_json(v) for v in value]
+    return value
 
 
 def _host_array(label: str, name: str, value: Any, np: Any, copy: "_HostCopy") -> tuple:

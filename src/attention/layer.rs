@@ -61,6 +61,8 @@ pub struct AttentionShape {
     /// Multi-head latent attention (DeepSeek-V3): q/k of `head_dim` = nope + rope, values
     /// of `latent.v_dim`, one key/value head per head.
     pub latent: Option<super::latent::LatentShape>,
+    /// The keys are multiplied by this (Falcon-H1's `key_multiplier`).
+    pub key_scale: Option<f64>,
 }
 
 /// How q, k and v are projected from the hidden states.
@@ -253,7 +255,10 @@ impl Attention {
             }
         };
         let q_out = q_proj.forward(xs)?;
-        let k_out = k_proj.forward(xs)?;
+        let k_out = match s.key_scale {
+            Some(scale) => crate::nn::times(&k_proj.forward(xs)?, scale)?,
+            None => k_proj.forward(xs)?,
+        };
         // OLMo 2 normalises the whole projections, before they are split into heads
         let (q_out, k_out) = match (&self.q_norm, &self.k_norm, s.qk_norm_whole) {
             (Some(q_norm), Some(k_norm), true) => {

@@ -63,6 +63,8 @@ impl Mamba2Shape {
 pub struct Mamba2 {
     pub shape: Mamba2Shape,
     pub in_proj: Linear,
+    /// The input is multiplied by this first (Falcon-H1's `ssm_in_multiplier`).
+    pub input_scale: Option<f64>,
     /// Factors of `in_proj`'s output rows (Falcon-H1's muP vector), if any.
     pub in_scale: Option<Tensor>,
     pub conv: CausalConv,
@@ -80,7 +82,10 @@ impl Mamba2 {
     pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {
         let s = self.shape;
         let (b, t, _) = xs.dims3()?;
-        let zxbcdt = self.in_proj.forward(xs)?;
+        let zxbcdt = match self.input_scale {
+            Some(f) => self.in_proj.forward(&crate::nn::times(xs, f)?)?,
+            None => self.in_proj.forward(xs)?,
+        };
         let zxbcdt = match &self.in_scale {
             Some(scale) => zxbcdt.broadcast_mul(&scale.to_dtype(zxbcdt.dtype())?)?,
             None => zxbcdt,

@@ -11,7 +11,7 @@ use super::attention;
 use super::config::ModelConfig;
 use super::layers::{linear, mlp, moe_mlp, norm, MlpDims, ProjDims};
 use super::mixers::{load_gated_delta_net, load_mamba2, load_short_conv, Mixer};
-use super::multipliers::scaled;
+use super::multipliers::{scaled, Multipliers};
 use super::nonfinite::{NonFiniteAt, NonFiniteWatch};
 use super::residuals::Residuals;
 use super::rope::rope_tables;
@@ -39,6 +39,14 @@ enum LayerMixer {
     GatedDeltaNet(Box<GatedDeltaNet>),
     /// Mamba-2 (`mamba`, Granite 4 hybrid).
     Mamba2(Box<Mamba2>),
+    /// Attention and Mamba-2 on the same input, their outputs summed, each scaled by the
+    /// multipliers (Falcon-H1).
+    AttentionAndMamba2 {
+        attention: Box<Attention>,
+        ordinal: usize,
+        mamba: Box<Mamba2>,
+        scales: Multipliers,
+    },
 }
 
 impl LayerMixer {
@@ -50,25 +58,34 @@ impl LayerMixer {
         l: usize,
     ) -> Result<Self> {
         let prefix = format!("model.layers.{l}");
+        let attention = || -> Result<(Box<Attention>, usize)> {
+            let layer_shape = AttentionShape {
+                window: c.key_window(l),
+                rotary: c.attention_layers.rotates(l),
+                l2_qk_norm: c.attention_layers.l2_qk_norm_of(l),
+                temperature: c.attention_layers.temperature_of(l),
+                ..shape.clone()
+            };
+            let prefix = format!("{prefix}.self_attn");
+            let loaded = attention::load_attention(store, &prefix, layer_shape, &c.layout)?;
+            let ordinal = c.mixers[..l].iter().filter(|m| m.has_attention()).count();
+            Ok((Box::new(loaded), ordinal))
+        };
+        let mamba = |shape| load_mamba2(store, &format!("{prefix}.mamba"), c, shape);
         Ok(match c.mixers[l] {
-            Mixer::Attention => LayerMixer::Attention {
-                attention: Box::new(attention::load_attention(
-                    store,
-                    &format!("{prefix}.self_attn"),
-                    AttentionShape {
-                        window: c.key_window(l),
-                        rotary: c.attention_layers.rotates(l),
-                        l2_qk_norm: c.attention_layers.l2_qk_norm_of(l),
-                        temperature: c.attention_layers.temperature_of(l),
-                        ..shape.clone()
-                    },
-                    &c.layout,
-                )?),
-                ordinal: c.mixers[..l]
-                    .iter()
-                    .filter(|&&m| m == Mixer::Attention)
-                    .count(),
-            },
+            Mixer::Attention => {
+                let (attention, ordinal) = attention()?;
+                LayerMixer::Attention { attention, ordinal }
+            }
+            Mixer::AttentionAndMamba2(shape) => {
+                let (attention, ordinal) = attention()?;
+                LayerMixer::AttentionAndMamba2 {
+                    attention,
+                    ordinal,
+                    mamba: Box::new(mamba(shape)?),
+                    scales: c.multipliers,
+                }
+            }
             Mixer::ShortConv(conv) => LayerMixer::ShortConv(load_short_conv(
                 store,
                 &format!("{prefix}.conv"),
@@ -84,12 +101,7 @@ impl LayerMixer {
                     c.rms_norm_eps,
                 )?))
             }
-            Mixer::Mamba2(shape) => LayerMixer::Mamba2(Box::new(load_mamba2(
-                store,
-                &format!("{prefix}.mamba"),
-                c,
-                shape,
-            )?)),
+            Mixer::Mamba2(shape) => LayerMixer::Mamba2(Box::new(mamba(shape)?)),
         })
     }
 
@@ -117,6 +129,18 @@ impl LayerMixer {
                 let _p = phase("other mixers");
                 mamba.forward(xs)
             }
+            LayerMixer::AttentionAndMamba2 {
+                attention,
+                ordinal,
+                mamba,
+                scales,
+            } => {
+                let input = scaled(xs.clone(), scales.attention_in)?;
+                let attn = attention.forward(&input, rope, *ordinal, block, probe)?;
+                let _p = phase("other mixers");
+                let ssm = scaled(mamba.forward(xs)?, scales.ssm_out)?;
+                Ok((ssm + scaled(attn, scales.attention_out)?)?)
+            }
         }
     }
 }
@@ -138,6 +162,8 @@ pub struct DecoderLayer {
     /// The mixer's and the MLP's outputs are multiplied by this (Granite's
     /// `residual_multiplier`).
     residual_scale: Option<f64>,
+    /// The MLP's output is multiplied by this (Falcon-H1's `mlp_multipliers[1]`).
+    mlp_scale: Option<f64>,
 }
 
 impl DecoderLayer {
@@ -185,21 +211,25 @@ impl DecoderLayer {
             post_attention,
             pre_mlp,
             mlp: match c.experts.as_ref().filter(|e| e.layers.contains(&l)) {
-                None => FeedForward::Dense(mlp(
-                    store,
-                    &format!("{prefix}.mlp"),
-                    MlpDims {
-                        hidden: c.hidden_size,
-                        intermediate: c.intermediate_size,
-                    },
-                    c.mlp_bias,
-                    &layout,
-                )?),
+                None => FeedForward::Dense(
+                    mlp(
+                        store,
+                        &format!("{prefix}.mlp"),
+                        MlpDims {
+                            hidden: c.hidden_size,
+                            intermediate: c.intermediate_size,
+                        },
+                        c.mlp_bias,
+                        &layout,
+                    )?
+                    .with_gate_scale(c.multipliers.mlp_gate),
+                ),
                 Some(experts) => FeedForward::Moe(moe_mlp(store, &prefix, c.hidden_size, experts)?),
             },
             post_mlp,
             parallel_residual: layout.parallel_residual,
             residual_scale: c.multipliers.residual,
+            mlp_scale: c.multipliers.mlp_down,
         })
     }
 
@@ -235,6 +265,7 @@ impl DecoderLayer {
         let _p = phase("mlp");
         let mlp = self.mlp.forward(&normed)?;
         let mlp = scaled(apply(&self.post_mlp, &mlp)?, self.residual_scale)?;
+        let mlp = scaled(mlp, self.mlp_scale)?;
         watch.check(&mlp, Some(l), "hook_mlp_out")?;
         Ok((&xs + mlp)?)
     }
@@ -356,6 +387,7 @@ impl Model {
             l2_qk_norm: false,
             temperature: None,
             latent: c.latent,
+            key_scale: c.multipliers.key,
         };
         Ok(Model {
             embed_tokens: None,
@@ -638,7 +670,7 @@ impl Model {
                 // Granite divides the logits by logits_scaling, Falcon-H1 multiplies them
                 let m = c.multipliers;
                 let logits = match m.logits_divisor {
-                    Some(d) => (logits / d)?,
+                    Some(d) => crate::nn::times(&logits, 1.0 / d)?,
                     None => logits,
                 };
                 scaled(logits, m.logits_factor)?

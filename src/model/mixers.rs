@@ -32,6 +32,9 @@ pub enum Mixer {
     GatedDeltaNet(DeltaNetShape),
     /// Mamba-2 (`mamba`, Granite 4 hybrid).
     Mamba2(Mamba2Shape),
+    /// Attention and Mamba-2 side by side on the same input, their outputs summed
+    /// (Falcon-H1).
+    AttentionAndMamba2(Mamba2Shape),
 }
 
 impl Mixer {
@@ -42,7 +45,13 @@ impl Mixer {
             Mixer::ShortConv(_) => "short conv",
             Mixer::GatedDeltaNet(_) => "gated deltanet",
             Mixer::Mamba2(_) => "mamba2",
+            Mixer::AttentionAndMamba2(_) => "attention + mamba2",
         }
+    }
+
+    /// Whether the layer has softmax attention (what the probe sees).
+    pub fn has_attention(self) -> bool {
+        matches!(self, Mixer::Attention | Mixer::AttentionAndMamba2(_))
     }
 }
 
@@ -55,7 +64,7 @@ pub fn every_layer_attention(n: usize) -> Vec<Mixer> {
 /// them 0, 1, ... (their attention ordinals) and the tables by these layers.
 pub fn attention_layers(mixers: &[Mixer]) -> Vec<usize> {
     (0..mixers.len())
-        .filter(|&l| mixers[l] == Mixer::Attention)
+        .filter(|&l| mixers[l].has_attention())
         .collect()
 }
 
@@ -164,10 +173,16 @@ pub fn load_mamba2(
         Mamba2Gate::Only => None,
     };
     let out_proj = proj("out_proj", shape.inner(), hidden, shape.out_bias)?;
+    let m = config.multipliers;
+    let in_scale = match m.ssm_rows {
+        Some(rows) => Some(row_factors(&shape, rows, store.device())?),
+        None => None,
+    };
     Ok(Mamba2 {
         shape,
         in_proj,
-        in_scale: None,
+        input_scale: m.ssm_in,
+        in_scale,
         conv: CausalConv::new(conv.squeeze(1)?, conv_bias)?,
         a,
         dt_bias,
@@ -175,4 +190,20 @@ pub fn load_mamba2(
         norm,
         out_proj,
     })
+}
+
+/// Falcon-H1's muP vector over `in_proj`'s rows: z, x, B, C and dt each times their factor.
+fn row_factors(
+    shape: &Mamba2Shape,
+    factors: [f64; 5],
+    device: &candle_core::Device,
+) -> Result<Tensor> {
+    let gn = shape.groups * shape.state;
+    let sizes = [shape.inner(), shape.inner(), gn, gn, shape.heads];
+    let rows: Vec<f32> = sizes
+        .iter()
+        .zip(factors)
+        .flat_map(|(&n, f)| std::iter::repeat_n(f as f32, n))
+        .collect();
+    Ok(Tensor::from_vec(rows, shape.in_rows(), device)?)
 }

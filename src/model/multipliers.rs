@@ -24,6 +24,9 @@ pub struct Multipliers {
     pub ssm_out: Option<f64>,
     pub mlp_gate: Option<f64>,
     pub mlp_down: Option<f64>,
+    /// Falcon-H1's Mamba input factor and its muP vector's factors of z, x, B, C and dt.
+    pub ssm_in: Option<f64>,
+    pub ssm_rows: Option<[f64; 5]>,
 }
 
 impl Multipliers {
@@ -45,6 +48,7 @@ impl Multipliers {
                 self.attention_out,
                 "attention output x {} (attention_out_multiplier)",
             ),
+            (self.ssm_in, "Mamba input x {} (ssm_in_multiplier)"),
             (self.ssm_out, "Mamba output x {} (ssm_out_multiplier)"),
             (self.mlp_gate, "MLP gate x {} (mlp_multipliers[0])"),
             (self.mlp_down, "MLP output x {} (mlp_multipliers[1])"),
@@ -57,11 +61,16 @@ impl Multipliers {
                 "next-token logits x {} (lm_head_multiplier)",
             ),
         ];
-        parts
+        let mut words: Vec<String> = parts
             .iter()
             .filter_map(|(v, words)| v.map(|v| words.replace("{}", &v.to_string())))
-            .collect::<Vec<_>>()
-            .join("; ")
+            .collect();
+        if let Some([z, x, b, c, dt]) = self.ssm_rows {
+            words.push(format!(
+                "Mamba in_proj's z, x, B, C, dt x {z}, {x}, {b}, {c}, {dt} (ssm_multipliers)"
+            ));
+        }
+        words.join("; ")
     }
 }
 

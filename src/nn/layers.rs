@@ -135,6 +135,9 @@ pub struct Mlp {
     tanh_gelu: bool,
     /// GPT-OSS's clamped SwiGLU instead of the plain one.
     clamped: Option<ClampedGlu>,
+    /// The gate projection's output is multiplied by this (Falcon-H1's
+    /// `mlp_multipliers[0]`).
+    gate_scale: Option<f64>,
 }
 
 /// GPT-OSS's SwiGLU: `(clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g)` with
@@ -164,6 +167,15 @@ impl Mlp {
             down_proj,
             tanh_gelu: false,
             clamped: None,
+            gate_scale: None,
+        }
+    }
+
+    /// The same MLP with its gate projection's output times `scale`, if any.
+    pub fn with_gate_scale(self, scale: Option<f64>) -> Self {
+        Mlp {
+            gate_scale: scale,
+            ..self
         }
     }
 
@@ -188,6 +200,7 @@ impl Mlp {
             down_proj,
             tanh_gelu: true,
             clamped: None,
+            gate_scale: None,
         }
     }
 
@@ -199,12 +212,16 @@ impl Mlp {
             down_proj,
             tanh_gelu,
             clamped: None,
+            gate_scale: None,
         }
     }
 
     /// Applies the MLP to `[batch, seq, hidden]`.
     pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {
-        if let (Some(gate), None, false) = (&self.gate_proj, self.clamped, self.tanh_gelu) {
+        let unscaled = self.gate_scale.is_none();
+        if let (Some(gate), None, false, true) =
+            (&self.gate_proj, self.clamped, self.tanh_gelu, unscaled)
+        {
             let fused = super::linear::bf16_swiglu(gate, &self.up_proj, &self.down_proj, xs)?;
             if let Some(ys) = fused {
                 return Ok(ys);
@@ -215,7 +232,10 @@ impl Mlp {
             (Some(gate), Some(clamped)) => clamped.apply(&gate.forward(xs)?, &up)?,
             (Some(gate), None) if self.tanh_gelu => (gate.forward(xs)?.gelu()? * up)?,
             (Some(gate), None) => {
-                let gate = gate.forward(xs)?;
+                let gate = match self.gate_scale {
+                    Some(scale) => super::times(&gate.forward(xs)?, scale)?,
+                    None => gate.forward(xs)?,
+                };
                 match crate::cpu::bf16_glu::silu_mul(&gate, &up)? {
                     Some(inner) => inner,
                     None => (candle_nn::ops::silu(&gate)? * up)?,

@@ -4,7 +4,9 @@
 mod layers;
 mod linear;
 mod rope;
+mod scale;
 
 pub use layers::{ClampedGlu, FeedForward, Mlp, MoeMlp, Norm, RmsNorm, Routing, SharedExpert};
 pub use linear::Linear;
 pub use rope::{Rope, RopePairs};
+pub use scale::times;

@@ -206,7 +206,7 @@ fn qwen3_next_inspect_names_its_layers_variant_and_experts() {
 #[test]
 fn hybrid_settings_not_implemented_are_refused_naming_them() {
     let tmp = tempfile::tempdir().unwrap();
-    let cases: [(&str, &str, serde_json::Value, &str); 10] = [
+    let cases: [(&str, &str, serde_json::Value, &str); 12] = [
         (
             "lfm2",
             "layer_types",
@@ -261,6 +261,13 @@ fn hybrid_settings_not_implemented_are_refused_naming_them() {
             "mamba_n_heads",
             3.into(),
             "mamba_n_heads 3",
+        ),
+        ("falcon_h1", "mamba_rms_norm", true.into(), "mamba_rms_norm"),
+        (
+            "falcon_h1",
+            "ssm_multipliers",
+            serde_json::json!([1.0, 2.0]),
+            "ssm_multipliers",
         ),
     ];
     for (k, (fixture, key, value, says)) in cases.into_iter().enumerate() {
@@ -323,4 +330,30 @@ fn granite_hybrid_names_its_layers_and_multipliers_and_reads_legacy_layer_names(
         std::fs::read_to_string(out.join("attention.csv")).unwrap()
     };
     assert_eq!(table(&model_dir("granitemoehybrid")), table(&legacy));
+}
+
+/// Falcon-H1: every layer is attention beside a Mamba-2 mixer (so every layer has rows),
+/// and `inspect` names each multiplier where it applies.
+#[test]
+fn falcon_h1_names_its_parallel_layers_and_multipliers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model_dir("falcon_h1").display().to_string();
+    let text = expect_success(&run_cli(tmp.path(), &["inspect", &model]));
+    for says in [
+        "layer kinds    1-3: attention + mamba2, RoPE, causal",
+        "q.k / sqrt(8) (head_dim); embeddings x 1.7 (embedding_multiplier); attention input x 1.3 (attention_in_multiplier); keys x 1.9 (key_multiplier); attention output x 0.9 (attention_out_multiplier); Mamba input x 1.1 (ssm_in_multiplier); Mamba output x 0.6 (ssm_out_multiplier); MLP gate x 0.85 (mlp_multipliers[0]); MLP output x 1.15 (mlp_multipliers[1]); next-token logits x 0.7 (lm_head_multiplier); Mamba in_proj's z, x, B, C, dt x 0.8, 1.2, 1.4, 0.55, 1.6 (ssm_multipliers)",
+        "unused         none",
+    ] {
+        assert!(text.contains(says), "{says}: {text}");
+    }
+    expect_success(&analyze(
+        tmp.path(),
+        "falcon_h1",
+        &["--metrics", "first_token"],
+    ));
+    let attention = std::fs::read_to_string(tmp.path().join("out/attention.csv")).unwrap();
+    assert_eq!(
+        column_values(&attention, "layer"),
+        ["1", "2", "3"].map(String::from).into()
+    );
 }

@@ -637,8 +637,9 @@ fn a_run_split_at_random_and_merged_in_any_order_gives_the_single_run() {
         .chain([Metric::KEY_RECEIVED])
         .collect();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    // llama4_text: chunked and NoPE layers, their windows carried in each part's saved state
-    for name in ["sink", "affine_scaled_gated", "logn", "llama4_text"] {
+    // llama4_text: chunked and NoPE layers, their windows carried in each part's saved state;
+    // lfm2: a hybrid, whose attention layers' decoder numbers the saved state carries
+    for name in ["sink", "affine_scaled_gated", "logn", "llama4_text", "lfm2"] {
         let ckpt = Checkpoint::open(&model_dir(name), &Device::Cpu, DType::F32).unwrap();
         let model = ckpt.load_model().unwrap();
         for flash in [true, false] {
@@ -656,6 +657,7 @@ fn a_run_split_at_random_and_merged_in_any_order_gives_the_single_run() {
                 block: 8,
             };
             let whole = analyze(&ckpt, &model, &ids, &opts, shape, |_| {}).unwrap();
+            let numbers = whole.layer_numbers.clone();
             let whole = serde_json::to_value(&whole).unwrap();
             for trial in 0..4 {
                 let mut cuts: Vec<usize> = (0..3).map(|_| rng.below(ids.len() + 1)).collect();
@@ -682,7 +684,9 @@ fn a_run_split_at_random_and_merged_in_any_order_gives_the_single_run() {
                 while !parts.is_empty() {
                     merged.merge(&parts.swap_remove(rng.below(parts.len())));
                 }
-                let got = serde_json::to_value(finish(&ckpt, &merged).unwrap()).unwrap();
+                let got = finish(&ckpt, &merged).unwrap();
+                assert_eq!(got.layer_numbers, numbers, "{name}: layer numbers");
+                let got = serde_json::to_value(got).unwrap();
                 assert_json_close(
                     &got,
                     &whole,

@@ -323,6 +323,13 @@ fn by_metric(fields: &Fields) -> BTreeMap<&str, Vec<&str>> {
     out
 }
 
+/// Fixtures whose bf16 forward sends some tokens to other experts than the float64 one, in
+/// torch too (Qwen3-Next: its bf16 hidden states after the first Gated DeltaNet layer are
+/// 1.25% off, and the top-2 experts of 2 tokens change, `tools/make_metrics_bf16_fixture.py`):
+/// which tokens flip is rounding's chance, so their errors are held to the pooled bound of the
+/// fixtures transformers does not run, twice the largest torch error over the fixtures.
+const ROUTING_FLIPS: [&str; 1] = ["qwen3_next"];
+
 /// torch's errors (`tools/make_metrics_bf16_fixture.py`) and the bounds they give.
 struct TorchBf16 {
     errors: serde_json::Map<String, Value>,
@@ -345,10 +352,16 @@ impl TorchBf16 {
             let mine = fields.filter(|(f, _)| metric_of(f) == metric);
             mine.map(|(_, x)| x.as_f64().unwrap()).reduce(f64::max)
         };
-        match self.errors.get(name) {
+        match self.errors.get(name).filter(|_| self.runs(name)) {
             Some(e) => Some(of(e).unwrap_or_else(|| panic!("{name}: no torch error for {metric}"))),
             None => self.errors.values().filter_map(of).reduce(f64::max),
         }
+    }
+
+    /// Whether fixture `name` is held to its own torch errors (transformers runs it, and
+    /// its bf16 routing is that of float64).
+    fn runs(&self, name: &str) -> bool {
+        self.errors.contains_key(name) && !ROUTING_FLIPS.contains(&name)
     }
 
     /// 2 x torch's error of `metric`; where that is 0, 2 x the floor 2^-8 x `scale` (the
@@ -459,7 +472,7 @@ fn check_metric<'f>(
             let bound = torch
                 .bound(name, metric, scale)
                 .unwrap_or_else(|| panic!("{what}: no torch error"));
-            if !torch.errors.contains_key(name) {
+            if !torch.runs(name) {
                 // 2x the largest torch error over the fixtures it runs: pooled already
                 return (diff, at, bound, diff <= bound, None);
             }
@@ -492,9 +505,10 @@ fn bf16_metrics_are_within_twice_torchs_bf16_error() {
         let importance = ["sink_rate.importance"];
         let importance_bound =
             check_metric(&torch, name, "sink_rate", &importance, (&ours, &want), 0.0).2;
-        let runs = match torch.errors.contains_key(name) {
-            true => "torch bf16",
-            false => "not run by transformers: 2 x the largest torch error",
+        let runs = match (torch.errors.contains_key(name), torch.runs(name)) {
+            (_, true) => "torch bf16",
+            (true, false) => "bf16 routing flips: 2 x the largest torch error",
+            (false, _) => "not run by transformers: 2 x the largest torch error",
         };
         eprintln!("{name} ({runs}):");
         for (metric, fields) in by_metric(&want) {

@@ -308,10 +308,13 @@ impl ModelConfig {
         let a = &self.attention_layers;
         (0..self.num_layers)
             .map(|l| match self.mixers[l] {
-                super::mixers::Mixer::Attention => {
+                m if m.has_attention() => {
                     let rope = a.rotates(l) && !self.layout.learned_positions;
                     let tuned = a.temperature_of(l).is_some();
-                    LayerKind::attention(l, self.key_window(l), rope, tuned)
+                    LayerKind {
+                        mixer: m.name().to_string(),
+                        ..LayerKind::attention(l, self.key_window(l), rope, tuned)
+                    }
                 }
                 other => LayerKind::other(l, other),
             })

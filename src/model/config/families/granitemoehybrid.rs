@@ -100,7 +100,7 @@ fn attention_layers(raw: &RawConfig, num_layers: usize, _: &Path) -> Result<Atte
 
 /// Mamba layers where `layer_types` says `linear_attention` (or `mamba`).
 fn mixers(raw: &RawConfig, num_layers: usize, path: &Path) -> Result<Vec<Mixer>> {
-    let mamba = Mixer::Mamba2(mamba2_shape(raw, Mamba2Gate::ThenGroupNorm, path)?);
+    let mamba = Mixer::Mamba2(mamba2_shape(raw, Mamba2Gate::ThenGroupNorm, None, path)?);
     let types = checked_layer_types(raw.layer_types.as_deref(), num_layers, &LAYER_TYPES, path)?;
     let types = types.unwrap_or_default();
     Ok(types
@@ -114,15 +114,22 @@ fn mixers(raw: &RawConfig, num_layers: usize, path: &Path) -> Result<Vec<Mixer>>
 
 /// The Mamba-2 layers' sizes: `mamba_n_heads` (128) heads of `mamba_d_head` (`"auto"`:
 /// the inner size / heads), `mamba_d_state` (256), `mamba_n_groups` (1), `mamba_d_conv`
-/// (4), an inner size of `mamba_d_ssm` (Falcon-H1) or `mamba_expand` (2) x hidden, biases
+/// (4), an inner size of `mamba_d_ssm` (absent: `d_ssm`, the class's default; null or no
+/// default: `mamba_expand` (2) x hidden), biases
 /// by `mamba_conv_bias` (true) and `mamba_proj_bias` (false; Falcon-H1's out_proj by
 /// `projectors_bias`), dt clamped to `time_step_limit` ((0, inf)).
-pub(crate) fn mamba2_shape(raw: &RawConfig, gate: Mamba2Gate, path: &Path) -> Result<Mamba2Shape> {
+pub(crate) fn mamba2_shape(
+    raw: &RawConfig,
+    gate: Mamba2Gate,
+    d_ssm: Option<usize>,
+    path: &Path,
+) -> Result<Mamba2Shape> {
     let h = &raw.hybrid;
     let hidden = raw.hidden_size.unwrap_or(0);
     let inner = match &h.mamba_d_ssm {
         Some(Value::Number(n)) => n.as_u64().map(|n| n as usize),
-        Some(Value::Null) | None => None,
+        None => d_ssm,
+        Some(Value::Null) => None,
         Some(other) => {
             return Err(Error::input(
                 path,

@@ -4,13 +4,14 @@
 use super::family::Family;
 
 mod deepseek_v3;
+mod falcon_h1;
 mod gemma2;
 mod gemma3;
 mod glm4_moe;
 mod gpt2;
 mod gpt_neox;
 mod gpt_oss;
-mod granitemoehybrid;
+pub(crate) mod granitemoehybrid;
 mod lfm2;
 pub(crate) mod llama;
 mod llama4_text;
@@ -34,6 +35,7 @@ pub(crate) static FAMILIES: &[Family] = &[
     qwen3_moe::FAMILY,
     qwen3_next::FAMILY,
     granitemoehybrid::FAMILY,
+    falcon_h1::FAMILY,
     mistral::FAMILY,
     mixtral::FAMILY,
     phi3::FAMILY,
