@@ -73,21 +73,14 @@ fn per_layer(ctx: &mut Ctx, text: FigureText, metric: &str, from_zero: bool) -> 
     for m in &models {
         let layers = &by_model[m];
         let color = ctx.pal.color(m);
-        let pts: Vec<(f64, f64)> = layers.iter().map(|(&l, &(v, _))| (l as f64, v)).collect();
-        let spread: Vec<(f64, f64, f64)> = layers
-            .iter()
-            .filter(|(_, (v, s))| v.is_finite() && s.is_finite())
-            .map(|(&l, &(v, s))| (l as f64, v - s, v + s))
-            .collect();
-        if spread.len() >= 2 {
-            ys.extend(spread.iter().flat_map(|&(_, lo, hi)| [lo, hi]));
-            marks.push(Mark::Band {
-                upper: spread.iter().map(|&(x, _, hi)| (x, hi)).collect(),
-                lower: spread.iter().map(|&(x, lo, _)| (x, lo)).collect(),
-                color,
-            });
+        let (pts, bands) = layer_marks(layers, color);
+        for band in &bands {
+            if let Mark::Band { upper, lower, .. } = band {
+                ys.extend(upper.iter().chain(lower).map(|p| p.1));
+            }
         }
-        xs.extend(pts.iter().map(|p| p.0));
+        marks.extend(bands);
+        xs.extend(pts.iter().map(|p| p.0).filter(|x| x.is_finite()));
         ys.extend(pts.iter().map(|p| p.1));
         marks.push(Mark::line(pts, color));
     }
@@ -102,6 +95,43 @@ fn per_layer(ctx: &mut Ctx, text: FigureText, metric: &str, from_zero: bool) -> 
     f.panel_size = (560, 380);
     f.legend = model_legend(ctx, &models, Swatch::Line(Dash::Solid));
     Ok(f)
+}
+
+/// One model's per-layer line (`layer -> (mean, std)`) and its ±1 std bands: a hybrid's
+/// layers without attention have no rows, so the line has gaps there rather than lines
+/// across them, and a band runs over each run of consecutive layers (a narrow box around a
+/// layer alone).
+fn layer_marks(
+    layers: &BTreeMap<i64, (f64, f64)>,
+    color: RGBColor,
+) -> (Vec<(f64, f64)>, Vec<Mark>) {
+    let mut pts: Vec<(f64, f64)> = Vec::new();
+    for (&l, &(v, _)) in layers {
+        if pts.last().is_some_and(|&(x, _)| x + 1.0 < l as f64) {
+            pts.push((f64::NAN, f64::NAN));
+        }
+        pts.push((l as f64, v));
+    }
+    let spread: Vec<(i64, f64, f64)> = layers
+        .iter()
+        .filter(|(_, (v, s))| v.is_finite() && s.is_finite())
+        .map(|(&l, &(v, s))| (l, v - s, v + s))
+        .collect();
+    let bands = spread
+        .chunk_by(|a, b| a.0 + 1 == b.0)
+        .map(|run| {
+            let edges: Vec<(f64, f64, f64)> = match run {
+                [(x, lo, hi)] => vec![(*x as f64 - 0.08, *lo, *hi), (*x as f64 + 0.08, *lo, *hi)],
+                _ => run.iter().map(|&(x, lo, hi)| (x as f64, lo, hi)).collect(),
+            };
+            Mark::Band {
+                upper: edges.iter().map(|&(x, _, hi)| (x, hi)).collect(),
+                lower: edges.iter().map(|&(x, lo, _)| (x, lo)).collect(),
+                color,
+            }
+        })
+        .collect();
+    (pts, bands)
 }
 
 /// Fig. 4: mean attention weight on the first token, per layer.
@@ -613,5 +643,31 @@ mod tests {
         assert!(is_grad_norm("train/grad_norm"));
         assert!(is_grad_norm("gradient_norm"));
         assert!(!is_grad_norm("loss"));
+    }
+
+    /// A hybrid's attention layers 2 and 4: a gap at layer 3, not a line across it, and a
+    /// narrow band box around each; consecutive layers keep one band along them.
+    #[test]
+    fn layers_without_rows_are_gaps_with_a_band_box_per_lone_layer() {
+        let color = RGBColor(0, 0, 0);
+        let hybrid = BTreeMap::from([(2, (0.5, 0.1)), (4, (0.25, 0.05))]);
+        let (pts, bands) = layer_marks(&hybrid, color);
+        assert_eq!(pts.len(), 3);
+        assert!(pts[1].0.is_nan() && pts[1].1.is_nan());
+        assert_eq!((pts[0], pts[2]), ((2.0, 0.5), (4.0, 0.25)));
+        assert_eq!(bands.len(), 2);
+        let Mark::Band { upper, lower, .. } = &bands[0] else {
+            panic!("not a band")
+        };
+        assert_eq!(upper, &vec![(1.92, 0.6), (2.08, 0.6)]);
+        assert_eq!(lower, &vec![(1.92, 0.4), (2.08, 0.4)]);
+        let dense = BTreeMap::from([(1, (0.5, 0.1)), (2, (0.25, 0.05))]);
+        let (pts, bands) = layer_marks(&dense, color);
+        assert!(pts.iter().all(|p| p.0.is_finite()));
+        assert_eq!(bands.len(), 1);
+        let Mark::Band { upper, .. } = &bands[0] else {
+            panic!("not a band")
+        };
+        assert_eq!(upper, &vec![(1.0, 0.6), (2.0, 0.3)]);
     }
 }
