@@ -55,6 +55,7 @@ fn main() {
         key_windows: &[KeyWindow::CAUSAL; LAYERS],
         logit_softcap: None,
         heads: HEADS,
+        layer_numbers: &[],
     };
     let mut probe = MetricProbe::new(opts, model, &windows);
     let wants = probe

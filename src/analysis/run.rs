@@ -107,7 +107,8 @@ pub struct RunOptions {
     #[serde(skip)]
     pub scratch_dir: Option<PathBuf>,
     pub min_query: usize,
-    /// Heatmap / profile layer, 1-based (default 8, clipped to the depth).
+    /// Heatmap / profile layer, 1-based, a decoder layer with attention (default the 8th
+    /// attention layer, clipped to the last).
     pub layer: Option<usize>,
     pub size: usize,
     /// block_map side G: query and key blocks (clipped to the window length).

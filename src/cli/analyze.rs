@@ -120,7 +120,8 @@ pub struct MetricArgs {
     /// Queries i < min-query are left out of query averages.
     #[arg(long, default_value_t = 1)]
     pub min_query: usize,
-    /// Heatmap / profile layer, 1-based (default 8, clipped to the model's depth).
+    /// Heatmap / profile layer, 1-based, a layer with attention (default the 8th attention
+    /// layer, clipped to the model's last).
     #[arg(long)]
     pub layer: Option<usize>,
     /// Heatmap size (queries and keys).

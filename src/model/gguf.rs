@@ -6,7 +6,10 @@
 //!
 //! The metadata side lives in [`super::gguf_config`], RoPE factors in [`super::gguf_rope`].
 //!
-//! Conventions undone on load, as transformers' own GGUF loader does:
+//! What differs between architectures (the names, what to undo, the config keys) is read
+//! from the family's [`GgufRules`], in the family's own file, looked up by
+//! `general.architecture`. Conventions undone on load, as transformers' own GGUF loader
+//! does:
 //! - llama.cpp permutes the rows of the llama q and k projections (weights and biases) so
 //!   that its interleaved RoPE matches HF's rotate-half; [`GgufFile::load`] permutes them
 //!   back (q with `head_count`, k with `head_count_kv`). Qwen2 files are not permuted.
@@ -28,15 +31,17 @@ use candle_core::quantized::gguf_file::Content;
 use candle_core::quantized::GgmlDType;
 use candle_core::{Device, Tensor};
 
-use super::config::{ModelConfig, RawConfig};
+use super::config::family::{GgufRules, StoredTensor, Undo};
+use super::config::{Family, ModelConfig, RawConfig};
 use super::gguf_config::{metadata_str, raw_config, Meta, TensorFacts};
 use super::gguf_rope::Recovered;
 use super::root_cause;
 use crate::error::{Error, Result};
 
-/// GGUF architectures (`general.architecture`) the loader maps, for error messages.
-pub const SUPPORTED_ARCHITECTURES: &str =
-    "gemma2, gemma3, gpt2, gptneox, llama, olmo2, phi3, qwen2, qwen3";
+/// GGUF architectures (`general.architecture`) the loader maps, sorted, for error messages.
+pub fn supported_architectures() -> String {
+    Family::gguf_architectures()
+}
 
 /// Tensor types candle dequantizes, for error messages.
 const SUPPORTED_TYPES: &str =
@@ -52,21 +57,6 @@ struct GgufTensor {
     dtype: GgmlDType,
     /// What llama.cpp's converter did to the HF tensor, undone on load.
     undo: Undo,
-}
-
-/// A converter's change to one tensor, undone on load.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Undo {
-    Nothing,
-    /// llama's q/k row permutation, with this many heads.
-    Permutation(usize),
-    /// GPT-2's Conv1D weight stored `[out, in]`: transpose back to `[in, out]`.
-    Transpose,
-    /// GPT-NeoX's fused q/k/v rows regrouped `[q; k; v]`: back to per-head `[q, k, v]`
-    /// groups, with this many heads.
-    QkvGrouping(usize),
-    /// Gemma's norm scale stored as 1 + w: subtract 1.
-    MinusOne,
 }
 
 /// An opened `.gguf` file: metadata, the tensor table under HF names, the resolved config.
@@ -102,19 +92,19 @@ impl GgufFile {
         let arch = metadata_str(&content, "general.architecture")
             .ok_or_else(|| Error::input(path, "not a model: no general.architecture metadata"))?
             .to_string();
-        let permuted = permutes_qk(path, &arch)?;
+        let (family, rules) = gguf_family(path, &arch)?;
         let meta = Meta {
             content: &content,
-            arch: &arch,
             path,
+            family,
+            rules,
         };
         let heads = meta.usize_key("attention.head_count")?;
         let kv_heads = meta
             .opt_usize_key("attention.head_count_kv")?
             .unwrap_or(heads);
         let converter = Converter {
-            arch: &arch,
-            permuted,
+            rules,
             heads,
             kv_heads,
         };
@@ -324,49 +314,41 @@ fn unsupported_type_name(id: u32) -> Option<&'static str> {
     })
 }
 
-/// Whether llama.cpp permuted the q and k rows of `arch` (llama only); an error for an
+/// The family reading GGUF architecture `arch`, with its rules; an error for an
 /// architecture the loader does not map.
-fn permutes_qk(path: &Path, arch: &str) -> Result<bool> {
-    match arch {
-        "llama" => Ok(true),
-        "qwen2" | "qwen3" | "olmo2" | "phi3" | "gpt2" | "gptneox" | "gemma2" | "gemma3" => {
-            Ok(false)
-        }
-        other => Err(Error::input(
+fn gguf_family(path: &Path, arch: &str) -> Result<(&'static Family, &'static GgufRules)> {
+    Family::of_gguf(arch).ok_or_else(|| {
+        let supported = supported_architectures();
+        Error::input(
             path,
-            format!(
-                "unsupported GGUF architecture `{other}` (supported: {SUPPORTED_ARCHITECTURES})"
-            ),
-        )),
-    }
+            format!("unsupported GGUF architecture `{arch}` (supported: {supported})"),
+        )
+    })
 }
 
-/// What decides each tensor's [`Undo`]: the architecture, whether it permutes q and k, and
-/// the head counts the permutations were made with.
-struct Converter<'a> {
-    arch: &'a str,
-    permuted: bool,
+/// What decides each tensor's name and [`Undo`]: the family's rules, and the head counts
+/// the permutations were made with.
+struct Converter {
+    rules: &'static GgufRules,
     heads: usize,
     kv_heads: usize,
 }
 
-impl Converter<'_> {
+impl Converter {
     /// What to undo in the HF-named tensor `hf_name`; a transposed `shape` is turned back
     /// to HF orientation.
     fn undo(&self, hf_name: &str, shape: &mut [usize]) -> Undo {
-        match (self.arch, hf_name.rsplit('.').nth(1)) {
-            (_, Some("q_proj")) if self.permuted => Undo::Permutation(self.heads),
-            (_, Some("k_proj")) if self.permuted => Undo::Permutation(self.kv_heads),
-            ("gptneox", Some("qkv_proj")) => Undo::QkvGrouping(self.heads),
-            ("gpt2", Some("qkv_proj" | "o_proj" | "up_proj" | "down_proj"))
-                if hf_name.ends_with(".weight") && shape.len() == 2 =>
-            {
-                shape.reverse();
-                Undo::Transpose
-            }
-            ("gemma2" | "gemma3", _) if hf_name.ends_with("norm.weight") => Undo::MinusOne,
-            _ => Undo::Nothing,
+        let undo = (self.rules.undo)(&StoredTensor {
+            name: hf_name,
+            module: hf_name.rsplit('.').nth(1),
+            rank: shape.len(),
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+        });
+        if undo == Undo::Transpose {
+            shape.reverse();
         }
+        undo
     }
 }
 
@@ -377,13 +359,14 @@ fn tensor_table(
     content: &Content,
     converter: &Converter,
 ) -> Result<BTreeMap<String, GgufTensor>> {
-    let arch = converter.arch;
+    let rules = converter.rules;
     let mut tensors = BTreeMap::new();
     for (gguf_name, info) in &content.tensor_infos {
         if gguf_name == "rope_freqs.weight" {
             continue;
         }
-        let Some(hf_name) = hf_name(gguf_name, arch) else {
+        let Some(hf_name) = hf_name(gguf_name, rules) else {
+            let arch = rules.arch;
             return Err(Error::input(
                 path,
                 format!(
@@ -435,20 +418,11 @@ fn resolve_config(
     Ok(config)
 }
 
-/// The HF name of a llama.cpp tensor name of architecture `arch` (the names
-/// `convert_hf_to_gguf.py` gives: llama / qwen2, qwen3's QK-norm, OLMo 2's post-norms,
-/// Phi-3's fused q/k/v and gate/up).
-fn hf_name(gguf: &str, arch: &str) -> Option<String> {
-    let fixed = match gguf {
-        "token_embd.weight" => Some("model.embed_tokens.weight"),
-        "output_norm.weight" => Some("model.norm.weight"),
-        "output.weight" => Some("lm_head.weight"),
-        // GPT-2's learned positions, and the LayerNorm biases of GPT-2 and GPT-NeoX
-        "position_embd.weight" if arch == "gpt2" => Some("model.embed_positions.weight"),
-        "output_norm.bias" if matches!(arch, "gpt2" | "gptneox") => Some("model.norm.bias"),
-        _ => None,
-    };
-    if let Some(name) = fixed {
+/// The HF name of a llama.cpp tensor name under the family's `rules` (the names
+/// `convert_hf_to_gguf.py` gives): a global tensor's, or `model.layers.N.` and the block
+/// tensor's role's.
+fn hf_name(gguf: &str, rules: &GgufRules) -> Option<String> {
+    if let Some(name) = rules.global_name(gguf) {
         return Some(name.to_string());
     }
     let rest = gguf.strip_prefix("blk.")?;
@@ -458,34 +432,7 @@ fn hf_name(gguf: &str, arch: &str) -> Option<String> {
     if kind != "weight" && kind != "bias" {
         return None;
     }
-    let hf = match (arch, part) {
-        ("gpt2" | "gptneox", "attn_qkv") => "self_attn.qkv_proj",
-        ("gpt2" | "gptneox", "ffn_norm") => "post_attention_layernorm",
-        ("gpt2" | "gptneox", "attn_q" | "attn_k" | "attn_v" | "ffn_gate") => return None,
-        ("qwen3" | "olmo2" | "gemma3", "attn_q_norm") => "self_attn.q_norm",
-        ("qwen3" | "olmo2" | "gemma3", "attn_k_norm") => "self_attn.k_norm",
-        ("gemma2" | "gemma3", "post_attention_norm") => "post_attention_layernorm",
-        ("gemma2" | "gemma3", "ffn_norm") => "pre_feedforward_layernorm",
-        ("gemma2" | "gemma3", "post_ffw_norm") => "post_feedforward_layernorm",
-        ("olmo2", "post_attention_norm") => "post_attention_layernorm",
-        ("olmo2", "post_ffw_norm") => "post_feedforward_layernorm",
-        ("olmo2", "attn_norm" | "ffn_norm") => return None,
-        ("phi3", "attn_qkv") => "self_attn.qkv_proj",
-        ("phi3", "ffn_up") => "mlp.gate_up_proj",
-        ("phi3", "attn_q" | "attn_k" | "attn_v" | "ffn_gate") => return None,
-        (_, part) => match part {
-            "attn_norm" => "input_layernorm",
-            "attn_q" => "self_attn.q_proj",
-            "attn_k" => "self_attn.k_proj",
-            "attn_v" => "self_attn.v_proj",
-            "attn_output" => "self_attn.o_proj",
-            "ffn_norm" => "post_attention_layernorm",
-            "ffn_gate" => "mlp.gate_proj",
-            "ffn_up" => "mlp.up_proj",
-            "ffn_down" => "mlp.down_proj",
-            _ => return None,
-        },
-    };
+    let hf = rules.block_name(part)?;
     Some(format!("model.layers.{layer}.{hf}.{kind}"))
 }
 
@@ -638,6 +585,11 @@ pub(crate) fn read_error(path: &Path, err: candle_core::Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`super::hf_name`] under the rules of GGUF architecture `arch`.
+    fn hf_name(gguf: &str, arch: &str) -> Option<String> {
+        super::hf_name(gguf, Family::of_gguf(arch).unwrap().1)
+    }
 
     #[test]
     fn llama_cpp_names_map_to_hf_names() {

@@ -8,6 +8,8 @@ use std::path::Path;
 use candle_core::quantized::gguf_file::{Content, Value};
 use serde_json::json;
 
+use super::config::family::GgufRules;
+use super::config::Family;
 use super::gguf_rope::{llama3_from_freq_factors, read_factors, Recovered};
 use crate::error::{Error, Result};
 
@@ -23,16 +25,23 @@ pub(crate) struct TensorFacts {
     pub has_qkv_bias: bool,
 }
 
-/// Typed access to `{arch}.*` metadata, errors naming the file and the key.
+/// Typed access to `{arch}.*` metadata, errors naming the file and the key; the family
+/// reading the file, and its GGUF rules.
 pub(crate) struct Meta<'a> {
     pub content: &'a Content,
-    pub arch: &'a str,
     pub path: &'a Path,
+    pub family: &'static Family,
+    pub rules: &'static GgufRules,
 }
 
 impl Meta<'_> {
+    /// llama.cpp's `general.architecture`, the metadata keys' prefix.
+    pub(crate) fn arch(&self) -> &'static str {
+        self.rules.arch
+    }
+
     pub(crate) fn key(&self, key: &str) -> String {
-        format!("{}.{key}", self.arch)
+        format!("{}.{key}", self.arch())
     }
 
     pub(crate) fn opt_usize_key(&self, key: &str) -> Result<Option<usize>> {
@@ -78,7 +87,7 @@ fn refuse_unimplemented(meta: &Meta) -> Result<()> {
                 path,
                 format!(
                     "mixture-of-experts models ({}.expert_count {n}) are not supported",
-                    meta.arch
+                    meta.arch()
                 ),
             ));
         }
@@ -87,7 +96,7 @@ fn refuse_unimplemented(meta: &Meta) -> Result<()> {
         if kind != "none" && kind != "linear" {
             return Err(Error::input(
                 path,
-                format!("rope scaling `{kind}` ({}.rope.scaling.type) is not implemented (supported: none, linear, llama3 rope_freqs)", meta.arch),
+                format!("rope scaling `{kind}` ({}.rope.scaling.type) is not implemented (supported: none, linear, llama3 rope_freqs)", meta.arch()),
             ));
         }
     }
@@ -141,17 +150,17 @@ fn rope_parameters(
 }
 
 /// The sizes and scalars the config is built from.
-struct Dims {
-    hidden: usize,
-    heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
+pub(crate) struct Dims {
+    pub hidden: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
     /// Dimensions rotated by RoPE.
-    rot_dim: usize,
-    theta: f64,
-    context: usize,
+    pub rot_dim: usize,
+    pub theta: f64,
+    pub context: usize,
     /// RMSNorm's epsilon, or LayerNorm's (GPT-2, GPT-NeoX).
-    eps: f64,
+    pub eps: f64,
 }
 
 /// The metadata as a config.json mirror, and the rope_freqs recovery when the file has them.
@@ -167,7 +176,7 @@ pub(crate) fn raw_config(
     check_dims(meta, &dims)?;
     let (rope, recovered) = rope_parameters(meta, file, &dims)?;
     let mut raw = base_config(meta, tensors, &dims, rope)?;
-    family_config(meta, tensors, &dims, &mut raw)?;
+    (meta.rules.config)(meta, tensors, &dims, &mut raw)?;
     Ok((raw, recovered))
 }
 
@@ -183,7 +192,7 @@ fn read_dims(meta: &Meta, heads: usize, kv_heads: usize) -> Result<Dims> {
                 meta.path,
                 format!(
                     "{}.embedding_length {hidden} is not divisible by head_count {heads}",
-                    meta.arch
+                    meta.arch()
                 ),
             ))
         }
@@ -239,7 +248,8 @@ fn check_dims(meta: &Meta, d: &Dims) -> Result<()> {
     Ok(())
 }
 
-/// The config.json keys every architecture has, as for a Llama model.
+/// The config.json keys every architecture has, as for a Llama model (the family's rules
+/// add and change keys: [`GgufRules::config`]).
 fn base_config(
     meta: &Meta,
     tensors: &TensorFacts,
@@ -255,7 +265,7 @@ fn base_config(
             .unwrap_or(serde_json::Value::Null)
     };
     Ok(json!({
-        "model_type": meta.arch,
+        "model_type": meta.family.name,
         "hidden_size": d.hidden,
         "intermediate_size": meta.usize_key("feed_forward_length")?,
         "num_hidden_layers": meta.usize_key("block_count")?,
@@ -266,7 +276,7 @@ fn base_config(
         "rms_norm_eps": d.eps,
         "max_position_embeddings": d.context,
         "tie_word_embeddings": !tensors.has_output,
-        "attention_bias": meta.arch == "llama" && tensors.has_q_bias,
+        "attention_bias": false,
         "partial_rotary_factor": d.rot_dim as f64 / d.head_dim as f64,
         "rope_parameters": rope,
         "bos_token_id": token("tokenizer.ggml.bos_token_id"),
@@ -274,93 +284,6 @@ fn base_config(
         "hidden_act": "silu",
         "sliding_window": meta.opt_usize_key("attention.sliding_window")?,
     }))
-}
-
-/// What differs from Llama in GPT-2, GPT-NeoX and Gemma 2/3 configs.
-fn family_config(
-    meta: &Meta,
-    tensors: &TensorFacts,
-    d: &Dims,
-    raw: &mut serde_json::Value,
-) -> Result<()> {
-    match meta.arch {
-        "gpt2" => {
-            raw["model_type"] = json!("gpt2");
-            raw["layer_norm_epsilon"] = json!(d.eps);
-            raw["hidden_act"] = serde_json::Value::Null;
-        }
-        "gptneox" => {
-            raw["model_type"] = json!("gpt_neox");
-            raw["layer_norm_eps"] = json!(d.eps);
-            raw["hidden_act"] = json!("gelu");
-            raw["attention_bias"] = json!(tensors.has_qkv_bias);
-            if let Some(parallel) = metadata_bool(meta.content, &meta.key("use_parallel_residual"))
-            {
-                raw["use_parallel_residual"] = json!(parallel);
-            }
-        }
-        "gemma2" | "gemma3" => gemma(meta, raw, d)?,
-        _ => {}
-    }
-    Ok(())
-}
-
-/// Gemma 2/3 as llama.cpp reads them: the tanh-GELU, q.k scaled by head_dim^-1/2 except in
-/// the 27B models (46 layers for Gemma 2, 62 for Gemma 3: hidden / heads), Gemma 2's
-/// soft-caps, Gemma 3's global RoPE (`rope.freq_base`, linear scaling) and its sliding
-/// layers' (`rope.freq_base_swa`, else 10000) and `attention.sliding_window_pattern`.
-fn gemma(meta: &Meta, raw: &mut serde_json::Value, d: &Dims) -> Result<()> {
-    let (hidden, heads, head_dim) = (d.hidden, d.heads, d.head_dim);
-    let gemma3 = meta.arch == "gemma3";
-    raw["model_type"] = json!(if gemma3 { "gemma3_text" } else { "gemma2" });
-    raw["hidden_act"] = serde_json::Value::Null;
-    raw["hidden_activation"] = json!("gelu_pytorch_tanh");
-    let layers = meta.usize_key("block_count")?;
-    let large = layers == if gemma3 { 62 } else { 46 };
-    raw["query_pre_attn_scalar"] = json!(match large {
-        true => hidden / heads.max(1),
-        false => head_dim,
-    });
-    for key in ["attn_logit_softcapping", "final_logit_softcapping"] {
-        if let Some(cap) = meta.opt_f64_key(key)? {
-            raw[key] = json!(cap);
-        }
-    }
-    if gemma3 {
-        // config.json's legacy form: rope_theta and rope_scaling for the global layers
-        let rope = raw["rope_parameters"].take();
-        raw["rope_theta"] = rope["rope_theta"].clone();
-        if rope["rope_type"] == "linear" {
-            raw["rope_scaling"] = json!({"rope_type": "linear", "factor": rope["factor"]});
-        }
-        if let Some(local) = meta.opt_f64_key("rope.freq_base_swa")? {
-            raw["rope_local_base_freq"] = json!(local);
-        }
-        // one period (every n-th layer global), or a flag per layer (true: sliding)
-        let key = meta.key("attention.sliding_window_pattern");
-        match meta.content.metadata.get(&key) {
-            None => {}
-            Some(Value::Array(flags)) => {
-                let types = flags
-                    .iter()
-                    .map(|f| match f {
-                        Value::Bool(true) => Ok("sliding_attention"),
-                        Value::Bool(false) => Ok("full_attention"),
-                        other => Err(Error::input(
-                            meta.path,
-                            format!("metadata {key} holds {}, expected booleans", short(other)),
-                        )),
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                raw["layer_types"] = json!(types);
-            }
-            Some(_) => {
-                let pattern = meta.usize_key("attention.sliding_window_pattern")?;
-                raw["sliding_window_pattern"] = json!(pattern);
-            }
-        }
-    }
-    Ok(())
 }
 
 /// A string metadata value.
@@ -372,7 +295,7 @@ pub(crate) fn metadata_str<'a>(content: &'a Content, key: &str) -> Option<&'a st
 }
 
 /// A boolean metadata value.
-fn metadata_bool(content: &Content, key: &str) -> Option<bool> {
+pub(crate) fn metadata_bool(content: &Content, key: &str) -> Option<bool> {
     match content.metadata.get(key) {
         Some(Value::Bool(b)) => Some(*b),
         _ => None,

@@ -1,7 +1,10 @@
 //! [`Family`]: everything one `model_type` decides, as constants and function pointers, so
 //! that resolution ([`super::resolve`]) reads a family's rules from one value instead of
 //! matching on the architecture. Each family fills one in, in its own file under
-//! `families/`; [`super::families::FAMILIES`] lists them.
+//! `families/`; [`super::families::FAMILIES`] lists them. How a family reads GGUF files is
+//! one more such value, [`GgufRules`] (`gguf`).
+
+pub(crate) mod gguf;
 
 use std::path::Path;
 
@@ -16,6 +19,7 @@ use crate::model::mixers::Mixer;
 use crate::model::multipliers::Multipliers;
 use crate::model::rope::RopeConfig;
 use crate::model::sliding_window::WindowRule;
+pub(crate) use gguf::{GgufRules, NameTable, StoredTensor, Undo};
 
 /// The RoPE of the layers, and of the sliding-window layers where it differs (Gemma 3).
 pub(crate) type Ropes = (RopeConfig, Option<RopeConfig>);
@@ -94,4 +98,8 @@ pub struct Family {
     pub weight_names: &'static [(&'static str, &'static str)],
     /// Endings of stored names transformers skips on load (old buffers).
     pub ignored_on_load: &'static [&'static str],
+    /// How llama.cpp's GGUF files of the family are read; `None` when they are not.
+    /// Families spread from this one inherit them; the first family in the table with
+    /// rules for an architecture reads its files ([`Family::of_gguf`]).
+    pub gguf: Option<&'static GgufRules>,
 }

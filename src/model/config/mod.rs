@@ -21,8 +21,10 @@
 //!
 //! Nothing else names a family: the supported list in errors, `inspect`, the built-in
 //! weight maps and the loader read the table. A new layout, MLP or norm kind (a new
-//! [`Layout`](crate::model::layout::Layout) field) or GGUF support
-//! (`crate::model::gguf_config`) are separate steps.
+//! [`Layout`](crate::model::layout::Layout) field) is a separate step. GGUF support is
+//! the family's `gguf` rules (`family/gguf.rs`: `..llama::gguf_rules("<llama.cpp
+//! architecture>")` with what differs); a hybrid's other mixers are its `mixers`, each a
+//! file of `crate::mixer`.
 
 mod families;
 pub(crate) mod family;

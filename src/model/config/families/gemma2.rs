@@ -4,13 +4,14 @@
 
 use std::path::Path;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::llama;
 use crate::error::{Error, Result};
-use crate::model::config::family::Family;
+use crate::model::config::family::{Family, GgufRules, NameTable, StoredTensor, Undo};
 use crate::model::config::raw::positive;
 use crate::model::config::{GemmaSettings, RawConfig};
+use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 use crate::model::layout::{Layout, MlpKind, NormKind};
 use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
 
@@ -28,8 +29,25 @@ pub(crate) const FAMILY: Family = Family {
         layers: WindowLayers::EveryOther,
     },
     scalars,
+    gguf: Some(&GGUF),
     ..llama::FAMILY
 };
+
+/// llama.cpp's `gemma2`: the norms before and after attention and MLP, every norm's scale
+/// stored as 1 + w.
+pub(crate) const GGUF: GgufRules = GgufRules {
+    blocks: &[GGUF_SANDWICH_NORMS, llama::GGUF_BLOCKS],
+    undo: norm_minus_one,
+    config: gguf_config,
+    ..llama::gguf_rules("gemma2")
+};
+
+/// Gemma's norms around attention and MLP (Gemma 2, Gemma 3), as llama.cpp names them.
+pub(crate) const GGUF_SANDWICH_NORMS: NameTable = &[
+    ("post_attention_norm", Some("post_attention_layernorm")),
+    ("ffn_norm", Some("pre_feedforward_layernorm")),
+    ("post_ffw_norm", Some("post_feedforward_layernorm")),
+];
 
 /// `hidden_activation`, else `hidden_act`.
 pub(crate) fn hidden_activation(raw: &RawConfig) -> Option<&str> {
@@ -54,6 +72,43 @@ fn scalars(raw: &RawConfig, path: &Path, hidden_size: usize) -> Result<Option<Ge
         final_logits: Some(30.0),
     };
     gemma_scalars(raw, path, hidden_size, defaults)
+}
+
+/// llama.cpp's converter adds Gemma's offset to every norm's scale (stored 1 + w): 1 is
+/// subtracted again, as transformers' Gemma2TensorProcessor does.
+fn norm_minus_one(t: &StoredTensor) -> Undo {
+    match t.name.ends_with("norm.weight") {
+        true => Undo::MinusOne,
+        false => Undo::Nothing,
+    }
+}
+
+/// Gemma 2 as llama.cpp reads it (the 27B model has 46 layers).
+fn gguf_config(meta: &Meta, _: &TensorFacts, d: &Dims, raw: &mut Value) -> Result<()> {
+    gemma_gguf_config(meta, d, raw, 46)
+}
+
+/// Gemma 2/3 as llama.cpp reads them: the tanh-GELU, q.k scaled by head_dim^-1/2 except in
+/// the 27B models (`large_layers` layers: hidden / heads), the soft-caps the metadata gives.
+pub(crate) fn gemma_gguf_config(
+    meta: &Meta,
+    d: &Dims,
+    raw: &mut Value,
+    large_layers: usize,
+) -> Result<()> {
+    raw["hidden_act"] = Value::Null;
+    raw["hidden_activation"] = json!("gelu_pytorch_tanh");
+    let layers = meta.usize_key("block_count")?;
+    raw["query_pre_attn_scalar"] = json!(match layers == large_layers {
+        true => d.hidden / d.heads.max(1),
+        false => d.head_dim,
+    });
+    for key in ["attn_logit_softcapping", "final_logit_softcapping"] {
+        if let Some(cap) = meta.opt_f64_key(key)? {
+            raw[key] = json!(cap);
+        }
+    }
+    Ok(())
 }
 
 /// A config class's default soft-caps: of the attention logits and of the final logits.

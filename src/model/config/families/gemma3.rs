@@ -5,12 +5,14 @@
 
 use std::path::Path;
 
-use serde_json::Value;
+use candle_core::quantized::gguf_file::Value as GgufValue;
+use serde_json::{json, Value};
 
-use super::gemma2;
-use crate::error::Result;
-use crate::model::config::family::{Family, Ropes};
+use super::{gemma2, llama, qwen3};
+use crate::error::{Error, Result};
+use crate::model::config::family::{Family, GgufRules, Ropes};
 use crate::model::config::{GemmaSettings, RawConfig};
+use crate::model::gguf_config::{short, Dims, Meta, TensorFacts};
 use crate::model::rope::RopeConfig;
 use crate::model::sliding_window::{WindowLayers, WindowRule};
 
@@ -24,8 +26,66 @@ pub(crate) const FAMILY: Family = Family {
         ..gemma2::FAMILY.window
     },
     scalars,
+    gguf: Some(&GGUF),
     ..gemma2::FAMILY
 };
+
+/// llama.cpp's `gemma3`: Gemma 2's and the QK-norm.
+const GGUF: GgufRules = GgufRules {
+    arch: "gemma3",
+    blocks: &[
+        qwen3::GGUF_QK_NORM,
+        gemma2::GGUF_SANDWICH_NORMS,
+        llama::GGUF_BLOCKS,
+    ],
+    config: gguf_config,
+    ..gemma2::GGUF
+};
+
+/// Gemma 3 as llama.cpp reads it: Gemma 2's (the 27B model has 62 layers), the global
+/// RoPE (`rope.freq_base`, linear scaling) in config.json's legacy form, the sliding
+/// layers' (`rope.freq_base_swa`, else 10000) and `attention.sliding_window_pattern`.
+fn gguf_config(meta: &Meta, _: &TensorFacts, d: &Dims, raw: &mut Value) -> Result<()> {
+    gemma2::gemma_gguf_config(meta, d, raw, 62)?;
+    // config.json's legacy form: rope_theta and rope_scaling for the global layers
+    let rope = raw["rope_parameters"].take();
+    raw["rope_theta"] = rope["rope_theta"].clone();
+    if rope["rope_type"] == "linear" {
+        raw["rope_scaling"] = json!({"rope_type": "linear", "factor": rope["factor"]});
+    }
+    if let Some(local) = meta.opt_f64_key("rope.freq_base_swa")? {
+        raw["rope_local_base_freq"] = json!(local);
+    }
+    gguf_layer_types(meta, raw)
+}
+
+/// `attention.sliding_window_pattern`: one period (every n-th layer global), or a flag per
+/// layer (true: sliding).
+fn gguf_layer_types(meta: &Meta, raw: &mut Value) -> Result<()> {
+    let key = meta.key("attention.sliding_window_pattern");
+    match meta.content.metadata.get(&key) {
+        None => {}
+        Some(GgufValue::Array(flags)) => {
+            let types = flags
+                .iter()
+                .map(|f| match f {
+                    GgufValue::Bool(true) => Ok("sliding_attention"),
+                    GgufValue::Bool(false) => Ok("full_attention"),
+                    other => Err(Error::input(
+                        meta.path,
+                        format!("metadata {key} holds {}, expected booleans", short(other)),
+                    )),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            raw["layer_types"] = json!(types);
+        }
+        Some(_) => {
+            let pattern = meta.usize_key("attention.sliding_window_pattern")?;
+            raw["sliding_window_pattern"] = json!(pattern);
+        }
+    }
+    Ok(())
+}
 
 /// Gemma3TextConfig caps nothing by default, and its attention reads no soft-cap:
 /// transformers 5.24's Gemma3Attention keeps `attn_logit_softcapping` but passes no

@@ -3,10 +3,13 @@
 
 use std::path::Path;
 
-use super::llama;
+use serde_json::json;
+
+use super::{llama, phi3};
 use crate::error::{Error, Result};
-use crate::model::config::family::{Biases, Family};
+use crate::model::config::family::{Biases, Family, GgufRules, NameTable, StoredTensor, Undo};
 use crate::model::config::RawConfig;
+use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 use crate::model::layout::{Layout, MlpKind, NormKind, QkvLayout};
 
 pub(crate) const FAMILY: Family = Family {
@@ -47,8 +50,26 @@ pub(crate) const FAMILY: Family = Family {
         ),
     ],
     ignored_on_load: &[".attn.bias", ".attn.masked_bias"],
+    gguf: Some(&GGUF),
     ..llama::FAMILY
 };
+
+/// llama.cpp's `gpt2`: learned positions, the final LayerNorm's bias, the fused q/k/v,
+/// Conv1D weights stored `[out, in]`.
+pub(crate) const GGUF: GgufRules = GgufRules {
+    globals: &[
+        &[("position_embd.weight", Some("model.embed_positions.weight"))],
+        GGUF_NORM_BIAS,
+        llama::GGUF_GLOBALS,
+    ],
+    blocks: &[phi3::GGUF_FUSED_QKV, llama::GGUF_BLOCKS],
+    undo: transposed_conv1d,
+    config: gguf_config,
+    ..llama::gguf_rules("gpt2")
+};
+
+/// The final LayerNorm's bias (GPT-2, GPT-NeoX), as llama.cpp names it.
+pub(crate) const GGUF_NORM_BIAS: NameTable = &[("output_norm.bias", Some("model.norm.bias"))];
 
 fn activation_function(raw: &RawConfig) -> Option<&str> {
     raw.activation_function.as_deref()
@@ -96,4 +117,24 @@ fn layout(_: &RawConfig) -> Layout {
         conv1d: true,
         ..Layout::LLAMA
     }
+}
+
+/// llama.cpp stores the Conv1D weights transposed (`[out, in]`): transposed back.
+fn transposed_conv1d(t: &StoredTensor) -> Undo {
+    match t.module {
+        Some("qkv_proj" | "o_proj" | "up_proj" | "down_proj")
+            if t.name.ends_with(".weight") && t.rank == 2 =>
+        {
+            Undo::Transpose
+        }
+        _ => Undo::Nothing,
+    }
+}
+
+/// GPT-2's LayerNorm epsilon and its activation (`activation_function`, default
+/// `gelu_new`).
+fn gguf_config(_: &Meta, _: &TensorFacts, d: &Dims, raw: &mut serde_json::Value) -> Result<()> {
+    raw["layer_norm_epsilon"] = json!(d.eps);
+    raw["hidden_act"] = serde_json::Value::Null;
+    Ok(())
 }

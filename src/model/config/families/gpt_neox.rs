@@ -1,9 +1,13 @@
 //! GPT-NeoX (Pythia): LayerNorm with biases, a fused per-head q/k/v projection, partial
 //! rotary (`rotary_pct`), a parallel residual, a GELU MLP, biases everywhere.
 
-use super::llama;
-use crate::model::config::family::{Biases, Family};
+use serde_json::json;
+
+use super::{gpt2, llama};
+use crate::error::Result;
+use crate::model::config::family::{Biases, Family, GgufRules, StoredTensor, Undo};
 use crate::model::config::RawConfig;
+use crate::model::gguf_config::{metadata_bool, Dims, Meta, TensorFacts};
 use crate::model::layout::{Layout, MlpKind, NormKind, QkvLayout};
 
 pub(crate) const FAMILY: Family = Family {
@@ -50,7 +54,18 @@ pub(crate) const FAMILY: Family = Family {
         ".attention.masked_bias",
         ".attention.rotary_emb.inv_freq",
     ],
+    gguf: Some(&GGUF),
     ..llama::FAMILY
+};
+
+/// llama.cpp's `gptneox`: GPT-2's names but for the learned positions, the fused q/k/v
+/// regrouped.
+const GGUF: GgufRules = GgufRules {
+    globals: &[gpt2::GGUF_NORM_BIAS, llama::GGUF_GLOBALS],
+    blocks: gpt2::GGUF.blocks,
+    undo: qkv_regrouped,
+    config: gguf_config,
+    ..llama::gguf_rules("gptneox")
 };
 
 /// GPTNeoXConfig's attention_bias defaults to true.
@@ -71,4 +86,30 @@ fn layout(raw: &RawConfig) -> Layout {
         parallel_residual: raw.use_parallel_residual.unwrap_or(true),
         ..Layout::LLAMA
     }
+}
+
+/// llama.cpp's converter reorders HF's per-head `[q, k, v]` groups of `attn_qkv` into all q
+/// rows, then k, then v (as for Bloom): regrouped per head.
+fn qkv_regrouped(t: &StoredTensor) -> Undo {
+    match t.module {
+        Some("qkv_proj") => Undo::QkvGrouping(t.heads),
+        _ => Undo::Nothing,
+    }
+}
+
+/// GPT-NeoX's LayerNorm epsilon, GELU, biases (where `attn_qkv` has one) and
+/// `use_parallel_residual` when the metadata says.
+fn gguf_config(
+    meta: &Meta,
+    tensors: &TensorFacts,
+    d: &Dims,
+    raw: &mut serde_json::Value,
+) -> Result<()> {
+    raw["layer_norm_eps"] = json!(d.eps);
+    raw["hidden_act"] = json!("gelu");
+    raw["attention_bias"] = json!(tensors.has_qkv_bias);
+    if let Some(parallel) = metadata_bool(meta.content, &meta.key("use_parallel_residual")) {
+        raw["use_parallel_residual"] = json!(parallel);
+    }
+    Ok(())
 }

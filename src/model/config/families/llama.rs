@@ -6,9 +6,13 @@ use std::path::Path;
 use crate::attention::latent::LatentShape;
 use crate::error::Result;
 use crate::model::attention_layers::AttentionLayers;
-use crate::model::config::family::{Biases, Family, Ropes};
+use crate::model::config::family::gguf::{no_config_keys, nothing_undone};
+use crate::model::config::family::{
+    Biases, Family, GgufRules, NameTable, Ropes, StoredTensor, Undo,
+};
 use crate::model::config::{GemmaSettings, RawConfig};
 use crate::model::experts::{DenseSizes, Experts, RawExperts};
+use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 use crate::model::layout::Layout;
 use crate::model::mixers::{every_layer_attention, Mixer};
 use crate::model::multipliers::Multipliers;
@@ -45,6 +49,7 @@ pub(crate) const FAMILY: Family = Family {
     scalars: no_scalars,
     weight_names: &[],
     ignored_on_load: &[],
+    gguf: Some(&GGUF),
 };
 
 fn intermediate_size(raw: &RawConfig) -> Option<usize> {
@@ -101,4 +106,65 @@ fn no_multipliers(_: &RawConfig, _: &Path) -> Result<Multipliers> {
 
 fn no_scalars(_: &RawConfig, _: &Path, _: usize) -> Result<Option<GemmaSettings>> {
     Ok(None)
+}
+
+/// llama.cpp's names of the tensors outside the blocks (`convert_hf_to_gguf.py`).
+pub(crate) const GGUF_GLOBALS: NameTable = &[
+    ("token_embd.weight", Some("model.embed_tokens.weight")),
+    ("output_norm.weight", Some("model.norm.weight")),
+    ("output.weight", Some("lm_head.weight")),
+];
+
+/// llama.cpp's names of a Llama block's tensors, by role.
+pub(crate) const GGUF_BLOCKS: NameTable = &[
+    ("attn_norm", Some("input_layernorm")),
+    ("attn_q", Some("self_attn.q_proj")),
+    ("attn_k", Some("self_attn.k_proj")),
+    ("attn_v", Some("self_attn.v_proj")),
+    ("attn_output", Some("self_attn.o_proj")),
+    ("ffn_norm", Some("post_attention_layernorm")),
+    ("ffn_gate", Some("mlp.gate_proj")),
+    ("ffn_up", Some("mlp.up_proj")),
+    ("ffn_down", Some("mlp.down_proj")),
+];
+
+/// GGUF architecture `arch` read as llama.cpp's Llama names, with nothing to undo and no
+/// config.json keys beyond Llama's: what the other families' GGUF rules start from.
+pub(crate) const fn gguf_rules(arch: &'static str) -> GgufRules {
+    GgufRules {
+        arch,
+        globals: &[GGUF_GLOBALS],
+        blocks: &[GGUF_BLOCKS],
+        undo: nothing_undone,
+        config: no_config_keys,
+    }
+}
+
+/// llama.cpp's `llama`: q and k rows permuted, q/k/v biases where `attn_q` has one.
+const GGUF: GgufRules = GgufRules {
+    undo: unpermute_qk,
+    config: attention_bias_from_q,
+    ..gguf_rules("llama")
+};
+
+/// llama.cpp permutes the rows of the llama q and k projections (weights and biases) so
+/// that its interleaved RoPE matches HF's rotate-half: q with `head_count`, k with
+/// `head_count_kv`.
+fn unpermute_qk(t: &StoredTensor) -> Undo {
+    match t.module {
+        Some("q_proj") => Undo::Permutation(t.heads),
+        Some("k_proj") => Undo::Permutation(t.kv_heads),
+        _ => Undo::Nothing,
+    }
+}
+
+/// `attention_bias` when the first block's q projection has a bias.
+fn attention_bias_from_q(
+    _: &Meta,
+    tensors: &TensorFacts,
+    _: &Dims,
+    raw: &mut serde_json::Value,
+) -> Result<()> {
+    raw["attention_bias"] = serde_json::json!(tensors.has_q_bias);
+    Ok(())
 }

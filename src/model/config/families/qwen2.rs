@@ -2,7 +2,7 @@
 //! layers `layer_types` (else `max_window_layers` onwards) name when `use_sliding_window`.
 
 use super::llama;
-use crate::model::config::family::{Biases, Family};
+use crate::model::config::family::{Biases, Family, GgufRules};
 use crate::model::config::RawConfig;
 use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
 
@@ -17,8 +17,12 @@ pub(crate) const FAMILY: Family = Family {
     name: "qwen2",
     biases: qkv_bias,
     window: WINDOW,
+    gguf: Some(&GGUF),
     ..llama::FAMILY
 };
+
+/// llama.cpp's `qwen2`: Llama's names, q and k not permuted.
+const GGUF: GgufRules = llama::gguf_rules("qwen2");
 
 fn qkv_bias(_: &RawConfig) -> Biases {
     Biases {
