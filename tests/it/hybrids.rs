@@ -206,7 +206,7 @@ fn qwen3_next_inspect_names_its_layers_variant_and_experts() {
 #[test]
 fn hybrid_settings_not_implemented_are_refused_naming_them() {
     let tmp = tempfile::tempdir().unwrap();
-    let cases: [(&str, &str, serde_json::Value, &str); 12] = [
+    let cases: [(&str, &str, serde_json::Value, &str); 13] = [
         (
             "lfm2",
             "layer_types",
@@ -268,6 +268,12 @@ fn hybrid_settings_not_implemented_are_refused_naming_them() {
             "ssm_multipliers",
             serde_json::json!([1.0, 2.0]),
             "ssm_multipliers",
+        ),
+        (
+            "lfm2",
+            "layer_types",
+            serde_json::json!(["conv", "conv", "conv", "conv"]),
+            "no layer has attention",
         ),
     ];
     for (k, (fixture, key, value, says)) in cases.into_iter().enumerate() {

@@ -56,6 +56,12 @@ impl RawConfig {
         let sliding_window = self.window(path, family, s.layers)?;
         let attention_layers = (family.attention_layers)(&self, s.layers, path)?;
         let mixers = (family.mixers)(&self, s.layers, path)?;
+        if !mixers.iter().any(|m| m.has_attention()) {
+            return Err(Error::input(
+                path,
+                "no layer has attention (every layer is another mixer): there is no attention to analyse",
+            ));
+        }
         let multipliers = (family.multipliers)(&self, path)?;
         let dense = DenseSizes {
             num_layers: s.layers,
