@@ -18,7 +18,7 @@ Commands (default: all, in this order):
              the file's first 10000 characters, the maps reduced and dropped layer by layer
              (all 30 layers' float64 maps would be 9 GiB) -> tests/fixtures/smollm2/metrics_2k.json;
              first checks the layer-by-layer code against `reference`'s on its 2 x 128 windows
-  fixtures   tiny GGUF files -> tests/fixtures/gguf/ (llama_gqa and qwen2 written from the
+  fixtures   tiny GGUF files -> tests/fixtures/gguf/ (llama_gqa, qwen2, ..., smollm3 written from the
              tests/fixtures/models checkpoints the way llama.cpp's converter writes them, so
              they must reproduce tests/fixtures/reference; bad/ inputs)
   crosscheck cargo test --release --test real_model -- --ignored: the Rust GGUF path against
@@ -651,6 +651,11 @@ def llama3_rope_factors(cfg):
     return np.array(out, dtype=np.float32)
 
 
+# the architectures whose q/k rows llama.cpp's converter permutes (LlamaModel.permute):
+# `llama`, and `smollm3` (SmolLM3Model is a LlamaModel with undo_permute left True)
+PERMUTED = ("llama", "smollm3")
+
+
 def write_gguf_from_hf(name, arch):
     import gguf
 
@@ -702,15 +707,15 @@ def write_gguf_from_hf(name, arch):
         else:
             _, _, layer, *mid, kind = key.split(".")
             gname = f"blk.{layer}.{inv['.'.join(mid)]}.{kind}"
-        if arch == "llama" and gname.endswith(("attn_q.weight", "attn_q.bias")):
+        if arch in PERMUTED and gname.endswith(("attn_q.weight", "attn_q.bias")):
             x = llama_cpp_permute(x, heads)
-        if arch == "llama" and gname.endswith(("attn_k.weight", "attn_k.bias")):
+        if arch in PERMUTED and gname.endswith(("attn_k.weight", "attn_k.bias")):
             x = llama_cpp_permute(x, kv)
         w.add_tensor(gname, np.ascontiguousarray(x))
         written[gname] = key
     finish_gguf(w)
     # the writer round-trips through the gguf package's own reader
-    back = gguf_state_dict(os.path.join(GGUF_FIX, f"{name}.gguf"), (heads, kv) if arch == "llama" else None)
+    back = gguf_state_dict(os.path.join(GGUF_FIX, f"{name}.gguf"), (heads, kv) if arch in PERMUTED else None)
     for gname, (x, _) in back.items():
         if gname != "rope_freqs.weight":
             assert np.array_equal(x, sd[written[gname]]), gname
@@ -877,6 +882,7 @@ def fixtures():
     write_gguf_from_hf("qwen3", "qwen3")  # per-head QK-norm (attn_q_norm, attn_k_norm)
     write_gguf_from_hf("olmo2", "olmo2")  # whole-projection QK-norm, post_attention_norm, post_ffw_norm
     write_gguf_from_hf("phi3", "phi3")  # fused attn_qkv and ffn_up, partial rotary, sliding window
+    write_gguf_from_hf("smollm3", "smollm3")  # q/k permuted, tied; NoPE layers by llama.cpp's fixed step 4
     write_gguf_gpt("gpt2", "gpt2")  # Conv1D weights transposed, learned positions, LayerNorm biases
     write_gguf_gpt("gpt_neox", "gptneox")  # q/k/v regrouped, partial rotary, parallel residual
     write_gguf_gemma("gemma2_like_2b", "gemma2")  # norms as 1 + w, soft-caps, windows on even layers

@@ -726,14 +726,15 @@ fn check_tiny_gguf(name: &str) {
     let model = ckpt.load_model().unwrap();
     let refs = reference(name);
     let ids = refs["input_ids"].to_dtype(DType::U32).unwrap();
+    let layers = ckpt.config.num_layers;
     let mut probe = CaptureProbe::new(&[Hook::Logits, Hook::Pattern]);
     model.forward(&ids, 64, &mut probe).unwrap();
     let d = max_abs_diff(
-        &probe.get(Hook::Logits, 2).unwrap().unwrap(),
+        &probe.get(Hook::Logits, layers).unwrap().unwrap(),
         &refs["logits"],
     );
     assert!(d < 1e-5, "{name}.gguf: logits differ by {d:e}");
-    for l in 0..2 {
+    for l in 0..layers {
         let p = probe.get(Hook::Pattern, l).unwrap().unwrap();
         let d = max_abs_diff(&p, &refs[&format!("layers.{l}.pattern")]);
         assert!(d < 1e-5, "{name}.gguf layer {l}: pattern differs by {d:e}");
@@ -798,6 +799,25 @@ fn qwen3_olmo2_and_phi3_ggufs_reproduce_their_checkpoints() {
         assert_eq!(a.sliding_window, b.sliding_window, "{name}");
         assert_eq!((a.qk_norm, a.head_dim), (b.qk_norm, b.head_dim), "{name}");
     }
+}
+
+/// A SmolLM3 GGUF file as llama.cpp's converter writes it (`tools/smollm2.py fixtures`: the
+/// `smollm3` architecture, q/k rows permuted as for `llama`, tied embeddings, no NoPE key):
+/// llama.cpp's loader fixes `n_no_rope_layer_step` at 4 (`(il + 1) % 4 != 0` rotates), which
+/// is the checkpoint's `no_rope_layers` [1, 1, 1, 0], so the file reproduces the checkpoint's
+/// transformers float64 reference with the same NoPE layers.
+#[test]
+fn smollm3_gguf_reproduces_its_checkpoint_with_its_nope_layers() {
+    check_tiny_gguf("smollm3");
+    let (a, b) = &gguf_and_checkpoint_configs("smollm3");
+    assert_eq!(a.architecture, b.architecture);
+    assert_eq!(a.layout, b.layout);
+    assert_eq!(a.rope, b.rope);
+    assert_eq!(a.sliding_window, b.sliding_window);
+    assert_eq!((a.qk_norm, a.head_dim), (b.qk_norm, b.head_dim));
+    assert_eq!(a.attention_layers.no_rope, vec![3]);
+    assert_eq!(a.attention_layers.no_rope, b.attention_layers.no_rope);
+    assert_eq!(a.tie_word_embeddings, b.tie_word_embeddings);
 }
 
 /// GPT-2 and GPT-NeoX GGUF files as llama.cpp's converter writes them
@@ -996,7 +1016,9 @@ fn unknown_gguf_architecture_is_named() {
     let err = inspect_error(&gguf_fixture("bad/unknown_arch.gguf"));
     assert!(
         err.contains("architecture `mamba`")
-            && err.contains("gemma2, gemma3, gpt2, gptneox, llama, olmo2, phi3, qwen2, qwen3"),
+            && err.contains(
+                "gemma2, gemma3, gpt2, gptneox, llama, olmo2, phi3, qwen2, qwen3, smollm3"
+            ),
         "{err}"
     );
 }

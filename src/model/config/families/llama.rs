@@ -150,7 +150,7 @@ const GGUF: GgufRules = GgufRules {
 /// llama.cpp permutes the rows of the llama q and k projections (weights and biases) so
 /// that its interleaved RoPE matches HF's rotate-half: q with `head_count`, k with
 /// `head_count_kv`.
-fn unpermute_qk(t: &StoredTensor) -> Undo {
+pub(crate) fn unpermute_qk(t: &StoredTensor) -> Undo {
     match t.module {
         Some("q_proj") => Undo::Permutation(t.heads),
         Some("k_proj") => Undo::Permutation(t.kv_heads),
@@ -159,7 +159,7 @@ fn unpermute_qk(t: &StoredTensor) -> Undo {
 }
 
 /// `attention_bias` when the first block's q projection has a bias.
-fn attention_bias_from_q(
+pub(crate) fn attention_bias_from_q(
     _: &Meta,
     tensors: &TensorFacts,
     _: &Dims,

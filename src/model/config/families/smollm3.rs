@@ -1,14 +1,21 @@
 //! SmolLM3: the Llama layout with NoPE layers (`no_rope_layers`, 1 where a layer uses RoPE;
 //! else every `no_rope_layer_interval`-th layer, 4 by default), tied embeddings and
 //! `rope_theta` 2e6 by default; a sliding window on the layers `layer_types` names.
+//!
+//! llama.cpp's `smollm3` GGUF files: Llama's tensors, q/k permuted (`SmolLM3Model` is a
+//! `LlamaModel` in `convert_hf_to_gguf.py`), no NoPE key: the loader sets
+//! `n_no_rope_layer_step = 4` and the graph rotates where `(il + 1) % 4 != 0`
+//! (`src/models/smollm3.cpp`), SmolLM3Config's `no_rope_layer_interval` 4; and no sliding
+//! window (the graph builds one full-attention KV cache whatever the metadata says).
 
 use std::path::Path;
 
 use super::llama;
 use crate::error::{Error, Result};
 use crate::model::attention_layers::{no_rope_layers, AttentionLayers};
-use crate::model::config::family::{Family, Ropes};
+use crate::model::config::family::{Family, GgufRules, Ropes};
 use crate::model::config::RawConfig;
+use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
 
 pub(crate) const FAMILY: Family = Family {
@@ -24,8 +31,36 @@ pub(crate) const FAMILY: Family = Family {
         layers: WindowLayers::Listed,
     },
     attention_layers,
+    gguf: Some(&GGUF),
     ..llama::FAMILY
 };
+
+/// llama.cpp's `smollm3`: Llama's names and q/k permutation, and its fixed NoPE layers.
+const GGUF: GgufRules = GgufRules {
+    undo: llama::unpermute_qk,
+    config: gguf_config,
+    ..llama::gguf_rules("smollm3")
+};
+
+/// llama.cpp's `n_no_rope_layer_step` for `smollm3`, a constant of its loader (no metadata
+/// key sets it): layer `il` is NoPE where `(il + 1) % 4 == 0`.
+const GGUF_NO_ROPE_LAYER_STEP: usize = 4;
+
+/// Llama's q/k/v bias from the tensors; every 4th layer NoPE as llama.cpp's loader fixes it;
+/// no sliding window, which llama.cpp's `smollm3` graph never applies (an
+/// `attention.sliding_window` key is ignored there, so here too).
+fn gguf_config(
+    meta: &Meta,
+    tensors: &TensorFacts,
+    dims: &Dims,
+    raw: &mut serde_json::Value,
+) -> Result<()> {
+    llama::attention_bias_from_q(meta, tensors, dims, raw)?;
+    raw["no_rope_layer_interval"] = serde_json::json!(GGUF_NO_ROPE_LAYER_STEP);
+    raw["use_sliding_window"] = serde_json::json!(false);
+    raw["sliding_window"] = serde_json::Value::Null;
+    Ok(())
+}
 
 /// SmolLM3Config derives sliding layers from the NoPE layers when `layer_types` is absent
 /// and `use_sliding_window` is set: not implemented (a saved config lists them).

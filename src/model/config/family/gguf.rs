@@ -136,6 +136,7 @@ mod tests {
         }
         let model_types: Vec<(&str, &str)> = [
             "llama", "qwen2", "qwen3", "olmo2", "phi3", "gpt2", "gptneox", "gemma2", "gemma3",
+            "smollm3",
         ]
         .into_iter()
         .map(|arch| (arch, Family::of_gguf(arch).unwrap().0.name))
@@ -152,6 +153,7 @@ mod tests {
                 ("gptneox", "gpt_neox"),
                 ("gemma2", "gemma2"),
                 ("gemma3", "gemma3_text"),
+                ("smollm3", "smollm3"),
             ]
         );
         assert!(Family::of_gguf("mamba").is_none());
