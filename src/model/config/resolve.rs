@@ -13,6 +13,7 @@ use super::{Architecture, ModelConfig, VariantSettings};
 use crate::attention::{Activation, AffineConfig, BetaLength, ScaleInvariantConfig, VariantKind};
 use crate::error::{Error, Result};
 use crate::model::experts::{DenseSizes, Experts, RawExperts};
+use crate::model::mixers::Mixer;
 use crate::model::sliding_window::{RawWindow, SlidingWindow};
 
 /// The sizes of the model, checked.
@@ -55,13 +56,7 @@ impl RawConfig {
         let (bos_token_id, eos_token_id) = self.special_tokens(path, s.vocab)?;
         let sliding_window = self.window(path, family, s.layers)?;
         let attention_layers = (family.attention_layers)(&self, s.layers, path)?;
-        let mixers = (family.mixers)(&self, s.layers, path)?;
-        if !mixers.iter().any(|m| m.has_attention()) {
-            return Err(Error::input(
-                path,
-                "no layer has attention (every layer is another mixer): there is no attention to analyse",
-            ));
-        }
+        let mixers = self.mixers(path, family, s.layers)?;
         let multipliers = (family.multipliers)(&self, path)?;
         let dense = DenseSizes {
             num_layers: s.layers,
@@ -122,6 +117,19 @@ impl RawConfig {
                 ),
             )
         })
+    }
+
+    /// Each layer's mixer, by the family's rule; a config without any attention layer is
+    /// refused (there is nothing to analyse).
+    fn mixers(&self, path: &Path, family: &Family, layers: usize) -> Result<Vec<Mixer>> {
+        let mixers = (family.mixers)(self, layers, path)?;
+        if !mixers.iter().any(|m| m.has_attention()) {
+            return Err(Error::input(
+                path,
+                "no layer has attention (every layer is another mixer): there is no attention to analyse",
+            ));
+        }
+        Ok(mixers)
     }
 
     /// The sizes, each required (or the family's default) and non-zero; what is not
