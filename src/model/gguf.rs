@@ -34,6 +34,7 @@ use candle_core::{Device, Tensor};
 use super::config::family::{GgufRules, StoredTensor, Undo};
 use super::config::{Family, ModelConfig, RawConfig};
 use super::gguf_config::{metadata_str, raw_config, Meta, TensorFacts};
+use super::gguf_pieces::{assemble, load_pieces, rule_for, Pieces};
 use super::gguf_rope::Recovered;
 use super::root_cause;
 use crate::error::{Error, Result};
@@ -57,6 +58,9 @@ struct GgufTensor {
     dtype: GgmlDType,
     /// What llama.cpp's converter did to the HF tensor, undone on load.
     undo: Undo,
+    /// The stored tensors it is made of, where it is not one stored tensor (an expert of a
+    /// stacked tensor, a fused tensor stored split).
+    pieces: Option<Pieces>,
 }
 
 /// An opened `.gguf` file: metadata, the tensor table under HF names, the resolved config.
@@ -99,9 +103,13 @@ impl GgufFile {
             family,
             rules,
         };
-        let heads = meta.usize_key("attention.head_count")?;
+        // per-layer arrays (0 on a hybrid's layers without attention): the attention
+        // layers' counts
+        let heads = meta
+            .opt_max_per_layer_key("attention.head_count")?
+            .ok_or_else(|| Error::input(path, format!("missing metadata {}", meta.key("attention.head_count"))))?;
         let kv_heads = meta
-            .opt_usize_key("attention.head_count_kv")?
+            .opt_max_per_layer_key("attention.head_count_kv")?
             .unwrap_or(heads);
         let converter = Converter {
             rules,
@@ -188,6 +196,9 @@ impl GgufFile {
             .tensors
             .get(name)
             .ok_or_else(|| Error::input(&self.path, format!("tensor {name} is missing")))?;
+        if let Some(pieces) = &t.pieces {
+            return load_pieces(&self.path, &self.content, pieces);
+        }
         let mut file = crate::input::open(&self.path)?;
         let q = self
             .content
@@ -203,6 +214,7 @@ impl GgufFile {
             Undo::Transpose => xs.t().and_then(|x| x.contiguous()),
             Undo::QkvGrouping(heads) => group_qkv_per_head(&xs, heads),
             Undo::MinusOne => xs.affine(1.0, -1.0),
+            Undo::Unsqueeze(dim) => xs.unsqueeze(dim),
         };
         undone.map_err(|e| Error::invalid(&self.path, &t.gguf_name, root_cause(e)))
     }
@@ -214,6 +226,7 @@ impl GgufFile {
     pub fn reads_rows(&self, name: &str) -> bool {
         self.tensors.get(name).is_some_and(|t| {
             matches!(t.undo, Undo::Nothing)
+                && t.pieces.is_none()
                 && t.shape.len() == 2
                 && t.shape[1].is_multiple_of(t.dtype.block_size())
         })
@@ -335,9 +348,9 @@ struct Converter {
 }
 
 impl Converter {
-    /// What to undo in the HF-named tensor `hf_name`; a transposed `shape` is turned back
-    /// to HF orientation.
-    fn undo(&self, hf_name: &str, shape: &mut [usize]) -> Undo {
+    /// What to undo in the HF-named tensor `hf_name`; `shape` is turned into the HF one
+    /// (transposed back, a squeezed dimension put back).
+    fn undo(&self, hf_name: &str, shape: &mut Vec<usize>) -> Undo {
         let undo = (self.rules.undo)(&StoredTensor {
             name: hf_name,
             module: hf_name.rsplit('.').nth(1),
@@ -345,15 +358,15 @@ impl Converter {
             heads: self.heads,
             kv_heads: self.kv_heads,
         });
-        if undo == Undo::Transpose {
-            shape.reverse();
-        }
+        undo.hf_shape(shape);
         undo
     }
 }
 
 /// The file's tensors under their HF names (`rope_freqs.weight` left out: it is metadata);
-/// an error for a tensor the architecture does not have.
+/// an error for a tensor the architecture does not have. Block tensors that the family
+/// reads assembled (stacked experts, split fused tensors) become their HF entries through
+/// [`assemble`].
 fn tensor_table(
     path: &Path,
     content: &Content,
@@ -361,9 +374,22 @@ fn tensor_table(
 ) -> Result<BTreeMap<String, GgufTensor>> {
     let rules = converter.rules;
     let mut tensors = BTreeMap::new();
+    // (layer, weight or bias) -> role -> (gguf name, shape), for the assembled roles
+    let mut claimed: BTreeMap<(usize, String), BTreeMap<String, (String, Vec<usize>)>> =
+        BTreeMap::new();
     for (gguf_name, info) in &content.tensor_infos {
         if gguf_name == "rope_freqs.weight" {
             continue;
+        }
+        if let Some((layer, role, kind)) = block_parts(gguf_name) {
+            if rule_for(rules.assembled, role).is_some() {
+                let entry = (gguf_name.clone(), info.shape.dims().to_vec());
+                claimed
+                    .entry((layer, kind.to_string()))
+                    .or_default()
+                    .insert(role.to_string(), entry);
+                continue;
+            }
         }
         let Some(hf_name) = hf_name(gguf_name, rules) else {
             let arch = rules.arch;
@@ -383,8 +409,29 @@ fn tensor_table(
                 shape,
                 dtype: info.ggml_dtype,
                 undo,
+                pieces: None,
             },
         );
+    }
+    for ((layer, kind), stored) in &claimed {
+        for (hf_name, pieces) in assemble(path, *layer, kind, rules.assembled, stored)? {
+            let first = &pieces.pieces[0].gguf_name;
+            let dtype = content.tensor_infos[first].ggml_dtype;
+            let gguf_name = match pieces.pieces[0].expert {
+                Some(e) => format!("{first} (expert {e})"),
+                None => first.clone(),
+            };
+            tensors.insert(
+                hf_name,
+                GgufTensor {
+                    gguf_name,
+                    shape: pieces.shape.clone(),
+                    dtype,
+                    undo: Undo::Nothing,
+                    pieces: Some(pieces),
+                },
+            );
+        }
     }
     Ok(tensors)
 }
@@ -425,15 +472,21 @@ fn hf_name(gguf: &str, rules: &GgufRules) -> Option<String> {
     if let Some(name) = rules.global_name(gguf) {
         return Some(name.to_string());
     }
+    let (layer, role, kind) = block_parts(gguf)?;
+    let hf = rules.block_name(role)?;
+    Some(format!("model.layers.{layer}.{hf}.{kind}"))
+}
+
+/// A block tensor's name `blk.N.<role>.weight` (or `.bias`) as (N, role, kind).
+fn block_parts(gguf: &str) -> Option<(usize, &str, &str)> {
     let rest = gguf.strip_prefix("blk.")?;
     let (layer, rest) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
-    let (part, kind) = rest.rsplit_once('.')?;
+    let (role, kind) = rest.rsplit_once('.')?;
     if kind != "weight" && kind != "bias" {
         return None;
     }
-    let hf = rules.block_name(part)?;
-    Some(format!("model.layers.{layer}.{hf}.{kind}"))
+    Some((layer, role, kind))
 }
 
 /// Undoes llama.cpp's `permute`: within each head the rows were reordered from HF's

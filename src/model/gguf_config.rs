@@ -57,6 +57,39 @@ impl Meta<'_> {
         }
     }
 
+    /// A per-layer integer key (llama.cpp writes some as one value per block, e.g. LFM2's
+    /// `attention.head_count_kv`, 0 on its convolution layers): an array of `block_count`
+    /// values, or one value for every layer; `None` when absent.
+    pub(crate) fn opt_per_layer_key(&self, key: &str) -> Result<Option<Vec<usize>>> {
+        let full = self.key(key);
+        let Some(Value::Array(items)) = self.content.metadata.get(&full) else {
+            let layers = self.usize_key("block_count")?;
+            return Ok(self.opt_usize_key(key)?.map(|v| vec![v; layers]));
+        };
+        let layers = self.usize_key("block_count")?;
+        if items.len() != layers {
+            return Err(Error::input(
+                self.path,
+                format!("metadata {full} has {} values for {layers} layers", items.len()),
+            ));
+        }
+        let values: Option<Vec<usize>> = items
+            .iter()
+            .map(|v| value_as_u64(v).map(|v| v as usize))
+            .collect();
+        values.map(Some).ok_or_else(|| {
+            Error::input(self.path, format!("metadata {full} must hold integers"))
+        })
+    }
+
+    /// The largest value of a per-layer key ([`Meta::opt_per_layer_key`]): the head count
+    /// of the attention layers where the other layers have none.
+    pub(crate) fn opt_max_per_layer_key(&self, key: &str) -> Result<Option<usize>> {
+        Ok(self
+            .opt_per_layer_key(key)?
+            .map(|values| values.into_iter().max().unwrap_or(0)))
+    }
+
     pub(crate) fn usize_key(&self, key: &str) -> Result<usize> {
         self.opt_usize_key(key)?
             .ok_or_else(|| Error::input(self.path, format!("missing metadata {}", self.key(key))))
@@ -78,11 +111,12 @@ impl Meta<'_> {
     }
 }
 
-/// Refuses what the GGUF loader does not implement: experts, RoPE scaling types.
+/// Refuses what the GGUF loader does not implement: experts in a family that reads none,
+/// RoPE scaling types.
 fn refuse_unimplemented(meta: &Meta) -> Result<()> {
     let path = meta.path;
     if let Some(n) = meta.opt_usize_key("expert_count")? {
-        if n > 0 {
+        if n > 0 && meta.rules.assembled.is_empty() {
             return Err(Error::input(
                 path,
                 format!(

@@ -4,13 +4,20 @@
 //! `feed_forward.w1/w3/w2`, `out_proj`, `q_layernorm`, and the final norm
 //! `embedding_norm`), per-head QK-norm, `norm_eps`, `rope_theta` 1e6 by default, tied
 //! embeddings, and an MLP width of its own rule (`block_auto_adjust_ff_dim`).
+//!
+//! llama.cpp's `lfm2` GGUF files (`convert_hf_to_gguf.py` LFM2Model, `src/models/lfm2.cpp`):
+//! `attention.head_count_kv` per layer, 0 on the convolution layers (the loader's only
+//! sign of them); the conv weight squeezed to `[channels, kernel]`; `shortconv.l_cache`;
+//! `feed_forward_length` the width after LFM2's rule; the final norm `token_embd_norm`;
+//! no q/k permutation. A sliding window (written only for the audio tokenizer) is refused.
 
 use std::path::Path;
 
-use super::llama;
+use super::{llama, qwen3};
 use crate::error::{Error, Result};
-use crate::model::config::family::{Family, Ropes};
+use crate::model::config::family::{Family, GgufRules, NameTable, Ropes, StoredTensor, Undo};
 use crate::model::config::RawConfig;
+use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 use crate::model::mixers::{Mixer, ShortConvShape};
 use crate::model::sliding_window::checked_layer_types;
 
@@ -25,6 +32,7 @@ pub(crate) const FAMILY: Family = Family {
     qk_norm: true,
     rope,
     mixers,
+    gguf: Some(&GGUF),
     weight_names: &[
         ("model.norm.{p}", "model.embedding_norm.{p}"),
         (
@@ -154,4 +162,64 @@ fn mixers(raw: &RawConfig, num_layers: usize, path: &Path) -> Result<Vec<Mixer>>
         .into_iter()
         .map(|a| if a { Mixer::Attention } else { conv })
         .collect())
+}
+
+/// llama.cpp's `lfm2`: Llama's names, QK-norm, the short convolutions, the final norm as
+/// `token_embd_norm`.
+const GGUF: GgufRules = GgufRules {
+    globals: &[&[("token_embd_norm.weight", Some("model.norm.weight"))], llama::GGUF_GLOBALS],
+    blocks: &[GGUF_SHORT_CONV, qwen3::GGUF_QK_NORM, llama::GGUF_BLOCKS],
+    undo: unsqueeze_conv,
+    config: gguf_config,
+    ..llama::gguf_rules("lfm2")
+};
+
+/// The short convolution's tensors.
+const GGUF_SHORT_CONV: NameTable = &[
+    ("shortconv.in_proj", Some("conv.in_proj")),
+    ("shortconv.conv", Some("conv.conv")),
+    ("shortconv.out_proj", Some("conv.out_proj")),
+];
+
+/// The conv weight `[channels, 1, kernel]` is stored squeezed.
+fn unsqueeze_conv(t: &StoredTensor) -> Undo {
+    match (t.module, t.rank) {
+        (Some("conv"), 2) => Undo::Unsqueeze(1),
+        _ => Undo::Nothing,
+    }
+}
+
+/// The layers' mixers from the per-layer key-value head counts (0: a convolution layer,
+/// whose kernel is `shortconv.l_cache`), the width as written, `norm_eps`.
+fn gguf_config(
+    meta: &Meta,
+    _: &TensorFacts,
+    dims: &Dims,
+    raw: &mut serde_json::Value,
+) -> Result<()> {
+    if meta.opt_usize_key("attention.sliding_window")?.is_some() {
+        return Err(Error::input(
+            meta.path,
+            format!("{} (a sliding window on every attention layer) is not implemented for lfm2: Lfm2Model has none", meta.key("attention.sliding_window")),
+        ));
+    }
+    let kv_heads = meta
+        .opt_per_layer_key("attention.head_count_kv")?
+        .unwrap_or_else(|| vec![dims.kv_heads; raw["num_hidden_layers"].as_u64().unwrap_or(0) as usize]);
+    if let Some(other) = kv_heads.iter().find(|&&n| n != 0 && n != dims.kv_heads) {
+        return Err(Error::input(
+            meta.path,
+            format!("{} gives attention layers {} and {other} key-value heads: Lfm2Config has one count", meta.key("attention.head_count_kv"), dims.kv_heads),
+        ));
+    }
+    let types: Vec<&str> = kv_heads
+        .iter()
+        .map(|&n| if n == 0 { "conv" } else { "full_attention" })
+        .collect();
+    raw["layer_types"] = serde_json::json!(types);
+    raw["conv_L_cache"] = serde_json::json!(meta.usize_key("shortconv.l_cache")?);
+    raw["conv_bias"] = serde_json::json!(false);
+    raw["block_auto_adjust_ff_dim"] = serde_json::json!(false);
+    raw["norm_eps"] = serde_json::json!(dims.eps);
+    Ok(())
 }

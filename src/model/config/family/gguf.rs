@@ -8,6 +8,7 @@ use super::Family;
 use crate::error::Result;
 use crate::model::config::families::FAMILIES;
 use crate::model::gguf_config::{Dims, Meta, TensorFacts};
+pub use crate::model::gguf_pieces::Assembled;
 
 /// llama.cpp tensor names and the loader's: (llama.cpp's, the loader's or `None` where the
 /// loader reads no such tensor).
@@ -28,6 +29,9 @@ pub struct GgufRules {
     /// (`attn_q`), as the loader names them under `model.layers.N.` (`self_attn.q_proj`);
     /// the first table naming one deciding.
     pub blocks: &'static [NameTable],
+    /// The HF tensors made of several stored ones or of one expert of a stacked one; their
+    /// block roles are read only through these.
+    pub assembled: &'static [Assembled],
     /// What llama.cpp's converter changed in a tensor, undone on load.
     pub undo: fn(&StoredTensor) -> Undo,
     /// The family's config.json keys beyond (or instead of) Llama's.
@@ -83,6 +87,20 @@ pub enum Undo {
     QkvGrouping(usize),
     /// Gemma's norm scale stored as 1 + w: subtract 1.
     MinusOne,
+    /// A dimension of size 1 squeezed out at this index (LFM2's and Mamba's conv weights
+    /// `[channels, 1, kernel]` stored `[channels, kernel]`): put back.
+    Unsqueeze(usize),
+}
+
+impl Undo {
+    /// The HF shape of a tensor stored with `shape`.
+    pub fn hf_shape(self, shape: &mut Vec<usize>) {
+        match self {
+            Undo::Transpose => shape.reverse(),
+            Undo::Unsqueeze(dim) if dim <= shape.len() => shape.insert(dim, 1),
+            _ => {}
+        }
+    }
 }
 
 /// Nothing changed: the tensor is stored as the loader uses it.

@@ -1,0 +1,254 @@
+//! Hugging Face tensors that llama.cpp stores differently from one tensor per tensor:
+//! mixture-of-experts weights stacked over experts (`blk.N.ffn_gate_exps.weight`, numpy
+//! `[experts, rows, cols]`), and fused HF tensors that the converter split in two (Granite's
+//! `gate_up_proj` as `ffn_gate_exps` and `ffn_up_exps`). A family names them in its
+//! [`GgufRules::assembled`](super::config::family::GgufRules); [`assemble`] turns the file's
+//! block tensors into HF entries made of [`Piece`]s, and [`load_pieces`] reads them: one
+//! expert of a stacked tensor is one positioned read of its own bytes, never the whole stack.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::Content;
+use candle_core::{Device, Tensor};
+
+use super::root_cause;
+use crate::error::{Error, Result};
+
+/// How a family's HF tensors are made from llama.cpp's stacked or split block tensors.
+#[derive(Debug, Clone, Copy)]
+pub enum Assembled {
+    /// Expert `e` of the stacked `role` (`ffn_gate_exps`) is `{prefix}.{e}.{suffix}` (Qwen,
+    /// DeepSeek and GLM experts: `mlp.experts`, `gate_proj`).
+    PerExpert {
+        role: &'static str,
+        prefix: &'static str,
+        suffix: &'static str,
+    },
+    /// `hf` is the `roles`' stored tensors, each with its last two dimensions swapped where
+    /// `transposed`, concatenated along `axis` (Granite's `mlp.experts.gate_up_proj` is
+    /// `ffn_gate_exps` then `ffn_up_exps` along the rows).
+    Join {
+        hf: &'static str,
+        roles: &'static [&'static str],
+        axis: usize,
+        transposed: bool,
+    },
+}
+
+impl Assembled {
+    /// Whether the block tensor `role` is read through this rule.
+    fn claims(&self, role: &str) -> bool {
+        match self {
+            Assembled::PerExpert { role: r, .. } => *r == role,
+            Assembled::Join { roles, .. } => roles.contains(&role),
+        }
+    }
+}
+
+/// One stored tensor (or one expert of it) that an HF tensor is made of.
+#[derive(Debug, Clone)]
+pub(crate) struct Piece {
+    /// llama.cpp name, e.g. `blk.0.ffn_gate_exps.weight`.
+    pub gguf_name: String,
+    /// The expert, for one slice of a stacked `[experts, rows, cols]` tensor.
+    pub expert: Option<usize>,
+    /// Its last two dimensions swapped on load.
+    pub transposed: bool,
+}
+
+/// An HF tensor made of pieces: its shape, and the pieces concatenated along `axis`.
+#[derive(Debug, Clone)]
+pub(crate) struct Pieces {
+    pub pieces: Vec<Piece>,
+    pub axis: usize,
+    pub shape: Vec<usize>,
+}
+
+/// The rule of `rules` reading block tensor `role`, if any.
+pub(crate) fn rule_for<'a>(rules: &'a [Assembled], role: &str) -> Option<&'a Assembled> {
+    rules.iter().find(|rule| rule.claims(role))
+}
+
+/// The HF entries (name under `model.layers.{layer}.`, pieces) that the stored tensors of
+/// one layer claimed by `rules` make, from `stored`: role -> (gguf name, numpy shape), with
+/// `kind` `weight` or `bias`. An error names a missing partner or mismatched shapes.
+pub(crate) fn assemble(
+    path: &Path,
+    layer: usize,
+    kind: &str,
+    rules: &[Assembled],
+    stored: &BTreeMap<String, (String, Vec<usize>)>,
+) -> Result<Vec<(String, Pieces)>> {
+    let mut out = Vec::new();
+    for rule in rules {
+        match *rule {
+            Assembled::PerExpert {
+                role,
+                prefix,
+                suffix,
+            } => {
+                let Some((gguf_name, shape)) = stored.get(role) else {
+                    continue;
+                };
+                let experts = stacked_count(path, gguf_name, shape)?;
+                for e in 0..experts {
+                    let piece = Piece {
+                        gguf_name: gguf_name.clone(),
+                        expert: Some(e),
+                        transposed: false,
+                    };
+                    let pieces = Pieces {
+                        pieces: vec![piece],
+                        axis: 0,
+                        shape: shape[1..].to_vec(),
+                    };
+                    out.push((format!("model.layers.{layer}.{prefix}.{e}.{suffix}.{kind}"), pieces));
+                }
+            }
+            Assembled::Join {
+                hf,
+                roles,
+                axis,
+                transposed,
+            } => {
+                let name = |role: &str| format!("blk.{layer}.{role}.{kind}");
+                if let Some(pieces) = join(path, roles, axis, transposed, stored, name)? {
+                    out.push((format!("model.layers.{layer}.{hf}.{kind}"), pieces));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The number of experts of a stacked tensor (its first numpy dimension); an error unless
+/// it is 3-D.
+fn stacked_count(path: &Path, gguf_name: &str, shape: &[usize]) -> Result<usize> {
+    if shape.len() != 3 {
+        return Err(Error::input(
+            path,
+            format!("tensor {gguf_name} has shape {shape:?}, expected [experts, rows, columns]"),
+        ));
+    }
+    Ok(shape[0])
+}
+
+/// The join of `roles`' stored tensors (named by `gguf_name_of` in errors), `None` when none of them is stored; an error when
+/// only some are, or their shapes do not line up along `axis`.
+fn join(
+    path: &Path,
+    roles: &[&str],
+    axis: usize,
+    transposed: bool,
+    stored: &BTreeMap<String, (String, Vec<usize>)>,
+    gguf_name_of: impl Fn(&str) -> String,
+) -> Result<Option<Pieces>> {
+    let found: Vec<_> = roles.iter().map(|role| stored.get(*role)).collect();
+    let Some(present) = found.iter().flatten().next() else {
+        return Ok(None);
+    };
+    let mut pieces = Vec::with_capacity(roles.len());
+    let mut shape: Option<Vec<usize>> = None;
+    for (role, entry) in roles.iter().zip(&found) {
+        let Some((gguf_name, stored_shape)) = entry else {
+            return Err(Error::input(
+                path,
+                format!("tensor {} is missing beside {}", gguf_name_of(role), present.0),
+            ));
+        };
+        let mut s = stored_shape.clone();
+        let rank = s.len();
+        if transposed && rank >= 2 {
+            s.swap(rank - 2, rank - 1);
+        }
+        shape = Some(match shape {
+            None => s,
+            Some(mut total) => {
+                let fits = total.len() == s.len()
+                    && axis < s.len()
+                    && (0..s.len()).all(|d| d == axis || total[d] == s[d]);
+                if !fits {
+                    return Err(Error::input(
+                        path,
+                        format!("tensor {gguf_name} has shape {stored_shape:?}, which does not line up with {} (shape {total:?} so far)", present.0),
+                    ));
+                }
+                total[axis] += s[axis];
+                total
+            }
+        });
+        pieces.push(Piece {
+            gguf_name: gguf_name.clone(),
+            expert: None,
+            transposed,
+        });
+    }
+    Ok(Some(Pieces {
+        pieces,
+        axis,
+        shape: shape.expect("at least one role"),
+    }))
+}
+
+/// Reads and dequantizes the pieces to f32 on the CPU and joins them.
+pub(crate) fn load_pieces(path: &Path, content: &Content, pieces: &Pieces) -> Result<Tensor> {
+    let mut parts = Vec::with_capacity(pieces.pieces.len());
+    for piece in &pieces.pieces {
+        let mut xs = match piece.expert {
+            Some(e) => load_expert(path, content, &piece.gguf_name, e)?,
+            None => load_whole(path, content, &piece.gguf_name)?,
+        };
+        if piece.transposed {
+            let rank = xs.rank();
+            xs = xs
+                .transpose(rank - 2, rank - 1)
+                .and_then(|x| x.contiguous())
+                .map_err(|e| Error::invalid(path, &piece.gguf_name, root_cause(e)))?;
+        }
+        parts.push(xs);
+    }
+    if parts.len() == 1 {
+        return Ok(parts.pop().expect("one part"));
+    }
+    Tensor::cat(&parts, pieces.axis)
+        .map_err(|e| Error::invalid(path, &pieces.pieces[0].gguf_name, root_cause(e)))
+}
+
+/// A whole stored tensor, dequantized.
+fn load_whole(path: &Path, content: &Content, gguf_name: &str) -> Result<Tensor> {
+    let mut file = crate::input::open(path)?;
+    let q = content
+        .tensor(&mut file, gguf_name, &Device::Cpu)
+        .map_err(|e| Error::invalid(path, format!("cannot read tensor {gguf_name}"), root_cause(e)))?;
+    Ok(q.dequantize(&Device::Cpu)?)
+}
+
+/// Expert `e` of the stacked tensor `gguf_name` (`[experts, rows, cols]`), its bytes alone.
+fn load_expert(path: &Path, content: &Content, gguf_name: &str, e: usize) -> Result<Tensor> {
+    let info = &content.tensor_infos[gguf_name];
+    let dims = info.shape.dims();
+    let (rows, cols) = (dims[1], dims[2]);
+    let block = info.ggml_dtype.block_size();
+    if !cols.is_multiple_of(block) {
+        // a row that is not whole blocks: the expert's bytes do not start on a block
+        let all = load_whole(path, content, gguf_name)?;
+        return all
+            .get(e)
+            .map_err(|err| Error::invalid(path, gguf_name, root_cause(err)));
+    }
+    let row_bytes = (cols / block * info.ggml_dtype.type_size()) as u64;
+    let start = content.tensor_data_offset + info.offset + (e * rows) as u64 * row_bytes;
+    let mut raw = vec![0u8; rows * row_bytes as usize];
+    let file = crate::input::open(path)?;
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut raw, start)
+        .map_err(|err| Error::io(path, err))?;
+    let q = candle_core::quantized::ggml_file::qtensor_from_ggml(
+        info.ggml_dtype,
+        &raw,
+        vec![rows, cols],
+        &Device::Cpu,
+    )
+    .map_err(|err| Error::invalid(path, gguf_name, root_cause(err)))?;
+    Ok(q.dequantize(&Device::Cpu)?)
+}
