@@ -44,10 +44,20 @@ def name_map(arch, cfg, extra_layers=0):
 
 
 def gguf_name(names, key):
-    base, kind = key.rsplit(".", 1)
-    mapped = names.get_name(base)
+    """The converter's `map_tensor_name`: the whole name first (Mamba's `A_log`, Falcon-H1's
+    `pre_ff_layernorm.weight` map without a suffix), else with `.weight` / `.bias`."""
+    mapped = names.get_name(key, try_suffixes=(".weight", ".bias"))
     assert mapped is not None, key
-    return f"{mapped}.{kind}"
+    return mapped
+
+
+def llama_permute(w, n_head):
+    """convert_hf_to_gguf.py LlamaModel.permute."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def llama_unpermute(w, n_head):
+    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
 def read_back(path):
@@ -68,10 +78,10 @@ def check_exact(name, want, got):
     log(f"{name}.gguf: {len(want)} tensors read back to the checkpoint's exactly")
 
 
-def common_keys(w, cfg, ffn):
+def common_keys(w, cfg, ffn, context=None):
     w.add_name("asa-analyze fixture")
     w.add_block_count(cfg["num_hidden_layers"])
-    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_context_length(context or cfg["max_position_embeddings"])
     w.add_embedding_length(cfg["hidden_size"])
     w.add_feed_forward_length(ffn)
     w.add_head_count(cfg["num_attention_heads"])
@@ -132,7 +142,226 @@ def write_lfm2(name="lfm2"):
     log(f"{name}.gguf: transformers' GGUF loader reads the checkpoint's tensors exactly (logits {d:.1e})")
 
 
-WRITERS = {"lfm2": write_lfm2}
+# --- Mamba-2 (Mamba2Model.modify_tensors, for Granite 4 hybrid and Falcon-H1) -----------
+# `dt_bias` renamed `dt_proj.bias` (-> ssm_dt.bias); conv1d squeezed to [channels, K]; A_log
+# and D reshaped to [heads, 1], A_log stored as A = -exp(A_log) (in f32); the norm reshaped to
+# [groups, inner / groups]; `ssm.*` keys: conv_kernel, inner_size, state_size,
+# time_step_rank (the number of heads), group_count.
+
+
+def mamba2_tensor(key, x, cfg, inner):
+    """(HF name as the converter maps it, tensor as it writes it) for a Mamba tensor."""
+    if key.endswith(".dt_bias"):
+        key = key[: -len(".dt_bias")] + ".dt_proj.bias"
+    if key.endswith("conv1d.weight"):
+        x = x.squeeze()
+    elif key.endswith((".A_log", ".D")):
+        x = x.reshape(*x.shape, 1)
+    elif key.endswith("mamba.norm.weight"):
+        x = x.reshape(cfg["mamba_n_groups"], inner // cfg["mamba_n_groups"])
+    if key.endswith(".A_log"):
+        x = -np.exp(x.astype(np.float32))
+    return key, x
+
+
+def mamba2_undo(key, x):
+    """The inverse, to the checkpoint's tensor under its HF name."""
+    if key.endswith("conv1d.weight"):
+        return np.expand_dims(x, 1)
+    if key.endswith(".A_log"):
+        return np.log(-x).reshape(-1)
+    if key.endswith((".D", "mamba.norm.weight")):
+        return x.reshape(-1)
+    return x
+
+
+def mamba2_keys(w, cfg, inner):
+    w.add_ssm_conv_kernel(cfg["mamba_d_conv"])
+    w.add_ssm_inner_size(inner)
+    w.add_ssm_state_size(cfg["mamba_d_state"])
+    w.add_ssm_time_step_rank(cfg["mamba_n_heads"])
+    w.add_ssm_group_count(cfg["mamba_n_groups"])
+
+
+# --- Granite 4 hybrid ------------------------------------------------------------------
+# GraniteHybridModel(Mamba2Model, GraniteMoeModel): attention layers are layer_types'
+# "attention" (the hub's name; a transformers-5 config says "full_attention", read as such
+# here); head_count_kv per layer, 0 on Mamba layers; context_length 2**20 for the NoPE
+# hybrid; head_dim popped (rope.dimension_count = hidden / heads, no key_length);
+# attention.scale, embedding_scale, residual_scale, logit_scale from the four multipliers;
+# rope.scaling.finetuned false (not Bamba); expert_count, expert_used_count,
+# expert_shared_feed_forward_length; q and k permuted as LlamaModel's (q with heads, k with
+# kv heads) even though NoPE; input_linear split in halves along the rows into
+# ffn_gate_exps / ffn_up_exps, output_linear -> ffn_down_exps, router -> ffn_gate_inp, the
+# shared MLP's input_linear split into ffn_gate_shexp / ffn_up_shexp.
+
+
+def write_granitehybrid(name="granitemoehybrid"):
+    src, cfg, sd = checkpoint(name)
+    names = name_map("granitehybrid", cfg)
+    path = os.path.join(GGUF_FIX, f"{name}.gguf")
+    heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hidden = cfg["hidden_size"]
+    inner = int(cfg["mamba_expand"] * hidden)
+    attention = [t == "full_attention" for t in cfg["layer_types"]]
+    w = gguf.GGUFWriter(path, "granitehybrid")
+    # context_length: 2**20 over max_position_embeddings, as the converter overwrites it
+    common_keys(w, cfg, cfg["intermediate_size"], context=2**20)
+    w.add_head_count_kv([kv if a else 0 for a in attention])
+    w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_expert_count(cfg["num_local_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_rope_dimension_count(hidden // heads)
+    w.add_attention_scale(cfg["attention_multiplier"])
+    w.add_embedding_scale(cfg["embedding_multiplier"])
+    w.add_residual_scale(cfg["residual_multiplier"])
+    w.add_logit_scale(cfg["logits_scaling"])
+    w.add_expert_shared_feed_forward_length(cfg["shared_intermediate_size"])
+    mamba2_keys(w, cfg, inner)
+    w.add_rope_scaling_finetuned(False)
+    written = {}
+    ff, shared = cfg["intermediate_size"], cfg["shared_intermediate_size"]
+    for key in sorted(sd):
+        x = sd[key]
+        parts = []
+        if "input_linear" in key:
+            half = shared if "shared_mlp" in key else ff
+            gate, up = x[..., :half, :], x[..., half:, :]
+            which = ("ffn_gate_shexp", "ffn_up_shexp") if "shared_mlp" in key else ("ffn_gate_exps", "ffn_up_exps")
+            layer = key.split(".")[2]
+            parts = [(f"blk.{layer}.{which[0]}.weight", gate), (f"blk.{layer}.{which[1]}.weight", up)]
+        elif ".mamba." in key:
+            mkey, mx = mamba2_tensor(key, x, cfg, inner)
+            parts = [(gguf_name(names, mkey), mx)]
+        elif key.endswith("self_attn.q_proj.weight"):
+            parts = [(gguf_name(names, key), llama_permute(x, heads))]
+        elif key.endswith("self_attn.k_proj.weight"):
+            parts = [(gguf_name(names, key), llama_permute(x, kv))]
+        else:
+            parts = [(gguf_name(names, key), x)]
+        for gname, gx in parts:
+            w.add_tensor(gname, np.ascontiguousarray(gx.astype(np.float32)))
+            written[gname] = key
+    finish_gguf(w)
+    _, back = read_back(path)
+    undone = {}
+    for gname, key in written.items():
+        x = back[gname]
+        if "input_linear" in key:
+            if key in undone:
+                continue
+            layer = key.split(".")[2]
+            which = ("ffn_gate_shexp", "ffn_up_shexp") if "shared_mlp" in key else ("ffn_gate_exps", "ffn_up_exps")
+            x = np.concatenate([back[f"blk.{layer}.{which[0]}.weight"], back[f"blk.{layer}.{which[1]}.weight"]], axis=-2)
+        elif ".mamba." in key:
+            x = mamba2_undo(key, x)
+        elif key.endswith("self_attn.q_proj.weight"):
+            x = llama_unpermute(x, heads)
+        elif key.endswith("self_attn.k_proj.weight"):
+            x = llama_unpermute(x, kv)
+        undone[key] = x
+    # A = -exp(A_log) in f32 and back: within an ulp of the checkpoint's A_log
+    for key in [k for k in sd if k.endswith(".A_log")]:
+        assert np.allclose(undone[key], sd[key], rtol=4e-7, atol=4e-7), key
+        undone[key] = sd[key]
+    check_exact(name, sd, undone)
+
+
+# --- Falcon-H1 -------------------------------------------------------------------------
+# FalconH1Model(Mamba2Model): head_count_kv one value (every layer has attention and
+# Mamba-2); key_length / value_length = head_dim; ssm.inner_size = mamba_d_ssm,
+# time_step_rank = mamba_d_ssm / mamba_d_head; no multiplier key: every muP multiplier is
+# multiplied into the weights (q x attention_in; k x key x attention_in; v x attention_in;
+# o x attention_out; mamba out_proj x ssm_out; in_proj x ssm_in, then its z, x, B, C, dt
+# rows x ssm_multipliers[0..4]; MLP gate x mlp_multipliers[0], down x mlp_multipliers[1];
+# lm_head x lm_head_multiplier; the embeddings x embedding_multiplier), in float32; no
+# q/k permutation; `pre_ff_layernorm.weight` -> `blk.N.ffn_norm` (no suffix).
+
+
+def falcon_h1_baked(key, x, cfg):
+    """The tensor times the multipliers the converter multiplies into it."""
+    x = x.astype(np.float32)
+    f32 = np.float32
+    if "down_proj" in key:
+        return x * f32(cfg["mlp_multipliers"][1])
+    if "gate_proj" in key:
+        return x * f32(cfg["mlp_multipliers"][0])
+    if "k_proj" in key:
+        return x * f32(cfg["key_multiplier"]) * f32(cfg["attention_in_multiplier"])
+    if "q_proj" in key or "v_proj" in key:
+        return x * f32(cfg["attention_in_multiplier"])
+    if "o_proj" in key:
+        return x * f32(cfg["attention_out_multiplier"])
+    if "out_proj" in key:
+        return x * f32(cfg["ssm_out_multiplier"])
+    if "in_proj" in key:
+        x = x * f32(cfg["ssm_in_multiplier"])
+        di, gn = cfg["mamba_d_ssm"], cfg["mamba_n_groups"] * cfg["mamba_d_state"]
+        m = [f32(v) for v in cfg["ssm_multipliers"]]
+        x[:di] *= m[0]
+        x[di:2 * di] *= m[1]
+        x[2 * di:2 * di + gn] *= m[2]
+        x[2 * di + gn:2 * di + 2 * gn] *= m[3]
+        x[2 * di + 2 * gn:] *= m[4]
+        return x
+    if "lm_head" in key:
+        return x * f32(cfg["lm_head_multiplier"])
+    if "embed_tokens" in key:
+        return x * f32(cfg["embedding_multiplier"])
+    return x
+
+
+def write_falcon_h1(name="falcon_h1"):
+    src, cfg, sd = checkpoint(name)
+    names = name_map("falcon-h1", cfg)
+    path = os.path.join(GGUF_FIX, f"{name}.gguf")
+    inner = cfg["mamba_d_ssm"]
+    assert not cfg["attention_bias"] and not cfg["mamba_rms_norm"]
+    w = gguf.GGUFWriter(path, "falcon-h1")
+    common_keys(w, cfg, cfg["intermediate_size"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_key_length(cfg["head_dim"])
+    w.add_value_length(cfg["head_dim"])
+    w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    mamba2_keys(w, cfg, inner)
+    written = {}
+    baked = {}
+    for key in sorted(sd):
+        x = falcon_h1_baked(key, sd[key], cfg)
+        baked[key] = x
+        mkey, x = mamba2_tensor(key, x, cfg, inner) if ".mamba." in key else (key, x)
+        gname = gguf_name(names, mkey)
+        w.add_tensor(gname, np.ascontiguousarray(x.astype(np.float32)))
+        written[gname] = key
+    finish_gguf(w)
+    assert "blk.0.ffn_norm" in written, sorted(written)
+    _, back = read_back(path)
+    undone = {key: mamba2_undo(key, back[g]) if ".mamba." in key else back[g] for g, key in written.items()}
+    for key in [k for k in sd if k.endswith(".A_log")]:
+        assert np.allclose(undone[key], baked[key], rtol=4e-7, atol=4e-7), key
+        undone[key] = baked[key]
+    # the file holds the products: the checkpoint's weights times their multipliers
+    check_exact(name, baked, undone)
+    # the products with every multiplier 1 are the checkpoint's model: transformers' own
+    # forward of the baked weights gives the checkpoint's logits
+    from transformers import FalconH1ForCausalLM
+
+    ones = dict(embedding_multiplier=1.0, lm_head_multiplier=1.0, attention_in_multiplier=1.0,
+                attention_out_multiplier=1.0, key_multiplier=1.0, ssm_in_multiplier=1.0,
+                ssm_out_multiplier=1.0, mlp_multipliers=[1.0, 1.0], ssm_multipliers=[1.0] * 5)
+    want = FalconH1ForCausalLM.from_pretrained(src, dtype=torch.float64).eval()
+    got = FalconH1ForCausalLM(FalconH1ForCausalLM.config_class.from_pretrained(src, **ones)).to(torch.float64).eval()
+    got.load_state_dict({k: torch.from_numpy(v).to(torch.float64) for k, v in baked.items()}, strict=True)
+    ids = torch.tensor([[1, 5, 9, 3, 7, 11, 20, 30, 2, 4]])
+    with torch.no_grad():
+        d = (want(input_ids=ids).logits - got(input_ids=ids).logits).abs().max().item()
+    assert d < 1e-5, d
+    log(f"{name}.gguf: the baked weights with every multiplier 1 give the checkpoint's logits (float64, {d:.1e})")
+
+
+WRITERS = {"lfm2": write_lfm2, "granitemoehybrid": write_granitehybrid, "falcon_h1": write_falcon_h1}
 
 
 def main(argv):

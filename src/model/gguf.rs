@@ -215,6 +215,8 @@ impl GgufFile {
             Undo::QkvGrouping(heads) => group_qkv_per_head(&xs, heads),
             Undo::MinusOne => xs.affine(1.0, -1.0),
             Undo::Unsqueeze(dim) => xs.unsqueeze(dim),
+            Undo::Flatten => xs.flatten_all(),
+            Undo::LogOfNegated => xs.neg().and_then(|a| a.log()).and_then(|a| a.flatten_all()),
         };
         undone.map_err(|e| Error::invalid(&self.path, &t.gguf_name, root_cause(e)))
     }
@@ -446,6 +448,7 @@ fn tensor_facts(path: &Path, tensors: &BTreeMap<String, GgufTensor>) -> Result<T
         has_output: tensors.contains_key("lm_head.weight"),
         has_q_bias: tensors.contains_key("model.layers.0.self_attn.q_proj.bias"),
         has_qkv_bias: tensors.contains_key("model.layers.0.self_attn.qkv_proj.bias"),
+        names: tensors.keys().cloned().collect(),
     })
 }
 
@@ -467,10 +470,16 @@ fn resolve_config(
 
 /// The HF name of a llama.cpp tensor name under the family's `rules` (the names
 /// `convert_hf_to_gguf.py` gives): a global tensor's, or `model.layers.N.` and the block
-/// tensor's role's.
+/// tensor's role's (or its whole name's, [`GgufRules::whole_name`]).
 fn hf_name(gguf: &str, rules: &GgufRules) -> Option<String> {
     if let Some(name) = rules.global_name(gguf) {
         return Some(name.to_string());
+    }
+    let rest = gguf.strip_prefix("blk.")?;
+    let (layer, tail) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    if let Some(hf) = rules.whole_name(tail) {
+        return Some(format!("model.layers.{layer}.{hf}"));
     }
     let (layer, role, kind) = block_parts(gguf)?;
     let hf = rules.block_name(role)?;

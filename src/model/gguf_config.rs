@@ -23,6 +23,15 @@ pub(crate) struct TensorFacts {
     pub has_q_bias: bool,
     /// `blk.0.attn_qkv.bias` exists (GPT-NeoX's `attention_bias`).
     pub has_qkv_bias: bool,
+    /// Every tensor's HF name (a family's rules ask for the ones they need).
+    pub names: std::collections::BTreeSet<String>,
+}
+
+impl TensorFacts {
+    /// Whether any tensor's HF name ends with `suffix` (`mamba.conv1d.bias`).
+    pub(crate) fn any_ends_with(&self, suffix: &str) -> bool {
+        self.names.iter().any(|n| n.ends_with(suffix))
+    }
 }
 
 /// Typed access to `{arch}.*` metadata, errors naming the file and the key; the family
@@ -99,7 +108,9 @@ impl Meta<'_> {
         let full = self.key(key);
         match self.content.metadata.get(&full) {
             None => Ok(None),
-            Some(Value::F32(v)) => Ok(Some(f64::from(*v))),
+            // the decimal the converter was given (0.45, not 0.449999988...): the shortest
+            // one that rounds to this f32
+            Some(Value::F32(v)) => Ok(Some(v.to_string().parse().unwrap_or(f64::from(*v)))),
             Some(Value::F64(v)) => Ok(Some(*v)),
             Some(v) => value_as_u64(v).map(|v| Some(v as f64)).ok_or_else(|| {
                 Error::input(

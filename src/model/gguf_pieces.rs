@@ -25,9 +25,10 @@ pub enum Assembled {
         prefix: &'static str,
         suffix: &'static str,
     },
-    /// `hf` is the `roles`' stored tensors, each with its last two dimensions swapped where
-    /// `transposed`, concatenated along `axis` (Granite's `mlp.experts.gate_up_proj` is
-    /// `ffn_gate_exps` then `ffn_up_exps` along the rows).
+    /// `hf` (`{kind}` standing for `weight` or `bias`) is the `roles`' stored tensors, each
+    /// with its last two dimensions swapped where `transposed`, concatenated along `axis`
+    /// (Granite's `mlp.experts.gate_up_proj` is `ffn_gate_exps` then `ffn_up_exps` along
+    /// the rows).
     Join {
         hf: &'static str,
         roles: &'static [&'static str],
@@ -114,7 +115,8 @@ pub(crate) fn assemble(
             } => {
                 let name = |role: &str| format!("blk.{layer}.{role}.{kind}");
                 if let Some(pieces) = join(path, roles, axis, transposed, stored, name)? {
-                    out.push((format!("model.layers.{layer}.{hf}.{kind}"), pieces));
+                    let hf = hf.replace("{kind}", kind);
+                    out.push((format!("model.layers.{layer}.{hf}"), pieces));
                 }
             }
         }

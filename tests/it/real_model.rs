@@ -838,6 +838,47 @@ fn lfm2_gguf_reproduces_its_checkpoint_with_its_convolution_layers() {
     assert_eq!(a.tie_word_embeddings, b.tie_word_embeddings);
 }
 
+/// Granite 4 hybrid and Falcon-H1 GGUF files as llama.cpp's converter writes them
+/// (`tools/make_gguf_2026_fixtures.py`): Mamba-2's `A` stored as -exp(A_log) and `D` as
+/// `[heads, 1]` (`ssm_a`, `ssm_d` without `.weight`), `dt_bias` as `ssm_dt.bias`, conv
+/// weights squeezed, the sizes as `ssm.*` keys. Granite: attention layers by the per-layer
+/// `head_count_kv`, its four multipliers as `embedding_scale`, `residual_scale`,
+/// `attention.scale` and `logit_scale`, NoPE by `rope.scaling.finetuned` false, q/k
+/// permuted, experts' `input_linear` split into `ffn_gate_exps` and `ffn_up_exps` (joined
+/// back), the shared MLP's into `ffn_gate_shexp` / `ffn_up_shexp`. Falcon-H1: every
+/// multiplier multiplied into the weights, so read with multipliers 1. Each reproduces its
+/// checkpoint's float64 reference.
+#[test]
+fn granite_hybrid_and_falcon_h1_ggufs_reproduce_their_checkpoints() {
+    for name in ["granitemoehybrid", "falcon_h1"] {
+        check_tiny_gguf(name);
+        let (a, b) = &gguf_and_checkpoint_configs(name);
+        assert_eq!(a.mixers, b.mixers, "{name}");
+        assert_eq!(a.attention_layers, b.attention_layers, "{name}");
+        assert_eq!((a.num_kv_heads, a.head_dim), (b.num_kv_heads, b.head_dim), "{name}");
+    }
+    let (a, b) = &gguf_and_checkpoint_configs("granitemoehybrid");
+    assert_eq!(a.multipliers.describe(), b.multipliers.describe());
+    assert_eq!(a.experts, b.experts);
+    // Falcon-H1's multipliers are in the file's weights
+    let (a, b) = &gguf_and_checkpoint_configs("falcon_h1");
+    let m = &a.multipliers;
+    let factors = [
+        m.embedding,
+        m.logits_factor,
+        m.attention_in,
+        m.attention_out,
+        m.key,
+        m.ssm_in,
+        m.ssm_out,
+        m.mlp_gate,
+        m.mlp_down,
+    ];
+    assert!(factors.iter().all(|f| *f == Some(1.0)), "{}", m.describe());
+    assert_eq!(m.ssm_rows, Some([1.0; 5]));
+    assert_eq!(b.multipliers.key, Some(1.9));
+}
+
 /// GPT-2 and GPT-NeoX GGUF files as llama.cpp's converter writes them
 /// (`tools/smollm2.py fixtures`): GPT-2's Conv1D weights stored `[out, in]` (transformers'
 /// own GGUF loader reads that file back to the checkpoint's tensors exactly), its learned
@@ -1035,7 +1076,7 @@ fn unknown_gguf_architecture_is_named() {
     assert!(
         err.contains("architecture `mamba`")
             && err.contains(
-                "gemma2, gemma3, gpt2, gptneox, llama, olmo2, phi3, qwen2, qwen3, smollm3"
+                "falcon-h1, gemma2, gemma3, gpt2, gptneox, granitehybrid, lfm2, llama, olmo2, phi3, qwen2, qwen3, smollm3"
             ),
         "{err}"
     );

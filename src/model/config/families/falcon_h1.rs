@@ -3,15 +3,27 @@
 //! `feed_forward`, `final_layernorm`), and muP multipliers on the embeddings, the
 //! attention's input, keys and output, the Mamba's input, in_proj rows (`ssm_multipliers`)
 //! and output, the MLP's gate and output, and the logits.
+//!
+//! llama.cpp's `falcon-h1` GGUF files (`convert_hf_to_gguf.py` FalconH1Model,
+//! `src/models/falcon-h1.cpp`): every multiplier is multiplied into the weights by the
+//! converter and none is written, so the file is read with every multiplier 1 (what
+//! llama.cpp computes from it); Mamba-2 as Granite's ([`GGUF_MAMBA2_BLOCKS`]);
+//! `pre_ff_layernorm` as `blk.N.ffn_norm` without `.weight`; no q/k permutation. Refused:
+//! attention biases (the converter multiplied them by `attention_in_multiplier`, which the
+//! checkpoint adds after its input scaling: the file's model is not the checkpoint's), and
+//! a Mamba norm as for config.json.
 
 use std::path::Path;
 
-use super::granitemoehybrid::mamba2_shape;
+use super::granitemoehybrid::{
+    mamba2_gguf_keys, mamba2_shape, undo_mamba2, GGUF_MAMBA2_BLOCKS, GGUF_MAMBA2_WHOLE,
+};
 use super::llama;
 use crate::error::{Error, Result};
 use crate::mixer::Mamba2Gate;
-use crate::model::config::family::Family;
+use crate::model::config::family::{Family, GgufRules};
 use crate::model::config::RawConfig;
+use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 use crate::model::mixers::Mixer;
 use crate::model::multipliers::Multipliers;
 
@@ -22,6 +34,7 @@ pub(crate) const FAMILY: Family = Family {
     default_max_position_embeddings: 8192,
     mixers,
     multipliers,
+    gguf: Some(&GGUF),
     weight_names: &[
         ("model.norm.{p}", "model.final_layernorm.{p}"),
         (
@@ -109,4 +122,38 @@ fn multipliers(raw: &RawConfig, path: &Path) -> Result<Multipliers> {
         ssm_rows: ssm.try_into().ok(),
         ..Multipliers::default()
     })
+}
+
+/// llama.cpp's `falcon-h1`.
+const GGUF: GgufRules = GgufRules {
+    blocks: &[GGUF_MAMBA2_BLOCKS, llama::GGUF_BLOCKS],
+    whole: &[
+        &[("ffn_norm", Some("post_attention_layernorm.weight"))],
+        GGUF_MAMBA2_WHOLE,
+    ],
+    undo: undo_mamba2,
+    config: gguf_config,
+    ..llama::gguf_rules("falcon-h1")
+};
+
+/// The Mamba-2 sizes, the Mamba norm where the file has one (llama.cpp applies it after
+/// the gate: refused by [`check`]), MLP biases where it has them; attention biases refused.
+fn gguf_config(
+    meta: &Meta,
+    tensors: &TensorFacts,
+    _: &Dims,
+    raw: &mut serde_json::Value,
+) -> Result<()> {
+    if tensors.has_q_bias {
+        return Err(Error::input(
+            meta.path,
+            "attention biases in a falcon-h1 GGUF are not implemented: llama.cpp's converter multiplied them by attention_in_multiplier, so the checkpoint's biases cannot be recovered",
+        ));
+    }
+    let norm = tensors.any_ends_with("mamba.norm.weight");
+    raw["mamba_rms_norm"] = serde_json::json!(norm);
+    raw["mamba_norm_before_gate"] = serde_json::json!(false);
+    raw["mlp_bias"] = serde_json::json!(tensors.any_ends_with("mlp.gate_proj.bias"));
+    raw["projectors_bias"] = serde_json::json!(false);
+    mamba2_gguf_keys(meta, tensors, raw)
 }

@@ -4,6 +4,14 @@
 //! both residual branches, the softmax scale `attention_multiplier`, logits divided by
 //! `logits_scaling`), and in every layer experts (the top-k logits softmaxed) plus a shared
 //! MLP, stored under the hub's names (`block_sparse_moe.input_linear`, `shared_mlp`).
+//!
+//! llama.cpp's `granitehybrid` GGUF files (`convert_hf_to_gguf.py` GraniteHybridModel,
+//! `src/models/granite-hybrid.cpp`): `attention.head_count_kv` per layer, 0 on the Mamba
+//! layers; the multipliers as `embedding_scale`, `residual_scale`, `attention.scale` (absent:
+//! llama.cpp's 1/sqrt(head_dim)) and `logit_scale`; RoPE only where
+//! `rope.scaling.finetuned` (absent: true, as llama.cpp reads it); q/k permuted as Llama's;
+//! `input_linear` split into `ffn_gate_exps` and `ffn_up_exps`, the shared MLP into
+//! `ffn_gate_shexp` and `ffn_up_shexp`; Mamba-2 as [`GGUF_MAMBA2_BLOCKS`] says.
 
 use std::path::Path;
 
@@ -13,8 +21,9 @@ use super::llama;
 use crate::error::{Error, Result};
 use crate::mixer::Mamba2Gate;
 use crate::model::attention_layers::AttentionLayers;
-use crate::model::config::family::Family;
+use crate::model::config::family::{Assembled, Family, GgufRules, NameTable, StoredTensor, Undo};
 use crate::model::config::RawConfig;
+use crate::model::gguf_config::{metadata_bool, Dims, Meta, TensorFacts};
 use crate::model::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
 use crate::model::mixers::{Mamba2Shape, Mixer};
 use crate::model::multipliers::Multipliers;
@@ -28,6 +37,7 @@ pub(crate) const FAMILY: Family = Family {
     mixers,
     multipliers,
     experts,
+    gguf: Some(&GGUF),
     weight_names: &[
         (
             "model.layers.{l}.mlp.gate.weight",
@@ -253,4 +263,143 @@ fn experts(raw: &RawExperts, dense: DenseSizes, _: &Path) -> Result<Option<Exper
         names: ExpertNames::Granite,
         shared_intermediate: Some(raw.shared_intermediate_size.unwrap_or(1024)),
     }))
+}
+
+/// llama.cpp's `granitehybrid`.
+const GGUF: GgufRules = GgufRules {
+    blocks: &[GGUF_MOE_BLOCKS, GGUF_MAMBA2_BLOCKS, llama::GGUF_BLOCKS],
+    whole: &[GGUF_MAMBA2_WHOLE],
+    assembled: &[
+        Assembled::Join {
+            hf: "mlp.experts.gate_up_proj",
+            roles: &["ffn_gate_exps", "ffn_up_exps"],
+            axis: 1,
+            transposed: false,
+        },
+        Assembled::Join {
+            hf: "mlp.experts.down_proj",
+            roles: &["ffn_down_exps"],
+            axis: 0,
+            transposed: false,
+        },
+        Assembled::Join {
+            hf: "mlp.shared_expert.gate_up_proj.{kind}",
+            roles: &["ffn_gate_shexp", "ffn_up_shexp"],
+            axis: 0,
+            transposed: false,
+        },
+    ],
+    undo: undo_granite,
+    config: gguf_config,
+    ..llama::gguf_rules("granitehybrid")
+};
+
+/// The router and the shared MLP's down projection.
+const GGUF_MOE_BLOCKS: NameTable = &[
+    ("ffn_gate_inp", Some("mlp.gate")),
+    ("ffn_down_shexp", Some("mlp.shared_expert.down_proj")),
+];
+
+/// llama.cpp's Mamba-2 tensors (`Mamba2Model` in `convert_hf_to_gguf.py`), by role.
+pub(crate) const GGUF_MAMBA2_BLOCKS: NameTable = &[
+    ("ssm_in", Some("mamba.in_proj")),
+    ("ssm_conv1d", Some("mamba.conv1d")),
+    ("ssm_norm", Some("mamba.norm")),
+    ("ssm_out", Some("mamba.out_proj")),
+];
+
+/// Mamba-2's tensors named whole: `A` and `D` without `.weight`, and `dt_bias` stored as
+/// `ssm_dt.bias`.
+pub(crate) const GGUF_MAMBA2_WHOLE: NameTable = &[
+    ("ssm_a", Some("mamba.A_log")),
+    ("ssm_d", Some("mamba.D")),
+    ("ssm_dt.bias", Some("mamba.dt_bias")),
+];
+
+/// What the Mamba-2 converter changed: the conv weight squeezed, `A_log` stored as
+/// `-exp(A_log)` `[heads, 1]`, `D` as `[heads, 1]`, the norm as `[groups, inner / groups]`.
+pub(crate) fn undo_mamba2(t: &StoredTensor) -> Undo {
+    let name = t.name;
+    if name.ends_with("mamba.conv1d.weight") && t.rank == 2 {
+        Undo::Unsqueeze(1)
+    } else if name.ends_with("mamba.A_log") {
+        Undo::LogOfNegated
+    } else if name.ends_with("mamba.D") || name.ends_with("mamba.norm.weight") {
+        Undo::Flatten
+    } else {
+        Undo::Nothing
+    }
+}
+
+/// Granite's Mamba-2 tensors and Llama's q/k permutation.
+fn undo_granite(t: &StoredTensor) -> Undo {
+    match undo_mamba2(t) {
+        Undo::Nothing => llama::unpermute_qk(t),
+        undo => undo,
+    }
+}
+
+/// The Mamba-2 sizes from the `ssm.*` keys (the inner size as `mamba_d_ssm`), its conv
+/// biases where the file has them; no projection biases (llama.cpp has none).
+pub(crate) fn mamba2_gguf_keys(
+    meta: &Meta,
+    tensors: &TensorFacts,
+    raw: &mut serde_json::Value,
+) -> Result<()> {
+    let inner = meta.usize_key("ssm.inner_size")?;
+    let heads = meta.usize_key("ssm.time_step_rank")?;
+    if heads == 0 || !inner.is_multiple_of(heads) {
+        return Err(Error::input(
+            meta.path,
+            format!("{} {heads} must divide {} {inner}", meta.key("ssm.time_step_rank"), meta.key("ssm.inner_size")),
+        ));
+    }
+    raw["mamba_d_ssm"] = serde_json::json!(inner);
+    raw["mamba_n_heads"] = serde_json::json!(heads);
+    raw["mamba_d_head"] = serde_json::json!(inner / heads);
+    raw["mamba_d_state"] = serde_json::json!(meta.usize_key("ssm.state_size")?);
+    raw["mamba_n_groups"] = serde_json::json!(meta.usize_key("ssm.group_count")?);
+    raw["mamba_d_conv"] = serde_json::json!(meta.usize_key("ssm.conv_kernel")?);
+    raw["mamba_conv_bias"] = serde_json::json!(tensors.any_ends_with("mamba.conv1d.bias"));
+    raw["mamba_proj_bias"] = serde_json::json!(false);
+    Ok(())
+}
+
+/// The layer types from the per-layer key-value head counts (0: a Mamba layer), the
+/// multipliers, RoPE or NoPE, the experts and the Mamba-2 sizes.
+fn gguf_config(
+    meta: &Meta,
+    tensors: &TensorFacts,
+    dims: &Dims,
+    raw: &mut serde_json::Value,
+) -> Result<()> {
+    let layers = meta.usize_key("block_count")?;
+    let kv_heads = meta
+        .opt_per_layer_key("attention.head_count_kv")?
+        .unwrap_or_else(|| vec![dims.kv_heads; layers]);
+    if let Some(other) = kv_heads.iter().find(|&&n| n != 0 && n != dims.kv_heads) {
+        return Err(Error::input(
+            meta.path,
+            format!("{} gives attention layers {} and {other} key-value heads: GraniteMoeHybridConfig has one count", meta.key("attention.head_count_kv"), dims.kv_heads),
+        ));
+    }
+    let types: Vec<&str> = kv_heads
+        .iter()
+        .map(|&n| if n == 0 { "linear_attention" } else { "full_attention" })
+        .collect();
+    raw["layer_types"] = serde_json::json!(types);
+    let scale = |key: &str| meta.opt_f64_key(key).map(|v| v.filter(|&v| v != 0.0));
+    raw["embedding_multiplier"] = serde_json::json!(scale("embedding_scale")?.unwrap_or(1.0));
+    raw["residual_multiplier"] = serde_json::json!(scale("residual_scale")?.unwrap_or(1.0));
+    raw["logits_scaling"] = serde_json::json!(scale("logit_scale")?.unwrap_or(1.0));
+    let default_scale = 1.0 / (dims.head_dim as f64).sqrt();
+    raw["attention_multiplier"] =
+        serde_json::json!(scale("attention.scale")?.unwrap_or(default_scale));
+    let rope = metadata_bool(meta.content, &meta.key("rope.scaling.finetuned")).unwrap_or(true);
+    raw["position_embedding_type"] = serde_json::json!(if rope { "rope" } else { "nope" });
+    raw["num_local_experts"] = serde_json::json!(meta.opt_usize_key("expert_count")?.unwrap_or(0));
+    raw["num_experts_per_tok"] = serde_json::json!(meta.usize_key("expert_used_count")?);
+    let shared = meta.opt_usize_key("expert_shared_feed_forward_length")?;
+    raw["shared_intermediate_size"] = serde_json::json!(shared.unwrap_or(raw["intermediate_size"].as_u64().unwrap_or(0) as usize));
+    mamba2_gguf_keys(meta, tensors, raw)
 }

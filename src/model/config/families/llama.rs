@@ -135,6 +135,7 @@ pub(crate) const fn gguf_rules(arch: &'static str) -> GgufRules {
         arch,
         globals: &[GGUF_GLOBALS],
         blocks: &[GGUF_BLOCKS],
+        whole: &[],
         assembled: &[],
         undo: nothing_undone,
         config: no_config_keys,

@@ -29,6 +29,10 @@ pub struct GgufRules {
     /// (`attn_q`), as the loader names them under `model.layers.N.` (`self_attn.q_proj`);
     /// the first table naming one deciding.
     pub blocks: &'static [NameTable],
+    /// Block tensors by their whole name after `blk.N.` (a name without `.weight`, as
+    /// Mamba's `ssm_a`, or a bias that is an HF tensor of its own, as `ssm_dt.bias`), as
+    /// the loader's whole name under `model.layers.N.`; looked up before `blocks`.
+    pub whole: &'static [NameTable],
     /// The HF tensors made of several stored ones or of one expert of a stacked one; their
     /// block roles are read only through these.
     pub assembled: &'static [Assembled],
@@ -42,6 +46,12 @@ impl GgufRules {
     /// The loader's name of the tensor `gguf` outside the blocks, if it reads one.
     pub fn global_name(&self, gguf: &str) -> Option<&'static str> {
         first_name(self.globals, gguf)
+    }
+
+    /// The loader's whole name (under `model.layers.N.`) of the block tensor named `tail`
+    /// after `blk.N.`, where the family names it whole.
+    pub fn whole_name(&self, tail: &str) -> Option<&'static str> {
+        first_name(self.whole, tail)
     }
 
     /// The loader's name (under `model.layers.N.`) of a block tensor's `role`, if it reads
@@ -90,6 +100,11 @@ pub enum Undo {
     /// A dimension of size 1 squeezed out at this index (LFM2's and Mamba's conv weights
     /// `[channels, 1, kernel]` stored `[channels, kernel]`): put back.
     Unsqueeze(usize),
+    /// A vector stored as a matrix (Mamba's `D` as `[heads, 1]`, its norm as `[groups,
+    /// inner / groups]`): flattened.
+    Flatten,
+    /// Mamba's `A_log` stored as `A = -exp(A_log)`, `[heads, 1]`: `ln(-A)`, flattened.
+    LogOfNegated,
 }
 
 impl Undo {
@@ -98,6 +113,7 @@ impl Undo {
         match self {
             Undo::Transpose => shape.reverse(),
             Undo::Unsqueeze(dim) if dim <= shape.len() => shape.insert(dim, 1),
+            Undo::Flatten | Undo::LogOfNegated => *shape = vec![shape.iter().product()],
             _ => {}
         }
     }
@@ -154,7 +170,7 @@ mod tests {
         }
         let model_types: Vec<(&str, &str)> = [
             "llama", "qwen2", "qwen3", "olmo2", "phi3", "gpt2", "gptneox", "gemma2", "gemma3",
-            "smollm3",
+            "smollm3", "lfm2", "granitehybrid", "falcon-h1",
         ]
         .into_iter()
         .map(|arch| (arch, Family::of_gguf(arch).unwrap().0.name))
@@ -172,6 +188,9 @@ mod tests {
                 ("gemma2", "gemma2"),
                 ("gemma3", "gemma3_text"),
                 ("smollm3", "smollm3"),
+                ("lfm2", "lfm2"),
+                ("granitehybrid", "granitemoehybrid"),
+                ("falcon-h1", "falcon_h1"),
             ]
         );
         assert!(Family::of_gguf("mamba").is_none());
