@@ -361,7 +361,121 @@ def write_falcon_h1(name="falcon_h1"):
     log(f"{name}.gguf: the baked weights with every multiplier 1 give the checkpoint's logits (float64, {d:.1e})")
 
 
-WRITERS = {"lfm2": write_lfm2, "granitemoehybrid": write_granitehybrid, "falcon_h1": write_falcon_h1}
+# --- DeepSeek-style experts (DeepseekV2Model, Glm4MoeModel) ------------------------------
+# mlp.experts.{e}.{gate,up,down}_proj stacked over e = 0..E-1 (torch.stack(dim=0)) into
+# ffn_{gate,up,down}_exps; the router -> ffn_gate_inp; e_score_correction_bias ->
+# exp_probs_b.bias; the shared experts -> ffn_{gate,up,down}_shexp.
+
+
+def stack_experts(sd, layers, experts):
+    """The checkpoint with each MoE layer's experts stacked as the converter stacks them,
+    and the inverse check's map back."""
+    out = {}
+    for key, x in sd.items():
+        if ".mlp.experts." not in key:
+            out[key] = x
+    for layer in layers:
+        for proj in ("gate_proj", "up_proj", "down_proj"):
+            keys = [f"model.layers.{layer}.mlp.experts.{e}.{proj}.weight" for e in range(experts)]
+            if keys[0] in sd:
+                out[f"stacked.{layer}.{proj}"] = np.stack([sd[k] for k in keys])
+    return out
+
+
+EXPS = {"gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps", "down_proj": "ffn_down_exps"}
+
+
+def moe_tensor_name(names, key):
+    if key.startswith("stacked."):
+        _, layer, proj = key.split(".")
+        return f"blk.{layer}.{EXPS[proj]}.weight"
+    if key.endswith("e_score_correction_bias"):
+        return f"blk.{key.split('.')[2]}.exp_probs_b.bias"
+    return gguf_name(names, key)
+
+
+def unstack(back, written, experts):
+    """The file's tensors back under the checkpoint's names, experts unstacked."""
+    undone = {}
+    for gname, key in written.items():
+        x = back[gname]
+        if key.startswith("stacked."):
+            _, layer, proj = key.split(".")
+            for e in range(experts):
+                undone[f"model.layers.{layer}.mlp.experts.{e}.{proj}.weight"] = x[e]
+        else:
+            undone[key] = x
+    return undone
+
+
+# --- GLM-4.5 ---------------------------------------------------------------------------
+# Glm4MoeModel(TextModel): block_count = num_hidden_layers + num_nextn_predict_layers and
+# nextn_predict_layers (the MTP layer a full blk.N plus blk.N.nextn.*; transformers 5.24 saves
+# no MTP weights, so this fixture writes a stand-in block 3: block 2's tensors and the nextn
+# ones, which a reader must skip); key_length = value_length = head_dim;
+# rope.dimension_count = head_dim x partial_rotary_factor; expert_count, expert_used_count,
+# expert_group_count, expert_group_used_count, expert_feed_forward_length,
+# expert_shared_count, leading_dense_block_count, expert_gating_func 2 (sigmoid, always),
+# expert_weights_scale, expert_weights_norm; no vocab_size key; post_attention_layernorm ->
+# post_attention_norm; no q/k permutation.
+
+
+def write_glm4_moe(name="glm4_moe"):
+    src, cfg, sd = checkpoint(name)
+    layers, nextn = cfg["num_hidden_layers"], cfg["num_nextn_predict_layers"]
+    names = name_map("glm4moe", cfg, extra_layers=nextn)
+    path = os.path.join(GGUF_FIX, f"{name}.gguf")
+    hd = cfg["head_dim"]
+    w = gguf.GGUFWriter(path, "glm4moe")
+    w.add_name("asa-analyze fixture")
+    w.add_block_count(layers + nextn)
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_dimension_count(int(hd * cfg["rope_parameters"]["partial_rotary_factor"]))
+    w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_expert_count(cfg["n_routed_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_expert_group_count(cfg["n_group"])
+    w.add_expert_group_used_count(cfg["topk_group"])
+    w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    w.add_expert_shared_count(cfg["n_shared_experts"])
+    w.add_leading_dense_block_count(cfg["first_k_dense_replace"])
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    w.add_expert_weights_scale(cfg["routed_scaling_factor"])
+    w.add_expert_weights_norm(cfg["norm_topk_prob"])
+    w.add_nextn_predict_layers(nextn)
+    stacked = stack_experts(sd, range(layers), cfg["n_routed_experts"])
+    written = {}
+    for key in sorted(stacked):
+        gname = moe_tensor_name(names, key)
+        w.add_tensor(gname, np.ascontiguousarray(stacked[key]))
+        written[gname] = key
+    # the stand-in MTP block: block 2's tensors again, and the nextn tensors
+    rng = np.random.default_rng(52)
+    d, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    mtp = {g.replace(f"blk.{layers - 1}.", f"blk.{layers}."): stacked[k]
+           for g, k in written.items() if g.startswith(f"blk.{layers - 1}.")}
+    mtp.update({f"blk.{layers}.nextn.eh_proj.weight": rng.standard_normal((d, 2 * d), dtype=np.float32),
+                f"blk.{layers}.nextn.enorm.weight": np.ones(d, np.float32),
+                f"blk.{layers}.nextn.hnorm.weight": np.ones(d, np.float32),
+                f"blk.{layers}.nextn.shared_head_norm.weight": np.ones(d, np.float32),
+                f"blk.{layers}.nextn.embed_tokens.weight": rng.standard_normal((vocab, d), dtype=np.float32)})
+    for gname in sorted(mtp):
+        w.add_tensor(gname, np.ascontiguousarray(mtp[gname]))
+    finish_gguf(w)
+    _, back = read_back(path)
+    assert sorted(back) == sorted(list(written) + list(mtp))
+    check_exact(name, sd, unstack(back, written, cfg["n_routed_experts"]))
+
+
+WRITERS = {"lfm2": write_lfm2, "glm4_moe": write_glm4_moe, "granitemoehybrid": write_granitehybrid, "falcon_h1": write_falcon_h1}
 
 
 def main(argv):

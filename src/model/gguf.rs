@@ -115,6 +115,7 @@ impl GgufFile {
             rules,
             heads,
             kv_heads,
+            trunk_layers: meta.trunk_layers()?,
         };
         let tensors = tensor_table(path, &content, &converter)?;
         let facts = tensor_facts(path, &tensors)?;
@@ -347,6 +348,8 @@ struct Converter {
     rules: &'static GgufRules,
     heads: usize,
     kv_heads: usize,
+    /// Blocks from this one on are multi-token-prediction blocks, not read.
+    trunk_layers: usize,
 }
 
 impl Converter {
@@ -365,7 +368,8 @@ impl Converter {
     }
 }
 
-/// The file's tensors under their HF names (`rope_freqs.weight` left out: it is metadata);
+/// The file's tensors under their HF names (`rope_freqs.weight` left out: it is metadata;
+/// the multi-token-prediction blocks too);
 /// an error for a tensor the architecture does not have. Block tensors that the family
 /// reads assembled (stacked experts, split fused tensors) become their HF entries through
 /// [`assemble`].
@@ -380,7 +384,7 @@ fn tensor_table(
     let mut claimed: BTreeMap<(usize, String), BTreeMap<String, (String, Vec<usize>)>> =
         BTreeMap::new();
     for (gguf_name, info) in &content.tensor_infos {
-        if gguf_name == "rope_freqs.weight" {
+        if gguf_name == "rope_freqs.weight" || block_of(gguf_name) >= Some(converter.trunk_layers) {
             continue;
         }
         if let Some((layer, role, kind)) = block_parts(gguf_name) {
@@ -484,6 +488,11 @@ fn hf_name(gguf: &str, rules: &GgufRules) -> Option<String> {
     let (layer, role, kind) = block_parts(gguf)?;
     let hf = rules.block_name(role)?;
     Some(format!("model.layers.{layer}.{hf}.{kind}"))
+}
+
+/// The block of a tensor named `blk.N.*`.
+fn block_of(gguf: &str) -> Option<usize> {
+    gguf.strip_prefix("blk.")?.split_once('.')?.0.parse().ok()
 }
 
 /// A block tensor's name `blk.N.<role>.weight` (or `.bias`) as (N, role, kind).

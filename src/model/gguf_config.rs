@@ -99,6 +99,20 @@ impl Meta<'_> {
             .map(|values| values.into_iter().max().unwrap_or(0)))
     }
 
+    /// The decoder layers the model runs: `block_count` less the multi-token-prediction
+    /// blocks llama.cpp appends (`nextn_predict_layers`, GLM-4.5's), which a forward skips.
+    pub(crate) fn trunk_layers(&self) -> Result<usize> {
+        let blocks = self.usize_key("block_count")?;
+        let nextn = self.opt_usize_key("nextn_predict_layers")?.unwrap_or(0);
+        if nextn >= blocks {
+            return Err(Error::input(
+                self.path,
+                format!("{} {nextn} leaves none of the {blocks} blocks ({}) to run", self.key("nextn_predict_layers"), self.key("block_count")),
+            ));
+        }
+        Ok(blocks - nextn)
+    }
+
     pub(crate) fn usize_key(&self, key: &str) -> Result<usize> {
         self.opt_usize_key(key)?
             .ok_or_else(|| Error::input(self.path, format!("missing metadata {}", self.key(key))))
@@ -313,7 +327,7 @@ fn base_config(
         "model_type": meta.family.name,
         "hidden_size": d.hidden,
         "intermediate_size": meta.usize_key("feed_forward_length")?,
-        "num_hidden_layers": meta.usize_key("block_count")?,
+        "num_hidden_layers": meta.trunk_layers()?,
         "num_attention_heads": d.heads,
         "num_key_value_heads": d.kv_heads,
         "head_dim": d.head_dim,

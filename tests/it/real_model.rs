@@ -879,6 +879,22 @@ fn granite_hybrid_and_falcon_h1_ggufs_reproduce_their_checkpoints() {
     assert_eq!(b.multipliers.key, Some(1.9));
 }
 
+/// A GLM-4.5 GGUF file as llama.cpp's converter writes it (`tools/make_gguf_2026_fixtures.py`):
+/// experts stacked in `ffn_{gate,up,down}_exps` (each expert read from its own bytes), the
+/// score-correction bias as `exp_probs_b.bias`, the routing keys, QK-norm and biases known by
+/// their tensors, partial RoPE from `rope.dimension_count`, and a multi-token-prediction
+/// block counted in `block_count` (`nextn_predict_layers` 1), which is skipped. It
+/// reproduces the checkpoint's float64 reference.
+#[test]
+fn glm4_moe_gguf_reproduces_its_checkpoint_with_stacked_experts() {
+    check_tiny_gguf("glm4_moe");
+    let (a, b) = &gguf_and_checkpoint_configs("glm4_moe");
+    assert_eq!(a.num_layers, 3);
+    assert_eq!(a.experts, b.experts);
+    assert_eq!((&a.rope, a.head_dim, a.qk_norm), (&b.rope, b.head_dim, b.qk_norm));
+    assert_eq!(a.layout, b.layout);
+}
+
 /// GPT-2 and GPT-NeoX GGUF files as llama.cpp's converter writes them
 /// (`tools/smollm2.py fixtures`): GPT-2's Conv1D weights stored `[out, in]` (transformers'
 /// own GGUF loader reads that file back to the checkpoint's tensors exactly), its learned
@@ -1076,7 +1092,7 @@ fn unknown_gguf_architecture_is_named() {
     assert!(
         err.contains("architecture `mamba`")
             && err.contains(
-                "falcon-h1, gemma2, gemma3, gpt2, gptneox, granitehybrid, lfm2, llama, olmo2, phi3, qwen2, qwen3, smollm3"
+                "falcon-h1, gemma2, gemma3, glm4moe, gpt2, gptneox, granitehybrid, lfm2, llama, olmo2, phi3, qwen2, qwen3, smollm3"
             ),
         "{err}"
     );

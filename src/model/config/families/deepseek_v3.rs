@@ -14,8 +14,9 @@ use serde_json::Value;
 use super::llama;
 use crate::attention::latent::LatentShape;
 use crate::error::{Error, Result};
-use crate::model::config::family::{Biases, Family, Ropes};
+use crate::model::config::family::{Assembled, Biases, Family, NameTable, Ropes};
 use crate::model::config::{float_field, positive_or_null, RawConfig};
+use crate::model::gguf_config::{metadata_bool, Meta};
 use crate::model::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
 use crate::model::layout::{Layout, QkvLayout};
 use crate::nn::{RopePairs, Routing};
@@ -208,4 +209,71 @@ pub(crate) fn deepseek_experts(
         names: ExpertNames::DeepSeek,
         shared_intermediate: (shared > 0).then_some(shared * intermediate),
     }))
+}
+
+/// llama.cpp's names of a DeepSeek-style MoE block's router and shared experts (DeepSeek-V3,
+/// GLM-4.5); the routed experts are stacked ([`GGUF_STACKED_EXPERTS`]).
+pub(crate) const GGUF_MOE_BLOCKS: NameTable = &[
+    ("ffn_gate_inp", Some("mlp.gate")),
+    ("ffn_gate_shexp", Some("mlp.shared_experts.gate_proj")),
+    ("ffn_up_shexp", Some("mlp.shared_experts.up_proj")),
+    ("ffn_down_shexp", Some("mlp.shared_experts.down_proj")),
+];
+
+/// The score-correction bias, `exp_probs_b.bias` (an HF tensor without `.bias`).
+pub(crate) const GGUF_MOE_WHOLE: NameTable =
+    &[("exp_probs_b.bias", Some("mlp.gate.e_score_correction_bias"))];
+
+/// Experts `mlp.experts.{e}` stacked in `ffn_{gate,up,down}_exps` (Qwen, DeepSeek, GLM).
+pub(crate) const GGUF_STACKED_EXPERTS: &[Assembled] = &[
+    Assembled::PerExpert {
+        role: "ffn_gate_exps",
+        prefix: "mlp.experts",
+        suffix: "gate_proj",
+    },
+    Assembled::PerExpert {
+        role: "ffn_up_exps",
+        prefix: "mlp.experts",
+        suffix: "up_proj",
+    },
+    Assembled::PerExpert {
+        role: "ffn_down_exps",
+        prefix: "mlp.experts",
+        suffix: "down_proj",
+    },
+];
+
+/// llama.cpp's `expert_gating_func` for sigmoid scores.
+const GGUF_SIGMOID_GATING: usize = 2;
+
+/// DeepSeek-style routing from llama.cpp's keys: experts, shared experts, their width, the
+/// dense layers before them, groups, the scale and renormalisation (absent: llama.cpp's
+/// 1 and false). `expert_gating_func` must say sigmoid (2); where it is absent, llama.cpp
+/// reads sigmoid for some architectures (`absent_is_sigmoid`) and softmax for others.
+pub(crate) fn deepseek_moe_gguf_keys(
+    meta: &Meta,
+    raw: &mut serde_json::Value,
+    absent_is_sigmoid: bool,
+) -> Result<()> {
+    let gating = meta.opt_usize_key("expert_gating_func")?;
+    if gating.map_or(!absent_is_sigmoid, |g| g != GGUF_SIGMOID_GATING) {
+        let what = gating.map_or("absent (softmax, as llama.cpp reads it)".to_string(), |g| g.to_string());
+        return Err(Error::input(
+            meta.path,
+            format!("{} {what}: only sigmoid scores (2) are implemented, as transformers routes this family", meta.key("expert_gating_func")),
+        ));
+    }
+    raw["n_routed_experts"] = serde_json::json!(meta.usize_key("expert_count")?);
+    raw["num_experts_per_tok"] = serde_json::json!(meta.usize_key("expert_used_count")?);
+    raw["n_shared_experts"] = serde_json::json!(meta.opt_usize_key("expert_shared_count")?.unwrap_or(0));
+    raw["moe_intermediate_size"] = serde_json::json!(meta.usize_key("expert_feed_forward_length")?);
+    raw["first_k_dense_replace"] =
+        serde_json::json!(meta.opt_usize_key("leading_dense_block_count")?.unwrap_or(0));
+    raw["n_group"] = serde_json::json!(meta.opt_usize_key("expert_group_count")?.unwrap_or(1));
+    raw["topk_group"] = serde_json::json!(meta.opt_usize_key("expert_group_used_count")?.unwrap_or(1));
+    let scale = meta.opt_f64_key("expert_weights_scale")?.filter(|&s| s != 0.0);
+    raw["routed_scaling_factor"] = serde_json::json!(scale.unwrap_or(1.0));
+    let norm = metadata_bool(meta.content, &meta.key("expert_weights_norm")).unwrap_or(false);
+    raw["norm_topk_prob"] = serde_json::json!(norm);
+    Ok(())
 }

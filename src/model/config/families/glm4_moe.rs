@@ -6,13 +6,24 @@
 //! ones, routed as DeepSeek-V3 routes (sigmoid scores, a score-correction bias that only
 //! chooses, group-limited top-k, renormalised by `norm_topk_prob`, times
 //! `routed_scaling_factor`).
+//!
+//! llama.cpp's `glm4moe` GGUF files (`convert_hf_to_gguf.py` Glm4MoeModel,
+//! `src/models/glm4-moe.cpp`): no q/k permutation (NeoX pairs on the first
+//! `rope.dimension_count` dims), `post_attention_norm` for the MLP's norm, QK-norm and q/k/v
+//! biases known only by their tensors, experts stacked, the routing keys as DeepSeek's
+//! ([`deepseek_moe_gguf_keys`]); `block_count` counts the multi-token-prediction layer
+//! (`nextn_predict_layers`), which is skipped.
 
 use std::path::Path;
 
-use super::deepseek_v3::{deepseek_experts, DeepSeekDefaults};
-use super::llama;
+use super::deepseek_v3::{
+    deepseek_experts, deepseek_moe_gguf_keys, DeepSeekDefaults, GGUF_MOE_BLOCKS, GGUF_MOE_WHOLE,
+    GGUF_STACKED_EXPERTS,
+};
+use super::{llama, qwen3};
 use crate::error::Result;
-use crate::model::config::family::{Biases, Family, Ropes};
+use crate::model::config::family::{Biases, Family, GgufRules, Ropes};
+use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 use crate::model::config::RawConfig;
 use crate::model::experts::{DenseSizes, Experts, RawExperts};
 
@@ -23,8 +34,36 @@ pub(crate) const FAMILY: Family = Family {
     default_max_position_embeddings: 131072,
     rope,
     experts,
+    gguf: Some(&GGUF),
     ..llama::FAMILY
 };
+
+/// llama.cpp's `glm4moe`.
+const GGUF: GgufRules = GgufRules {
+    blocks: &[
+        &[("post_attention_norm", Some("post_attention_layernorm"))],
+        qwen3::GGUF_QK_NORM,
+        GGUF_MOE_BLOCKS,
+        llama::GGUF_BLOCKS,
+    ],
+    whole: &[GGUF_MOE_WHOLE],
+    assembled: GGUF_STACKED_EXPERTS,
+    config: gguf_config,
+    ..llama::gguf_rules("glm4moe")
+};
+
+/// QK-norm and q/k/v biases by their tensors, the routing keys (sigmoid when absent, as
+/// llama.cpp reads `glm4moe`).
+fn gguf_config(
+    meta: &Meta,
+    tensors: &TensorFacts,
+    _: &Dims,
+    raw: &mut serde_json::Value,
+) -> Result<()> {
+    raw["use_qk_norm"] = serde_json::json!(tensors.any_ends_with("self_attn.q_norm.weight"));
+    raw["attention_bias"] = serde_json::json!(tensors.has_q_bias);
+    deepseek_moe_gguf_keys(meta, raw, true)
+}
 
 /// q/k/v biases as `attention_bias` says; o_proj never has one.
 fn biases(raw: &RawConfig) -> Biases {
