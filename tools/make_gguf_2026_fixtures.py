@@ -475,7 +475,81 @@ def write_glm4_moe(name="glm4_moe"):
     check_exact(name, sd, unstack(back, written, cfg["n_routed_experts"]))
 
 
-WRITERS = {"lfm2": write_lfm2, "glm4_moe": write_glm4_moe, "granitemoehybrid": write_granitehybrid, "falcon_h1": write_falcon_h1}
+# --- DeepSeek-V3 -----------------------------------------------------------------------
+# DeepseekV2Model(TextModel), arch deepseek2: head_count_kv forced 1; key_length =
+# kv_lora_rank + qk_rope_head_dim, value_length = kv_lora_rank (MLA absorbed into MQA);
+# key_length_mla = nope + rope, value_length_mla = v_head_dim; q_lora_rank (if not None),
+# kv_lora_rank; rope.dimension_count = qk_rope_head_dim; yarn: rope.scaling.type, factor,
+# original_context_length, yarn_log_multiplier = 0.1 x mscale_all_dim; the MoE keys
+# (expert_weights_norm only when true; expert_gating_func from scoring_func, which the hub's
+# config.json has ("sigmoid" -> 2) and a transformers-5 config lacks: written as the hub's
+# here); kv_b_proj [H * (nope + v), r] viewed per head and split: attn_k_b = k_b transposed
+# [H, r, nope], attn_v_b [H, v, r]; MTP layers dropped; no permutation (llama.cpp's NORM
+# rope on consecutive pairs is DeepSeek's interleaved layout).
+
+
+def write_deepseek_v3(name="deepseek_v3"):
+    src, cfg, sd = checkpoint(name)
+    names = name_map("deepseek2", cfg)
+    path = os.path.join(GGUF_FIX, f"{name}.gguf")
+    heads, r = cfg["num_attention_heads"], cfg["kv_lora_rank"]
+    nope, rope, v = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+    rp = cfg["rope_parameters"]
+    w = gguf.GGUFWriter(path, "deepseek2")
+    common_keys(w, cfg, cfg["intermediate_size"])
+    w.add_head_count_kv(1)
+    w.add_key_length(r + rope)
+    w.add_value_length(r)
+    w.add_key_length_mla(nope + rope)
+    w.add_value_length_mla(v)
+    w.add_q_lora_rank(cfg["q_lora_rank"])
+    w.add_kv_lora_rank(r)
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_rope_dimension_count(rope)
+    w.add_rope_freq_base(rp["rope_theta"])
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(rp["factor"])
+    w.add_rope_scaling_orig_ctx_len(rp["original_max_position_embeddings"])
+    w.add_rope_scaling_yarn_log_mul(0.1 * rp["mscale_all_dim"])
+    assert rp["mscale"] == rp["mscale_all_dim"]  # llama.cpp's assumption
+    w.add_leading_dense_block_count(cfg["first_k_dense_replace"])
+    w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    w.add_expert_count(cfg["n_routed_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_expert_shared_count(cfg["n_shared_experts"])
+    w.add_expert_group_count(cfg["n_group"])
+    w.add_expert_group_used_count(cfg["topk_group"])
+    w.add_expert_weights_scale(cfg["routed_scaling_factor"])
+    if cfg["norm_topk_prob"]:
+        w.add_expert_weights_norm(True)
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    stacked = stack_experts(sd, range(cfg["num_hidden_layers"]), cfg["n_routed_experts"])
+    written = {}
+    for key in sorted(stacked):
+        x = stacked[key]
+        if key.endswith("kv_b_proj.weight"):
+            kv_b = x.reshape(heads, nope + v, r)
+            k_b, v_b = kv_b[:, :nope], kv_b[:, nope:]
+            layer = key.split(".")[2]
+            for role, part in (("attn_k_b", k_b.transpose(0, 2, 1)), ("attn_v_b", v_b)):
+                w.add_tensor(f"blk.{layer}.{role}.weight", np.ascontiguousarray(part))
+                written[f"blk.{layer}.{role}.weight"] = key
+            continue
+        gname = moe_tensor_name(names, key)
+        w.add_tensor(gname, np.ascontiguousarray(x))
+        written[gname] = key
+    finish_gguf(w)
+    _, back = read_back(path)
+    plain = {g: k for g, k in written.items() if not k.endswith("kv_b_proj.weight")}
+    undone = unstack(back, plain, cfg["n_routed_experts"])
+    for layer in range(cfg["num_hidden_layers"]):
+        k_b, v_b = back[f"blk.{layer}.attn_k_b.weight"], back[f"blk.{layer}.attn_v_b.weight"]
+        kv_b = np.concatenate([k_b.transpose(0, 2, 1), v_b], axis=1).reshape(heads * (nope + v), r)
+        undone[f"model.layers.{layer}.self_attn.kv_b_proj.weight"] = kv_b
+    check_exact(name, sd, undone)
+
+
+WRITERS = {"lfm2": write_lfm2, "glm4_moe": write_glm4_moe, "deepseek_v3": write_deepseek_v3, "granitemoehybrid": write_granitehybrid, "falcon_h1": write_falcon_h1}
 
 
 def main(argv):

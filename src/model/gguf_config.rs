@@ -152,10 +152,20 @@ fn refuse_unimplemented(meta: &Meta) -> Result<()> {
         }
     }
     if let Some(kind) = metadata_str(meta.content, &meta.key("rope.scaling.type")) {
-        if kind != "none" && kind != "linear" {
+        if !matches!(kind, "none" | "linear" | "yarn") {
             return Err(Error::input(
                 path,
-                format!("rope scaling `{kind}` ({}.rope.scaling.type) is not implemented (supported: none, linear, llama3 rope_freqs)", meta.arch()),
+                format!("rope scaling `{kind}` ({}.rope.scaling.type) is not implemented (supported: none, linear, yarn, llama3 rope_freqs)", meta.arch()),
+            ));
+        }
+    }
+    // YaRN's extrapolation mix and attention factor: transformers' and llama.cpp's defaults
+    // agree; set ones are not read here
+    for key in ["rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor"] {
+        if meta.content.metadata.contains_key(&meta.key(key)) {
+            return Err(Error::input(
+                path,
+                format!("{} is not implemented (YaRN with its default mix and attention factor is)", meta.key(key)),
             ));
         }
     }
@@ -172,17 +182,26 @@ fn rope_parameters(
     let (theta, rot_dim, context) = (dims.theta, dims.rot_dim, dims.context);
     let path = meta.path;
     let mut rope = json!({"rope_type": "default", "rope_theta": theta});
-    if metadata_str(meta.content, &meta.key("rope.scaling.type")) == Some("linear") {
+    let kind = metadata_str(meta.content, &meta.key("rope.scaling.type"));
+    if let Some(kind @ ("linear" | "yarn")) = kind {
         let factor = meta.opt_f64_key("rope.scaling.factor")?.ok_or_else(|| {
             Error::input(
                 path,
-                format!(
-                    "linear rope scaling needs {}",
-                    meta.key("rope.scaling.factor")
-                ),
+                format!("{kind} rope scaling needs {}", meta.key("rope.scaling.factor")),
             )
         })?;
-        rope = json!({"rope_type": "linear", "factor": factor, "rope_theta": theta});
+        rope = json!({"rope_type": kind, "factor": factor, "rope_theta": theta});
+        if kind == "yarn" {
+            let original = meta
+                .opt_usize_key("rope.scaling.original_context_length")?
+                .unwrap_or(context);
+            rope["original_max_position_embeddings"] = json!(original);
+            for (key, name) in [("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")] {
+                if let Some(v) = meta.opt_f64_key(&format!("rope.scaling.{key}"))? {
+                    rope[name] = json!(v);
+                }
+            }
+        }
     }
     let mut recovered = None;
     if let Some(info) = meta.content.tensor_infos.get("rope_freqs.weight") {

@@ -25,15 +25,17 @@ pub enum Assembled {
         prefix: &'static str,
         suffix: &'static str,
     },
-    /// `hf` (`{kind}` standing for `weight` or `bias`) is the `roles`' stored tensors, each
-    /// with its last two dimensions swapped where `transposed`, concatenated along `axis`
-    /// (Granite's `mlp.experts.gate_up_proj` is `ffn_gate_exps` then `ffn_up_exps` along
-    /// the rows).
+    /// `hf` (`{kind}` standing for `weight` or `bias`) is the `roles`' stored tensors, those
+    /// in `transposed` with their last two dimensions swapped, concatenated along `axis`, and
+    /// where `merge_heads` the first two dimensions of the result merged (Granite's
+    /// `mlp.experts.gate_up_proj` is `ffn_gate_exps` then `ffn_up_exps` along the rows;
+    /// DeepSeek's `kv_b_proj` is, per head, `attn_k_b` transposed over `attn_v_b`).
     Join {
         hf: &'static str,
         roles: &'static [&'static str],
         axis: usize,
-        transposed: bool,
+        transposed: &'static [&'static str],
+        merge_heads: bool,
     },
 }
 
@@ -58,11 +60,13 @@ pub(crate) struct Piece {
     pub transposed: bool,
 }
 
-/// An HF tensor made of pieces: its shape, and the pieces concatenated along `axis`.
+/// An HF tensor made of pieces: its shape, and the pieces concatenated along `axis`, the
+/// first two dimensions then merged where `merge_heads`.
 #[derive(Debug, Clone)]
 pub(crate) struct Pieces {
     pub pieces: Vec<Piece>,
     pub axis: usize,
+    pub merge_heads: bool,
     pub shape: Vec<usize>,
 }
 
@@ -102,6 +106,7 @@ pub(crate) fn assemble(
                     let pieces = Pieces {
                         pieces: vec![piece],
                         axis: 0,
+                        merge_heads: false,
                         shape: shape[1..].to_vec(),
                     };
                     out.push((format!("model.layers.{layer}.{prefix}.{e}.{suffix}.{kind}"), pieces));
@@ -112,9 +117,22 @@ pub(crate) fn assemble(
                 roles,
                 axis,
                 transposed,
+                merge_heads,
             } => {
                 let name = |role: &str| format!("blk.{layer}.{role}.{kind}");
-                if let Some(pieces) = join(path, roles, axis, transposed, stored, name)? {
+                if let Some(mut pieces) = join(path, roles, axis, transposed, stored, name)? {
+                    if merge_heads {
+                        let shape = &mut pieces.shape;
+                        if shape.len() < 3 {
+                            return Err(Error::input(
+                                path,
+                                format!("tensor {} has shape {shape:?}, expected [heads, rows, columns]", pieces.pieces[0].gguf_name),
+                            ));
+                        }
+                        let heads = shape.remove(0);
+                        shape[0] *= heads;
+                        pieces.merge_heads = true;
+                    }
                     let hf = hf.replace("{kind}", kind);
                     out.push((format!("model.layers.{layer}.{hf}"), pieces));
                 }
@@ -142,7 +160,7 @@ fn join(
     path: &Path,
     roles: &[&str],
     axis: usize,
-    transposed: bool,
+    transposed: &[&str],
     stored: &BTreeMap<String, (String, Vec<usize>)>,
     gguf_name_of: impl Fn(&str) -> String,
 ) -> Result<Option<Pieces>> {
@@ -161,6 +179,7 @@ fn join(
         };
         let mut s = stored_shape.clone();
         let rank = s.len();
+        let transposed = transposed.contains(role);
         if transposed && rank >= 2 {
             s.swap(rank - 2, rank - 1);
         }
@@ -189,6 +208,7 @@ fn join(
     Ok(Some(Pieces {
         pieces,
         axis,
+        merge_heads: false,
         shape: shape.expect("at least one role"),
     }))
 }
@@ -210,10 +230,15 @@ pub(crate) fn load_pieces(path: &Path, content: &Content, pieces: &Pieces) -> Re
         }
         parts.push(xs);
     }
-    if parts.len() == 1 {
-        return Ok(parts.pop().expect("one part"));
-    }
-    Tensor::cat(&parts, pieces.axis)
+    let joined = match parts.len() {
+        1 => Ok(parts.pop().expect("one part")),
+        _ => Tensor::cat(&parts, pieces.axis),
+    };
+    joined
+        .and_then(|xs| match pieces.merge_heads {
+            true => xs.reshape(pieces.shape.as_slice()),
+            false => Ok(xs),
+        })
         .map_err(|e| Error::invalid(path, &pieces.pieces[0].gguf_name, root_cause(e)))
 }
 

@@ -895,6 +895,24 @@ fn glm4_moe_gguf_reproduces_its_checkpoint_with_stacked_experts() {
     assert_eq!(a.layout, b.layout);
 }
 
+/// A DeepSeek-V3 GGUF file as llama.cpp's converter writes it (`deepseek2`,
+/// `tools/make_gguf_2026_fixtures.py`): `kv_b_proj` split per head into `attn_k_b`
+/// (transposed) and `attn_v_b` and joined back, `head_count_kv` 1 and `key_length` r + rope
+/// (MLA's absorbed shapes) with the real head sizes in `key_length_mla` /
+/// `value_length_mla`, YaRN with `yarn_log_multiplier` = 0.1 mscale_all_dim, experts
+/// stacked. It reproduces the checkpoint's float64 reference (max_logit over nope + rope
+/// dims included in the patterns).
+#[test]
+fn deepseek_v3_gguf_reproduces_its_checkpoint_with_latent_attention() {
+    check_tiny_gguf("deepseek_v3");
+    let (a, b) = &gguf_and_checkpoint_configs("deepseek_v3");
+    assert_eq!(a.latent, b.latent);
+    assert_eq!((a.num_kv_heads, a.head_dim), (b.num_kv_heads, b.head_dim));
+    assert_eq!(a.experts, b.experts);
+    assert_eq!(a.layout, b.layout);
+    assert_eq!(a.rope, b.rope);
+}
+
 /// GPT-2 and GPT-NeoX GGUF files as llama.cpp's converter writes them
 /// (`tools/smollm2.py fixtures`): GPT-2's Conv1D weights stored `[out, in]` (transformers'
 /// own GGUF loader reads that file back to the checkpoint's tensors exactly), its learned
@@ -1092,7 +1110,7 @@ fn unknown_gguf_architecture_is_named() {
     assert!(
         err.contains("architecture `mamba`")
             && err.contains(
-                "falcon-h1, gemma2, gemma3, glm4moe, gpt2, gptneox, granitehybrid, lfm2, llama, olmo2, phi3, qwen2, qwen3, smollm3"
+                "deepseek2, falcon-h1, gemma2, gemma3, glm4moe, gpt2, gptneox, granitehybrid, lfm2, llama, olmo2, phi3, qwen2, qwen3, smollm3"
             ),
         "{err}"
     );

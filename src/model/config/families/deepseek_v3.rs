@@ -6,6 +6,15 @@
 //! `first_k_dense_replace` (3) on a mixture of routed experts with shared ones, routed by
 //! sigmoid scores, a score-correction bias that only chooses and group-limited top-k
 //! (`noaux_tc`), renormalised and scaled (GLM-4.5 routes the same way).
+//!
+//! llama.cpp's `deepseek2` GGUF files (`convert_hf_to_gguf.py` DeepseekV2Model,
+//! `src/models/deepseek2.cpp`): `kv_b_proj` split per head into `attn_k_b` (transposed) and
+//! `attn_v_b`, joined back (an old file's whole `attn_kv_b` read as it is); the head sizes as
+//! `key_length_mla` / `value_length_mla` (`head_count_kv` 1 and `key_length` r + rope are
+//! MLA's absorbed shapes); RoPE on consecutive pairs, no permutation (`rope_interleave`);
+//! YaRN's `mscale_all_dim` as `yarn_log_multiplier` / 0.1, `mscale` equal to it as llama.cpp
+//! assumes; experts stacked, routing keys as GLM's, where `expert_gating_func` must say
+//! sigmoid (absent, llama.cpp routes `deepseek2` by softmax).
 
 use std::path::Path;
 
@@ -14,9 +23,9 @@ use serde_json::Value;
 use super::llama;
 use crate::attention::latent::LatentShape;
 use crate::error::{Error, Result};
-use crate::model::config::family::{Assembled, Biases, Family, NameTable, Ropes};
+use crate::model::config::family::{Assembled, Biases, Family, GgufRules, NameTable, Ropes};
 use crate::model::config::{float_field, positive_or_null, RawConfig};
-use crate::model::gguf_config::{metadata_bool, Meta};
+use crate::model::gguf_config::{metadata_bool, Dims, Meta, TensorFacts};
 use crate::model::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
 use crate::model::layout::{Layout, QkvLayout};
 use crate::nn::{RopePairs, Routing};
@@ -30,8 +39,81 @@ pub(crate) const FAMILY: Family = Family {
     rope,
     experts,
     latent,
+    gguf: Some(&GGUF),
     ..llama::FAMILY
 };
+
+/// llama.cpp's `deepseek2`.
+const GGUF: GgufRules = GgufRules {
+    blocks: &[GGUF_MLA_BLOCKS, GGUF_MOE_BLOCKS, llama::GGUF_BLOCKS],
+    whole: &[GGUF_MOE_WHOLE],
+    assembled: &[
+        Assembled::Join {
+            hf: "self_attn.kv_b_proj.{kind}",
+            roles: &["attn_k_b", "attn_v_b"],
+            axis: 1,
+            transposed: &["attn_k_b"],
+            merge_heads: true,
+        },
+        GGUF_STACKED_EXPERTS[0],
+        GGUF_STACKED_EXPERTS[1],
+        GGUF_STACKED_EXPERTS[2],
+    ],
+    config: gguf_config,
+    ..llama::gguf_rules("deepseek2")
+};
+
+/// Multi-head latent attention's tensors.
+const GGUF_MLA_BLOCKS: NameTable = &[
+    ("attn_q_a", Some("self_attn.q_a_proj")),
+    ("attn_q_a_norm", Some("self_attn.q_a_layernorm")),
+    ("attn_q_b", Some("self_attn.q_b_proj")),
+    ("attn_kv_a_mqa", Some("self_attn.kv_a_proj_with_mqa")),
+    ("attn_kv_a_norm", Some("self_attn.kv_a_layernorm")),
+    ("attn_kv_b", Some("self_attn.kv_b_proj")),
+];
+
+/// The latent shapes from the MLA keys, every head its own key-value head, RoPE on
+/// interleaved pairs, YaRN's mscale, the routing keys.
+fn gguf_config(
+    meta: &Meta,
+    tensors: &TensorFacts,
+    dims: &Dims,
+    raw: &mut serde_json::Value,
+) -> Result<()> {
+    let rope_dim = dims.rot_dim;
+    let kv_rank = meta.usize_key("attention.kv_lora_rank")?;
+    // a file from before the kv_b split states the head sizes as key_length / value_length
+    let qk_dim = meta.opt_usize_key("attention.key_length_mla")?.unwrap_or(dims.head_dim);
+    let v_dim = match meta.opt_usize_key("attention.value_length_mla")? {
+        Some(v) => v,
+        None => meta.opt_usize_key("attention.value_length")?.unwrap_or(dims.head_dim),
+    };
+    let Some(nope_dim) = qk_dim.checked_sub(rope_dim) else {
+        return Err(Error::input(
+            meta.path,
+            format!("{} {qk_dim} is smaller than {} {rope_dim}", meta.key("attention.key_length_mla"), meta.key("rope.dimension_count")),
+        ));
+    };
+    raw["q_lora_rank"] = serde_json::json!(meta.opt_usize_key("attention.q_lora_rank")?);
+    raw["kv_lora_rank"] = serde_json::json!(kv_rank);
+    raw["qk_rope_head_dim"] = serde_json::json!(rope_dim);
+    raw["qk_nope_head_dim"] = serde_json::json!(nope_dim);
+    raw["v_head_dim"] = serde_json::json!(v_dim);
+    raw["head_dim"] = serde_json::json!(rope_dim);
+    raw["partial_rotary_factor"] = serde_json::Value::Null;
+    raw["num_key_value_heads"] = serde_json::json!(dims.heads);
+    raw["rope_interleave"] = serde_json::json!(true);
+    raw["attention_bias"] = serde_json::json!(tensors.any_ends_with("self_attn.q_a_proj.bias"));
+    if let Some(log_multiplier) = meta.opt_f64_key("rope.scaling.yarn_log_multiplier")? {
+        // llama.cpp divides it by 0.1 again (TAG_DEEPSEEK2_YARN_LOG_MUL_FIX) and takes
+        // mscale equal to mscale_all_dim
+        let all_dim = log_multiplier / 0.1;
+        raw["rope_parameters"]["mscale_all_dim"] = serde_json::json!(all_dim);
+        raw["rope_parameters"]["mscale"] = serde_json::json!(all_dim);
+    }
+    deepseek_moe_gguf_keys(meta, raw, false)
+}
 
 /// `attention_bias` puts biases on q_a_proj, kv_a_proj_with_mqa and o_proj.
 fn biases(raw: &RawConfig) -> Biases {

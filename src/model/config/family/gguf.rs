@@ -170,7 +170,7 @@ mod tests {
         }
         let model_types: Vec<(&str, &str)> = [
             "llama", "qwen2", "qwen3", "olmo2", "phi3", "gpt2", "gptneox", "gemma2", "gemma3",
-            "smollm3", "lfm2", "granitehybrid", "falcon-h1", "glm4moe",
+            "smollm3", "lfm2", "granitehybrid", "falcon-h1", "glm4moe", "deepseek2",
         ]
         .into_iter()
         .map(|arch| (arch, Family::of_gguf(arch).unwrap().0.name))
@@ -192,6 +192,7 @@ mod tests {
                 ("granitehybrid", "granitemoehybrid"),
                 ("falcon-h1", "falcon_h1"),
                 ("glm4moe", "glm4_moe"),
+                ("deepseek2", "deepseek_v3"),
             ]
         );
         assert!(Family::of_gguf("mamba").is_none());
