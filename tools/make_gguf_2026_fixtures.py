@@ -549,7 +549,121 @@ def write_deepseek_v3(name="deepseek_v3"):
     check_exact(name, sd, undone)
 
 
-WRITERS = {"lfm2": write_lfm2, "glm4_moe": write_glm4_moe, "deepseek_v3": write_deepseek_v3, "granitemoehybrid": write_granitehybrid, "falcon_h1": write_falcon_h1}
+# --- Qwen3-Next ------------------------------------------------------------------------
+# Qwen3NextModel(Qwen2MoeModel): A_log -> ssm_a = -exp(A_log); dt_bias -> dt_proj.bias
+# (ssm_dt.bias); conv1d squeezed; every *norm.weight but linear_attn.norm.weight + 1 (the
+# zero-centred RMSNorm folded); in_proj_qkvz [per key head g: q_g, k_g, v_g, z_g] split into
+# attn_qkv [all q | all k | all v] and attn_gate [all z]; q_proj (query and gate interleaved
+# per head) as it is; experts stacked; shared_expert_gate -> ffn_gate_inp_shexp; keys
+# ssm.conv_kernel, state_size (linear_key_head_dim), group_count (linear_num_key_heads),
+# time_step_rank (linear_num_value_heads), inner_size, full_attention_interval,
+# rope.dimension_count = head_dim x partial_rotary_factor, expert_feed_forward_length,
+# expert_shared_feed_forward_length; no q/k permutation. This checkpoint's dense layer 0
+# (mlp_only_layers [0], which llama.cpp's qwen3next loader does not build) is written as
+# ffn_gate / ffn_up / ffn_down, the names every llama.cpp architecture gives a dense MLP.
+
+
+def qkvz_split(x, cfg):
+    """convert_hf_to_gguf.py's split of in_proj_qkvz (numpy)."""
+    nk, dk = cfg["linear_num_key_heads"], cfg["linear_key_head_dim"]
+    rv = cfg["linear_num_value_heads"] // nk * cfg["linear_value_head_dim"]
+    grouped = x.reshape(nk, 2 * dk + 2 * rv, x.shape[1])
+    q, k, v, z = np.split(grouped, [dk, 2 * dk, 2 * dk + rv], axis=1)
+    flat = lambda t: t.reshape(-1, x.shape[1])  # noqa: E731
+    return np.concatenate([flat(q), flat(k), flat(v)]), flat(z)
+
+
+def qkvz_join(qkv, z, cfg):
+    nk, dk = cfg["linear_num_key_heads"], cfg["linear_key_head_dim"]
+    qk, h = nk * dk, qkv.shape[1]
+    parts = [qkv[:qk], qkv[qk:2 * qk], qkv[2 * qk:], z]
+    return np.concatenate([p.reshape(nk, -1, h) for p in parts], axis=1).reshape(-1, h)
+
+
+def write_qwen3_next(name="qwen3_next"):
+    src, cfg, sd = checkpoint(name)
+    names = name_map("qwen3next", cfg)
+    path = os.path.join(GGUF_FIX, f"{name}.gguf")
+    layers, types = cfg["num_hidden_layers"], cfg["layer_types"]
+    attention = [l for l, t in enumerate(types) if t == "full_attention"]
+    interval = attention[0] + 1
+    assert attention == [l for l in range(layers) if (l + 1) % interval == 0]
+    hd = cfg["head_dim"]
+    w = gguf.GGUFWriter(path, "qwen3next")
+    common_keys(w, cfg, cfg["intermediate_size"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_expert_count(cfg["num_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    w.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
+    w.add_ssm_conv_kernel(cfg["linear_conv_kernel_dim"])
+    w.add_ssm_state_size(cfg["linear_key_head_dim"])
+    w.add_ssm_group_count(cfg["linear_num_key_heads"])
+    w.add_ssm_time_step_rank(cfg["linear_num_value_heads"])
+    w.add_ssm_inner_size(cfg["linear_value_head_dim"] * cfg["linear_num_value_heads"])
+    w.add_full_attention_interval(interval)
+    w.add_rope_dimension_count(int(hd * cfg["rope_parameters"]["partial_rotary_factor"]))
+    stacked = stack_experts(sd, range(layers), cfg["num_experts"])
+    written = {}
+
+    def add(gname, x, key):
+        w.add_tensor(gname, np.ascontiguousarray(x.astype(np.float32)))
+        written[gname] = key
+
+    dense = {"gate_proj": "ffn_gate", "up_proj": "ffn_up", "down_proj": "ffn_down"}
+    for key in sorted(stacked):
+        x = stacked[key]
+        layer = key.split(".")[2] if key.startswith("model.layers.") else None
+        if key.endswith("in_proj_qkvz.weight"):
+            qkv, z = qkvz_split(x, cfg)
+            add(f"blk.{layer}.attn_qkv.weight", qkv, key)
+            add(f"blk.{layer}.attn_gate.weight", z, key)
+            continue
+        if key.endswith(".A_log"):
+            x = -np.exp(x)
+        elif key.endswith(".dt_bias"):
+            key = key[: -len(".dt_bias")] + ".dt_proj.bias"
+        elif "conv1d" in key:
+            x = x.squeeze()
+        elif key.endswith("norm.weight") and not key.endswith("linear_attn.norm.weight"):
+            x = x + np.float32(1)
+        proj = key.split(".")[-2]
+        if ".mlp." in key and proj in dense and ".shared_expert." not in key and not key.startswith("stacked."):
+            add(f"blk.{layer}.{dense[proj]}.weight", x, key)
+        else:
+            add(moe_tensor_name(names, key), x, key)
+    finish_gguf(w)
+    _, back = read_back(path)
+    undone = {}
+    for gname, key in written.items():
+        x = back[gname]
+        if key.endswith("in_proj_qkvz.weight"):
+            layer = key.split(".")[2]
+            x = qkvz_join(back[f"blk.{layer}.attn_qkv.weight"], back[f"blk.{layer}.attn_gate.weight"], cfg)
+        elif key.endswith(".A_log"):
+            x = np.log(-x)
+        elif key.endswith(".dt_proj.bias"):
+            key = key[: -len(".dt_proj.bias")] + ".dt_bias"
+        elif "conv1d" in key:
+            x = np.expand_dims(x, 1)
+        elif key.endswith("norm.weight") and not key.endswith("linear_attn.norm.weight"):
+            x = x - np.float32(1)
+        undone[key] = x
+    undone = unstack({k: v for k, v in undone.items()}, {k: k for k in undone}, cfg["num_experts"])
+    # -exp then log, and 1 + w then - 1, in f32: within a few ulps of the checkpoint's values
+    for key in sd:
+        if key.endswith((".A_log", "norm.weight")):
+            assert np.allclose(undone[key], sd[key], rtol=1e-6, atol=2e-7), key
+            undone[key] = sd[key]
+    check_exact(name, sd, undone)
+
+
+WRITERS = {"lfm2": write_lfm2, "glm4_moe": write_glm4_moe, "deepseek_v3": write_deepseek_v3,
+           "qwen3_next": write_qwen3_next, "granitemoehybrid": write_granitehybrid, "falcon_h1": write_falcon_h1}
 
 
 def main(argv):

@@ -117,7 +117,7 @@ impl GgufFile {
             kv_heads,
             trunk_layers: meta.trunk_layers()?,
         };
-        let tensors = tensor_table(path, &content, &converter)?;
+        let tensors = tensor_table(&meta, &converter)?;
         let facts = tensor_facts(path, &tensors)?;
         let (raw, rope_source) = raw_config(&meta, &mut file, &facts, heads, kv_heads)?;
         let config = resolve_config(path, raw, rope_source.as_ref())?;
@@ -373,11 +373,8 @@ impl Converter {
 /// an error for a tensor the architecture does not have. Block tensors that the family
 /// reads assembled (stacked experts, split fused tensors) become their HF entries through
 /// [`assemble`].
-fn tensor_table(
-    path: &Path,
-    content: &Content,
-    converter: &Converter,
-) -> Result<BTreeMap<String, GgufTensor>> {
+fn tensor_table(meta: &Meta, converter: &Converter) -> Result<BTreeMap<String, GgufTensor>> {
+    let (path, content) = (meta.path, meta.content);
     let rules = converter.rules;
     let mut tensors = BTreeMap::new();
     // (layer, weight or bias) -> role -> (gguf name, shape), for the assembled roles
@@ -420,7 +417,7 @@ fn tensor_table(
         );
     }
     for ((layer, kind), stored) in &claimed {
-        for (hf_name, pieces) in assemble(path, *layer, kind, rules.assembled, stored)? {
+        for (hf_name, pieces) in assemble(meta, *layer, kind, rules.assembled, stored)? {
             let first = &pieces.pieces[0].gguf_name;
             let dtype = content.tensor_infos[first].ggml_dtype;
             let gguf_name = match pieces.pieces[0].expert {

@@ -12,6 +12,7 @@ use std::path::Path;
 use candle_core::quantized::gguf_file::Content;
 use candle_core::{Device, Tensor};
 
+use super::gguf_config::Meta;
 use super::root_cause;
 use crate::error::{Error, Result};
 
@@ -37,6 +38,22 @@ pub enum Assembled {
         transposed: &'static [&'static str],
         merge_heads: bool,
     },
+    /// The family's own assembly of `roles` in one layer, with sizes from the metadata
+    /// (Qwen3-Next's Gated DeltaNet `in_proj_qkvz`, regrouped per key head from llama.cpp's
+    /// `attn_qkv` and `attn_gate`): the HF entries (`model.layers.N.` and the rest) it makes.
+    Custom {
+        roles: &'static [&'static str],
+        build: fn(&Meta, &StoredLayer) -> Result<Vec<(String, Pieces)>>,
+    },
+}
+
+/// One layer's stored tensors claimed by an [`Assembled`] rule: role -> (gguf name, numpy
+/// shape).
+pub struct StoredLayer<'a> {
+    pub layer: usize,
+    /// `weight` or `bias`.
+    pub kind: &'a str,
+    pub stored: &'a BTreeMap<String, (String, Vec<usize>)>,
 }
 
 impl Assembled {
@@ -44,29 +61,46 @@ impl Assembled {
     fn claims(&self, role: &str) -> bool {
         match self {
             Assembled::PerExpert { role: r, .. } => *r == role,
-            Assembled::Join { roles, .. } => roles.contains(&role),
+            Assembled::Join { roles, .. } | Assembled::Custom { roles, .. } => {
+                roles.contains(&role)
+            }
         }
     }
 }
 
 /// One stored tensor (or one expert of it) that an HF tensor is made of.
 #[derive(Debug, Clone)]
-pub(crate) struct Piece {
+pub struct Piece {
     /// llama.cpp name, e.g. `blk.0.ffn_gate_exps.weight`.
     pub gguf_name: String,
     /// The expert, for one slice of a stacked `[experts, rows, cols]` tensor.
     pub expert: Option<usize>,
     /// Its last two dimensions swapped on load.
     pub transposed: bool,
+    /// Only these rows of it (a part of a fused stored tensor), `start..end`.
+    pub rows: Option<(usize, usize)>,
 }
 
-/// An HF tensor made of pieces: its shape, and the pieces concatenated along `axis`, the
-/// first two dimensions then merged where `merge_heads`.
+impl Piece {
+    /// The whole stored tensor `gguf_name`.
+    pub fn whole(gguf_name: &str) -> Self {
+        Piece {
+            gguf_name: gguf_name.to_string(),
+            expert: None,
+            transposed: false,
+            rows: None,
+        }
+    }
+}
+
+/// An HF tensor made of pieces: its shape, and the pieces concatenated along `axis`; or,
+/// in `groups`, each piece's rows split into that many equal blocks and the result block
+/// `g` of every piece in turn, for each group `g` (a per-head or per-group interleave).
 #[derive(Debug, Clone)]
-pub(crate) struct Pieces {
+pub struct Pieces {
     pub pieces: Vec<Piece>,
     pub axis: usize,
-    pub merge_heads: bool,
+    pub groups: Option<usize>,
     pub shape: Vec<usize>,
 }
 
@@ -79,15 +113,21 @@ pub(crate) fn rule_for<'a>(rules: &'a [Assembled], role: &str) -> Option<&'a Ass
 /// one layer claimed by `rules` make, from `stored`: role -> (gguf name, numpy shape), with
 /// `kind` `weight` or `bias`. An error names a missing partner or mismatched shapes.
 pub(crate) fn assemble(
-    path: &Path,
+    meta: &Meta,
     layer: usize,
     kind: &str,
     rules: &[Assembled],
     stored: &BTreeMap<String, (String, Vec<usize>)>,
 ) -> Result<Vec<(String, Pieces)>> {
+    let path = meta.path;
     let mut out = Vec::new();
     for rule in rules {
         match *rule {
+            Assembled::Custom { roles, build } => {
+                if roles.iter().any(|role| stored.contains_key(*role)) {
+                    out.extend(build(meta, &StoredLayer { layer, kind, stored })?);
+                }
+            }
             Assembled::PerExpert {
                 role,
                 prefix,
@@ -99,14 +139,13 @@ pub(crate) fn assemble(
                 let experts = stacked_count(path, gguf_name, shape)?;
                 for e in 0..experts {
                     let piece = Piece {
-                        gguf_name: gguf_name.clone(),
                         expert: Some(e),
-                        transposed: false,
+                        ..Piece::whole(gguf_name)
                     };
                     let pieces = Pieces {
                         pieces: vec![piece],
                         axis: 0,
-                        merge_heads: false,
+                        groups: None,
                         shape: shape[1..].to_vec(),
                     };
                     out.push((format!("model.layers.{layer}.{prefix}.{e}.{suffix}.{kind}"), pieces));
@@ -131,7 +170,7 @@ pub(crate) fn assemble(
                         }
                         let heads = shape.remove(0);
                         shape[0] *= heads;
-                        pieces.merge_heads = true;
+                        pieces.groups = Some(heads);
                     }
                     let hf = hf.replace("{kind}", kind);
                     out.push((format!("model.layers.{layer}.{hf}"), pieces));
@@ -200,46 +239,64 @@ fn join(
             }
         });
         pieces.push(Piece {
-            gguf_name: gguf_name.clone(),
-            expert: None,
             transposed,
+            ..Piece::whole(gguf_name)
         });
     }
     Ok(Some(Pieces {
         pieces,
         axis,
-        merge_heads: false,
+        groups: None,
         shape: shape.expect("at least one role"),
     }))
 }
 
 /// Reads and dequantizes the pieces to f32 on the CPU and joins them.
 pub(crate) fn load_pieces(path: &Path, content: &Content, pieces: &Pieces) -> Result<Tensor> {
+    let first = &pieces.pieces[0].gguf_name;
     let mut parts = Vec::with_capacity(pieces.pieces.len());
     for piece in &pieces.pieces {
-        let mut xs = match piece.expert {
+        let xs = match piece.expert {
             Some(e) => load_expert(path, content, &piece.gguf_name, e)?,
             None => load_whole(path, content, &piece.gguf_name)?,
         };
-        if piece.transposed {
-            let rank = xs.rank();
-            xs = xs
-                .transpose(rank - 2, rank - 1)
-                .and_then(|x| x.contiguous())
-                .map_err(|e| Error::invalid(path, &piece.gguf_name, root_cause(e)))?;
-        }
-        parts.push(xs);
+        let shaped = shape_piece(xs, piece)
+            .map_err(|e| Error::invalid(path, &piece.gguf_name, root_cause(e)))?;
+        parts.push(shaped);
     }
-    let joined = match parts.len() {
-        1 => Ok(parts.pop().expect("one part")),
-        _ => Tensor::cat(&parts, pieces.axis),
+    let joined = match pieces.groups {
+        Some(groups) => join_groups(&parts, groups, &pieces.shape),
+        None if parts.len() == 1 => Ok(parts.pop().expect("one part")),
+        None => Tensor::cat(&parts, pieces.axis),
     };
-    joined
-        .and_then(|xs| match pieces.merge_heads {
-            true => xs.reshape(pieces.shape.as_slice()),
-            false => Ok(xs),
+    joined.map_err(|e| Error::invalid(path, first, root_cause(e)))
+}
+
+/// A loaded piece's rows and orientation.
+fn shape_piece(xs: Tensor, piece: &Piece) -> candle_core::Result<Tensor> {
+    let xs = match piece.rows {
+        Some((start, end)) => xs.narrow(0, start, end.saturating_sub(start))?,
+        None => xs,
+    };
+    match piece.transposed {
+        true => {
+            let rank = xs.rank();
+            xs.transpose(rank - 2, rank - 1)?.contiguous()
+        }
+        false => Ok(xs),
+    }
+}
+
+/// Block `g` of every part in turn, for each of `groups` groups, as a tensor of `shape`.
+fn join_groups(parts: &[Tensor], groups: usize, shape: &[usize]) -> candle_core::Result<Tensor> {
+    let grouped = parts
+        .iter()
+        .map(|p| {
+            let cols = *p.dims().last().unwrap_or(&1);
+            p.reshape((groups, (), cols))
         })
-        .map_err(|e| Error::invalid(path, &pieces.pieces[0].gguf_name, root_cause(e)))
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    Tensor::cat(&grouped, 1)?.reshape(shape)
 }
 
 /// A whole stored tensor, dequantized.

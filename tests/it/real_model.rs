@@ -631,10 +631,20 @@ fn compare_metrics(got: &ModelMetrics, want: &Value, margin: f64, nll_atol: Opti
                     asa_analyze::metrics::Metric::ALPHA
                 )
                 .is_none()
-            && got
-                .get::<asa_analyze::metrics::PerHead>(asa_analyze::metrics::Metric::GATE)
-                .is_none()
     );
+    // a gated model's output gate (Qwen3-Next), per (attention layer, head)
+    let gate = got.get::<asa_analyze::metrics::PerHead>(asa_analyze::metrics::Metric::GATE);
+    match (gate, want.get("gate")) {
+        (None, None) => {}
+        (Some(gate), Some(rows)) => {
+            let rows = rows.as_array().unwrap();
+            assert_eq!(gate.0.len(), rows.len(), "gate layers");
+            for (got_row, want_row) in gate.0.iter().zip(rows) {
+                w.vec(got_row, want_row, "gate");
+            }
+        }
+        (gate, rows) => panic!("gate: got {}, reference {}", gate.is_some(), rows.is_some()),
+    }
     let nll = got
         .get::<asa_analyze::metrics::nll::NllResult>(asa_analyze::metrics::Metric::NLL)
         .unwrap();
@@ -913,6 +923,24 @@ fn deepseek_v3_gguf_reproduces_its_checkpoint_with_latent_attention() {
     assert_eq!(a.rope, b.rope);
 }
 
+/// A Qwen3-Next GGUF file as llama.cpp's converter writes it (`qwen3next`,
+/// `tools/make_gguf_2026_fixtures.py`): zero-centred norms stored as 1 + w, the Gated
+/// DeltaNet's `in_proj_qkvz` split into `attn_qkv` (all q, all k, all v) and `attn_gate` and
+/// regrouped per key head on load, `ssm_a` = -exp(A_log), the attention layers by
+/// `full_attention_interval`, the gated attention's q_proj as it is, experts stacked with a
+/// gated shared expert. It reproduces the checkpoint's float64 reference, output gate
+/// included.
+#[test]
+fn qwen3_next_gguf_reproduces_its_checkpoint_with_its_delta_net_layers() {
+    check_tiny_gguf("qwen3_next");
+    let (a, b) = &gguf_and_checkpoint_configs("qwen3_next");
+    assert_eq!(a.mixers, b.mixers);
+    assert_eq!(a.experts, b.experts);
+    assert_eq!((&a.rope, a.head_dim, a.layout), (&b.rope, b.head_dim, b.layout));
+    let gguf = Checkpoint::open(&gguf_fixture("qwen3_next.gguf"), &Device::Cpu, DType::F32).unwrap();
+    assert_eq!(gguf.variant.kind, Checkpoint::open(&model_dir("qwen3_next"), &Device::Cpu, DType::F32).unwrap().variant.kind);
+}
+
 /// GPT-2 and GPT-NeoX GGUF files as llama.cpp's converter writes them
 /// (`tools/smollm2.py fixtures`): GPT-2's Conv1D weights stored `[out, in]` (transformers'
 /// own GGUF loader reads that file back to the checkpoint's tensors exactly), its learned
@@ -1110,7 +1138,7 @@ fn unknown_gguf_architecture_is_named() {
     assert!(
         err.contains("architecture `mamba`")
             && err.contains(
-                "deepseek2, falcon-h1, gemma2, gemma3, glm4moe, gpt2, gptneox, granitehybrid, lfm2, llama, olmo2, phi3, qwen2, qwen3, smollm3"
+                "deepseek2, falcon-h1, gemma2, gemma3, glm4moe, gpt2, gptneox, granitehybrid, lfm2, llama, olmo2, phi3, qwen2, qwen3, qwen3next, smollm3"
             ),
         "{err}"
     );

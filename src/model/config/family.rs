@@ -19,7 +19,9 @@ use crate::model::mixers::Mixer;
 use crate::model::multipliers::Multipliers;
 use crate::model::rope::RopeConfig;
 use crate::model::sliding_window::WindowRule;
-pub(crate) use gguf::{Assembled, GgufRules, NameTable, StoredTensor, Undo};
+pub(crate) use gguf::{
+    Assembled, GgufRules, NameTable, Piece, Pieces, StoredLayer, StoredTensor, Undo,
+};
 
 /// The RoPE of the layers, and of the sliding-window layers where it differs (Gemma 3).
 pub(crate) type Ropes = (RopeConfig, Option<RopeConfig>);

@@ -8,7 +8,7 @@ use super::Family;
 use crate::error::Result;
 use crate::model::config::families::FAMILIES;
 use crate::model::gguf_config::{Dims, Meta, TensorFacts};
-pub use crate::model::gguf_pieces::Assembled;
+pub use crate::model::gguf_pieces::{Assembled, Piece, Pieces, StoredLayer};
 
 /// llama.cpp tensor names and the loader's: (llama.cpp's, the loader's or `None` where the
 /// loader reads no such tensor).
@@ -170,7 +170,7 @@ mod tests {
         }
         let model_types: Vec<(&str, &str)> = [
             "llama", "qwen2", "qwen3", "olmo2", "phi3", "gpt2", "gptneox", "gemma2", "gemma3",
-            "smollm3", "lfm2", "granitehybrid", "falcon-h1", "glm4moe", "deepseek2",
+            "smollm3", "lfm2", "granitehybrid", "falcon-h1", "glm4moe", "deepseek2", "qwen3next",
         ]
         .into_iter()
         .map(|arch| (arch, Family::of_gguf(arch).unwrap().0.name))
@@ -193,6 +193,7 @@ mod tests {
                 ("falcon-h1", "falcon_h1"),
                 ("glm4moe", "glm4_moe"),
                 ("deepseek2", "deepseek_v3"),
+                ("qwen3next", "qwen3_next"),
             ]
         );
         assert!(Family::of_gguf("mamba").is_none());
