@@ -662,7 +662,107 @@ def write_qwen3_next(name="qwen3_next"):
     check_exact(name, sd, undone)
 
 
+# --- Llama 4 ---------------------------------------------------------------------------
+# Llama4Model(LlamaModel), undo_permute False (llama.cpp's NORM RoPE is Llama 4's pairs):
+# feed_forward_length = intermediate_size_mlp (dense layers), expert_feed_forward_length =
+# intermediate_size (experts and shared expert), interleave_moe_layer_step, key_length /
+# value_length / rope.dimension_count = head_dim; gate_up_proj [E, H, 2F] transposed and
+# split into ffn_gate_exps / ffn_up_exps [E, F, H]; down_proj [E, F, H] transposed into
+# ffn_down_exps [E, H, F]; router -> ffn_gate_inp; shared expert -> ffn_*_shexp. No key for
+# the chunk size, NoPE layers, temperature tuning or QK-norm: llama.cpp's loader fixes chunks
+# of 8192, every 4th layer NoPE, floor 8192 and scale 0.1, QK-norm unless 128 experts. This
+# checkpoint has chunks of 8, floor 4 and scale 0.5, so the file is another model than the
+# checkpoint: the one llama.cpp runs, whose float64 reference is written here too
+# (llama4_text_gguf: the checkpoint with llama.cpp's constants, through transformers' own
+# float64 forward as tools/make_families_2026_fixtures.py runs it).
+
+
+def write_llama4_text(name="llama4_text", out="llama4_text_gguf"):
+    import shutil
+    import tempfile
+
+    from safetensors import safe_open
+    from transformers import Llama4ForCausalLM
+    from transformers.models.llama4 import modeling_llama4
+
+    import make_families_2026_fixtures as fam
+
+    src, cfg, sd = checkpoint(name)
+    names = name_map("llama4", cfg)
+    path = os.path.join(GGUF_FIX, f"{out}.gguf")
+    hd = cfg["head_dim"]
+    w = gguf.GGUFWriter(path, "llama4")
+    common_keys(w, cfg, cfg["intermediate_size_mlp"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_expert_count(cfg["num_local_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_dimension_count(hd)
+    w.add_interleave_moe_layer_step(cfg["interleave_moe_layer_step"])
+    w.add_expert_feed_forward_length(cfg["intermediate_size"])
+    assert cfg["rope_parameters"]["rope_type"] == "default"  # no rope_freqs
+    written = {}
+    for key in sorted(sd):
+        x = sd[key]
+        if key.endswith("experts.gate_up_proj"):
+            half = x.shape[-1] // 2
+            t = x.transpose(0, 2, 1)
+            layer = key.split(".")[2]
+            for role, part in (("ffn_gate_exps", t[:, :half]), ("ffn_up_exps", t[:, half:])):
+                w.add_tensor(f"blk.{layer}.{role}.weight", np.ascontiguousarray(part))
+                written[f"blk.{layer}.{role}.weight"] = key
+            continue
+        if key.endswith("experts.down_proj"):
+            x = x.transpose(0, 2, 1)
+            key = key + ".weight"
+        gname = gguf_name(names, key)
+        w.add_tensor(gname, np.ascontiguousarray(x))
+        written[gname] = key
+    finish_gguf(w)
+    _, back = read_back(path)
+    undone = {}
+    for gname, key in written.items():
+        x = back[gname]
+        if key.endswith("gate_up_proj"):
+            layer = key.split(".")[2]
+            x = np.concatenate([back[f"blk.{layer}.ffn_gate_exps.weight"], back[f"blk.{layer}.ffn_up_exps.weight"]], axis=1)
+            x = x.transpose(0, 2, 1)
+        elif key.endswith("down_proj.weight") and ".experts." in key:
+            key, x = key[: -len(".weight")], x.transpose(0, 2, 1)
+        undone[key] = x
+    check_exact(out, sd, undone)
+    # what llama.cpp runs from this file, as a transformers checkpoint, and its reference
+    tmp = tempfile.mkdtemp()
+    try:
+        fixed = dict(cfg, attention_chunk_size=8192, floor_scale=8192, attn_scale=0.1,
+                     no_rope_layer_interval=4, use_qk_norm=cfg["num_local_experts"] != 128)
+        with open(os.path.join(tmp, "config.json"), "w") as f:
+            json.dump(fixed, f, indent=2)
+        for f in os.listdir(src):
+            if f.endswith(".safetensors"):
+                shutil.copy(os.path.join(src, f), tmp)
+        with safe_open(os.path.join(mf.REFS, f"{name}.safetensors"), "pt") as f:
+            ids = f.get_tensor("input_ids")
+        with fam.llama4_float64():
+            logits, caps, _ = mf.transformers64_reference(
+                tmp, Llama4ForCausalLM, modeling_llama4, ids, "model",
+                rms_cls=modeling_llama4.Llama4TextRMSNorm, rms_forward=fam._llama4_rms_forward64,
+            )
+        # 20 positions: a chunk of 8192 masks nothing, the temperature is 1
+        assert all("visible" not in c or bool(c["visible"].tril().eq(torch.ones(20, 20, dtype=c["visible"].dtype).tril()).all()) for c in caps)
+        mf.write_reference(out, "softmax", ids, logits, caps)
+        for suffix in (".safetensors", ".metrics.json"):
+            os.chmod(os.path.join(mf.REFS, out + suffix), 0o644)
+    finally:
+        shutil.rmtree(tmp)
+    log(f"{out}: llama.cpp's reading of the file (chunks of 8192, floor 8192, scale 0.1) referenced in float64")
+
+
 WRITERS = {"lfm2": write_lfm2, "glm4_moe": write_glm4_moe, "deepseek_v3": write_deepseek_v3,
+           "llama4_text": write_llama4_text,
            "qwen3_next": write_qwen3_next, "granitemoehybrid": write_granitehybrid, "falcon_h1": write_falcon_h1}
 
 

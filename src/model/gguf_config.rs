@@ -208,6 +208,7 @@ fn rope_parameters(
         let factors = read_factors(meta, file, info, rot_dim)?;
         let original = meta
             .opt_usize_key("rope.scaling.original_context_length")?
+            .or(meta.rules.rope_freqs_original_context)
             .unwrap_or(context);
         match llama3_from_freq_factors(theta, rot_dim, &factors, original as f64) {
             Some(r) => {

@@ -941,6 +941,34 @@ fn qwen3_next_gguf_reproduces_its_checkpoint_with_its_delta_net_layers() {
     assert_eq!(gguf.variant.kind, Checkpoint::open(&model_dir("qwen3_next"), &Device::Cpu, DType::F32).unwrap().variant.kind);
 }
 
+/// A Llama 4 GGUF file as llama.cpp's converter writes it (`llama4`,
+/// `tools/make_gguf_2026_fixtures.py`): no q/k permutation, `gate_up_proj` transposed and
+/// split into `ffn_gate_exps` / `ffn_up_exps` and `down_proj` transposed (joined back), the
+/// dense and expert widths swapped into `feed_forward_length` / `expert_feed_forward_length`.
+/// The file has no key for the chunk size, NoPE layers or temperature tuning: llama.cpp fixes
+/// chunks of 8192, floor 8192 and scale 0.1, so the file is not the checkpoint's model (chunks
+/// of 8, floor 4, scale 0.5) but the one llama.cpp runs, whose float64 reference the script
+/// writes (`llama4_text_gguf`); it reproduces that one, and not the checkpoint's.
+#[test]
+fn llama4_gguf_reproduces_the_model_llama_cpp_runs_from_it() {
+    check_tiny_gguf("llama4_text_gguf");
+    let gguf = Checkpoint::open(&gguf_fixture("llama4_text_gguf.gguf"), &Device::Cpu, DType::F32).unwrap();
+    let hf = Checkpoint::open(&model_dir("llama4_text"), &Device::Cpu, DType::F32).unwrap();
+    let (a, b) = (&gguf.config, &hf.config);
+    assert_eq!((&a.experts, &a.layout, &a.rope), (&b.experts, &b.layout, &b.rope));
+    assert_eq!(a.intermediate_size, b.intermediate_size);
+    assert_eq!(a.attention_layers.no_rope, b.attention_layers.no_rope);
+    assert_ne!(a.attention_layers, b.attention_layers, "chunks and temperature differ");
+    // the checkpoint's own reference (chunks of 8 over 20 tokens) is another model
+    let model = gguf.load_model().unwrap();
+    let refs = reference("llama4_text");
+    let ids = refs["input_ids"].to_dtype(DType::U32).unwrap();
+    let mut probe = CaptureProbe::new(&[Hook::Logits]);
+    model.forward(&ids, 64, &mut probe).unwrap();
+    let d = max_abs_diff(&probe.get(Hook::Logits, 4).unwrap().unwrap(), &refs["logits"]);
+    assert!(d > 1e-3, "chunks of 8 change the logits: {d:e}");
+}
+
 /// GPT-2 and GPT-NeoX GGUF files as llama.cpp's converter writes them
 /// (`tools/smollm2.py fixtures`): GPT-2's Conv1D weights stored `[out, in]` (transformers'
 /// own GGUF loader reads that file back to the checkpoint's tensors exactly), its learned
@@ -1138,7 +1166,7 @@ fn unknown_gguf_architecture_is_named() {
     assert!(
         err.contains("architecture `mamba`")
             && err.contains(
-                "deepseek2, falcon-h1, gemma2, gemma3, glm4moe, gpt2, gptneox, granitehybrid, lfm2, llama, olmo2, phi3, qwen2, qwen3, qwen3next, smollm3"
+                "deepseek2, falcon-h1, gemma2, gemma3, glm4moe, gpt2, gptneox, granitehybrid, lfm2, llama, llama4, olmo2, phi3, qwen2, qwen3, qwen3next, smollm3"
             ),
         "{err}"
     );

@@ -139,6 +139,7 @@ pub(crate) const fn gguf_rules(arch: &'static str) -> GgufRules {
         assembled: &[],
         undo: nothing_undone,
         config: no_config_keys,
+        rope_freqs_original_context: None,
     }
 }
 

@@ -7,6 +7,16 @@
 //! every `interleave_moe_layer_step`-th) of `intermediate_size` with a shared expert, routed
 //! by the sigmoid of the top-k logits on the experts' inputs; the dense layers' MLP is
 //! `intermediate_size_mlp` (`feed_forward.*`).
+//!
+//! llama.cpp's `llama4` GGUF files (`convert_hf_to_gguf.py` Llama4Model,
+//! `src/models/llama4.cpp`): q/k not permuted (llama.cpp's NORM RoPE is Llama 4's pairs);
+//! `gate_up_proj` transposed and split into `ffn_gate_exps` / `ffn_up_exps`, `down_proj`
+//! transposed, joined back; `feed_forward_length` the dense width and
+//! `expert_feed_forward_length` the experts'; `interleave_moe_layer_step`. llama.cpp fixes
+//! what the file does not say: chunks of 8192 on the RoPE layers, every 4th layer NoPE,
+//! temperature tuning with floor 8192 and scale 0.1, QK-norm unless there are 128 experts,
+//! Llama-3 rope_freqs computed with an original context of 8192; read the same here. A
+//! `sliding_window` of 0 (llama.cpp's path for MobileLLM) is refused.
 
 use std::path::Path;
 
@@ -15,7 +25,8 @@ use crate::error::{Error, Result};
 use crate::model::attention_layers::{
     no_rope_layers, AttentionLayers, ChunkedLayers, TemperatureTuning,
 };
-use crate::model::config::family::{Family, Ropes};
+use crate::model::config::family::{Assembled, Family, GgufRules, Ropes};
+use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 use crate::model::config::{positive_or_null, RawConfig};
 use crate::model::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
 use crate::model::layout::Layout;
@@ -34,6 +45,7 @@ pub(crate) const FAMILY: Family = Family {
     rope,
     attention_layers,
     experts,
+    gguf: Some(&GGUF),
     weight_names: &[
         (
             "model.layers.{l}.mlp.gate_proj.{p}",
@@ -50,6 +62,90 @@ pub(crate) const FAMILY: Family = Family {
     ],
     ..llama::FAMILY
 };
+
+/// llama.cpp's `llama4`.
+const GGUF: GgufRules = GgufRules {
+    blocks: &[
+        &[
+            ("ffn_gate_inp", Some("feed_forward.router")),
+            ("ffn_gate_shexp", Some("feed_forward.shared_expert.gate_proj")),
+            ("ffn_up_shexp", Some("feed_forward.shared_expert.up_proj")),
+            ("ffn_down_shexp", Some("feed_forward.shared_expert.down_proj")),
+        ],
+        llama::GGUF_BLOCKS,
+    ],
+    assembled: &[
+        Assembled::Join {
+            hf: "feed_forward.experts.gate_up_proj",
+            roles: &["ffn_gate_exps", "ffn_up_exps"],
+            axis: 2,
+            transposed: &["ffn_gate_exps", "ffn_up_exps"],
+            merge_heads: false,
+        },
+        Assembled::Join {
+            hf: "feed_forward.experts.down_proj",
+            roles: &["ffn_down_exps"],
+            axis: 0,
+            transposed: &["ffn_down_exps"],
+            merge_heads: false,
+        },
+    ],
+    config: gguf_config,
+    rope_freqs_original_context: Some(GGUF_FIXED.rope_freqs_original_context),
+    ..llama::gguf_rules("llama4")
+};
+
+/// What llama.cpp's `llama4` loader fixes whatever the file says.
+struct GgufFixed {
+    chunk: usize,
+    no_rope_step: usize,
+    floor_scale: f64,
+    attn_scale: f64,
+    /// The expert count without QK-norm (Maverick's).
+    no_qk_norm_experts: usize,
+    /// The converter's `original_max_position_embeddings` for `rope_freqs` (it reads a
+    /// top-level key Llama4TextConfig does not have, so its default).
+    rope_freqs_original_context: usize,
+}
+
+const GGUF_FIXED: GgufFixed = GgufFixed {
+    chunk: 8192,
+    no_rope_step: 4,
+    floor_scale: 8192.0,
+    attn_scale: 0.1,
+    no_qk_norm_experts: 128,
+    rope_freqs_original_context: 8192,
+};
+
+/// The experts and widths from their keys, and what llama.cpp's loader fixes.
+fn gguf_config(
+    meta: &Meta,
+    _: &TensorFacts,
+    _: &Dims,
+    raw: &mut serde_json::Value,
+) -> Result<()> {
+    if meta.opt_usize_key("attention.sliding_window")? == Some(0) {
+        return Err(Error::input(
+            meta.path,
+            format!("{} 0 (llama.cpp's llama4 without chunked attention, for MobileLLM) is not implemented", meta.key("attention.sliding_window")),
+        ));
+    }
+    let experts = meta.usize_key("expert_count")?;
+    let fixed = GGUF_FIXED;
+    raw["sliding_window"] = serde_json::Value::Null;
+    raw["attention_chunk_size"] = serde_json::json!(fixed.chunk);
+    raw["no_rope_layer_interval"] = serde_json::json!(fixed.no_rope_step);
+    raw["attn_temperature_tuning"] = serde_json::json!(true);
+    raw["floor_scale"] = serde_json::json!(fixed.floor_scale);
+    raw["attn_scale"] = serde_json::json!(fixed.attn_scale);
+    raw["use_qk_norm"] = serde_json::json!(experts != fixed.no_qk_norm_experts);
+    raw["num_local_experts"] = serde_json::json!(experts);
+    raw["num_experts_per_tok"] = serde_json::json!(meta.usize_key("expert_used_count")?);
+    raw["interleave_moe_layer_step"] = serde_json::json!(meta.usize_key("interleave_moe_layer_step")?);
+    raw["intermediate_size_mlp"] = raw["intermediate_size"].clone();
+    raw["intermediate_size"] = serde_json::json!(meta.usize_key("expert_feed_forward_length")?);
+    Ok(())
+}
 
 /// Llama4TextConfig's `intermediate_size_mlp` (16384 by default).
 fn dense_intermediate(raw: &RawConfig) -> Option<usize> {

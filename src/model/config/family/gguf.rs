@@ -40,6 +40,9 @@ pub struct GgufRules {
     pub undo: fn(&StoredTensor) -> Undo,
     /// The family's config.json keys beyond (or instead of) Llama's.
     pub config: GgufConfigFn,
+    /// The original context the converter computes `rope_freqs.weight` with when the file
+    /// has no `rope.scaling.original_context_length` (`None`: the context length).
+    pub rope_freqs_original_context: Option<usize>,
 }
 
 impl GgufRules {
@@ -170,7 +173,7 @@ mod tests {
         }
         let model_types: Vec<(&str, &str)> = [
             "llama", "qwen2", "qwen3", "olmo2", "phi3", "gpt2", "gptneox", "gemma2", "gemma3",
-            "smollm3", "lfm2", "granitehybrid", "falcon-h1", "glm4moe", "deepseek2", "qwen3next",
+            "smollm3", "lfm2", "granitehybrid", "falcon-h1", "glm4moe", "deepseek2", "qwen3next", "llama4",
         ]
         .into_iter()
         .map(|arch| (arch, Family::of_gguf(arch).unwrap().0.name))
@@ -194,6 +197,7 @@ mod tests {
                 ("glm4moe", "glm4_moe"),
                 ("deepseek2", "deepseek_v3"),
                 ("qwen3next", "qwen3_next"),
+                ("llama4", "llama4_text"),
             ]
         );
         assert!(Family::of_gguf("mamba").is_none());
