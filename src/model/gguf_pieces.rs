@@ -336,3 +336,59 @@ fn load_expert(path: &Path, content: &Content, gguf_name: &str, e: usize) -> Res
     .map_err(|err| Error::invalid(path, gguf_name, root_cause(err)))?;
     Ok(q.dequantize(&Device::Cpu)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(values: &[f32], cols: usize) -> Tensor {
+        Tensor::new(values, &Device::Cpu)
+            .unwrap()
+            .reshape((values.len() / cols, cols))
+            .unwrap()
+    }
+
+    #[test]
+    fn groups_take_each_pieces_block_in_turn() {
+        // two groups; q rows [q0 q1], z rows [z0 z0' z1 z1']: per group q_g then z_g
+        let q = rows(&[0., 1.], 1);
+        let z = rows(&[10., 11., 20., 21.], 1);
+        let joined = join_groups(&[q, z], 2, &[6, 1]).unwrap();
+        let got: Vec<f32> = joined.flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(got, [0., 10., 11., 1., 20., 21.]);
+    }
+
+    #[test]
+    fn a_piece_keeps_its_rows_and_is_transposed() {
+        let xs = rows(&[0., 1., 2., 3., 4., 5.], 2);
+        let piece = Piece {
+            rows: Some((1, 3)),
+            transposed: true,
+            ..Piece::whole("t")
+        };
+        let got: Vec<Vec<f32>> = shape_piece(xs, &piece).unwrap().to_vec2().unwrap();
+        assert_eq!(got, [[2., 4.], [3., 5.]]);
+    }
+
+    #[test]
+    fn a_join_with_a_missing_partner_names_it() {
+        let meta_free = BTreeMap::from([(
+            "ffn_gate_exps".to_string(),
+            ("blk.0.ffn_gate_exps.weight".to_string(), vec![4, 2, 3]),
+        )]);
+        let err = join(
+            Path::new("m.gguf"),
+            &["ffn_gate_exps", "ffn_up_exps"],
+            1,
+            &[],
+            &meta_free,
+            |role| format!("blk.0.{role}.weight"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("blk.0.ffn_up_exps.weight is missing beside blk.0.ffn_gate_exps.weight"),
+            "{err}"
+        );
+    }
+}
