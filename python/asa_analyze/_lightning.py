@@ -10,7 +10,7 @@ try:
 except ImportError:  # the older package name
     from pytorch_lightning import Callback  # type: ignore[no-redef]
 
-from .callbacks import _hf_model, _Results, _Schedule, _unwrapped
+from .callbacks import _hf_model, _Results, _Schedule
 from .monitor import DEFAULT_METRICS
 
 
@@ -46,23 +46,20 @@ class LightningAttentionStats(_Results, Callback):  # type: ignore[misc]
         self._pick = model or _hf_model
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-        if trainer.is_global_zero:
-            self._schedule.use_tokenizer(self._tokenizer)
-            self._schedule.monitor.check_probe(self._pick(pl_module).config)
+        self._schedule.use_tokenizer(self._tokenizer)
+        self._schedule.monitor.check_probe(self._pick(pl_module).config)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if not trainer.is_global_zero:
-            return
+        # every rank asks (a sharded model is gathered by all); rank 0 analyses and logs
         step = trainer.global_step
         if step > 0 and step != getattr(self, "_last_step", None):
             # once per optimizer step (gradient accumulation repeats a global step)
             self._last_step = step
-            self._schedule.monitor(_unwrapped(self._pick(pl_module)), step)
+            self._schedule.monitor(self._pick(pl_module), step)
         self._log(trainer, self._schedule.ready())
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        if trainer.is_global_zero:
-            self._log(trainer, self._schedule.finish())
+        self._log(trainer, self._schedule.finish())
 
     def _log(self, trainer: Any, done: List[Tuple[Dict[str, float], int]]) -> None:
         """Hands each finished analysis to the Trainer's loggers at its own step."""

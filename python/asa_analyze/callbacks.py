@@ -4,6 +4,10 @@ batch on a background thread (see `asa_analyze.Monitor`), and each analysed step
 go to the trainer's own loggers (TensorBoard, wandb, MLflow, CSV, ...) under
 `attn/<metric>/layer_03`, logged at the step whose weights were analysed.
 
+In a distributed job (torchrun / accelerate / Lightning's ddp) the callbacks run on every
+rank, so that the ranks gather sharded weights together (see `asa_analyze.Monitor`); rank 0
+analyses, logs and writes `out`.
+
     from asa_analyze.callbacks import AttentionStats
     trainer = Trainer(model, args, train_dataset=ds,
                       callbacks=[AttentionStats(probe=ids, every=100, out="runs/attn")])
@@ -15,7 +19,7 @@ go to the trainer's own loggers (TensorBoard, wandb, MLflow, CSV, ...) under
 tokenizer as the CLI tokenizes a corpus: its tokenizer.json). The series of every analysed
 step is `callback.series` (the `attention_series` table) and, with `out`, written there as
 `attention_series.csv` when training ends (`asa-analyze figures` draws it). A failing
-analysis warns once and never stops training. Only the main process (rank 0) analyses.
+analysis warns once and never stops training.
 
 transformers is imported with this module; Lightning only when `LightningAttentionStats` is
 asked for.
@@ -31,6 +35,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from . import _distributed
 from .monitor import DEFAULT_METRICS, Monitor, _is_ids
 
 __all__ = ["AttentionStats", "LightningAttentionStats"]
@@ -98,7 +103,8 @@ class _Schedule:
         """Waits for the analysis in flight, writes the series to `out`, and returns what is
         left to log."""
         self.monitor.wait()
-        if self.out is not None:
+        ranks = _distributed.world()
+        if self.out is not None and (ranks is None or ranks[0] == 0):
             self.monitor.write(self.out)
         return self.ready()
 
@@ -162,15 +168,13 @@ class AttentionStats(_Results, _transformers_callback()):  # type: ignore[misc]
         # the Trainer's CallbackHandler calls every callback's events; its on_log reaches
         # every logger callback (TensorBoard, wandb, ...), as Trainer.log does
         self._handler = _calling_handler()
-        if state.is_world_process_zero:
-            self._schedule.use_tokenizer(processing_class or kwargs.get("tokenizer"))
-            if model is not None:
-                self._schedule.monitor.check_probe(_unwrapped(model).config)
+        self._schedule.use_tokenizer(processing_class or kwargs.get("tokenizer"))
+        if model is not None:
+            self._schedule.monitor.check_probe(_distributed.unwrap(model).config)
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if not state.is_world_process_zero:
-            return
-        self._schedule.monitor(_unwrapped(model), state.global_step)
+        # every rank asks (a sharded model is gathered by all); rank 0 analyses and logs
+        self._schedule.monitor(model, state.global_step)
         if state.max_steps and state.global_step >= state.max_steps:
             # the last step: its analysis is logged before the loggers close at train end
             self._log(args, state, control, self._schedule.finish())
@@ -178,12 +182,11 @@ class AttentionStats(_Results, _transformers_callback()):  # type: ignore[misc]
             self._log(args, state, control, self._schedule.ready())
 
     def on_evaluate(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if self.at_evaluate and state.is_world_process_zero:
-            self._schedule.monitor.request(_unwrapped(model), state.global_step)
+        if self.at_evaluate:
+            self._schedule.monitor.request(model, state.global_step)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if state.is_world_process_zero:
-            self._log(args, state, control, self._schedule.finish())
+        self._log(args, state, control, self._schedule.finish())
 
     def _log(self, args: Any, state: Any, control: Any, done: List[Tuple[Dict[str, float], int]]) -> None:
         """Hands each finished analysis to the Trainer's loggers at its own step, and to
@@ -210,15 +213,6 @@ def _calling_handler() -> Any:
             return owner
         frame = frame.f_back
     return None
-
-
-def _unwrapped(model: Any) -> Any:
-    """The transformers model inside a DDP / compiled / accelerate wrapper."""
-    while True:
-        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
-        if inner is None or not hasattr(inner, "state_dict"):
-            return model
-        model = inner
 
 
 def _hf_model(module: Any) -> Any:

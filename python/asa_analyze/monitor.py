@@ -18,38 +18,54 @@ steps, and the other cores stay with the training loop and its data loader).
 
 The Hugging Face Trainer and Lightning get the same as callbacks that log to the trainer's
 own loggers: `asa_analyze.callbacks.AttentionStats`, `LightningAttentionStats`.
+
+Sharded training (torchrun, accelerate, Lightning, the Trainer; DDP, FSDP, FSDP2, tensor
+parallel): call the Monitor on every rank with the wrapped model, at the same steps. Rank 0
+decides whether a step is analysed and every rank follows, so the collective gather of the
+full weights (FSDP, FSDP2, tensor parallel) is made by all ranks or by none; rank 0 alone
+analyses, logs and holds `series`, the others return at once. A model the Monitor cannot
+read, or a gather that fails, warns once on rank 0 and turns the Monitor off on every rank;
+training goes on. Each analysed step's gather time and bytes are in `gathers`.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from . import _distributed
 
 DEFAULT_METRICS = ("first_token", "sink_rate", "entropy", "max_logit", "qk_mean", "weight_sum")
 
 
 def _snapshot(model: Any) -> tuple:
-    """(config, state_dict) of `model` (a transformers model or a (config, state_dict) pair)
-    with every tensor copied to the host now, so that training may change the weights while
-    the copy is analysed."""
+    """(config, state_dict) of `model` (a transformers model in any DDP / DataParallel /
+    torch.compile wrapper, or a (config, state_dict) pair) with every tensor copied to the
+    host now, so that training may change the weights while the copy is analysed."""
     import numpy as np
 
     if isinstance(model, tuple):
         config, state = model
     else:
-        config, state = model.config, model.state_dict()
-    if hasattr(config, "to_dict"):
-        config = config.to_dict()
+        inner = _distributed.unwrap(model)
+        config, state = inner.config, inner.state_dict()
     copied = {}
     for name, value in state.items():
         if type(value).__module__.startswith("torch"):
             copied[name] = value.detach().to("cpu", copy=True)
         else:
             copied[name] = np.array(value, copy=True)
-    return dict(config), copied
+    return _config_dict(config), copied
+
+
+def _config_dict(config: Any) -> dict:
+    if hasattr(config, "to_dict"):
+        config = config.to_dict()
+    return dict(config)
 
 
 class Monitor:
@@ -93,7 +109,10 @@ class Monitor:
         self.per_head = per_head
         self.options = dict(analyze_options, threads=threads)
         self.skipped = 0
-        self._frames: List[Any] = []
+        self.gathers: List[Dict[str, Any]] = []
+        self.disabled = False
+        # one block of rows per analysed step: a step analysed again replaces its rows
+        self._frames: Dict[int, Any] = {}
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
         self._warned = False
@@ -108,18 +127,77 @@ class Monitor:
     def request(self, model: Any, step: int) -> bool:
         """Asks for an analysis of `model`'s weights at `step` now, due or not (at an
         evaluation, say): True when one started, False when skipped because one is still
-        running."""
+        running (or the Monitor is off). In a distributed job every rank must ask at the same
+        steps; rank 0 decides for all."""
+        ranks = _distributed.world()
+        if ranks is not None:
+            return self._request_distributed(model, step, ranks[0])
         with self._lock:
-            if self._thread is not None and self._thread.is_alive():
+            if self._in_flight():
                 self.skipped += 1
                 return False
+            start = time.perf_counter()
             snapshot = _snapshot(model)
             self.check_probe(snapshot[0])
-            self._thread = threading.Thread(
-                target=self._analyse, args=(snapshot, step), name=f"asa-monitor-{step}", daemon=True
-            )
-            self._thread.start()
+            self._record_gather(step, start, snapshot[1], world_size=1)
+            self._start(snapshot, step)
         return True
+
+    def _in_flight(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _start(self, snapshot: tuple, step: int) -> None:
+        self._thread = threading.Thread(
+            target=self._analyse, args=(snapshot, step), name=f"asa-monitor-{step}", daemon=True
+        )
+        self._thread.start()
+
+    def _record_gather(self, step: int, start: float, state: Dict[str, Any], world_size: int) -> None:
+        size = sum(getattr(v, "nbytes", 0) or v.numel() * v.element_size() for v in state.values())
+        self.gathers.append({"step": step, "seconds": time.perf_counter() - start, "bytes": size,
+                             "world_size": world_size})
+
+    def _request_distributed(self, model: Any, step: int, rank: int) -> bool:
+        """`request` on every rank: rank 0's decision broadcast, the model's readability
+        agreed, the full state gathered onto rank 0's host, rank 0's analysis started."""
+        with self._lock:
+            busy = rank == 0 and not self.disabled and self._in_flight()
+            if busy:
+                self.skipped += 1
+            go, off = _distributed.broadcast((rank == 0 and not self.disabled and not busy, self.disabled))
+            self.disabled = off
+            if not go:
+                return False
+            try:
+                inner, config = _distributed.unwrap(model), None
+                config = _config_dict(inner.config)
+                problem = None
+            except Exception as e:  # a wrapper this does not know: off everywhere, no gather
+                problem = f"cannot read a {type(model).__name__}: {e}"
+            if not _distributed.all_agree(problem is None):
+                return self._turn_off(rank, step, problem or "another rank cannot read its model")
+            self.check_probe(config)
+            start = time.perf_counter()
+            try:
+                state, _, _ = _distributed.full_state(model, inner, rank)
+                problem = None
+            except Exception as e:
+                state, problem = {}, f"gathering the weights failed: {e}"
+            if not _distributed.all_agree(problem is None):
+                return self._turn_off(rank, step, problem or "another rank failed to gather its weights")
+            if rank != 0:
+                return True
+            self._record_gather(step, start, state, world_size=_distributed.world()[1])
+            self._start((config, state), step)
+        return True
+
+    def _turn_off(self, rank: int, step: int, problem: str) -> bool:
+        """Off on this rank (every rank calls it in agreement); one warning, on rank 0."""
+        self.disabled = True
+        if rank == 0 and not self._warned:
+            warnings.warn(f"asa_analyze.Monitor: turned off at step {step}: {problem}", stacklevel=3)
+            self._warned = True
+        return False
 
     def check_probe(self, config: Any) -> None:
         """Raises `UsageError` when the probe's sequences (token ids) are longer than the
@@ -157,6 +235,8 @@ class Monitor:
             if not self._warned:
                 warnings.warn(f"asa_analyze.Monitor: the analysis of step {step} failed: {e}", stacklevel=2)
                 self._warned = True
+            # in a distributed job rank 0 stops asking, and the others follow its decision
+            self.disabled = _distributed.world() is not None
             return
         import polars as pl
 
@@ -171,7 +251,7 @@ class Monitor:
             pl.col("value"),
         )
         with self._lock:
-            self._frames.append(frame)
+            self._frames[step] = frame
         if self.log is not None:
             self.log(_log_values(att, self.per_head), step)
 
@@ -184,11 +264,12 @@ class Monitor:
     @property
     def series(self) -> Any:
         """The `attention_series` table so far (model, step, metric, layer, head, stat,
-        value), one block of rows per analysed step, in step order."""
+        value), one block of rows per analysed step, in step order (a step analysed twice
+        keeps its later rows, as `watch` replaces them)."""
         import polars as pl
 
         with self._lock:
-            frames = list(self._frames)
+            frames = [self._frames[step] for step in sorted(self._frames)]
         if not frames:
             return pl.DataFrame(
                 schema={"model": pl.String, "step": pl.Int64, "metric": pl.String, "layer": pl.Int64,
@@ -197,13 +278,21 @@ class Monitor:
         return pl.concat(frames).sort("step", maintain_order=True)
 
     def write(self, dir: Any) -> Path:
-        """Writes `attention_series.csv` into `dir` (created), as `watch` writes it."""
+        """Writes `attention_series.csv` into `dir` (created), as `watch` writes it, and
+        beside it `attention_series.run.json`: each analysed step's weight copy or gather
+        (seconds, bytes, world size) and the skipped requests."""
+        import json
+
         path = Path(dir)
         path.mkdir(parents=True, exist_ok=True)
         out = path / "attention_series.csv"
         tmp = path / ".attention_series.csv.tmp"
         self.series.write_csv(tmp)
         os.replace(tmp, out)
+        record = {"gathers": self.gathers, "skipped": self.skipped, "disabled": self.disabled}
+        tmp = path / ".attention_series.run.json.tmp"
+        tmp.write_text(json.dumps(record, indent=2) + "\n")
+        os.replace(tmp, path / "attention_series.run.json")
         return out
 
 
