@@ -12,7 +12,8 @@ it on a background thread (the analysis releases the GIL) while training goes on
 
 At most one analysis is in flight: a request while one runs is skipped and counted
 (`skipped`), so training never waits. A failing analysis warns once and never stops
-training. Each row carries the step whose weights were analysed. The analysis runs on
+training; a model the Monitor cannot read (no transformers config inside its wrappers)
+warns once and turns it off (`disabled`). Each row carries the step whose weights were analysed. The analysis runs on
 `threads` threads of its own (default 1: one probe batch is small beside `every` training
 steps, and the other cores stay with the training loop and its data loader).
 
@@ -133,11 +134,16 @@ class Monitor:
         if ranks is not None:
             return self._request_distributed(model, step, ranks[0])
         with self._lock:
+            if self.disabled:
+                return False
             if self._in_flight():
                 self.skipped += 1
                 return False
             start = time.perf_counter()
-            snapshot = _snapshot(model)
+            try:
+                snapshot = _snapshot(model)
+            except Exception as e:  # a wrapper this does not know: off, training goes on
+                return self._turn_off(0, step, f"cannot read a {type(model).__name__}: {e}")
             self.check_probe(snapshot[0])
             self._record_gather(step, start, snapshot[1], world_size=1)
             self._start(snapshot, step)

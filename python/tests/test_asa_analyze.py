@@ -429,6 +429,30 @@ def test_monitor_analyses_snapshots_in_the_background_with_their_steps(tmp_path)
     assert pl.read_csv(out).height == series.height
 
 
+def test_a_monitor_handed_what_it_cannot_read_warns_once_and_turns_off():
+    # issue 53: never an exception into the training loop; a DDP-style wrapper is unwrapped
+    torch = pytest.importorskip("torch")
+    mon = asa.Monitor(probe=[[1, 2, 3, 4]], every=1)
+    with pytest.warns(UserWarning, match="turned off at step 0: cannot read a Linear"):
+        assert mon(torch.nn.Linear(2, 2), 0) is False
+    assert mon.disabled and mon(torch.nn.Linear(2, 2), 1) is False
+
+    class Wrapper(torch.nn.Module):  # DistributedDataParallel's shape: the model as .module
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+    folder = FIXTURES / "llama_gqa"
+    config = json.loads((folder / "config.json").read_text())
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
+    ok = asa.Monitor(probe=[[1, 2, 3, 4]], every=1)
+    assert ok(Wrapper(model), 0) is True
+    ok.wait()
+    assert set(ok.series["step"].to_list()) == {0} and ok.gathers[0]["bytes"] > 0
+
+
 def test_a_run_on_threads_of_its_own_gives_the_same_tables():
     # threads= caps a run (beside a training loop) without changing a value; a model on the
     # host needs no host copy, and run.json says none
