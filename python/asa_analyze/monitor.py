@@ -12,8 +12,10 @@ it on a background thread (the analysis releases the GIL) while training goes on
 
 At most one analysis is in flight: a request while one runs is skipped and counted
 (`skipped`), so training never waits. A failing analysis warns once and never stops
-training; a model the Monitor cannot read (no transformers config inside its wrappers)
-warns once and turns it off (`disabled`). Each row carries the step whose weights were analysed. The analysis runs on
+training; a model the Monitor cannot read (no transformers config inside its wrappers) or
+a probe longer than the model's positions warns once and turns it off (`disabled`): the
+training loop never sees an exception from it (the callbacks refuse such a probe before
+training starts). Each row carries the step whose weights were analysed. The analysis runs on
 `threads` threads of its own (default 1: one probe batch is small beside `every` training
 steps, and the other cores stay with the training loop and its data loader).
 
@@ -144,7 +146,9 @@ class Monitor:
                 snapshot = _snapshot(model)
             except Exception as e:  # a wrapper this does not know: off, training goes on
                 return self._turn_off(0, step, f"cannot read a {type(model).__name__}: {e}")
-            self.check_probe(snapshot[0])
+            problem = self._probe_problem(snapshot[0])
+            if problem is not None:
+                return self._turn_off(0, step, problem)
             self._record_gather(step, start, snapshot[1], world_size=1)
             self._start(snapshot, step)
         return True
@@ -182,7 +186,10 @@ class Monitor:
                 problem = f"cannot read a {type(model).__name__}: {e}"
             if not _distributed.all_agree(problem is None):
                 return self._turn_off(rank, step, problem or "another rank cannot read its model")
-            self.check_probe(config)
+            # every rank reads the same config: they agree without a collective
+            problem = self._probe_problem(config)
+            if problem is not None:
+                return self._turn_off(rank, step, problem)
             start = time.perf_counter()
             try:
                 state, _, _ = _distributed.full_state(model, inner, rank)
@@ -204,6 +211,16 @@ class Monitor:
             warnings.warn(f"asa_analyze.Monitor: turned off at step {step}: {problem}", stacklevel=3)
             self._warned = True
         return False
+
+    def _probe_problem(self, config: Any) -> Optional[str]:
+        """What `check_probe` would raise for `config`, found late (training goes on)."""
+        from . import UsageError
+
+        try:
+            self.check_probe(config)
+        except UsageError as e:
+            return str(e)
+        return None
 
     def check_probe(self, config: Any) -> None:
         """Raises `UsageError` when the probe's sequences (token ids) are longer than the

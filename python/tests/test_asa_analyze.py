@@ -436,14 +436,20 @@ def test_a_monitor_handed_what_it_cannot_read_warns_once_and_turns_off():
     with pytest.warns(UserWarning, match="turned off at step 0: cannot read a Linear"):
         assert mon(torch.nn.Linear(2, 2), 0) is False
     assert mon.disabled and mon(torch.nn.Linear(2, 2), 1) is False
+    # a probe longer than the model's positions, found at a request: off too, no exception
+    folder = FIXTURES / "llama_gqa"
+    config = json.loads((folder / "config.json").read_text())
+    state = read_safetensors(folder)
+    long = asa.Monitor(probe=np.ones((1, config["max_position_embeddings"] + 1), dtype=np.int64), every=1)
+    with pytest.warns(UserWarning, match="turned off at step 3: probe: .* exceed the model's max_position_embeddings"):
+        assert long((config, state), 3) is False
+    assert long.disabled and long.series.height == 0
 
     class Wrapper(torch.nn.Module):  # DistributedDataParallel's shape: the model as .module
         def __init__(self, module):
             super().__init__()
             self.module = module
 
-    folder = FIXTURES / "llama_gqa"
-    config = json.loads((folder / "config.json").read_text())
     from transformers import AutoConfig, AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
