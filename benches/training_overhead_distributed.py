@@ -4,7 +4,7 @@ CPU, one thread a rank), under DDP or FSDP, timed without a monitor and with `as
 every `--every` steps called on both ranks (rank 0 analyses on one thread of its own).
 
     torchrun --nproc_per_node 2 --standalone benches/training_overhead_distributed.py \\
-        --mode ddp --steps 100 --every 50 [--monitor]
+        --mode ddp --steps 100 --every 50 [--with-monitor]
 
 Rank 0 prints one JSON line: wall seconds of the loop, the analysed steps, the skipped
 requests and each gather's seconds and bytes. BENCHMARKS.md records the runs with the machine.
@@ -43,7 +43,7 @@ def main():
     ap.add_argument("--every", type=int, default=50)
     ap.add_argument("--batch", type=int, default=4, help="sequences a rank")
     ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--monitor", action="store_true")
+    ap.add_argument("--with-monitor", dest="monitor", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
