@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
+/// The largest step a series holds: its tables' step column is a signed 64-bit integer.
+pub const MAX_STEP: u64 = i64::MAX as u64;
+
 /// One checkpoint of a series.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepCheckpoint {
@@ -65,7 +68,7 @@ pub(crate) fn step_of(path: &Path) -> Result<Option<(u64, String)>> {
         let json: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| Error::input(&state, format!("invalid JSON: {e}")))?;
         if let Some(step) = json.get("global_step").and_then(|v| v.as_u64()) {
-            return Ok(Some((step, "global_step of trainer_state.json".into())));
+            return checked_step(path, step, "global_step of trainer_state.json");
         }
     }
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -75,7 +78,21 @@ pub(crate) fn step_of(path: &Path) -> Result<Option<(u64, String)>> {
         .take_while(|c| c.is_ascii_digit())
         .collect();
     let digits: String = digits.chars().rev().collect();
-    Ok(digits.parse().ok().map(|step| (step, "folder name".into())))
+    match digits.parse() {
+        Ok(step) => checked_step(path, step, "folder name"),
+        Err(_) => Ok(None),
+    }
+}
+
+/// `step` from `source`, refused past [`MAX_STEP`].
+fn checked_step(path: &Path, step: u64, source: &str) -> Result<Option<(u64, String)>> {
+    if step > MAX_STEP {
+        return Err(Error::input(
+            path,
+            format!("step {step} ({source}) is past the largest step a series holds ({MAX_STEP})"),
+        ));
+    }
+    Ok(Some((step, source.to_string())))
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use crate::analysis::attention_series::{
     self, empty, qk_points, step_rows, steps_done, without_steps,
 };
 use crate::analysis::checkpoint_ready::{step_folders, StepFolder};
+use crate::analysis::series::MAX_STEP;
 use crate::analysis::{ModelSource, Run, RunOptions};
 use crate::error::{Error, Result};
 use crate::export::{OutputDir, Table};
@@ -61,8 +62,10 @@ pub fn run(args: WatchArgs, process: &Process) -> Result<()> {
             "--shard, --shard-count, --json and --profile do not apply to watch",
         ));
     }
-    if !(args.poll.is_finite() && args.poll > 0.0) {
-        return Err(Error::usage("--poll must be a positive number of seconds"));
+    if !(args.poll.is_finite() && args.poll > 0.0 && args.poll <= MAX_POLL_SECONDS) {
+        return Err(Error::usage(format!(
+            "--poll must be a number of seconds above 0 and at most {MAX_POLL_SECONDS} (a day)"
+        )));
     }
     let source = analyze::parse_models(&m.models)?.remove(0);
     if !source.path.is_dir() {
@@ -94,9 +97,15 @@ pub fn run(args: WatchArgs, process: &Process) -> Result<()> {
         );
     }
     loop {
-        watcher.look()?;
+        let failed = watcher.look()?;
         if args.once {
-            return Ok(());
+            return match failed {
+                0 => Ok(()),
+                n => Err(Error::input(
+                    &watcher.source.path,
+                    format!("{n} step checkpoint(s) failed to analyse (reported above)"),
+                )),
+            };
         }
         sleep(Duration::from_secs_f64(args.poll), process)?;
     }
@@ -118,11 +127,15 @@ struct Watcher<'a> {
 }
 
 impl Watcher<'_> {
-    /// One look at the folder: every complete step not yet in the series, in step order.
-    fn look(&mut self) -> Result<()> {
+    /// One look at the folder: every complete step not yet in the series, in step order;
+    /// the number of steps that failed. Two folders claiming one step, or a step past what
+    /// a table holds, end the watch naming them.
+    fn look(&mut self) -> Result<usize> {
         let run_dir = &self.source.path;
         let steps = step_folders(run_dir).map_err(|e| Error::io(run_dir, e))?;
+        check_steps(run_dir, &steps)?;
         let done = steps_done(&self.series, &self.source.label);
+        let mut failed = 0;
         for step in steps.iter().filter(|s| !done.contains(&s.step)) {
             self.process.cancel.check()?;
             if let Some(why) = &step.waiting {
@@ -142,10 +155,11 @@ impl Watcher<'_> {
                     // a broken checkpoint must not end the watch of the rest of the run
                     eprintln!("asa-analyze: watch: step {}: {}", step.step, e.report());
                     self.failed.insert(step.step, signature);
+                    failed += 1;
                 }
             }
         }
-        Ok(())
+        Ok(failed)
     }
 
     fn say_waiting(&mut self, step: &StepFolder, why: &str) {
@@ -211,6 +225,32 @@ impl Watcher<'_> {
         }
         Ok(())
     }
+}
+
+/// The longest `--poll`: a day.
+const MAX_POLL_SECONDS: f64 = 86_400.0;
+
+/// Refuses step folders a series cannot hold: two claiming one step (`checkpoint-010` and
+/// `checkpoint-10`), or a step past the largest a table's step column holds.
+fn check_steps(run_dir: &Path, steps: &[StepFolder]) -> Result<()> {
+    if let Some(s) = steps.iter().find(|s| s.step > MAX_STEP) {
+        return Err(Error::input(
+            &s.dir,
+            format!("step {} is past the largest step a series holds ({MAX_STEP})", s.step),
+        ));
+    }
+    if let Some(pair) = steps.windows(2).find(|w| w[0].step == w[1].step) {
+        return Err(Error::input(
+            run_dir,
+            format!(
+                "two checkpoints claim step {}: {} and {}",
+                pair[0].step,
+                pair[0].dir.display(),
+                pair[1].dir.display()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The `attention_series` table already under `out` (CSV or Parquet), or an empty one.

@@ -118,7 +118,7 @@ pub fn classify(s: &HeadRole, t: &RoleThresholds, induction_len: Option<usize>) 
     let induction = s.induction_score.is_some_and(|v| v >= t.induction);
     let prev = s.prev_token >= t.prev;
     // a candidate whose distance lies in the local window: its mass is local mass too
-    let inside = (prev && w >= 2) || (induction && induction_len.is_some_and(|l| l < w + 1));
+    let inside = (prev && w >= 2) || (induction && induction_len.is_some_and(|l| l <= w));
     let local = s.local_mass >= t.local && !inside;
     let candidates = [
         (sink, Role::Sink),
@@ -312,6 +312,15 @@ mod tests {
         assert_eq!(
             classify(&head(0.0, 0.6, 0.4, None), &narrow, None),
             Role::Mixed
+        );
+        // issue 54: the widest window holds every distance; `L < w + 1` wrapped to 0 there
+        let widest = RoleThresholds {
+            local_window: usize::MAX,
+            ..t
+        };
+        assert_eq!(
+            classify(&head(0.0, 0.7, 0.0, Some(0.6)), &widest, Some(10)),
+            Role::Induction
         );
         assert_eq!(Role::PreviousToken.name(), "previous_token");
         assert_eq!(

@@ -119,6 +119,66 @@ fn watch_once_reads_complete_steps_and_a_restart_resumes() {
     }
 }
 
+/// Issue 54: a step is analysed once, under one number. Two folders claiming one step
+/// (`checkpoint-010`, `checkpoint-10`) and a step past what the series' step column holds are
+/// refused naming them (exit 2, nothing written); `--once` with a step that fails exits 2; a
+/// `--poll` past a day is refused before anything runs (it overflowed the clock).
+#[test]
+fn watch_refuses_steps_a_series_cannot_hold_and_says_when_once_failed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let watch = |root: &Path, extra: &[&str]| {
+        let mut args = vec!["watch", "run", "--once", "--out", "out", "--quiet"];
+        args.extend(ARGS);
+        args.extend(extra);
+        run_cli(root, &args)
+    };
+    let run = run_folder(root, &[10]);
+    copy_fixture(FIXTURE, &run.join("checkpoint-010"));
+    let output = watch(root, &[]);
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("two checkpoints claim step 10")
+            && said.contains("checkpoint-010")
+            && said.contains("checkpoint-10"),
+        "{said}"
+    );
+    assert!(!root.join("out").exists());
+    std::fs::remove_dir_all(run.join("checkpoint-010")).unwrap();
+    copy_fixture(FIXTURE, &run.join("checkpoint-18446744073709551615"));
+    let output = watch(root, &[]);
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("step 18446744073709551615")
+            && said.contains("past the largest step a series holds (9223372036854775807)"),
+        "{said}"
+    );
+    assert!(!root.join("out").exists());
+    std::fs::remove_dir_all(run.join("checkpoint-18446744073709551615")).unwrap();
+    // a step that cannot be analysed: --once says so with exit 2, the good step is kept
+    copy_fixture(FIXTURE, &run.join("checkpoint-20"));
+    std::fs::write(run.join("checkpoint-20/config.json"), "{\"model_type\": \"llama\"}").unwrap();
+    let output = watch(root, &[]);
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{said}");
+    assert!(said.contains("step 20") && said.contains("1 step checkpoint(s) failed"), "{said}");
+    assert_eq!(
+        rows(&root.join("out/attention_series.csv"), Some("run"))
+            .keys()
+            .copied()
+            .collect::<Vec<_>>(),
+        [10]
+    );
+    for poll in ["1e19", "86401", "0", "nan"] {
+        let output = run_cli(root, &["watch", "run", "--out", "out2", "--poll", poll]);
+        let said = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "--poll {poll}: {said}");
+        assert!(said.contains("--poll must be a number of seconds above 0 and at most 86400"), "{said}");
+    }
+}
+
 #[cfg(unix)]
 #[test]
 fn watch_reads_no_checkpoint_a_second_process_is_still_writing() {
