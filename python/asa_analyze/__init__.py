@@ -295,8 +295,21 @@ def _corpus(corpus: Any, tmp: str) -> Optional[str]:
         return path
     path = os.path.join(tmp, "corpus.json")
     with open(path, "w") as f:
-        json.dump([[int(i) for i in row] for row in corpus], f)
+        json.dump([[_token_id(i, r, p) for p, i in enumerate(row)] for r, row in enumerate(corpus)], f)
     return path
+
+
+def _token_id(value: Any, row: int, position: int) -> int:
+    """A token id as an int; anything but an integer (3.7, "5", True) is refused, as the
+    CLI refuses it, rather than truncated."""
+    import numbers
+
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    raise UsageError(
+        f"corpus: token ids must be integers; row {row}, position {position} holds {value!r} "
+        f"({type(value).__name__})"
+    )
 
 
 def analyze(
@@ -440,7 +453,10 @@ def report(results: Union[PathLike, Sequence[PathLike]], out: Optional[PathLike]
     (written to `out` when given); shown inline in a notebook."""
     if isinstance(results, (str, os.PathLike)):
         results = [results]
-    page = Report(_native.report([os.fspath(r) for r in results]), None)
+    results = [os.fspath(r) for r in results]
+    if not results:
+        raise UsageError("report needs at least one results folder")
+    page = Report(_native.report(results), None)
     if out is not None:
         page.write(out)
     return page

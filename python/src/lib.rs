@@ -73,6 +73,21 @@ fn usage(err: impl std::fmt::Display) -> PyErr {
     UsageError::new_err(err.to_string())
 }
 
+/// `f`'s result, a panic turned into an `AsaError` naming it as an internal error (pyo3's
+/// PanicException derives from BaseException, so `except Exception` would miss it).
+fn no_panic<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        let text = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("a panic");
+        Err(AsaError::new_err(format!(
+            "internal error (a bug in asa-analyze, please report it): {text}"
+        )))
+    })
+}
+
 /// The Python exception for a library error.
 fn to_py(err: Error) -> PyErr {
     let line = err.report();
@@ -344,101 +359,109 @@ fn analyze(
     role_prev: f64,
     role_induction: f64,
 ) -> PyResult<NativeResult> {
-    let mut options = AnalyzeArgs {
-        metrics,
-        corpus,
-        probe,
-        seq_len,
-        num_seqs,
-        batch_size,
-        seed,
-        bos,
-        windows,
-        variant,
-        device,
-        shard,
-        map_size,
-        roles: RoleThresholds {
-            sink: role_sink,
-            local_window: role_local_window,
-            local: role_local,
-            prev: role_prev,
-            induction: role_induction,
-        },
-    }
-    .options()?;
-    if options.shard.is_some() {
-        return Err(UsageError::new_err(
-            "shards are for the CLI on a cluster (analyze --shard K/N, then merge); in Python run whole or merge partials with merge()",
-        ));
-    }
-    options.tokenizer = tokenizer;
-    // models held in memory, by label (their `models` entry gives their place)
-    let mut held = std::collections::BTreeMap::new();
-    for (label, config_json, tensors, host_copy) in memory.unwrap_or_default() {
-        let model = memory::memory_model(&label, config_json, tensors, host_copy)?;
-        held.insert(label, std::sync::Arc::new(model));
-    }
-    let run = Run {
-        models: models
-            .into_iter()
-            .map(|(label, path)| ModelSource {
-                memory: held.remove(&label),
-                ..ModelSource::at(label, path)
-            })
-            .collect(),
-        options,
-        cancel: cancel.map(|c| c.0.clone()).unwrap_or_default(),
-    };
-    let mut sink = PyEvents::new(events, run.cancel.clone());
-    let output = py.detach(|| on_threads(threads, || run.execute(&mut sink)))?;
-    let output = output.map_err(|e| sink.error(e))?;
-    let record = output.record("python analyze", &run.options);
-    Ok(NativeResult { output, record })
+    no_panic(|| {
+        let mut options = AnalyzeArgs {
+            metrics,
+            corpus,
+            probe,
+            seq_len,
+            num_seqs,
+            batch_size,
+            seed,
+            bos,
+            windows,
+            variant,
+            device,
+            shard,
+            map_size,
+            roles: RoleThresholds {
+                sink: role_sink,
+                local_window: role_local_window,
+                local: role_local,
+                prev: role_prev,
+                induction: role_induction,
+            },
+        }
+        .options()?;
+        if options.shard.is_some() {
+            return Err(UsageError::new_err(
+                "shards are for the CLI on a cluster (analyze --shard K/N, then merge); in Python run whole or merge partials with merge()",
+            ));
+        }
+        options.tokenizer = tokenizer;
+        // models held in memory, by label (their `models` entry gives their place)
+        let mut held = std::collections::BTreeMap::new();
+        for (label, config_json, tensors, host_copy) in memory.unwrap_or_default() {
+            let model = memory::memory_model(&label, config_json, tensors, host_copy)?;
+            held.insert(label, std::sync::Arc::new(model));
+        }
+        let run = Run {
+            models: models
+                .into_iter()
+                .map(|(label, path)| ModelSource {
+                    memory: held.remove(&label),
+                    ..ModelSource::at(label, path)
+                })
+                .collect(),
+            options,
+            cancel: cancel.map(|c| c.0.clone()).unwrap_or_default(),
+        };
+        let mut sink = PyEvents::new(events, run.cancel.clone());
+        let output = py.detach(|| on_threads(threads, || run.execute(&mut sink)))?;
+        let output = output.map_err(|e| sink.error(e))?;
+        let record = output.record("python analyze", &run.options);
+        Ok(NativeResult { output, record })
+    })
 }
 
 /// `inspect --json` of a checkpoint, or of a model held in memory, as JSON text.
 #[pyfunction]
 #[pyo3(signature = (path, memory = None))]
 fn inspect(py: Python<'_>, path: PathBuf, memory: Option<memory::MemoryArg>) -> PyResult<String> {
-    let model = match memory {
-        Some((label, config_json, tensors, host_copy)) => Some(memory::memory_model(
-            &label,
-            config_json,
-            tensors,
-            host_copy,
-        )?),
-        None => None,
-    };
-    let report = py
-        .detach(|| match &model {
-            Some(model) => asa_analyze::analysis::inspect::report_memory(model),
-            None => asa_analyze::analysis::inspect::report(&path),
-        })
-        .map_err(to_py)?;
-    Ok(report.to_string())
+    no_panic(|| {
+        let model = match memory {
+            Some((label, config_json, tensors, host_copy)) => Some(memory::memory_model(
+                &label,
+                config_json,
+                tensors,
+                host_copy,
+            )?),
+            None => None,
+        };
+        let report = py
+            .detach(|| match &model {
+                Some(model) => asa_analyze::analysis::inspect::report_memory(model),
+                None => asa_analyze::analysis::inspect::report(&path),
+            })
+            .map_err(to_py)?;
+        Ok(report.to_string())
+    })
 }
 
 /// The HTML report of results folders (see `asa_analyze.report`): the page's text.
 #[pyfunction]
 #[pyo3(name = "report")]
 fn html_report(py: Python<'_>, results: Vec<PathBuf>) -> PyResult<String> {
-    py.detach(|| asa_analyze::report::html(&asa_analyze::report::load(&results)?))
-        .map_err(to_py)
+    no_panic(|| {
+        py.detach(|| asa_analyze::report::html(&asa_analyze::report::load(&results)?))
+            .map_err(to_py)
+    })
 }
 
 /// The partial results of `analyze --shard K/N` merged into one run's results.
 #[pyfunction]
 fn merge(py: Python<'_>, partials: Vec<PathBuf>) -> PyResult<NativeResult> {
-    let (output, record) = py
-        .detach(|| {
-            let merged = merge_partials(&partials, true)?;
-            let output = merged.output()?;
-            let record = merged.run_record(&output, "python merge");
-            Ok::<_, Error>((output, record))
-        })
-        .map_err(to_py)?;
-    Ok(NativeResult { output, record })
+    no_panic(|| {
+        let (output, record) = py
+            .detach(|| {
+                let merged = merge_partials(&partials, true)?;
+                let output = merged.output()?;
+                let record = merged.run_record(&output, "python merge");
+                Ok::<_, Error>((output, record))
+            })
+            .map_err(to_py)?;
+        Ok(NativeResult { output, record })
+    })
 }
 
 /// Tables as (name, DataFrame).
@@ -474,16 +497,18 @@ fn grad_stats(
     ddof: u32,
     step_column: Option<String>,
 ) -> PyResult<Vec<(String, PyDataFrame)>> {
-    let options = GradStatsOptions {
-        metric: metric.to_string(),
-        steps: window(steps)?,
-        ddof,
-    };
-    let inputs = log_inputs(runs, step_column);
-    let tables = py
-        .detach(|| Ok::<_, Error>(report::grad_stats(&inputs, &options)?.files().tables))
-        .map_err(to_py)?;
-    frames(&tables)
+    no_panic(|| {
+        let options = GradStatsOptions {
+            metric: metric.to_string(),
+            steps: window(steps)?,
+            ddof,
+        };
+        let inputs = log_inputs(runs, step_column);
+        let tables = py
+            .detach(|| Ok::<_, Error>(report::grad_stats(&inputs, &options)?.files().tables))
+            .map_err(to_py)?;
+        frames(&tables)
+    })
 }
 
 /// Spike counts above median + k * MAD and the spike steps, as `asa-analyze spikes`
@@ -499,17 +524,19 @@ fn spikes(
     mad_scale: f64,
     step_column: Option<String>,
 ) -> PyResult<Vec<(String, PyDataFrame)>> {
-    let options = SpikesOptions {
-        metric: metric.to_string(),
-        steps: Some(window(steps)?),
-        k,
-        mad_scale,
-    };
-    let inputs = log_inputs(runs, step_column);
-    let tables = py
-        .detach(|| Ok::<_, Error>(report::spikes(&inputs, &options)?.files().tables))
-        .map_err(to_py)?;
-    frames(&tables)
+    no_panic(|| {
+        let options = SpikesOptions {
+            metric: metric.to_string(),
+            steps: Some(window(steps)?),
+            k,
+            mad_scale,
+        };
+        let inputs = log_inputs(runs, step_column);
+        let tables = py
+            .detach(|| Ok::<_, Error>(report::spikes(&inputs, &options)?.files().tables))
+            .map_err(to_py)?;
+        frames(&tables)
+    })
 }
 
 /// Loss and gradient-norm curves, as `asa-analyze curves` (Figs. 7, 8, 10): the `curves`
@@ -524,19 +551,21 @@ fn curves(
     ema: Option<f64>,
     step_column: Option<String>,
 ) -> PyResult<(Vec<(String, PyDataFrame)>, Vec<String>)> {
-    let options = CurvesOptions {
-        metrics,
-        steps: Some(window(steps)?),
-        ema,
-    };
-    let inputs = log_inputs(runs, step_column);
-    let (tables, warnings) = py
-        .detach(|| {
-            let report = report::curves(&inputs, &options)?;
-            Ok::<_, Error>((report.files().tables, report.warnings))
-        })
-        .map_err(to_py)?;
-    Ok((frames(&tables)?, warnings))
+    no_panic(|| {
+        let options = CurvesOptions {
+            metrics,
+            steps: Some(window(steps)?),
+            ema,
+        };
+        let inputs = log_inputs(runs, step_column);
+        let (tables, warnings) = py
+            .detach(|| {
+                let report = report::curves(&inputs, &options)?;
+                Ok::<_, Error>((report.files().tables, report.warnings))
+            })
+            .map_err(to_py)?;
+        Ok((frames(&tables)?, warnings))
+    })
 }
 
 /// The paper's Tables 1-3 (see `asa_analyze.tables`): the tidy table, and per table its
@@ -553,57 +582,61 @@ fn tables(
     loss_metric: Option<String>,
     accuracy: Vec<String>,
 ) -> PyResult<(Vec<(String, PyDataFrame)>, Vec<(u8, String, String)>)> {
-    let (tidy, texts) = py
-        .detach(|| {
-            let mut set = match &manifest {
-                Some(path) => RunSet::from_manifest(path)?,
-                None => RunSet::default(),
-            };
-            for (kind, arg) in &inputs {
-                let input = match kind.as_str() {
-                    "checkpoint" => Input::Checkpoint,
-                    "log" => Input::Log,
-                    "results" => Input::Results,
-                    "lm_eval" => Input::LmEval,
-                    other => {
-                        return Err(Error::usage(format!(
-                            "unknown input `{other}` (checkpoint, log, results, lm_eval)"
-                        )))
-                    }
+    no_panic(|| {
+        let (tidy, texts) = py
+            .detach(|| {
+                let mut set = match &manifest {
+                    Some(path) => RunSet::from_manifest(path)?,
+                    None => RunSet::default(),
                 };
-                set.add_option(input, arg)?;
-            }
-            if set.runs.is_empty() {
-                return Err(Error::usage("tables needs runs (runs= or manifest=)"));
-            }
-            if !table3.is_empty() {
-                set.table3 = table3.iter().map(|m| Method::parse(m)).collect();
-            }
-            let options = ValueOptions::resolve(&set, loss_window, loss_metric, &accuracy)?;
-            let tables = paper_tables(&set, &options)?;
-            let texts: Vec<(u8, String, String)> = tables
-                .iter()
-                .map(|t| (t.number, render::markdown(t), render::latex(t)))
-                .collect();
-            Ok::<_, Error>((render::tidy(&tables), texts))
-        })
-        .map_err(to_py)?;
-    Ok((frames(&[tidy])?, texts))
+                for (kind, arg) in &inputs {
+                    let input = match kind.as_str() {
+                        "checkpoint" => Input::Checkpoint,
+                        "log" => Input::Log,
+                        "results" => Input::Results,
+                        "lm_eval" => Input::LmEval,
+                        other => {
+                            return Err(Error::usage(format!(
+                                "unknown input `{other}` (checkpoint, log, results, lm_eval)"
+                            )))
+                        }
+                    };
+                    set.add_option(input, arg)?;
+                }
+                if set.runs.is_empty() {
+                    return Err(Error::usage("tables needs runs (runs= or manifest=)"));
+                }
+                if !table3.is_empty() {
+                    set.table3 = table3.iter().map(|m| Method::parse(m)).collect();
+                }
+                let options = ValueOptions::resolve(&set, loss_window, loss_metric, &accuracy)?;
+                let tables = paper_tables(&set, &options)?;
+                let texts: Vec<(u8, String, String)> = tables
+                    .iter()
+                    .map(|t| (t.number, render::markdown(t), render::latex(t)))
+                    .collect();
+                Ok::<_, Error>((render::tidy(&tables), texts))
+            })
+            .map_err(to_py)?;
+        Ok((frames(&[tidy])?, texts))
+    })
 }
 
 /// Every figure the tables of the `results` folders allow, into `out`, as `asa-analyze
 /// figures`; returns the files written.
 #[pyfunction]
 fn figures(py: Python<'_>, results: Vec<PathBuf>, out: PathBuf) -> PyResult<Vec<PathBuf>> {
-    py.detach(|| {
-        if let Some(bad) = results.iter().find(|d| !d.is_dir()) {
-            return Err(Error::input(bad, "not a results folder"));
-        }
-        let mut dir = OutputDir::create(&out, Format::Csv, &StagingWatch::new())?;
-        asa_analyze::plot::render_all(&results, &mut dir)?;
-        dir.commit()
+    no_panic(|| {
+        py.detach(|| {
+            if let Some(bad) = results.iter().find(|d| !d.is_dir()) {
+                return Err(Error::input(bad, "not a results folder"));
+            }
+            let mut dir = OutputDir::create(&out, Format::Csv, &StagingWatch::new())?;
+            asa_analyze::plot::render_all(&results, &mut dir)?;
+            dir.commit()
+        })
+        .map_err(to_py)
     })
-    .map_err(to_py)
 }
 
 #[pymodule]

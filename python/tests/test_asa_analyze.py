@@ -459,6 +459,18 @@ def test_a_monitor_handed_what_it_cannot_read_warns_once_and_turns_off():
     assert set(ok.series["step"].to_list()) == {0} and ok.gathers[0]["bytes"] > 0
 
 
+def test_bad_inputs_raise_python_exceptions_never_a_panic_or_a_truncation():
+    # issue 54: asa.report([]) panicked (PanicException escapes `except Exception`); a float
+    # token id was truncated (3.7 -> 3) and analysed
+    with pytest.raises(asa.UsageError, match="report needs at least one results folder"):
+        asa.report([])
+    folder = FIXTURES / "llama_gqa"
+    for bad in ([[1, 2, 3.7, 4]], [[1, True, 3, 4]], np.array([[1.0, 2.0, 3.0, 4.0]])):
+        with pytest.raises(asa.UsageError, match="token ids must be integers; row 0, position"):
+            asa.analyze(str(folder), corpus=bad, seq_len=4, num_seqs=1, progress=False)
+    assert issubclass(asa.UsageError, ValueError) and issubclass(asa.AsaError, Exception)
+
+
 def test_a_run_on_threads_of_its_own_gives_the_same_tables():
     # threads= caps a run (beside a training loop) without changing a value; a model on the
     # host needs no host copy, and run.json says none

@@ -158,7 +158,7 @@ impl Default for RunOptions {
             min_query: 1,
             layer: None,
             size: 30,
-            map_size: 256,
+            map_size: Self::DEFAULT_MAP_SIZE,
             profile_query: None,
             bins: 20,
             sink_eps: 0.3,
@@ -176,6 +176,9 @@ const MAX_BINS: usize = 100_000;
 const MAX_TOKENS: usize = 1 << 28;
 
 impl RunOptions {
+    /// `block_map`'s side when not given (`--map-size`, Python's `map_size`).
+    pub const DEFAULT_MAP_SIZE: usize = 256;
+
     /// The options' own errors, before anything is read (the model-dependent ones, such as
     /// a layer past the depth, come with each model).
     pub fn validate(&self) -> Result<()> {

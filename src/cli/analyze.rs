@@ -127,9 +127,10 @@ pub struct MetricArgs {
     /// Heatmap size (queries and keys).
     #[arg(long, default_value_t = 30)]
     pub size: usize,
-    /// block_map side: G x G blocks of queries and keys (G = min(map-size, seq-len)).
-    #[arg(long, default_value_t = 256)]
-    pub map_size: usize,
+    /// block_map side: G x G blocks of queries and keys (G = min(map-size, seq-len));
+    /// 256 when not given. Only with `block_map` among the metrics.
+    #[arg(long)]
+    pub map_size: Option<usize>,
     /// Query of the profile, 0-based (default: the last).
     #[arg(long)]
     pub profile_query: Option<usize>,
@@ -236,6 +237,11 @@ pub(super) fn run_options(
     if args.probe == Some(ProbeKind::Induction) && args.metrics.is_none() && command == "analyze" {
         metrics.insert(Metric::INDUCTION_SCORE);
     }
+    if args.map_size.is_some() && !metrics.contains(&Metric::BLOCK_MAP) {
+        return Err(Error::usage(
+            "--map-size sets block_map's side: add block_map to --metrics, or leave --map-size out",
+        ));
+    }
     Ok(RunOptions {
         metrics,
         corpus: args.corpus.clone(),
@@ -261,7 +267,7 @@ pub(super) fn run_options(
         min_query: args.min_query,
         layer: args.layer,
         size: args.size,
-        map_size: args.map_size,
+        map_size: args.map_size.unwrap_or(RunOptions::DEFAULT_MAP_SIZE),
         profile_query: args.profile_query,
         bins: args.bins,
         sink_eps: args.sink_eps,

@@ -37,6 +37,9 @@ pub struct Contents {
 
 /// The folders' tables and run records, read for a report.
 pub fn load(dirs: &[PathBuf]) -> Result<Contents> {
+    if dirs.is_empty() {
+        return Err(Error::usage("report needs at least one results folder"));
+    }
     let results = Results::load(dirs)?;
     let mut more: Vec<crate::export::Table> = Vec::new();
     for name in MORE_TABLES {

@@ -445,3 +445,27 @@ fn a_map_size_of_zero_is_a_one_line_error() {
     assert!(err.contains("--map-size must be at least 1"), "{err}");
     assert!(!tmp.path().join("o").exists());
 }
+
+/// Issue 54: `--map-size` without `block_map` among the metrics did nothing, silently.
+#[test]
+fn a_map_size_without_block_map_is_a_one_line_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model_dir("llama_gqa").display().to_string();
+    let args = [
+        "analyze",
+        &model,
+        "--metrics",
+        "entropy",
+        "--map-size",
+        "64",
+        "--seq-len",
+        "16",
+        "--num-seqs",
+        "1",
+        "--out",
+        "o",
+    ];
+    let err = expect_error(&run_cli(tmp.path(), &args));
+    assert!(err.contains("--map-size sets block_map's side: add block_map"), "{err}");
+    assert!(!tmp.path().join("o").exists());
+}
