@@ -21,7 +21,7 @@ use crate::analysis::checkpoint_ready::{step_folders, StepFolder};
 use crate::analysis::series::MAX_STEP;
 use crate::analysis::{ModelSource, Run, RunOptions};
 use crate::error::{Error, Result};
-use crate::export::{OutputDir, Table};
+use crate::export::{FolderLock, OutputDir, Table};
 use crate::metrics::{qk_series_table, Metric};
 
 /// What `watch` computes unless `--metrics` says otherwise: what a training run's attention
@@ -78,11 +78,18 @@ pub fn run(args: WatchArgs, process: &Process) -> Result<()> {
     let mut options = analyze::run_options(m, &WATCH_METRICS, "analyze")?;
     options.shard = None;
     options.validate()?;
+    // one writer a folder: a watch holds its --out for its whole life (from its first
+    // commit when the folder is not there yet)
+    let held = match m.out.is_dir() {
+        true => Some(FolderLock::acquire(&m.out)?),
+        false => None,
+    };
     let mut watcher = Watcher {
         source,
         options,
         args: &args,
         process,
+        held,
         series: existing_series(&m.out)?,
         failed: BTreeMap::new(),
         said_waiting: BTreeSet::new(),
@@ -117,6 +124,8 @@ struct Watcher<'a> {
     options: RunOptions,
     args: &'a WatchArgs,
     process: &'a Process,
+    /// The lock on `--out`, held between commits.
+    held: Option<FolderLock>,
     /// Every row committed so far (read back from `--out` at the start).
     series: Table,
     /// Steps whose analysis failed, with the files' signature then: tried again only when
@@ -177,7 +186,14 @@ impl Watcher<'_> {
     fn analyse(&mut self, step: &StepFolder) -> Result<()> {
         let started = Instant::now();
         let m = &self.args.metric;
-        let mut out = OutputDir::create(&m.out, m.format, &self.process.staging)?;
+        let staging = &self.process.staging;
+        let mut out = match &self.held {
+            Some(held) => OutputDir::create_held(&m.out, m.format, staging, held)?,
+            None => OutputDir::create(&m.out, m.format, staging)?,
+        };
+        if self.held.is_none() {
+            self.held = Some(out.lock()?);
+        }
         let mut options = self.options.clone();
         options.scratch_dir = Some(out.staging().to_path_buf());
         let run = Run {

@@ -14,4 +14,4 @@ pub use rows::{for_each_row, Cell};
 pub use schema::{ColumnKind, ColumnSpec, SchemaError, TableSchema};
 pub use staging_watch::StagingWatch;
 pub use table::{Column, Table};
-pub use writer::{to_frame, write_table, Format, OutputDir};
+pub use writer::{to_frame, write_table, FolderLock, Format, OutputDir};

@@ -111,6 +111,35 @@ impl OutputDir {
     /// `watch` until it is committed or dropped (a failed or cancelled run drops it: the
     /// staging folder, and the folders made for it, are removed).
     pub fn create(target: &Path, format: Format, watch: &StagingWatch) -> Result<Self> {
+        Self::create_with(target, format, watch, None)
+    }
+
+    /// [`OutputDir::create`] under a lock the caller already holds on `target` (a `watch`
+    /// holds its folder for its whole life, across the steps it commits).
+    pub fn create_held(
+        target: &Path,
+        format: Format,
+        watch: &StagingWatch,
+        held: &FolderLock,
+    ) -> Result<Self> {
+        Self::create_with(target, format, watch, Some(held))
+    }
+
+    /// This folder's lock, to hold beyond it ([`OutputDir::create_held`]).
+    pub fn lock(&self) -> Result<FolderLock> {
+        let file = match &self._lock {
+            Some(f) => Some(f.try_clone().map_err(|e| Error::io(&self.target, e))?),
+            None => None,
+        };
+        Ok(FolderLock(file))
+    }
+
+    fn create_with(
+        target: &Path,
+        format: Format,
+        watch: &StagingWatch,
+        held: Option<&FolderLock>,
+    ) -> Result<Self> {
         if target.exists() && !target.is_dir() {
             return Err(Error::input(
                 target,
@@ -123,7 +152,12 @@ impl OutputDir {
             .last()
             .map(Path::to_path_buf);
         fs::create_dir_all(target).map_err(|e| Error::io(target, e))?;
-        let lock = lock_folder(target)?;
+        let lock = match held {
+            // the same open file: dropping this copy keeps the holder's lock
+            Some(FolderLock(Some(file))) => Some(file.try_clone().map_err(|e| Error::io(target, e))?),
+            Some(FolderLock(None)) => None,
+            None => lock_folder(target)?,
+        };
         remove_stale_staging(target);
         let staging = target.join(staging_name(&host_name(), std::process::id()));
         if staging.exists() {
@@ -320,6 +354,17 @@ fn host_name() -> String {
     }
 }
 
+/// An advisory lock on an output folder, held while it lives: one writer a folder.
+#[derive(Debug)]
+pub struct FolderLock(Option<fs::File>);
+
+impl FolderLock {
+    /// Locks the existing folder `target`, or refuses naming the process that holds it.
+    pub fn acquire(target: &Path) -> Result<FolderLock> {
+        Ok(FolderLock(lock_folder(target)?))
+    }
+}
+
 /// Locks `target` for this run (an advisory lock on the folder itself: no file is left
 /// behind); a folder another live run holds is refused, naming that run's pid. `None` where
 /// the file system has no locks.
@@ -328,8 +373,8 @@ fn lock_folder(target: &Path) -> Result<Option<fs::File>> {
     match folder.try_lock() {
         Ok(()) => Ok(Some(folder)),
         Err(fs::TryLockError::WouldBlock) => {
-            let other = other_runs(target)
-                .first()
+            let other = lock_holder(target)
+                .or_else(|| other_runs(target).first().copied())
                 .map(|pid| format!(" (pid {pid})"))
                 .unwrap_or_default();
             Err(Error::input(
@@ -339,6 +384,23 @@ fn lock_folder(target: &Path) -> Result<Option<fs::File>> {
         }
         Err(fs::TryLockError::Error(_)) => Ok(None),
     }
+}
+
+/// The pid holding a `flock` on the folder `target`, from Linux's `/proc/locks` (a lock is
+/// held between a watch's steps, when it stages nothing).
+fn lock_holder(target: &Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+
+    let inode = fs::metadata(target).ok()?.ino();
+    let locks = fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // "1: FLOCK  ADVISORY  WRITE 20149 fe:00:10267375 0 EOF"
+        let (kind, pid, file) = (fields.get(1)?, fields.get(4)?, fields.get(5)?);
+        let on_target = file.rsplit(':').next()?.parse::<u64>().ok()? == inode;
+        let pid: u32 = pid.parse().ok()?;
+        (*kind == "FLOCK" && on_target && pid != std::process::id()).then_some(pid)
+    })
 }
 
 /// The pids of the live runs of this machine staging files in `target`, other than this one.

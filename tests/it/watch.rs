@@ -179,6 +179,43 @@ fn watch_refuses_steps_a_series_cannot_hold_and_says_when_once_failed() {
     }
 }
 
+/// Issue 54: one writer a folder. A watch holds its `--out` for its whole life, between
+/// commits too; a second watch on it is refused at once naming the first one's pid, and
+/// writes nothing (it used to erase the rows the other committed).
+#[cfg(unix)]
+#[test]
+fn a_second_watch_on_one_output_folder_is_refused_naming_the_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    run_folder(root, &[10]);
+    let mut first = std::process::Command::new(env!("CARGO_BIN_EXE_asa-analyze"))
+        .args(["watch", "run", "--out", "out", "--poll", "1", "--quiet"])
+        .args(ARGS)
+        .current_dir(root)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let series = root.join("out/attention_series.csv");
+    let start = Instant::now();
+    while !series.is_file() && start.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(series.is_file(), "the first watch committed step 10");
+    let before = std::fs::read(&series).unwrap();
+    let mut args = vec!["watch", "run", "--once", "--out", "out"];
+    args.extend(ARGS);
+    let output = run_cli(root, &args);
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains(&format!("another asa-analyze run (pid {}) is writing to this output folder", first.id())),
+        "{said}"
+    );
+    assert_eq!(std::fs::read(&series).unwrap(), before);
+}
+
 #[cfg(unix)]
 #[test]
 fn watch_reads_no_checkpoint_a_second_process_is_still_writing() {
