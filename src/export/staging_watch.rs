@@ -27,13 +27,25 @@ impl StagingWatch {
         StagingWatch::default()
     }
 
-    /// Records a staging folder (and the outermost folder made for its target, if any).
-    pub(super) fn register(&self, staging: &Path, made: Option<&Path>, target: &Path) {
-        self.live().push(Live {
+    /// Creates a staging folder with `create` and records it (and the outermost folder made
+    /// for its target, if any) as one step under the list's lock: a signal's
+    /// [`remove_all`](Self::remove_all) either runs first (and keeps the lock, so the folder
+    /// is never made) or sees it registered.
+    pub(super) fn create_registered<E>(
+        &self,
+        staging: &Path,
+        made: Option<&Path>,
+        target: &Path,
+        create: impl FnOnce() -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut live = self.live();
+        create()?;
+        live.push(Live {
             staging: staging.to_path_buf(),
             made: made.map(Path::to_path_buf),
             target: target.to_path_buf(),
         });
+        Ok(())
     }
 
     /// Forgets a staging folder that was removed.

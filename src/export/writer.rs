@@ -163,8 +163,9 @@ impl OutputDir {
         if staging.exists() {
             fs::remove_dir_all(&staging).map_err(|e| Error::io(&staging, e))?;
         }
-        fs::create_dir(&staging).map_err(|e| Error::io(target, e))?;
-        watch.register(&staging, made.as_deref(), target);
+        watch.create_registered(&staging, made.as_deref(), target, || {
+            fs::create_dir(&staging).map_err(|e| Error::io(target, e))
+        })?;
         Ok(OutputDir {
             target: target.to_path_buf(),
             made,
@@ -495,6 +496,27 @@ mod tests {
             out.write_bytes(f, f.as_bytes()).unwrap();
         }
         out
+    }
+
+    /// Issue 54: a staging folder is made and registered as one step. While a signal's
+    /// cleanup holds the watch, no staging folder can appear (it used to be made, then
+    /// registered: a signal in between left it behind).
+    #[test]
+    fn no_staging_folder_appears_while_a_signal_cleans_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out");
+        std::fs::create_dir_all(&target).unwrap();
+        let watch = StagingWatch::new();
+        let cleanup = watch.remove_all();
+        let writer = {
+            let (target, watch) = (target.clone(), watch.clone());
+            std::thread::spawn(move || OutputDir::create(&target, Format::Csv, &watch).map(|_| ()))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let staged: Vec<_> = std::fs::read_dir(&target).unwrap().collect();
+        assert!(staged.is_empty(), "a staging folder appeared during cleanup");
+        drop(cleanup);
+        writer.join().unwrap().unwrap();
     }
 
     #[test]
