@@ -17,11 +17,6 @@ import sys
 import time
 from typing import Any, Dict, Optional, Tuple
 
-# wrappers that hold the trained module as an attribute: DDP and DataParallel (`module`),
-# torch.compile (`_orig_mod`); accelerate's prepared models are one of these
-_WRAPPED = ("module", "_orig_mod")
-
-
 def world() -> Optional[Tuple[int, int]]:
     """(rank, world size) when torch.distributed is initialised with more than one process,
     else None (torch is not imported for it)."""
@@ -38,12 +33,14 @@ def unwrap(model: Any) -> Any:
     """The module inside DDP / DataParallel / torch.compile wrappers (any nesting), the one
     with the transformers `config`. DeepSpeed ZeRO-3's partitioned parameters are refused:
     their gather (`GatheredParameters`) is not implemented."""
-    seen = 0
-    while not hasattr(model, "config") and seen < 8:
-        inner = next((getattr(model, a) for a in _WRAPPED if hasattr(model, a)), None)
-        if inner is None:
+    for _ in range(8):
+        # torch.compile's wrapper forwards `config` to the model inside: look for it first
+        if hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        elif not hasattr(model, "config") and hasattr(model, "module"):
+            model = model.module
+        else:
             break
-        model, seen = inner, seen + 1
     if not hasattr(model, "config"):
         raise TypeError(f"{type(model).__name__} has no transformers config inside it (unwrapped: module, _orig_mod)")
     if any(hasattr(p, "ds_id") for p in model.parameters()):

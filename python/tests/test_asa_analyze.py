@@ -456,7 +456,11 @@ def test_a_monitor_handed_what_it_cannot_read_warns_once_and_turns_off():
     ok = asa.Monitor(probe=[[1, 2, 3, 4]], every=1)
     assert ok(Wrapper(model), 0) is True
     ok.wait()
-    assert set(ok.series["step"].to_list()) == {0} and ok.gathers[0]["bytes"] > 0
+    # torch.compile's wrapper (`_orig_mod`) inside a DDP-style one
+    assert ok(Wrapper(torch.compile(model)), 1) is True
+    ok.wait()
+    assert set(ok.series["step"].to_list()) == {0, 1} and ok.gathers[0]["bytes"] > 0
+    assert not ok.disabled
 
 
 def test_bad_inputs_raise_python_exceptions_never_a_panic_or_a_truncation():
