@@ -24,11 +24,12 @@ pub const TILE_ROWS: usize = 12;
 /// k pairs of one pass over a panel (128 KiB of panel: held in L2 across row blocks).
 pub const K_BLOCK_PAIRS: usize = 1024;
 
-/// Whether this CPU runs the AVX-512 BF16 kernel (else [`matmul`] uses the portable loop).
+/// Whether this CPU runs the AVX-512 BF16 kernel (else [`matmul`] uses the portable loop);
+/// `ASA_SIMD` below `avx512` turns it off.
 pub fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::arch::is_x86_feature_detected!("avx512f")
+        super::simd::level() == super::simd::SimdLevel::Avx512
             && std::arch::is_x86_feature_detected!("avx512bw")
             && std::arch::is_x86_feature_detected!("avx512bf16")
     }

@@ -11,3 +11,4 @@ pub mod bf16_row_tiles;
 pub mod fast_math;
 pub mod heap;
 pub mod host;
+pub mod simd;

@@ -4,6 +4,12 @@
 //! results bit-identical. Metrics added since (their rows and tables) are not in the old
 //! tables and are left out of the comparison; everything else must match exactly.
 //!
+//! Bytes are an instruction set's: the golden tables were written on a CPU with AVX-512
+//! (`tests/fixtures/golden/SIMD`). Where the kernels run another tier (an AVX2-only CPU, or
+//! `ASA_SIMD=avx2` as CI's second run sets it), the same rows must hold the same values within
+//! SPEC's tolerance, 1e-6 + 1e-5 |y| (issue 54: the bytes differed in 79 of 119 values there,
+//! by at most 8.3e-7 relative).
+//!
 //! One exception, by design: with two windows per forward pass, the heatmap and the query
 //! profile were summed over the batch in f32 on the device, so their last bits depended on
 //! which windows shared a batch. They are now summed per window in f64, as every other
@@ -112,6 +118,7 @@ fn compare_with_golden(batch: usize, skip: &[&str]) {
         ];
         expect_success(&run_cli(tmp.path(), &args));
         let mut compared = 0;
+        let exact = asa_analyze::cpu::simd::level().name() == golden_simd();
         for entry in std::fs::read_dir(&golden).unwrap() {
             let file = entry.unwrap().file_name().into_string().unwrap();
             if skip.contains(&file.as_str()) {
@@ -119,10 +126,13 @@ fn compare_with_golden(batch: usize, skip: &[&str]) {
             }
             let want = old_rows(&file, &read(&golden.join(&file)));
             let got = old_rows(&file, &read(&out.join(&file)));
-            assert!(
-                got == want,
-                "{name}/{file} differs from main before the redesign"
-            );
+            match exact {
+                true => assert!(
+                    got == want,
+                    "{name}/{file} differs from main before the redesign"
+                ),
+                false => assert_within_tolerance(&got, &want, &format!("{name}/{file}")),
+            }
             compared += 1;
         }
         assert!(
@@ -134,4 +144,38 @@ fn compare_with_golden(batch: usize, skip: &[&str]) {
 
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The instruction-set tier the golden tables were written with.
+fn golden_simd() -> String {
+    read(&fixtures().join("golden/SIMD")).trim().to_string()
+}
+
+/// The same lines, fields equal or (numbers) within 1e-6 + 1e-5 |want|.
+fn assert_within_tolerance(got: &str, want: &str, what: &str) {
+    let (got, want): (Vec<&str>, Vec<&str>) = (got.lines().collect(), want.lines().collect());
+    assert_eq!(got.len(), want.len(), "{what}: rows");
+    for (g, w) in got.iter().zip(&want) {
+        let (gf, wf): (Vec<&str>, Vec<&str>) = (g.split(',').collect(), w.split(',').collect());
+        assert_eq!(gf.len(), wf.len(), "{what}: {g} vs {w}");
+        for (a, b) in gf.iter().zip(&wf) {
+            if a == b {
+                continue;
+            }
+            let close = match (a.parse::<f64>(), b.parse::<f64>()) {
+                (Ok(a), Ok(b)) => (a - b).abs() <= 1e-6 + 1e-5 * b.abs(),
+                _ => false,
+            };
+            assert!(close, "{what}: {g} vs {w}");
+        }
+    }
+}
+
+#[test]
+fn the_tolerance_takes_last_bits_and_refuses_real_differences() {
+    assert_within_tolerance("a,1,0.30000001\n", "a,1,0.3\n", "near");
+    let far = std::panic::catch_unwind(|| assert_within_tolerance("a,1,0.31\n", "a,1,0.3\n", "far"));
+    assert!(far.is_err());
+    let key = std::panic::catch_unwind(|| assert_within_tolerance("b,1,0.3\n", "a,1,0.3\n", "key"));
+    assert!(key.is_err());
 }
