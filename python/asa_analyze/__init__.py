@@ -430,10 +430,31 @@ class Report:
 
     def write(self, path: PathLike) -> Path:
         """Writes the page to `path` (whole: through a temporary file beside it)."""
+        import stat
+
         target = Path(path)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        tmp.write_text(self.html, encoding="utf-8")
-        os.replace(tmp, target)
+        if os.path.lexists(target) and not stat.S_ISREG(os.lstat(target).st_mode):
+            raise IsADirectoryError(
+                f"{target}: the report's destination exists and is not a regular file (a folder, device, "
+                "FIFO, socket or link): name a new .html file"
+            )
+        # created exclusively (O_CREAT | O_EXCL): a planted link or FIFO is never opened through
+        for attempt in range(16):
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.{attempt}.tmp")
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise FileExistsError(f"{target}: no free temporary name beside it")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(self.html)
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         self.path = target
         return target
 

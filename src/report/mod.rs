@@ -123,17 +123,54 @@ pub fn html(contents: &Contents) -> Result<String> {
 /// Writes the report of `dirs` to `out` whole (through a temporary file beside it: a failed
 /// or interrupted run leaves no partial page).
 pub fn write(dirs: &[PathBuf], out: &Path) -> Result<(usize, Vec<String>)> {
+    check_destination(dirs, out)?;
     let contents = load(dirs)?;
     let page = html(&contents)?;
     let parent = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let mut tmp = tempfile_in(&parent, out)?;
-    std::fs::write(&tmp.0, page.as_bytes()).map_err(|e| Error::io(&tmp.0, e))?;
+    let (mut tmp, mut file) = tempfile_in(&parent, out)?;
+    std::io::Write::write_all(&mut file, page.as_bytes()).map_err(|e| Error::io(&tmp.0, e))?;
+    drop(file);
+    // the destination is checked again: it may have changed while the page was made
+    check_destination(dirs, out)?;
     std::fs::rename(&tmp.0, out).map_err(|e| Error::io(out, e))?;
     tmp.1 = false;
     Ok((page.len(), contents.notes))
+}
+
+/// Refuses a destination the page must not replace: anything but a regular file or
+/// nothing (a folder, a device, a FIFO, a socket, a symlink), and a table of the results
+/// being read (`--out res/attention.csv`).
+fn check_destination(dirs: &[PathBuf], out: &Path) -> Result<()> {
+    let meta = match std::fs::symlink_metadata(out) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(out, e)),
+    };
+    if !meta.file_type().is_file() {
+        return Err(Error::input(
+            out,
+            "the report's destination exists and is not a regular file (a folder, device, FIFO, socket or link): name a new .html file",
+        ));
+    }
+    let real = out.canonicalize().map_err(|e| Error::io(out, e))?;
+    let table = real
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| matches!(e, "csv" | "parquet" | "json"));
+    let inside = dirs
+        .iter()
+        .filter_map(|d| d.canonicalize().ok())
+        .any(|d| real.starts_with(&d));
+    if table && inside {
+        return Err(Error::input(
+            out,
+            "the report's destination is a file of the results it reads: name a new .html file",
+        ));
+    }
+    Ok(())
 }
 
 /// A temporary path beside `out`, removed on drop unless taken (its `.1` cleared).
@@ -147,7 +184,9 @@ impl Drop for TempPath {
     }
 }
 
-fn tempfile_in(dir: &Path, out: &Path) -> Result<TempPath> {
+/// A new temporary file beside `out`, created exclusively (`O_CREAT | O_EXCL`: a planted
+/// symlink or FIFO of its name is never opened through, another name is tried).
+fn tempfile_in(dir: &Path, out: &Path) -> Result<(TempPath, std::fs::File)> {
     if !dir.is_dir() {
         return Err(Error::input(dir, "no such folder for the report"));
     }
@@ -155,8 +194,44 @@ fn tempfile_in(dir: &Path, out: &Path) -> Result<TempPath> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "report.html".into());
-    Ok(TempPath(
-        dir.join(format!(".{name}.{}.tmp", std::process::id())),
-        true,
-    ))
+    let mut last = None;
+    for attempt in 0..16 {
+        let path = dir.join(format!(".{name}.{}.{attempt}.tmp", std::process::id()));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(file) => return Ok((TempPath(path, true), file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some((path, e)),
+            Err(e) => return Err(Error::io(&path, e)),
+        }
+    }
+    let (path, e) = last.expect("16 attempts");
+    Err(Error::io(&path, e))
+}
+
+#[cfg(test)]
+mod write_tests {
+    use super::*;
+
+    /// Issue 54: a symlink or FIFO planted at the temporary file's name is never opened
+    /// through: the next name is taken.
+    #[cfg(unix)]
+    #[test]
+    fn a_planted_temporary_name_is_not_opened_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"keep me").unwrap();
+        let out = dir.path().join("page.html");
+        let planted = dir.path().join(format!(".page.html.{}.0.tmp", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        let (tmp, mut file) = tempfile_in(dir.path(), &out).unwrap();
+        assert_ne!(tmp.0, planted);
+        std::io::Write::write_all(&mut file, b"page").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
+        drop(file);
+        drop(tmp);
+        assert!(planted.symlink_metadata().is_ok(), "the planted link is left alone");
+    }
 }

@@ -65,6 +65,44 @@ fn a_report_of_no_tables_is_refused_and_writes_nothing() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 }
 
+/// Issue 54: an output never lands on an input or through what is already there. A table of
+/// the results read, a folder, a FIFO and a symlink as `--out` are refused before any work
+/// (exit 2, nothing changed); a regular file is replaced whole.
+#[cfg(unix)]
+#[test]
+fn a_report_never_replaces_an_input_or_writes_through_what_is_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let model = format!("m={}", model_dir("sink").display());
+    let args = ["analyze", &model, "--seq-len", "32", "--num-seqs", "2", "--out", "res", "-q"];
+    expect_success(&run_cli(root, &args));
+    let table = std::fs::read(root.join("res/attention.csv")).unwrap();
+    std::fs::create_dir(root.join("folder")).unwrap();
+    let fifo = root.join("fifo");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    std::fs::write(root.join("victim"), b"keep me").unwrap();
+    std::os::unix::fs::symlink(root.join("victim"), root.join("link.html")).unwrap();
+    for (out, says) in [
+        ("res/attention.csv", "a file of the results it reads"),
+        ("folder", "not a regular file"),
+        ("fifo", "not a regular file"),
+        ("link.html", "not a regular file"),
+    ] {
+        let o = run_cli(root, &["report", "res", "--out", out]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{out}: {err}");
+        assert!(err.contains(says) && err.trim().lines().count() == 1, "{out}: {err}");
+    }
+    assert_eq!(std::fs::read(root.join("res/attention.csv")).unwrap(), table);
+    assert_eq!(std::fs::read(root.join("victim")).unwrap(), b"keep me");
+    // a regular file is replaced whole (the temporary file's planted names: a unit test)
+    std::fs::write(root.join("page.html"), b"old page").unwrap();
+    expect_success(&run_cli(root, &["report", "res", "--out", "page.html"]));
+    let page = std::fs::read_to_string(root.join("page.html")).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>"));
+    assert_eq!(std::fs::read(root.join("victim")).unwrap(), b"keep me");
+}
+
 /// The page's data and its block-map blob, read back from the file as a browser would
 /// (base64, gzip), independently of the encoder.
 fn page_payload(page: &str) -> (serde_json::Value, String) {
