@@ -50,7 +50,7 @@ pub fn encode(files: &[PathBuf]) -> Result<BlockMaps> {
         out.index = json!({});
         return Ok(out);
     }
-    let maps = cells(files, &bounds)?;
+    let maps = cells(files, &bounds, rows)?;
     let mut index = serde_json::Map::new();
     for (model, edges) in &bounds {
         index.insert(model.clone(), json!({ "bounds": edges, "maps": [] }));
@@ -94,12 +94,27 @@ fn block_edges(files: &[PathBuf]) -> Result<(BTreeMap<String, Vec<i64>>, usize)>
     Ok((edges, rows))
 }
 
-/// Every map's cells in the order of [`super::quantise`], `None` where no row gave a value.
+/// How many map cells a table of `rows` rows may lay out: a map's cells are its rows (a
+/// visible cell, one row a stat), so a table whose block edges would lay out far more cells
+/// than it has rows (an edited file) is refused before the maps are allocated.
+fn cell_budget(rows: usize) -> usize {
+    rows.saturating_mul(CELLS_A_ROW).saturating_add(1 << 20)
+}
+
+/// Laid-out cells a row may stand for: a sliding window's map has rows only near its
+/// diagonal, ~4 % of the cells at a window of 1/50 of the sequence.
+const CELLS_A_ROW: usize = 32;
+
+/// Every map's cells in the order of [`super::quantise`], `None` where no row gave a value;
+/// refused when the maps would lay out more cells than `rows` rows describe
+/// ([`cell_budget`]).
 fn cells(
     files: &[PathBuf],
     bounds: &BTreeMap<String, Vec<i64>>,
+    rows: usize,
 ) -> Result<BTreeMap<Key, Vec<Option<f64>>>> {
     let mut maps: BTreeMap<Key, Vec<Option<f64>>> = BTreeMap::new();
+    let mut laid_out: usize = 0;
     let columns = ["model", "layer", "head", "q_lo", "k_lo", "stat", "value"];
     for file in files {
         for_each_row(file, &columns, |r| {
@@ -118,6 +133,15 @@ fn cells(
             }
             let g = edges.len() - 1;
             let key = (model.to_string(), layer, r[2].int(), stat.to_string());
+            if !maps.contains_key(&key) {
+                laid_out = laid_out.saturating_add(g.saturating_mul(g + 1) / 2);
+                if laid_out > cell_budget(rows) {
+                    return Err(bad_row(
+                        file,
+                        &format!("its {} maps of {g} x {g} blocks would lay out {laid_out} cells, far more than its {rows} rows describe", maps.len() + 1),
+                    ));
+                }
+            }
             let map = maps
                 .entry(key)
                 .or_insert_with(|| vec![None; g * (g + 1) / 2]);

@@ -103,6 +103,47 @@ fn a_report_never_replaces_an_input_or_writes_through_what_is_there() {
     assert_eq!(std::fs::read(root.join("victim")).unwrap(), b"keep me");
 }
 
+/// Issue 54: memory bounded by what is written. A 20 KB block_map.parquet whose block edges
+/// spread over 2,000 positions and whose rows each open a map of their own would lay out
+/// 1,000 maps of 2 million cells (32 GB; a 281 KB file made `report` allocate 80 GB and
+/// abort): refused in one line before any map is allocated, nothing written.
+#[test]
+fn a_block_map_claiming_more_cells_than_its_rows_is_refused_before_allocating() {
+    use polars::prelude::*;
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let model = format!("m={}", model_dir("sink").display());
+    let args = ["analyze", &model, "--seq-len", "32", "--num-seqs", "2", "--metrics", "entropy", "--out", "res", "-q"];
+    expect_success(&run_cli(root, &args));
+    let n = 1000i64;
+    let lo: Vec<i64> = (0..n).map(|i| 2 * i).collect();
+    let hi: Vec<i64> = (0..n).map(|i| 2 * i + 1).collect();
+    let mut forged = df!(
+        "model" => vec!["m"; n as usize],
+        "layer" => (1..=n).collect::<Vec<i64>>(),
+        "head" => vec![Some(1i64); n as usize],
+        "q_lo" => lo.clone(),
+        "q_hi" => hi.clone(),
+        "k_lo" => lo,
+        "k_hi" => hi,
+        "stat" => vec!["mean"; n as usize],
+        "value" => vec![0.5f64; n as usize],
+    )
+    .unwrap();
+    let file = std::fs::File::create(root.join("res/block_map.parquet")).unwrap();
+    ParquetWriter::new(file).finish(&mut forged).unwrap();
+    let o = run_cli(root, &["report", "res", "--out", "page.html"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("block_map.parquet") && err.contains("far more than its 1000 rows describe"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!root.join("page.html").exists());
+}
+
 /// The page's data and its block-map blob, read back from the file as a browser would
 /// (base64, gzip), independently of the encoder.
 fn page_payload(page: &str) -> (serde_json::Value, String) {
