@@ -222,9 +222,10 @@ impl WeightStore {
                 return Ok(map[name].to_dtype(dtype)?.to_device(&self.device)?)
             }
         };
-        let tensor = tensor.to_dtype(dtype)?;
-        self.check_finite(name, &shown, &tensor)?;
-        Ok(tensor.to_device(&self.device)?)
+        let cast = tensor.to_dtype(dtype)?;
+        self.check_finite(name, &shown, &cast)
+            .map_err(|e| overflow_of_cast(e, &shown, &tensor, dtype))?;
+        Ok(cast.to_device(&self.device)?)
     }
 
     /// Stored tensors never looked up since the store was opened (after building a model
@@ -706,4 +707,37 @@ fn gguf_rows(gguf: &GgufFile, name: &str, ids: &[u32]) -> Result<Tensor> {
         .collect();
     let at = Tensor::from_slice(&at, at.len(), distinct.device())?;
     Ok(distinct.index_select(&at, 0)?)
+}
+
+/// A non-finite weight refused after the cast to `dtype` whose stored value is finite: not a
+/// diverged checkpoint but a value past `dtype`'s range (f16 tops out at 65504), said so.
+fn overflow_of_cast(err: Error, shown: &str, stored: &Tensor, dtype: DType) -> Error {
+    let Error::Input { ref path, .. } = err else {
+        return err;
+    };
+    let Ok(values) = stored
+        .to_dtype(DType::F32)
+        .and_then(|t| t.flatten_all())
+        .and_then(|t| t.to_vec1::<f32>())
+    else {
+        return err;
+    };
+    let Some(largest) = values
+        .iter()
+        .filter(|v| v.is_finite())
+        .map(|v| v.abs())
+        .reduce(f32::max)
+    else {
+        return err;
+    };
+    if values.iter().any(|v| !v.is_finite()) {
+        return err;
+    }
+    Error::input(
+        path,
+        format!(
+            "tensor {shown} holds {largest}, past {}'s range: run with --dtype f32 or bf16",
+            format!("{dtype:?}").to_lowercase()
+        ),
+    )
 }

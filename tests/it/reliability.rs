@@ -759,3 +759,45 @@ fn odd_corners_a_bad_loss_window_in_a_manifest_names_the_manifest() {
     assert!(!err.contains("--loss-window"), "{err}");
     assert!(!tmp.path().join("t").exists());
 }
+
+/// Issue 54: a finite weight past f16's range (1e6 > 65504) becomes infinite only in the
+/// f16 run: said so, naming the tensor and the way out, not called a diverged checkpoint.
+#[test]
+fn a_weight_past_f16s_range_is_named_as_such_not_as_divergence() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpt = tmp.path().join("big");
+    copy_fixture("llama_gqa", &ckpt);
+    let index: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(ckpt.join("model.safetensors.index.json")).unwrap(),
+    )
+    .unwrap();
+    let name = "model.layers.0.mlp.up_proj.weight";
+    let shard = ckpt.join(index["weight_map"][name].as_str().unwrap());
+    let mut tensors = candle_core::safetensors::load(&shard, &Device::Cpu).unwrap();
+    let w = &tensors[name];
+    let mut values = w.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    values[5] = 1e6;
+    let big = candle_core::Tensor::from_vec(values, w.dims(), &Device::Cpu).unwrap();
+    tensors.insert(name.to_string(), big);
+    candle_core::safetensors::save(&tensors, &shard).unwrap();
+    let args = [
+        "analyze",
+        ckpt.to_str().unwrap(),
+        "--dtype",
+        "f16",
+        "--seq-len",
+        "16",
+        "--num-seqs",
+        "2",
+        "--quiet",
+        "--out",
+        "o",
+    ];
+    let stderr = expect_error(&run_cli(tmp.path(), &args));
+    assert!(
+        stderr.contains(name) && stderr.contains("1000000, past f16's range: run with --dtype f32 or bf16"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("diverged"), "{stderr}");
+    assert!(!tmp.path().join("o").exists());
+}
