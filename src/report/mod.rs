@@ -64,6 +64,11 @@ pub fn load(dirs: &[PathBuf]) -> Result<Contents> {
         more.extend(joined);
     }
     let results = results.with_tables(more);
+    for name in results.names() {
+        if let Some(table) = results.get(name) {
+            check_grid(name, table, &dirs[0])?;
+        }
+    }
     let map_files: Vec<PathBuf> = dirs
         .iter()
         .map(|d| d.join("block_map.parquet"))
@@ -99,6 +104,27 @@ pub fn load(dirs: &[PathBuf]) -> Result<Contents> {
         block_maps,
         folders,
     })
+}
+
+/// Refuses a table whose layer and head numbers would make the page's layers x heads grid
+/// far larger than the table's rows describe (a forged layer 1e9 hung the browser): the
+/// grid's cells are bounded by the rows, as the block maps' are.
+fn check_grid(name: &str, table: &crate::export::Table, dir: &Path) -> Result<()> {
+    use crate::export::Column;
+
+    let largest = |column: &str| match table.column(column) {
+        Some(Column::Int(values)) => values.iter().flatten().copied().max().unwrap_or(0),
+        _ => 0,
+    };
+    let (layers, heads) = (largest("layer").max(0) as u128, largest("head").max(0) as u128);
+    let rows = table.height() as u128;
+    if layers.max(1) * heads.max(1) > 64 * rows + 65_536 {
+        return Err(Error::input(
+            dir,
+            format!("{name}: layer {layers} and head {heads} would draw a grid far larger than its {rows} rows describe"),
+        ));
+    }
+    Ok(())
 }
 
 /// The page's HTML.

@@ -144,6 +144,39 @@ fn a_block_map_claiming_more_cells_than_its_rows_is_refused_before_allocating() 
     assert!(!root.join("page.html").exists());
 }
 
+/// Issue 54: numbers a model cannot have are refused. A table claiming layer 1e9 made a
+/// page whose layers x heads grid hung the browser (exit 0 before).
+#[test]
+fn a_table_claiming_a_layer_no_model_has_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let model = format!("m={}", model_dir("sink").display());
+    let args = ["analyze", &model, "--seq-len", "32", "--num-seqs", "2", "--metrics", "entropy", "--out", "res", "-q"];
+    expect_success(&run_cli(root, &args));
+    let path = root.join("res/attention.csv");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let header: Vec<&str> = lines[0].split(',').collect();
+    let (layer, head) = (
+        header.iter().position(|h| *h == "layer").unwrap(),
+        header.iter().position(|h| *h == "head").unwrap(),
+    );
+    let row = lines.iter().position(|l| {
+        let f: Vec<&str> = l.split(',').collect();
+        f.len() > head && !f[head].is_empty() && f[layer] != "layer"
+    });
+    let row = row.expect("a per-head row");
+    let mut fields: Vec<String> = lines[row].split(',').map(str::to_string).collect();
+    fields[layer] = "1000000000".into();
+    lines[row] = fields.join(",");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let o = run_cli(root, &["report", "res", "--out", "page.html"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("attention: layer 1000000000") && err.contains("rows describe"), "{err}");
+    assert!(!root.join("page.html").exists());
+}
+
 /// The page's data and its block-map blob, read back from the file as a browser would
 /// (base64, gzip), independently of the encoder.
 fn page_payload(page: &str) -> (serde_json::Value, String) {
