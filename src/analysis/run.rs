@@ -379,16 +379,43 @@ pub struct Run {
 
 /// Notes on kernels a run has to do without: block_map's key-block sums on a GPU, the bf16
 /// GEMM on a CPU without AVX-512 BF16.
-fn kernel_notes(o: &RunOptions, device: &Device, dtype: DType, events: &mut dyn RunEvents) {
+fn kernel_notes(o: &RunOptions, device: &Device, dtype: DType) -> Vec<&'static str> {
+    let mut notes = Vec::new();
     if device.is_cuda() && o.metrics.contains(&Metric::BLOCK_MAP) {
-        events.note(
+        notes.push(
             "block_map: no CUDA kernel makes its key-block sums; every layer runs on materialised blocks whose weights are reduced on the host",
         );
     }
     if dtype == DType::BF16 && !device.is_cuda() && !crate::cpu::bf16_gemm::available() {
-        events.note(
+        notes.push(
             "bf16: this CPU has no AVX-512 BF16, so the products of the bf16 values run in f32 (f32 speed, weights held in f32)",
         );
+    }
+    notes
+}
+
+/// A caller's events with the kernel notes held back until a model starts: a run that fails
+/// before (a bad checkpoint) says one line, its error, not a note about kernels as well.
+struct NotesAtStart<'a> {
+    events: &'a mut dyn RunEvents,
+    notes: Vec<&'static str>,
+}
+
+impl RunEvents for NotesAtStart<'_> {
+    fn model_started(&mut self, label: &str, tokens: u64) {
+        for note in self.notes.drain(..) {
+            self.events.note(note);
+        }
+        self.events.model_started(label, tokens);
+    }
+    fn progress(&mut self, tokens: u64) {
+        self.events.progress(tokens);
+    }
+    fn model_finished(&mut self) {
+        self.events.model_finished();
+    }
+    fn note(&mut self, text: &str) {
+        self.events.note(text);
     }
 }
 
@@ -401,7 +428,8 @@ impl Run {
         o.validate()?;
         let device = resolve_device(o.device)?;
         let dtype = resolve_dtype(o.dtype, &device);
-        kernel_notes(o, &device, dtype, events);
+        let notes = kernel_notes(o, &device, dtype);
+        let events = &mut NotesAtStart { events, notes };
         let map = WeightMap::from_option(o.weight_map.as_deref())?;
         let ctx = ModelContext {
             order: std::cell::Cell::new(0),

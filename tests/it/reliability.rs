@@ -801,3 +801,30 @@ fn a_weight_past_f16s_range_is_named_as_such_not_as_divergence() {
     assert!(!stderr.contains("diverged"), "{stderr}");
     assert!(!tmp.path().join("o").exists());
 }
+
+/// Issue 54: a failing `--dtype bf16` run says one line, its error; the note on a CPU
+/// without AVX-512 BF16 (`ASA_SIMD=avx2` runs as one) comes only once a model runs.
+#[test]
+fn a_failing_bf16_run_says_one_line_and_a_running_one_its_kernel_note() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = tmp.path().join("bad");
+    std::fs::create_dir(&bad).unwrap();
+    std::fs::write(bad.join("config.json"), r#"{"model_type": "llama"}"#).unwrap();
+    let run = |model: &str, out: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_asa-analyze"))
+            .args(["analyze", model, "--dtype", "bf16", "--seq-len", "16", "--num-seqs", "1", "--out", out])
+            .current_dir(tmp.path())
+            .env("ASA_SIMD", "avx2")
+            .output()
+            .unwrap()
+    };
+    let failed = run("bad", "o");
+    let said = String::from_utf8_lossy(&failed.stderr);
+    assert_eq!(failed.status.code(), Some(2), "{said}");
+    assert_eq!(said.trim().lines().count(), 1, "{said}");
+    let model = crate::common::model_dir("llama_gqa").display().to_string();
+    let ran = run(&model, "ok");
+    let said = String::from_utf8_lossy(&ran.stderr);
+    assert!(ran.status.success(), "{said}");
+    assert!(said.contains("note: bf16: this CPU has no AVX-512 BF16"), "{said}");
+}
