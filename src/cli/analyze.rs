@@ -127,8 +127,8 @@ pub struct MetricArgs {
     /// Heatmap size (queries and keys).
     #[arg(long, default_value_t = 30)]
     pub size: usize,
-    /// block_map side: G x G blocks of queries and keys (G = min(map-size, seq-len));
-    /// 256 when not given. Only with `block_map` among the metrics.
+    /// block_map side: G x G blocks of queries and keys (G = min(map-size, seq-len)); only
+    /// with `block_map` among the metrics [default: 256]
     #[arg(long)]
     pub map_size: Option<usize>,
     /// Query of the profile, 0-based (default: the last).
