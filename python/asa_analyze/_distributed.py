@@ -14,7 +14,6 @@ torch.distributed.
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any, Dict, Optional, Tuple
 
 def world() -> Optional[Tuple[int, int]]:
@@ -77,11 +76,9 @@ def all_agree(ok: bool) -> bool:
     return all(flags)
 
 
-def full_state(model: Any, inner: Any, rank: int) -> Tuple[Dict[str, Any], float, int]:
-    """The full state dict on rank 0's host (an empty dict on the others), the seconds it
-    took and its bytes. Sharded models gather (a collective on every rank), each tensor
+def full_state(model: Any, inner: Any, rank: int) -> Dict[str, Any]:
+    """The full state dict on rank 0's host (an empty dict on the others). Sharded models gather (a collective on every rank), each tensor
     offloaded to the host as it arrives; a replicated model is copied on rank 0 alone."""
-    start = time.perf_counter()
     if sharded(model):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
@@ -95,7 +92,4 @@ def full_state(model: Any, inner: Any, rank: int) -> Tuple[Dict[str, Any], float
         state = {k: v.detach().to("cpu", copy=True) for k, v in inner.state_dict().items()}
     else:
         state = {}
-    if rank != 0:
-        state = {}
-    size = sum(v.numel() * v.element_size() for v in state.values())
-    return state, time.perf_counter() - start, size
+    return state if rank == 0 else {}

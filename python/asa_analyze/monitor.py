@@ -192,7 +192,7 @@ class Monitor:
                 return self._turn_off(rank, step, problem)
             start = time.perf_counter()
             try:
-                state, _, _ = _distributed.full_state(model, inner, rank)
+                state = _distributed.full_state(model, inner, rank)
                 problem = None
             except Exception as e:
                 state, problem = {}, f"gathering the weights failed: {e}"

@@ -252,7 +252,10 @@ fn check_steps(run_dir: &Path, steps: &[StepFolder]) -> Result<()> {
     if let Some(s) = steps.iter().find(|s| s.step > MAX_STEP) {
         return Err(Error::input(
             &s.dir,
-            format!("step {} is past the largest step a series holds ({MAX_STEP})", s.step),
+            format!(
+                "step {} is past the largest step a series holds ({MAX_STEP})",
+                s.step
+            ),
         ));
     }
     if let Some(pair) = steps.windows(2).find(|w| w[0].step == w[1].step) {

@@ -50,8 +50,8 @@ pub fn level() -> SimdLevel {
 fn detected() -> SimdLevel {
     #[cfg(target_arch = "x86_64")]
     {
-        let wide =
-            std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+        let wide = std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma");
         if wide
             && std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512vl")

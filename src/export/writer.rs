@@ -154,7 +154,9 @@ impl OutputDir {
         fs::create_dir_all(target).map_err(|e| Error::io(target, e))?;
         let lock = match held {
             // the same open file: dropping this copy keeps the holder's lock
-            Some(FolderLock(Some(file))) => Some(file.try_clone().map_err(|e| Error::io(target, e))?),
+            Some(FolderLock(Some(file))) => {
+                Some(file.try_clone().map_err(|e| Error::io(target, e))?)
+            }
             Some(FolderLock(None)) => None,
             None => lock_folder(target)?,
         };
@@ -514,7 +516,10 @@ mod tests {
         };
         std::thread::sleep(std::time::Duration::from_millis(200));
         let staged: Vec<_> = std::fs::read_dir(&target).unwrap().collect();
-        assert!(staged.is_empty(), "a staging folder appeared during cleanup");
+        assert!(
+            staged.is_empty(),
+            "a staging folder appeared during cleanup"
+        );
         drop(cleanup);
         writer.join().unwrap().unwrap();
     }

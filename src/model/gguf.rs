@@ -107,7 +107,12 @@ impl GgufFile {
         // layers' counts
         let heads = meta
             .opt_max_per_layer_key("attention.head_count")?
-            .ok_or_else(|| Error::input(path, format!("missing metadata {}", meta.key("attention.head_count"))))?;
+            .ok_or_else(|| {
+                Error::input(
+                    path,
+                    format!("missing metadata {}", meta.key("attention.head_count")),
+                )
+            })?;
         let kv_heads = meta
             .opt_max_per_layer_key("attention.head_count_kv")?
             .unwrap_or(heads);

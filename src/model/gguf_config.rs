@@ -79,16 +79,19 @@ impl Meta<'_> {
         if items.len() != layers {
             return Err(Error::input(
                 self.path,
-                format!("metadata {full} has {} values for {layers} layers", items.len()),
+                format!(
+                    "metadata {full} has {} values for {layers} layers",
+                    items.len()
+                ),
             ));
         }
         let values: Option<Vec<usize>> = items
             .iter()
             .map(|v| value_as_u64(v).map(|v| v as usize))
             .collect();
-        values.map(Some).ok_or_else(|| {
-            Error::input(self.path, format!("metadata {full} must hold integers"))
-        })
+        values
+            .map(Some)
+            .ok_or_else(|| Error::input(self.path, format!("metadata {full} must hold integers")))
     }
 
     /// The largest value of a per-layer key ([`Meta::opt_per_layer_key`]): the head count
@@ -107,7 +110,11 @@ impl Meta<'_> {
         if nextn >= blocks {
             return Err(Error::input(
                 self.path,
-                format!("{} {nextn} leaves none of the {blocks} blocks ({}) to run", self.key("nextn_predict_layers"), self.key("block_count")),
+                format!(
+                    "{} {nextn} leaves none of the {blocks} blocks ({}) to run",
+                    self.key("nextn_predict_layers"),
+                    self.key("block_count")
+                ),
             ));
         }
         Ok(blocks - nextn)
@@ -161,11 +168,17 @@ fn refuse_unimplemented(meta: &Meta) -> Result<()> {
     }
     // YaRN's extrapolation mix and attention factor: transformers' and llama.cpp's defaults
     // agree; set ones are not read here
-    for key in ["rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor"] {
+    for key in [
+        "rope.scaling.yarn_ext_factor",
+        "rope.scaling.yarn_attn_factor",
+    ] {
         if meta.content.metadata.contains_key(&meta.key(key)) {
             return Err(Error::input(
                 path,
-                format!("{} is not implemented (YaRN with its default mix and attention factor is)", meta.key(key)),
+                format!(
+                    "{} is not implemented (YaRN with its default mix and attention factor is)",
+                    meta.key(key)
+                ),
             ));
         }
     }
@@ -187,7 +200,10 @@ fn rope_parameters(
         let factor = meta.opt_f64_key("rope.scaling.factor")?.ok_or_else(|| {
             Error::input(
                 path,
-                format!("{kind} rope scaling needs {}", meta.key("rope.scaling.factor")),
+                format!(
+                    "{kind} rope scaling needs {}",
+                    meta.key("rope.scaling.factor")
+                ),
             )
         })?;
         rope = json!({"rope_type": kind, "factor": factor, "rope_theta": theta});
@@ -196,7 +212,10 @@ fn rope_parameters(
                 .opt_usize_key("rope.scaling.original_context_length")?
                 .unwrap_or(context);
             rope["original_max_position_embeddings"] = json!(original);
-            for (key, name) in [("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")] {
+            for (key, name) in [
+                ("yarn_beta_fast", "beta_fast"),
+                ("yarn_beta_slow", "beta_slow"),
+            ] {
                 if let Some(v) = meta.opt_f64_key(&format!("rope.scaling.{key}"))? {
                     rope[name] = json!(v);
                 }

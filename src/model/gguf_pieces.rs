@@ -125,7 +125,14 @@ pub(crate) fn assemble(
         match *rule {
             Assembled::Custom { roles, build } => {
                 if roles.iter().any(|role| stored.contains_key(*role)) {
-                    out.extend(build(meta, &StoredLayer { layer, kind, stored })?);
+                    out.extend(build(
+                        meta,
+                        &StoredLayer {
+                            layer,
+                            kind,
+                            stored,
+                        },
+                    )?);
                 }
             }
             Assembled::PerExpert {
@@ -148,7 +155,10 @@ pub(crate) fn assemble(
                         groups: None,
                         shape: shape[1..].to_vec(),
                     };
-                    out.push((format!("model.layers.{layer}.{prefix}.{e}.{suffix}.{kind}"), pieces));
+                    out.push((
+                        format!("model.layers.{layer}.{prefix}.{e}.{suffix}.{kind}"),
+                        pieces,
+                    ));
                 }
             }
             Assembled::Join {
@@ -213,7 +223,11 @@ fn join(
         let Some((gguf_name, stored_shape)) = entry else {
             return Err(Error::input(
                 path,
-                format!("tensor {} is missing beside {}", gguf_name_of(role), present.0),
+                format!(
+                    "tensor {} is missing beside {}",
+                    gguf_name_of(role),
+                    present.0
+                ),
             ));
         };
         let mut s = stored_shape.clone();
@@ -304,7 +318,13 @@ fn load_whole(path: &Path, content: &Content, gguf_name: &str) -> Result<Tensor>
     let mut file = crate::input::open(path)?;
     let q = content
         .tensor(&mut file, gguf_name, &Device::Cpu)
-        .map_err(|e| Error::invalid(path, format!("cannot read tensor {gguf_name}"), root_cause(e)))?;
+        .map_err(|e| {
+            Error::invalid(
+                path,
+                format!("cannot read tensor {gguf_name}"),
+                root_cause(e),
+            )
+        })?;
     Ok(q.dequantize(&Device::Cpu)?)
 }
 

@@ -116,7 +116,10 @@ fn check_grid(name: &str, table: &crate::export::Table, dir: &Path) -> Result<()
         Some(Column::Int(values)) => values.iter().flatten().copied().max().unwrap_or(0),
         _ => 0,
     };
-    let (layers, heads) = (largest("layer").max(0) as u128, largest("head").max(0) as u128);
+    let (layers, heads) = (
+        largest("layer").max(0) as u128,
+        largest("head").max(0) as u128,
+    );
     let rows = table.height() as u128;
     if layers.max(1) * heads.max(1) > 64 * rows + 65_536 {
         return Err(Error::input(
@@ -250,7 +253,9 @@ mod write_tests {
         let victim = dir.path().join("victim");
         std::fs::write(&victim, b"keep me").unwrap();
         let out = dir.path().join("page.html");
-        let planted = dir.path().join(format!(".page.html.{}.0.tmp", std::process::id()));
+        let planted = dir
+            .path()
+            .join(format!(".page.html.{}.0.tmp", std::process::id()));
         std::os::unix::fs::symlink(&victim, &planted).unwrap();
         let (tmp, mut file) = tempfile_in(dir.path(), &out).unwrap();
         assert_ne!(tmp.0, planted);
@@ -258,6 +263,9 @@ mod write_tests {
         assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
         drop(file);
         drop(tmp);
-        assert!(planted.symlink_metadata().is_ok(), "the planted link is left alone");
+        assert!(
+            planted.symlink_metadata().is_ok(),
+            "the planted link is left alone"
+        );
     }
 }

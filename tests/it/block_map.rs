@@ -466,6 +466,9 @@ fn a_map_size_without_block_map_is_a_one_line_error() {
         "o",
     ];
     let err = expect_error(&run_cli(tmp.path(), &args));
-    assert!(err.contains("--map-size sets block_map's side: add block_map"), "{err}");
+    assert!(
+        err.contains("--map-size sets block_map's side: add block_map"),
+        "{err}"
+    );
     assert!(!tmp.path().join("o").exists());
 }

@@ -174,7 +174,8 @@ fn assert_within_tolerance(got: &str, want: &str, what: &str) {
 #[test]
 fn the_tolerance_takes_last_bits_and_refuses_real_differences() {
     assert_within_tolerance("a,1,0.30000001\n", "a,1,0.3\n", "near");
-    let far = std::panic::catch_unwind(|| assert_within_tolerance("a,1,0.31\n", "a,1,0.3\n", "far"));
+    let far =
+        std::panic::catch_unwind(|| assert_within_tolerance("a,1,0.31\n", "a,1,0.3\n", "far"));
     assert!(far.is_err());
     let key = std::panic::catch_unwind(|| assert_within_tolerance("b,1,0.3\n", "a,1,0.3\n", "key"));
     assert!(key.is_err());

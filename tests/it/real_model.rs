@@ -749,7 +749,10 @@ fn check_tiny_gguf(name: &str) {
     for l in 0..layers {
         let p = probe.get(Hook::Pattern, l).unwrap().unwrap();
         let d = max_abs_diff(&p, &refs[&format!("layers.{l}.pattern")]);
-        assert!(d < atol, "{name}.gguf attention layer {l}: pattern differs by {d:e}");
+        assert!(
+            d < atol,
+            "{name}.gguf attention layer {l}: pattern differs by {d:e}"
+        );
     }
     let windows: Vec<Vec<u32>> = ids.to_vec2().unwrap();
     let opts = fixture_options(Metric::defaults(), EntropyOf::Effective);
@@ -842,8 +845,14 @@ fn lfm2_gguf_reproduces_its_checkpoint_with_its_convolution_layers() {
     check_tiny_gguf("lfm2");
     let (a, b) = &gguf_and_checkpoint_configs("lfm2");
     assert_eq!(a.mixers, b.mixers);
-    assert_eq!(asa_analyze::model::mixers::attention_layers(&a.mixers), vec![1, 3]);
-    assert_eq!((a.num_kv_heads, a.intermediate_size), (b.num_kv_heads, b.intermediate_size));
+    assert_eq!(
+        asa_analyze::model::mixers::attention_layers(&a.mixers),
+        vec![1, 3]
+    );
+    assert_eq!(
+        (a.num_kv_heads, a.intermediate_size),
+        (b.num_kv_heads, b.intermediate_size)
+    );
     assert_eq!((a.qk_norm, &a.rope), (b.qk_norm, &b.rope));
     assert_eq!(a.tie_word_embeddings, b.tie_word_embeddings);
 }
@@ -865,7 +874,11 @@ fn granite_hybrid_and_falcon_h1_ggufs_reproduce_their_checkpoints() {
         let (a, b) = &gguf_and_checkpoint_configs(name);
         assert_eq!(a.mixers, b.mixers, "{name}");
         assert_eq!(a.attention_layers, b.attention_layers, "{name}");
-        assert_eq!((a.num_kv_heads, a.head_dim), (b.num_kv_heads, b.head_dim), "{name}");
+        assert_eq!(
+            (a.num_kv_heads, a.head_dim),
+            (b.num_kv_heads, b.head_dim),
+            "{name}"
+        );
     }
     let (a, b) = &gguf_and_checkpoint_configs("granitemoehybrid");
     assert_eq!(a.multipliers.describe(), b.multipliers.describe());
@@ -901,7 +914,10 @@ fn glm4_moe_gguf_reproduces_its_checkpoint_with_stacked_experts() {
     let (a, b) = &gguf_and_checkpoint_configs("glm4_moe");
     assert_eq!(a.num_layers, 3);
     assert_eq!(a.experts, b.experts);
-    assert_eq!((&a.rope, a.head_dim, a.qk_norm), (&b.rope, b.head_dim, b.qk_norm));
+    assert_eq!(
+        (&a.rope, a.head_dim, a.qk_norm),
+        (&b.rope, b.head_dim, b.qk_norm)
+    );
     assert_eq!(a.layout, b.layout);
 }
 
@@ -936,9 +952,19 @@ fn qwen3_next_gguf_reproduces_its_checkpoint_with_its_delta_net_layers() {
     let (a, b) = &gguf_and_checkpoint_configs("qwen3_next");
     assert_eq!(a.mixers, b.mixers);
     assert_eq!(a.experts, b.experts);
-    assert_eq!((&a.rope, a.head_dim, a.layout), (&b.rope, b.head_dim, b.layout));
-    let gguf = Checkpoint::open(&gguf_fixture("qwen3_next.gguf"), &Device::Cpu, DType::F32).unwrap();
-    assert_eq!(gguf.variant.kind, Checkpoint::open(&model_dir("qwen3_next"), &Device::Cpu, DType::F32).unwrap().variant.kind);
+    assert_eq!(
+        (&a.rope, a.head_dim, a.layout),
+        (&b.rope, b.head_dim, b.layout)
+    );
+    let gguf =
+        Checkpoint::open(&gguf_fixture("qwen3_next.gguf"), &Device::Cpu, DType::F32).unwrap();
+    assert_eq!(
+        gguf.variant.kind,
+        Checkpoint::open(&model_dir("qwen3_next"), &Device::Cpu, DType::F32)
+            .unwrap()
+            .variant
+            .kind
+    );
 }
 
 /// A Llama 4 GGUF file as llama.cpp's converter writes it (`llama4`,
@@ -952,20 +978,34 @@ fn qwen3_next_gguf_reproduces_its_checkpoint_with_its_delta_net_layers() {
 #[test]
 fn llama4_gguf_reproduces_the_model_llama_cpp_runs_from_it() {
     check_tiny_gguf("llama4_text_gguf");
-    let gguf = Checkpoint::open(&gguf_fixture("llama4_text_gguf.gguf"), &Device::Cpu, DType::F32).unwrap();
+    let gguf = Checkpoint::open(
+        &gguf_fixture("llama4_text_gguf.gguf"),
+        &Device::Cpu,
+        DType::F32,
+    )
+    .unwrap();
     let hf = Checkpoint::open(&model_dir("llama4_text"), &Device::Cpu, DType::F32).unwrap();
     let (a, b) = (&gguf.config, &hf.config);
-    assert_eq!((&a.experts, &a.layout, &a.rope), (&b.experts, &b.layout, &b.rope));
+    assert_eq!(
+        (&a.experts, &a.layout, &a.rope),
+        (&b.experts, &b.layout, &b.rope)
+    );
     assert_eq!(a.intermediate_size, b.intermediate_size);
     assert_eq!(a.attention_layers.no_rope, b.attention_layers.no_rope);
-    assert_ne!(a.attention_layers, b.attention_layers, "chunks and temperature differ");
+    assert_ne!(
+        a.attention_layers, b.attention_layers,
+        "chunks and temperature differ"
+    );
     // the checkpoint's own reference (chunks of 8 over 20 tokens) is another model
     let model = gguf.load_model().unwrap();
     let refs = reference("llama4_text");
     let ids = refs["input_ids"].to_dtype(DType::U32).unwrap();
     let mut probe = CaptureProbe::new(&[Hook::Logits]);
     model.forward(&ids, 64, &mut probe).unwrap();
-    let d = max_abs_diff(&probe.get(Hook::Logits, 4).unwrap().unwrap(), &refs["logits"]);
+    let d = max_abs_diff(
+        &probe.get(Hook::Logits, 4).unwrap().unwrap(),
+        &refs["logits"],
+    );
     assert!(d > 1e-3, "chunks of 8 change the logits: {d:e}");
 }
 

@@ -795,7 +795,8 @@ fn a_weight_past_f16s_range_is_named_as_such_not_as_divergence() {
     ];
     let stderr = expect_error(&run_cli(tmp.path(), &args));
     assert!(
-        stderr.contains(name) && stderr.contains("1000000, past f16's range: run with --dtype f32 or bf16"),
+        stderr.contains(name)
+            && stderr.contains("1000000, past f16's range: run with --dtype f32 or bf16"),
         "{stderr}"
     );
     assert!(!stderr.contains("diverged"), "{stderr}");
@@ -812,7 +813,18 @@ fn a_failing_bf16_run_says_one_line_and_a_running_one_its_kernel_note() {
     std::fs::write(bad.join("config.json"), r#"{"model_type": "llama"}"#).unwrap();
     let run = |model: &str, out: &str| {
         std::process::Command::new(env!("CARGO_BIN_EXE_asa-analyze"))
-            .args(["analyze", model, "--dtype", "bf16", "--seq-len", "16", "--num-seqs", "1", "--out", out])
+            .args([
+                "analyze",
+                model,
+                "--dtype",
+                "bf16",
+                "--seq-len",
+                "16",
+                "--num-seqs",
+                "1",
+                "--out",
+                out,
+            ])
             .current_dir(tmp.path())
             .env("ASA_SIMD", "avx2")
             .output()
@@ -826,5 +838,8 @@ fn a_failing_bf16_run_says_one_line_and_a_running_one_its_kernel_note() {
     let ran = run(&model, "ok");
     let said = String::from_utf8_lossy(&ran.stderr);
     assert!(ran.status.success(), "{said}");
-    assert!(said.contains("note: bf16: this CPU has no AVX-512 BF16"), "{said}");
+    assert!(
+        said.contains("note: bf16: this CPU has no AVX-512 BF16"),
+        "{said}"
+    );
 }

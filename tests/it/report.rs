@@ -74,12 +74,26 @@ fn a_report_never_replaces_an_input_or_writes_through_what_is_there() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let model = format!("m={}", model_dir("sink").display());
-    let args = ["analyze", &model, "--seq-len", "32", "--num-seqs", "2", "--out", "res", "-q"];
+    let args = [
+        "analyze",
+        &model,
+        "--seq-len",
+        "32",
+        "--num-seqs",
+        "2",
+        "--out",
+        "res",
+        "-q",
+    ];
     expect_success(&run_cli(root, &args));
     let table = std::fs::read(root.join("res/attention.csv")).unwrap();
     std::fs::create_dir(root.join("folder")).unwrap();
     let fifo = root.join("fifo");
-    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
     std::fs::write(root.join("victim"), b"keep me").unwrap();
     std::os::unix::fs::symlink(root.join("victim"), root.join("link.html")).unwrap();
     for (out, says) in [
@@ -91,9 +105,15 @@ fn a_report_never_replaces_an_input_or_writes_through_what_is_there() {
         let o = run_cli(root, &["report", "res", "--out", out]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{out}: {err}");
-        assert!(err.contains(says) && err.trim().lines().count() == 1, "{out}: {err}");
+        assert!(
+            err.contains(says) && err.trim().lines().count() == 1,
+            "{out}: {err}"
+        );
     }
-    assert_eq!(std::fs::read(root.join("res/attention.csv")).unwrap(), table);
+    assert_eq!(
+        std::fs::read(root.join("res/attention.csv")).unwrap(),
+        table
+    );
     assert_eq!(std::fs::read(root.join("victim")).unwrap(), b"keep me");
     // a regular file is replaced whole (the temporary file's planted names: a unit test)
     std::fs::write(root.join("page.html"), b"old page").unwrap();
@@ -114,7 +134,19 @@ fn a_block_map_claiming_more_cells_than_its_rows_is_refused_before_allocating() 
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let model = format!("m={}", model_dir("sink").display());
-    let args = ["analyze", &model, "--seq-len", "32", "--num-seqs", "2", "--metrics", "entropy", "--out", "res", "-q"];
+    let args = [
+        "analyze",
+        &model,
+        "--seq-len",
+        "32",
+        "--num-seqs",
+        "2",
+        "--metrics",
+        "entropy",
+        "--out",
+        "res",
+        "-q",
+    ];
     expect_success(&run_cli(root, &args));
     let n = 1000i64;
     let lo: Vec<i64> = (0..n).map(|i| 2 * i).collect();
@@ -151,7 +183,19 @@ fn a_table_claiming_a_layer_no_model_has_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let model = format!("m={}", model_dir("sink").display());
-    let args = ["analyze", &model, "--seq-len", "32", "--num-seqs", "2", "--metrics", "entropy", "--out", "res", "-q"];
+    let args = [
+        "analyze",
+        &model,
+        "--seq-len",
+        "32",
+        "--num-seqs",
+        "2",
+        "--metrics",
+        "entropy",
+        "--out",
+        "res",
+        "-q",
+    ];
     expect_success(&run_cli(root, &args));
     let path = root.join("res/attention.csv");
     let text = std::fs::read_to_string(&path).unwrap();
@@ -173,7 +217,10 @@ fn a_table_claiming_a_layer_no_model_has_is_refused() {
     let o = run_cli(root, &["report", "res", "--out", "page.html"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("attention: layer 1000000000") && err.contains("rows describe"), "{err}");
+    assert!(
+        err.contains("attention: layer 1000000000") && err.contains("rows describe"),
+        "{err}"
+    );
     assert!(!root.join("page.html").exists());
 }
 

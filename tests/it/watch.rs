@@ -159,11 +159,18 @@ fn watch_refuses_steps_a_series_cannot_hold_and_says_when_once_failed() {
     std::fs::remove_dir_all(run.join("checkpoint-18446744073709551615")).unwrap();
     // a step that cannot be analysed: --once says so with exit 2, the good step is kept
     copy_fixture(FIXTURE, &run.join("checkpoint-20"));
-    std::fs::write(run.join("checkpoint-20/config.json"), "{\"model_type\": \"llama\"}").unwrap();
+    std::fs::write(
+        run.join("checkpoint-20/config.json"),
+        "{\"model_type\": \"llama\"}",
+    )
+    .unwrap();
     let output = watch(root, &[]);
     let said = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{said}");
-    assert!(said.contains("step 20") && said.contains("1 step checkpoint(s) failed"), "{said}");
+    assert!(
+        said.contains("step 20") && said.contains("1 step checkpoint(s) failed"),
+        "{said}"
+    );
     assert_eq!(
         rows(&root.join("out/attention_series.csv"), Some("run"))
             .keys()
@@ -175,7 +182,10 @@ fn watch_refuses_steps_a_series_cannot_hold_and_says_when_once_failed() {
         let output = run_cli(root, &["watch", "run", "--out", "out2", "--poll", poll]);
         let said = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "--poll {poll}: {said}");
-        assert!(said.contains("--poll must be a number of seconds above 0 and at most 86400"), "{said}");
+        assert!(
+            said.contains("--poll must be a number of seconds above 0 and at most 86400"),
+            "{said}"
+        );
     }
 }
 
@@ -210,7 +220,10 @@ fn a_second_watch_on_one_output_folder_is_refused_naming_the_first() {
     let said = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{said}");
     assert!(
-        said.contains(&format!("another asa-analyze run (pid {}) is writing to this output folder", first.id())),
+        said.contains(&format!(
+            "another asa-analyze run (pid {}) is writing to this output folder",
+            first.id()
+        )),
         "{said}"
     );
     assert_eq!(std::fs::read(&series).unwrap(), before);

@@ -25,8 +25,8 @@ use crate::attention::latent::LatentShape;
 use crate::error::{Error, Result};
 use crate::model::config::family::{Assembled, Biases, Family, GgufRules, NameTable, Ropes};
 use crate::model::config::{float_field, positive_or_null, RawConfig};
-use crate::model::gguf_config::{metadata_bool, Dims, Meta, TensorFacts};
 use crate::model::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
+use crate::model::gguf_config::{metadata_bool, Dims, Meta, TensorFacts};
 use crate::model::layout::{Layout, QkvLayout};
 use crate::nn::{RopePairs, Routing};
 
@@ -84,15 +84,23 @@ fn gguf_config(
     let rope_dim = dims.rot_dim;
     let kv_rank = meta.usize_key("attention.kv_lora_rank")?;
     // a file from before the kv_b split states the head sizes as key_length / value_length
-    let qk_dim = meta.opt_usize_key("attention.key_length_mla")?.unwrap_or(dims.head_dim);
+    let qk_dim = meta
+        .opt_usize_key("attention.key_length_mla")?
+        .unwrap_or(dims.head_dim);
     let v_dim = match meta.opt_usize_key("attention.value_length_mla")? {
         Some(v) => v,
-        None => meta.opt_usize_key("attention.value_length")?.unwrap_or(dims.head_dim),
+        None => meta
+            .opt_usize_key("attention.value_length")?
+            .unwrap_or(dims.head_dim),
     };
     let Some(nope_dim) = qk_dim.checked_sub(rope_dim) else {
         return Err(Error::input(
             meta.path,
-            format!("{} {qk_dim} is smaller than {} {rope_dim}", meta.key("attention.key_length_mla"), meta.key("rope.dimension_count")),
+            format!(
+                "{} {qk_dim} is smaller than {} {rope_dim}",
+                meta.key("attention.key_length_mla"),
+                meta.key("rope.dimension_count")
+            ),
         ));
     };
     raw["q_lora_rank"] = serde_json::json!(meta.opt_usize_key("attention.q_lora_rank")?);
@@ -339,7 +347,9 @@ pub(crate) fn deepseek_moe_gguf_keys(
 ) -> Result<()> {
     let gating = meta.opt_usize_key("expert_gating_func")?;
     if gating.map_or(!absent_is_sigmoid, |g| g != GGUF_SIGMOID_GATING) {
-        let what = gating.map_or("absent (softmax, as llama.cpp reads it)".to_string(), |g| g.to_string());
+        let what = gating.map_or("absent (softmax, as llama.cpp reads it)".to_string(), |g| {
+            g.to_string()
+        });
         return Err(Error::input(
             meta.path,
             format!("{} {what}: only sigmoid scores (2) are implemented, as transformers routes this family", meta.key("expert_gating_func")),
@@ -347,13 +357,18 @@ pub(crate) fn deepseek_moe_gguf_keys(
     }
     raw["n_routed_experts"] = serde_json::json!(meta.usize_key("expert_count")?);
     raw["num_experts_per_tok"] = serde_json::json!(meta.usize_key("expert_used_count")?);
-    raw["n_shared_experts"] = serde_json::json!(meta.opt_usize_key("expert_shared_count")?.unwrap_or(0));
+    raw["n_shared_experts"] =
+        serde_json::json!(meta.opt_usize_key("expert_shared_count")?.unwrap_or(0));
     raw["moe_intermediate_size"] = serde_json::json!(meta.usize_key("expert_feed_forward_length")?);
-    raw["first_k_dense_replace"] =
-        serde_json::json!(meta.opt_usize_key("leading_dense_block_count")?.unwrap_or(0));
+    raw["first_k_dense_replace"] = serde_json::json!(meta
+        .opt_usize_key("leading_dense_block_count")?
+        .unwrap_or(0));
     raw["n_group"] = serde_json::json!(meta.opt_usize_key("expert_group_count")?.unwrap_or(1));
-    raw["topk_group"] = serde_json::json!(meta.opt_usize_key("expert_group_used_count")?.unwrap_or(1));
-    let scale = meta.opt_f64_key("expert_weights_scale")?.filter(|&s| s != 0.0);
+    raw["topk_group"] =
+        serde_json::json!(meta.opt_usize_key("expert_group_used_count")?.unwrap_or(1));
+    let scale = meta
+        .opt_f64_key("expert_weights_scale")?
+        .filter(|&s| s != 0.0);
     raw["routed_scaling_factor"] = serde_json::json!(scale.unwrap_or(1.0));
     let norm = metadata_bool(meta.content, &meta.key("expert_weights_norm")).unwrap_or(false);
     raw["norm_topk_prob"] = serde_json::json!(norm);

@@ -23,9 +23,9 @@ use super::deepseek_v3::{
 use super::{llama, qwen3};
 use crate::error::Result;
 use crate::model::config::family::{Biases, Family, GgufRules, Ropes};
-use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 use crate::model::config::RawConfig;
 use crate::model::experts::{DenseSizes, Experts, RawExperts};
+use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 
 pub(crate) const FAMILY: Family = Family {
     name: "glm4_moe",

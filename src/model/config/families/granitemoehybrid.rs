@@ -23,8 +23,8 @@ use crate::mixer::Mamba2Gate;
 use crate::model::attention_layers::AttentionLayers;
 use crate::model::config::family::{Assembled, Family, GgufRules, NameTable, StoredTensor, Undo};
 use crate::model::config::RawConfig;
-use crate::model::gguf_config::{metadata_bool, Dims, Meta, TensorFacts};
 use crate::model::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
+use crate::model::gguf_config::{metadata_bool, Dims, Meta, TensorFacts};
 use crate::model::mixers::{Mamba2Shape, Mixer};
 use crate::model::multipliers::Multipliers;
 use crate::model::sliding_window::checked_layer_types;
@@ -354,7 +354,11 @@ pub(crate) fn mamba2_gguf_keys(
     if heads == 0 || !inner.is_multiple_of(heads) {
         return Err(Error::input(
             meta.path,
-            format!("{} {heads} must divide {} {inner}", meta.key("ssm.time_step_rank"), meta.key("ssm.inner_size")),
+            format!(
+                "{} {heads} must divide {} {inner}",
+                meta.key("ssm.time_step_rank"),
+                meta.key("ssm.inner_size")
+            ),
         ));
     }
     raw["mamba_d_ssm"] = serde_json::json!(inner);
@@ -388,7 +392,13 @@ fn gguf_config(
     }
     let types: Vec<&str> = kv_heads
         .iter()
-        .map(|&n| if n == 0 { "linear_attention" } else { "full_attention" })
+        .map(|&n| {
+            if n == 0 {
+                "linear_attention"
+            } else {
+                "full_attention"
+            }
+        })
         .collect();
     raw["layer_types"] = serde_json::json!(types);
     let scale = |key: &str| meta.opt_f64_key(key).map(|v| v.filter(|&v| v != 0.0));
@@ -403,6 +413,8 @@ fn gguf_config(
     raw["num_local_experts"] = serde_json::json!(meta.opt_usize_key("expert_count")?.unwrap_or(0));
     raw["num_experts_per_tok"] = serde_json::json!(meta.usize_key("expert_used_count")?);
     let shared = meta.opt_usize_key("expert_shared_feed_forward_length")?;
-    raw["shared_intermediate_size"] = serde_json::json!(shared.unwrap_or(raw["intermediate_size"].as_u64().unwrap_or(0) as usize));
+    raw["shared_intermediate_size"] = serde_json::json!(
+        shared.unwrap_or(raw["intermediate_size"].as_u64().unwrap_or(0) as usize)
+    );
     mamba2_gguf_keys(meta, tensors, raw)
 }

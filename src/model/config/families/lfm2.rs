@@ -167,7 +167,10 @@ fn mixers(raw: &RawConfig, num_layers: usize, path: &Path) -> Result<Vec<Mixer>>
 /// llama.cpp's `lfm2`: Llama's names, QK-norm, the short convolutions, the final norm as
 /// `token_embd_norm`.
 const GGUF: GgufRules = GgufRules {
-    globals: &[&[("token_embd_norm.weight", Some("model.norm.weight"))], llama::GGUF_GLOBALS],
+    globals: &[
+        &[("token_embd_norm.weight", Some("model.norm.weight"))],
+        llama::GGUF_GLOBALS,
+    ],
     blocks: &[GGUF_SHORT_CONV, qwen3::GGUF_QK_NORM, llama::GGUF_BLOCKS],
     undo: unsqueeze_conv,
     config: gguf_config,
@@ -205,7 +208,9 @@ fn gguf_config(
     }
     let kv_heads = meta
         .opt_per_layer_key("attention.head_count_kv")?
-        .unwrap_or_else(|| vec![dims.kv_heads; raw["num_hidden_layers"].as_u64().unwrap_or(0) as usize]);
+        .unwrap_or_else(|| {
+            vec![dims.kv_heads; raw["num_hidden_layers"].as_u64().unwrap_or(0) as usize]
+        });
     if let Some(other) = kv_heads.iter().find(|&&n| n != 0 && n != dims.kv_heads) {
         return Err(Error::input(
             meta.path,

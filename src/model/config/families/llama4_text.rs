@@ -26,9 +26,9 @@ use crate::model::attention_layers::{
     no_rope_layers, AttentionLayers, ChunkedLayers, TemperatureTuning,
 };
 use crate::model::config::family::{Assembled, Family, GgufRules, Ropes};
-use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 use crate::model::config::{positive_or_null, RawConfig};
 use crate::model::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
+use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 use crate::model::layout::Layout;
 use crate::model::sliding_window::checked_layer_types;
 use crate::nn::Routing;
@@ -68,9 +68,15 @@ const GGUF: GgufRules = GgufRules {
     blocks: &[
         &[
             ("ffn_gate_inp", Some("feed_forward.router")),
-            ("ffn_gate_shexp", Some("feed_forward.shared_expert.gate_proj")),
+            (
+                "ffn_gate_shexp",
+                Some("feed_forward.shared_expert.gate_proj"),
+            ),
             ("ffn_up_shexp", Some("feed_forward.shared_expert.up_proj")),
-            ("ffn_down_shexp", Some("feed_forward.shared_expert.down_proj")),
+            (
+                "ffn_down_shexp",
+                Some("feed_forward.shared_expert.down_proj"),
+            ),
         ],
         llama::GGUF_BLOCKS,
     ],
@@ -118,12 +124,7 @@ const GGUF_FIXED: GgufFixed = GgufFixed {
 };
 
 /// The experts and widths from their keys, and what llama.cpp's loader fixes.
-fn gguf_config(
-    meta: &Meta,
-    _: &TensorFacts,
-    _: &Dims,
-    raw: &mut serde_json::Value,
-) -> Result<()> {
+fn gguf_config(meta: &Meta, _: &TensorFacts, _: &Dims, raw: &mut serde_json::Value) -> Result<()> {
     if meta.opt_usize_key("attention.sliding_window")? == Some(0) {
         return Err(Error::input(
             meta.path,
@@ -141,7 +142,8 @@ fn gguf_config(
     raw["use_qk_norm"] = serde_json::json!(experts != fixed.no_qk_norm_experts);
     raw["num_local_experts"] = serde_json::json!(experts);
     raw["num_experts_per_tok"] = serde_json::json!(meta.usize_key("expert_used_count")?);
-    raw["interleave_moe_layer_step"] = serde_json::json!(meta.usize_key("interleave_moe_layer_step")?);
+    raw["interleave_moe_layer_step"] =
+        serde_json::json!(meta.usize_key("interleave_moe_layer_step")?);
     raw["intermediate_size_mlp"] = raw["intermediate_size"].clone();
     raw["intermediate_size"] = serde_json::json!(meta.usize_key("expert_feed_forward_length")?);
     Ok(())

@@ -25,8 +25,8 @@ use crate::model::config::family::{
     Assembled, Family, GgufRules, NameTable, Piece, Pieces, Ropes, StoredLayer, StoredTensor, Undo,
 };
 use crate::model::config::RawConfig;
-use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 use crate::model::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
+use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 use crate::model::layout::{Layout, NormKind};
 use crate::model::mixers::{DeltaNetShape, Mixer};
 use crate::model::sliding_window::checked_layer_types;
@@ -48,11 +48,7 @@ pub(crate) const FAMILY: Family = Family {
 
 /// llama.cpp's `qwen3next`.
 const GGUF: GgufRules = GgufRules {
-    blocks: &[
-        GGUF_BLOCKS,
-        qwen3::GGUF_QK_NORM,
-        llama::GGUF_BLOCKS,
-    ],
+    blocks: &[GGUF_BLOCKS, qwen3::GGUF_QK_NORM, llama::GGUF_BLOCKS],
     whole: &[&[
         ("ssm_a", Some("linear_attn.A_log")),
         ("ssm_dt.bias", Some("linear_attn.dt_bias")),
@@ -134,12 +130,20 @@ fn delta_net_in_proj(meta: &Meta, layer: &StoredLayer) -> Result<Vec<(String, Pi
         ..Piece::whole(qkv)
     };
     let pieces = Pieces {
-        pieces: vec![part(0, qk), part(qk, 2 * qk), part(2 * qk, rows), Piece::whole(gate)],
+        pieces: vec![
+            part(0, qk),
+            part(qk, 2 * qk),
+            part(2 * qk, rows),
+            Piece::whole(gate),
+        ],
         axis: 0,
         groups: Some(groups),
         shape: vec![rows + value, qkv_shape[1]],
     };
-    Ok(vec![(format!("model.layers.{l}.linear_attn.in_proj_qkvz.{kind}"), pieces)])
+    Ok(vec![(
+        format!("model.layers.{l}.linear_attn.in_proj_qkvz.{kind}"),
+        pieces,
+    )])
 }
 
 /// The layer types (`attention.recurrent_layers`, else `full_attention_interval`, 4 when
@@ -157,15 +161,26 @@ fn gguf_config(
         None => {
             let interval = meta.opt_usize_key("full_attention_interval")?.unwrap_or(4);
             if interval == 0 {
-                return Err(Error::input(meta.path, format!("{} must be at least 1", meta.key("full_attention_interval"))));
+                return Err(Error::input(
+                    meta.path,
+                    format!("{} must be at least 1", meta.key("full_attention_interval")),
+                ));
             }
-            (0..layers).map(|l| (l + 1) % interval != 0).collect::<Vec<bool>>()
+            (0..layers)
+                .map(|l| (l + 1) % interval != 0)
+                .collect::<Vec<bool>>()
         }
     };
     let types: Vec<&str> = recurrent
         .iter()
         .take(layers)
-        .map(|&r| if r { "linear_attention" } else { "full_attention" })
+        .map(|&r| {
+            if r {
+                "linear_attention"
+            } else {
+                "full_attention"
+            }
+        })
         .collect();
     raw["layer_types"] = serde_json::json!(types);
     let value_heads = meta.usize_key("ssm.time_step_rank")?;
@@ -173,7 +188,11 @@ fn gguf_config(
     if value_heads == 0 || !inner.is_multiple_of(value_heads) {
         return Err(Error::input(
             meta.path,
-            format!("{} {value_heads} must divide {} {inner}", meta.key("ssm.time_step_rank"), meta.key("ssm.inner_size")),
+            format!(
+                "{} {value_heads} must divide {} {inner}",
+                meta.key("ssm.time_step_rank"),
+                meta.key("ssm.inner_size")
+            ),
         ));
     }
     raw["linear_num_key_heads"] = serde_json::json!(meta.usize_key("ssm.group_count")?);
@@ -189,7 +208,11 @@ fn gguf_config(
     raw["norm_topk_prob"] = serde_json::json!(true);
     raw["decoder_sparse_step"] = serde_json::json!(1);
     let dense: Vec<usize> = (0..layers)
-        .filter(|l| !tensors.names.contains(&format!("model.layers.{l}.mlp.gate.weight")))
+        .filter(|l| {
+            !tensors
+                .names
+                .contains(&format!("model.layers.{l}.mlp.gate.weight"))
+        })
         .collect();
     raw["mlp_only_layers"] = serde_json::json!(dense);
     Ok(())

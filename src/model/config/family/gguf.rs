@@ -172,8 +172,23 @@ mod tests {
             }
         }
         let model_types: Vec<(&str, &str)> = [
-            "llama", "qwen2", "qwen3", "olmo2", "phi3", "gpt2", "gptneox", "gemma2", "gemma3",
-            "smollm3", "lfm2", "granitehybrid", "falcon-h1", "glm4moe", "deepseek2", "qwen3next", "llama4",
+            "llama",
+            "qwen2",
+            "qwen3",
+            "olmo2",
+            "phi3",
+            "gpt2",
+            "gptneox",
+            "gemma2",
+            "gemma3",
+            "smollm3",
+            "lfm2",
+            "granitehybrid",
+            "falcon-h1",
+            "glm4moe",
+            "deepseek2",
+            "qwen3next",
+            "llama4",
         ]
         .into_iter()
         .map(|arch| (arch, Family::of_gguf(arch).unwrap().0.name))
