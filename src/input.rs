@@ -86,8 +86,7 @@ pub fn read_bytes(path: &Path, cap: Cap) -> Result<Vec<u8>> {
         return Err(too_large(path, cap, len));
     }
     let mut bytes = Vec::new();
-    bytes
-        .try_reserve_exact(len as usize)
+    crate::cpu::out_of_memory::fallible(|| bytes.try_reserve_exact(len as usize))
         .map_err(|_| Error::input(path, format!("{len} bytes do not fit in memory")))?;
     file.take(cap.bytes + 1)
         .read_to_end(&mut bytes)

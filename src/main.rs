@@ -4,11 +4,18 @@
 
 mod signals;
 
+/// The system allocator; a failed allocation ends the run cleanly (exit 2, no staging
+/// folder left) instead of aborting.
+#[global_allocator]
+static ALLOCATOR: asa_analyze::cpu::out_of_memory::ExitOnOutOfMemory =
+    asa_analyze::cpu::out_of_memory::ExitOnOutOfMemory;
+
 fn main() -> std::process::ExitCode {
     asa_analyze::cpu::heap::keep_freed_memory();
     one_compute_thread_for_demo();
     let process = asa_analyze::cli::Process::new();
     signals::watch(&process);
+    signals::exit_on_out_of_memory(&process);
     asa_analyze::cli::main(&process)
 }
 

@@ -8,7 +8,57 @@
 //! SIGHUP). SIGKILL cannot be caught: the next run into the same `--out` removes what it
 //! left.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
 use asa_analyze::cli::Process;
+
+/// The process whose staging folders a failed allocation removes.
+static OUT_OF_MEMORY_PROCESS: OnceLock<Process> = OnceLock::new();
+
+/// Makes a failed allocation end the process as a signal does: the run cancelled, its
+/// unfinished output removed, one line, exit status 2 (not Rust's abort, exit 134, which
+/// leaves the staging folder).
+pub fn exit_on_out_of_memory(process: &Process) {
+    let _ = OUT_OF_MEMORY_PROCESS.set(process.clone());
+    asa_analyze::cpu::out_of_memory::on_out_of_memory(out_of_memory);
+}
+
+/// The handler of a failed allocation of `bytes`. Cleaning up allocates a little; a second
+/// failure on the same thread ends the process at once, other threads wait for the first.
+fn out_of_memory(bytes: usize) -> ! {
+    static ENTERED: AtomicBool = AtomicBool::new(false);
+    thread_local! {
+        static HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    if HERE.with(|h| h.replace(true)) {
+        let line = b"asa-analyze: out of memory\n";
+        // SAFETY: writes a static buffer to stderr and ends the process without unwinding
+        unsafe {
+            libc::write(2, line.as_ptr().cast(), line.len());
+            libc::_exit(2)
+        }
+    }
+    if ENTERED.swap(true, Ordering::SeqCst) {
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(1)); // the first one exits
+        }
+    }
+    if let Some(process) = OUT_OF_MEMORY_PROCESS.get() {
+        process.cancel.cancel();
+        // held until the exit below: nothing is committed meanwhile
+        let _held = process
+            .staging
+            .remove_all_within(std::time::Duration::from_secs(2));
+    }
+    eprintln!(
+        "asa-analyze: out of memory: {:.2} GiB more could not be allocated (a shorter \
+         --seq-len or a smaller --batch-size needs less); unfinished output removed",
+        bytes as f64 / (1u64 << 30) as f64
+    );
+    // SAFETY: ends the process without exit handlers, as the signal path does
+    unsafe { libc::_exit(2) }
+}
 
 /// Waits for the signals that end a process by default on a thread of its own, each unless
 /// the process was started with it ignored (a job put in the background by a

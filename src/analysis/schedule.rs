@@ -26,6 +26,12 @@ pub struct Schedule {
     /// The residual stream goes to a scratch file between layers (streamed runs whose
     /// stream and one layer would pass the budget).
     pub spill: bool,
+    /// The least one forward pass of one batch holds besides the weights: three hidden
+    /// states of its windows (a layer's input, its output and their sum) in the analysis
+    /// dtype.
+    pub batch_hidden_bytes: u64,
+    /// Windows (`--num-seqs`) and their length (`--seq-len`), batched by `--batch-size`.
+    pub windows: (usize, usize, usize),
 }
 
 /// Weights above this are streamed by default on the CPU. Both schedules read each weight
@@ -61,7 +67,11 @@ impl Schedule {
             .max()
             .unwrap_or(0);
         let budget = o.memory_budget.unwrap_or_else(default_memory_budget);
-        let residual_bytes = (o.num_seqs * o.seq_len * ckpt.config.hidden_size * 4) as u64;
+        let hidden = ckpt.config.hidden_size as u64;
+        let residual_bytes = o.num_seqs as u64 * o.seq_len as u64 * hidden * 4;
+        let rows = o.batch_size.clamp(1, o.num_seqs.max(1)) as u64;
+        let dtype_bytes = store.dtype().size_in_bytes() as u64;
+        let batch_hidden_bytes = 3 * rows * o.seq_len as u64 * hidden * dtype_bytes;
         let need = largest_layer + residual_bytes;
         let chosen = (budget, o.memory_budget.is_some());
         let streamed = streams(o.stream_layers, device.is_cpu(), in_memory, need, chosen);
@@ -73,6 +83,8 @@ impl Schedule {
             forced: o.stream_layers,
             residual_bytes,
             spill: streamed && need > budget,
+            batch_hidden_bytes,
+            windows: (o.num_seqs, o.seq_len, rows as usize),
         }
     }
 
@@ -96,15 +108,49 @@ impl Schedule {
                 "lower --memory-budget (or pass --stream-layers) to read one layer at a time",
             ),
         };
+        if need > available {
+            return Err(Error::input(
+                checkpoint,
+                format!(
+                    "{what} {:.1} GiB in {dtype}, more than the {:.1} GiB of memory available: \
+                     {advice}",
+                    gib(need),
+                    gib(available)
+                ),
+            ));
+        }
+        self.check_hidden_states_fit(checkpoint, need, available)
+    }
+
+    /// Refuses windows whose hidden states alone (with the `weights` bytes held, and the
+    /// residual stream of every window when streamed in memory) pass the memory available:
+    /// they would fail an allocation midway.
+    fn check_hidden_states_fit(
+        &self,
+        checkpoint: &Path,
+        weights: u64,
+        available: u64,
+    ) -> Result<()> {
+        let held = match self.streamed && !self.spill {
+            true => self.residual_bytes,
+            false => 0,
+        };
+        let need = weights
+            .saturating_add(held)
+            .saturating_add(self.batch_hidden_bytes);
         if need <= available {
             return Ok(());
         }
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        let (num_seqs, seq_len, rows) = self.windows;
         Err(Error::input(
             checkpoint,
             format!(
-                "{what} {:.1} GiB in {dtype}, more than the {:.1} GiB of memory available: \
-                 {advice}",
-                gib(need),
+                "{num_seqs} windows of --seq-len {seq_len}, {rows} at once, need at least \
+                 {:.1} GiB for their hidden states besides {:.1} GiB of weights, more than the \
+                 {:.1} GiB of memory available: lower --seq-len or --batch-size",
+                gib(need - weights),
+                gib(weights),
                 gib(available)
             ),
         ))

@@ -11,4 +11,5 @@ pub mod bf16_row_tiles;
 pub mod fast_math;
 pub mod heap;
 pub mod host;
+pub mod out_of_memory;
 pub mod simd;

@@ -64,7 +64,31 @@ impl StagingWatch {
     /// committed through this watch until the returned guard is dropped (the binary exits
     /// holding it).
     pub fn remove_all(&self) -> MutexGuard<'_, impl Sized> {
-        let live = self.live();
+        Self::remove_listed(self.live())
+    }
+
+    /// [`StagingWatch::remove_all`] when the list is free within `wait` (a failed
+    /// allocation may have stopped the very thread that holds it); `None` otherwise.
+    pub fn remove_all_within(
+        &self,
+        wait: std::time::Duration,
+    ) -> Option<MutexGuard<'_, impl Sized>> {
+        let started = std::time::Instant::now();
+        loop {
+            match self.0.try_lock() {
+                Ok(live) => return Some(Self::remove_listed(live)),
+                Err(std::sync::TryLockError::Poisoned(p)) => {
+                    return Some(Self::remove_listed(p.into_inner()))
+                }
+                Err(std::sync::TryLockError::WouldBlock) if started.elapsed() < wait => {
+                    std::thread::sleep(std::time::Duration::from_millis(5))
+                }
+                Err(std::sync::TryLockError::WouldBlock) => return None,
+            }
+        }
+    }
+
+    fn remove_listed(live: MutexGuard<'_, Vec<Live>>) -> MutexGuard<'_, Vec<Live>> {
         // twice: a writer thread may have recreated a folder inside a staging folder while
         // the first pass ran (it keeps running until the process exits)
         for pass in 0..2 {

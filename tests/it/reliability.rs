@@ -843,3 +843,48 @@ fn a_failing_bf16_run_says_one_line_and_a_running_one_its_kernel_note() {
         "{said}"
     );
 }
+
+/// Class "no memory bounds" (issue 54): `--seq-len 1000001` under a memory limit aborted
+/// (exit 134, Rust's "memory allocation failed") and left its staging folder. Windows whose
+/// hidden states alone pass the memory the process may take (here `ulimit -v`) are refused
+/// before any work, naming the need; a run the estimate lets through that then fails an
+/// allocation ends as an interrupted run does: one line, exit 2, no staging folder, no
+/// `--out` left behind.
+#[test]
+fn no_memory_bounds_windows_past_the_memory_limit_end_with_one_line_and_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("llama_gqa", &tmp.path().join("ckpt"));
+    let run = |seq_len: &str| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_asa-analyze"));
+        command.current_dir(tmp.path()).args([
+            "analyze",
+            "ckpt",
+            "--seq-len",
+            seq_len,
+            "--num-seqs",
+            "1",
+            "--quiet",
+            "--out",
+            "out",
+        ]);
+        crate::common::cap_address_space(&mut command, 768 << 20);
+        command.output().unwrap()
+    };
+    // 3 x 4M tokens x 32 floats: 1.4 GiB of hidden states, refused before reading a weight
+    let stderr = expect_error(&run("4000000"));
+    assert!(
+        stderr.contains("ckpt")
+            && stderr.contains("--seq-len 4000000")
+            && stderr.contains("GiB of memory available"),
+        "{stderr}"
+    );
+    assert!(!tmp.path().join("out").exists());
+    // 0.36 GiB of hidden states pass the estimate; the attention blocks then do not fit
+    let stderr = expect_error(&run("1000000"));
+    assert!(
+        stderr.starts_with("asa-analyze: out of memory:")
+            && stderr.contains("unfinished output removed"),
+        "{stderr}"
+    );
+    assert!(!tmp.path().join("out").exists(), "an --out was left");
+}
