@@ -18,6 +18,7 @@ interpreter keeps its own. A run in another thread is stopped by its `CancelToke
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -94,6 +95,22 @@ class Result:
         return f"asa_analyze.Result(models={models}, tables: {tables})"
 
 
+def _python_errors(fn: Any) -> Any:
+    """`fn` with a number out of its parameter's range raised as a `UsageError` (a
+    ValueError) naming the parameter, not the OverflowError of the conversion to Rust."""
+
+    @functools.wraps(fn)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except OverflowError as e:
+            notes = " ".join(getattr(e, "__notes__", []))
+            where = notes.replace("while processing ", "argument ") if notes else "a number"
+            raise UsageError(f"{where}: {e} (out of the range its option holds)") from None
+
+    return checked
+
+
 def _in_memory(model: Any) -> bool:
     """Whether `model` is held in memory: a transformers model (it has `config` and
     `state_dict`) or a `(config, state_dict)` pair."""
@@ -144,6 +161,13 @@ def _held(label: str, model: Any) -> tuple:
         config = config.to_dict()
     if isinstance(config, (str, bytes)):
         config = json.loads(config)
+    if not isinstance(config, Mapping):
+        raise UsageError(
+            f"model {label}: its config is a {type(config).__name__}; give a dict, a JSON "
+            "text or a transformers config"
+        )
+    if not isinstance(state, Mapping):
+        raise UsageError(f"model {label}: its state_dict is a {type(state).__name__}, not a mapping")
     tied = bool(config.get("tie_word_embeddings", False))
     tensors = []
     copy = _HostCopy()
@@ -312,6 +336,7 @@ def _token_id(value: Any, row: int, position: int) -> int:
     )
 
 
+@_python_errors
 def analyze(
     models: Models,
     corpus: Any = None,
@@ -405,12 +430,14 @@ def analyze(
     return Result(native)
 
 
+@_python_errors
 def entropy(models: Models, **kwargs: Any) -> Result:
     """Attention entropy per layer and head, as `asa-analyze entropy` (the arguments of
     `analyze`)."""
     return analyze(models, metrics=["entropy"], **kwargs)
 
 
+@_python_errors
 def inspect(model: Any) -> Dict[str, Any]:
     """What `asa-analyze inspect --json` says of a checkpoint (folder, GGUF file or Hub id),
     or of a model held in memory (a transformers model or a `(config, state_dict)` pair:
@@ -469,6 +496,7 @@ class Report:
         return f"<asa_analyze.Report{where}: {len(self.html) / 1e6:.1f} MB>"
 
 
+@_python_errors
 def report(results: Union[PathLike, Sequence[PathLike]], out: Optional[PathLike] = None) -> Report:
     """The self-contained HTML report of results folders, as `asa-analyze report` writes it
     (written to `out` when given); shown inline in a notebook."""
@@ -483,6 +511,7 @@ def report(results: Union[PathLike, Sequence[PathLike]], out: Optional[PathLike]
     return page
 
 
+@_python_errors
 def merge(partials: Iterable[PathLike]) -> Result:
     """The tables of one run from the partial results of `asa-analyze analyze --shard K/N`
     (every shard, each once, of one run)."""
@@ -498,6 +527,7 @@ def _logs(runs: Union[PathLike, Mapping[str, PathLike], Sequence[PathLike]]) -> 
     return [os.fspath(r) for r in runs]
 
 
+@_python_errors
 def grad_stats(
     runs: Union[PathLike, Mapping[str, PathLike], Sequence[PathLike]],
     metric: str = "grad_norm",
@@ -512,6 +542,7 @@ def grad_stats(
     return table
 
 
+@_python_errors
 def spikes(
     runs: Union[PathLike, Mapping[str, PathLike], Sequence[PathLike]],
     k: Sequence[float] = (6.0, 9.0),
@@ -525,6 +556,7 @@ def spikes(
     return dict(_native.spikes(_logs(runs), list(k), metric, steps, mad_scale, step_column))
 
 
+@_python_errors
 def curves(
     runs: Union[PathLike, Mapping[str, PathLike], Sequence[PathLike]],
     metrics: Optional[Sequence[str]] = None,
@@ -562,6 +594,7 @@ class PaperTables:
         return self.__repr__()
 
 
+@_python_errors
 def tables(
     runs: Optional[Mapping[str, Mapping[str, Any]]] = None,
     manifest: Optional[PathLike] = None,
@@ -593,6 +626,7 @@ def tables(
     return PaperTables(frames[0][1], texts)
 
 
+@_python_errors
 def figures(results: Union[PathLike, Sequence[PathLike]], out: PathLike) -> List[Path]:
     """Every paper figure the tables of `results` (folders written by `analyze`, the log
     commands or `Result.write`) allow, PNG + SVG, into `out`, as `asa-analyze figures`."""

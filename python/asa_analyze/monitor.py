@@ -34,6 +34,7 @@ training goes on. Each analysed step's gather time and bytes are in `gathers`.
 from __future__ import annotations
 
 import os
+import operator
 import threading
 import time
 import warnings
@@ -132,6 +133,7 @@ class Monitor:
         evaluation, say): True when one started, False when skipped because one is still
         running (or the Monitor is off). In a distributed job every rank must ask at the same
         steps; rank 0 decides for all."""
+        _check_step(step)
         ranks = _distributed.world()
         if ranks is not None:
             return self._request_distributed(model, step, ranks[0])
@@ -317,6 +319,19 @@ class Monitor:
         tmp.write_text(json.dumps(record, indent=2) + "\n")
         os.replace(tmp, path / "attention_series.run.json")
         return out
+
+
+def _check_step(step: Any) -> None:
+    """Refuses a step the series cannot hold: a whole number from 0 to 2**63 - 1 (the
+    tables' signed 64-bit step column, as `watch` refuses a larger step folder)."""
+    if isinstance(step, bool):
+        raise TypeError("step must be a whole number, got bool")
+    try:
+        step = operator.index(step)
+    except TypeError:
+        raise TypeError(f"step must be a whole number, got {type(step).__name__}") from None
+    if not 0 <= step <= 2**63 - 1:
+        raise ValueError(f"step {step} is outside 0..=2**63-1, the steps a series holds")
 
 
 def _is_ids(probe: Any) -> bool:

@@ -309,12 +309,19 @@ impl AnalyzeArgs<'_> {
     }
 }
 
+/// The most threads an analysis pool may have (the largest machines have a few hundred
+/// cores; a pool is made of real threads, each with its own stack).
+const MAX_THREADS: usize = 4096;
+
 /// Runs `work` on `threads` threads of a pool of its own (its rayon tasks and candle's
 /// matrix products stay on them), or on the process' pool (every core) when `None`.
 fn on_threads<T: Send>(threads: Option<usize>, work: impl FnOnce() -> T + Send) -> PyResult<T> {
     match threads {
         None => Ok(work()),
         Some(0) => Err(UsageError::new_err("threads must be at least 1")),
+        Some(n) if n > MAX_THREADS => Err(UsageError::new_err(format!(
+            "threads {n} is more than {MAX_THREADS}: a pool that large would only wait on its cores"
+        ))),
         Some(n) => {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(n)

@@ -475,6 +475,30 @@ def test_bad_inputs_raise_python_exceptions_never_a_panic_or_a_truncation():
     assert issubclass(asa.UsageError, ValueError) and issubclass(asa.AsaError, Exception)
 
 
+def test_numbers_out_of_range_and_odd_models_are_value_errors_naming_the_argument():
+    # issue 54, found by python/tests/fuzz_entry_points.py: a negative or too large number
+    # raised the OverflowError of PyO3's conversion (not a ValueError); threads=2**31 started
+    # two billion threads; a config that is a list raised AttributeError; a step past the
+    # series' i64 was accepted
+    folder = str(FIXTURES / "llama_gqa")
+    small = dict(seq_len=16, num_seqs=1, progress=False)
+    for name, value in [("seq_len", -1), ("batch_size", 2**64), ("seed", -1), ("map_size", 2**70)]:
+        with pytest.raises(asa.UsageError, match=f"argument '{name}': .*out of the range"):
+            asa.analyze(folder, **{**small, name: value})
+    with pytest.raises(asa.UsageError, match="threads 2147483648 is more than 4096"):
+        asa.analyze(folder, threads=2**31, **small)
+    with pytest.raises(asa.UsageError, match="argument 'ddof'"):
+        asa.grad_stats(ROOT / "tests" / "fixtures" / "logs" / "noisy.csv", ddof=-1)
+    state = read_safetensors(FIXTURES / "llama_gqa")
+    for config in ([], None, 3):
+        with pytest.raises(asa.UsageError, match="its config is a"):
+            asa.analyze({"m": (config, state)}, **small)
+    monitor = asa.Monitor(probe=[[1, 2, 3, 4]], every=1)
+    for step, error in [(2**63, ValueError), (-1, ValueError), (True, TypeError), ("3", TypeError)]:
+        with pytest.raises(error, match="step"):
+            monitor.request({"m": ({}, {})}, step)
+
+
 def test_a_run_on_threads_of_its_own_gives_the_same_tables():
     # threads= caps a run (beside a training loop) without changing a value; a model on the
     # host needs no host copy, and run.json says none

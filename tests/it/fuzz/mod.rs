@@ -7,6 +7,9 @@
 //! 2, no staging folder left, within a time limit and a memory cap. Issue 40 adds `merge` of
 //! tampered partials (run.json values, the state file's bytes, files swapped between shards)
 //! and `analyze` under hostile shard environments (Slurm and Kubernetes variables, flags).
+//! Issue 54 adds `watch` run folders, `report` inputs and destinations and numeric options
+//! at the edges of their types (`surfaces.rs`); the Python entry points have their own
+//! harness (`python/tests/fuzz_entry_points.py`).
 //!
 //! `cargo test --release fuzz` runs the committed corpus (`tests/fixtures/fuzz/`, cases that
 //! once failed) and `ASA_FUZZ_CASES` generated cases (default 720) from `ASA_FUZZ_SEED`
@@ -19,6 +22,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{copy_fixture, fixtures};
+
+mod surfaces;
 
 /// Wall time one case may take.
 const TIME_LIMIT: Duration = Duration::from_secs(30);
@@ -42,9 +47,15 @@ enum Target {
     Manifest,
     /// An lm-eval-harness result file read by `tables`.
     LmEval,
+    /// A `watch --once` of a run folder of odd step names and damaged checkpoints.
+    Watch,
+    /// `report` of a damaged results folder into a hostile destination.
+    Report,
+    /// A numeric option of `analyze`, `spikes` or `grad-stats` at an edge of its type.
+    Options,
 }
 
-const TARGETS: [Target; 12] = [
+const TARGETS: [Target; 15] = [
     Target::Config,
     Target::SafetensorsHeader,
     Target::Index,
@@ -57,6 +68,9 @@ const TARGETS: [Target; 12] = [
     Target::HubCache,
     Target::Manifest,
     Target::LmEval,
+    Target::Watch,
+    Target::Report,
+    Target::Options,
 ];
 
 /// The environment variables that name a shard (Slurm's and Kubernetes').
@@ -172,6 +186,9 @@ fn make_case(target: Target, seed: u64, dir: &Path) -> Case {
     match target {
         Target::Partial => return (partial_case(&mut rng, dir), Vec::new()),
         Target::ShardEnv => return shard_env_case(&mut rng, dir),
+        Target::Watch => return (surfaces::watch_case(&mut rng, dir), Vec::new()),
+        Target::Report => return (surfaces::report_case(&mut rng, dir), Vec::new()),
+        Target::Options => return (surfaces::options_case(&mut rng, dir), Vec::new()),
         _ => {}
     }
     (file_case(target, &mut rng, dir), Vec::new())
@@ -260,7 +277,9 @@ fn file_case(target: Target, rng: &mut fastrand::Rng, dir: &Path) -> Vec<String>
                 .map(String::from)
                 .to_vec()
         }
-        Target::Partial | Target::ShardEnv => unreachable!("made by their own functions"),
+        Target::Partial | Target::ShardEnv | Target::Watch | Target::Report | Target::Options => {
+            unreachable!("made by their own functions")
+        }
         Target::Table => {
             let results = dir.join("results");
             std::fs::create_dir_all(&results).unwrap();
@@ -630,6 +649,12 @@ fn check_case(dir: &Path, (args, env): &Case) -> Result<i32, String> {
             }
         }
     }
+    for entry in std::fs::read_dir(dir).into_iter().flatten() {
+        let name = entry.unwrap().file_name().to_string_lossy().to_string();
+        if name.starts_with('.') && name.ends_with(".tmp") {
+            return Err(format!("temporary file {name} left behind"));
+        }
+    }
     Ok(code)
 }
 
@@ -676,6 +701,7 @@ fn mutated_inputs_end_cleanly_with_exit_0_or_2() {
         let case = make_case(target, case_seed, &dir);
         let checked = match (target, check_case(&dir, &case)) {
             (Target::HubCache, Ok(0)) => check_hub_case(&dir).map(|_| 0),
+            (Target::Report, Ok(code)) => surfaces::check_report_case(&dir).map(|_| code),
             (_, checked) => checked,
         };
         match checked {
