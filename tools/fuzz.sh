@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The long fuzz run (issue 24): tests/it/fuzz.rs with fresh seeds for about an hour (or
+# The long fuzz run (issue 24): tests/it/fuzz/ with fresh seeds for about an hour (or
 # FUZZ_MINUTES), ASA_FUZZ_CASES cases a round (default 2000). Each new failing case's
 # "target seed" is appended to tests/fixtures/fuzz/cases.txt, which every `cargo test` (and
 # every later round) replays: commit it with the fix. The rounds' counts are summed at the

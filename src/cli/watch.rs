@@ -93,6 +93,7 @@ pub fn run(args: WatchArgs, process: &Process) -> Result<()> {
         series: existing_series(&m.out)?,
         failed: BTreeMap::new(),
         said_waiting: BTreeSet::new(),
+        waiting_notes: Vec::new(),
     };
     let done = steps_done(&watcher.series, &watcher.source.label);
     if !done.is_empty() && !m.quiet {
@@ -106,13 +107,7 @@ pub fn run(args: WatchArgs, process: &Process) -> Result<()> {
     loop {
         let failed = watcher.look()?;
         if args.once {
-            return match failed {
-                0 => Ok(()),
-                n => Err(Error::input(
-                    &watcher.source.path,
-                    format!("{n} step checkpoint(s) failed to analyse (reported above)"),
-                )),
-            };
+            return watcher.once_ended(failed);
         }
         sleep(Duration::from_secs_f64(args.poll), process)?;
     }
@@ -133,18 +128,40 @@ struct Watcher<'a> {
     failed: BTreeMap<u64, Vec<(PathBuf, u64)>>,
     /// Steps already reported as incomplete.
     said_waiting: BTreeSet<u64>,
+    /// `--once`: the incomplete steps' notes, said at the end when no step failed (a
+    /// failing `--once` says one line, its error).
+    waiting_notes: Vec<String>,
 }
 
 impl Watcher<'_> {
+    /// The end of a `--once` watch: its notes of incomplete steps when every complete step
+    /// was analysed; otherwise one error naming each failed step and why.
+    fn once_ended(self, failed: Vec<String>) -> Result<()> {
+        if failed.is_empty() {
+            for note in &self.waiting_notes {
+                eprintln!("{note}");
+            }
+            return Ok(());
+        }
+        Err(Error::input(
+            &self.source.path,
+            format!(
+                "{} step checkpoint(s) failed to analyse: {}",
+                failed.len(),
+                failed.join("; ")
+            ),
+        ))
+    }
+
     /// One look at the folder: every complete step not yet in the series, in step order;
-    /// the number of steps that failed. Two folders claiming one step, or a step past what
-    /// a table holds, end the watch naming them.
-    fn look(&mut self) -> Result<usize> {
+    /// the failed steps, each "step N: why" (said at once unless `--once`). Two folders
+    /// claiming one step, or a step past what a table holds, end the watch naming them.
+    fn look(&mut self) -> Result<Vec<String>> {
         let run_dir = &self.source.path;
         let steps = step_folders(run_dir).map_err(|e| Error::io(run_dir, e))?;
         check_steps(run_dir, &steps)?;
         let done = steps_done(&self.series, &self.source.label);
-        let mut failed = 0;
+        let mut failed = Vec::new();
         for step in steps.iter().filter(|s| !done.contains(&s.step)) {
             self.process.cancel.check()?;
             if let Some(why) = &step.waiting {
@@ -162,9 +179,12 @@ impl Watcher<'_> {
                 Err(Error::Interrupted) => return Err(Error::Interrupted),
                 Err(e) => {
                     // a broken checkpoint must not end the watch of the rest of the run
-                    eprintln!("asa-analyze: watch: step {}: {}", step.step, e.report());
+                    let why = format!("step {}: {}", step.step, e.report());
+                    if !self.args.once {
+                        eprintln!("asa-analyze: watch: {why}");
+                    }
                     self.failed.insert(step.step, signature);
-                    failed += 1;
+                    failed.push(why);
                 }
             }
         }
@@ -173,12 +193,15 @@ impl Watcher<'_> {
 
     fn say_waiting(&mut self, step: &StepFolder, why: &str) {
         let quiet = self.args.metric.quiet;
-        if self.args.once || (!quiet && self.said_waiting.insert(step.step)) {
-            eprintln!(
-                "asa-analyze: watch: step {} ({}) is not complete yet: {why}",
-                step.step,
-                step.dir.display()
-            );
+        let note = format!(
+            "asa-analyze: watch: step {} ({}) is not complete yet: {why}",
+            step.step,
+            step.dir.display()
+        );
+        if self.args.once {
+            self.waiting_notes.push(note);
+        } else if !quiet && self.said_waiting.insert(step.step) {
+            eprintln!("{note}");
         }
     }
 

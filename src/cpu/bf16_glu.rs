@@ -78,6 +78,21 @@ pub fn swiglu_rows(x: &RowTiles, gate: &PackedWeight, up: &PackedWeight) -> RowT
     })
 }
 
+/// `u <- silu(g) * u` of f32 values that are bf16 values (the projections' sums rounded
+/// in f32): [`silu_mul`]'s arithmetic, before its rounding.
+pub fn silu_mul_f32(g: &[f32], u: &mut [f32]) {
+    u.par_chunks_mut(CHUNK)
+        .zip(g.par_chunks(CHUNK))
+        .for_each(|(u, g)| simd_dispatch!(silu_mul_in_place(g, u)));
+}
+
+#[inline(always)]
+fn silu_mul_in_place(g: &[f32], u: &mut [f32]) {
+    for (u, &g) in u.iter_mut().zip(g) {
+        *u = g / (1.0 + exp(-g)) * *u;
+    }
+}
+
 /// bf16 values as their bits.
 fn bits_of(values: &mut [bf16]) -> &mut [u16] {
     // SAFETY: bf16 is a transparent u16

@@ -247,8 +247,14 @@ pub(crate) fn round_row(src: &[f32], dst: &mut [u16]) {
         unsafe { round_row_avx512(src, dst) };
         return;
     }
+    crate::simd_dispatch!(round_bits_row(src, dst));
+}
+
+/// [`round_row`] elsewhere: `half`'s bits, branch-free so that it vectorises.
+#[inline(always)]
+fn round_bits_row(src: &[f32], dst: &mut [u16]) {
     for (d, &s) in dst.iter_mut().zip(src) {
-        *d = bf16::from_f32(s).to_bits();
+        *d = super::bf16_elementwise::bf16_bits(s);
     }
 }
 

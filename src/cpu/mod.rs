@@ -3,6 +3,7 @@
 //! built on them (the causal softmax, the metric row pass) replace chains of candle
 //! elementwise ops, each of which would read and write the whole block again.
 
+pub mod bf16_elementwise;
 pub mod bf16_gemm;
 pub mod bf16_glu;
 pub mod bf16_panels;

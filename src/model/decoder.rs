@@ -254,9 +254,9 @@ impl DecoderLayer {
         watch.check(&attn, Some(l), "hook_attn_out")?;
         // parallel: the MLP reads the layer's input, and both outputs join the residual
         let (mlp_in, xs) = match self.parallel_residual {
-            true => (xs.clone(), (xs + attn)?),
+            true => (xs.clone(), residual_sum(xs, &attn)?),
             false => {
-                let xs = (xs + attn)?;
+                let xs = residual_sum(xs, &attn)?;
                 (xs.clone(), xs)
             }
         };
@@ -267,7 +267,16 @@ impl DecoderLayer {
         let mlp = scaled(apply(&self.post_mlp, &mlp)?, self.residual_scale)?;
         let mlp = scaled(mlp, self.mlp_scale)?;
         watch.check(&mlp, Some(l), "hook_mlp_out")?;
-        Ok((&xs + mlp)?)
+        residual_sum(&xs, &mlp)
+    }
+}
+
+/// `xs + out`: a block's output joining the residual stream (bf16 on the CPU in vector
+/// registers, [`crate::cpu::bf16_elementwise::add`]; the same bits as candle's sum).
+fn residual_sum(xs: &Tensor, out: &Tensor) -> Result<Tensor> {
+    match crate::cpu::bf16_elementwise::add(xs, out)? {
+        Some(sum) => Ok(sum),
+        None => Ok((xs + out)?),
     }
 }
 

@@ -39,21 +39,30 @@ impl NonFiniteWatch {
         if self.0.get().is_some() {
             return Ok(());
         }
-        // x - x is 0 for a finite x and NaN for NaN or an infinity: the sum is NaN exactly
-        // when some value is not finite
-        #[allow(clippy::eq_op)]
-        let differences = (xs - xs)?;
-        let sum = differences
-            .sum_all()?
-            .to_dtype(DType::F32)?
-            .to_scalar::<f32>()?;
-        if sum.is_nan() {
+        if self.holds_nonfinite(xs)? {
             let _ = self.0.set(NonFiniteAt {
                 layer: layer.map(|l| l + 1),
                 hook,
             });
         }
         Ok(())
+    }
+
+    /// Whether `xs` holds NaN or an infinity: a vectorised scan of a contiguous CPU tensor
+    /// in its own dtype (candle's bf16 ops would convert every value twice); elsewhere on
+    /// the device, where x - x is 0 for a finite x and NaN for NaN or an infinity, so that
+    /// the sum is NaN exactly when some value is not finite.
+    fn holds_nonfinite(&self, xs: &Tensor) -> Result<bool> {
+        if let Some(first) = crate::cpu::host::first_nonfinite(xs) {
+            return Ok(first.is_some());
+        }
+        #[allow(clippy::eq_op)]
+        let differences = (xs - xs)?;
+        let sum = differences
+            .sum_all()?
+            .to_dtype(DType::F32)?
+            .to_scalar::<f32>()?;
+        Ok(sum.is_nan())
     }
 
     /// The first non-finite activation seen, if any.

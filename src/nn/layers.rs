@@ -222,8 +222,11 @@ impl Mlp {
         if let (Some(gate), None, false, true) =
             (&self.gate_proj, self.clamped, self.tanh_gelu, unscaled)
         {
-            let fused = super::linear::bf16_swiglu(gate, &self.up_proj, &self.down_proj, xs)?;
-            if let Some(ys) = fused {
+            let (up, down) = (&self.up_proj, &self.down_proj);
+            if let Some(ys) = super::linear::bf16_swiglu(gate, up, down, xs)? {
+                return Ok(ys);
+            }
+            if let Some(ys) = super::linear::f32_products_swiglu(gate, up, down, xs)? {
                 return Ok(ys);
             }
         }

@@ -6,7 +6,7 @@ use half::bf16;
 
 use crate::cpu::bf16_panels::{round_to_bf16, PackedWeight};
 use crate::cpu::bf16_row_tiles::RowTiles;
-use crate::cpu::{bf16_gemm, bf16_glu};
+use crate::cpu::{bf16_elementwise, bf16_gemm, bf16_glu};
 use crate::error::Result;
 
 /// `y = x W^T (+ b)`, weights `[out, in]`.
@@ -94,7 +94,10 @@ impl Linear {
             Kind::Bf16 { weight, bias } => bf16_forward(xs, weight, bias.as_deref(), xs.dtype()),
             Kind::F32Products(inner) => {
                 let ys = inner.forward(&xs.to_dtype(DType::F32)?)?;
-                Ok(ys.to_dtype(xs.dtype())?)
+                match xs.dtype() == DType::BF16 && ys.device().is_cpu() {
+                    true => rounded_to_bf16(&ys),
+                    false => Ok(ys.to_dtype(xs.dtype())?),
+                }
             }
         }
     }
@@ -267,6 +270,50 @@ pub fn bf16_swiglu(
     )?))
 }
 
+/// [`bf16_swiglu`] on a CPU without AVX-512 BF16, where the three projections hold f32
+/// products of the bf16 values: the same bits as the projections, [`bf16_glu::silu_mul`]
+/// and the down projection one after the other (each product's sums rounded to bf16, the
+/// SwiGLU in f32 from those, rounded once), with `xs` widened once and every rounding done
+/// in f32 in vector registers instead of through bf16 tensors. `None` for any other
+/// projections or input.
+pub fn f32_products_swiglu(
+    gate: &Linear,
+    up: &Linear,
+    down: &Linear,
+    xs: &Tensor,
+) -> Result<Option<Tensor>> {
+    let (Kind::F32Products(g), Kind::F32Products(u), Kind::F32Products(d)) =
+        (&gate.kind, &up.kind, &down.kind)
+    else {
+        return Ok(None);
+    };
+    let cpu_bf16 = xs.dtype() == DType::BF16 && xs.device().is_cpu();
+    if !cpu_bf16 || g.bias().is_some() || u.bias().is_some() {
+        return Ok(None);
+    }
+    let wide = xs.to_dtype(DType::F32)?;
+    let rounded = |t: Tensor| -> Result<(Vec<f32>, Vec<usize>)> {
+        let dims = t.dims().to_vec();
+        let mut values = t.flatten_all()?.to_vec1::<f32>()?;
+        bf16_elementwise::round_in_place(&mut values);
+        Ok((values, dims))
+    };
+    let (gv, dims) = rounded(g.forward(&wide)?)?;
+    let (mut inner, _) = rounded(u.forward(&wide)?)?;
+    bf16_glu::silu_mul_f32(&gv, &mut inner);
+    bf16_elementwise::round_in_place(&mut inner);
+    let inner = Tensor::from_vec(inner, dims, &Device::Cpu)?;
+    Ok(Some(rounded_to_bf16(&d.forward(&inner)?)?))
+}
+
+/// An f32 CPU tensor rounded to bf16 in vector registers (candle's cast rounds one value
+/// at a time): the same bits.
+fn rounded_to_bf16(ys: &Tensor) -> Result<Tensor> {
+    let dims = ys.dims().to_vec();
+    let values = ys.flatten_all()?.to_vec1::<f32>()?;
+    bf16_elementwise::to_bf16_tensor(&values, &dims)
+}
+
 /// The rows of a contiguous CPU tensor as bf16 (bf16 as they are, other dtypes rounded).
 fn bf16_rows(xs: &Tensor, m: usize, k: usize) -> Result<RowTiles> {
     if xs.dtype() == DType::BF16 {
@@ -375,5 +422,60 @@ mod tests {
         // an f32 input is not fused
         let f = xs.to_dtype(DType::F32).unwrap();
         assert!(bf16_swiglu(&gate, &up, &down, &f).unwrap().is_none());
+    }
+
+    /// Issue 54: on a CPU without AVX-512 BF16 the fused SwiGLU of f32 products gives the
+    /// bits of its projections, `silu_mul` and the down projection one after the other
+    /// (each rounding through a bf16 tensor), on any CPU (the projections are built as
+    /// that CPU builds them).
+    #[test]
+    fn the_f32_products_swiglu_is_the_composed_ops_bit_for_bit() {
+        let (k, inner) = (70, 300);
+        let tensor = |len: usize, seed: f32, shape: &[usize]| {
+            let v: Vec<f32> = (0..len)
+                .map(|i| ((i as f32 + seed) * 0.37).sin() * 2.0)
+                .collect();
+            Tensor::from_vec(v, shape, &Device::Cpu)
+                .unwrap()
+                .to_dtype(DType::BF16)
+                .unwrap()
+        };
+        let products = |w: Tensor, b: Option<Tensor>| Linear {
+            kind: f32_products(&w, b.as_ref()).unwrap(),
+        };
+        let gate = products(tensor(inner * k, 1.0, &[inner, k]), None);
+        let up = products(tensor(inner * k, 2.0, &[inner, k]), None);
+        let down = products(
+            tensor(k * inner, 3.0, &[k, inner]),
+            Some(tensor(k, 4.0, &[k])),
+        );
+        let xs = tensor(3 * 5 * k, 5.0, &[3, 5, k]);
+        let fused = f32_products_swiglu(&gate, &up, &down, &xs)
+            .unwrap()
+            .unwrap();
+        // the composition, each step through candle's own cast to bf16
+        let through_candle = |l: &Linear, x: &Tensor| -> Tensor {
+            let Kind::F32Products(inner) = &l.kind else {
+                unreachable!()
+            };
+            let wide = x.to_dtype(DType::F32).unwrap();
+            inner.forward(&wide).unwrap().to_dtype(DType::BF16).unwrap()
+        };
+        let g = through_candle(&gate, &xs);
+        let u = through_candle(&up, &xs);
+        let h = bf16_glu::silu_mul(&g, &u).unwrap().unwrap();
+        let composed = through_candle(&down, &h);
+        let bits = |t: &Tensor| -> Vec<u16> {
+            t.flatten_all()
+                .unwrap()
+                .to_vec1::<half::bf16>()
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect()
+        };
+        assert_eq!(fused.dims(), &[3, 5, k]);
+        assert_eq!(bits(&fused), bits(&composed));
+        assert_eq!(bits(&down.forward(&h).unwrap()), bits(&composed));
     }
 }
