@@ -95,6 +95,17 @@ def test_clicking_a_head_draws_its_charts_for_every_model(page):
         let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i] < 200 || d[i+1] < 200 || d[i+2] < 200) n++;
         return n; })""")
     assert inked and all(n > 100 for n in inked), inked
+    # issue 55: the models' charts of one profile share one y axis, which holds every value
+    axes = browser.eval("""(() => { const out = {}; for (const d of document.querySelectorAll('#head-models [data-profile]')) {
+        const o = echarts.getInstanceByDom(d).getOption();
+        const ys = o.series[0].data.map(p => p[1]).filter(Number.isFinite);
+        (out[d.dataset.profile] = out[d.dataset.profile] || []).push([o.yAxis[0].min, o.yAxis[0].max, Math.min(...ys), Math.max(...ys)]);
+        } return out; })()""")
+    assert "distance" in axes, axes
+    for key, charts in axes.items():
+        assert len(charts) == 2 and charts[0][:2] == charts[1][:2], (key, charts)
+        lo, hi = charts[0][:2]
+        assert all(lo <= c[2] and c[3] <= hi for c in charts) and hi > 0, (key, charts)
     print("head switch drawn in", browser.eval("document.getElementById('head').dataset.drawnMs"), "ms")
     browser.screenshot(str(shots / "head.png"))
 

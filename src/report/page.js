@@ -169,12 +169,14 @@ async function selectHead(layer, head) {
   for (const c of report.headCharts || []) c.dispose();
   report.headCharts = [];
   box.replaceChildren();
+  const profiles = all.map((model) => headProfiles(model, layer, head));
+  const axes = sharedAxes(profiles);
   all.forEach((model, i) => {
     const column = el("div", undefined, "model-column");
     column.dataset.model = model;
     column.append(el("h3", model));
     box.append(column);
-    headCharts(column, model, layer, head, maps[i]);
+    headCharts(column, maps[i], profiles[i], axes);
   });
   tokensFollow(maps, layer, head);
   section.dataset.drawnMs = String(performance.now() - started);
@@ -189,27 +191,67 @@ function chartIn(column, cls) {
   return chart;
 }
 
-function headCharts(column, model, layer, head, map) {
-  if (map) blockMap(chartIn(column, "chart map"), column, map);
+/** One head's profiles in one model: each chart's key (what it shows, shared by the
+ * models' charts of it), title, x axis, kind and points. */
+function headProfiles(model, layer, head) {
+  const out = [];
   const bands = rows("distance_profile").filter((r) => r.model === model && r.layer === layer && r.head === head);
   if (bands.length) {
-    lineChart(chartIn(column), "attention by query-key distance", "band", bands.map((r) => [r.band, num(r.value)]), "bar");
+    out.push({ key: "distance", title: "attention by query-key distance", xName: "band", kind: "bar",
+      points: bands.map((r) => [r.band, num(r.value)]) });
   }
   const keys = rows("key_received").filter((r) => r.model === model && r.layer === layer && r.head === head && r.stat === "mean");
   if (keys.length) {
-    lineChart(chartIn(column), "attention received per key (mean)", "key", keys.map((r) => [r.key_lo, num(r.value)]), "line", "log");
+    out.push({ key: "keys", title: "attention received per key (mean)", xName: "key", kind: "line", xScale: "log",
+      points: keys.map((r) => [r.key_lo, num(r.value)]) });
   }
   const profile = rows("query_profile").filter((r) => r.model === model && r.layer === layer);
   if (profile.length) {
-    lineChart(chartIn(column), `query ${profile[0].query}'s weights (layer ${layer}, heads' mean)`, "key",
-      profile.map((r) => [r.key, num(r.value)]), "line");
+    out.push({ key: "query", title: `query ${profile[0].query}'s weights (layer ${layer}, heads' mean)`, xName: "key",
+      kind: "line", points: profile.map((r) => [r.key, num(r.value)]) });
   }
-  if (!map && !bands.length && !keys.length && !profile.length) {
+  return out;
+}
+
+/** Per chart key, the y range every model's chart of it shares (from 0 when no value is
+ * below it), so that bars of 0.3 and 0.7 side by side look as different as they are. */
+function sharedAxes(profiles) {
+  const axes = {};
+  for (const p of profiles.flat()) {
+    const ys = p.points.map(([, y]) => y).filter(Number.isFinite);
+    if (!ys.length) continue;
+    const a = axes[p.key] || (axes[p.key] = { min: 0, max: 0 });
+    a.min = Math.min(a.min, ...ys);
+    a.max = Math.max(a.max, ...ys);
+  }
+  for (const a of Object.values(axes)) {
+    a.min = -niceCeiling(-a.min);
+    a.max = niceCeiling(a.max);
+  }
+  return axes;
+}
+
+/** The smallest multiple of half a power of ten at or above v (0 for v <= 0): an axis end
+ * with round labels. */
+function niceCeiling(v) {
+  if (!(v > 0)) return 0;
+  const step = 10 ** Math.floor(Math.log10(v)) / 2;
+  return Math.ceil(v / step - 1e-9) * step;
+}
+
+function headCharts(column, map, profiles, axes) {
+  if (map) blockMap(chartIn(column, "chart map"), column, map);
+  for (const p of profiles) {
+    const chart = chartIn(column);
+    chart.getDom().dataset.profile = p.key;
+    lineChart(chart, p.title, p.xName, p.points, p.kind, p.xScale, axes[p.key]);
+  }
+  if (!map && !profiles.length) {
     column.append(el("p", "No per-head profile of this model in these results.", "note"));
   }
 }
 
-function lineChart(chart, title, xName, points, kind, xScale) {
+function lineChart(chart, title, xName, points, kind, xScale, yRange) {
   const categorical = typeof points[0][0] === "string";
   chart.setOption({
     animation: false,
@@ -218,7 +260,7 @@ function lineChart(chart, title, xName, points, kind, xScale) {
     grid: { left: 60, right: 20, top: 35, bottom: 45 },
     xAxis: categorical ? { type: "category", name: xName, nameLocation: "middle", nameGap: 28 }
       : { type: xScale === "log" ? "log" : "value", name: xName, nameLocation: "middle", nameGap: 28, min: xScale === "log" ? 1 : undefined },
-    yAxis: { type: "value" },
+    yAxis: yRange && yRange.max > yRange.min ? { type: "value", min: yRange.min, max: yRange.max } : { type: "value" },
     series: [{ type: kind, data: xScale === "log" ? points.map(([x, y]) => [x + 1, y]) : points, showSymbol: points.length < 60 }],
   });
 }
