@@ -35,7 +35,7 @@ Every score is computed twice, vectorised and with plain loops (math.fsum), agre
 for the softmax fixtures the weights are also taken from transformers' own eager attention in
 float64 (make_fixtures.hf_forward) and must agree to 1e-10.
 
-Roles (README "Head roles"): candidates sink (first_token >= sink), induction (score >=
+Roles (docs/head-roles.md): candidates sink (first_token >= sink), induction (score >=
 induction), previous_token (prev_token >= prev), local (local_mass[w] >= local); local is
 dropped when previous_token is a candidate and w >= 2, or induction is and L - 1 < w; one
 candidate: its role; none or several: mixed.

@@ -384,7 +384,7 @@ def analyze(
     role_sink, role_local_window, role_local, role_prev, role_induction: the thresholds of
         the `head_role` metric (a default; the `head_roles` frame), as `--role-sink` (0.5),
         `--role-local-window` (16 keys), `--role-local` (0.5), `--role-prev` (0.4) and
-        `--role-induction` (0.4); the README's "Head roles and the induction probe" says
+        `--role-induction` (0.4); docs/head-roles.md says
         where each rule comes from.
     windows: "packed" (documents joined with EOS, cut into consecutive windows) or
         "documents" (each window the start of its own document).

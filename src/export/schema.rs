@@ -208,7 +208,7 @@ pub const KEY_RECEIVED: TableSchema = TableSchema {
 };
 
 /// `head_roles`: per model, layer and head (1-based) the head's role (sink, local,
-/// previous_token, induction or mixed; README "Head roles") and the scores it was decided
+/// previous_token, induction or mixed; docs/head-roles.md) and the scores it was decided
 /// from; induction_score empty where the induction probe did not run.
 pub const HEAD_ROLES: TableSchema = TableSchema {
     name: "head_roles",

@@ -8,7 +8,7 @@
 //!   as first_token, so query 1 adds 0 here);
 //! - induction_score, when the induction probe ran ([`super::induction`]).
 //!
-//! The rule (README "Head roles", with each threshold's source): a role is a candidate when
+//! The rule (docs/head-roles.md, with each threshold's source): a role is a candidate when
 //! its score reaches its threshold (`>=`; a NaN score reaches none): sink (first_token),
 //! induction (induction_score), previous_token (prev_token), local (local_mass). Local is
 //! dropped where a more specific candidate's distance lies inside the window (distance 1

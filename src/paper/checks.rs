@@ -1,4 +1,4 @@
-//! The values a table can hold, and the refusal of every other (README "Tables 1-3"):
+//! The values a table can hold, and the refusal of every other (docs/paper-tables.md):
 //! an accuracy is a fraction in [0, 1] (lm-eval-harness writes fractions; the tables show
 //! percent), a standard error is finite and >= 0, a perplexity is finite and >= 1 (exp of a
 //! mean negative log-likelihood, which is >= 0), a loss is finite, sizes and methods are

@@ -11,6 +11,7 @@ mod config_fixtures;
 mod conformance;
 mod corpus;
 mod demo;
+mod docs;
 mod families;
 mod figures;
 mod fuzz;

@@ -251,7 +251,7 @@ fn gunbase64(text: &str) -> Vec<u8> {
 }
 
 /// One map's codes from its text in the blob: gunzip, then each row's differences from the
-/// row above added back (README "The HTML report" states the format).
+/// row above added back (docs/report.md states the format).
 fn map_codes(blob: &str, at: usize, len: usize) -> Vec<u8> {
     use std::io::Read;
     let mut d = Vec::new();
