@@ -10,7 +10,7 @@ try:
 except ImportError:  # the older package name
     from pytorch_lightning import Callback  # type: ignore[no-redef]
 
-from .callbacks import _hf_model, _Results, _Schedule
+from ._callback_common import _hf_model, _Results, _Schedule
 from .monitor import DEFAULT_METRICS
 
 

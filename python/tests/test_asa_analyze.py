@@ -29,7 +29,7 @@ SMALL_ARGS = ("--seq-len", "16", "--num-seqs", "3")
 # a script's long analysis that says "started" once it runs and "interrupted" when Ctrl-C
 # stops it with KeyboardInterrupt
 LONG_RUN_UNTIL_CTRL_C = f"""
-class Tell(asa._Progress):
+class Tell(asa._progress._Progress):
     def started(self, label, tokens):
         print("started", flush=True)
 try:
@@ -222,7 +222,7 @@ def test_two_runs_in_two_threads_cancelling_one_leaves_the_other(tmp_path):
     model = FIXTURES / "llama_gqa"
     started = threading.Event()
 
-    class Tell(asa._Quiet):
+    class Tell(asa._progress._Quiet):
         def started(self, label, tokens):
             started.set()
 

@@ -1,0 +1,26 @@
+"""Python exceptions at the package's boundary: a number out of its parameter's range is a
+`UsageError` (a ValueError) naming the parameter, not the OverflowError of PyO3's
+conversion."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ._native import UsageError
+
+
+def _python_errors(fn: Any) -> Any:
+    """`fn` with a number out of its parameter's range raised as a `UsageError` (a
+    ValueError) naming the parameter, not the OverflowError of the conversion to Rust."""
+
+    @functools.wraps(fn)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except OverflowError as e:
+            notes = " ".join(getattr(e, "__notes__", []))
+            where = notes.replace("while processing ", "argument ") if notes else "a number"
+            raise UsageError(f"{where}: {e} (out of the range its option holds)") from None
+
+    return checked
