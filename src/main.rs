@@ -16,6 +16,7 @@ fn main() -> std::process::ExitCode {
     let process = asa_analyze::cli::Process::new();
     signals::watch(&process);
     signals::exit_on_out_of_memory(&process);
+    asa_analyze::export::damaged::quiet_guarded_panics();
     asa_analyze::cli::main(&process)
 }
 

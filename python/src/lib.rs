@@ -648,6 +648,8 @@ fn figures(py: Python<'_>, results: Vec<PathBuf>, out: PathBuf) -> PyResult<Vec<
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // a damaged Parquet table's reader panic is an error naming the file, said once
+    asa_analyze::export::damaged::quiet_guarded_panics();
     m.add("AsaError", m.py().get_type::<AsaError>())?;
     m.add("Cancelled", m.py().get_type::<Cancelled>())?;
     m.add_class::<PyCancelToken>()?;

@@ -2,6 +2,7 @@
 //! commands build the tables of SPEC section 6; this module writes and reads them). Tables are written atomically (temporary name, then
 //! rename), as CSV or Parquet.
 
+pub mod damaged;
 mod reader;
 mod rows;
 pub mod schema;

@@ -25,9 +25,11 @@ pub fn read_table(path: &Path) -> Result<Table> {
         Some("csv") => read_csv(path)?,
         Some("parquet") => {
             let file = crate::input::open(path)?;
-            ParquetReader::new(file)
-                .finish()
-                .map_err(|e| Error::invalid(path, "cannot read Parquet table", e))?
+            super::damaged::read_guarded(path, "cannot read Parquet table", || {
+                ParquetReader::new(file)
+                    .finish()
+                    .map_err(|e| Error::invalid(path, "cannot read Parquet table", e))
+            })?
         }
         _ => {
             return Err(Error::input(

@@ -53,15 +53,22 @@ pub fn for_each_row(
 ) -> Result<()> {
     let open = || std::fs::File::open(path).map_err(|e| Error::io(path, e));
     let fail = |e| Error::invalid(path, "cannot read Parquet table", e);
-    let total = ParquetReader::new(open()?).num_rows().map_err(fail)?;
+    let guarded = |read: &mut dyn FnMut() -> Result<DataFrame>| {
+        super::damaged::read_guarded(path, "cannot read Parquet table", read)
+    };
+    let total = super::damaged::read_guarded(path, "cannot read Parquet table", || {
+        ParquetReader::new(open()?).num_rows().map_err(fail)
+    })?;
     let names: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
     let mut start = 0;
     while start < total {
-        let frame = ParquetReader::new(open()?)
-            .with_columns(Some(names.clone()))
-            .with_slice(Some((start, SLICE_ROWS)))
-            .finish()
-            .map_err(fail)?;
+        let frame = guarded(&mut || {
+            ParquetReader::new(open()?)
+                .with_columns(Some(names.clone()))
+                .with_slice(Some((start, SLICE_ROWS)))
+                .finish()
+                .map_err(fail)
+        })?;
         rows_of(&frame, columns, path, &mut row)?;
         start += SLICE_ROWS;
     }
