@@ -475,6 +475,24 @@ def test_bad_inputs_raise_python_exceptions_never_a_panic_or_a_truncation():
     assert issubclass(asa.UsageError, ValueError) and issubclass(asa.AsaError, Exception)
 
 
+def test_windows_past_the_memory_limit_raise_an_input_error_before_any_work():
+    # issue 54: `--seq-len 1000001` under a memory limit aborted the process; from Python an
+    # abort kills the interpreter. Windows whose hidden states alone pass what the process
+    # may take (here `ulimit -v`, 768 MiB) are refused before a weight is read.
+    script = f"""
+import resource
+import asa_analyze as asa
+resource.setrlimit(resource.RLIMIT_AS, (768 << 20, 768 << 20))
+try:
+    asa.analyze({str(FIXTURES / 'llama_gqa')!r}, seq_len=4_000_000, num_seqs=1, progress=False)
+except asa.InputError as e:
+    print("refused:", e)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "refused:" in out.stdout and "GiB of memory available" in out.stdout, out.stdout + out.stderr
+
+
 def test_numbers_out_of_range_and_odd_models_are_value_errors_naming_the_argument():
     # issue 54, found by python/tests/fuzz_entry_points.py: a negative or too large number
     # raised the OverflowError of PyO3's conversion (not a ValueError); threads=2**31 started
