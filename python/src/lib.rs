@@ -337,7 +337,7 @@ fn on_threads<T: Send>(threads: Option<usize>, work: impl FnOnce() -> T + Send) 
 
 /// Runs an analysis (see `asa_analyze.analyze`).
 #[pyfunction]
-#[pyo3(signature = (models, metrics = None, corpus = None, probe = None, seq_len = 1024, num_seqs = 10, bos = "auto", windows = "packed", variant = None, device = "auto", batch_size = 1, seed = 0, shard = None, events = None, cancel = None, memory = None, tokenizer = None, threads = None, map_size = 256, role_sink = 0.5, role_local_window = 16, role_local = 0.5, role_prev = 0.4, role_induction = 0.4))]
+#[pyo3(signature = (models, metrics = None, corpus = None, probe = None, seq_len = RunOptions::default().seq_len, num_seqs = RunOptions::default().num_seqs, bos = "auto", windows = "packed", variant = None, device = "auto", batch_size = RunOptions::default().batch_size, seed = RunOptions::default().seed, shard = None, events = None, cancel = None, memory = None, tokenizer = None, threads = None, map_size = RunOptions::DEFAULT_MAP_SIZE, role_sink = RunOptions::default().roles.sink, role_local_window = RunOptions::default().roles.local_window, role_local = RunOptions::default().roles.local, role_prev = RunOptions::default().roles.prev, role_induction = RunOptions::default().roles.induction))]
 #[allow(clippy::too_many_arguments)]
 fn analyze(
     py: Python<'_>,

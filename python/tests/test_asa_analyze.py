@@ -140,11 +140,20 @@ def test_block_map_and_head_role_options_as_the_cli(tmp_path):
     import inspect
     params = inspect.signature(asa.analyze).parameters
     help_text = " ".join(cli("analyze", "--help", cwd=tmp_path).stdout.split())
-    for name in ["map_size", *opts.keys()]:
+    # issue 55: the CLI's defaults come from RunOptions::default() (clap and the extension's
+    # signature); the package's signature and the stubs must state the same
+    import ast
+    stub = ast.parse((Path(asa.__file__).parent / "_native.pyi").read_text())
+    native = next(f for f in stub.body if isinstance(f, ast.FunctionDef) and f.name == "analyze")
+    stub_defaults = {a.arg: ast.literal_eval(d) for a, d in
+                     zip(native.args.args[-len(native.args.defaults):], native.args.defaults)}
+    shared = ["seq_len", "num_seqs", "bos", "windows", "batch_size", "seed", "map_size", *opts.keys()]
+    for name in shared:
         flag = "--" + name.replace("_", "-")
         default = params[name].default
         after = help_text.split(f"{flag} <", 1)[1]
         assert f"[default: {default}]" in after.split(" --", 1)[0], name
+        assert stub_defaults[name] == default, (name, stub_defaults[name], default)
     with pytest.raises(asa.UsageError, match="--map-size must be at least 1"):
         asa.analyze(FIXTURES / "head_roles", map_size=0, **SMALL)
 

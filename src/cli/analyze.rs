@@ -30,6 +30,12 @@ use crate::metrics::head_role::RoleThresholds;
 use crate::metrics::{Metric, ModelMetrics};
 use crate::results::{self, stage_tables};
 
+/// The run's defaults, one place for the CLI's and the Python package's (`RunOptions`'s
+/// `Default`): clap states them in `--help` from here.
+fn defaults() -> RunOptions {
+    RunOptions::default()
+}
+
 /// Options shared by every metric command.
 #[derive(Debug, clap::Args)]
 pub struct MetricArgs {
@@ -56,10 +62,10 @@ pub struct MetricArgs {
     #[arg(long, value_parser = choice::<VariantKind>(&VariantKind::NAMES), value_name = "NAME")]
     pub variant: Option<VariantKind>,
     /// Tokens per sequence (BOS included).
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = defaults().seq_len)]
     pub seq_len: usize,
     /// Number of sequences.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = defaults().num_seqs)]
     pub num_seqs: usize,
     /// Whether each sequence starts with BOS.
     #[arg(long, value_parser = choice::<BosMode>(&BosMode::NAMES), default_value = "auto")]
@@ -70,10 +76,10 @@ pub struct MetricArgs {
     #[arg(long, value_parser = choice::<WindowMode>(&WindowMode::NAMES), default_value = "packed")]
     pub windows: WindowMode,
     /// Sequences per forward pass.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = defaults().batch_size)]
     pub batch_size: usize,
     /// Seed of the built-in corpus.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = defaults().seed)]
     pub seed: u64,
     /// auto, cpu, cuda or cuda:N.
     #[arg(long, default_value = "auto")]
@@ -118,14 +124,14 @@ pub struct MetricArgs {
     #[arg(long, value_parser = choice::<Format>(&Format::NAMES), default_value = "csv")]
     pub format: Format,
     /// Queries i < min-query are left out of query averages.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = defaults().min_query)]
     pub min_query: usize,
     /// Heatmap / profile layer, 1-based, a layer with attention (default the 8th attention
     /// layer, clipped to the model's last).
     #[arg(long)]
     pub layer: Option<usize>,
     /// Heatmap size (queries and keys).
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = defaults().size)]
     pub size: usize,
     /// block_map side: G x G blocks of queries and keys (G = min(map-size, seq-len)); only
     /// with `block_map` among the metrics [default: 256]
@@ -135,10 +141,10 @@ pub struct MetricArgs {
     #[arg(long)]
     pub profile_query: Option<usize>,
     /// Weight-sum histogram bins.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = defaults().bins)]
     pub bins: usize,
     /// Sink-rate threshold epsilon.
-    #[arg(long, default_value_t = 0.3)]
+    #[arg(long, default_value_t = defaults().sink_eps)]
     pub sink_eps: f64,
     /// Distance band edges after 0 (e.g. 1,10,100); default decades.
     #[arg(long, value_delimiter = ',')]
@@ -147,19 +153,19 @@ pub struct MetricArgs {
     #[arg(long, value_parser = choice::<EntropyOf>(&EntropyOf::NAMES), default_value = "effective")]
     pub entropy_of: EntropyOf,
     /// head_role: a head whose mean first-token mass reaches this is a sink head.
-    #[arg(long, default_value_t = 0.5, value_name = "MASS")]
+    #[arg(long, default_value_t = defaults().roles.sink, value_name = "MASS")]
     pub role_sink: f64,
     /// head_role: local_mass is the mass on the last W keys (distances 0 .. W-1, key 0 not).
-    #[arg(long, default_value_t = 16, value_name = "W")]
+    #[arg(long, default_value_t = defaults().roles.local_window, value_name = "W")]
     pub role_local_window: usize,
     /// head_role: a head whose local_mass reaches this is a local head.
-    #[arg(long, default_value_t = 0.5, value_name = "MASS")]
+    #[arg(long, default_value_t = defaults().roles.local, value_name = "MASS")]
     pub role_local: f64,
     /// head_role: a head whose mass at distance 1 reaches this is a previous-token head.
-    #[arg(long, default_value_t = 0.4, value_name = "MASS")]
+    #[arg(long, default_value_t = defaults().roles.prev, value_name = "MASS")]
     pub role_prev: f64,
     /// head_role: a head whose induction_score reaches this is an induction head.
-    #[arg(long, default_value_t = 0.4, value_name = "MASS")]
+    #[arg(long, default_value_t = defaults().roles.induction, value_name = "MASS")]
     pub role_induction: f64,
     /// `analyze` only: compute just these metrics (comma-separated), e.g.
     /// first_token,entropy,weight_sum,head_total,heatmap,nll.
@@ -488,4 +494,32 @@ fn progress_bar(quiet: bool, total: u64, label: &str) -> ProgressBar {
     );
     bar.set_message(label.to_string());
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Issue 55: `--help` states the defaults of `RunOptions::default()`, the one place they
+    /// are set; `--map-size` (an Option, to tell whether it was given) states its own in
+    /// words, which must be that one too.
+    #[test]
+    fn help_states_the_run_options_defaults() {
+        let mut cli = crate::cli::Cli::command();
+        let analyze = cli.find_subcommand_mut("analyze").unwrap();
+        let help = analyze.render_long_help().to_string();
+        let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        let map_size = help.split("--map-size <MAP_SIZE>").nth(1).unwrap();
+        let map_size = map_size.split(" --").next().unwrap();
+        let want = format!("[default: {}]", RunOptions::DEFAULT_MAP_SIZE);
+        assert!(map_size.contains(&want), "{map_size}");
+        let seq_len = help.split("--seq-len <SEQ_LEN>").nth(1).unwrap();
+        assert!(seq_len
+            .split(" --")
+            .next()
+            .unwrap()
+            .contains(&format!("[default: {}]", RunOptions::default().seq_len)));
+    }
 }

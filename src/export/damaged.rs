@@ -4,8 +4,8 @@
 
 use std::cell::Cell;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::{Error, Result};
 
@@ -42,8 +42,8 @@ pub fn quiet_guarded_panics() {
         let polars_worker = std::thread::current()
             .name()
             .is_some_and(|n| n.starts_with("polars"));
-        let guarded = GUARDED.with(|g| g.get())
-            || (polars_worker && IN_FLIGHT.load(Ordering::SeqCst) > 0);
+        let guarded =
+            GUARDED.with(|g| g.get()) || (polars_worker && IN_FLIGHT.load(Ordering::SeqCst) > 0);
         if !guarded {
             printed(info)
         }
