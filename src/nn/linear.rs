@@ -378,6 +378,28 @@ mod tests {
         }
     }
 
+    /// A bf16 tensor of `shape` holding `len` values of a sine from `seed`.
+    fn tensor(len: usize, seed: f32, shape: &[usize]) -> Tensor {
+        let v: Vec<f32> = (0..len)
+            .map(|i| ((i as f32 + seed) * 0.37).sin() * 2.0)
+            .collect();
+        Tensor::from_vec(v, shape, &Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap()
+    }
+
+    /// The bf16 bits of a tensor, in order.
+    fn bits(t: &Tensor) -> Vec<u16> {
+        t.flatten_all()
+            .unwrap()
+            .to_vec1::<half::bf16>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect()
+    }
+
     /// The fused SwiGLU gives the bits of the projections and the SwiGLU one after the
     /// other (both round each product to bf16, then the SwiGLU once).
     #[test]
@@ -385,15 +407,6 @@ mod tests {
         // 3 x 5 tokens (a partial row tile), 70 wide, an inner width of 300 (past one
         // rounding piece, a partial panel), a down projection with a bias
         let (k, inner) = (70, 300);
-        let tensor = |len: usize, seed: f32, shape: &[usize]| {
-            let v: Vec<f32> = (0..len)
-                .map(|i| ((i as f32 + seed) * 0.37).sin() * 2.0)
-                .collect();
-            Tensor::from_vec(v, shape, &Device::Cpu)
-                .unwrap()
-                .to_dtype(DType::BF16)
-                .unwrap()
-        };
         let gate = Linear::new(tensor(inner * k, 1.0, &[inner, k]), None);
         let up = Linear::new(tensor(inner * k, 2.0, &[inner, k]), None);
         let bias = tensor(k, 4.0, &[k]);
@@ -409,15 +422,6 @@ mod tests {
         let h = bf16_glu::silu_mul(&g, &u).unwrap().unwrap();
         let composed = down.forward(&h).unwrap();
         assert_eq!(fused.dims(), &[3, 5, k]);
-        let bits = |t: &Tensor| -> Vec<u16> {
-            t.flatten_all()
-                .unwrap()
-                .to_vec1::<half::bf16>()
-                .unwrap()
-                .iter()
-                .map(|v| v.to_bits())
-                .collect()
-        };
         assert_eq!(bits(&fused), bits(&composed));
         // an f32 input is not fused
         let f = xs.to_dtype(DType::F32).unwrap();
@@ -431,15 +435,6 @@ mod tests {
     #[test]
     fn the_f32_products_swiglu_is_the_composed_ops_bit_for_bit() {
         let (k, inner) = (70, 300);
-        let tensor = |len: usize, seed: f32, shape: &[usize]| {
-            let v: Vec<f32> = (0..len)
-                .map(|i| ((i as f32 + seed) * 0.37).sin() * 2.0)
-                .collect();
-            Tensor::from_vec(v, shape, &Device::Cpu)
-                .unwrap()
-                .to_dtype(DType::BF16)
-                .unwrap()
-        };
         let products = |w: Tensor, b: Option<Tensor>| Linear {
             kind: f32_products(&w, b.as_ref()).unwrap(),
         };
@@ -465,15 +460,6 @@ mod tests {
         let u = through_candle(&up, &xs);
         let h = bf16_glu::silu_mul(&g, &u).unwrap().unwrap();
         let composed = through_candle(&down, &h);
-        let bits = |t: &Tensor| -> Vec<u16> {
-            t.flatten_all()
-                .unwrap()
-                .to_vec1::<half::bf16>()
-                .unwrap()
-                .iter()
-                .map(|v| v.to_bits())
-                .collect()
-        };
         assert_eq!(fused.dims(), &[3, 5, k]);
         assert_eq!(bits(&fused), bits(&composed));
         assert_eq!(bits(&down.forward(&h).unwrap()), bits(&composed));

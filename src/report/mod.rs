@@ -236,8 +236,13 @@ fn tempfile_in(dir: &Path, out: &Path) -> Result<(TempPath, std::fs::File)> {
             Err(e) => return Err(Error::io(&path, e)),
         }
     }
-    let (path, e) = last.expect("16 attempts");
-    Err(Error::io(&path, e))
+    match last {
+        Some((path, e)) => Err(Error::io(&path, e)),
+        None => Err(Error::input(
+            dir,
+            "no temporary name for the report could be made",
+        )),
+    }
 }
 
 #[cfg(test)]

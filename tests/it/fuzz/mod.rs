@@ -395,15 +395,22 @@ fn check_hub_case(dir: &Path) -> Result<(), String> {
     }
 }
 
+/// An empty folder `fuzz-<what>-<pid>` under cargo's test folder, for inputs analysed once
+/// per test process that cases copy.
+fn fresh_prepared_dir(what: &str) -> PathBuf {
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fuzz-{what}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// Two shards (`p0`, `p1`) of one run, analysed once per test process, that partial cases
 /// copy and tamper with.
 fn prepared_partials() -> &'static Path {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("fuzz-partials-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_prepared_dir("partials");
         let model = fixtures().join("models/llama_gqa").display().to_string();
         for k in 0..2 {
             let (shard, out) = (format!("{k}/2"), format!("p{k}"));
