@@ -502,6 +502,24 @@ except asa.InputError as e:
     assert "refused:" in out.stdout and "GiB of memory available" in out.stdout, out.stdout + out.stderr
 
 
+def test_a_damaged_parquet_page_raises_an_input_error_not_an_abort():
+    # issue 54, the fuzz hour's one Python defect: a page header of attention.parquet
+    # claiming -37 values made polars' level decoder reserve 2^61 bytes and the interpreter
+    # abort (status 134). The table's counts are checked before polars decodes it.
+    damaged = ROOT / "tests" / "fixtures" / "damaged" / "negative_page_values"
+    script = f"""
+import asa_analyze as asa
+try:
+    asa.report({str(damaged)!r})
+except asa.InputError as e:
+    print("refused:", e)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "refused:" in out.stdout and "attention.parquet" in out.stdout, out.stdout + out.stderr
+    assert "values -37, outside 0..=16" in out.stdout, out.stdout
+
+
 def test_numbers_out_of_range_and_odd_models_are_value_errors_naming_the_argument():
     # issue 54, found by python/tests/fuzz_entry_points.py: a negative or too large number
     # raised the OverflowError of PyO3's conversion (not a ValueError); threads=2**31 started

@@ -3,6 +3,7 @@
 //! rename), as CSV or Parquet.
 
 pub mod damaged;
+mod parquet_claims;
 mod reader;
 mod rows;
 pub mod schema;

@@ -12,6 +12,7 @@ use polars::prelude::{
     Column as PlColumn, CsvReadOptions, DataFrame, DataType, ParquetReader, SerReader,
 };
 
+use super::parquet_claims::Decoded;
 use super::table::{Column, Table};
 use crate::error::{Error, Result};
 
@@ -24,8 +25,9 @@ pub fn read_table(path: &Path) -> Result<Table> {
     let frame = match ext.as_deref() {
         Some("csv") => read_csv(path)?,
         Some("parquet") => {
-            let file = crate::input::open(path)?;
+            let mut file = crate::input::open(path)?;
             super::damaged::read_guarded(path, "cannot read Parquet table", || {
+                super::parquet_claims::check(path, &mut file, Decoded::Whole)?;
                 ParquetReader::new(file)
                     .finish()
                     .map_err(|e| Error::invalid(path, "cannot read Parquet table", e))

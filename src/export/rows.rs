@@ -6,6 +6,7 @@ use std::path::Path;
 
 use polars::prelude::{DataFrame, DataType, ParquetReader, SerReader};
 
+use super::parquet_claims::Decoded;
 use crate::error::{Error, Result};
 
 /// Rows read from the file at once: bounds the memory a read takes whatever the table's size.
@@ -57,7 +58,9 @@ pub fn for_each_row(
         super::damaged::read_guarded(path, "cannot read Parquet table", read)
     };
     let total = super::damaged::read_guarded(path, "cannot read Parquet table", || {
-        ParquetReader::new(open()?).num_rows().map_err(fail)
+        let mut file = open()?;
+        super::parquet_claims::check(path, &mut file, Decoded::RowGroupAtATime)?;
+        ParquetReader::new(file).num_rows().map_err(fail)
     })?;
     let names: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
     let mut start = 0;

@@ -176,6 +176,28 @@ fn a_block_map_claiming_more_cells_than_its_rows_is_refused_before_allocating() 
     assert!(!root.join("page.html").exists());
 }
 
+/// Issue 54: memory bounded by what is written, the fuzz hour's one defect. A page header
+/// of attention.parquet claiming -37 values (a committed fixture: the fuzz case's folder)
+/// made polars reserve 2^61 bytes: the binary's allocator backstop ended it with a message
+/// about `--seq-len`, the Python interpreter aborted. The table's own counts are checked
+/// first: one line naming the file, the column and the count; nothing written.
+#[test]
+fn a_parquet_page_claiming_values_its_column_has_not_is_refused_before_decoding() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let damaged = crate::common::fixtures().join("damaged/negative_page_values");
+    let o = run_cli(root, &["report", damaged.to_str().unwrap(), "--out", "page.html"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("attention.parquet: damaged Parquet table: row group 0, column stat")
+            && err.contains("values -37, outside 0..=16"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!root.join("page.html").exists());
+}
+
 /// Issue 54: numbers a model cannot have are refused. A table claiming layer 1e9 made a
 /// page whose layers x heads grid hung the browser (exit 0 before).
 #[test]
