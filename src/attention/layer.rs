@@ -17,6 +17,7 @@ use super::plan::{plan, DeviceKind, Facts, Kernel};
 use super::scale_invariant::{reversed_coefficients, DistanceTable};
 use super::sink::softmax_with_sink;
 use super::variant::{AffineConfig, Variant};
+use super::wide_qkv::{rounded_product, WideQkv};
 use crate::cpu::host::{lane_max, with_cpu_f32};
 use crate::error::{Error, Result};
 use crate::nn::{Linear, RmsNorm, Rope};
@@ -583,9 +584,10 @@ impl Attention {
             host: p.host_sinks.as_deref(),
         };
         let mut outputs = Vec::new();
+        let wide = WideQkv::of(&p.q, &p.k, &p.v)?;
         for (q_start, n) in query_blocks(p.t, block) {
             let ctx = self.block_ctx(layer, q_start, n, p.t);
-            let raw = self.raw_scores(p, &ctx)?;
+            let raw = self.raw_scores(p, &ctx, false, wide.as_ref())?;
             let (weights, table) = {
                 let _p = phase("attention: fused softmax + row table");
                 causal_softmax_rows(&raw, scale as f32, q_start, sinks, &wants)?
@@ -602,7 +604,7 @@ impl Attention {
             };
             probe.on_row_table(&ctx, &table)?;
             let _p = phase("attention: value products");
-            outputs.push(self.value_product(p, &weights, &ctx)?);
+            outputs.push(self.value_product(p, &weights, &ctx, wide.as_ref())?);
             drop(_p);
             probe.on_block_end(&ctx)?;
         }
@@ -627,10 +629,11 @@ impl Attention {
             .collect();
         let wants = |hook: Hook| wanted.contains(&hook);
         let mut outputs = Vec::new();
+        let wide = WideQkv::of(&p.q, &p.k, &p.v)?;
         for (q_start, n) in query_blocks(p.t, block) {
             let ctx = self.block_ctx(layer, q_start, n, p.t);
             let softmax = phase("attention: softmax and block hooks");
-            let raw = self.raw_scores(p, &ctx)?.to_dtype(DType::F32)?;
+            let raw = self.raw_scores(p, &ctx, true, wide.as_ref())?;
             let mut push = |hook: Hook, xs: &Tensor| probe.on_tensor(hook, &ctx, xs);
             if wants(Hook::Qk) {
                 push(Hook::Qk, &raw)?;
@@ -646,7 +649,7 @@ impl Attention {
             push_weight_hooks(&bw, max_logit.as_ref(), &wants, &mut push)?;
             drop(softmax);
             let _p = phase("attention: value products");
-            outputs.push(self.value_product(p, &bw.weights, &ctx)?);
+            outputs.push(self.value_product(p, &bw.weights, &ctx, wide.as_ref())?);
             drop(_p);
             probe.on_block_end(&ctx)?;
         }
@@ -673,9 +676,10 @@ impl Attention {
         let wants = |hook: Hook| wanted.contains(&hook);
         let _p = phase("attention: blocks materialised for observers");
         let table = self.distance_table(p)?;
+        let wide = WideQkv::of(&p.q, &p.k, &p.v)?;
         for (q_start, n) in query_blocks(p.t, block) {
             let ctx = self.block_ctx(layer, q_start, n, p.t);
-            let raw = self.raw_scores(p, &ctx)?.to_dtype(DType::F32)?;
+            let raw = self.raw_scores(p, &ctx, true, wide.as_ref())?;
             let mut push = |hook: Hook, xs: &Tensor| probe.on_observed(hook, &ctx, xs);
             if wants(Hook::Qk) {
                 push(Hook::Qk, &raw)?;
@@ -764,33 +768,66 @@ impl Attention {
     }
 
     /// Raw q.k `[b, heads, n, q_start + n]` of a block, without copying keys per group:
-    /// the query heads of one kv head as extra rows, `[b, kv, groups * n, d] x [b, kv, d, keys]`.
-    fn raw_scores(&self, p: &Projected, ctx: &BlockCtx) -> Result<Tensor> {
+    /// the query heads of one kv head as extra rows, `[b, kv, groups * n, d] x [b, kv, d, keys]`;
+    /// in f32 when `widened` (of bf16 q and k: bf16 values); from `wide` where a bf16 layer's
+    /// products run in f32.
+    fn raw_scores(
+        &self,
+        p: &Projected,
+        ctx: &BlockCtx,
+        widened: bool,
+        wide: Option<&WideQkv>,
+    ) -> Result<Tensor> {
         let (q_start, n) = (ctx.q_start, ctx.q_len);
         let s = &self.shape;
         let b = p.q.dim(0)?;
         let groups = s.heads / s.kv_heads;
         let keys = q_start + n;
-        let qb =
-            p.q.narrow(2, q_start, n)?
-                .reshape((b, s.kv_heads, groups * n, s.head_dim))?;
-        let kb = p.k.narrow(2, 0, keys)?;
+        let (q, k) = wide.map_or((&p.q, &p.k), |w| (&w.q, &w.k));
+        let qb = q
+            .narrow(2, q_start, n)?
+            .reshape((b, s.kv_heads, groups * n, s.head_dim))?;
+        let kb = k.narrow(2, 0, keys)?;
         let _p = phase("attention: q.k products");
-        Ok(qb.matmul(&kb.t()?)?.reshape((b, s.heads, n, keys))?)
+        let raw = qb.matmul(&kb.t()?)?;
+        let raw = match (wide, widened) {
+            (Some(_), widened) => rounded_product(raw, widened)?,
+            (None, true) => crate::cpu::bf16_elementwise::to_f32(&raw)?,
+            (None, false) => raw,
+        };
+        Ok(raw.reshape((b, s.heads, n, keys))?)
     }
 
-    /// Weights `[b, heads, n, keys]` times the values the block sees, `[b, heads, n, d]`.
-    fn value_product(&self, p: &Projected, weights: &Tensor, ctx: &BlockCtx) -> Result<Tensor> {
+    /// Weights `[b, heads, n, keys]` times the values the block sees, `[b, heads, n, d]`
+    /// (the weights rounded to the values' dtype first); from `wide` where a bf16 layer's
+    /// products run in f32.
+    fn value_product(
+        &self,
+        p: &Projected,
+        weights: &Tensor,
+        ctx: &BlockCtx,
+        wide: Option<&WideQkv>,
+    ) -> Result<Tensor> {
         let (q_start, n) = (ctx.q_start, ctx.q_len);
         let s = &self.shape;
         let b = p.q.dim(0)?;
         let (groups, keys) = (s.heads / s.kv_heads, q_start + n);
-        let vb = p.v.narrow(2, 0, keys)?;
-        Ok(weights
-            .to_dtype(p.v.dtype())?
-            .reshape((b, s.kv_heads, groups * n, keys))?
-            .matmul(&vb)?
-            .reshape((b, s.heads, n, s.head_dim))?)
+        let grouped = (b, s.kv_heads, groups * n, keys);
+        let out = match wide {
+            Some(w) => {
+                let weights = crate::cpu::bf16_elementwise::rounded_f32(weights)?;
+                let product = weights.reshape(grouped)?.matmul(&w.v.narrow(2, 0, keys)?)?;
+                rounded_product(product, false)?
+            }
+            None => {
+                let vb = p.v.narrow(2, 0, keys)?;
+                weights
+                    .to_dtype(p.v.dtype())?
+                    .reshape(grouped)?
+                    .matmul(&vb)?
+            }
+        };
+        Ok(out.reshape((b, s.heads, n, s.head_dim))?)
     }
 
     fn block_weights(

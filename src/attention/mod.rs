@@ -15,6 +15,7 @@ pub mod plan;
 mod scale_invariant;
 mod sink;
 mod variant;
+mod wide_qkv;
 
 pub use affine_scaled::{activate, affine_weights};
 pub use layer::{Attention, AttentionShape, AttentionWeights, QkvProjections};

@@ -100,9 +100,115 @@ fn add_row(x: &[bf16], y: &[bf16], dst: &mut [bf16]) {
     }
 }
 
+/// `xs` in f32: a bf16 CPU tensor widened in vector registers, in parallel (exact; a NaN
+/// quieted as `half::bf16::to_f32` does: candle's cast's bits, which it makes one value at a
+/// time on one thread); any other tensor through candle's cast.
+pub fn to_f32(xs: &Tensor) -> Result<Tensor> {
+    if xs.dtype() != DType::BF16 || !matches!(xs.device(), Device::Cpu) {
+        return Ok(xs.to_dtype(DType::F32)?);
+    }
+    let xs = xs.contiguous()?;
+    let (storage, layout) = xs.storage_and_layout();
+    let (Storage::Cpu(cpu), Some((start, end))) = (&*storage, layout.contiguous_offsets()) else {
+        return Ok(xs.to_dtype(DType::F32)?);
+    };
+    let src = &cpu.as_slice::<bf16>()?[start..end];
+    let mut out = vec![0f32; src.len()];
+    out.par_chunks_mut(CHUNK)
+        .zip(src.par_chunks(CHUNK))
+        .for_each(|(dst, src)| simd_dispatch!(widen_row(src, dst)));
+    Ok(Tensor::from_vec(out, xs.dims(), &Device::Cpu)?)
+}
+
+#[inline(always)]
+fn widen_row(src: &[bf16], dst: &mut [f32]) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        let bits = s.to_bits() as u32;
+        let nan = (bits & 0x7FFF) > 0x7F80;
+        *d = f32::from_bits((bits | (nan as u32 * 0x40)) << 16);
+    }
+}
+
+/// `xs` in bf16: an f32 CPU tensor rounded in vector registers, in parallel (candle's cast's
+/// bits); any other tensor through candle's cast.
+pub fn to_bf16(xs: &Tensor) -> Result<Tensor> {
+    let xs = match xs.dtype() == DType::F32 && xs.device().is_cpu() {
+        true => xs.contiguous()?,
+        false => return Ok(xs.to_dtype(DType::BF16)?),
+    };
+    super::host::with_cpu_f32(&xs, |values| to_bf16_tensor(values, xs.dims()))
+        .unwrap_or_else(|| Ok(xs.to_dtype(DType::BF16)?))
+}
+
+/// An f32 CPU tensor with each value rounded to bf16 (still f32: `to_f32(to_bf16(xs))`'s
+/// values, NaN aside), read and written in one parallel pass; any other tensor through
+/// candle's casts.
+pub fn rounded_f32(xs: &Tensor) -> Result<Tensor> {
+    let xs = match xs.dtype() == DType::F32 && xs.device().is_cpu() {
+        true => xs.contiguous()?,
+        false => return Ok(xs.to_dtype(DType::BF16)?.to_dtype(DType::F32)?),
+    };
+    super::host::with_cpu_f32(&xs, |values| {
+        let mut out = vec![0f32; values.len()];
+        out.par_chunks_mut(CHUNK)
+            .zip(values.par_chunks(CHUNK))
+            .for_each(|(dst, src)| simd_dispatch!(round_copy_row(src, dst)));
+        Ok(Tensor::from_vec(out, xs.dims(), &Device::Cpu)?)
+    })
+    .unwrap_or_else(|| Ok(xs.to_dtype(DType::BF16)?.to_dtype(DType::F32)?))
+}
+
+#[inline(always)]
+fn round_copy_row(src: &[f32], dst: &mut [f32]) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = f32::from_bits((bf16_bits(s) as u32) << 16);
+    }
+}
+
+/// Rounds the values of a contiguous f32 CPU tensor to bf16 in place (still f32), for a
+/// tensor nothing else holds yet (a product just made: its storage is shared by every
+/// clone); `false` for any other tensor, left as it is.
+pub fn round_fresh_in_place(xs: &Tensor) -> Result<bool> {
+    if xs.dtype() != DType::F32 || !xs.device().is_cpu() || !xs.is_contiguous() {
+        return Ok(false);
+    }
+    xs.inplace_op1(&RoundInPlace)?;
+    Ok(true)
+}
+
+struct RoundInPlace;
+
+impl candle_core::InplaceOp1 for RoundInPlace {
+    fn name(&self) -> &'static str {
+        "round-to-bf16-in-place"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &mut candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> candle_core::Result<()> {
+        let (candle_core::CpuStorage::F32(values), Some((start, end))) =
+            (storage, layout.contiguous_offsets())
+        else {
+            candle_core::bail!("round-to-bf16-in-place: a contiguous f32 tensor")
+        };
+        round_in_place(&mut values[start..end]);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn bits(t: &Tensor) -> Vec<u16> {
+        t.to_vec1::<bf16>()
+            .unwrap()
+            .iter()
+            .map(|b| b.to_bits())
+            .collect()
+    }
 
     /// Every rounding case (ties both ways, carries into the exponent, infinities, NaN,
     /// subnormals) gives half's bits, and the sum gives candle's.
@@ -143,6 +249,44 @@ mod tests {
                 o.to_bits() == c.to_bits() || (o.is_nan() && c.is_nan()),
                 "{o} vs {c}"
             );
+        }
+        let wide = Tensor::from_vec(values.clone(), n, &Device::Cpu).unwrap();
+        let narrow = to_bf16(&wide).unwrap();
+        assert_eq!(
+            bits(&narrow),
+            bits(&wide.to_dtype(DType::BF16).unwrap()),
+            "to_bf16 is candle's cast"
+        );
+        let back = to_f32(&narrow).unwrap().to_vec1::<f32>().unwrap();
+        let candles = narrow
+            .to_dtype(DType::F32)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let f32_bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            f32_bits(&back),
+            f32_bits(&candles),
+            "to_f32 is candle's cast"
+        );
+        let odd: Vec<bf16> = [0x7F81u16, 0xFF81, 0x7FC0, 0x0001, 0x8000]
+            .map(bf16::from_bits)
+            .to_vec();
+        let odd = Tensor::from_vec(odd, 5, &Device::Cpu).unwrap();
+        assert_eq!(
+            f32_bits(&to_f32(&odd).unwrap().to_vec1::<f32>().unwrap()),
+            f32_bits(&odd.to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap()),
+            "signalling NaNs quieted as candle's cast does"
+        );
+        let fresh = Tensor::from_vec(values.clone(), n, &Device::Cpu).unwrap();
+        assert!(round_fresh_in_place(&fresh).unwrap());
+        let copied = rounded_f32(&wide).unwrap();
+        for (t, v) in [&fresh, &copied]
+            .map(|t| t.to_vec1::<f32>().unwrap())
+            .iter()
+            .zip([&candles, &candles])
+        {
+            assert_eq!(f32_bits(t), f32_bits(v), "rounded in f32 is candle's casts");
         }
         let mut rounded = values.clone();
         round_in_place(&mut rounded);

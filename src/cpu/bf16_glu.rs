@@ -6,6 +6,7 @@ use candle_core::{DType, Device, Storage, Tensor};
 use half::bf16;
 use rayon::prelude::*;
 
+use super::bf16_elementwise::bf16_bits;
 use super::bf16_gemm::matmul;
 use super::bf16_panels::{round_row, PackedWeight};
 use super::bf16_row_tiles::RowTiles;
@@ -78,18 +79,22 @@ pub fn swiglu_rows(x: &RowTiles, gate: &PackedWeight, up: &PackedWeight) -> RowT
     })
 }
 
-/// `u <- silu(g) * u` of f32 values that are bf16 values (the projections' sums rounded
-/// in f32): [`silu_mul`]'s arithmetic, before its rounding.
-pub fn silu_mul_f32(g: &[f32], u: &mut [f32]) {
-    u.par_chunks_mut(CHUNK)
-        .zip(g.par_chunks(CHUNK))
-        .for_each(|(u, g)| simd_dispatch!(silu_mul_in_place(g, u)));
+/// `silu(g) * u` of two projections' f32 sums, each rounded to bf16 first and the product
+/// rounded once ([`silu_mul`]'s arithmetic on the rounded sums), in one pass over the values.
+pub fn silu_mul_rounded(g: &[f32], u: &[f32]) -> Vec<f32> {
+    let mut out = vec![0f32; u.len()];
+    out.par_chunks_mut(CHUNK)
+        .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
+        .for_each(|(out, (g, u))| simd_dispatch!(silu_mul_rounded_row(g, u, out)));
+    out
 }
 
 #[inline(always)]
-fn silu_mul_in_place(g: &[f32], u: &mut [f32]) {
-    for (u, &g) in u.iter_mut().zip(g) {
-        *u = g / (1.0 + exp(-g)) * *u;
+fn silu_mul_rounded_row(g: &[f32], u: &[f32], out: &mut [f32]) {
+    let rounded = |x: f32| f32::from_bits((bf16_bits(x) as u32) << 16);
+    for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
+        let (g, u) = (rounded(g), rounded(u));
+        *o = rounded(g / (1.0 + exp(-g)) * u);
     }
 }
 

@@ -222,7 +222,9 @@ mod tests {
     fn with_first_header(bytes: &[u8], edit: impl FnOnce(&mut PageHeader)) -> Vec<u8> {
         let mut cursor = std::io::Cursor::new(bytes);
         let metadata = polars_parquet::parquet::read::read_metadata(&mut cursor).unwrap();
-        let mut start = metadata.row_groups[0].parquet_columns()[0].byte_range().start as usize;
+        let mut start = metadata.row_groups[0].parquet_columns()[0]
+            .byte_range()
+            .start as usize;
         let (mut header, old_length) = loop {
             let mut rest = &bytes[start..];
             let header = read_header(&mut rest).unwrap();
@@ -237,7 +239,11 @@ mod tests {
         header
             .write_to_out_protocol(&mut TCompactOutputProtocol::new(&mut encoded))
             .unwrap();
-        assert_eq!(encoded.len(), old_length, "the edit changed the header's length");
+        assert_eq!(
+            encoded.len(),
+            old_length,
+            "the edit changed the header's length"
+        );
         let mut out = bytes.to_vec();
         out[start..start + old_length].copy_from_slice(&encoded);
         out

@@ -93,9 +93,9 @@ impl Linear {
             Kind::Candle(inner) => Ok(inner.forward(xs)?),
             Kind::Bf16 { weight, bias } => bf16_forward(xs, weight, bias.as_deref(), xs.dtype()),
             Kind::F32Products(inner) => {
-                let ys = inner.forward(&xs.to_dtype(DType::F32)?)?;
+                let ys = inner.forward(&bf16_elementwise::to_f32(xs)?)?;
                 match xs.dtype() == DType::BF16 && ys.device().is_cpu() {
-                    true => rounded_to_bf16(&ys),
+                    true => bf16_elementwise::to_bf16(&ys),
                     false => Ok(ys.to_dtype(xs.dtype())?),
                 }
             }
@@ -109,7 +109,7 @@ impl Linear {
     pub fn forward_f32(&self, xs: &Tensor) -> Result<Tensor> {
         match &self.kind {
             Kind::Bf16 { weight, bias } => bf16_forward(xs, weight, bias.as_deref(), DType::F32),
-            Kind::F32Products(inner) => Ok(inner.forward(&xs.to_dtype(DType::F32)?)?),
+            Kind::F32Products(inner) => Ok(inner.forward(&bf16_elementwise::to_f32(xs)?)?),
             Kind::Candle(_) => Ok(self.forward(xs)?.to_dtype(DType::F32)?),
         }
     }
@@ -291,27 +291,18 @@ pub fn f32_products_swiglu(
     if !cpu_bf16 || g.bias().is_some() || u.bias().is_some() {
         return Ok(None);
     }
-    let wide = xs.to_dtype(DType::F32)?;
-    let rounded = |t: Tensor| -> Result<(Vec<f32>, Vec<usize>)> {
-        let dims = t.dims().to_vec();
-        let mut values = t.flatten_all()?.to_vec1::<f32>()?;
-        bf16_elementwise::round_in_place(&mut values);
-        Ok((values, dims))
+    let wide = bf16_elementwise::to_f32(xs)?;
+    let (gate_sums, up_sums) = (g.forward(&wide)?, u.forward(&wide)?);
+    let dims = up_sums.dims().to_vec();
+    let inner = crate::cpu::host::with_cpu_f32(&gate_sums, |gs| {
+        crate::cpu::host::with_cpu_f32(&up_sums, |us| bf16_glu::silu_mul_rounded(gs, us))
+    })
+    .flatten();
+    let Some(inner) = inner else {
+        return Ok(None);
     };
-    let (gv, dims) = rounded(g.forward(&wide)?)?;
-    let (mut inner, _) = rounded(u.forward(&wide)?)?;
-    bf16_glu::silu_mul_f32(&gv, &mut inner);
-    bf16_elementwise::round_in_place(&mut inner);
     let inner = Tensor::from_vec(inner, dims, &Device::Cpu)?;
-    Ok(Some(rounded_to_bf16(&d.forward(&inner)?)?))
-}
-
-/// An f32 CPU tensor rounded to bf16 in vector registers (candle's cast rounds one value
-/// at a time): the same bits.
-fn rounded_to_bf16(ys: &Tensor) -> Result<Tensor> {
-    let dims = ys.dims().to_vec();
-    let values = ys.flatten_all()?.to_vec1::<f32>()?;
-    bf16_elementwise::to_bf16_tensor(&values, &dims)
+    Ok(Some(bf16_elementwise::to_bf16(&d.forward(&inner)?)?))
 }
 
 /// The rows of a contiguous CPU tensor as bf16 (bf16 as they are, other dtypes rounded).

@@ -186,7 +186,10 @@ fn a_parquet_page_claiming_values_its_column_has_not_is_refused_before_decoding(
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let damaged = crate::common::fixtures().join("damaged/negative_page_values");
-    let o = run_cli(root, &["report", damaged.to_str().unwrap(), "--out", "page.html"]);
+    let o = run_cli(
+        root,
+        &["report", damaged.to_str().unwrap(), "--out", "page.html"],
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
