@@ -16,7 +16,9 @@ use std::path::PathBuf;
 use asa_analyze::analysis::partial::merge_partials;
 use asa_analyze::analysis::record::RunRecord;
 use asa_analyze::analysis::shard::Shard;
-use asa_analyze::analysis::{CancelToken, ModelSource, Run, RunEvents, RunOptions, RunOutput};
+use asa_analyze::analysis::{
+    CancelToken, Execution, ModelSource, Run, RunEvents, RunOptions, RunOutput, RunSpec,
+};
 use asa_analyze::attention::VariantKind;
 use asa_analyze::corpus::induction::ProbeKind;
 use asa_analyze::corpus::{BosMode, WindowMode};
@@ -271,37 +273,37 @@ impl AnalyzeArgs<'_> {
     fn options(self) -> PyResult<RunOptions> {
         let mut o = RunOptions::default();
         if let Some(names) = &self.metrics {
-            o.metrics = names
+            o.spec.metrics = names
                 .iter()
                 .map(|n| n.parse::<Metric>().map_err(usage))
                 .collect::<PyResult<_>>()?;
         }
-        o.corpus = self.corpus;
-        o.probe = match self.probe {
+        o.inputs.corpus = self.corpus;
+        o.spec.probe = match self.probe {
             Some(name) => Some(name.parse::<ProbeKind>().map_err(usage)?),
             None => None,
         };
         // the probe's own metric comes with the default set, as in `analyze --probe`
-        if o.probe == Some(ProbeKind::Induction) && self.metrics.is_none() {
-            o.metrics.insert(Metric::INDUCTION_SCORE);
+        if o.spec.probe == Some(ProbeKind::Induction) && self.metrics.is_none() {
+            o.spec.metrics.insert(Metric::INDUCTION_SCORE);
         }
-        o.seq_len = self.seq_len;
-        o.num_seqs = self.num_seqs;
-        o.map_size = self.map_size;
-        o.roles = self.roles;
-        o.batch_size = self.batch_size;
-        o.seed = self.seed;
-        o.bos = self.bos.parse::<BosMode>().map_err(usage)?;
-        o.windows = self.windows.parse::<WindowMode>().map_err(usage)?;
-        o.variant = match self.variant {
+        o.spec.seq_len = self.seq_len;
+        o.spec.num_seqs = self.num_seqs;
+        o.spec.map_size = self.map_size;
+        o.spec.roles = self.roles;
+        o.execution.batch_size = self.batch_size;
+        o.spec.seed = self.seed;
+        o.spec.bos = self.bos.parse::<BosMode>().map_err(usage)?;
+        o.spec.windows = self.windows.parse::<WindowMode>().map_err(usage)?;
+        o.spec.variant = match self.variant {
             Some(name) => Some(name.parse::<VariantKind>().map_err(usage)?),
             None => None,
         };
-        o.device = self
+        o.execution.device = self
             .device
             .parse::<DeviceRequest>()
             .map_err(|e| UsageError::new_err(e.to_string()))?;
-        o.shard = match self.shard {
+        o.execution.shard = match self.shard {
             Some(text) => Some(Shard::parse(text).map_err(to_py)?).filter(|s| s.count > 1),
             None => None,
         };
@@ -337,7 +339,7 @@ fn on_threads<T: Send>(threads: Option<usize>, work: impl FnOnce() -> T + Send) 
 
 /// Runs an analysis (see `asa_analyze.analyze`).
 #[pyfunction]
-#[pyo3(signature = (models, metrics = None, corpus = None, probe = None, seq_len = RunOptions::default().seq_len, num_seqs = RunOptions::default().num_seqs, bos = "auto", windows = "packed", variant = None, device = "auto", batch_size = RunOptions::default().batch_size, seed = RunOptions::default().seed, shard = None, events = None, cancel = None, memory = None, tokenizer = None, threads = None, map_size = RunOptions::DEFAULT_MAP_SIZE, role_sink = RunOptions::default().roles.sink, role_local_window = RunOptions::default().roles.local_window, role_local = RunOptions::default().roles.local, role_prev = RunOptions::default().roles.prev, role_induction = RunOptions::default().roles.induction))]
+#[pyo3(signature = (models, metrics = None, corpus = None, probe = None, seq_len = RunSpec::default().seq_len, num_seqs = RunSpec::default().num_seqs, bos = "auto", windows = "packed", variant = None, device = "auto", batch_size = Execution::default().batch_size, seed = RunSpec::default().seed, shard = None, events = None, cancel = None, memory = None, tokenizer = None, threads = None, map_size = RunSpec::DEFAULT_MAP_SIZE, role_sink = RunSpec::default().roles.sink, role_local_window = RunSpec::default().roles.local_window, role_local = RunSpec::default().roles.local, role_prev = RunSpec::default().roles.prev, role_induction = RunSpec::default().roles.induction))]
 #[allow(clippy::too_many_arguments)]
 fn analyze(
     py: Python<'_>,
@@ -390,12 +392,12 @@ fn analyze(
             },
         }
         .options()?;
-        if options.shard.is_some() {
+        if options.execution.shard.is_some() {
             return Err(UsageError::new_err(
                 "shards are for the CLI on a cluster (analyze --shard K/N, then merge); in Python run whole or merge partials with merge()",
             ));
         }
-        options.tokenizer = tokenizer;
+        options.inputs.tokenizer = tokenizer;
         // models held in memory, by label (their `models` entry gives their place)
         let mut held = std::collections::BTreeMap::new();
         for (label, config_json, tensors, host_copy) in memory.unwrap_or_default() {

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use super::run::RunOptions;
+use super::run_spec::RunSpec;
 use super::shard::Shard;
 use crate::error::{Error, Result};
 
@@ -109,30 +109,14 @@ pub fn windows_sha256(windows: &[Vec<u32>]) -> String {
     hex(&ids.finalize())
 }
 
-/// The run's fingerprint: the tool's version, the analysis dtype, the options that change
-/// the numbers (not where the files are, the device, the batch or block sizes, memory
-/// limits or the shard itself), and each model's fingerprint.
-pub fn run_fingerprint(options: &RunOptions, dtype: &str, models: Vec<Value>) -> Value {
-    let mut opts = serde_json::to_value(options).unwrap_or(Value::Null);
-    if let Value::Object(o) = &mut opts {
-        for key in [
-            "corpus",
-            "tokenizer",
-            "weight_map",
-            "device",
-            "batch_size",
-            "max_memory",
-            "block_size",
-            "stream_layers",
-            "memory_budget",
-        ] {
-            o.remove(key);
-        }
-    }
+/// The run's fingerprint: the tool's version, the analysis dtype, the [`RunSpec`] (the
+/// settings that change the numbers; where the input files lie and how the run executes
+/// are not in it) and each model's fingerprint (which hashes what the inputs hold).
+pub fn run_fingerprint(spec: &RunSpec, dtype: &str, models: Vec<Value>) -> Value {
     json!({
         "asa_analyze_version": env!("CARGO_PKG_VERSION"),
         "dtype": dtype,
-        "options": opts,
+        "options": serde_json::to_value(spec).unwrap_or(Value::Null),
         "models": models,
     })
 }

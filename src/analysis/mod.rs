@@ -12,15 +12,15 @@ pub mod partial_checks;
 pub mod plan;
 pub mod record;
 mod run;
+mod run_spec;
 pub mod schedule;
 pub mod series;
 pub mod shard;
 pub mod tokens;
 
 pub use cancel::CancelToken;
-pub use run::{
-    kernel_layers, ModelResult, ModelSource, Run, RunEvents, RunOptions, RunOutput, Silent,
-};
+pub use run::{kernel_layers, ModelResult, ModelSource, Run, RunEvents, RunOutput, Silent};
+pub use run_spec::{Execution, RunInputs, RunOptions, RunSpec};
 
 use candle_core::Tensor;
 

@@ -13,26 +13,23 @@ use super::attention_series;
 use super::fingerprint::{model_fingerprint, run_fingerprint};
 use super::hub_cache::{self, HubModel};
 use super::partial::{Covered, PartialModel};
-use super::plan::{batch_chunk, block_size, check_block, default_budget};
+use super::plan::{batch_chunk, block_size, default_budget};
 use super::record::{
     ActivationAt, ModelRecord, NonFiniteRecord, ProbeRecord, RunRecord, SeriesStep,
 };
+use super::run_spec::RunOptions;
 use super::schedule::{peak_rss_bytes, Schedule};
 use super::series::find_series;
 use super::shard::Shard;
 use super::{accumulate_timed, finish, finish_inputs, Along, CancelToken, RunPart, RunShape};
-use crate::attention::VariantKind;
 use crate::corpus::induction::{copy_len, ProbeKind};
 use crate::corpus::{
-    load_windows_with, BosMode, CorpusOptions, CorpusSource, SpecialTokens, TokenizerRef,
-    WindowMode, Windows,
+    load_windows_with, CorpusOptions, CorpusSource, SpecialTokens, TokenizerRef, Windows,
 };
-use crate::device::{resolve_device, resolve_dtype, DeviceRequest};
+use crate::device::{resolve_device, resolve_dtype};
 use crate::error::{Error, Result};
 use crate::export::Table;
 use crate::metrics::distance::Bands;
-use crate::metrics::entropy::EntropyOf;
-use crate::metrics::head_role::RoleThresholds;
 use crate::metrics::qk_mean::QkResult;
 use crate::metrics::{
     attention_tables, qk_series_table, Metric, MetricOptions, MetricProbe, ModelMetrics,
@@ -61,211 +58,6 @@ impl ModelSource {
             memory: None,
         }
     }
-}
-
-/// Everything an analysis is asked for, as plain values (the CLI's flags, Python's keyword
-/// arguments); [`RunOptions::default`] is what `analyze` does without options.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct RunOptions {
-    pub metrics: BTreeSet<Metric>,
-    /// Text (.txt, .jsonl) or token ids (.npy, .json); `None`: the built-in generated prose.
-    pub corpus: Option<PathBuf>,
-    /// A built-in probe instead of a corpus (`--probe induction`: BOS, L random ids, the
-    /// same L again, `seq_len = 2L + 1`, ids from `seed`).
-    pub probe: Option<ProbeKind>,
-    pub tokenizer: Option<PathBuf>,
-    pub weight_map: Option<PathBuf>,
-    /// Analyse every checkpoint as this variant, whatever config.json names or the weights
-    /// point to (a checkpoint trained with off-by-one whose config does not say so).
-    pub variant: Option<VariantKind>,
-    pub seq_len: usize,
-    pub num_seqs: usize,
-    pub bos: BosMode,
-    /// Windows packed from the joined documents (default) or one per document.
-    pub windows: WindowMode,
-    pub batch_size: usize,
-    pub seed: u64,
-    #[serde(serialize_with = "display")]
-    pub device: DeviceRequest,
-    #[serde(skip)]
-    pub dtype: Option<DType>,
-    /// Attention block memory budget in bytes (default: a share of free memory).
-    pub max_memory: Option<u64>,
-    pub block_size: Option<usize>,
-    /// Read one layer's weights at a time (layer-major), whatever the budget.
-    pub stream_layers: bool,
-    /// Analyse weights holding NaN or infinities (a diverged checkpoint) instead of
-    /// refusing them.
-    pub allow_nonfinite: bool,
-    /// Analyse a checkpoint holding weights its config does not use instead of refusing it.
-    pub ignore_unused_weights: bool,
-    /// Bytes the model's weights may take in memory before layers are streamed (default:
-    /// `schedule::default_memory_budget`).
-    pub memory_budget: Option<u64>,
-    /// Where a streamed run's residual stream is spilled when it passes the budget (the
-    /// CLI: `--out`'s staging folder; default the system's temporary folder).
-    #[serde(skip)]
-    pub scratch_dir: Option<PathBuf>,
-    pub min_query: usize,
-    /// Heatmap / profile layer, 1-based, a decoder layer with attention (default the 8th
-    /// attention layer, clipped to the last).
-    pub layer: Option<usize>,
-    pub size: usize,
-    /// block_map side G: query and key blocks (clipped to the window length).
-    pub map_size: usize,
-    pub profile_query: Option<usize>,
-    pub bins: usize,
-    pub sink_eps: f64,
-    /// Distance band edges after 0; `None`: decades.
-    pub bands: Option<Vec<usize>>,
-    pub entropy_of: EntropyOf,
-    /// The head-role thresholds (`--role-*`).
-    pub roles: RoleThresholds,
-    /// Analyse shard K of N of each model's windows and keep the exact metric states (a
-    /// partial result for `merge`) instead of finishing them alone.
-    #[serde(skip)]
-    pub shard: Option<Shard>,
-}
-
-fn display<S: serde::Serializer>(d: &DeviceRequest, s: S) -> std::result::Result<S::Ok, S::Error> {
-    s.serialize_str(&d.to_string())
-}
-
-impl Default for RunOptions {
-    fn default() -> Self {
-        RunOptions {
-            metrics: Metric::defaults().into_iter().collect(),
-            corpus: None,
-            probe: None,
-            tokenizer: None,
-            weight_map: None,
-            variant: None,
-            seq_len: 1024,
-            num_seqs: 10,
-            bos: BosMode::Auto,
-            windows: WindowMode::Packed,
-            batch_size: 1,
-            seed: 0,
-            device: DeviceRequest::Auto,
-            dtype: None,
-            max_memory: None,
-            block_size: None,
-            stream_layers: false,
-            allow_nonfinite: false,
-            ignore_unused_weights: false,
-            memory_budget: None,
-            scratch_dir: None,
-            min_query: 1,
-            layer: None,
-            size: 30,
-            map_size: Self::DEFAULT_MAP_SIZE,
-            profile_query: None,
-            bins: 20,
-            sink_eps: 0.3,
-            bands: None,
-            entropy_of: EntropyOf::Effective,
-            roles: RoleThresholds::default(),
-            shard: None,
-        }
-    }
-}
-
-/// More histogram bins than any figure can show; each is a table row (10^7 wrote 0.5 GB).
-const MAX_BINS: usize = 100_000;
-/// Beyond any analysis that finishes; refused before the built-in text is generated.
-const MAX_TOKENS: usize = 1 << 28;
-
-impl RunOptions {
-    /// `block_map`'s side when not given (`--map-size`, Python's `map_size`).
-    pub const DEFAULT_MAP_SIZE: usize = 256;
-
-    /// The options' own errors, before anything is read (the model-dependent ones, such as
-    /// a layer past the depth, come with each model).
-    pub fn validate(&self) -> Result<()> {
-        if let Some(b) = self.block_size {
-            check_block(b)?;
-        }
-        for (name, value) in [
-            ("--bins", self.bins),
-            ("--size", self.size),
-            ("--map-size", self.map_size),
-            ("--batch-size", self.batch_size),
-        ] {
-            if value == 0 {
-                return Err(Error::usage(format!("{name} must be at least 1")));
-            }
-        }
-        if self.bins > MAX_BINS {
-            let bins = self.bins;
-            return Err(Error::usage(format!(
-                "--bins {bins} is more than {MAX_BINS}"
-            )));
-        }
-        if self.seq_len.saturating_mul(self.num_seqs) > MAX_TOKENS {
-            return Err(Error::usage(format!(
-                "--seq-len {} x --num-seqs {} asks for more than {MAX_TOKENS} tokens",
-                self.seq_len, self.num_seqs
-            )));
-        }
-        if !self.sink_eps.is_finite() {
-            return Err(Error::usage(format!(
-                "--sink-eps must be a finite number, got {}",
-                self.sink_eps
-            )));
-        }
-        self.validate_probe()?;
-        validate_roles(&self.roles)?;
-        match &self.tokenizer {
-            Some(file) if !file.is_file() => Err(Error::not_a_file(file, "--tokenizer")),
-            _ => Ok(()),
-        }
-    }
-
-    /// The probe's own errors: a probe replaces the corpus and shapes the windows, and
-    /// induction_score is only measured on the induction probe.
-    fn validate_probe(&self) -> Result<()> {
-        let Some(probe) = self.probe else {
-            if self.metrics.contains(&Metric::INDUCTION_SCORE) {
-                return Err(Error::usage(
-                    "induction_score is measured on the induction probe: add --probe induction \
-                     (with an odd --seq-len, 2L + 1)",
-                ));
-            }
-            return Ok(());
-        };
-        if let Some(corpus) = &self.corpus {
-            return Err(Error::usage(format!(
-                "--probe {probe} makes its own windows: drop --corpus {}",
-                corpus.display()
-            )));
-        }
-        if self.windows == WindowMode::Documents {
-            return Err(Error::usage(format!(
-                "--probe {probe} makes its own windows: --windows documents applies to a corpus"
-            )));
-        }
-        copy_len(self.seq_len).map(|_| ())
-    }
-}
-
-/// The thresholds' own errors: finite numbers, a window of at least one key.
-fn validate_roles(roles: &RoleThresholds) -> Result<()> {
-    for (name, value) in [
-        ("--role-sink", roles.sink),
-        ("--role-local", roles.local),
-        ("--role-prev", roles.prev),
-        ("--role-induction", roles.induction),
-    ] {
-        if !value.is_finite() {
-            return Err(Error::usage(format!(
-                "{name} must be a finite number, got {value}"
-            )));
-        }
-    }
-    if roles.local_window == 0 {
-        return Err(Error::usage("--role-local-window must be at least 1"));
-    }
-    Ok(())
 }
 
 /// What a caller hears while a run goes; every method defaults to nothing.
@@ -348,7 +140,7 @@ impl RunOutput {
             candle_version: "0.11.1".to_string(),
             device: self.device.clone(),
             dtype: self.dtype.clone(),
-            metrics: options.metrics.clone(),
+            metrics: options.spec.metrics.clone(),
             // plain values of plain types: serialising them cannot fail
             options: serde_json::to_value(options).unwrap_or_default(),
             models: self.models.iter().map(|m| m.record.clone()).collect(),
@@ -381,7 +173,7 @@ pub struct Run {
 /// GEMM on a CPU without AVX-512 BF16.
 fn kernel_notes(o: &RunOptions, device: &Device, dtype: DType) -> Vec<&'static str> {
     let mut notes = Vec::new();
-    if device.is_cuda() && o.metrics.contains(&Metric::BLOCK_MAP) {
+    if device.is_cuda() && o.spec.metrics.contains(&Metric::BLOCK_MAP) {
         notes.push(
             "block_map: no CUDA kernel makes its key-block sums; every layer runs on materialised blocks whose weights are reduced on the host",
         );
@@ -426,11 +218,11 @@ impl Run {
         let started = Instant::now();
         let o = &self.options;
         o.validate()?;
-        let device = resolve_device(o.device)?;
-        let dtype = resolve_dtype(o.dtype, &device);
+        let device = resolve_device(o.execution.device)?;
+        let dtype = resolve_dtype(o.spec.dtype, &device);
         let notes = kernel_notes(o, &device, dtype);
         let events = &mut NotesAtStart { events, notes };
-        let map = WeightMap::from_option(o.weight_map.as_deref())?;
+        let map = WeightMap::from_option(o.inputs.weight_map.as_deref())?;
         let ctx = ModelContext {
             order: std::cell::Cell::new(0),
             options: o,
@@ -442,7 +234,7 @@ impl Run {
         let (mut models, mut series, mut step_partials) = (Vec::new(), Vec::new(), Vec::new());
         for source in &self.models {
             if let Some(memory) = &source.memory {
-                let (label, metrics) = (&source.label, &o.metrics);
+                let (label, metrics) = (&source.label, &o.spec.metrics);
                 models.push(ctx.model(label, &memory.origin, Some(memory), metrics, events)?);
                 continue;
             }
@@ -467,7 +259,7 @@ impl Run {
                     models.extend(result.last);
                 }
                 None => {
-                    let metrics = &o.metrics;
+                    let metrics = &o.spec.metrics;
                     models.push(ctx.model(&source.label, path, None, metrics, events)?)
                 }
             }
@@ -480,9 +272,9 @@ impl Run {
             .chain(step_partials)
             .collect();
         partials.sort_by_key(|p| p.order);
-        let fingerprint = o.shard.map(|_| {
+        let fingerprint = o.execution.shard.map(|_| {
             let models = partials.iter().map(|p| p.fingerprint.clone()).collect();
-            run_fingerprint(o, &dtype, models)
+            run_fingerprint(&o.spec, &dtype, models)
         });
         Ok(RunOutput {
             models,
@@ -490,7 +282,7 @@ impl Run {
             device: format!("{device:?}"),
             dtype,
             seconds: started.elapsed().as_secs_f64(),
-            shard: o.shard,
+            shard: o.execution.shard,
             fingerprint,
             partials,
         })
@@ -525,7 +317,7 @@ impl ModelContext<'_> {
         steps: &[(u64, &Path)],
         events: &mut dyn RunEvents,
     ) -> Result<SeriesResult> {
-        let asked = &self.options.metrics;
+        let asked = &self.options.spec.metrics;
         let others = asked.iter().any(|m| *m != Metric::QK_MEAN);
         let mut out = SeriesResult::default();
         for (k, &(step, dir)) in steps.iter().enumerate() {
@@ -571,16 +363,16 @@ impl ModelContext<'_> {
         let o = self.options;
         let ckpt = self.open(label, path, memory, events)?;
         let windows = self.windows(&ckpt, path)?;
-        check_length(&ckpt, o.seq_len, label, events)?;
+        check_length(&ckpt, o.spec.seq_len, label, events)?;
         let opts = metric_options(o, metrics, &ckpt.config, label)?;
         let shape = self.shape(&ckpt, label, events);
         let (model, schedule) = self.load(&ckpt, path, label)?;
         // a shard analyses its share of the windows; the accumulators span them all
         let total = windows.ids.len();
-        if let Some(shard) = &o.shard {
+        if let Some(shard) = &o.execution.shard {
             shard.check_windows(total, label)?;
         }
-        let range = o.shard.map_or(0..total, |s| s.units(total));
+        let range = o.execution.shard.map_or(0..total, |s| s.units(total));
         let pass = Pass {
             ckpt: &ckpt,
             model: &model,
@@ -600,20 +392,21 @@ impl ModelContext<'_> {
             profile_query: opts.profile_query,
             schedule: schedule.record(&done.timings),
             seconds: done.seconds,
-            tokens_per_second: (range.len() * o.seq_len) as f64 / done.seconds,
+            tokens_per_second: (range.len() * o.spec.seq_len) as f64 / done.seconds,
             host_copy: memory.and_then(|m| m.host_copy.clone()),
             probe: o
+                .spec
                 .probe
                 .zip(opts.induction_len)
                 .map(|(probe, copy_len)| ProbeRecord {
                     probe,
                     copy_len,
-                    seed: o.seed,
+                    seed: o.spec.seed,
                 }),
-            ..model_record(&ckpt, &model, &done.metrics, shape, o.seq_len)
+            ..model_record(&ckpt, &model, &done.metrics, shape, o.spec.seq_len)
         };
         let tokens = self.tokens(&ckpt, &windows, metrics);
-        let partial = match o.shard {
+        let partial = match o.execution.shard {
             None => None,
             Some(shard) => {
                 let first = (pass.range.start == 0).then(|| tokens.clone());
@@ -648,13 +441,13 @@ impl ModelContext<'_> {
             Some(m) => Checkpoint::from_memory(m, self.device, self.dtype, self.map)?,
             None => Checkpoint::open_mapped(path, self.device, self.dtype, self.map)?,
         };
-        let mut ckpt = match o.variant {
+        let mut ckpt = match o.spec.variant {
             Some(kind) => ckpt.with_variant(kind),
             None => ckpt,
         }
         .validate()?;
-        ckpt.store.set_allow_nonfinite(o.allow_nonfinite);
-        check_unused(&ckpt, o.ignore_unused_weights)?;
+        ckpt.store.set_allow_nonfinite(o.spec.allow_nonfinite);
+        check_unused(&ckpt, o.spec.ignore_unused_weights)?;
         if let Some(note) = &ckpt.variant.unused_weights {
             events.note(&format!("{label}: {note}"));
         }
@@ -679,7 +472,10 @@ impl ModelContext<'_> {
     /// The forward passes of `pass`, its metrics finished, with the events a caller hears
     /// (started, progress after every query block, finished).
     fn forward(&self, pass: &Pass, events: &mut dyn RunEvents) -> Result<Forwarded> {
-        events.model_started(pass.label, (pass.range.len() * self.options.seq_len) as u64);
+        events.model_started(
+            pass.label,
+            (pass.range.len() * self.options.spec.seq_len) as u64,
+        );
         let started = Instant::now();
         let along = Along {
             cancel: self.cancel,
@@ -735,6 +531,7 @@ impl ModelContext<'_> {
     fn scratch(&self, label: &str) -> PathBuf {
         let dir = self
             .options
+            .execution
             .scratch_dir
             .clone()
             .unwrap_or_else(std::env::temp_dir);
@@ -749,25 +546,26 @@ impl ModelContext<'_> {
     fn windows(&self, ckpt: &Checkpoint, path: &Path) -> Result<Windows> {
         let o = self.options;
         let c = &ckpt.config;
-        let source = match (&o.corpus, o.probe) {
-            (_, Some(ProbeKind::Induction)) => CorpusSource::InductionProbe { seed: o.seed },
+        let source = match (&o.inputs.corpus, o.spec.probe) {
+            (_, Some(ProbeKind::Induction)) => CorpusSource::InductionProbe { seed: o.spec.seed },
             (Some(p), None) => CorpusSource::File(p.clone()),
-            (None, None) => CorpusSource::BuiltIn { seed: o.seed },
+            (None, None) => CorpusSource::BuiltIn { seed: o.spec.seed },
         };
         let corpus_opts = CorpusOptions {
-            seq_len: o.seq_len,
-            num_seqs: o.num_seqs,
-            bos: o.bos,
-            windows: o.windows,
+            seq_len: o.spec.seq_len,
+            num_seqs: o.spec.num_seqs,
+            bos: o.spec.bos,
+            windows: o.spec.windows,
         };
         let special = SpecialTokens {
             bos: c.bos_token_id,
             eos: c.eos_token_id,
         };
-        let needs_text = !matches!(&o.corpus, Some(p) if is_token_ids(p)) && o.probe.is_none();
+        let needs_text =
+            !matches!(&o.inputs.corpus, Some(p) if is_token_ids(p)) && o.spec.probe.is_none();
         let (built, tokenizer_json);
         let origin = path.to_path_buf();
-        let tokenizer = match (&o.tokenizer, ckpt.tokenizer_json()) {
+        let tokenizer = match (&o.inputs.tokenizer, ckpt.tokenizer_json()) {
             (Some(file), _) => Some(TokenizerRef::Path(file)),
             (None, Some(json)) => {
                 tokenizer_json = json;
@@ -794,10 +592,10 @@ impl ModelContext<'_> {
         metrics: &BTreeSet<Metric>,
     ) -> Vec<(u32, String)> {
         let o = self.options;
-        if !metrics.contains(&Metric::HEATMAP) || o.seq_len > super::tokens::TOKENS_UP_TO {
+        if !metrics.contains(&Metric::HEATMAP) || o.spec.seq_len > super::tokens::TOKENS_UP_TO {
             return Vec::new();
         }
-        let tokenizer = match &o.tokenizer {
+        let tokenizer = match &o.inputs.tokenizer {
             Some(file) => tokenizers::Tokenizer::from_file(file).ok(),
             None => ckpt.tokenizer().ok(),
         };
@@ -811,19 +609,22 @@ impl ModelContext<'_> {
     /// Sequences per pass and queries per block: `--block-size`, or what fits the budget.
     fn shape(&self, ckpt: &Checkpoint, label: &str, events: &mut dyn RunEvents) -> RunShape {
         let o = self.options;
-        let (heads, t) = (ckpt.config.num_heads, o.seq_len);
-        let budget = o.max_memory.unwrap_or_else(|| default_budget(self.device));
-        let (batch, block) = match o.block_size {
-            Some(b) => (o.batch_size.max(1), b),
+        let (heads, t) = (ckpt.config.num_heads, o.spec.seq_len);
+        let budget = o
+            .execution
+            .max_memory
+            .unwrap_or_else(|| default_budget(self.device));
+        let (batch, block) = match o.execution.block_size {
+            Some(b) => (o.execution.batch_size.max(1), b),
             None => {
-                let batch = batch_chunk(budget, o.batch_size.max(1), heads, t);
+                let batch = batch_chunk(budget, o.execution.batch_size.max(1), heads, t);
                 (batch, block_size(budget, batch, heads, t))
             }
         };
-        if batch < o.batch_size {
+        if batch < o.execution.batch_size {
             events.note(&format!(
                 "{label}: --batch-size {} runs as batches of {batch} sequences to fit the attention memory budget ({} MiB)",
-                o.batch_size,
+                o.execution.batch_size,
                 budget >> 20
             ));
         }
@@ -941,9 +742,9 @@ fn metric_options(
     config: &ModelConfig,
     label: &str,
 ) -> Result<MetricOptions> {
-    let t = o.seq_len;
-    let heatmap_layer = heatmap_layer(o.layer, config, label)?;
-    let profile_query = match o.profile_query {
+    let t = o.spec.seq_len;
+    let heatmap_layer = heatmap_layer(o.spec.layer, config, label)?;
+    let profile_query = match o.spec.profile_query {
         Some(q) if q >= t => {
             return Err(Error::usage(format!(
                 "--profile-query {q} is outside the sequence (0..{t})"
@@ -952,31 +753,31 @@ fn metric_options(
         Some(q) => q,
         None => t - 1,
     };
-    if o.min_query >= t {
+    if o.spec.min_query >= t {
         return Err(Error::usage(format!(
             "--min-query {} leaves no query to average in windows of {t} tokens (queries 0..{t})",
-            o.min_query
+            o.spec.min_query
         )));
     }
     Ok(MetricOptions {
         metrics: metrics.clone(),
-        min_query: o.min_query,
+        min_query: o.spec.min_query,
         heatmap_layer,
-        heatmap_size: o.size.min(t),
-        map_size: o.map_size.min(t),
+        heatmap_size: o.spec.size.min(t),
+        map_size: o.spec.map_size.min(t),
         profile_query,
-        bins: o.bins,
-        sink_eps: o.sink_eps,
-        bands: match &o.bands {
+        bins: o.spec.bins,
+        sink_eps: o.spec.sink_eps,
+        bands: match &o.spec.bands {
             Some(edges) => bands_from(edges, t)?,
             None => Bands::decades(t),
         },
-        entropy_of: o.entropy_of,
-        induction_len: match o.probe {
+        entropy_of: o.spec.entropy_of,
+        induction_len: match o.spec.probe {
             Some(ProbeKind::Induction) => Some(copy_len(t)?),
             None => None,
         },
-        roles: o.roles,
+        roles: o.spec.roles,
     })
 }
 

@@ -7,7 +7,7 @@ use std::path::Path;
 use super::record::ScheduleRecord;
 use candle_core::Device;
 
-use super::run::RunOptions;
+use super::run_spec::RunOptions;
 use crate::device::available_memory;
 use crate::error::{Error, Result};
 use crate::model::{Checkpoint, LayerTiming};
@@ -66,25 +66,34 @@ impl Schedule {
             .map(|l| store.footprint(&format!("model.layers.{l}.")))
             .max()
             .unwrap_or(0);
-        let budget = o.memory_budget.unwrap_or_else(default_memory_budget);
+        let budget = o
+            .execution
+            .memory_budget
+            .unwrap_or_else(default_memory_budget);
         let hidden = ckpt.config.hidden_size as u64;
-        let residual_bytes = o.num_seqs as u64 * o.seq_len as u64 * hidden * 4;
-        let rows = o.batch_size.clamp(1, o.num_seqs.max(1)) as u64;
+        let residual_bytes = o.spec.num_seqs as u64 * o.spec.seq_len as u64 * hidden * 4;
+        let rows = o.execution.batch_size.clamp(1, o.spec.num_seqs.max(1)) as u64;
         let dtype_bytes = store.dtype().size_in_bytes() as u64;
-        let batch_hidden_bytes = 3 * rows * o.seq_len as u64 * hidden * dtype_bytes;
+        let batch_hidden_bytes = 3 * rows * o.spec.seq_len as u64 * hidden * dtype_bytes;
         let need = largest_layer + residual_bytes;
-        let chosen = (budget, o.memory_budget.is_some());
-        let streamed = streams(o.stream_layers, device.is_cpu(), in_memory, need, chosen);
+        let chosen = (budget, o.execution.memory_budget.is_some());
+        let streamed = streams(
+            o.execution.stream_layers,
+            device.is_cpu(),
+            in_memory,
+            need,
+            chosen,
+        );
         Schedule {
             streamed,
             in_memory,
             largest_layer,
             budget,
-            forced: o.stream_layers,
+            forced: o.execution.stream_layers,
             residual_bytes,
             spill: streamed && need > budget,
             batch_hidden_bytes,
-            windows: (o.num_seqs, o.seq_len, rows as usize),
+            windows: (o.spec.num_seqs, o.spec.seq_len, rows as usize),
         }
     }
 

@@ -18,7 +18,10 @@ use crate::analysis::partial::{shard_info, stage_partial};
 use crate::analysis::plan::parse_bytes;
 use crate::analysis::record::{ModelRecord, ProfilePhase};
 use crate::analysis::shard::Shard;
-use crate::analysis::{kernel_layers, ModelSource, Run, RunEvents, RunOptions, RunOutput};
+use crate::analysis::{
+    kernel_layers, Execution, ModelSource, Run, RunEvents, RunInputs, RunOptions, RunOutput,
+    RunSpec,
+};
 use crate::attention::VariantKind;
 use crate::corpus::induction::ProbeKind;
 use crate::corpus::{BosMode, WindowMode};
@@ -62,10 +65,10 @@ pub struct MetricArgs {
     #[arg(long, value_parser = choice::<VariantKind>(&VariantKind::NAMES), value_name = "NAME")]
     pub variant: Option<VariantKind>,
     /// Tokens per sequence (BOS included).
-    #[arg(long, default_value_t = defaults().seq_len)]
+    #[arg(long, default_value_t = defaults().spec.seq_len)]
     pub seq_len: usize,
     /// Number of sequences.
-    #[arg(long, default_value_t = defaults().num_seqs)]
+    #[arg(long, default_value_t = defaults().spec.num_seqs)]
     pub num_seqs: usize,
     /// Whether each sequence starts with BOS.
     #[arg(long, value_parser = choice::<BosMode>(&BosMode::NAMES), default_value = "auto")]
@@ -76,10 +79,10 @@ pub struct MetricArgs {
     #[arg(long, value_parser = choice::<WindowMode>(&WindowMode::NAMES), default_value = "packed")]
     pub windows: WindowMode,
     /// Sequences per forward pass.
-    #[arg(long, default_value_t = defaults().batch_size)]
+    #[arg(long, default_value_t = defaults().execution.batch_size)]
     pub batch_size: usize,
     /// Seed of the built-in corpus.
-    #[arg(long, default_value_t = defaults().seed)]
+    #[arg(long, default_value_t = defaults().spec.seed)]
     pub seed: u64,
     /// auto, cpu, cuda or cuda:N.
     #[arg(long, default_value = "auto")]
@@ -124,14 +127,14 @@ pub struct MetricArgs {
     #[arg(long, value_parser = choice::<Format>(&Format::NAMES), default_value = "csv")]
     pub format: Format,
     /// Queries i < min-query are left out of query averages.
-    #[arg(long, default_value_t = defaults().min_query)]
+    #[arg(long, default_value_t = defaults().spec.min_query)]
     pub min_query: usize,
     /// Heatmap / profile layer, 1-based, a layer with attention (default the 8th attention
     /// layer, clipped to the model's last).
     #[arg(long)]
     pub layer: Option<usize>,
     /// Heatmap size (queries and keys).
-    #[arg(long, default_value_t = defaults().size)]
+    #[arg(long, default_value_t = defaults().spec.size)]
     pub size: usize,
     /// block_map side: G x G blocks of queries and keys (G = min(map-size, seq-len)); only
     /// with `block_map` among the metrics [default: 256]
@@ -141,10 +144,10 @@ pub struct MetricArgs {
     #[arg(long)]
     pub profile_query: Option<usize>,
     /// Weight-sum histogram bins.
-    #[arg(long, default_value_t = defaults().bins)]
+    #[arg(long, default_value_t = defaults().spec.bins)]
     pub bins: usize,
     /// Sink-rate threshold epsilon.
-    #[arg(long, default_value_t = defaults().sink_eps)]
+    #[arg(long, default_value_t = defaults().spec.sink_eps)]
     pub sink_eps: f64,
     /// Distance band edges after 0 (e.g. 1,10,100); default decades.
     #[arg(long, value_delimiter = ',')]
@@ -153,19 +156,19 @@ pub struct MetricArgs {
     #[arg(long, value_parser = choice::<EntropyOf>(&EntropyOf::NAMES), default_value = "effective")]
     pub entropy_of: EntropyOf,
     /// head_role: a head whose mean first-token mass reaches this is a sink head.
-    #[arg(long, default_value_t = defaults().roles.sink, value_name = "MASS")]
+    #[arg(long, default_value_t = defaults().spec.roles.sink, value_name = "MASS")]
     pub role_sink: f64,
     /// head_role: local_mass is the mass on the last W keys (distances 0 .. W-1, key 0 not).
-    #[arg(long, default_value_t = defaults().roles.local_window, value_name = "W")]
+    #[arg(long, default_value_t = defaults().spec.roles.local_window, value_name = "W")]
     pub role_local_window: usize,
     /// head_role: a head whose local_mass reaches this is a local head.
-    #[arg(long, default_value_t = defaults().roles.local, value_name = "MASS")]
+    #[arg(long, default_value_t = defaults().spec.roles.local, value_name = "MASS")]
     pub role_local: f64,
     /// head_role: a head whose mass at distance 1 reaches this is a previous-token head.
-    #[arg(long, default_value_t = defaults().roles.prev, value_name = "MASS")]
+    #[arg(long, default_value_t = defaults().spec.roles.prev, value_name = "MASS")]
     pub role_prev: f64,
     /// head_role: a head whose induction_score reaches this is an induction head.
-    #[arg(long, default_value_t = defaults().roles.induction, value_name = "MASS")]
+    #[arg(long, default_value_t = defaults().spec.roles.induction, value_name = "MASS")]
     pub role_induction: f64,
     /// `analyze` only: compute just these metrics (comma-separated), e.g.
     /// first_token,entropy,weight_sum,head_total,heatmap,nll.
@@ -248,32 +251,22 @@ pub(super) fn run_options(
             "--map-size sets block_map's side: add block_map to --metrics, or leave --map-size out",
         ));
     }
-    Ok(RunOptions {
+    let spec = RunSpec {
         metrics,
-        corpus: args.corpus.clone(),
         probe: args.probe,
-        tokenizer: args.tokenizer.clone(),
-        weight_map: args.weight_map.clone(),
         variant: args.variant,
         seq_len: args.seq_len,
         num_seqs: args.num_seqs,
         bos: args.bos,
         windows: args.windows,
-        batch_size: args.batch_size,
         seed: args.seed,
-        device: args.device,
         dtype: args.dtype,
-        max_memory: args.max_memory,
-        block_size: args.block_size,
-        stream_layers: args.stream_layers,
         allow_nonfinite: args.allow_nonfinite,
         ignore_unused_weights: args.ignore_unused_weights,
-        memory_budget: args.memory_budget,
-        scratch_dir: None,
         min_query: args.min_query,
         layer: args.layer,
         size: args.size,
-        map_size: args.map_size.unwrap_or(RunOptions::DEFAULT_MAP_SIZE),
+        map_size: args.map_size.unwrap_or(RunSpec::DEFAULT_MAP_SIZE),
         profile_query: args.profile_query,
         bins: args.bins,
         sink_eps: args.sink_eps,
@@ -286,6 +279,20 @@ pub(super) fn run_options(
             prev: args.role_prev,
             induction: args.role_induction,
         },
+    };
+    let inputs = RunInputs {
+        corpus: args.corpus.clone(),
+        tokenizer: args.tokenizer.clone(),
+        weight_map: args.weight_map.clone(),
+    };
+    let execution = Execution {
+        batch_size: args.batch_size,
+        device: args.device,
+        max_memory: args.max_memory,
+        block_size: args.block_size,
+        stream_layers: args.stream_layers,
+        memory_budget: args.memory_budget,
+        scratch_dir: None,
         shard: match Shard::resolve(args.shard.as_deref(), args.shard_count, |k| {
             std::env::var(k).ok()
         })? {
@@ -293,6 +300,11 @@ pub(super) fn run_options(
             Some(s) if s.count == 1 => None,
             other => other,
         },
+    };
+    Ok(RunOptions {
+        spec,
+        inputs,
+        execution,
     })
 }
 
@@ -357,7 +369,7 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str, process: &Proces
     let started = Instant::now();
     let options = run_options(&args, metrics, command)?;
     options.validate()?;
-    if options.shard.is_some() && (args.figures || args.json) {
+    if options.execution.shard.is_some() && (args.figures || args.json) {
         return Err(Error::usage(
             "a shard writes a partial result: --figures and --json come with `merge`",
         ));
@@ -368,7 +380,7 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str, process: &Proces
     }
     let mut out = OutputDir::create(&args.out, args.format, &process.staging)?;
     let mut options = options;
-    options.scratch_dir = Some(out.staging().to_path_buf());
+    options.execution.scratch_dir = Some(out.staging().to_path_buf());
     let run = Run {
         models,
         options,
@@ -413,7 +425,7 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str, process: &Proces
         quiet: args.quiet,
     };
     let written = commit_tables(out, flags)?;
-    print_results(&output, &run.options.metrics, &written, &args)?;
+    print_results(&output, &run.options.spec.metrics, &written, &args)?;
     if args.profile {
         eprint!("{}", crate::profile::report(started.elapsed()));
     }
@@ -513,13 +525,12 @@ mod tests {
         let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
         let map_size = help.split("--map-size <MAP_SIZE>").nth(1).unwrap();
         let map_size = map_size.split(" --").next().unwrap();
-        let want = format!("[default: {}]", RunOptions::DEFAULT_MAP_SIZE);
+        let want = format!("[default: {}]", RunSpec::DEFAULT_MAP_SIZE);
         assert!(map_size.contains(&want), "{map_size}");
         let seq_len = help.split("--seq-len <SEQ_LEN>").nth(1).unwrap();
-        assert!(seq_len
-            .split(" --")
-            .next()
-            .unwrap()
-            .contains(&format!("[default: {}]", RunOptions::default().seq_len)));
+        assert!(seq_len.split(" --").next().unwrap().contains(&format!(
+            "[default: {}]",
+            RunOptions::default().spec.seq_len
+        )));
     }
 }

@@ -32,7 +32,7 @@ use super::tables::{record as tables_record, write_tables};
 use super::train::{step_bar, TrainSettings};
 use super::Process;
 use crate::analysis::series::find_series;
-use crate::analysis::{ModelSource, Run, RunOptions};
+use crate::analysis::{Execution, ModelSource, Run, RunInputs, RunOptions, RunSpec};
 use crate::attention::VariantKind;
 use crate::device::DeviceRequest;
 use crate::error::{Error, Result};
@@ -205,12 +205,20 @@ fn analysis_run(
         })
         .collect();
     let options = RunOptions {
-        seq_len: settings.seq_len,
-        num_seqs: 10,
-        device: args.device,
-        corpus: held_out,
-        seed: args.seed + HELD_OUT_SEED,
-        ..RunOptions::default()
+        spec: RunSpec {
+            seq_len: settings.seq_len,
+            num_seqs: 10,
+            seed: args.seed + HELD_OUT_SEED,
+            ..RunSpec::default()
+        },
+        inputs: RunInputs {
+            corpus: held_out,
+            ..RunInputs::default()
+        },
+        execution: Execution {
+            device: args.device,
+            ..Execution::default()
+        },
     };
     Run {
         models,

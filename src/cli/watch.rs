@@ -76,7 +76,7 @@ pub fn run(args: WatchArgs, process: &Process) -> Result<()> {
     }
     // `--metrics` chooses as it does for `analyze`
     let mut options = analyze::run_options(m, &WATCH_METRICS, "analyze")?;
-    options.shard = None;
+    options.execution.shard = None;
     options.validate()?;
     // one writer a folder: a watch holds its --out for its whole life (from its first
     // commit when the folder is not there yet)
@@ -218,7 +218,7 @@ impl Watcher<'_> {
             self.held = Some(out.lock()?);
         }
         let mut options = self.options.clone();
-        options.scratch_dir = Some(out.staging().to_path_buf());
+        options.execution.scratch_dir = Some(out.staging().to_path_buf());
         let run = Run {
             models: vec![ModelSource::at(self.source.label.clone(), step.dir.clone())],
             options,

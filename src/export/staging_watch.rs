@@ -89,14 +89,20 @@ impl StagingWatch {
     }
 
     fn remove_listed(live: MutexGuard<'_, Vec<Live>>) -> MutexGuard<'_, Vec<Live>> {
-        // twice: a writer thread may have recreated a folder inside a staging folder while
-        // the first pass ran (it keeps running until the process exits)
-        for pass in 0..2 {
-            if pass == 1 {
+        // again while anything is left (at least twice, at most 5 passes 20 ms apart): a
+        // writer thread keeps running until the process exits, and may recreate a folder
+        // inside a staging folder, or hold a temporary file in a folder made for it, while
+        // a pass runs (a folder made for a run was once left empty under load)
+        for pass in 0..5 {
+            if pass > 0 {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
             for l in live.iter().rev() {
                 super::writer::remove_uncommitted(&l.staging, l.made.as_deref(), &l.target);
+            }
+            let left = |l: &Live| l.staging.exists() || l.made.as_ref().is_some_and(|m| m.exists());
+            if pass > 0 && !live.iter().any(left) {
+                break;
             }
         }
         live

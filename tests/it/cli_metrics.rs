@@ -766,12 +766,15 @@ fn run_json_and_verbose_name_the_kernel_of_every_layer() {
 #[test]
 fn the_library_run_gives_what_the_cli_writes() {
     // analysis::Run is what the CLI calls: the same options give the same numbers
-    use asa_analyze::analysis::{ModelSource, Run, RunOptions, Silent};
+    use asa_analyze::analysis::{ModelSource, Run, RunOptions, RunSpec, Silent};
     let tmp = tempfile::tempdir().unwrap();
     let model = model_dir("sink");
     let options = RunOptions {
-        seq_len: 24,
-        num_seqs: 2,
+        spec: RunSpec {
+            seq_len: 24,
+            num_seqs: 2,
+            ..RunSpec::default()
+        },
         ..RunOptions::default()
     };
     let source = ModelSource::at("sink", model.clone());
@@ -808,7 +811,9 @@ fn the_library_run_gives_what_the_cli_writes() {
 /// finishes with the numbers the same run gives alone.
 #[test]
 fn cancelling_one_of_two_runs_in_two_threads_leaves_the_other_whole() {
-    use asa_analyze::analysis::{CancelToken, ModelSource, Run, RunEvents, RunOptions, Silent};
+    use asa_analyze::analysis::{
+        CancelToken, ModelSource, Run, RunEvents, RunOptions, RunSpec, Silent,
+    };
     use asa_analyze::Error;
 
     /// Cancels `token` at the first progress report (the end of the first query block).
@@ -822,8 +827,11 @@ fn cancelling_one_of_two_runs_in_two_threads_leaves_the_other_whole() {
     let run = || Run {
         models: vec![ModelSource::at("gqa", model_dir("llama_gqa"))],
         options: RunOptions {
-            seq_len: 32,
-            num_seqs: 4,
+            spec: RunSpec {
+                seq_len: 32,
+                num_seqs: 4,
+                ..RunSpec::default()
+            },
             ..RunOptions::default()
         },
         cancel: CancelToken::new(),

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use asa_analyze::analysis::{ModelSource, Run, RunOptions, Silent};
+use asa_analyze::analysis::{ModelSource, Run, RunInputs, RunOptions, RunSpec, Silent};
 use asa_analyze::model::safetensors_file::MemoryTensor;
 use asa_analyze::model::MemoryModel;
 use safetensors::{Dtype, SafeTensors};
@@ -76,9 +76,15 @@ fn memory(name: &str, tensors: Vec<MemoryTensor>) -> MemoryModel {
 
 fn options() -> RunOptions {
     RunOptions {
-        tokenizer: Some(model_dir("llama_gqa").join("tokenizer.json")),
-        seq_len: 32,
-        num_seqs: 2,
+        spec: RunSpec {
+            seq_len: 32,
+            num_seqs: 2,
+            ..RunSpec::default()
+        },
+        inputs: RunInputs {
+            tokenizer: Some(model_dir("llama_gqa").join("tokenizer.json")),
+            ..RunInputs::default()
+        },
         ..RunOptions::default()
     }
 }
@@ -279,9 +285,10 @@ fn a_nan_in_a_bf16_weight_is_refused_by_name_when_packed_as_read() {
     assert!(store.packed_rows(q, &shape, 0..shape[0]).unwrap().is_none());
     let err = Run {
         models: vec![ModelSource::at("m", &saved)],
-        options: RunOptions {
-            dtype: Some(DType::BF16),
-            ..options()
+        options: {
+            let mut o = options();
+            o.spec.dtype = Some(DType::BF16);
+            o
         },
         cancel: Default::default(),
     }
