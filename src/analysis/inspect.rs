@@ -11,8 +11,8 @@ use super::hub_cache::{self, HubModel};
 use super::schedule::Schedule;
 use super::RunOptions;
 use crate::error::{Error, Result};
-use crate::model::rope;
 use crate::model::{Checkpoint, Model, ModelConfig, WeightMap};
+use crate::nn::rope;
 
 /// `inspect --json` of `checkpoint` (a folder, a GGUF file or a Hub id).
 pub fn report(checkpoint: &Path) -> Result<serde_json::Value> {

@@ -1,7 +1,7 @@
 //! Llama-3.x RoPE scaling in GGUF files. llama.cpp's converter evaluates the Llama-3 rule
 //! once and stores the result as `rope_freqs.weight`, one factor per frequency pair; at run
 //! time it divides inverse frequency k by factor k. The rule (transformers'
-//! `_compute_llama3_parameters`, [`super::rope::inverse_frequencies`]) gives, with
+//! `_compute_llama3_parameters`, [`crate::nn::rope::inverse_frequencies`]) gives, with
 //! s(f) = (old * f / 2 pi - low) / (high - low):
 //!   factor_k = 1 (s > 1), `factor` (s < 0), 1 / ((1 - s) / factor + s) otherwise.
 //! s is linear in the frequency f, so the factors pin down `factor` and the line s(f) (up to
@@ -20,8 +20,8 @@ use serde_json::json;
 use super::config::ModelConfig;
 use super::gguf_config::Meta;
 use super::root_cause;
-use super::rope::inverse_frequencies;
 use crate::error::{Error, Result};
+use crate::nn::rope::inverse_frequencies;
 
 /// Relative tolerance of a recovered frequency against base / factor (factors are stored in
 /// f32: 6e-8; the fit adds rounding of the same order).

@@ -24,8 +24,6 @@ pub mod multipliers;
 pub mod mxfp4;
 pub mod nonfinite;
 mod residuals;
-pub mod rope;
-pub mod rope_scaling;
 pub mod safetensors_file;
 pub mod sliding_window;
 pub mod weight_map;

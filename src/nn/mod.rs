@@ -3,7 +3,7 @@
 
 mod layers;
 mod linear;
-mod rope;
+pub mod rope;
 mod scale;
 
 pub use layers::{ClampedGlu, FeedForward, Mlp, MoeMlp, Norm, RmsNorm, Routing, SharedExpert};

@@ -17,8 +17,8 @@ use crate::model::experts::{DenseSizes, Experts, RawExperts};
 use crate::model::layout::Layout;
 use crate::model::mixers::Mixer;
 use crate::model::multipliers::Multipliers;
-use crate::model::rope::RopeConfig;
 use crate::model::sliding_window::WindowRule;
+use crate::nn::rope::RopeConfig;
 pub(crate) use gguf::{
     Assembled, GgufRules, NameTable, Piece, Pieces, StoredLayer, StoredTensor, Undo,
 };

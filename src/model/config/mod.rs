@@ -3,7 +3,7 @@
 //! (`resolve`), where every unsupported setting is an error naming the file and the value.
 //! What a `model_type` decides lives in one file per family (`families/`), each a
 //! [`Family`] value listed in one table ([`families::FAMILIES`]); RoPE settings are
-//! resolved in `rope` (the math, `crate::model::rope` and `crate::model::rope_scaling`,
+//! resolved in `rope` (the math, `crate::nn::rope` and `crate::nn::rope::scaling`,
 //! reads no config).
 //!
 //! # Adding a family
@@ -45,11 +45,11 @@ pub use rope::p_rope_pairs;
 use super::attention_layers::AttentionLayers;
 use super::experts::Experts;
 use super::layout::Layout;
-pub use super::rope::RopeConfig;
-pub use super::rope_scaling::{PRopeSpacing, RopeScaling};
 use super::sliding_window::SlidingWindow;
 use crate::attention::{AffineConfig, ScaleInvariantConfig, Variant, VariantKind};
 use crate::error::{Error, Result};
+pub use crate::nn::rope::RopeConfig;
+pub use crate::nn::rope::{PRopeSpacing, RopeScaling};
 
 /// An architecture the loader implements (`model_type`): one of [`families::FAMILIES`].
 #[derive(Clone, Copy)]

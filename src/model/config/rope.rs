@@ -1,7 +1,7 @@
 //! RoPE settings resolved in one place: transformers 5 `rope_parameters` or the older
 //! `rope_theta` + `rope_scaling` (+ `partial_rotary_factor`, GPT-NeoX's `rotary_pct` and
-//! `rotary_emb_base`) into a [`RopeConfig`]. The math (`super::super::rope`,
-//! `super::super::rope_scaling`) owns the types and reads no config.
+//! `rotary_emb_base`) into a [`RopeConfig`]. The math (`crate::nn::rope`,
+//! `crate::nn::rope::scaling`) owns the types and reads no config.
 
 use std::path::Path;
 
@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use super::raw::{float_field, positive, RawConfig};
 use crate::error::{Error, Result};
-use crate::model::rope::{rotated_dims, RopeConfig};
-use crate::model::rope_scaling::{PRopeSpacing, RopeScaling};
+use crate::nn::rope::{rotated_dims, RopeConfig};
+use crate::nn::rope::{PRopeSpacing, RopeScaling};
 
 impl RawConfig {
     /// RoPE from transformers 5 `rope_parameters` or older `rope_theta` + `rope_scaling`.

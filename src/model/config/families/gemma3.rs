@@ -13,8 +13,8 @@ use crate::error::{Error, Result};
 use crate::model::config::family::{Family, GgufRules, Ropes};
 use crate::model::config::{GemmaSettings, RawConfig};
 use crate::model::gguf_config::{short, Dims, Meta, TensorFacts};
-use crate::model::rope::RopeConfig;
 use crate::model::sliding_window::{WindowLayers, WindowRule};
+use crate::nn::rope::RopeConfig;
 
 pub(crate) const FAMILY: Family = Family {
     name: "gemma3_text",

@@ -1,6 +1,6 @@
 //! Rotary position embeddings applied in Hugging Face's rotate-half convention (or on
 //! interleaved pairs: Llama 4's complex rotation, DeepSeek's de-interleaving one), from
-//! cos/sin tables of given inverse frequencies (`model::rope` derives them from
+//! cos/sin tables of given inverse frequencies (`super::frequencies` derives them from
 //! config.json).
 
 use candle_core::{DType, Device, Tensor};

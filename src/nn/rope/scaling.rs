@@ -5,7 +5,7 @@
 //! frequencies, cos/sin times an attention factor) and `longrope` (Phi-3's per-frequency
 //! factors, long ones for runs past the original length, as `longrope_frequency_update`
 //! picks them). Each in f64 from the same formulas. The types and the math only: the
-//! config keys they are read from are `super::config::rope`'s.
+//! config keys they are read from are `crate::model::config::rope`'s.
 
 use std::f64::consts::PI;
 

@@ -5,9 +5,9 @@
 
 use candle_core::{DType, Device};
 
-pub use super::rope_scaling::{PRopeSpacing, RopeScaling};
+use super::scaling::{PRopeSpacing, RopeScaling};
+use super::Rope;
 use crate::error::Result;
-use crate::nn::Rope;
 
 /// Resolved rotary-embedding settings.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -31,7 +31,7 @@ pub fn inverse_frequencies(rope: &RopeConfig, head_dim: usize) -> Vec<f64> {
 pub fn inverse_frequencies_for(rope: &RopeConfig, head_dim: usize, seq_len: usize) -> Vec<f64> {
     let rot_dim = rotary_dim(rope, head_dim);
     if let Some(inv) =
-        super::rope_scaling::inverse_frequencies(&rope.scaling, rope.theta, rot_dim, seq_len)
+        super::scaling::inverse_frequencies(&rope.scaling, rope.theta, rot_dim, seq_len)
     {
         return inv;
     }
@@ -99,7 +99,7 @@ pub fn describe(rope: &RopeConfig, head_dim: usize) -> String {
         | RopeScaling::Dynamic { .. }
         | RopeScaling::Yarn { .. }
         | RopeScaling::LongRope { .. }) => {
-            super::rope_scaling::describe(other).expect("a scaling it describes")
+            super::scaling::describe(other).expect("a scaling it describes")
         }
         RopeScaling::Llama3 {
             factor,
@@ -148,7 +148,7 @@ pub fn rope_tables(
     device: &Device,
 ) -> Result<Rope> {
     let inv = inverse_frequencies_for(rope, head_dim, seq_len);
-    let scale = super::rope_scaling::attention_factor(&rope.scaling);
+    let scale = super::scaling::attention_factor(&rope.scaling);
     Rope::scaled(&inv, seq_len, scale, dtype, device)
 }
 
