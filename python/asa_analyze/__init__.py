@@ -25,6 +25,7 @@ from ._native import AsaError, CancelToken, Cancelled, InputError, IoError, Usag
 from ._paper import PaperTables, tables
 from ._report import Report, figures, report
 from ._result import Result
+from ._types import ModelRecord, RunRecord
 from .monitor import Monitor
 
 __all__ = [
@@ -36,6 +37,8 @@ __all__ = [
     "IoError",
     "UsageError",
     "Result",
+    "RunRecord",
+    "ModelRecord",
     "analyze",
     "curves",
     "entropy",

@@ -124,7 +124,7 @@ def inspect(model: Any) -> Dict[str, Any]:
     or of a model held in memory (a transformers model or a `(config, state_dict)` pair:
     what it says of the checkpoint `save_pretrained` would write)."""
     if _in_memory(model):
-        return json.loads(_native.inspect("", memory=("model", *_held("model", model))))
+        return json.loads(_native.inspect("", memory=_held("model", model)))
     return json.loads(_native.inspect(os.fspath(model)))
 
 

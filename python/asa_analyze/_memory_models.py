@@ -5,11 +5,48 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Mapping, Optional
 
 from ._native import UsageError
 from ._types import Models
+
+
+@dataclass(frozen=True)
+class HeldTensor:
+    """One tensor of a model in memory as the Rust loader reads it: its name, safetensors
+    dtype (`F32`, `F16`, `BF16`, `F64`), shape, the C-contiguous host array holding its bytes
+    (kept alive while the analysis reads them in place), their address and length."""
+
+    name: str
+    dtype: str
+    shape: List[int]
+    array: Any
+    address: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class HostCopy:
+    """The copy of a model's device tensors to the host (run.json's `host_copy`): from
+    which device(s), how many tensors and bytes, how long."""
+
+    device: str
+    tensors: int
+    bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Memory:
+    """A model held in memory, handed to the Rust loader as the checkpoint `save_pretrained`
+    would write: its label, config.json text and tensors, and the host copy they needed."""
+
+    label: str
+    config_json: str
+    tensors: List[HeldTensor]
+    host_copy: Optional[HostCopy]
 
 
 def _in_memory(model: Any) -> bool:
@@ -22,7 +59,7 @@ def _in_memory(model: Any) -> bool:
 
 def _models(models: Models) -> tuple:
     """(label, path) pairs (a dict gives its labels; a path its folder name; a Hub id itself;
-    a model in memory "model", or its dict label), and the in-memory models' arguments."""
+    a model in memory "model", or its dict label), and the in-memory models ([`Memory`])."""
     if isinstance(models, Mapping):
         items = [(str(k), v) for k, v in models.items()]
     else:
@@ -39,7 +76,7 @@ def _models(models: Models) -> tuple:
     for label, m in items:
         if _in_memory(m):
             pairs.append((label, ""))
-            memory.append((label, *_held(label, m)))
+            memory.append(_held(label, m))
         else:
             pairs.append((label, os.fspath(m)))
     return pairs, memory
@@ -48,7 +85,7 @@ def _models(models: Models) -> tuple:
 _DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64"}
 
 
-def _held(label: str, model: Any) -> tuple:
+def _held(label: str, model: Any) -> Memory:
     """The config.json text and the tensors of a model in memory, each tensor's bytes read in
     place from a C-contiguous host array (a CPU torch tensor seen through numpy, bf16 as its
     raw 16-bit words; a tensor on a GPU is copied to the host once)."""
@@ -78,8 +115,9 @@ def _held(label: str, model: Any) -> tuple:
         dtype, array = _host_array(label, name, value, np, copy)
         flat = array.reshape(-1)
         address = flat.__array_interface__["data"][0] if flat.size else 0
-        tensors.append((name, dtype, list(array.shape), flat, address, flat.nbytes))
-    return json.dumps(_finite_json(config), allow_nan=False), tensors, copy.record()
+        tensors.append(HeldTensor(name, dtype, list(array.shape), flat, address, flat.nbytes))
+    config_json = json.dumps(_finite_json(config), allow_nan=False)
+    return Memory(label, config_json, tensors, copy.record())
 
 
 class _HostCopy:
@@ -106,11 +144,11 @@ class _HostCopy:
         self.bytes += host.element_size() * host.nelement()
         return host
 
-    def record(self) -> Optional[tuple]:
-        """(device, tensors, bytes, seconds), or None when nothing was copied."""
+    def record(self) -> Optional[HostCopy]:
+        """What was copied, or None when nothing was."""
         if not self.tensors:
             return None
-        return (",".join(self.devices), self.tensors, self.bytes, self.seconds)
+        return HostCopy(",".join(self.devices), self.tensors, self.bytes, self.seconds)
 
 
 def _finite_json(value):

@@ -3,6 +3,8 @@ from typing import Any, List, Optional, Tuple
 
 import polars as pl
 
+from ._memory_models import Memory
+
 __version__: str
 
 class AsaError(ValueError): ...
@@ -38,9 +40,7 @@ def analyze(
     shard: Optional[str] = None,
     events: Optional[Any] = None,
     cancel: Optional[CancelToken] = None,
-    memory: Optional[
-        List[Tuple[str, str, List[Tuple[str, str, List[int], Any, int, int]], Optional[Tuple[str, int, int, float]]]]
-    ] = None,
+    memory: Optional[List[Memory]] = None,
     tokenizer: Optional[str] = None,
     threads: Optional[int] = None,
     map_size: int = 256,
@@ -51,7 +51,7 @@ def analyze(
     role_induction: float = 0.4,
 ) -> NativeResult: ...
 def inspect(
-    path: str, memory: Optional[Tuple[str, str, List[Tuple[str, str, List[int], Any, int, int]], Optional[Tuple[str, int, int, float]]]] = None
+    path: str, memory: Optional[Memory] = None
 ) -> str: ...
 def merge(partials: List[str]) -> NativeResult: ...
 def report(results: List[str]) -> str: ...

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List
 
-from ._types import PathLike
+from ._types import PathLike, RunRecord
 
 if TYPE_CHECKING:
     # polars is imported when the first frame is made (pyo3-polars), not here: `import
@@ -19,12 +19,12 @@ class Result:
     """An analysis' tables, one polars DataFrame per table of the CLI's `--out` folder
     under the same name (`.attention`, `.distance_profile`, `.head_roles`, `.heatmap`,
     `.nll_position`, `.block_map` when that metric ran, ...), and `.run`, the run.json
-    record as a dict."""
+    record as a dict (typed as `RunRecord`)."""
 
     def __init__(self, native: Any) -> None:
         self._native = native
         self.tables: Dict[str, pl.DataFrame] = dict(native.tables())
-        self.run: Dict[str, Any] = json.loads(native.record())
+        self.run: RunRecord = json.loads(native.record())
 
     def __getattr__(self, name: str) -> pl.DataFrame:
         tables = self.__dict__.get("tables", {})

@@ -400,9 +400,9 @@ fn analyze(
         options.inputs.tokenizer = tokenizer;
         // models held in memory, by label (their `models` entry gives their place)
         let mut held = std::collections::BTreeMap::new();
-        for (label, config_json, tensors, host_copy) in memory.unwrap_or_default() {
-            let model = memory::memory_model(&label, config_json, tensors, host_copy)?;
-            held.insert(label, std::sync::Arc::new(model));
+        for arg in memory.unwrap_or_default() {
+            let label = arg.label.clone();
+            held.insert(label, std::sync::Arc::new(memory::memory_model(arg)?));
         }
         let run = Run {
             models: models
@@ -428,15 +428,7 @@ fn analyze(
 #[pyo3(signature = (path, memory = None))]
 fn inspect(py: Python<'_>, path: PathBuf, memory: Option<memory::MemoryArg>) -> PyResult<String> {
     no_panic(|| {
-        let model = match memory {
-            Some((label, config_json, tensors, host_copy)) => Some(memory::memory_model(
-                &label,
-                config_json,
-                tensors,
-                host_copy,
-            )?),
-            None => None,
-        };
+        let model = memory.map(memory::memory_model).transpose()?;
         let report = py
             .detach(|| match &model {
                 Some(model) => asa_analyze::analysis::inspect::report_memory(model),

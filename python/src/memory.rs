@@ -12,9 +12,24 @@ use pyo3::prelude::*;
 
 use crate::UsageError;
 
-/// One tensor as Python hands it over: name, dtype (`F32`, `F16`, `BF16`, `F64`), shape,
-/// the C-contiguous host array holding it, its data address and its length in bytes.
-pub type TensorArg = (String, String, Vec<usize>, Py<PyAny>, usize, usize);
+/// One tensor as Python hands it over (`asa_analyze._memory_models.HeldTensor`): name,
+/// dtype (`F32`, `F16`, `BF16`, `F64`), shape, the C-contiguous host array holding it, its
+/// data address and its length in bytes.
+#[derive(FromPyObject)]
+pub struct TensorArg {
+    #[pyo3(attribute)]
+    name: String,
+    #[pyo3(attribute)]
+    dtype: String,
+    #[pyo3(attribute)]
+    shape: Vec<usize>,
+    #[pyo3(attribute)]
+    array: Py<PyAny>,
+    #[pyo3(attribute)]
+    address: usize,
+    #[pyo3(attribute)]
+    nbytes: usize,
+}
 
 /// A host array's bytes, read in place.
 struct HeldArray {
@@ -36,23 +51,55 @@ impl AsRef<[u8]> for HeldArray {
     }
 }
 
-/// One model as Python hands it over: label, config.json text, tensors, host copy.
-pub type MemoryArg = (String, String, Vec<TensorArg>, Option<HostCopyArg>);
-
-/// The copy of a model's device tensors to the host as Python measured it: the device, the
-/// tensors and bytes copied, and the seconds it took.
-pub type HostCopyArg = (String, usize, u64, f64);
-
-/// The model `label`: its config.json text, its tensors and the host copy they needed.
-pub fn memory_model(
-    label: &str,
+/// One model as Python hands it over (`asa_analyze._memory_models.Memory`): label,
+/// config.json text, tensors, host copy.
+#[derive(FromPyObject)]
+pub struct MemoryArg {
+    #[pyo3(attribute)]
+    pub label: String,
+    #[pyo3(attribute)]
     config_json: String,
+    #[pyo3(attribute)]
     tensors: Vec<TensorArg>,
+    #[pyo3(attribute)]
     host_copy: Option<HostCopyArg>,
-) -> PyResult<MemoryModel> {
+}
+
+/// The copy of a model's device tensors to the host as Python measured it
+/// (`asa_analyze._memory_models.HostCopy`): the device, the tensors and bytes copied, and
+/// the seconds it took.
+#[derive(FromPyObject)]
+pub struct HostCopyArg {
+    #[pyo3(attribute)]
+    device: String,
+    #[pyo3(attribute)]
+    tensors: usize,
+    #[pyo3(attribute)]
+    bytes: u64,
+    #[pyo3(attribute)]
+    seconds: f64,
+}
+
+/// The model a [`MemoryArg`] hands over: its config.json text, its tensors and the host copy
+/// they needed.
+pub fn memory_model(arg: MemoryArg) -> PyResult<MemoryModel> {
+    let MemoryArg {
+        label,
+        config_json,
+        tensors,
+        host_copy,
+    } = arg;
     let tensors = tensors
         .into_iter()
-        .map(|(name, dtype, shape, owner, address, len)| {
+        .map(|t| {
+            let TensorArg {
+                name,
+                dtype,
+                shape,
+                array: owner,
+                address,
+                nbytes: len,
+            } = t;
             let dtype = MemoryTensor::dtype_named(&dtype).ok_or_else(|| {
                 UsageError::new_err(format!(
                     "tensor {name} of model {label}: dtype {dtype} is not one of float32, float16, bfloat16, float64"
@@ -75,11 +122,11 @@ pub fn memory_model(
         origin: PathBuf::from(format!("<memory>/{label}")),
         config_json,
         tensors,
-        host_copy: host_copy.map(|(from, tensors, bytes, seconds)| HostCopy {
-            from,
-            tensors,
-            bytes,
-            seconds,
+        host_copy: host_copy.map(|c| HostCopy {
+            from: c.device,
+            tensors: c.tensors,
+            bytes: c.bytes,
+            seconds: c.seconds,
         }),
     })
 }

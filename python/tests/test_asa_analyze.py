@@ -81,6 +81,21 @@ def test_frames_and_written_tables_equal_the_clis(tmp_path):
         res.nope
 
 
+def test_the_run_record_is_typed_as_run_json_is_written():
+    # issue 55 item 5: Result.run is a RunRecord (TypedDict) whose keys are run.json's: every
+    # required key is there, and no key is outside the type (a model record likewise), for a
+    # run from a folder and one of a model in memory (its host copy record included)
+    folder = FIXTURES / "llama_gqa"
+    runs = [asa.analyze(str(folder), **SMALL),
+            asa.analyze({"m": (json.loads((folder / "config.json").read_text()),
+                               read_safetensors(folder))}, tokenizer=str(folder / "tokenizer.json"), **SMALL)]
+    for res in runs:
+        for record, typed in [(res.run, asa.RunRecord)] + [(m, asa.ModelRecord) for m in res.run["models"]]:
+            assert typed.__required_keys__ <= set(record), typed.__required_keys__ - set(record)
+            assert set(record) <= typed.__required_keys__ | typed.__optional_keys__, \
+                set(record) - typed.__required_keys__ - typed.__optional_keys__
+
+
 def test_corpora_as_texts_and_token_ids(tmp_path):
     ids = np.array([[(7 * s + 3 * i) % 60 + 2 for i in range(16)] for s in range(3)])
     by_array = asa.analyze(FIXTURES / "llama_gqa", corpus=ids, bos="never", **SMALL)
