@@ -1,4 +1,4 @@
-//! key_received on the flash tiles ([`super::cpu_flash`]) without a second q.k pass: the
+//! key_received on the flash tiles ([`super::flash`]) without a second q.k pass: the
 //! online pass keeps each row's tile weights e = exp(y - m_t) as it makes them (m_t the
 //! row's running maximum after that tile) beside m_t, and once the row's maximum m and
 //! weight factor are final, each key's weight is e * exp(m_t - m) * factor, summed per key.

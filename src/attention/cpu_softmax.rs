@@ -22,7 +22,7 @@ use crate::simd_dispatch;
 /// Writes e = exp(scale * x - max) over `x` into `out` (same length) and returns sum e and,
 /// with `ENTROPY`, sum e (scale * x - max) (0 without it), in f32 lanes combined in f64.
 /// The one exp loop of the CPU attention kernels: [`softmax_row`] normalises its output,
-/// the flash-style block (`cpu_flash`) rescales it tile by tile.
+/// the flash-style block (`flash`) rescales it tile by tile.
 #[inline(always)]
 pub(crate) fn exp_row<const ENTROPY: bool>(
     x: &[f32],

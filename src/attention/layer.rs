@@ -6,10 +6,10 @@ use candle_core::{DType, Device, Tensor, D};
 
 use super::affine_scaled::{activate, affine_weights};
 use super::cpu_affine::affine_rows;
-use super::cpu_flash::{
+use super::cpu_softmax::causal_softmax;
+use super::flash::{
     causal_attention, AffineTile, Logits, PackedKv, Qkv, QueryBlock, TileLogits, TileOutput, Tiles,
 };
-use super::cpu_softmax::causal_softmax;
 use super::fused_softmax::{causal_softmax_rows, SinkLogits};
 use super::gated::split_query_gate;
 use super::logn::logn_logits;

@@ -3,9 +3,9 @@
 
 mod affine_scaled;
 pub(crate) mod cpu_affine;
-pub mod cpu_flash;
 mod cpu_kept_weights;
 pub mod cpu_softmax;
+pub mod flash;
 mod fused_softmax;
 mod gated;
 pub mod latent;

@@ -1,6 +1,6 @@
 // Flash-style causal attention on the GPU: a query block's output and its row table
 // (layout: src/probe/row_table.rs) without the block's [heads, n, keys] weights ever
-// existing, the GPU side of src/attention/cpu_flash.rs, which it follows step for step.
+// existing, the GPU side of src/attention/flash/, which it follows step for step.
 //
 // A thread block takes WARPS consecutive queries of one (sequence, head); each warp owns
 // one query. The keys its queries see are visited in tiles of 32, K and V copied to
@@ -28,7 +28,7 @@
 // Warps (queries) per thread block; flash.rs launches WARPS * 32 threads.
 #define WARPS 8
 
-// The logit rules (`TileLogits` in cpu_flash.rs).
+// The logit rules (`TileLogits` in flash/).
 #define RULE_PLAIN 0
 #define RULE_LOGN 1
 #define RULE_SOFTCAP 2
@@ -79,7 +79,7 @@ struct RowRule {
     int len;
 };
 
-// The logit y of raw q.k `raw` of key j for query i (as cpu_flash's `row_logits`).
+// The logit y of raw q.k `raw` of key j for query i (as the CPU tiles' `row_logits`).
 __device__ __forceinline__ float logit(const FlashParams& p, const RowRule& r, float raw, int i,
                                        int j) {
     switch (p.rule) {
@@ -96,7 +96,7 @@ __device__ __forceinline__ float logit(const FlashParams& p, const RowRule& r, f
     }
 }
 
-// One lane's share of a row's running sums (f64, as cpu_flash's RowSums and bands).
+// One lane's share of a row's running sums (f64, as the CPU tiles' RowSums and bands).
 struct LaneSums {
     double sum, sum_ey, first, qk, qk_abs;
     // Affine-Scaled second pass: the weights' sum, positive mass and sum w ln w
@@ -313,7 +313,7 @@ __device__ void flash_rows(const T* __restrict__ q, const T* __restrict__ k,
         entropy_x = warp_sum(s.w_ln_w);
         sink_mass = 0.0;
     } else {
-        // shifted by max(m, sink) so that neither term overflows (cpu_flash's finish_row)
+        // shifted by max(m, sink) so that neither term overflows (the CPU tiles' finish_row)
         const float sink = p.has_sink ? sinks[head] : -INFINITY;
         const double top = p.has_sink ? (double)fmaxf(m, sink) : (double)m;
         const double c = exp((double)m - top);

@@ -1,6 +1,6 @@
 //! Launcher of the GPU's flash-style attention (`flash.cu`): a query block's output and row
 //! table from q, k and v on the device, the block's weights never held; the GPU side of
-//! `attention::cpu_flash::causal_attention`, with the same tables.
+//! `attention::flash::causal_attention`, with the same tables.
 
 use std::ops::Range;
 
@@ -13,7 +13,7 @@ use candle_core::{DType, Layout, Storage, Tensor};
 
 use super::rows::{band_table, BandTable};
 use super::{device_tensor, with_cuda_storage};
-use crate::attention::cpu_flash::{Qkv, QueryBlock};
+use crate::attention::flash::{Qkv, QueryBlock};
 use crate::attention::BetaLength;
 use crate::error::{Error, Result};
 use crate::probe::row_table::RowWants;
@@ -50,7 +50,7 @@ pub fn launch_block(block: usize, rows_per_query: usize, t: usize) -> usize {
         .min(t.max(1))
 }
 
-/// How the logits are made on the device (`cpu_flash::TileLogits`, its tables on the GPU as
+/// How the logits are made on the device (`flash::TileLogits`, its tables on the GPU as
 /// f32 tensors): raw q.k times `scale`, then the rule.
 #[derive(Debug, Clone)]
 pub enum DeviceLogits {
@@ -501,13 +501,13 @@ fn unfit(what: &str) -> Error {
 
 #[cfg(test)]
 mod tests {
-    //! The GPU's tiles against the CPU's (`cpu_flash::causal_attention`, itself checked
+    //! The GPU's tiles against the CPU's (`flash::causal_attention`, itself checked
     //! against the float64 fixtures) on the same inputs: every logit rule, sinks,
     //! Affine-Scaled weights (both betas), causal and sliding windows, grouped kv heads,
     //! f32 and bf16 (the CPU given the bf16 values), head dimensions of each kernel. Needs a
     //! GPU: `cargo test --release --features cuda cuda_`.
     use super::*;
-    use crate::attention::cpu_flash::{self, AffineTile, Logits, Qkv, TileLogits, Tiles};
+    use crate::attention::flash::{self as cpu_flash, AffineTile, Logits, Qkv, TileLogits, Tiles};
     use crate::attention::reversed_coefficients;
     use crate::probe::KeyWindow;
     use candle_core::Device;

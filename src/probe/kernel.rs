@@ -8,7 +8,7 @@
 #[serde(rename_all = "snake_case")]
 pub enum Kernel {
     /// Inference where the probe takes row tables or nothing: flash-style tiles that never
-    /// hold a block's weights (CPU f32: `attention::cpu_flash`; CUDA, f32/bf16/f16:
+    /// hold a block's weights (CPU f32: `attention::flash`; CUDA, f32/bf16/f16:
     /// `cuda/flash.cu`); every logit rule, sinks and Affine-Scaled weights.
     FlashTiles,
     /// Plain softmax logits (with or without sinks) whose fused kernel (CPU f32, or CUDA)
