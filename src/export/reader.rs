@@ -50,6 +50,9 @@ pub fn read_table(path: &Path) -> Result<Table> {
         .iter()
         .map(|c| Ok((c.name().to_string(), convert(c, path)?)))
         .collect::<Result<Vec<_>>>()?;
+    for (name, column) in &columns {
+        super::parquet_claims::check_decoded(path, name, column.len(), frame.height())?;
+    }
     Ok(Table { name, columns })
 }
 

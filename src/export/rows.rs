@@ -95,6 +95,9 @@ fn rows_of(
         .iter()
         .map(|name| typed(frame, name, path))
         .collect::<Result<Vec<_>>>()?;
+    for (name, column) in columns.iter().zip(&values) {
+        super::parquet_claims::check_decoded(path, name, column.len(), frame.height())?;
+    }
     let mut cells = vec![Cell::Null; columns.len()];
     for i in 0..frame.height() {
         for (cell, column) in cells.iter_mut().zip(&values) {
@@ -107,6 +110,16 @@ fn rows_of(
         row(&cells)?;
     }
     Ok(())
+}
+
+impl Values {
+    fn len(&self) -> usize {
+        match self {
+            Values::Int(v) => v.len(),
+            Values::Float(v) => v.len(),
+            Values::Str(v) => v.len(),
+        }
+    }
 }
 
 fn typed(frame: &DataFrame, name: &str, path: &Path) -> Result<Values> {
