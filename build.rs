@@ -1,5 +1,5 @@
 //! Writes the CUDA header of the row table's layout (`$OUT_DIR/row_table.h`, from
-//! src/probe/row_columns.rs, the one definition the library also reads). With the `cuda`
+//! src/hooks/row_columns.rs, the one definition the library also reads). With the `cuda`
 //! feature, compiles src/cuda/kernels.cu and src/cuda/flash.cu (which include that header)
 //! to PTX, one module each, with the
 //! toolkit's nvcc (`NVCC`, else `nvcc` on PATH) for `CUDA_COMPUTE_CAP` (e.g. 90; default
@@ -10,7 +10,7 @@ use std::process::Command;
 
 #[allow(dead_code)]
 mod row_columns {
-    include!("src/probe/row_columns.rs");
+    include!("src/hooks/row_columns.rs");
 }
 
 fn main() {
@@ -18,7 +18,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/cuda/flash.cu");
     println!("cargo:rerun-if-changed=src/cuda/flash_mma.cuh");
     println!("cargo:rerun-if-changed=src/cuda/common.cuh");
-    println!("cargo:rerun-if-changed=src/probe/row_columns.rs");
+    println!("cargo:rerun-if-changed=src/hooks/row_columns.rs");
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     println!("cargo:rerun-if-env-changed=NVCC");
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));

@@ -2,7 +2,7 @@
 //! Attention (arXiv 2602.23057) and the variants it is compared with.
 //!
 //! Layers: [`model`] loads checkpoints and runs the forward pass, [`attention`] holds the
-//! one blocked attention path and every variant's math, [`probe`] is the hook interface,
+//! one blocked attention path and every variant's math, [`hooks`] is the hook interface (the `Probe` trait),
 //! [`export`] writes tidy tables, [`cli`] is the command line.
 
 pub mod analysis;
@@ -15,6 +15,7 @@ pub mod cuda;
 pub mod device;
 pub mod error;
 pub mod export;
+pub mod hooks;
 pub mod input;
 pub mod metrics;
 pub mod mixer;
@@ -23,7 +24,6 @@ pub mod nn;
 pub mod paper;
 pub mod parse_error;
 pub mod plot;
-pub mod probe;
 pub mod profile;
 pub mod report;
 pub mod results;

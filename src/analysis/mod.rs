@@ -25,10 +25,10 @@ pub use run_spec::{Execution, RunInputs, RunOptions, RunSpec};
 use candle_core::Tensor;
 
 use crate::error::Result;
+use crate::hooks::row_table::RowWants;
+use crate::hooks::{BlockCtx, Hook, Kernel, Probe, ProbeSet};
 use crate::metrics::{MetricOptions, MetricProbe, ModelAttention, ModelMetrics, VariantTraits};
 use crate::model::{Checkpoint, LayerTiming, Model};
-use crate::probe::row_table::RowWants;
-use crate::probe::{BlockCtx, Hook, Kernel, Probe, ProbeSet};
 
 /// How the forward passes are cut.
 #[derive(Debug, Clone, Copy, serde::Serialize)]

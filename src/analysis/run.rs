@@ -29,6 +29,7 @@ use crate::corpus::{
 use crate::device::{resolve_device, resolve_dtype};
 use crate::error::{Error, Result};
 use crate::export::Table;
+use crate::hooks::Kernel;
 use crate::metrics::distance::Bands;
 use crate::metrics::qk_mean::QkResult;
 use crate::metrics::{
@@ -36,7 +37,6 @@ use crate::metrics::{
 };
 use crate::model::config::ModelConfig;
 use crate::model::{Checkpoint, LayerTiming, MemoryModel, Model, WeightMap};
-use crate::probe::Kernel;
 
 /// A checkpoint to analyse and the label its rows carry.
 #[derive(Debug, Clone)]

@@ -96,7 +96,7 @@ mod tests {
     use super::*;
     use crate::attention::affine_weights;
     use crate::attention::variant::{Activation, AffineConfig};
-    use crate::probe::blocks::visibility;
+    use crate::hooks::blocks::visibility;
 
     #[test]
     fn equals_the_candle_path() {
@@ -118,7 +118,7 @@ mod tests {
         let alpha = Tensor::from_vec(alpha, (b, h, n), &Device::Cpu).unwrap();
         let alpha_ma = Tensor::new(&[0.3f32, 0.9, 0.05], &Device::Cpu).unwrap();
         let visible =
-            visibility(q_start, n, crate::probe::KeyWindow::CAUSAL, &Device::Cpu).unwrap();
+            visibility(q_start, n, crate::hooks::KeyWindow::CAUSAL, &Device::Cpu).unwrap();
         for beta_length in [BetaLength::Full, BetaLength::Visible] {
             let cfg = AffineConfig {
                 activation: Activation::LinearClipping,

@@ -6,7 +6,7 @@ use candle_core::Tensor;
 
 use super::cpu_softmax;
 use crate::error::Result;
-use crate::probe::row_table::RowWants;
+use crate::hooks::row_table::RowWants;
 
 /// A layer's per-head sink logits, both forms: the tensor `[1, heads, 1, 1]` (f32) the GPU
 /// reads and the host copy `[heads]` the CPU reads (both `None` without sinks).

@@ -20,9 +20,9 @@ use super::variant::{AffineConfig, Variant};
 use super::wide_qkv::{rounded_product, WideQkv};
 use crate::cpu::host::{lane_max, with_cpu_f32};
 use crate::error::{Error, Result};
+use crate::hooks::blocks::{mask_invisible, query_blocks, row_max_logits, visibility, with_column};
+use crate::hooks::{wants_attention, BlockCtx, Hook, KeyWindow, Probe};
 use crate::nn::{Linear, RmsNorm, Rope};
-use crate::probe::blocks::{mask_invisible, query_blocks, row_max_logits, visibility, with_column};
-use crate::probe::{wants_attention, BlockCtx, Hook, KeyWindow, Probe};
 use crate::profile::phase;
 
 /// Shapes and variant of an attention layer.

@@ -13,8 +13,8 @@
 //! materialised blocks (candle ops) and the CPU row pass reads a host copy of each block's
 //! weights (run.json's `kernels` shows it, and a note says why).
 
-use crate::probe::row_table::{RowWants, MAX_BANDS};
-pub use crate::probe::Kernel;
+use crate::hooks::row_table::{RowWants, MAX_BANDS};
+pub use crate::hooks::Kernel;
 
 /// The largest head dimension the GPU's flash kernels take (`cuda::flash::MAX_HEAD_DIM`).
 pub const GPU_FLASH_HEAD_DIM: usize = 256;
@@ -130,7 +130,7 @@ pub fn plan(f: &Facts) -> Kernel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::row_table::KeyBlocks;
+    use crate::hooks::row_table::KeyBlocks;
 
     /// CPU f32 inference of a softmax layer whose probe takes rows.
     fn cpu_rows() -> Facts {

@@ -1,5 +1,5 @@
 // Flash-style causal attention on the GPU: a query block's output and its row table
-// (layout: src/probe/row_table.rs) without the block's [heads, n, keys] weights ever
+// (layout: src/hooks/row_table.rs) without the block's [heads, n, keys] weights ever
 // existing, the GPU side of src/attention/flash/, which it follows step for step.
 //
 // A thread block takes WARPS consecutive queries of one (sequence, head); each warp owns

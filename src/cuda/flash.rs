@@ -16,7 +16,7 @@ use super::{device_tensor, with_cuda_storage};
 use crate::attention::flash::{Qkv, QueryBlock};
 use crate::attention::BetaLength;
 use crate::error::{Error, Result};
-use crate::probe::row_table::RowWants;
+use crate::hooks::row_table::RowWants;
 
 /// PTX of `flash.cu`.
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/asa_flash.ptx"));
@@ -226,7 +226,7 @@ fn params(
         && q.dtype() == v.dtype()
         && !(logits.affine.is_some() && logits.sinks.is_some())
         // the kernel masks sliding windows only (plan gives it no chunked layer)
-        && !matches!(block.window, crate::probe::KeyWindow::Chunked(_));
+        && !matches!(block.window, crate::hooks::KeyWindow::Chunked(_));
     if !fits {
         return Ok(None);
     }
@@ -509,7 +509,7 @@ mod tests {
     use super::*;
     use crate::attention::flash::{self as cpu_flash, AffineTile, Logits, Qkv, TileLogits, Tiles};
     use crate::attention::reversed_coefficients;
-    use crate::probe::KeyWindow;
+    use crate::hooks::KeyWindow;
     use candle_core::Device;
 
     /// Deterministic values in [-2, 2).
@@ -548,7 +548,7 @@ mod tests {
     /// Row tables equal within 2e-5 (relative above 1); the q.k sums, which cancel, within
     /// 2e-5 of the row's absolute sum.
     fn compare_tables(got: &[f32], want: &[f32], width: usize, what: &str) {
-        use crate::probe::row_table::{QK_ABS_SUM, QK_SUM};
+        use crate::hooks::row_table::{QK_ABS_SUM, QK_SUM};
         assert_eq!(got.len(), want.len(), "{what}");
         for (r, (g, w)) in got.chunks(width).zip(want.chunks(width)).enumerate() {
             for (c, (x, y)) in g.iter().zip(w).enumerate() {

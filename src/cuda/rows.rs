@@ -1,4 +1,4 @@
-//! Launchers of the row kernels: the GPU side of [`crate::probe::row_pass`], same tables.
+//! Launchers of the row kernels: the GPU side of [`crate::hooks::row_pass`], same tables.
 
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::WrapErr;
@@ -7,7 +7,7 @@ use candle_core::{CudaStorage, Storage, Tensor};
 
 use super::{kernel, with_cuda_f32};
 use crate::error::Result;
-use crate::probe::row_table::{RowWants, MAX_BANDS};
+use crate::hooks::row_table::{RowWants, MAX_BANDS};
 
 /// Threads per launched block (`THREADS` in kernels.cu).
 const THREADS: u32 = 256;
@@ -28,7 +28,7 @@ pub(super) struct BandTable {
 // SAFETY: plain old data, laid out as `struct BandTable` in kernels.cu
 unsafe impl DeviceRepr for BandTable {}
 
-/// The row table `[rows, wants.width()]` f32 (`probe::row_table`; no sink or q.k columns)
+/// The row table `[rows, wants.width()]` f32 (`hooks::row_table`; no sink or q.k columns)
 /// of causal `weights` `[batch, head, n, q_start + n]` on a CUDA device (f32, contiguous),
 /// left on the device; `None` where the candle reductions must run.
 pub fn weight_table(weights: &Tensor, q_start: usize, wants: &RowWants) -> Result<Option<Tensor>> {

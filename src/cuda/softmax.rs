@@ -9,7 +9,7 @@ use candle_core::{DType, Tensor};
 use super::rows::{band_table, config, grouped, BandTable};
 use super::{device_tensor, kernel, with_cuda_f32, with_cuda_storage};
 use crate::error::Result;
-use crate::probe::row_table::RowWants;
+use crate::hooks::row_table::RowWants;
 
 /// Shapes and settings of one launch.
 struct Launch {
@@ -137,9 +137,9 @@ mod tests {
     //! --features cuda cuda_`.
     use super::*;
     use crate::attention::softmax_with_sink;
-    use crate::probe::blocks::{mask_invisible, visibility};
-    use crate::probe::row_pass::{qk_sums, weight_rows};
-    use crate::probe::row_table::split_table;
+    use crate::hooks::blocks::{mask_invisible, visibility};
+    use crate::hooks::row_pass::{qk_sums, weight_rows};
+    use crate::hooks::row_table::split_table;
     use candle_core::{Device, D};
 
     fn host(t: &Tensor) -> Vec<f32> {
@@ -199,7 +199,7 @@ mod tests {
                     .unwrap();
                 let raw32 = raw.to_dtype(DType::F32).unwrap();
                 let visible =
-                    visibility(q_start, n, crate::probe::KeyWindow::CAUSAL, &cpu).unwrap();
+                    visibility(q_start, n, crate::hooks::KeyWindow::CAUSAL, &cpu).unwrap();
                 let scores = mask_invisible(&(&raw32 * scale as f64).unwrap(), &visible).unwrap();
                 let (want_w, want_mass) = match sink {
                     Some(s) => {
@@ -208,12 +208,12 @@ mod tests {
                     }
                     None => (candle_nn::ops::softmax(&scores, D::Minus1).unwrap(), None),
                 };
-                let causal = crate::probe::KeyWindow::CAUSAL;
+                let causal = crate::hooks::KeyWindow::CAUSAL;
                 let want_table = weight_rows(&want_w, q_start, causal, &wants)
                     .unwrap()
                     .unwrap();
                 let want_rows = split_table(&want_table, &wants);
-                let (qk, qk_abs) = qk_sums(&raw32, q_start, crate::probe::KeyWindow::CAUSAL)
+                let (qk, qk_abs) = qk_sums(&raw32, q_start, crate::hooks::KeyWindow::CAUSAL)
                     .unwrap()
                     .unwrap();
 

@@ -10,9 +10,9 @@ use super::block_pools::BlockPools;
 use super::results::ModelMetrics;
 use super::{MetricOptions, VariantTraits};
 use crate::error::Result;
-pub use crate::probe::row_pass::QkSums;
-use crate::probe::row_table::{Column, KeyBlocks, RowWants};
-use crate::probe::{BlockCtx, Hook, KeyWindow};
+pub use crate::hooks::row_pass::QkSums;
+use crate::hooks::row_table::{Column, KeyBlocks, RowWants};
+use crate::hooks::{BlockCtx, Hook, KeyWindow};
 
 /// What an accumulator reads. The probe asks the kernels for the union of every
 /// accumulator's needs.
@@ -90,7 +90,7 @@ impl Needs {
     }
 }
 
-/// A block's row table, pooled ([`BlockPools`]; columns as in [`crate::probe::row_table`]),
+/// A block's row table, pooled ([`BlockPools`]; columns as in [`crate::hooks::row_table`]),
 /// whichever kernel made it: the fused kernels fill it as they go, a materialised block
 /// gets the same columns from the row pass over its weights (and its sink mass and row
 /// maxima written into their columns).

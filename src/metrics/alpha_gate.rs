@@ -11,7 +11,7 @@ use super::summary::Distribution;
 use super::tables::TableRows;
 use super::Metric;
 use crate::error::Result;
-use crate::probe::Hook;
+use crate::hooks::Hook;
 
 /// Pools alpha values per (layer, head), queries >= min_query.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

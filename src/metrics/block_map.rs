@@ -18,8 +18,8 @@ use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use crate::error::Result;
 use crate::export::{schema, Column};
-use crate::probe::row_table::{KeyBlocks, RowWants};
-use crate::probe::KeyWindow;
+use crate::hooks::row_table::{KeyBlocks, RowWants};
+use crate::hooks::KeyWindow;
 
 /// The cells of one layer that hold a visible pair: query block a sees the key blocks
 /// `first[a] ..= a` (the keys its queries see are one run, from the first key of its

@@ -13,7 +13,7 @@ use candle_core::{DType, Tensor};
 use super::rows::{pool_rows, Pool};
 use super::weight_sum::query_means;
 use crate::error::Result;
-use crate::probe::row_table::{Column, SUM};
+use crate::hooks::row_table::{Column, SUM};
 
 /// The shape of one block's row table and of its pools.
 #[derive(Debug, Clone, Copy, PartialEq)]

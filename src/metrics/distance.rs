@@ -11,7 +11,7 @@ use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use crate::error::Result;
 use crate::export::{schema, Column};
-use crate::probe::row_table::RowWants;
+use crate::hooks::row_table::RowWants;
 
 /// Distance bands: `first`, then `[edges[k], edges[k+1])` with edges starting at 0, 1.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -7,13 +7,13 @@ use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::tables::TableRows;
 use super::Metric;
+use crate::hooks::row_table::{RowWants, ENTROPY};
 use crate::parse_error::ParseError;
-use crate::probe::row_table::{RowWants, ENTROPY};
 
 use super::layer_stat::{head_means, LayerStat};
 use super::rows::{Pool, RowAccumulator};
 use crate::error::Result;
-use crate::probe::row_table::Column;
+use crate::hooks::row_table::Column;
 
 /// Which weights the entropy is taken of (`--entropy-of`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -170,9 +170,9 @@ impl MetricResult for EntropyResult {
 
 #[cfg(test)]
 mod tests {
-    use crate::probe::row_pass::weight_rows;
-    use crate::probe::row_table::{RowWants, ENTROPY};
-    use crate::probe::KeyWindow;
+    use crate::hooks::row_pass::weight_rows;
+    use crate::hooks::row_table::{RowWants, ENTROPY};
+    use crate::hooks::KeyWindow;
     use candle_core::{Device, Tensor};
 
     #[test]

@@ -11,9 +11,9 @@ use super::rows::{Pool, RowAccumulator};
 use super::tables::TableRows;
 use super::Metric;
 use crate::error::Result;
-use crate::probe::row_table::Column;
-use crate::probe::row_table::{RowWants, FIRST};
-use crate::probe::KeyWindow;
+use crate::hooks::row_table::Column;
+use crate::hooks::row_table::{RowWants, FIRST};
+use crate::hooks::KeyWindow;
 use std::ops::Range;
 
 /// Accumulates a_i0 per row, once with `min_query` (first_token) and once over all

@@ -30,7 +30,7 @@ use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use crate::error::Result;
 use crate::export::{schema, Column};
-use crate::probe::row_table::{RowWants, FIRST};
+use crate::hooks::row_table::{RowWants, FIRST};
 
 impl Metric {
     /// head_role: per (layer, head) sink, local, previous_token, induction or mixed, with

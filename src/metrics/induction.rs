@@ -20,7 +20,7 @@ use super::rows::{Pool, RowAccumulator};
 use super::tables::TableRows;
 use super::Metric;
 use crate::error::Result;
-use crate::probe::row_table::RowWants;
+use crate::hooks::row_table::RowWants;
 
 impl Metric {
     /// induction_score: per (layer, head) mean a_{i, i-L+1} over the induction probe's
@@ -137,10 +137,10 @@ impl MetricResult for InductionResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hooks::row_table::BANDS;
+    use crate::hooks::{BlockCtx, KeyWindow};
     use crate::metrics::accumulator::{BlockEvent, Rows};
     use crate::metrics::block_pools::{pool_host, PoolShape};
-    use crate::probe::row_table::BANDS;
-    use crate::probe::{BlockCtx, KeyWindow};
 
     #[test]
     fn only_the_second_copys_band_is_averaged() {

@@ -14,7 +14,7 @@ use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use crate::error::Result;
 use crate::export::{schema, Column, Table};
-use crate::probe::KeyWindow;
+use crate::hooks::KeyWindow;
 
 /// Per (layer, head, key): the received weight summed over sequences, and the sequences seen.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

@@ -29,7 +29,7 @@
 //! it. A command of its own is a line in `cli/mod.rs`; its test against a float64 reference
 //! (a script in `tools/`, its output under `tests/fixtures/`) goes in `tests/it/metrics.rs`.
 //! Only a metric that needs a per-row sum no kernel computes yet also touches the kernels: a
-//! row-table column (a variant of `probe::row_columns::RowColumn`, from which build.rs
+//! row-table column (a variant of `hooks::row_columns::RowColumn`, from which build.rs
 //! writes the CUDA header; filled by the row pass, the flash tiles and the CUDA kernels). A
 //! new table is one declaration in `export/schema.rs`, which its writer, `figures` and the
 //! Python frames use.
@@ -49,8 +49,8 @@ pub mod layer_stat;
 pub mod max_logit;
 pub mod merge;
 mod metric;
+mod metric_probe;
 pub mod nll;
-mod probe;
 pub mod qk_mean;
 pub mod registry;
 pub mod results;
@@ -66,7 +66,7 @@ pub use accumulator::{
     Accumulator, BlockEvent, Event, FinishCtx, KeyBlockRows, Needs, QkSums, Rows, Setup, Weights,
 };
 pub use metric::Metric;
-pub use probe::{MetricProbe, ModelAttention, ProbeState, RestoreError};
+pub use metric_probe::{MetricProbe, ModelAttention, ProbeState, RestoreError};
 pub use results::{MetricResult, ModelMetrics, PerHead};
 pub use tables::{attention_tables, decade_bins, qk_series_table};
 

@@ -11,7 +11,7 @@ use super::results::{MetricResult, ModelMetrics};
 use super::tables::{decade_bins, floats, ints, strs, TableRows};
 use super::Metric;
 use crate::export::schema;
-use crate::probe::Hook;
+use crate::hooks::Hook;
 use candle_core::{DType, Tensor, D};
 
 use crate::error::Result;

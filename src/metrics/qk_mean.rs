@@ -9,7 +9,7 @@ use super::results::{MetricResult, ModelMetrics};
 use super::tables::TableRows;
 use super::Metric;
 use crate::error::Result;
-use crate::probe::row_pass::QkSums;
+use crate::hooks::row_pass::QkSums;
 
 /// Running sums per layer.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

@@ -8,7 +8,7 @@ use super::results::{ModelMetrics, PerHead};
 use super::rows::RowAccumulator;
 use super::Metric;
 use crate::error::Result;
-use crate::probe::row_table::SINK_MASS;
+use crate::hooks::row_table::SINK_MASS;
 
 impl Metric {
     /// sink_mass: mean mass sent to no token per (layer, head); reported for variants with
@@ -63,11 +63,11 @@ impl Accumulator for SinkMass {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hooks::row_table::BANDS;
+    use crate::hooks::BlockCtx;
+    use crate::hooks::KeyWindow;
     use crate::metrics::accumulator::{BlockEvent, Rows};
     use crate::metrics::block_pools::{pool_host, PoolShape};
-    use crate::probe::row_table::BANDS;
-    use crate::probe::BlockCtx;
-    use crate::probe::KeyWindow;
 
     #[test]
     fn sink_mass_is_the_mean_over_counted_queries_per_head() {

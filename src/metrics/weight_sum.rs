@@ -8,13 +8,13 @@ use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use crate::error::Result;
 use crate::export::schema;
-use crate::probe::row_table::{RowWants, SUM};
+use crate::hooks::row_table::{RowWants, SUM};
 use std::ops::Range;
 
 use super::layer_stat::head_means;
 use super::rows::{Pool, RowAccumulator};
 use super::summary::{constant_histogram, histogram, mean, Distribution, Histogram};
-use crate::probe::row_table::Column;
+use crate::hooks::row_table::Column;
 
 /// Accumulates row sums.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

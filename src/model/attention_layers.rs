@@ -9,7 +9,7 @@ use std::path::Path;
 
 use super::mixers::Mixer;
 use crate::error::{Error, Result};
-use crate::probe::KeyWindow;
+use crate::hooks::KeyWindow;
 
 /// Chunked attention: query i sees the keys j <= i of its own chunk of `size` positions.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

@@ -17,12 +17,12 @@ use super::residuals::Residuals;
 use super::weights::WeightStore;
 use crate::attention::{Attention, AttentionShape, VariantKind};
 use crate::error::{Error, Result};
+use crate::hooks::blocks::query_blocks;
+use crate::hooks::{BlockCtx, Hook, Probe};
 use crate::mixer::{GatedDeltaNet, Mamba2, ShortConv};
 use crate::nn::rope::rope_tables;
 use crate::nn::Rope;
 use crate::nn::{FeedForward, Linear, Norm};
-use crate::probe::blocks::query_blocks;
-use crate::probe::{BlockCtx, Hook, Probe};
 use crate::profile::phase;
 
 /// What mixes positions in a decoder layer, as loaded.
@@ -389,7 +389,7 @@ impl Model {
             qk_norm_whole: c.layout.qk_norm_whole,
             qk_norm_plus_one: c.layout.norm == super::layout::NormKind::RmsPlusOne,
             rms_norm_eps: c.rms_norm_eps,
-            window: crate::probe::KeyWindow::CAUSAL,
+            window: crate::hooks::KeyWindow::CAUSAL,
             scale: c.query_scale(),
             softcap: c.attn_logit_softcap(),
             rotary: true,
@@ -689,7 +689,7 @@ impl Model {
                 q_start: start,
                 q_len: n,
                 seq_len: t,
-                window: crate::probe::KeyWindow::CAUSAL,
+                window: crate::hooks::KeyWindow::CAUSAL,
             };
             probe.on_tensor(Hook::Logits, &ctx, &logits)?;
         }

@@ -14,7 +14,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::probe::KeyWindow;
+use crate::hooks::KeyWindow;
 
 /// The layer types `layer_types` may name.
 const LAYER_TYPES: [&str; 2] = ["full_attention", "sliding_attention"];

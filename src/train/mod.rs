@@ -15,10 +15,10 @@
 pub mod checkpoint;
 pub mod data;
 pub mod params;
-mod probe;
 pub mod run;
 pub mod schedule;
 pub mod tokenizer;
+mod train_probe;
 
 use std::collections::BTreeMap;
 
@@ -28,7 +28,7 @@ use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
 use crate::attention::{Variant, VariantKind};
 use crate::error::{Error, Result};
 use crate::model::{Model, ModelConfig, WeightStore};
-use probe::TrainProbe;
+use train_probe::TrainProbe;
 
 pub use params::Arch;
 pub use run::{train, TrainOptions, TrainSummary};

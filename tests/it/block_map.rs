@@ -13,11 +13,11 @@ use std::path::Path;
 
 use asa_analyze::analysis::{analyze, RunShape};
 use asa_analyze::export::{read_table, Column};
+use asa_analyze::hooks::Kernel;
 use asa_analyze::metrics::block_map::BlockMapResult;
 use asa_analyze::metrics::entropy::EntropyOf;
 use asa_analyze::metrics::{Metric, ModelMetrics};
 use asa_analyze::model::Checkpoint;
-use asa_analyze::probe::Kernel;
 use candle_core::{DType, Device};
 
 use crate::common::*;

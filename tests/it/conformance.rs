@@ -3,8 +3,8 @@
 
 use crate::common;
 
+use asa_analyze::hooks::{CaptureProbe, Hook};
 use asa_analyze::model::Checkpoint;
-use asa_analyze::probe::{CaptureProbe, Hook};
 use candle_core::{DType, Device, Tensor};
 use common::*;
 
@@ -169,9 +169,9 @@ fn hook_q_and_hook_k_are_before_rope_as_in_transformer_lens() {
 #[test]
 fn an_attached_capture_probe_keeps_the_kernel_plan_and_the_tables() {
     use asa_analyze::analysis::{accumulate_timed, finish, Along, CancelToken, RunPart, RunShape};
+    use asa_analyze::hooks::{Kernel, Probe};
     use asa_analyze::metrics::entropy::EntropyOf;
     use asa_analyze::metrics::{attention_tables, Metric};
-    use asa_analyze::probe::{Kernel, Probe};
 
     let opts = fixture_options(Metric::defaults(), EntropyOf::Effective);
     let mut tiled = 0;

@@ -465,13 +465,13 @@ fn gpt_oss_names_its_sinks_windows_and_experts_and_reads_mxfp4() {
         candle_core::DType::F32,
     )
     .unwrap();
-    let mut probe = asa_analyze::probe::CaptureProbe::new(&[asa_analyze::probe::Hook::Logits]);
+    let mut probe = asa_analyze::hooks::CaptureProbe::new(&[asa_analyze::hooks::Hook::Logits]);
     ckpt.load_model()
         .unwrap()
         .forward(&ids, 64, &mut probe)
         .unwrap();
     let logits = probe
-        .get(asa_analyze::probe::Hook::Logits, 2)
+        .get(asa_analyze::hooks::Hook::Logits, 2)
         .unwrap()
         .unwrap();
     let d = crate::common::max_abs_diff(&logits, &refs["logits"]);

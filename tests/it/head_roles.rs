@@ -13,12 +13,12 @@ use asa_analyze::analysis::{analyze, RunShape};
 use asa_analyze::corpus::WindowMode;
 use asa_analyze::corpus::{load_windows, BosMode, CorpusOptions, CorpusSource, SpecialTokens};
 use asa_analyze::export::{read_table, Column, Table};
+use asa_analyze::hooks::Kernel;
 use asa_analyze::metrics::entropy::EntropyOf;
 use asa_analyze::metrics::head_role::{HeadRoleResult, RoleThresholds};
 use asa_analyze::metrics::induction::InductionResult;
 use asa_analyze::metrics::{Metric, ModelMetrics};
 use asa_analyze::model::Checkpoint;
-use asa_analyze::probe::Kernel;
 use candle_core::{DType, Device};
 use serde_json::Value;
 

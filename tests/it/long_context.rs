@@ -8,11 +8,11 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use asa_analyze::analysis::{analyze, RunShape};
+use asa_analyze::hooks::{CaptureProbe, Hook};
 use asa_analyze::metrics::distance::Bands;
 use asa_analyze::metrics::entropy::EntropyOf;
 use asa_analyze::metrics::Metric;
 use asa_analyze::model::Checkpoint;
-use asa_analyze::probe::{CaptureProbe, Hook};
 use candle_core::{DType, Device, Tensor};
 use common::*;
 

@@ -382,7 +382,7 @@ fn a_sliding_window_layer_matches_the_reference_through_the_tiles() {
             .is_none());
         assert_eq!(
             got.kernels.get(&windowed),
-            Some(&asa_analyze::probe::Kernel::FlashTiles),
+            Some(&asa_analyze::hooks::Kernel::FlashTiles),
             "{name}"
         );
         check_all(name, &got, &reference_metrics(name));
@@ -541,7 +541,7 @@ fn max_logit_and_key_received_match_the_float64_reference() {
             let tiles = got
                 .kernels
                 .values()
-                .any(|&k| k == asa_analyze::probe::Kernel::FlashTiles);
+                .any(|&k| k == asa_analyze::hooks::Kernel::FlashTiles);
             assert_eq!(
                 tiles,
                 entropy_of == EntropyOf::Effective,

@@ -30,12 +30,12 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use asa_analyze::analysis::{analyze, RunShape};
+use asa_analyze::hooks::{CaptureProbe, Hook};
 use asa_analyze::metrics::distance::Bands;
 use asa_analyze::metrics::entropy::EntropyOf;
 use asa_analyze::metrics::{Metric, MetricOptions, ModelMetrics};
 use asa_analyze::model::{Checkpoint, Model, ModelConfig};
 use asa_analyze::nn::rope::inverse_frequencies;
-use asa_analyze::probe::{CaptureProbe, Hook};
 use candle_core::{DType, Device, Tensor};
 use common::*;
 use serde_json::Value;

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use asa_analyze::attention::VariantKind;
+use asa_analyze::hooks::{BlockCtx, Hook, Probe};
 use asa_analyze::model::{Checkpoint, Model, WeightStore};
-use asa_analyze::probe::{BlockCtx, Hook, Probe};
 use asa_analyze::train::data::TextSource;
 use asa_analyze::train::params::{config_json, init_params, resolve};
 use asa_analyze::train::{self, Arch, OptimConfig, TrainOptions, Trainer};
@@ -185,7 +185,7 @@ fn alpha_ma_moves_after_a_step_and_is_left_alone_in_analysis() {
     let model = ckpt.load_model().unwrap();
     for _ in 0..2 {
         model
-            .forward(&ids, 5, &mut asa_analyze::probe::NoProbe)
+            .forward(&ids, 5, &mut asa_analyze::hooks::NoProbe)
             .unwrap();
     }
     let again = Checkpoint::open(&dir, &Device::Cpu, DType::F32).unwrap();

@@ -10,7 +10,7 @@ use super::logits::*;
 use crate::cpu::bf16_panels::PackedWeight;
 use crate::cpu::host::with_cpu_f32;
 use crate::error::Result;
-use crate::probe::KeyWindow;
+use crate::hooks::KeyWindow;
 
 /// Keys per tile. With [`ROWS_PER_TASK`] rows, a tile's logits and weights (384 KB each)
 /// and its key and value tiles stay within a core's L2 and L3 share; measured best of 256,

@@ -330,12 +330,12 @@ impl ModelConfig {
     }
 
     /// The keys each query of layer `layer` (0-based) sees.
-    pub fn key_window(&self, layer: usize) -> crate::probe::KeyWindow {
+    pub fn key_window(&self, layer: usize) -> crate::hooks::KeyWindow {
         if let Some(size) = self.attention_layers.chunk_of(layer) {
-            return crate::probe::KeyWindow::chunked(size);
+            return crate::hooks::KeyWindow::chunked(size);
         }
         self.sliding_window
             .as_ref()
-            .map_or(crate::probe::KeyWindow::CAUSAL, |w| w.of_layer(layer))
+            .map_or(crate::hooks::KeyWindow::CAUSAL, |w| w.of_layer(layer))
     }
 }

@@ -603,7 +603,7 @@ pub(super) mod tests {
 
     #[test]
     fn sliding_windows_are_read_as_transformers_reads_them() {
-        use crate::probe::KeyWindow;
+        use crate::hooks::KeyWindow;
         let qwen = BASE.replace(r#""model_type": "llama""#, r#""model_type": "qwen2""#);
         assert_ne!(qwen, BASE);
         // Qwen2Config: sliding_window 4096 and max_window_layers 28 when absent

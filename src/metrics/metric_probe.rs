@@ -17,10 +17,10 @@ use super::rows::to_host;
 use super::{Metric, MetricOptions, VariantTraits};
 use crate::cpu::host::with_cpu_f32;
 use crate::error::{Error, Result};
-use crate::probe::blocks::with_column;
-use crate::probe::row_pass::{weight_rows, weight_table_on_device};
-use crate::probe::row_table::{Column, RowWants, QK_ABS_SUM, QK_SUM, SINK_MASS};
-use crate::probe::{BlockCtx, Hook, Kernel, KeyWindow, Probe};
+use crate::hooks::blocks::with_column;
+use crate::hooks::row_pass::{weight_rows, weight_table_on_device};
+use crate::hooks::row_table::{Column, RowWants, QK_ABS_SUM, QK_SUM, SINK_MASS};
+use crate::hooks::{BlockCtx, Hook, Kernel, KeyWindow, Probe};
 use crate::profile::phase;
 
 /// Why a saved [`ProbeState`] does not make a probe again.
@@ -680,13 +680,13 @@ mod tests {
     //! copied at the layer's end) run on the CPU against the host path (tables pooled on
     //! the host as they come).
     use super::*;
+    use crate::hooks::blocks::query_blocks;
+    use crate::hooks::row_table::{QK_ABS_SUM, QK_SUM, SINK_MASS};
     use crate::metrics::distance::Bands;
     use crate::metrics::entropy::{EntropyOf, EntropyResult};
     use crate::metrics::first_token::SinkRate;
     use crate::metrics::qk_mean::QkResult;
     use crate::metrics::{Metric, PerHead};
-    use crate::probe::blocks::query_blocks;
-    use crate::probe::row_table::{QK_ABS_SUM, QK_SUM, SINK_MASS};
     use candle_core::Device;
     use serde_json::Value;
 

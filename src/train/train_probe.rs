@@ -4,9 +4,9 @@
 use candle_core::{DType, Tensor};
 
 use crate::error::{Error, Result};
+use crate::hooks::row_pass::QkSums;
+use crate::hooks::{BlockCtx, Hook, Probe};
 use crate::metrics::qk_mean::QkMean;
-use crate::probe::row_pass::QkSums;
-use crate::probe::{BlockCtx, Hook, Probe};
 
 pub(crate) struct TrainProbe {
     logits: Vec<Tensor>,

@@ -39,7 +39,7 @@ pub enum Hook {
     /// `hook_rot_k`: keys after RoPE, `[batch, pos, kv_head, d_head]`, once per layer.
     RotK,
     /// `hook_qk`: raw q . k before 1/sqrt(d) and any variant transform, unmasked,
-    /// `[batch, head, q_block, keys]` (key j is visible to query i = `ctx.q_start + r` when j <= i; `probe::blocks::visibility` builds the mask).
+    /// `[batch, head, q_block, keys]` (key j is visible to query i = `ctx.q_start + r` when j <= i; `hooks::blocks::visibility` builds the mask).
     Qk,
     /// `hook_attn_scores`: the logits the variant normalises (scaled, masked with -inf),
     /// `[batch, head, q_block, keys]`, f32.

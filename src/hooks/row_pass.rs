@@ -11,9 +11,9 @@ use rayon::prelude::*;
 use crate::cpu::fast_math::ln;
 use crate::cpu::host::{lane_sum, lane_sum_max, with_cpu_f32};
 use crate::error::Result;
-use crate::probe::blocks::visibility;
-use crate::probe::row_table::{KeyBlocks, RowWants, BANDS, ENTROPY, FIRST, SUM};
-use crate::probe::KeyWindow;
+use crate::hooks::blocks::visibility;
+use crate::hooks::row_table::{KeyBlocks, RowWants, BANDS, ENTROPY, FIRST, SUM};
+use crate::hooks::KeyWindow;
 use crate::simd_dispatch;
 
 /// The two sums an entropy is made of ([`EntropySums::entropy`]): T = sum w and X = sum w
@@ -147,7 +147,7 @@ pub(crate) fn qk_row(visible: &[f32]) -> (f64, f64) {
     (lane_sum(visible, |x| x), lane_sum(visible, f32::abs))
 }
 
-/// The host row table (read it with [`crate::probe::row_table::split_table`]) of causal `weights`
+/// The host row table (read it with [`crate::hooks::row_table::split_table`]) of causal `weights`
 /// `[batch, head, n, q_start + n]` on CPU f32 or a CUDA device (f32), or `None` where the
 /// candle reductions must run. Keys outside `window` hold 0 in `weights`; the key blocks
 /// read only the keys each query sees.
@@ -309,7 +309,7 @@ fn device_qk_table(_: &Tensor, _: usize) -> Result<Option<Vec<f64>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::row_table::split_table;
+    use crate::hooks::row_table::split_table;
     use candle_core::Device;
 
     #[test]
@@ -357,8 +357,8 @@ mod tests {
 mod device_path_tests {
     //! The candle reductions (the path of GPUs and other dtypes) and the CPU row pass agree.
     use super::*;
+    use crate::hooks::row_table::split_table;
     use crate::metrics::distance::Bands;
-    use crate::probe::row_table::split_table;
     use candle_core::Device;
     use candle_core::D;
 
@@ -449,7 +449,7 @@ mod cuda_tests {
     //! The CUDA row kernels and the CPU row pass fill the same tables (run on a GPU machine:
     //! `cargo test --release --features cuda cuda_`).
     use super::*;
-    use crate::probe::row_table::{split_table, Column};
+    use crate::hooks::row_table::{split_table, Column};
     use candle_core::Device;
 
     #[test]
