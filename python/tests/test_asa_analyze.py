@@ -535,6 +535,32 @@ except asa.InputError as e:
     assert "values -37, outside 0..=16" in out.stdout, out.stdout
 
 
+def test_a_config_claiming_two_billion_layers_raises_an_input_error_not_an_abort():
+    # issue 54, the second fuzz hour's Python harness: a model in memory whose config says
+    # num_hidden_layers 2**31 laid out every layer's structures (154 GB) and the interpreter
+    # aborted (status 134); the count is refused before anything is laid out
+    folder = FIXTURES / "llama_gqa"
+    config = json.loads((folder / "config.json").read_text())
+    config["num_hidden_layers"] = 2**31
+    script = f"""
+import json
+import asa_analyze as asa
+from safetensors.numpy import load_file
+from pathlib import Path
+state = {{}}
+for shard in sorted(Path({str(folder)!r}).glob("*.safetensors")):
+    state.update(load_file(shard))
+try:
+    asa.analyze({{"m": (json.loads({json.dumps(json.dumps(config))}), state)}}, seq_len=8, num_seqs=1,
+                progress=False)
+except asa.InputError as e:
+    print("refused:", e)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "num_hidden_layers 2147483648 is more than 65536" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
 def test_numbers_out_of_range_and_odd_models_are_value_errors_naming_the_argument():
     # issue 54, found by python/tests/fuzz_entry_points.py: a negative or too large number
     # raised the OverflowError of PyO3's conversion (not a ValueError); threads=2**31 started

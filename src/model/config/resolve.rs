@@ -16,6 +16,10 @@ use crate::model::experts::{DenseSizes, Experts, RawExperts};
 use crate::model::mixers::Mixer;
 use crate::model::sliding_window::{RawWindow, SlidingWindow};
 
+/// More layers, or heads, than any model has (the deepest have a few hundred layers, the
+/// widest a few hundred heads).
+const MAX_COUNT: usize = 1 << 16;
+
 /// The sizes of the model, checked.
 struct Sizes {
     hidden: usize,
@@ -154,6 +158,19 @@ impl RawConfig {
         ] {
             if size == 0 {
                 return Err(Error::input(path, format!("{field} must be at least 1")));
+            }
+        }
+        // a count past any model's sizes every layer's (and head's) structures before a
+        // weight is read: 2^31 layers laid out 154 GB (found by the fuzz harness, issue 54)
+        for (field, count) in [
+            ("num_hidden_layers", layers),
+            ("num_attention_heads", heads),
+        ] {
+            if count > MAX_COUNT {
+                return Err(Error::input(
+                    path,
+                    format!("{field} {count} is more than {MAX_COUNT} (a damaged config?)"),
+                ));
             }
         }
         Ok(Sizes {
@@ -451,6 +468,30 @@ pub(super) mod tests {
 
     pub(crate) const BASE: &str = r#""model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100"#;
+
+    /// Issue 54, found by the Python fuzz harness: `num_hidden_layers` 2^31 laid out every
+    /// layer's structures (154 GB) before a weight was read, and the interpreter aborted.
+    #[test]
+    fn counts_past_any_model_are_refused_before_anything_is_laid_out() {
+        let sizes = |layers: u64, heads: u64| {
+            format!(
+                r#"{{"model_type": "llama", "hidden_size": {heads}, "intermediate_size": 8,
+                "num_hidden_layers": {layers}, "num_attention_heads": {heads},
+                "num_key_value_heads": 1, "vocab_size": 10}}"#
+            )
+        };
+        for (field, json) in [
+            ("num_hidden_layers", sizes(1 << 31, 4)),
+            ("num_attention_heads", sizes(2, 1 << 31)),
+        ] {
+            let err = resolve(&json).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("{field} 2147483648 is more than 65536")),
+                "{err}"
+            );
+        }
+        resolve(&format!("{{{BASE}}}")).unwrap();
+    }
 
     #[test]
     fn unknown_model_type_lists_supported() {
