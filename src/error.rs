@@ -24,9 +24,13 @@ pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A user-supplied file is missing, malformed or inconsistent (our own words, no
-    /// underlying error).
+    /// underlying error); `kind` says which input it is.
     #[error("{}: {message}", path.display())]
-    Input { path: PathBuf, message: String },
+    Input {
+        kind: InputKind,
+        path: PathBuf,
+        message: String,
+    },
     /// A library could not read, parse or write `path`: `what` says which operation,
     /// `source` is the library's error.
     #[error("{}: {what}: {}", path.display(), one_line(source))]
@@ -66,15 +70,86 @@ pub enum Error {
     Candle(#[from] candle_core::Error),
 }
 
+/// Which input an [`Error::Input`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputKind {
+    /// A checkpoint: config.json, safetensors, GGUF, tokenizer files, a model in memory.
+    Checkpoint,
+    /// A corpus: text, JSONL or token ids.
+    Corpus,
+    /// A results table (CSV or Parquet) read back.
+    Table,
+    /// A training log (CSV, JSONL, TensorBoard events).
+    TrainingLog,
+    /// Any other file: a partial result, a manifest, an output destination, ...
+    File,
+}
+
+/// What an error is about, for callers and tests to match instead of its words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// A user's input file ([`Error::Input`], and a library's refusal of one:
+    /// [`Error::Invalid`], kind [`InputKind::File`]).
+    Input(InputKind),
+    /// An option or a combination of options ([`Error::Usage`]).
+    Usage,
+    /// The OS failed a read or write ([`Error::Io`], [`Error::Stdout`]).
+    Io,
+    /// The run was cancelled ([`Error::Interrupted`]).
+    Cancelled,
+    /// A library call with no file to name, or a tensor operation ([`Error::Failed`],
+    /// [`Error::Candle`]).
+    Internal,
+}
+
 /// Result with the crate's error.
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    /// A problem with a user file, e.g. `Error::input("ckpt/config.json", "missing field hidden_size")`.
+    /// A problem with a user file that is none of the kinds below (a partial result, a
+    /// manifest, an output destination), e.g. `Error::input("run/manifest.json", "no runs")`.
     pub fn input(path: impl AsRef<Path>, message: impl Into<String>) -> Self {
+        Self::of_kind(InputKind::File, path, message)
+    }
+
+    /// A problem with a checkpoint, e.g.
+    /// `Error::checkpoint("ckpt/config.json", "missing field hidden_size")`.
+    pub fn checkpoint(path: impl AsRef<Path>, message: impl Into<String>) -> Self {
+        Self::of_kind(InputKind::Checkpoint, path, message)
+    }
+
+    /// A problem with a corpus.
+    pub fn corpus(path: impl AsRef<Path>, message: impl Into<String>) -> Self {
+        Self::of_kind(InputKind::Corpus, path, message)
+    }
+
+    /// A problem with a results table read back.
+    pub fn table(path: impl AsRef<Path>, message: impl Into<String>) -> Self {
+        Self::of_kind(InputKind::Table, path, message)
+    }
+
+    /// A problem with a training log.
+    pub fn training_log(path: impl AsRef<Path>, message: impl Into<String>) -> Self {
+        Self::of_kind(InputKind::TrainingLog, path, message)
+    }
+
+    fn of_kind(kind: InputKind, path: impl AsRef<Path>, message: impl Into<String>) -> Self {
         Error::Input {
+            kind,
             path: path.as_ref().to_path_buf(),
             message: message.into(),
+        }
+    }
+
+    /// What the error is about.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Input { kind, .. } => ErrorKind::Input(*kind),
+            Error::Invalid { .. } => ErrorKind::Input(InputKind::File),
+            Error::Usage(_) => ErrorKind::Usage,
+            Error::Io { .. } | Error::Stdout(_) => ErrorKind::Io,
+            Error::Interrupted => ErrorKind::Cancelled,
+            Error::Failed { .. } | Error::Candle(_) => ErrorKind::Internal,
         }
     }
 
@@ -194,6 +269,26 @@ pub(crate) fn printable(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each constructor gives its kind, and the words stay the one line they were.
+    #[test]
+    fn each_error_says_what_it_is_about() {
+        let file = Path::new("x/config.json");
+        for (err, kind) in [
+            (Error::checkpoint(file, "m"), InputKind::Checkpoint),
+            (Error::corpus(file, "m"), InputKind::Corpus),
+            (Error::table(file, "m"), InputKind::Table),
+            (Error::training_log(file, "m"), InputKind::TrainingLog),
+            (Error::input(file, "m"), InputKind::File),
+        ] {
+            assert_eq!(err.kind(), ErrorKind::Input(kind));
+            assert_eq!(err.to_string(), "x/config.json: m");
+        }
+        assert_eq!(Error::usage("--bins").kind(), ErrorKind::Usage);
+        assert_eq!(Error::Interrupted.kind(), ErrorKind::Cancelled);
+        let io = std::io::Error::other("disk");
+        assert_eq!(Error::io(file, io).kind(), ErrorKind::Io);
+    }
 
     /// A cause that has a cause of its own, and says only its own part.
     #[derive(Debug, thiserror::Error)]

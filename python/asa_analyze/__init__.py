@@ -21,7 +21,18 @@ from __future__ import annotations
 from . import _native
 from ._analysis import analyze, entropy, inspect, merge
 from ._logs import curves, grad_stats, spikes
-from ._native import AsaError, CancelToken, Cancelled, InputError, IoError, UsageError
+from ._native import (
+    AsaError,
+    CancelToken,
+    Cancelled,
+    CheckpointError,
+    CorpusError,
+    InputError,
+    IoError,
+    TableError,
+    TrainingLogError,
+    UsageError,
+)
 from ._paper import PaperTables, tables
 from ._report import Report, figures, report
 from ._result import Result
@@ -34,6 +45,10 @@ __all__ = [
     "Cancelled",
     "Monitor",
     "InputError",
+    "CheckpointError",
+    "CorpusError",
+    "TableError",
+    "TrainingLogError",
     "IoError",
     "UsageError",
     "Result",

@@ -23,6 +23,7 @@ use asa_analyze::attention::VariantKind;
 use asa_analyze::corpus::induction::ProbeKind;
 use asa_analyze::corpus::{BosMode, WindowMode};
 use asa_analyze::device::DeviceRequest;
+use asa_analyze::error::InputKind;
 use asa_analyze::export::{schema, to_frame, Format, OutputDir, StagingWatch, Table};
 use asa_analyze::metrics::head_role::RoleThresholds;
 use asa_analyze::metrics::Metric;
@@ -56,6 +57,30 @@ create_exception!(
     InputError,
     AsaError,
     "A checkpoint, corpus or table that is missing, malformed or inconsistent."
+);
+create_exception!(
+    asa_analyze,
+    CheckpointError,
+    InputError,
+    "A checkpoint (config.json, weights, GGUF, tokenizer, a model in memory) that is missing, malformed or inconsistent."
+);
+create_exception!(
+    asa_analyze,
+    CorpusError,
+    InputError,
+    "A corpus (text, JSONL, token ids) that is missing, malformed or inconsistent."
+);
+create_exception!(
+    asa_analyze,
+    TableError,
+    InputError,
+    "A results table read back (CSV, Parquet) that is missing, malformed or damaged."
+);
+create_exception!(
+    asa_analyze,
+    TrainingLogError,
+    InputError,
+    "A training log (CSV, JSONL, TensorBoard events) that is missing or malformed."
 );
 create_exception!(
     asa_analyze,
@@ -95,7 +120,14 @@ fn to_py(err: Error) -> PyErr {
     let line = err.report();
     match err {
         Error::Interrupted => Cancelled::new_err("asa-analyze run cancelled"),
-        Error::Input { .. } | Error::Invalid { .. } => InputError::new_err(line),
+        Error::Input { kind, .. } => match kind {
+            InputKind::Checkpoint => CheckpointError::new_err(line),
+            InputKind::Corpus => CorpusError::new_err(line),
+            InputKind::Table => TableError::new_err(line),
+            InputKind::TrainingLog => TrainingLogError::new_err(line),
+            InputKind::File => InputError::new_err(line),
+        },
+        Error::Invalid { .. } => InputError::new_err(line),
         Error::Usage(_) => UsageError::new_err(line),
         Error::Io { .. } => IoError::new_err(line),
         _ => AsaError::new_err(line),
@@ -648,6 +680,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Cancelled", m.py().get_type::<Cancelled>())?;
     m.add_class::<PyCancelToken>()?;
     m.add("InputError", m.py().get_type::<InputError>())?;
+    m.add("CheckpointError", m.py().get_type::<CheckpointError>())?;
+    m.add("CorpusError", m.py().get_type::<CorpusError>())?;
+    m.add("TableError", m.py().get_type::<TableError>())?;
+    m.add("TrainingLogError", m.py().get_type::<TrainingLogError>())?;
     m.add("UsageError", m.py().get_type::<UsageError>())?;
     m.add("IoError", m.py().get_type::<IoError>())?;
     m.add_class::<NativeResult>()?;

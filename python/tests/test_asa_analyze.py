@@ -197,6 +197,20 @@ def test_bad_input_raises_asa_errors_with_the_clis_line(tmp_path):
         asa.analyze(FIXTURES / "sink", seq_len=16, num_seqs=3, batch_size=0, progress=False)
     with pytest.raises(asa.InputError, match="not a partial result"):
         asa.merge([tmp_path])
+    # issue 55 item 3: the input an error is about is its type (subclasses of InputError)
+    bad = tmp_path / "bad"
+    shutil.copytree(FIXTURES / "sink", bad)
+    config = json.loads((bad / "config.json").read_text())
+    config["num_hidden_layers"] = 0
+    (bad / "config.json").write_text(json.dumps(config))
+    with pytest.raises(asa.CheckpointError, match="num_hidden_layers must be at least 1"):
+        asa.analyze(bad, **SMALL)
+    log = tmp_path / "log.csv"
+    log.write_text("step,loss\n1,2.0\n")
+    with pytest.raises(asa.TrainingLogError, match="grad_norm"):
+        asa.grad_stats(log)
+    assert all(issubclass(e, asa.InputError) for e in
+               (asa.CheckpointError, asa.CorpusError, asa.TableError, asa.TrainingLogError))
 
 
 def test_ctrl_c_stops_a_run_with_keyboard_interrupt(tmp_path):
@@ -526,7 +540,7 @@ def test_a_damaged_parquet_page_raises_an_input_error_not_an_abort():
 import asa_analyze as asa
 try:
     asa.report({str(damaged)!r})
-except asa.InputError as e:
+except asa.TableError as e:
     print("refused:", e)
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
@@ -553,7 +567,7 @@ for shard in sorted(Path({str(folder)!r}).glob("*.safetensors")):
 try:
     asa.analyze({{"m": (json.loads({json.dumps(json.dumps(config))}), state)}}, seq_len=8, num_seqs=1,
                 progress=False)
-except asa.InputError as e:
+except asa.CheckpointError as e:
     print("refused:", e)
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)

@@ -269,7 +269,7 @@ impl Tok {
             )));
         };
         if !path.is_file() {
-            return Err(Error::input(
+            return Err(Error::corpus(
                 path,
                 format!(
                     "missing: the text corpus {label} needs the checkpoint's tokenizer.json; \
@@ -323,7 +323,7 @@ impl Tok {
             Err(pieces::NotLocal { at }) => self.encode_whole(text, label, at)?,
         };
         if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab_size) {
-            return Err(Error::input(
+            return Err(Error::corpus(
                 &self.path,
                 format!(
                     "tokenizing {label} gave token id {bad}, out of range for the model's \
@@ -347,7 +347,7 @@ impl Tok {
         let need = len.saturating_mul(BYTES_PER_BYTE);
         if let Some(available) = crate::device::available_memory() {
             if need > available {
-                return Err(Error::input(
+                return Err(Error::corpus(
                     path,
                     format!(
                         "the tokenizer's output near byte {at} depends on more context than \
@@ -512,7 +512,7 @@ fn per_window(opts: &CorpusOptions, bos: &Option<Special>) -> usize {
 }
 
 fn too_short(path: &Path, opts: &CorpusOptions, tokens: usize) -> Error {
-    Error::input(
+    Error::corpus(
         path,
         format!(
             "corpus shorter than {} sequences of {} tokens (has {tokens} tokens)",
@@ -716,7 +716,7 @@ fn document_windows(
     opts: &CorpusOptions,
 ) -> Result<Windows> {
     if found.windows.len() < opts.num_seqs {
-        return Err(Error::input(
+        return Err(Error::corpus(
             path,
             format!(
                 "--windows documents: {} of the {} documents read are at least {} tokens long; {} are needed (fewer --num-seqs, a shorter --seq-len, or --windows packed)",

@@ -142,7 +142,7 @@ fn parse_header(header: &str) -> std::result::Result<Header, NpyError> {
 /// Reads `path`, checking each id is in `0..vocab_size`.
 pub(crate) fn read_ids(path: &Path, vocab_size: usize) -> Result<NpyIds> {
     let bytes = crate::input::read_bytes(path, crate::input::TOKEN_IDS)?;
-    let input = |m: String| Error::input(path, m);
+    let input = |m: String| Error::corpus(path, m);
     if !bytes.starts_with(MAGIC) || bytes.len() < 10 {
         return Err(input("not a .npy file (no NUMPY magic)".into()));
     }

@@ -127,7 +127,7 @@ impl FillError {
     fn into_error(self, path: &std::path::Path) -> Error {
         match self {
             FillError::Io(e) => Error::io(path, e),
-            FillError::Utf8(at) => Error::input(path, format!("not UTF-8 text (byte {at})")),
+            FillError::Utf8(at) => Error::corpus(path, format!("not UTF-8 text (byte {at})")),
         }
     }
 }

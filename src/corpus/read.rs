@@ -33,7 +33,7 @@ impl Format {
             Some("jsonl") => Ok(Format::Jsonl),
             Some("npy") => Ok(Format::Npy),
             Some("json") => Ok(Format::Json),
-            _ => Err(Error::input(
+            _ => Err(Error::corpus(
                 path,
                 format!("unsupported corpus format; supported: {SUPPORTED}"),
             )),
@@ -53,7 +53,7 @@ fn utf8(bytes: Vec<u8>) -> std::result::Result<String, ()> {
 /// The whole of a `.txt` file: one document.
 pub(crate) fn read_txt(path: &Path) -> Result<String> {
     let bytes = crate::input::read_bytes(path, crate::input::TEXT)?;
-    utf8(bytes).map_err(|_| Error::input(path, "not UTF-8 text"))
+    utf8(bytes).map_err(|_| Error::corpus(path, "not UTF-8 text"))
 }
 
 /// The documents of a `.jsonl` file, read lazily line by line: each non-blank line's string
@@ -87,7 +87,7 @@ impl Iterator for JsonlDocs {
                 Err(e) => return Some(Err(Error::io(&self.path, e))),
             }
             self.line += 1;
-            let at = |m: &str| Error::input(&self.path, format!("line {}: {m}", self.line));
+            let at = |m: &str| Error::corpus(&self.path, format!("line {}: {m}", self.line));
             let Ok(line) = utf8(buf) else {
                 return Some(Err(at("not UTF-8 text")));
             };
@@ -132,11 +132,11 @@ pub(crate) fn read_npy(path: &Path, vocab_size: usize) -> Result<IdDocs> {
 /// Reads a `.json` list of lists of token ids (a flat list of ids is one document).
 pub(crate) fn read_json(path: &Path, vocab_size: usize) -> Result<IdDocs> {
     let bytes = crate::input::read_bytes(path, crate::input::TOKEN_IDS)?;
-    let text = utf8(bytes).map_err(|_| Error::input(path, "not UTF-8 text"))?;
+    let text = utf8(bytes).map_err(|_| Error::corpus(path, "not UTF-8 text"))?;
     let value: Value =
         serde_json::from_str(&text).map_err(|e| Error::invalid(path, "not valid JSON", e))?;
     let shape_err = || {
-        Error::input(
+        Error::corpus(
             path,
             "expected a list of lists of token ids, e.g. [[1, 5, 9], [1, 7]]",
         )
@@ -147,14 +147,14 @@ pub(crate) fn read_json(path: &Path, vocab_size: usize) -> Result<IdDocs> {
     let id = |v: &Value, at: &dyn Fn() -> String| -> Result<u32> {
         match v.as_u64() {
             Some(id) if id < vocab_size as u64 => Ok(id as u32),
-            _ if v.is_i64() || v.is_u64() => Err(Error::input(
+            _ if v.is_i64() || v.is_u64() => Err(Error::corpus(
                 path,
                 format!(
                     "token id {v} ({}) is out of range for the model's vocab_size {vocab_size}",
                     at()
                 ),
             )),
-            _ => Err(Error::input(
+            _ => Err(Error::corpus(
                 path,
                 format!("{}: expected an integer token id, got {v}", at()),
             )),

@@ -26,7 +26,7 @@ pub fn read_guarded<T>(path: &Path, what: &str, read: impl FnOnce() -> Result<T>
     IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
     GUARDED.with(|g| g.set(before));
     outcome.unwrap_or_else(|_| {
-        Err(Error::input(
+        Err(Error::table(
             path,
             format!("{what}: the file is damaged (its reader could not parse it)"),
         ))

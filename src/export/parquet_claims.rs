@@ -39,7 +39,7 @@ pub fn check(path: &Path, file: &mut std::fs::File, decoded: Decoded) -> Result<
         .map_err(|e| Error::invalid(path, "cannot read Parquet table", e))?;
     let free = crate::device::available_memory().unwrap_or(u64::MAX);
     check_memory(path, &metadata, decoded, free)?;
-    let damaged = |what: String| Error::input(path, format!("damaged Parquet table: {what}"));
+    let damaged = |what: String| Error::table(path, format!("damaged Parquet table: {what}"));
     let mut reader = BufReader::new(file);
     for (g, group) in metadata.row_groups.iter().enumerate() {
         for chunk in group.parquet_columns() {
@@ -59,7 +59,7 @@ pub fn check_decoded(path: &Path, column: &str, values: usize, rows: usize) -> R
     if values == rows {
         return Ok(());
     }
-    Err(Error::input(
+    Err(Error::table(
         path,
         format!(
             "damaged Parquet table: column {column} decoded to {values} values for {rows} rows"
@@ -78,7 +78,7 @@ fn check_memory(path: &Path, metadata: &FileMetadata, decoded: Decoded, free: u6
     if need <= free {
         return Ok(());
     }
-    Err(Error::input(
+    Err(Error::table(
         path,
         format!(
             "the table states {rows} rows of {columns} columns, {:.1} GiB decoded, more than \
@@ -216,6 +216,7 @@ fn check_page(header: &PageHeader, remaining: i64, free: u64) -> std::result::Re
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::{ErrorKind, InputKind};
     use crate::export::{write_table, Column, Format, Table};
     use polars_parquet_format::thrift::protocol::TCompactOutputProtocol;
 
@@ -298,7 +299,9 @@ mod tests {
             (41, "values 41, outside 0..=40"),
         ] {
             let damaged = with_first_header(&bytes, |h| *num_values(h) = claim);
-            let err = checked(&path, &damaged).unwrap_err().to_string();
+            let err = checked(&path, &damaged).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Input(InputKind::Table));
+            let err = err.to_string();
             assert!(
                 err.contains("t.parquet") && err.contains("column step") && err.contains(said),
                 "{err}"

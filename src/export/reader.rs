@@ -34,7 +34,7 @@ pub fn read_table(path: &Path) -> Result<Table> {
             })?
         }
         _ => {
-            return Err(Error::input(
+            return Err(Error::table(
                 path,
                 "unknown table format (expected .csv or .parquet)",
             ))
@@ -73,7 +73,7 @@ pub fn read_declared(path: &Path, schema: &super::TableSchema) -> Result<Table> 
     }
     schema
         .check(&table)
-        .map_err(|e| Error::input(path, e.to_string()))?;
+        .map_err(|e| Error::table(path, e.to_string()))?;
     Ok(table)
 }
 
@@ -117,7 +117,7 @@ fn check_last_line(path: &Path, file: &mut std::fs::File) -> Result<()> {
         let n = chunk.len();
         reader.consume(n);
     }
-    Err(Error::input(
+    Err(Error::table(
         path,
         format!(
             "line {lines} stops without a newline: the table looks cut off (a truncated copy?)"

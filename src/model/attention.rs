@@ -195,7 +195,12 @@ fn load_logn_scale(
         _ => store
             .get_as(&name, &[heads], DType::F32)
             .map_err(|err| match err {
-                Error::Input { path, message } => Error::Input {
+                Error::Input {
+                    kind,
+                    path,
+                    message,
+                } => Error::Input {
+                    kind,
                     path,
                     message: format!(
                         "{message} (logn needs it, or \"logn\": {{\"scale\": s}} in config.json)"
@@ -216,7 +221,7 @@ fn split_qkv_per_head(
     s: &AttentionShape,
 ) -> Result<(Linear, Linear, Linear)> {
     if s.kv_heads != s.heads || s.variant.kind().is_gated() {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             store.any_file(),
             "a fused per-head q/k/v projection needs as many key/value heads as query heads and no gate",
         ));
@@ -256,7 +261,7 @@ fn split_qkv(
     conv1d: bool,
 ) -> Result<(Linear, Linear, Linear)> {
     if s.variant.kind().is_gated() {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             store.any_file(),
             "a fused q/k/v projection cannot carry a gated query",
         ));

@@ -167,7 +167,7 @@ pub(crate) fn no_rope_layers(
     let Some(listed) = listed.filter(|l| !l.is_empty()) else {
         let interval = interval.unwrap_or(4);
         if interval == 0 {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 "no_rope_layer_interval must be at least 1",
             ));
@@ -177,7 +177,7 @@ pub(crate) fn no_rope_layers(
             .collect());
     };
     if listed.len() != num_layers {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!(
                 "no_rope_layers has {} entries for num_hidden_layers {num_layers}",
@@ -186,7 +186,7 @@ pub(crate) fn no_rope_layers(
         ));
     }
     if let Some(bad) = listed.iter().find(|&&v| v != 0 && v != 1) {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!("no_rope_layers entry {bad} must be 1 (RoPE) or 0 (NoPE)"),
         ));

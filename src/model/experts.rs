@@ -171,13 +171,16 @@ pub(crate) fn resolve(
         return Ok(None);
     }
     if count == 0 || top_k == 0 || top_k > count {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!("num_experts_per_tok {top_k} must be between 1 and the {count} experts"),
         ));
     }
     if experts.intermediate == 0 {
-        return Err(Error::input(path, "the experts' intermediate size is 0"));
+        return Err(Error::checkpoint(
+            path,
+            "the experts' intermediate size is 0",
+        ));
     }
     Ok(Some(experts))
 }
@@ -186,7 +189,10 @@ pub(crate) fn resolve(
 pub(crate) fn finite(value: f64, what: &str, path: &Path) -> Result<f64> {
     match value.is_finite() {
         true => Ok(value),
-        false => Err(Error::input(path, format!("{what} {value} must be finite"))),
+        false => Err(Error::checkpoint(
+            path,
+            format!("{what} {value} must be finite"),
+        )),
     }
 }
 

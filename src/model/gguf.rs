@@ -94,7 +94,9 @@ impl GgufFile {
         let content = Content::read(&mut file).map_err(|e| read_error(path, e))?;
         check_extents(path, &content, file_size)?;
         let arch = metadata_str(&content, "general.architecture")
-            .ok_or_else(|| Error::input(path, "not a model: no general.architecture metadata"))?
+            .ok_or_else(|| {
+                Error::checkpoint(path, "not a model: no general.architecture metadata")
+            })?
             .to_string();
         let (family, rules) = gguf_family(path, &arch)?;
         let meta = Meta {
@@ -108,7 +110,7 @@ impl GgufFile {
         let heads = meta
             .opt_max_per_layer_key("attention.head_count")?
             .ok_or_else(|| {
-                Error::input(
+                Error::checkpoint(
                     path,
                     format!("missing metadata {}", meta.key("attention.head_count")),
                 )
@@ -201,7 +203,7 @@ impl GgufFile {
         let t = self
             .tensors
             .get(name)
-            .ok_or_else(|| Error::input(&self.path, format!("tensor {name} is missing")))?;
+            .ok_or_else(|| Error::checkpoint(&self.path, format!("tensor {name} is missing")))?;
         if let Some(pieces) = &t.pieces {
             return load_pieces(&self.path, &self.content, pieces);
         }
@@ -251,7 +253,7 @@ impl GgufFile {
         let (count, cols) = (t.shape[0], t.shape[1]);
         if rows.start > rows.end || rows.end > count {
             let what = format!("rows {rows:?} of tensor {} with {count} rows", t.gguf_name);
-            return Err(Error::input(&self.path, what));
+            return Err(Error::checkpoint(&self.path, what));
         }
         let info = &self.content.tensor_infos[&t.gguf_name];
         let row_bytes = (cols / t.dtype.block_size() * t.dtype.type_size()) as u64;
@@ -340,7 +342,7 @@ fn unsupported_type_name(id: u32) -> Option<&'static str> {
 fn gguf_family(path: &Path, arch: &str) -> Result<(&'static Family, &'static GgufRules)> {
     Family::of_gguf(arch).ok_or_else(|| {
         let supported = supported_architectures();
-        Error::input(
+        Error::checkpoint(
             path,
             format!("unsupported GGUF architecture `{arch}` (supported: {supported})"),
         )
@@ -401,7 +403,7 @@ fn tensor_table(meta: &Meta, converter: &Converter) -> Result<BTreeMap<String, G
         }
         let Some(hf_name) = hf_name(gguf_name, rules) else {
             let arch = rules.arch;
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 format!(
                     "tensor {gguf_name} is not part of the {arch} architecture this loader maps"
@@ -448,7 +450,7 @@ fn tensor_table(meta: &Meta, converter: &Converter) -> Result<BTreeMap<String, G
 fn tensor_facts(path: &Path, tensors: &BTreeMap<String, GgufTensor>) -> Result<TensorFacts> {
     let embed = tensors
         .get("model.embed_tokens.weight")
-        .ok_or_else(|| Error::input(path, "tensor token_embd.weight is missing"))?;
+        .ok_or_else(|| Error::checkpoint(path, "tensor token_embd.weight is missing"))?;
     Ok(TensorFacts {
         vocab: embed.shape[0],
         has_output: tensors.contains_key("lm_head.weight"),
@@ -568,21 +570,21 @@ fn check_extents(path: &Path, content: &Content, file_size: u64) -> Result<()> {
         let dims = info.shape.dims();
         let elems = dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
         let Some(elems) = elems else {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 format!("tensor {name} has shape {dims:?}, more elements than can be addressed"),
             ));
         };
         let block = info.ggml_dtype.block_size();
         if !elems.is_multiple_of(block) {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 format!("tensor {name} has {elems} elements, not a multiple of the {} block size {block}", type_name(info.ggml_dtype)),
             ));
         }
         let bytes = ((elems / block) as u64).saturating_mul(info.ggml_dtype.type_size() as u64);
         if !info.offset.is_multiple_of(alignment) {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 format!(
                     "tensor {name} starts at data offset {}, not a multiple of the alignment {alignment}",
@@ -600,7 +602,7 @@ fn check_extents(path: &Path, content: &Content, file_size: u64) -> Result<()> {
         ranges.push((info.offset, info.offset.saturating_add(bytes), name));
     }
     if let Some((name, end)) = worst {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!("truncated GGUF file: {file_size} bytes, but tensor {name} ends at byte {end}"),
         ));
@@ -621,7 +623,7 @@ fn check_extents(path: &Path, content: &Content, file_size: u64) -> Result<()> {
         } else {
             continue;
         };
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!(
                 "{} {problem} {}: the tensor table does not match the data (a type or shape \
@@ -644,7 +646,7 @@ pub(crate) fn read_error(path: &Path, err: candle_core::Error) -> Error {
         .and_then(|s| s.trim().parse::<u32>().ok())
     {
         let name = unsupported_type_name(id).unwrap_or("unknown to ggml");
-        return Error::input(
+        return Error::checkpoint(
             path,
             format!("tensor type {id} ({name}) cannot be dequantized (supported: {SUPPORTED_TYPES}); re-quantize the model or convert it to safetensors"),
         );

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 /// Checks that `path`'s `general.alignment`, when it declares one, is a power of two.
 pub fn check_alignment(path: &Path) -> Result<()> {
     match declared_alignment(path) {
-        Ok(Some(a)) if a == 0 || !a.is_power_of_two() => Err(Error::input(
+        Ok(Some(a)) if a == 0 || !a.is_power_of_two() => Err(Error::checkpoint(
             path,
             format!("general.alignment is {a}; a GGUF alignment must be a power of two"),
         )),

@@ -58,7 +58,7 @@ impl Meta<'_> {
         match self.content.metadata.get(&full) {
             None => Ok(None),
             Some(v) => value_as_u64(v).map(|v| Some(v as usize)).ok_or_else(|| {
-                Error::input(
+                Error::checkpoint(
                     self.path,
                     format!("metadata {full} must be one integer, got {}", short(v)),
                 )
@@ -77,7 +77,7 @@ impl Meta<'_> {
         };
         let layers = self.usize_key("block_count")?;
         if items.len() != layers {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 self.path,
                 format!(
                     "metadata {full} has {} values for {layers} layers",
@@ -89,9 +89,9 @@ impl Meta<'_> {
             .iter()
             .map(|v| value_as_u64(v).map(|v| v as usize))
             .collect();
-        values
-            .map(Some)
-            .ok_or_else(|| Error::input(self.path, format!("metadata {full} must hold integers")))
+        values.map(Some).ok_or_else(|| {
+            Error::checkpoint(self.path, format!("metadata {full} must hold integers"))
+        })
     }
 
     /// The largest value of a per-layer key ([`Meta::opt_per_layer_key`]): the head count
@@ -108,7 +108,7 @@ impl Meta<'_> {
         let blocks = self.usize_key("block_count")?;
         let nextn = self.opt_usize_key("nextn_predict_layers")?.unwrap_or(0);
         if nextn >= blocks {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 self.path,
                 format!(
                     "{} {nextn} leaves none of the {blocks} blocks ({}) to run",
@@ -121,8 +121,9 @@ impl Meta<'_> {
     }
 
     pub(crate) fn usize_key(&self, key: &str) -> Result<usize> {
-        self.opt_usize_key(key)?
-            .ok_or_else(|| Error::input(self.path, format!("missing metadata {}", self.key(key))))
+        self.opt_usize_key(key)?.ok_or_else(|| {
+            Error::checkpoint(self.path, format!("missing metadata {}", self.key(key)))
+        })
     }
 
     pub(crate) fn opt_f64_key(&self, key: &str) -> Result<Option<f64>> {
@@ -134,7 +135,7 @@ impl Meta<'_> {
             Some(Value::F32(v)) => Ok(Some(v.to_string().parse().unwrap_or(f64::from(*v)))),
             Some(Value::F64(v)) => Ok(Some(*v)),
             Some(v) => value_as_u64(v).map(|v| Some(v as f64)).ok_or_else(|| {
-                Error::input(
+                Error::checkpoint(
                     self.path,
                     format!("metadata {full} must be a number, got {}", short(v)),
                 )
@@ -149,7 +150,7 @@ fn refuse_unimplemented(meta: &Meta) -> Result<()> {
     let path = meta.path;
     if let Some(n) = meta.opt_usize_key("expert_count")? {
         if n > 0 && meta.rules.assembled.is_empty() {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 format!(
                     "mixture-of-experts models ({}.expert_count {n}) are not supported",
@@ -160,7 +161,7 @@ fn refuse_unimplemented(meta: &Meta) -> Result<()> {
     }
     if let Some(kind) = metadata_str(meta.content, &meta.key("rope.scaling.type")) {
         if !matches!(kind, "none" | "linear" | "yarn") {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 format!("rope scaling `{kind}` ({}.rope.scaling.type) is not implemented (supported: none, linear, yarn, llama3 rope_freqs)", meta.arch()),
             ));
@@ -173,7 +174,7 @@ fn refuse_unimplemented(meta: &Meta) -> Result<()> {
         "rope.scaling.yarn_attn_factor",
     ] {
         if meta.content.metadata.contains_key(&meta.key(key)) {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 format!(
                     "{} is not implemented (YaRN with its default mix and attention factor is)",
@@ -198,7 +199,7 @@ fn rope_parameters(
     let kind = metadata_str(meta.content, &meta.key("rope.scaling.type"));
     if let Some(kind @ ("linear" | "yarn")) = kind {
         let factor = meta.opt_f64_key("rope.scaling.factor")?.ok_or_else(|| {
-            Error::input(
+            Error::checkpoint(
                 path,
                 format!(
                     "{kind} rope scaling needs {}",
@@ -237,7 +238,7 @@ fn rope_parameters(
                 recovered = Some(r);
             }
             None => {
-                return Err(Error::input(
+                return Err(Error::checkpoint(
                     path,
                     "rope_freqs.weight is not a Llama-3 frequency scaling (the only per-frequency factors implemented)",
                 ))
@@ -286,7 +287,7 @@ fn read_dims(meta: &Meta, heads: usize, kv_heads: usize) -> Result<Dims> {
         Some(d) => d,
         None if heads > 0 && hidden % heads == 0 => hidden / heads,
         None => {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 meta.path,
                 format!(
                     "{}.embedding_length {hidden} is not divisible by head_count {heads}",
@@ -322,7 +323,7 @@ fn read_dims(meta: &Meta, heads: usize, kv_heads: usize) -> Result<Dims> {
 /// and the rope_freqs recovery needs them sound.
 fn check_dims(meta: &Meta, d: &Dims) -> Result<()> {
     let bad = |key: &str, value: String, want: &str| {
-        Err(Error::input(
+        Err(Error::checkpoint(
             meta.path,
             format!("metadata {} {value} must be {want}", meta.key(key)),
         ))

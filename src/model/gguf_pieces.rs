@@ -173,7 +173,7 @@ pub(crate) fn assemble(
                     if merge_heads {
                         let shape = &mut pieces.shape;
                         if shape.len() < 3 {
-                            return Err(Error::input(
+                            return Err(Error::checkpoint(
                                 path,
                                 format!("tensor {} has shape {shape:?}, expected [heads, rows, columns]", pieces.pieces[0].gguf_name),
                             ));
@@ -195,7 +195,7 @@ pub(crate) fn assemble(
 /// it is 3-D.
 fn stacked_count(path: &Path, gguf_name: &str, shape: &[usize]) -> Result<usize> {
     if shape.len() != 3 {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!("tensor {gguf_name} has shape {shape:?}, expected [experts, rows, columns]"),
         ));
@@ -221,7 +221,7 @@ fn join(
     let mut shape: Option<Vec<usize>> = None;
     for (role, entry) in roles.iter().zip(&found) {
         let Some((gguf_name, stored_shape)) = entry else {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 format!(
                     "tensor {} is missing beside {}",
@@ -243,7 +243,7 @@ fn join(
                     && axis < s.len()
                     && (0..s.len()).all(|d| d == axis || total[d] == s[d]);
                 if !fits {
-                    return Err(Error::input(
+                    return Err(Error::checkpoint(
                         path,
                         format!("tensor {gguf_name} has shape {stored_shape:?}, which does not line up with {} (shape {total:?} so far)", present.0),
                     ));

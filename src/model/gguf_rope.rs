@@ -61,7 +61,7 @@ pub(crate) fn read_factors(
 ) -> Result<Vec<f64>> {
     let path = meta.path;
     if info.shape.dims() != [rot_dim / 2] {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!(
                 "tensor rope_freqs.weight has shape {:?}, expected [{}] (rope dimension {rot_dim} / 2)",
@@ -189,7 +189,7 @@ pub(crate) fn check_resolved(path: &Path, r: &Recovered, config: &ModelConfig) -
             (got[k] - want).abs() > MATCH_RTOL * want
         });
     if mismatch {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             "rope_freqs.weight is not a Llama-3 frequency scaling (the only per-frequency factors implemented)",
         ));

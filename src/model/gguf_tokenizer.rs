@@ -78,7 +78,7 @@ pub fn tokenizer_from_gguf(path: &Path) -> Result<Tokenizer> {
 
 /// Builds the tokenizer described by `content` (read from `path`, named in errors).
 pub fn tokenizer_from_content(content: &Content, path: &Path) -> Result<Tokenizer> {
-    let fail = |message: String| Error::input(path, message);
+    let fail = |message: String| Error::checkpoint(path, message);
     if !has_tokenizer(content) {
         return Err(fail(
             "the GGUF file has no tokenizer (no tokenizer.ggml.tokens metadata); pass --tokenizer tokenizer.json, or give token ids (--corpus FILE.npy or FILE.json)".into(),

@@ -14,13 +14,13 @@ use crate::error::{Error, Result};
 /// `s` (whose `latent` sizes they are).
 pub fn load(store: &WeightStore, prefix: &str, s: &AttentionShape) -> Result<LatentProjections> {
     let Some(shape) = s.latent else {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             store.any_file(),
             "a latent attention layout without latent sizes",
         ));
     };
     if s.variant.kind().is_gated() {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             store.any_file(),
             "a gated variant reads its gate from q_proj, which latent attention does not have",
         ));

@@ -195,7 +195,7 @@ impl Checkpoint {
             None => {
                 let path = self.dir.join("tokenizer.json");
                 if !path.is_file() {
-                    return Err(Error::input(&path, "missing tokenizer.json"));
+                    return Err(Error::checkpoint(&path, "missing tokenizer.json"));
                 }
                 let bytes = crate::input::read_bytes(&path, crate::input::TOKENIZER)?;
                 Tokenizer::from_bytes(bytes)
@@ -241,7 +241,7 @@ impl Checkpoint {
             crate::attention::VariantKind::Logn | crate::attention::VariantKind::ScaleInvariant
         );
         if let (true, Some(_)) = (other_rule, config.attn_logit_softcap()) {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 dir.join("config.json"),
                 format!(
                     "{} attention with logit soft-capping is not implemented",
@@ -251,7 +251,7 @@ impl Checkpoint {
         }
         if let (true, Some(window)) = (variant.kind.is_affine(), &config.sliding_window) {
             // beta spreads alpha's remainder over N keys: which N a window means is undefined
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 dir.join("config.json"),
                 format!(
                     "{} attention with a sliding window (layers {}) is not implemented",
@@ -328,13 +328,13 @@ fn checkpoint_kind(path: &Path) -> Result<Kind> {
         if gguf::is_gguf_path(path) || has_gguf_magic(path) {
             return Ok(Kind::Gguf(path.to_path_buf()));
         }
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             "not a checkpoint: expected a folder (config.json + safetensors) or a .gguf file",
         ));
     }
     if !path.is_dir() {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             "not a checkpoint (no such folder or .gguf file)",
         ));
@@ -345,7 +345,7 @@ fn checkpoint_kind(path: &Path) -> Result<Kind> {
     match gguf::gguf_files_in(path)?.as_slice() {
         [] => Ok(Kind::HuggingFace),
         [one] => Ok(Kind::Gguf(one.clone())),
-        several => Err(Error::input(
+        several => Err(Error::checkpoint(
             path,
             format!(
                 "the folder holds {} .gguf files ({}); name the one to analyse",

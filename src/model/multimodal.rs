@@ -44,7 +44,7 @@ pub fn text_config(config: &Value, path: &Path) -> Result<Option<Value>> {
         return Ok(None);
     }
     let Some(Value::Object(text)) = config.get("text_config") else {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             "model_type gemma3 (multimodal) needs a text_config object for its text model",
         ));
@@ -52,7 +52,7 @@ pub fn text_config(config: &Value, path: &Path) -> Result<Option<Value>> {
     let mut text = text.clone();
     if let Some(t) = text.get("model_type").and_then(Value::as_str) {
         if t != "gemma3_text" {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 format!("text_config.model_type `{t}` is not gemma3_text"),
             ));

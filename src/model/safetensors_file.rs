@@ -123,7 +123,7 @@ impl SafetensorsFiles {
             let bytes = elements.and_then(|n| n.checked_mul(t.dtype.bitsize()).map(|b| b / 8));
             let len = t.bytes.as_ref().as_ref().len();
             if bytes != Some(len) {
-                return Err(Error::input(
+                return Err(Error::checkpoint(
                     &path,
                     format!(
                         "tensor {} of shape {:?} and dtype {:?} holds {len} bytes, not {}",
@@ -142,7 +142,7 @@ impl SafetensorsFiles {
                 len,
             };
             if stored.insert(t.name.clone(), tensor).is_some() {
-                return Err(Error::input(
+                return Err(Error::checkpoint(
                     &path,
                     format!("tensor {} is given twice", t.name),
                 ));
@@ -226,7 +226,7 @@ impl SafetensorsFiles {
     ) -> Result<()> {
         let (row_bytes, _) = row_layout(tensor);
         if out.len() != rows.len() * row_bytes || rows.end * row_bytes > tensor.len {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 self.path(tensor),
                 format!("tensor {name}: rows {rows:?} do not fit it"),
             ));
@@ -240,7 +240,7 @@ impl SafetensorsFiles {
         let (row_bytes, mut shape) = row_layout(tensor);
         let rows = shape.first().copied().unwrap_or(1);
         if let Some(&bad) = ids.iter().find(|&&id| id as usize >= rows) {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 self.path(tensor),
                 format!("token id {bad} is outside {name} ({rows} rows)"),
             ));
@@ -310,7 +310,7 @@ impl SafetensorsFiles {
                 let from = tensor.start as usize + offset;
                 let bytes: &[u8] = bytes.as_ref().as_ref();
                 let part = bytes.get(from..from + out.len()).ok_or_else(|| {
-                    Error::input(path, format!("tensor {name}: a read past its bytes"))
+                    Error::checkpoint(path, format!("tensor {name}: a read past its bytes"))
                 })?;
                 out.copy_from_slice(part);
             }
@@ -369,7 +369,7 @@ fn filled_tensor(
         Dtype::F16 => filled::<half::f16>(at, fill),
         Dtype::F32 => filled::<f32>(at, fill),
         Dtype::F64 => filled::<f64>(at, fill),
-        other => Err(Error::input(
+        other => Err(Error::checkpoint(
             path,
             format!("tensor {name} has dtype {other:?}; weights must be F16, BF16, F32 or F64"),
         )),
@@ -383,7 +383,7 @@ fn filled<T: bytemuck::Pod + candle_core::WithDType>(
 ) -> Result<Tensor> {
     let size = std::mem::size_of::<T>();
     if len % size != 0 {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!("tensor {name}: {len} bytes is not a whole number of {size}-byte values"),
         ));
@@ -396,7 +396,7 @@ fn filled<T: bytemuck::Pod + candle_core::WithDType>(
 
 /// The error of an allocation of `len` bytes for tensor `name` that failed.
 fn out_of_memory(len: usize, path: &Path, name: &str) -> Error {
-    Error::input(
+    Error::checkpoint(
         path,
         format!("cannot allocate {len} bytes to read tensor {name}: not enough memory"),
     )

@@ -133,7 +133,7 @@ pub(crate) fn resolve(
             )
             && num_layers > 0;
         if derived {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 "sliding_window is null but layer_types is absent, so the config class makes some layers sliding layers by its rule: there is no window to give them (transformers refuses it too); set layer_types or a window",
             ));
@@ -144,7 +144,7 @@ pub(crate) fn resolve(
                 true => "sliding_window is null",
                 false => "use_sliding_window is not true",
             };
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 format!("layer_types names sliding_attention layers but {why}: there is no window to give them"),
             ));
@@ -190,7 +190,7 @@ pub(crate) fn checked_layer_types<'a>(
 ) -> Result<Option<&'a [String]>> {
     let Some(types) = types else { return Ok(None) };
     if types.len() != num_layers {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!(
                 "layer_types has {} entries for num_hidden_layers {num_layers}",
@@ -199,7 +199,7 @@ pub(crate) fn checked_layer_types<'a>(
         ));
     }
     if let Some(other) = types.iter().find(|t| !supported.contains(&t.as_str())) {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!(
                 "layer type `{other}` is not implemented (supported: {})",

@@ -69,7 +69,7 @@ impl WeightMap {
 
     /// Parses weight-map JSON read from `path` (named in errors).
     pub fn parse(text: &str, path: &Path) -> Result<Self> {
-        let bad = |message: String| Error::input(path, format!("weight map: {message}"));
+        let bad = |message: String| Error::checkpoint(path, format!("weight map: {message}"));
         let value: serde_json::Value = serde_json::from_str(text)
             .map_err(|e| Error::invalid(path, "weight map: not valid JSON", e))?;
         let object = value.as_object().ok_or_else(|| {

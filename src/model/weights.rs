@@ -58,7 +58,7 @@ impl WeightStore {
         } else if index.is_file() {
             (shard_paths(dir, &index)?, index)
         } else {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 dir,
                 "no model.safetensors or model.safetensors.index.json in the checkpoint folder",
             ));
@@ -157,7 +157,7 @@ impl WeightStore {
                     .then(|| convention.clone())
             });
             if let Some(other) = clash {
-                return Err(Error::input(
+                return Err(Error::checkpoint(
                     map.path(),
                     format!("weight map: {name} and {other} would both be {convention}"),
                 ));
@@ -288,7 +288,7 @@ impl WeightStore {
                     Source::Safetensors { files, .. } => self.file_of(files, name),
                     _ => self.any_file(),
                 };
-                Err(Error::input(
+                Err(Error::checkpoint(
                     file,
                     format!(
                         "tensor {shown} holds {value} at flat index {index}; --allow-nonfinite analyses a diverged checkpoint anyway"
@@ -305,13 +305,13 @@ impl WeightStore {
         let (Some((&in_dim, outer)), Source::Safetensors { files, .. }) =
             (expected.split_last(), &self.source)
         else {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 self.any_file(),
                 format!("MXFP4 tensor {name}_blocks is read from safetensors files only"),
             ));
         };
         if in_dim % 32 != 0 {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 self.any_file(),
                 format!("MXFP4 tensor {name}: its input size {in_dim} is not a multiple of 32"),
             ));
@@ -332,7 +332,7 @@ impl WeightStore {
             let stored_name = self.stored_name(part);
             let stored = &files.tensors()[stored_name];
             if stored.dtype != safetensors::Dtype::U8 {
-                return Err(Error::input(
+                return Err(Error::checkpoint(
                     files.path(stored),
                     format!(
                         "MXFP4 tensor {part} has dtype {:?}, expected U8",
@@ -361,7 +361,7 @@ impl WeightStore {
                     | safetensors::Dtype::F32
                     | safetensors::Dtype::F64
             ) {
-                return Err(Error::input(
+                return Err(Error::checkpoint(
                     files.path(stored),
                     format!(
                         "tensor {} has dtype {:?}; weights must be F16, BF16, F32 or F64",
@@ -381,7 +381,7 @@ impl WeightStore {
         }
         let shown = self.shown(name);
         let Some(stored) = self.shape(name) else {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 self.any_file(),
                 format!("tensor {shown} is missing"),
             ));
@@ -390,7 +390,7 @@ impl WeightStore {
         if let Source::Safetensors { listing, files } = &self.source {
             // which copy the model would read is a guess: refuse
             if let Some((first, second)) = files.stored_twice(name) {
-                return Err(Error::input(
+                return Err(Error::checkpoint(
                     listing,
                     format!(
                         "tensor {shown} is stored twice, in {} and {}",
@@ -409,7 +409,7 @@ impl WeightStore {
                 ),
                 Source::Memory(_) => (PathBuf::from("<memory>"), String::new()),
             };
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 format!("tensor {shown}{gguf_name} has shape {stored:?}, expected {expected:?}"),
             ));
@@ -646,17 +646,17 @@ fn shard_paths(dir: &Path, index: &Path) -> Result<Vec<PathBuf>> {
     let map = json
         .get("weight_map")
         .and_then(|m| m.as_object())
-        .ok_or_else(|| Error::input(index, "missing `weight_map` object"))?;
+        .ok_or_else(|| Error::checkpoint(index, "missing `weight_map` object"))?;
     let mut files: Vec<String> = Vec::new();
     for value in map.values() {
         let file = value
             .as_str()
-            .ok_or_else(|| Error::input(index, "weight_map values must be file names"))?;
+            .ok_or_else(|| Error::checkpoint(index, "weight_map values must be file names"))?;
         // a shard is a file of the checkpoint folder (a symlink there, as the Hugging Face
         // cache makes, is fine): no path that leads elsewhere
         let plain = Path::new(file).file_name().is_some_and(|n| n == file);
         if !plain || file == ".." || file == "." {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 index,
                 format!("weight_map names shard `{}`: shards must be plain file names in the checkpoint folder", crate::error::printable(file)),
             ));
@@ -666,12 +666,12 @@ fn shard_paths(dir: &Path, index: &Path) -> Result<Vec<PathBuf>> {
         }
     }
     if files.is_empty() {
-        return Err(Error::input(index, "weight_map lists no shard file"));
+        return Err(Error::checkpoint(index, "weight_map lists no shard file"));
     }
     files.sort();
     let paths: Vec<PathBuf> = files.iter().map(|f| dir.join(f)).collect();
     if let Some(missing) = paths.iter().find(|p| !p.is_file()) {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             index,
             format!("shard {} is missing", missing.display()),
         ));
@@ -733,7 +733,7 @@ fn overflow_of_cast(err: Error, shown: &str, stored: &Tensor, dtype: DType) -> E
     if values.iter().any(|v| !v.is_finite()) {
         return err;
     }
-    Error::input(
+    Error::checkpoint(
         path,
         format!(
             "tensor {shown} holds {largest}, past {}'s range: run with --dtype f32 or bf16",

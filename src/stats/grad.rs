@@ -52,7 +52,7 @@ pub struct GradStatsRow {
 pub fn grad_stats(rs: &RunSeries, window: &StepWindow, ddof: u32) -> Result<GradStatsRow> {
     let sample = rs.sample(window)?;
     let m = moments(&sample.values, ddof).ok_or_else(|| {
-        Error::input(
+        Error::training_log(
             &rs.path,
             format!(
                 "only {} finite value(s) of `{}` (run {}) in {}; ddof {ddof} needs at least {}",

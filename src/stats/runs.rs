@@ -90,7 +90,7 @@ impl RunSeries {
                 Some((a, b)) => format!("the log has steps {a}..={b}"),
                 None => "the log has no values for it".into(),
             };
-            return Err(Error::input(
+            return Err(Error::training_log(
                 &self.path,
                 format!(
                     "no step of `{}` (run {}) in {}; {range}",
@@ -102,7 +102,7 @@ impl RunSeries {
         }
         if sample.values.is_empty() {
             let q = sample.quality;
-            return Err(Error::input(
+            return Err(Error::training_log(
                 &self.path,
                 format!(
                     "all {} values of `{}` (run {}) in {} are missing, NaN or inf ({} missing, {} NaN, {} inf)",

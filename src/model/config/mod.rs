@@ -276,7 +276,7 @@ impl ModelConfig {
         let text =
             crate::input::read_text(&path, crate::input::JSON_RECORD).map_err(|e| match e {
                 Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-                    Error::input(&path, "missing config.json")
+                    Error::checkpoint(&path, "missing config.json")
                 }
                 e => e,
             })?;

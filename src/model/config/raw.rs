@@ -175,7 +175,7 @@ pub(crate) fn float_field(obj: &Value, key: &str, path: &Path) -> Result<Option<
         Some(v) => v
             .as_f64()
             .map(Some)
-            .ok_or_else(|| Error::input(path, format!("`{key}` must be a number, got {v}"))),
+            .ok_or_else(|| Error::checkpoint(path, format!("`{key}` must be a number, got {v}"))),
     }
 }
 
@@ -192,7 +192,7 @@ pub(crate) fn positive_or_null(
         Some(Value::Null) => Ok(None),
         Some(v) => match v.as_u64() {
             Some(size) if size >= 1 => Ok(Some(size as usize)),
-            _ => Err(Error::input(
+            _ => Err(Error::checkpoint(
                 path,
                 format!("{key} {v} must be a positive integer or null"),
             )),
@@ -205,7 +205,7 @@ pub(crate) fn positive(value: f64, what: &str, path: &Path) -> Result<f64> {
     if value.is_finite() && value > 0.0 {
         Ok(value)
     } else {
-        Err(Error::input(
+        Err(Error::checkpoint(
             path,
             format!("{what} {value} must be a finite number > 0"),
         ))

@@ -113,7 +113,7 @@ impl RawConfig {
     fn architecture(&self, path: &Path) -> Result<Architecture> {
         let model_type = required(self.model_type.clone(), "model_type", path)?;
         Architecture::parse(&model_type).ok_or_else(|| {
-            Error::input(
+            Error::checkpoint(
                 path,
                 format!(
                     "unknown model_type `{model_type}` (supported: {})",
@@ -128,7 +128,7 @@ impl RawConfig {
     fn mixers(&self, path: &Path, family: &Family, layers: usize) -> Result<Vec<Mixer>> {
         let mixers = (family.mixers)(self, layers, path)?;
         if !mixers.iter().any(|m| m.has_attention()) {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 "no layer has attention (every layer is another mixer): there is no attention to analyse",
             ));
@@ -157,7 +157,10 @@ impl RawConfig {
             ("head_dim", head_dim),
         ] {
             if size == 0 {
-                return Err(Error::input(path, format!("{field} must be at least 1")));
+                return Err(Error::checkpoint(
+                    path,
+                    format!("{field} must be at least 1"),
+                ));
             }
         }
         // a count past any model's sizes every layer's (and head's) structures before a
@@ -167,7 +170,7 @@ impl RawConfig {
             ("num_attention_heads", heads),
         ] {
             if count > MAX_COUNT {
-                return Err(Error::input(
+                return Err(Error::checkpoint(
                     path,
                     format!("{field} {count} is more than {MAX_COUNT} (a damaged config?)"),
                 ));
@@ -197,13 +200,13 @@ impl RawConfig {
             false => self.num_key_value_heads.unwrap_or(num_heads),
         };
         if num_heads == 0 || num_kv_heads == 0 {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 format!("num_attention_heads {num_heads} and num_key_value_heads {num_kv_heads} must be at least 1"),
             ));
         }
         if num_heads % num_kv_heads != 0 {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 format!("num_attention_heads {num_heads} is not a multiple of num_key_value_heads {num_kv_heads}"),
             ));
@@ -214,7 +217,7 @@ impl RawConfig {
                 Some(d) => d,
                 None if hidden_size.is_multiple_of(num_heads) => hidden_size / num_heads,
                 None => {
-                    return Err(Error::input(
+                    return Err(Error::checkpoint(
                         path,
                         format!("hidden_size {hidden_size} is not divisible by num_attention_heads {num_heads} and head_dim is not given"),
                     ))
@@ -230,7 +233,7 @@ impl RawConfig {
         if let Some(quant) = &self.quantization_config {
             let method = quant.get("quant_method").and_then(Value::as_str);
             if !(method == Some("mxfp4") && family.mxfp4_experts) {
-                return Err(Error::input(
+                return Err(Error::checkpoint(
                     path,
                     format!(
                         "quantization_config with quant_method {} is not implemented (supported: mxfp4 experts of gpt_oss; or a GGUF file)",
@@ -240,7 +243,7 @@ impl RawConfig {
             }
         }
         if self.use_bidirectional_attention == Some(true) {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 "use_bidirectional_attention: true is not implemented (attention is causal)",
             ));
@@ -248,7 +251,7 @@ impl RawConfig {
         // the MLP's activation: SwiGLU's silu, GPT-NeoX's exact GELU, GPT-2's tanh GELU
         let want = family.activation;
         if let Some(act) = (family.activation_key)(self).filter(|a| *a != want) {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 format!(
                     "unsupported hidden_act `{act}` for {} (supported: {want})",
@@ -265,7 +268,7 @@ impl RawConfig {
         let declared = match &self.attention_variant {
             None => None,
             Some(name) => Some(VariantKind::parse(name).ok_or_else(|| {
-                Error::input(
+                Error::checkpoint(
                     path,
                     format!(
                         "unknown attention_variant `{name}` (supported: {})",
@@ -278,7 +281,7 @@ impl RawConfig {
         let scale_invariant = resolve_scale_invariant(self.scale_invariant.as_ref(), path)?;
         let logn_scale = match self.logn.as_ref().and_then(|l| l.scale) {
             Some(s) if !s.is_finite() => {
-                return Err(Error::input(
+                return Err(Error::checkpoint(
                     path,
                     format!("logn.scale {s} must be a finite number"),
                 ))
@@ -297,7 +300,7 @@ impl RawConfig {
     fn norm_eps(&self, path: &Path, family: &Family) -> Result<f64> {
         let rms_norm_eps = (family.norm_eps)(self);
         if !(rms_norm_eps.is_finite() && rms_norm_eps >= 0.0) {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 format!("rms_norm_eps {rms_norm_eps} must be a finite number >= 0"),
             ));
@@ -314,7 +317,7 @@ impl RawConfig {
             ("eos_token_id", eos_token_id),
         ] {
             if let Some(id) = id.filter(|&id| id as usize >= vocab_size) {
-                return Err(Error::input(
+                return Err(Error::checkpoint(
                     path,
                     format!("{field} {id} is out of range for vocab_size {vocab_size}"),
                 ));
@@ -376,7 +379,7 @@ impl RawConfig {
 }
 
 fn required<T>(value: Option<T>, field: &str, path: &Path) -> Result<T> {
-    value.ok_or_else(|| Error::input(path, format!("missing field `{field}`")))
+    value.ok_or_else(|| Error::checkpoint(path, format!("missing field `{field}`")))
 }
 
 /// A special token id field: a non-negative integer, a list of them (the first counts), or
@@ -394,7 +397,7 @@ fn token_id(value: &Option<Value>, field: &str, path: &Path) -> Result<Option<u3
         .and_then(|id| u32::try_from(id).ok())
         .map(Some)
         .ok_or_else(|| {
-            Error::input(
+            Error::checkpoint(
                 path,
                 format!("{field} must be a token id (an integer from 0), got {one}"),
             )
@@ -410,7 +413,7 @@ fn resolve_scale_invariant(
     let mut cfg = ScaleInvariantConfig::default();
     if let Some(tau) = raw.tau {
         if tau.is_nan() || tau <= 0.0 {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 format!("scale_invariant.tau = {tau} must be > 0"),
             ));
@@ -429,7 +432,7 @@ fn resolve_affine(raw: Option<&RawAffine>, path: &Path) -> Result<Option<AffineC
             "linear_clipping" => Activation::LinearClipping,
             "sigmoid" => Activation::Sigmoid,
             other => {
-                return Err(Error::input(
+                return Err(Error::checkpoint(
                     path,
                     format!("unknown affine_scaled.activation `{other}` (supported: linear_clipping, sigmoid)"),
                 ))
@@ -441,7 +444,7 @@ fn resolve_affine(raw: Option<&RawAffine>, path: &Path) -> Result<Option<AffineC
             "full" => BetaLength::Full,
             "visible" => BetaLength::Visible,
             other => {
-                return Err(Error::input(
+                return Err(Error::checkpoint(
                     path,
                     format!(
                         "unknown affine_scaled.beta_length `{other}` (supported: full, visible)"
@@ -484,7 +487,10 @@ pub(super) mod tests {
             ("num_hidden_layers", sizes(1 << 31, 4)),
             ("num_attention_heads", sizes(2, 1 << 31)),
         ] {
-            let err = resolve(&json).unwrap_err().to_string();
+            let err = resolve(&json).unwrap_err();
+            let kind = crate::error::ErrorKind::Input(crate::error::InputKind::Checkpoint);
+            assert_eq!(err.kind(), kind);
+            let err = err.to_string();
             assert!(
                 err.contains(&format!("{field} 2147483648 is more than 65536")),
                 "{err}"

@@ -71,7 +71,7 @@ impl RawConfig {
             ("rope_scaling", &self.rope_scaling),
         ] {
             if let Some(v) = value.as_ref().filter(|v| !v.is_null() && !v.is_object()) {
-                return Err(Error::input(
+                return Err(Error::checkpoint(
                     path,
                     format!("{key} must be an object (or null), got {v}"),
                 ));
@@ -86,7 +86,7 @@ impl RawConfig {
                 .keys()
                 .find(|k| old.get(*k).is_some_and(|v| v != &new[*k]))
             {
-                return Err(Error::input(
+                return Err(Error::checkpoint(
                     path,
                     format!("rope_parameters and the legacy rope_scaling disagree on `{key}`; keep one of them"),
                 ));
@@ -107,7 +107,7 @@ impl RawConfig {
             None | Some(Value::Null) => "default",
             Some(Value::String(t)) => t.as_str(),
             Some(other) => {
-                return Err(Error::input(
+                return Err(Error::checkpoint(
                     path,
                     format!("rope_type must be a string, got {other}"),
                 ))
@@ -133,7 +133,7 @@ impl RawConfig {
                 let supported = "default, linear, dynamic, yarn, longrope, llama3, p_rope";
                 let message =
                     format!("rope_type `{other}` is not implemented (supported: {supported})");
-                return Err(Error::input(path, message));
+                return Err(Error::checkpoint(path, message));
             }
         })
     }
@@ -142,13 +142,13 @@ impl RawConfig {
 /// `partial_rotary_factor` in (0, 1], rotating at least one pair of `head_dim`.
 fn check_partial_rotary(partial_rotary_factor: f64, head_dim: usize, path: &Path) -> Result<()> {
     if !(partial_rotary_factor > 0.0 && partial_rotary_factor <= 1.0) {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!("partial_rotary_factor {partial_rotary_factor} must be in (0, 1]"),
         ));
     }
     if rotated_dims(head_dim, partial_rotary_factor) == 0 {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!("partial_rotary_factor {partial_rotary_factor} of head_dim {head_dim} rotates no dimension pair"),
         ));
@@ -159,8 +159,9 @@ fn check_partial_rotary(partial_rotary_factor: f64, head_dim: usize, path: &Path
 /// Llama-3's four parameters, each required and positive.
 fn resolve_llama3(p: &Value, path: &Path) -> Result<RopeScaling> {
     let get = |key: &str| {
-        let value = float_field(p, key, path)?
-            .ok_or_else(|| Error::input(path, format!("llama3 rope scaling is missing `{key}`")))?;
+        let value = float_field(p, key, path)?.ok_or_else(|| {
+            Error::checkpoint(path, format!("llama3 rope scaling is missing `{key}`"))
+        })?;
         positive(value, &format!("llama3 rope scaling `{key}`"), path)
     };
     Ok(RopeScaling::Llama3 {
@@ -179,20 +180,25 @@ fn resolve_p_rope(
     path: &Path,
 ) -> Result<RopeScaling> {
     let p = match params.get("p") {
-        None => return Err(Error::input(path, "p_rope rope parameters are missing `p`")),
-        Some(v) => v
-            .as_f64()
-            .ok_or_else(|| Error::input(path, format!("p_rope `p` must be a number, got {v}")))?,
+        None => {
+            return Err(Error::checkpoint(
+                path,
+                "p_rope rope parameters are missing `p`",
+            ))
+        }
+        Some(v) => v.as_f64().ok_or_else(|| {
+            Error::checkpoint(path, format!("p_rope `p` must be a number, got {v}"))
+        })?,
     };
     if !(p > 0.0 && p <= 1.0) {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!("p_rope p = {p} must be in (0, 1]"),
         ));
     }
     let rotating_pairs = p_rope_pairs(p, head_dim);
     if rotating_pairs == 0 {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!(
                 "p_rope p = {p} rotates no frequency pair: n = floor({p} * {head_dim} / 2) = 0 (head_dim {head_dim})"
@@ -205,7 +211,7 @@ fn resolve_p_rope(
             Some("rope") => PRopeSpacing::Rope,
             Some("log") => PRopeSpacing::Log,
             _ => {
-                return Err(Error::input(
+                return Err(Error::checkpoint(
                     path,
                     format!("unknown p_rope spacing {v} (supported: rope, log)"),
                 ))
@@ -213,7 +219,7 @@ fn resolve_p_rope(
         },
     };
     if partial_rotary_factor != 1.0 {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!(
                 "p_rope cannot be combined with partial_rotary_factor {partial_rotary_factor} (two different rules for which dimensions rotate)"
@@ -260,11 +266,11 @@ pub(crate) fn resolve_scaled(
     let factor = |required: bool| -> Result<Option<f64>> {
         match float_field(p, "factor", path)? {
             Some(f) if f >= 1.0 && f.is_finite() => Ok(Some(f)),
-            Some(f) => Err(Error::input(
+            Some(f) => Err(Error::checkpoint(
                 path,
                 format!("{kind} rope scaling `factor` {f} must be a number >= 1"),
             )),
-            None if required => Err(Error::input(
+            None if required => Err(Error::checkpoint(
                 path,
                 format!("{kind} rope scaling is missing `factor`"),
             )),
@@ -314,7 +320,7 @@ fn resolve_yarn(
         None | Some(Value::Null) => true,
         Some(Value::Bool(b)) => *b,
         Some(v) => {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 format!("yarn `truncate` must be true or false, got {v}"),
             ))
@@ -346,14 +352,14 @@ fn resolve_longrope(p: &Value, lengths: ScalingLengths, path: &Path) -> Result<R
             .and_then(|a| a.iter().map(Value::as_f64).collect());
         match values {
             Some(v) if v.len() == pairs && v.iter().all(|f| f.is_finite() && *f > 0.0) => Ok(v),
-            Some(v) if v.len() != pairs => Err(Error::input(
+            Some(v) if v.len() != pairs => Err(Error::checkpoint(
                 path,
                 format!(
                     "longrope `{key}` has {} factors for {pairs} rotating frequency pairs",
                     v.len()
                 ),
             )),
-            _ => Err(Error::input(
+            _ => Err(Error::checkpoint(
                 path,
                 format!("longrope `{key}` must be a list of positive numbers"),
             )),
@@ -361,8 +367,9 @@ fn resolve_longrope(p: &Value, lengths: ScalingLengths, path: &Path) -> Result<R
     };
     let original = match original_max {
         Some(o) => o,
-        None => float_field(p, "original_max_position_embeddings", path)?
-            .ok_or_else(|| Error::input(path, "longrope needs original_max_position_embeddings"))?,
+        None => float_field(p, "original_max_position_embeddings", path)?.ok_or_else(|| {
+            Error::checkpoint(path, "longrope needs original_max_position_embeddings")
+        })?,
     };
     let original = positive(
         original,

@@ -49,7 +49,7 @@ pub(super) fn read(path: &Path, request: &LogRequest) -> Result<LogFile> {
         let (Some(model), Some(metric), Some(step)) =
             (&rows.model[i], &rows.metric[i], rows.step[i])
         else {
-            return Err(Error::input(
+            return Err(Error::training_log(
                 path,
                 format!("row {}: no model, metric or step", i + 2),
             ));
@@ -81,7 +81,7 @@ pub(super) fn read(path: &Path, request: &LogRequest) -> Result<LogFile> {
         }
     }
     if names.is_empty() {
-        return Err(Error::input(
+        return Err(Error::training_log(
             path,
             "attention_series table has no mean rows",
         ));
@@ -145,7 +145,7 @@ impl<'a> Rows<'a> {
     fn of(table: &'a Table, path: &Path) -> Result<Self> {
         let column = |name: &str| {
             table.column(name).ok_or_else(|| {
-                Error::input(
+                Error::training_log(
                     path,
                     format!("attention_series table has no `{name}` column"),
                 )
@@ -153,13 +153,16 @@ impl<'a> Rows<'a> {
         };
         let text = |name: &str| match column(name)? {
             Column::Str(v) => Ok(v.as_slice()),
-            _ => Err(Error::input(path, format!("column `{name}` is not text"))),
+            _ => Err(Error::training_log(
+                path,
+                format!("column `{name}` is not text"),
+            )),
         };
         // a column with no value reads back as text
         let ints = |name: &str| match column(name)? {
             Column::Int(v) => Ok(v.clone()),
             Column::Str(v) if v.iter().all(Option::is_none) => Ok(vec![None; v.len()]),
-            _ => Err(Error::input(
+            _ => Err(Error::training_log(
                 path,
                 format!("column `{name}` is not integer"),
             )),
@@ -168,7 +171,7 @@ impl<'a> Rows<'a> {
             Column::Float(v) => v.clone(),
             Column::Int(v) => v.iter().map(|x| x.map(|x| x as f64)).collect(),
             Column::Str(v) if v.iter().all(Option::is_none) => vec![None; v.len()],
-            _ => return Err(Error::input(path, "column `value` is not numeric")),
+            _ => return Err(Error::training_log(path, "column `value` is not numeric")),
         };
         Ok(Rows {
             model: text("model")?,

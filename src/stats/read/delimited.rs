@@ -91,7 +91,10 @@ pub(super) fn read(path: &Path, request: &LogRequest, delimiter: Option<u8>) -> 
     };
     let counts = rows.read(&mut csv, &mut columns.targets)?;
     if counts.rows == 0 {
-        return Err(Error::input(path, "log file has a header but no data rows"));
+        return Err(Error::training_log(
+            path,
+            "log file has a header but no data rows",
+        ));
     }
     if counts.no_step > 0 {
         warnings.push(format!(
@@ -130,7 +133,7 @@ fn read_headers<R: Read>(csv: &mut csv::Reader<R>, path: &Path) -> Result<Vec<St
         .map(|h| h.trim().to_string())
         .collect();
     if headers.iter().all(|h| h.is_empty()) {
-        return Err(Error::input(path, "log file has no header row"));
+        return Err(Error::training_log(path, "log file has no header row"));
     }
     Ok(headers)
 }
@@ -144,7 +147,7 @@ fn step_column(
 ) -> Result<Option<usize>> {
     Ok(match &request.step_column {
         Some(want) => Some(headers.iter().position(|h| h == want).ok_or_else(|| {
-            Error::input(
+            Error::training_log(
                 path,
                 format!("no step column `{want}`; columns: {}", list_names(headers)),
             )
@@ -208,7 +211,7 @@ fn check_unique(
     for column in step_col.iter().chain(targets.iter().map(|t| &t.column)) {
         let name = &headers[*column];
         if headers.iter().filter(|h| *h == name).count() > 1 {
-            return Err(Error::input(
+            return Err(Error::training_log(
                 path,
                 format!("column `{name}` appears more than once in the header; which one to read is ambiguous"),
             ));
@@ -251,7 +254,7 @@ impl Rows<'_> {
             .skip(self.headers.len())
             .any(|c| !c.trim().is_empty())
         {
-            return Err(Error::input(
+            return Err(Error::training_log(
                 self.path,
                 format!(
                     "line {line}: {} fields, but the header names {} columns",
@@ -270,7 +273,7 @@ impl Rows<'_> {
         };
         let cell = record.get(c).unwrap_or("");
         parse_step(cell).map_err(|()| {
-            Error::input(
+            Error::training_log(
                 self.path,
                 format!("line {line}: step `{}` is not an integer", cell.trim()),
             )
@@ -289,7 +292,7 @@ impl Rows<'_> {
         for t in targets {
             let cell = record.get(t.column).unwrap_or("");
             let value = parse_value(cell).map_err(|()| {
-                Error::input(
+                Error::training_log(
                     self.path,
                     format!(
                         "line {line}, column `{}`: `{}` is not a number",
@@ -408,7 +411,9 @@ fn csv_error(path: &Path, e: csv::Error) -> Error {
             csv::ErrorKind::Io(io) => Error::io(path, io),
             _ => unreachable!("the kind was just matched"),
         },
-        csv::ErrorKind::Utf8 { .. } => Error::input(path, format!("{line}not valid UTF-8 text")),
+        csv::ErrorKind::Utf8 { .. } => {
+            Error::training_log(path, format!("{line}not valid UTF-8 text"))
+        }
         _ => Error::invalid(path, format!("{line}cannot parse as CSV"), e),
     }
 }

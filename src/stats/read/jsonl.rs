@@ -115,7 +115,7 @@ impl State<'_> {
     fn finish(self) -> Result<LogFile> {
         let path = self.path;
         if self.objects == 0 {
-            return Err(Error::input(path, "log file has no JSON objects"));
+            return Err(Error::training_log(path, "log file has no JSON objects"));
         }
         let mut warnings = Vec::new();
         if self.step_key.is_none() {
@@ -126,7 +126,7 @@ impl State<'_> {
         }
         if self.no_step as i64 == self.objects {
             let key = self.step_key.as_deref().unwrap_or_default();
-            return Err(Error::input(
+            return Err(Error::training_log(
                 path,
                 format!("no object has the step key `{key}`"),
             ));
@@ -151,7 +151,7 @@ impl State<'_> {
     /// that answer a request.
     fn object(&mut self, value: &Value, place: &str) -> Result<()> {
         let Value::Object(_) = value else {
-            return Err(Error::input(
+            return Err(Error::training_log(
                 self.path,
                 format!("{place}: expected a JSON object, found {}", kind(value)),
             ));
@@ -182,7 +182,7 @@ impl State<'_> {
                 }) {
                     Some(s) => s,
                     None => {
-                        return Err(Error::input(
+                        return Err(Error::training_log(
                             self.path,
                             format!("{place}: step `{key}` is {v}, not an integer"),
                         ))
@@ -204,7 +204,7 @@ impl State<'_> {
                 continue;
             }
             let value = scalar(v).map_err(|()| {
-                Error::input(self.path, format!("{place}: `{key}` is {v}, not a number"))
+                Error::training_log(self.path, format!("{place}: `{key}` is {v}, not a number"))
             })?;
             for &r in &hits {
                 self.collector.push(r, key, Observation { step, value });

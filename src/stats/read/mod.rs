@@ -76,7 +76,7 @@ impl LogFile {
         let aliases = metric::alias_hint(request)
             .map(|a| format!(" (or an alias: {a})"))
             .unwrap_or_default();
-        Error::input(
+        Error::training_log(
             &self.path,
             format!(
                 "no {what} `{request}`{aliases}; {plural} found: {}",
@@ -119,7 +119,7 @@ pub fn read_log(path: &Path, request: &LogRequest) -> Result<LogFile> {
         return tfevents::read(path, request);
     }
     if meta.len() == 0 {
-        return Err(Error::input(path, "log file is empty"));
+        return Err(Error::training_log(path, "log file is empty"));
     }
     let ext = path
         .extension()
@@ -201,7 +201,7 @@ impl Matcher {
 }
 
 fn ambiguous(path: &Path, request: &str, names: &[String]) -> Error {
-    Error::input(
+    Error::training_log(
         path,
         format!(
             "metric `{request}` matches several columns ({}); name one exactly with --metric",

@@ -203,7 +203,7 @@ fn event_files(path: &Path) -> Result<Vec<PathBuf>> {
                 subfolders.join(", ")
             )
         };
-        return Err(Error::input(
+        return Err(Error::training_log(
             path,
             format!("folder holds no events.out.tfevents.* files{hint}"),
         ));
@@ -258,12 +258,12 @@ pub(super) fn read(path: &Path, request: &LogRequest) -> Result<LogFile> {
         return Err(match files.as_slice() {
             [one] => {
                 let bytes = std::fs::metadata(one).map(|m| m.len()).unwrap_or(0);
-                Error::input(
+                Error::training_log(
                     one,
                     format!("event file holds no complete record ({bytes} bytes)"),
                 )
             }
-            all => Error::input(
+            all => Error::training_log(
                 path,
                 format!(
                     "none of its {} event files holds a complete record",
@@ -363,7 +363,7 @@ impl Records {
     }
 
     fn crc_error(&self, what: &str) -> Error {
-        Error::input(
+        Error::training_log(
             &self.path,
             format!(
                 "corrupt event file: {what} CRC mismatch in the record at byte {}",

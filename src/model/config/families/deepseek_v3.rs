@@ -94,7 +94,7 @@ fn gguf_config(
             .unwrap_or(dims.head_dim),
     };
     let Some(nope_dim) = qk_dim.checked_sub(rope_dim) else {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             meta.path,
             format!(
                 "{} {qk_dim} is smaller than {} {rope_dim}",
@@ -162,11 +162,11 @@ fn latent(raw: &RawConfig, path: &Path) -> Result<Option<LatentShape>> {
         ("v_head_dim", v_dim),
     ] {
         if value == 0 {
-            return Err(Error::input(path, format!("{key} must be at least 1")));
+            return Err(Error::checkpoint(path, format!("{key} must be at least 1")));
         }
     }
     if rope_dim % 2 != 0 || v_dim > nope_dim + rope_dim {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!("qk_rope_head_dim {rope_dim} must be even and v_head_dim {v_dim} at most qk_nope_head_dim + qk_rope_head_dim ({})", nope_dim + rope_dim),
         ));
@@ -199,8 +199,9 @@ fn yarn_softmax_mscale(raw: &RawConfig, path: &Path) -> Result<f64> {
     if rope_type == "default" || all_dim == 0.0 {
         return Ok(1.0);
     }
-    let factor = float_field(params, "factor", path)?
-        .ok_or_else(|| Error::input(path, "rope_parameters has mscale_all_dim but no factor"))?;
+    let factor = float_field(params, "factor", path)?.ok_or_else(|| {
+        Error::checkpoint(path, "rope_parameters has mscale_all_dim but no factor")
+    })?;
     let mscale = match factor <= 1.0 {
         true => 1.0,
         false => 0.1 * all_dim * factor.ln() + 1.0,
@@ -251,7 +252,7 @@ pub(crate) fn deepseek_experts(
         ("scoring_func", raw.scoring_func, "sigmoid"),
     ] {
         if let Some(other) = value.filter(|v| *v != implemented) {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 format!("{key} `{other}` is not implemented (supported: {implemented})"),
             ));
@@ -264,14 +265,14 @@ pub(crate) fn deepseek_experts(
     let groups = raw.n_group.unwrap_or(defaults.groups);
     let topk_group = raw.topk_group.unwrap_or(defaults.topk_group);
     if groups == 0 || !count.is_multiple_of(groups) || topk_group == 0 || topk_group > groups {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!("n_group {groups} must divide the {count} routed experts and topk_group {topk_group} be between 1 and n_group"),
         ));
     }
     // each group's score is the sum of its two best experts'
     if count / groups < 2 {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!("n_group {groups} leaves fewer than 2 experts a group (transformers takes each group's top 2)"),
         ));
@@ -350,7 +351,7 @@ pub(crate) fn deepseek_moe_gguf_keys(
         let what = gating.map_or("absent (softmax, as llama.cpp reads it)".to_string(), |g| {
             g.to_string()
         });
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             meta.path,
             format!("{} {what}: only sigmoid scores (2) are implemented, as transformers routes this family", meta.key("expert_gating_func")),
         ));

@@ -69,7 +69,7 @@ fn norm_eps(raw: &RawConfig) -> f64 {
 fn check(raw: &RawConfig, path: &Path) -> Result<()> {
     let h = &raw.hybrid;
     if h.mamba_rms_norm == Some(true) {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             "mamba_rms_norm true (the Mamba's gated RMSNorm) is not implemented for falcon_h1",
         ));
@@ -79,7 +79,10 @@ fn check(raw: &RawConfig, path: &Path) -> Result<()> {
         ("mlp_multipliers", &h.mlp_multipliers, 2),
     ] {
         if list.as_ref().is_some_and(|l| l.len() != len) {
-            return Err(Error::input(path, format!("{key} must have {len} values")));
+            return Err(Error::checkpoint(
+                path,
+                format!("{key} must have {len} values"),
+            ));
         }
     }
     Ok(())
@@ -98,13 +101,13 @@ fn multipliers(raw: &RawConfig, path: &Path) -> Result<Multipliers> {
         let v = v.unwrap_or(1.0);
         match v.is_finite() {
             true => Ok(Some(v)),
-            false => Err(Error::input(path, format!("{key} {v} must be finite"))),
+            false => Err(Error::checkpoint(path, format!("{key} {v} must be finite"))),
         }
     };
     let mlp = h.mlp_multipliers.clone().unwrap_or(vec![1.0, 1.0]);
     let ssm = h.ssm_multipliers.clone().unwrap_or(vec![1.0; 5]);
     if mlp.iter().chain(&ssm).any(|v| !v.is_finite()) {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             "mlp_multipliers and ssm_multipliers must be finite",
         ));
@@ -145,7 +148,7 @@ fn gguf_config(
     raw: &mut serde_json::Value,
 ) -> Result<()> {
     if tensors.has_q_bias {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             meta.path,
             "attention biases in a falcon-h1 GGUF are not implemented: llama.cpp's converter multiplied them by attention_in_multiplier, so the checkpoint's biases cannot be recovered",
         ));

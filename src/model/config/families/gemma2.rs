@@ -134,7 +134,7 @@ pub(crate) fn gemma_scalars(
     // q.k is scaled by scalar^-1/2 in f32: a scalar so small that it overflows would make
     // every logit inf (transformers, in float64, gives a one-hot softmax instead)
     if 1.0 / scalar.sqrt() > f32::MAX as f64 {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!("query_pre_attn_scalar {scalar:e} gives a q.k scale past the f32 range"),
         ));
@@ -169,7 +169,7 @@ fn softcap(
         Some(Value::Null) => Ok(None),
         Some(v) => match v.as_f64() {
             Some(cap) => Ok(Some(positive(cap, key, path)?)),
-            None => Err(Error::input(
+            None => Err(Error::checkpoint(
                 path,
                 format!("{key} must be a number or null, got {v}"),
             )),

@@ -71,7 +71,7 @@ fn gguf_layer_types(meta: &Meta, raw: &mut Value) -> Result<()> {
                 .map(|f| match f {
                     GgufValue::Bool(true) => Ok("sliding_attention"),
                     GgufValue::Bool(false) => Ok("full_attention"),
-                    other => Err(Error::input(
+                    other => Err(Error::checkpoint(
                         meta.path,
                         format!("metadata {key} holds {}, expected booleans", short(other)),
                     )),

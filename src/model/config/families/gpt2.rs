@@ -91,7 +91,7 @@ fn check(raw: &RawConfig, path: &Path) -> Result<()> {
         ),
     ] {
         if value.is_some_and(|v| v != works) {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 format!("{key}: {} is not implemented (only {works})", !works),
             ));

@@ -82,13 +82,13 @@ const LAYER_TYPES: [&str; 4] = ["linear_attention", "full_attention", "mamba", "
 /// layer_types), no experts (only the shared MLP: not implemented).
 fn check(raw: &RawConfig, path: &Path) -> Result<()> {
     if raw.layer_types.is_none() {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             "layer_types is absent, so every granitemoehybrid layer is a Mamba layer: there is no attention to analyse",
         ));
     }
     if raw.num_local_experts.unwrap_or(8) == 0 {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             "num_local_experts 0 (the shared MLP alone) is not implemented for granitemoehybrid",
         ));
@@ -141,7 +141,7 @@ pub(crate) fn mamba2_shape(
         None => d_ssm,
         Some(Value::Null) => None,
         Some(other) => {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 format!("mamba_d_ssm {other} must be an integer or null"),
             ))
@@ -153,7 +153,7 @@ pub(crate) fn mamba2_shape(
         None => None,
         Some(Value::String(s)) if s == "auto" => None,
         Some(v) => Some(v.as_u64().ok_or_else(|| {
-            Error::input(
+            Error::checkpoint(
                 path,
                 format!("mamba_d_head {v} must be an integer or \"auto\""),
             )
@@ -161,14 +161,14 @@ pub(crate) fn mamba2_shape(
     };
     let groups = h.mamba_n_groups.unwrap_or(1);
     if heads == 0 || groups == 0 || !inner.is_multiple_of(heads) || !heads.is_multiple_of(groups) {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!("mamba_n_heads {heads} must divide the Mamba inner size {inner} and be a multiple of mamba_n_groups {groups}"),
         ));
     }
     let head_dim = head_dim.unwrap_or(inner / heads);
     if head_dim * heads != inner {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!("mamba_d_head {head_dim} x mamba_n_heads {heads} is not the Mamba inner size {inner}"),
         ));
@@ -213,12 +213,12 @@ fn time_step_limit(value: Option<&Value>, path: &Path) -> Result<(f64, f64)> {
     match value.as_array().map(|a| a.as_slice()) {
         Some([lo, hi]) => match (bound(lo), bound(hi)) {
             (Some(lo), Some(hi)) if lo <= hi => Ok((lo, hi)),
-            _ => Err(Error::input(
+            _ => Err(Error::checkpoint(
                 path,
                 format!("time_step_limit {value} must be [min, max]"),
             )),
         },
-        _ => Err(Error::input(
+        _ => Err(Error::checkpoint(
             path,
             format!(
                 "time_step_limit {value} must be [min, max] (transformers cannot clamp dt by it)"
@@ -234,7 +234,7 @@ fn multipliers(raw: &RawConfig, path: &Path) -> Result<Multipliers> {
         let v = v.unwrap_or(1.0);
         match v.is_finite() && v > 0.0 {
             true => Ok(Some(v)),
-            false => Err(Error::input(
+            false => Err(Error::checkpoint(
                 path,
                 format!("{key} {v} must be a finite number > 0"),
             )),
@@ -352,7 +352,7 @@ pub(crate) fn mamba2_gguf_keys(
     let inner = meta.usize_key("ssm.inner_size")?;
     let heads = meta.usize_key("ssm.time_step_rank")?;
     if heads == 0 || !inner.is_multiple_of(heads) {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             meta.path,
             format!(
                 "{} {heads} must divide {} {inner}",
@@ -385,7 +385,7 @@ fn gguf_config(
         .opt_per_layer_key("attention.head_count_kv")?
         .unwrap_or_else(|| vec![dims.kv_heads; layers]);
     if let Some(other) = kv_heads.iter().find(|&&n| n != 0 && n != dims.kv_heads) {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             meta.path,
             format!("{} gives attention layers {} and {other} key-value heads: GraniteMoeHybridConfig has one count", meta.key("attention.head_count_kv"), dims.kv_heads),
         ));

@@ -112,14 +112,14 @@ fn check(raw: &RawConfig, path: &Path) -> Result<()> {
     let h = &raw.hybrid;
     if let Some(tie) = h.tie_embedding {
         if tie != raw.tie_word_embeddings.unwrap_or(true) {
-            return Err(Error::input(
+            return Err(Error::checkpoint(
                 path,
                 "tie_embedding and tie_word_embeddings disagree (Lfm2Config reads the legacy tie_embedding): not implemented",
             ));
         }
     }
     if raw.partial_rotary_factor.is_some_and(|f| f != 1.0) {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             "partial_rotary_factor is not implemented for lfm2 (Lfm2RotaryEmbedding rotates every dimension)",
         ));
@@ -128,13 +128,13 @@ fn check(raw: &RawConfig, path: &Path) -> Result<()> {
         || h.block_ffn_dim_multiplier
             .is_some_and(|m| !(m.is_finite() && m > 0.0))
     {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             "block_multiple_of and block_ffn_dim_multiplier must be positive",
         ));
     }
     if h.conv_l_cache == Some(0) {
-        return Err(Error::input(path, "conv_L_cache must be at least 1"));
+        return Err(Error::checkpoint(path, "conv_L_cache must be at least 1"));
     }
     Ok(())
 }
@@ -201,7 +201,7 @@ fn gguf_config(
     raw: &mut serde_json::Value,
 ) -> Result<()> {
     if meta.opt_usize_key("attention.sliding_window")?.is_some() {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             meta.path,
             format!("{} (a sliding window on every attention layer) is not implemented for lfm2: Lfm2Model has none", meta.key("attention.sliding_window")),
         ));
@@ -212,7 +212,7 @@ fn gguf_config(
             vec![dims.kv_heads; raw["num_hidden_layers"].as_u64().unwrap_or(0) as usize]
         });
     if let Some(other) = kv_heads.iter().find(|&&n| n != 0 && n != dims.kv_heads) {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             meta.path,
             format!("{} gives attention layers {} and {other} key-value heads: Lfm2Config has one count", meta.key("attention.head_count_kv"), dims.kv_heads),
         ));

@@ -126,7 +126,7 @@ const GGUF_FIXED: GgufFixed = GgufFixed {
 /// The experts and widths from their keys, and what llama.cpp's loader fixes.
 fn gguf_config(meta: &Meta, _: &TensorFacts, _: &Dims, raw: &mut serde_json::Value) -> Result<()> {
     if meta.opt_usize_key("attention.sliding_window")? == Some(0) {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             meta.path,
             format!("{} 0 (llama.cpp's llama4 without chunked attention, for MobileLLM) is not implemented", meta.key("attention.sliding_window")),
         ));
@@ -213,7 +213,7 @@ fn chunked_layers(
     match (size, layers.is_empty()) {
         (_, true) => Ok(None),
         (Some(size), false) => Ok(Some(ChunkedLayers { size, layers })),
-        (None, false) => Err(Error::input(
+        (None, false) => Err(Error::checkpoint(
             path,
             "layer_types names chunked_attention layers but attention_chunk_size is null: there is no chunk to give them",
         )),
@@ -229,7 +229,7 @@ fn temperature(raw: &RawConfig, path: &Path) -> Result<Option<TemperatureTuning>
     let floor_scale = raw.floor_scale.unwrap_or(8192.0);
     let attn_scale = raw.attn_scale.unwrap_or(0.1);
     if !(floor_scale.is_finite() && floor_scale > 0.0 && attn_scale.is_finite()) {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!("floor_scale {floor_scale} must be > 0 and attn_scale {attn_scale} finite"),
         ));
@@ -246,7 +246,7 @@ fn temperature(raw: &RawConfig, path: &Path) -> Result<Option<TemperatureTuning>
 fn experts(raw: &RawExperts, dense: DenseSizes, path: &Path) -> Result<Option<Experts>> {
     let step = raw.interleave_moe_layer_step.unwrap_or(1);
     if step == 0 {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             "interleave_moe_layer_step must be at least 1",
         ));
@@ -254,7 +254,7 @@ fn experts(raw: &RawExperts, dense: DenseSizes, path: &Path) -> Result<Option<Ex
     let layers: Vec<usize> = match raw.moe_layers {
         Some(listed) => {
             if let Some(bad) = listed.iter().find(|&&l| l >= dense.num_layers) {
-                return Err(Error::input(
+                return Err(Error::checkpoint(
                     path,
                     format!(
                         "moe_layers names layer {bad} of {} layers",

@@ -61,7 +61,10 @@ pub(crate) fn qwen_experts(
     let num_layers = dense.num_layers;
     let step = raw.decoder_sparse_step.unwrap_or(1);
     if step == 0 {
-        return Err(Error::input(path, "decoder_sparse_step must be at least 1"));
+        return Err(Error::checkpoint(
+            path,
+            "decoder_sparse_step must be at least 1",
+        ));
     }
     let dense = raw.mlp_only_layers.unwrap_or(&[]);
     let count = raw

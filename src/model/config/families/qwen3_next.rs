@@ -104,7 +104,7 @@ fn delta_net_in_proj(meta: &Meta, layer: &StoredLayer) -> Result<Vec<(String, Pi
     let (Some((qkv, qkv_shape)), Some((gate, gate_shape))) =
         (layer.stored.get("attn_qkv"), layer.stored.get("attn_gate"))
     else {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             meta.path,
             format!("blk.{l}.attn_qkv.{kind} and blk.{l}.attn_gate.{kind} come together (the Gated DeltaNet's split in_proj_qkvz); a fused attention q/k/v is not implemented for qwen3next"),
         ));
@@ -120,7 +120,7 @@ fn delta_net_in_proj(meta: &Meta, layer: &StoredLayer) -> Result<Vec<(String, Pi
         && groups > 0
         && value.is_multiple_of(groups);
     if !fits {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             meta.path,
             format!("tensors {qkv} {qkv_shape:?} and {gate} {gate_shape:?} are not q, k, v of {groups} key heads ({}) and their z", meta.key("ssm.group_count")),
         ));
@@ -161,7 +161,7 @@ fn gguf_config(
         None => {
             let interval = meta.opt_usize_key("full_attention_interval")?.unwrap_or(4);
             if interval == 0 {
-                return Err(Error::input(
+                return Err(Error::checkpoint(
                     meta.path,
                     format!("{} must be at least 1", meta.key("full_attention_interval")),
                 ));
@@ -186,7 +186,7 @@ fn gguf_config(
     let value_heads = meta.usize_key("ssm.time_step_rank")?;
     let inner = meta.usize_key("ssm.inner_size")?;
     if value_heads == 0 || !inner.is_multiple_of(value_heads) {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             meta.path,
             format!(
                 "{} {value_heads} must divide {} {inner}",
@@ -265,10 +265,10 @@ fn check(raw: &RawConfig, path: &Path) -> Result<()> {
         ),
     ];
     if let Some((key, _)) = sizes.iter().find(|(_, size)| *size == 0) {
-        return Err(Error::input(path, format!("{key} must be at least 1")));
+        return Err(Error::checkpoint(path, format!("{key} must be at least 1")));
     }
     if !s.value_heads.is_multiple_of(s.key_heads) {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             format!(
                 "linear_num_value_heads {} is not a multiple of linear_num_key_heads {}",

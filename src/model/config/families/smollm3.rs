@@ -67,7 +67,7 @@ fn gguf_config(
 fn check(raw: &RawConfig, path: &Path) -> Result<()> {
     let window = raw.sliding_window.as_ref().is_some_and(|w| !w.is_null());
     if raw.layer_types.is_none() && raw.use_sliding_window == Some(true) && window {
-        return Err(Error::input(
+        return Err(Error::checkpoint(
             path,
             "use_sliding_window without layer_types is not implemented for smollm3 (SmolLM3Config derives the sliding layers from no_rope_layers): give layer_types",
         ));
