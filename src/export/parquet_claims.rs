@@ -17,8 +17,9 @@ use crate::error::{Error, Result};
 /// string's pointer, length and capacity): what a claimed row count costs in memory.
 const CELL_BYTES: u64 = 24;
 
-/// The largest page header read (polars' own default bound on a header's thrift bytes).
-const MAX_HEADER_BYTES: usize = 1 << 20;
+/// The largest page header read (polars reads headers without a bound; one holds a page's
+/// statistics, which polars' writer truncates to a few bytes unless told not to).
+const MAX_HEADER_BYTES: usize = 1 << 24;
 
 /// What to hold in memory at once when the file is decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,7 +30,7 @@ pub enum Decoded {
     RowGroupAtATime,
 }
 
-/// Checks every count `file` (of `path`) states: row groups against the file's rows,
+/// Checks every count `file` (of `path`) states: the row groups' rows against the footer's,
 /// column chunks against their row group and the file's length, page headers against their
 /// column chunk; and the cells to decode at once (per `decoded`) against the memory
 /// available. A count that disagrees is an error naming the file and the count.
@@ -37,9 +38,20 @@ pub fn check(path: &Path, file: &mut std::fs::File, decoded: Decoded) -> Result<
     let length = file.metadata().map_err(|e| Error::io(path, e))?.len();
     let metadata = polars_parquet::parquet::read::read_metadata(file)
         .map_err(|e| Error::invalid(path, "cannot read Parquet table", e))?;
+    let damaged = |what: String| Error::table(path, format!("damaged Parquet table: {what}"));
+    // polars decodes each row group by its own row count, whatever the footer's total says
+    let rows = metadata
+        .row_groups
+        .iter()
+        .fold(0usize, |sum, g| sum.saturating_add(g.num_rows()));
+    if rows != metadata.num_rows {
+        let stated = metadata.num_rows;
+        return Err(damaged(format!(
+            "its row groups hold {rows} rows, its footer states {stated}"
+        )));
+    }
     let free = crate::device::available_memory().unwrap_or(u64::MAX);
     check_memory(path, &metadata, decoded, free)?;
-    let damaged = |what: String| Error::table(path, format!("damaged Parquet table: {what}"));
     let mut reader = BufReader::new(file);
     for (g, group) in metadata.row_groups.iter().enumerate() {
         for chunk in group.parquet_columns() {
@@ -98,13 +110,20 @@ fn check_chunk(
     length: u64,
     free: u64,
 ) -> std::result::Result<(), String> {
-    let range = chunk.byte_range();
-    if range.start > range.end || range.end > length {
-        return Err(format!(
-            "its bytes {}..{} lie outside the file's {length}",
-            range.start, range.end
-        ));
-    }
+    // as polars' `byte_range` (which unwraps an overflowing end), checked
+    let start = chunk
+        .dictionary_page_offset()
+        .unwrap_or(chunk.data_page_offset());
+    let size = chunk.compressed_size();
+    let end = start.checked_add(size).filter(|_| start >= 0 && size >= 0);
+    let range = match end {
+        Some(end) if end as u64 <= length => start as u64..end as u64,
+        _ => {
+            return Err(format!(
+                "its bytes at {start} of {size} lie outside the file's {length}"
+            ))
+        }
+    };
     let values = chunk.num_values();
     let flat = chunk.descriptor().descriptor.max_rep_level == 0;
     let rows = rows as i64;
@@ -147,10 +166,11 @@ struct Page {
     compressed: u64,
 }
 
-/// A page's counts: sizes not negative, at most `remaining` values (a dictionary's entries
-/// count against the chunk's values too: a writer never makes more entries than values),
-/// null and row counts inside its values, level bytes inside its bytes, and its decompressed
-/// bytes inside the memory available (`free`).
+/// A page's counts: sizes not negative, at most `remaining` values, null and row counts
+/// inside its values, level bytes inside its bytes, a dictionary's entries inside its bytes
+/// (each takes at least one; a dictionary written whole into every row group may hold more
+/// entries than the chunk has values), and its decompressed bytes inside the memory
+/// available (`free`).
 fn check_page(header: &PageHeader, remaining: i64, free: u64) -> std::result::Result<Page, String> {
     let sizes = [header.compressed_page_size, header.uncompressed_page_size];
     if sizes.iter().any(|&s| s < 0) {
@@ -205,7 +225,8 @@ fn check_page(header: &PageHeader, remaining: i64, free: u64) -> std::result::Re
                 .dictionary_page_header
                 .as_ref()
                 .ok_or("no dictionary page header")?;
-            within("dictionary entries", dictionary.num_values, remaining)?;
+            let bytes = i64::from(header.uncompressed_page_size);
+            within("dictionary entries", dictionary.num_values, bytes)?;
             0
         }
         _ => 0,
@@ -325,6 +346,59 @@ mod tests {
         let long = with_first_header(&bytes, |h| h.compressed_page_size += 1);
         let err = checked(&path, &long).unwrap_err().to_string();
         assert!(err.contains("past the column's end"), "{err}");
+    }
+
+    /// `bytes` with its footer (thrift FileMetaData) rewritten by `edit`.
+    fn with_footer(
+        bytes: &[u8],
+        edit: impl FnOnce(&mut polars_parquet_format::FileMetaData),
+    ) -> Vec<u8> {
+        let n = bytes.len();
+        let footer_len = u32::from_le_bytes(bytes[n - 8..n - 4].try_into().unwrap()) as usize;
+        let start = n - 8 - footer_len;
+        let mut footer = &bytes[start..n - 8];
+        let mut protocol = TCompactInputProtocol::new(&mut footer, 1 << 20);
+        let mut metadata =
+            polars_parquet_format::FileMetaData::read_from_in_protocol(&mut protocol).unwrap();
+        edit(&mut metadata);
+        let mut encoded = Vec::new();
+        metadata
+            .write_to_out_protocol(&mut TCompactOutputProtocol::new(&mut encoded))
+            .unwrap();
+        let mut out = bytes[..start].to_vec();
+        out.extend_from_slice(&encoded);
+        out.extend_from_slice(&(encoded.len() as u32).to_le_bytes());
+        out.extend_from_slice(b"PAR1");
+        out
+    }
+
+    /// A row group claiming more rows than the footer's total (polars decodes each group by
+    /// its own count) is refused naming both; a column chunk at a negative offset is an error
+    /// naming the file, not a panic.
+    #[test]
+    fn footers_whose_counts_disagree_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, bytes) = written(dir.path(), 40);
+        checked(&path, &with_footer(&bytes, |_| {})).unwrap();
+        let more = with_footer(&bytes, |m| m.row_groups[0].num_rows = 10_000_000_000);
+        let err = checked(&path, &more).unwrap_err().to_string();
+        assert!(
+            err.contains("its row groups hold 10000000000 rows, its footer states 40"),
+            "{err}"
+        );
+        let negative = with_footer(&bytes, |m| {
+            let meta = m.row_groups[0].columns[0].meta_data.as_mut().unwrap();
+            meta.dictionary_page_offset = None;
+            meta.data_page_offset = -5;
+        });
+        // polars' footer reader computes the range itself and panics: the guarded read
+        // makes that the file's error
+        std::fs::write(&path, &negative).unwrap();
+        let err = crate::export::read_table(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("t.parquet") && err.contains("damaged"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -100,7 +100,10 @@ impl StagingWatch {
             for l in live.iter().rev() {
                 super::writer::remove_uncommitted(&l.staging, l.made.as_deref(), &l.target);
             }
-            let left = |l: &Live| l.staging.exists() || l.made.as_ref().is_some_and(|m| m.exists());
+            // a folder made for the run that holds committed output stays: only an empty
+            // one is left to remove
+            let empty = |m: &PathBuf| std::fs::read_dir(m).is_ok_and(|mut e| e.next().is_none());
+            let left = |l: &Live| l.staging.exists() || l.made.as_ref().is_some_and(empty);
             if pass > 0 && !live.iter().any(left) {
                 break;
             }
