@@ -1,33 +1,27 @@
 //! asa-analyze: attention analysis for transformer checkpoints, built around Affine-Scaled
 //! Attention (arXiv 2602.23057) and the variants it is compared with.
 //!
-//! Layers: [`model`] loads checkpoints and runs the forward pass, [`attention`] holds the
-//! one blocked attention path and every variant's math, [`hooks`] is the hook interface (the `Probe` trait),
-//! [`export`] writes tidy tables, [`cli`] is the command line.
+//! This crate is the command line ([`cli`]) and the one place that names every layer; each
+//! layer is a crate of its own (docs/architecture.md), re-exported here under its module
+//! names so that `asa_analyze::model`, `asa_analyze::metrics`, ... read as one library:
+//!
+//! - `asa-core`: [`error`], [`input`], [`parse_error`], [`profile`], [`host_memory`], [`robust`];
+//! - `asa-engine`: [`model`], [`nn`], [`mixer`], [`cpu`], `cuda`, [`attention`], [`hooks`], [`device`];
+//! - `asa-tables`: [`export`]; `asa-logs`: [`stats`]; `asa-metrics`: [`metrics`];
+//! - `asa-analysis`: [`analysis`], [`corpus`], [`train`];
+//! - `asa-figures`: [`plot`], [`paper`], [`report`].
 
-pub mod analysis;
-pub mod attention;
 pub mod cli;
-pub mod corpus;
-pub mod cpu;
-#[cfg(feature = "cuda")]
-pub mod cuda;
-pub mod device;
-pub mod error;
-pub mod export;
-pub mod hooks;
-pub mod input;
-pub mod metrics;
-pub mod mixer;
-pub mod model;
-pub mod nn;
-pub mod paper;
-pub mod parse_error;
-pub mod plot;
-pub mod profile;
-pub mod report;
 pub mod results;
-pub mod stats;
-pub mod train;
+
+pub use asa_analysis::{analysis, corpus, train};
+pub use asa_core::{error, host_memory, input, out_of_memory, parse_error, profile, robust};
+#[cfg(feature = "cuda")]
+pub use asa_engine::cuda;
+pub use asa_engine::{attention, cpu, device, hooks, mixer, model, nn};
+pub use asa_figures::{paper, plot, report};
+pub use asa_logs::stats;
+pub use asa_metrics::metrics;
+pub use asa_tables::export;
 
 pub use error::{Error, Result};

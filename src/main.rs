@@ -7,8 +7,8 @@ mod signals;
 /// The system allocator; a failed allocation ends the run cleanly (exit 2, no staging
 /// folder left) instead of aborting.
 #[global_allocator]
-static ALLOCATOR: asa_analyze::cpu::out_of_memory::ExitOnOutOfMemory =
-    asa_analyze::cpu::out_of_memory::ExitOnOutOfMemory;
+static ALLOCATOR: asa_analyze::out_of_memory::ExitOnOutOfMemory =
+    asa_analyze::out_of_memory::ExitOnOutOfMemory;
 
 fn main() -> std::process::ExitCode {
     asa_analyze::cpu::heap::keep_freed_memory();

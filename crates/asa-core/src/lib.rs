@@ -1,0 +1,14 @@
+//! The base every other crate of asa-analyze stands on: the one error type and its kinds,
+//! parse errors of option values, reading user files with a size limit, the memory the host
+//! still lets the process take, running out of it, per-phase timing, and the robust
+//! statistics (median, MAD, moments) that metrics and training logs share.
+
+pub mod error;
+pub mod host_memory;
+pub mod input;
+pub mod out_of_memory;
+pub mod parse_error;
+pub mod profile;
+pub mod robust;
+
+pub use error::{Error, ErrorKind, InputKind, Result};

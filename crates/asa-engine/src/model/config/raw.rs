@@ -1,0 +1,213 @@
+//! The raw file format: a serde mirror of config.json ([`RawConfig`], every field optional,
+//! unknown fields ignored), and the readers of single fields that resolution shares.
+
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use asa_core::error::{Error, Result};
+
+/// Serde mirror of config.json: everything optional, unknown fields ignored.
+#[derive(Debug, Deserialize, Default)]
+pub struct RawConfig {
+    pub model_type: Option<String>,
+    #[serde(alias = "n_embd")]
+    pub hidden_size: Option<usize>,
+    #[serde(alias = "n_inner")]
+    pub intermediate_size: Option<usize>,
+    #[serde(alias = "n_layer")]
+    pub num_hidden_layers: Option<usize>,
+    #[serde(alias = "n_head")]
+    pub num_attention_heads: Option<usize>,
+    pub num_key_value_heads: Option<usize>,
+    pub head_dim: Option<usize>,
+    pub vocab_size: Option<usize>,
+    pub rms_norm_eps: Option<f64>,
+    #[serde(alias = "n_positions")]
+    pub max_position_embeddings: Option<usize>,
+    pub tie_word_embeddings: Option<bool>,
+    pub attention_bias: Option<bool>,
+    pub mlp_bias: Option<bool>,
+    pub rope_theta: Option<f64>,
+    pub rope_scaling: Option<Value>,
+    pub rope_parameters: Option<Value>,
+    pub partial_rotary_factor: Option<f64>,
+    pub bos_token_id: Option<Value>,
+    pub eos_token_id: Option<Value>,
+    pub use_sliding_window: Option<bool>,
+    /// `null` (no window) is `Some(Value::Null)`, apart from absent (the class's default).
+    #[serde(default, deserialize_with = "present")]
+    pub sliding_window: Option<Value>,
+    pub max_window_layers: Option<usize>,
+    /// The pretraining length outside the rope parameters (Phi-3), preferred by YaRN.
+    pub original_max_position_embeddings: Option<usize>,
+    /// Gemma's attention scale, soft-caps (null: none) and MLP activation.
+    pub query_pre_attn_scalar: Option<f64>,
+    /// `null` (no cap) is `Some(Value::Null)`, apart from absent (the class's default).
+    #[serde(default, deserialize_with = "present")]
+    pub attn_logit_softcapping: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    pub final_logit_softcapping: Option<Value>,
+    pub hidden_activation: Option<String>,
+    /// Gemma's bidirectional (non-causal) attention, which the kernels do not compute.
+    pub use_bidirectional_attention: Option<bool>,
+    /// How the weights are quantized (only GPT-OSS's MXFP4 experts are read).
+    pub quantization_config: Option<Value>,
+    /// Gemma 3: one global layer every `sliding_window_pattern` layers, and the legacy
+    /// theta of its sliding layers.
+    pub sliding_window_pattern: Option<usize>,
+    pub rope_local_base_freq: Option<f64>,
+    pub layer_norm_eps: Option<f64>,
+    pub num_local_experts: Option<usize>,
+    pub num_experts: Option<usize>,
+    pub num_experts_per_tok: Option<usize>,
+    pub swiglu_alpha: Option<f64>,
+    pub swiglu_limit: Option<f64>,
+    pub norm_topk_prob: Option<bool>,
+    pub moe_intermediate_size: Option<usize>,
+    pub decoder_sparse_step: Option<usize>,
+    pub mlp_only_layers: Option<Vec<usize>>,
+    /// GPT-2's names of the norm epsilon and the MLP activation, and its attention options.
+    pub layer_norm_epsilon: Option<f64>,
+    pub activation_function: Option<String>,
+    pub scale_attn_weights: Option<bool>,
+    pub scale_attn_by_inverse_layer_idx: Option<bool>,
+    pub reorder_and_upcast_attn: Option<bool>,
+    pub use_parallel_residual: Option<bool>,
+    /// GPT-NeoX's legacy names of `partial_rotary_factor` and `rope_theta`.
+    pub rotary_pct: Option<f64>,
+    pub rotary_emb_base: Option<f64>,
+    #[serde(alias = "layers_block_type")]
+    pub layer_types: Option<Vec<String>>,
+    pub hidden_act: Option<String>,
+    /// NoPE layers (SmolLM3, Llama 4): 1 where a layer uses RoPE, 0 where it does not, or
+    /// every `no_rope_layer_interval`-th layer.
+    pub no_rope_layers: Option<Vec<i64>>,
+    pub no_rope_layer_interval: Option<usize>,
+    /// Llama 4: chunked attention, temperature tuning of NoPE layers, L2 QK-norm, experts on
+    /// `moe_layers` (or every `interleave_moe_layer_step`-th layer), the dense MLP's size.
+    /// `null` (no chunks) is `Some(Value::Null)`, apart from absent (the class's default).
+    #[serde(default, deserialize_with = "present")]
+    pub attention_chunk_size: Option<Value>,
+    pub attn_temperature_tuning: Option<bool>,
+    pub floor_scale: Option<f64>,
+    pub attn_scale: Option<f64>,
+    pub use_qk_norm: Option<bool>,
+    pub moe_layers: Option<Vec<usize>>,
+    pub interleave_moe_layer_step: Option<usize>,
+    pub intermediate_size_mlp: Option<usize>,
+    /// DeepSeek-V3 / GLM-4.5 experts: routed and shared experts, group-limited top-k,
+    /// the routed weights' factor, the dense layers before the first MoE layer.
+    pub n_routed_experts: Option<usize>,
+    pub n_shared_experts: Option<usize>,
+    pub n_group: Option<usize>,
+    pub topk_group: Option<usize>,
+    pub routed_scaling_factor: Option<f64>,
+    pub first_k_dense_replace: Option<usize>,
+    pub topk_method: Option<String>,
+    pub scoring_func: Option<String>,
+    /// Multi-head latent attention (DeepSeek-V3): `q_lora_rank` null is one `q_proj`.
+    #[serde(default, deserialize_with = "present")]
+    pub q_lora_rank: Option<Value>,
+    pub kv_lora_rank: Option<usize>,
+    pub qk_nope_head_dim: Option<usize>,
+    pub qk_rope_head_dim: Option<usize>,
+    pub v_head_dim: Option<usize>,
+    pub rope_interleave: Option<bool>,
+    pub attention_variant: Option<String>,
+    pub affine_scaled: Option<RawAffine>,
+    pub scale_invariant: Option<RawScaleInvariant>,
+    pub logn: Option<RawLogn>,
+    /// The hybrid families' keys.
+    #[serde(flatten)]
+    pub hybrid: super::raw_hybrid::RawHybrid,
+}
+
+/// A field that is there, `null` included: serde reads a `null` into an `Option` as `None`,
+/// the same as an absent key, where transformers' config classes tell them apart (a
+/// `sliding_window` or soft-cap of `null` is none; an absent one the class's default).
+pub(crate) fn present<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// The `scale_invariant` block of config.json.
+#[derive(Debug, Deserialize, Default)]
+pub struct RawScaleInvariant {
+    pub tau: Option<f64>,
+}
+
+/// The `logn` block of config.json.
+#[derive(Debug, Deserialize, Default)]
+pub struct RawLogn {
+    pub scale: Option<f64>,
+}
+
+/// The `affine_scaled` block of config.json.
+#[derive(Debug, Deserialize, Default)]
+pub struct RawAffine {
+    pub activation: Option<String>,
+    pub beta_length: Option<String>,
+    pub momentum: Option<f64>,
+}
+
+/// A config that cannot be read, naming the field at fault (e.g. "invalid config.json:
+/// field `hidden_size`: invalid type: string \"64\", expected usize at line 1 column 205").
+pub(crate) fn field_error(
+    path: &Path,
+    what: &str,
+    error: serde_path_to_error::Error<serde_json::Error>,
+) -> Error {
+    let field = error.path().to_string();
+    let inner = error.into_inner();
+    match field.as_str() {
+        "." => Error::invalid(path, what, inner),
+        _ => Error::invalid(path, format!("{what}: field `{field}`"), inner),
+    }
+}
+
+/// `obj[key]` as a number: `None` when absent or null, an error for another type.
+pub(crate) fn float_field(obj: &Value, key: &str, path: &Path) -> Result<Option<f64>> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_f64()
+            .map(Some)
+            .ok_or_else(|| Error::checkpoint(path, format!("`{key}` must be a number, got {v}"))),
+    }
+}
+
+/// `key`'s value `value` as a positive integer: `None` when null, `default` when absent
+/// (the config class's), an error naming the key for anything else.
+pub(crate) fn positive_or_null(
+    value: Option<&Value>,
+    key: &str,
+    default: Option<usize>,
+    path: &Path,
+) -> Result<Option<usize>> {
+    match value {
+        None => Ok(default),
+        Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_u64() {
+            Some(size) if size >= 1 => Ok(Some(size as usize)),
+            _ => Err(Error::checkpoint(
+                path,
+                format!("{key} {v} must be a positive integer or null"),
+            )),
+        },
+    }
+}
+
+/// `value` when it is a finite number > 0, else an error naming `what`.
+pub(crate) fn positive(value: f64, what: &str, path: &Path) -> Result<f64> {
+    if value.is_finite() && value > 0.0 {
+        Ok(value)
+    } else {
+        Err(Error::checkpoint(
+            path,
+            format!("{what} {value} must be a finite number > 0"),
+        ))
+    }
+}

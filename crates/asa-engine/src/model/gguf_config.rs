@@ -1,0 +1,438 @@
+//! A GGUF file's hyperparameters (`{arch}.block_count`, `{arch}.attention.head_count`, ...)
+//! as a config.json mirror ([`RawConfig`](super::config::RawConfig) JSON), so that GGUF and
+//! Hugging Face checkpoints resolve through the same code and the same checks.
+
+use std::fs::File;
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::{Content, Value};
+use serde_json::json;
+
+use super::config::family::GgufRules;
+use super::config::Family;
+use super::gguf_rope::{llama3_from_freq_factors, read_factors, Recovered};
+use asa_core::error::{Error, Result};
+
+/// What the config needs from the tensor table (under HF names).
+pub(crate) struct TensorFacts {
+    /// Rows of `model.embed_tokens.weight`.
+    pub vocab: usize,
+    /// `output.weight` exists (else the embeddings are tied).
+    pub has_output: bool,
+    /// `blk.0.attn_q.bias` exists.
+    pub has_q_bias: bool,
+    /// `blk.0.attn_qkv.bias` exists (GPT-NeoX's `attention_bias`).
+    pub has_qkv_bias: bool,
+    /// Every tensor's HF name (a family's rules ask for the ones they need).
+    pub names: std::collections::BTreeSet<String>,
+}
+
+impl TensorFacts {
+    /// Whether any tensor's HF name ends with `suffix` (`mamba.conv1d.bias`).
+    pub(crate) fn any_ends_with(&self, suffix: &str) -> bool {
+        self.names.iter().any(|n| n.ends_with(suffix))
+    }
+}
+
+/// Typed access to `{arch}.*` metadata, errors naming the file and the key; the family
+/// reading the file, and its GGUF rules.
+pub(crate) struct Meta<'a> {
+    pub content: &'a Content,
+    pub path: &'a Path,
+    pub family: &'static Family,
+    pub rules: &'static GgufRules,
+}
+
+impl Meta<'_> {
+    /// llama.cpp's `general.architecture`, the metadata keys' prefix.
+    pub(crate) fn arch(&self) -> &'static str {
+        self.rules.arch
+    }
+
+    pub(crate) fn key(&self, key: &str) -> String {
+        format!("{}.{key}", self.arch())
+    }
+
+    pub(crate) fn opt_usize_key(&self, key: &str) -> Result<Option<usize>> {
+        let full = self.key(key);
+        match self.content.metadata.get(&full) {
+            None => Ok(None),
+            Some(v) => value_as_u64(v).map(|v| Some(v as usize)).ok_or_else(|| {
+                Error::checkpoint(
+                    self.path,
+                    format!("metadata {full} must be one integer, got {}", short(v)),
+                )
+            }),
+        }
+    }
+
+    /// A per-layer integer key (llama.cpp writes some as one value per block, e.g. LFM2's
+    /// `attention.head_count_kv`, 0 on its convolution layers): an array of `block_count`
+    /// values, or one value for every layer; `None` when absent.
+    pub(crate) fn opt_per_layer_key(&self, key: &str) -> Result<Option<Vec<usize>>> {
+        let full = self.key(key);
+        let Some(Value::Array(items)) = self.content.metadata.get(&full) else {
+            let layers = self.usize_key("block_count")?;
+            return Ok(self.opt_usize_key(key)?.map(|v| vec![v; layers]));
+        };
+        let layers = self.usize_key("block_count")?;
+        if items.len() != layers {
+            return Err(Error::checkpoint(
+                self.path,
+                format!(
+                    "metadata {full} has {} values for {layers} layers",
+                    items.len()
+                ),
+            ));
+        }
+        let values: Option<Vec<usize>> = items
+            .iter()
+            .map(|v| value_as_u64(v).map(|v| v as usize))
+            .collect();
+        values.map(Some).ok_or_else(|| {
+            Error::checkpoint(self.path, format!("metadata {full} must hold integers"))
+        })
+    }
+
+    /// The largest value of a per-layer key ([`Meta::opt_per_layer_key`]): the head count
+    /// of the attention layers where the other layers have none.
+    pub(crate) fn opt_max_per_layer_key(&self, key: &str) -> Result<Option<usize>> {
+        Ok(self
+            .opt_per_layer_key(key)?
+            .map(|values| values.into_iter().max().unwrap_or(0)))
+    }
+
+    /// The decoder layers the model runs: `block_count` less the multi-token-prediction
+    /// blocks llama.cpp appends (`nextn_predict_layers`, GLM-4.5's), which a forward skips.
+    pub(crate) fn trunk_layers(&self) -> Result<usize> {
+        let blocks = self.usize_key("block_count")?;
+        let nextn = self.opt_usize_key("nextn_predict_layers")?.unwrap_or(0);
+        if nextn >= blocks {
+            return Err(Error::checkpoint(
+                self.path,
+                format!(
+                    "{} {nextn} leaves none of the {blocks} blocks ({}) to run",
+                    self.key("nextn_predict_layers"),
+                    self.key("block_count")
+                ),
+            ));
+        }
+        Ok(blocks - nextn)
+    }
+
+    pub(crate) fn usize_key(&self, key: &str) -> Result<usize> {
+        self.opt_usize_key(key)?.ok_or_else(|| {
+            Error::checkpoint(self.path, format!("missing metadata {}", self.key(key)))
+        })
+    }
+
+    pub(crate) fn opt_f64_key(&self, key: &str) -> Result<Option<f64>> {
+        let full = self.key(key);
+        match self.content.metadata.get(&full) {
+            None => Ok(None),
+            // the decimal the converter was given (0.45, not 0.449999988...): the shortest
+            // one that rounds to this f32
+            Some(Value::F32(v)) => Ok(Some(v.to_string().parse().unwrap_or(f64::from(*v)))),
+            Some(Value::F64(v)) => Ok(Some(*v)),
+            Some(v) => value_as_u64(v).map(|v| Some(v as f64)).ok_or_else(|| {
+                Error::checkpoint(
+                    self.path,
+                    format!("metadata {full} must be a number, got {}", short(v)),
+                )
+            }),
+        }
+    }
+}
+
+/// Refuses what the GGUF loader does not implement: experts in a family that reads none,
+/// RoPE scaling types.
+fn refuse_unimplemented(meta: &Meta) -> Result<()> {
+    let path = meta.path;
+    if let Some(n) = meta.opt_usize_key("expert_count")? {
+        if n > 0 && meta.rules.assembled.is_empty() {
+            return Err(Error::checkpoint(
+                path,
+                format!(
+                    "mixture-of-experts models ({}.expert_count {n}) are not supported",
+                    meta.arch()
+                ),
+            ));
+        }
+    }
+    if let Some(kind) = metadata_str(meta.content, &meta.key("rope.scaling.type")) {
+        if !matches!(kind, "none" | "linear" | "yarn") {
+            return Err(Error::checkpoint(
+                path,
+                format!("rope scaling `{kind}` ({}.rope.scaling.type) is not implemented (supported: none, linear, yarn, llama3 rope_freqs)", meta.arch()),
+            ));
+        }
+    }
+    // YaRN's extrapolation mix and attention factor: transformers' and llama.cpp's defaults
+    // agree; set ones are not read here
+    for key in [
+        "rope.scaling.yarn_ext_factor",
+        "rope.scaling.yarn_attn_factor",
+    ] {
+        if meta.content.metadata.contains_key(&meta.key(key)) {
+            return Err(Error::checkpoint(
+                path,
+                format!(
+                    "{} is not implemented (YaRN with its default mix and attention factor is)",
+                    meta.key(key)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `rope_parameters` for config.json: default RoPE at the dims' `theta`, or the Llama-3
+/// scaling that the file's `rope_freqs.weight` factors encode (with what the recovery found).
+fn rope_parameters(
+    meta: &Meta,
+    file: &mut File,
+    dims: &Dims,
+) -> Result<(serde_json::Value, Option<Recovered>)> {
+    let (theta, rot_dim, context) = (dims.theta, dims.rot_dim, dims.context);
+    let path = meta.path;
+    let mut rope = json!({"rope_type": "default", "rope_theta": theta});
+    let kind = metadata_str(meta.content, &meta.key("rope.scaling.type"));
+    if let Some(kind @ ("linear" | "yarn")) = kind {
+        let factor = meta.opt_f64_key("rope.scaling.factor")?.ok_or_else(|| {
+            Error::checkpoint(
+                path,
+                format!(
+                    "{kind} rope scaling needs {}",
+                    meta.key("rope.scaling.factor")
+                ),
+            )
+        })?;
+        rope = json!({"rope_type": kind, "factor": factor, "rope_theta": theta});
+        if kind == "yarn" {
+            let original = meta
+                .opt_usize_key("rope.scaling.original_context_length")?
+                .unwrap_or(context);
+            rope["original_max_position_embeddings"] = json!(original);
+            for (key, name) in [
+                ("yarn_beta_fast", "beta_fast"),
+                ("yarn_beta_slow", "beta_slow"),
+            ] {
+                if let Some(v) = meta.opt_f64_key(&format!("rope.scaling.{key}"))? {
+                    rope[name] = json!(v);
+                }
+            }
+        }
+    }
+    let mut recovered = None;
+    if let Some(info) = meta.content.tensor_infos.get("rope_freqs.weight") {
+        let factors = read_factors(meta, file, info, rot_dim)?;
+        let original = meta
+            .opt_usize_key("rope.scaling.original_context_length")?
+            .or(meta.rules.rope_freqs_original_context)
+            .unwrap_or(context);
+        match llama3_from_freq_factors(theta, rot_dim, &factors, original as f64) {
+            Some(r) => {
+                if let Some(params) = r.params.clone() {
+                    rope = params;
+                }
+                recovered = Some(r);
+            }
+            None => {
+                return Err(Error::checkpoint(
+                    path,
+                    "rope_freqs.weight is not a Llama-3 frequency scaling (the only per-frequency factors implemented)",
+                ))
+            }
+        }
+    }
+    Ok((rope, recovered))
+}
+
+/// The sizes and scalars the config is built from.
+pub(crate) struct Dims {
+    pub hidden: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// Dimensions rotated by RoPE.
+    pub rot_dim: usize,
+    pub theta: f64,
+    pub context: usize,
+    /// RMSNorm's epsilon, or LayerNorm's (GPT-2, GPT-NeoX).
+    pub eps: f64,
+}
+
+/// The metadata as a config.json mirror, and the rope_freqs recovery when the file has them.
+pub(crate) fn raw_config(
+    meta: &Meta,
+    file: &mut File,
+    tensors: &TensorFacts,
+    heads: usize,
+    kv_heads: usize,
+) -> Result<(serde_json::Value, Option<Recovered>)> {
+    refuse_unimplemented(meta)?;
+    let dims = read_dims(meta, heads, kv_heads)?;
+    check_dims(meta, &dims)?;
+    let (rope, recovered) = rope_parameters(meta, file, &dims)?;
+    let mut raw = base_config(meta, tensors, &dims, rope)?;
+    (meta.rules.config)(meta, tensors, &dims, &mut raw)?;
+    Ok((raw, recovered))
+}
+
+/// Reads the sizes and scalars, with llama.cpp's defaults for the optional keys (head_dim
+/// from `embedding_length / head_count`, which must divide).
+fn read_dims(meta: &Meta, heads: usize, kv_heads: usize) -> Result<Dims> {
+    let hidden = meta.usize_key("embedding_length")?;
+    let head_dim = match meta.opt_usize_key("attention.key_length")? {
+        Some(d) => d,
+        None if heads > 0 && hidden % heads == 0 => hidden / heads,
+        None => {
+            return Err(Error::checkpoint(
+                meta.path,
+                format!(
+                    "{}.embedding_length {hidden} is not divisible by head_count {heads}",
+                    meta.arch()
+                ),
+            ))
+        }
+    };
+    let rot_dim = meta
+        .opt_usize_key("rope.dimension_count")?
+        .unwrap_or(head_dim);
+    let theta = meta.opt_f64_key("rope.freq_base")?.unwrap_or(10000.0);
+    let context = meta.opt_usize_key("context_length")?.unwrap_or(2048);
+    let eps = match meta.opt_f64_key("attention.layer_norm_rms_epsilon")? {
+        Some(eps) => eps,
+        None => meta
+            .opt_f64_key("attention.layer_norm_epsilon")?
+            .unwrap_or(1e-5),
+    };
+    Ok(Dims {
+        hidden,
+        heads,
+        kv_heads,
+        head_dim,
+        rot_dim,
+        theta,
+        context,
+        eps,
+    })
+}
+
+/// Refuses unsound values, checked here: JSON has no NaN (it would turn into a default),
+/// and the rope_freqs recovery needs them sound.
+fn check_dims(meta: &Meta, d: &Dims) -> Result<()> {
+    let bad = |key: &str, value: String, want: &str| {
+        Err(Error::checkpoint(
+            meta.path,
+            format!("metadata {} {value} must be {want}", meta.key(key)),
+        ))
+    };
+    if d.head_dim == 0 {
+        return bad("attention.key_length", "0".into(), "at least 1");
+    }
+    if d.context == 0 {
+        return bad("context_length", "0".into(), "at least 1");
+    }
+    if !(d.theta.is_finite() && d.theta > 0.0) {
+        return bad("rope.freq_base", d.theta.to_string(), "a finite number > 0");
+    }
+    if !(d.eps.is_finite() && d.eps >= 0.0) {
+        return bad(
+            "attention.layer_norm_rms_epsilon",
+            d.eps.to_string(),
+            "a finite number >= 0",
+        );
+    }
+    Ok(())
+}
+
+/// The config.json keys every architecture has, as for a Llama model (the family's rules
+/// add and change keys: [`GgufRules::config`]).
+fn base_config(
+    meta: &Meta,
+    tensors: &TensorFacts,
+    d: &Dims,
+    rope: serde_json::Value,
+) -> Result<serde_json::Value> {
+    let token = |key: &str| {
+        meta.content
+            .metadata
+            .get(key)
+            .and_then(value_as_u64)
+            .map(|v| json!(v))
+            .unwrap_or(serde_json::Value::Null)
+    };
+    Ok(json!({
+        "model_type": meta.family.name,
+        "hidden_size": d.hidden,
+        "intermediate_size": meta.usize_key("feed_forward_length")?,
+        "num_hidden_layers": meta.trunk_layers()?,
+        "num_attention_heads": d.heads,
+        "num_key_value_heads": d.kv_heads,
+        "head_dim": d.head_dim,
+        "vocab_size": tensors.vocab,
+        "rms_norm_eps": d.eps,
+        "max_position_embeddings": d.context,
+        "tie_word_embeddings": !tensors.has_output,
+        "attention_bias": false,
+        "partial_rotary_factor": d.rot_dim as f64 / d.head_dim as f64,
+        "rope_parameters": rope,
+        "bos_token_id": token("tokenizer.ggml.bos_token_id"),
+        "eos_token_id": token("tokenizer.ggml.eos_token_id"),
+        "hidden_act": "silu",
+        "sliding_window": meta.opt_usize_key("attention.sliding_window")?,
+    }))
+}
+
+/// A string metadata value.
+pub(crate) fn metadata_str<'a>(content: &'a Content, key: &str) -> Option<&'a str> {
+    match content.metadata.get(key) {
+        Some(Value::String(s)) => Some(s.as_str()),
+        _ => None,
+    }
+}
+
+/// A boolean metadata value.
+pub(crate) fn metadata_bool(content: &Content, key: &str) -> Option<bool> {
+    match content.metadata.get(key) {
+        Some(Value::Bool(b)) => Some(*b),
+        _ => None,
+    }
+}
+
+/// Any non-negative integer metadata value as u64.
+pub(crate) fn value_as_u64(v: &Value) -> Option<u64> {
+    match *v {
+        Value::U8(x) => Some(u64::from(x)),
+        Value::U16(x) => Some(u64::from(x)),
+        Value::U32(x) => Some(u64::from(x)),
+        Value::U64(x) => Some(x),
+        Value::I8(x) => u64::try_from(x).ok(),
+        Value::I16(x) => u64::try_from(x).ok(),
+        Value::I32(x) => u64::try_from(x).ok(),
+        Value::I64(x) => u64::try_from(x).ok(),
+        _ => None,
+    }
+}
+
+/// A metadata value for an error message, its GGUF type named: "u32 5", "`text`",
+/// "an array of 3".
+pub(crate) fn short(v: &Value) -> String {
+    let (kind, value) = match v {
+        Value::Array(items) => return format!("an array of {}", items.len()),
+        Value::String(s) => return format!("`{s}`"),
+        Value::U8(x) => ("u8", x.to_string()),
+        Value::I8(x) => ("i8", x.to_string()),
+        Value::U16(x) => ("u16", x.to_string()),
+        Value::I16(x) => ("i16", x.to_string()),
+        Value::U32(x) => ("u32", x.to_string()),
+        Value::I32(x) => ("i32", x.to_string()),
+        Value::U64(x) => ("u64", x.to_string()),
+        Value::I64(x) => ("i64", x.to_string()),
+        Value::F32(x) => ("f32", x.to_string()),
+        Value::F64(x) => ("f64", x.to_string()),
+        Value::Bool(x) => ("bool", x.to_string()),
+    };
+    format!("{kind} {value}")
+}
