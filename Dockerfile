@@ -4,6 +4,8 @@ FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src src
+COPY crates crates
+COPY python python
 COPY benches benches
 RUN cargo build --release --locked --bin asa-analyze
 

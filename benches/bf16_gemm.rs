@@ -1,4 +1,4 @@
-//! The bf16 GEMM (src/cpu/bf16_gemm.rs) against this CPU's limit (issue 41).
+//! The bf16 GEMM (crates/asa-engine/src/kernels/cpu/bf16_gemm.rs) against this CPU's limit (issue 41).
 //!
 //! 1. Peak throughput of `vdpbf16ps` and of the f32 FMA (`vfmadd231ps`, zmm): 24 independent
 //!    accumulators in registers, one thread and every thread, as FLOP/s (2 per multiply-add).
@@ -12,9 +12,9 @@
 //! Run: `cargo bench --bench bf16_gemm`.
 use std::time::Instant;
 
-use asa_analyze::cpu::bf16_gemm;
-use asa_analyze::cpu::bf16_panels::PackedWeight;
-use asa_analyze::cpu::bf16_row_tiles::RowTiles;
+use asa_analyze::kernels::cpu::bf16_gemm;
+use asa_analyze::kernels::cpu::bf16_panels::PackedWeight;
+use asa_analyze::kernels::cpu::bf16_row_tiles::RowTiles;
 use half::bf16;
 
 const PEAK_ITERS: usize = 20_000_000;

@@ -6,7 +6,8 @@
 //! names so that `asa_analyze::model`, `asa_analyze::metrics`, ... read as one library:
 //!
 //! - `asa-core`: [`error`], [`input`], [`parse_error`], [`profile`], [`host_memory`], [`robust`];
-//! - `asa-engine`: [`model`], [`nn`], [`mixer`], [`cpu`], `cuda`, [`attention`], [`hooks`], [`device`];
+//! - `asa-engine`: [`model`], [`nn`], [`mixer`], [`kernels`] (CPU, and CUDA with the `cuda`
+//!   feature), [`attention`], [`hooks`], [`device`];
 //! - `asa-tables`: [`export`]; `asa-logs`: [`stats`]; `asa-metrics`: [`metrics`];
 //! - `asa-analysis`: [`analysis`], [`corpus`], [`train`];
 //! - `asa-figures`: [`plot`], [`paper`], [`report`].
@@ -16,9 +17,7 @@ pub mod results;
 
 pub use asa_analysis::{analysis, corpus, train};
 pub use asa_core::{error, host_memory, input, out_of_memory, parse_error, profile, robust};
-#[cfg(feature = "cuda")]
-pub use asa_engine::cuda;
-pub use asa_engine::{attention, cpu, device, hooks, mixer, model, nn};
+pub use asa_engine::{attention, device, hooks, kernels, mixer, model, nn};
 pub use asa_figures::{paper, plot, report};
 pub use asa_logs::stats;
 pub use asa_metrics::metrics;

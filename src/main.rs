@@ -11,7 +11,7 @@ static ALLOCATOR: asa_analyze::out_of_memory::ExitOnOutOfMemory =
     asa_analyze::out_of_memory::ExitOnOutOfMemory;
 
 fn main() -> std::process::ExitCode {
-    asa_analyze::cpu::heap::keep_freed_memory();
+    asa_analyze::kernels::cpu::heap::keep_freed_memory();
     one_compute_thread_for_demo();
     let process = asa_analyze::cli::Process::new();
     signals::watch(&process);

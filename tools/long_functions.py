@@ -1,8 +1,8 @@
-"""The longest non-test functions of src/ (lines from `fn` to its closing brace): `python3 tools/long_functions.py src`, `TOP=40` for more (issue 37, item 6)."""
+"""The longest non-test functions of the workspace's sources, src/ and crates/ (lines from `fn` to its closing brace): `python3 tools/long_functions.py [DIR...]`, `TOP=40` for more (issue 37, item 6)."""
 import os, re, sys
-root = sys.argv[1] if len(sys.argv) > 1 else "src"
+roots = sys.argv[1:] or ["src", "crates"]
 rows = []
-for dp, _, fs in os.walk(root):
+for dp, _, fs in (w for r in roots for w in os.walk(r)):
     for f in fs:
         # a module's tests in a file of their own (`#[cfg(test)] mod tests;`) are tests too
         if not f.endswith(".rs") or f == "tests.rs": continue

@@ -16,7 +16,7 @@ fixtures' checkpoints are read as committed):
     python tools/make_induction_fixtures.py --check    # recomputes, compares, writes nothing
 
 The probe (`asa-analyze analyze --probe induction`), rebuilt here from its documented rule
-(src/corpus/induction.rs), not from the crate: the ids drawn from are 0 .. vocab_size - 1 less
+(crates/asa-analysis/src/corpus/induction.rs), not from the crate: the ids drawn from are 0 .. vocab_size - 1 less
 the special ids (config.json's bos/eos_token_id and every tokenizer.json added token marked
 special); one splitmix64 generator seeded with the seed; a draw is ids[next() % len(ids)];
 each window is [BOS] + x_1..x_L + x_1..x_L (L draws), seq_len = 2L + 1.

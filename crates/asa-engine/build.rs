@@ -1,6 +1,6 @@
 //! Writes the CUDA header of the row table's layout (`$OUT_DIR/row_table.h`, from
-//! src/hooks/row_columns.rs, the one definition the library also reads). With the `cuda`
-//! feature, compiles src/cuda/kernels.cu and src/cuda/flash.cu (which include that header)
+//! src/kernels/row_columns.rs, the one definition the library also reads). With the `cuda`
+//! feature, compiles src/kernels/cuda/kernels.cu and src/kernels/cuda/flash.cu (which include that header)
 //! to PTX, one module each, with the
 //! toolkit's nvcc (`NVCC`, else `nvcc` on PATH) for `CUDA_COMPUTE_CAP` (e.g. 90; default
 //! 80: the driver compiles the PTX for newer GPUs at load time).
@@ -10,15 +10,15 @@ use std::process::Command;
 
 #[allow(dead_code)]
 mod row_columns {
-    include!("src/hooks/row_columns.rs");
+    include!("src/kernels/row_columns.rs");
 }
 
 fn main() {
-    println!("cargo:rerun-if-changed=src/cuda/kernels.cu");
-    println!("cargo:rerun-if-changed=src/cuda/flash.cu");
-    println!("cargo:rerun-if-changed=src/cuda/flash_mma.cuh");
-    println!("cargo:rerun-if-changed=src/cuda/common.cuh");
-    println!("cargo:rerun-if-changed=src/hooks/row_columns.rs");
+    println!("cargo:rerun-if-changed=src/kernels/cuda/kernels.cu");
+    println!("cargo:rerun-if-changed=src/kernels/cuda/flash.cu");
+    println!("cargo:rerun-if-changed=src/kernels/cuda/flash_mma.cuh");
+    println!("cargo:rerun-if-changed=src/kernels/cuda/common.cuh");
+    println!("cargo:rerun-if-changed=src/kernels/row_columns.rs");
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     println!("cargo:rerun-if-env-changed=NVCC");
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
@@ -35,7 +35,7 @@ fn main() {
         .collect();
     let nvcc = std::env::var("NVCC").unwrap_or_else(|_| "nvcc".into());
     for (source, ptx) in [("kernels", "asa_kernels"), ("flash", "asa_flash")] {
-        let source = format!("src/cuda/{source}.cu");
+        let source = format!("src/kernels/cuda/{source}.cu");
         let status = Command::new(&nvcc)
             .args(["--ptx", "-O3", "-std=c++17"])
             .arg(format!("-arch=compute_{cap}"))

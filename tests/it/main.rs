@@ -19,6 +19,7 @@ mod golden;
 mod head_roles;
 mod hostile_files;
 mod hybrids;
+mod layers;
 mod logs;
 mod long_context;
 mod long_sequences;

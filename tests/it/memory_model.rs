@@ -197,8 +197,8 @@ fn bf16_weights_packed_as_they_are_read_equal_the_loaded_weights_packed() {
     // issue 41: a bf16 matrix is packed for the bf16 GEMM panel by panel straight from the
     // file (WeightStore::packed_rows), never held unpacked; it must be the weight `get`
     // loads, packed, for whole matrices and for row ranges (the LM head's chunks)
-    use asa_analyze::cpu::bf16_gemm;
-    use asa_analyze::cpu::bf16_panels::PackedWeight;
+    use asa_analyze::kernels::cpu::bf16_gemm;
+    use asa_analyze::kernels::cpu::bf16_panels::PackedWeight;
     use asa_analyze::model::weights::WeightStore;
     use candle_core::{DType, Device};
     let tmp = tempfile::tempdir().unwrap();

@@ -178,7 +178,7 @@ fn kernel_notes(o: &RunOptions, device: &Device, dtype: DType) -> Vec<&'static s
             "block_map: no CUDA kernel makes its key-block sums; every layer runs on materialised blocks whose weights are reduced on the host",
         );
     }
-    if dtype == DType::BF16 && !device.is_cuda() && !asa_engine::cpu::bf16_gemm::available() {
+    if dtype == DType::BF16 && !device.is_cuda() && !asa_engine::kernels::cpu::bf16_gemm::available() {
         notes.push(
             "bf16: this CPU has no AVX-512 BF16, so the products of the bf16 values run in f32 (f32 speed, weights held in f32)",
         );

@@ -7,7 +7,7 @@ use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 
 use super::variant::BetaLength;
-use crate::cpu::host::with_cpu_f32;
+use crate::kernels::cpu::host::with_cpu_f32;
 use asa_core::error::Result;
 
 /// beta_i = (alpha_ma - alpha_i) / N of query `i` (N = `seq_len`, or i + 1 for

@@ -12,11 +12,11 @@ use std::mem::MaybeUninit;
 use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 
-use crate::cpu::fast_math::exp;
-use crate::cpu::host::{lane_max, with_cpu_f32};
+use crate::kernels::cpu::fast_math::exp;
+use crate::kernels::cpu::host::{lane_max, with_cpu_f32};
 use asa_core::error::Result;
 use crate::hooks::row_pass::{key_block_values, qk_row, row_values, EntropySums};
-use crate::hooks::row_table::{RowWants, QK_ABS_SUM, QK_SUM, SINK_MASS};
+use crate::kernels::row_table::{RowWants, QK_ABS_SUM, QK_SUM, SINK_MASS};
 use crate::simd_dispatch;
 
 /// Writes e = exp(scale * x - max) over `x` into `out` (same length) and returns sum e and,
@@ -207,7 +207,7 @@ pub fn causal_softmax(
 }
 
 /// [`causal_softmax`] of raw q.k `raw` that also fills the row table `[rows, wants.width()]`
-/// of the block (the layout of `crate::hooks::row_table`, as the GPU's fused softmax):
+/// of the block (the layout of `crate::kernels::row_table`, as the GPU's fused softmax):
 /// the reductions of the weights, the sink mass and the raw q.k sums.
 pub fn causal_softmax_rows(
     raw: &Tensor,
@@ -287,7 +287,7 @@ mod tests {
 mod row_table_tests {
     use super::*;
     use crate::hooks::row_pass::weight_rows;
-    use crate::hooks::row_table::{BANDS, ENTROPY, FIRST, SUM};
+    use crate::kernels::row_table::{BANDS, ENTROPY, FIRST, SUM};
 
     #[test]
     fn the_row_table_is_the_row_pass_of_the_weights_with_sink_and_qk_columns() {
@@ -305,7 +305,7 @@ mod row_table_tests {
             bands: vec![(0, 1), (1, 10), (10, usize::MAX)],
             max_logit: false,
             // block_map's columns too: 5 key blocks of the 37 keys
-            key_blocks: Some(crate::hooks::row_table::KeyBlocks::new(5, keys)),
+            key_blocks: Some(crate::kernels::row_table::KeyBlocks::new(5, keys)),
             key_sums_from: None,
         };
         let width = wants.width();

@@ -6,7 +6,7 @@ use candle_core::Tensor;
 
 use super::cpu_softmax;
 use asa_core::error::Result;
-use crate::hooks::row_table::RowWants;
+use crate::kernels::row_table::RowWants;
 
 /// A layer's per-head sink logits, both forms: the tensor `[1, heads, 1, 1]` (f32) the GPU
 /// reads and the host copy `[heads]` the CPU reads (both `None` without sinks).
@@ -34,7 +34,7 @@ pub fn causal_softmax_rows(
     }
     #[cfg(feature = "cuda")]
     {
-        crate::cuda::softmax::causal_softmax_rows(raw, scale, q_start, sinks.tensor, wants)
+        crate::kernels::cuda::softmax::causal_softmax_rows(raw, scale, q_start, sinks.tensor, wants)
     }
     #[cfg(not(feature = "cuda"))]
     {

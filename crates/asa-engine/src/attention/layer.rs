@@ -18,7 +18,7 @@ use super::scale_invariant::{reversed_coefficients, DistanceTable};
 use super::sink::softmax_with_sink;
 use super::variant::{AffineConfig, Variant};
 use super::wide_qkv::{rounded_product, WideQkv};
-use crate::cpu::host::{lane_max, with_cpu_f32};
+use crate::kernels::cpu::host::{lane_max, with_cpu_f32};
 use asa_core::error::{Error, Result};
 use crate::hooks::blocks::{mask_invisible, query_blocks, row_max_logits, visibility, with_column};
 use crate::hooks::{wants_attention, BlockCtx, Hook, KeyWindow, Probe};
@@ -58,7 +58,7 @@ pub struct AttentionShape {
     /// norm, `q_norm`/`k_norm` of unit scales) rather than by a QK-norm before it.
     pub l2_qk_norm: bool,
     /// Llama 4's temperature tuning of the queries (its NoPE layers).
-    pub temperature: Option<crate::model::attention_layers::TemperatureTuning>,
+    pub temperature: Option<super::temperature::TemperatureTuning>,
     /// Multi-head latent attention (DeepSeek-V3): q/k of `head_dim` = nope + rope, values
     /// of `latent.v_dim`, one key/value head per head.
     pub latent: Option<super::latent::LatentShape>,
@@ -424,7 +424,7 @@ impl Attention {
             p.k.to_dtype(DType::F32)?,
             p.v.to_dtype(DType::F32)?,
         );
-        let packed = match dtype == DType::BF16 && crate::cpu::bf16_gemm::available() {
+        let packed = match dtype == DType::BF16 && crate::kernels::cpu::bf16_gemm::available() {
             true => PackedKv::pack(&k, &v)?,
             false => None,
         };
@@ -496,7 +496,7 @@ impl Attention {
         block: usize,
         probe: &mut dyn Probe,
     ) -> Result<Vec<Tensor>> {
-        use crate::cuda::flash::{causal_attention, launch_block, FlashLogits};
+        use crate::kernels::cuda::flash::{causal_attention, launch_block, FlashLogits};
         let (rule, affine) = self.device_tile_logits(p)?;
         let sinks = match &self.sink_logits {
             Some(s) => Some(s.to_dtype(DType::F32)?),
@@ -534,10 +534,10 @@ impl Attention {
         &self,
         p: &Projected,
     ) -> Result<(
-        crate::cuda::flash::DeviceLogits,
-        Option<crate::cuda::flash::DeviceAffine>,
+        crate::kernels::cuda::flash::DeviceLogits,
+        Option<crate::kernels::cuda::flash::DeviceAffine>,
     )> {
-        use crate::cuda::flash::{DeviceAffine, DeviceLogits};
+        use crate::kernels::cuda::flash::{DeviceAffine, DeviceLogits};
         let affine = match (&p.alpha, &self.alpha_ma) {
             (Some(alpha), Some(alpha_ma)) => Some(DeviceAffine {
                 alpha: alpha.to_dtype(DType::F32)?,
@@ -792,7 +792,7 @@ impl Attention {
         let raw = qb.matmul(&kb.t()?)?;
         let raw = match (wide, widened) {
             (Some(_), widened) => rounded_product(raw, widened)?,
-            (None, true) => crate::cpu::bf16_elementwise::to_f32(&raw)?,
+            (None, true) => crate::kernels::cpu::bf16_elementwise::to_f32(&raw)?,
             (None, false) => raw,
         };
         Ok(raw.reshape((b, s.heads, n, keys))?)
@@ -815,7 +815,7 @@ impl Attention {
         let grouped = (b, s.kv_heads, groups * n, keys);
         let out = match wide {
             Some(w) => {
-                let weights = crate::cpu::bf16_elementwise::rounded_f32(weights)?;
+                let weights = crate::kernels::cpu::bf16_elementwise::rounded_f32(weights)?;
                 let product = weights.reshape(grouped)?.matmul(&w.v.narrow(2, 0, keys)?)?;
                 rounded_product(product, false)?
             }

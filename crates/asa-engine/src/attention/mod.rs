@@ -14,6 +14,7 @@ mod logn;
 pub mod plan;
 mod scale_invariant;
 mod sink;
+pub mod temperature;
 mod variant;
 mod wide_qkv;
 

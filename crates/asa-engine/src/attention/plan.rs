@@ -13,11 +13,10 @@
 //! materialised blocks (candle ops) and the CPU row pass reads a host copy of each block's
 //! weights (run.json's `kernels` shows it, and a note says why).
 
-use crate::hooks::row_table::{RowWants, MAX_BANDS};
+use crate::kernels::row_table::{RowWants, MAX_BANDS};
 pub use crate::hooks::Kernel;
 
-/// The largest head dimension the GPU's flash kernels take (`cuda::flash::MAX_HEAD_DIM`).
-pub const GPU_FLASH_HEAD_DIM: usize = 256;
+pub use crate::kernels::GPU_FLASH_HEAD_DIM;
 
 /// The device a layer runs on, as far as the kernels care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,7 +129,7 @@ pub fn plan(f: &Facts) -> Kernel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hooks::row_table::KeyBlocks;
+    use crate::kernels::row_table::KeyBlocks;
 
     /// CPU f32 inference of a softmax layer whose probe takes rows.
     fn cpu_rows() -> Facts {

@@ -4,6 +4,8 @@
 use asa_core::parse_error::ParseError;
 use serde::Serialize;
 
+pub use crate::kernels::beta_length::BetaLength;
+
 /// The attention variant of a checkpoint (`attention_variant` in config.json).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -168,17 +170,6 @@ pub enum Activation {
     LinearClipping,
     /// 1 / (1 + exp(-x)).
     Sigmoid,
-}
-
-/// N in beta = (alpha_ma - alpha) / N.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum BetaLength {
-    /// N = T, the analysed window length.
-    #[default]
-    Full,
-    /// N = i + 1, the keys query i sees.
-    Visible,
 }
 
 /// The `affine_scaled` block of config.json.

@@ -7,7 +7,7 @@
 
 use candle_core::{DType, Tensor};
 
-use crate::cpu::{bf16_elementwise, bf16_gemm};
+use crate::kernels::cpu::{bf16_elementwise, bf16_gemm};
 use asa_core::error::Result;
 
 /// q `[b, heads, t, d]`, k and v `[b, kv, t, d]` in f32: exactly the bf16 values.

@@ -9,21 +9,16 @@
 pub mod blocks;
 mod capture;
 mod kernel;
-pub mod key_window;
-/// The row table's fixed columns and band limit, declared once for the library and the CUDA
-/// header build.rs generates.
-pub mod row_columns;
 pub mod row_pass;
-pub mod row_table;
 
 pub use capture::CaptureProbe;
 pub use kernel::Kernel;
-pub use key_window::KeyWindow;
+pub use crate::kernels::KeyWindow;
 
 use candle_core::Tensor;
 
 use asa_core::error::Result;
-use row_table::RowWants;
+use crate::kernels::row_table::RowWants;
 
 /// A hook point inside one layer (or after the last, for logits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,18 +1,18 @@
 //! The row pass: every per-row reduction of a block of causal weights (first-token mass,
 //! weight sum, entropy, distance-band masses) or raw q.k (sum, absolute sum) in one pass
 //! over the block, on the CPU over its host memory with rows split across threads, on CUDA
-//! by the kernels of [`crate::cuda`] (feature `cuda`), which fill the same tables. Only
+//! by the kernels of [`crate::kernels::cuda`] (feature `cuda`), which fill the same tables. Only
 //! visible keys j <= i are read. Elsewhere (other dtypes, layouts or devices) the metrics
 //! use their candle reductions instead, which define the same quantities.
 
 use candle_core::{Tensor, D};
 use rayon::prelude::*;
 
-use crate::cpu::fast_math::ln;
-use crate::cpu::host::{lane_sum, lane_sum_max, with_cpu_f32};
+use crate::kernels::cpu::fast_math::ln;
+use crate::kernels::cpu::host::{lane_sum, lane_sum_max, with_cpu_f32};
 use asa_core::error::Result;
 use crate::hooks::blocks::visibility;
-use crate::hooks::row_table::{KeyBlocks, RowWants, BANDS, ENTROPY, FIRST, SUM};
+use crate::kernels::row_table::{KeyBlocks, RowWants, BANDS, ENTROPY, FIRST, SUM};
 use crate::hooks::KeyWindow;
 use crate::simd_dispatch;
 
@@ -147,7 +147,7 @@ pub(crate) fn qk_row(visible: &[f32]) -> (f64, f64) {
     (lane_sum(visible, |x| x), lane_sum(visible, f32::abs))
 }
 
-/// The host row table (read it with [`crate::hooks::row_table::split_table`]) of causal `weights`
+/// The host row table (read it with [`crate::kernels::row_table::split_table`]) of causal `weights`
 /// `[batch, head, n, q_start + n]` on CPU f32 or a CUDA device (f32), or `None` where the
 /// candle reductions must run. Keys outside `window` hold 0 in `weights`; the key blocks
 /// read only the keys each query sees.
@@ -287,7 +287,7 @@ fn device_weight_table(
     q_start: usize,
     wants: &RowWants,
 ) -> Result<Option<Tensor>> {
-    crate::cuda::rows::weight_table(weights, q_start, wants)
+    crate::kernels::cuda::rows::weight_table(weights, q_start, wants)
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -298,7 +298,7 @@ fn device_weight_table(_: &Tensor, _: usize, _: &RowWants) -> Result<Option<Tens
 /// Per-row (sum, absolute sum) of [`qk_sums`] from the CUDA kernel, where `raw` is on a GPU.
 #[cfg(feature = "cuda")]
 fn device_qk_table(raw: &Tensor, q_start: usize) -> Result<Option<Vec<f64>>> {
-    crate::cuda::rows::qk_table(raw, q_start)
+    crate::kernels::cuda::rows::qk_table(raw, q_start)
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -309,7 +309,7 @@ fn device_qk_table(_: &Tensor, _: usize) -> Result<Option<Vec<f64>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hooks::row_table::split_table;
+    use crate::kernels::row_table::split_table;
     use candle_core::Device;
 
     #[test]
@@ -357,7 +357,7 @@ mod tests {
 mod device_path_tests {
     //! The candle reductions (the path of GPUs and other dtypes) and the CPU row pass agree.
     use super::*;
-    use crate::hooks::row_table::split_table;
+    use crate::kernels::row_table::split_table;
     use candle_core::Device;
     use candle_core::D;
 
@@ -449,7 +449,7 @@ mod cuda_tests {
     //! The CUDA row kernels and the CPU row pass fill the same tables (run on a GPU machine:
     //! `cargo test --release --features cuda cuda_`).
     use super::*;
-    use crate::hooks::row_table::{split_table, Column};
+    use crate::kernels::row_table::{split_table, Column};
     use candle_core::Device;
 
     #[test]

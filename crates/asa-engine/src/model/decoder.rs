@@ -272,9 +272,9 @@ impl DecoderLayer {
 }
 
 /// `xs + out`: a block's output joining the residual stream (bf16 on the CPU in vector
-/// registers, [`crate::cpu::bf16_elementwise::add`]; the same bits as candle's sum).
+/// registers, [`crate::kernels::cpu::bf16_elementwise::add`]; the same bits as candle's sum).
 fn residual_sum(xs: &Tensor, out: &Tensor) -> Result<Tensor> {
-    match crate::cpu::bf16_elementwise::add(xs, out)? {
+    match crate::kernels::cpu::bf16_elementwise::add(xs, out)? {
         Some(sum) => Ok(sum),
         None => Ok((xs + out)?),
     }

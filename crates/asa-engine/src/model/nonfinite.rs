@@ -53,7 +53,7 @@ impl NonFiniteWatch {
     /// the device, where x - x is 0 for a finite x and NaN for NaN or an infinity, so that
     /// the sum is NaN exactly when some value is not finite.
     fn holds_nonfinite(&self, xs: &Tensor) -> Result<bool> {
-        if let Some(first) = crate::cpu::host::first_nonfinite(xs) {
+        if let Some(first) = crate::kernels::cpu::host::first_nonfinite(xs) {
             return Ok(first.is_some());
         }
         #[allow(clippy::eq_op)]

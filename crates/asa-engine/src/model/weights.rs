@@ -12,9 +12,9 @@ use candle_core::{DType, Device, Tensor};
 use super::gguf::GgufFile;
 use super::safetensors_file::SafetensorsFiles;
 use super::weight_map::WeightMap;
-use crate::cpu::bf16_gemm;
-use crate::cpu::bf16_panels::PackedWeight;
-use crate::cpu::host::first_nonfinite;
+use crate::kernels::cpu::bf16_gemm;
+use crate::kernels::cpu::bf16_panels::PackedWeight;
+use crate::kernels::cpu::host::first_nonfinite;
 use asa_core::error::{Error, Result};
 
 /// The tensors of one checkpoint, loaded lazily and cast to the analysis dtype on `get`.

@@ -79,7 +79,7 @@ impl RmsNorm {
         };
         if let Some(scale) = host_scale {
             let xs = xs.contiguous()?;
-            if let Some(normed) = crate::cpu::bf16_rms_norm::rms_norm(&xs, &scale, self.eps)? {
+            if let Some(normed) = crate::kernels::cpu::bf16_rms_norm::rms_norm(&xs, &scale, self.eps)? {
                 return Ok(normed);
             }
         }
@@ -239,7 +239,7 @@ impl Mlp {
                     Some(scale) => super::times(&gate.forward(xs)?, scale)?,
                     None => gate.forward(xs)?,
                 };
-                match crate::cpu::bf16_glu::silu_mul(&gate, &up)? {
+                match crate::kernels::cpu::bf16_glu::silu_mul(&gate, &up)? {
                     Some(inner) => inner,
                     None => (candle_nn::ops::silu(&gate)? * up)?,
                 }

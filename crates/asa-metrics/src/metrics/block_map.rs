@@ -18,7 +18,7 @@ use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use asa_core::error::Result;
 use asa_tables::export::{schema, Column};
-use asa_engine::hooks::row_table::{KeyBlocks, RowWants};
+use asa_engine::kernels::row_table::{KeyBlocks, RowWants};
 use asa_engine::hooks::KeyWindow;
 
 /// The cells of one layer that hold a visible pair: query block a sees the key blocks

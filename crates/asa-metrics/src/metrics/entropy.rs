@@ -7,13 +7,13 @@ use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::tables::TableRows;
 use super::Metric;
-use asa_engine::hooks::row_table::{RowWants, ENTROPY};
+use asa_engine::kernels::row_table::{RowWants, ENTROPY};
 use asa_core::parse_error::ParseError;
 
 use super::layer_stat::{head_means, LayerStat};
 use super::rows::{Pool, RowAccumulator};
 use asa_core::error::Result;
-use asa_engine::hooks::row_table::Column;
+use asa_engine::kernels::row_table::Column;
 
 /// Which weights the entropy is taken of (`--entropy-of`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -171,7 +171,7 @@ impl MetricResult for EntropyResult {
 #[cfg(test)]
 mod tests {
     use asa_engine::hooks::row_pass::weight_rows;
-    use asa_engine::hooks::row_table::{RowWants, ENTROPY};
+    use asa_engine::kernels::row_table::{RowWants, ENTROPY};
     use asa_engine::hooks::KeyWindow;
     use candle_core::{Device, Tensor};
 

@@ -11,8 +11,8 @@ use super::rows::{Pool, RowAccumulator};
 use super::tables::TableRows;
 use super::Metric;
 use asa_core::error::Result;
-use asa_engine::hooks::row_table::Column;
-use asa_engine::hooks::row_table::{RowWants, FIRST};
+use asa_engine::kernels::row_table::Column;
+use asa_engine::kernels::row_table::{RowWants, FIRST};
 use asa_engine::hooks::KeyWindow;
 use std::ops::Range;
 

@@ -20,7 +20,7 @@ use super::rows::{Pool, RowAccumulator};
 use super::tables::TableRows;
 use super::Metric;
 use asa_core::error::Result;
-use asa_engine::hooks::row_table::RowWants;
+use asa_engine::kernels::row_table::RowWants;
 
 impl Metric {
     /// induction_score: per (layer, head) mean a_{i, i-L+1} over the induction probe's
@@ -137,7 +137,7 @@ impl MetricResult for InductionResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use asa_engine::hooks::row_table::BANDS;
+    use asa_engine::kernels::row_table::BANDS;
     use asa_engine::hooks::{BlockCtx, KeyWindow};
     use crate::metrics::accumulator::{BlockEvent, Rows};
     use crate::metrics::block_pools::{pool_host, PoolShape};

@@ -8,7 +8,7 @@ use super::results::{ModelMetrics, PerHead};
 use super::rows::RowAccumulator;
 use super::Metric;
 use asa_core::error::Result;
-use asa_engine::hooks::row_table::SINK_MASS;
+use asa_engine::kernels::row_table::SINK_MASS;
 
 impl Metric {
     /// sink_mass: mean mass sent to no token per (layer, head); reported for variants with
@@ -63,7 +63,7 @@ impl Accumulator for SinkMass {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use asa_engine::hooks::row_table::BANDS;
+    use asa_engine::kernels::row_table::BANDS;
     use asa_engine::hooks::BlockCtx;
     use asa_engine::hooks::KeyWindow;
     use crate::metrics::accumulator::{BlockEvent, Rows};

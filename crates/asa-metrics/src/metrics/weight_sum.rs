@@ -8,13 +8,13 @@ use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use asa_core::error::Result;
 use asa_tables::export::schema;
-use asa_engine::hooks::row_table::{RowWants, SUM};
+use asa_engine::kernels::row_table::{RowWants, SUM};
 use std::ops::Range;
 
 use super::layer_stat::head_means;
 use super::rows::{Pool, RowAccumulator};
 use super::summary::{constant_histogram, histogram, mean, Distribution, Histogram};
-use asa_engine::hooks::row_table::Column;
+use asa_engine::kernels::row_table::Column;
 
 /// Accumulates row sums.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

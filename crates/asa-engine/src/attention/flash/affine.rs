@@ -11,9 +11,9 @@ use super::task::*;
 use crate::attention::cpu_affine::{affine_weight, beta};
 use crate::attention::cpu_softmax::exp_row;
 use crate::attention::variant::BetaLength;
-use crate::cpu::host::lane_sum;
+use crate::kernels::cpu::host::lane_sum;
 use crate::hooks::row_pass::{clamped_entropy_sums, EntropySums};
-use crate::hooks::row_table::RowWants;
+use crate::kernels::row_table::RowWants;
 use crate::simd_dispatch;
 
 /// Affine-Scaled weights a_ij = alpha_i p_ij + beta_i over the visible keys, with beta_i =

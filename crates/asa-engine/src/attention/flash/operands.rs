@@ -7,10 +7,11 @@ use rayon::prelude::*;
 
 use super::affine::*;
 use super::logits::*;
-use crate::cpu::bf16_panels::PackedWeight;
-use crate::cpu::host::with_cpu_f32;
+use crate::kernels::cpu::bf16_panels::PackedWeight;
+use crate::kernels::cpu::host::with_cpu_f32;
 use asa_core::error::Result;
-use crate::hooks::KeyWindow;
+use crate::kernels::KeyWindow;
+pub use crate::kernels::operands::{Qkv, QueryBlock};
 
 /// Keys per tile. With [`ROWS_PER_TASK`] rows, a tile's logits and weights (384 KB each)
 /// and its key and value tiles stay within a core's L2 and L3 share; measured best of 256,
@@ -20,33 +21,6 @@ pub const KEY_TILE: usize = 512;
 /// Query rows (the query heads of one kv head x queries) per task: enough rows for the
 /// gemm kernels to run at speed; measured best of 48, 96, 192 and 384.
 pub const ROWS_PER_TASK: usize = 192;
-
-/// q, k and v of a layer: `[batch, heads, t, d]` and `[batch, kv, t, d]` tensors, or their
-/// host values.
-#[derive(Debug)]
-pub struct Qkv<'a, T: ?Sized> {
-    pub q: &'a T,
-    pub k: &'a T,
-    pub v: &'a T,
-}
-
-// references only: copied whatever `T` is (a derive would ask `T: Copy`)
-
-impl<T: ?Sized> Clone for Qkv<'_, T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<T: ?Sized> Copy for Qkv<'_, T> {}
-
-/// A query block: `n` queries from `q_start`, each seeing the keys `window` allows.
-#[derive(Debug, Clone, Copy)]
-pub struct QueryBlock {
-    pub q_start: usize,
-    pub n: usize,
-    pub window: KeyWindow,
-}
 
 /// How the tiles' logits and weights are made: raw q.k times `scale`, then `rule`; the
 /// weights are softmax, or Affine-Scaled with `affine`.
@@ -73,7 +47,7 @@ pub(super) struct KeyValues<'a> {
     pub(super) packed: Option<&'a PackedHead>,
 }
 
-/// A layer's keys and values packed once for bf16 products (`crate::cpu::bf16_gemm`): with
+/// A layer's keys and values packed once for bf16 products (`crate::kernels::cpu::bf16_gemm`): with
 /// them the tiles multiply as FlashAttention does in bf16. q is multiplied by the scale in
 /// f32, then rounded to bf16; k and v are rounded (exact for a bf16 model's); each tile's
 /// weights e are rounded for the value product only. Products are summed in f32; the

@@ -4,7 +4,7 @@ use gemm::{gemm, Parallelism};
 
 use super::operands::*;
 use super::task::*;
-use crate::cpu::bf16_gemm::product_into;
+use crate::kernels::cpu::bf16_gemm::product_into;
 use crate::hooks::KeyWindow;
 
 /// Where a task's tiles sit: `rows` query rows, head dim `d`, tile buffers of row stride

@@ -9,8 +9,8 @@ use super::operands::*;
 use super::products::*;
 use super::row_sums::*;
 use crate::attention::cpu_kept_weights::KeptWeights;
-use crate::cpu::bf16_panels::{Bf16Rows, PANEL_WIDTH};
-use crate::hooks::row_table::RowWants;
+use crate::kernels::cpu::bf16_panels::{Bf16Rows, PANEL_WIDTH};
+use crate::kernels::row_table::RowWants;
 use crate::simd_dispatch;
 
 /// A task's output rows `[rows, d]`, table cells `[rows, width]` and key_received sums

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::attention::variant::BetaLength;
-use crate::hooks::row_table::{
+use crate::kernels::row_table::{
     KeyBlocks, RowWants, BANDS, ENTROPY, FIRST, QK_ABS_SUM, QK_SUM, SINK_MASS, SUM,
 };
 use crate::hooks::KeyWindow;

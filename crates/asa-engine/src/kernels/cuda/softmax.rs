@@ -9,7 +9,7 @@ use candle_core::{DType, Tensor};
 use super::rows::{band_table, config, grouped, BandTable};
 use super::{device_tensor, kernel, with_cuda_f32, with_cuda_storage};
 use asa_core::error::Result;
-use crate::hooks::row_table::RowWants;
+use crate::kernels::row_table::RowWants;
 
 /// Shapes and settings of one launch.
 struct Launch {
@@ -139,7 +139,7 @@ mod tests {
     use crate::attention::softmax_with_sink;
     use crate::hooks::blocks::{mask_invisible, visibility};
     use crate::hooks::row_pass::{qk_sums, weight_rows};
-    use crate::hooks::row_table::split_table;
+    use crate::kernels::row_table::split_table;
     use candle_core::{Device, D};
 
     fn host(t: &Tensor) -> Vec<f32> {

@@ -7,7 +7,7 @@ use candle_core::{CudaStorage, Storage, Tensor};
 
 use super::{kernel, with_cuda_f32};
 use asa_core::error::Result;
-use crate::hooks::row_table::{RowWants, MAX_BANDS};
+use crate::kernels::row_table::{RowWants, MAX_BANDS};
 
 /// Threads per launched block (`THREADS` in kernels.cu).
 const THREADS: u32 = 256;

@@ -13,10 +13,10 @@ use candle_core::{DType, Layout, Storage, Tensor};
 
 use super::rows::{band_table, BandTable};
 use super::{device_tensor, with_cuda_storage};
-use crate::attention::flash::{Qkv, QueryBlock};
-use crate::attention::BetaLength;
+use crate::kernels::operands::{Qkv, QueryBlock};
+use crate::kernels::beta_length::BetaLength;
 use asa_core::error::{Error, Result};
-use crate::hooks::row_table::RowWants;
+use crate::kernels::row_table::RowWants;
 
 /// PTX of `flash.cu`.
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/asa_flash.ptx"));
@@ -33,7 +33,7 @@ const MMA_WARPS: usize = 4;
 const MMA_ROWS: usize = MMA_WARPS * 16;
 
 /// The largest head dimension the kernels are compiled for.
-pub use crate::attention::plan::GPU_FLASH_HEAD_DIM as MAX_HEAD_DIM;
+pub use crate::kernels::GPU_FLASH_HEAD_DIM as MAX_HEAD_DIM;
 
 /// Row-table rows one launch writes at most (about 100 MB of table at 25 columns).
 const LAUNCH_ROWS: usize = 1 << 20;
@@ -226,7 +226,7 @@ fn params(
         && q.dtype() == v.dtype()
         && !(logits.affine.is_some() && logits.sinks.is_some())
         // the kernel masks sliding windows only (plan gives it no chunked layer)
-        && !matches!(block.window, crate::hooks::KeyWindow::Chunked(_));
+        && !matches!(block.window, crate::kernels::KeyWindow::Chunked(_));
     if !fits {
         return Ok(None);
     }
@@ -548,7 +548,7 @@ mod tests {
     /// Row tables equal within 2e-5 (relative above 1); the q.k sums, which cancel, within
     /// 2e-5 of the row's absolute sum.
     fn compare_tables(got: &[f32], want: &[f32], width: usize, what: &str) {
-        use crate::hooks::row_table::{QK_ABS_SUM, QK_SUM};
+        use crate::kernels::row_table::{QK_ABS_SUM, QK_SUM};
         assert_eq!(got.len(), want.len(), "{what}");
         for (r, (g, w)) in got.chunks(width).zip(want.chunks(width)).enumerate() {
             for (c, (x, y)) in g.iter().zip(w).enumerate() {

@@ -238,7 +238,7 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     use super::{Target, PANEL_WIDTH, TILE_ROWS};
-    use crate::cpu::bf16_row_tiles;
+    use crate::kernels::cpu::bf16_row_tiles;
 
     /// A tile of `t.rows` row-major rows x one panel, on the kernel compiled for that many.
     ///
@@ -375,7 +375,7 @@ mod tests {
     use half::bf16;
 
     use super::*;
-    use crate::cpu::bf16_panels::Bf16Rows;
+    use crate::kernels::cpu::bf16_panels::Bf16Rows;
 
     /// xorshift values in [-2, 2) with a spread of magnitudes.
     fn values(seed: u64, len: usize) -> Vec<f32> {

@@ -264,7 +264,7 @@ mod tests {
         assert_eq!(generated, super::super::row_columns::cuda_header());
         assert!(generated.contains("#define COL_QK_ABS_SUM 5\n"));
         assert!(generated.contains(&format!("#define MAX_BANDS {MAX_BANDS}\n")));
-        let kernels = include_str!("../cuda/kernels.cu");
+        let kernels = include_str!("cuda/kernels.cu");
         assert!(kernels.contains("#include \"row_table.h\""));
         assert!(!kernels.contains("#define COL_") && !kernels.contains("#define MAX_BANDS"));
         let indices: Vec<usize> = RowColumn::ALL.iter().map(|c| c.index()).collect();

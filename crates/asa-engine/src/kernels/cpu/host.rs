@@ -125,7 +125,7 @@ pub fn lane_sum_max(xs: &[f32]) -> (f64, f32) {
 }
 
 /// Runs a row kernel compiled for AVX-512 where the CPU has it, else for AVX2 + FMA where
-/// it has those, else for the baseline (the tier capped by `ASA_SIMD`: `crate::cpu::simd`); `$kernel` must be `#[inline(always)]` so each copy
+/// it has those, else for the baseline (the tier capped by `ASA_SIMD`: `crate::kernels::cpu::simd`); `$kernel` must be `#[inline(always)]` so each copy
 /// gets its own code. Every copy computes the same bits (no operation is contracted or
 /// reordered by the target features; only the vector width and registers differ).
 #[macro_export]
@@ -154,16 +154,16 @@ macro_rules! simd_dispatch {
                 // SAFETY: only called after the CPU was checked for AVX2 and FMA
                 unsafe { __simd_wide(f) }
             }
-            // the CPU's tier, capped by ASA_SIMD (`crate::cpu::simd`)
-            match $crate::cpu::simd::level() {
+            // the CPU's tier, capped by ASA_SIMD (`crate::kernels::cpu::simd`)
+            match $crate::kernels::cpu::simd::level() {
                 // the closure is built outside `unsafe`: the arguments get no unsafe context
-                $crate::cpu::simd::SimdLevel::Avx512 => {
+                $crate::kernels::cpu::simd::SimdLevel::Avx512 => {
                     __simd_run_512(#[inline(always)] || $kernel($($arg),*))
                 }
-                $crate::cpu::simd::SimdLevel::Avx2 => {
+                $crate::kernels::cpu::simd::SimdLevel::Avx2 => {
                     __simd_run_wide(#[inline(always)] || $kernel($($arg),*))
                 }
-                $crate::cpu::simd::SimdLevel::Portable => $kernel($($arg),*),
+                $crate::kernels::cpu::simd::SimdLevel::Portable => $kernel($($arg),*),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]

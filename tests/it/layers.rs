@@ -1,0 +1,152 @@
+//! The layering the compiler cannot hold by itself (issue 55, docs/architecture.md): each
+//! crate depends only on the crates below it in one order, and inside asa-engine each
+//! module's code uses only the modules below it.
+
+use std::path::{Path, PathBuf};
+
+/// The crates from the bottom up; a crate may depend on any crate before it.
+const CRATES: [&str; 7] = [
+    "asa-core",
+    "asa-engine",
+    "asa-tables",
+    "asa-logs",
+    "asa-metrics",
+    "asa-analysis",
+    "asa-figures",
+];
+
+/// asa-engine's modules from the bottom up, with their rank (equal ranks may use each other).
+const ENGINE_MODULES: [(&str, usize); 7] = [
+    ("kernels", 0),
+    ("device", 0),
+    ("nn", 1),
+    ("hooks", 2),
+    ("attention", 3),
+    ("mixer", 4),
+    ("model", 5),
+];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The workspace crates a crate's Cargo.toml names in `[dependencies]`.
+fn internal_dependencies(manifest: &str) -> Vec<String> {
+    let mut in_dependencies = false;
+    let mut found = Vec::new();
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_dependencies = line == "[dependencies]";
+        } else if in_dependencies {
+            let name = line.split(['.', ' ', '=']).next().unwrap_or("");
+            if CRATES.contains(&name) {
+                found.push(name.to_string());
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn each_crate_depends_only_on_crates_below_it() {
+    for (rank, name) in CRATES.iter().enumerate() {
+        let manifest = std::fs::read_to_string(root().join("crates").join(name).join("Cargo.toml"))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        for dependency in internal_dependencies(&manifest) {
+            let below = CRATES[..rank].contains(&dependency.as_str());
+            assert!(below, "{name} depends on {dependency}, which is not below it");
+        }
+    }
+    // the order is the whole workspace: no crate is left out of it
+    let mut on_disk: Vec<String> = std::fs::read_dir(root().join("crates"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    on_disk.sort();
+    let mut listed: Vec<String> = CRATES.iter().map(|c| c.to_string()).collect();
+    listed.sort();
+    assert_eq!(on_disk, listed);
+}
+
+#[test]
+fn the_checker_sees_a_dependency_upwards() {
+    let manifest = "[package]\nname = \"asa-engine\"\n\n[dependencies]\nasa-core.workspace = true\nasa-metrics = { path = \"../asa-metrics\" }\ncandle-core.workspace = true\n\n[dev-dependencies]\nasa-figures.workspace = true\n";
+    assert_eq!(internal_dependencies(manifest), ["asa-core", "asa-metrics"]);
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// `crate::<module>` uses in a file's code: comments skipped, and nothing from its first
+/// `#[cfg(test)]` on (tests may compare a kernel with a higher layer's reference).
+fn crate_uses(source: &str) -> Vec<(usize, String)> {
+    let mut uses = Vec::new();
+    for (i, line) in source.lines().enumerate() {
+        let code = line.trim();
+        if code.starts_with("#[cfg(test)]") {
+            break;
+        }
+        if code.starts_with("//") {
+            continue;
+        }
+        for (at, _) in code.match_indices("crate::") {
+            if code[..at].ends_with('$') {
+                continue;
+            }
+            let rest = &code[at + "crate::".len()..];
+            let module: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                .collect();
+            uses.push((i + 1, module));
+        }
+    }
+    uses
+}
+
+fn rank_of(module: &str) -> Option<usize> {
+    ENGINE_MODULES
+        .iter()
+        .find(|(name, _)| *name == module)
+        .map(|(_, rank)| *rank)
+}
+
+#[test]
+fn engine_modules_use_only_modules_below_them() {
+    let src = root().join("crates/asa-engine/src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut upward = Vec::new();
+    for file in &files {
+        let relative = file.strip_prefix(&src).unwrap();
+        let top = relative.components().next().unwrap().as_os_str().to_string_lossy();
+        let Some(rank) = rank_of(top.trim_end_matches(".rs")) else {
+            continue; // lib.rs
+        };
+        if file.file_name().is_some_and(|n| n == "tests.rs") {
+            continue;
+        }
+        for (line, module) in crate_uses(&std::fs::read_to_string(file).unwrap()) {
+            if rank_of(&module).is_some_and(|used| used > rank) {
+                upward.push(format!("{}:{line}: uses crate::{module}", relative.display()));
+            }
+        }
+    }
+    assert!(upward.is_empty(), "uses of higher modules:\n{}", upward.join("\n"));
+    assert!(files.len() > 100, "{} files: the walk missed the sources", files.len());
+}
+
+#[test]
+fn the_checker_sees_a_use_upwards_and_skips_comments_macros_and_tests() {
+    let source = "use crate::kernels::cpu;\n// crate::model in a comment\nlet x = $crate::model::f();\nuse crate::model::Model;\n#[cfg(test)]\nuse crate::model::Other;\n";
+    let uses = crate_uses(source);
+    assert_eq!(uses, [(1, "kernels".to_string()), (4, "model".to_string())]);
+}
