@@ -23,12 +23,12 @@ use asa_analyze::attention::VariantKind;
 use asa_analyze::corpus::induction::ProbeKind;
 use asa_analyze::corpus::{BosMode, WindowMode};
 use asa_analyze::device::DeviceRequest;
-use asa_analyze::error::InputKind;
+use asa_analyze::error::{ErrorKind, InputKind};
 use asa_analyze::export::{schema, to_frame, Format, OutputDir, StagingWatch, Table};
 use asa_analyze::metrics::head_role::RoleThresholds;
 use asa_analyze::metrics::Metric;
 use asa_analyze::paper::runs::Input;
-use asa_analyze::paper::{paper_tables, render, Method, RunSet, ValueOptions};
+use asa_analyze::paper::{paper_tables, typeset, Method, RunSet, ValueOptions};
 use asa_analyze::results::{write_results, WriteOptions};
 use asa_analyze::stats::report::{self, CurvesOptions, GradStatsOptions, LogInputs, SpikesOptions};
 use asa_analyze::stats::StepWindow;
@@ -118,19 +118,18 @@ fn no_panic<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
 /// The Python exception for a library error.
 fn to_py(err: Error) -> PyErr {
     let line = err.report();
-    match err {
-        Error::Interrupted => Cancelled::new_err("asa-analyze run cancelled"),
-        Error::Input { kind, .. } => match kind {
+    match err.kind() {
+        ErrorKind::Cancelled => Cancelled::new_err("asa-analyze run cancelled"),
+        ErrorKind::Input(kind) => match kind {
             InputKind::Checkpoint => CheckpointError::new_err(line),
             InputKind::Corpus => CorpusError::new_err(line),
             InputKind::Table => TableError::new_err(line),
             InputKind::TrainingLog => TrainingLogError::new_err(line),
             InputKind::File => InputError::new_err(line),
         },
-        Error::Invalid { .. } => InputError::new_err(line),
-        Error::Usage(_) => UsageError::new_err(line),
-        Error::Io { .. } => IoError::new_err(line),
-        _ => AsaError::new_err(line),
+        ErrorKind::Usage => UsageError::new_err(line),
+        ErrorKind::Io => IoError::new_err(line),
+        ErrorKind::Internal => AsaError::new_err(line),
     }
 }
 
@@ -646,9 +645,9 @@ fn tables(
                 let tables = paper_tables(&set, &options)?;
                 let texts: Vec<(u8, String, String)> = tables
                     .iter()
-                    .map(|t| (t.number, render::markdown(t), render::latex(t)))
+                    .map(|t| (t.number, typeset::markdown(t), typeset::latex(t)))
                     .collect();
-                Ok::<_, Error>((render::tidy(&tables), texts))
+                Ok::<_, Error>((typeset::tidy(&tables), texts))
             })
             .map_err(to_py)?;
         Ok((frames(&[tidy])?, texts))

@@ -236,9 +236,10 @@ pub(super) fn run_options(
     let mut metrics: BTreeSet<Metric> = match (&args.metrics, command) {
         (Some(chosen), "analyze") => chosen.iter().copied().collect(),
         (Some(_), _) => {
-            return Err(Error::usage(format!(
-                "--metrics applies to `analyze`; `{command}` computes its own metric"
-            )))
+            return Err(Error::option(
+                "--metrics",
+                format!("applies to `analyze`; `{command}` computes its own metric"),
+            ))
         }
         (None, _) => metrics.iter().copied().collect(),
     };
@@ -247,8 +248,9 @@ pub(super) fn run_options(
         metrics.insert(Metric::INDUCTION_SCORE);
     }
     if args.map_size.is_some() && !metrics.contains(&Metric::BLOCK_MAP) {
-        return Err(Error::usage(
-            "--map-size sets block_map's side: add block_map to --metrics, or leave --map-size out",
+        return Err(Error::option(
+            "--map-size",
+            "sets block_map's side: add block_map to --metrics, or leave --map-size out",
         ));
     }
     let spec = RunSpec {

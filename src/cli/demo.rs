@@ -157,7 +157,7 @@ pub fn run(args: DemoArgs, process: &Process) -> Result<()> {
 /// corpus, before anything is written.
 fn check_args(args: &DemoArgs) -> Result<()> {
     if args.steps == 0 {
-        return Err(Error::usage("--steps must be at least 1"));
+        return Err(Error::option("--steps", "must be at least 1"));
     }
     check_lm_eval(&args.lm_eval)?;
     if let Some(c) = &args.corpus {
@@ -269,14 +269,16 @@ fn log_tables(out: &Path, results: &Path, process: &Process) -> Result<Vec<Spike
 fn check_lm_eval(lm_eval: &[String]) -> Result<()> {
     for arg in lm_eval {
         let Some((method, file)) = arg.split_once('=') else {
-            return Err(Error::usage(format!(
-                "--lm-eval takes METHOD=FILE, got `{arg}`"
-            )));
+            return Err(Error::option(
+                "--lm-eval",
+                format!("takes METHOD=FILE, got `{arg}`"),
+            ));
         };
         if !METHODS.iter().any(|(label, _)| *label == method) {
-            return Err(Error::usage(format!(
-                "--lm-eval {arg}: no demo model {method} (baseline, sink, asa, gated, asa_gated)"
-            )));
+            return Err(Error::option(
+                "--lm-eval",
+                format!("{arg}: no demo model {method} (baseline, sink, asa, gated, asa_gated)"),
+            ));
         }
         if !Path::new(file).is_file() {
             return Err(Error::input(file, "no such lm-eval-harness result file"));

@@ -43,7 +43,10 @@ pub struct FiguresArgs {
 pub fn run(args: FiguresArgs, process: &super::Process) -> Result<()> {
     if let Some(w) = &args.late_steps {
         if w.is_empty() {
-            return Err(Error::usage(format!("--late-steps {w} is an empty window")));
+            return Err(Error::option(
+                "--late-steps",
+                format!("{w} is an empty window"),
+            ));
         }
     }
     let opts = FigureOptions {

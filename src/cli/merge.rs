@@ -133,8 +133,9 @@ fn series_inputs(dirs: &[PathBuf]) -> Result<Option<Vec<(PathBuf, Table)>>> {
 fn merge_series(args: &MergeArgs, series: &[(PathBuf, Table)], process: &Process) -> Result<()> {
     let started = std::time::Instant::now();
     if args.partial {
-        return Err(Error::usage(
-            "--partial is for shards' partial results; attention series merge whole",
+        return Err(Error::option(
+            "--partial",
+            "is for shards' partial results; attention series merge whole",
         ));
     }
     let merged = attention_series::merge(series)?;

@@ -63,9 +63,10 @@ pub fn run(args: WatchArgs, process: &Process) -> Result<()> {
         ));
     }
     if !(args.poll.is_finite() && args.poll > 0.0 && args.poll <= MAX_POLL_SECONDS) {
-        return Err(Error::usage(format!(
-            "--poll must be a number of seconds above 0 and at most {MAX_POLL_SECONDS} (a day)"
-        )));
+        return Err(Error::option(
+            "--poll",
+            format!("must be a number of seconds above 0 and at most {MAX_POLL_SECONDS} (a day)"),
+        ));
     }
     let source = analyze::parse_models(&m.models)?.remove(0);
     if !source.path.is_dir() {

@@ -597,3 +597,103 @@ fn sliding_windows_run_and_what_they_cannot_be_combined_with_is_named() {
     let err = expect_error(&run_cli(tmp.path(), &["inspect", "m"]));
     assert!(err.contains("layer type `chunked_attention`"), "{err}");
 }
+
+/// Every way a checkpoint can be broken is an error of kind `Input(Checkpoint)` naming the
+/// file at fault, whether our own check refused it or a library (serde_json, safetensors,
+/// the GGUF reader) did: the kind and the path are fields, not words to search for.
+#[test]
+fn broken_checkpoints_are_checkpoint_errors_naming_the_file() {
+    use asa_analyze::analysis::inspect::open;
+    use asa_analyze::error::{Error, ErrorKind, InputKind};
+    type Damage = fn(&std::path::Path);
+    let cases: [(&str, &str, Damage, &str); 9] = [
+        (
+            "qwen2",
+            "missing config.json",
+            |d| fs::remove_file(d.join("config.json")).unwrap(),
+            "config.json",
+        ),
+        (
+            "qwen2",
+            "config.json not JSON",
+            |d| fs::write(d.join("config.json"), "{").unwrap(),
+            "config.json",
+        ),
+        (
+            "qwen2",
+            "a field of the wrong type",
+            |d| edit_config(d, |c| c["hidden_size"] = "wide".into()),
+            "config.json",
+        ),
+        (
+            "qwen2",
+            "unknown model_type",
+            |d| edit_config(d, |c| c["model_type"] = "mamba".into()),
+            "config.json",
+        ),
+        (
+            "qwen2",
+            "a tensor of the wrong shape",
+            |d| edit_config(d, |c| c["intermediate_size"] = 48.into()),
+            "model.safetensors",
+        ),
+        (
+            "qwen2",
+            "truncated safetensors",
+            |d| {
+                let path = d.join("model.safetensors");
+                let bytes = fs::read(&path).unwrap();
+                fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+            },
+            "model.safetensors",
+        ),
+        (
+            "qwen2",
+            "safetensors header not JSON",
+            |d| {
+                let path = d.join("model.safetensors");
+                let mut bytes = fs::read(&path).unwrap();
+                bytes[8] = b'#';
+                fs::write(&path, &bytes).unwrap();
+            },
+            "model.safetensors",
+        ),
+        (
+            "llama_gqa",
+            "a missing shard",
+            |d| fs::remove_file(d.join("model-00002-of-00003.safetensors")).unwrap(),
+            "model.safetensors.index.json", // the index names the shard it lacks
+        ),
+        (
+            "llama_gqa",
+            "an index that is not JSON",
+            |d| fs::write(d.join("model.safetensors.index.json"), "[").unwrap(),
+            "model.safetensors.index.json",
+        ),
+    ];
+    for (fixture, what, damage, file) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        copy_fixture(fixture, tmp.path());
+        damage(tmp.path());
+        let err = match open(tmp.path(), None) {
+            Ok(_) => panic!("{what}: opened"),
+            Err(err) => err,
+        };
+        assert_eq!(
+            err.kind(),
+            ErrorKind::Input(InputKind::Checkpoint),
+            "{what}: {err}"
+        );
+        let path = match &err {
+            Error::Input { path, .. } | Error::Invalid { path, .. } => path,
+            other => panic!("{what}: no file named: {other:?}"),
+        };
+        assert_eq!(path.file_name().unwrap(), file, "{what}: {err}");
+    }
+    // a GGUF file that is not one
+    let tmp = tempfile::tempdir().unwrap();
+    let gguf = tmp.path().join("model.gguf");
+    fs::write(&gguf, b"GGUF but not really a GGUF file at all").unwrap();
+    let err = open(&gguf, None).err().expect("a damaged GGUF opened");
+    assert_eq!(err.kind(), ErrorKind::Input(InputKind::Checkpoint), "{err}");
+}

@@ -54,7 +54,10 @@ fn each_crate_depends_only_on_crates_below_it() {
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         for dependency in internal_dependencies(&manifest) {
             let below = CRATES[..rank].contains(&dependency.as_str());
-            assert!(below, "{name} depends on {dependency}, which is not below it");
+            assert!(
+                below,
+                "{name} depends on {dependency}, which is not below it"
+            );
         }
     }
     // the order is the whole workspace: no crate is left out of it
@@ -127,7 +130,12 @@ fn engine_modules_use_only_modules_below_them() {
     let mut upward = Vec::new();
     for file in &files {
         let relative = file.strip_prefix(&src).unwrap();
-        let top = relative.components().next().unwrap().as_os_str().to_string_lossy();
+        let top = relative
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
         let Some(rank) = rank_of(top.trim_end_matches(".rs")) else {
             continue; // lib.rs
         };
@@ -136,12 +144,23 @@ fn engine_modules_use_only_modules_below_them() {
         }
         for (line, module) in crate_uses(&std::fs::read_to_string(file).unwrap()) {
             if rank_of(&module).is_some_and(|used| used > rank) {
-                upward.push(format!("{}:{line}: uses crate::{module}", relative.display()));
+                upward.push(format!(
+                    "{}:{line}: uses crate::{module}",
+                    relative.display()
+                ));
             }
         }
     }
-    assert!(upward.is_empty(), "uses of higher modules:\n{}", upward.join("\n"));
-    assert!(files.len() > 100, "{} files: the walk missed the sources", files.len());
+    assert!(
+        upward.is_empty(),
+        "uses of higher modules:\n{}",
+        upward.join("\n")
+    );
+    assert!(
+        files.len() > 100,
+        "{} files: the walk missed the sources",
+        files.len()
+    );
 }
 
 #[test]

@@ -35,6 +35,7 @@ pub enum Error {
     /// `source` is the library's error.
     #[error("{}: {what}: {}", path.display(), one_line(source))]
     Invalid {
+        kind: InputKind,
         path: PathBuf,
         what: String,
         #[source]
@@ -47,9 +48,13 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
-    /// A command-line option or combination of options is invalid.
-    #[error("{0}")]
-    Usage(String),
+    /// A command-line option or combination of options is invalid; `option` names the one
+    /// at fault (`--seq-len`, or a Python keyword), when one is, and the message follows it.
+    #[error("{}{message}", option.as_ref().map(|o| format!("{o} ")).unwrap_or_default())]
+    Usage {
+        option: Option<String>,
+        message: String,
+    },
     /// Reading or writing a file failed at the OS level.
     #[error("{}: {source}", path.display())]
     Io {
@@ -145,8 +150,8 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::Input { kind, .. } => ErrorKind::Input(*kind),
-            Error::Invalid { .. } => ErrorKind::Input(InputKind::File),
-            Error::Usage(_) => ErrorKind::Usage,
+            Error::Invalid { kind, .. } => ErrorKind::Input(*kind),
+            Error::Usage { .. } => ErrorKind::Usage,
             Error::Io { .. } | Error::Stdout(_) => ErrorKind::Io,
             Error::Interrupted => ErrorKind::Cancelled,
             Error::Failed { .. } | Error::Candle(_) => ErrorKind::Internal,
@@ -154,16 +159,40 @@ impl Error {
     }
 
     /// A library failed on `path`, e.g. `Error::invalid(path, "invalid config.json", e)`
-    /// for a serde_json error `e`; shown as `{path}: invalid config.json: {e}`.
+    /// for a serde_json error `e`; shown as `{path}: invalid config.json: {e}`. Its kind is
+    /// [`InputKind::File`] until [`Error::about`] names the input.
     pub fn invalid(
         path: impl AsRef<Path>,
         what: impl Into<String>,
         source: impl Into<BoxError>,
     ) -> Self {
         Error::Invalid {
+            kind: InputKind::File,
             path: path.as_ref().to_path_buf(),
             what: what.into(),
             source: source.into(),
+        }
+    }
+
+    /// The same error, about an input of `kind`, e.g.
+    /// `Error::invalid(path, "invalid config.json", e).about(InputKind::Checkpoint)`; errors
+    /// that are not about an input file are returned as they are.
+    pub fn about(self, kind: InputKind) -> Self {
+        match self {
+            Error::Input { path, message, .. } => Error::Input {
+                kind,
+                path,
+                message,
+            },
+            Error::Invalid {
+                path, what, source, ..
+            } => Error::Invalid {
+                kind,
+                path,
+                what,
+                source,
+            },
+            other => other,
         }
     }
 
@@ -176,9 +205,29 @@ impl Error {
         }
     }
 
-    /// An invalid option value.
+    /// An invalid combination of options, or a problem no one option is at fault for.
     pub fn usage(message: impl Into<String>) -> Self {
-        Error::Usage(message.into())
+        Error::Usage {
+            option: None,
+            message: message.into(),
+        }
+    }
+
+    /// An invalid value of `option`, e.g. `Error::option("--steps", "must be at least 1")`,
+    /// shown as `--steps must be at least 1`.
+    pub fn option(option: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Usage {
+            option: Some(option.into()),
+            message: message.into(),
+        }
+    }
+
+    /// The option an error is about ([`Error::option`]), if any.
+    pub fn option_name(&self) -> Option<&str> {
+        match self {
+            Error::Usage { option, .. } => option.as_deref(),
+            _ => None,
+        }
     }
 
     /// `path`, given with `option`, is missing or is not a regular file (a folder, a device).

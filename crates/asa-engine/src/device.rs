@@ -62,8 +62,8 @@ pub fn resolve_device(request: DeviceRequest) -> Result<Device> {
         }
         DeviceRequest::Cuda(n) => {
             if !cfg!(feature = "cuda") {
-                return Err(Error::usage(format!(
-                    "--device cuda:{n}: this asa-analyze was built without `cuda`; rebuild with `cargo build --release --features cuda`"
+                return Err(Error::option("--device", format!(
+                    "cuda:{n}: this asa-analyze was built without `cuda`; rebuild with `cargo build --release --features cuda`"
                 )));
             }
             let device = Device::new_cuda(n).map_err(|e| {
@@ -117,4 +117,3 @@ pub fn parse_dtype(s: &str) -> std::result::Result<DType, ParseError> {
         )),
     }
 }
-

@@ -25,10 +25,12 @@ pub use run_spec::{Execution, RunInputs, RunOptions, RunSpec};
 use candle_core::Tensor;
 
 use asa_core::error::Result;
-use asa_engine::kernels::row_table::RowWants;
 use asa_engine::hooks::{BlockCtx, Hook, Kernel, Probe, ProbeSet};
-use asa_metrics::metrics::{MetricOptions, MetricProbe, ModelAttention, ModelMetrics, VariantTraits};
+use asa_engine::kernels::row_table::RowWants;
 use asa_engine::model::{Checkpoint, LayerTiming, Model};
+use asa_metrics::metrics::{
+    MetricOptions, MetricProbe, ModelAttention, ModelMetrics, VariantTraits,
+};
 
 /// How the forward passes are cut.
 #[derive(Debug, Clone, Copy, serde::Serialize)]

@@ -3,10 +3,10 @@
 
 use candle_core::Device;
 
-use asa_core::host_memory::available_memory;
-use asa_engine::device::free_device_memory;
 use asa_core::error::{Error, Result};
+use asa_core::host_memory::available_memory;
 use asa_core::parse_error::ParseError;
+use asa_engine::device::free_device_memory;
 
 /// f32 tensors of `[batch, heads, block, T]` alive at once at the peak of one block:
 /// raw q.k, scaled scores, masked scores, exp, weights, softmax, the probe's reduction
@@ -77,7 +77,7 @@ pub fn default_budget(device: &Device) -> u64 {
 /// Checks an explicit `--block-size`.
 pub fn check_block(block: usize) -> Result<usize> {
     if block == 0 {
-        return Err(Error::usage("--block-size must be at least 1"));
+        return Err(Error::option("--block-size", "must be at least 1"));
     }
     Ok(block)
 }

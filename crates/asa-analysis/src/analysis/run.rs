@@ -26,17 +26,17 @@ use crate::corpus::induction::{copy_len, ProbeKind};
 use crate::corpus::{
     load_windows_with, CorpusOptions, CorpusSource, SpecialTokens, TokenizerRef, Windows,
 };
-use asa_engine::device::{resolve_device, resolve_dtype};
 use asa_core::error::{Error, Result};
-use asa_tables::export::Table;
+use asa_engine::device::{resolve_device, resolve_dtype};
 use asa_engine::hooks::Kernel;
+use asa_engine::model::config::ModelConfig;
+use asa_engine::model::{Checkpoint, LayerTiming, MemoryModel, Model, WeightMap};
 use asa_metrics::metrics::distance::Bands;
 use asa_metrics::metrics::qk_mean::QkResult;
 use asa_metrics::metrics::{
     attention_tables, qk_series_table, Metric, MetricOptions, MetricProbe, ModelMetrics,
 };
-use asa_engine::model::config::ModelConfig;
-use asa_engine::model::{Checkpoint, LayerTiming, MemoryModel, Model, WeightMap};
+use asa_tables::export::Table;
 
 /// A checkpoint to analyse and the label its rows carry.
 #[derive(Debug, Clone)]
@@ -178,7 +178,10 @@ fn kernel_notes(o: &RunOptions, device: &Device, dtype: DType) -> Vec<&'static s
             "block_map: no CUDA kernel makes its key-block sums; every layer runs on materialised blocks whose weights are reduced on the host",
         );
     }
-    if dtype == DType::BF16 && !device.is_cuda() && !asa_engine::kernels::cpu::bf16_gemm::available() {
+    if dtype == DType::BF16
+        && !device.is_cuda()
+        && !asa_engine::kernels::cpu::bf16_gemm::available()
+    {
         notes.push(
             "bf16: this CPU has no AVX-512 BF16, so the products of the bf16 values run in f32 (f32 speed, weights held in f32)",
         );
@@ -666,10 +669,13 @@ fn check_length(
 ) -> Result<()> {
     let c = &ckpt.config;
     if c.layout.learned_positions && t > c.max_position_embeddings {
-        return Err(Error::usage(format!(
-            "--seq-len {t} is longer than {label}'s {} learned positions (n_positions)",
-            c.max_position_embeddings
-        )));
+        return Err(Error::option(
+            "--seq-len",
+            format!(
+                "{t} is longer than {label}'s {} learned positions (n_positions)",
+                c.max_position_embeddings
+            ),
+        ));
     }
     if t > c.max_position_embeddings {
         events.note(&format!(
@@ -746,18 +752,22 @@ fn metric_options(
     let heatmap_layer = heatmap_layer(o.spec.layer, config, label)?;
     let profile_query = match o.spec.profile_query {
         Some(q) if q >= t => {
-            return Err(Error::usage(format!(
-                "--profile-query {q} is outside the sequence (0..{t})"
-            )))
+            return Err(Error::option(
+                "--profile-query",
+                format!("{q} is outside the sequence (0..{t})"),
+            ))
         }
         Some(q) => q,
         None => t - 1,
     };
     if o.spec.min_query >= t {
-        return Err(Error::usage(format!(
-            "--min-query {} leaves no query to average in windows of {t} tokens (queries 0..{t})",
-            o.spec.min_query
-        )));
+        return Err(Error::option(
+            "--min-query",
+            format!(
+                "{} leaves no query to average in windows of {t} tokens (queries 0..{t})",
+                o.spec.min_query
+            ),
+        ));
     }
     Ok(MetricOptions {
         metrics: metrics.clone(),
@@ -787,17 +797,21 @@ fn heatmap_layer(layer: Option<usize>, config: &ModelConfig, label: &str) -> Res
     let numbers = config.attention_layer_numbers();
     let layers = config.num_layers;
     match layer {
-        Some(0) => Err(Error::usage("--layer is 1-based; 0 is not a layer")),
-        Some(l) if l > layers => Err(Error::usage(format!(
-            "--layer {l} does not exist: {label} has {layers} layers"
-        ))),
+        Some(0) => Err(Error::option("--layer", "is 1-based; 0 is not a layer")),
+        Some(l) if l > layers => Err(Error::option(
+            "--layer",
+            format!("{l} does not exist: {label} has {layers} layers"),
+        )),
         Some(l) => numbers.iter().position(|&n| n == l - 1).ok_or_else(|| {
             let with: Vec<String> = numbers.iter().map(|n| (n + 1).to_string()).collect();
-            Error::usage(format!(
-                "--layer {l} of {label} is a {} layer, without attention (its attention layers: {})",
-                config.mixers[l - 1].name(),
-                with.join(", ")
-            ))
+            Error::option(
+                "--layer",
+                format!(
+                    "{l} of {label} is a {} layer, without attention (its attention layers: {})",
+                    config.mixers[l - 1].name(),
+                    with.join(", ")
+                ),
+            )
         }),
         None => Ok(8.min(numbers.len()).max(1) - 1),
     }
@@ -826,8 +840,9 @@ fn is_token_ids(path: &Path) -> bool {
 /// Distance bands from `--bands` edges (increasing, from 1).
 fn bands_from(edges: &[usize], seq_len: usize) -> Result<Bands> {
     if edges.is_empty() || edges[0] == 0 || edges.windows(2).any(|w| w[1] <= w[0]) {
-        return Err(Error::usage(
-            "--bands must be increasing edges starting at 1 or more, e.g. 1,10,100",
+        return Err(Error::option(
+            "--bands",
+            "must be increasing edges starting at 1 or more, e.g. 1,10,100",
         ));
     }
     Ok(Bands::with_edges(edges, seq_len))

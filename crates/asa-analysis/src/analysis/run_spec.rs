@@ -12,11 +12,11 @@ use candle_core::DType;
 
 use super::plan::check_block;
 use super::shard::Shard;
-use asa_engine::attention::VariantKind;
 use crate::corpus::induction::{copy_len, ProbeKind};
 use crate::corpus::{BosMode, WindowMode};
-use asa_engine::device::DeviceRequest;
 use asa_core::error::{Error, Result};
+use asa_engine::attention::VariantKind;
+use asa_engine::device::DeviceRequest;
 use asa_metrics::metrics::entropy::EntropyOf;
 use asa_metrics::metrics::head_role::RoleThresholds;
 use asa_metrics::metrics::Metric;
@@ -181,26 +181,30 @@ impl RunOptions {
             ("--batch-size", self.execution.batch_size),
         ] {
             if value == 0 {
-                return Err(Error::usage(format!("{name} must be at least 1")));
+                return Err(Error::option(name, "must be at least 1"));
             }
         }
         if self.spec.bins > MAX_BINS {
             let bins = self.spec.bins;
-            return Err(Error::usage(format!(
-                "--bins {bins} is more than {MAX_BINS}"
-            )));
+            return Err(Error::option(
+                "--bins",
+                format!("{bins} is more than {MAX_BINS}"),
+            ));
         }
         if self.spec.seq_len.saturating_mul(self.spec.num_seqs) > MAX_TOKENS {
-            return Err(Error::usage(format!(
-                "--seq-len {} x --num-seqs {} asks for more than {MAX_TOKENS} tokens",
-                self.spec.seq_len, self.spec.num_seqs
-            )));
+            return Err(Error::option(
+                "--seq-len",
+                format!(
+                    "{} x --num-seqs {} asks for more than {MAX_TOKENS} tokens",
+                    self.spec.seq_len, self.spec.num_seqs
+                ),
+            ));
         }
         if !self.spec.sink_eps.is_finite() {
-            return Err(Error::usage(format!(
-                "--sink-eps must be a finite number, got {}",
-                self.spec.sink_eps
-            )));
+            return Err(Error::option(
+                "--sink-eps",
+                format!("must be a finite number, got {}", self.spec.sink_eps),
+            ));
         }
         self.validate_probe()?;
         validate_roles(&self.spec.roles)?;
@@ -223,15 +227,19 @@ impl RunOptions {
             return Ok(());
         };
         if let Some(corpus) = &self.inputs.corpus {
-            return Err(Error::usage(format!(
-                "--probe {probe} makes its own windows: drop --corpus {}",
-                corpus.display()
-            )));
+            return Err(Error::option(
+                "--probe",
+                format!(
+                    "{probe} makes its own windows: drop --corpus {}",
+                    corpus.display()
+                ),
+            ));
         }
         if self.spec.windows == WindowMode::Documents {
-            return Err(Error::usage(format!(
-                "--probe {probe} makes its own windows: --windows documents applies to a corpus"
-            )));
+            return Err(Error::option(
+                "--probe",
+                format!("{probe} makes its own windows: --windows documents applies to a corpus"),
+            ));
         }
         copy_len(self.spec.seq_len).map(|_| ())
     }
@@ -246,13 +254,14 @@ fn validate_roles(roles: &RoleThresholds) -> Result<()> {
         ("--role-induction", roles.induction),
     ] {
         if !value.is_finite() {
-            return Err(Error::usage(format!(
-                "{name} must be a finite number, got {value}"
-            )));
+            return Err(Error::option(
+                name,
+                format!("must be a finite number, got {value}"),
+            ));
         }
     }
     if roles.local_window == 0 {
-        return Err(Error::usage("--role-local-window must be at least 1"));
+        return Err(Error::option("--role-local-window", "must be at least 1"));
     }
     Ok(())
 }
@@ -314,5 +323,37 @@ mod tests {
         want_all.extend(rest.map(String::from));
         want_all.sort();
         assert_eq!(all, want_all);
+    }
+
+    /// An option's own error is a usage error naming that option as a field; one about a
+    /// combination names none.
+    #[test]
+    fn an_invalid_option_is_a_usage_error_naming_it() {
+        use asa_core::ErrorKind;
+        let refused = |edit: fn(&mut RunOptions)| {
+            let mut options = RunOptions::default();
+            edit(&mut options);
+            options.validate().expect_err("validated")
+        };
+        let cases: [(fn(&mut RunOptions), &str); 6] = [
+            (|o| o.spec.bins = 0, "--bins"),
+            (|o| o.spec.bins = MAX_BINS + 1, "--bins"),
+            (|o| o.spec.map_size = 0, "--map-size"),
+            (|o| o.spec.sink_eps = f64::NAN, "--sink-eps"),
+            (|o| o.spec.roles.local_window = 0, "--role-local-window"),
+            (|o| o.spec.roles.prev = f64::INFINITY, "--role-prev"),
+        ];
+        for (edit, option) in cases {
+            let err = refused(edit);
+            assert_eq!(err.kind(), ErrorKind::Usage, "{err}");
+            assert_eq!(err.option_name(), Some(option), "{err}");
+            assert!(err.to_string().starts_with(&format!("{option} ")), "{err}");
+        }
+        let err = refused(|o| o.spec.metrics = BTreeSet::from([Metric::INDUCTION_SCORE]));
+        assert_eq!(
+            (err.kind(), err.option_name()),
+            (ErrorKind::Usage, None),
+            "{err}"
+        );
     }
 }

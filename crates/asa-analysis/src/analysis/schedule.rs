@@ -8,8 +8,8 @@ use super::record::ScheduleRecord;
 use candle_core::Device;
 
 use super::run_spec::RunOptions;
-use asa_core::host_memory::available_memory;
 use asa_core::error::{Error, Result};
+use asa_core::host_memory::available_memory;
 use asa_engine::model::{Checkpoint, LayerTiming};
 
 /// Whether a model's layers are streamed, and why.

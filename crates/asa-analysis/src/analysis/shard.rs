@@ -33,9 +33,10 @@ impl Shard {
     /// `K/N` with 0 <= K < N.
     pub fn parse(text: &str) -> Result<Shard> {
         let bad = || {
-            Error::usage(format!(
-                "--shard `{text}` must be K/N with 0 <= K < N, e.g. 0/4"
-            ))
+            Error::option(
+                "--shard",
+                format!("`{text}` must be K/N with 0 <= K < N, e.g. 0/4"),
+            )
         };
         let (k, n) = text.split_once('/').ok_or_else(bad)?;
         let index: usize = k.trim().parse().map_err(|_| bad())?;
@@ -70,8 +71,8 @@ impl Shard {
         if let (Some(id), Some(count)) = (&slurm_id, shard_count) {
             let index = env("JOB_COMPLETION_INDEX")
                 .map_or(String::new(), |i| format!(" with JOB_COMPLETION_INDEX {i}"));
-            return Err(Error::usage(format!(
-                "--shard-count {count}{index} (a Kubernetes indexed job) and SLURM_ARRAY_TASK_ID {id} (a Slurm job array) both name the shard: give one of them, or --shard K/N"
+            return Err(Error::option("--shard-count", format!(
+                "{count}{index} (a Kubernetes indexed job) and SLURM_ARRAY_TASK_ID {id} (a Slurm job array) both name the shard: give one of them, or --shard K/N"
             )));
         }
         if let Some(id) = slurm_id {
@@ -81,8 +82,9 @@ impl Shard {
             return Ok(None);
         };
         let Some(index) = env("JOB_COMPLETION_INDEX") else {
-            return Err(Error::usage(
-                "--shard-count needs JOB_COMPLETION_INDEX (a Kubernetes indexed job); elsewhere give --shard K/N",
+            return Err(Error::option(
+                "--shard-count",
+                "needs JOB_COMPLETION_INDEX (a Kubernetes indexed job); elsewhere give --shard K/N",
             ));
         };
         let index: usize = index.trim().parse().map_err(|_| {
@@ -144,7 +146,7 @@ fn slurm(id: &str, env: &impl Fn(&str) -> Option<String>) -> Result<Shard> {
         value
             .trim()
             .parse()
-            .map_err(|_| Error::usage(format!("{name} `{value}` is not a non-negative integer")))
+            .map_err(|_| Error::option(name, format!("`{value}` is not a non-negative integer")))
     };
     let or = |name: &str, default: &str| Some(env(name).unwrap_or_else(|| default.into()));
     let task = number("SLURM_ARRAY_TASK_ID", Some(id.to_string()))?;

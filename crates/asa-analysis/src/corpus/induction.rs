@@ -66,10 +66,13 @@ pub fn copy_len(seq_len: usize) -> Result<usize> {
             true => format!("at least {shortest}"),
             false => format!("e.g. {} or {}", seq_len - 1, seq_len + 1),
         };
-        return Err(Error::usage(format!(
-            "--probe induction: --seq-len must be odd, 2L + 1 (BOS, L random tokens, the same L \
+        return Err(Error::option(
+            "--probe",
+            format!(
+                "induction: --seq-len must be odd, 2L + 1 (BOS, L random tokens, the same L \
              again) with L >= {MIN_COPY}, got {seq_len} ({fix})"
-        )));
+            ),
+        ));
     }
     Ok((seq_len - 1) / 2)
 }
@@ -127,8 +130,8 @@ pub(super) fn windows(
         .filter(|id| excluded.binary_search(id).is_err())
         .collect();
     if ids.is_empty() {
-        return Err(Error::usage(format!(
-            "--probe induction: every one of the model's {vocab_size} token ids is special; none is left to draw"
+        return Err(Error::option("--probe", format!(
+            "induction: every one of the model's {vocab_size} token ids is special; none is left to draw"
         )));
     }
     let first = bos.as_ref().map(|b| b.id);

@@ -41,7 +41,7 @@ use std::path::{Path, PathBuf};
 
 use tokenizers::Tokenizer;
 
-use asa_core::error::{Error, Result};
+use asa_core::error::{Error, InputKind, Result};
 use read::Format;
 pub use windowing::WindowMode;
 use windowing::{DocumentWindows, MAX_SHORT_IN_A_ROW};
@@ -182,13 +182,13 @@ fn load(
     opts: &CorpusOptions,
 ) -> Result<Windows> {
     if opts.seq_len < 2 {
-        return Err(Error::usage(format!(
-            "--seq-len must be at least 2, got {}",
-            opts.seq_len
-        )));
+        return Err(Error::option(
+            "--seq-len",
+            format!("must be at least 2, got {}", opts.seq_len),
+        ));
     }
     if opts.num_seqs == 0 {
-        return Err(Error::usage("--num-seqs must be at least 1"));
+        return Err(Error::option("--num-seqs", "must be at least 1"));
     }
     if opts.num_seqs.checked_mul(opts.seq_len).is_none() {
         return Err(Error::usage("--num-seqs x --seq-len is too large"));
@@ -282,8 +282,9 @@ impl Tok {
 
     fn open(path: &Path) -> Result<Tok> {
         let bytes = asa_core::input::read_bytes(path, asa_core::input::TOKENIZER)?;
-        let tokenizer = Tokenizer::from_bytes(bytes)
-            .map_err(|e| Error::invalid(path, "cannot read the tokenizer", e))?;
+        let tokenizer = Tokenizer::from_bytes(bytes).map_err(|e| {
+            Error::invalid(path, "cannot read the tokenizer", e).about(InputKind::Checkpoint)
+        })?;
         Ok(Tok {
             path: path.to_path_buf(),
             tokenizer,
@@ -301,10 +302,10 @@ impl Tok {
         want: usize,
     ) -> Result<Vec<u32>> {
         let encode = |s: &str| -> Result<pieces::Encoded> {
-            let enc = self
-                .tokenizer
-                .encode(s, false)
-                .map_err(|e| Error::invalid(&self.path, format!("tokenizing {label} failed"), e))?;
+            let enc = self.tokenizer.encode(s, false).map_err(|e| {
+                Error::invalid(&self.path, format!("tokenizing {label} failed"), e)
+                    .about(InputKind::Corpus)
+            })?;
             Ok(pieces::Encoded {
                 ids: enc.get_ids().to_vec(),
                 offsets: enc.get_offsets().to_vec(),
@@ -369,10 +370,10 @@ impl Tok {
                 whole.as_str()
             }
         };
-        let enc = self
-            .tokenizer
-            .encode_fast(s, false)
-            .map_err(|e| Error::invalid(&self.path, format!("tokenizing {label} failed"), e))?;
+        let enc = self.tokenizer.encode_fast(s, false).map_err(|e| {
+            Error::invalid(&self.path, format!("tokenizing {label} failed"), e)
+                .about(InputKind::Corpus)
+        })?;
         Ok(enc.get_ids().to_vec())
     }
 
@@ -467,8 +468,9 @@ fn resolve_special(
         BosMode::Always => match resolve(special.bos, BOS_NAMES, "BOS")? {
             Some(b) => Some(b),
             None => {
-                return Err(Error::usage(
-                    "--bos always: the checkpoint names no BOS token (no bos_token_id in \
+                return Err(Error::option(
+                    "--bos",
+                    "always: the checkpoint names no BOS token (no bos_token_id in \
                      config.json, no <s>-style special token in tokenizer.json)",
                 ))
             }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use asa_core::error::{Error, Result};
+use asa_core::error::{Error, InputKind, Result};
 
 /// The formats `--corpus` accepts, by extension.
 pub(crate) const SUPPORTED: &str = ".txt (plain text), .jsonl (a \"text\" field per line), \
@@ -98,7 +98,9 @@ impl Iterator for JsonlDocs {
                 Ok(v) => v,
                 Err(e) => {
                     let what = format!("line {}: not valid JSON", self.line);
-                    return Some(Err(Error::invalid(&self.path, what, e)));
+                    return Some(Err(
+                        Error::invalid(&self.path, what, e).about(InputKind::Corpus)
+                    ));
                 }
             };
             return Some(match value.get("text") {
@@ -133,8 +135,8 @@ pub(crate) fn read_npy(path: &Path, vocab_size: usize) -> Result<IdDocs> {
 pub(crate) fn read_json(path: &Path, vocab_size: usize) -> Result<IdDocs> {
     let bytes = asa_core::input::read_bytes(path, asa_core::input::TOKEN_IDS)?;
     let text = utf8(bytes).map_err(|_| Error::corpus(path, "not UTF-8 text"))?;
-    let value: Value =
-        serde_json::from_str(&text).map_err(|e| Error::invalid(path, "not valid JSON", e))?;
+    let value: Value = serde_json::from_str(&text)
+        .map_err(|e| Error::invalid(path, "not valid JSON", e).about(InputKind::Corpus))?;
     let shape_err = || {
         Error::corpus(
             path,

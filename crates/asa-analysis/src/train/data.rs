@@ -9,7 +9,7 @@ use tokenizers::Tokenizer;
 
 use super::params::SplitMix64;
 use crate::corpus::generator;
-use asa_core::error::{Error, Result};
+use asa_core::error::{Error, InputKind, Result};
 
 /// Where the training text comes from.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -50,8 +50,10 @@ fn read_documents(path: &Path) -> Result<Vec<String>> {
         if line.trim().is_empty() {
             continue;
         }
-        let value: serde_json::Value = serde_json::from_str(line)
-            .map_err(|e| Error::invalid(path, format!("line {}: invalid JSON", i + 1), e))?;
+        let value: serde_json::Value = serde_json::from_str(line).map_err(|e| {
+            Error::invalid(path, format!("line {}: invalid JSON", i + 1), e)
+                .about(InputKind::Corpus)
+        })?;
         match value.get("text").and_then(|t| t.as_str()) {
             Some(t) => docs.push(t.to_string()),
             None => {

@@ -16,7 +16,7 @@ pub mod checkpoint;
 pub mod data;
 pub mod params;
 pub mod run;
-pub mod schedule;
+pub mod lr_schedule;
 pub mod tokenizer;
 mod train_probe;
 
@@ -25,14 +25,14 @@ use std::collections::BTreeMap;
 use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
 
-use asa_engine::attention::{Variant, VariantKind};
 use asa_core::error::{Error, Result};
+use asa_engine::attention::{Variant, VariantKind};
 use asa_engine::model::{Model, ModelConfig, WeightStore};
 use train_probe::TrainProbe;
 
 pub use params::Arch;
 pub use run::{train, TrainOptions, TrainSummary};
-pub use schedule::Schedule;
+pub use lr_schedule::Schedule;
 
 /// The variants `train` accepts, for messages.
 pub const TRAINABLE: &str =

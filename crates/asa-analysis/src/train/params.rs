@@ -8,8 +8,8 @@ use std::path::Path;
 use candle_core::{Device, Tensor};
 use serde_json::{json, Value};
 
-use asa_engine::attention::VariantKind;
 use asa_core::error::{Error, Result};
+use asa_engine::attention::VariantKind;
 use asa_engine::model::config::RawConfig;
 use asa_engine::model::ModelConfig;
 
@@ -56,22 +56,28 @@ impl Arch {
             ("--vocab-size", a.vocab_size),
         ] {
             if size == 0 {
-                return Err(Error::usage(format!("{name} must be at least 1")));
+                return Err(Error::option(name, "must be at least 1"));
             }
         }
         if !a.hidden_size.is_multiple_of(a.num_heads)
             || !(a.hidden_size / a.num_heads).is_multiple_of(2)
         {
-            return Err(Error::usage(format!(
-                "--hidden-size {} must split into {} heads of an even dimension",
-                a.hidden_size, a.num_heads
-            )));
+            return Err(Error::option(
+                "--hidden-size",
+                format!(
+                    "{} must split into {} heads of an even dimension",
+                    a.hidden_size, a.num_heads
+                ),
+            ));
         }
         if !a.num_heads.is_multiple_of(a.num_kv_heads) {
-            return Err(Error::usage(format!(
-                "--heads {} is not a multiple of --kv-heads {}",
-                a.num_heads, a.num_kv_heads
-            )));
+            return Err(Error::option(
+                "--heads",
+                format!(
+                    "{} is not a multiple of --kv-heads {}",
+                    a.num_heads, a.num_kv_heads
+                ),
+            ));
         }
         Ok(())
     }

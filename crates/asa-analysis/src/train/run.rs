@@ -18,11 +18,11 @@ use serde_json::json;
 use super::checkpoint::{save, write_json};
 use super::data::{documents, TextSource, TokenStream};
 use super::params::{config_json, init_params, resolve, Arch, SplitMix64};
-use super::schedule::Schedule;
+use super::lr_schedule::Schedule;
 use super::tokenizer::{train_bpe, BOS, EOS};
 use super::{OptimConfig, StepLog, Trainer};
+use asa_core::error::{Error, InputKind, Result};
 use asa_engine::attention::VariantKind;
-use asa_core::error::{Error, Result};
 use asa_tables::export::{Format, OutputDir, StagingWatch};
 
 /// Everything a run needs.
@@ -167,8 +167,9 @@ fn load_tokenizer(
     match &opts.tokenizer {
         Some(given) => {
             std::fs::copy(given, tok_path).map_err(|e| Error::io(given, e))?;
-            tokenizers::Tokenizer::from_file(tok_path)
-                .map_err(|e| Error::invalid(given, "invalid tokenizer.json", e))
+            tokenizers::Tokenizer::from_file(tok_path).map_err(|e| {
+                Error::invalid(given, "invalid tokenizer.json", e).about(InputKind::Checkpoint)
+            })
         }
         None => train_bpe(docs.iter(), opts.arch.vocab_size, tok_path),
     }
@@ -329,7 +330,8 @@ fn commit_run(mut out: OutputDir, opts: &TrainOptions, summary: &TrainSummary) -
 /// A finished run in `out` trained with the same options, if there is one.
 pub fn finished_run(opts: &TrainOptions) -> Option<TrainSummary> {
     let text =
-        asa_core::input::read_text(&opts.out.join("train.json"), asa_core::input::JSON_RECORD).ok()?;
+        asa_core::input::read_text(&opts.out.join("train.json"), asa_core::input::JSON_RECORD)
+            .ok()?;
     let json: serde_json::Value = serde_json::from_str(&text).ok()?;
     if json.get("options")? != &opts.record() {
         return None;
@@ -358,26 +360,30 @@ fn validate(opts: &TrainOptions) -> Result<()> {
         ));
     }
     if opts.seq_len < 2 || opts.seq_len > opts.arch.max_position_embeddings {
-        return Err(Error::usage(format!(
-            "--seq-len {} must be in 2..={} (max_position_embeddings)",
-            opts.seq_len, opts.arch.max_position_embeddings
-        )));
+        return Err(Error::option(
+            "--seq-len",
+            format!(
+                "{} must be in 2..={} (max_position_embeddings)",
+                opts.seq_len, opts.arch.max_position_embeddings
+            ),
+        ));
     }
     let o = &opts.optim;
     if !(o.lr.is_finite() && o.lr > 0.0) {
-        return Err(Error::usage(format!(
-            "--lr must be a positive number, got {}",
-            o.lr
-        )));
+        return Err(Error::option(
+            "--lr",
+            format!("must be a positive number, got {}", o.lr),
+        ));
     }
     for (name, value) in [
         ("--weight-decay", o.weight_decay),
         ("--grad-clip", o.grad_clip.unwrap_or(0.0)),
     ] {
         if !(value.is_finite() && value >= 0.0) {
-            return Err(Error::usage(format!(
-                "{name} must be a number >= 0, got {value}"
-            )));
+            return Err(Error::option(
+                name,
+                format!("must be a number >= 0, got {value}"),
+            ));
         }
     }
     if !(0.0..=1.0).contains(&opts.decay_frac) || !(0.0..=1.0).contains(&opts.min_lr_ratio) {

@@ -26,9 +26,12 @@ where
     S: AsRef<str> + Send,
 {
     if vocab_size < 258 {
-        return Err(Error::usage(format!(
-            "--vocab-size {vocab_size} is too small: a byte-level BPE needs at least 258 (256 bytes + BOS + EOS)"
-        )));
+        return Err(Error::option(
+            "--vocab-size",
+            format!(
+            "{vocab_size} is too small: a byte-level BPE needs at least 258 (256 bytes + BOS + EOS)"
+        ),
+        ));
     }
     let wrap = |e: tokenizers::Error| Error::failed("tokenizer training failed", e);
     let mut trainer = BpeTrainerBuilder::new()

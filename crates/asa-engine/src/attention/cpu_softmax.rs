@@ -12,12 +12,12 @@ use std::mem::MaybeUninit;
 use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 
+use crate::hooks::row_pass::{key_block_values, qk_row, row_values, EntropySums};
 use crate::kernels::cpu::fast_math::exp;
 use crate::kernels::cpu::host::{lane_max, with_cpu_f32};
-use asa_core::error::Result;
-use crate::hooks::row_pass::{key_block_values, qk_row, row_values, EntropySums};
 use crate::kernels::row_table::{RowWants, QK_ABS_SUM, QK_SUM, SINK_MASS};
 use crate::simd_dispatch;
+use asa_core::error::Result;
 
 /// Writes e = exp(scale * x - max) over `x` into `out` (same length) and returns sum e and,
 /// with `ENTROPY`, sum e (scale * x - max) (0 without it), in f32 lanes combined in f64.

@@ -5,8 +5,8 @@
 use candle_core::Tensor;
 
 use super::cpu_softmax;
-use asa_core::error::Result;
 use crate::kernels::row_table::RowWants;
+use asa_core::error::Result;
 
 /// A layer's per-head sink logits, both forms: the tensor `[1, heads, 1, 1]` (f32) the GPU
 /// reads and the host copy `[heads]` the CPU reads (both `None` without sinks).

@@ -8,8 +8,8 @@
 
 use candle_core::Tensor;
 
-use asa_core::error::Result;
 use crate::nn::{Linear, RmsNorm};
+use asa_core::error::Result;
 
 /// The epsilon of the latent RMSNorms: `DeepseekV3RMSNorm`'s default, which transformers
 /// builds `q_a_layernorm` and `kv_a_layernorm` with (not `rms_norm_eps`).

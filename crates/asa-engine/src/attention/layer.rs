@@ -18,11 +18,11 @@ use super::scale_invariant::{reversed_coefficients, DistanceTable};
 use super::sink::softmax_with_sink;
 use super::variant::{AffineConfig, Variant};
 use super::wide_qkv::{rounded_product, WideQkv};
-use crate::kernels::cpu::host::{lane_max, with_cpu_f32};
-use asa_core::error::{Error, Result};
 use crate::hooks::blocks::{mask_invisible, query_blocks, row_max_logits, visibility, with_column};
 use crate::hooks::{wants_attention, BlockCtx, Hook, KeyWindow, Probe};
+use crate::kernels::cpu::host::{lane_max, with_cpu_f32};
 use crate::nn::{Linear, RmsNorm, Rope};
+use asa_core::error::{Error, Result};
 use asa_core::profile::phase;
 
 /// Shapes and variant of an attention layer.

@@ -13,8 +13,8 @@
 //! materialised blocks (candle ops) and the CPU row pass reads a host copy of each block's
 //! weights (run.json's `kernels` shows it, and a note says why).
 
-use crate::kernels::row_table::{RowWants, MAX_BANDS};
 pub use crate::hooks::Kernel;
+use crate::kernels::row_table::{RowWants, MAX_BANDS};
 
 pub use crate::kernels::GPU_FLASH_HEAD_DIM;
 

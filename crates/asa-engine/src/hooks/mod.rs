@@ -11,14 +11,14 @@ mod capture;
 mod kernel;
 pub mod row_pass;
 
+pub use crate::kernels::KeyWindow;
 pub use capture::CaptureProbe;
 pub use kernel::Kernel;
-pub use crate::kernels::KeyWindow;
 
 use candle_core::Tensor;
 
-use asa_core::error::Result;
 use crate::kernels::row_table::RowWants;
+use asa_core::error::Result;
 
 /// A hook point inside one layer (or after the last, for logits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

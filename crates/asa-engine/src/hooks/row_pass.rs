@@ -8,13 +8,13 @@
 use candle_core::{Tensor, D};
 use rayon::prelude::*;
 
+use crate::hooks::blocks::visibility;
+use crate::hooks::KeyWindow;
 use crate::kernels::cpu::fast_math::ln;
 use crate::kernels::cpu::host::{lane_sum, lane_sum_max, with_cpu_f32};
-use asa_core::error::Result;
-use crate::hooks::blocks::visibility;
 use crate::kernels::row_table::{KeyBlocks, RowWants, BANDS, ENTROPY, FIRST, SUM};
-use crate::hooks::KeyWindow;
 use crate::simd_dispatch;
+use asa_core::error::Result;
 
 /// The two sums an entropy is made of ([`EntropySums::entropy`]): T = sum w and X = sum w
 /// ln w of weights w, or S = sum e and sum e (y - m) of a softmax from its logits y

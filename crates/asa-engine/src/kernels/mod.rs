@@ -1,6 +1,6 @@
 //! The kernels: the CPU's ([`cpu`]: SIMD row passes, the bf16 GEMM, host views of tensors)
 //! and, with the `cuda` feature, the GPU's (`cuda`), with the types both read and fill:
-//! the operands ([`operands`]), which keys a query sees ([`key_window`]), the row table of
+//! a layer's q, k and v and a query block ([`qkv`]), which keys a query sees ([`key_window`]), the row table of
 //! per-query sums a kernel hands the probe ([`row_table`], its columns in [`row_columns`],
 //! from which build.rs writes the CUDA header) and Affine-Scaled's N ([`beta_length`]).
 //! Nothing here uses the layers above (attention, hooks, model): they call down into it.
@@ -10,7 +10,7 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod key_window;
-pub mod operands;
+pub mod qkv;
 /// The row table's fixed columns and band limit, declared once for the library and the CUDA
 /// header build.rs generates.
 pub mod row_columns;

@@ -9,8 +9,8 @@ use rayon::prelude::*;
 
 use super::mamba2::softplus;
 use super::CausalConv;
-use asa_core::error::Result;
 use crate::nn::Linear;
+use asa_core::error::Result;
 
 /// The heads and sizes of a Gated DeltaNet layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -9,8 +9,8 @@ use candle_core::{DType, Tensor, D};
 use rayon::prelude::*;
 
 use super::CausalConv;
-use asa_core::error::Result;
 use crate::nn::Linear;
+use asa_core::error::Result;
 
 /// How the scan's output is gated by z.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

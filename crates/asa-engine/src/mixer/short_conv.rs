@@ -5,8 +5,8 @@
 use candle_core::{Tensor, D};
 
 use super::CausalConv;
-use asa_core::error::Result;
 use crate::nn::Linear;
+use asa_core::error::Result;
 
 /// One layer's short convolution.
 pub struct ShortConv {

@@ -7,8 +7,8 @@ use super::layers::{linear, projection, rms_norm, weight_matrix, ProjDims};
 use super::layout::{Layout, QkvLayout};
 use super::weights::WeightStore;
 use crate::attention::{Attention, AttentionShape, AttentionWeights, QkvProjections, Variant};
-use asa_core::error::{Error, Result};
 use crate::nn::{Linear, RmsNorm};
+use asa_core::error::{Error, Result};
 
 /// Loads the attention layer under `prefix` (e.g. `model.layers.3.self_attn`), every
 /// tensor's presence and shape checked; q, k and v stored as the layout's `qkv` says, every

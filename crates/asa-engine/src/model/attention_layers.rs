@@ -8,8 +8,8 @@
 use std::path::Path;
 
 use super::mixers::Mixer;
-use asa_core::error::{Error, Result};
 use crate::hooks::KeyWindow;
+use asa_core::error::{Error, Result};
 
 /// Chunked attention: query i sees the keys j <= i of its own chunk of `size` positions.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

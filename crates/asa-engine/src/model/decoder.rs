@@ -16,13 +16,13 @@ use super::nonfinite::{NonFiniteAt, NonFiniteWatch};
 use super::residuals::Residuals;
 use super::weights::WeightStore;
 use crate::attention::{Attention, AttentionShape, VariantKind};
-use asa_core::error::{Error, Result};
 use crate::hooks::blocks::query_blocks;
 use crate::hooks::{BlockCtx, Hook, Probe};
 use crate::mixer::{GatedDeltaNet, Mamba2, ShortConv};
 use crate::nn::rope::rope_tables;
 use crate::nn::Rope;
 use crate::nn::{FeedForward, Linear, Norm};
+use asa_core::error::{Error, Result};
 use asa_core::profile::phase;
 
 /// What mixes positions in a decoder layer, as loaded.
@@ -627,10 +627,13 @@ impl Model {
         };
         let t = xs.dim(1)?;
         if t > positions.dim(0)? {
-            return Err(Error::usage(format!(
-                "--seq-len {t} is longer than the model's {} learned positions",
-                positions.dim(0)?
-            )));
+            return Err(Error::option(
+                "--seq-len",
+                format!(
+                    "{t} is longer than the model's {} learned positions",
+                    positions.dim(0)?
+                ),
+            ));
         }
         Ok(xs.broadcast_add(&positions.narrow(0, 0, t)?)?)
     }

@@ -9,8 +9,8 @@
 use std::path::Path;
 
 use super::config::Architecture;
-use asa_core::error::{Error, Result};
 use crate::nn::{ClampedGlu, Routing};
+use asa_core::error::{Error, Result};
 
 /// How a family stores its experts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -37,7 +37,7 @@ use super::gguf_config::{metadata_str, raw_config, Meta, TensorFacts};
 use super::gguf_pieces::{assemble, load_pieces, rule_for, Pieces};
 use super::gguf_rope::Recovered;
 use super::root_cause;
-use asa_core::error::{Error, Result};
+use asa_core::error::{Error, InputKind, Result};
 
 /// GGUF architectures (`general.architecture`) the loader maps, sorted, for error messages.
 pub fn supported_architectures() -> String {
@@ -213,7 +213,7 @@ impl GgufFile {
             .tensor(&mut file, &t.gguf_name, &Device::Cpu)
             .map_err(|e| {
                 let what = format!("cannot read tensor {}", t.gguf_name);
-                Error::invalid(&self.path, what, root_cause(e))
+                Error::invalid(&self.path, what, root_cause(e)).about(InputKind::Checkpoint)
             })?;
         let xs = q.dequantize(&Device::Cpu)?;
         let undone = match t.undo {
@@ -226,7 +226,9 @@ impl GgufFile {
             Undo::Flatten => xs.flatten_all(),
             Undo::LogOfNegated => xs.neg().and_then(|a| a.log()).and_then(|a| a.flatten_all()),
         };
-        undone.map_err(|e| Error::invalid(&self.path, &t.gguf_name, root_cause(e)))
+        undone.map_err(|e| {
+            Error::invalid(&self.path, &t.gguf_name, root_cause(e)).about(InputKind::Checkpoint)
+        })
     }
 }
 
@@ -265,7 +267,10 @@ impl GgufFile {
         let dims = vec![rows.len(), cols];
         let q =
             candle_core::quantized::ggml_file::qtensor_from_ggml(t.dtype, &raw, dims, &Device::Cpu)
-                .map_err(|e| Error::invalid(&self.path, &t.gguf_name, root_cause(e)))?;
+                .map_err(|e| {
+                    Error::invalid(&self.path, &t.gguf_name, root_cause(e))
+                        .about(InputKind::Checkpoint)
+                })?;
         Ok(Some(q.dequantize(&Device::Cpu)?))
     }
 }
@@ -652,9 +657,9 @@ pub(crate) fn read_error(path: &Path, err: candle_core::Error) -> Error {
         );
     }
     if text.starts_with("unknown magic") || text.contains("unsupported magic") {
-        return Error::invalid(path, "not a GGUF file", cause);
+        return Error::invalid(path, "not a GGUF file", cause).about(InputKind::Checkpoint);
     }
-    Error::invalid(path, "invalid or truncated GGUF file", cause)
+    Error::invalid(path, "invalid or truncated GGUF file", cause).about(InputKind::Checkpoint)
 }
 
 #[cfg(test)]

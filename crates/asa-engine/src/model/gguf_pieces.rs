@@ -14,7 +14,7 @@ use candle_core::{Device, Tensor};
 
 use super::gguf_config::Meta;
 use super::root_cause;
-use asa_core::error::{Error, Result};
+use asa_core::error::{Error, InputKind, Result};
 
 /// How a family's HF tensors are made from llama.cpp's stacked or split block tensors.
 #[derive(Debug, Clone, Copy)]
@@ -274,8 +274,9 @@ pub(crate) fn load_pieces(path: &Path, content: &Content, pieces: &Pieces) -> Re
             Some(e) => load_expert(path, content, &piece.gguf_name, e)?,
             None => load_whole(path, content, &piece.gguf_name)?,
         };
-        let shaped = shape_piece(xs, piece)
-            .map_err(|e| Error::invalid(path, &piece.gguf_name, root_cause(e)))?;
+        let shaped = shape_piece(xs, piece).map_err(|e| {
+            Error::invalid(path, &piece.gguf_name, root_cause(e)).about(InputKind::Checkpoint)
+        })?;
         parts.push(shaped);
     }
     let joined = match pieces.groups {
@@ -283,7 +284,7 @@ pub(crate) fn load_pieces(path: &Path, content: &Content, pieces: &Pieces) -> Re
         None if parts.len() == 1 => Ok(parts.pop().expect("one part")),
         None => Tensor::cat(&parts, pieces.axis),
     };
-    joined.map_err(|e| Error::invalid(path, first, root_cause(e)))
+    joined.map_err(|e| Error::invalid(path, first, root_cause(e)).about(InputKind::Checkpoint))
 }
 
 /// A loaded piece's rows and orientation.
@@ -324,6 +325,7 @@ fn load_whole(path: &Path, content: &Content, gguf_name: &str) -> Result<Tensor>
                 format!("cannot read tensor {gguf_name}"),
                 root_cause(e),
             )
+            .about(InputKind::Checkpoint)
         })?;
     Ok(q.dequantize(&Device::Cpu)?)
 }
@@ -337,9 +339,9 @@ fn load_expert(path: &Path, content: &Content, gguf_name: &str, e: usize) -> Res
     if !cols.is_multiple_of(block) {
         // a row that is not whole blocks: the expert's bytes do not start on a block
         let all = load_whole(path, content, gguf_name)?;
-        return all
-            .get(e)
-            .map_err(|err| Error::invalid(path, gguf_name, root_cause(err)));
+        return all.get(e).map_err(|err| {
+            Error::invalid(path, gguf_name, root_cause(err)).about(InputKind::Checkpoint)
+        });
     }
     let row_bytes = (cols / block * info.ggml_dtype.type_size()) as u64;
     let start = content.tensor_data_offset + info.offset + (e * rows) as u64 * row_bytes;
@@ -353,7 +355,7 @@ fn load_expert(path: &Path, content: &Content, gguf_name: &str, e: usize) -> Res
         vec![rows, cols],
         &Device::Cpu,
     )
-    .map_err(|err| Error::invalid(path, gguf_name, root_cause(err)))?;
+    .map_err(|err| Error::invalid(path, gguf_name, root_cause(err)).about(InputKind::Checkpoint))?;
     Ok(q.dequantize(&Device::Cpu)?)
 }
 

@@ -20,8 +20,8 @@ use serde_json::json;
 use super::config::ModelConfig;
 use super::gguf_config::Meta;
 use super::root_cause;
-use asa_core::error::{Error, Result};
 use crate::nn::rope::inverse_frequencies;
+use asa_core::error::{Error, InputKind, Result};
 
 /// Relative tolerance of a recovered frequency against base / factor (factors are stored in
 /// f32: 6e-8; the fit adds rounding of the same order).
@@ -72,7 +72,10 @@ pub(crate) fn read_factors(
     }
     let q = info
         .read(file, meta.content.tensor_data_offset, &Device::Cpu)
-        .map_err(|e| Error::invalid(path, "cannot read tensor rope_freqs.weight", root_cause(e)))?;
+        .map_err(|e| {
+            Error::invalid(path, "cannot read tensor rope_freqs.weight", root_cause(e))
+                .about(InputKind::Checkpoint)
+        })?;
     let factors: Vec<f32> = q.dequantize(&Device::Cpu)?.to_vec1()?;
     Ok(factors.into_iter().map(f64::from).collect())
 }

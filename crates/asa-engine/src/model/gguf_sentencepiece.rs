@@ -26,7 +26,7 @@ use super::gguf_config::short;
 use super::gguf_tokenizer::{
     add_listed_tokens, string_array, token_types, TokenType, TokenizerMetadataError,
 };
-use asa_core::error::{Error, Result};
+use asa_core::error::{Error, InputKind, Result};
 
 /// SentencePiece's escaped space.
 const SPACE: &str = "\u{2581}";
@@ -58,7 +58,9 @@ pub fn sentencepiece_tokenizer(content: &Content, path: &Path) -> Result<Tokeniz
     if let Some(token) = unk.and_then(|id| tokens.get(id)) {
         bpe = bpe.unk_token(token.clone());
     }
-    let invalid = |e| Error::invalid(path, "invalid GGUF SentencePiece tokenizer", e);
+    let invalid = |e| {
+        Error::invalid(path, "invalid GGUF SentencePiece tokenizer", e).about(InputKind::Checkpoint)
+    };
     let bpe = bpe.build().map_err(invalid)?;
 
     let mut tokenizer = Tokenizer::new(bpe);

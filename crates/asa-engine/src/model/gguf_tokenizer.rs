@@ -25,7 +25,7 @@ use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 use super::gguf::read_error;
 use super::gguf_config::{metadata_str, short, value_as_u64};
 use super::gguf_sentencepiece::sentencepiece_tokenizer;
-use asa_core::error::{Error, Result};
+use asa_core::error::{Error, InputKind, Result};
 
 /// `tokenizer.ggml.pre` values understood, for error messages.
 pub const PRE_TOKENIZERS: &str = "default, gpt2, smollm, starcoder, refact, command-r, codeshell, llama-bpe, llama3, smaug-bpe, falcon3, dbrx, qwen2, deepseek-r1-qwen";
@@ -133,7 +133,9 @@ pub fn tokenizer_from_content(content: &Content, path: &Path) -> Result<Tokenize
         .vocab_and_merges(vocab, pairs)
         .ignore_merges(ignore_merges)
         .build()
-        .map_err(|e| Error::invalid(path, "invalid GGUF tokenizer", e))?;
+        .map_err(|e| {
+            Error::invalid(path, "invalid GGUF tokenizer", e).about(InputKind::Checkpoint)
+        })?;
     let mut tokenizer = Tokenizer::new(bpe);
     tokenizer.with_pre_tokenizer(Some(pre_tokenizer));
     tokenizer.with_decoder(Some(ByteLevelDecoder::default()));
@@ -195,7 +197,9 @@ pub(super) fn add_listed_tokens(
             _ => {}
         }
     }
-    let added = |e| Error::invalid(path, "cannot add the GGUF's special tokens", e);
+    let added = |e| {
+        Error::invalid(path, "cannot add the GGUF's special tokens", e).about(InputKind::Checkpoint)
+    };
     tokenizer.add_special_tokens(control).map_err(added)?;
     tokenizer.add_tokens(user).map_err(added)?;
     Ok(())

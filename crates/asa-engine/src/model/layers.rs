@@ -6,8 +6,8 @@ use candle_core::Tensor;
 use super::experts::{ExpertNames, Experts};
 use super::layout::{Layout, MlpKind, NormKind};
 use super::weights::WeightStore;
-use asa_core::error::Result;
 use crate::nn::{Linear, Mlp, MoeMlp, Norm, RmsNorm, SharedExpert};
+use asa_core::error::Result;
 
 /// A projection's sizes: `in_dim` features in, `out_dim` out (its weight `[out_dim, in_dim]`
 /// as a [`Linear`] holds it).

@@ -7,8 +7,8 @@ use candle_core::{DType, Tensor};
 
 use super::layers::{linear, ProjDims};
 use super::weights::WeightStore;
-use asa_core::error::Result;
 use crate::mixer::{CausalConv, GatedDeltaNet, Mamba2, Mamba2Gate, ShortConv};
+use asa_core::error::Result;
 
 pub use crate::mixer::{DeltaNetShape, Mamba2Shape};
 

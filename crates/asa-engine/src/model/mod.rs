@@ -45,7 +45,7 @@ pub use weight_map::WeightMap;
 pub use weights::WeightStore;
 
 use crate::attention::VariantKind;
-use asa_core::error::{Error, Result};
+use asa_core::error::{Error, InputKind, Result};
 
 /// A model held in memory: its config.json as text and its tensors under their Hugging Face
 /// names, `origin` naming it in messages (e.g. `<memory>/model`).
@@ -198,8 +198,9 @@ impl Checkpoint {
                     return Err(Error::checkpoint(&path, "missing tokenizer.json"));
                 }
                 let bytes = asa_core::input::read_bytes(&path, asa_core::input::TOKENIZER)?;
-                Tokenizer::from_bytes(bytes)
-                    .map_err(|e| Error::invalid(&path, "invalid tokenizer.json", e))
+                Tokenizer::from_bytes(bytes).map_err(|e| {
+                    Error::invalid(&path, "invalid tokenizer.json", e).about(InputKind::Checkpoint)
+                })
             }
         }
     }

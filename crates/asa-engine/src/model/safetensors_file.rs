@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use candle_core::{Device, Tensor};
 use safetensors::{Dtype, SafeTensors};
 
-use asa_core::error::{Error, Result};
+use asa_core::error::{Error, InputKind, Result};
 
 /// Where one tensor's bytes are.
 #[derive(Debug, Clone)]
@@ -305,7 +305,10 @@ impl SafetensorsFiles {
         match backing {
             Backing::File(file) => file
                 .read_exact_at(out, tensor.start + offset as u64)
-                .map_err(|e| Error::invalid(path, format!("cannot read tensor {name}"), e))?,
+                .map_err(|e| {
+                    Error::invalid(path, format!("cannot read tensor {name}"), e)
+                        .about(InputKind::Checkpoint)
+                })?,
             Backing::Memory(bytes) => {
                 let from = tensor.start as usize + offset;
                 let bytes: &[u8] = bytes.as_ref().as_ref();
@@ -332,8 +335,10 @@ fn read_header(path: &Path, file: &File, index: usize) -> Result<Vec<(String, St
     // SAFETY: read-only; only the header's pages are touched (the crate checks the data's
     // length against the mapping's without reading it).
     let map = unsafe { memmap2::Mmap::map(file) }.map_err(|e| Error::io(path, e))?;
-    let (header_len, metadata) = SafeTensors::read_metadata(&map)
-        .map_err(|e| Error::invalid(path, "invalid or truncated safetensors file", e))?;
+    let (header_len, metadata) = SafeTensors::read_metadata(&map).map_err(|e| {
+        Error::invalid(path, "invalid or truncated safetensors file", e)
+            .about(InputKind::Checkpoint)
+    })?;
     let data_start = (8 + header_len) as u64;
     let mut out = Vec::new();
     for (name, info) in metadata.tensors() {

@@ -13,8 +13,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use asa_core::error::{Error, Result};
 use crate::hooks::KeyWindow;
+use asa_core::error::{Error, Result};
 
 /// The layer types `layer_types` may name.
 const LAYER_TYPES: [&str; 2] = ["full_attention", "sliding_attention"];

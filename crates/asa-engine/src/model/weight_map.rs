@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use regex::Regex;
 
-use asa_core::error::{Error, Result};
+use asa_core::error::{Error, InputKind, Result};
 
 /// What is wrong with one name pattern of a weight map.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -70,8 +70,9 @@ impl WeightMap {
     /// Parses weight-map JSON read from `path` (named in errors).
     pub fn parse(text: &str, path: &Path) -> Result<Self> {
         let bad = |message: String| Error::checkpoint(path, format!("weight map: {message}"));
-        let value: serde_json::Value = serde_json::from_str(text)
-            .map_err(|e| Error::invalid(path, "weight map: not valid JSON", e))?;
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+            Error::invalid(path, "weight map: not valid JSON", e).about(InputKind::Checkpoint)
+        })?;
         let object = value.as_object().ok_or_else(|| {
             bad("expected a JSON object of \"convention name\": \"checkpoint name\"".into())
         })?;
@@ -94,7 +95,7 @@ impl WeightMap {
             rules.push(Rule {
                 stored: Regex::new(&regex).map_err(|e| {
                     let what = format!("weight map: \"{stored}\" is not a valid pattern");
-                    Error::invalid(path, what, e)
+                    Error::invalid(path, what, e).about(InputKind::Checkpoint)
                 })?,
                 convention: convention.clone(),
                 placeholders: conv_names,

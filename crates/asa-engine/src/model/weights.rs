@@ -15,7 +15,7 @@ use super::weight_map::WeightMap;
 use crate::kernels::cpu::bf16_gemm;
 use crate::kernels::cpu::bf16_panels::PackedWeight;
 use crate::kernels::cpu::host::first_nonfinite;
-use asa_core::error::{Error, Result};
+use asa_core::error::{Error, InputKind, Result};
 
 /// The tensors of one checkpoint, loaded lazily and cast to the analysis dtype on `get`.
 pub struct WeightStore {
@@ -641,8 +641,8 @@ impl WeightStore {
 /// The distinct shard files named by an index, in order, checked to exist.
 fn shard_paths(dir: &Path, index: &Path) -> Result<Vec<PathBuf>> {
     let text = asa_core::input::read_text(index, asa_core::input::JSON_RECORD)?;
-    let json: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| Error::invalid(index, "invalid JSON", e))?;
+    let json: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::invalid(index, "invalid JSON", e).about(InputKind::Checkpoint))?;
     let map = json
         .get("weight_map")
         .and_then(|m| m.as_object())

@@ -79,7 +79,9 @@ impl RmsNorm {
         };
         if let Some(scale) = host_scale {
             let xs = xs.contiguous()?;
-            if let Some(normed) = crate::kernels::cpu::bf16_rms_norm::rms_norm(&xs, &scale, self.eps)? {
+            if let Some(normed) =
+                crate::kernels::cpu::bf16_rms_norm::rms_norm(&xs, &scale, self.eps)?
+            {
                 return Ok(normed);
             }
         }

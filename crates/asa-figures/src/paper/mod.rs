@@ -7,7 +7,7 @@ pub mod checks;
 pub mod layout;
 pub mod lm_eval;
 pub mod method;
-pub mod render;
+pub mod typeset;
 pub mod runs;
 pub mod values;
 

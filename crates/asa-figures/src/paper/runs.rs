@@ -207,24 +207,28 @@ impl RunSet {
     pub fn add_option(&mut self, input: Input, arg: &str) -> Result<()> {
         let flag = input.flag();
         let (key, path) = arg.split_once('=').ok_or_else(|| {
-            Error::usage(format!(
-                "{flag} takes SIZE/METHOD=PATH (e.g. {flag} 1B/baseline=...), got `{arg}`"
-            ))
+            Error::option(
+                flag,
+                format!("takes SIZE/METHOD=PATH (e.g. {flag} 1B/baseline=...), got `{arg}`"),
+            )
         })?;
         let (size, method) = key.split_once('/').ok_or_else(|| {
-            Error::usage(format!(
-                "{flag} {arg}: the run is SIZE/METHOD (e.g. 1B/affine_scaled)"
-            ))
+            Error::option(
+                flag,
+                format!("{arg}: the run is SIZE/METHOD (e.g. 1B/affine_scaled)"),
+            )
         })?;
         if size.trim().is_empty() || method.trim().is_empty() || path.is_empty() {
-            return Err(Error::usage(format!(
-                "{flag} {arg}: size, method and path must all be given"
-            )));
+            return Err(Error::option(
+                flag,
+                format!("{arg}: size, method and path must all be given"),
+            ));
         }
         if key.chars().any(char::is_control) {
-            return Err(Error::usage(format!(
-                "{flag} {arg:?}: the size or method has a control character"
-            )));
+            return Err(Error::option(
+                flag,
+                format!("{arg:?}: the size or method has a control character"),
+            ));
         }
         let given = method.to_string();
         let method = Method::parse(method);

@@ -8,9 +8,9 @@ use super::checks;
 use super::lm_eval::{self, LmEvalResults};
 use super::runs::{open_checkpoint, PaperRun, RunSet};
 use asa_core::error::{Error, Result};
-use asa_tables::export::{read_table, Column, Table};
 use asa_logs::stats::series::Sample;
 use asa_logs::stats::{load_runs, LogRequest, RunSpec, StepWindow};
+use asa_tables::export::{read_table, Column, Table};
 
 /// A zero-shot task of the paper's tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,9 +120,10 @@ impl ValueOptions {
         let mut chosen: BTreeMap<String, String> = set.accuracy.clone();
         for a in accuracy {
             let (task, metric) = a.split_once('=').ok_or_else(|| {
-                Error::usage(format!(
-                    "--accuracy takes TASK=METRIC (e.g. piqa=acc_norm), got `{a}`"
-                ))
+                Error::option(
+                    "--accuracy",
+                    format!("takes TASK=METRIC (e.g. piqa=acc_norm), got `{a}`"),
+                )
             })?;
             chosen.insert(task.to_string(), metric.to_string());
         }
@@ -135,9 +136,10 @@ impl ValueOptions {
         }
         let loss_window = loss_window.or(set.loss_window).unwrap_or(100);
         if loss_window < 1 {
-            return Err(Error::usage(format!(
-                "--loss-window must be at least 1 step, got {loss_window}"
-            )));
+            return Err(Error::option(
+                "--loss-window",
+                format!("must be at least 1 step, got {loss_window}"),
+            ));
         }
         Ok(ValueOptions {
             loss_window,

@@ -165,7 +165,8 @@ impl Results {
 /// still draw every figure).
 fn run_models(dir: &Path) -> (BTreeMap<String, String>, BTreeMap<String, i64>) {
     let (mut variants, mut seq_lens) = (BTreeMap::new(), BTreeMap::new());
-    let Ok(text) = asa_core::input::read_text(&dir.join("run.json"), asa_core::input::JSON_RECORD) else {
+    let Ok(text) = asa_core::input::read_text(&dir.join("run.json"), asa_core::input::JSON_RECORD)
+    else {
         return (variants, seq_lens);
     };
     let Ok(run) = serde_json::from_str::<RunRecord>(&text) else {

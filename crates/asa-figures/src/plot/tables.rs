@@ -9,7 +9,7 @@ use asa_logs::stats::num;
 
 /// A run or metric name as a Markdown table cell (escaped as the paper's tables escape it).
 fn name_cell(v: Option<&str>) -> String {
-    crate::paper::render::markdown_cell(v.unwrap_or("-"))
+    crate::paper::typeset::markdown_cell(v.unwrap_or("-"))
 }
 
 fn cell(v: Option<f64>) -> String {

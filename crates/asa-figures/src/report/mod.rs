@@ -10,9 +10,9 @@ pub mod quantise;
 
 use std::path::{Path, PathBuf};
 
+use crate::plot::data::Results;
 use asa_analysis::analysis::record::RunRecord;
 use asa_core::error::{Error, Result};
-use crate::plot::data::Results;
 pub use payload::Folder;
 
 const TEMPLATE: &str = include_str!("page.html");

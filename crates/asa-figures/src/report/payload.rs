@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use base64::Engine;
 use serde_json::{json, Map, Value};
 
+use crate::plot::data::Results;
 use asa_analysis::analysis::record::RunRecord;
 use asa_core::error::{Error, Result};
 use asa_tables::export::{Column, Table};
-use crate::plot::data::Results;
 
 /// One results folder as the report names it: its path and its run.json, when it has one.
 #[derive(Debug, Clone)]

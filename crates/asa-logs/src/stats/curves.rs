@@ -94,9 +94,10 @@ pub fn requested_metrics(named: &[String]) -> (Vec<String>, bool) {
 /// Refuses an EMA weight outside [0, 1).
 pub fn check_ema(ema: Option<f64>) -> Result<()> {
     match ema {
-        Some(w) if !(0.0..1.0).contains(&w) => Err(Error::usage(format!(
-            "--ema takes a smoothing weight in [0, 1), e.g. 0.9; got {w}"
-        ))),
+        Some(w) if !(0.0..1.0).contains(&w) => Err(Error::option(
+            "--ema",
+            format!("takes a smoothing weight in [0, 1), e.g. 0.9; got {w}"),
+        )),
         _ => Ok(()),
     }
 }

@@ -5,11 +5,11 @@
 use serde::Serialize;
 
 use super::cols;
-use asa_core::robust::moments;
 use super::runs::RunSeries;
 use super::window::StepWindow;
 use super::{num, Quality};
 use asa_core::error::{Error, Result};
+use asa_core::robust::moments;
 use asa_tables::export::{schema, Table};
 
 /// One row of `grad_stats` (SPEC section 6), plus data-quality columns.

@@ -5,11 +5,11 @@
 
 use serde::Serialize;
 
-use asa_core::robust::{mad, median};
 use super::runs::RunSeries;
 use super::window::StepWindow;
 use super::{cols, num, Quality};
 use asa_core::error::{Error, Result};
+use asa_core::robust::{mad, median};
 use asa_tables::export::{schema, Table};
 
 /// One row of `spikes` (SPEC section 6): one run and one k.
@@ -67,12 +67,16 @@ pub struct SpikeStep {
 /// that is not a positive number.
 pub fn check_options(ks: &[f64], mad_scale: f64) -> Result<()> {
     if ks.is_empty() || ks.iter().any(|k| !k.is_finite() || *k < 0.0) {
-        return Err(Error::usage("--k takes non-negative numbers, e.g. --k 6,9"));
+        return Err(Error::option(
+            "--k",
+            "takes non-negative numbers, e.g. --k 6,9",
+        ));
     }
     if !(mad_scale.is_finite() && mad_scale > 0.0) {
-        return Err(Error::usage(format!(
-            "--mad-scale must be a positive number, got {mad_scale}"
-        )));
+        return Err(Error::option(
+            "--mad-scale",
+            format!("must be a positive number, got {mad_scale}"),
+        ));
     }
     Ok(())
 }

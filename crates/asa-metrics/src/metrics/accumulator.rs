@@ -11,8 +11,8 @@ use super::results::ModelMetrics;
 use super::{MetricOptions, VariantTraits};
 use asa_core::error::Result;
 pub use asa_engine::hooks::row_pass::QkSums;
-use asa_engine::kernels::row_table::{Column, KeyBlocks, RowWants};
 use asa_engine::hooks::{BlockCtx, Hook, KeyWindow};
+use asa_engine::kernels::row_table::{Column, KeyBlocks, RowWants};
 
 /// What an accumulator reads. The probe asks the kernels for the union of every
 /// accumulator's needs.
@@ -286,7 +286,8 @@ pub trait SaveState {
 
 impl<T: serde::Serialize> SaveState for T {
     fn state(&self) -> Result<Vec<u8>> {
-        rmp_serde::to_vec(self).map_err(|e| asa_core::error::Error::failed("saving a metric state", e))
+        rmp_serde::to_vec(self)
+            .map_err(|e| asa_core::error::Error::failed("saving a metric state", e))
     }
 }
 

@@ -17,9 +17,9 @@ use super::results::{MetricResult, ModelMetrics};
 use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use asa_core::error::Result;
-use asa_tables::export::{schema, Column};
-use asa_engine::kernels::row_table::{KeyBlocks, RowWants};
 use asa_engine::hooks::KeyWindow;
+use asa_engine::kernels::row_table::{KeyBlocks, RowWants};
+use asa_tables::export::{schema, Column};
 
 /// The cells of one layer that hold a visible pair: query block a sees the key blocks
 /// `first[a] ..= a` (the keys its queries see are one run, from the first key of its

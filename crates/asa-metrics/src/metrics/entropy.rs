@@ -7,8 +7,8 @@ use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::tables::TableRows;
 use super::Metric;
-use asa_engine::kernels::row_table::{RowWants, ENTROPY};
 use asa_core::parse_error::ParseError;
+use asa_engine::kernels::row_table::{RowWants, ENTROPY};
 
 use super::layer_stat::{head_means, LayerStat};
 use super::rows::{Pool, RowAccumulator};
@@ -171,8 +171,8 @@ impl MetricResult for EntropyResult {
 #[cfg(test)]
 mod tests {
     use asa_engine::hooks::row_pass::weight_rows;
-    use asa_engine::kernels::row_table::{RowWants, ENTROPY};
     use asa_engine::hooks::KeyWindow;
+    use asa_engine::kernels::row_table::{RowWants, ENTROPY};
     use candle_core::{Device, Tensor};
 
     #[test]

@@ -137,10 +137,10 @@ impl MetricResult for InductionResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use asa_engine::kernels::row_table::BANDS;
-    use asa_engine::hooks::{BlockCtx, KeyWindow};
     use crate::metrics::accumulator::{BlockEvent, Rows};
     use crate::metrics::block_pools::{pool_host, PoolShape};
+    use asa_engine::hooks::{BlockCtx, KeyWindow};
+    use asa_engine::kernels::row_table::BANDS;
 
     #[test]
     fn only_the_second_copys_band_is_averaged() {

@@ -13,8 +13,8 @@ use super::results::{MetricResult, ModelMetrics};
 use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use asa_core::error::Result;
-use asa_tables::export::{schema, Column, Table};
 use asa_engine::hooks::KeyWindow;
+use asa_tables::export::{schema, Column, Table};
 
 /// Per (layer, head, key): the received weight summed over sequences, and the sequences seen.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

@@ -15,13 +15,13 @@ use super::registry::REGISTRY;
 use super::results::ModelMetrics;
 use super::rows::to_host;
 use super::{Metric, MetricOptions, VariantTraits};
-use asa_engine::kernels::cpu::host::with_cpu_f32;
 use asa_core::error::{Error, Result};
+use asa_core::profile::phase;
 use asa_engine::hooks::blocks::with_column;
 use asa_engine::hooks::row_pass::{weight_rows, weight_table_on_device};
-use asa_engine::kernels::row_table::{Column, RowWants, QK_ABS_SUM, QK_SUM, SINK_MASS};
 use asa_engine::hooks::{BlockCtx, Hook, Kernel, KeyWindow, Probe};
-use asa_core::profile::phase;
+use asa_engine::kernels::cpu::host::with_cpu_f32;
+use asa_engine::kernels::row_table::{Column, RowWants, QK_ABS_SUM, QK_SUM, SINK_MASS};
 
 /// Why a saved [`ProbeState`] does not make a probe again.
 #[derive(Debug, thiserror::Error)]
@@ -680,13 +680,13 @@ mod tests {
     //! copied at the layer's end) run on the CPU against the host path (tables pooled on
     //! the host as they come).
     use super::*;
-    use asa_engine::hooks::blocks::query_blocks;
-    use asa_engine::kernels::row_table::{QK_ABS_SUM, QK_SUM, SINK_MASS};
     use crate::metrics::distance::Bands;
     use crate::metrics::entropy::{EntropyOf, EntropyResult};
     use crate::metrics::first_token::SinkRate;
     use crate::metrics::qk_mean::QkResult;
     use crate::metrics::{Metric, PerHead};
+    use asa_engine::hooks::blocks::query_blocks;
+    use asa_engine::kernels::row_table::{QK_ABS_SUM, QK_SUM, SINK_MASS};
     use candle_core::Device;
     use serde_json::Value;
 

@@ -10,8 +10,8 @@ use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::tables::{decade_bins, floats, ints, strs, TableRows};
 use super::Metric;
-use asa_tables::export::schema;
 use asa_engine::hooks::Hook;
+use asa_tables::export::schema;
 use candle_core::{DType, Tensor, D};
 
 use asa_core::error::Result;

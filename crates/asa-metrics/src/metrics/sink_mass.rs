@@ -63,11 +63,11 @@ impl Accumulator for SinkMass {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use asa_engine::kernels::row_table::BANDS;
-    use asa_engine::hooks::BlockCtx;
-    use asa_engine::hooks::KeyWindow;
     use crate::metrics::accumulator::{BlockEvent, Rows};
     use crate::metrics::block_pools::{pool_host, PoolShape};
+    use asa_engine::hooks::BlockCtx;
+    use asa_engine::hooks::KeyWindow;
+    use asa_engine::kernels::row_table::BANDS;
 
     #[test]
     fn sink_mass_is_the_mean_over_counted_queries_per_head() {

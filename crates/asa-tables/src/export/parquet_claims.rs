@@ -11,7 +11,7 @@ use polars_parquet::parquet::metadata::{ColumnChunkMetadata, FileMetadata};
 use polars_parquet_format::thrift::protocol::TCompactInputProtocol;
 use polars_parquet_format::{PageHeader, PageType};
 
-use asa_core::error::{Error, Result};
+use asa_core::error::{Error, InputKind, Result};
 
 /// Bytes a decoded cell takes in the crate's [`super::Table`] (an `Option<f64>`, or a
 /// string's pointer, length and capacity): what a claimed row count costs in memory.
@@ -36,8 +36,9 @@ pub enum Decoded {
 /// available. A count that disagrees is an error naming the file and the count.
 pub fn check(path: &Path, file: &mut std::fs::File, decoded: Decoded) -> Result<()> {
     let length = file.metadata().map_err(|e| Error::io(path, e))?.len();
-    let metadata = polars_parquet::parquet::read::read_metadata(file)
-        .map_err(|e| Error::invalid(path, "cannot read Parquet table", e))?;
+    let metadata = polars_parquet::parquet::read::read_metadata(file).map_err(|e| {
+        Error::invalid(path, "cannot read Parquet table", e).about(InputKind::Table)
+    })?;
     let damaged = |what: String| Error::table(path, format!("damaged Parquet table: {what}"));
     // polars decodes each row group by its own row count, whatever the footer's total says
     let rows = metadata
@@ -237,8 +238,8 @@ fn check_page(header: &PageHeader, remaining: i64, free: u64) -> std::result::Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use asa_core::error::{ErrorKind, InputKind};
     use crate::export::{write_table, Column, Format, Table};
+    use asa_core::error::{ErrorKind, InputKind};
     use polars_parquet_format::thrift::protocol::TCompactOutputProtocol;
 
     /// A table of `rows` rows in Parquet, its path and its bytes.

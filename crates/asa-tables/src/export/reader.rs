@@ -14,7 +14,7 @@ use polars::prelude::{
 
 use super::parquet_claims::Decoded;
 use super::table::{Column, Table};
-use asa_core::error::{Error, Result};
+use asa_core::error::{Error, InputKind, Result};
 
 /// Reads `path` (`.csv` or `.parquet`) into a [`Table`] named after the file stem.
 pub fn read_table(path: &Path) -> Result<Table> {
@@ -28,9 +28,9 @@ pub fn read_table(path: &Path) -> Result<Table> {
             let mut file = asa_core::input::open(path)?;
             super::damaged::read_guarded(path, "cannot read Parquet table", || {
                 super::parquet_claims::check(path, &mut file, Decoded::Whole)?;
-                ParquetReader::new(file)
-                    .finish()
-                    .map_err(|e| Error::invalid(path, "cannot read Parquet table", e))
+                ParquetReader::new(file).finish().map_err(|e| {
+                    Error::invalid(path, "cannot read Parquet table", e).about(InputKind::Table)
+                })
             })?
         }
         _ => {
@@ -85,7 +85,7 @@ fn read_csv(path: &Path) -> Result<DataFrame> {
         .with_infer_schema_length(None)
         .into_reader_with_file_handle(file)
         .finish()
-        .map_err(|e| Error::invalid(path, "cannot read CSV table", e))
+        .map_err(|e| Error::invalid(path, "cannot read CSV table", e).about(InputKind::Table))
 }
 
 /// Refuses a CSV whose last line has no newline: a table is written whole, so a file that
@@ -126,8 +126,9 @@ fn check_last_line(path: &Path, file: &mut std::fs::File) -> Result<()> {
 }
 
 fn convert(col: &PlColumn, path: &Path) -> Result<Column> {
-    let fail =
-        |e: polars::prelude::PolarsError| Error::invalid(path, format!("column {}", col.name()), e);
+    let fail = |e: polars::prelude::PolarsError| {
+        Error::invalid(path, format!("column {}", col.name()), e).about(InputKind::Table)
+    };
     let dtype = col.dtype();
     if dtype.is_integer() {
         let c = col.cast(&DataType::Int64).map_err(fail)?;

@@ -7,7 +7,7 @@ use std::path::Path;
 use polars::prelude::{DataFrame, DataType, ParquetReader, SerReader};
 
 use super::parquet_claims::Decoded;
-use asa_core::error::{Error, Result};
+use asa_core::error::{Error, InputKind, Result};
 
 /// Rows read from the file at once: bounds the memory a read takes whatever the table's size.
 const SLICE_ROWS: usize = 1 << 20;
@@ -53,7 +53,7 @@ pub fn for_each_row(
     mut row: impl FnMut(&[Cell<'_>]) -> Result<()>,
 ) -> Result<()> {
     let open = || std::fs::File::open(path).map_err(|e| Error::io(path, e));
-    let fail = |e| Error::invalid(path, "cannot read Parquet table", e);
+    let fail = |e| Error::invalid(path, "cannot read Parquet table", e).about(InputKind::Table);
     let guarded = |read: &mut dyn FnMut() -> Result<DataFrame>| {
         super::damaged::read_guarded(path, "cannot read Parquet table", read)
     };
@@ -123,7 +123,9 @@ impl Values {
 }
 
 fn typed(frame: &DataFrame, name: &str, path: &Path) -> Result<Values> {
-    let fail = |e: polars::prelude::PolarsError| Error::invalid(path, format!("column {name}"), e);
+    let fail = |e: polars::prelude::PolarsError| {
+        Error::invalid(path, format!("column {name}"), e).about(InputKind::Table)
+    };
     let col = frame.column(name).map_err(fail)?;
     let dtype = col.dtype();
     Ok(if dtype.is_integer() {

@@ -11,8 +11,8 @@ use super::task::*;
 use crate::attention::cpu_affine::{affine_weight, beta};
 use crate::attention::cpu_softmax::exp_row;
 use crate::attention::variant::BetaLength;
-use crate::kernels::cpu::host::lane_sum;
 use crate::hooks::row_pass::{clamped_entropy_sums, EntropySums};
+use crate::kernels::cpu::host::lane_sum;
 use crate::kernels::row_table::RowWants;
 use crate::simd_dispatch;
 

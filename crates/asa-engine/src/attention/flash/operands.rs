@@ -9,9 +9,9 @@ use super::affine::*;
 use super::logits::*;
 use crate::kernels::cpu::bf16_panels::PackedWeight;
 use crate::kernels::cpu::host::with_cpu_f32;
-use asa_core::error::Result;
+pub use crate::kernels::qkv::{Qkv, QueryBlock};
 use crate::kernels::KeyWindow;
-pub use crate::kernels::operands::{Qkv, QueryBlock};
+use asa_core::error::Result;
 
 /// Keys per tile. With [`ROWS_PER_TASK`] rows, a tile's logits and weights (384 KB each)
 /// and its key and value tiles stay within a core's L2 and L3 share; measured best of 256,

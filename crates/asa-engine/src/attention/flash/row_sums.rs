@@ -7,8 +7,8 @@ use std::mem::MaybeUninit;
 use super::logits::*;
 use super::task::*;
 use crate::attention::cpu_softmax::exp_row;
-use crate::kernels::cpu::host::{lane_max, lane_sum, lane_sum_max};
 use crate::hooks::row_pass::{band_keys, qk_row, EntropySums};
+use crate::kernels::cpu::host::{lane_max, lane_sum, lane_sum_max};
 use crate::kernels::row_table::{
     KeyBlocks, RowWants, BANDS, ENTROPY, FIRST, QK_ABS_SUM, QK_SUM, SINK_MASS, SUM,
 };

@@ -2,10 +2,10 @@
 
 use super::*;
 use crate::attention::variant::BetaLength;
+use crate::hooks::KeyWindow;
 use crate::kernels::row_table::{
     KeyBlocks, RowWants, BANDS, ENTROPY, FIRST, QK_ABS_SUM, QK_SUM, SINK_MASS, SUM,
 };
-use crate::hooks::KeyWindow;
 
 /// Deterministic values in [-scale, scale).
 fn values(len: usize, seed: usize, scale: f32) -> Vec<f32> {

@@ -9,8 +9,8 @@ use candle_core::{DType, Device, Storage, Tensor};
 use half::bf16;
 use rayon::prelude::*;
 
-use asa_core::error::Result;
 use crate::simd_dispatch;
+use asa_core::error::Result;
 
 /// Values per task.
 const CHUNK: usize = 1 << 14;

@@ -11,8 +11,8 @@ use super::bf16_gemm::matmul;
 use super::bf16_panels::{round_row, PackedWeight};
 use super::bf16_row_tiles::RowTiles;
 use super::fast_math::exp;
-use asa_core::error::Result;
 use crate::simd_dispatch;
+use asa_core::error::Result;
 
 /// Values per task (and per f32 scratch row).
 const CHUNK: usize = 1 << 14;

@@ -13,10 +13,10 @@ use candle_core::{DType, Layout, Storage, Tensor};
 
 use super::rows::{band_table, BandTable};
 use super::{device_tensor, with_cuda_storage};
-use crate::kernels::operands::{Qkv, QueryBlock};
 use crate::kernels::beta_length::BetaLength;
-use asa_core::error::{Error, Result};
+use crate::kernels::qkv::{Qkv, QueryBlock};
 use crate::kernels::row_table::RowWants;
+use asa_core::error::{Error, Result};
 
 /// PTX of `flash.cu`.
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/asa_flash.ptx"));

@@ -6,8 +6,8 @@ use candle_core::op::BackpropOp;
 use candle_core::{CudaStorage, Storage, Tensor};
 
 use super::{kernel, with_cuda_f32};
-use asa_core::error::Result;
 use crate::kernels::row_table::{RowWants, MAX_BANDS};
+use asa_core::error::Result;
 
 /// Threads per launched block (`THREADS` in kernels.cu).
 const THREADS: u32 = 256;

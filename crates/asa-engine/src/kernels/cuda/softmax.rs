@@ -8,8 +8,8 @@ use candle_core::{DType, Tensor};
 
 use super::rows::{band_table, config, grouped, BandTable};
 use super::{device_tensor, kernel, with_cuda_f32, with_cuda_storage};
-use asa_core::error::Result;
 use crate::kernels::row_table::RowWants;
+use asa_core::error::Result;
 
 /// Shapes and settings of one launch.
 struct Launch {

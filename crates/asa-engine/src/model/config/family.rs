@@ -4,14 +4,13 @@
 //! `families/`; [`super::families::FAMILIES`] lists them. How a family reads GGUF files is
 //! one more such value, [`GgufRules`] (`gguf`).
 
-pub(crate) mod gguf;
+pub(crate) mod gguf_rules;
 
 use std::path::Path;
 
 use super::raw::RawConfig;
 use super::GemmaSettings;
 use crate::attention::latent::LatentShape;
-use asa_core::error::Result;
 use crate::model::attention_layers::AttentionLayers;
 use crate::model::experts::{DenseSizes, Experts, RawExperts};
 use crate::model::layout::Layout;
@@ -19,7 +18,8 @@ use crate::model::mixers::Mixer;
 use crate::model::multipliers::Multipliers;
 use crate::model::sliding_window::WindowRule;
 use crate::nn::rope::RopeConfig;
-pub(crate) use gguf::{
+use asa_core::error::Result;
+pub(crate) use gguf_rules::{
     Assembled, GgufRules, NameTable, Piece, Pieces, StoredLayer, StoredTensor, Undo,
 };
 

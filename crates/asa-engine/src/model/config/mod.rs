@@ -22,7 +22,7 @@
 //! Nothing else names a family: the supported list in errors, `inspect`, the built-in
 //! weight maps and the loader read the table. A new layout, MLP or norm kind (a new
 //! [`Layout`](crate::model::layout::Layout) field) is a separate step. GGUF support is
-//! the family's `gguf` rules (`family/gguf.rs`: `..llama::gguf_rules("<llama.cpp
+//! the family's `gguf` rules (`family/gguf_rules.rs`: `..llama::gguf_rules("<llama.cpp
 //! architecture>")` with what differs); a hybrid's other mixers are its `mixers`, each a
 //! file of `crate::mixer`.
 
@@ -47,9 +47,9 @@ use super::experts::Experts;
 use super::layout::Layout;
 use super::sliding_window::SlidingWindow;
 use crate::attention::{AffineConfig, ScaleInvariantConfig, Variant, VariantKind};
-use asa_core::error::{Error, Result};
 pub use crate::nn::rope::RopeConfig;
 pub use crate::nn::rope::{PRopeSpacing, RopeScaling};
+use asa_core::error::{Error, InputKind, Result};
 
 /// An architecture the loader implements (`model_type`): one of [`families::FAMILIES`].
 #[derive(Clone, Copy)]
@@ -273,13 +273,14 @@ impl ModelConfig {
     /// Reads and resolves `dir/config.json`.
     pub fn from_dir(dir: &Path) -> Result<Self> {
         let path = dir.join("config.json");
-        let text =
-            asa_core::input::read_text(&path, asa_core::input::JSON_RECORD).map_err(|e| match e {
+        let text = asa_core::input::read_text(&path, asa_core::input::JSON_RECORD).map_err(
+            |e| match e {
                 Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
                     Error::checkpoint(&path, "missing config.json")
                 }
                 e => e,
-            })?;
+            },
+        )?;
         Self::from_json(&text, &path)
     }
 
@@ -293,8 +294,9 @@ impl ModelConfig {
             return raw.resolve(path);
         }
         // a multimodal checkpoint: its text model
-        let value: Value = serde_json::from_str(text)
-            .map_err(|e| Error::invalid(path, "invalid config.json", e))?;
+        let value: Value = serde_json::from_str(text).map_err(|e| {
+            Error::invalid(path, "invalid config.json", e).about(InputKind::Checkpoint)
+        })?;
         let text = crate::model::multimodal::text_config(&value, path)?.unwrap_or(value);
         let raw: RawConfig = serde_path_to_error::deserialize(text)
             .map_err(|e| field_error(path, "invalid config.json text_config", e))?;

@@ -6,7 +6,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::Value;
 
-use asa_core::error::{Error, Result};
+use asa_core::error::{Error, InputKind, Result};
 
 /// Serde mirror of config.json: everything optional, unknown fields ignored.
 #[derive(Debug, Deserialize, Default)]
@@ -163,8 +163,9 @@ pub(crate) fn field_error(
     let field = error.path().to_string();
     let inner = error.into_inner();
     match field.as_str() {
-        "." => Error::invalid(path, what, inner),
-        _ => Error::invalid(path, format!("{what}: field `{field}`"), inner),
+        "." => Error::invalid(path, what, inner).about(InputKind::Checkpoint),
+        _ => Error::invalid(path, format!("{what}: field `{field}`"), inner)
+            .about(InputKind::Checkpoint),
     }
 }
 

@@ -11,10 +11,10 @@ use super::family::{Biases, Family};
 use super::raw::{RawAffine, RawConfig, RawScaleInvariant};
 use super::{Architecture, ModelConfig, VariantSettings};
 use crate::attention::{Activation, AffineConfig, BetaLength, ScaleInvariantConfig, VariantKind};
-use asa_core::error::{Error, Result};
 use crate::model::experts::{DenseSizes, Experts, RawExperts};
 use crate::model::mixers::Mixer;
 use crate::model::sliding_window::{RawWindow, SlidingWindow};
+use asa_core::error::{Error, Result};
 
 /// More layers, or heads, than any model has (the deepest have a few hundred layers, the
 /// widest a few hundred heads).

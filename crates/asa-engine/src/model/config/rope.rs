@@ -8,9 +8,9 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::raw::{float_field, positive, RawConfig};
-use asa_core::error::{Error, Result};
 use crate::nn::rope::{rotated_dims, RopeConfig};
 use crate::nn::rope::{PRopeSpacing, RopeScaling};
+use asa_core::error::{Error, Result};
 
 impl RawConfig {
     /// RoPE from transformers 5 `rope_parameters` or older `rope_theta` + `rope_scaling`.

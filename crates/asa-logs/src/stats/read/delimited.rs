@@ -10,9 +10,9 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use super::{list_names, parse_step, parse_value, LogFile, LogFormat, LogRequest, Matcher};
-use asa_core::error::{Error, Result};
 use crate::stats::metric;
 use crate::stats::series::{Observation, RawSeries};
+use asa_core::error::{Error, InputKind, Result};
 
 /// One column to extract.
 struct Target {
@@ -414,6 +414,7 @@ fn csv_error(path: &Path, e: csv::Error) -> Error {
         csv::ErrorKind::Utf8 { .. } => {
             Error::training_log(path, format!("{line}not valid UTF-8 text"))
         }
-        _ => Error::invalid(path, format!("{line}cannot parse as CSV"), e),
+        _ => Error::invalid(path, format!("{line}cannot parse as CSV"), e)
+            .about(InputKind::TrainingLog),
     }
 }

@@ -13,9 +13,9 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::{Collector, LogFile, LogFormat, LogRequest, Matcher};
-use asa_core::error::{Error, Result};
 use crate::stats::metric;
 use crate::stats::series::Observation;
+use asa_core::error::{Error, InputKind, Result};
 
 /// Streaming state shared by the line and the whole-document paths.
 struct State<'a> {
@@ -104,8 +104,10 @@ impl State<'_> {
             if text.is_empty() {
                 continue;
             }
-            let value: Value = serde_json::from_str(&python_literals(text))
-                .map_err(|e| Error::invalid(path, format!("line {number}: not valid JSON"), e))?;
+            let value: Value = serde_json::from_str(&python_literals(text)).map_err(|e| {
+                Error::invalid(path, format!("line {number}: not valid JSON"), e)
+                    .about(InputKind::TrainingLog)
+            })?;
             self.object(&value, &format!("line {number}"))?;
         }
     }

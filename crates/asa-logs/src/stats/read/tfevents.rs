@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use prost::Message;
 
 use super::{Collector, LogFile, LogFormat, LogRequest, Matcher};
-use asa_core::error::{Error, Result};
 use crate::stats::series::Observation;
+use asa_core::error::{Error, InputKind, Result};
 
 /// `tensorflow.Event`, the fields scalars need.
 #[derive(Clone, PartialEq, Message)]
@@ -228,7 +228,7 @@ pub(super) fn read(path: &Path, request: &LogRequest) -> Result<LogFile> {
                 let at = reader.record_start;
                 let what =
                     format!("corrupt event file: record at byte {at} is not a tensorflow.Event");
-                Error::invalid(file, what, e)
+                Error::invalid(file, what, e).about(InputKind::TrainingLog)
             })?;
             let Some(summary) = event.summary else {
                 continue;

@@ -22,13 +22,13 @@ use serde_json::Value;
 
 use super::llama;
 use crate::attention::latent::LatentShape;
-use asa_core::error::{Error, Result};
 use crate::model::config::family::{Assembled, Biases, Family, GgufRules, NameTable, Ropes};
 use crate::model::config::{float_field, positive_or_null, RawConfig};
 use crate::model::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
 use crate::model::gguf_config::{metadata_bool, Dims, Meta, TensorFacts};
 use crate::model::layout::{Layout, QkvLayout};
 use crate::nn::{RopePairs, Routing};
+use asa_core::error::{Error, Result};
 
 pub(crate) const FAMILY: Family = Family {
     name: "deepseek_v3",

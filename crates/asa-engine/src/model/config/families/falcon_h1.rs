@@ -19,13 +19,13 @@ use super::granitemoehybrid::{
     mamba2_gguf_keys, mamba2_shape, undo_mamba2, GGUF_MAMBA2_BLOCKS, GGUF_MAMBA2_WHOLE,
 };
 use super::llama;
-use asa_core::error::{Error, Result};
 use crate::mixer::Mamba2Gate;
 use crate::model::config::family::{Family, GgufRules};
 use crate::model::config::RawConfig;
 use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 use crate::model::mixers::Mixer;
 use crate::model::multipliers::Multipliers;
+use asa_core::error::{Error, Result};
 
 pub(crate) const FAMILY: Family = Family {
     name: "falcon_h1",

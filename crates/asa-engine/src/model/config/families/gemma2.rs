@@ -7,13 +7,13 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use super::llama;
-use asa_core::error::{Error, Result};
 use crate::model::config::family::{Family, GgufRules, NameTable, StoredTensor, Undo};
 use crate::model::config::raw::positive;
 use crate::model::config::{GemmaSettings, RawConfig};
 use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 use crate::model::layout::{Layout, MlpKind, NormKind};
 use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
+use asa_core::error::{Error, Result};
 
 pub(crate) const FAMILY: Family = Family {
     name: "gemma2",

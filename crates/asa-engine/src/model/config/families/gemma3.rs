@@ -9,12 +9,12 @@ use candle_core::quantized::gguf_file::Value as GgufValue;
 use serde_json::{json, Value};
 
 use super::{gemma2, llama, qwen3};
-use asa_core::error::{Error, Result};
 use crate::model::config::family::{Family, GgufRules, Ropes};
 use crate::model::config::{GemmaSettings, RawConfig};
 use crate::model::gguf_config::{short, Dims, Meta, TensorFacts};
 use crate::model::sliding_window::{WindowLayers, WindowRule};
 use crate::nn::rope::RopeConfig;
+use asa_core::error::{Error, Result};
 
 pub(crate) const FAMILY: Family = Family {
     name: "gemma3_text",

@@ -21,11 +21,11 @@ use super::deepseek_v3::{
     GGUF_STACKED_EXPERTS,
 };
 use super::{llama, qwen3};
-use asa_core::error::Result;
 use crate::model::config::family::{Biases, Family, GgufRules, Ropes};
 use crate::model::config::RawConfig;
 use crate::model::experts::{DenseSizes, Experts, RawExperts};
 use crate::model::gguf_config::{Dims, Meta, TensorFacts};
+use asa_core::error::Result;
 
 pub(crate) const FAMILY: Family = Family {
     name: "glm4_moe",

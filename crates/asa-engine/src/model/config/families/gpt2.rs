@@ -6,11 +6,11 @@ use std::path::Path;
 use serde_json::json;
 
 use super::{llama, phi3};
-use asa_core::error::{Error, Result};
 use crate::model::config::family::{Biases, Family, GgufRules, NameTable, StoredTensor, Undo};
 use crate::model::config::RawConfig;
 use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 use crate::model::layout::{Layout, MlpKind, NormKind, QkvLayout};
+use asa_core::error::{Error, Result};
 
 pub(crate) const FAMILY: Family = Family {
     name: "gpt2",

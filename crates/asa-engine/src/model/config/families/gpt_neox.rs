@@ -4,11 +4,11 @@
 use serde_json::json;
 
 use super::{gpt2, llama};
-use asa_core::error::Result;
 use crate::model::config::family::{Biases, Family, GgufRules, StoredTensor, Undo};
 use crate::model::config::RawConfig;
 use crate::model::gguf_config::{metadata_bool, Dims, Meta, TensorFacts};
 use crate::model::layout::{Layout, MlpKind, NormKind, QkvLayout};
+use asa_core::error::Result;
 
 pub(crate) const FAMILY: Family = Family {
     name: "gpt_neox",

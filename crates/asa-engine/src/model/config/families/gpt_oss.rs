@@ -5,13 +5,13 @@
 use std::path::Path;
 
 use super::llama;
-use asa_core::error::Result;
 use crate::model::config::family::{Biases, Family, Ropes};
 use crate::model::config::raw::positive;
 use crate::model::config::RawConfig;
 use crate::model::experts::{finite, DenseSizes, ExpertNames, Experts, RawExperts};
 use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
 use crate::nn::{ClampedGlu, Routing};
+use asa_core::error::Result;
 
 pub(crate) const FAMILY: Family = Family {
     name: "gpt_oss",

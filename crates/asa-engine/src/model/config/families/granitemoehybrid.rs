@@ -18,7 +18,6 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::llama;
-use asa_core::error::{Error, Result};
 use crate::mixer::Mamba2Gate;
 use crate::model::attention_layers::AttentionLayers;
 use crate::model::config::family::{Assembled, Family, GgufRules, NameTable, StoredTensor, Undo};
@@ -29,6 +28,7 @@ use crate::model::mixers::{Mamba2Shape, Mixer};
 use crate::model::multipliers::Multipliers;
 use crate::model::sliding_window::checked_layer_types;
 use crate::nn::Routing;
+use asa_core::error::{Error, Result};
 
 pub(crate) const FAMILY: Family = Family {
     name: "granitemoehybrid",

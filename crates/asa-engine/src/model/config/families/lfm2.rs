@@ -14,12 +14,12 @@
 use std::path::Path;
 
 use super::{llama, qwen3};
-use asa_core::error::{Error, Result};
 use crate::model::config::family::{Family, GgufRules, NameTable, Ropes, StoredTensor, Undo};
 use crate::model::config::RawConfig;
 use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 use crate::model::mixers::{Mixer, ShortConvShape};
 use crate::model::sliding_window::checked_layer_types;
+use asa_core::error::{Error, Result};
 
 pub(crate) const FAMILY: Family = Family {
     name: "lfm2",

@@ -4,9 +4,8 @@
 use std::path::Path;
 
 use crate::attention::latent::LatentShape;
-use asa_core::error::Result;
 use crate::model::attention_layers::AttentionLayers;
-use crate::model::config::family::gguf::{no_config_keys, nothing_undone};
+use crate::model::config::family::gguf_rules::{no_config_keys, nothing_undone};
 use crate::model::config::family::{
     Biases, Family, GgufRules, NameTable, Ropes, StoredTensor, Undo,
 };
@@ -17,6 +16,7 @@ use crate::model::layout::Layout;
 use crate::model::mixers::{every_layer_attention, Mixer};
 use crate::model::multipliers::Multipliers;
 use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
+use asa_core::error::Result;
 
 pub(crate) const FAMILY: Family = Family {
     name: "llama",

@@ -21,7 +21,6 @@
 use std::path::Path;
 
 use super::llama;
-use asa_core::error::{Error, Result};
 use crate::model::attention_layers::{
     no_rope_layers, AttentionLayers, ChunkedLayers, TemperatureTuning,
 };
@@ -32,6 +31,7 @@ use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 use crate::model::layout::Layout;
 use crate::model::sliding_window::checked_layer_types;
 use crate::nn::Routing;
+use asa_core::error::{Error, Result};
 
 /// The layer types Llama4TextConfig writes.
 const LAYER_TYPES: [&str; 2] = ["full_attention", "chunked_attention"];

@@ -4,10 +4,10 @@
 use std::path::Path;
 
 use super::mistral;
-use asa_core::error::Result;
 use crate::model::config::family::Family;
 use crate::model::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
 use crate::nn::Routing;
+use asa_core::error::Result;
 
 pub(crate) const FAMILY: Family = Family {
     name: "mixtral",

@@ -6,10 +6,10 @@
 use std::path::Path;
 
 use super::{gemma3, olmo2};
-use asa_core::error::Result;
 use crate::model::config::family::{Family, Ropes};
 use crate::model::config::RawConfig;
 use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
+use asa_core::error::Result;
 
 pub(crate) const FAMILY: Family = Family {
     name: "olmo3",

@@ -8,11 +8,11 @@
 use std::path::Path;
 
 use super::qwen3;
-use asa_core::error::{Error, Result};
 use crate::model::config::family::Family;
 use crate::model::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
 use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
 use crate::nn::Routing;
+use asa_core::error::{Error, Result};
 
 pub(crate) const FAMILY: Family = Family {
     name: "qwen3_moe",

@@ -20,7 +20,6 @@ use std::path::Path;
 use super::deepseek_v3::GGUF_STACKED_EXPERTS;
 use super::qwen3_moe::{qwen_experts, QwenDefaults};
 use super::{llama, qwen3};
-use asa_core::error::{Error, Result};
 use crate::model::config::family::{
     Assembled, Family, GgufRules, NameTable, Piece, Pieces, Ropes, StoredLayer, StoredTensor, Undo,
 };
@@ -30,6 +29,7 @@ use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 use crate::model::layout::{Layout, NormKind};
 use crate::model::mixers::{DeltaNetShape, Mixer};
 use crate::model::sliding_window::checked_layer_types;
+use asa_core::error::{Error, Result};
 
 pub(crate) const FAMILY: Family = Family {
     name: "qwen3_next",

@@ -11,12 +11,12 @@
 use std::path::Path;
 
 use super::llama;
-use asa_core::error::{Error, Result};
 use crate::model::attention_layers::{no_rope_layers, AttentionLayers};
 use crate::model::config::family::{Family, GgufRules, Ropes};
 use crate::model::config::RawConfig;
 use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
+use asa_core::error::{Error, Result};
 
 pub(crate) const FAMILY: Family = Family {
     name: "smollm3",

@@ -5,10 +5,10 @@
 //! Llama's (`..llama::gguf_rules("<arch>")`).
 
 use super::Family;
-use asa_core::error::Result;
 use crate::model::config::families::FAMILIES;
 use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 pub use crate::model::gguf_pieces::{Assembled, Piece, Pieces, StoredLayer};
+use asa_core::error::Result;
 
 /// llama.cpp tensor names and the loader's: (llama.cpp's, the loader's or `None` where the
 /// loader reads no such tensor).
