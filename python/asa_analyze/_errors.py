@@ -1,13 +1,17 @@
 """Python exceptions at the package's boundary: a number out of its parameter's range is a
 `UsageError` (a ValueError) naming the parameter, not the OverflowError of PyO3's
-conversion."""
+conversion; every `AsaError` has `path` and `option` (the library sets them on what it
+raises; one raised here in Python names neither)."""
 
 from __future__ import annotations
 
 import functools
 from typing import Any
 
-from ._native import UsageError
+from ._native import AsaError, UsageError
+
+AsaError.path = None
+AsaError.option = None
 
 
 def _python_errors(fn: Any) -> Any:

@@ -7,7 +7,11 @@ from ._memory_models import Memory
 
 __version__: str
 
-class AsaError(ValueError): ...
+class AsaError(ValueError):
+    path: Optional[str]
+    """The file the error is about (the input refused, or the file the OS failed on)."""
+    option: Optional[str]
+    """The option at fault, as the CLI spells it (`--bins`), where one is."""
 class Cancelled(Exception): ...
 
 class CancelToken:

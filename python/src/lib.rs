@@ -115,10 +115,13 @@ fn no_panic<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
     })
 }
 
-/// The Python exception for a library error.
+/// The Python exception for a library error, with the file and the option it is about as
+/// its `path` and `option` attributes (None where it names none).
 fn to_py(err: Error) -> PyErr {
     let line = err.report();
-    match err.kind() {
+    let path = err.path().map(|p| p.to_string_lossy().into_owned());
+    let option = err.option_name().map(str::to_owned);
+    let raised = match err.kind() {
         ErrorKind::Cancelled => Cancelled::new_err("asa-analyze run cancelled"),
         ErrorKind::Input(kind) => match kind {
             InputKind::Checkpoint => CheckpointError::new_err(line),
@@ -130,7 +133,14 @@ fn to_py(err: Error) -> PyErr {
         ErrorKind::Usage => UsageError::new_err(line),
         ErrorKind::Io => IoError::new_err(line),
         ErrorKind::Internal => AsaError::new_err(line),
-    }
+    };
+    Python::attach(|py| {
+        let value = raised.value(py);
+        // setting an attribute on a fresh exception instance cannot fail but for memory
+        let _ = value.setattr("path", path);
+        let _ = value.setattr("option", option);
+    });
+    raised
 }
 
 /// A run's token, for Python: `cancel()` from any thread stops the run it is given to

@@ -169,8 +169,9 @@ def test_block_map_and_head_role_options_as_the_cli(tmp_path):
         after = help_text.split(f"{flag} <", 1)[1]
         assert f"[default: {default}]" in after.split(" --", 1)[0], name
         assert stub_defaults[name] == default, (name, stub_defaults[name], default)
-    with pytest.raises(asa.UsageError, match="--map-size must be at least 1"):
+    with pytest.raises(asa.UsageError, match="--map-size must be at least 1") as err:
         asa.analyze(FIXTURES / "head_roles", map_size=0, **SMALL)
+    assert (err.value.option, err.value.path) == ("--map-size", None)
 
 
 def test_hub_ids_from_a_huggingface_cache(tmp_path, monkeypatch):
@@ -203,8 +204,18 @@ def test_bad_input_raises_asa_errors_with_the_clis_line(tmp_path):
     config = json.loads((bad / "config.json").read_text())
     config["num_hidden_layers"] = 0
     (bad / "config.json").write_text(json.dumps(config))
-    with pytest.raises(asa.CheckpointError, match="num_hidden_layers must be at least 1"):
+    with pytest.raises(asa.CheckpointError, match="num_hidden_layers must be at least 1") as err:
         asa.analyze(bad, **SMALL)
+    assert (Path(err.value.path).name, err.value.option) == ("config.json", None)
+    # a parser's refusal is about the same input: a CheckpointError naming the file
+    (bad / "config.json").write_text("{")
+    with pytest.raises(asa.CheckpointError, match="invalid config.json") as err:
+        asa.analyze(bad, **SMALL)
+    assert Path(err.value.path).name == "config.json"
+    # an error raised in Python names neither
+    with pytest.raises(asa.UsageError) as err:
+        asa.analyze(FIXTURES / "sink", corpus=[[0, 1.5]], **SMALL)
+    assert (err.value.path, err.value.option) == (None, None)
     log = tmp_path / "log.csv"
     log.write_text("step,loss\n1,2.0\n")
     with pytest.raises(asa.TrainingLogError, match="grad_norm"):

@@ -11,8 +11,8 @@ use super::choice::choice;
 use super::stdout::with_stdout;
 use crate::error::{Error, Result};
 use crate::export::{Format, OutputDir};
-use crate::paper::typeset::{latex, markdown, tidy};
 use crate::paper::runs::Input;
+use crate::paper::typeset::{latex, markdown, tidy};
 use crate::paper::{paper_tables, PaperTable, RunSet, ValueOptions, TASKS};
 
 /// `tables`: paper Tables 1-3.

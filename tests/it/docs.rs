@@ -161,3 +161,59 @@ fn every_documented_command_parses_with_the_clis_own_parser() {
         commands.len()
     );
 }
+
+/// The repository paths the pages name in backticks (`crates/...`, `src/...`, `tools/...`,
+/// `benches/...`, `tests/...`, `python/...`, `examples/...`), without a trailing `:line`.
+fn named_paths(text: &str) -> Vec<String> {
+    const ROOTS: [&str; 7] = [
+        "crates/",
+        "src/",
+        "tools/",
+        "benches/",
+        "tests/",
+        "python/",
+        "examples/",
+    ];
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|quoted| quoted.split(':').next().unwrap_or(quoted))
+        .filter(|p| ROOTS.iter().any(|r| p.starts_with(r)))
+        .filter(|p| !p.contains(['*', '<', '{', ' ', '$']))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_file_the_readme_and_docs_name_exists() {
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for path in named_paths(&text) {
+            checked += 1;
+            if !root().join(&path).exists() {
+                missing.push(format!("{}: {path}", page.display()));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "named but missing:\n{}",
+        missing.join("\n")
+    );
+    assert!(
+        checked >= 20,
+        "only {checked} paths found: the extraction is broken"
+    );
+}
+
+#[test]
+fn named_paths_are_the_quoted_repository_paths() {
+    let text = "see `crates/asa-core/src/error.rs:40` and `src/main.rs`, not `--out DIR`, \
+                `crates/*/Cargo.toml` or `src/<module>`";
+    assert_eq!(
+        named_paths(text),
+        ["crates/asa-core/src/error.rs", "src/main.rs"]
+    );
+}

@@ -222,6 +222,16 @@ impl Error {
         }
     }
 
+    /// The file an error is about: the input refused, or the file the OS failed on.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Error::Input { path, .. } | Error::Invalid { path, .. } | Error::Io { path, .. } => {
+                Some(path)
+            }
+            _ => None,
+        }
+    }
+
     /// The option an error is about ([`Error::option`]), if any.
     pub fn option_name(&self) -> Option<&str> {
         match self {

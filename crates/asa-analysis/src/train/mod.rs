@@ -14,9 +14,9 @@
 
 pub mod checkpoint;
 pub mod data;
+pub mod lr_schedule;
 pub mod params;
 pub mod run;
-pub mod lr_schedule;
 pub mod tokenizer;
 mod train_probe;
 
@@ -30,9 +30,9 @@ use asa_engine::attention::{Variant, VariantKind};
 use asa_engine::model::{Model, ModelConfig, WeightStore};
 use train_probe::TrainProbe;
 
+pub use lr_schedule::Schedule;
 pub use params::Arch;
 pub use run::{train, TrainOptions, TrainSummary};
-pub use lr_schedule::Schedule;
 
 /// The variants `train` accepts, for messages.
 pub const TRAINABLE: &str =

@@ -17,8 +17,8 @@ use serde_json::json;
 
 use super::checkpoint::{save, write_json};
 use super::data::{documents, TextSource, TokenStream};
-use super::params::{config_json, init_params, resolve, Arch, SplitMix64};
 use super::lr_schedule::Schedule;
+use super::params::{config_json, init_params, resolve, Arch, SplitMix64};
 use super::tokenizer::{train_bpe, BOS, EOS};
 use super::{OptimConfig, StepLog, Trainer};
 use asa_core::error::{Error, InputKind, Result};

@@ -490,6 +490,7 @@ mod cuda_tests {
             bands: vec![(0, 1), (1, 10), (10, 100), (100, usize::MAX)],
             max_logit: false,
             key_blocks: None,
+            key_sums_from: None,
         };
         let causal = KeyWindow::CAUSAL;
         let cpu_table = weight_rows(&cpu_w, q_start, causal, &wants)

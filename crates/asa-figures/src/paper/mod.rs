@@ -7,8 +7,8 @@ pub mod checks;
 pub mod layout;
 pub mod lm_eval;
 pub mod method;
-pub mod typeset;
 pub mod runs;
+pub mod typeset;
 pub mod values;
 
 pub use layout::{build_tables, paper_tables, PaperRow, PaperTable};

@@ -707,6 +707,7 @@ mod tests {
             bands: vec![(0, 1), (1, 10), (10, 100), (100, usize::MAX)],
             max_logit: true,
             key_blocks: None,
+            key_sums_from: None,
         };
         let block = QueryBlock {
             q_start: case.q_start,
@@ -739,7 +740,11 @@ mod tests {
                         "{case:?} {dtype:?} {engine:?} {name} sink {sink} affine {beta:?} rows {}",
                         wants.is_some()
                     );
-                    let (want_out, want_table) = cpu_flash::causal_attention(
+                    let cpu_flash::TileOutput {
+                        out: want_out,
+                        table: want_table,
+                        ..
+                    } = cpu_flash::causal_attention(
                         Qkv {
                             q: &q32,
                             k: &k32,
@@ -754,6 +759,7 @@ mod tests {
                         sink.then_some(sinks.as_slice()),
                         wants,
                         Tiles::default(),
+                        None,
                     )
                     .unwrap()
                     .expect("the CPU tiles take the case");

@@ -185,6 +185,7 @@ mod tests {
             bands: vec![(0, 1), (1, 10), (10, 100), (100, usize::MAX)],
             max_logit: false,
             key_blocks: None,
+            key_sums_from: None,
         };
         let sink_logits = Tensor::new(&[0.5f32, -1.0, 9.0], &cpu)
             .unwrap()
