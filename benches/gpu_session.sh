@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Everything issue 8 measures on a GPU machine, in one go (the device tool's machine: torch,
 # transformers and nvidia-smi there, no Rust). Expects the CUDA binary xz-compressed at
-# target-gpu/asa-analyze.xz and, for `unit`, the library's test binary at
-# target-gpu/lib-tests.xz (both built elsewhere by benches/pack_gpu.sh); writes reports to
+# target-gpu/asa-analyze.xz and, for `unit`, the test binaries of the crates with CUDA code
+# at target-gpu/lib-tests-*.xz (both built elsewhere by benches/pack_gpu.sh); writes reports to
 # ${OUT:-/tmp/gpu_out}.
 #
 #   bash benches/gpu_session.sh [unit] [verify] [bench] [long] [probe]
@@ -41,8 +41,11 @@ needs_model() {
 for step in $steps; do
     case $step in
     unit)
-        unpack target-gpu/lib-tests.xz /tmp/lib-tests
-        /tmp/lib-tests cuda_ 2>&1 | tee "$OUT/unit.txt" || echo "UNIT TESTS FAILED"
+        for packed in target-gpu/lib-tests-*.xz; do
+            name=$(basename "$packed" .xz)
+            unpack "$packed" "/tmp/$name"
+            "/tmp/$name" cuda_ 2>&1 | tee -a "$OUT/unit.txt" || echo "UNIT TESTS FAILED: $name"
+        done
         ;;
     verify)
         python3 benches/gpu_verify.py --asa "$ASA" --out /tmp/gpu_verify | tee "$OUT/gpu_verify.json"

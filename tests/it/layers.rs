@@ -30,13 +30,23 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The workspace crates a crate's Cargo.toml names in `[dependencies]`.
+/// The workspace crates a crate's Cargo.toml names as dependencies of its code: in
+/// `[dependencies]`, `[build-dependencies]`, a target's dependencies, or a table of their
+/// own (`[dependencies.asa-core]`); dev-dependencies are the tests' business.
 fn internal_dependencies(manifest: &str) -> Vec<String> {
     let mut in_dependencies = false;
     let mut found = Vec::new();
     for line in manifest.lines().map(str::trim) {
-        if line.starts_with('[') {
-            in_dependencies = line == "[dependencies]";
+        if let Some(header) = line.strip_prefix('[') {
+            let header = header.trim_end_matches(']');
+            let (table, named) = match header.rsplit_once("dependencies") {
+                Some((table, named)) => (table, named.trim_start_matches('.')),
+                None => ("dev-", ""),
+            };
+            in_dependencies = !table.ends_with("dev-") && named.is_empty();
+            if !table.ends_with("dev-") && CRATES.contains(&named) {
+                found.push(named.to_string());
+            }
         } else if in_dependencies {
             let name = line.split(['.', ' ', '=']).next().unwrap_or("");
             if CRATES.contains(&name) {
@@ -73,8 +83,22 @@ fn each_crate_depends_only_on_crates_below_it() {
 
 #[test]
 fn the_checker_sees_a_dependency_upwards() {
-    let manifest = "[package]\nname = \"asa-engine\"\n\n[dependencies]\nasa-core.workspace = true\nasa-metrics = { path = \"../asa-metrics\" }\ncandle-core.workspace = true\n\n[dev-dependencies]\nasa-figures.workspace = true\n";
-    assert_eq!(internal_dependencies(manifest), ["asa-core", "asa-metrics"]);
+    let manifest = "[package]\nname = \"asa-engine\"\n\n[dependencies]\nasa-core.workspace = true\n\
+        asa-metrics = { path = \"../asa-metrics\" }\ncandle-core.workspace = true\n\n\
+        [target.'cfg(unix)'.dependencies]\nasa-logs.workspace = true\n\n[build-dependencies]\n\
+        asa-tables.workspace = true\n\n[dependencies.asa-figures]\npath = \"../asa-figures\"\n\n\
+        [dev-dependencies]\nasa-analysis.workspace = true\n\n[target.'cfg(unix)'.dev-dependencies]\n\
+        asa-analysis.workspace = true\n";
+    assert_eq!(
+        internal_dependencies(manifest),
+        [
+            "asa-core",
+            "asa-metrics",
+            "asa-logs",
+            "asa-tables",
+            "asa-figures"
+        ]
+    );
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -88,17 +112,28 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// `crate::<module>` uses in a file's code: comments skipped, and nothing from its first
-/// `#[cfg(test)]` on (tests may compare a kernel with a higher layer's reference).
+/// `crate::<module>` uses in a file's code, with their line: comments skipped, and nothing
+/// from a `#[cfg(test)]` module on (tests may compare a kernel with a higher layer's
+/// reference). A use the checker cannot rank (`crate::{..}`, `super::super::..`) is
+/// returned as the module `?`.
 fn crate_uses(source: &str) -> Vec<(usize, String)> {
     let mut uses = Vec::new();
-    for (i, line) in source.lines().enumerate() {
+    let mut lines = source.lines().enumerate().peekable();
+    while let Some((i, line)) = lines.next() {
         let code = line.trim();
         if code.starts_with("#[cfg(test)]") {
-            break;
+            let next = lines.peek().map_or("", |(_, l)| l.trim());
+            if next.starts_with("mod ") || next.starts_with("pub mod ") {
+                break;
+            }
+            lines.next(); // a test-only item of one line
+            continue;
         }
         if code.starts_with("//") {
             continue;
+        }
+        if code.contains("super::super::") {
+            uses.push((i + 1, "?".to_string()));
         }
         for (at, _) in code.match_indices("crate::") {
             if code[..at].ends_with('$') {
@@ -109,7 +144,14 @@ fn crate_uses(source: &str) -> Vec<(usize, String)> {
                 .chars()
                 .take_while(|c| c.is_ascii_lowercase() || *c == '_')
                 .collect();
-            uses.push((i + 1, module));
+            uses.push((
+                i + 1,
+                if module.is_empty() {
+                    "?".into()
+                } else {
+                    module
+                },
+            ));
         }
     }
     uses
@@ -165,7 +207,12 @@ fn engine_modules_use_only_modules_below_them() {
 
 #[test]
 fn the_checker_sees_a_use_upwards_and_skips_comments_macros_and_tests() {
-    let source = "use crate::kernels::cpu;\n// crate::model in a comment\nlet x = $crate::model::f();\nuse crate::model::Model;\n#[cfg(test)]\nuse crate::model::Other;\n";
+    let source = "use crate::kernels::cpu;\n// crate::model in a comment\nlet x = $crate::model::f();\n\
+                  use crate::model::Model;\n#[cfg(test)]\nuse crate::nn::Other;\n\
+                  use crate::{attention, nn};\nuse super::super::model;\n#[cfg(test)]\nmod tests {\n\
+                  use crate::model::Fixture;\n}\n";
     let uses = crate_uses(source);
-    assert_eq!(uses, [(1, "kernels".to_string()), (4, "model".to_string())]);
+    let want = [(1, "kernels"), (4, "model"), (7, "?"), (8, "?")];
+    let want: Vec<(usize, String)> = want.iter().map(|&(l, m)| (l, m.to_string())).collect();
+    assert_eq!(uses, want);
 }

@@ -146,7 +146,7 @@ fn slurm(id: &str, env: &impl Fn(&str) -> Option<String>) -> Result<Shard> {
         value
             .trim()
             .parse()
-            .map_err(|_| Error::option(name, format!("`{value}` is not a non-negative integer")))
+            .map_err(|_| Error::usage(format!("{name} `{value}` is not a non-negative integer")))
     };
     let or = |name: &str, default: &str| Some(env(name).unwrap_or_else(|| default.into()));
     let task = number("SLURM_ARRAY_TASK_ID", Some(id.to_string()))?;

@@ -66,13 +66,10 @@ pub fn copy_len(seq_len: usize) -> Result<usize> {
             true => format!("at least {shortest}"),
             false => format!("e.g. {} or {}", seq_len - 1, seq_len + 1),
         };
-        return Err(Error::option(
-            "--probe",
-            format!(
-                "induction: --seq-len must be odd, 2L + 1 (BOS, L random tokens, the same L \
+        return Err(Error::usage(format!(
+            "--probe induction: --seq-len must be odd, 2L + 1 (BOS, L random tokens, the same L \
              again) with L >= {MIN_COPY}, got {seq_len} ({fix})"
-            ),
-        ));
+        )));
     }
     Ok((seq_len - 1) / 2)
 }

@@ -304,7 +304,7 @@ impl Tok {
         let encode = |s: &str| -> Result<pieces::Encoded> {
             let enc = self.tokenizer.encode(s, false).map_err(|e| {
                 Error::invalid(&self.path, format!("tokenizing {label} failed"), e)
-                    .about(InputKind::Corpus)
+                    .about(InputKind::Checkpoint)
             })?;
             Ok(pieces::Encoded {
                 ids: enc.get_ids().to_vec(),
@@ -372,7 +372,7 @@ impl Tok {
         };
         let enc = self.tokenizer.encode_fast(s, false).map_err(|e| {
             Error::invalid(&self.path, format!("tokenizing {label} failed"), e)
-                .about(InputKind::Corpus)
+                .about(InputKind::Checkpoint)
         })?;
         Ok(enc.get_ids().to_vec())
     }

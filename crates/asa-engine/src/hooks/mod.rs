@@ -166,7 +166,7 @@ pub trait Probe {
     }
 
     /// Whether this probe can take layer `layer`'s attention as row tables
-    /// ([`row_table`]) instead of its block tensors: `Some(wants)` when the rows cover
+    /// ([`crate::kernels::row_table`]) instead of its block tensors: `Some(wants)` when the rows cover
     /// every `Qk`, `Pattern`, `SinkMass` and `MaxLogit` tensor it wants there, so a fused kernel can
     /// skip them (`AttnScores` and `Softmax` are still pushed as tensors).
     fn row_request(&self, _layer: usize) -> Option<RowWants> {

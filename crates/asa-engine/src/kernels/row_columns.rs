@@ -1,6 +1,6 @@
 // The row table's fixed columns and band limit: the one definition, read by the library
-// (`hooks::row_table`) and by build.rs, which writes the CUDA header `row_table.h` from it
-// (included by crates/asa-engine/src/kernels/cuda/kernels.cu). Plain items only (build.rs `include!`s this file).
+// (`kernels::row_table`) and by build.rs, which writes the CUDA header `row_table.h` from it
+// (included by kernels/cuda/kernels.cu). Plain items only (build.rs `include!`s this file).
 
 /// A fixed column of a row table, in column order; the band columns start at
 /// [`RowColumn::Bands`] and the row's largest logit, when asked for, follows them.

@@ -305,9 +305,13 @@ impl SafetensorsFiles {
         match backing {
             Backing::File(file) => file
                 .read_exact_at(out, tensor.start + offset as u64)
-                .map_err(|e| {
-                    Error::invalid(path, format!("cannot read tensor {name}"), e)
-                        .about(InputKind::Checkpoint)
+                .map_err(|e| match e.kind() {
+                    // a file shorter than its header says is the checkpoint's fault
+                    std::io::ErrorKind::UnexpectedEof => {
+                        Error::invalid(path, format!("cannot read tensor {name}"), e)
+                            .about(InputKind::Checkpoint)
+                    }
+                    _ => Error::io(path, e),
                 })?,
             Backing::Memory(bytes) => {
                 let from = tensor.start as usize + offset;

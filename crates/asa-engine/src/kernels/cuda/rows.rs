@@ -28,7 +28,7 @@ pub(super) struct BandTable {
 // SAFETY: plain old data, laid out as `struct BandTable` in kernels.cu
 unsafe impl DeviceRepr for BandTable {}
 
-/// The row table `[rows, wants.width()]` f32 (`hooks::row_table`; no sink or q.k columns)
+/// The row table `[rows, wants.width()]` f32 (`kernels::row_table`; no sink or q.k columns)
 /// of causal `weights` `[batch, head, n, q_start + n]` on a CUDA device (f32, contiguous),
 /// left on the device; `None` where the candle reductions must run.
 pub fn weight_table(weights: &Tensor, q_start: usize, wants: &RowWants) -> Result<Option<Tensor>> {
