@@ -233,26 +233,7 @@ pub(super) fn run_options(
     metrics: &[Metric],
     command: &str,
 ) -> Result<RunOptions> {
-    let mut metrics: BTreeSet<Metric> = match (&args.metrics, command) {
-        (Some(chosen), "analyze") => chosen.iter().copied().collect(),
-        (Some(_), _) => {
-            return Err(Error::option(
-                "--metrics",
-                format!("applies to `analyze`; `{command}` computes its own metric"),
-            ))
-        }
-        (None, _) => metrics.iter().copied().collect(),
-    };
-    // the probe's own metric comes with the defaults of `analyze`
-    if args.probe == Some(ProbeKind::Induction) && args.metrics.is_none() && command == "analyze" {
-        metrics.insert(Metric::INDUCTION_SCORE);
-    }
-    if args.map_size.is_some() && !metrics.contains(&Metric::BLOCK_MAP) {
-        return Err(Error::option(
-            "--map-size",
-            "sets block_map's side: add block_map to --metrics, or leave --map-size out",
-        ));
-    }
+    let metrics = chosen_metrics(args, metrics, command)?;
     let spec = RunSpec {
         metrics,
         probe: args.probe,
@@ -287,7 +268,51 @@ pub(super) fn run_options(
         tokenizer: args.tokenizer.clone(),
         weight_map: args.weight_map.clone(),
     };
-    let execution = Execution {
+    Ok(RunOptions {
+        spec,
+        inputs,
+        execution: execution(args)?,
+    })
+}
+
+/// The metrics a command computes: `--metrics` for `analyze` (refused elsewhere), else the
+/// command's own; the induction probe adds its score to `analyze`'s defaults, and
+/// `--map-size` needs `block_map`.
+fn chosen_metrics(
+    args: &MetricArgs,
+    metrics: &[Metric],
+    command: &str,
+) -> Result<BTreeSet<Metric>> {
+    let mut metrics: BTreeSet<Metric> = match (&args.metrics, command) {
+        (Some(chosen), "analyze") => chosen.iter().copied().collect(),
+        (Some(_), _) => {
+            return Err(Error::option(
+                "--metrics",
+                format!("applies to `analyze`; `{command}` computes its own metric"),
+            ))
+        }
+        (None, _) => metrics.iter().copied().collect(),
+    };
+    // the probe's own metric comes with the defaults of `analyze`
+    if args.probe == Some(ProbeKind::Induction) && args.metrics.is_none() && command == "analyze" {
+        metrics.insert(Metric::INDUCTION_SCORE);
+    }
+    if args.map_size.is_some() && !metrics.contains(&Metric::BLOCK_MAP) {
+        return Err(Error::option(
+            "--map-size",
+            "sets block_map's side: add block_map to --metrics, or leave --map-size out",
+        ));
+    }
+    Ok(metrics)
+}
+
+/// How the run is carried out: device, memory, batching and the shard (from `--shard`,
+/// `--shard-count` or a job array's environment).
+fn execution(args: &MetricArgs) -> Result<Execution> {
+    let shard = Shard::resolve(args.shard.as_deref(), args.shard_count, |k| {
+        std::env::var(k).ok()
+    })?;
+    Ok(Execution {
         batch_size: args.batch_size,
         device: args.device,
         max_memory: args.max_memory,
@@ -295,18 +320,8 @@ pub(super) fn run_options(
         stream_layers: args.stream_layers,
         memory_budget: args.memory_budget,
         scratch_dir: None,
-        shard: match Shard::resolve(args.shard.as_deref(), args.shard_count, |k| {
-            std::env::var(k).ok()
-        })? {
-            // 0/1 asks for a whole run (inside a job array, say)
-            Some(s) if s.count == 1 => None,
-            other => other,
-        },
-    };
-    Ok(RunOptions {
-        spec,
-        inputs,
-        execution,
+        // 0/1 asks for a whole run (inside a job array, say)
+        shard: shard.filter(|s| s.count != 1),
     })
 }
 
