@@ -14,12 +14,20 @@ interpreter keeps its own. A run in another thread is stopped by its `CancelToke
     token = asa.CancelToken()
     threading.Thread(target=lambda: asa.analyze("ckpt/", cancel=token)).start()
     token.cancel()                 # that run raises asa.Cancelled; other runs go on
+
+A transformers model in hand is analysed from its own forward pass (the "asa" attention
+backend; `asa.register()` makes `attn_implementation="asa"` known to transformers):
+
+    with asa.capture(model) as cap:
+        model(input_ids)
+    cap.result().attention
 """
 
 from __future__ import annotations
 
 from . import _native
 from ._analysis import analyze, entropy, inspect, merge
+from ._capture import Capture, capture, register
 from ._logs import curves, grad_stats, spikes
 from ._native import (
     AsaError,
@@ -55,6 +63,9 @@ __all__ = [
     "RunRecord",
     "ModelRecord",
     "analyze",
+    "capture",
+    "Capture",
+    "register",
     "curves",
     "entropy",
     "figures",

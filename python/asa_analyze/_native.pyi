@@ -32,6 +32,27 @@ class NativeResult:
     def record(self) -> str: ...
     def write(self, dir: str, format: str = "csv", figures: bool = False) -> List[Path]: ...
 
+class NativeCapture:
+    def __init__(
+        self,
+        modules: List[Any],
+        metrics: Optional[List[str]] = None,
+        min_query: int = 1,
+        map_size: int = 256,
+        layer: Optional[int] = None,
+    ) -> None: ...
+    def attend(
+        self,
+        layer: int,
+        q: Tuple[int, List[int], str],
+        k: Tuple[int, List[int], str],
+        v: Tuple[int, List[int], str],
+        scale: float,
+        out: Tuple[int, List[int], str],
+        sinks: Optional[Tuple[int, List[int], str]] = None,
+    ) -> None: ...
+    def result(self, label: str, model_class: str, transformers_version: str) -> NativeResult: ...
+
 def analyze(
     models: List[Tuple[str, str]],
     metrics: Optional[List[str]] = None,

@@ -41,11 +41,14 @@ class ModelRecord(_ModelRecordKeys, total=False):
     """One model's part of run.json: what was analysed (architecture, variant and how it was
     found, shape, corpus), how (block and batch size, kernels by layer, the schedule of a
     streamed run) and what it cost. `windows` (a merge), `host_copy` (a model in memory on a
-    device) and `probe` (`probe="induction"`) only where they apply."""
+    device), `probe` (`probe="induction"`) and `capture` (a model captured by
+    `asa.capture`: its class, the transformers version, the forward passes and each attention
+    module's name, layer and keys) only where they apply."""
 
     windows: int
     host_copy: Dict[str, Any]
     probe: Dict[str, Any]
+    capture: Dict[str, Any]
 
 
 class _RunRecordKeys(TypedDict):

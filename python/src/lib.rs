@@ -38,6 +38,7 @@ use pyo3::exceptions::{PyException, PyKeyboardInterrupt, PyValueError};
 use pyo3::prelude::*;
 use pyo3_polars::PyDataFrame;
 
+mod capture;
 mod memory;
 
 create_exception!(
@@ -696,6 +697,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("UsageError", m.py().get_type::<UsageError>())?;
     m.add("IoError", m.py().get_type::<IoError>())?;
     m.add_class::<NativeResult>()?;
+    m.add_class::<capture::NativeCapture>()?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;
     m.add_function(wrap_pyfunction!(merge, m)?)?;

@@ -3,6 +3,7 @@
 
 pub mod attention_series;
 pub mod cancel;
+pub mod capture;
 pub mod checkpoint_ready;
 pub mod fingerprint;
 pub mod hub_cache;

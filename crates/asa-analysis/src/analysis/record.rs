@@ -105,6 +105,10 @@ pub struct ModelRecord {
     /// The built-in probe the windows were (`--probe`), with what rebuilds them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeRecord>,
+    /// A model captured through its own forward pass (`asa.capture`): its class, the
+    /// transformers version and each attention module.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capture: Option<super::capture::CaptureRecord>,
 }
 
 /// A built-in probe's windows: which probe, each copy's length L and the seed.

@@ -17,7 +17,7 @@ use super::plan::{batch_chunk, block_size, default_budget};
 use super::record::{
     ActivationAt, ModelRecord, NonFiniteRecord, ProbeRecord, RunRecord, SeriesStep,
 };
-use super::run_spec::RunOptions;
+use super::run_spec::{RunOptions, RunSpec};
 use super::schedule::{peak_rss_bytes, Schedule};
 use super::series::find_series;
 use super::shard::Shard;
@@ -748,9 +748,19 @@ fn metric_options(
     config: &ModelConfig,
     label: &str,
 ) -> Result<MetricOptions> {
-    let t = o.spec.seq_len;
     let heatmap_layer = heatmap_layer(o.spec.layer, config, label)?;
-    let profile_query = match o.spec.profile_query {
+    metric_options_at(&o.spec, metrics, o.spec.seq_len, heatmap_layer)
+}
+
+/// The metric options of `spec` for windows of `t` tokens, with the heatmap on probe layer
+/// `heatmap_layer` (0-based; positions checked against `t`).
+pub(crate) fn metric_options_at(
+    spec: &RunSpec,
+    metrics: &BTreeSet<Metric>,
+    t: usize,
+    heatmap_layer: usize,
+) -> Result<MetricOptions> {
+    let profile_query = match spec.profile_query {
         Some(q) if q >= t => {
             return Err(Error::option(
                 "--profile-query",
@@ -760,34 +770,34 @@ fn metric_options(
         Some(q) => q,
         None => t - 1,
     };
-    if o.spec.min_query >= t {
+    if spec.min_query >= t {
         return Err(Error::option(
             "--min-query",
             format!(
                 "{} leaves no query to average in windows of {t} tokens (queries 0..{t})",
-                o.spec.min_query
+                spec.min_query
             ),
         ));
     }
     Ok(MetricOptions {
         metrics: metrics.clone(),
-        min_query: o.spec.min_query,
+        min_query: spec.min_query,
         heatmap_layer,
-        heatmap_size: o.spec.size.min(t),
-        map_size: o.spec.map_size.min(t),
+        heatmap_size: spec.size.min(t),
+        map_size: spec.map_size.min(t),
         profile_query,
-        bins: o.spec.bins,
-        sink_eps: o.spec.sink_eps,
-        bands: match &o.spec.bands {
+        bins: spec.bins,
+        sink_eps: spec.sink_eps,
+        bands: match &spec.bands {
             Some(edges) => bands_from(edges, t)?,
             None => Bands::decades(t),
         },
-        entropy_of: o.spec.entropy_of,
-        induction_len: match o.spec.probe {
+        entropy_of: spec.entropy_of,
+        induction_len: match spec.probe {
             Some(ProbeKind::Induction) => Some(copy_len(t)?),
             None => None,
         },
-        roles: o.spec.roles,
+        roles: spec.roles,
     })
 }
 

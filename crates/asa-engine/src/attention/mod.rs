@@ -3,6 +3,7 @@
 
 mod affine_scaled;
 pub(crate) mod cpu_affine;
+mod core;
 mod cpu_kept_weights;
 pub mod cpu_softmax;
 pub mod flash;
@@ -19,6 +20,7 @@ mod variant;
 mod wide_qkv;
 
 pub use affine_scaled::{activate, affine_weights};
+pub use core::AttentionCore;
 pub use layer::{Attention, AttentionShape, AttentionWeights, QkvProjections};
 pub use logn::logn_logits;
 pub use scale_invariant::{distance_coefficients, reversed_coefficients, DistanceTable};

@@ -1,0 +1,460 @@
+//! A model computed elsewhere analysed through its attention calls: a transformers model's
+//! own forward pass hands each attention module's q, k and v (after its projections, norms
+//! and RoPE) to [`Capture::attend`], which computes the output with the same kernels as a
+//! checkpoint's layers ([`AttentionCore`]) while the metric probe pools their row tables.
+//! No `[T, T]` map is held. Forward passes pool like the windows of a run: each call of a
+//! module already seen in the current pass starts the next pass, whose sequences follow.
+
+use std::time::Instant;
+
+use candle_core::{DType, Tensor};
+use serde::{Deserialize, Serialize};
+
+use super::record::ModelRecord;
+use super::run::metric_options_at;
+use super::{kernel_layers, ModelResult, RunOutput, RunSpec};
+use asa_core::error::{Error, Result};
+use asa_engine::attention::{AttentionCore, AttentionShape, Variant};
+use asa_engine::hooks::KeyWindow;
+use asa_engine::model::attention_layers::LayerKind;
+use asa_metrics::metrics::{
+    Metric, MetricOptions, MetricProbe, ModelAttention, ModelMetrics, VariantTraits,
+};
+
+/// Queries per block of a captured layer (the materialised kernels hold heads x block x T
+/// weights; the flash tiles hold none).
+const CAPTURE_BLOCK: usize = 256;
+
+/// One attention module of a captured model, as run.json names it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CapturedModule {
+    /// Its qualified name in the model (`model.layers.3.self_attn`).
+    pub name: String,
+    /// 1-based: 1 + the first integer in its name (decoder numbering).
+    pub layer: usize,
+    /// The keys a query sees (`KeyWindow`'s words: causal, sliding window of w keys, ...).
+    pub keys: String,
+    /// Its logits' soft-cap, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub softcap: Option<f64>,
+    /// It has learnable sink logits (`module.sinks`, GPT-OSS).
+    pub sinks: bool,
+}
+
+/// What run.json records of a capture: the model's class, the transformers version, and
+/// each attention module captured.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CaptureRecord {
+    pub model_class: String,
+    pub transformers_version: String,
+    /// Forward passes captured.
+    pub forward_passes: usize,
+    pub modules: Vec<CapturedModule>,
+}
+
+/// An attention module the capture computes: its place and what it is told.
+#[derive(Debug, Clone)]
+pub struct CaptureLayer {
+    pub name: String,
+    /// 0-based decoder layer.
+    pub number: usize,
+    pub window: KeyWindow,
+    pub softcap: Option<f64>,
+    pub sinks: bool,
+}
+
+/// One attention call: q `[b, heads, t, d]`, k and v `[b, kv, t, d]` (f32 or bf16), the
+/// factor of q.k and the sink logits `[heads]` (f32) of a module with sinks.
+pub struct AttentionCall {
+    pub q: Tensor,
+    pub k: Tensor,
+    pub v: Tensor,
+    pub scale: f64,
+    pub sinks: Option<Tensor>,
+}
+
+/// The metric probe of a capture and where its sequences stand, from the first call on.
+struct Pool {
+    opts: MetricOptions,
+    probe: MetricProbe,
+    /// Tokens per sequence (every pass's).
+    t: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    /// Sequences the probe has room for.
+    room: usize,
+    /// The current pass's first sequence and its batch.
+    offset: usize,
+    batch: usize,
+    /// The modules the current pass has called.
+    called: Vec<bool>,
+    passes: usize,
+    dtype: DType,
+}
+
+/// A capture: the attention modules of one model and the metrics pooled over its calls.
+pub struct Capture {
+    spec: RunSpec,
+    layers: Vec<CaptureLayer>,
+    pool: Option<Pool>,
+    started: Instant,
+}
+
+impl Capture {
+    /// A capture of `layers` (in the model's order of calls) with the metrics and settings
+    /// of `spec`. Refused: no layer, two modules of one layer number, a metric an attention
+    /// call cannot give (nll needs the logits; induction_score the built-in probe).
+    pub fn new(spec: RunSpec, layers: Vec<CaptureLayer>) -> Result<Self> {
+        if layers.is_empty() {
+            return Err(Error::usage(
+                "the model has no attention module the capture can compute",
+            ));
+        }
+        for (i, a) in layers.iter().enumerate() {
+            if let Some(b) = layers[..i].iter().find(|b| b.number == a.number) {
+                return Err(Error::usage(format!(
+                    "attention modules {} and {} both number as layer {}; a model with more than one stack is not captured yet",
+                    b.name,
+                    a.name,
+                    a.number + 1
+                )));
+            }
+        }
+        for metric in [Metric::NLL, Metric::INDUCTION_SCORE] {
+            if spec.metrics.contains(&metric) {
+                return Err(Error::option(
+                    "metrics",
+                    format!("{metric} is not computed from attention calls (the CLI's analyze computes it)"),
+                ));
+            }
+        }
+        Ok(Capture {
+            spec,
+            layers,
+            pool: None,
+            started: Instant::now(),
+        })
+    }
+
+    /// The metrics a capture computes by default: the CLI's set without nll.
+    pub fn default_metrics() -> std::collections::BTreeSet<Metric> {
+        let mut metrics: std::collections::BTreeSet<Metric> =
+            Metric::defaults().into_iter().collect();
+        metrics.remove(&Metric::NLL);
+        metrics
+    }
+
+    /// The output `[b, heads, t, d]` (the dtype of q) of module `layer` (its index in the
+    /// capture's layers) for `call`, its row tables pooled.
+    pub fn attend(&mut self, layer: usize, call: AttentionCall) -> Result<Tensor> {
+        let Some(module) = self.layers.get(layer) else {
+            return Err(Error::usage(format!(
+                "attention call of layer index {layer}: the capture has {} modules",
+                self.layers.len()
+            )));
+        };
+        let (b, heads, t, d) = call.q.dims4()?;
+        let (kb, kv, kt, kd) = call.k.dims4()?;
+        if call.v.dims4()? != (kb, kv, kt, kd) || kb != b || kt != t || kd != d {
+            return Err(Error::usage(format!(
+                "{}: q {:?}, k {:?} and v {:?} do not fit (q [b, heads, t, d], k and v [b, kv, t, d])",
+                module.name,
+                call.q.dims(),
+                call.k.dims(),
+                call.v.dims()
+            )));
+        }
+        if kv == 0 || heads % kv != 0 || t == 0 || b == 0 {
+            return Err(Error::usage(format!(
+                "{}: {heads} query heads over {kv} key heads, {b} sequences of {t} tokens",
+                module.name
+            )));
+        }
+        if self.pool.is_none() {
+            self.pool = Some(self.first_pool(&call.q, kv)?);
+        }
+        let Some(pool) = self.pool.as_mut() else {
+            unreachable!("the pool was made above")
+        };
+        let module = &self.layers[layer];
+        pool.check(module, &call.q, kv)?;
+        pool.enter(layer, b, module, &self.layers)?;
+        let shape = AttentionShape {
+            hidden: heads * d,
+            heads,
+            kv_heads: kv,
+            head_dim: d,
+            qkv_bias: false,
+            o_bias: false,
+            variant: if module.sinks {
+                Variant::Sink
+            } else {
+                Variant::Softmax
+            },
+            qk_norm: false,
+            qk_norm_whole: false,
+            qk_norm_plus_one: false,
+            rms_norm_eps: 0.0,
+            window: module.window,
+            scale: call.scale,
+            softcap: module.softcap,
+            rotary: false,
+            l2_qk_norm: false,
+            temperature: None,
+            latent: None,
+            key_scale: None,
+        };
+        let sinks = match call.sinks {
+            Some(s) => Some(s.to_dtype(DType::F32)?.reshape((1, heads, 1, 1))?),
+            None => None,
+        };
+        let core = AttentionCore::new(shape, sinks, None, None);
+        pool.probe.set_batch_offset(pool.offset);
+        let q = call.q.contiguous()?;
+        let k = call.k.contiguous()?;
+        let v = call.v.contiguous()?;
+        core.attend(q, k, v, layer, CAPTURE_BLOCK, &mut pool.probe)
+    }
+
+    /// The pool of the first call: the metric options for its length and a probe with
+    /// room for its batch.
+    fn first_pool(&self, q: &Tensor, kv: usize) -> Result<Pool> {
+        let (b, heads, t, d) = q.dims4()?;
+        let heatmap_layer = self.heatmap_layer()?;
+        let opts = metric_options_at(&self.spec, &self.spec.metrics, t, heatmap_layer)?;
+        let probe = layer_probe(&self.layers, &opts, heads, t, b);
+        Ok(Pool {
+            opts,
+            probe,
+            t,
+            heads,
+            kv_heads: kv,
+            head_dim: d,
+            room: b,
+            offset: 0,
+            batch: b,
+            called: vec![false; self.layers.len()],
+            passes: 0,
+            dtype: q.dtype(),
+        })
+    }
+
+    /// The heatmap's layer among the captured modules: `layer` (1-based decoder layer) of
+    /// the spec, else the 8th module or the last.
+    fn heatmap_layer(&self) -> Result<usize> {
+        match self.spec.layer {
+            Some(l) => self
+                .layers
+                .iter()
+                .position(|m| m.number + 1 == l)
+                .ok_or_else(|| {
+                    let with: Vec<String> = self
+                        .layers
+                        .iter()
+                        .map(|m| (m.number + 1).to_string())
+                        .collect();
+                    Error::option(
+                        "layer",
+                        format!("{l} has no captured attention module (layers: {})", with.join(", ")),
+                    )
+                }),
+            None => Ok(8.min(self.layers.len()) - 1),
+        }
+    }
+
+    /// The captured model's tables and record, labelled `label` (`model_class` and
+    /// `transformers_version` for run.json). Refused when no call went through.
+    pub fn output(
+        &self,
+        label: &str,
+        model_class: &str,
+        transformers_version: &str,
+    ) -> Result<RunOutput> {
+        let Some(pool) = &self.pool else {
+            return Err(Error::usage(
+                "nothing was captured: no attention call of the model went through the backend inside the block",
+            ));
+        };
+        let seqs = pool.offset + pool.batch;
+        // the pooled probe has room for more sequences than came: the sequences that came,
+        // merged into a probe of exactly their number
+        let mut exact = layer_probe(&self.layers, &pool.opts, pool.heads, pool.t, seqs);
+        exact.merge(&pool.probe);
+        let sinks = self.layers.iter().any(|l| l.sinks);
+        let traits = VariantTraits {
+            has_sink_mass: sinks,
+            weights_sum_to_one: !sinks,
+        };
+        let metrics: ModelMetrics = exact.finish(None, traits);
+        let seconds = self.started.elapsed().as_secs_f64();
+        let record = self.model_record(label, model_class, transformers_version, pool, &metrics, seconds);
+        Ok(RunOutput {
+            models: vec![ModelResult {
+                label: label.to_string(),
+                metrics,
+                record,
+                partial: None,
+                tokens: Vec::new(),
+            }],
+            series: Vec::new(),
+            device: "cpu".to_string(),
+            dtype: dtype_name(pool.dtype).to_string(),
+            seconds,
+            shard: None,
+            fingerprint: None,
+            partials: Vec::new(),
+        })
+    }
+
+    fn model_record(
+        &self,
+        label: &str,
+        model_class: &str,
+        transformers_version: &str,
+        pool: &Pool,
+        metrics: &ModelMetrics,
+        seconds: f64,
+    ) -> ModelRecord {
+        let seqs = pool.offset + pool.batch;
+        let modules = self
+            .layers
+            .iter()
+            .map(|l| CapturedModule {
+                name: l.name.clone(),
+                layer: l.number + 1,
+                keys: l.window.describe(),
+                softcap: l.softcap,
+                sinks: l.sinks,
+            })
+            .collect();
+        ModelRecord {
+            model: label.to_string(),
+            path: String::new(),
+            architecture: model_class.to_string(),
+            variant: if self.layers.iter().any(|l| l.sinks) {
+                "sink".to_string()
+            } else {
+                "softmax".to_string()
+            },
+            variant_source: "the transformers modules' attention calls".to_string(),
+            layers: self.layers.len(),
+            heads: pool.heads,
+            kv_heads: pool.kv_heads,
+            head_dim: pool.head_dim,
+            corpus: format!(
+                "{} forward passes captured: {seqs} sequences of {} tokens",
+                pool.passes + 1,
+                pool.t
+            ),
+            seq_len: pool.t,
+            beta_length_n: pool.t,
+            block_size: CAPTURE_BLOCK.min(pool.t),
+            batch_size: pool.batch,
+            heatmap_layer: self.layers[pool.opts.heatmap_layer].number + 1,
+            profile_query: pool.opts.profile_query,
+            layer_kinds: self
+                .layers
+                .iter()
+                .map(|l| LayerKind::attention(l.number, l.window, true, false))
+                .collect(),
+            kernels: kernel_layers(&metrics.kernels)
+                .into_iter()
+                .map(|(k, layers)| (k.to_string(), layers))
+                .collect(),
+            seconds,
+            tokens_per_second: (seqs * pool.t) as f64 / seconds.max(1e-9),
+            capture: Some(CaptureRecord {
+                model_class: model_class.to_string(),
+                transformers_version: transformers_version.to_string(),
+                forward_passes: pool.passes + 1,
+                modules,
+            }),
+            ..ModelRecord::default()
+        }
+    }
+}
+
+impl Pool {
+    /// Whether a call of `module` fits the capture's first: the same heads, key heads,
+    /// head size and length.
+    fn check(&self, module: &CaptureLayer, q: &Tensor, kv: usize) -> Result<()> {
+        let (_, heads, t, d) = q.dims4()?;
+        if t != self.t {
+            return Err(Error::usage(format!(
+                "{}: a forward pass of {t} tokens in a capture of {}-token passes; every forward pass of one capture has the same length",
+                module.name, self.t
+            )));
+        }
+        if (heads, kv, d) != (self.heads, self.kv_heads, self.head_dim) {
+            return Err(Error::usage(format!(
+                "{}: {heads} heads over {kv} key heads of {d} dims where the first module had {} over {} of {}; a capture pools one head layout",
+                module.name, self.heads, self.kv_heads, self.head_dim
+            )));
+        }
+        Ok(())
+    }
+
+    /// A call of module `layer` with a batch of `b`: a module the current pass has called
+    /// starts the next pass (its sequences after the current ones), with room made for them.
+    fn enter(
+        &mut self,
+        layer: usize,
+        b: usize,
+        module: &CaptureLayer,
+        layers: &[CaptureLayer],
+    ) -> Result<()> {
+        if self.called[layer] {
+            self.offset += self.batch;
+            self.batch = b;
+            self.passes += 1;
+            self.called.iter_mut().for_each(|c| *c = false);
+        } else if self.called.iter().any(|&c| c) && b != self.batch {
+            return Err(Error::usage(format!(
+                "{}: a batch of {b} sequences in a forward pass of {}",
+                module.name, self.batch
+            )));
+        }
+        self.batch = b;
+        self.called[layer] = true;
+        let needed = self.offset + b;
+        if needed > self.room {
+            // twice the room: the pooled sums are copied log(passes) times, not each pass
+            let room = needed.max(2 * self.room);
+            let mut grown = layer_probe(layers, &self.opts, self.heads, self.t, room);
+            grown.merge(&self.probe);
+            self.probe = grown;
+            self.room = room;
+        }
+        Ok(())
+    }
+}
+
+/// The tables' name of a dtype.
+fn dtype_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        DType::F64 => "f64",
+        _ => "f32",
+    }
+}
+
+/// A metric probe of `layers` for `seqs` sequences of `t` tokens.
+fn layer_probe(
+    layers: &[CaptureLayer],
+    opts: &MetricOptions,
+    heads: usize,
+    t: usize,
+    seqs: usize,
+) -> MetricProbe {
+    let key_windows: Vec<KeyWindow> = layers.iter().map(|l| l.window).collect();
+    let numbers: Vec<usize> = layers.iter().map(|l| l.number).collect();
+    let attention = ModelAttention {
+        key_windows: &key_windows,
+        logit_softcap: layers.iter().find_map(|l| l.softcap),
+        heads,
+        layer_numbers: &numbers,
+    };
+    MetricProbe::new(opts.clone(), attention, &vec![vec![0u32; t]; seqs])
+}

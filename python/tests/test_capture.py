@@ -1,0 +1,224 @@
+"""`asa.capture` and the "asa" attention backend (issue 64): a transformers model analysed
+from its own forward pass.
+
+- Architectures outside the families asa-analyze reads from checkpoints (tiny random models
+  built by transformers, tests/fixtures/capture/, written by tools/make_capture_fixtures.py)
+  give first_token, entropy, weight_sum, max_logit and key_received per attention layer
+  within 1e-6 + 1e-5|y| of transformers' float64 eager attentions, and the logits of
+  transformers' own SDPA forward;
+- the capture of a family's transformers model and `analyze` of its checkpoint give the same
+  tables;
+- forward passes pool like windows; gradients flow as SDPA's; what the kernels cannot honour
+  is refused naming the module.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import asa_analyze as asa  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+CAPTURE = ROOT / "tests" / "fixtures" / "capture"
+MODELS = ROOT / "tests" / "fixtures" / "models"
+FIVE = ["first_token", "entropy", "weight_sum", "max_logit", "key_received"]
+ARCHITECTURES = sorted(p.name for p in CAPTURE.iterdir() if (p / "reference.json").exists())
+
+
+def close(got, want, what, atol=1e-6, rtol=1e-5):
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    bad = np.abs(got - want) > atol + rtol * np.abs(want)
+    assert not bad.any(), f"{what}: {got[bad][:4]} where the reference has {want[bad][:4]}"
+
+
+def value(frame, **where):
+    rows = frame
+    for column, v in where.items():
+        rows = rows.filter(pl.col(column).is_null() if v is None else pl.col(column) == v)
+    assert rows.height == 1, (where, rows)
+    return rows["value"][0]
+
+
+def load(folder, **kwargs):
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, experts_implementation="eager", **kwargs)
+    except (TypeError, ValueError):
+        model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    return model.eval()
+
+
+def test_there_are_architectures_to_check():
+    assert len(ARCHITECTURES) >= 25, ARCHITECTURES
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_capture_matches_transformers_float64_eager_attention(name):
+    folder = CAPTURE / name
+    ref = json.loads((folder / "reference.json").read_text())
+    model = load(folder)
+    ids = torch.tensor(ref["input_ids"])
+    with torch.no_grad(), asa.capture(model, metrics=FIVE, label=name) as cap:
+        logits = model(input_ids=ids, use_cache=False).logits
+    # the model's outputs through the backend are SDPA's (f32 tolerance)
+    close(logits.reshape(-1)[:: ref["logits_stride"]].numpy(), ref["logits_sdpa_f32"], f"{name} logits", atol=1e-4)
+    res = cap.result()
+    att, recv = res.attention, res.key_received
+    assert model.config._attn_implementation == "sdpa", "the implementation is restored after the block"
+    record = res.run["models"][0]
+    assert record["architecture"] == ref["model_class"] and record["capture"]["model_class"] == ref["model_class"]
+    assert len(record["capture"]["modules"]) == len(ref["layers"])
+    for l, want in enumerate(ref["layers"], start=1):
+        module = record["capture"]["modules"][l - 1]
+        assert module["layer"] == l
+        # the declared keys are those transformers' mask gave (every query's first key)
+        first = [int(x) for x in want["visible_first"]]
+        sliding = any(f > 0 for f in first)
+        assert module["keys"].startswith("sliding") == sliding or "sliding" in module["keys"], (name, module)
+        close(value(att, metric="first_token", layer=l, head=None, stat="mean"), want["first_token"], f"{name} L{l} first_token")
+        close(value(att, metric="entropy", layer=l, head=None, stat="mean"), want["entropy"], f"{name} L{l} entropy")
+        close(value(att, metric="weight_sum", layer=l, head=None, stat="mean"), want["weight_sum"], f"{name} L{l} weight_sum")
+        heads = att.filter((pl.col("metric") == "max_logit") & (pl.col("layer") == l) & pl.col("head").is_not_null() & (pl.col("stat") == "max")).sort("head")
+        close(heads["value"].to_numpy(), want["max_logit"], f"{name} L{l} max_logit")
+        for stat in ("sum", "mean"):
+            rows = recv.filter((pl.col("layer") == l) & pl.col("head").is_null() & (pl.col("stat") == stat) & (pl.col("key_hi") == pl.col("key_lo") + 1)).sort("key_lo")
+            want_stat = [np.nan if v is None else v for v in want[f"key_received_{stat}"]]
+            got = rows["value"].to_numpy()
+            assert len(got) == len(want_stat), (name, stat, len(got))
+            keep = ~np.isnan(np.asarray(want_stat, dtype=np.float64))
+            close(got[keep], np.asarray(want_stat)[keep], f"{name} L{l} key_received {stat}")
+
+
+def test_sliding_layers_are_declared_as_transformers_masks_them():
+    # cohere2, exaone4, ministral: layer 1 slides over 6 keys, layer 2 is full (layer_types);
+    # starcoder2: every layer slides
+    for name, kinds in {
+        "cohere2": ["sliding window of 6 keys", "causal"],
+        "exaone4": ["sliding window of 6 keys", "causal"],
+        "ministral": ["sliding window of 6 keys", "causal"],
+        "starcoder2": ["sliding window of 6 keys", "sliding window of 6 keys"],
+    }.items():
+        ref = json.loads((CAPTURE / name / "reference.json").read_text())
+        model = load(CAPTURE / name)
+        with torch.no_grad(), asa.capture(model, metrics=["first_token"]) as cap:
+            model(input_ids=torch.tensor(ref["input_ids"]), use_cache=False)
+        modules = cap.result().run["models"][0]["capture"]["modules"]
+        assert [m["keys"] for m in modules] == kinds, (name, modules)
+
+
+def family_ids(vocab, b=3, t=16):
+    return np.random.default_rng(7).integers(3, vocab, size=(b, t)).tolist()
+
+
+@pytest.mark.parametrize("family", ["llama_gqa", "qwen2", "qwen2_window", "mistral", "gemma2", "gemma3", "gpt_oss", "olmo2", "phi3"])
+def test_capture_of_a_family_equals_analyze_of_its_checkpoint(family):
+    folder = MODELS / family
+    config = json.loads((folder / "config.json").read_text())
+    vocab = config.get("vocab_size") or config["text_config"]["vocab_size"]
+    ids = family_ids(vocab, t=20 if family in ("mistral", "phi3") else 16)
+    t = len(ids[0])
+    model = load(folder, dtype=torch.float32)
+    metrics = [
+        "first_token", "weight_sum", "entropy", "qk_mean", "head_total", "heatmap", "query_profile",
+        "sink_mass", "sink_rate", "max_logit", "key_received", "distance_profile", "head_role", "block_map",
+    ]
+    with torch.no_grad(), asa.capture(model, metrics=metrics) as cap:
+        model(input_ids=torch.tensor(ids), use_cache=False)
+    captured = cap.result()
+    analysed = asa.analyze({"model": folder}, corpus=ids, seq_len=t, num_seqs=len(ids), metrics=metrics, bos="never", progress=False)
+    for table, frame in analysed.tables.items():
+        if table == "tokens":
+            continue
+        got = captured.tables[table]
+        assert got.columns == frame.columns and got.height == frame.height, (family, table, got.height, frame.height)
+        # the same rows in the same order (one writer makes both), values within f32 noise
+        for column in frame.columns:
+            if frame[column].dtype.is_float():
+                want, have = frame[column].to_numpy(), got[column].to_numpy()
+                both_nan = np.isnan(want) & np.isnan(have)
+                close(have[~both_nan], want[~both_nan], f"{family} {table}.{column}", atol=2e-6, rtol=2e-5)
+            else:
+                assert got[column].to_list() == frame[column].to_list(), (family, table, column)
+
+
+def test_forward_passes_pool_like_the_sequences_of_one_batch():
+    folder = CAPTURE / "cohere2"
+    ref = json.loads((folder / "reference.json").read_text())
+    model = load(folder)
+    ids = torch.tensor(ref["input_ids"])
+    with torch.no_grad(), asa.capture(model) as whole:
+        model(input_ids=ids, use_cache=False)
+    with torch.no_grad(), asa.capture(model) as parts:
+        for row in ids:  # one sequence a pass, and a third pass of the first again
+            model(input_ids=row[None], use_cache=False)
+    with torch.no_grad(), asa.capture(model) as three:
+        model(input_ids=ids, use_cache=False)
+        model(input_ids=ids[:1], use_cache=False)
+    a, b = whole.result(), parts.result()
+    assert a.run["models"][0]["capture"]["forward_passes"] == 1
+    assert b.run["models"][0]["capture"]["forward_passes"] == 2
+    for table, frame in a.tables.items():
+        got = b.tables[table]
+        assert got.shape == frame.shape, table
+        for col in frame.columns:
+            if frame[col].dtype.is_float():
+                assert np.allclose(got[col].to_numpy(), frame[col].to_numpy(), rtol=1e-12, atol=1e-15, equal_nan=True), (table, col)
+            else:
+                assert got[col].to_list() == frame[col].to_list(), (table, col)
+    # three sequences: the std over sequences now has three
+    assert "3 sequences" in three.result().run["models"][0]["corpus"]
+
+
+def test_outside_a_capture_the_backend_is_sdpa_and_gradients_flow_inside():
+    folder = CAPTURE / "cohere2"
+    ref = json.loads((folder / "reference.json").read_text())
+    ids = torch.tensor(ref["input_ids"])
+    asa.register()
+    sdpa = load(folder)
+    backend = load(folder, attn_implementation="asa")
+    assert backend.config._attn_implementation == "asa"
+    with torch.no_grad():
+        close(backend(input_ids=ids).logits.numpy(), sdpa(input_ids=ids).logits.numpy(), "asa outside a capture", atol=1e-5)
+    # in grad mode the statistics are the kernels' and gradients those of SDPA's forward
+    with asa.capture(backend, metrics=["first_token"]) as cap:
+        loss = backend(input_ids=ids, use_cache=False).logits.logsumexp(-1).mean()
+    loss.backward()
+    loss_sdpa = sdpa(input_ids=ids, use_cache=False).logits.logsumexp(-1).mean()
+    loss_sdpa.backward()
+    close(loss.item(), loss_sdpa.item(), "loss", atol=1e-5)
+    for (name, p), q in zip(backend.named_parameters(), sdpa.parameters()):
+        close(p.grad.numpy(), q.grad.numpy(), f"grad {name}", atol=1e-5, rtol=1e-4)
+    ft = cap.result().attention.filter(pl.col("metric") == "first_token")
+    close(ft.filter(pl.col("layer") == 1)["value"][0], ref["layers"][0]["first_token"], "first_token in grad mode")
+
+
+def test_what_the_kernels_cannot_honour_is_refused_naming_the_module():
+    from transformers import BertConfig, BertModel
+
+    bert = BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=16)).eval()
+    with pytest.raises(asa.UsageError, match=r"encoder\.layer\.0\.attention\.self: bidirectional"):
+        with torch.no_grad(), asa.capture(bert):
+            bert(input_ids=torch.tensor([[1, 2, 3, 4]]))
+    assert bert.config._attn_implementation != "asa", "restored after a refusal too"
+    model = load(CAPTURE / "helium")
+    padded = dict(input_ids=torch.tensor([[1, 5, 6, 7], [1, 5, 6, 0]]), attention_mask=torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]))
+    with pytest.raises(asa.UsageError, match="model.layers.0.self_attn: padded sequences"):
+        with torch.no_grad(), asa.capture(model):
+            model(**padded, use_cache=False)
+    with torch.no_grad(), asa.capture(model) as cap:
+        model(input_ids=torch.tensor([[1, 5, 6, 7]]), use_cache=False)
+        with pytest.raises(asa.UsageError, match="a forward pass of 3 tokens in a capture of 4-token passes"):
+            model(input_ids=torch.tensor([[1, 5, 6]]), use_cache=False)
+    with pytest.raises(asa.UsageError, match="nothing was captured"):
+        with asa.capture(model) as empty:
+            pass
+        empty.result()
+    with pytest.raises(asa.UsageError, match="nll is not computed from attention calls"):
+        asa.capture(model, metrics=["nll"])
