@@ -237,11 +237,13 @@ class Capture:
     """An open capture (see `capture`): `result()` gives what its forward passes' attention
     calls pooled."""
 
-    def __init__(self, model: Any, native: Any, modules: List[_Module], label: str) -> None:
+    def __init__(self, model: Any, native: Any, modules: List[_Module], label: str, path: str) -> None:
         self.model = model
         self._native = native
         self.modules = modules
         self.label = label
+        self.path = path
+        self._device: Optional[str] = None
         self._previous: Optional[str] = None
         self._checked: Dict[Tuple[int, int], bool] = {}
 
@@ -266,7 +268,8 @@ class Capture:
         import transformers
 
         model_class = type(self.model).__name__
-        return Result(self._native.result(label or self.label, model_class, transformers.__version__))
+        device = self._device or "cpu"
+        return Result(self._native.result(label or self.label, model_class, transformers.__version__, device))
 
     def _refuse(self, module: _Module, problem: str) -> None:
         raise UsageError(f"{module.name}: {problem}")
@@ -288,24 +291,81 @@ class Capture:
         if dtype not in (torch.float32, torch.bfloat16, torch.float16):
             self._refuse(m, f"{dtype} attention (the kernels take float32, bfloat16 and float16)")
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
-        work = torch.float32 if dtype == torch.float16 else dtype
-        q, k, v = (t.detach().to(work).contiguous() for t in (query, key, value))
-        out = torch.empty(q.shape, dtype=work)
-        s = None if sinks is None else sinks.detach().to(torch.float32).contiguous()
-        self._native.attend(
-            index, _host(q), _host(k), _host(v), float(scaling), _host(out), None if s is None else _host(s)
-        )
+        self._device = self._device or str(query.device)
+        if self._torch_path(query):
+            out = self._torch_blocks(index, m, query.detach(), key.detach(), value.detach(), float(scaling), softcap, sinks)
+        else:
+            work = torch.float32 if dtype == torch.float16 else dtype
+            q, k, v = (t.detach().to(work).contiguous() for t in (query, key, value))
+            out = torch.empty(q.shape, dtype=work)
+            s = None if sinks is None else sinks.detach().to(torch.float32).contiguous()
+            self._native.attend(
+                index, _host(q), _host(k), _host(v), float(scaling), _host(out), None if s is None else _host(s)
+            )
         if grad:
             # the statistics are the kernels'; the output that gradients flow through is
             # the module's own (SDPA, or its eager attention), equal within float tolerance
             return _fallback(module, query, key, value, attention_mask, dropout, scaling, True, kwargs)
         return out.to(dtype).transpose(1, 2).contiguous(), None
 
+    def _torch_path(self, query: Any) -> bool:
+        """Whether this call's blocks are torch's: `path="torch"`, or tensors off the CPU."""
+        if self.path == "torch":
+            return True
+        if self.path == "tiles" and query.device.type != "cpu":
+            raise UsageError(f"path='tiles' runs on the CPU; the tensors are on {query.device} (path='auto' or 'torch')")
+        return query.device.type != "cpu"
+
+    def _torch_blocks(self, index, m, q, k, v, scale, softcap, sinks):
+        """The module's attention on its own device, in float32, a block of queries against
+        the keys they can see at a time (never [T, T]); each block's tensors the metrics
+        want go to the host for the Rust accumulators. Returns [b, heads, t, d] float32."""
+        import torch
+
+        b, h, t, d = q.shape
+        kv = k.shape[1]
+        kind = "BF16" if q.dtype == torch.bfloat16 else "F32"
+        wants = set(self._native.begin_blocks(index, [b, h, t, d], kv, kind))
+        rep = h // kv
+        out = torch.empty((b, h, t, d), dtype=torch.float32, device=q.device)
+        # at most ~16M logits a block (64 MB in float32), at least one query
+        n = max(1, min(t, (1 << 24) // max(1, b * h * t)))
+        sink = None if sinks is None else sinks.detach().to(q.device, torch.float32).view(1, h, 1, 1)
+        for start in range(0, t, n):
+            end = min(t, start + n)
+            qb = q[:, :, start:end].float()
+            kb = k[:, :, :end].float().repeat_interleave(rep, dim=1)
+            vb = v[:, :, :end].float().repeat_interleave(rep, dim=1)
+            raw = qb @ kb.transpose(-1, -2)
+            i = torch.arange(start, end, device=q.device)[:, None]
+            j = torch.arange(end, device=q.device)[None, :]
+            visible = (j <= i) & (j >= _first_key(m.keys, m.size, i))
+            scaled = raw * scale
+            logits = scaled if not softcap else torch.tanh(scaled / softcap) * softcap
+            masked = logits.masked_fill(~visible, float("-inf"))
+            if sink is not None:
+                full = torch.softmax(torch.cat([masked, sink.expand(b, h, end - start, 1)], dim=-1), dim=-1)
+                weights, sink_mass = full[..., :-1], full[..., -1]
+            else:
+                weights, sink_mass = torch.softmax(masked, dim=-1), None
+            out[:, :, start:end] = weights @ vb
+            made = {
+                "qk": lambda: raw,
+                "attn_scores": lambda: masked,
+                "pattern": lambda: weights,
+                "softmax": lambda: torch.softmax(masked, dim=-1),
+                "sink_mass": lambda: sink_mass,
+                "max_logit": lambda: scaled.masked_fill(~visible, float("-inf")).amax(dim=-1),
+            }
+            # the sink mass exists only where there are sinks (as a checkpoint's layers push it)
+            blocks = {name: made[name]() for name in sorted(wants)}
+            held = [(name, x.to("cpu", torch.float32).contiguous()) for name, x in blocks.items() if x is not None]
+            self._native.block(index, start, end - start, [(name, _host(x)) for name, x in held])
+        self._native.end_blocks(index)
+        return out
     def _check_call(self, m, module, query, key, attention_mask, dropout, is_causal, kwargs) -> None:
         """Refuses what the kernels cannot honour, naming the module; checks the mask's
         pattern against the keys the module was declared to see."""
-        if query.device.type != "cpu":
-            self._refuse(m, f"tensors on {query.device}: the capture runs on the CPU so far")
         if dropout and module.training:
             self._refuse(m, f"attention dropout {dropout} in training mode (call model.eval())")
         causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
@@ -375,6 +435,7 @@ def capture(
     map_size: int = 256,
     layer: Optional[int] = None,
     label: str = "model",
+    path: str = "auto",
 ) -> Capture:
     """A context in which `model`'s attention calls go through the "asa" backend: each
     forward pass inside it is computed by the kernels of `asa-analyze analyze` (the model's
@@ -389,11 +450,16 @@ def capture(
         calls, not logits).
     min_query, map_size, layer: as `analyze`'s (`layer`: the heatmap's, 1-based).
     label: the tables' `model` column.
+    path: "auto" (CPU tensors through the Rust tiles, read in place; tensors on any other
+        device through torch on that device, a query block at a time, each block's tensors
+        reduced by the same Rust accumulators), "tiles" or "torch" to force one.
 
     Refused with a `UsageError` naming the module: what the kernels cannot honour (so far:
-    bidirectional layers, padding, tensors off the CPU, a mask pattern other than causal,
-    sliding window or chunks, attention biases).
+    bidirectional layers, padding, a mask pattern other than causal, sliding window or chunks,
+    attention biases).
     """
+    if path not in ("auto", "tiles", "torch"):
+        raise UsageError(f"path {path!r}: one of 'auto', 'tiles', 'torch'")
     register()
     modules = _attention_modules(model)
     if not modules:
@@ -405,7 +471,7 @@ def capture(
         map_size=map_size,
         layer=layer,
     )
-    return Capture(model, native, modules, label)
+    return Capture(model, native, modules, label, path)
 
 
 if "transformers" in sys.modules:  # a model may name the backend before any capture

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 
 use asa_analyze::analysis::capture::{AttentionCall, Capture, CaptureLayer};
 use asa_analyze::analysis::{RunOptions, RunSpec};
-use asa_analyze::hooks::KeyWindow;
+use asa_analyze::hooks::{Hook, KeyWindow};
 use asa_analyze::metrics::Metric;
 
 use crate::{no_panic, to_py, usage, NativeResult, UsageError};
@@ -176,12 +176,50 @@ impl NativeCapture {
         })
     }
 
+    /// The start of a call whose blocks torch computes (q's `dims` `[b, heads, t, d]`, `kv`
+    /// key heads, q's dtype `F32` or `BF16`): the block tensors wanted, by their short names
+    /// (`qk`, `attn_scores`, `pattern`, `softmax`, `sink_mass`, `max_logit`).
+    fn begin_blocks(&mut self, layer: usize, dims: [usize; 4], kv: usize, dtype: &str) -> PyResult<Vec<&'static str>> {
+        no_panic(|| {
+            let dtype = if dtype == "BF16" { DType::BF16 } else { DType::F32 };
+            let hooks = self.capture.begin_blocks(layer, dims, kv, dtype).map_err(to_py)?;
+            Ok(hooks.into_iter().map(short_name).collect())
+        })
+    }
+
+    /// One block of the open call: `(short name, host tensor)` pairs (f32).
+    fn block(&mut self, py: Python<'_>, layer: usize, q_start: usize, n: usize, tensors: Vec<(String, HostTensor)>) -> PyResult<()> {
+        no_panic(|| {
+            let mut held = Vec::with_capacity(tensors.len());
+            for (name, tensor) in &tensors {
+                let hook = Hook::ATTENTION
+                    .into_iter()
+                    .find(|&h| short_name(h) == name.as_str())
+                    .ok_or_else(|| usage(format!("no block hook {name}")))?;
+                if tensor.dtype != "F32" {
+                    return Err(usage(format!("block tensor {name} is {}, not F32", tensor.dtype)));
+                }
+                held.push((hook, tensor.tensor()?));
+            }
+            let capture = &mut self.capture;
+            py.detach(|| capture.block(layer, q_start, n, held)).map_err(to_py)
+        })
+    }
+
+    /// The end of the open call.
+    fn end_blocks(&mut self, py: Python<'_>, layer: usize) -> PyResult<()> {
+        no_panic(|| {
+            let capture = &mut self.capture;
+            py.detach(|| capture.end_blocks(layer)).map_err(to_py)
+        })
+    }
+
     /// The captured model's result, labelled `label`.
-    fn result(&self, label: &str, model_class: &str, transformers_version: &str) -> PyResult<NativeResult> {
+    fn result(&self, label: &str, model_class: &str, transformers_version: &str, device: &str) -> PyResult<NativeResult> {
         no_panic(|| {
             let output = self
                 .capture
-                .output(label, model_class, transformers_version)
+                .output(label, model_class, transformers_version, device)
                 .map_err(to_py)?;
             let options = RunOptions {
                 spec: self.spec.clone(),
@@ -190,6 +228,19 @@ impl NativeCapture {
             let record = output.record("python capture", &options);
             Ok(NativeResult { output, record })
         })
+    }
+}
+
+/// A block hook's short name, as Python names it.
+fn short_name(hook: Hook) -> &'static str {
+    match hook {
+        Hook::Qk => "qk",
+        Hook::AttnScores => "attn_scores",
+        Hook::Pattern => "pattern",
+        Hook::Softmax => "softmax",
+        Hook::SinkMass => "sink_mass",
+        Hook::MaxLogit => "max_logit",
+        _ => "other",
     }
 }
 

@@ -28,6 +28,11 @@ ROOT = Path(__file__).resolve().parents[2]
 CAPTURE = ROOT / "tests" / "fixtures" / "capture"
 MODELS = ROOT / "tests" / "fixtures" / "models"
 FIVE = ["first_token", "entropy", "weight_sum", "max_logit", "key_received"]
+# every metric an attention call gives (analyze's set without nll, with block_map)
+FAMILY_METRICS = [
+    "first_token", "weight_sum", "entropy", "qk_mean", "head_total", "heatmap", "query_profile",
+    "sink_mass", "sink_rate", "max_logit", "key_received", "distance_profile", "head_role", "block_map",
+]
 ARCHITECTURES = sorted(p.name for p in CAPTURE.iterdir() if (p / "reference.json").exists())
 
 
@@ -59,13 +64,15 @@ def test_there_are_architectures_to_check():
     assert len(ARCHITECTURES) >= 25, ARCHITECTURES
 
 
+@pytest.mark.parametrize("path", ["tiles", "torch"])
 @pytest.mark.parametrize("name", ARCHITECTURES)
-def test_capture_matches_transformers_float64_eager_attention(name):
+def test_capture_matches_transformers_float64_eager_attention(name, path):
+    # both paths: the Rust tiles on CPU tensors, and torch's query blocks (what a GPU runs)
     folder = CAPTURE / name
     ref = json.loads((folder / "reference.json").read_text())
     model = load(folder)
     ids = torch.tensor(ref["input_ids"])
-    with torch.no_grad(), asa.capture(model, metrics=FIVE, label=name) as cap:
+    with torch.no_grad(), asa.capture(model, metrics=FIVE, label=name, path=path) as cap:
         logits = model(input_ids=ids, use_cache=False).logits
     # the model's outputs through the backend are SDPA's (f32 tolerance)
     close(logits.reshape(-1)[:: ref["logits_stride"]].numpy(), ref["logits_sdpa_f32"], f"{name} logits", atol=1e-4)
@@ -125,10 +132,7 @@ def test_capture_of_a_family_equals_analyze_of_its_checkpoint(family):
     ids = family_ids(vocab, t=20 if family in ("mistral", "phi3") else 16)
     t = len(ids[0])
     model = load(folder, dtype=torch.float32)
-    metrics = [
-        "first_token", "weight_sum", "entropy", "qk_mean", "head_total", "heatmap", "query_profile",
-        "sink_mass", "sink_rate", "max_logit", "key_received", "distance_profile", "head_role", "block_map",
-    ]
+    metrics = FAMILY_METRICS
     with torch.no_grad(), asa.capture(model, metrics=metrics) as cap:
         model(input_ids=torch.tensor(ids), use_cache=False)
     captured = cap.result()
@@ -139,6 +143,33 @@ def test_capture_of_a_family_equals_analyze_of_its_checkpoint(family):
         got = captured.tables[table]
         assert got.columns == frame.columns and got.height == frame.height, (family, table, got.height, frame.height)
         # the same rows in the same order (one writer makes both), values within f32 noise
+        for column in frame.columns:
+            if frame[column].dtype.is_float():
+                want, have = frame[column].to_numpy(), got[column].to_numpy()
+                both_nan = np.isnan(want) & np.isnan(have)
+                close(have[~both_nan], want[~both_nan], f"{family} {table}.{column}", atol=2e-6, rtol=2e-5)
+            else:
+                assert got[column].to_list() == frame[column].to_list(), (family, table, column)
+
+
+@pytest.mark.parametrize("family", ["gemma2", "gpt_oss", "qwen2_window"])
+def test_the_torch_path_gives_the_tables_of_the_tiles(family):
+    # soft-caps, sinks, sliding windows: every table of the torch path's blocks (what a GPU
+    # runs) equals the Rust tiles' within f32 noise, and the model's logits too
+    folder = MODELS / family
+    ids = torch.tensor(family_ids(64))
+    model = load(folder, dtype=torch.float32)
+    results, logits = {}, {}
+    for path in ("tiles", "torch"):
+        with torch.no_grad(), asa.capture(model, metrics=FAMILY_METRICS, path=path) as cap:
+            logits[path] = model(input_ids=ids, use_cache=False).logits.numpy()
+        results[path] = cap.result()
+    close(logits["torch"], logits["tiles"], f"{family} logits", atol=1e-5)
+    kernels = results["torch"].run["models"][0]["kernels"]
+    assert list(kernels) == ["materialised blocks, torch on the model's device"], kernels
+    for table, frame in results["tiles"].tables.items():
+        got = results["torch"].tables[table]
+        assert got.shape == frame.shape, (family, table)
         for column in frame.columns:
             if frame[column].dtype.is_float():
                 want, have = frame[column].to_numpy(), got[column].to_numpy()

@@ -15,7 +15,7 @@ use super::run::metric_options_at;
 use super::{kernel_layers, ModelResult, RunOutput, RunSpec};
 use asa_core::error::{Error, Result};
 use asa_engine::attention::{AttentionCore, AttentionShape, Variant};
-use asa_engine::hooks::KeyWindow;
+use asa_engine::hooks::{BlockCtx, Hook, Kernel, KeyWindow, Probe};
 use asa_engine::model::attention_layers::LayerKind;
 use asa_metrics::metrics::{
     Metric, MetricOptions, MetricProbe, ModelAttention, ModelMetrics, VariantTraits,
@@ -91,6 +91,8 @@ struct Pool {
     called: Vec<bool>,
     passes: usize,
     dtype: DType,
+    /// A call whose blocks come from elsewhere: its module and the next query expected.
+    open: Option<(usize, usize)>,
 }
 
 /// A capture: the attention modules of one model and the metrics pooled over its calls.
@@ -148,14 +150,9 @@ impl Capture {
     /// The output `[b, heads, t, d]` (the dtype of q) of module `layer` (its index in the
     /// capture's layers) for `call`, its row tables pooled.
     pub fn attend(&mut self, layer: usize, call: AttentionCall) -> Result<Tensor> {
-        let Some(module) = self.layers.get(layer) else {
-            return Err(Error::usage(format!(
-                "attention call of layer index {layer}: the capture has {} modules",
-                self.layers.len()
-            )));
-        };
         let (b, heads, t, d) = call.q.dims4()?;
         let (kb, kv, kt, kd) = call.k.dims4()?;
+        let module = self.module(layer)?;
         if call.v.dims4()? != (kb, kv, kt, kd) || kb != b || kt != t || kd != d {
             return Err(Error::usage(format!(
                 "{}: q {:?}, k {:?} and v {:?} do not fit (q [b, heads, t, d], k and v [b, kv, t, d])",
@@ -165,21 +162,8 @@ impl Capture {
                 call.v.dims()
             )));
         }
-        if kv == 0 || heads % kv != 0 || t == 0 || b == 0 {
-            return Err(Error::usage(format!(
-                "{}: {heads} query heads over {kv} key heads, {b} sequences of {t} tokens",
-                module.name
-            )));
-        }
-        if self.pool.is_none() {
-            self.pool = Some(self.first_pool(&call.q, kv)?);
-        }
-        let Some(pool) = self.pool.as_mut() else {
-            unreachable!("the pool was made above")
-        };
+        self.enter_call(layer, [b, heads, t, d], kv, call.q.dtype())?;
         let module = &self.layers[layer];
-        pool.check(module, &call.q, kv)?;
-        pool.enter(layer, b, module, &self.layers)?;
         let shape = AttentionShape {
             hidden: heads * d,
             heads,
@@ -210,6 +194,7 @@ impl Capture {
             None => None,
         };
         let core = AttentionCore::new(shape, sinks, None, None);
+        let pool = self.pool_mut()?;
         pool.probe.set_batch_offset(pool.offset);
         let q = call.q.contiguous()?;
         let k = call.k.contiguous()?;
@@ -217,10 +202,135 @@ impl Capture {
         core.attend(q, k, v, layer, CAPTURE_BLOCK, &mut pool.probe)
     }
 
+    /// The start of a call of module `layer` whose blocks are computed elsewhere (torch on
+    /// the model's device): q `[b, heads, t, d]` (`dims`) over `kv` key heads. Returns the
+    /// block tensors the metrics want of it, in [`Hook::ATTENTION`]'s order; then each
+    /// block goes to [`Capture::block`], and [`Capture::end_blocks`] ends the call.
+    pub fn begin_blocks(
+        &mut self,
+        layer: usize,
+        dims: [usize; 4],
+        kv: usize,
+        dtype: DType,
+    ) -> Result<Vec<Hook>> {
+        self.enter_call(layer, dims, kv, dtype)?;
+        let pool = self.pool_mut()?;
+        pool.probe.set_batch_offset(pool.offset);
+        pool.probe.on_kernel(layer, Kernel::TorchBlocks);
+        pool.open = Some((layer, 0));
+        Ok(Hook::ATTENTION
+            .into_iter()
+            .filter(|&h| pool.probe.wants(h, layer))
+            .collect())
+    }
+
+    /// The block of queries `q_start .. q_start + n` of the call [`Capture::begin_blocks`]
+    /// opened: each wanted tensor (f32, on the host) as the hook defines it, `[b, heads, n,
+    /// q_start + n]` for the per-key ones and `[b, heads, n]` for the sink mass and row
+    /// maxima. Blocks come in order, each query once.
+    pub fn block(&mut self, layer: usize, q_start: usize, n: usize, tensors: Vec<(Hook, Tensor)>) -> Result<()> {
+        let window = self.module(layer)?.window;
+        let name = self.layers[layer].name.clone();
+        let pool = self.pool_mut()?;
+        if pool.open != Some((layer, q_start)) || n == 0 || q_start + n > pool.t {
+            return Err(Error::usage(format!(
+                "{name}: a block of queries {q_start}..{} where the call expects queries from {} of {}",
+                q_start + n,
+                pool.open.map_or(0, |(_, next)| next),
+                pool.t
+            )));
+        }
+        let (b, heads) = (pool.batch, pool.heads);
+        for (hook, xs) in &tensors {
+            let want: Vec<usize> = match hook {
+                Hook::SinkMass | Hook::MaxLogit => vec![b, heads, n],
+                _ => vec![b, heads, n, q_start + n],
+            };
+            if xs.dims() != want.as_slice() || xs.dtype() != DType::F32 {
+                return Err(Error::usage(format!(
+                    "{name}: block tensor {} is {:?} {:?}, not {want:?} f32",
+                    hook.name(layer),
+                    xs.dims(),
+                    xs.dtype()
+                )));
+            }
+        }
+        let ctx = BlockCtx {
+            layer,
+            q_start,
+            q_len: n,
+            seq_len: pool.t,
+            window,
+        };
+        for (hook, xs) in &tensors {
+            pool.probe.on_tensor(*hook, &ctx, xs)?;
+        }
+        pool.probe.on_block_end(&ctx)?;
+        pool.open = Some((layer, q_start + n));
+        Ok(())
+    }
+
+    /// The end of the call [`Capture::begin_blocks`] opened (every query seen).
+    pub fn end_blocks(&mut self, layer: usize) -> Result<()> {
+        let name = self.module(layer)?.name.clone();
+        let pool = self.pool_mut()?;
+        if pool.open != Some((layer, pool.t)) {
+            return Err(Error::usage(format!("{name}: the call ended before its last query block")));
+        }
+        pool.open = None;
+        pool.probe.on_layer_end(layer)
+    }
+
+    /// Module `layer` (its index among the capture's layers).
+    fn module(&self, layer: usize) -> Result<&CaptureLayer> {
+        self.layers.get(layer).ok_or_else(|| {
+            Error::usage(format!(
+                "attention call of layer index {layer}: the capture has {} modules",
+                self.layers.len()
+            ))
+        })
+    }
+
+    fn pool_mut(&mut self) -> Result<&mut Pool> {
+        self.pool
+            .as_mut()
+            .ok_or_else(|| Error::usage("no attention call has been captured yet"))
+    }
+
+    /// A call of module `layer` with q of `dims` `[b, heads, t, d]` over `kv` key heads: its
+    /// shape checked, the pool made at the first call, the call placed in its pass.
+    fn enter_call(&mut self, layer: usize, dims: [usize; 4], kv: usize, dtype: DType) -> Result<()> {
+        let [b, heads, t, d] = dims;
+        let module = self.module(layer)?;
+        if kv == 0 || heads % kv != 0 || t == 0 || b == 0 || d == 0 {
+            return Err(Error::usage(format!(
+                "{}: {heads} query heads over {kv} key heads, {b} sequences of {t} tokens of {d} dims",
+                module.name
+            )));
+        }
+        if let Some(pool) = &self.pool {
+            if let Some((open, _)) = pool.open {
+                return Err(Error::usage(format!(
+                    "{}: called while the call of {} is still open",
+                    module.name, self.layers[open].name
+                )));
+            }
+        }
+        if self.pool.is_none() {
+            self.pool = Some(self.first_pool(dims, kv, dtype)?);
+        }
+        let Some(pool) = self.pool.as_mut() else {
+            unreachable!("the pool was made above")
+        };
+        let module = &self.layers[layer];
+        pool.check(module, dims, kv)?;
+        pool.enter(layer, b, module, &self.layers)
+    }
+
     /// The pool of the first call: the metric options for its length and a probe with
     /// room for its batch.
-    fn first_pool(&self, q: &Tensor, kv: usize) -> Result<Pool> {
-        let (b, heads, t, d) = q.dims4()?;
+    fn first_pool(&self, dims: [usize; 4], kv: usize, dtype: DType) -> Result<Pool> {
+        let [b, heads, t, d] = dims;
         let heatmap_layer = self.heatmap_layer()?;
         let opts = metric_options_at(&self.spec, &self.spec.metrics, t, heatmap_layer)?;
         let probe = layer_probe(&self.layers, &opts, heads, t, b);
@@ -236,7 +346,8 @@ impl Capture {
             batch: b,
             called: vec![false; self.layers.len()],
             passes: 0,
-            dtype: q.dtype(),
+            dtype,
+            open: None,
         })
     }
 
@@ -263,13 +374,15 @@ impl Capture {
         }
     }
 
-    /// The captured model's tables and record, labelled `label` (`model_class` and
-    /// `transformers_version` for run.json). Refused when no call went through.
+    /// The captured model's tables and record, labelled `label` (`model_class`,
+    /// `transformers_version` and the torch `device` it ran on for run.json). Refused when no
+    /// call went through.
     pub fn output(
         &self,
         label: &str,
         model_class: &str,
         transformers_version: &str,
+        device: &str,
     ) -> Result<RunOutput> {
         let Some(pool) = &self.pool else {
             return Err(Error::usage(
@@ -298,7 +411,7 @@ impl Capture {
                 tokens: Vec::new(),
             }],
             series: Vec::new(),
-            device: "cpu".to_string(),
+            device: device.to_string(),
             dtype: dtype_name(pool.dtype).to_string(),
             seconds,
             shard: None,
@@ -378,8 +491,8 @@ impl Capture {
 impl Pool {
     /// Whether a call of `module` fits the capture's first: the same heads, key heads,
     /// head size and length.
-    fn check(&self, module: &CaptureLayer, q: &Tensor, kv: usize) -> Result<()> {
-        let (_, heads, t, d) = q.dims4()?;
+    fn check(&self, module: &CaptureLayer, dims: [usize; 4], kv: usize) -> Result<()> {
+        let [_, heads, t, d] = dims;
         if t != self.t {
             return Err(Error::usage(format!(
                 "{}: a forward pass of {t} tokens in a capture of {}-token passes; every forward pass of one capture has the same length",

@@ -128,6 +128,7 @@ impl AttentionCore {
                 let fused = kernel == Kernel::MaterialisedFused;
                 self.materialised_blocks(p, layer, block, fused, probe)?
             }
+            Kernel::TorchBlocks => return Err(unplanned("torch blocks")),
         };
         self.observe_blocks(p, layer, block, probe)?;
         probe.on_layer_end(layer)?;

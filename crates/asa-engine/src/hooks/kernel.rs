@@ -18,6 +18,9 @@ pub enum Kernel {
     MaterialisedFused,
     /// The block's weights in memory, from candle ops (any device and dtype, autograd).
     Materialised,
+    /// The block's weights in memory, computed by torch on the device a captured
+    /// transformers model sits on (`asa.capture`'s device path) and handed over as tensors.
+    TorchBlocks,
 }
 
 impl Kernel {
@@ -28,6 +31,7 @@ impl Kernel {
             Kernel::FusedRows => "fused softmax with row table",
             Kernel::MaterialisedFused => "materialised blocks, fused CPU softmax",
             Kernel::Materialised => "materialised blocks, candle ops",
+            Kernel::TorchBlocks => "materialised blocks, torch on the model's device",
         }
     }
 }
