@@ -210,9 +210,10 @@ def _declared(name: str, module: Any, number: int) -> _Module:
     return _Module(name, number, keys, size, float(softcap) if softcap else None, sinks)
 
 
-def _attention_modules(model: Any) -> List[_Module]:
-    """Every module of `model` whose forward calls the attention interface, numbered by
-    the first integer of its qualified name, in layer order."""
+def _attention_modules(model: Any) -> List[Tuple[str, _Module]]:
+    """Every module of `model` whose forward calls the attention interface, with its stack
+    (the qualified name before its layer number), numbered by the first integer of its
+    qualified name, in layer order."""
     found = []
     for name, module in model.named_modules():
         if not _routed(module):
@@ -220,8 +221,46 @@ def _attention_modules(model: Any) -> List[_Module]:
         digits = re.search(r"\d+", name)
         if digits is None:
             raise UsageError(f"attention module {name or type(module).__name__} has no layer number in its name")
-        found.append(_declared(name, module, int(digits.group())))
-    return sorted(found, key=lambda m: m.number)
+        found.append((name[: digits.start()].rstrip("."), _declared(name, module, int(digits.group()))))
+    return sorted(found, key=lambda sm: sm[1].number)
+
+
+def _stack_names(prefixes: Iterable[str]) -> Dict[str, str]:
+    """Each stack's name: the first component of its prefix that the other stacks' prefixes
+    do not share (`model.vision_tower.encoder.layers` -> `vision_tower` beside
+    `model.language_model.layers`); a single stack's is empty."""
+    prefixes = sorted(set(prefixes))
+    if len(prefixes) == 1:
+        return {prefixes[0]: ""}
+    split = {p: p.split(".") for p in prefixes}
+    names = {}
+    for p, parts in split.items():
+        others = [o for q, o in split.items() if q != p]
+        k = 0
+        while k < len(parts) and all(k < len(o) and o[k] == parts[k] for o in others):
+            k += 1
+        names[p] = parts[k] if k < len(parts) else p
+    return names
+
+
+def _chosen_stack(model: Any, stack: Optional[str]) -> Tuple[str, List[_Module]]:
+    """The stack to capture and its modules: the only one, or the one `stack` names (its
+    name or its prefix); refused when the model has several and none is named."""
+    found = _attention_modules(model)
+    names = _stack_names(prefix for prefix, _ in found)
+    if stack is None:
+        if len(names) > 1:
+            listed = ", ".join(f"{n} ({p})" for p, n in names.items())
+            raise UsageError(
+                f"{type(model).__name__} has {len(names)} stacks of attention modules: {listed}; "
+                "capture one at a time with stack=NAME"
+            )
+        return "", [m for _, m in found]
+    chosen = [p for p, n in names.items() if stack in (n, p)]
+    if not chosen:
+        listed = ", ".join(n or p for p, n in names.items())
+        raise UsageError(f"{type(model).__name__} has no stack {stack!r} (its stacks: {listed})", )
+    return names[chosen[0]] or chosen[0], [m for p, m in found if p == chosen[0]]
 
 
 def _first_key(keys: str, size: int, i: Any) -> Any:
@@ -436,6 +475,7 @@ def capture(
     layer: Optional[int] = None,
     label: str = "model",
     path: str = "auto",
+    stack: Optional[str] = None,
 ) -> Capture:
     """A context in which `model`'s attention calls go through the "asa" backend: each
     forward pass inside it is computed by the kernels of `asa-analyze analyze` (the model's
@@ -450,6 +490,10 @@ def capture(
         calls, not logits).
     min_query, map_size, layer: as `analyze`'s (`layer`: the heatmap's, 1-based).
     label: the tables' `model` column.
+    stack: the stack of attention modules to capture in a model that has several (a VLM's
+        `vision_tower` and `language_model`, an encoder and a decoder): its name (the first
+        component of its modules' prefix that the other stacks do not share) or prefix; the
+        other stacks run as SDPA runs them. A model of one stack needs none.
     path: "auto" (CPU tensors through the Rust tiles, read in place; tensors on any other
         device through torch on that device, a query block at a time, each block's tensors
         reduced by the same Rust accumulators), "tiles" or "torch" to force one.
@@ -461,11 +505,12 @@ def capture(
     if path not in ("auto", "tiles", "torch"):
         raise UsageError(f"path {path!r}: one of 'auto', 'tiles', 'torch'")
     register()
-    modules = _attention_modules(model)
-    if not modules:
+    if not _attention_modules(model):
         raise UsageError(f"{type(model).__name__} has no module whose forward calls transformers' attention interface")
+    stack_name, modules = _chosen_stack(model, stack)
     native = _native.NativeCapture(
         modules,
+        stack=stack_name or None,
         metrics=None if metrics is None else list(metrics),
         min_query=min_query,
         map_size=map_size,

@@ -103,9 +103,10 @@ pub struct NativeCapture {
 #[pymethods]
 impl NativeCapture {
     #[new]
-    #[pyo3(signature = (modules, metrics = None, min_query = RunSpec::default().min_query, map_size = RunSpec::DEFAULT_MAP_SIZE, layer = None))]
+    #[pyo3(signature = (modules, stack = None, metrics = None, min_query = RunSpec::default().min_query, map_size = RunSpec::DEFAULT_MAP_SIZE, layer = None))]
     fn new(
         modules: Vec<ModuleArg>,
+        stack: Option<String>,
         metrics: Option<Vec<String>>,
         min_query: usize,
         map_size: usize,
@@ -132,7 +133,7 @@ impl NativeCapture {
                 .into_iter()
                 .map(ModuleArg::layer)
                 .collect::<PyResult<Vec<_>>>()?;
-            let capture = Capture::new(spec.clone(), layers).map_err(to_py)?;
+            let capture = Capture::new(spec.clone(), layers, stack).map_err(to_py)?;
             Ok(NativeCapture { capture, spec })
         })
     }

@@ -50,6 +50,23 @@ def value(frame, **where):
     return rows["value"][0]
 
 
+def assert_same_tables(got, want, what, skip=("tokens",)):
+    """Every table of `want` (a Result) is in `got` with the same rows in the same order
+    (one writer makes both) and its numbers within f32 noise (2e-6 + 2e-5|y|)."""
+    for table, frame in want.tables.items():
+        if table in skip:
+            continue
+        have = got.tables[table]
+        assert have.shape == frame.shape, (what, table, have.shape, frame.shape)
+        for column in frame.columns:
+            if frame[column].dtype.is_float():
+                w, h = frame[column].to_numpy(), have[column].to_numpy()
+                both_nan = np.isnan(w) & np.isnan(h)
+                close(h[~both_nan], w[~both_nan], f"{what} {table}.{column}", atol=2e-6, rtol=2e-5)
+            else:
+                assert have[column].to_list() == frame[column].to_list(), (what, table, column)
+
+
 def load(folder, **kwargs):
     from transformers import AutoModelForCausalLM
 
@@ -103,6 +120,22 @@ def test_capture_matches_transformers_float64_eager_attention(name, path):
             close(got[keep], np.asarray(want_stat)[keep], f"{name} L{l} key_received {stat}")
 
 
+@pytest.mark.parametrize("path", ["tiles", "torch"])
+@pytest.mark.parametrize("name", ["cohere2", "olmoe", "starcoder2"])
+def test_a_bf16_model_is_captured_within_bf16_tolerance(name, path):
+    # SPEC's bf16 tolerance (atol 1e-2, rtol 2e-2) against the float64 reference
+    ref = json.loads((CAPTURE / name / "reference.json").read_text())
+    model = load(CAPTURE / name, dtype=torch.bfloat16)
+    with torch.no_grad(), asa.capture(model, metrics=FIVE, path=path) as cap:
+        model(input_ids=torch.tensor(ref["input_ids"]), use_cache=False)
+    res = cap.result()
+    assert res.run["dtype"] == "bf16"
+    for l, want in enumerate(ref["layers"], start=1):
+        for metric in ("first_token", "entropy", "weight_sum"):
+            got = value(res.attention, metric=metric, layer=l, head=None, stat="mean")
+            close(got, want[metric], f"{name} bf16 L{l} {metric}", atol=1e-2, rtol=2e-2)
+
+
 def test_sliding_layers_are_declared_as_transformers_masks_them():
     # cohere2, exaone4, ministral: layer 1 slides over 6 keys, layer 2 is full (layer_types);
     # starcoder2: every layer slides
@@ -137,19 +170,7 @@ def test_capture_of_a_family_equals_analyze_of_its_checkpoint(family):
         model(input_ids=torch.tensor(ids), use_cache=False)
     captured = cap.result()
     analysed = asa.analyze({"model": folder}, corpus=ids, seq_len=t, num_seqs=len(ids), metrics=metrics, bos="never", progress=False)
-    for table, frame in analysed.tables.items():
-        if table == "tokens":
-            continue
-        got = captured.tables[table]
-        assert got.columns == frame.columns and got.height == frame.height, (family, table, got.height, frame.height)
-        # the same rows in the same order (one writer makes both), values within f32 noise
-        for column in frame.columns:
-            if frame[column].dtype.is_float():
-                want, have = frame[column].to_numpy(), got[column].to_numpy()
-                both_nan = np.isnan(want) & np.isnan(have)
-                close(have[~both_nan], want[~both_nan], f"{family} {table}.{column}", atol=2e-6, rtol=2e-5)
-            else:
-                assert got[column].to_list() == frame[column].to_list(), (family, table, column)
+    assert_same_tables(captured, analysed, family)
 
 
 @pytest.mark.parametrize("family", ["gemma2", "gpt_oss", "qwen2_window"])
@@ -167,16 +188,30 @@ def test_the_torch_path_gives_the_tables_of_the_tiles(family):
     close(logits["torch"], logits["tiles"], f"{family} logits", atol=1e-5)
     kernels = results["torch"].run["models"][0]["kernels"]
     assert list(kernels) == ["materialised blocks, torch on the model's device"], kernels
-    for table, frame in results["tiles"].tables.items():
-        got = results["torch"].tables[table]
-        assert got.shape == frame.shape, (family, table)
-        for column in frame.columns:
-            if frame[column].dtype.is_float():
-                want, have = frame[column].to_numpy(), got[column].to_numpy()
-                both_nan = np.isnan(want) & np.isnan(have)
-                close(have[~both_nan], want[~both_nan], f"{family} {table}.{column}", atol=2e-6, rtol=2e-5)
-            else:
-                assert got[column].to_list() == frame[column].to_list(), (family, table, column)
+    assert_same_tables(results["torch"], results["tiles"], family)
+
+
+def test_a_vlms_language_stack_is_captured_apart_and_equals_its_checkpoint():
+    # Gemma 3's image-text model: a SigLIP tower and the language model, two stacks; named,
+    # the language stack is captured (the tower runs as SDPA runs it) and gives the tables
+    # `analyze` gives of the multimodal checkpoint's text model
+    from transformers import Gemma3ForConditionalGeneration
+
+    folder = MODELS / "gemma3_multimodal"
+    model = Gemma3ForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
+    ids = family_ids(json.loads((folder / "config.json").read_text())["text_config"]["vocab_size"])
+    with pytest.raises(asa.UsageError, match=r"2 stacks of attention modules: .*language_model \(model.language_model.layers\).*stack=NAME"):
+        asa.capture(model)
+    with pytest.raises(asa.UsageError, match="no stack 'audio'"):
+        asa.capture(model, stack="audio")
+    with torch.no_grad(), asa.capture(model, metrics=FAMILY_METRICS, stack="language_model") as cap:
+        model(input_ids=torch.tensor(ids), use_cache=False)
+    captured = cap.result()
+    record = captured.run["models"][0]["capture"]
+    assert record["stack"] == "language_model"
+    assert [m["name"] for m in record["modules"]] == [f"model.language_model.layers.{l}.self_attn" for l in (0, 1)]
+    analysed = asa.analyze({"model": folder}, corpus=ids, seq_len=len(ids[0]), num_seqs=len(ids), metrics=FAMILY_METRICS, bos="never", progress=False)
+    assert_same_tables(captured, analysed, "gemma3 VLM")
 
 
 def test_forward_passes_pool_like_the_sequences_of_one_batch():

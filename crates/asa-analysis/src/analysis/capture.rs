@@ -46,6 +46,9 @@ pub struct CapturedModule {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CaptureRecord {
     pub model_class: String,
+    /// The stack captured in a model of several (`language_model`); none for one stack.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack: Option<String>,
     pub transformers_version: String,
     /// Forward passes captured.
     pub forward_passes: usize,
@@ -99,15 +102,17 @@ struct Pool {
 pub struct Capture {
     spec: RunSpec,
     layers: Vec<CaptureLayer>,
+    stack: Option<String>,
     pool: Option<Pool>,
     started: Instant,
 }
 
 impl Capture {
-    /// A capture of `layers` (in the model's order of calls) with the metrics and settings
-    /// of `spec`. Refused: no layer, two modules of one layer number, a metric an attention
-    /// call cannot give (nll needs the logits; induction_score the built-in probe).
-    pub fn new(spec: RunSpec, layers: Vec<CaptureLayer>) -> Result<Self> {
+    /// A capture of `layers` (in layer order) of the model's `stack` (none: its only one)
+    /// with the metrics and settings of `spec`. Refused: no layer, two modules of one layer
+    /// number, a metric an attention call cannot give (nll needs the logits;
+    /// induction_score the built-in probe).
+    pub fn new(spec: RunSpec, layers: Vec<CaptureLayer>, stack: Option<String>) -> Result<Self> {
         if layers.is_empty() {
             return Err(Error::usage(
                 "the model has no attention module the capture can compute",
@@ -116,7 +121,7 @@ impl Capture {
         for (i, a) in layers.iter().enumerate() {
             if let Some(b) = layers[..i].iter().find(|b| b.number == a.number) {
                 return Err(Error::usage(format!(
-                    "attention modules {} and {} both number as layer {}; a model with more than one stack is not captured yet",
+                    "attention modules {} and {} both number as layer {} of one stack",
                     b.name,
                     a.name,
                     a.number + 1
@@ -134,6 +139,7 @@ impl Capture {
         Ok(Capture {
             spec,
             layers,
+            stack,
             pool: None,
             started: Instant::now(),
         })
@@ -479,6 +485,7 @@ impl Capture {
             tokens_per_second: (seqs * pool.t) as f64 / seconds.max(1e-9),
             capture: Some(CaptureRecord {
                 model_class: model_class.to_string(),
+                stack: self.stack.clone(),
                 transformers_version: transformers_version.to_string(),
                 forward_passes: pool.passes + 1,
                 modules,
@@ -570,4 +577,170 @@ fn layer_probe(
         layer_numbers: &numbers,
     };
     MetricProbe::new(opts.clone(), attention, &vec![vec![0u32; t]; seqs])
+}
+
+#[cfg(test)]
+mod tests {
+    //! A capture against attention computed here by hand in f64 (outputs, first_token), its
+    //! pooling over passes, and its refusals.
+    use super::*;
+    use asa_metrics::metrics::layer_stat::LayerStat;
+    use candle_core::Device;
+
+    const B: usize = 2;
+    const H: usize = 4;
+    const KV: usize = 2;
+    const T: usize = 12;
+    const D: usize = 8;
+
+    fn values(seed: u64, n: usize) -> Vec<f32> {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        (0..n).map(|_| rng.f32() * 2.0 - 1.0).collect()
+    }
+
+    /// q `[B, H, T, D]`, k and v `[B, KV, T, D]` of `seed`.
+    fn qkv(seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        (
+            values(seed, B * H * T * D),
+            values(seed + 1, B * KV * T * D),
+            values(seed + 2, B * KV * T * D),
+        )
+    }
+
+    fn call(q: &[f32], k: &[f32], v: &[f32], b: usize, scale: f64) -> AttentionCall {
+        let cpu = &Device::Cpu;
+        AttentionCall {
+            q: Tensor::from_slice(q, (b, H, T, D), cpu).unwrap(),
+            k: Tensor::from_slice(k, (b, KV, T, D), cpu).unwrap(),
+            v: Tensor::from_slice(v, (b, KV, T, D), cpu).unwrap(),
+            scale,
+            sinks: None,
+        }
+    }
+
+    fn layers() -> Vec<CaptureLayer> {
+        let layer = |number, window| CaptureLayer {
+            name: format!("model.layers.{number}.self_attn"),
+            number,
+            window,
+            softcap: None,
+            sinks: false,
+        };
+        vec![layer(0, KeyWindow::CAUSAL), layer(1, KeyWindow::sliding(4))]
+    }
+
+    fn spec() -> RunSpec {
+        RunSpec {
+            metrics: [Metric::FIRST_TOKEN, Metric::ENTROPY].into_iter().collect(),
+            ..RunSpec::default()
+        }
+    }
+
+    /// Softmax attention of one (sequence, head) in f64: the output rows and a_i0.
+    fn by_hand(q: &[f32], k: &[f32], v: &[f32], s: usize, h: usize, window: KeyWindow, scale: f64) -> (Vec<f64>, Vec<f64>) {
+        let g = h / (H / KV);
+        let at = |x: &[f32], heads: usize, head: usize, i: usize, c: usize| x[((s * heads + head) * T + i) * D + c] as f64;
+        let (mut out, mut first) = (Vec::new(), Vec::new());
+        for i in 0..T {
+            let keys = window.keys(i);
+            let logits: Vec<f64> = keys
+                .clone()
+                .map(|j| scale * (0..D).map(|c| at(q, H, h, i, c) * at(k, KV, g, j, c)).sum::<f64>())
+                .collect();
+            let m = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = logits.iter().map(|l| (l - m).exp()).collect();
+            let z: f64 = e.iter().sum();
+            first.push(if keys.start == 0 { e[0] / z } else { f64::NAN });
+            for c in 0..D {
+                out.push(keys.clone().zip(&e).map(|(j, w)| w / z * at(v, KV, g, j, c)).sum());
+            }
+        }
+        (out, first)
+    }
+
+    #[test]
+    fn outputs_and_first_token_are_those_of_attention_by_hand() {
+        let (q, k, v) = qkv(1);
+        let scale = 0.4;
+        let mut capture = Capture::new(spec(), layers(), None).unwrap();
+        let mut firsts = vec![Vec::new(); 2];
+        for (l, layer) in layers().iter().enumerate() {
+            let out = capture.attend(l, call(&q, &k, &v, B, scale)).unwrap();
+            let got = out.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            for s in 0..B {
+                for h in 0..H {
+                    let (want, first) = by_hand(&q, &k, &v, s, h, layer.window, scale);
+                    let at = (s * H + h) * T * D;
+                    for (x, y) in got[at..at + T * D].iter().zip(&want) {
+                        assert!((*x as f64 - y).abs() < 1e-5, "layer {l}: {x} vs {y}");
+                    }
+                    firsts[l].extend(first[1..].iter().filter(|x| !x.is_nan()));
+                }
+            }
+        }
+        let out = capture.output("m", "ByHand", "0", "cpu").unwrap();
+        let metrics = &out.models[0].metrics;
+        let first = metrics.get::<LayerStat>(Metric::FIRST_TOKEN).unwrap();
+        for l in 0..2 {
+            let want = firsts[l].iter().sum::<f64>() / firsts[l].len() as f64;
+            assert!((first.mean[l] - want).abs() < 1e-6, "layer {l}: {} vs {want}", first.mean[l]);
+        }
+        let record = out.models[0].record.capture.as_ref().unwrap();
+        assert_eq!(record.forward_passes, 1);
+        assert_eq!(record.modules[1].keys, "sliding window of 4 keys");
+    }
+
+    #[test]
+    fn passes_of_one_sequence_pool_as_one_batch() {
+        let (q, k, v) = qkv(7);
+        let half = |x: &[f32]| x[x.len() / 2..].to_vec();
+        let run = |passes: Vec<(Vec<f32>, Vec<f32>, Vec<f32>, usize)>| {
+            let mut capture = Capture::new(spec(), layers(), None).unwrap();
+            for (q, k, v, b) in &passes {
+                for l in 0..2 {
+                    capture.attend(l, call(q, k, v, *b, 0.3)).unwrap();
+                }
+            }
+            let out = capture.output("m", "ByHand", "0", "cpu").unwrap();
+            out.models[0].metrics.get::<LayerStat>(Metric::FIRST_TOKEN).unwrap().clone()
+        };
+        let whole = run(vec![(q.clone(), k.clone(), v.clone(), B)]);
+        let first = |x: &[f32]| x[..x.len() / 2].to_vec();
+        let parts = run(vec![
+            (first(&q), first(&k), first(&v), 1),
+            (half(&q), half(&k), half(&v), 1),
+        ]);
+        for l in 0..2 {
+            assert!((whole.mean[l] - parts.mean[l]).abs() < 1e-12);
+            assert!((whole.std[l] - parts.std[l]).abs() < 1e-12, "the std over 2 sequences");
+        }
+        assert!(whole.std[0] > 0.0, "two different sequences");
+    }
+
+    #[test]
+    fn what_a_capture_cannot_pool_is_refused() {
+        let (q, k, v) = qkv(3);
+        let nll = RunSpec {
+            metrics: [Metric::NLL].into_iter().collect(),
+            ..RunSpec::default()
+        };
+        assert!(Capture::new(nll, layers(), None).is_err());
+        let mut twice = layers();
+        twice[1].number = 0;
+        assert!(Capture::new(spec(), twice, None).is_err());
+        let mut capture = Capture::new(spec(), layers(), None).unwrap();
+        assert!(capture.output("m", "c", "0", "cpu").is_err(), "nothing captured");
+        capture.attend(0, call(&q, &k, &v, B, 0.3)).unwrap();
+        let cpu = &Device::Cpu;
+        let short = AttentionCall {
+            q: Tensor::zeros((B, H, T - 1, D), DType::F32, cpu).unwrap(),
+            k: Tensor::zeros((B, KV, T - 1, D), DType::F32, cpu).unwrap(),
+            v: Tensor::zeros((B, KV, T - 1, D), DType::F32, cpu).unwrap(),
+            scale: 0.3,
+            sinks: None,
+        };
+        let err = capture.attend(0, short).unwrap_err().to_string();
+        assert!(err.contains("11 tokens in a capture of 12-token passes"), "{err}");
+        assert!(capture.block(1, 0, 4, Vec::new()).is_err(), "a block without begin_blocks");
+    }
 }
