@@ -18,7 +18,9 @@ capture must reproduce, per attention layer:
   a_ij, mean over sequences and heads ("sum"), and that divided by the number of those
   queries ("mean").
 
-Also the float32 logits of transformers' SDPA forward, which the capture's forward must give.
+Also the float32 logits (an encoder's or a vision tower's last hidden states) of
+transformers' SDPA forward, which the capture's forward must give. Bidirectional layers
+(encoders, vision towers) count every visible query i >= 1 for key_received.
 Written: tests/fixtures/capture/<name>/{config.json, model.safetensors, reference.json}.
 Deterministic; run from anywhere:
 
@@ -58,7 +60,14 @@ COMMON = dict(
     eos_token_id=2,
 )
 
-# name -> (model_type, extra config keys)
+# encoders and vision towers: their own small shapes
+ENCODER = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+               num_attention_heads=4, max_position_embeddings=64, pad_token_id=0)
+VISION = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+              image_size=32, patch_size=8, num_channels=3)
+
+# name -> (model_type, extra config keys, kind: "lm" a causal LM on token ids, "encoder" a
+# bidirectional model on token ids, "vision" a vision tower on pixel values)
 ARCHITECTURES = {
     "starcoder2": ("starcoder2", dict(sliding_window=6, use_bias=True)),
     "helium": ("helium", dict(head_dim=8)),
@@ -85,15 +94,47 @@ ARCHITECTURES = {
     "mistral3_text": ("ministral3", dict(head_dim=8)),
     "bitnet": ("bitnet", dict(head_dim=8)),
     "jetmoe": ("jetmoe", dict(num_local_experts=4, num_experts_per_tok=2, kv_channels=8)),
+    "falcon": ("falcon", dict(new_decoder_architecture=True, num_kv_heads=2, alibi=False, parallel_attn=True)),
+    "gpt_bigcode": ("gpt_bigcode", dict(n_embd=32, n_layer=2, n_head=4, n_positions=64, multi_query=True)),
+    "gptj": ("gptj", dict(n_embd=32, n_layer=2, n_head=4, n_positions=64, rotary_dim=4)),
+    "codegen": ("codegen", dict(n_embd=32, n_layer=2, n_head=4, n_positions=64, n_ctx=64, rotary_dim=4)),
+    "opt": ("opt", dict(ffn_dim=48, word_embed_proj_dim=32)),
+    "biogpt": ("biogpt", dict()),
+    "xglm": ("xglm", dict(d_model=32, ffn_dim=48, num_layers=2, attention_heads=4)),
+    "gpt_neo": ("gpt_neo", dict(num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]], window_size=6)),
+    "bert": ("bert", dict(**ENCODER, kind="encoder")),
+    "roberta": ("roberta", dict(**ENCODER, kind="encoder")),
+    "electra": ("electra", dict(**ENCODER, embedding_size=32, kind="encoder")),
+    "modernbert": ("modernbert", dict(**ENCODER, global_attn_every_n_layers=2, local_attention=8, kind="encoder")),
+    "vit": ("vit", dict(**VISION, kind="vision")),
+    "dinov2_with_registers": ("dinov2_with_registers", dict(**VISION, num_register_tokens=4, kind="vision")),
+    "siglip_vision": ("siglip_vision_model", dict(**VISION, kind="vision")),
+    "clip_vision": ("clip_vision_model", dict(**VISION, projection_dim=16, kind="vision")),
 }
 
 
 def ids():
-    """The token ids every model reads: B sequences of T, BOS first."""
+    """The token ids every text model reads: B sequences of T, BOS first."""
     rng = np.random.default_rng(SEED)
     x = rng.integers(3, VOCAB, size=(B, T))
     x[:, 0] = 1
     return torch.tensor(x, dtype=torch.long)
+
+
+def pixels():
+    """The images every vision tower reads: B of 3 x 32 x 32, N(0, 1)."""
+    rng = np.random.default_rng(SEED)
+    return torch.tensor(rng.standard_normal((B, 3, 32, 32)), dtype=torch.float32)
+
+
+def inputs(kind):
+    return {"pixel_values": pixels()} if kind == "vision" else {"input_ids": ids()}
+
+
+def auto_class(kind):
+    from transformers import AutoModel
+
+    return AutoModelForCausalLM if kind == "lm" else AutoModel
 
 
 class Recorder:
@@ -109,10 +150,16 @@ class Recorder:
         out, weights = eager(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
         if scaling is None:
             scaling = getattr(module, "scaling", query.shape[-1] ** -0.5)
-        visible = None
+        causal = kwargs.get("is_causal")
+        causal = getattr(module, "is_causal", True) if causal is None else causal
+        t = query.shape[-2]
         if attention_mask is not None:
             m = attention_mask[0, 0, :, : key.shape[-2]]
             visible = (m == 0) if m.dtype != torch.bool else m
+        elif causal:
+            visible = torch.ones((t, t), dtype=torch.bool).tril()
+        else:
+            visible = torch.ones((t, t), dtype=torch.bool)
         self.calls.append(
             dict(
                 name=type(module).__name__,
@@ -120,7 +167,8 @@ class Recorder:
                 k=key.detach().numpy(),
                 scaling=float(scaling),
                 softcap=kwargs.get("softcap"),
-                visible=None if visible is None else visible.numpy(),
+                visible=visible.numpy(),
+                causal=bool(causal),
                 weights=weights.detach().numpy(),
             )
         )
@@ -133,7 +181,7 @@ def metrics(call):
     b, h, t, d = q.shape
     kr = np.repeat(k, h // k.shape[1], axis=1)
     logits = np.einsum("bhid,bhjd->bhij", q, kr) * call["scaling"]
-    visible = call["visible"] if call["visible"] is not None else np.tril(np.ones((t, t), dtype=bool))
+    visible = call["visible"]
     # transformers' eager attention takes its softmax in float32 even for a float64 model:
     # the weights are the float64 softmax of its float64 logits over the visible keys,
     # checked to be what the eager attention returned within float32 rounding
@@ -153,7 +201,8 @@ def metrics(call):
     max_logit = np.where(visible[None, None, mq:, :], logits[:, :, mq:, :], -np.inf).max(axis=(0, 2, 3))
     recv_sum, recv_mean = [], []
     for j in range(t):
-        rows = [i for i in range(max(j, mq), t) if visible[i, j]]
+        # the queries i >= min_query that see key j (causal: i >= j too)
+        rows = [i for i in range(max(j, mq) if call["causal"] else mq, t) if visible[i, j]]
         s = a[:, :, rows, j].sum(-1) if rows else np.zeros((b, h))
         recv_sum.append(s.mean())
         recv_mean.append(s.mean() / len(rows) if rows else float("nan"))
@@ -165,6 +214,8 @@ def metrics(call):
         key_received_sum=[float(x) for x in recv_sum],
         key_received_mean=[None if np.isnan(x) else float(x) for x in recv_mean],
         visible_first=[int(np.argmax(visible[i])) for i in range(t)],
+        visible_last=[int(t - 1 - np.argmax(visible[i][::-1])) for i in range(t)],
+        causal=call["causal"],
     )
 
 
@@ -172,9 +223,11 @@ def build(name, model_type, extra):
     """The model, saved in float32 under OUT/name; None with the reason when transformers
     cannot build it."""
     torch.manual_seed(SEED)
+    extra = dict(extra)
+    kind = extra.pop("kind", "lm")
     try:
-        config = AutoConfig.for_model(model_type, **{**COMMON, **extra})
-        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").float()
+        config = AutoConfig.for_model(model_type, **({**COMMON, **extra} if kind == "lm" else extra))
+        model = auto_class(kind).from_config(config, attn_implementation="eager").float()
     except Exception as e:  # an architecture this transformers does not build so
         return None, f"{type(e).__name__}: {str(e)[:160]}"
     gen = torch.Generator().manual_seed(SEED)
@@ -194,36 +247,47 @@ def build(name, model_type, extra):
     return folder, None
 
 
-def reference(folder):
+def output(out, kind):
+    """What a model's forward gives that the capture must not change: logits, or the last
+    hidden states of an encoder or a vision tower."""
+    return out.logits if kind == "lm" else out.last_hidden_state
+
+
+def reference(folder, kind):
     recorder = Recorder()
     AttentionInterface.register("ref64", recorder)
     AttentionMaskInterface.register("ref64", eager_mask)
-    x = ids()
-    sdpa = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa").eval()
+    cls = auto_class(kind)
+    x = inputs(kind)
+    extra = dict(use_cache=False) if kind == "lm" else {}
+    sdpa = cls.from_pretrained(folder, attn_implementation="sdpa").eval()
     with torch.no_grad():
-        logits32 = sdpa(input_ids=x, use_cache=False).logits
+        logits32 = output(sdpa(**x, **extra), kind)
     try:
-        model = AutoModelForCausalLM.from_pretrained(
+        model = cls.from_pretrained(
             folder, attn_implementation="ref64", dtype=torch.float64, experts_implementation="eager"
         ).eval()
     except (TypeError, ValueError):  # a model without experts
-        model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="ref64", dtype=torch.float64).eval()
+        model = cls.from_pretrained(folder, attn_implementation="ref64", dtype=torch.float64).eval()
+    x64 = {k: (v.double() if v.is_floating_point() else v) for k, v in x.items()}
     with torch.no_grad():
-        out = model(input_ids=x, use_cache=False, output_attentions=True)
+        out = model(**x64, **extra, output_attentions=True)
     assert len(out.attentions) == len(recorder.calls), (len(out.attentions), len(recorder.calls))
     for att, call in zip(out.attentions, recorder.calls):
         assert np.array_equal(att.numpy(), call["weights"])
-    assert np.isfinite(out.logits.numpy()).all()
+    final = output(out, kind)
+    assert np.isfinite(final.numpy()).all()
     layers = [metrics(c) for c in recorder.calls]
     return dict(
         model_class=type(model).__name__,
+        kind=kind,
         transformers_version=transformers.__version__,
-        input_ids=x.tolist(),
+        inputs={k: v.tolist() for k, v in x.items()},
         min_query=MIN_QUERY,
         layers=layers,
-        logits_sdpa_f32=logits32.reshape(-1)[:: 7].tolist(),
+        logits_sdpa_f32=logits32.reshape(-1)[::7].tolist(),
         logits_stride=7,
-        logits64_max_abs_diff_to_sdpa32=float((out.logits.float() - logits32).abs().max()),
+        logits64_max_abs_diff_to_sdpa32=float((final.float() - logits32).abs().max()),
     )
 
 
@@ -236,7 +300,7 @@ def main():
             skipped.append((name, why))
             continue
         try:
-            ref = reference(folder)
+            ref = reference(folder, dict(extra).get("kind", "lm"))
         except Exception as e:
             shutil.rmtree(folder, ignore_errors=True)
             skipped.append((name, f"reference: {type(e).__name__}: {str(e)[:200]}"))

@@ -25,6 +25,7 @@ from . import _native
 from ._errors import _python_errors
 from ._native import UsageError
 from ._result import Result
+from ._torch_blocks import attention_blocks
 
 #: The name the backend is registered under (`attn_implementation="asa"`).
 BACKEND = "asa"
@@ -199,7 +200,12 @@ def _declared(name: str, module: Any, number: int) -> _Module:
     layer_type = types[layer_index] if 0 <= layer_index < len(types) else None
     window = getattr(module, "sliding_window", None) or getattr(config, "sliding_window", None)
     keys, size = "causal", 0
-    if layer_type == "chunked_attention":
+    if getattr(module, "is_causal", True) is False:
+        # an encoder's or a vision tower's: every key, or those within the config's
+        # sliding_window on either side (ModernBERT's local layers)
+        local = layer_type == "sliding_attention"
+        keys, size = "bidirectional", int(getattr(config, "sliding_window", 0) or 0) if local else 0
+    elif layer_type == "chunked_attention":
         keys, size = "chunked", int(getattr(config, "attention_chunk_size"))
     elif layer_type == "sliding_attention":
         keys, size = "sliding", int(window)
@@ -263,13 +269,17 @@ def _chosen_stack(model: Any, stack: Optional[str]) -> Tuple[str, List[_Module]]
     return names[chosen[0]] or chosen[0], [m for p, m in found if p == chosen[0]]
 
 
-def _first_key(keys: str, size: int, i: Any) -> Any:
-    """KeyWindow's first visible key of queries `i` (a tensor)."""
+def _key_range(keys: str, size: int, i: Any, t: int) -> Tuple[Any, Any]:
+    """The first and last key queries `i` (a tensor) see, of `t`, as KeyWindow has them."""
+    if keys == "bidirectional":
+        if not size:
+            return i * 0, i * 0 + t - 1
+        return (i - size).clamp(min=0), (i + size).clamp(max=t - 1)
     if keys == "sliding":
-        return (i + 1 - size).clamp(min=0)
+        return (i + 1 - size).clamp(min=0), i
     if keys == "chunked":
-        return i - i % size
-    return i * 0
+        return i - i % size, i
+    return i * 0, i
 
 
 class Capture:
@@ -331,8 +341,10 @@ class Capture:
             self._refuse(m, f"{dtype} attention (the kernels take float32, bfloat16 and float16)")
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
         self._device = self._device or str(query.device)
-        if self._torch_path(query):
-            out = self._torch_blocks(index, m, query.detach(), key.detach(), value.detach(), float(scaling), softcap, sinks)
+        if self._torch_path(m, query):
+            out = attention_blocks(
+                self._native, index, m.keys, m.size, query.detach(), key.detach(), value.detach(), float(scaling), softcap, sinks
+            )
         else:
             work = torch.float32 if dtype == torch.float16 else dtype
             q, k, v = (t.detach().to(work).contiguous() for t in (query, key, value))
@@ -347,69 +359,24 @@ class Capture:
             return _fallback(module, query, key, value, attention_mask, dropout, scaling, True, kwargs)
         return out.to(dtype).transpose(1, 2).contiguous(), None
 
-    def _torch_path(self, query: Any) -> bool:
-        """Whether this call's blocks are torch's: `path="torch"`, or tensors off the CPU."""
-        if self.path == "torch":
+    def _torch_path(self, m: _Module, query: Any) -> bool:
+        """Whether this call's blocks are torch's: `path="torch"`, tensors off the CPU, or a
+        bidirectional layer (the tiles are causal)."""
+        if self.path == "torch" or m.keys == "bidirectional":
             return True
         if self.path == "tiles" and query.device.type != "cpu":
             raise UsageError(f"path='tiles' runs on the CPU; the tensors are on {query.device} (path='auto' or 'torch')")
         return query.device.type != "cpu"
 
-    def _torch_blocks(self, index, m, q, k, v, scale, softcap, sinks):
-        """The module's attention on its own device, in float32, a block of queries against
-        the keys they can see at a time (never [T, T]); each block's tensors the metrics
-        want go to the host for the Rust accumulators. Returns [b, heads, t, d] float32."""
-        import torch
-
-        b, h, t, d = q.shape
-        kv = k.shape[1]
-        kind = "BF16" if q.dtype == torch.bfloat16 else "F32"
-        wants = set(self._native.begin_blocks(index, [b, h, t, d], kv, kind))
-        rep = h // kv
-        out = torch.empty((b, h, t, d), dtype=torch.float32, device=q.device)
-        # at most ~16M logits a block (64 MB in float32), at least one query
-        n = max(1, min(t, (1 << 24) // max(1, b * h * t)))
-        sink = None if sinks is None else sinks.detach().to(q.device, torch.float32).view(1, h, 1, 1)
-        for start in range(0, t, n):
-            end = min(t, start + n)
-            qb = q[:, :, start:end].float()
-            kb = k[:, :, :end].float().repeat_interleave(rep, dim=1)
-            vb = v[:, :, :end].float().repeat_interleave(rep, dim=1)
-            raw = qb @ kb.transpose(-1, -2)
-            i = torch.arange(start, end, device=q.device)[:, None]
-            j = torch.arange(end, device=q.device)[None, :]
-            visible = (j <= i) & (j >= _first_key(m.keys, m.size, i))
-            scaled = raw * scale
-            logits = scaled if not softcap else torch.tanh(scaled / softcap) * softcap
-            masked = logits.masked_fill(~visible, float("-inf"))
-            if sink is not None:
-                full = torch.softmax(torch.cat([masked, sink.expand(b, h, end - start, 1)], dim=-1), dim=-1)
-                weights, sink_mass = full[..., :-1], full[..., -1]
-            else:
-                weights, sink_mass = torch.softmax(masked, dim=-1), None
-            out[:, :, start:end] = weights @ vb
-            made = {
-                "qk": lambda: raw,
-                "attn_scores": lambda: masked,
-                "pattern": lambda: weights,
-                "softmax": lambda: torch.softmax(masked, dim=-1),
-                "sink_mass": lambda: sink_mass,
-                "max_logit": lambda: scaled.masked_fill(~visible, float("-inf")).amax(dim=-1),
-            }
-            # the sink mass exists only where there are sinks (as a checkpoint's layers push it)
-            blocks = {name: made[name]() for name in sorted(wants)}
-            held = [(name, x.to("cpu", torch.float32).contiguous()) for name, x in blocks.items() if x is not None]
-            self._native.block(index, start, end - start, [(name, _host(x)) for name, x in held])
-        self._native.end_blocks(index)
-        return out
     def _check_call(self, m, module, query, key, attention_mask, dropout, is_causal, kwargs) -> None:
         """Refuses what the kernels cannot honour, naming the module; checks the mask's
         pattern against the keys the module was declared to see."""
         if dropout and module.training:
             self._refuse(m, f"attention dropout {dropout} in training mode (call model.eval())")
         causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-        if not causal:
-            self._refuse(m, "bidirectional attention (is_causal False) is not captured yet")
+        if causal == (m.keys == "bidirectional"):
+            said = "causal" if causal else "bidirectional"
+            self._refuse(m, f"a {said} call of a module declared {m.keys}")
         if query.shape[2] != key.shape[2]:
             self._refuse(m, f"{query.shape[2]} queries against {key.shape[2]} keys (a cache's decoding step); capture whole sequences (use_cache=False)")
         import torch
@@ -424,10 +391,10 @@ class Capture:
         if unknown:
             self._refuse(m, f"attention arguments the backend does not honour: {', '.join(unknown)}")
         window = kwargs.get("sliding_window")
-        if window and (m.keys != "sliding" or int(window) != m.size):
+        if window and m.keys != "bidirectional" and (m.keys != "sliding" or int(window) != m.size):
             self._refuse(m, f"a sliding window of {window} keys where it was declared {m.keys} {m.size}")
         if attention_mask is None:
-            if m.keys != "causal":
+            if m.keys not in ("causal", "bidirectional") or m.size:
                 self._refuse(m, f"no mask for a layer declared {m.keys} of {m.size}")
             return
         if not isinstance(attention_mask, _Mask):
@@ -447,11 +414,11 @@ class Capture:
             return
         first, last, count = mask.rows()
         i = torch.arange(t)
-        expected = _first_key(m.keys, m.size, i)
-        ok = bool(((first == expected) & (last == i) & (count == i - expected + 1)).all())
-        if not ok:
-            bad = int((~((first == expected) & (last == i) & (count == i - expected + 1))).nonzero()[0])
-            words = m.keys if m.keys == "causal" else f"{m.keys} of {m.size}"
+        expected_first, expected_last = _key_range(m.keys, m.size, i, t)
+        good = (first == expected_first) & (last == expected_last) & (count == expected_last - expected_first + 1)
+        if not bool(good.all()):
+            bad = int((~good).nonzero()[0])
+            words = m.keys if not m.size else f"{m.keys} of {m.size}"
             self._refuse(
                 m,
                 f"its mask lets query {bad} see {int(count[bad])} keys from {int(first[bad])} to {int(last[bad])}, not the {words} keys it was declared (a pattern the backend cannot honour)",

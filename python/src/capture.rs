@@ -6,9 +6,9 @@
 use candle_core::{DType, Device, Tensor};
 use pyo3::prelude::*;
 
-use asa_analyze::analysis::capture::{AttentionCall, Capture, CaptureLayer};
+use asa_analyze::analysis::capture::{AttentionCall, Capture, CaptureLayer, ExternalBlock};
 use asa_analyze::analysis::{RunOptions, RunSpec};
-use asa_analyze::hooks::{Hook, KeyWindow};
+use asa_analyze::hooks::KeyWindow;
 use asa_analyze::metrics::Metric;
 
 use crate::{no_panic, to_py, usage, NativeResult, UsageError};
@@ -52,7 +52,8 @@ impl HostTensor {
 }
 
 /// One attention module as Python describes it: qualified name, 0-based layer number, the
-/// keys its queries see (`causal`, `sliding`, `chunked`) with the window's size, its
+/// keys its queries see (`causal`, `sliding`, `chunked`, `bidirectional`) with the window's
+/// size (a bidirectional one's reach on either side; 0: every key), its
 /// soft-cap and whether it has sinks.
 #[derive(FromPyObject)]
 pub struct ModuleArg {
@@ -76,6 +77,14 @@ impl ModuleArg {
             ("causal", _) => KeyWindow::CAUSAL,
             ("sliding", w) if w > 0 => KeyWindow::sliding(w),
             ("chunked", c) if c > 0 => KeyWindow::chunked(c),
+            // every key (size 0), or those within `size` positions on either side; the
+            // length is the passes' (set at the first call)
+            ("bidirectional", 0) => KeyWindow::bidirectional(usize::MAX),
+            ("bidirectional", w) => KeyWindow::Around {
+                before: w,
+                after: w,
+                len: usize::MAX,
+            },
             (keys, size) => {
                 return Err(usage(format!(
                     "{}: keys {keys} of size {size} (causal, or sliding / chunked of at least 1)",
@@ -178,32 +187,63 @@ impl NativeCapture {
     }
 
     /// The start of a call whose blocks torch computes (q's `dims` `[b, heads, t, d]`, `kv`
-    /// key heads, q's dtype `F32` or `BF16`): the block tensors wanted, by their short names
-    /// (`qk`, `attn_scores`, `pattern`, `softmax`, `sink_mass`, `max_logit`).
-    fn begin_blocks(&mut self, layer: usize, dims: [usize; 4], kv: usize, dtype: &str) -> PyResult<Vec<&'static str>> {
+    /// key heads, q's dtype `F32` or `BF16`): the row table each block comes with, as a dict
+    /// (`width`; `bands`, the distance ranges `[lo, hi)` after the `first` band's column 6;
+    /// `max_logit_column`; `key_blocks` G and `key_block_column`; `key_sums_from`) and
+    /// `weights`, whether the block's weights are read too.
+    fn begin_blocks<'py>(
+        &mut self,
+        py: Python<'py>,
+        layer: usize,
+        dims: [usize; 4],
+        kv: usize,
+        dtype: &str,
+    ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
         no_panic(|| {
             let dtype = if dtype == "BF16" { DType::BF16 } else { DType::F32 };
-            let hooks = self.capture.begin_blocks(layer, dims, kv, dtype).map_err(to_py)?;
-            Ok(hooks.into_iter().map(short_name).collect())
+            let (wants, weights) = self.capture.begin_blocks(layer, dims, kv, dtype).map_err(to_py)?;
+            let layout = pyo3::types::PyDict::new(py);
+            layout.set_item("width", wants.width())?;
+            layout.set_item("bands", wants.bands.clone())?;
+            layout.set_item("max_logit_column", wants.max_logit_column())?;
+            layout.set_item("key_blocks", wants.key_blocks.map(|k| k.blocks))?;
+            layout.set_item("key_block_column", wants.key_block_columns())?;
+            layout.set_item("key_sums_from", wants.key_sums_from)?;
+            layout.set_item("weights", weights)?;
+            Ok(layout)
         })
     }
 
-    /// One block of the open call: `(short name, host tensor)` pairs (f32).
-    fn block(&mut self, py: Python<'_>, layer: usize, q_start: usize, n: usize, tensors: Vec<(String, HostTensor)>) -> PyResult<()> {
+    /// One block of the open call (host f32 tensors): its row table, and its key sums,
+    /// weights and sink mass where the layout asks for them.
+    #[pyo3(signature = (layer, q_start, n, table, key_sums = None, pattern = None, sink_mass = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn block(
+        &mut self,
+        py: Python<'_>,
+        layer: usize,
+        q_start: usize,
+        n: usize,
+        table: HostTensor,
+        key_sums: Option<HostTensor>,
+        pattern: Option<HostTensor>,
+        sink_mass: Option<HostTensor>,
+    ) -> PyResult<()> {
         no_panic(|| {
-            let mut held = Vec::with_capacity(tensors.len());
-            for (name, tensor) in &tensors {
-                let hook = Hook::ATTENTION
-                    .into_iter()
-                    .find(|&h| short_name(h) == name.as_str())
-                    .ok_or_else(|| usage(format!("no block hook {name}")))?;
-                if tensor.dtype != "F32" {
-                    return Err(usage(format!("block tensor {name} is {}, not F32", tensor.dtype)));
+            let f32_tensor = |t: &HostTensor| -> PyResult<Tensor> {
+                if t.dtype != "F32" {
+                    return Err(usage(format!("a block tensor is {}, not F32", t.dtype)));
                 }
-                held.push((hook, tensor.tensor()?));
-            }
+                t.tensor()
+            };
+            let block = ExternalBlock {
+                table: f32_tensor(&table)?,
+                key_sums: key_sums.as_ref().map(f32_tensor).transpose()?,
+                pattern: pattern.as_ref().map(f32_tensor).transpose()?,
+                sink_mass: sink_mass.as_ref().map(f32_tensor).transpose()?,
+            };
             let capture = &mut self.capture;
-            py.detach(|| capture.block(layer, q_start, n, held)).map_err(to_py)
+            py.detach(|| capture.block(layer, q_start, n, block)).map_err(to_py)
         })
     }
 
@@ -229,19 +269,6 @@ impl NativeCapture {
             let record = output.record("python capture", &options);
             Ok(NativeResult { output, record })
         })
-    }
-}
-
-/// A block hook's short name, as Python names it.
-fn short_name(hook: Hook) -> &'static str {
-    match hook {
-        Hook::Qk => "qk",
-        Hook::AttnScores => "attn_scores",
-        Hook::Pattern => "pattern",
-        Hook::Softmax => "softmax",
-        Hook::SinkMass => "sink_mass",
-        Hook::MaxLogit => "max_logit",
-        _ => "other",
     }
 }
 

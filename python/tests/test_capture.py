@@ -67,14 +67,23 @@ def assert_same_tables(got, want, what, skip=("tokens",)):
                 assert have[column].to_list() == frame[column].to_list(), (what, table, column)
 
 
-def load(folder, **kwargs):
-    from transformers import AutoModelForCausalLM
+def load(folder, kind="lm", **kwargs):
+    from transformers import AutoModel, AutoModelForCausalLM
 
+    cls = AutoModelForCausalLM if kind == "lm" else AutoModel
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, experts_implementation="eager", **kwargs)
+        model = cls.from_pretrained(folder, experts_implementation="eager", **kwargs)
     except (TypeError, ValueError):
-        model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+        model = cls.from_pretrained(folder, **kwargs)
     return model.eval()
+
+
+def forward(model, ref, **kwargs):
+    """The model's output on the reference's inputs: logits, or last hidden states."""
+    inputs = {k: torch.tensor(v) for k, v in ref["inputs"].items()}
+    if ref["kind"] == "lm":
+        return model(**inputs, use_cache=False, **kwargs).logits
+    return model(**inputs, **kwargs).last_hidden_state
 
 
 def test_there_are_architectures_to_check():
@@ -87,10 +96,9 @@ def test_capture_matches_transformers_float64_eager_attention(name, path):
     # both paths: the Rust tiles on CPU tensors, and torch's query blocks (what a GPU runs)
     folder = CAPTURE / name
     ref = json.loads((folder / "reference.json").read_text())
-    model = load(folder)
-    ids = torch.tensor(ref["input_ids"])
+    model = load(folder, ref["kind"])
     with torch.no_grad(), asa.capture(model, metrics=FIVE, label=name, path=path) as cap:
-        logits = model(input_ids=ids, use_cache=False).logits
+        logits = forward(model, ref)
     # the model's outputs through the backend are SDPA's (f32 tolerance)
     close(logits.reshape(-1)[:: ref["logits_stride"]].numpy(), ref["logits_sdpa_f32"], f"{name} logits", atol=1e-4)
     res = cap.result()
@@ -102,10 +110,14 @@ def test_capture_matches_transformers_float64_eager_attention(name, path):
     for l, want in enumerate(ref["layers"], start=1):
         module = record["capture"]["modules"][l - 1]
         assert module["layer"] == l
-        # the declared keys are those transformers' mask gave (every query's first key)
-        first = [int(x) for x in want["visible_first"]]
-        sliding = any(f > 0 for f in first)
-        assert module["keys"].startswith("sliding") == sliding or "sliding" in module["keys"], (name, module)
+        # the declared keys are those transformers' mask gave (every query's first and last)
+        first, last = want["visible_first"], want["visible_last"]
+        assert module["keys"].startswith("bidirectional") == (not want["causal"]), (name, module)
+        if want["causal"]:
+            assert module["keys"].startswith("sliding") == any(f > 0 for f in first), (name, module)
+        else:
+            full = all(f == 0 for f in first) and all(x == len(last) - 1 for x in last)
+            assert (module["keys"] == "bidirectional") == full, (name, module)
         close(value(att, metric="first_token", layer=l, head=None, stat="mean"), want["first_token"], f"{name} L{l} first_token")
         close(value(att, metric="entropy", layer=l, head=None, stat="mean"), want["entropy"], f"{name} L{l} entropy")
         close(value(att, metric="weight_sum", layer=l, head=None, stat="mean"), want["weight_sum"], f"{name} L{l} weight_sum")
@@ -121,13 +133,13 @@ def test_capture_matches_transformers_float64_eager_attention(name, path):
 
 
 @pytest.mark.parametrize("path", ["tiles", "torch"])
-@pytest.mark.parametrize("name", ["cohere2", "olmoe", "starcoder2"])
+@pytest.mark.parametrize("name", ["cohere2", "olmoe", "starcoder2", "bert", "vit"])
 def test_a_bf16_model_is_captured_within_bf16_tolerance(name, path):
     # SPEC's bf16 tolerance (atol 1e-2, rtol 2e-2) against the float64 reference
     ref = json.loads((CAPTURE / name / "reference.json").read_text())
-    model = load(CAPTURE / name, dtype=torch.bfloat16)
+    model = load(CAPTURE / name, ref["kind"], dtype=torch.bfloat16)
     with torch.no_grad(), asa.capture(model, metrics=FIVE, path=path) as cap:
-        model(input_ids=torch.tensor(ref["input_ids"]), use_cache=False)
+        forward(model, ref)
     res = cap.result()
     assert res.run["dtype"] == "bf16"
     for l, want in enumerate(ref["layers"], start=1):
@@ -148,7 +160,7 @@ def test_sliding_layers_are_declared_as_transformers_masks_them():
         ref = json.loads((CAPTURE / name / "reference.json").read_text())
         model = load(CAPTURE / name)
         with torch.no_grad(), asa.capture(model, metrics=["first_token"]) as cap:
-            model(input_ids=torch.tensor(ref["input_ids"]), use_cache=False)
+            forward(model, ref)
         modules = cap.result().run["models"][0]["capture"]["modules"]
         assert [m["keys"] for m in modules] == kinds, (name, modules)
 
@@ -218,7 +230,7 @@ def test_forward_passes_pool_like_the_sequences_of_one_batch():
     folder = CAPTURE / "cohere2"
     ref = json.loads((folder / "reference.json").read_text())
     model = load(folder)
-    ids = torch.tensor(ref["input_ids"])
+    ids = torch.tensor(ref["inputs"]["input_ids"])
     with torch.no_grad(), asa.capture(model) as whole:
         model(input_ids=ids, use_cache=False)
     with torch.no_grad(), asa.capture(model) as parts:
@@ -245,7 +257,7 @@ def test_forward_passes_pool_like_the_sequences_of_one_batch():
 def test_outside_a_capture_the_backend_is_sdpa_and_gradients_flow_inside():
     folder = CAPTURE / "cohere2"
     ref = json.loads((folder / "reference.json").read_text())
-    ids = torch.tensor(ref["input_ids"])
+    ids = torch.tensor(ref["inputs"]["input_ids"])
     asa.register()
     sdpa = load(folder)
     backend = load(folder, attn_implementation="asa")
@@ -266,18 +278,12 @@ def test_outside_a_capture_the_backend_is_sdpa_and_gradients_flow_inside():
 
 
 def test_what_the_kernels_cannot_honour_is_refused_naming_the_module():
-    from transformers import BertConfig, BertModel
-
-    bert = BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=16)).eval()
-    with pytest.raises(asa.UsageError, match=r"encoder\.layer\.0\.attention\.self: bidirectional"):
-        with torch.no_grad(), asa.capture(bert):
-            bert(input_ids=torch.tensor([[1, 2, 3, 4]]))
-    assert bert.config._attn_implementation != "asa", "restored after a refusal too"
     model = load(CAPTURE / "helium")
     padded = dict(input_ids=torch.tensor([[1, 5, 6, 7], [1, 5, 6, 0]]), attention_mask=torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]))
     with pytest.raises(asa.UsageError, match="model.layers.0.self_attn: padded sequences"):
         with torch.no_grad(), asa.capture(model):
             model(**padded, use_cache=False)
+    assert model.config._attn_implementation == "sdpa", "restored after a refusal too"
     with torch.no_grad(), asa.capture(model) as cap:
         model(input_ids=torch.tensor([[1, 5, 6, 7]]), use_cache=False)
         with pytest.raises(asa.UsageError, match="a forward pass of 3 tokens in a capture of 4-token passes"):

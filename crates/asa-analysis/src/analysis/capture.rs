@@ -15,7 +15,8 @@ use super::run::metric_options_at;
 use super::{kernel_layers, ModelResult, RunOutput, RunSpec};
 use asa_core::error::{Error, Result};
 use asa_engine::attention::{AttentionCore, AttentionShape, Variant};
-use asa_engine::hooks::{BlockCtx, Hook, Kernel, KeyWindow, Probe};
+use asa_engine::hooks::{BlockCtx, Kernel, KeyWindow, Probe};
+use asa_engine::kernels::row_table::RowWants;
 use asa_engine::model::attention_layers::LayerKind;
 use asa_metrics::metrics::{
     Metric, MetricOptions, MetricProbe, ModelAttention, ModelMetrics, VariantTraits,
@@ -64,6 +65,14 @@ pub struct CaptureLayer {
     pub window: KeyWindow,
     pub softcap: Option<f64>,
     pub sinks: bool,
+}
+
+/// A block computed outside the engine, as [`Capture::block`] takes it.
+pub struct ExternalBlock {
+    pub table: Tensor,
+    pub key_sums: Option<Tensor>,
+    pub pattern: Option<Tensor>,
+    pub sink_mass: Option<Tensor>,
 }
 
 /// One attention call: q `[b, heads, t, d]`, k and v `[b, kv, t, d]` (f32 or bf16), the
@@ -168,6 +177,12 @@ impl Capture {
                 call.v.dims()
             )));
         }
+        if module.window.sees_later() {
+            return Err(Error::usage(format!(
+                "{}: a bidirectional layer goes through the torch path (the tiles are causal)",
+                module.name
+            )));
+        }
         self.enter_call(layer, [b, heads, t, d], kv, call.q.dtype())?;
         let module = &self.layers[layer];
         let shape = AttentionShape {
@@ -210,33 +225,32 @@ impl Capture {
 
     /// The start of a call of module `layer` whose blocks are computed elsewhere (torch on
     /// the model's device): q `[b, heads, t, d]` (`dims`) over `kv` key heads. Returns the
-    /// block tensors the metrics want of it, in [`Hook::ATTENTION`]'s order; then each
-    /// block goes to [`Capture::block`], and [`Capture::end_blocks`] ends the call.
+    /// row table each block must come with ([`MetricProbe::external_wants`]) and whether
+    /// its weights are read too; then each block goes to [`Capture::block`], and
+    /// [`Capture::end_blocks`] ends the call.
     pub fn begin_blocks(
         &mut self,
         layer: usize,
         dims: [usize; 4],
         kv: usize,
         dtype: DType,
-    ) -> Result<Vec<Hook>> {
+    ) -> Result<(RowWants, bool)> {
         self.enter_call(layer, dims, kv, dtype)?;
         let pool = self.pool_mut()?;
         pool.probe.set_batch_offset(pool.offset);
         pool.probe.on_kernel(layer, Kernel::TorchBlocks);
         pool.open = Some((layer, 0));
-        Ok(Hook::ATTENTION
-            .into_iter()
-            .filter(|&h| pool.probe.wants(h, layer))
-            .collect())
+        Ok(pool.probe.external_wants(layer))
     }
 
     /// The block of queries `q_start .. q_start + n` of the call [`Capture::begin_blocks`]
-    /// opened: each wanted tensor (f32, on the host) as the hook defines it, `[b, heads, n,
-    /// q_start + n]` for the per-key ones and `[b, heads, n]` for the sink mass and row
-    /// maxima. Blocks come in order, each query once.
-    pub fn block(&mut self, layer: usize, q_start: usize, n: usize, tensors: Vec<(Hook, Tensor)>) -> Result<()> {
-        let window = self.module(layer)?.window;
-        let name = self.layers[layer].name.clone();
+    /// opened (blocks in order, each query once), all f32 on the host: its row table
+    /// `[b * heads * n, width]`, its key sums `[b, heads, keys]` where asked, and where
+    /// asked its weights `[b, heads, n, keys]` and sink mass `[b, heads, n]`; `keys` is
+    /// the layer's [`KeyWindow::block_keys`].
+    pub fn block(&mut self, layer: usize, q_start: usize, n: usize, block: ExternalBlock) -> Result<()> {
+        let name = self.module(layer)?.name.clone();
+        let window = self.layers[layer].window;
         let pool = self.pool_mut()?;
         if pool.open != Some((layer, q_start)) || n == 0 || q_start + n > pool.t {
             return Err(Error::usage(format!(
@@ -247,18 +261,23 @@ impl Capture {
             )));
         }
         let (b, heads) = (pool.batch, pool.heads);
-        for (hook, xs) in &tensors {
-            let want: Vec<usize> = match hook {
-                Hook::SinkMass | Hook::MaxLogit => vec![b, heads, n],
-                _ => vec![b, heads, n, q_start + n],
-            };
-            if xs.dims() != want.as_slice() || xs.dtype() != DType::F32 {
-                return Err(Error::usage(format!(
-                    "{name}: block tensor {} is {:?} {:?}, not {want:?} f32",
-                    hook.name(layer),
-                    xs.dims(),
-                    xs.dtype()
-                )));
+        let keys = window.block_keys(q_start, n);
+        let (wants, _) = pool.probe.external_wants(layer);
+        let expected = [
+            ("row table", Some(&block.table), vec![b * heads * n, wants.width()]),
+            ("key sums", block.key_sums.as_ref(), vec![b, heads, keys]),
+            ("weights", block.pattern.as_ref(), vec![b, heads, n, keys]),
+            ("sink mass", block.sink_mass.as_ref(), vec![b, heads, n]),
+        ];
+        for (what, xs, want) in expected {
+            if let Some(xs) = xs {
+                if xs.dims() != want.as_slice() || xs.dtype() != DType::F32 {
+                    return Err(Error::usage(format!(
+                        "{name}: the block's {what} is {:?} {:?}, not {want:?} f32",
+                        xs.dims(),
+                        xs.dtype()
+                    )));
+                }
             }
         }
         let ctx = BlockCtx {
@@ -268,10 +287,14 @@ impl Capture {
             seq_len: pool.t,
             window,
         };
-        for (hook, xs) in &tensors {
-            pool.probe.on_tensor(*hook, &ctx, xs)?;
-        }
-        pool.probe.on_block_end(&ctx)?;
+        let ExternalBlock {
+            table,
+            key_sums,
+            pattern,
+            sink_mass,
+        } = &block;
+        pool.probe
+            .external_block(&ctx, table, key_sums.as_ref(), pattern.as_ref(), sink_mass.as_ref())?;
         pool.open = Some((layer, q_start + n));
         Ok(())
     }
@@ -335,8 +358,12 @@ impl Capture {
 
     /// The pool of the first call: the metric options for its length and a probe with
     /// room for its batch.
-    fn first_pool(&self, dims: [usize; 4], kv: usize, dtype: DType) -> Result<Pool> {
+    fn first_pool(&mut self, dims: [usize; 4], kv: usize, dtype: DType) -> Result<Pool> {
         let [b, heads, t, d] = dims;
+        // a bidirectional layer's keys are those of the passes' length
+        for layer in &mut self.layers {
+            layer.window = layer.window.for_length(t);
+        }
         let heatmap_layer = self.heatmap_layer()?;
         let opts = metric_options_at(&self.spec, &self.spec.metrics, t, heatmap_layer)?;
         let probe = layer_probe(&self.layers, &opts, heads, t, b);
@@ -741,6 +768,13 @@ mod tests {
         };
         let err = capture.attend(0, short).unwrap_err().to_string();
         assert!(err.contains("11 tokens in a capture of 12-token passes"), "{err}");
-        assert!(capture.block(1, 0, 4, Vec::new()).is_err(), "a block without begin_blocks");
+        let table = Tensor::zeros((1, 1), DType::F32, cpu).unwrap();
+        let block = ExternalBlock {
+            table,
+            key_sums: None,
+            pattern: None,
+            sink_mass: None,
+        };
+        assert!(capture.block(1, 0, 4, block).is_err(), "a block without begin_blocks");
     }
 }

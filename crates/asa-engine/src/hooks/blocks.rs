@@ -14,14 +14,24 @@ pub fn query_blocks(seq_len: usize, block: usize) -> impl Iterator<Item = (usize
         .map(move |start| (start, block.min(seq_len - start)))
 }
 
-/// Visibility `[q_len, q_start + q_len]`: 1.0 where query i sees key j (j <= i, and inside
-/// the sliding `window` or the query's chunk where there is one), else 0.0 (f32).
+/// Visibility `[q_len, keys]` (`keys` = [`KeyWindow::block_keys`]: `q_start + q_len` for
+/// causal windows): 1.0 where query i sees key j (j <= i, and inside the sliding `window` or
+/// the query's chunk where there is one; on both sides in a bidirectional layer), else 0.0
+/// (f32).
 pub fn visibility(
     q_start: usize,
     q_len: usize,
     window: KeyWindow,
     device: &Device,
 ) -> Result<Tensor> {
+    if let KeyWindow::Around { .. } = window {
+        let keys = window.block_keys(q_start, q_len);
+        let mut visible = vec![0f32; q_len * keys];
+        for (r, row) in visible.chunks_mut(keys.max(1)).enumerate() {
+            row[window.keys(q_start + r)].fill(1.0);
+        }
+        return Ok(Tensor::from_vec(visible, (q_len, keys), device)?);
+    }
     let keys = q_start + q_len;
     let queries = Tensor::arange(q_start as u32, keys as u32, device)?.reshape((q_len, 1))?;
     let key_idx = Tensor::arange(0u32, keys as u32, device)?.reshape((1, keys))?;
@@ -41,7 +51,7 @@ pub fn visibility(
             let first = Tensor::from_vec(first, (q_len, 1), device)?;
             causal.mul(&key_idx.broadcast_ge(&first)?.to_dtype(DType::F32)?)?
         }
-        KeyWindow::Causal => causal,
+        KeyWindow::Causal | KeyWindow::Around { .. } => causal,
     })
 }
 

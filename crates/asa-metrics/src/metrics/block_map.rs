@@ -22,13 +22,18 @@ use asa_engine::kernels::row_table::{KeyBlocks, RowWants};
 use asa_tables::export::{schema, Column};
 
 /// The cells of one layer that hold a visible pair: query block a sees the key blocks
-/// `first[a] ..= a` (the keys its queries see are one run, from the first key of its
-/// first query to its last query), stored row after row from `offsets[a]`.
+/// `first[a] ..= last(a)` (the keys its queries see are one run, from the first key of its
+/// first query to the last key of its last query: `a` itself in a causal layer, later ones
+/// in a bidirectional layer), stored row after row from `offsets[a]`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CellLayout {
     window: KeyWindow,
     first: Vec<usize>,
     offsets: Vec<usize>,
+    /// `last(a)` of a bidirectional layer; empty for causal ones (`last(a)` = a), as saved
+    /// states written before bidirectional layers have it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    last: Vec<usize>,
 }
 
 impl CellLayout {
@@ -37,15 +42,29 @@ impl CellLayout {
         let first: Vec<usize> = (0..blocks.blocks)
             .map(|a| blocks.block_of(window.first_key(blocks.start(a))))
             .collect();
-        let mut offsets = vec![0];
-        for (a, &lo) in first.iter().enumerate() {
-            offsets.push(offsets[a] + a + 1 - lo);
-        }
-        CellLayout {
+        let last: Vec<usize> = match window.sees_later() {
+            true => (0..blocks.blocks)
+                .map(|a| blocks.block_of(window.keys(blocks.start(a + 1) - 1).end - 1))
+                .collect(),
+            false => Vec::new(),
+        };
+        let mut layout = CellLayout {
             window,
             first,
-            offsets,
+            offsets: vec![0],
+            last,
+        };
+        for a in 0..blocks.blocks {
+            let cells = layout.last(a) + 1 - layout.first[a];
+            layout.offsets.push(layout.offsets[a] + cells);
         }
+        layout
+    }
+
+    /// The last key block query block `a` sees.
+    #[inline(always)]
+    fn last(&self, a: usize) -> usize {
+        self.last.get(a).copied().unwrap_or(a)
     }
 
     /// Cells held.
@@ -58,7 +77,7 @@ impl CellLayout {
         self.len() == 0
     }
 
-    /// The index of cell (a, b), b in `first[a] ..= a`.
+    /// The index of cell (a, b), b in `first[a] ..= last(a)`.
     #[inline(always)]
     fn index(&self, a: usize, b: usize) -> usize {
         self.offsets[a] + b - self.first[a]
@@ -69,7 +88,7 @@ impl CellLayout {
         self.first
             .iter()
             .enumerate()
-            .flat_map(|(a, &lo)| (lo..=a).map(move |b| (a, b)))
+            .flat_map(move |(a, &lo)| (lo..=self.last(a)).map(move |b| (a, b)))
     }
 
     /// The visible (query, key) pairs of every cell in one sequence.
@@ -162,15 +181,17 @@ impl BlockMap {
             let head = (row / n) % self.heads;
             let i = q_start + row % n;
             let a = self.blocks.block_of(i);
-            let lo = self.blocks.block_of(layout.window.first_key(i));
+            let keys = layout.window.keys(i);
+            let lo = self.blocks.block_of(keys.start);
+            let hi = self.blocks.block_of(keys.end - 1);
             let at = layout.index(a, lo);
             let (sums, maxima) = (rows.sums(row), rows.maxima(row));
-            let sum = &mut self.sum[layer][head][at..=at + a - lo];
-            for (s, &v) in sum.iter_mut().zip(&sums[lo..=a]) {
+            let sum = &mut self.sum[layer][head][at..=at + hi - lo];
+            for (s, &v) in sum.iter_mut().zip(&sums[lo..=hi]) {
                 *s += v as f64;
             }
-            let max = &mut self.max[layer][head][at..=at + a - lo];
-            for (m, &v) in max.iter_mut().zip(&maxima[lo..=a]) {
+            let max = &mut self.max[layer][head][at..=at + hi - lo];
+            for (m, &v) in max.iter_mut().zip(&maxima[lo..=hi]) {
                 *m = max_nan(*m, v);
             }
         }

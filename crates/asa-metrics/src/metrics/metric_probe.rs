@@ -244,6 +244,36 @@ impl MetricProbe {
             .extend(other.kernels.iter().map(|(&l, &k)| (l, k)));
     }
 
+    /// The row table a block computed outside the engine must hand
+    /// [`MetricProbe::external_block`] for `layer`: its columns (the q.k columns holding the
+    /// raw q.k sums over the visible keys), and whether the block's weights are read too.
+    pub fn external_wants(&self, layer: usize) -> (RowWants, bool) {
+        let needs = self.needs(layer);
+        (self.pattern_wants(), needs.weights || needs.softmax_entropy)
+    }
+
+    /// A block computed outside the engine (the capture's torch path, on any device): its
+    /// row table `[rows, width]` as [`MetricProbe::external_wants`] lays it out, each key's
+    /// weight summed over the block's queries from `key_sums_from` on where asked
+    /// (`[batch, head, keys]`), and where the weights are read, the block's weights
+    /// `[batch, head, n, keys]` with its sink mass `[batch, head, n]`. `keys` is
+    /// [`KeyWindow::block_keys`]: a bidirectional layer's blocks span every key they see.
+    pub fn external_block(
+        &mut self,
+        ctx: &BlockCtx,
+        table: &Tensor,
+        key_sums: Option<&Tensor>,
+        pattern: Option<&Tensor>,
+        sink_mass: Option<&Tensor>,
+    ) -> Result<()> {
+        let extras = BlockExtras {
+            key_sums,
+            weights: pattern.map(|pattern| Weights { pattern, sink_mass }),
+            ..BlockExtras::default()
+        };
+        self.table_event(ctx, table, TableSource::Pattern { qk: true }, extras)
+    }
+
     /// What the accumulators read in `layer`.
     fn needs(&self, layer: usize) -> Needs {
         self.accumulators

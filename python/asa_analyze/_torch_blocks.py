@@ -1,0 +1,140 @@
+"""The capture's torch path: a module's attention computed by torch on the device its
+tensors sit on, a block of queries against the keys they see at a time (never [T, T]), each
+block reduced on that device to the row table the Rust accumulators pool (the layout of
+`crates/asa-engine/src/kernels/row_table.rs`, the sums of the CPU's row pass), which
+alone (with its key sums, and the block's weights where a metric reads them) crosses to the
+host.
+
+Distances: t = i - j in a causal layer; t = |i - j| in a bidirectional one (keys on both
+sides of a query share its bands)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple
+
+# the row table's fixed columns (kernels/row_columns.rs)
+FIRST, SUM, ENTROPY, SINK_MASS, QK_SUM, QK_ABS_SUM, BANDS = range(7)
+# f32's smallest normal: smaller weights add nothing to sum w ln w (as the CPU's pass)
+F32_MIN_POSITIVE = 1.1754943508222875e-38
+
+
+def visible_keys(keys: str, size: int, i: Any, j: Any) -> Any:
+    """Whether query i sees key j (broadcast index tensors), as KeyWindow has it:
+    `causal`, `sliding` (the last `size` keys), `chunked` (chunks of `size`),
+    `bidirectional` (every key; within `size` on either side when `size` > 0)."""
+    if keys == "bidirectional":
+        return (i - j).abs() <= size if size else (i >= 0) & (j >= 0)
+    seen = j <= i
+    if keys == "sliding":
+        return seen & (j > i - size)
+    if keys == "chunked":
+        return seen & (j >= i - i % size)
+    return seen
+
+
+def block_keys(keys: str, size: int, start: int, end: int, t: int) -> int:
+    """The keys a block of queries `start .. end` spans, `0 .. block_keys` (KeyWindow's)."""
+    if keys == "bidirectional":
+        return t if not size else min(t, end + size)
+    return end
+
+
+def row_table(weights, raw, max_logit, sink_mass, i, j, visible, layout: Dict[str, Any], t: int, bidirectional: bool):
+    """The row table `[b * h * n, width]` (float32, on the block's device) of a block's
+    weights `[b, h, n, keys]` (0 where invisible), raw q.k, row maxima and sink mass."""
+    import torch
+
+    b, h, n, keys = weights.shape
+    w = weights.double()
+    table = torch.zeros((b, h, n, layout["width"]), dtype=torch.float64, device=weights.device)
+    table[..., FIRST] = w[..., 0]
+    mass = w.clamp(min=0).sum(-1)
+    table[..., SUM] = w.sum(-1)
+    w_ln_w = torch.where(w >= F32_MIN_POSITIVE, w * torch.log(w.clamp(min=F32_MIN_POSITIVE)), torch.zeros_like(w))
+    entropy = torch.log(mass) - w_ln_w.sum(-1) / mass
+    table[..., ENTROPY] = torch.where(mass > 0, entropy, torch.full_like(entropy, float("nan")))
+    if sink_mass is not None:
+        table[..., SINK_MASS] = sink_mass.double()
+    qk = torch.where(visible, raw.double(), torch.zeros_like(w))
+    table[..., QK_SUM] = qk.sum(-1)
+    table[..., QK_ABS_SUM] = qk.abs().sum(-1)
+    bands = layout["bands"]
+    if bands:
+        later = (i > 0).expand(n, keys)
+        table[..., BANDS] = torch.where(i[:, 0] > 0, w[..., 0], torch.zeros_like(w[..., 0]))
+        distance = (i - j).abs() if bidirectional else (i - j)
+        # key 0 of a query past it is its own band, out of its distance band
+        counted = ~((j == 0) & later)
+        for k, (lo, hi) in enumerate(bands):
+            hi = min(hi, t + 1)  # an open band's end (usize::MAX) as a distance torch holds
+            inside = (distance >= lo) & (distance < hi) & counted
+            table[..., BANDS + 1 + k] = torch.where(inside, w, torch.zeros_like(w)).sum(-1)
+    if layout["max_logit_column"] is not None:
+        table[..., layout["max_logit_column"]] = max_logit.double()
+    if layout["key_blocks"]:
+        g, c = layout["key_blocks"], layout["key_block_column"]
+        # block of position p: ceil((p + 1) G / T) - 1 (KeyBlocks::block_of)
+        of = (((torch.arange(keys, device=w.device) + 1) * g + t - 1) // t - 1).expand(b, h, n, keys)
+        sums = torch.zeros((b, h, n, g), dtype=torch.float64, device=w.device).scatter_add_(3, of, w)
+        maxima = torch.zeros((b, h, n, g), dtype=torch.float64, device=w.device).scatter_reduce_(
+            3, of, torch.where(visible, w, torch.zeros_like(w)), reduce="amax", include_self=True
+        )
+        table[..., c : c + g] = sums
+        table[..., c + g : c + 2 * g] = maxima
+    return table.reshape(b * h * n, -1).float()
+
+
+def attention_blocks(native: Any, index: int, keys: str, size: int, q, k, v, scale: float, softcap: Optional[float], sinks) -> Any:
+    """Module `index`'s attention `[b, heads, t, d]` (float32, on q's device) of q
+    `[b, heads, t, d]` and k, v `[b, kv, t, d]`, its blocks reduced for `native` (the
+    capture): the logits `scale` q.k (soft-capped by `softcap`), a softmax over the visible
+    keys (and the per-head sink logits `sinks` `[heads]`)."""
+    import torch
+
+    from ._capture import _host
+
+    b, h, t, d = q.shape
+    kv = k.shape[1]
+    kind = "BF16" if q.dtype == torch.bfloat16 else "F32"
+    layout = native.begin_blocks(index, [b, h, t, d], kv, kind)
+    rep = h // kv
+    bidirectional = keys == "bidirectional"
+    out = torch.empty((b, h, t, d), dtype=torch.float32, device=q.device)
+    # at most ~16M logits a block (64 MB in float32), at least one query
+    n = max(1, min(t, (1 << 24) // max(1, b * h * t)))
+    sink = None if sinks is None else sinks.detach().to(q.device, torch.float32).view(1, h, 1, 1)
+    for start in range(0, t, n):
+        end = min(t, start + n)
+        span = block_keys(keys, size, start, end, t)
+        qb = q[:, :, start:end].float()
+        kb = k[:, :, :span].float().repeat_interleave(rep, dim=1)
+        vb = v[:, :, :span].float().repeat_interleave(rep, dim=1)
+        raw = qb @ kb.transpose(-1, -2)
+        i = torch.arange(start, end, device=q.device)[:, None]
+        j = torch.arange(span, device=q.device)[None, :]
+        visible = visible_keys(keys, size, i, j)
+        scaled = raw * scale
+        logits = scaled if not softcap else torch.tanh(scaled / softcap) * softcap
+        masked = logits.masked_fill(~visible, float("-inf"))
+        if sink is not None:
+            full = torch.softmax(torch.cat([masked, sink.expand(b, h, end - start, 1)], dim=-1), dim=-1)
+            weights, sink_mass = full[..., :-1], full[..., -1]
+        else:
+            weights, sink_mass = torch.softmax(masked, dim=-1), None
+        out[:, :, start:end] = weights @ vb
+        # the largest logit before any soft-cap (the capped one follows: tanh is monotone)
+        max_logit = scaled.masked_fill(~visible, float("-inf")).amax(dim=-1)
+        table = row_table(weights, raw, max_logit, sink_mass, i, j, visible, layout, t, bidirectional)
+        host = lambda x: None if x is None else x.to("cpu", torch.float32).contiguous()  # noqa: E731
+        key_sums = None
+        if layout["key_sums_from"] is not None:
+            skip = min(end - start, max(0, layout["key_sums_from"] - start))
+            key_sums = weights[:, :, skip:].sum(2)
+        held = [host(table), host(key_sums)]
+        if layout["weights"]:
+            held += [host(weights), host(sink_mass)]
+        else:
+            held += [None, None]
+        native.block(index, start, end - start, *[None if x is None else _host(x) for x in held])
+    native.end_blocks(index)
+    return out
