@@ -5,9 +5,11 @@ RSS is its own): a warm-up forward, then `--repeat` timed forwards, the best kep
 
     python benches/capture.py --tokens 4096 --dtype float32 bfloat16
 
-Configurations: `sdpa` (transformers' SDPA forward, no statistics) and `capture` (the same
+Configurations: `sdpa` (transformers' SDPA forward, no statistics), `capture` (the same
 forward inside `asa.capture`, every default metric, the Rust kernels computing attention and
-statistics, and the result's tables made). Both keep the last position's logits only.
+statistics, and the result's tables made) and `capture_torch` (the capture's torch path,
+what a GPU runs, here on the CPU). All keep the last position's logits only. `--repeat 0`
+times one cold forward (no warm-up).
 Prints one JSON line per configuration; BENCHMARKS.md records them with the machine."""
 
 import argparse
@@ -45,13 +47,14 @@ def one(kind, tokens, dtype, repeat):
     for k in range(repeat + 1):
         start = time.perf_counter()
         with torch.no_grad():
-            if kind == "capture":
-                with asa.capture(m) as cap:
+            if kind.startswith("capture"):
+                path = "torch" if kind == "capture_torch" else "auto"
+                with asa.capture(m, path=path) as cap:
                     m(input_ids=ids, use_cache=False, logits_to_keep=1)
                 cap.result()
             else:
                 m(input_ids=ids, use_cache=False, logits_to_keep=1)
-        if k > 0:  # the first is the warm-up
+        if k > 0 or repeat == 0:  # the first is the warm-up (none with --repeat 0)
             best = min(best, time.perf_counter() - start)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {"config": kind, "tokens": tokens, "dtype": dtype, "seconds": round(best, 3),

@@ -143,7 +143,13 @@ def _attention(
     if active is None:
         return _fallback(module, query, key, value, attention_mask, dropout, scaling, is_causal, kwargs)
     capture, index = active
-    return capture._attend(index, module, query, key, value, attention_mask, dropout, scaling, is_causal, kwargs)
+    if not capture.tolerant:
+        return capture._attend(index, module, query, key, value, attention_mask, dropout, scaling, is_causal, kwargs)
+    try:
+        return capture._attend(index, module, query, key, value, attention_mask, dropout, scaling, is_causal, kwargs)
+    except Exception as e:  # inside a training step: the capture stops, the step goes on
+        capture._stop(f"{e}")
+        return _fallback(module, query, key, value, attention_mask, dropout, scaling, is_causal, kwargs)
 
 
 def _fallback(module, query, key, value, attention_mask, dropout, scaling, is_causal, kwargs):
@@ -293,6 +299,9 @@ class Capture:
         self.label = label
         self.path = path
         self._device: Optional[str] = None
+        # inside a training step (the Monitor's): a refusal stops the capture, not the step
+        self.tolerant = False
+        self.failed: Optional[str] = None
         self._previous: Optional[str] = None
         self._checked: Dict[Tuple[int, int], bool] = {}
 
@@ -304,9 +313,17 @@ class Capture:
         self.model.set_attn_implementation(BACKEND)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def _stop(self, problem: str) -> None:
+        """Stops capturing (the model's calls go to SDPA from here on), `problem` kept."""
+        self.failed = self.failed or problem
+        self._release()
+
+    def _release(self) -> None:
         for key in [k for k, (c, _) in _ACTIVE.items() if c is self]:
             del _ACTIVE[key]
+
+    def __exit__(self, *exc: Any) -> None:
+        self._release()
         if self._previous is not None and self._previous != BACKEND:
             self.model.set_attn_implementation(self._previous)
 
@@ -316,6 +333,8 @@ class Capture:
         them (the CLI's tables; `.write(folder)` writes its files)."""
         import transformers
 
+        if self.failed is not None:
+            raise UsageError(f"the capture stopped: {self.failed}")
         model_class = type(self.model).__name__
         device = self._device or "cpu"
         return Result(self._native.result(label or self.label, model_class, transformers.__version__, device))
@@ -348,7 +367,7 @@ class Capture:
         else:
             work = torch.float32 if dtype == torch.float16 else dtype
             q, k, v = (t.detach().to(work).contiguous() for t in (query, key, value))
-            out = torch.empty(q.shape, dtype=work)
+            out = torch.empty((*q.shape[:3], v.shape[3]), dtype=work)
             s = None if sinks is None else sinks.detach().to(torch.float32).contiguous()
             self._native.attend(
                 index, _host(q), _host(k), _host(v), float(scaling), _host(out), None if s is None else _host(s)

@@ -1,5 +1,5 @@
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import polars as pl
 
@@ -36,6 +36,7 @@ class NativeCapture:
     def __init__(
         self,
         modules: List[Any],
+        stack: Optional[str] = None,
         metrics: Optional[List[str]] = None,
         min_query: int = 1,
         map_size: int = 256,
@@ -51,7 +52,22 @@ class NativeCapture:
         out: Tuple[int, List[int], str],
         sinks: Optional[Tuple[int, List[int], str]] = None,
     ) -> None: ...
-    def result(self, label: str, model_class: str, transformers_version: str) -> NativeResult: ...
+    def begin_blocks(self, layer: int, dims: List[int], kv: int, dtype: str) -> Dict[str, Any]: ...
+    def block(
+        self,
+        layer: int,
+        q_start: int,
+        n: int,
+        table: Tuple[int, List[int], str],
+        key_sums: Optional[Tuple[int, List[int], str]] = None,
+        pattern: Optional[Tuple[int, List[int], str]] = None,
+        sink_mass: Optional[Tuple[int, List[int], str]] = None,
+    ) -> None: ...
+    def end_blocks(self, layer: int) -> None: ...
+    def place(self, rank: int, world: int) -> None: ...
+    def state(self) -> bytes: ...
+    def merge_state(self, state: bytes) -> None: ...
+    def result(self, label: str, model_class: str, transformers_version: str, device: str) -> NativeResult: ...
 
 def analyze(
     models: List[Tuple[str, str]],

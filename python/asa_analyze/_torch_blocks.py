@@ -85,8 +85,8 @@ def row_table(weights, raw, max_logit, sink_mass, i, j, visible, layout: Dict[st
 
 
 def attention_blocks(native: Any, index: int, keys: str, size: int, q, k, v, scale: float, softcap: Optional[float], sinks) -> Any:
-    """Module `index`'s attention `[b, heads, t, d]` (float32, on q's device) of q
-    `[b, heads, t, d]` and k, v `[b, kv, t, d]`, its blocks reduced for `native` (the
+    """Module `index`'s attention `[b, heads, t, d']` (float32, on q's device) of q
+    `[b, heads, t, d]`, k `[b, kv, t, d]` and v `[b, kv, t, d']`, its blocks reduced for `native` (the
     capture): the logits `scale` q.k (soft-capped by `softcap`), a softmax over the visible
     keys (and the per-head sink logits `sinks` `[heads]`)."""
     import torch
@@ -99,7 +99,7 @@ def attention_blocks(native: Any, index: int, keys: str, size: int, q, k, v, sca
     layout = native.begin_blocks(index, [b, h, t, d], kv, kind)
     rep = h // kv
     bidirectional = keys == "bidirectional"
-    out = torch.empty((b, h, t, d), dtype=torch.float32, device=q.device)
+    out = torch.empty((b, h, t, v.shape[-1]), dtype=torch.float32, device=q.device)
     # at most ~16M logits a block (64 MB in float32), at least one query
     n = max(1, min(t, (1 << 24) // max(1, b * h * t)))
     sink = None if sinks is None else sinks.detach().to(q.device, torch.float32).view(1, h, 1, 1)

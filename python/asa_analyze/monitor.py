@@ -19,6 +19,21 @@ training starts). Each row carries the step whose weights were analysed. The ana
 `threads` threads of its own (default 1: one probe batch is small beside `every` training
 steps, and the other cores stay with the training loop and its data loader).
 
+The training batch itself can be analysed instead of a probe: inside `mon.capture(model,
+step)` the step's own forward goes through the "asa" attention backend every `every` steps
+(no copy of the weights, no second forward; gradients are SDPA's), and its attention rows
+join `series` at that step. Under DDP each rank captures its own batch and rank 0 merges
+the ranks' exact partial statistics (the result of one process that saw every rank's batch):
+
+    mon = asa.Monitor(every=100)
+    for step, batch in enumerate(loader):
+        with mon.capture(model, step):
+            loss = model(**batch).loss
+        loss.backward(); opt.step(); opt.zero_grad()
+
+A capture that cannot honour the model (docs/capture.md) warns once and turns the Monitor
+off; the step goes on through SDPA.
+
 The Hugging Face Trainer and Lightning get the same as callbacks that log to the trainer's
 own loggers: `asa_analyze.callbacks.AttentionStats`, `LightningAttentionStats`.
 
@@ -39,7 +54,8 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+import contextlib
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from . import _distributed
 
@@ -90,7 +106,7 @@ class Monitor:
 
     def __init__(
         self,
-        probe: Any,
+        probe: Any = None,
         every: int = 1,
         metrics: Sequence[str] = DEFAULT_METRICS,
         label: str = "model",
@@ -128,12 +144,89 @@ class Monitor:
             return False
         return self.request(model, step)
 
+    @contextlib.contextmanager
+    def capture(self, model: Any, step: int) -> Iterator[Any]:
+        """A block whose forward passes of `model` (a transformers model in any DDP / FSDP /
+        torch.compile wrapper) are captured at `step` when it is due (every `every` steps;
+        every rank at the same steps); their attention rows join `series` at `step`. Yields
+        the capture (None when not due or off)."""
+        _check_step(step)
+        if step % self.every != 0 or self.disabled:
+            yield None
+            return
+        from ._capture import capture
+
+        ranks = _distributed.world()
+        rank, world = ranks if ranks is not None else (0, 1)
+        cap = None
+        try:
+            inner = _distributed.unwrap(model)
+            cap = capture(inner, metrics=self.metrics, label=self.label)
+            cap.tolerant = True
+            if ranks is not None:
+                cap._native.place(rank, world)
+        except Exception as e:  # a model the capture cannot read: off, the step goes on
+            cap = None
+            problem = f"cannot capture a {type(model).__name__}: {e}"
+        if cap is None:
+            yield None
+        else:
+            with cap:
+                yield cap
+            problem = cap.failed
+        if ranks is not None and not _distributed.all_agree(problem is None):
+            problem = problem or "another rank's capture stopped"
+        if problem is not None:
+            self._turn_off(rank, step, problem)
+            return
+        self._merge_and_keep(cap, step, rank, ranks is not None)
+
+    def _merge_and_keep(self, cap: Any, step: int, rank: int, distributed: bool) -> None:
+        """Rank 0: the ranks' states merged, the result's attention rows kept for `step`."""
+        if distributed:
+            import torch.distributed as dist
+
+            state = cap._native.state()
+            states = [None] * dist.get_world_size() if rank == 0 else None
+            dist.gather_object(state, states, dst=0)
+            if rank != 0:
+                return
+            for other in states[1:]:
+                cap._native.merge_state(other)
+        try:
+            att = cap.result().attention
+        except Exception as e:
+            self._turn_off(rank, step, f"the capture of step {step} failed: {e}")
+            return
+        self._keep(att, step)
+
+    def _keep(self, att: Any, step: int) -> None:
+        """A step's attention rows into the series (replacing an earlier block of the same
+        step), and the log."""
+        import polars as pl
+
+        frame = att.select(
+            pl.col("model"),
+            pl.lit(step, dtype=pl.Int64).alias("step"),
+            pl.col("metric"),
+            pl.col("layer"),
+            pl.col("head"),
+            pl.col("stat"),
+            pl.col("value"),
+        )
+        with self._lock:
+            self._frames[step] = frame
+        if self.log is not None:
+            self.log(_log_values(att, self.per_head), step)
+
     def request(self, model: Any, step: int) -> bool:
         """Asks for an analysis of `model`'s weights at `step` now, due or not (at an
         evaluation, say): True when one started, False when skipped because one is still
         running (or the Monitor is off). In a distributed job every rank must ask at the same
         steps; rank 0 decides for all."""
         _check_step(step)
+        if self.probe is None:
+            raise ValueError("this Monitor has no probe: analyse the training batch with mon.capture(model, step)")
         ranks = _distributed.world()
         if ranks is not None:
             return self._request_distributed(model, step, ranks[0])
@@ -263,22 +356,7 @@ class Monitor:
             # in a distributed job rank 0 stops asking, and the others follow its decision
             self.disabled = _distributed.world() is not None
             return
-        import polars as pl
-
-        att = res.attention
-        frame = att.select(
-            pl.col("model"),
-            pl.lit(step, dtype=pl.Int64).alias("step"),
-            pl.col("metric"),
-            pl.col("layer"),
-            pl.col("head"),
-            pl.col("stat"),
-            pl.col("value"),
-        )
-        with self._lock:
-            self._frames[step] = frame
-        if self.log is not None:
-            self.log(_log_values(att, self.per_head), step)
+        self._keep(res.attention, step)
 
     def wait(self) -> None:
         """Waits for the analysis in flight (call it at the end of training)."""

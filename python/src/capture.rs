@@ -6,7 +6,7 @@
 use candle_core::{DType, Device, Tensor};
 use pyo3::prelude::*;
 
-use asa_analyze::analysis::capture::{AttentionCall, Capture, CaptureLayer, ExternalBlock};
+use asa_analyze::analysis::capture::{AttentionCall, Capture, CaptureLayer, ExternalBlock, Placement};
 use asa_analyze::analysis::{RunOptions, RunSpec};
 use asa_analyze::hooks::KeyWindow;
 use asa_analyze::metrics::Metric;
@@ -253,6 +253,25 @@ impl NativeCapture {
             let capture = &mut self.capture;
             py.detach(|| capture.end_blocks(layer)).map_err(to_py)
         })
+    }
+
+    /// Places this process's sequences among those of `world` data-parallel ranks (before
+    /// the first call): each pass's sequences rank after rank, so the ranks' states merge.
+    fn place(&mut self, rank: usize, world: usize) -> PyResult<()> {
+        no_panic(|| self.capture.place(Placement { rank, world }).map_err(to_py))
+    }
+
+    /// The pooled state (bytes), for `merge_state` on rank 0.
+    fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        no_panic(|| {
+            let bytes = self.capture.state().map_err(to_py)?;
+            Ok(pyo3::types::PyBytes::new(py, &bytes))
+        })
+    }
+
+    /// Folds in another rank's `state()`.
+    fn merge_state(&mut self, state: &[u8]) -> PyResult<()> {
+        no_panic(|| self.capture.merge_state(state).map_err(to_py))
     }
 
     /// The captured model's result, labelled `label`.

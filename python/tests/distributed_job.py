@@ -9,7 +9,9 @@ checkpoint, the warnings the Monitor gave, and the gathers.
 
 MODE: ddp, fsdp, fsdp2, tp (the plain-loop Monitor), unreadable (a model without a
 transformers config: the Monitor turns itself off), trainer (the HF Trainer callback under
-DDP), lightning (the Lightning callback, strategy ddp).
+DDP), lightning (the Lightning callback, strategy ddp), capture_ddp (the Monitor capturing
+each rank's own training batch under DDP: rank 0's series at the last step must equal one
+process's capture of both ranks' batches, rank 0's first, with the weights of that step).
 """
 
 import json
@@ -203,6 +205,49 @@ def lightning_job(rank, out):
     return result
 
 
+def capture_loop(rank, out):
+    """Each rank trains on its own batch under DDP, the Monitor capturing every step's forward."""
+    import polars as pl
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = tiny_llama()
+    config = model.config
+    trained = DistributedDataParallel(model)
+    mon = asa.Monitor(every=1, metrics=METRICS)
+    opt = torch.optim.SGD(trained.parameters(), lr=0.05)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(1, STEPS + 1):
+            ids = batch(step, rank)
+            before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            with mon.capture(trained, step):
+                loss = trained(input_ids=ids, labels=ids, use_cache=False).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    result = {"rank": rank, "warnings": [str(w.message) for w in caught if "asa_analyze" in str(w.message)],
+              "disabled": mon.disabled, "world_size": dist.get_world_size(), "wrapper": type(trained).__name__,
+              "steps": sorted(set(mon.series["step"].to_list()))}
+    if rank == 0:
+        # one process, the weights of the last step, both ranks' batches (rank 0's first)
+        from transformers import LlamaForCausalLM
+
+        alone = LlamaForCausalLM(config).eval()
+        alone.load_state_dict(before)
+        both = torch.cat([batch(STEPS, 0), batch(STEPS, 1)])
+        with torch.no_grad(), asa.capture(alone, metrics=METRICS) as cap:
+            alone(input_ids=both, use_cache=False)
+        keys = ["metric", "layer", "head", "stat"]
+        want = cap.result().attention.select(*keys, pl.col("value").alias("want"))
+        got = mon.series.filter(pl.col("step") == STEPS).select(*keys, pl.col("value").alias("got"))
+        joined = want.join(got, on=keys, how="left", nulls_equal=True)
+        assert joined.height == want.height and joined["got"].null_count() == 0, joined
+        result["worst"] = float((joined["got"] - joined["want"]).abs().max())
+        result["rows"] = want.height
+        result["std_rows"] = int(want.filter(pl.col("stat") == "std").height)
+    return result
+
+
 def main():
     mode, out = sys.argv[1], sys.argv[2]
     if mode != "lightning":
@@ -213,6 +258,9 @@ def main():
     elif mode == "lightning":
         rank = int(os.environ["RANK"])
         result = lightning_job(rank, out)
+    elif mode == "capture_ddp":
+        rank = dist.get_rank()
+        result = capture_loop(rank, out)
     else:
         rank = dist.get_rank()
         result = plain_loop(mode, rank, out)

@@ -50,9 +50,10 @@ def value(frame, **where):
     return rows["value"][0]
 
 
-def assert_same_tables(got, want, what, skip=("tokens",)):
+def assert_same_tables(got, want, what, skip=("tokens",), noise=1.0):
     """Every table of `want` (a Result) is in `got` with the same rows in the same order
-    (one writer makes both) and its numbers within f32 noise (2e-6 + 2e-5|y|)."""
+    (one writer makes both) and its numbers within f32 noise (2e-6 + 2e-5|y|, times
+    `noise` for a model whose f32 forward is noisier)."""
     for table, frame in want.tables.items():
         if table in skip:
             continue
@@ -62,7 +63,7 @@ def assert_same_tables(got, want, what, skip=("tokens",)):
             if frame[column].dtype.is_float():
                 w, h = frame[column].to_numpy(), have[column].to_numpy()
                 both_nan = np.isnan(w) & np.isnan(h)
-                close(h[~both_nan], w[~both_nan], f"{what} {table}.{column}", atol=2e-6, rtol=2e-5)
+                close(h[~both_nan], w[~both_nan], f"{what} {table}.{column}", atol=2e-6 * noise, rtol=2e-5 * noise)
             else:
                 assert have[column].to_list() == frame[column].to_list(), (what, table, column)
 
@@ -169,7 +170,11 @@ def family_ids(vocab, b=3, t=16):
     return np.random.default_rng(7).integers(3, vocab, size=(b, t)).tolist()
 
 
-@pytest.mark.parametrize("family", ["llama_gqa", "qwen2", "qwen2_window", "mistral", "gemma2", "gemma3", "gpt_oss", "olmo2", "phi3"])
+@pytest.mark.parametrize("family", [
+    "llama_gqa", "qwen2", "qwen2_window", "mistral", "gemma2", "gemma3", "gpt_oss", "olmo2", "phi3",
+    "qwen3", "qwen3_moe", "mixtral", "olmo3", "gpt2", "gpt_neox", "smollm3", "llama4_text",
+    "deepseek_v3", "glm4_moe", "granitemoehybrid", "lfm2", "falcon_h1", "qwen3_next",
+])
 def test_capture_of_a_family_equals_analyze_of_its_checkpoint(family):
     folder = MODELS / family
     config = json.loads((folder / "config.json").read_text())
@@ -182,7 +187,8 @@ def test_capture_of_a_family_equals_analyze_of_its_checkpoint(family):
         model(input_ids=torch.tensor(ids), use_cache=False)
     captured = cap.result()
     analysed = asa.analyze({"model": folder}, corpus=ids, seq_len=t, num_seqs=len(ids), metrics=metrics, bos="never", progress=False)
-    assert_same_tables(captured, analysed, family)
+    # the two hybrids whose float32 forward is noisier (as tests/it/conformance.rs bounds them)
+    assert_same_tables(captured, analysed, family, noise={"qwen3_next": 5.0, "falcon_h1": 2.0}.get(family, 1.0))
 
 
 @pytest.mark.parametrize("family", ["gemma2", "gpt_oss", "qwen2_window"])
@@ -294,3 +300,55 @@ def test_what_the_kernels_cannot_honour_is_refused_naming_the_module():
         empty.result()
     with pytest.raises(asa.UsageError, match="nll is not computed from attention calls"):
         asa.capture(model, metrics=["nll"])
+
+
+def test_the_monitor_captures_the_training_batch_and_training_is_unchanged():
+    # issue 64 item 6: every 2 steps the step's own forward goes through the backend; the
+    # model trains exactly as without it (gradients are SDPA's) and each captured step's
+    # rows are those of a capture of that step's weights and batch
+    from transformers import AutoModelForCausalLM
+
+    folder = MODELS / "llama_gqa"
+    vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+    batches = [(torch.tensor(family_ids(vocab, b=2, t=16)) + step) % vocab for step in range(5)]
+
+    def train(monitor):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        weights = {}
+        for step, ids in enumerate(batches):
+            weights[step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            context = monitor.capture(model, step) if monitor is not None else torch.enable_grad()
+            with context:
+                loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        return model, weights
+
+    mon = asa.Monitor(every=2, metrics=FIVE)
+    watched, weights = train(mon)
+    plain, _ = train(None)
+    for (name, a), b in zip(watched.named_parameters(), plain.parameters()):
+        close(a.detach().numpy(), b.detach().numpy(), f"{name} after 5 steps", atol=1e-6, rtol=1e-5)
+    series = mon.series
+    assert sorted(set(series["step"].to_list())) == [0, 2, 4] and not mon.disabled
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    model.load_state_dict(weights[2])
+    with torch.no_grad(), asa.capture(model, metrics=FIVE) as cap:
+        model(input_ids=batches[2], use_cache=False)
+    want = cap.result().attention.sort(["metric", "layer", "head", "stat"], nulls_last=True)
+    got = series.filter(pl.col("step") == 2).sort(["metric", "layer", "head", "stat"], nulls_last=True)
+    assert got.height == want.height
+    # in grad mode the layers after the first read SDPA's outputs: f32 noise apart
+    close(got["value"].to_numpy(), want["value"].to_numpy(), "step 2's rows")
+    # a model the capture cannot honour: one warning, off, the step goes on through SDPA
+    bad = asa.Monitor(every=1, metrics=FIVE)
+    padded = dict(input_ids=torch.tensor([[1, 5, 6, 7], [1, 5, 6, 0]]), attention_mask=torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]))
+    with pytest.warns(UserWarning, match="turned off at step 0: .*padded sequences"):
+        with bad.capture(watched, 0):
+            out = watched(**padded, use_cache=False).logits
+    assert bad.disabled and out.shape[:2] == (2, 4)
+    with bad.capture(watched, 1) as nothing:
+        assert nothing is None

@@ -75,7 +75,8 @@ pub struct ExternalBlock {
     pub sink_mass: Option<Tensor>,
 }
 
-/// One attention call: q `[b, heads, t, d]`, k and v `[b, kv, t, d]` (f32 or bf16), the
+/// One attention call: q `[b, heads, t, d]`, k `[b, kv, t, d]` and v `[b, kv, t, d']`
+/// (d' <= d: multi-head latent attention's values are narrower; f32 or bf16), the
 /// factor of q.k and the sink logits `[heads]` (f32) of a module with sinks.
 pub struct AttentionCall {
     pub q: Tensor,
@@ -96,15 +97,49 @@ struct Pool {
     head_dim: usize,
     /// Sequences the probe has room for.
     room: usize,
-    /// The current pass's first sequence and its batch.
+    /// The current pass's first sequence over every rank ([`Placement`]), this rank's
+    /// first sequence in it, and its batch (the same on every rank).
+    global: usize,
     offset: usize,
     batch: usize,
+    placement: Placement,
     /// The modules the current pass has called.
     called: Vec<bool>,
     passes: usize,
     dtype: DType,
     /// A call whose blocks come from elsewhere: its module and the next query expected.
     open: Option<(usize, usize)>,
+    /// The sequences of the other ranks' states merged in.
+    merged: usize,
+}
+
+/// Where a process's sequences go among those of the processes that train one model
+/// (data parallel): in each forward pass, rank r's batch of b sequences follows those of
+/// ranks 0 .. r, so the ranks' pooled states merge exactly ([`Capture::merge_state`]) into
+/// the state of one process that saw every rank's batch of the pass, rank after rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    pub rank: usize,
+    pub world: usize,
+}
+
+impl Default for Placement {
+    fn default() -> Self {
+        Placement { rank: 0, world: 1 }
+    }
+}
+
+/// What [`Capture::state`] writes: the pooled probe's exact state, sized for every rank's
+/// sequences, and what must agree to merge it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct CaptureState {
+    probe: asa_metrics::metrics::ProbeState,
+    seqs: usize,
+    t: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    layers: Vec<String>,
 }
 
 /// A capture: the attention modules of one model and the metrics pooled over its calls.
@@ -112,6 +147,7 @@ pub struct Capture {
     spec: RunSpec,
     layers: Vec<CaptureLayer>,
     stack: Option<String>,
+    placement: Placement,
     pool: Option<Pool>,
     started: Instant,
 }
@@ -149,9 +185,70 @@ impl Capture {
             spec,
             layers,
             stack,
+            placement: Placement::default(),
             pool: None,
             started: Instant::now(),
         })
+    }
+
+    /// Places this process's sequences among those of `placement.world` data-parallel
+    /// processes (before the first call; refused after it, or for a rank past the world).
+    pub fn place(&mut self, placement: Placement) -> Result<()> {
+        if placement.world == 0 || placement.rank >= placement.world {
+            return Err(Error::usage(format!(
+                "rank {} of a world of {}",
+                placement.rank, placement.world
+            )));
+        }
+        if self.pool.is_some() {
+            return Err(Error::usage("a capture is placed before its first attention call"));
+        }
+        self.placement = placement;
+        Ok(())
+    }
+
+    /// The pooled state, exact, for [`Capture::merge_state`] on another process (bytes:
+    /// MessagePack). Refused before any call.
+    pub fn state(&self) -> Result<Vec<u8>> {
+        let pool = self.pool.as_ref().ok_or_else(|| Error::usage("nothing was captured yet"))?;
+        let seqs = pool.seqs();
+        let mut exact = layer_probe(&self.layers, &pool.opts, pool.heads, pool.t, seqs);
+        exact.merge(&pool.probe);
+        let state = CaptureState {
+            probe: exact.state()?,
+            seqs,
+            t: pool.t,
+            heads: pool.heads,
+            kv_heads: pool.kv_heads,
+            head_dim: pool.head_dim,
+            layers: self.layers.iter().map(|l| l.name.clone()).collect(),
+        };
+        rmp_serde::to_vec(&state).map_err(|e| Error::usage(format!("a capture's state: {e}")))
+    }
+
+    /// Folds in the [`Capture::state`] of another rank of the same model, the same passes
+    /// and batches: afterwards this capture's result is that of one process that saw every
+    /// rank's sequences. Refused: a state of other modules, lengths or heads, or none yet.
+    pub fn merge_state(&mut self, bytes: &[u8]) -> Result<()> {
+        let theirs: CaptureState = rmp_serde::from_slice(bytes)
+            .map_err(|e| Error::usage(format!("a capture's state does not decode: {e}")))?;
+        let names: Vec<String> = self.layers.iter().map(|l| l.name.clone()).collect();
+        let layers = self.layers.clone();
+        let pool = self.pool_mut()?;
+        let ours = (names, pool.t, pool.heads, pool.kv_heads, pool.head_dim);
+        let other = (theirs.layers, theirs.t, theirs.heads, theirs.kv_heads, theirs.head_dim);
+        if ours != other {
+            return Err(Error::usage(format!(
+                "a capture's state of modules {:?}, {} tokens, {} heads over {} of {} dims does not merge into one of {:?}, {} tokens, {} heads over {} of {} dims",
+                other.0, other.1, other.2, other.3, other.4, ours.0, ours.1, ours.2, ours.3, ours.4
+            )));
+        }
+        let restored = MetricProbe::restore(theirs.probe)
+            .map_err(|e| Error::usage(format!("a capture's state: {e}")))?;
+        pool.grow(&layers, theirs.seqs)?;
+        pool.probe.merge(&restored);
+        pool.merged = pool.merged.max(theirs.seqs);
+        Ok(())
     }
 
     /// The metrics a capture computes by default: the CLI's set without nll.
@@ -162,15 +259,16 @@ impl Capture {
         metrics
     }
 
-    /// The output `[b, heads, t, d]` (the dtype of q) of module `layer` (its index in the
-    /// capture's layers) for `call`, its row tables pooled.
+    /// The output `[b, heads, t, d']` (the dtype of q; d' the values' dims) of module
+    /// `layer` (its index in the capture's layers) for `call`, its row tables pooled.
     pub fn attend(&mut self, layer: usize, call: AttentionCall) -> Result<Tensor> {
         let (b, heads, t, d) = call.q.dims4()?;
         let (kb, kv, kt, kd) = call.k.dims4()?;
+        let (vb, vkv, vt, vd) = call.v.dims4()?;
         let module = self.module(layer)?;
-        if call.v.dims4()? != (kb, kv, kt, kd) || kb != b || kt != t || kd != d {
+        if (vb, vkv, vt) != (kb, kv, kt) || vd > d || kb != b || kt != t || kd != d {
             return Err(Error::usage(format!(
-                "{}: q {:?}, k {:?} and v {:?} do not fit (q [b, heads, t, d], k and v [b, kv, t, d])",
+                "{}: q {:?}, k {:?} and v {:?} do not fit (q [b, heads, t, d], k [b, kv, t, d], v [b, kv, t, d'] with d' <= d)",
                 module.name,
                 call.q.dims(),
                 call.k.dims(),
@@ -219,8 +317,18 @@ impl Capture {
         pool.probe.set_batch_offset(pool.offset);
         let q = call.q.contiguous()?;
         let k = call.k.contiguous()?;
-        let v = call.v.contiguous()?;
-        core.attend(q, k, v, layer, CAPTURE_BLOCK, &mut pool.probe)
+        // values narrower than q and k (multi-head latent attention's): zeros after their
+        // dims, as a checkpoint's latent layers pad them, and the output narrowed back
+        let v = match vd < d {
+            true => call.v.pad_with_zeros(3, 0, d - vd)?,
+            false => call.v,
+        }
+        .contiguous()?;
+        let out = core.attend(q, k, v, layer, CAPTURE_BLOCK, &mut pool.probe)?;
+        Ok(match vd < d {
+            true => out.narrow(3, 0, vd)?.contiguous()?,
+            false => out,
+        })
     }
 
     /// The start of a call of module `layer` whose blocks are computed elsewhere (torch on
@@ -366,7 +474,8 @@ impl Capture {
         }
         let heatmap_layer = self.heatmap_layer()?;
         let opts = metric_options_at(&self.spec, &self.spec.metrics, t, heatmap_layer)?;
-        let probe = layer_probe(&self.layers, &opts, heads, t, b);
+        let Placement { rank, world } = self.placement;
+        let probe = layer_probe(&self.layers, &opts, heads, t, world * b);
         Ok(Pool {
             opts,
             probe,
@@ -374,9 +483,12 @@ impl Capture {
             heads,
             kv_heads: kv,
             head_dim: d,
-            room: b,
-            offset: 0,
+            room: world * b,
+            global: 0,
+            offset: rank * b,
             batch: b,
+            placement: self.placement,
+            merged: 0,
             called: vec![false; self.layers.len()],
             passes: 0,
             dtype,
@@ -422,7 +534,7 @@ impl Capture {
                 "nothing was captured: no attention call of the model went through the backend inside the block",
             ));
         };
-        let seqs = pool.offset + pool.batch;
+        let seqs = pool.seqs();
         // the pooled probe has room for more sequences than came: the sequences that came,
         // merged into a probe of exactly their number
         let mut exact = layer_probe(&self.layers, &pool.opts, pool.heads, pool.t, seqs);
@@ -462,7 +574,7 @@ impl Capture {
         metrics: &ModelMetrics,
         seconds: f64,
     ) -> ModelRecord {
-        let seqs = pool.offset + pool.batch;
+        let seqs = pool.seqs();
         let modules = self
             .layers
             .iter()
@@ -551,8 +663,10 @@ impl Pool {
         module: &CaptureLayer,
         layers: &[CaptureLayer],
     ) -> Result<()> {
+        let Placement { rank, world } = self.placement;
         if self.called[layer] {
-            self.offset += self.batch;
+            self.global += world * self.batch;
+            self.offset = self.global + rank * b;
             self.batch = b;
             self.passes += 1;
             self.called.iter_mut().for_each(|c| *c = false);
@@ -564,7 +678,16 @@ impl Pool {
         }
         self.batch = b;
         self.called[layer] = true;
-        let needed = self.offset + b;
+        self.grow(layers, self.global + world * b)
+    }
+
+    /// Every rank's sequences so far (this pass's included), and any merged in.
+    fn seqs(&self) -> usize {
+        (self.global + self.placement.world * self.batch).max(self.merged)
+    }
+
+    /// Room in the probe for `needed` sequences.
+    fn grow(&mut self, layers: &[CaptureLayer], needed: usize) -> Result<()> {
         if needed > self.room {
             // twice the room: the pooled sums are copied log(passes) times, not each pass
             let room = needed.max(2 * self.room);
@@ -742,6 +865,53 @@ mod tests {
             assert!((whole.std[l] - parts.std[l]).abs() < 1e-12, "the std over 2 sequences");
         }
         assert!(whole.std[0] > 0.0, "two different sequences");
+    }
+
+    #[test]
+    fn two_ranks_merged_give_one_process_of_both_batches() {
+        // two passes; in each, rank 0 has the first sequence and rank 1 the second
+        let passes: Vec<(Vec<f32>, Vec<f32>, Vec<f32>)> = [11, 13].into_iter().map(qkv).collect();
+        let first = |x: &[f32]| x[..x.len() / 2].to_vec();
+        let second = |x: &[f32]| x[x.len() / 2..].to_vec();
+        let stats = |capture: &Capture| {
+            let out = capture.output("m", "ByHand", "0", "cpu").unwrap();
+            let m = &out.models[0].metrics;
+            let first = m.get::<LayerStat>(Metric::FIRST_TOKEN).unwrap().clone();
+            (first.mean, first.std, out.models[0].record.corpus.clone())
+        };
+        let mut whole = Capture::new(spec(), layers(), None).unwrap();
+        for (q, k, v) in &passes {
+            for l in 0..2 {
+                whole.attend(l, call(q, k, v, B, 0.3)).unwrap();
+            }
+        }
+        let mut ranks: Vec<Capture> = (0..2)
+            .map(|rank| {
+                let mut c = Capture::new(spec(), layers(), None).unwrap();
+                c.place(Placement { rank, world: 2 }).unwrap();
+                c
+            })
+            .collect();
+        for (q, k, v) in &passes {
+            for l in 0..2 {
+                ranks[0].attend(l, call(&first(q), &first(k), &first(v), 1, 0.3)).unwrap();
+                ranks[1].attend(l, call(&second(q), &second(k), &second(v), 1, 0.3)).unwrap();
+            }
+        }
+        let state = ranks[1].state().unwrap();
+        ranks[0].merge_state(&state).unwrap();
+        let (want, got) = (stats(&whole), stats(&ranks[0]));
+        for l in 0..2 {
+            assert!((want.0[l] - got.0[l]).abs() < 1e-12, "mean");
+            assert!((want.1[l] - got.1[l]).abs() < 1e-12, "std over the 4 sequences");
+        }
+        assert!(got.2.contains("4 sequences"), "{}", got.2);
+        // a state of other modules does not merge
+        let mut other = Capture::new(spec(), layers()[..1].to_vec(), None).unwrap();
+        other.attend(0, call(&passes[0].0, &passes[0].1, &passes[0].2, B, 0.3)).unwrap();
+        assert!(ranks[0].merge_state(&other.state().unwrap()).is_err());
+        assert!(ranks[0].merge_state(b"not a state").is_err());
+        assert!(ranks[0].place(Placement { rank: 0, world: 2 }).is_err(), "placed after a call");
     }
 
     #[test]
