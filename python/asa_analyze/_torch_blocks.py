@@ -14,8 +14,6 @@ from typing import Any, Dict, Optional, Tuple
 
 # the row table's fixed columns (kernels/row_columns.rs)
 FIRST, SUM, ENTROPY, SINK_MASS, QK_SUM, QK_ABS_SUM, BANDS = range(7)
-# f32's smallest normal: smaller weights add nothing to sum w ln w (as the CPU's pass)
-F32_MIN_POSITIVE = 1.1754943508222875e-38
 
 
 def visible_keys(keys: str, size: int, i: Any, j: Any) -> Any:
@@ -39,49 +37,73 @@ def block_keys(keys: str, size: int, start: int, end: int, t: int) -> int:
     return end
 
 
-def row_table(weights, raw, max_logit, sink_mass, i, j, visible, layout: Dict[str, Any], t: int, bidirectional: bool):
+def row_table(weights, raw, max_logit, sink_mass, i, visible, layout: Dict[str, Any], t: int, bidirectional: bool):
     """The row table `[b * h * n, width]` (float32, on the block's device) of a block's
-    weights `[b, h, n, keys]` (0 where invisible), raw q.k, row maxima and sink mass."""
+    weights `[b, h, n, keys]` (0 where invisible), raw q.k, row maxima and sink mass; `i`
+    the block's query positions `[n, 1]`, `visible` `[n, keys]`."""
     import torch
 
     b, h, n, keys = weights.shape
-    w = weights.double()
-    table = torch.zeros((b, h, n, layout["width"]), dtype=torch.float64, device=weights.device)
+    w = weights
+    table = torch.zeros((b, h, n, layout["width"]), dtype=torch.float32, device=w.device)
     table[..., FIRST] = w[..., 0]
     mass = w.clamp(min=0).sum(-1)
     table[..., SUM] = w.sum(-1)
-    w_ln_w = torch.where(w >= F32_MIN_POSITIVE, w * torch.log(w.clamp(min=F32_MIN_POSITIVE)), torch.zeros_like(w))
-    entropy = torch.log(mass) - w_ln_w.sum(-1) / mass
+    # entropy of max(w, 0) renormalised, ln T - sum w ln w / T (0 ln 0 = 0); NaN without mass
+    entropy = torch.log(mass) - torch.special.xlogy(w.clamp(min=0), w.clamp(min=0)).sum(-1) / mass
     table[..., ENTROPY] = torch.where(mass > 0, entropy, torch.full_like(entropy, float("nan")))
     if sink_mass is not None:
-        table[..., SINK_MASS] = sink_mass.double()
-    qk = torch.where(visible, raw.double(), torch.zeros_like(w))
+        table[..., SINK_MASS] = sink_mass
+    qk = raw * visible
     table[..., QK_SUM] = qk.sum(-1)
     table[..., QK_ABS_SUM] = qk.abs().sum(-1)
-    bands = layout["bands"]
-    if bands:
-        later = (i > 0).expand(n, keys)
-        table[..., BANDS] = torch.where(i[:, 0] > 0, w[..., 0], torch.zeros_like(w[..., 0]))
-        distance = (i - j).abs() if bidirectional else (i - j)
-        # key 0 of a query past it is its own band, out of its distance band
-        counted = ~((j == 0) & later)
-        for k, (lo, hi) in enumerate(bands):
-            hi = min(hi, t + 1)  # an open band's end (usize::MAX) as a distance torch holds
-            inside = (distance >= lo) & (distance < hi) & counted
-            table[..., BANDS + 1 + k] = torch.where(inside, w, torch.zeros_like(w)).sum(-1)
+    if layout["bands"]:
+        _bands(table, w, i, layout["bands"], t, bidirectional)
     if layout["max_logit_column"] is not None:
-        table[..., layout["max_logit_column"]] = max_logit.double()
+        table[..., layout["max_logit_column"]] = max_logit
     if layout["key_blocks"]:
         g, c = layout["key_blocks"], layout["key_block_column"]
         # block of position p: ceil((p + 1) G / T) - 1 (KeyBlocks::block_of)
         of = (((torch.arange(keys, device=w.device) + 1) * g + t - 1) // t - 1).expand(b, h, n, keys)
-        sums = torch.zeros((b, h, n, g), dtype=torch.float64, device=w.device).scatter_add_(3, of, w)
-        maxima = torch.zeros((b, h, n, g), dtype=torch.float64, device=w.device).scatter_reduce_(
-            3, of, torch.where(visible, w, torch.zeros_like(w)), reduce="amax", include_self=True
+        seen = torch.where(visible, w, torch.zeros_like(w))
+        table[..., c : c + g] = torch.zeros((b, h, n, g), dtype=w.dtype, device=w.device).scatter_add_(3, of, seen)
+        table[..., c + g : c + 2 * g] = torch.zeros((b, h, n, g), dtype=w.dtype, device=w.device).scatter_reduce_(
+            3, of, seen, reduce="amax", include_self=True
         )
-        table[..., c : c + g] = sums
-        table[..., c + g : c + 2 * g] = maxima
-    return table.reshape(b * h * n, -1).float()
+    return table.reshape(b * h * n, -1)
+
+
+def _bands(table, w, i, bands, t: int, bidirectional: bool) -> None:
+    """The band columns: a_i0 of queries past key 0, then per distance range [lo, hi) the
+    weight of the keys at distance t = i - j (|i - j| both sides when `bidirectional`) in
+    it, key 0 of a query past it left out; from one float64 running sum over the keys."""
+    import torch
+
+    b, h, n, keys = w.shape
+    past = (i[:, 0] > 0)
+    first = torch.where(past, w[..., 0], torch.zeros_like(w[..., 0]))
+    table[..., BANDS] = first
+    # before[k] = sum of the weights of keys j < k
+    before = torch.nn.functional.pad(w.double().cumsum(-1), (1, 0))
+    q = i[:, 0]
+
+    def span(a, z):
+        """sum over keys a <= j < z (clipped to the block's keys) of each row."""
+        a, z = a.clamp(0, keys), z.clamp(0, keys)
+        z = torch.maximum(a, z)
+        idx = lambda x: x.view(1, 1, n, 1).expand(b, h, n, 1)  # noqa: E731
+        return (before.gather(-1, idx(z)) - before.gather(-1, idx(a)))[..., 0]
+
+    for k, (lo, hi) in enumerate(bands):
+        hi = min(hi, t + 1)  # an open band's end (usize::MAX) as a distance torch holds
+        a, z = q - hi + 1, q - lo + 1
+        total = span(a, z)
+        # key 0 of a query past it is its own band, out of its distance band
+        holds_first = past & (a <= 0) & (z > 0)
+        total = total - torch.where(holds_first, w[..., 0].double(), torch.zeros_like(total))
+        if bidirectional:
+            total = total + span(q + max(lo, 1), q + hi)
+        table[..., BANDS + 1 + k] = total.float()
 
 
 def attention_blocks(native: Any, index: int, keys: str, size: int, q, k, v, scale: float, softcap: Optional[float], sinks) -> Any:
@@ -124,7 +146,7 @@ def attention_blocks(native: Any, index: int, keys: str, size: int, q, k, v, sca
         out[:, :, start:end] = weights @ vb
         # the largest logit before any soft-cap (the capped one follows: tanh is monotone)
         max_logit = scaled.masked_fill(~visible, float("-inf")).amax(dim=-1)
-        table = row_table(weights, raw, max_logit, sink_mass, i, j, visible, layout, t, bidirectional)
+        table = row_table(weights, raw, max_logit, sink_mass, i, visible, layout, t, bidirectional)
         host = lambda x: None if x is None else x.to("cpu", torch.float32).contiguous()  # noqa: E731
         key_sums = None
         if layout["key_sums_from"] is not None:

@@ -352,3 +352,17 @@ def test_the_monitor_captures_the_training_batch_and_training_is_unchanged():
     assert bad.disabled and out.shape[:2] == (2, 4)
     with bad.capture(watched, 1) as nothing:
         assert nothing is None
+
+
+@pytest.mark.parametrize("name", ["bert", "modernbert", "vit"])
+def test_bidirectional_distance_bands_cover_every_key_once(name):
+    # keys on both sides share a query's bands (t = |i - j|): with the first band, they sum
+    # to the weight sum, 1 for a softmax, per layer and head
+    ref = json.loads((CAPTURE / name / "reference.json").read_text())
+    model = load(CAPTURE / name, ref["kind"])
+    with torch.no_grad(), asa.capture(model, metrics=["distance_profile", "weight_sum"]) as cap:
+        forward(model, ref)
+    bands = cap.result().distance_profile
+    totals = bands.group_by(["layer", "head"]).agg(pl.col("value").sum())
+    close(totals["value"].to_numpy(), np.ones(totals.height), f"{name} bands", atol=1e-6)
+    assert bands["band"].unique().len() >= 3
