@@ -9,9 +9,10 @@ checkpoint, the warnings the Monitor gave, and the gathers.
 
 MODE: ddp, fsdp, fsdp2, tp (the plain-loop Monitor), unreadable (a model without a
 transformers config: the Monitor turns itself off), trainer (the HF Trainer callback under
-DDP), lightning (the Lightning callback, strategy ddp), capture_ddp (the Monitor capturing
-each rank's own training batch under DDP: rank 0's series at the last step must equal one
-process's capture of both ranks' batches, rank 0's first, with the weights of that step).
+DDP), lightning (the Lightning callback, strategy ddp), capture_ddp, capture_fsdp, capture_fsdp2
+(the Monitor capturing each rank's own training batch: rank 0's series at the last step
+must equal one process's capture of both ranks' batches, rank 0's first, with the weights
+of that step).
 """
 
 import json
@@ -205,21 +206,21 @@ def lightning_job(rank, out):
     return result
 
 
-def capture_loop(rank, out):
-    """Each rank trains on its own batch under DDP, the Monitor capturing every step's forward."""
+def capture_loop(mode, rank, out):
+    """Each rank trains on its own batch under `mode` (ddp, fsdp, fsdp2), the Monitor
+    capturing every step's forward."""
     import polars as pl
-    from torch.nn.parallel import DistributedDataParallel
 
     model = tiny_llama()
     config = model.config
-    trained = DistributedDataParallel(model)
+    trained = wrap(model, mode)
     mon = asa.Monitor(every=1, metrics=METRICS)
     opt = torch.optim.SGD(trained.parameters(), lr=0.05)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for step in range(1, STEPS + 1):
             ids = batch(step, rank)
-            before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            before = full_state(trained, mode)  # every rank: a collective when sharded
             with mon.capture(trained, step):
                 loss = trained(input_ids=ids, labels=ids, use_cache=False).loss
             loss.backward()
@@ -233,7 +234,7 @@ def capture_loop(rank, out):
         from transformers import LlamaForCausalLM
 
         alone = LlamaForCausalLM(config).eval()
-        alone.load_state_dict(before)
+        alone.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in before.items()})
         both = torch.cat([batch(STEPS, 0), batch(STEPS, 1)])
         with torch.no_grad(), asa.capture(alone, metrics=METRICS) as cap:
             alone(input_ids=both, use_cache=False)
@@ -258,9 +259,9 @@ def main():
     elif mode == "lightning":
         rank = int(os.environ["RANK"])
         result = lightning_job(rank, out)
-    elif mode == "capture_ddp":
+    elif mode.startswith("capture_"):
         rank = dist.get_rank()
-        result = capture_loop(rank, out)
+        result = capture_loop(mode.removeprefix("capture_"), rank, out)
     else:
         rank = dist.get_rank()
         result = plain_loop(mode, rank, out)

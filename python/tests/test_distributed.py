@@ -69,11 +69,15 @@ def test_a_model_the_monitor_cannot_read_turns_it_off_on_every_rank_with_one_war
     assert zero["gathers"] == [] and one["gathers"] == []
 
 
-def test_each_ranks_training_batch_is_captured_and_merged_on_rank_0(tmp_path):
-    # issue 64 item 6: under DDP each rank captures its own step's forward (no weight copy,
-    # no second forward); rank 0's series equals one process's capture of both batches
-    zero, one = run_job("capture_ddp", tmp_path)
-    assert zero["wrapper"] == "DistributedDataParallel" and zero["world_size"] == 2
+@pytest.mark.parametrize(
+    "mode, wrapper",
+    [("capture_ddp", "DistributedDataParallel"), ("capture_fsdp", "FullyShardedDataParallel"), ("capture_fsdp2", "FSDPLlamaForCausalLM")],
+)
+def test_each_ranks_training_batch_is_captured_and_merged_on_rank_0(mode, wrapper, tmp_path):
+    # issue 64 item 6: each rank captures its own step's forward (no weight copy, no second
+    # forward); rank 0's series equals one process's capture of both batches
+    zero, one = run_job(mode, tmp_path)
+    assert zero["wrapper"] == wrapper and zero["world_size"] == 2
     assert zero["warnings"] == [] and not zero["disabled"] and not one["disabled"]
     assert zero["steps"] == [1, 2, 3, 4] and one["steps"] == [], (zero["steps"], one["steps"])
     assert zero["rows"] > 0 and zero["std_rows"] > 0
