@@ -94,6 +94,9 @@ ARCHITECTURES = {
     "mistral3_text": ("ministral3", dict(head_dim=8)),
     "bitnet": ("bitnet", dict(head_dim=8)),
     "jetmoe": ("jetmoe", dict(num_local_experts=4, num_experts_per_tok=2, kv_channels=8)),
+    "jamba": ("jamba", dict(attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1,
+                            num_experts=2, num_experts_per_tok=1, mamba_d_state=4, mamba_d_conv=2, mamba_expand=2,
+                            mamba_dt_rank=4, use_mamba_kernels=False)),
     "falcon": ("falcon", dict(new_decoder_architecture=True, num_kv_heads=2, alibi=False, parallel_attn=True)),
     "gpt_bigcode": ("gpt_bigcode", dict(n_embd=32, n_layer=2, n_head=4, n_positions=64, multi_query=True)),
     "gptj": ("gptj", dict(n_embd=32, n_layer=2, n_head=4, n_positions=64, rotary_dim=4)),
@@ -163,6 +166,7 @@ class Recorder:
         self.calls.append(
             dict(
                 name=type(module).__name__,
+                layer_idx=getattr(module, "layer_idx", None),
                 q=query.detach().numpy(),
                 k=key.detach().numpy(),
                 scaling=float(scaling),
@@ -278,6 +282,10 @@ def reference(folder, kind):
     final = output(out, kind)
     assert np.isfinite(final.numpy()).all()
     layers = [metrics(c) for c in recorder.calls]
+    # each attention layer's decoder number (1-based): its module's layer_idx where it has
+    # one (a hybrid's attention layers are not 1, 2, ...), else its place
+    for k, (layer, call) in enumerate(zip(layers, recorder.calls)):
+        layer["layer"] = (call["layer_idx"] if call["layer_idx"] is not None else k) + 1
     return dict(
         model_class=type(model).__name__,
         kind=kind,

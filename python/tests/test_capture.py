@@ -108,9 +108,10 @@ def test_capture_matches_transformers_float64_eager_attention(name, path):
     record = res.run["models"][0]
     assert record["architecture"] == ref["model_class"] and record["capture"]["model_class"] == ref["model_class"]
     assert len(record["capture"]["modules"]) == len(ref["layers"])
-    for l, want in enumerate(ref["layers"], start=1):
-        module = record["capture"]["modules"][l - 1]
-        assert module["layer"] == l
+    for k, want in enumerate(ref["layers"]):
+        module = record["capture"]["modules"][k]
+        l = want["layer"]
+        assert module["layer"] == l, (name, module, l)
         # the declared keys are those transformers' mask gave (every query's first and last)
         first, last = want["visible_first"], want["visible_last"]
         assert module["keys"].startswith("bidirectional") == (not want["causal"]), (name, module)
@@ -143,7 +144,8 @@ def test_a_bf16_model_is_captured_within_bf16_tolerance(name, path):
         forward(model, ref)
     res = cap.result()
     assert res.run["dtype"] == "bf16"
-    for l, want in enumerate(ref["layers"], start=1):
+    for want in ref["layers"]:
+        l = want["layer"]
         for metric in ("first_token", "entropy", "weight_sum"):
             got = value(res.attention, metric=metric, layer=l, head=None, stat="mean")
             close(got, want[metric], f"{name} bf16 L{l} {metric}", atol=1e-2, rtol=2e-2)
@@ -230,6 +232,26 @@ def test_a_vlms_language_stack_is_captured_apart_and_equals_its_checkpoint():
     assert [m["name"] for m in record["modules"]] == [f"model.language_model.layers.{l}.self_attn" for l in (0, 1)]
     analysed = asa.analyze({"model": folder}, corpus=ids, seq_len=len(ids[0]), num_seqs=len(ids), metrics=FAMILY_METRICS, bos="never", progress=False)
     assert_same_tables(captured, analysed, "gemma3 VLM")
+
+
+def test_a_vlms_vision_stack_is_its_vision_tower():
+    # the other stack of Gemma 3's image-text model: captured inside the VLM (image features
+    # through the model), it gives the tables of its SigLIP tower captured alone (a class
+    # checked against float64 above); the tower is bidirectional
+    from transformers import Gemma3ForConditionalGeneration
+
+    model = Gemma3ForConditionalGeneration.from_pretrained(MODELS / "gemma3_multimodal", dtype=torch.float32).eval()
+    size = model.config.vision_config.image_size
+    pixels = torch.randn((2, 3, size, size), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad(), asa.capture(model, stack="vision_tower", metrics=FIVE) as inside:
+        model.model.get_image_features(pixel_values=pixels)
+    with torch.no_grad(), asa.capture(model.model.vision_tower, metrics=FIVE) as alone:
+        model.model.vision_tower(pixel_values=pixels)
+    got, want = inside.result(), alone.result()
+    modules = got.run["models"][0]["capture"]["modules"]
+    assert got.run["models"][0]["capture"]["stack"] == "vision_tower"
+    assert [m["keys"] for m in modules] == ["bidirectional"] * len(modules)
+    assert_same_tables(got, want, "gemma3 vision stack")
 
 
 def test_forward_passes_pool_like_the_sequences_of_one_batch():
