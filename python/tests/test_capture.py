@@ -388,3 +388,20 @@ def test_bidirectional_distance_bands_cover_every_key_once(name):
     totals = bands.group_by(["layer", "head"]).agg(pl.col("value").sum())
     close(totals["value"].to_numpy(), np.ones(totals.height), f"{name} bands", atol=1e-6)
     assert bands["band"].unique().len() >= 3
+
+
+def test_a_captures_result_writes_the_files_analyze_writes(tmp_path):
+    folder = MODELS / "llama_gqa"
+    ids = family_ids(json.loads((folder / "config.json").read_text())["vocab_size"])
+    model = load(folder, dtype=torch.float32)
+    with torch.no_grad(), asa.capture(model) as cap:
+        model(input_ids=torch.tensor(ids), use_cache=False)
+    written = {p.name for p in cap.result().write(tmp_path / "capture")}
+    analysed = asa.analyze({"model": folder}, corpus=ids, seq_len=len(ids[0]), num_seqs=len(ids), bos="never", progress=False)
+    # analyze's files but nll's (a capture sees attention calls, not logits) and the tokens'
+    expected = {p.name for p in analysed.write(tmp_path / "analyze")} - {"nll_position.csv", "nll_bins.csv", "tokens.csv"}
+    assert written == expected, (written ^ expected)
+    record = json.loads((tmp_path / "capture" / "run.json").read_text())
+    assert record["command"] == "python capture"
+    assert record["models"][0]["capture"]["model_class"] == "LlamaForCausalLM"
+    assert record["models"][0]["capture"]["transformers_version"] == transformers.__version__
