@@ -397,7 +397,7 @@ class Capture:
             said = "causal" if causal else "bidirectional"
             self._refuse(m, f"a {said} call of a module declared {m.keys}")
         if query.shape[2] != key.shape[2]:
-            self._refuse(m, f"{query.shape[2]} queries against {key.shape[2]} keys (a cache's decoding step); capture whole sequences (use_cache=False)")
+            self._refuse(m, f"{query.shape[2]} queries against {key.shape[2]} keys: a decoding step with a cache (generate); a capture takes whole forward passes, model(input_ids)")
         import torch
 
         unknown = sorted(

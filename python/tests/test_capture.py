@@ -316,6 +316,9 @@ def test_what_the_kernels_cannot_honour_is_refused_naming_the_module():
         model(input_ids=torch.tensor([[1, 5, 6, 7]]), use_cache=False)
         with pytest.raises(asa.UsageError, match="a forward pass of 3 tokens in a capture of 4-token passes"):
             model(input_ids=torch.tensor([[1, 5, 6]]), use_cache=False)
+    with pytest.raises(asa.UsageError, match="1 queries against 5 keys: a decoding step with a cache"):
+        with torch.no_grad(), asa.capture(model):
+            model.generate(torch.tensor([[1, 5, 6, 7]]), max_new_tokens=2, do_sample=False)
     with pytest.raises(asa.UsageError, match="nothing was captured"):
         with asa.capture(model) as empty:
             pass
