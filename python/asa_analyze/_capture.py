@@ -307,6 +307,9 @@ class Capture:
 
     def __enter__(self) -> "Capture":
         by_name = dict(self.model.named_modules())
+        busy = [m.name for m in self.modules if id(by_name[m.name]) in _ACTIVE]
+        if busy:
+            raise UsageError(f"{busy[0]} is already being captured (one capture of a module at a time)")
         for index, m in enumerate(self.modules):
             _ACTIVE[id(by_name[m.name])] = (self, index)
         self._previous = self.model.config._attn_implementation

@@ -319,6 +319,10 @@ def test_what_the_kernels_cannot_honour_is_refused_naming_the_module():
     with pytest.raises(asa.UsageError, match="1 queries against 5 keys: a decoding step with a cache"):
         with torch.no_grad(), asa.capture(model):
             model.generate(torch.tensor([[1, 5, 6, 7]]), max_new_tokens=2, do_sample=False)
+    with pytest.raises(asa.UsageError, match="model.layers.0.self_attn is already being captured"):
+        with asa.capture(model), asa.capture(model):
+            pass
+    assert model.config._attn_implementation == "sdpa"
     with pytest.raises(asa.UsageError, match="nothing was captured"):
         with asa.capture(model) as empty:
             pass
