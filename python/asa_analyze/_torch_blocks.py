@@ -47,10 +47,11 @@ def row_table(weights, raw, max_logit, sink_mass, i, visible, layout: Dict[str, 
     w = weights
     table = torch.zeros((b, h, n, layout["width"]), dtype=torch.float32, device=w.device)
     table[..., FIRST] = w[..., 0]
-    mass = w.clamp(min=0).sum(-1)
-    table[..., SUM] = w.sum(-1)
-    # entropy of max(w, 0) renormalised, ln T - sum w ln w / T (0 ln 0 = 0); NaN without mass
-    entropy = torch.log(mass) - torch.special.xlogy(w.clamp(min=0), w.clamp(min=0)).sum(-1) / mass
+    # softmax weights (with or without a sink) are never negative: max(w, 0) is w
+    mass = w.sum(-1)
+    table[..., SUM] = mass
+    # entropy of the weights renormalised, ln T - sum w ln w / T (0 ln 0 = 0); NaN without mass
+    entropy = torch.log(mass) - torch.special.xlogy(w, w).sum(-1) / mass
     table[..., ENTROPY] = torch.where(mass > 0, entropy, torch.full_like(entropy, float("nan")))
     if sink_mass is not None:
         table[..., SINK_MASS] = sink_mass
@@ -145,7 +146,8 @@ def attention_blocks(native: Any, index: int, keys: str, size: int, q, k, v, sca
             weights, sink_mass = torch.softmax(masked, dim=-1), None
         out[:, :, start:end] = weights @ vb
         # the largest logit before any soft-cap (the capped one follows: tanh is monotone)
-        max_logit = scaled.masked_fill(~visible, float("-inf")).amax(dim=-1)
+        uncapped = masked if not softcap else scaled.masked_fill(~visible, float("-inf"))
+        max_logit = uncapped.amax(dim=-1) if layout["max_logit_column"] is not None else None
         table = row_table(weights, raw, max_logit, sink_mass, i, visible, layout, t, bidirectional)
         host = lambda x: None if x is None else x.to("cpu", torch.float32).contiguous()  # noqa: E731
         key_sums = None
