@@ -3,6 +3,8 @@
 //! bf16, read from their addresses while Python holds them) to [`Capture::attend`]; the
 //! output is written into the tensor Python allocated for it.
 
+use std::sync::Mutex;
+
 use candle_core::{DType, Device, Tensor};
 use pyo3::prelude::*;
 
@@ -11,7 +13,7 @@ use asa_analyze::analysis::{RunOptions, RunSpec};
 use asa_analyze::hooks::KeyWindow;
 use asa_analyze::metrics::Metric;
 
-use crate::{no_panic, to_py, usage, NativeResult, UsageError};
+use crate::{no_panic, to_py, usage, AsaError, NativeResult, UsageError};
 
 /// One CPU tensor as Python hands it over, `(address, shape, dtype)`: its data address,
 /// shape and dtype (`F32` or `BF16`), C-contiguous, held by Python for the call.
@@ -102,11 +104,23 @@ impl ModuleArg {
     }
 }
 
-/// A capture in progress (see `asa_analyze.capture`).
-#[pyclass(module = "asa_analyze._native", name = "NativeCapture", unsendable)]
+/// A capture in progress (see `asa_analyze.capture`), callable from any thread (one call at
+/// a time).
+#[pyclass(module = "asa_analyze._native", name = "NativeCapture")]
 pub struct NativeCapture {
-    capture: Capture,
+    capture: Mutex<Capture>,
     spec: RunSpec,
+}
+
+impl NativeCapture {
+    /// `f` of the capture, the lock held (a panic that poisoned it is an error).
+    fn with<T>(&self, f: impl FnOnce(&mut Capture) -> asa_analyze::Result<T>) -> PyResult<T> {
+        let mut capture = self
+            .capture
+            .lock()
+            .map_err(|_| AsaError::new_err("internal error: a capture call panicked earlier"))?;
+        f(&mut capture).map_err(to_py)
+    }
 }
 
 #[pymethods]
@@ -143,7 +157,10 @@ impl NativeCapture {
                 .map(ModuleArg::layer)
                 .collect::<PyResult<Vec<_>>>()?;
             let capture = Capture::new(spec.clone(), layers, stack).map_err(to_py)?;
-            Ok(NativeCapture { capture, spec })
+            Ok(NativeCapture {
+                capture: Mutex::new(capture),
+                spec,
+            })
         })
     }
 
@@ -152,7 +169,7 @@ impl NativeCapture {
     #[pyo3(signature = (layer, q, k, v, scale, out, sinks = None))]
     #[allow(clippy::too_many_arguments)]
     fn attend(
-        &mut self,
+        &self,
         py: Python<'_>,
         layer: usize,
         q: HostTensor,
@@ -170,9 +187,7 @@ impl NativeCapture {
                 scale,
                 sinks: sinks.map(|s| s.tensor()).transpose()?,
             };
-            let capture = &mut self.capture;
-            let result = py.detach(|| capture.attend(layer, call));
-            let result = result.map_err(to_py)?;
+            let result = py.detach(|| self.with(|c| c.attend(layer, call)))?;
             if result.dims() != out.shape.as_slice() || out.dtype != q.dtype {
                 return Err(usage(format!(
                     "the output tensor is {:?} {}, the attention output {:?} {}",
@@ -192,7 +207,7 @@ impl NativeCapture {
     /// `max_logit_column`; `key_blocks` G and `key_block_column`; `key_sums_from`) and
     /// `weights`, whether the block's weights are read too.
     fn begin_blocks<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         layer: usize,
         dims: [usize; 4],
@@ -201,7 +216,7 @@ impl NativeCapture {
     ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
         no_panic(|| {
             let dtype = if dtype == "BF16" { DType::BF16 } else { DType::F32 };
-            let (wants, weights) = self.capture.begin_blocks(layer, dims, kv, dtype).map_err(to_py)?;
+            let (wants, weights) = self.with(|c| c.begin_blocks(layer, dims, kv, dtype))?;
             let layout = pyo3::types::PyDict::new(py);
             layout.set_item("width", wants.width())?;
             layout.set_item("bands", wants.bands.clone())?;
@@ -219,7 +234,7 @@ impl NativeCapture {
     #[pyo3(signature = (layer, q_start, n, table, key_sums = None, pattern = None, sink_mass = None))]
     #[allow(clippy::too_many_arguments)]
     fn block(
-        &mut self,
+        &self,
         py: Python<'_>,
         layer: usize,
         q_start: usize,
@@ -242,45 +257,40 @@ impl NativeCapture {
                 pattern: pattern.as_ref().map(f32_tensor).transpose()?,
                 sink_mass: sink_mass.as_ref().map(f32_tensor).transpose()?,
             };
-            let capture = &mut self.capture;
-            py.detach(|| capture.block(layer, q_start, n, block)).map_err(to_py)
+            py.detach(|| self.with(|c| c.block(layer, q_start, n, block)))
         })
     }
 
     /// The end of the open call.
-    fn end_blocks(&mut self, py: Python<'_>, layer: usize) -> PyResult<()> {
+    fn end_blocks(&self, py: Python<'_>, layer: usize) -> PyResult<()> {
         no_panic(|| {
-            let capture = &mut self.capture;
-            py.detach(|| capture.end_blocks(layer)).map_err(to_py)
+            py.detach(|| self.with(|c| c.end_blocks(layer)))
         })
     }
 
     /// Places this process's sequences among those of `world` data-parallel ranks (before
     /// the first call): each pass's sequences rank after rank, so the ranks' states merge.
-    fn place(&mut self, rank: usize, world: usize) -> PyResult<()> {
-        no_panic(|| self.capture.place(Placement { rank, world }).map_err(to_py))
+    fn place(&self, rank: usize, world: usize) -> PyResult<()> {
+        no_panic(|| self.with(|c| c.place(Placement { rank, world })))
     }
 
     /// The pooled state (bytes), for `merge_state` on rank 0.
     fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
         no_panic(|| {
-            let bytes = self.capture.state().map_err(to_py)?;
+            let bytes = self.with(|c| c.state())?;
             Ok(pyo3::types::PyBytes::new(py, &bytes))
         })
     }
 
     /// Folds in another rank's `state()`.
-    fn merge_state(&mut self, state: &[u8]) -> PyResult<()> {
-        no_panic(|| self.capture.merge_state(state).map_err(to_py))
+    fn merge_state(&self, state: &[u8]) -> PyResult<()> {
+        no_panic(|| self.with(|c| c.merge_state(state)))
     }
 
     /// The captured model's result, labelled `label`.
     fn result(&self, label: &str, model_class: &str, transformers_version: &str, device: &str) -> PyResult<NativeResult> {
         no_panic(|| {
-            let output = self
-                .capture
-                .output(label, model_class, transformers_version, device)
-                .map_err(to_py)?;
+            let output = self.with(|c| c.output(label, model_class, transformers_version, device))?;
             let options = RunOptions {
                 spec: self.spec.clone(),
                 ..RunOptions::default()

@@ -412,3 +412,17 @@ def test_a_captures_result_writes_the_files_analyze_writes(tmp_path):
     assert record["command"] == "python capture"
     assert record["models"][0]["capture"]["model_class"] == "LlamaForCausalLM"
     assert record["models"][0]["capture"]["transformers_version"] == transformers.__version__
+
+
+def test_a_forward_pass_in_another_thread_is_captured():
+    # a capture opened in one thread and fed from another (a serving or data thread)
+    import threading
+
+    ref = json.loads((CAPTURE / "cohere2" / "reference.json").read_text())
+    model = load(CAPTURE / "cohere2")
+    with torch.no_grad(), asa.capture(model, metrics=FIVE) as cap:
+        worker = threading.Thread(target=forward, args=(model, ref))
+        worker.start()
+        worker.join()
+    got = value(cap.result().attention, metric="first_token", layer=1, head=None, stat="mean")
+    close(got, ref["layers"][0]["first_token"], "first_token from another thread")
