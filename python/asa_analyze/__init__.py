@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from . import _native
 from ._analysis import analyze, entropy, inspect, merge
-from ._capture import Capture, capture, register
+from ._backend import register
+from ._capture import Capture, capture
 from ._logs import curves, grad_stats, spikes
 from ._native import (
     AsaError,

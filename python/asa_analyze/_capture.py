@@ -15,26 +15,15 @@ blocks go by (no [T, T] map is held); `cap.result()` gives the CLI's tables.
 
 from __future__ import annotations
 
-import inspect as _inspect
-import re
-import sys
-from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from . import _native
+from ._backend import _ACTIVE, BACKEND, _fallback, _Mask, register
 from ._errors import _python_errors
+from ._modules import _attention_modules, _chosen_stack, _key_range, _Module
 from ._native import UsageError
 from ._result import Result
-from ._torch_blocks import attention_blocks
-
-#: The name the backend is registered under (`attn_implementation="asa"`).
-BACKEND = "asa"
-
-# id(module) -> (the capture, the module's index among its layers), while a capture is open
-_ACTIVE: Dict[int, Tuple["Capture", int]] = {}
-
-# per class: whether its forward calls transformers' attention interface
-_ROUTED: Dict[type, bool] = {}
+from ._torch_blocks import _host, attention_blocks
 
 # keyword arguments of an attention call that change what attention computes and that the
 # kernels do not take: refused (a tensor-valued argument not named here is refused too; flags
@@ -53,239 +42,6 @@ _REFUSED = {
 
 # tensor-valued keyword arguments that do not change what attention computes
 _TENSORS_READ_ELSEWHERE = {"position_ids", "cache_position", "position_embeddings", "token_type_ids"}
-
-
-def register() -> None:
-    """Registers the "asa" attention backend and its mask function with transformers, so
-    that `from_pretrained(..., attn_implementation="asa")` and
-    `model.set_attn_implementation("asa")` work (`import asa_analyze` does it when
-    transformers is already imported; `capture` does it always). Outside a capture the
-    backend computes what SDPA computes (the model's own eager attention where SDPA does not
-    serve: soft-capping, sinks)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
-
-    AttentionInterface.register(BACKEND, _attention)
-    AttentionMaskInterface.register(BACKEND, _mask)
-
-
-class _Mask:
-    """What the "asa" mask function hands the attention calls: the arguments transformers
-    built the mask from (its pattern as a function of (batch, head, query, key), the 2-D
-    padding mask, the lengths and offsets). The capture reads the pattern from the function;
-    outside a capture the SDPA or eager mask is made from the same arguments, once."""
-
-    def __init__(self, args: Dict[str, Any]) -> None:
-        self.args = args
-        self._made: Dict[str, Any] = {}
-        self._rows: Optional[Tuple[Any, Any, Any]] = None
-
-    def made(self, kind: str) -> Any:
-        """The mask transformers' `kind` ("sdpa" or "eager") mask function makes."""
-        if kind not in self._made:
-            from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
-
-            self._made[kind] = ALL_MASK_ATTENTION_FUNCTIONS[kind](**self.args)
-        return self._made[kind]
-
-    def padded(self) -> bool:
-        """Whether some position is padding."""
-        mask = self.args.get("attention_mask")
-        return mask is not None and not bool(mask.all())
-
-    def rows(self) -> Tuple[Any, Any, Any]:
-        """Per query: its first and last visible key and how many keys it sees (of the first
-        sequence), from the pattern evaluated over every (query, key) pair, 256 queries at a
-        time (never the whole [T, T])."""
-        if self._rows is None:
-            import torch
-
-            a = self.args
-            q_len, kv_len = int(a["q_length"]), int(a["kv_length"])
-            q_off, kv_off = int(a.get("q_offset", 0) or 0), int(a.get("kv_offset", 0) or 0)
-            fn = a["mask_function"]
-            keys = torch.arange(kv_len) + kv_off
-            zero = torch.zeros((), dtype=torch.long)
-            first, last, count = [], [], []
-            for start in range(0, q_len, 256):
-                queries = torch.arange(start, min(start + 256, q_len)) + q_off
-                seen = torch.as_tensor(fn(zero, zero, queries[:, None], keys[None, :]))
-                seen = seen.to(torch.bool).broadcast_to((len(queries), kv_len))
-                n = seen.sum(dim=1)
-                index = torch.arange(kv_len).expand_as(seen)
-                big = torch.full_like(index, kv_len)
-                first.append(torch.where(seen, index, big).min(dim=1).values)
-                last.append(torch.where(seen, index, -1).max(dim=1).values)
-                count.append(n)
-            self._rows = (torch.cat(first), torch.cat(last), torch.cat(count))
-        return self._rows
-
-
-def _mask(**kwargs: Any) -> _Mask:
-    """The "asa" mask function: the arguments, kept ([`_Mask`])."""
-    return _Mask(kwargs)
-
-
-def _attention(
-    module: Any,
-    query: Any,
-    key: Any,
-    value: Any,
-    attention_mask: Any,
-    dropout: float = 0.0,
-    scaling: Optional[float] = None,
-    is_causal: Optional[bool] = None,
-    **kwargs: Any,
-) -> Tuple[Any, None]:
-    """The "asa" attention function: the capture's kernels for a captured module, what SDPA
-    (or the model's own eager attention) computes otherwise."""
-    active = _ACTIVE.get(id(module))
-    if active is None:
-        return _fallback(module, query, key, value, attention_mask, dropout, scaling, is_causal, kwargs)
-    capture, index = active
-    if not capture.tolerant:
-        return capture._attend(index, module, query, key, value, attention_mask, dropout, scaling, is_causal, kwargs)
-    try:
-        return capture._attend(index, module, query, key, value, attention_mask, dropout, scaling, is_causal, kwargs)
-    except Exception as e:  # inside a training step: the capture stops, the step goes on
-        capture._stop(f"{e}")
-        return _fallback(module, query, key, value, attention_mask, dropout, scaling, is_causal, kwargs)
-
-
-def _fallback(module, query, key, value, attention_mask, dropout, scaling, is_causal, kwargs):
-    """SDPA's attention, or the model's own eager attention where SDPA does not serve
-    (soft-capping, sinks): what the module computes without the capture."""
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    eager = kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None
-    if isinstance(attention_mask, _Mask):
-        attention_mask = attention_mask.made("eager" if eager else "sdpa")
-    if eager:
-        forward = getattr(sys.modules[type(module).__module__], "eager_attention_forward")
-        return forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
-    sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
-    return sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs)
-
-
-def _routed(module: Any) -> bool:
-    """Whether `module`'s forward calls transformers' attention interface."""
-    cls = type(module)
-    if cls not in _ROUTED:
-        try:
-            source = _inspect.getsource(cls.forward)
-        except (OSError, TypeError):
-            source = ""
-        _ROUTED[cls] = "ALL_ATTENTION_FUNCTIONS" in source or "attention_interface" in source
-    return _ROUTED[cls]
-
-
-@dataclass(frozen=True)
-class _Module:
-    """An attention module as the native capture takes it (0-based layer number)."""
-
-    name: str
-    number: int
-    keys: str
-    size: int
-    softcap: Optional[float]
-    sinks: bool
-
-
-def _layer_types(config: Any) -> List[Any]:
-    return list(getattr(config, "layer_types", None) or [])
-
-
-def _declared(name: str, module: Any, number: int) -> _Module:
-    """What `module` says of itself and its config: the keys its queries see (by the
-    config's `layer_types` where it has them, else a `sliding_window` of the module or its
-    config), its soft-cap and its sinks. Each call checks it against the mask."""
-    config = getattr(module, "config", None)
-    layer_index = getattr(module, "layer_idx", None)
-    layer_index = number if layer_index is None else layer_index
-    types = _layer_types(config)
-    layer_type = types[layer_index] if 0 <= layer_index < len(types) else None
-    window = getattr(module, "sliding_window", None) or getattr(config, "sliding_window", None)
-    keys, size = "causal", 0
-    if getattr(module, "is_causal", True) is False:
-        # an encoder's or a vision tower's: every key, or those within the config's
-        # sliding_window on either side (ModernBERT's local layers)
-        local = layer_type == "sliding_attention"
-        keys, size = "bidirectional", int(getattr(config, "sliding_window", 0) or 0) if local else 0
-    elif layer_type == "chunked_attention":
-        keys, size = "chunked", int(getattr(config, "attention_chunk_size"))
-    elif layer_type == "sliding_attention":
-        keys, size = "sliding", int(window)
-    elif layer_type is None and window and getattr(config, "use_sliding_window", True) is not False:
-        keys, size = "sliding", int(window)
-    softcap = getattr(config, "attn_logit_softcapping", None)
-    sinks = getattr(module, "sinks", None) is not None
-    return _Module(name, number, keys, size, float(softcap) if softcap else None, sinks)
-
-
-def _attention_modules(model: Any) -> List[Tuple[str, _Module]]:
-    """Every module of `model` whose forward calls the attention interface, with its stack
-    (the qualified name before its layer number), numbered by the first integer of its
-    qualified name, in layer order."""
-    found = []
-    for name, module in model.named_modules():
-        if not _routed(module):
-            continue
-        digits = re.search(r"\d+", name)
-        if digits is None:
-            raise UsageError(f"attention module {name or type(module).__name__} has no layer number in its name")
-        found.append((name[: digits.start()].rstrip("."), _declared(name, module, int(digits.group()))))
-    return sorted(found, key=lambda sm: sm[1].number)
-
-
-def _stack_names(prefixes: Iterable[str]) -> Dict[str, str]:
-    """Each stack's name: the first component of its prefix that the other stacks' prefixes
-    do not share (`model.vision_tower.encoder.layers` -> `vision_tower` beside
-    `model.language_model.layers`); a single stack's is empty."""
-    prefixes = sorted(set(prefixes))
-    if len(prefixes) == 1:
-        return {prefixes[0]: ""}
-    split = {p: p.split(".") for p in prefixes}
-    names = {}
-    for p, parts in split.items():
-        others = [o for q, o in split.items() if q != p]
-        k = 0
-        while k < len(parts) and all(k < len(o) and o[k] == parts[k] for o in others):
-            k += 1
-        names[p] = parts[k] if k < len(parts) else p
-    return names
-
-
-def _chosen_stack(model: Any, stack: Optional[str]) -> Tuple[str, List[_Module]]:
-    """The stack to capture and its modules: the only one, or the one `stack` names (its
-    name or its prefix); refused when the model has several and none is named."""
-    found = _attention_modules(model)
-    names = _stack_names(prefix for prefix, _ in found)
-    if stack is None:
-        if len(names) > 1:
-            listed = ", ".join(f"{n} ({p})" for p, n in names.items())
-            raise UsageError(
-                f"{type(model).__name__} has {len(names)} stacks of attention modules: {listed}; "
-                "capture one at a time with stack=NAME"
-            )
-        return "", [m for _, m in found]
-    chosen = [p for p, n in names.items() if stack in (n, p)]
-    if not chosen:
-        listed = ", ".join(n or p for p, n in names.items())
-        raise UsageError(f"{type(model).__name__} has no stack {stack!r} (its stacks: {listed})", )
-    return names[chosen[0]] or chosen[0], [m for p, m in found if p == chosen[0]]
-
-
-def _key_range(keys: str, size: int, i: Any, t: int) -> Tuple[Any, Any]:
-    """The first and last key queries `i` (a tensor) see, of `t`, as KeyWindow has them."""
-    if keys == "bidirectional":
-        if not size:
-            return i * 0, i * 0 + t - 1
-        return (i - size).clamp(min=0), (i + size).clamp(max=t - 1)
-    if keys == "sliding":
-        return (i + 1 - size).clamp(min=0), i
-    if keys == "chunked":
-        return i - i % size, i
-    return i * 0, i
 
 
 class Capture:
@@ -448,13 +204,6 @@ class Capture:
         self._checked[key] = True
 
 
-def _host(t: Any) -> Tuple[int, List[int], str]:
-    """A C-contiguous CPU tensor as the native capture reads it."""
-    import torch
-
-    return t.data_ptr(), list(t.shape), "BF16" if t.dtype == torch.bfloat16 else "F32"
-
-
 @_python_errors
 def capture(
     model: Any,
@@ -506,10 +255,3 @@ def capture(
         layer=layer,
     )
     return Capture(model, native, modules, label, path)
-
-
-if "transformers" in sys.modules:  # a model may name the backend before any capture
-    try:
-        register()
-    except ImportError:
-        pass

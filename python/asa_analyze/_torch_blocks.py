@@ -10,7 +10,7 @@ sides of a query share its bands)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 # the row table's fixed columns (kernels/row_columns.rs)
 FIRST, SUM, ENTROPY, SINK_MASS, QK_SUM, QK_ABS_SUM, BANDS = range(7)
@@ -114,8 +114,6 @@ def attention_blocks(native: Any, index: int, keys: str, size: int, q, k, v, sca
     keys (and the per-head sink logits `sinks` `[heads]`)."""
     import torch
 
-    from ._capture import _host
-
     b, h, t, d = q.shape
     kv = k.shape[1]
     kind = "BF16" if q.dtype == torch.bfloat16 else "F32"
@@ -162,3 +160,10 @@ def attention_blocks(native: Any, index: int, keys: str, size: int, q, k, v, sca
         native.block(index, start, end - start, *[None if x is None else _host(x) for x in held])
     native.end_blocks(index)
     return out
+
+
+def _host(t: Any) -> Tuple[int, List[int], str]:
+    """A C-contiguous CPU tensor as the native capture reads it."""
+    import torch
+
+    return t.data_ptr(), list(t.shape), "BF16" if t.dtype == torch.bfloat16 else "F32"
