@@ -120,7 +120,9 @@ class Monitor:
             raise ValueError("every must be at least 1")
         if threads is not None and threads < 1:
             raise ValueError("threads must be at least 1")
-        self.probe = probe
+        self.probe = _checked_probe(probe)
+        # the probe's ids against the model's vocabulary: at the first request
+        self._vocabulary_checked = False
         self.every = every
         self.metrics = list(metrics)
         self.label = label
@@ -241,6 +243,7 @@ class Monitor:
                 snapshot = _snapshot(model)
             except Exception as e:  # a wrapper this does not know: off, training goes on
                 return self._turn_off(0, step, f"cannot read a {type(model).__name__}: {e}")
+            self._check_vocabulary(snapshot[0])
             problem = self._probe_problem(snapshot[0])
             if problem is not None:
                 return self._turn_off(0, step, problem)
@@ -281,7 +284,9 @@ class Monitor:
                 problem = f"cannot read a {type(model).__name__}: {e}"
             if not _distributed.all_agree(problem is None):
                 return self._turn_off(rank, step, problem or "another rank cannot read its model")
-            # every rank reads the same config: they agree without a collective
+            # every rank reads the same config: they agree without a collective (and raise
+            # together on ids past its vocabulary)
+            self._check_vocabulary(config)
             problem = self._probe_problem(config)
             if problem is not None:
                 return self._turn_off(rank, step, problem)
@@ -298,6 +303,35 @@ class Monitor:
             self._record_gather(step, start, state, world_size=_distributed.world()[1])
             self._start((config, state), step)
         return True
+
+    def _check_vocabulary(self, config: Any) -> None:
+        """At the first request, once: raises `UsageError` when a probe id is past the
+        model's vocabulary (the Monitor is then off: a setting to fix, raised before training
+        goes on, not a warning at every analysis)."""
+        if self._vocabulary_checked:
+            return
+        self._vocabulary_checked = True
+        problem = self._vocabulary_problem(config)
+        if problem is not None:
+            from . import UsageError
+
+            self.disabled = True
+            raise UsageError(problem)
+
+    def _vocabulary_problem(self, config: Any) -> Optional[str]:
+        """What is wrong with the probe's ids for a model of `config`: an id past its
+        vocabulary; None when nothing is (or the probe is texts)."""
+        if hasattr(config, "to_dict"):
+            config = config.to_dict()
+        if not isinstance(config, dict) or not _is_ids(self.probe):
+            return None
+        vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+        import numpy as np
+
+        largest = int(np.asarray(self.probe).max())
+        if vocab and largest >= vocab:
+            return f"probe: token id {largest} is past the model's vocabulary of {vocab} ids"
+        return None
 
     def _turn_off(self, rank: int, step: int, problem: str) -> bool:
         """Off on this rank (every rank calls it in agreement); one warning, on rank 0."""
@@ -319,7 +353,8 @@ class Monitor:
 
     def check_probe(self, config: Any) -> None:
         """Raises `UsageError` when the probe's sequences (token ids) are longer than the
-        model's positions: a setting to fix before training, not an analysis failure."""
+        model's positions, or an id is past its vocabulary: a setting to fix before training,
+        not an analysis failure."""
         from . import UsageError
 
         if hasattr(config, "to_dict"):
@@ -331,6 +366,9 @@ class Monitor:
                 f"probe: {length} tokens per sequence exceed the model's max_position_embeddings "
                 f"{positions}; give a shorter probe (or seq_len=)"
             )
+        problem = self._vocabulary_problem(config)
+        if problem is not None:
+            raise UsageError(problem)
 
     def _analyse(self, snapshot: tuple, step: int) -> None:
         from . import analyze
@@ -410,6 +448,31 @@ def _check_step(step: Any) -> None:
         raise TypeError(f"step must be a whole number, got {type(step).__name__}") from None
     if not 0 <= step <= 2**63 - 1:
         raise ValueError(f"step {step} is outside 0..=2**63-1, the steps a series holds")
+
+
+def _checked_probe(probe: Any) -> Any:
+    """`probe` as given, when it is none, texts (a string, a path, a list of strings) or token
+    ids (integers >= 0, [sequences, tokens], every row as long); anything else raises
+    `UsageError` naming it, at construction (not as a warning at every analysis)."""
+    from . import UsageError
+
+    if probe is None or isinstance(probe, (str, bytes, os.PathLike)):
+        return probe
+    if isinstance(probe, (list, tuple)) and probe and all(isinstance(p, str) for p in probe):
+        return probe
+    import numpy as np
+
+    try:
+        ids = np.asarray(probe)
+    except ValueError:
+        raise UsageError("probe: token ids are [sequences, tokens]; its rows differ in length") from None
+    if ids.dtype.kind not in "iu":
+        raise UsageError(f"probe: token ids must be integers, not {ids.dtype} (texts: a list of strings)")
+    if ids.ndim != 2 or 0 in ids.shape:
+        raise UsageError(f"probe: token ids are [sequences, tokens], not of shape {list(ids.shape)}")
+    if int(ids.min()) < 0:
+        raise UsageError(f"probe: token id {int(ids.min())} is negative")
+    return probe
 
 
 def _is_ids(probe: Any) -> bool:

@@ -624,3 +624,30 @@ def test_a_run_on_threads_of_its_own_gives_the_same_tables():
     assert "host_copy" not in one.run["models"][0]
     with pytest.raises(asa.UsageError, match="threads must be at least 1"):
         asa.analyze({"m": (config, state)}, corpus=ids, seq_len=16, num_seqs=2, progress=False, threads=0)
+
+
+def test_the_monitor_checks_its_probe_at_construction_and_its_ids_at_the_first_request():
+    # issue 65 item 4: floats, ragged rows, negative ids and a wrong shape raise at once,
+    # naming the probe; ids past the vocabulary raise once, at the first request
+    for bad, words in [
+        (np.array([[0.5, 1.5]]), "must be integers, not float64"),
+        ([[1, 2], [3]], "rows differ in length"),
+        ([[1, -2]], "token id -2 is negative"),
+        ([1, 2, 3], r"\[sequences, tokens\], not of shape \[3\]"),
+        ([[True, False]], "must be integers, not bool"),
+    ]:
+        with pytest.raises(asa.UsageError, match=words):
+            asa.Monitor(probe=bad)
+    assert asa.Monitor(probe=["a text"]).probe == ["a text"] and asa.Monitor().probe is None
+    folder = FIXTURES / "llama_gqa"
+    config = json.loads((folder / "config.json").read_text())
+    state = read_safetensors(folder)
+    vocab = config["vocab_size"]
+    mon = asa.Monitor(probe=[[1, 2, vocab]], every=1)
+    with pytest.raises(asa.UsageError, match=f"token id {vocab} is past the model's vocabulary of {vocab} ids"):
+        mon((config, state), 0)
+    assert mon.disabled and mon((config, state), 1) is False, "raised once, then off"
+    fine = asa.Monitor(probe=[[1, 2, vocab - 1, 3]], every=1)
+    assert fine((config, state), 0) is True
+    fine.wait()
+    assert fine.series.height > 0

@@ -183,15 +183,24 @@ def quiet_trainer(tmp_path, stats, steps):
 
 
 def test_a_failing_analysis_warns_once_and_training_goes_on(tmp_path):
-    # token ids past the model's vocabulary: every analysis fails, training does not
-    probe = np.full((2, SEQ), 100)
-    stats = AttentionStats(probe=probe, every=5)
+    # an analysis option no analysis can take (map_size 0): every analysis fails, training
+    # does not
+    stats = AttentionStats(probe=probe_ids(), every=5, metrics=["block_map"], map_size=0)
     trainer = quiet_trainer(tmp_path, stats, 15)
-    with pytest.warns(UserWarning, match="analysis of step 5 failed.*out of range") as caught:
+    with pytest.warns(UserWarning, match="analysis of step 5 failed.*map.size") as caught:
         trainer.train()
     assert trainer.state.global_step == 15
     assert sum("asa_analyze" in str(w.message) for w in caught) == 1
     assert stats.series.height == 0
+
+
+def test_probe_ids_past_the_vocabulary_are_refused_before_training(tmp_path):
+    # issue 65 item 4: the probe is checked against the model before training goes on
+    stats = AttentionStats(probe=np.full((2, SEQ), 100), every=5)
+    trainer = quiet_trainer(tmp_path, stats, 5)
+    with pytest.raises(asa.UsageError, match="probe: token id 100 is past the model's vocabulary of 64 ids"):
+        trainer.train()
+    assert trainer.state.global_step == 0
 
 
 def test_a_probe_longer_than_the_models_positions_is_refused_before_training(tmp_path):
