@@ -128,19 +128,28 @@ impl Meta<'_> {
 
     pub(crate) fn opt_f64_key(&self, key: &str) -> Result<Option<f64>> {
         let full = self.key(key);
-        match self.content.metadata.get(&full) {
-            None => Ok(None),
+        let value = match self.content.metadata.get(&full) {
+            None => return Ok(None),
             // the decimal the converter was given (0.45, not 0.449999988...): the shortest
             // one that rounds to this f32
-            Some(Value::F32(v)) => Ok(Some(v.to_string().parse().unwrap_or(f64::from(*v)))),
-            Some(Value::F64(v)) => Ok(Some(*v)),
-            Some(v) => value_as_u64(v).map(|v| Some(v as f64)).ok_or_else(|| {
+            Some(Value::F32(v)) => v.to_string().parse().unwrap_or(f64::from(*v)),
+            Some(Value::F64(v)) => *v,
+            Some(v) => value_as_u64(v).map(|v| v as f64).ok_or_else(|| {
                 Error::checkpoint(
                     self.path,
                     format!("metadata {full} must be a number, got {}", short(v)),
                 )
-            }),
+            })?,
+        };
+        // a present key is read as it is, never replaced by the default: no setting of a
+        // model is NaN or infinite
+        if !value.is_finite() {
+            return Err(Error::checkpoint(
+                self.path,
+                format!("metadata {full} is {value}: it must be a finite number"),
+            ));
         }
+        Ok(Some(value))
     }
 }
 

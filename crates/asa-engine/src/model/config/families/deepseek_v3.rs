@@ -367,9 +367,8 @@ pub(crate) fn deepseek_moe_gguf_keys(
     raw["n_group"] = serde_json::json!(meta.opt_usize_key("expert_group_count")?.unwrap_or(1));
     raw["topk_group"] =
         serde_json::json!(meta.opt_usize_key("expert_group_used_count")?.unwrap_or(1));
-    let scale = meta
-        .opt_f64_key("expert_weights_scale")?
-        .filter(|&s| s != 0.0);
+    // present: the file's (as config.json's routed_scaling_factor is read); absent: 1
+    let scale = meta.opt_f64_key("expert_weights_scale")?;
     raw["routed_scaling_factor"] = serde_json::json!(scale.unwrap_or(1.0));
     let norm = metadata_bool(meta.content, &meta.key("expert_weights_norm")).unwrap_or(false);
     raw["norm_topk_prob"] = serde_json::json!(norm);

@@ -401,7 +401,17 @@ fn gguf_config(
         })
         .collect();
     raw["layer_types"] = serde_json::json!(types);
-    let scale = |key: &str| meta.opt_f64_key(key).map(|v| v.filter(|&v| v != 0.0));
+    // llama.cpp's converter writes each multiplier only when the config sets it: a present
+    // one is the model's (0, which would zero its branch, is refused naming the key)
+    let scale = |key: &str| -> Result<Option<f64>> {
+        match meta.opt_f64_key(key)? {
+            Some(v) if v <= 0.0 => Err(Error::checkpoint(
+                meta.path,
+                format!("metadata {} {v} must be > 0", meta.key(key)),
+            )),
+            other => Ok(other),
+        }
+    };
     raw["embedding_multiplier"] = serde_json::json!(scale("embedding_scale")?.unwrap_or(1.0));
     raw["residual_multiplier"] = serde_json::json!(scale("residual_scale")?.unwrap_or(1.0));
     raw["logits_scaling"] = serde_json::json!(scale("logit_scale")?.unwrap_or(1.0));
