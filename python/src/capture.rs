@@ -8,7 +8,9 @@ use std::sync::Mutex;
 use candle_core::{DType, Device, Tensor};
 use pyo3::prelude::*;
 
-use asa_analyze::analysis::capture::{AttentionCall, Capture, CaptureLayer, ExternalBlock, Placement};
+use asa_analyze::analysis::capture::{
+    AttentionCall, Capture, CaptureLayer, ExternalBlock, Placement,
+};
 use asa_analyze::analysis::{RunOptions, RunSpec};
 use asa_analyze::hooks::KeyWindow;
 use asa_analyze::metrics::Metric;
@@ -47,7 +49,11 @@ impl HostTensor {
                     unsafe { std::slice::from_raw_parts(self.address as *const half::bf16, n) };
                 Tensor::from_slice(values, self.shape.as_slice(), &Device::Cpu)
             }
-            other => return Err(usage(format!("dtype {other}: the capture takes F32 or BF16"))),
+            other => {
+                return Err(usage(format!(
+                    "dtype {other}: the capture takes F32 or BF16"
+                )))
+            }
         };
         tensor.map_err(|e| to_py(e.into()))
     }
@@ -215,7 +221,11 @@ impl NativeCapture {
         dtype: &str,
     ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
         no_panic(|| {
-            let dtype = if dtype == "BF16" { DType::BF16 } else { DType::F32 };
+            let dtype = if dtype == "BF16" {
+                DType::BF16
+            } else {
+                DType::F32
+            };
             let (wants, weights) = self.with(|c| c.begin_blocks(layer, dims, kv, dtype))?;
             let layout = pyo3::types::PyDict::new(py);
             layout.set_item("width", wants.width())?;
@@ -263,9 +273,7 @@ impl NativeCapture {
 
     /// The end of the open call.
     fn end_blocks(&self, py: Python<'_>, layer: usize) -> PyResult<()> {
-        no_panic(|| {
-            py.detach(|| self.with(|c| c.end_blocks(layer)))
-        })
+        no_panic(|| py.detach(|| self.with(|c| c.end_blocks(layer))))
     }
 
     /// Places this process's sequences among those of `world` data-parallel ranks (before
@@ -288,9 +296,16 @@ impl NativeCapture {
     }
 
     /// The captured model's result, labelled `label`.
-    fn result(&self, label: &str, model_class: &str, transformers_version: &str, device: &str) -> PyResult<NativeResult> {
+    fn result(
+        &self,
+        label: &str,
+        model_class: &str,
+        transformers_version: &str,
+        device: &str,
+    ) -> PyResult<NativeResult> {
         no_panic(|| {
-            let output = self.with(|c| c.output(label, model_class, transformers_version, device))?;
+            let output =
+                self.with(|c| c.output(label, model_class, transformers_version, device))?;
             let options = RunOptions {
                 spec: self.spec.clone(),
                 ..RunOptions::default()
@@ -310,13 +325,19 @@ fn write_into(values: &Tensor, out: &HostTensor) -> asa_analyze::Result<()> {
             // SAFETY: `out` is a C-contiguous CPU bfloat16 tensor of as many values, which
             // Python holds and nobody else touches during this call
             unsafe {
-                std::ptr::copy_nonoverlapping(data.as_ptr(), out.address as *mut half::bf16, data.len())
+                std::ptr::copy_nonoverlapping(
+                    data.as_ptr(),
+                    out.address as *mut half::bf16,
+                    data.len(),
+                )
             };
         }
         _ => {
             let data = values.to_dtype(DType::F32)?.to_vec1::<f32>()?;
             // SAFETY: as above, a float32 tensor
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), out.address as *mut f32, data.len()) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), out.address as *mut f32, data.len())
+            };
         }
     }
     Ok(())

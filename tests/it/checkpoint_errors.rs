@@ -698,7 +698,6 @@ fn broken_checkpoints_are_checkpoint_errors_naming_the_file() {
     assert_eq!(err.kind(), ErrorKind::Input(InputKind::Checkpoint), "{err}");
 }
 
-
 #[test]
 fn gguf_settings_that_are_nan_or_zero_are_refused_naming_the_key_not_defaulted() {
     // issue 65, item 2: a present value is the model's; NaN never becomes the default
@@ -706,10 +705,30 @@ fn gguf_settings_that_are_nan_or_zero_are_refused_naming_the_key_not_defaulted()
     use asa_analyze::model::Checkpoint;
     use candle_core::{DType, Device};
     let cases = [
-        ("granitemoehybrid.gguf", "granitehybrid.attention.scale", f32::NAN, "is NaN"),
-        ("granitemoehybrid.gguf", "granitehybrid.logit_scale", 0.0, "0 must be > 0"),
-        ("granitemoehybrid.gguf", "granitehybrid.embedding_scale", f32::INFINITY, "is inf"),
-        ("deepseek_v3.gguf", "deepseek2.expert_weights_scale", f32::NAN, "is NaN"),
+        (
+            "granitemoehybrid.gguf",
+            "granitehybrid.attention.scale",
+            f32::NAN,
+            "is NaN",
+        ),
+        (
+            "granitemoehybrid.gguf",
+            "granitehybrid.logit_scale",
+            0.0,
+            "0 must be > 0",
+        ),
+        (
+            "granitemoehybrid.gguf",
+            "granitehybrid.embedding_scale",
+            f32::INFINITY,
+            "is inf",
+        ),
+        (
+            "deepseek_v3.gguf",
+            "deepseek2.expert_weights_scale",
+            f32::NAN,
+            "is NaN",
+        ),
     ];
     for (name, key, value, words) in cases {
         let tmp = tempfile::tempdir().unwrap();
@@ -719,11 +738,20 @@ fn gguf_settings_that_are_nan_or_zero_are_refused_naming_the_key_not_defaulted()
             .unwrap_or_else(|| panic!("{key} = {value} opened"));
         let line = err.to_string();
         assert!(line.contains(key) && line.contains(words), "{key}: {line}");
-        assert_eq!(err.kind(), ErrorKind::Input(InputKind::Checkpoint), "{line}");
+        assert_eq!(
+            err.kind(),
+            ErrorKind::Input(InputKind::Checkpoint),
+            "{line}"
+        );
         assert_eq!(err.path(), Some(path.as_path()), "{line}");
     }
     // the fixture itself opens: the patch is what is refused
     let tmp = tempfile::tempdir().unwrap();
-    let same = gguf_with_f32("granitemoehybrid.gguf", "granitehybrid.logit_scale", 2.5, tmp.path());
+    let same = gguf_with_f32(
+        "granitemoehybrid.gguf",
+        "granitehybrid.logit_scale",
+        2.5,
+        tmp.path(),
+    );
     Checkpoint::open(&same, &Device::Cpu, DType::F32).unwrap();
 }

@@ -275,14 +275,23 @@ pub fn reference_layers(refs: &HashMap<String, Tensor>) -> usize {
 }
 
 /// A copy of GGUF fixture `name` with the f32 metadata value of `key` set to `value`.
-pub fn gguf_with_f32(name: &str, key: &str, value: f32, dir: &std::path::Path) -> std::path::PathBuf {
+pub fn gguf_with_f32(
+    name: &str,
+    key: &str,
+    value: f32,
+    dir: &std::path::Path,
+) -> std::path::PathBuf {
     let mut bytes = std::fs::read(fixtures().join("gguf").join(name)).unwrap();
     let at = bytes
         .windows(key.len())
         .position(|w| w == key.as_bytes())
         .unwrap_or_else(|| panic!("{key} in {name}"));
     let typed = at + key.len();
-    assert_eq!(&bytes[typed..typed + 4], &6u32.to_le_bytes(), "{key} is an f32");
+    assert_eq!(
+        &bytes[typed..typed + 4],
+        &6u32.to_le_bytes(),
+        "{key} is an f32"
+    );
     bytes[typed + 4..typed + 8].copy_from_slice(&value.to_le_bytes());
     let path = dir.join(name);
     std::fs::write(&path, bytes).unwrap();

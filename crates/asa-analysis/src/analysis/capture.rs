@@ -201,7 +201,9 @@ impl Capture {
             )));
         }
         if self.pool.is_some() {
-            return Err(Error::usage("a capture is placed before its first attention call"));
+            return Err(Error::usage(
+                "a capture is placed before its first attention call",
+            ));
         }
         self.placement = placement;
         Ok(())
@@ -210,7 +212,10 @@ impl Capture {
     /// The pooled state, exact, for [`Capture::merge_state`] on another process (bytes:
     /// MessagePack). Refused before any call.
     pub fn state(&self) -> Result<Vec<u8>> {
-        let pool = self.pool.as_ref().ok_or_else(|| Error::usage("nothing was captured yet"))?;
+        let pool = self
+            .pool
+            .as_ref()
+            .ok_or_else(|| Error::usage("nothing was captured yet"))?;
         let seqs = pool.seqs();
         let mut exact = layer_probe(&self.layers, &pool.opts, pool.heads, pool.t, seqs);
         exact.merge(&pool.probe);
@@ -236,7 +241,13 @@ impl Capture {
         let layers = self.layers.clone();
         let pool = self.pool_mut()?;
         let ours = (names, pool.t, pool.heads, pool.kv_heads, pool.head_dim);
-        let other = (theirs.layers, theirs.t, theirs.heads, theirs.kv_heads, theirs.head_dim);
+        let other = (
+            theirs.layers,
+            theirs.t,
+            theirs.heads,
+            theirs.kv_heads,
+            theirs.head_dim,
+        );
         if ours != other {
             return Err(Error::usage(format!(
                 "a capture's state of modules {:?}, {} tokens, {} heads over {} of {} dims does not merge into one of {:?}, {} tokens, {} heads over {} of {} dims",
@@ -356,7 +367,13 @@ impl Capture {
     /// `[b * heads * n, width]`, its key sums `[b, heads, keys]` where asked, and where
     /// asked its weights `[b, heads, n, keys]` and sink mass `[b, heads, n]`; `keys` is
     /// the layer's [`KeyWindow::block_keys`].
-    pub fn block(&mut self, layer: usize, q_start: usize, n: usize, block: ExternalBlock) -> Result<()> {
+    pub fn block(
+        &mut self,
+        layer: usize,
+        q_start: usize,
+        n: usize,
+        block: ExternalBlock,
+    ) -> Result<()> {
         let name = self.module(layer)?.name.clone();
         let window = self.layers[layer].window;
         let pool = self.pool_mut()?;
@@ -372,7 +389,11 @@ impl Capture {
         let keys = window.block_keys(q_start, n);
         let (wants, _) = pool.probe.external_wants(layer);
         let expected = [
-            ("row table", Some(&block.table), vec![b * heads * n, wants.width()]),
+            (
+                "row table",
+                Some(&block.table),
+                vec![b * heads * n, wants.width()],
+            ),
             ("key sums", block.key_sums.as_ref(), vec![b, heads, keys]),
             ("weights", block.pattern.as_ref(), vec![b, heads, n, keys]),
             ("sink mass", block.sink_mass.as_ref(), vec![b, heads, n]),
@@ -401,8 +422,13 @@ impl Capture {
             pattern,
             sink_mass,
         } = &block;
-        pool.probe
-            .external_block(&ctx, table, key_sums.as_ref(), pattern.as_ref(), sink_mass.as_ref())?;
+        pool.probe.external_block(
+            &ctx,
+            table,
+            key_sums.as_ref(),
+            pattern.as_ref(),
+            sink_mass.as_ref(),
+        )?;
         pool.open = Some((layer, q_start + n));
         Ok(())
     }
@@ -412,7 +438,9 @@ impl Capture {
         let name = self.module(layer)?.name.clone();
         let pool = self.pool_mut()?;
         if pool.open != Some((layer, pool.t)) {
-            return Err(Error::usage(format!("{name}: the call ended before its last query block")));
+            return Err(Error::usage(format!(
+                "{name}: the call ended before its last query block"
+            )));
         }
         pool.open = None;
         pool.probe.on_layer_end(layer)
@@ -436,7 +464,13 @@ impl Capture {
 
     /// A call of module `layer` with q of `dims` `[b, heads, t, d]` over `kv` key heads: its
     /// shape checked, the pool made at the first call, the call placed in its pass.
-    fn enter_call(&mut self, layer: usize, dims: [usize; 4], kv: usize, dtype: DType) -> Result<()> {
+    fn enter_call(
+        &mut self,
+        layer: usize,
+        dims: [usize; 4],
+        kv: usize,
+        dtype: DType,
+    ) -> Result<()> {
         let [b, heads, t, d] = dims;
         let module = self.module(layer)?;
         if kv == 0 || heads % kv != 0 || t == 0 || b == 0 || d == 0 {
@@ -512,7 +546,10 @@ impl Capture {
                         .collect();
                     Error::option(
                         "layer",
-                        format!("{l} has no captured attention module (layers: {})", with.join(", ")),
+                        format!(
+                            "{l} has no captured attention module (layers: {})",
+                            with.join(", ")
+                        ),
                     )
                 }),
             None => Ok(8.min(self.layers.len()) - 1),
@@ -546,7 +583,14 @@ impl Capture {
         };
         let metrics: ModelMetrics = exact.finish(None, traits);
         let seconds = self.started.elapsed().as_secs_f64();
-        let record = self.model_record(label, model_class, transformers_version, pool, &metrics, seconds);
+        let record = self.model_record(
+            label,
+            model_class,
+            transformers_version,
+            pool,
+            &metrics,
+            seconds,
+        );
         Ok(RunOutput {
             models: vec![ModelResult {
                 label: label.to_string(),
@@ -787,22 +831,42 @@ mod tests {
     }
 
     /// Softmax attention of one (sequence, head) in f64: the output rows and a_i0.
-    fn by_hand(q: &[f32], k: &[f32], v: &[f32], s: usize, h: usize, window: KeyWindow, scale: f64) -> (Vec<f64>, Vec<f64>) {
+    fn by_hand(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        s: usize,
+        h: usize,
+        window: KeyWindow,
+        scale: f64,
+    ) -> (Vec<f64>, Vec<f64>) {
         let g = h / (H / KV);
-        let at = |x: &[f32], heads: usize, head: usize, i: usize, c: usize| x[((s * heads + head) * T + i) * D + c] as f64;
+        let at = |x: &[f32], heads: usize, head: usize, i: usize, c: usize| {
+            x[((s * heads + head) * T + i) * D + c] as f64
+        };
         let (mut out, mut first) = (Vec::new(), Vec::new());
         for i in 0..T {
             let keys = window.keys(i);
             let logits: Vec<f64> = keys
                 .clone()
-                .map(|j| scale * (0..D).map(|c| at(q, H, h, i, c) * at(k, KV, g, j, c)).sum::<f64>())
+                .map(|j| {
+                    scale
+                        * (0..D)
+                            .map(|c| at(q, H, h, i, c) * at(k, KV, g, j, c))
+                            .sum::<f64>()
+                })
                 .collect();
             let m = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let e: Vec<f64> = logits.iter().map(|l| (l - m).exp()).collect();
             let z: f64 = e.iter().sum();
             first.push(if keys.start == 0 { e[0] / z } else { f64::NAN });
             for c in 0..D {
-                out.push(keys.clone().zip(&e).map(|(j, w)| w / z * at(v, KV, g, j, c)).sum());
+                out.push(
+                    keys.clone()
+                        .zip(&e)
+                        .map(|(j, w)| w / z * at(v, KV, g, j, c))
+                        .sum(),
+                );
             }
         }
         (out, first)
@@ -833,7 +897,11 @@ mod tests {
         let first = metrics.get::<LayerStat>(Metric::FIRST_TOKEN).unwrap();
         for l in 0..2 {
             let want = firsts[l].iter().sum::<f64>() / firsts[l].len() as f64;
-            assert!((first.mean[l] - want).abs() < 1e-6, "layer {l}: {} vs {want}", first.mean[l]);
+            assert!(
+                (first.mean[l] - want).abs() < 1e-6,
+                "layer {l}: {} vs {want}",
+                first.mean[l]
+            );
         }
         let record = out.models[0].record.capture.as_ref().unwrap();
         assert_eq!(record.forward_passes, 1);
@@ -852,7 +920,11 @@ mod tests {
                 }
             }
             let out = capture.output("m", "ByHand", "0", "cpu").unwrap();
-            out.models[0].metrics.get::<LayerStat>(Metric::FIRST_TOKEN).unwrap().clone()
+            out.models[0]
+                .metrics
+                .get::<LayerStat>(Metric::FIRST_TOKEN)
+                .unwrap()
+                .clone()
         };
         let whole = run(vec![(q.clone(), k.clone(), v.clone(), B)]);
         let first = |x: &[f32]| x[..x.len() / 2].to_vec();
@@ -862,7 +934,10 @@ mod tests {
         ]);
         for l in 0..2 {
             assert!((whole.mean[l] - parts.mean[l]).abs() < 1e-12);
-            assert!((whole.std[l] - parts.std[l]).abs() < 1e-12, "the std over 2 sequences");
+            assert!(
+                (whole.std[l] - parts.std[l]).abs() < 1e-12,
+                "the std over 2 sequences"
+            );
         }
         assert!(whole.std[0] > 0.0, "two different sequences");
     }
@@ -894,8 +969,12 @@ mod tests {
             .collect();
         for (q, k, v) in &passes {
             for l in 0..2 {
-                ranks[0].attend(l, call(&first(q), &first(k), &first(v), 1, 0.3)).unwrap();
-                ranks[1].attend(l, call(&second(q), &second(k), &second(v), 1, 0.3)).unwrap();
+                ranks[0]
+                    .attend(l, call(&first(q), &first(k), &first(v), 1, 0.3))
+                    .unwrap();
+                ranks[1]
+                    .attend(l, call(&second(q), &second(k), &second(v), 1, 0.3))
+                    .unwrap();
             }
         }
         let state = ranks[1].state().unwrap();
@@ -903,15 +982,23 @@ mod tests {
         let (want, got) = (stats(&whole), stats(&ranks[0]));
         for l in 0..2 {
             assert!((want.0[l] - got.0[l]).abs() < 1e-12, "mean");
-            assert!((want.1[l] - got.1[l]).abs() < 1e-12, "std over the 4 sequences");
+            assert!(
+                (want.1[l] - got.1[l]).abs() < 1e-12,
+                "std over the 4 sequences"
+            );
         }
         assert!(got.2.contains("4 sequences"), "{}", got.2);
         // a state of other modules does not merge
         let mut other = Capture::new(spec(), layers()[..1].to_vec(), None).unwrap();
-        other.attend(0, call(&passes[0].0, &passes[0].1, &passes[0].2, B, 0.3)).unwrap();
+        other
+            .attend(0, call(&passes[0].0, &passes[0].1, &passes[0].2, B, 0.3))
+            .unwrap();
         assert!(ranks[0].merge_state(&other.state().unwrap()).is_err());
         assert!(ranks[0].merge_state(b"not a state").is_err());
-        assert!(ranks[0].place(Placement { rank: 0, world: 2 }).is_err(), "placed after a call");
+        assert!(
+            ranks[0].place(Placement { rank: 0, world: 2 }).is_err(),
+            "placed after a call"
+        );
     }
 
     #[test]
@@ -926,7 +1013,10 @@ mod tests {
         twice[1].number = 0;
         assert!(Capture::new(spec(), twice, None).is_err());
         let mut capture = Capture::new(spec(), layers(), None).unwrap();
-        assert!(capture.output("m", "c", "0", "cpu").is_err(), "nothing captured");
+        assert!(
+            capture.output("m", "c", "0", "cpu").is_err(),
+            "nothing captured"
+        );
         capture.attend(0, call(&q, &k, &v, B, 0.3)).unwrap();
         let cpu = &Device::Cpu;
         let short = AttentionCall {
@@ -937,7 +1027,10 @@ mod tests {
             sinks: None,
         };
         let err = capture.attend(0, short).unwrap_err().to_string();
-        assert!(err.contains("11 tokens in a capture of 12-token passes"), "{err}");
+        assert!(
+            err.contains("11 tokens in a capture of 12-token passes"),
+            "{err}"
+        );
         let table = Tensor::zeros((1, 1), DType::F32, cpu).unwrap();
         let block = ExternalBlock {
             table,
@@ -945,6 +1038,9 @@ mod tests {
             pattern: None,
             sink_mass: None,
         };
-        assert!(capture.block(1, 0, 4, block).is_err(), "a block without begin_blocks");
+        assert!(
+            capture.block(1, 0, 4, block).is_err(),
+            "a block without begin_blocks"
+        );
     }
 }

@@ -729,7 +729,13 @@ impl AttentionCore {
 
     /// Where the block of `q_len` queries from `q_start` of `layer` sits in a sequence of
     /// `seq_len` tokens.
-    pub(super) fn block_ctx(&self, layer: usize, q_start: usize, q_len: usize, seq_len: usize) -> BlockCtx {
+    pub(super) fn block_ctx(
+        &self,
+        layer: usize,
+        q_start: usize,
+        q_len: usize,
+        seq_len: usize,
+    ) -> BlockCtx {
         BlockCtx {
             layer,
             q_start,

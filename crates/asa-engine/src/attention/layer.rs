@@ -294,7 +294,6 @@ impl Attention {
     pub fn shape(&self) -> &AttentionShape {
         &self.core.shape
     }
-
 }
 
 /// Pushes `make()` as `hook` of `ctx` when the probe wants it (nothing is made otherwise).
@@ -309,4 +308,3 @@ fn push(
     }
     Ok(())
 }
-

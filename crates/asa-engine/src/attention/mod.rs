@@ -2,8 +2,8 @@
 //! device. One file per variant's math; `layer` holds the loop that feeds the probe.
 
 mod affine_scaled;
-pub(crate) mod cpu_affine;
 mod core;
+pub(crate) mod cpu_affine;
 mod cpu_kept_weights;
 pub mod cpu_softmax;
 pub mod flash;

@@ -295,20 +295,38 @@ mod tests {
         assert_eq!(full.keys(0), 0..6);
         assert_eq!(full.keys(5), 0..6);
         assert!(full.sees_later() && full.sees_first(5));
-        assert_eq!(full.queries_seeing(4, 1..6), 5, "every counted query sees key 4");
+        assert_eq!(
+            full.queries_seeing(4, 1..6),
+            5,
+            "every counted query sees key 4"
+        );
         assert_eq!(full.pairs(0..6), 36);
         assert_eq!(full.describe(), "bidirectional");
         // ModernBERT-style local attention: 2 keys on each side
-        let local = KeyWindow::Around { before: 2, after: 2, len: 8 };
+        let local = KeyWindow::Around {
+            before: 2,
+            after: 2,
+            len: 8,
+        };
         assert_eq!(local.keys(0), 0..3);
         assert_eq!(local.keys(4), 2..7);
         assert_eq!(local.keys(7), 5..8);
         assert_eq!(local.queries_seeing(4, 0..8), 5, "queries 2..=6");
         assert_eq!(local.queries_seeing_first(1..8), 2, "queries 1 and 2");
         assert_eq!(local.pairs(0..8), 3 + 4 + 5 + 5 + 5 + 5 + 4 + 3);
-        for w in [full, local, KeyWindow::chunked(4), KeyWindow::sliding(3), KeyWindow::CAUSAL] {
+        for w in [
+            full,
+            local,
+            KeyWindow::chunked(4),
+            KeyWindow::sliding(3),
+            KeyWindow::CAUSAL,
+        ] {
             let json = serde_json::to_string(&w).unwrap();
-            assert_eq!(serde_json::from_str::<KeyWindow>(&json).unwrap(), w, "{json}");
+            assert_eq!(
+                serde_json::from_str::<KeyWindow>(&json).unwrap(),
+                w,
+                "{json}"
+            );
             let packed = rmp_serde::to_vec(&w).unwrap();
             assert_eq!(rmp_serde::from_slice::<KeyWindow>(&packed).unwrap(), w);
         }
