@@ -2,8 +2,8 @@
 tensors sit on, a block of queries against the keys they see at a time (never [T, T]), each
 block reduced on that device to the row table the Rust accumulators pool (the layout of
 `crates/asa-engine/src/kernels/row_table.rs`, the sums of the CPU's row pass), which
-alone (with its key sums, and the block's weights where a metric reads them) crosses to the
-host.
+alone (with its key sums, and the weights of the few blocks holding a query heatmap or
+query_profile reads) crosses to the host.
 
 Distances: t = i - j in a causal layer; t = |i - j| in a bidirectional one (keys on both
 sides of a query share its bands)."""
@@ -11,6 +11,9 @@ sides of a query share its bands)."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
+
+# the most logits a block holds (64 MB in float32); a block has at least one query
+BLOCK_LOGITS = 1 << 24
 
 # the row table's fixed columns (kernels/row_columns.rs)
 FIRST, SUM, ENTROPY, SINK_MASS, QK_SUM, QK_ABS_SUM, BANDS = range(7)
@@ -121,8 +124,7 @@ def attention_blocks(native: Any, index: int, keys: str, size: int, q, k, v, sca
     rep = h // kv
     bidirectional = keys == "bidirectional"
     out = torch.empty((b, h, t, v.shape[-1]), dtype=torch.float32, device=q.device)
-    # at most ~16M logits a block (64 MB in float32), at least one query
-    n = max(1, min(t, (1 << 24) // max(1, b * h * t)))
+    n = max(1, min(t, BLOCK_LOGITS // max(1, b * h * t)))
     sink = None if sinks is None else sinks.detach().to(q.device, torch.float32).view(1, h, 1, 1)
     for start in range(0, t, n):
         end = min(t, start + n)
@@ -153,7 +155,9 @@ def attention_blocks(native: Any, index: int, keys: str, size: int, q, k, v, sca
             skip = min(end - start, max(0, layout["key_sums_from"] - start))
             key_sums = weights[:, :, skip:].sum(2)
         held = [host(table), host(key_sums)]
-        if layout["weights"]:
+        # the weights cross only for a block holding a query they are read for (heatmap's
+        # corner, query_profile's query): never a layer's whole map
+        if any(lo < end and start < hi for lo, hi in layout["weight_rows"]):
             held += [host(weights), host(sink_mass)]
         else:
             held += [None, None]

@@ -211,7 +211,8 @@ impl NativeCapture {
     /// key heads, q's dtype `F32` or `BF16`): the row table each block comes with, as a dict
     /// (`width`; `bands`, the distance ranges `[lo, hi)` after the `first` band's column 6;
     /// `max_logit_column`; `key_blocks` G and `key_block_column`; `key_sums_from`) and
-    /// `weights`, whether the block's weights are read too.
+    /// `weight_rows`, the query ranges `[start, end)` whose weights are read (a block holding
+    /// one hands its weights over).
     fn begin_blocks<'py>(
         &self,
         py: Python<'py>,
@@ -226,7 +227,7 @@ impl NativeCapture {
             } else {
                 DType::F32
             };
-            let (wants, weights) = self.with(|c| c.begin_blocks(layer, dims, kv, dtype))?;
+            let (wants, weight_rows) = self.with(|c| c.begin_blocks(layer, dims, kv, dtype))?;
             let layout = pyo3::types::PyDict::new(py);
             layout.set_item("width", wants.width())?;
             layout.set_item("bands", wants.bands.clone())?;
@@ -234,7 +235,9 @@ impl NativeCapture {
             layout.set_item("key_blocks", wants.key_blocks.map(|k| k.blocks))?;
             layout.set_item("key_block_column", wants.key_block_columns())?;
             layout.set_item("key_sums_from", wants.key_sums_from)?;
-            layout.set_item("weights", weights)?;
+            let weight_rows: Vec<(usize, usize)> =
+                weight_rows.iter().map(|r| (r.start, r.end)).collect();
+            layout.set_item("weight_rows", weight_rows)?;
             Ok(layout)
         })
     }

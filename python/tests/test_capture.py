@@ -193,10 +193,15 @@ def test_capture_of_a_family_equals_analyze_of_its_checkpoint(family):
     assert_same_tables(captured, analysed, family, noise={"qwen3_next": 5.0, "falcon_h1": 2.0}.get(family, 1.0))
 
 
+@pytest.mark.parametrize("block_logits", [None, 200])
 @pytest.mark.parametrize("family", ["gemma2", "gpt_oss", "qwen2_window"])
-def test_the_torch_path_gives_the_tables_of_the_tiles(family):
+def test_the_torch_path_gives_the_tables_of_the_tiles(family, block_logits, monkeypatch):
     # soft-caps, sinks, sliding windows: every table of the torch path's blocks (what a GPU
     # runs) equals the Rust tiles' within f32 noise, and the model's logits too
+    # blocks of a few queries (200 logits: 1 query at a time for 3 x 4 heads x 16 keys): the
+    # bands, key sums and the few blocks whose weights cross are placed by their queries
+    if block_logits is not None:
+        monkeypatch.setattr("asa_analyze._torch_blocks.BLOCK_LOGITS", block_logits)
     folder = MODELS / family
     ids = torch.tensor(family_ids(64))
     model = load(folder, dtype=torch.float32)
@@ -426,3 +431,11 @@ def test_a_forward_pass_in_another_thread_is_captured():
         worker.join()
     got = value(cap.result().attention, metric="first_token", layer=1, head=None, stat="mean")
     close(got, ref["layers"][0]["first_token"], "first_token from another thread")
+
+
+@pytest.mark.parametrize("name", ["bert", "modernbert", "dinov2_with_registers", "starcoder2"])
+def test_the_torch_path_in_blocks_of_one_query_matches_float64(name, monkeypatch):
+    # bidirectional and sliding layers a query at a time: each block's keys, bands and key
+    # sums placed by its queries
+    monkeypatch.setattr("asa_analyze._torch_blocks.BLOCK_LOGITS", 1)
+    test_capture_matches_transformers_float64_eager_attention(name, "torch")

@@ -344,8 +344,8 @@ impl Capture {
 
     /// The start of a call of module `layer` whose blocks are computed elsewhere (torch on
     /// the model's device): q `[b, heads, t, d]` (`dims`) over `kv` key heads. Returns the
-    /// row table each block must come with ([`MetricProbe::external_wants`]) and whether
-    /// its weights are read too; then each block goes to [`Capture::block`], and
+    /// row table each block must come with and the queries whose weights are read
+    /// ([`MetricProbe::external_wants`]); then each block goes to [`Capture::block`], and
     /// [`Capture::end_blocks`] ends the call.
     pub fn begin_blocks(
         &mut self,
@@ -353,7 +353,7 @@ impl Capture {
         dims: [usize; 4],
         kv: usize,
         dtype: DType,
-    ) -> Result<(RowWants, bool)> {
+    ) -> Result<(RowWants, Vec<std::ops::Range<usize>>)> {
         self.enter_call(layer, dims, kv, dtype)?;
         let pool = self.pool_mut()?;
         pool.probe.set_batch_offset(pool.offset);
@@ -365,7 +365,8 @@ impl Capture {
     /// The block of queries `q_start .. q_start + n` of the call [`Capture::begin_blocks`]
     /// opened (blocks in order, each query once), all f32 on the host: its row table
     /// `[b * heads * n, width]`, its key sums `[b, heads, keys]` where asked, and where
-    /// asked its weights `[b, heads, n, keys]` and sink mass `[b, heads, n]`; `keys` is
+    /// it holds a query whose weights are read, its weights `[b, heads, n, keys]` and sink
+    /// mass `[b, heads, n]`; `keys` is
     /// the layer's [`KeyWindow::block_keys`].
     pub fn block(
         &mut self,
@@ -487,12 +488,11 @@ impl Capture {
                 )));
             }
         }
-        if self.pool.is_none() {
-            self.pool = Some(self.first_pool(dims, kv, dtype)?);
-        }
-        let Some(pool) = self.pool.as_mut() else {
-            unreachable!("the pool was made above")
+        let pool = match self.pool.take() {
+            Some(pool) => pool,
+            None => self.first_pool(dims, kv, dtype)?,
         };
+        let pool = self.pool.insert(pool);
         let module = &self.layers[layer];
         pool.check(module, dims, kv)?;
         pool.enter(layer, b, module, &self.layers)

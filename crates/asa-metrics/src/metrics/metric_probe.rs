@@ -245,11 +245,22 @@ impl MetricProbe {
     }
 
     /// The row table a block computed outside the engine must hand
-    /// [`MetricProbe::external_block`] for `layer`: its columns (the q.k columns holding the
-    /// raw q.k sums over the visible keys), and whether the block's weights are read too.
-    pub fn external_wants(&self, layer: usize) -> (RowWants, bool) {
-        let needs = self.needs(layer);
-        (self.pattern_wants(), needs.weights || needs.softmax_entropy)
+    /// [`MetricProbe::external_block`] for `layer` (the q.k columns holding the raw q.k sums
+    /// over the visible keys), and the queries whose weights are read there (heatmap's
+    /// corner and query_profile's query, in their layer): only a block holding one of them
+    /// hands its weights over.
+    pub fn external_wants(&self, layer: usize) -> (RowWants, Vec<std::ops::Range<usize>>) {
+        let mut rows = Vec::new();
+        if self.needs(layer).weights {
+            let o = &self.opts;
+            if o.metrics.contains(&Metric::HEATMAP) {
+                rows.push(0..o.heatmap_size);
+            }
+            if o.metrics.contains(&Metric::QUERY_PROFILE) {
+                rows.push(o.profile_query..o.profile_query + 1);
+            }
+        }
+        (self.pattern_wants(), rows)
     }
 
     /// A block computed outside the engine (the capture's torch path, on any device): its
