@@ -21,7 +21,8 @@ capture must reproduce, per attention layer:
 Also the float32 logits (an encoder's or a vision tower's last hidden states) of
 transformers' SDPA forward, which the capture's forward must give. Bidirectional layers
 (encoders, vision towers) count every visible query i >= 1 for key_received.
-Written: tests/fixtures/capture/<name>/{config.json, model.safetensors, reference.json}.
+Written: tests/fixtures/capture/<name>/{config.json, model.safetensors, reference.json}, and
+then padded.json of a few (make_padded_capture_fixtures.py).
 Deterministic; run from anywhere:
 
     python tools/make_capture_fixtures.py
@@ -143,7 +144,8 @@ def auto_class(kind):
 class Recorder:
     """A float64 reference attention ("ref64"): each call runs the module's own eager
     attention (transformers' `eager_attention_forward` of its modeling file) and records q,
-    k, the scaling, the eager mask's visible pairs and the weights it returned."""
+    k, the scaling, the eager mask's visible pairs (of the first sequence, and `[b, t, t]`
+    of every sequence where there is a mask) and the weights it returned."""
 
     def __init__(self):
         self.calls = []
@@ -156,9 +158,11 @@ class Recorder:
         causal = kwargs.get("is_causal")
         causal = getattr(module, "is_causal", True) if causal is None else causal
         t = query.shape[-2]
+        rows = None
         if attention_mask is not None:
-            m = attention_mask[0, 0, :, : key.shape[-2]]
-            visible = (m == 0) if m.dtype != torch.bool else m
+            m = attention_mask[:, 0, :, : key.shape[-2]]
+            rows = ((m == 0) if m.dtype != torch.bool else m).numpy()
+            visible = torch.from_numpy(rows[0])
         elif causal:
             visible = torch.ones((t, t), dtype=torch.bool).tril()
         else:
@@ -172,6 +176,7 @@ class Recorder:
                 scaling=float(scaling),
                 softcap=kwargs.get("softcap"),
                 visible=visible.numpy(),
+                visible_rows=rows,
                 causal=bool(causal),
                 weights=weights.detach().numpy(),
             )
@@ -321,6 +326,10 @@ def main():
     for name, why in skipped:
         print(f"skipped {name}: {why}")
     print(f"{len(written)} written, {len(skipped)} skipped")
+    # the padded batches' references of some of these models (their folders were rewritten)
+    import make_padded_capture_fixtures
+
+    make_padded_capture_fixtures.main()
 
 
 if __name__ == "__main__":

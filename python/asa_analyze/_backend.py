@@ -6,7 +6,7 @@ mask's pattern and the fallback makes the SDPA or eager mask once)."""
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 #: The name the backend is registered under (`attn_implementation="asa"`).
 BACKEND = "asa"
@@ -51,6 +51,27 @@ class _Mask:
         """Whether some position is padding."""
         mask = self.args.get("attention_mask")
         return mask is not None and not bool(mask.all())
+
+    def spans(self) -> Optional[List[Tuple[int, int]]]:
+        """Each sequence's tokens `(start, len)` in a padded batch (none without padding),
+        from the 2-D padding mask as transformers prepares it; a ValueError says which
+        sequence's tokens are not one run of positions (a packed or holed mask)."""
+        if not self.padded():
+            return None
+        import torch
+        from transformers.masking_utils import prepare_padding_mask
+
+        a = self.args
+        mask = prepare_padding_mask(a["attention_mask"], int(a["kv_length"]), int(a.get("kv_offset", 0) or 0))
+        mask = mask.to("cpu", dtype=torch.bool)
+        held = mask.sum(dim=1)
+        start = mask.float().argmax(dim=1)
+        spans = []
+        for b, (s, n) in enumerate(zip(start.tolist(), held.tolist())):
+            if n and not bool(mask[b, s : s + n].all()):
+                raise ValueError(f"sequence {b}'s tokens are not one run of positions (a packed or holed padding mask)")
+            spans.append((int(s), int(n)))
+        return spans
 
     def rows(self) -> Tuple[Any, Any, Any]:
         """Per query: its first and last visible key and how many keys it sees (of the first
@@ -124,6 +145,15 @@ def _fallback(module, query, key, value, attention_mask, dropout, scaling, is_ca
         return forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
     return sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs)
+
+
+def _fallback_rows(module, query, key, value, mask: _Mask, rows: slice, dropout, scaling, kwargs):
+    """`_fallback`'s output `[b, rows, heads, d']` for the queries `rows` alone (rows are
+    independent: the same values as those rows of the whole call's)."""
+    eager = kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None
+    made = mask.made("eager" if eager else "sdpa")
+    sub = None if made is None else made[:, :, rows, :]
+    return _fallback(module, query[:, :, rows], key, value, sub, dropout, scaling, False, kwargs)[0]
 
 
 if "transformers" in sys.modules:  # a model may name the backend before any capture

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from . import _native
-from ._backend import _ACTIVE, BACKEND, _fallback, _Mask, register
+from ._backend import _ACTIVE, BACKEND, _fallback, _fallback_rows, _Mask, register
 from ._errors import _python_errors
 from ._modules import _attention_modules, _chosen_stack, _key_range, _Module
 from ._native import UsageError
@@ -119,9 +119,10 @@ class Capture:
             self._refuse(m, f"{dtype} attention (the kernels take float32, bfloat16 and float16)")
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
         self._device = self._device or str(query.device)
+        spans = self._spans(m, attention_mask)
         if self._torch_path(m, query):
             out = attention_blocks(
-                self._native, index, m.keys, m.size, query.detach(), key.detach(), value.detach(), float(scaling), softcap, sinks
+                self._native, index, m.keys, m.size, query.detach(), key.detach(), value.detach(), float(scaling), softcap, sinks, spans
             )
         else:
             work = torch.float32 if dtype == torch.float16 else dtype
@@ -129,13 +130,45 @@ class Capture:
             out = torch.empty((*q.shape[:3], v.shape[3]), dtype=work)
             s = None if sinks is None else sinks.detach().to(torch.float32).contiguous()
             self._native.attend(
-                index, _host(q), _host(k), _host(v), float(scaling), _host(out), None if s is None else _host(s)
+                index, _host(q), _host(k), _host(v), float(scaling), _host(out), None if s is None else _host(s), spans
             )
         if grad:
             # the statistics are the kernels'; the output that gradients flow through is
             # the module's own (SDPA, or its eager attention), equal within float tolerance
             return _fallback(module, query, key, value, attention_mask, dropout, scaling, True, kwargs)
-        return out.to(dtype).transpose(1, 2).contiguous(), None
+        out = out.to(dtype).transpose(1, 2)
+        if spans is not None:
+            self._padded_rows(out, spans, module, query, key, value, attention_mask, dropout, scaling, kwargs)
+        return out.contiguous(), None
+
+    def _spans(self, m: _Module, attention_mask: Any) -> Optional[List[Tuple[int, int]]]:
+        """Each sequence's tokens `(start, len)` in a padded batch (none without padding);
+        a mask whose tokens are not one run per sequence is refused."""
+        if not isinstance(attention_mask, _Mask):
+            return None
+        try:
+            return attention_mask.spans()
+        except ValueError as e:
+            self._refuse(m, f"{e}")
+            return None
+
+    def _padded_rows(self, out, spans, module, query, key, value, attention_mask, dropout, scaling, kwargs) -> None:
+        """Fills the padded queries' rows of `out` `[b, t, heads, d']` with what the module
+        computes for them (they are no queries of the statistics; the model's outputs stay
+        SDPA's at every position): the rows before the latest first token and from the
+        earliest end, each computed once for the batch."""
+        import torch
+
+        t = out.shape[1]
+        starts = [s for s, _ in spans]
+        ends = [s + n for s, n in spans]
+        for lo, hi in ((0, max(starts)), (min(ends), t)):
+            if lo >= hi:
+                continue
+            rows = _fallback_rows(module, query, key, value, attention_mask, slice(lo, hi), dropout, scaling, kwargs)
+            i = torch.arange(lo, hi, device=out.device)
+            padded = torch.stack([(i < s) | (i >= e) for s, e in zip(starts, ends)])[:, :, None, None]
+            out[:, lo:hi] = torch.where(padded, rows.to(out.dtype), out[:, lo:hi])
 
     def _torch_path(self, m: _Module, query: Any) -> bool:
         """Whether this call's blocks are torch's: `path="torch"`, tensors off the CPU, or a
@@ -178,8 +211,6 @@ class Capture:
         if not isinstance(attention_mask, _Mask):
             shape = tuple(getattr(attention_mask, "shape", ()))
             self._refuse(m, f"an attention mask the backend did not make ({type(attention_mask).__name__} {shape})")
-        if attention_mask.padded():
-            self._refuse(m, "padded sequences are not captured yet (one length per batch, no padding)")
         self._check_pattern(m, attention_mask, query.shape[2])
 
     def _check_pattern(self, m: _Module, mask: _Mask, t: int) -> None:
@@ -214,11 +245,12 @@ def capture(
     label: str = "model",
     path: str = "auto",
     stack: Optional[str] = None,
+    seq_len: Optional[int] = None,
 ) -> Capture:
     """A context in which `model`'s attention calls go through the "asa" backend: each
     forward pass inside it is computed by the kernels of `asa-analyze analyze` (the model's
     outputs are unchanged within float tolerance) while every metric is reduced; forward
-    passes pool like the windows of a run (each pass of the same length). After the block,
+    passes pool like the windows of a run. After the block,
     the model's attention implementation is restored and `result()` returns an
     `asa.Result` with the CLI's tables.
 
@@ -227,6 +259,11 @@ def capture(
     metrics: metric names; default `analyze`'s set without nll (the capture sees attention
         calls, not logits).
     min_query, map_size, layer: as `analyze`'s (`layer`: the heatmap's, 1-based).
+    seq_len: the most tokens a sequence holds (positions 0 .. seq_len - 1 of the tables);
+        default the first forward pass's length. Sequences may be shorter: a padded
+        batch's (left or right padding: its padded positions are neither keys nor queries,
+        each sequence's positions count from its first token) or a shorter pass's; each
+        position's statistics are over the sequences that hold it.
     label: the tables' `model` column.
     stack: the stack of attention modules to capture in a model that has several (a VLM's
         `vision_tower` and `language_model`, an encoder and a decoder): its name (the first
@@ -236,9 +273,9 @@ def capture(
         device through torch on that device, a query block at a time, each block's tensors
         reduced by the same Rust accumulators), "tiles" or "torch" to force one.
 
-    Refused with a `UsageError` naming the module: what the kernels cannot honour (so far:
-    bidirectional layers, padding, a mask pattern other than causal, sliding window or chunks,
-    attention biases).
+    Refused with a `UsageError` naming the module: what the kernels cannot honour (a mask
+    pattern other than causal, sliding window or chunks, or bidirectional; packed or holed
+    padding; attention biases).
     """
     if path not in ("auto", "tiles", "torch"):
         raise UsageError(f"path {path!r}: one of 'auto', 'tiles', 'torch'")
@@ -253,5 +290,6 @@ def capture(
         min_query=min_query,
         map_size=map_size,
         layer=layer,
+        seq_len=seq_len,
     )
     return Capture(model, native, modules, label, path)

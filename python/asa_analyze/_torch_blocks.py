@@ -43,7 +43,8 @@ def block_keys(keys: str, size: int, start: int, end: int, t: int) -> int:
 def row_table(weights, raw, max_logit, sink_mass, i, visible, layout: Dict[str, Any], t: int, bidirectional: bool):
     """The row table `[b * h * n, width]` (float32, on the block's device) of a block's
     weights `[b, h, n, keys]` (0 where invisible), raw q.k, row maxima and sink mass; `i`
-    the block's query positions `[n, 1]`, `visible` `[n, keys]`."""
+    the block's query positions `[n, 1]`, `visible` `[n, keys]`, `t` the sequences'
+    length (the key blocks span the capture's `positions`)."""
     import torch
 
     b, h, n, keys = weights.shape
@@ -66,9 +67,9 @@ def row_table(weights, raw, max_logit, sink_mass, i, visible, layout: Dict[str, 
     if layout["max_logit_column"] is not None:
         table[..., layout["max_logit_column"]] = max_logit
     if layout["key_blocks"]:
-        g, c = layout["key_blocks"], layout["key_block_column"]
-        # block of position p: ceil((p + 1) G / T) - 1 (KeyBlocks::block_of)
-        of = (((torch.arange(keys, device=w.device) + 1) * g + t - 1) // t - 1).expand(b, h, n, keys)
+        g, c, p = layout["key_blocks"], layout["key_block_column"], layout["positions"]
+        # block of position j: ceil((j + 1) G / T) - 1 (KeyBlocks::block_of), T positions
+        of = (((torch.arange(keys, device=w.device) + 1) * g + p - 1) // p - 1).expand(b, h, n, keys)
         seen = torch.where(visible, w, torch.zeros_like(w))
         table[..., c : c + g] = torch.zeros((b, h, n, g), dtype=w.dtype, device=w.device).scatter_add_(3, of, seen)
         table[..., c + g : c + 2 * g] = torch.zeros((b, h, n, g), dtype=w.dtype, device=w.device).scatter_reduce_(
@@ -110,22 +111,40 @@ def _bands(table, w, i, bands, t: int, bidirectional: bool) -> None:
         table[..., BANDS + 1 + k] = total.float()
 
 
-def attention_blocks(native: Any, index: int, keys: str, size: int, q, k, v, scale: float, softcap: Optional[float], sinks) -> Any:
+def attention_blocks(native: Any, index: int, keys: str, size: int, q, k, v, scale: float, softcap: Optional[float], sinks, spans=None) -> Any:
     """Module `index`'s attention `[b, heads, t, d']` (float32, on q's device) of q
     `[b, heads, t, d]`, k `[b, kv, t, d]` and v `[b, kv, t, d']`, its blocks reduced for `native` (the
     capture): the logits `scale` q.k (soft-capped by `softcap`), a softmax over the visible
-    keys (and the per-head sink logits `sinks` `[heads]`)."""
+    keys (and the per-head sink logits `sinks` `[heads]`). In a padded batch (`spans`: each
+    sequence's tokens `(start, len)`) each group of sequences the capture names is computed
+    on its tokens alone, its positions from 0; padded rows are 0."""
     import torch
 
     b, h, t, d = q.shape
     kv = k.shape[1]
     kind = "BF16" if q.dtype == torch.bfloat16 else "F32"
-    layout = native.begin_blocks(index, [b, h, t, d], kv, kind)
-    rep = h // kv
+    layout = native.begin_blocks(index, [b, h, t, d], kv, kind, spans)
+    out = torch.zeros((b, h, t, v.shape[-1]), dtype=torch.float32, device=q.device)
+    sink = None if sinks is None else sinks.detach().to(q.device, torch.float32).view(1, h, 1, 1)
+    for group, (first, count, start, length) in enumerate(layout["groups"]):
+        part = lambda x: x[first : first + count, :, start : start + length]  # noqa: E731
+        out[first : first + count, :, start : start + length] = _group_blocks(
+            native, index, group, layout, keys, size, part(q), part(k), part(v), scale, softcap, sink
+        )
+    native.end_blocks(index)
+    return out
+
+
+def _group_blocks(native, index: int, group: int, layout, keys: str, size: int, q, k, v, scale: float, softcap, sink) -> Any:
+    """The attention `[b, heads, t, d']` of one group of sequences of `t` tokens, its blocks
+    handed to `native` as block `group`'s."""
+    import torch
+
+    b, h, t, _ = q.shape
+    rep = h // k.shape[1]
     bidirectional = keys == "bidirectional"
     out = torch.empty((b, h, t, v.shape[-1]), dtype=torch.float32, device=q.device)
     n = max(1, min(t, BLOCK_LOGITS // max(1, b * h * t)))
-    sink = None if sinks is None else sinks.detach().to(q.device, torch.float32).view(1, h, 1, 1)
     for start in range(0, t, n):
         end = min(t, start + n)
         span = block_keys(keys, size, start, end, t)
@@ -161,8 +180,7 @@ def attention_blocks(native: Any, index: int, keys: str, size: int, q, k, v, sca
             held += [host(weights), host(sink_mass)]
         else:
             held += [None, None]
-        native.block(index, start, end - start, *[None if x is None else _host(x) for x in held])
-    native.end_blocks(index)
+        native.block(index, group, start, end - start, *[None if x is None else _host(x) for x in held])
     return out
 
 

@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 use asa_analyze::analysis::capture::{
     AttentionCall, Capture, CaptureLayer, ExternalBlock, Placement,
 };
+use asa_analyze::analysis::capture_spans::Span;
 use asa_analyze::analysis::{RunOptions, RunSpec};
 use asa_analyze::hooks::KeyWindow;
 use asa_analyze::metrics::Metric;
@@ -110,6 +111,14 @@ impl ModuleArg {
     }
 }
 
+/// Each sequence's tokens `(start, len)` in a padded batch.
+fn to_spans(spans: Vec<(usize, usize)>) -> Vec<Span> {
+    spans
+        .into_iter()
+        .map(|(start, len)| Span { start, len })
+        .collect()
+}
+
 /// A capture in progress (see `asa_analyze.capture`), callable from any thread (one call at
 /// a time).
 #[pyclass(module = "asa_analyze._native", name = "NativeCapture")]
@@ -132,7 +141,8 @@ impl NativeCapture {
 #[pymethods]
 impl NativeCapture {
     #[new]
-    #[pyo3(signature = (modules, stack = None, metrics = None, min_query = RunSpec::default().min_query, map_size = RunSpec::DEFAULT_MAP_SIZE, layer = None))]
+    #[pyo3(signature = (modules, stack = None, metrics = None, min_query = RunSpec::default().min_query, map_size = RunSpec::DEFAULT_MAP_SIZE, layer = None, seq_len = None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         modules: Vec<ModuleArg>,
         stack: Option<String>,
@@ -140,6 +150,7 @@ impl NativeCapture {
         min_query: usize,
         map_size: usize,
         layer: Option<usize>,
+        seq_len: Option<usize>,
     ) -> PyResult<Self> {
         no_panic(|| {
             let mut spec = RunSpec {
@@ -162,7 +173,10 @@ impl NativeCapture {
                 .into_iter()
                 .map(ModuleArg::layer)
                 .collect::<PyResult<Vec<_>>>()?;
-            let capture = Capture::new(spec.clone(), layers, stack).map_err(to_py)?;
+            let mut capture = Capture::new(spec.clone(), layers, stack).map_err(to_py)?;
+            if let Some(len) = seq_len {
+                capture.set_length(len).map_err(to_py)?;
+            }
             Ok(NativeCapture {
                 capture: Mutex::new(capture),
                 spec,
@@ -171,8 +185,9 @@ impl NativeCapture {
     }
 
     /// Module `layer`'s output for q, k, v (and its sink logits), written into `out`
-    /// (a C-contiguous CPU tensor of q's shape and dtype).
-    #[pyo3(signature = (layer, q, k, v, scale, out, sinks = None))]
+    /// (a C-contiguous CPU tensor of q's shape and dtype); in a padded batch `spans` gives
+    /// each sequence's tokens `(start, len)` (its padded rows of `out` are zeros).
+    #[pyo3(signature = (layer, q, k, v, scale, out, sinks = None, spans = None))]
     #[allow(clippy::too_many_arguments)]
     fn attend(
         &self,
@@ -184,6 +199,7 @@ impl NativeCapture {
         scale: f64,
         out: HostTensor,
         sinks: Option<HostTensor>,
+        spans: Option<Vec<(usize, usize)>>,
     ) -> PyResult<()> {
         no_panic(|| {
             let call = AttentionCall {
@@ -192,6 +208,7 @@ impl NativeCapture {
                 v: v.tensor()?,
                 scale,
                 sinks: sinks.map(|s| s.tensor()).transpose()?,
+                spans: spans.map(to_spans),
             };
             let result = py.detach(|| self.with(|c| c.attend(layer, call)))?;
             if result.dims() != out.shape.as_slice() || out.dtype != q.dtype {
@@ -208,11 +225,15 @@ impl NativeCapture {
     }
 
     /// The start of a call whose blocks torch computes (q's `dims` `[b, heads, t, d]`, `kv`
-    /// key heads, q's dtype `F32` or `BF16`): the row table each block comes with, as a dict
-    /// (`width`; `bands`, the distance ranges `[lo, hi)` after the `first` band's column 6;
-    /// `max_logit_column`; `key_blocks` G and `key_block_column`; `key_sums_from`) and
+    /// key heads, q's dtype `F32` or `BF16`, each sequence's tokens `(start, len)` in a
+    /// padded batch): the row table each block comes with, as a dict (`width`; `bands`, the
+    /// distance ranges `[lo, hi)` after the `first` band's column 6; `max_logit_column`;
+    /// `key_blocks` G and `key_block_column`, over `positions`; `key_sums_from`),
     /// `weight_rows`, the query ranges `[start, end)` whose weights are read (a block holding
-    /// one hands its weights over).
+    /// one hands its weights over), and `groups`: `(first, count, start, len)`, sequences
+    /// `first .. first + count` holding positions `start .. start + len`, whose blocks come in
+    /// turn, each group's positions from 0.
+    #[pyo3(signature = (layer, dims, kv, dtype, spans = None))]
     fn begin_blocks<'py>(
         &self,
         py: Python<'py>,
@@ -220,6 +241,7 @@ impl NativeCapture {
         dims: [usize; 4],
         kv: usize,
         dtype: &str,
+        spans: Option<Vec<(usize, usize)>>,
     ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
         no_panic(|| {
             let dtype = if dtype == "BF16" {
@@ -227,7 +249,9 @@ impl NativeCapture {
             } else {
                 DType::F32
             };
-            let (wants, weight_rows) = self.with(|c| c.begin_blocks(layer, dims, kv, dtype))?;
+            let spans = spans.map(to_spans);
+            let (wants, weight_rows, groups) =
+                self.with(|c| c.begin_blocks(layer, dims, kv, dtype, spans.as_deref()))?;
             let layout = pyo3::types::PyDict::new(py);
             layout.set_item("width", wants.width())?;
             layout.set_item("bands", wants.bands.clone())?;
@@ -238,18 +262,25 @@ impl NativeCapture {
             let weight_rows: Vec<(usize, usize)> =
                 weight_rows.iter().map(|r| (r.start, r.end)).collect();
             layout.set_item("weight_rows", weight_rows)?;
+            layout.set_item("positions", wants.key_blocks.map(|k| k.seq_len))?;
+            let groups: Vec<(usize, usize, usize, usize)> = groups
+                .iter()
+                .map(|g| (g.first, g.count, g.start, g.len))
+                .collect();
+            layout.set_item("groups", groups)?;
             Ok(layout)
         })
     }
 
-    /// One block of the open call (host f32 tensors): its row table, and its key sums,
-    /// weights and sink mass where the layout asks for them.
-    #[pyo3(signature = (layer, q_start, n, table, key_sums = None, pattern = None, sink_mass = None))]
+    /// One block of group `group` of the open call (host f32 tensors): its row table, and
+    /// its key sums, weights and sink mass where the layout asks for them.
+    #[pyo3(signature = (layer, group, q_start, n, table, key_sums = None, pattern = None, sink_mass = None))]
     #[allow(clippy::too_many_arguments)]
     fn block(
         &self,
         py: Python<'_>,
         layer: usize,
+        group: usize,
         q_start: usize,
         n: usize,
         table: HostTensor,
@@ -270,7 +301,7 @@ impl NativeCapture {
                 pattern: pattern.as_ref().map(f32_tensor).transpose()?,
                 sink_mass: sink_mass.as_ref().map(f32_tensor).transpose()?,
             };
-            py.detach(|| self.with(|c| c.block(layer, q_start, n, block)))
+            py.detach(|| self.with(|c| c.block(layer, group, q_start, n, block)))
         })
     }
 

@@ -120,6 +120,15 @@ def test_capture_matches_transformers_float64_eager_attention(name, path):
         else:
             full = all(f == 0 for f in first) and all(x == len(last) - 1 for x in last)
             assert (module["keys"] == "bidirectional") == full, (name, module)
+    check_layers(res, ref["layers"], name)
+
+
+def check_layers(res, layers, name):
+    """first_token, entropy, weight_sum, max_logit (per head) and key_received (per key, over
+    heads) of every reference layer, within 1e-6 + 1e-5|y|."""
+    att, recv = res.attention, res.key_received
+    for want in layers:
+        l = want["layer"]
         close(value(att, metric="first_token", layer=l, head=None, stat="mean"), want["first_token"], f"{name} L{l} first_token")
         close(value(att, metric="entropy", layer=l, head=None, stat="mean"), want["entropy"], f"{name} L{l} entropy")
         close(value(att, metric="weight_sum", layer=l, head=None, stat="mean"), want["weight_sum"], f"{name} L{l} weight_sum")
@@ -132,6 +141,49 @@ def test_capture_matches_transformers_float64_eager_attention(name, path):
             assert len(got) == len(want_stat), (name, stat, len(got))
             keep = ~np.isnan(np.asarray(want_stat, dtype=np.float64))
             close(got[keep], np.asarray(want_stat)[keep], f"{name} L{l} key_received {stat}")
+
+
+PADDED = sorted(p.parent.name for p in CAPTURE.glob("*/padded.json"))
+
+
+@pytest.mark.parametrize("path", ["tiles", "torch"])
+@pytest.mark.parametrize("name", PADDED)
+def test_a_padded_batch_matches_transformers_float64_eager_attention(name, path):
+    # a whole sequence, a left-padded and a right-padded one (tools/make_padded_capture_
+    # fixtures.py): padded positions are neither keys nor queries, each sequence's positions
+    # count from its first token, each key's statistics are over the sequences that hold it;
+    # the model's outputs are SDPA's at every position, padded ones included
+    folder = CAPTURE / name
+    ref = json.loads((folder / "padded.json").read_text())
+    model = load(folder, ref["kind"])
+    with torch.no_grad(), asa.capture(model, metrics=FIVE, label=name, path=path) as cap:
+        logits = forward(model, ref)
+    close(logits.reshape(-1)[:: ref["logits_stride"]].numpy(), ref["logits_sdpa_f32"], f"{name} logits", atol=1e-4)
+    res = cap.result()
+    check_layers(res, ref["layers"], name)
+    corpus = res.run["models"][0]["corpus"]
+    assert "3 sequences of 13 to 24 tokens (54 tokens" in corpus, corpus
+
+
+def test_passes_of_different_lengths_pool_as_one_padded_batch():
+    # the padded batch's sequences, each alone in a pass of its own length (seq_len set to
+    # the longest), give the padded batch's tables
+    folder = CAPTURE / "cohere2"
+    ref = json.loads((folder / "padded.json").read_text())
+    model = load(folder)
+    ids = torch.tensor(ref["inputs"]["input_ids"])
+    with torch.no_grad(), asa.capture(model, metrics=FAMILY_METRICS, map_size=5) as padded:
+        model(input_ids=ids, attention_mask=torch.tensor(ref["inputs"]["attention_mask"]), use_cache=False)
+    with torch.no_grad(), asa.capture(model, metrics=FAMILY_METRICS, map_size=5, seq_len=24) as alone:
+        for b, (s, n) in enumerate(ref["spans"]):
+            model(input_ids=ids[b : b + 1, s : s + n], use_cache=False)
+    got, want = alone.result(), padded.result()
+    assert_same_tables(got, want, "passes of 24, 17 and 13 tokens")
+    # a pass longer than the capture's sequences is refused, naming seq_len
+    with pytest.raises(asa.UsageError, match=r"a sequence of 25 tokens in a capture of 24-token sequences .*seq_len=N"):
+        with torch.no_grad(), asa.capture(model, metrics=["first_token"]):
+            model(input_ids=ids, use_cache=False)
+            model(input_ids=torch.cat([ids, ids[:, :1]], dim=1), use_cache=False)
 
 
 @pytest.mark.parametrize("path", ["tiles", "torch"])
@@ -312,15 +364,16 @@ def test_outside_a_capture_the_backend_is_sdpa_and_gradients_flow_inside():
 
 def test_what_the_kernels_cannot_honour_is_refused_naming_the_module():
     model = load(CAPTURE / "helium")
-    padded = dict(input_ids=torch.tensor([[1, 5, 6, 7], [1, 5, 6, 0]]), attention_mask=torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]))
-    with pytest.raises(asa.UsageError, match="model.layers.0.self_attn: padded sequences"):
+    holed = dict(input_ids=torch.tensor([[1, 5, 6, 7], [1, 0, 6, 7]]), attention_mask=torch.tensor([[1, 1, 1, 1], [1, 0, 1, 1]]))
+    with pytest.raises(asa.UsageError, match="model.layers.0.self_attn: sequence 1's tokens are not one run of positions"):
         with torch.no_grad(), asa.capture(model):
-            model(**padded, use_cache=False)
+            model(**holed, use_cache=False)
     assert model.config._attn_implementation == "sdpa", "restored after a refusal too"
     with torch.no_grad(), asa.capture(model) as cap:
         model(input_ids=torch.tensor([[1, 5, 6, 7]]), use_cache=False)
-        with pytest.raises(asa.UsageError, match="a forward pass of 3 tokens in a capture of 4-token passes"):
-            model(input_ids=torch.tensor([[1, 5, 6]]), use_cache=False)
+        model(input_ids=torch.tensor([[1, 5, 6]]), use_cache=False)
+        with pytest.raises(asa.UsageError, match="a sequence of 5 tokens in a capture of 4-token sequences"):
+            model(input_ids=torch.tensor([[1, 5, 6, 7, 8]]), use_cache=False)
     with pytest.raises(asa.UsageError, match="1 queries against 5 keys: a decoding step with a cache"):
         with torch.no_grad(), asa.capture(model):
             model.generate(torch.tensor([[1, 5, 6, 7]]), max_new_tokens=2, do_sample=False)
@@ -379,10 +432,10 @@ def test_the_monitor_captures_the_training_batch_and_training_is_unchanged():
     close(got["value"].to_numpy(), want["value"].to_numpy(), "step 2's rows")
     # a model the capture cannot honour: one warning, off, the step goes on through SDPA
     bad = asa.Monitor(every=1, metrics=FIVE)
-    padded = dict(input_ids=torch.tensor([[1, 5, 6, 7], [1, 5, 6, 0]]), attention_mask=torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]))
-    with pytest.warns(UserWarning, match="turned off at step 0: .*padded sequences"):
+    holed = dict(input_ids=torch.tensor([[1, 5, 6, 7], [1, 0, 6, 7]]), attention_mask=torch.tensor([[1, 1, 1, 1], [1, 0, 1, 1]]))
+    with pytest.warns(UserWarning, match="turned off at step 0: .*not one run of positions"):
         with bad.capture(watched, 0):
-            out = watched(**padded, use_cache=False).logits
+            out = watched(**holed, use_cache=False).logits
     assert bad.disabled and out.shape[:2] == (2, 4)
     with bad.capture(watched, 1) as nothing:
         assert nothing is None

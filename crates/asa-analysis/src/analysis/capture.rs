@@ -10,6 +10,7 @@ use std::time::Instant;
 use candle_core::{DType, Tensor};
 use serde::{Deserialize, Serialize};
 
+use super::capture_spans::{groups, Group, Span};
 use super::record::ModelRecord;
 use super::run::metric_options_at;
 use super::{kernel_layers, ModelResult, RunOutput, RunSpec};
@@ -77,20 +78,32 @@ pub struct ExternalBlock {
 
 /// One attention call: q `[b, heads, t, d]`, k `[b, kv, t, d]` and v `[b, kv, t, d']`
 /// (d' <= d: multi-head latent attention's values are narrower; f32 or bf16), the
-/// factor of q.k and the sink logits `[heads]` (f32) of a module with sinks.
+/// factor of q.k, the sink logits `[heads]` (f32) of a module with sinks, and in a padded
+/// batch each sequence's tokens (none: every position of every sequence).
 pub struct AttentionCall {
     pub q: Tensor,
     pub k: Tensor,
     pub v: Tensor,
     pub scale: f64,
     pub sinks: Option<Tensor>,
+    pub spans: Option<Vec<Span>>,
+}
+
+/// A call whose blocks come from elsewhere, open: its module, its groups of sequences, the
+/// group whose blocks come now and its next query.
+struct OpenCall {
+    layer: usize,
+    groups: Vec<Group>,
+    group: usize,
+    next: usize,
 }
 
 /// The metric probe of a capture and where its sequences stand, from the first call on.
 struct Pool {
     opts: MetricOptions,
     probe: MetricProbe,
-    /// Tokens per sequence (every pass's).
+    /// Positions a sequence may hold (the first pass's length, or the capture's
+    /// [`Capture::set_length`]); a padded sequence holds fewer.
     t: usize,
     heads: usize,
     kv_heads: usize,
@@ -107,10 +120,13 @@ struct Pool {
     called: Vec<bool>,
     passes: usize,
     dtype: DType,
-    /// A call whose blocks come from elsewhere: its module and the next query expected.
-    open: Option<(usize, usize)>,
+    /// A call whose blocks come from elsewhere.
+    open: Option<OpenCall>,
     /// The sequences of the other ranks' states merged in.
     merged: usize,
+    /// This process's tokens (padding left out) and its shortest sequence.
+    tokens: usize,
+    shortest: usize,
 }
 
 /// Where a process's sequences go among those of the processes that train one model
@@ -147,6 +163,8 @@ pub struct Capture {
     spec: RunSpec,
     layers: Vec<CaptureLayer>,
     stack: Option<String>,
+    /// Positions a sequence may hold, when set before the first call.
+    length: Option<usize>,
     placement: Placement,
     pool: Option<Pool>,
     started: Instant,
@@ -185,10 +203,26 @@ impl Capture {
             spec,
             layers,
             stack,
+            length: None,
             placement: Placement::default(),
             pool: None,
             started: Instant::now(),
         })
+    }
+
+    /// Sets the positions a sequence may hold (every pass's sequences at most `len`
+    /// tokens; without it, the first pass's length). Before the first call.
+    pub fn set_length(&mut self, len: usize) -> Result<()> {
+        if len == 0 {
+            return Err(Error::option("seq_len", "must be at least 1"));
+        }
+        if self.pool.is_some() {
+            return Err(Error::usage(
+                "a capture's length is set before its first attention call",
+            ));
+        }
+        self.length = Some(len);
+        Ok(())
     }
 
     /// Places this process's sequences among those of `placement.world` data-parallel
@@ -292,85 +326,101 @@ impl Capture {
                 module.name
             )));
         }
-        self.enter_call(layer, [b, heads, t, d], kv, call.q.dtype())?;
+        let groups = self.enter_call(
+            layer,
+            [b, heads, t, d],
+            kv,
+            call.q.dtype(),
+            call.spans.as_deref(),
+        )?;
         let module = &self.layers[layer];
-        let shape = AttentionShape {
-            hidden: heads * d,
-            heads,
-            kv_heads: kv,
-            head_dim: d,
-            qkv_bias: false,
-            o_bias: false,
-            variant: if module.sinks {
-                Variant::Sink
-            } else {
-                Variant::Softmax
-            },
-            qk_norm: false,
-            qk_norm_whole: false,
-            qk_norm_plus_one: false,
-            rms_norm_eps: 0.0,
-            window: module.window,
-            scale: call.scale,
-            softcap: module.softcap,
-            rotary: false,
-            l2_qk_norm: false,
-            temperature: None,
-            latent: None,
-            key_scale: None,
-        };
+        let mut shape = call_shape(module, [heads, kv, d], call.scale);
         let sinks = match call.sinks {
             Some(s) => Some(s.to_dtype(DType::F32)?.reshape((1, heads, 1, 1))?),
             None => None,
         };
-        let core = AttentionCore::new(shape, sinks, None, None);
+        let window = module.window;
         let pool = self.pool_mut()?;
-        pool.probe.set_batch_offset(pool.offset);
-        let q = call.q.contiguous()?;
-        let k = call.k.contiguous()?;
         // values narrower than q and k (multi-head latent attention's): zeros after their
         // dims, as a checkpoint's latent layers pad them, and the output narrowed back
         let v = match vd < d {
             true => call.v.pad_with_zeros(3, 0, d - vd)?,
             false => call.v,
+        };
+        let mut outputs = Vec::with_capacity(groups.len());
+        for g in &groups {
+            // a group's sequences and their positions, re-based to 0
+            let part = |x: &Tensor| -> Result<Tensor> {
+                Ok(x.narrow(0, g.first, g.count)?
+                    .narrow(2, g.start, g.len)?
+                    .contiguous()?)
+            };
+            shape.window = window.for_length(g.len);
+            let core = AttentionCore::new(shape.clone(), sinks.clone(), None, None);
+            pool.probe.set_batch_offset(pool.offset + g.first);
+            let out = core.attend(
+                part(&call.q)?,
+                part(&call.k)?,
+                part(&v)?,
+                layer,
+                CAPTURE_BLOCK,
+                &mut pool.probe,
+            )?;
+            let out = match vd < d {
+                true => out.narrow(3, 0, vd)?,
+                false => out,
+            };
+            // padded positions: zeros (the caller computes their rows as the model would)
+            outputs.push(match (g.start, g.len) == (0, t) {
+                true => out,
+                false => out.pad_with_zeros(2, g.start, t - g.start - g.len)?,
+            });
         }
-        .contiguous()?;
-        let out = core.attend(q, k, v, layer, CAPTURE_BLOCK, &mut pool.probe)?;
-        Ok(match vd < d {
-            true => out.narrow(3, 0, vd)?.contiguous()?,
-            false => out,
-        })
+        let out = match outputs.len() {
+            1 => outputs.pop().expect("one group"),
+            _ => Tensor::cat(&outputs, 0)?,
+        };
+        Ok(out.contiguous()?)
     }
 
     /// The start of a call of module `layer` whose blocks are computed elsewhere (torch on
-    /// the model's device): q `[b, heads, t, d]` (`dims`) over `kv` key heads. Returns the
-    /// row table each block must come with and the queries whose weights are read
-    /// ([`MetricProbe::external_wants`]); then each block goes to [`Capture::block`], and
-    /// [`Capture::end_blocks`] ends the call.
+    /// the model's device): q `[b, heads, t, d]` (`dims`) over `kv` key heads, its
+    /// sequences' `spans` in a padded batch. Returns the row table each block must come
+    /// with, the queries whose weights are read ([`MetricProbe::external_wants`]) and the
+    /// groups of sequences, whose blocks go in turn to [`Capture::block`] (each group's
+    /// positions re-based to 0); [`Capture::end_blocks`] ends the call.
     pub fn begin_blocks(
         &mut self,
         layer: usize,
         dims: [usize; 4],
         kv: usize,
         dtype: DType,
-    ) -> Result<(RowWants, Vec<std::ops::Range<usize>>)> {
-        self.enter_call(layer, dims, kv, dtype)?;
+        spans: Option<&[Span]>,
+    ) -> Result<(RowWants, Vec<std::ops::Range<usize>>, Vec<Group>)> {
+        let groups = self.enter_call(layer, dims, kv, dtype, spans)?;
         let pool = self.pool_mut()?;
-        pool.probe.set_batch_offset(pool.offset);
         pool.probe.on_kernel(layer, Kernel::TorchBlocks);
-        pool.open = Some((layer, 0));
-        Ok(pool.probe.external_wants(layer))
+        pool.open = Some(OpenCall {
+            layer,
+            groups: groups.clone(),
+            group: 0,
+            next: 0,
+        });
+        let (wants, rows) = pool.probe.external_wants(layer);
+        Ok((wants, rows, groups))
     }
 
-    /// The block of queries `q_start .. q_start + n` of the call [`Capture::begin_blocks`]
-    /// opened (blocks in order, each query once), all f32 on the host: its row table
-    /// `[b * heads * n, width]`, its key sums `[b, heads, keys]` where asked, and where
-    /// it holds a query whose weights are read, its weights `[b, heads, n, keys]` and sink
-    /// mass `[b, heads, n]`; `keys` is
-    /// the layer's [`KeyWindow::block_keys`].
+    /// The block of queries `q_start .. q_start + n` of group `group` of the call
+    /// [`Capture::begin_blocks`] opened (groups and blocks in order, each query once), all
+    /// f32 on the host: its row table `[count * heads * n, width]`, its key sums
+    /// `[count, heads, keys]` where asked, and where it holds a query whose weights are
+    /// read, its weights `[count, heads, n, keys]` and sink mass `[count, heads, n]`;
+    /// `count` the group's sequences, `keys` the layer's [`KeyWindow::block_keys`] over the
+    /// group's length.
     pub fn block(
         &mut self,
         layer: usize,
+        group: usize,
         q_start: usize,
         n: usize,
         block: ExternalBlock,
@@ -378,43 +428,37 @@ impl Capture {
         let name = self.module(layer)?.name.clone();
         let window = self.layers[layer].window;
         let pool = self.pool_mut()?;
-        if pool.open != Some((layer, q_start)) || n == 0 || q_start + n > pool.t {
-            return Err(Error::usage(format!(
-                "{name}: a block of queries {q_start}..{} where the call expects queries from {} of {}",
-                q_start + n,
-                pool.open.map_or(0, |(_, next)| next),
-                pool.t
-            )));
-        }
-        let (b, heads) = (pool.batch, pool.heads);
+        let g = match &pool.open {
+            Some(open)
+                if open.layer == layer
+                    && open.group == group
+                    && open.next == q_start
+                    && n > 0
+                    && q_start + n <= open.groups[group].len =>
+            {
+                open.groups[group]
+            }
+            open => {
+                let (expected, of) = open.as_ref().map_or((0, 0), |o| {
+                    (o.next, o.groups.get(o.group).map_or(0, |g| g.len))
+                });
+                return Err(Error::usage(format!(
+                    "{name}: a block of queries {q_start}..{} of group {group} where the call expects queries from {expected} of {of} of group {}",
+                    q_start + n,
+                    open.as_ref().map_or(0, |o| o.group)
+                )));
+            }
+        };
+        let window = window.for_length(g.len);
+        let (b, heads) = (g.count, pool.heads);
         let keys = window.block_keys(q_start, n);
         let (wants, _) = pool.probe.external_wants(layer);
-        let expected = [
-            (
-                "row table",
-                Some(&block.table),
-                vec![b * heads * n, wants.width()],
-            ),
-            ("key sums", block.key_sums.as_ref(), vec![b, heads, keys]),
-            ("weights", block.pattern.as_ref(), vec![b, heads, n, keys]),
-            ("sink mass", block.sink_mass.as_ref(), vec![b, heads, n]),
-        ];
-        for (what, xs, want) in expected {
-            if let Some(xs) = xs {
-                if xs.dims() != want.as_slice() || xs.dtype() != DType::F32 {
-                    return Err(Error::usage(format!(
-                        "{name}: the block's {what} is {:?} {:?}, not {want:?} f32",
-                        xs.dims(),
-                        xs.dtype()
-                    )));
-                }
-            }
-        }
+        check_block(&name, &block, [b, heads, n, keys], wants.width())?;
         let ctx = BlockCtx {
             layer,
             q_start,
             q_len: n,
-            seq_len: pool.t,
+            seq_len: g.len,
             window,
         };
         let ExternalBlock {
@@ -423,6 +467,7 @@ impl Capture {
             pattern,
             sink_mass,
         } = &block;
+        pool.probe.set_batch_offset(pool.offset + g.first);
         pool.probe.external_block(
             &ctx,
             table,
@@ -430,18 +475,26 @@ impl Capture {
             pattern.as_ref(),
             sink_mass.as_ref(),
         )?;
-        pool.open = Some((layer, q_start + n));
+        let open = pool.open.as_mut().expect("checked open");
+        open.next = q_start + n;
+        if open.next == g.len {
+            (open.group, open.next) = (open.group + 1, 0);
+        }
         Ok(())
     }
 
-    /// The end of the call [`Capture::begin_blocks`] opened (every query seen).
+    /// The end of the call [`Capture::begin_blocks`] opened (every query of every group
+    /// seen).
     pub fn end_blocks(&mut self, layer: usize) -> Result<()> {
         let name = self.module(layer)?.name.clone();
         let pool = self.pool_mut()?;
-        if pool.open != Some((layer, pool.t)) {
-            return Err(Error::usage(format!(
-                "{name}: the call ended before its last query block"
-            )));
+        match &pool.open {
+            Some(open) if open.layer == layer && open.group == open.groups.len() => {}
+            _ => {
+                return Err(Error::usage(format!(
+                    "{name}: the call ended before its last query block"
+                )))
+            }
         }
         pool.open = None;
         pool.probe.on_layer_end(layer)
@@ -463,15 +516,17 @@ impl Capture {
             .ok_or_else(|| Error::usage("no attention call has been captured yet"))
     }
 
-    /// A call of module `layer` with q of `dims` `[b, heads, t, d]` over `kv` key heads: its
-    /// shape checked, the pool made at the first call, the call placed in its pass.
+    /// A call of module `layer` with q of `dims` `[b, heads, t, d]` over `kv` key heads and
+    /// its sequences' `spans`: its shape checked, the pool made at the first call, the call
+    /// placed in its pass. Returns its groups of sequences.
     fn enter_call(
         &mut self,
         layer: usize,
         dims: [usize; 4],
         kv: usize,
         dtype: DType,
-    ) -> Result<()> {
+        spans: Option<&[Span]>,
+    ) -> Result<Vec<Group>> {
         let [b, heads, t, d] = dims;
         let module = self.module(layer)?;
         if kv == 0 || heads % kv != 0 || t == 0 || b == 0 || d == 0 {
@@ -480,11 +535,12 @@ impl Capture {
                 module.name
             )));
         }
+        let groups = groups(&module.name, b, t, spans)?;
         if let Some(pool) = &self.pool {
-            if let Some((open, _)) = pool.open {
+            if let Some(open) = &pool.open {
                 return Err(Error::usage(format!(
                     "{}: called while the call of {} is still open",
-                    module.name, self.layers[open].name
+                    module.name, self.layers[open.layer].name
                 )));
             }
         }
@@ -494,14 +550,16 @@ impl Capture {
         };
         let pool = self.pool.insert(pool);
         let module = &self.layers[layer];
-        pool.check(module, dims, kv)?;
-        pool.enter(layer, b, module, &self.layers)
+        pool.check(module, dims, kv, &groups)?;
+        pool.enter(layer, b, module, &self.layers, &groups)?;
+        Ok(groups)
     }
 
-    /// The pool of the first call: the metric options for its length and a probe with
-    /// room for its batch.
+    /// The pool of the first call: the metric options for the capture's length (set, or
+    /// the call's) and a probe with room for its batch.
     fn first_pool(&mut self, dims: [usize; 4], kv: usize, dtype: DType) -> Result<Pool> {
-        let [b, heads, t, d] = dims;
+        let [b, heads, t_call, d] = dims;
+        let t = self.length.unwrap_or(t_call);
         // a bidirectional layer's keys are those of the passes' length
         for layer in &mut self.layers {
             layer.window = layer.window.for_length(t);
@@ -527,6 +585,8 @@ impl Capture {
             passes: 0,
             dtype,
             open: None,
+            tokens: 0,
+            shortest: usize::MAX,
         })
     }
 
@@ -644,11 +704,20 @@ impl Capture {
             heads: pool.heads,
             kv_heads: pool.kv_heads,
             head_dim: pool.head_dim,
-            corpus: format!(
-                "{} forward passes captured: {seqs} sequences of {} tokens",
-                pool.passes + 1,
-                pool.t
-            ),
+            corpus: match pool.shortest < pool.t {
+                false => format!(
+                    "{} forward passes captured: {seqs} sequences of {} tokens",
+                    pool.passes + 1,
+                    pool.t
+                ),
+                true => format!(
+                    "{} forward passes captured: {seqs} sequences of {} to {} tokens ({} tokens in this process, padding left out)",
+                    pool.passes + 1,
+                    pool.shortest,
+                    pool.t,
+                    pool.tokens
+                ),
+            },
             seq_len: pool.t,
             beta_length_n: pool.t,
             block_size: CAPTURE_BLOCK.min(pool.t),
@@ -665,7 +734,7 @@ impl Capture {
                 .map(|(k, layers)| (k.to_string(), layers))
                 .collect(),
             seconds,
-            tokens_per_second: (seqs * pool.t) as f64 / seconds.max(1e-9),
+            tokens_per_second: pool.tokens as f64 / seconds.max(1e-9),
             capture: Some(CaptureRecord {
                 model_class: model_class.to_string(),
                 stack: self.stack.clone(),
@@ -679,14 +748,20 @@ impl Capture {
 }
 
 impl Pool {
-    /// Whether a call of `module` fits the capture's first: the same heads, key heads,
-    /// head size and length.
-    fn check(&self, module: &CaptureLayer, dims: [usize; 4], kv: usize) -> Result<()> {
-        let [_, heads, t, d] = dims;
-        if t != self.t {
+    /// Whether a call of `module` fits the capture's first: the same heads, key heads and
+    /// head size, and no sequence longer than the capture's positions.
+    fn check(
+        &self,
+        module: &CaptureLayer,
+        dims: [usize; 4],
+        kv: usize,
+        groups: &[Group],
+    ) -> Result<()> {
+        let [_, heads, _, d] = dims;
+        if let Some(g) = groups.iter().find(|g| g.len > self.t) {
             return Err(Error::usage(format!(
-                "{}: a forward pass of {t} tokens in a capture of {}-token passes; every forward pass of one capture has the same length",
-                module.name, self.t
+                "{}: a sequence of {} tokens in a capture of {}-token sequences (the first forward pass's length; asa.capture(..., seq_len=N) takes longer ones)",
+                module.name, g.len, self.t
             )));
         }
         if (heads, kv, d) != (self.heads, self.kv_heads, self.head_dim) {
@@ -698,14 +773,16 @@ impl Pool {
         Ok(())
     }
 
-    /// A call of module `layer` with a batch of `b`: a module the current pass has called
-    /// starts the next pass (its sequences after the current ones), with room made for them.
+    /// A call of module `layer` with a batch of `b` sequences in `groups`: a module the
+    /// current pass has called starts the next pass (its sequences after the current ones),
+    /// with room made for them; a pass's first call counts its tokens.
     fn enter(
         &mut self,
         layer: usize,
         b: usize,
         module: &CaptureLayer,
         layers: &[CaptureLayer],
+        groups: &[Group],
     ) -> Result<()> {
         let Placement { rank, world } = self.placement;
         if self.called[layer] {
@@ -719,6 +796,11 @@ impl Pool {
                 "{}: a batch of {b} sequences in a forward pass of {}",
                 module.name, self.batch
             )));
+        }
+        if !self.called.iter().any(|&c| c) {
+            self.tokens += groups.iter().map(|g| g.count * g.len).sum::<usize>();
+            let shortest = groups.iter().map(|g| g.len).min().unwrap_or(self.t);
+            self.shortest = self.shortest.min(shortest);
         }
         self.batch = b;
         self.called[layer] = true;
@@ -741,6 +823,64 @@ impl Pool {
             self.room = room;
         }
         Ok(())
+    }
+}
+
+/// Whether `block`'s tensors are f32 of the sizes a block of `n` queries of `b` sequences
+/// over `keys` keys and a row table `width` wide has (`name` names the module).
+fn check_block(
+    name: &str,
+    block: &ExternalBlock,
+    [b, heads, n, keys]: [usize; 4],
+    width: usize,
+) -> Result<()> {
+    let expected = [
+        ("row table", Some(&block.table), vec![b * heads * n, width]),
+        ("key sums", block.key_sums.as_ref(), vec![b, heads, keys]),
+        ("weights", block.pattern.as_ref(), vec![b, heads, n, keys]),
+        ("sink mass", block.sink_mass.as_ref(), vec![b, heads, n]),
+    ];
+    for (what, xs, want) in expected {
+        if let Some(xs) = xs {
+            if xs.dims() != want.as_slice() || xs.dtype() != DType::F32 {
+                return Err(Error::usage(format!(
+                    "{name}: the block's {what} is {:?} {:?}, not {want:?} f32",
+                    xs.dims(),
+                    xs.dtype()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The shape of a captured module's attention: `heads` query heads over `kv` key heads of
+/// `d` dims, its logits scaled by `scale` (and soft-capped, with sinks, as the module is).
+fn call_shape(module: &CaptureLayer, [heads, kv, d]: [usize; 3], scale: f64) -> AttentionShape {
+    AttentionShape {
+        hidden: heads * d,
+        heads,
+        kv_heads: kv,
+        head_dim: d,
+        qkv_bias: false,
+        o_bias: false,
+        variant: if module.sinks {
+            Variant::Sink
+        } else {
+            Variant::Softmax
+        },
+        qk_norm: false,
+        qk_norm_whole: false,
+        qk_norm_plus_one: false,
+        rms_norm_eps: 0.0,
+        window: module.window,
+        scale,
+        softcap: module.softcap,
+        rotary: false,
+        l2_qk_norm: false,
+        temperature: None,
+        latent: None,
+        key_scale: None,
     }
 }
 
@@ -809,6 +949,7 @@ mod tests {
             v: Tensor::from_slice(v, (b, KV, T, D), cpu).unwrap(),
             scale,
             sinks: None,
+            spans: None,
         }
     }
 
@@ -1002,6 +1143,135 @@ mod tests {
     }
 
     #[test]
+    fn a_padded_batch_pools_as_its_sequences_alone() {
+        // B = 2 sequences of T positions: the first whole, the second's tokens at 3 .. 10
+        // (padding both sides); against a capture of the whole sequence and then of the
+        // second's 7 tokens alone (positions re-based to 0), the capture's length set to T
+        let (q, k, v) = qkv(5);
+        let spec = RunSpec {
+            metrics: [Metric::FIRST_TOKEN, Metric::KEY_RECEIVED, Metric::HEATMAP]
+                .into_iter()
+                .collect(),
+            ..RunSpec::default()
+        };
+        let (start, len) = (3, 7);
+        let mut padded = Capture::new(spec.clone(), layers(), None).unwrap();
+        let mut alone = Capture::new(spec, layers(), None).unwrap();
+        alone.set_length(T).unwrap();
+        let one = |x: &Tensor, s: usize| x.narrow(0, s, 1).unwrap();
+        let c = call(&q, &k, &v, B, 0.3);
+        let part = |x: &Tensor| one(x, 1).narrow(2, start, len).unwrap();
+        let mut outs = (Vec::new(), vec![Vec::new(); 2]);
+        for l in 0..2 {
+            let spans = vec![Span { start: 0, len: T }, Span { start, len }];
+            let padded_call = AttentionCall {
+                spans: Some(spans),
+                ..call(&q, &k, &v, B, 0.3)
+            };
+            outs.0.push(padded.attend(l, padded_call).unwrap());
+        }
+        // one pass of the whole sequence, then one of the short one
+        for (s, seq) in [
+            [one(&c.q, 0), one(&c.k, 0), one(&c.v, 0)],
+            [part(&c.q), part(&c.k), part(&c.v)],
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            for l in 0..2 {
+                let [q, k, v] = seq.clone();
+                let single = AttentionCall {
+                    q,
+                    k,
+                    v,
+                    scale: 0.3,
+                    sinks: None,
+                    spans: None,
+                };
+                outs.1[s].push(alone.attend(l, single).unwrap());
+            }
+        }
+        let close = |a: &Tensor, b: &Tensor| {
+            let d = (a - b).unwrap().abs().unwrap().max_all().unwrap();
+            d.to_scalar::<f32>().unwrap()
+        };
+        for (l, out) in outs.0.iter().enumerate() {
+            let (whole, short) = (&outs.1[0][l], &outs.1[1][l]);
+            assert!(close(&one(out, 0), whole) < 1e-6);
+            assert!(close(&one(out, 1).narrow(2, start, len).unwrap(), short) < 1e-6);
+            let pad = one(out, 1).narrow(2, 0, start).unwrap();
+            assert_eq!(
+                pad.abs()
+                    .unwrap()
+                    .sum_all()
+                    .unwrap()
+                    .to_scalar::<f32>()
+                    .unwrap(),
+                0.0
+            );
+        }
+        let (a, b) = (
+            padded.output("m", "c", "0", "cpu").unwrap(),
+            alone.output("m", "c", "0", "cpu").unwrap(),
+        );
+        let (a, b) = (&a.models[0], &b.models[0]);
+        let first = |m: &ModelResult| {
+            m.metrics
+                .get::<LayerStat>(Metric::FIRST_TOKEN)
+                .unwrap()
+                .clone()
+        };
+        let received = |m: &ModelResult| {
+            m.metrics
+                .get::<asa_metrics::metrics::key_received::KeyReceivedResult>(Metric::KEY_RECEIVED)
+                .unwrap()
+                .clone()
+        };
+        let heat = |m: &ModelResult| {
+            m.metrics
+                .get::<asa_metrics::metrics::heatmap::HeatmapResult>(Metric::HEATMAP)
+                .unwrap()
+                .values
+                .clone()
+        };
+        let near = |x: &[f64], y: &[f64], what: &str| {
+            for (p, q) in x.iter().zip(y) {
+                assert!((p - q).abs() < 1e-9, "{what}: {p} vs {q}");
+            }
+        };
+        near(&first(a).mean, &first(b).mean, "first_token mean");
+        near(
+            &first(a).std,
+            &first(b).std,
+            "first_token std over 2 sequences",
+        );
+        for l in 0..2 {
+            near(
+                &received(a).layer_sum[l],
+                &received(b).layer_sum[l],
+                "key_received sum",
+            );
+            near(
+                &received(a).layer_mean[l],
+                &received(b).layer_mean[l],
+                "key_received mean",
+            );
+            // keys past the short sequence's are the whole one's alone
+            assert!(received(a).layer_sum[l][T - 1] > 0.0);
+        }
+        for (x, y) in heat(a).iter().zip(&heat(b)) {
+            near(x, y, "heatmap");
+        }
+        assert!(
+            a.record
+                .corpus
+                .contains("2 sequences of 7 to 12 tokens (19 tokens"),
+            "{}",
+            a.record.corpus
+        );
+    }
+
+    #[test]
     fn what_a_capture_cannot_pool_is_refused() {
         let (q, k, v) = qkv(3);
         let nll = RunSpec {
@@ -1019,18 +1289,20 @@ mod tests {
         );
         capture.attend(0, call(&q, &k, &v, B, 0.3)).unwrap();
         let cpu = &Device::Cpu;
-        let short = AttentionCall {
-            q: Tensor::zeros((B, H, T - 1, D), DType::F32, cpu).unwrap(),
-            k: Tensor::zeros((B, KV, T - 1, D), DType::F32, cpu).unwrap(),
-            v: Tensor::zeros((B, KV, T - 1, D), DType::F32, cpu).unwrap(),
+        let long = AttentionCall {
+            q: Tensor::zeros((B, H, T + 1, D), DType::F32, cpu).unwrap(),
+            k: Tensor::zeros((B, KV, T + 1, D), DType::F32, cpu).unwrap(),
+            v: Tensor::zeros((B, KV, T + 1, D), DType::F32, cpu).unwrap(),
             scale: 0.3,
             sinks: None,
+            spans: None,
         };
-        let err = capture.attend(0, short).unwrap_err().to_string();
+        let err = capture.attend(0, long).unwrap_err().to_string();
         assert!(
-            err.contains("11 tokens in a capture of 12-token passes"),
+            err.contains("a sequence of 13 tokens in a capture of 12-token sequences"),
             "{err}"
         );
+        assert!(capture.set_length(20).is_err(), "set after a call");
         let table = Tensor::zeros((1, 1), DType::F32, cpu).unwrap();
         let block = ExternalBlock {
             table,
@@ -1039,7 +1311,7 @@ mod tests {
             sink_mass: None,
         };
         assert!(
-            capture.block(1, 0, 4, block).is_err(),
+            capture.block(1, 0, 0, 4, block).is_err(),
             "a block without begin_blocks"
         );
     }

@@ -83,6 +83,33 @@ impl CellLayout {
         self.offsets[a] + b - self.first[a]
     }
 
+    /// Adds to `pairs` (`[cell]`) the visible (query, key) pairs of the `queries` of `batch`
+    /// sequences whose keys are those of `window`.
+    pub fn add_pairs(
+        &self,
+        blocks: KeyBlocks,
+        window: KeyWindow,
+        queries: Range<usize>,
+        batch: usize,
+        pairs: &mut [u64],
+    ) {
+        for i in queries {
+            let keys = window.keys(i);
+            let a = blocks.block_of(i);
+            blocks.split(keys.start, keys.end, |b, lo, hi| {
+                pairs[self.index(a, b)] += (batch * (hi - lo)) as u64;
+            });
+        }
+    }
+
+    /// The visible (query, key) pairs of every cell in one sequence of the blocks' length.
+    #[cfg(test)]
+    fn pairs(&self, blocks: KeyBlocks) -> Vec<u64> {
+        let mut pairs = vec![0; self.len()];
+        self.add_pairs(blocks, self.window, 0..blocks.seq_len, 1, &mut pairs);
+        pairs
+    }
+
     /// Every cell (query block, key block), in index order.
     pub fn cells(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
         self.first
@@ -90,23 +117,11 @@ impl CellLayout {
             .enumerate()
             .flat_map(move |(a, &lo)| (lo..=self.last(a)).map(move |b| (a, b)))
     }
-
-    /// The visible (query, key) pairs of every cell in one sequence.
-    pub fn pairs(&self, blocks: KeyBlocks) -> Vec<u64> {
-        let mut pairs = vec![0u64; self.len()];
-        for i in 0..blocks.seq_len {
-            let a = blocks.block_of(i);
-            let keys = self.window.keys(i);
-            blocks.split(keys.start, keys.end, |b, lo, hi| {
-                pairs[self.index(a, b)] += (hi - lo) as u64;
-            });
-        }
-        pairs
-    }
 }
 
 /// Per (layer, head, cell): the sum of a_ij over the cell's visible pairs and over
-/// sequences, and the largest a_ij; the sequences seen per layer.
+/// sequences, and the largest a_ij; per (layer, cell) the visible pairs added, counted
+/// from the blocks (sequences of different lengths pool: a capture's padded batch).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct BlockMap {
     heads: usize,
@@ -117,8 +132,8 @@ pub struct BlockMap {
     sum: Vec<Vec<Vec<f64>>>,
     /// `[layer][head][cell]`, -inf before any pair (NaN once a weight was NaN).
     max: Vec<Vec<Vec<f32>>>,
-    /// `[layer]` sequences added.
-    seqs: Vec<u64>,
+    /// `[layer][cell]` visible pairs added (over sequences).
+    pairs: Vec<Vec<u64>>,
 }
 
 /// block_map results: query and key block a holds positions `bounds[a] .. bounds[a + 1]`;
@@ -163,25 +178,30 @@ impl BlockMap {
                 .iter()
                 .map(|c| vec![vec![f32::NEG_INFINITY; c.len()]; heads])
                 .collect(),
-            seqs: vec![0; layouts.len()],
+            pairs: layouts.iter().map(|c| vec![0; c.len()]).collect(),
             layouts,
         }
     }
 
-    /// Adds the key-block columns `rows` of the `queries` of `layer`.
-    pub fn add(&mut self, layer: usize, queries: Range<usize>, rows: &KeyBlockRows) {
+    /// Adds the key-block columns `rows` of the `queries` of `layer`, whose keys are those
+    /// of `window` (the layout's, or a bidirectional one over a shorter sequence).
+    pub fn add(
+        &mut self,
+        layer: usize,
+        window: KeyWindow,
+        queries: Range<usize>,
+        rows: &KeyBlockRows,
+    ) {
         let (q_start, n) = (queries.start, queries.len());
         let cells = rows.rows();
         let batch = cells / (self.heads * n).max(1);
-        if q_start == 0 {
-            self.seqs[layer] += batch as u64;
-        }
         let layout = &self.layouts[layer];
+        layout.add_pairs(self.blocks, window, queries, batch, &mut self.pairs[layer]);
         for row in 0..batch * self.heads * n {
             let head = (row / n) % self.heads;
             let i = q_start + row % n;
             let a = self.blocks.block_of(i);
-            let keys = layout.window.keys(i);
+            let keys = window.keys(i);
             let lo = self.blocks.block_of(keys.start);
             let hi = self.blocks.block_of(keys.end - 1);
             let at = layout.index(a, lo);
@@ -211,10 +231,9 @@ impl BlockMap {
             layer_max: Vec::new(),
         };
         for (l, layout) in self.layouts.iter().enumerate() {
-            let pairs = layout.pairs(self.blocks);
-            let seqs = self.seqs[l] as f64;
+            let pairs = &self.pairs[l];
             let (sums, maxima) = (&self.sum[l], &self.max[l]);
-            let per_pair = |k: usize, sum: f64| sum / (pairs[k] as f64 * seqs);
+            let per_pair = |k: usize, sum: f64| sum / pairs[k] as f64;
             let mean = sums
                 .iter()
                 .map(|s| s.iter().enumerate().map(|(k, &v)| per_pair(k, v)).collect())
@@ -254,7 +273,7 @@ impl Merge for BlockMap {
                 *m = max_nan(*m, v);
             }
         }
-        self.seqs.merge(&other.seqs);
+        self.pairs.merge(&other.pairs);
     }
 }
 
@@ -285,7 +304,13 @@ impl Accumulator for BlockMap {
     fn add(&mut self, event: &Event) -> Result<()> {
         if let Event::Block(b) = event {
             if let Some(rows) = &b.key_blocks {
-                BlockMap::add(self, b.layer, b.q_start..b.q_start + b.q_len, rows);
+                BlockMap::add(
+                    self,
+                    b.layer,
+                    b.window,
+                    b.q_start..b.q_start + b.q_len,
+                    rows,
+                );
             }
         }
         Ok(())
@@ -411,12 +436,17 @@ mod tests {
         // rows [batch, head, n]: sequence 0 queries 0, 1, then sequence 1; the first row's
         // invisible key 1 is 0 (query 0 sees key 0 only: its block 1 is not read)
         let rows = KeyBlockRows::new(&first, 4, 0, blocks);
-        acc.add(0, 0..2, &rows);
+        acc.add(0, KeyWindow::CAUSAL, 0..2, &rows);
         let last = columns(
             blocks,
             &[(0, vec![0.5, 0.125, 0.375]), (0, vec![0.25, 0.25, 0.5])],
         );
-        acc.add(0, 2..3, &KeyBlockRows::new(&last, 4, 0, blocks));
+        acc.add(
+            0,
+            KeyWindow::CAUSAL,
+            2..3,
+            &KeyBlockRows::new(&last, 4, 0, blocks),
+        );
         let r = acc.finish();
         assert_eq!(r.bounds, [0, 1, 3]);
         assert_eq!(r.cells, [vec![(0, 0), (1, 0), (1, 1)]]);
@@ -430,5 +460,15 @@ mod tests {
         let mut twice = acc.clone();
         Merge::merge(&mut twice, &acc);
         assert_eq!(twice.finish(), r);
+        // a third sequence of one token (a capture's padded batch): it holds cell (0, 0)
+        // alone, the other cells keep their means over the pairs they hold
+        let one = columns(blocks, &[(0, vec![0.5])]);
+        acc.add(
+            0,
+            KeyWindow::CAUSAL,
+            0..1,
+            &KeyBlockRows::new(&one, 4, 0, blocks),
+        );
+        assert_eq!(acc.finish().mean, [vec![vec![2.5 / 3.0, 0.375, 2.5 / 6.0]]]);
     }
 }

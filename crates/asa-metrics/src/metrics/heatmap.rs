@@ -9,16 +9,19 @@ use super::results::{MetricResult, ModelMetrics};
 use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use asa_core::error::Result;
+use asa_engine::hooks::KeyWindow;
 use asa_tables::export::Table;
 
-/// Mean over heads and sequences of a_ij for i, j < size in one layer.
+/// Mean over heads and sequences of a_ij for i, j < size in one layer, each cell over the
+/// sequences that hold both positions (a capture pools sequences of different lengths).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Heatmap {
     /// 0-based layer.
     pub layer: usize,
     size: usize,
     sum: Vec<Vec<f64>>,
-    cells: f64,
+    /// `[query][key]` (sequence, head) cells added.
+    cells: Vec<Vec<f64>>,
 }
 
 /// A square heatmap.
@@ -37,20 +40,28 @@ impl Heatmap {
             layer,
             size,
             sum: vec![vec![0.0; size]; size],
-            cells: 0.0,
+            cells: vec![vec![0.0; size]; size],
         }
     }
 
-    /// Adds the block's rows that fall in the corner; `weights` `[batch, head, n, keys]`.
-    pub fn add(&mut self, q_start: usize, weights: &Tensor) -> Result<()> {
+    /// Adds the block's rows that fall in the corner; `weights` `[batch, head, n, keys]`
+    /// of sequences whose keys are those of `window` (a bidirectional window's length is
+    /// its sequences'; a causal row's later keys are held and 0).
+    pub fn add(&mut self, q_start: usize, window: KeyWindow, weights: &Tensor) -> Result<()> {
         let (b, h, n, keys) = weights.dims4()?;
-        if q_start == 0 {
-            self.cells += (b * h) as f64;
-        }
         if q_start >= self.size {
             return Ok(());
         }
         let rows = n.min(self.size - q_start);
+        let held = match window {
+            KeyWindow::Around { len, .. } => len.min(self.size),
+            _ => self.size,
+        };
+        for cells in &mut self.cells[q_start..q_start + rows] {
+            for c in &mut cells[..held] {
+                *c += (b * h) as f64;
+            }
+        }
         let cols = keys.min(self.size);
         // summed over heads on the device, over sequences in f64: the same sums whichever
         // sequences share a batch (merged parts of a run give the run's heatmap)
@@ -77,7 +88,8 @@ impl Heatmap {
             values: self
                 .sum
                 .iter()
-                .map(|row| row.iter().map(|v| v / self.cells).collect())
+                .zip(&self.cells)
+                .map(|(row, cells)| row.iter().zip(cells).map(|(v, c)| v / c).collect())
                 .collect(),
         }
     }
@@ -209,7 +221,7 @@ impl Accumulator for Heatmap {
     fn add(&mut self, event: &Event) -> Result<()> {
         match event {
             Event::Block(b) if b.layer == self.layer => match b.weights {
-                Some(weights) => Heatmap::add(self, b.q_start, weights.pattern),
+                Some(weights) => Heatmap::add(self, b.q_start, b.window, weights.pattern),
                 None => Ok(()),
             },
             _ => Ok(()),
@@ -285,5 +297,32 @@ impl MetricResult for QueryProfileResult {
                 ("sink_mass", floats((0..keys).map(|_| self.sink_mass))),
             ],
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn each_cell_is_a_mean_over_the_sequences_that_hold_it() {
+        // a corner of 2: a causal sequence of 2 tokens (rows (1), (0.25, 0.75)) and one of
+        // 1 token (row (1)): row 0 over both, row 1 over the first alone; above the
+        // diagonal 0
+        let mut map = Heatmap::new(0, 2);
+        let causal = KeyWindow::CAUSAL;
+        let long = Tensor::new(&[[[[1f32, 0.0], [0.25, 0.75]]]], &Device::Cpu).unwrap();
+        map.add(0, causal, &long).unwrap();
+        let short = Tensor::new(&[[[[1f32]]]], &Device::Cpu).unwrap();
+        map.add(0, causal, &short).unwrap();
+        assert_eq!(map.finish().values, [[1.0, 0.0], [0.25, 0.75]]);
+        // bidirectional: a 1-token sequence holds no key 1, so cell (0, 1) is the 2-token
+        // sequence's alone
+        let mut both = Heatmap::new(0, 2);
+        let long = Tensor::new(&[[[[0.5f32, 0.5], [0.25, 0.75]]]], &Device::Cpu).unwrap();
+        both.add(0, KeyWindow::bidirectional(2), &long).unwrap();
+        both.add(0, KeyWindow::bidirectional(1), &short).unwrap();
+        assert_eq!(both.finish().values, [[0.75, 0.5], [0.25, 0.75]]);
     }
 }

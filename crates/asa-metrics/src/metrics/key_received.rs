@@ -15,19 +15,23 @@ use super::Metric;
 use asa_core::error::Result;
 use asa_engine::hooks::KeyWindow;
 use asa_tables::export::{schema, Column, Table};
+use std::ops::Range;
 
-/// Per (layer, head, key): the received weight summed over sequences, and the sequences seen.
+/// Per (layer, head, key): the received weight summed over sequences; per (layer, key): the
+/// sequences that hold the key and the counted queries that see it, summed over them. Both
+/// counts come from the blocks themselves, so sequences of different lengths (a capture's
+/// padded batch) pool: each key's means are over the sequences that hold it.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct KeyReceived {
     heads: usize,
     min_query: usize,
     seq_len: usize,
-    /// `[layer]` the keys each query sees.
-    windows: Vec<KeyWindow>,
     /// `[layer][head][key]`.
     sum: Vec<Vec<Vec<f64>>>,
-    /// `[layer]` sequences added.
-    seqs: Vec<u64>,
+    /// `[layer][key]` sequences holding the key.
+    seqs: Vec<Vec<u64>>,
+    /// `[layer][key]` queries >= min_query that see the key, over those sequences.
+    queries: Vec<Vec<u64>>,
 }
 
 /// key_received results, mean over sequences: `[layer][head][key]` and, averaged over
@@ -41,23 +45,29 @@ pub struct KeyReceivedResult {
 }
 
 impl KeyReceived {
-    /// For the layers of `windows` (the keys their queries see) x `heads` and sequences of
-    /// `seq_len` tokens, queries >= `min_query`.
-    pub fn new(windows: &[KeyWindow], heads: usize, seq_len: usize, min_query: usize) -> Self {
-        let layers = windows.len();
+    /// For `layers` x `heads` and sequences of at most `seq_len` tokens, queries >=
+    /// `min_query`.
+    pub fn new(layers: usize, heads: usize, seq_len: usize, min_query: usize) -> Self {
         KeyReceived {
             heads,
             min_query,
             seq_len,
-            windows: windows.to_vec(),
             sum: vec![vec![vec![0.0; seq_len]; heads]; layers],
-            seqs: vec![0; layers],
+            seqs: vec![vec![0; seq_len]; layers],
+            queries: vec![vec![0; seq_len]; layers],
         }
     }
 
-    /// Adds a block's weights `[batch, head, n, keys]` of queries `q_start ..`: the column
-    /// sums over its counted queries, reduced on the device.
-    pub fn add(&mut self, layer: usize, q_start: usize, weights: &Tensor) -> Result<()> {
+    /// Adds a block's weights `[batch, head, n, keys]` of queries `q_start ..` whose keys
+    /// are those of `window`: the column sums over its counted queries, reduced on the
+    /// device.
+    pub fn add(
+        &mut self,
+        layer: usize,
+        window: KeyWindow,
+        q_start: usize,
+        weights: &Tensor,
+    ) -> Result<()> {
         let (b, h, n, keys) = weights.dims4()?;
         let skip = self.min_query.saturating_sub(q_start).min(n);
         let sums = match skip == n {
@@ -68,16 +78,20 @@ impl KeyReceived {
                 .to_dtype(DType::F32)?
                 .sum(2)?,
         };
-        self.add_sums(layer, q_start, &sums)
+        self.add_sums(layer, window, q_start..q_start + n, &sums)
     }
 
     /// Adds a block's key sums `[batch, head, keys]` over its counted queries (the queries
-    /// of block `q_start ..` from `min_query` on).
-    pub fn add_sums(&mut self, layer: usize, q_start: usize, sums: &Tensor) -> Result<()> {
+    /// of `block` from `min_query` on), the keys those of `window`.
+    pub fn add_sums(
+        &mut self,
+        layer: usize,
+        window: KeyWindow,
+        block: Range<usize>,
+        sums: &Tensor,
+    ) -> Result<()> {
         let (b, h, keys) = sums.dims3()?;
-        if q_start == 0 {
-            self.seqs[layer] += b as u64;
-        }
+        self.count(layer, window, block, b, keys);
         let columns = sums.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
         for (cell, column) in columns.chunks(keys.max(1)).enumerate() {
             let sums = &mut self.sum[layer][cell % h];
@@ -88,28 +102,55 @@ impl KeyReceived {
         Ok(())
     }
 
-    /// Queries of layer `l` that count for key `j`: i in max(j, min_query) .. seq_len that
-    /// see it.
-    fn queries(&self, l: usize, j: usize) -> usize {
-        self.windows[l].queries_seeing(j, self.min_query..self.seq_len)
+    /// Counts a block of `b` sequences whose key sums span `keys`: the keys it is the first
+    /// to reach are held by its sequences, and each key is seen by the block's counted
+    /// queries that see it.
+    fn count(
+        &mut self,
+        layer: usize,
+        window: KeyWindow,
+        block: Range<usize>,
+        b: usize,
+        keys: usize,
+    ) {
+        let held_before = match block.start {
+            0 => 0,
+            start => window.block_keys(0, start),
+        };
+        let held = held_before..window.block_keys(block.start, block.len());
+        let counted = block.start.max(self.min_query).min(block.end)..block.end;
+        let seqs = &mut self.seqs[layer];
+        let queries = &mut self.queries[layer];
+        for j in 0..keys.min(self.seq_len) {
+            if held.contains(&j) {
+                seqs[j] += b as u64;
+            }
+            queries[j] += (b * window.queries_seeing(j, counted.clone())) as u64;
+        }
     }
 
-    /// Means over sequences (and heads for the per-layer rows).
+    /// Means over the sequences that hold each key (and heads for the per-layer rows).
     pub fn finish(&self) -> KeyReceivedResult {
-        let per_seq = |l: usize, v: f64| v / self.seqs[l] as f64;
         let sum: Vec<Vec<Vec<f64>>> = (0..self.sum.len())
             .map(|l| {
                 let heads = &self.sum[l];
                 heads
                     .iter()
-                    .map(|k| k.iter().map(|&v| per_seq(l, v)).collect())
+                    .map(|k| {
+                        k.iter()
+                            .zip(&self.seqs[l])
+                            .map(|(&v, &n)| v / n as f64)
+                            .collect()
+                    })
                     .collect()
             })
             .collect();
+        // the counted queries per sequence holding the key (an integer when every sequence
+        // has the same length)
         let over_queries = |l: usize, keys: &[f64]| -> Vec<f64> {
             keys.iter()
                 .enumerate()
-                .map(|(j, v)| v / self.queries(l, j) as f64)
+                .map(|(j, v)| v / (self.queries[l][j] as f64 / self.seqs[l][j] as f64))
                 .collect()
         };
         let mean = sum
@@ -143,6 +184,7 @@ impl Merge for KeyReceived {
     fn merge(&mut self, other: &KeyReceived) {
         self.sum.merge(&other.sum);
         self.seqs.merge(&other.seqs);
+        self.queries.merge(&other.queries);
     }
 }
 
@@ -156,7 +198,7 @@ impl Metric {
 pub fn build(s: &Setup) -> Box<dyn Accumulator> {
     let seq_len = s.windows.first().map_or(0, Vec::len);
     Box::new(KeyReceived::new(
-        s.key_windows,
+        s.layers,
         s.heads,
         seq_len,
         s.opts.min_query,
@@ -173,9 +215,11 @@ impl Accumulator for KeyReceived {
     fn add(&mut self, event: &Event) -> Result<()> {
         if let Event::Block(b) = event {
             match (b.key_sums, b.weights) {
-                (Some(sums), _) => self.add_sums(b.layer, b.q_start, sums)?,
+                (Some(sums), _) => {
+                    self.add_sums(b.layer, b.window, b.q_start..b.q_start + b.q_len, sums)?
+                }
                 (None, Some(weights)) => {
-                    KeyReceived::add(self, b.layer, b.q_start, weights.pattern)?
+                    KeyReceived::add(self, b.layer, b.window, b.q_start, weights.pattern)?
                 }
                 (None, None) => {}
             }
@@ -261,15 +305,23 @@ mod tests {
         assert_eq!(key_bins(100)[30..], [(30, 100)]);
     }
 
+    /// One sequence, one head, T = 3, min_query 1, in blocks of 2 and 1 queries: rows
+    /// i = 0: (1, 0, 0); i = 1: (0.25, 0.75, 0); i = 2: (0.5, 0.125, 0.375); and the blocks.
+    fn three_tokens() -> (KeyReceived, Tensor, Tensor) {
+        let mut acc = KeyReceived::new(1, 1, 3, 1);
+        let a = Tensor::new(&[[[[1f32, 0.0], [0.25, 0.75]]]], &Device::Cpu).unwrap();
+        acc.add(0, KeyWindow::CAUSAL, 0, &a).unwrap();
+        let b = Tensor::new(&[[[[0.5f32, 0.125, 0.375]]]], &Device::Cpu).unwrap();
+        acc.add(0, KeyWindow::CAUSAL, 2, &b).unwrap();
+        (acc, a, b)
+    }
+
     #[test]
     fn column_sums_over_counted_queries() {
         // one sequence, one head, T = 3, min_query 1, in blocks of 2 and 1 queries:
         // rows i = 0: (1, 0, 0) left out; i = 1: (0.25, 0.75, 0); i = 2: (0.5, 0.125, 0.375)
-        let mut acc = KeyReceived::new(&[KeyWindow::CAUSAL], 1, 3, 1);
-        let a = Tensor::new(&[[[[1f32, 0.0], [0.25, 0.75]]]], &Device::Cpu).unwrap();
-        acc.add(0, 0, &a).unwrap();
-        let b = Tensor::new(&[[[[0.5f32, 0.125, 0.375]]]], &Device::Cpu).unwrap();
-        acc.add(0, 2, &b).unwrap();
+        let c = KeyWindow::CAUSAL;
+        let (acc, a, b) = three_tokens();
         let r = acc.finish();
         // key 0: 0.25 + 0.5 over 2 queries; key 1: 0.75 + 0.125 over 2; key 2: 0.375 over 1
         assert_eq!(r.sum, [[[0.75, 0.875, 0.375]]]);
@@ -280,11 +332,36 @@ mod tests {
         Merge::merge(&mut twice, &acc);
         assert_eq!(twice.finish(), r);
         // blocks of one query: the first holds no counted query, yet its sequence counts
-        let mut ones = KeyReceived::new(&[KeyWindow::CAUSAL], 1, 3, 1);
+        let mut ones = KeyReceived::new(1, 1, 3, 1);
         let rows = a.narrow(2, 0, 1).unwrap();
-        ones.add(0, 0, &rows).unwrap();
-        ones.add(0, 1, &a.narrow(2, 1, 1).unwrap()).unwrap();
-        ones.add(0, 2, &b).unwrap();
+        ones.add(0, c, 0, &rows).unwrap();
+        ones.add(0, c, 1, &a.narrow(2, 1, 1).unwrap()).unwrap();
+        ones.add(0, c, 2, &b).unwrap();
         assert_eq!(ones.finish(), r);
+    }
+
+    #[test]
+    fn sequences_of_different_lengths_pool_per_key() {
+        // the sequence above (T = 3) and one of 2 tokens, rows i = 0: (1, 0); i = 1:
+        // (0.5, 0.5): key 0 is held by both (queries 1 + 2), key 2 by the first alone
+        let c = KeyWindow::CAUSAL;
+        let (mut acc, _, _) = three_tokens();
+        let short = Tensor::new(&[[[[1f32, 0.0], [0.5, 0.5]]]], &Device::Cpu).unwrap();
+        acc.add(0, c, 0, &short).unwrap();
+        let r = acc.finish();
+        // key 0: (0.75 + 0.5) / 2 sequences, over (2 + 1) / 2 queries a sequence
+        assert_eq!(r.sum, [[[0.625, 0.6875, 0.375]]]);
+        assert_eq!(r.mean, [[[1.25 / 3.0, 1.375 / 3.0, 0.375]]]);
+        // a bidirectional window: every key is held from the first block on, and seen by
+        // every counted query (2 of a 3-token sequence)
+        let mut both = KeyReceived::new(1, 1, 3, 1);
+        let w = KeyWindow::bidirectional(3);
+        let rows = Tensor::new(&[[[[0.25f32, 0.25, 0.5]]]], &Device::Cpu).unwrap();
+        for q in 0..3 {
+            both.add(0, w, q, &rows).unwrap();
+        }
+        let r = both.finish();
+        assert_eq!(r.sum, [[[0.5, 0.5, 1.0]]]);
+        assert_eq!(r.mean, [[[0.25, 0.25, 0.5]]]);
     }
 }
