@@ -67,8 +67,20 @@ ENCODER = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidde
 VISION = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
               image_size=32, patch_size=8, num_channels=3)
 
+# a VLM: a CLIP vision tower whose 17 features (16 patches and the class token) take the
+# places of the image tokens (id 95) in a Llama language model's input
+IMAGE_TOKEN, IMAGE_TOKENS = 95, 17
+VLM = dict(
+    vision_config=dict(model_type="clip_vision_model", **VISION, projection_dim=16),
+    text_config=dict(model_type="llama", **{k: v for k, v in COMMON.items() if not k.endswith("token_id")}),
+    image_token_index=IMAGE_TOKEN,
+    vision_feature_select_strategy="full",
+    vision_feature_layer=-1,
+)
+
 # name -> (model_type, extra config keys, kind: "lm" a causal LM on token ids, "encoder" a
-# bidirectional model on token ids, "vision" a vision tower on pixel values)
+# bidirectional model on token ids, "vision" a vision tower on pixel values, "vlm" a vision
+# tower and a causal LM on both)
 ARCHITECTURES = {
     "starcoder2": ("starcoder2", dict(sliding_window=6, use_bias=True)),
     "helium": ("helium", dict(head_dim=8)),
@@ -114,6 +126,7 @@ ARCHITECTURES = {
     "dinov2_with_registers": ("dinov2_with_registers", dict(**VISION, num_register_tokens=4, kind="vision")),
     "siglip_vision": ("siglip_vision_model", dict(**VISION, kind="vision")),
     "clip_vision": ("clip_vision_model", dict(**VISION, projection_dim=16, kind="vision")),
+    "llava": ("llava", dict(**VLM, kind="vlm")),
 }
 
 
@@ -132,13 +145,21 @@ def pixels():
 
 
 def inputs(kind):
+    if kind == "vlm":
+        # BOS, the image's tokens, then text (no id of the image token)
+        x = ids()
+        x[:, 1 : 1 + IMAGE_TOKENS] = IMAGE_TOKEN
+        x[:, 1 + IMAGE_TOKENS :] = x[:, 1 + IMAGE_TOKENS :] % (IMAGE_TOKEN - 3) + 3
+        return {"input_ids": x, "pixel_values": pixels()}
     return {"pixel_values": pixels()} if kind == "vision" else {"input_ids": ids()}
 
 
 def auto_class(kind):
     from transformers import AutoModel
 
-    return AutoModelForCausalLM if kind == "lm" else AutoModel
+    from transformers import AutoModelForImageTextToText
+
+    return {"lm": AutoModelForCausalLM, "vlm": AutoModelForImageTextToText}.get(kind, AutoModel)
 
 
 class Recorder:
@@ -170,6 +191,7 @@ class Recorder:
         self.calls.append(
             dict(
                 name=type(module).__name__,
+                module=module,
                 layer_idx=getattr(module, "layer_idx", None),
                 q=query.detach().numpy(),
                 k=key.detach().numpy(),
@@ -259,7 +281,7 @@ def build(name, model_type, extra):
 def output(out, kind):
     """What a model's forward gives that the capture must not change: logits, or the last
     hidden states of an encoder or a vision tower."""
-    return out.logits if kind == "lm" else out.last_hidden_state
+    return out.logits if kind in ("lm", "vlm") else out.last_hidden_state
 
 
 def reference(folder, kind):
@@ -268,7 +290,7 @@ def reference(folder, kind):
     AttentionMaskInterface.register("ref64", eager_mask)
     cls = auto_class(kind)
     x = inputs(kind)
-    extra = dict(use_cache=False) if kind == "lm" else {}
+    extra = dict(use_cache=False) if kind in ("lm", "vlm") else {}
     sdpa = cls.from_pretrained(folder, attn_implementation="sdpa").eval()
     with torch.no_grad():
         logits32 = output(sdpa(**x, **extra), kind)
@@ -281,16 +303,25 @@ def reference(folder, kind):
     x64 = {k: (v.double() if v.is_floating_point() else v) for k, v in x.items()}
     with torch.no_grad():
         out = model(**x64, **extra, output_attentions=True)
-    assert len(out.attentions) == len(recorder.calls), (len(out.attentions), len(recorder.calls))
-    for att, call in zip(out.attentions, recorder.calls):
+    # a VLM's output holds its language model's attentions (its vision tower's calls come first)
+    returned = recorder.calls[len(recorder.calls) - len(out.attentions) :] if kind == "vlm" else recorder.calls
+    assert len(out.attentions) == len(returned), (len(out.attentions), len(recorder.calls))
+    for att, call in zip(out.attentions, returned):
         assert np.array_equal(att.numpy(), call["weights"])
     final = output(out, kind)
     assert np.isfinite(final.numpy()).all()
     layers = [metrics(c) for c in recorder.calls]
     # each attention layer's decoder number (1-based): its module's layer_idx where it has
     # one (a hybrid's attention layers are not 1, 2, ...), else its place
-    for k, (layer, call) in enumerate(zip(layers, recorder.calls)):
-        layer["layer"] = (call["layer_idx"] if call["layer_idx"] is not None else k) + 1
+    # a VLM's stacks: the component after `model.` of its modules' names (`vision_tower`,
+    # `language_model`), each numbered from its own first layer
+    names = {id(m): n for n, m in model.named_modules()}
+    stacks = [names[id(c["module"])].split(".")[1] if kind == "vlm" else None for c in recorder.calls]
+    for k, (layer, call, stack) in enumerate(zip(layers, recorder.calls, stacks)):
+        place = sum(1 for s in stacks[:k] if s == stack)
+        layer["layer"] = (call["layer_idx"] if call["layer_idx"] is not None else place) + 1
+        if stack is not None:
+            layer["stack"] = stack
     return dict(
         model_class=type(model).__name__,
         kind=kind,

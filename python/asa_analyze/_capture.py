@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 from . import _native
 from ._backend import _ACTIVE, BACKEND, _fallback, _fallback_rows, _Mask, register
 from ._errors import _python_errors
-from ._modules import _attention_modules, _chosen_stack, _key_range, _Module
+from ._modules import _attention_modules, _chosen_stacks, _key_range, _Module
 from ._native import UsageError
 from ._result import Result
 from ._torch_blocks import _host, attention_blocks
@@ -44,14 +44,23 @@ _REFUSED = {
 _TENSORS_READ_ELSEWHERE = {"position_ids", "cache_position", "position_embeddings", "token_type_ids"}
 
 
+class _Stack:
+    """One stack of attention modules being captured: its name (empty for a model of one
+    stack), its native capture and its modules in layer order."""
+
+    def __init__(self, name: str, native: Any, modules: List[_Module]) -> None:
+        self.name = name
+        self.native = native
+        self.modules = modules
+
+
 class Capture:
     """An open capture (see `capture`): `result()` gives what its forward passes' attention
     calls pooled."""
 
-    def __init__(self, model: Any, native: Any, modules: List[_Module], label: str, path: str) -> None:
+    def __init__(self, model: Any, stacks: List[_Stack], label: str, path: str) -> None:
         self.model = model
-        self._native = native
-        self.modules = modules
+        self.stacks = stacks
         self.label = label
         self.path = path
         self._device: Optional[str] = None
@@ -63,11 +72,12 @@ class Capture:
 
     def __enter__(self) -> "Capture":
         by_name = dict(self.model.named_modules())
-        busy = [m.name for m in self.modules if id(by_name[m.name]) in _ACTIVE]
+        busy = [m.name for st in self.stacks for m in st.modules if id(by_name[m.name]) in _ACTIVE]
         if busy:
             raise UsageError(f"{busy[0]} is already being captured (one capture of a module at a time)")
-        for index, m in enumerate(self.modules):
-            _ACTIVE[id(by_name[m.name])] = (self, index)
+        for s, st in enumerate(self.stacks):
+            for index, m in enumerate(st.modules):
+                _ACTIVE[id(by_name[m.name])] = (self, (s, index))
         self._previous = self.model.config._attn_implementation
         self.model.set_attn_implementation(BACKEND)
         return self
@@ -96,15 +106,42 @@ class Capture:
             raise UsageError(f"the capture stopped: {self.failed}")
         model_class = type(self.model).__name__
         device = self._device or "cpu"
-        return Result(self._native.result(label or self.label, model_class, transformers.__version__, device))
+        label = label or self.label
+        if len(self.stacks) == 1:
+            return Result(self.stacks[0].native.result(label, model_class, transformers.__version__, device))
+        natives = [st.native for st in self.stacks]
+        return Result(_native.NativeCapture.stacked_result(natives, label, model_class, transformers.__version__, device))
+
+    def _place(self, rank: int, world: int) -> None:
+        """Places this process's sequences among those of `world` data-parallel ranks."""
+        for st in self.stacks:
+            st.native.place(rank, world)
+
+    def _state(self) -> List[Optional[bytes]]:
+        """Each stack's pooled state (None for a stack not called), for `_merge_state`."""
+        states = []
+        for st in self.stacks:
+            try:
+                states.append(st.native.state())
+            except UsageError:  # nothing captured in this stack
+                states.append(None)
+        return states
+
+    def _merge_state(self, states: List[Optional[bytes]]) -> None:
+        """Folds in another rank's `_state()`."""
+        for st, state in zip(self.stacks, states):
+            if state is not None:
+                st.native.merge_state(state)
 
     def _refuse(self, module: _Module, problem: str) -> None:
         raise UsageError(f"{module.name}: {problem}")
 
-    def _attend(self, index, module, query, key, value, attention_mask, dropout, scaling, is_causal, kwargs):
+    def _attend(self, at, module, query, key, value, attention_mask, dropout, scaling, is_causal, kwargs):
         import torch
 
-        m = self.modules[index]
+        stack, index = at
+        native = self.stacks[stack].native
+        m = self.stacks[stack].modules[index]
         self._check_call(m, module, query, key, attention_mask, dropout, is_causal, kwargs)
         softcap = kwargs.get("softcap")
         if (softcap or None) != m.softcap:
@@ -122,14 +159,14 @@ class Capture:
         spans = self._spans(m, attention_mask)
         if self._torch_path(m, query):
             out = attention_blocks(
-                self._native, index, m.keys, m.size, query.detach(), key.detach(), value.detach(), float(scaling), softcap, sinks, spans
+                native, index, m.keys, m.size, query.detach(), key.detach(), value.detach(), float(scaling), softcap, sinks, spans
             )
         else:
             work = torch.float32 if dtype == torch.float16 else dtype
             q, k, v = (t.detach().to(work).contiguous() for t in (query, key, value))
             out = torch.empty((*q.shape[:3], v.shape[3]), dtype=work)
             s = None if sinks is None else sinks.detach().to(torch.float32).contiguous()
-            self._native.attend(
+            native.attend(
                 index, _host(q), _host(k), _host(v), float(scaling), _host(out), None if s is None else _host(s), spans
             )
         if grad:
@@ -265,10 +302,11 @@ def capture(
         each sequence's positions count from its first token) or a shorter pass's; each
         position's statistics are over the sequences that hold it.
     label: the tables' `model` column.
-    stack: the stack of attention modules to capture in a model that has several (a VLM's
-        `vision_tower` and `language_model`, an encoder and a decoder): its name (the first
-        component of its modules' prefix that the other stacks do not share) or prefix; the
-        other stacks run as SDPA runs them. A model of one stack needs none.
+    stack: in a model of several stacks of attention modules (a VLM's `vision_tower` and
+        `language_model`), the one to capture, by name (the first component of its modules'
+        prefix that the other stacks do not share) or prefix; the others run as SDPA runs
+        them. Without it every stack is captured, each apart (its own positions and heads),
+        and the tables keep them apart by a `stack` column after `model`.
     path: "auto" (CPU tensors through the Rust tiles, read in place; tensors on any other
         device through torch on that device, a query block at a time, each block's tensors
         reduced by the same Rust accumulators), "tiles" or "torch" to force one.
@@ -282,14 +320,21 @@ def capture(
     register()
     if not _attention_modules(model):
         raise UsageError(f"{type(model).__name__} has no module whose forward calls transformers' attention interface")
-    stack_name, modules = _chosen_stack(model, stack)
-    native = _native.NativeCapture(
-        modules,
-        stack=stack_name or None,
-        metrics=None if metrics is None else list(metrics),
-        min_query=min_query,
-        map_size=map_size,
-        layer=layer,
-        seq_len=seq_len,
-    )
-    return Capture(model, native, modules, label, path)
+    chosen = _chosen_stacks(model, stack)
+    if layer is not None and not any(m.number + 1 == layer for _, modules in chosen for m in modules):
+        held = sorted({m.number + 1 for _, modules in chosen for m in modules})
+        raise UsageError(f"layer {layer} has no captured attention module (layers: {', '.join(map(str, held))})")
+    stacks = []
+    for name, modules in chosen:
+        native = _native.NativeCapture(
+            modules,
+            stack=name or None,
+            metrics=None if metrics is None else list(metrics),
+            min_query=min_query,
+            map_size=map_size,
+            # the heatmap's layer, in the stacks that have it (else each stack's default)
+            layer=layer if any(m.number + 1 == layer for m in modules) else None,
+            seq_len=seq_len,
+        )
+        stacks.append(_Stack(name, native, modules))
+    return Capture(model, stacks, label, path)

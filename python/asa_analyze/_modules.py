@@ -102,24 +102,18 @@ def _stack_names(prefixes: Iterable[str]) -> Dict[str, str]:
     return names
 
 
-def _chosen_stack(model: Any, stack: Optional[str]) -> Tuple[str, List[_Module]]:
-    """The stack to capture and its modules: the only one, or the one `stack` names (its
-    name or its prefix); refused when the model has several and none is named."""
+def _chosen_stacks(model: Any, stack: Optional[str]) -> List[Tuple[str, List[_Module]]]:
+    """The stacks to capture, each with its name (empty for a model of one stack) and
+    modules: every stack, or the one `stack` names (its name or its prefix)."""
     found = _attention_modules(model)
     names = _stack_names(prefix for prefix, _ in found)
     if stack is None:
-        if len(names) > 1:
-            listed = ", ".join(f"{n} ({p})" for p, n in names.items())
-            raise UsageError(
-                f"{type(model).__name__} has {len(names)} stacks of attention modules: {listed}; "
-                "capture one at a time with stack=NAME"
-            )
-        return "", [m for _, m in found]
+        return [(n, [m for p, m in found if p == prefix]) for prefix, n in names.items()]
     chosen = [p for p, n in names.items() if stack in (n, p)]
     if not chosen:
         listed = ", ".join(n or p for p, n in names.items())
         raise UsageError(f"{type(model).__name__} has no stack {stack!r} (its stacks: {listed})", )
-    return names[chosen[0]] or chosen[0], [m for p, m in found if p == chosen[0]]
+    return [(names[chosen[0]] or chosen[0], [m for p, m in found if p == chosen[0]])]
 
 
 def _key_range(keys: str, size: int, i: Any, t: int) -> Tuple[Any, Any]:

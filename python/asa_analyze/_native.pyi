@@ -41,6 +41,7 @@ class NativeCapture:
         min_query: int = 1,
         map_size: int = 256,
         layer: Optional[int] = None,
+        seq_len: Optional[int] = None,
     ) -> None: ...
     def attend(
         self,
@@ -51,11 +52,15 @@ class NativeCapture:
         scale: float,
         out: Tuple[int, List[int], str],
         sinks: Optional[Tuple[int, List[int], str]] = None,
+        spans: Optional[List[Tuple[int, int]]] = None,
     ) -> None: ...
-    def begin_blocks(self, layer: int, dims: List[int], kv: int, dtype: str) -> Dict[str, Any]: ...
+    def begin_blocks(
+        self, layer: int, dims: List[int], kv: int, dtype: str, spans: Optional[List[Tuple[int, int]]] = None
+    ) -> Dict[str, Any]: ...
     def block(
         self,
         layer: int,
+        group: int,
         q_start: int,
         n: int,
         table: Tuple[int, List[int], str],
@@ -68,6 +73,10 @@ class NativeCapture:
     def state(self) -> bytes: ...
     def merge_state(self, state: bytes) -> None: ...
     def result(self, label: str, model_class: str, transformers_version: str, device: str) -> NativeResult: ...
+    @staticmethod
+    def stacked_result(
+        captures: List["NativeCapture"], label: str, model_class: str, transformers_version: str, device: str
+    ) -> NativeResult: ...
 
 def analyze(
     models: List[Tuple[str, str]],

@@ -166,7 +166,7 @@ class Monitor:
             cap = capture(inner, metrics=self.metrics, label=self.label)
             cap.tolerant = True
             if ranks is not None:
-                cap._native.place(rank, world)
+                cap._place(rank, world)
         except Exception as e:  # a model the capture cannot read: off, the step goes on
             cap = None
             problem = f"cannot capture a {type(model).__name__}: {e}"
@@ -188,13 +188,13 @@ class Monitor:
         if distributed:
             import torch.distributed as dist
 
-            state = cap._native.state()
+            state = cap._state()
             states = [None] * dist.get_world_size() if rank == 0 else None
             dist.gather_object(state, states, dst=0)
             if rank != 0:
                 return
             for other in states[1:]:
-                cap._native.merge_state(other)
+                cap._merge_state(other)
         try:
             att = cap.result().attention
         except Exception as e:
@@ -207,8 +207,10 @@ class Monitor:
         step), and the log."""
         import polars as pl
 
+        # a captured model's stacks are models of their own in the series (`model/stack`)
+        model = pl.col("model") + "/" + pl.col("stack") if "stack" in att.columns else pl.col("model")
         frame = att.select(
-            pl.col("model"),
+            model.alias("model"),
             pl.lit(step, dtype=pl.Int64).alias("step"),
             pl.col("metric"),
             pl.col("layer"),
@@ -489,7 +491,7 @@ def _is_ids(probe: Any) -> bool:
 def _log_values(att: Any, per_head: bool = False) -> Dict[str, float]:
     """`{"attn/<metric>/layer_03": value}` of the per-layer means (and the whole-model means
     as `attn/<metric>`) of an attention frame; with `per_head`, each head's mean too as
-    `attn/<metric>/layer_03/head_05`."""
+    `attn/<metric>/layer_03/head_05`; a captured model's stacks as `attn/<stack>/<metric>/...`."""
     import polars as pl
 
     means = att.filter(pl.col("stat") == "mean")
@@ -498,6 +500,8 @@ def _log_values(att: Any, per_head: bool = False) -> Dict[str, float]:
     values: Dict[str, float] = {}
     for row in means.iter_rows(named=True):
         key = f"attn/{row['metric']}"
+        if row.get("stack"):  # a captured model's stacks apart: attn/<stack>/<metric>/...
+            key = f"attn/{row['stack']}/{row['metric']}"
         if row["layer"] is not None:
             key += f"/layer_{row['layer']:02d}"
             if row["head"] is not None:

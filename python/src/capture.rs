@@ -12,7 +12,7 @@ use asa_analyze::analysis::capture::{
     AttentionCall, Capture, CaptureLayer, ExternalBlock, Placement,
 };
 use asa_analyze::analysis::capture_spans::Span;
-use asa_analyze::analysis::{RunOptions, RunSpec};
+use asa_analyze::analysis::{RunOptions, RunOutput, RunSpec};
 use asa_analyze::hooks::KeyWindow;
 use asa_analyze::metrics::Metric;
 
@@ -329,6 +329,34 @@ impl NativeCapture {
         no_panic(|| self.with(|c| c.merge_state(state)))
     }
 
+    /// The result of a model's stacks, each captured by one of `captures` (in that order):
+    /// one model per stack that was called, its tables with a `stack` column.
+    #[staticmethod]
+    fn stacked_result(
+        captures: Vec<PyRef<'_, NativeCapture>>,
+        label: &str,
+        model_class: &str,
+        transformers_version: &str,
+        device: &str,
+    ) -> PyResult<NativeResult> {
+        no_panic(|| {
+            let guards = captures
+                .iter()
+                .map(|c| {
+                    c.capture.lock().map_err(|_| {
+                        AsaError::new_err("internal error: a capture call panicked earlier")
+                    })
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            let each: Vec<&Capture> = guards.iter().map(|g| &**g).collect();
+            let output =
+                Capture::stacked_output(&each, label, model_class, transformers_version, device)
+                    .map_err(to_py)?;
+            let spec = captures.first().map(|c| c.spec.clone()).unwrap_or_default();
+            Ok(captured_result(output, spec))
+        })
+    }
+
     /// The captured model's result, labelled `label`.
     fn result(
         &self,
@@ -340,14 +368,19 @@ impl NativeCapture {
         no_panic(|| {
             let output =
                 self.with(|c| c.output(label, model_class, transformers_version, device))?;
-            let options = RunOptions {
-                spec: self.spec.clone(),
-                ..RunOptions::default()
-            };
-            let record = output.record("python capture", &options);
-            Ok(NativeResult { output, record })
+            Ok(captured_result(output, self.spec.clone()))
         })
     }
+}
+
+/// A capture's output with its run.json record (the capture's settings `spec`).
+fn captured_result(output: RunOutput, spec: RunSpec) -> NativeResult {
+    let options = RunOptions {
+        spec,
+        ..RunOptions::default()
+    };
+    let record = output.record("python capture", &options);
+    NativeResult { output, record }
 }
 
 /// Writes `values` (f32 or bf16, as `out`'s dtype) into the memory of `out`.

@@ -33,7 +33,10 @@ FAMILY_METRICS = [
     "first_token", "weight_sum", "entropy", "qk_mean", "head_total", "heatmap", "query_profile",
     "sink_mass", "sink_rate", "max_logit", "key_received", "distance_profile", "head_role", "block_map",
 ]
-ARCHITECTURES = sorted(p.name for p in CAPTURE.iterdir() if (p / "reference.json").exists())
+# one model of one stack each (the VLM's two stacks have a test of their own)
+ARCHITECTURES = sorted(
+    p.name for p in CAPTURE.iterdir() if (p / "reference.json").exists() and json.loads((p / "reference.json").read_text())["kind"] != "vlm"
+)
 
 
 def close(got, want, what, atol=1e-6, rtol=1e-5):
@@ -141,6 +144,51 @@ def check_layers(res, layers, name):
             assert len(got) == len(want_stat), (name, stat, len(got))
             keep = ~np.isnan(np.asarray(want_stat, dtype=np.float64))
             close(got[keep], np.asarray(want_stat)[keep], f"{name} L{l} key_received {stat}")
+
+
+@pytest.mark.parametrize("path", ["tiles", "torch"])
+def test_both_stacks_of_a_vlm_are_captured_apart_in_one_forward(path, tmp_path):
+    # LLaVA (a CLIP vision tower whose features take the image tokens' places in a Llama
+    # language model): one forward with an image captures every stack, each against its
+    # float64 reference; the tables keep them apart by a `stack` column after `model`, and a
+    # reader of the written folder (the report) sees each stack as a model of its own
+    from transformers import AutoModelForImageTextToText
+
+    folder = CAPTURE / "llava"
+    ref = json.loads((folder / "reference.json").read_text())
+    model = AutoModelForImageTextToText.from_pretrained(folder).eval()
+    inputs = {k: torch.tensor(v) for k, v in ref["inputs"].items()}
+    with torch.no_grad(), asa.capture(model, metrics=FIVE, path=path) as cap:
+        logits = model(**inputs, use_cache=False).logits
+    close(logits.reshape(-1)[:: ref["logits_stride"]].numpy(), ref["logits_sdpa_f32"], "llava logits", atol=1e-4)
+    res = cap.result()
+    records = res.run["models"]
+    assert [m["capture"]["stack"] for m in records] == ["language_model", "vision_tower"]
+    assert [len(m["capture"]["modules"]) for m in records] == [2, 2]
+    for name, frame in res.tables.items():
+        assert frame.columns[:2] == ["model", "stack"], (name, frame.columns)
+    for stack in ("vision_tower", "language_model"):
+        part = type("Part", (), {})()
+        for table in ("attention", "key_received"):
+            setattr(part, table, res.tables[table].filter(pl.col("stack") == stack).drop("stack"))
+        check_layers(part, [l for l in ref["layers"] if l["stack"] == stack], f"llava {stack}")
+    res.write(tmp_path)
+    assert pl.read_csv(tmp_path / "attention.csv").columns[:2] == ["model", "stack"]
+    import base64
+    import gzip
+    import re
+
+    html = asa.report(tmp_path).html
+    data = re.search(r'<script id="report-data" type="application/octet-stream">([^<]*)</script>', html).group(1)
+    data = gzip.decompress(base64.b64decode(data))
+    assert b'"model/vision_tower"' in data and b'"model/language_model"' in data
+    # one stack named: its tables alone, no stack column
+    with torch.no_grad(), asa.capture(model, metrics=FIVE, stack="vision_tower") as one:
+        model(**inputs, use_cache=False)
+    alone = one.result()
+    assert "stack" not in alone.attention.columns
+    want = res.attention.filter(pl.col("stack") == "vision_tower").drop("stack")
+    assert alone.attention["value"].to_list() == want["value"].to_list()
 
 
 PADDED = sorted(p.parent.name for p in CAPTURE.glob("*/padded.json"))
@@ -277,10 +325,13 @@ def test_a_vlms_language_stack_is_captured_apart_and_equals_its_checkpoint():
     folder = MODELS / "gemma3_multimodal"
     model = Gemma3ForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
     ids = family_ids(json.loads((folder / "config.json").read_text())["text_config"]["vocab_size"])
-    with pytest.raises(asa.UsageError, match=r"2 stacks of attention modules: .*language_model \(model.language_model.layers\).*stack=NAME"):
-        asa.capture(model)
     with pytest.raises(asa.UsageError, match="no stack 'audio'"):
         asa.capture(model, stack="audio")
+    # every stack captured, a text-only forward: the tower is never called, so the result is
+    # the language stack's alone (no stack column: one model)
+    with torch.no_grad(), asa.capture(model, metrics=FAMILY_METRICS) as every:
+        model(input_ids=torch.tensor(ids), use_cache=False)
+    assert [m["capture"]["stack"] for m in every.result().run["models"]] == ["language_model"]
     with torch.no_grad(), asa.capture(model, metrics=FAMILY_METRICS, stack="language_model") as cap:
         model(input_ids=torch.tensor(ids), use_cache=False)
     captured = cap.result()
@@ -289,6 +340,7 @@ def test_a_vlms_language_stack_is_captured_apart_and_equals_its_checkpoint():
     assert [m["name"] for m in record["modules"]] == [f"model.language_model.layers.{l}.self_attn" for l in (0, 1)]
     analysed = asa.analyze({"model": folder}, corpus=ids, seq_len=len(ids[0]), num_seqs=len(ids), metrics=FAMILY_METRICS, bos="never", progress=False)
     assert_same_tables(captured, analysed, "gemma3 VLM")
+    assert_same_tables(every.result(), analysed, "gemma3 VLM, every stack")
 
 
 def test_a_vlms_vision_stack_is_its_vision_tower():

@@ -669,6 +669,35 @@ impl Capture {
         })
     }
 
+    /// The output of a model's stacks captured apart (a VLM's vision tower and language
+    /// model, each its own capture): one model per stack that was called, in the order
+    /// given, whose tables keep the stacks apart by a `stack` column (`RunOutput::tables`).
+    /// Refused when no stack was called.
+    pub fn stacked_output(
+        captures: &[&Capture],
+        label: &str,
+        model_class: &str,
+        transformers_version: &str,
+        device: &str,
+    ) -> Result<RunOutput> {
+        let called: Vec<&&Capture> = captures.iter().filter(|c| c.pool.is_some()).collect();
+        let mut outputs = called
+            .iter()
+            .map(|c| c.output(label, model_class, transformers_version, device));
+        let Some(first) = outputs.next() else {
+            return Err(Error::usage(
+                "nothing was captured: no attention call of the model went through the backend inside the block",
+            ));
+        };
+        let mut out = first?;
+        for other in outputs {
+            let other = other?;
+            out.seconds = out.seconds.max(other.seconds);
+            out.models.extend(other.models);
+        }
+        Ok(out)
+    }
+
     fn model_record(
         &self,
         label: &str,

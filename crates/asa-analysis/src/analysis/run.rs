@@ -36,7 +36,7 @@ use asa_metrics::metrics::qk_mean::QkResult;
 use asa_metrics::metrics::{
     attention_tables, qk_series_table, Metric, MetricOptions, MetricProbe, ModelMetrics,
 };
-use asa_tables::export::Table;
+use asa_tables::export::{schema, Table};
 
 /// A checkpoint to analyse and the label its rows carry.
 #[derive(Debug, Clone)]
@@ -114,6 +114,9 @@ impl RunOutput {
     /// The section 6 tables of the run (attention tables; a training series' QK^T series and
     /// its attention_series).
     pub fn tables(&self) -> Vec<Table> {
+        if let Some(stacks) = self.stacks() {
+            return self.stacked_tables(&stacks);
+        }
         let models: Vec<(String, ModelMetrics)> = self
             .models
             .iter()
@@ -128,6 +131,38 @@ impl RunOutput {
         if !self.series.is_empty() {
             tables.push(qk_series_table(&self.series));
             tables.push(attention_series::of_series(&self.series, &models));
+        }
+        tables
+    }
+
+    /// Each model's stack, when the models are the stacks of one captured model (a VLM's
+    /// vision tower and language model: [`super::capture::Capture::stacked_output`]).
+    fn stacks(&self) -> Option<Vec<String>> {
+        if self.models.len() < 2 {
+            return None;
+        }
+        self.models
+            .iter()
+            .map(|m| m.record.capture.as_ref()?.stack.clone())
+            .collect()
+    }
+
+    /// The tables of a captured model's stacks: each stack's, a `stack` column after
+    /// `model` ([`schema::STACK`]), one after the other.
+    fn stacked_tables(&self, stacks: &[String]) -> Vec<Table> {
+        let mut tables: Vec<Table> = Vec::new();
+        for (model, stack) in self.models.iter().zip(stacks) {
+            let one = RunOutput {
+                models: vec![model.clone()],
+                ..self.clone()
+            };
+            for mut table in one.tables() {
+                schema::insert_stack(&mut table, stack);
+                match tables.iter_mut().find(|t| t.name == table.name) {
+                    Some(existing) => existing.append(table),
+                    None => tables.push(table),
+                }
+            }
         }
         tables
     }

@@ -56,10 +56,12 @@ pub fn read_table(path: &Path) -> Result<Table> {
     Ok(Table { name, columns })
 }
 
-/// Reads `path` as the declared table `schema`: a column with no value at all (which reads
-/// back as text) gets its declared kind, then the table is checked against the schema.
+/// Reads `path` as the declared table `schema`: a `stack` column folded into `model`
+/// ([`super::schema::fold_stack`]), a column with no value at all (which reads back as
+/// text) gets its declared kind, then the table is checked against the schema.
 pub fn read_declared(path: &Path, schema: &super::TableSchema) -> Result<Table> {
-    let mut table = read_table(path)?;
+    // a captured model's stacks are models of their own to every reader
+    let mut table = super::schema::fold_stack(read_table(path)?);
     for (name, column) in &mut table.columns {
         if let (Some(spec), Column::Str(values)) = (schema.column(name), &*column) {
             if values.iter().all(Option::is_none) {

@@ -399,7 +399,9 @@ impl TableSchema {
         table
     }
 
-    /// `Ok` when `table` has exactly the declared columns, in order, of the declared kinds.
+    /// `Ok` when `table` has exactly the declared columns, in order, of the declared kinds
+    /// (and a text [`STACK`] column after `model`, in the tables of a captured model's
+    /// stacks).
     pub fn check(&self, table: &Table) -> Result<(), SchemaError> {
         if table.name != self.name {
             return Err(SchemaError::OtherTable {
@@ -407,7 +409,15 @@ impl TableSchema {
                 schema: self.name,
             });
         }
-        let names: Vec<&str> = table.columns.iter().map(|(n, _)| n.as_str()).collect();
+        let stacked = stack_column(table).is_some();
+        let columns: Vec<&(String, Column)> = table
+            .columns
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| !(stacked && i == 1))
+            .map(|(_, c)| c)
+            .collect();
+        let names: Vec<&str> = columns.iter().map(|(n, _)| n.as_str()).collect();
         if names != self.names() {
             return Err(SchemaError::Columns {
                 table: self.name,
@@ -415,7 +425,7 @@ impl TableSchema {
                 declared: self.names(),
             });
         }
-        for (spec, (_, column)) in self.columns.iter().zip(&table.columns) {
+        for (spec, (_, column)) in self.columns.iter().zip(columns) {
             if ColumnKind::of(column) != Some(spec.kind) {
                 return Err(SchemaError::Kind {
                     table: self.name,
@@ -436,6 +446,51 @@ impl TableSchema {
     }
 }
 
+/// The column that keeps the stacks of one captured model apart (a VLM's `vision_tower`
+/// and `language_model`): text, right after `model`, in the tables of a capture of several
+/// stacks only (a table of one model's stack has none).
+pub const STACK: &str = "stack";
+
+/// `table`'s [`STACK`] column: text, right after `model`.
+fn stack_column(table: &Table) -> Option<&Vec<Option<String>>> {
+    match table.columns.as_slice() {
+        [(model, _), (stack, Column::Str(values)), ..] if model == "model" && stack == STACK => {
+            Some(values)
+        }
+        _ => None,
+    }
+}
+
+/// Puts a [`STACK`] column holding `stack` after `model` (a table without `model` is left
+/// as it is).
+pub fn insert_stack(table: &mut Table, stack: &str) {
+    if table.columns.first().is_some_and(|(n, _)| n == "model") {
+        let rows = vec![Some(stack.to_string()); table.height()];
+        table
+            .columns
+            .insert(1, (STACK.to_string(), Column::Str(rows)));
+    }
+}
+
+/// The table with its [`STACK`] column folded into `model` (`model/stack`), so that every
+/// reader of a table sees each stack as a model of its own.
+pub fn fold_stack(mut table: Table) -> Table {
+    if stack_column(&table).is_none() {
+        return table;
+    }
+    let (_, stack) = table.columns.remove(1);
+    if let (Column::Str(stacks), Some((_, Column::Str(models)))) =
+        (stack, table.columns.first_mut())
+    {
+        for (model, stack) in models.iter_mut().zip(stacks) {
+            if let (Some(m), Some(s)) = (model.as_mut(), stack.filter(|s| !s.is_empty())) {
+                *m = format!("{m}/{s}");
+            }
+        }
+    }
+    table
+}
+
 /// `Ok` when `table` matches its schema, or has none (tables outside section 6).
 pub fn check_declared(table: &Table) -> Result<(), SchemaError> {
     schema(&table.name).map_or(Ok(()), |s| s.check(table))
@@ -444,6 +499,34 @@ pub fn check_declared(table: &Table) -> Result<(), SchemaError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stack_column_passes_after_model_and_folds_into_it() {
+        let heatmap = |model: &str| {
+            HEATMAP.build(vec![
+                ("model", Column::Str(vec![Some(model.to_string())])),
+                ("layer", Column::Int(vec![Some(1)])),
+                ("query", Column::Int(vec![Some(0)])),
+                ("key", Column::Int(vec![Some(0)])),
+                ("value", Column::Float(vec![Some(1.0)])),
+            ])
+        };
+        let mut table = heatmap("m");
+        insert_stack(&mut table, "vision_tower");
+        assert_eq!(table.columns[1].0, "stack");
+        assert!(HEATMAP.check(&table).is_ok());
+        assert_eq!(fold_stack(table), heatmap("m/vision_tower"));
+        // anywhere else, or of another kind, it is a column the schema does not declare
+        let mut moved = heatmap("m");
+        moved
+            .columns
+            .push((STACK.to_string(), Column::Str(vec![Some("v".into())])));
+        assert!(HEATMAP.check(&moved).is_err());
+        let mut ints = heatmap("m");
+        ints.columns
+            .insert(1, (STACK.to_string(), Column::Int(vec![Some(1)])));
+        assert!(HEATMAP.check(&ints).is_err());
+    }
 
     #[test]
     fn names_are_unique() {
