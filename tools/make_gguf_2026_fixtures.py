@@ -606,6 +606,12 @@ def write_qwen3_next(name="qwen3_next"):
     w.add_ssm_time_step_rank(cfg["linear_num_value_heads"])
     w.add_ssm_inner_size(cfg["linear_value_head_dim"] * cfg["linear_num_value_heads"])
     w.add_full_attention_interval(interval)
+    # as llama.cpp's converter writes it from layer_types: a boolean per layer (true: linear
+    # attention), beside the interval
+    types = cfg.get("layer_types") or [
+        "full_attention" if (l + 1) % interval == 0 else "linear_attention" for l in range(layers)
+    ]
+    w.add_array("qwen3next.attention.recurrent_layers", [t == "linear_attention" for t in types])
     w.add_rope_dimension_count(int(hd * cfg["rope_parameters"]["partial_rotary_factor"]))
     stacked = stack_experts(sd, range(layers), cfg["num_experts"])
     written = {}

@@ -755,3 +755,81 @@ fn gguf_settings_that_are_nan_or_zero_are_refused_naming_the_key_not_defaulted()
     );
     Checkpoint::open(&same, &Device::Cpu, DType::F32).unwrap();
 }
+
+#[test]
+fn a_layer_mask_holding_other_than_flags_is_refused_naming_the_key() {
+    // issue 65 items 5 and 8: Qwen3-Next's `attention.recurrent_layers` is read as the
+    // converter writes it (booleans: the fixture) or as 0 and 1; an array of u8 holding 2 is
+    // refused naming the key, never read as "not 0"
+    use asa_analyze::model::Checkpoint;
+    use candle_core::{DType, Device};
+    let key = "qwen3next.attention.recurrent_layers";
+    let mut bytes = fs::read(fixtures().join("gguf").join("qwen3_next.gguf")).unwrap();
+    let at = bytes
+        .windows(key.len())
+        .position(|w| w == key.as_bytes())
+        .unwrap()
+        + key.len();
+    // value type array (9), element type bool (7), 4 elements, then one byte each
+    assert_eq!(bytes[at..at + 8], [9, 0, 0, 0, 7, 0, 0, 0]);
+    assert_eq!(bytes[at + 8..at + 16], 4u64.to_le_bytes());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut write = |elements: u8, third: u8| {
+        bytes[at + 4] = elements;
+        bytes[at + 16 + 2] = third;
+        let path = tmp
+            .path()
+            .join(format!("qwen3_next_{elements}_{third}.gguf"));
+        fs::write(&path, &bytes).unwrap();
+        path
+    };
+    // u8 0 and 1: the same layers as the booleans
+    Checkpoint::open(&write(0, 1), &Device::Cpu, DType::F32).unwrap();
+    let path = write(0, 2);
+    let err = Checkpoint::open(&path, &Device::Cpu, DType::F32)
+        .err()
+        .expect("a mask holding 2 opened")
+        .to_string();
+    assert!(
+        err.contains(&format!(
+            "metadata {key} holds u8 2, expected booleans (or 0 and 1)"
+        )) && err.contains(&path.display().to_string()),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_header_block_count_past_the_tensor_table_is_refused_before_anything_is_sized() {
+    // issue 65 item 1: a 130 KB file whose block_count is 2^28 took 4.6 s and 2 GB before its
+    // refusal; 2^31 and 2^32 - 1 ran out of memory blaming --seq-len. Now: at once, naming
+    // the key, the count the tensor table holds and the file
+    use asa_analyze::model::Checkpoint;
+    use candle_core::{DType, Device};
+    for (name, key, held) in [
+        (
+            "llama4_text_gguf.gguf",
+            "llama4.block_count",
+            "4 (blk.0 .. blk.3)",
+        ),
+        (
+            "granitemoehybrid.gguf",
+            "granitehybrid.block_count",
+            "4 (blk.0 .. blk.3)",
+        ),
+        ("glm4_moe.gguf", "glm4moe.block_count", "4 (blk.0 .. blk.3)"),
+    ] {
+        for count in [1u32 << 28, 1 << 31, u32::MAX] {
+            let tmp = tempfile::tempdir().unwrap();
+            let path = gguf_with_u32(name, key, count, tmp.path());
+            let err = Checkpoint::open(&path, &Device::Cpu, DType::F32)
+                .err()
+                .unwrap_or_else(|| panic!("{key} {count} opened"))
+                .to_string();
+            let want = format!("metadata {key} {count} but the tensor table holds {held}");
+            assert!(
+                err.contains(&want) && err.contains(&path.display().to_string()),
+                "{err}"
+            );
+        }
+    }
+}

@@ -281,19 +281,42 @@ pub fn gguf_with_f32(
     value: f32,
     dir: &std::path::Path,
 ) -> std::path::PathBuf {
-    let mut bytes = std::fs::read(fixtures().join("gguf").join(name)).unwrap();
-    let at = bytes
+    gguf_with_4_bytes(name, key, (6, "an f32"), value.to_le_bytes(), dir)
+}
+
+/// A copy of GGUF fixture `name` with the u32 metadata value of `key` set to `value`.
+pub fn gguf_with_u32(
+    name: &str,
+    key: &str,
+    value: u32,
+    dir: &std::path::Path,
+) -> std::path::PathBuf {
+    gguf_with_4_bytes(name, key, (4, "a u32"), value.to_le_bytes(), dir)
+}
+
+/// A copy of GGUF fixture `name` whose metadata value of `key`, of GGUF type `kind` (its
+/// number and name), is `bytes`.
+fn gguf_with_4_bytes(
+    name: &str,
+    key: &str,
+    kind: (u32, &str),
+    bytes: [u8; 4],
+    dir: &std::path::Path,
+) -> std::path::PathBuf {
+    let mut file = std::fs::read(fixtures().join("gguf").join(name)).unwrap();
+    let at = file
         .windows(key.len())
         .position(|w| w == key.as_bytes())
         .unwrap_or_else(|| panic!("{key} in {name}"));
     let typed = at + key.len();
     assert_eq!(
-        &bytes[typed..typed + 4],
-        &6u32.to_le_bytes(),
-        "{key} is an f32"
+        &file[typed..typed + 4],
+        &kind.0.to_le_bytes(),
+        "{key} is {}",
+        kind.1
     );
-    bytes[typed + 4..typed + 8].copy_from_slice(&value.to_le_bytes());
+    file[typed + 4..typed + 8].copy_from_slice(&bytes);
     let path = dir.join(name);
-    std::fs::write(&path, bytes).unwrap();
+    std::fs::write(&path, file).unwrap();
     path
 }

@@ -9,6 +9,7 @@ mod checkpoint_errors;
 mod cli_metrics;
 mod config_fixtures;
 mod conformance;
+mod converted_gguf;
 mod corpus;
 mod demo;
 mod docs;

@@ -726,13 +726,16 @@ fn gguf_and_checkpoint_configs(name: &str) -> (ModelConfig, ModelConfig) {
 
 /// `tests/fixtures/gguf/{name}.gguf` must reproduce `tests/fixtures/reference/{name}.*`.
 fn check_tiny_gguf(name: &str) {
-    let ckpt = Checkpoint::open(
-        &gguf_fixture(&format!("{name}.gguf")),
-        &Device::Cpu,
-        DType::F32,
-    )
-    .and_then(Checkpoint::validate)
-    .unwrap();
+    check_gguf_file(&gguf_fixture(&format!("{name}.gguf")), name);
+}
+
+/// The GGUF file `path` of the checkpoint `tests/fixtures/models/{name}` must reproduce its
+/// float64 references `tests/fixtures/reference/{name}.*`: logits, every attention layer's
+/// pattern, every metric.
+pub(crate) fn check_gguf_file(path: &Path, name: &str) {
+    let ckpt = Checkpoint::open(path, &Device::Cpu, DType::F32)
+        .and_then(Checkpoint::validate)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let model = ckpt.load_model().unwrap();
     let refs = reference(name);
     let ids = refs["input_ids"].to_dtype(DType::U32).unwrap();

@@ -105,6 +105,7 @@ impl GgufFile {
             family,
             rules,
         };
+        meta.check_block_count()?;
         // per-layer arrays (0 on a hybrid's layers without attention): the attention
         // layers' counts
         let heads = meta

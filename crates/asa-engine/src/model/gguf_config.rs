@@ -94,12 +94,93 @@ impl Meta<'_> {
         })
     }
 
+    /// A flag per layer (Qwen3-Next's `attention.recurrent_layers`, a sliding-window
+    /// pattern): an array of `block_count` booleans, as llama.cpp's converter writes them, or
+    /// of integers 0 and 1; `None` when absent. Any other value is refused naming the key.
+    pub(crate) fn opt_layer_flags(&self, key: &str) -> Result<Option<Vec<bool>>> {
+        let full = self.key(key);
+        let Some(value) = self.content.metadata.get(&full) else {
+            return Ok(None);
+        };
+        let layers = self.usize_key("block_count")?;
+        let items = match value {
+            Value::Array(items) if items.len() == layers => items,
+            other => {
+                return Err(Error::checkpoint(
+                    self.path,
+                    format!(
+                        "metadata {full} must be a flag for each of the {layers} layers, got {}",
+                        short(other)
+                    ),
+                ))
+            }
+        };
+        let flag = |v: &Value| match v {
+            Value::Bool(b) => Some(*b),
+            other => match value_as_u64(other) {
+                Some(0) => Some(false),
+                Some(1) => Some(true),
+                _ => None,
+            },
+        };
+        items
+            .iter()
+            .map(|v| {
+                flag(v).ok_or_else(|| {
+                    Error::checkpoint(
+                        self.path,
+                        format!(
+                            "metadata {full} holds {}, expected booleans (or 0 and 1)",
+                            short(v)
+                        ),
+                    )
+                })
+            })
+            .collect::<Result<Vec<bool>>>()
+            .map(Some)
+    }
+
     /// The largest value of a per-layer key ([`Meta::opt_per_layer_key`]): the head count
     /// of the attention layers where the other layers have none.
     pub(crate) fn opt_max_per_layer_key(&self, key: &str) -> Result<Option<usize>> {
         Ok(self
             .opt_per_layer_key(key)?
             .map(|values| values.into_iter().max().unwrap_or(0)))
+    }
+
+    /// `block_count` against the tensor table, before anything is sized from it: every
+    /// block has tensors (`blk.N.*`), so a count past the last stored block is a header's
+    /// number no model has, refused naming the key (a count of 2^28 would otherwise size
+    /// per-layer tables of gigabytes before any tensor is looked at).
+    pub(crate) fn check_block_count(&self) -> Result<()> {
+        let blocks = self.usize_key("block_count")?;
+        let stored = self
+            .content
+            .tensor_infos
+            .keys()
+            .filter_map(|name| {
+                name.strip_prefix("blk.")?
+                    .split('.')
+                    .next()?
+                    .parse::<usize>()
+                    .ok()
+            })
+            .max()
+            .map_or(0, |last| last + 1);
+        if blocks > stored {
+            let held = match stored {
+                0 => "no block".to_string(),
+                n => format!("{n} (blk.0 .. blk.{})", n - 1),
+            };
+            return Err(Error::checkpoint(
+                self.path,
+                format!(
+                    "metadata {} {blocks} but the tensor table holds {held}",
+                    self.key("block_count")
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The decoder layers the model runs: `block_count` less the multi-token-prediction

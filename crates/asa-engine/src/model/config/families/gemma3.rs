@@ -11,10 +11,10 @@ use serde_json::{json, Value};
 use super::{gemma2, llama, qwen3};
 use crate::model::config::family::{Family, GgufRules, Ropes};
 use crate::model::config::{GemmaSettings, RawConfig};
-use crate::model::gguf_config::{short, Dims, Meta, TensorFacts};
+use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 use crate::model::sliding_window::{WindowLayers, WindowRule};
 use crate::nn::rope::RopeConfig;
-use asa_core::error::{Error, Result};
+use asa_core::error::Result;
 
 pub(crate) const FAMILY: Family = Family {
     name: "gemma3_text",
@@ -60,23 +60,22 @@ fn gguf_config(meta: &Meta, _: &TensorFacts, d: &Dims, raw: &mut Value) -> Resul
 }
 
 /// `attention.sliding_window_pattern`: one period (every n-th layer global), or a flag per
-/// layer (true: sliding).
-fn gguf_layer_types(meta: &Meta, raw: &mut Value) -> Result<()> {
+/// layer (true: sliding; booleans as the converter writes them, or 0 and 1).
+pub(crate) fn gguf_layer_types(meta: &Meta, raw: &mut Value) -> Result<()> {
     let key = meta.key("attention.sliding_window_pattern");
     match meta.content.metadata.get(&key) {
         None => {}
-        Some(GgufValue::Array(flags)) => {
-            let types = flags
+        Some(GgufValue::Array(_)) => {
+            let flags = meta
+                .opt_layer_flags("attention.sliding_window_pattern")?
+                .unwrap_or_default();
+            let types: Vec<&str> = flags
                 .iter()
-                .map(|f| match f {
-                    GgufValue::Bool(true) => Ok("sliding_attention"),
-                    GgufValue::Bool(false) => Ok("full_attention"),
-                    other => Err(Error::checkpoint(
-                        meta.path,
-                        format!("metadata {key} holds {}, expected booleans", short(other)),
-                    )),
+                .map(|&sliding| match sliding {
+                    true => "sliding_attention",
+                    false => "full_attention",
                 })
-                .collect::<Result<Vec<_>>>()?;
+                .collect();
             raw["layer_types"] = json!(types);
         }
         Some(_) => {

@@ -143,12 +143,26 @@ pub(crate) const fn gguf_rules(arch: &'static str) -> GgufRules {
     }
 }
 
-/// llama.cpp's `llama`: q and k rows permuted, q/k/v biases where `attn_q` has one.
+/// llama.cpp's `llama`: q and k rows permuted, q/k/v biases where `attn_q` has one; with
+/// experts, Mixtral (`mixtral::gguf_keys`).
 const GGUF: GgufRules = GgufRules {
+    blocks: &[GGUF_BLOCKS, super::mixtral::GGUF_ROUTER],
+    assembled: super::mixtral::GGUF_EXPERTS,
     undo: unpermute_qk,
-    config: attention_bias_from_q,
+    config: llama_gguf_config,
     ..gguf_rules("llama")
 };
+
+/// `attention_bias` from the q projection; a file with experts is Mixtral.
+fn llama_gguf_config(
+    meta: &Meta,
+    tensors: &TensorFacts,
+    dims: &Dims,
+    raw: &mut serde_json::Value,
+) -> Result<()> {
+    attention_bias_from_q(meta, tensors, dims, raw)?;
+    super::mixtral::gguf_keys(meta, raw)
+}
 
 /// llama.cpp permutes the rows of the llama q and k projections (weights and biases) so
 /// that its interleaved RoPE matches HF's rotate-half: q with `head_count`, k with

@@ -156,8 +156,8 @@ fn gguf_config(
     raw: &mut serde_json::Value,
 ) -> Result<()> {
     let layers = meta.trunk_layers()?;
-    let recurrent = match meta.opt_per_layer_key("attention.recurrent_layers")? {
-        Some(flags) => flags.into_iter().map(|f| f != 0).collect(),
+    let recurrent = match meta.opt_layer_flags("attention.recurrent_layers")? {
+        Some(flags) => flags,
         None => {
             let interval = meta.opt_usize_key("full_attention_interval")?.unwrap_or(4);
             if interval == 0 {

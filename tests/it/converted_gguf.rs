@@ -1,0 +1,65 @@
+//! GGUF files written by llama.cpp's own converter (`convert_hf_to_gguf.py` of the llama.cpp
+//! vendored in the llama-cpp-python 0.3.36 sdist, `tools/make_converted_gguf_fixtures.py`)
+//! from the tiny transformers checkpoints: each gives the checkpoint's float64 logits,
+//! attention patterns and metrics, as the checkpoint folder does (issue 65 item 5).
+
+use std::path::PathBuf;
+
+use crate::real_model::check_gguf_file;
+
+fn converted(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/gguf/converted")
+        .join(format!("{name}.gguf"))
+}
+
+macro_rules! converted_gguf_tests {
+    ($($test:ident: $name:literal,)*) => {$(
+        #[test]
+        fn $test() {
+            check_gguf_file(&converted($name), $name);
+        }
+    )*};
+}
+
+converted_gguf_tests! {
+    llama_gqa_as_converted: "llama_gqa",
+    qwen2_as_converted: "qwen2",
+    mistral_as_converted: "mistral",
+    mixtral_as_converted: "mixtral",
+    olmo2_as_converted: "olmo2",
+    olmo3_as_converted: "olmo3",
+    qwen3_as_converted: "qwen3",
+    smollm3_as_converted: "smollm3",
+    deepseek_v3_as_converted: "deepseek_v3",
+    granitemoehybrid_as_converted: "granitemoehybrid",
+    lfm2_as_converted: "lfm2",
+    falcon_h1_as_converted: "falcon_h1",
+}
+
+/// What the converter writes that is not the checkpoint's model is refused, naming the
+/// file and what does not fit: GPT-2's `feed_forward_length` (4 x n_embd, the checkpoint's
+/// `n_inner` ignored) against its tensors; GPT-OSS, an architecture read from checkpoints
+/// only.
+#[test]
+fn converted_files_that_are_not_their_model_are_refused_naming_the_file() {
+    for (name, words) in [
+        (
+            "gpt2",
+            "tensor model.layers.0.mlp.up_proj.weight (GGUF blk.0.ffn_up.weight) has shape [32, 64], expected [32, 128]",
+        ),
+        ("gpt_oss", "unsupported GGUF architecture `gpt-oss`"),
+    ] {
+        let path = converted(name);
+        let err = asa_analyze::model::Checkpoint::open(
+            &path,
+            &candle_core::Device::Cpu,
+            candle_core::DType::F32,
+        )
+        .and_then(asa_analyze::model::Checkpoint::validate)
+        .err()
+        .unwrap_or_else(|| panic!("{name}: opened"))
+        .to_string();
+        assert!(err.contains(words) && err.contains(&path.display().to_string()), "{name}: {err}");
+    }
+}
