@@ -833,3 +833,25 @@ fn a_header_block_count_past_the_tensor_table_is_refused_before_anything_is_size
         }
     }
 }
+
+#[test]
+fn a_product_of_config_sizes_that_would_wrap_is_refused_naming_them() {
+    // issue 65 item 4: n_shared_experts 2^60 + 1 times moe_intermediate_size 16 wrapped to 16
+    // in the release build and the model ran
+    use asa_analyze::model::Checkpoint;
+    use candle_core::{DType, Device};
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("deepseek_v3", tmp.path());
+    edit_config(tmp.path(), |c| {
+        c["n_shared_experts"] = serde_json::json!((1u64 << 60) + 1)
+    });
+    let err = Checkpoint::open(tmp.path(), &Device::Cpu, DType::F32)
+        .err()
+        .expect("a wrapping product opened")
+        .to_string();
+    assert!(
+        err.contains("n_shared_experts x moe_intermediate_size: 1152921504606846977 x")
+            && err.contains("is past any size"),
+        "{err}"
+    );
+}

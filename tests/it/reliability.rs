@@ -3,7 +3,7 @@
 
 use candle_core::Device;
 
-use crate::common::{copy_fixture, expect_error, expect_success, run_cli};
+use crate::common::{copy_fixture, edit_config, expect_error, expect_success, run_cli};
 
 /// Class "silent garbage": a weight holding NaN is refused naming the tensor; with
 /// `--allow-nonfinite` the run goes on and its metrics are NaN, the sink rate included (it
@@ -887,4 +887,41 @@ fn no_memory_bounds_windows_past_the_memory_limit_end_with_one_line_and_exit_2()
         "{stderr}"
     );
     assert!(!tmp.path().join("out").exists(), "an --out was left");
+}
+
+/// Issue 65 item 3: finite settings whose activations can only overflow (Granite's
+/// `attention_multiplier` 1e300) are an error naming the file and where the activations
+/// turned non-finite, not tables of NaN with exit 0; `--allow-nonfinite` analyses them.
+#[test]
+fn settings_that_overflow_the_activations_are_refused_unless_allowed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpt = tmp.path().join("granite");
+    copy_fixture("granitemoehybrid", &ckpt);
+    edit_config(&ckpt, |c| {
+        c["attention_multiplier"] = serde_json::json!(1e300)
+    });
+    let run = |extra: &[&str], out: &str| {
+        let mut args = vec![
+            "analyze",
+            ckpt.to_str().unwrap(),
+            "--seq-len",
+            "16",
+            "--num-seqs",
+            "2",
+            "--quiet",
+            "--out",
+            out,
+        ];
+        args.extend_from_slice(extra);
+        run_cli(tmp.path(), &args)
+    };
+    let stderr = expect_error(&run(&[], "refused"));
+    assert!(
+        stderr.contains("activations are NaN or infinite from layer")
+            && stderr.contains(ckpt.to_str().unwrap())
+            && stderr.contains("--allow-nonfinite"),
+        "{stderr}"
+    );
+    assert!(!tmp.path().join("refused").exists());
+    expect_success(&run(&["--allow-nonfinite"], "allowed"));
 }

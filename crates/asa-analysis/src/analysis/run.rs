@@ -421,6 +421,7 @@ impl ModelContext<'_> {
             shape,
         };
         let done = self.forward(&pass, events)?;
+        refuse_overflow(&ckpt, &model, path, o.spec.allow_nonfinite)?;
         note_nonfinite(&ckpt, &model, label, events);
         let record = ModelRecord {
             model: label.to_string(),
@@ -719,6 +720,19 @@ fn check_length(
         ));
     }
     Ok(())
+}
+
+/// Activations that turned NaN or infinite from finite weights (settings that overflow:
+/// a multiplier of 1e300, a scale of 1e308) are an error naming the file and where, unless
+/// `--allow-nonfinite` (issue 65 item 3): never tables of NaN with exit 0.
+fn refuse_overflow(ckpt: &Checkpoint, model: &Model, path: &Path, allowed: bool) -> Result<()> {
+    match model.first_nonfinite() {
+        Some(at) if !allowed && ckpt.store.first_nonfinite().is_none() => Err(Error::checkpoint(
+            path,
+            format!("activations are NaN or infinite from {at} on, from finite weights: its settings overflow (--allow-nonfinite analyses it anyway, its metrics NaN)"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Says where NaN or an infinity entered (`--allow-nonfinite` weights, or an overflow).

@@ -186,6 +186,13 @@ pub(crate) fn resolve(
 }
 
 /// `value` when finite, else an error naming `what`.
+/// The product of two sizes a config states (`what` names them), refused where it would
+/// wrap (`n_shared_experts` 2^60 + 1 times `moe_intermediate_size` 16 wrapped to 16).
+pub(crate) fn checked_size(a: usize, b: usize, what: &str, path: &Path) -> Result<usize> {
+    a.checked_mul(b)
+        .ok_or_else(|| Error::checkpoint(path, format!("{what}: {a} x {b} is past any size")))
+}
+
 pub(crate) fn finite(value: f64, what: &str, path: &Path) -> Result<f64> {
     match value.is_finite() {
         true => Ok(value),

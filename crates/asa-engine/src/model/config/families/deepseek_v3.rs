@@ -285,6 +285,12 @@ pub(crate) fn deepseek_experts(
     let intermediate = raw.moe_intermediate_size.unwrap_or(defaults.intermediate);
     let shared = raw.n_shared_experts.unwrap_or(defaults.shared);
     let first_moe = raw.first_k_dense_replace.unwrap_or(defaults.first_dense);
+    let shared_width = crate::model::experts::checked_size(
+        shared,
+        intermediate,
+        "n_shared_experts x moe_intermediate_size",
+        path,
+    )?;
     Ok(Some(Experts {
         count,
         top_k: raw.num_experts_per_tok.unwrap_or(defaults.top_k),
@@ -298,7 +304,7 @@ pub(crate) fn deepseek_experts(
         intermediate,
         layers: (first_moe..dense.num_layers).collect(),
         names: ExpertNames::DeepSeek,
-        shared_intermediate: (shared > 0).then_some(shared * intermediate),
+        shared_intermediate: (shared > 0).then_some(shared_width),
     }))
 }
 

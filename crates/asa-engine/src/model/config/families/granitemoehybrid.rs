@@ -167,7 +167,7 @@ pub(crate) fn mamba2_shape(
         ));
     }
     let head_dim = head_dim.unwrap_or(inner / heads);
-    if head_dim * heads != inner {
+    if head_dim.checked_mul(heads) != Some(inner) {
         return Err(Error::checkpoint(
             path,
             format!("mamba_d_head {head_dim} x mamba_n_heads {heads} is not the Mamba inner size {inner}"),

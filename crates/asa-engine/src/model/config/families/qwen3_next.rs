@@ -110,13 +110,22 @@ fn delta_net_in_proj(meta: &Meta, layer: &StoredLayer) -> Result<Vec<(String, Pi
         ));
     };
     let groups = meta.usize_key("ssm.group_count")?;
-    let qk = groups * meta.usize_key("ssm.state_size")?;
+    let qk = crate::model::experts::checked_size(
+        groups,
+        meta.usize_key("ssm.state_size")?,
+        &format!(
+            "{} x {}",
+            meta.key("ssm.group_count"),
+            meta.key("ssm.state_size")
+        ),
+        meta.path,
+    )?;
     let value = gate_shape.first().copied().unwrap_or(0);
     let rows = qkv_shape.first().copied().unwrap_or(0);
     let fits = qkv_shape.len() == 2
         && gate_shape.len() == 2
         && qkv_shape[1] == gate_shape[1]
-        && rows == 2 * qk + value
+        && qk.checked_mul(2).and_then(|x| x.checked_add(value)) == Some(rows)
         && groups > 0
         && value.is_multiple_of(groups);
     if !fits {
