@@ -424,6 +424,14 @@ fn check_dims(meta: &Meta, d: &Dims) -> Result<()> {
     if d.context == 0 {
         return bad("context_length", "0".into(), "at least 1");
     }
+    // the rule config.json's partial_rotary_factor has: whole pairs, within a head
+    if d.rot_dim % 2 != 0 || d.rot_dim > d.head_dim {
+        return bad(
+            "rope.dimension_count",
+            d.rot_dim.to_string(),
+            &format!("even and at most the head's {} dimensions", d.head_dim),
+        );
+    }
     if !(d.theta.is_finite() && d.theta > 0.0) {
         return bad("rope.freq_base", d.theta.to_string(), "a finite number > 0");
     }

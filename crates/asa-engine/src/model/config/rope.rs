@@ -147,6 +147,15 @@ fn check_partial_rotary(partial_rotary_factor: f64, head_dim: usize, path: &Path
             format!("partial_rotary_factor {partial_rotary_factor} must be in (0, 1]"),
         ));
     }
+    // transformers rotates int(head_dim x factor) dimensions in pairs: an odd count fits
+    // no pair (its model fails on it), never read as the pairs below it
+    let stated = (head_dim as f64 * partial_rotary_factor) as usize;
+    if stated % 2 != 0 {
+        return Err(Error::checkpoint(
+            path,
+            format!("partial_rotary_factor {partial_rotary_factor} of head_dim {head_dim} rotates {stated} dimensions, not an even number"),
+        ));
+    }
     if rotated_dims(head_dim, partial_rotary_factor) == 0 {
         return Err(Error::checkpoint(
             path,
