@@ -63,3 +63,11 @@ fn converted_files_that_are_not_their_model_are_refused_naming_the_file() {
         assert!(err.contains(words) && err.contains(&path.display().to_string()), "{name}: {err}");
     }
 }
+
+/// Llama 4 as the converter writes it (no chunk size, NoPE interval or temperature keys)
+/// is the model llama.cpp runs from it (chunks of 8192, floor 8192, scale 0.1), whose float64
+/// reference the imitation's fixture has (`llama4_text_gguf`): the converter's file gives it.
+#[test]
+fn llama4_text_as_converted_is_the_model_llama_cpp_runs() {
+    check_gguf_file(&converted("llama4_text"), "llama4_text_gguf");
+}
