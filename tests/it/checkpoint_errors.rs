@@ -898,3 +898,42 @@ fn odd_rotated_dimensions_are_refused_alike_in_gguf_and_config_json() {
         );
     }
 }
+
+#[test]
+fn a_llama4_gguf_names_its_chunked_layers_as_llama_cpp_reads_them() {
+    // issue 65 item 5: llama.cpp's llama4 reads `attention.sliding_window_pattern` (a flag
+    // per layer, or a period whose last layer is full); a file that has it is read by it,
+    // never by the default (3 chunked, 1 full)
+    use asa_analyze::model::Checkpoint;
+    use candle_core::quantized::gguf_file::Value;
+    use candle_core::{DType, Device};
+    let key = "llama4.attention.sliding_window_pattern";
+    let layers = |extra: Vec<(&str, Value)>| {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = gguf_with_metadata("llama4_text_gguf.gguf", extra, tmp.path());
+        let ckpt = Checkpoint::open(&path, &Device::Cpu, DType::F32).unwrap();
+        let chunked = ckpt.config.attention_layers.chunked.clone().unwrap();
+        (chunked.size, chunked.layers)
+    };
+    let flags = |f: [bool; 4]| Value::Array(f.iter().map(|&b| Value::Bool(b)).collect());
+    assert_eq!(layers(vec![]), (8192, vec![0, 1, 2]));
+    assert_eq!(
+        layers(vec![(key, flags([true, false, true, false]))]),
+        (8192, vec![0, 2])
+    );
+    assert_eq!(layers(vec![(key, Value::U32(2))]), (8192, vec![0, 2]));
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = gguf_with_metadata(
+        "llama4_text_gguf.gguf",
+        vec![(
+            key,
+            Value::Array(vec![Value::U8(1), Value::U8(2), Value::U8(0), Value::U8(0)]),
+        )],
+        tmp.path(),
+    );
+    let err = Checkpoint::open(&bad, &Device::Cpu, DType::F32)
+        .err()
+        .expect("a pattern holding 2 opened")
+        .to_string();
+    assert!(err.contains(&format!("metadata {key} holds u8 2")), "{err}");
+}

@@ -320,3 +320,40 @@ fn gguf_with_4_bytes(
     std::fs::write(&path, file).unwrap();
     path
 }
+
+/// A copy of GGUF fixture `name` with the metadata `extra` added (replacing a key of the same
+/// name), its tensors written again by candle's GGUF writer.
+pub fn gguf_with_metadata(
+    name: &str,
+    extra: Vec<(&str, candle_core::quantized::gguf_file::Value)>,
+    dir: &std::path::Path,
+) -> std::path::PathBuf {
+    use candle_core::quantized::gguf_file::{self, Content};
+    let mut file = std::fs::File::open(fixtures().join("gguf").join(name)).unwrap();
+    let content = Content::read(&mut file).unwrap();
+    let mut metadata: Vec<(&str, gguf_file::Value)> = content
+        .metadata
+        .iter()
+        .filter(|(k, _)| !extra.iter().any(|(e, _)| e == k))
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    metadata.extend(extra);
+    let mut names: Vec<&String> = content.tensor_infos.keys().collect();
+    names.sort();
+    let tensors: Vec<(&str, candle_core::quantized::QTensor)> = names
+        .iter()
+        .map(|n| {
+            let t = content
+                .tensor(&mut file, n, &candle_core::Device::Cpu)
+                .unwrap();
+            (n.as_str(), t)
+        })
+        .collect();
+    let path = dir.join(name);
+    let mut out = std::fs::File::create(&path).unwrap();
+    let metadata: Vec<(&str, &gguf_file::Value)> = metadata.iter().map(|(k, v)| (*k, v)).collect();
+    let tensors: Vec<(&str, &candle_core::quantized::QTensor)> =
+        tensors.iter().map(|(k, t)| (*k, t)).collect();
+    gguf_file::write(&mut out, &metadata, &tensors).unwrap();
+    path
+}
