@@ -937,3 +937,29 @@ fn a_llama4_gguf_names_its_chunked_layers_as_llama_cpp_reads_them() {
         .to_string();
     assert!(err.contains(&format!("metadata {key} holds u8 2")), "{err}");
 }
+
+#[test]
+fn scale_factors_float32_cannot_hold_are_refused_before_any_layer_runs() {
+    // issue 65 item 3: finite in the config, inf (or 0) in the model's float32 arithmetic,
+    // each refused naming its key when the checkpoint opens
+    use asa_analyze::model::Checkpoint;
+    use candle_core::{DType, Device};
+    for (name, key, value) in [
+        ("granitemoehybrid", "attention_multiplier", 1e300),
+        ("granitemoehybrid", "embedding_multiplier", 1e-300),
+        ("falcon_h1", "key_multiplier", 1e300),
+        ("deepseek_v3", "routed_scaling_factor", 1e308),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        copy_fixture(name, tmp.path());
+        edit_config(tmp.path(), |c| c[key] = serde_json::json!(value));
+        let err = Checkpoint::open(tmp.path(), &Device::Cpu, DType::F32)
+            .err()
+            .unwrap_or_else(|| panic!("{name}: {key} {value} opened"))
+            .to_string();
+        assert!(
+            err.contains(&format!("{key} {value} is outside what float32 holds")),
+            "{name}: {err}"
+        );
+    }
+}

@@ -193,12 +193,16 @@ pub(crate) fn checked_size(a: usize, b: usize, what: &str, path: &Path) -> Resul
         .ok_or_else(|| Error::checkpoint(path, format!("{what}: {a} x {b} is past any size")))
 }
 
-pub(crate) fn finite(value: f64, what: &str, path: &Path) -> Result<f64> {
-    match value.is_finite() {
+/// A scale factor the model's float32 arithmetic holds: finite, not 0, its magnitude within
+/// f32's normal range (`routed_scaling_factor` 1e308 is finite, and inf in f32), checked
+/// before any layer runs.
+pub(crate) fn f32_factor(value: f64, what: &str, path: &Path) -> Result<f64> {
+    let a = value.abs();
+    match a >= f64::from(f32::MIN_POSITIVE) && a <= f64::from(f32::MAX) {
         true => Ok(value),
         false => Err(Error::checkpoint(
             path,
-            format!("{what} {value} must be finite"),
+            format!("{what} {value} is outside what float32 holds (its magnitude between 1.2e-38 and 3.4e38)"),
         )),
     }
 }

@@ -30,40 +30,66 @@ pub struct Multipliers {
 }
 
 impl Multipliers {
-    /// What they multiply besides the softmax scale, in words ("embeddings x 2.7; mixer
-    /// and MLP outputs x 0.5 (residual_multiplier); ..."); empty when nothing.
-    pub fn describe(&self) -> String {
-        let parts = [
-            (self.embedding, "embeddings x {} (embedding_multiplier)"),
+    /// Each multiplier there is, with its words and its config key.
+    fn entries(&self) -> Vec<(f64, &'static str, &'static str)> {
+        let all = [
+            (self.embedding, "embeddings x {}", "embedding_multiplier"),
             (
                 self.residual,
-                "mixer and MLP outputs x {} (residual_multiplier)",
+                "mixer and MLP outputs x {}",
+                "residual_multiplier",
             ),
+            (self.attention_scale, "", "attention_multiplier"),
             (
                 self.attention_in,
-                "attention input x {} (attention_in_multiplier)",
+                "attention input x {}",
+                "attention_in_multiplier",
             ),
-            (self.key, "keys x {} (key_multiplier)"),
+            (self.key, "keys x {}", "key_multiplier"),
             (
                 self.attention_out,
-                "attention output x {} (attention_out_multiplier)",
+                "attention output x {}",
+                "attention_out_multiplier",
             ),
-            (self.ssm_in, "Mamba input x {} (ssm_in_multiplier)"),
-            (self.ssm_out, "Mamba output x {} (ssm_out_multiplier)"),
-            (self.mlp_gate, "MLP gate x {} (mlp_multipliers[0])"),
-            (self.mlp_down, "MLP output x {} (mlp_multipliers[1])"),
+            (self.ssm_in, "Mamba input x {}", "ssm_in_multiplier"),
+            (self.ssm_out, "Mamba output x {}", "ssm_out_multiplier"),
+            (self.mlp_gate, "MLP gate x {}", "mlp_multipliers[0]"),
+            (self.mlp_down, "MLP output x {}", "mlp_multipliers[1]"),
             (
                 self.logits_divisor,
-                "next-token logits / {} (logits_scaling)",
+                "next-token logits / {}",
+                "logits_scaling",
             ),
             (
                 self.logits_factor,
-                "next-token logits x {} (lm_head_multiplier)",
+                "next-token logits x {}",
+                "lm_head_multiplier",
             ),
         ];
-        let mut words: Vec<String> = parts
+        let mut entries: Vec<(f64, &str, &str)> = all
+            .into_iter()
+            .filter_map(|(v, words, key)| v.map(|v| (v, words, key)))
+            .collect();
+        for (v, key) in self.ssm_rows.into_iter().flatten().zip([
+            "ssm_multipliers[0]",
+            "ssm_multipliers[1]",
+            "ssm_multipliers[2]",
+            "ssm_multipliers[3]",
+            "ssm_multipliers[4]",
+        ]) {
+            entries.push((v, "", key));
+        }
+        entries
+    }
+
+    /// What they multiply besides the softmax scale, in words ("embeddings x 2.7; mixer
+    /// and MLP outputs x 0.5 (residual_multiplier); ..."); empty when nothing.
+    pub fn describe(&self) -> String {
+        let mut words: Vec<String> = self
+            .entries()
             .iter()
-            .filter_map(|(v, words)| v.map(|v| words.replace("{}", &v.to_string())))
+            .filter(|(_, words, _)| !words.is_empty())
+            .map(|(v, words, key)| format!("{} ({key})", words.replace("{}", &v.to_string())))
             .collect();
         if let Some([z, x, b, c, dt]) = self.ssm_rows {
             words.push(format!(
@@ -71,6 +97,23 @@ impl Multipliers {
             ));
         }
         words.join("; ")
+    }
+
+    /// Every multiplier a number the model's float32 arithmetic holds: finite, not 0, its
+    /// magnitude within f32's normal range (1e300, finite in the config, is inf in f32 and
+    /// could only give NaN activations), checked before any layer runs; refused naming the
+    /// key and `path`.
+    pub fn check(&self, path: &std::path::Path) -> asa_core::error::Result<()> {
+        for (v, _, key) in self.entries() {
+            let a = v.abs();
+            if !(a >= f64::from(f32::MIN_POSITIVE) && a <= f64::from(f32::MAX)) {
+                return Err(asa_core::error::Error::checkpoint(
+                    path,
+                    format!("{key} {v} is outside what float32 holds (its magnitude between 1.2e-38 and 3.4e38): the model could only compute inf, NaN or 0 from it"),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 

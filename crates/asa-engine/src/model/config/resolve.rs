@@ -62,6 +62,7 @@ impl RawConfig {
         let attention_layers = (family.attention_layers)(&self, s.layers, path)?;
         let mixers = self.mixers(path, family, s.layers)?;
         let multipliers = (family.multipliers)(&self, path)?;
+        multipliers.check(path)?;
         let dense = DenseSizes {
             num_layers: s.layers,
             intermediate_size: s.intermediate,

@@ -277,7 +277,7 @@ pub(crate) fn deepseek_experts(
             format!("n_group {groups} leaves fewer than 2 experts a group (transformers takes each group's top 2)"),
         ));
     }
-    let scaling = crate::model::experts::finite(
+    let scaling = crate::model::experts::f32_factor(
         raw.routed_scaling_factor.unwrap_or(defaults.scaling),
         "routed_scaling_factor",
         path,

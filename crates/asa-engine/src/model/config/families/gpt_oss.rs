@@ -8,7 +8,7 @@ use super::llama;
 use crate::model::config::family::{Biases, Family, Ropes};
 use crate::model::config::raw::positive;
 use crate::model::config::RawConfig;
-use crate::model::experts::{finite, DenseSizes, ExpertNames, Experts, RawExperts};
+use crate::model::experts::{f32_factor, DenseSizes, ExpertNames, Experts, RawExperts};
 use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
 use crate::nn::{ClampedGlu, Routing};
 use asa_core::error::Result;
@@ -81,7 +81,7 @@ fn experts(raw: &RawExperts, dense: DenseSizes, path: &Path) -> Result<Option<Ex
         top_k: raw.num_experts_per_tok.unwrap_or(4),
         routing: Routing::TopKSoftmax,
         clamped: Some(ClampedGlu {
-            alpha: finite(raw.swiglu_alpha.unwrap_or(1.702), "swiglu_alpha", path)?,
+            alpha: f32_factor(raw.swiglu_alpha.unwrap_or(1.702), "swiglu_alpha", path)?,
             limit: positive(raw.swiglu_limit.unwrap_or(7.0), "swiglu_limit", path)?,
         }),
         intermediate: intermediate_size,
