@@ -217,7 +217,7 @@ impl OutputDir {
     pub fn write_bytes(&mut self, file: &str, bytes: &[u8]) -> Result<()> {
         let path = self.staging.join(file);
         if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+            create_inside(&self.staging, parent)?;
         }
         fs::write(&path, bytes).map_err(|e| Error::io(&path, e))?;
         self.push(file.to_string(), false);
@@ -229,7 +229,7 @@ impl OutputDir {
     pub fn staged_path(&mut self, file: &str) -> Result<PathBuf> {
         let path = self.staging.join(file);
         if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+            create_inside(&self.staging, parent)?;
         }
         self.push(file.to_string(), false);
         Ok(path)
@@ -239,7 +239,7 @@ impl OutputDir {
     /// commit it replaces a folder of the same name in the target, whole.
     pub fn staged_folder(&mut self, name: &str) -> Result<PathBuf> {
         let path = self.staging.join(name);
-        fs::create_dir_all(&path).map_err(|e| Error::io(&path, e))?;
+        create_inside(&self.staging, &path)?;
         self.push(name.to_string(), true);
         Ok(path)
     }
@@ -488,6 +488,24 @@ pub(super) fn remove_uncommitted(staging: &Path, made: Option<&Path>, target: &P
     }
 }
 
+/// Creates `dir`, a folder inside `staging`, and the folders between, one at a time; never
+/// `staging` itself. Once a signal's removal took the staging folder, a writer thread still
+/// running (a figure being drawn) fails here instead of making it again (`create_dir_all`
+/// did, and left `.asa-staging-*/figures/` behind a SIGTERM).
+fn create_inside(staging: &Path, dir: &Path) -> Result<()> {
+    let inside = dir.strip_prefix(staging).unwrap_or(Path::new(""));
+    let mut at = staging.to_path_buf();
+    for part in inside.components() {
+        at.push(part);
+        match fs::create_dir(&at) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && at.is_dir() => {}
+            Err(e) => return Err(Error::io(&at, e)),
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -522,6 +540,24 @@ mod tests {
         );
         drop(cleanup);
         writer.join().unwrap().unwrap();
+    }
+
+    /// A figure thread still drawing after a signal removed the staging folder gets an
+    /// error for its file, and never makes the staging folder again (`create_dir_all` did:
+    /// SIGTERM left `.asa-staging-*/figures/fig11_clipping.svg`).
+    #[test]
+    fn a_removed_staging_folder_is_never_made_again_by_a_late_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out");
+        let mut out = stage(&target, &["a.csv"]);
+        out.staged_path("figures/early.svg").unwrap();
+        assert!(out.staging().join("figures").is_dir());
+        let staging = out.staging().to_path_buf();
+        std::fs::remove_dir_all(&staging).unwrap();
+        assert!(out.staged_path("figures/late.svg").is_err());
+        assert!(out.write_bytes("more/b.json", b"{}").is_err());
+        assert!(out.staged_folder("checkpoints").is_err());
+        assert!(!staging.exists(), "the staging folder was made again");
     }
 
     #[test]
