@@ -128,13 +128,16 @@ pub struct NativeCapture {
 }
 
 impl NativeCapture {
-    /// `f` of the capture, the lock held (a panic that poisoned it is an error).
-    fn with<T>(&self, f: impl FnOnce(&mut Capture) -> asa_analyze::Result<T>) -> PyResult<T> {
-        let mut capture = self
-            .capture
+    /// The capture, locked (a panic that poisoned it is an error).
+    fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, Capture>> {
+        self.capture
             .lock()
-            .map_err(|_| AsaError::new_err("internal error: a capture call panicked earlier"))?;
-        f(&mut capture).map_err(to_py)
+            .map_err(|_| AsaError::new_err("internal error: a capture call panicked earlier"))
+    }
+
+    /// `f` of the capture, the lock held.
+    fn with<T>(&self, f: impl FnOnce(&mut Capture) -> asa_analyze::Result<T>) -> PyResult<T> {
+        f(&mut *self.lock()?).map_err(to_py)
     }
 }
 
@@ -342,11 +345,7 @@ impl NativeCapture {
         no_panic(|| {
             let guards = captures
                 .iter()
-                .map(|c| {
-                    c.capture.lock().map_err(|_| {
-                        AsaError::new_err("internal error: a capture call panicked earlier")
-                    })
-                })
+                .map(|c| c.lock())
                 .collect::<PyResult<Vec<_>>>()?;
             let each: Vec<&Capture> = guards.iter().map(|g| &**g).collect();
             let output =

@@ -475,10 +475,11 @@ impl Capture {
             pattern.as_ref(),
             sink_mass.as_ref(),
         )?;
-        let open = pool.open.as_mut().expect("checked open");
-        open.next = q_start + n;
-        if open.next == g.len {
-            (open.group, open.next) = (open.group + 1, 0);
+        if let Some(open) = pool.open.as_mut() {
+            open.next = q_start + n;
+            if open.next == g.len {
+                (open.group, open.next) = (open.group + 1, 0);
+            }
         }
         Ok(())
     }
