@@ -963,3 +963,83 @@ fn scale_factors_float32_cannot_hold_are_refused_before_any_layer_runs() {
         );
     }
 }
+
+/// The error of opening checkpoint `path` (a folder or a GGUF file), which must fail.
+fn open_error(path: &std::path::Path) -> String {
+    use asa_analyze::model::Checkpoint;
+    use candle_core::{DType, Device};
+    Checkpoint::open(path, &Device::Cpu, DType::F32)
+        .err()
+        .unwrap_or_else(|| panic!("{} opened", path.display()))
+        .to_string()
+}
+
+#[test]
+fn scales_a_config_implies_are_checked_once_whatever_the_file() {
+    // issue 65 item 3: YaRN's mscale^2 in DeepSeek's q.k scale, its rotary attention factor
+    // and Llama 4's attn_scale, finite in the file and inf or 0 in float32, are refused when
+    // the checkpoint opens, naming the keys; one check on the resolved description, so the
+    // GGUF file's yarn_log_multiplier (mscale_all_dim / 10) gets the config's refusal
+    let e = std::f64::consts::E;
+    let cases: [(&str, serde_json::Value, &str); 5] = [
+        // mscale 0.1 * 3e38 * ln 4 + 1 ~ 4e37: its square is inf in f32
+        (
+            "deepseek_v3",
+            serde_json::json!({"mscale_all_dim": 3e38, "mscale": 3e38}),
+            "the q.k scale",
+        ),
+        // factor e, mscale_all_dim -10: mscale 0.1 * -10 * 1 + 1 = 0, a q.k scale of 0
+        (
+            "deepseek_v3",
+            serde_json::json!({"factor": e, "mscale_all_dim": -10.0, "mscale": 1.0}),
+            "yarn_log_multiplier)) 0 is outside",
+        ),
+        // mscale 1e300 over mscale_all_dim 1: cos and sin times 1.2e299
+        (
+            "deepseek_v3",
+            serde_json::json!({"mscale": 1e300}),
+            "the rotary attention factor",
+        ),
+        (
+            "llama4_text",
+            serde_json::json!(1e308),
+            "attn_scale 100000000",
+        ),
+        (
+            "llama4_text",
+            serde_json::json!(-1e300),
+            "attn_scale -1000000",
+        ),
+    ];
+    for (name, change, says) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        copy_fixture(name, tmp.path());
+        edit_config(tmp.path(), |c| match name {
+            "llama4_text" => c["attn_scale"] = change.clone(),
+            _ => {
+                for (k, v) in change.as_object().unwrap() {
+                    c["rope_parameters"][k] = v.clone();
+                }
+            }
+        });
+        let err = open_error(tmp.path());
+        assert!(err.contains(says), "{name} {change}: {err}");
+        assert!(err.contains("outside what float32 holds"), "{err}");
+    }
+    // the same damage in the converter's GGUF file: yarn_log_multiplier 3e37 is
+    // mscale_all_dim 3e38
+    let tmp = tempfile::tempdir().unwrap();
+    let gguf = gguf_with_f32(
+        "deepseek_v3.gguf",
+        "deepseek2.rope.scaling.yarn_log_multiplier",
+        3e37,
+        tmp.path(),
+    );
+    let err = open_error(&gguf);
+    assert!(
+        err.contains("the q.k scale (from qk_nope_head_dim"),
+        "{err}"
+    );
+    assert!(err.contains("rope.scaling.yarn_log_multiplier"), "{err}");
+    assert!(err.contains("deepseek_v3.gguf"), "{err}");
+}

@@ -32,6 +32,7 @@ pub(crate) mod raw;
 mod raw_hybrid;
 mod resolve;
 mod rope;
+mod scales;
 
 use std::path::Path;
 

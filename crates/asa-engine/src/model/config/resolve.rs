@@ -73,7 +73,7 @@ impl RawConfig {
             qkv: qkv_bias,
             o: o_bias,
         } = (family.biases)(&self);
-        Ok(ModelConfig {
+        let config = ModelConfig {
             architecture,
             hidden_size: s.hidden,
             intermediate_size: s.intermediate,
@@ -107,7 +107,9 @@ impl RawConfig {
             experts,
             gemma,
             multimodal: false,
-        })
+        };
+        config.check_scales(path)?;
+        Ok(config)
     }
 
     /// The family `model_type` names; unknown ones are errors listing the supported.
