@@ -15,7 +15,15 @@ not as transformers 5 saves the tiny ones: the copy it converts gets them as the
 them (`HUB_FORM`: the same model, the keys it already has, named as the converter reads
 them; without, the converter writes a different model: Granite's layers all Mamba,
 DeepSeek-V3's routing as softmax), and a tokenizer whose vocabulary is larger than the
-tiny model's is cut to it (the converter asserts it fits).
+tiny model's is cut to it (the converter asserts it fits). The converter's vocabulary
+readers want what the tiny tokenizers lack, and get it in forms that keep every token id
+(the tests feed the references' ids, so the model is the same whatever the strings):
+Gemma 2's and Phi-3's a SentencePiece tokenizer.model (`SENTENCEPIECE`: tokenizer.json's
+own pieces under their own ids), GLM's its special tokens (`GLM_SPECIAL`, in place of the
+last merged pieces). And where the converter reads a config.json key that transformers'
+AutoConfig drops from its dict (`KEEP_CONFIG_KEYS`: GPT-NeoX's `rotary_pct`, which
+transformers 5 keeps only as rope_parameters.partial_rotary_factor), its hparams keep the
+config.json keys the dict lacks (a shim in the child process, as the pre-tokenizer one).
 Each family the converter cannot convert is listed with its reason in
 tests/fixtures/gguf/converted/README.md; the Rust tests (tests/it/converted_gguf.rs) check
 every written file against the checkpoint's float64 references.
@@ -41,26 +49,24 @@ VERSION = "0.3.36"
 CACHE = Path.home() / ".cache" / "asa-tools" / f"llama-cpp-python-{VERSION}"
 # the families asa-analyze reads (one checkpoint each, the variants' folders beside them)
 FAMILIES = [
-    "llama_gqa", "qwen2", "qwen2_window", "mistral", "mixtral", "gemma2", "gemma3", "gpt_oss", "olmo2",
+    "llama_gqa", "qwen2", "qwen2_window", "mistral", "mixtral", "gemma2", "gemma2_like_2b", "gemma3",
+    "gemma3_like_1b", "gpt_oss", "olmo2",
     "olmo3", "phi3", "qwen3", "qwen3_moe", "gpt2", "gpt_neox", "smollm3", "llama4_text", "deepseek_v3",
     "glm4_moe", "granitemoehybrid", "lfm2", "falcon_h1", "qwen3_next",
 ]
 
 # why the converter stops on a tiny checkpoint, beside its own last words
 WHY_NOT = {
-    "gemma2": "it reads Gemma 2's vocabulary from a SentencePiece tokenizer.model only; the checkpoint has tokenizer.json",
-    "phi3": "it reads Phi-3's vocabulary from a SentencePiece tokenizer.model only; the checkpoint has tokenizer.json",
-    "qwen3_moe": "it maps no dense MLP in a Qwen MoE model (the checkpoint's layer 0, `mlp_only_layers`; llama.cpp's loader has none either)",
-    "qwen3_next": "as Qwen3-MoE's (with `--no-mtp`: the checkpoint has no multi-token-prediction head)",
-    "gpt_neox": "it reads `rotary_pct` through transformers' AutoConfig, which in transformers 5 keeps it only as `rope_parameters.partial_rotary_factor`",
-    "glm4_moe": "it looks GLM's special tokens (`[gMASK]`) up in the tokenizer; the checkpoint's has none",
+    "qwen3_moe": "it maps no dense MLP in a Qwen MoE model (the checkpoint's layer 0, `mlp_only_layers`); llama.cpp's qwen3moe loader has none either: it requires the router and experts in every layer",
+    "qwen3_next": "as Qwen3-MoE's (with `--no-mtp`: the checkpoint has no multi-token-prediction head); llama.cpp's qwen3next graph has a dense branch, but its loader requires the router and experts in every layer",
 }
 
 # converted, but not the checkpoint's model: what the converter leaves out, llama.cpp reads
 # as its defaults (the Rust tests check the others against the float64 references)
 NOT_THE_MODEL = {
     "qwen2_window": "the sliding window (`use_sliding_window`, `max_window_layers`) is not written: every layer full",
-    "gemma3": "no `sliding_window_pattern` is written and llama.cpp's gemma3 fixes every 6th layer global; the checkpoint's `layer_types` make every 2nd",
+    "gemma2": "`query_pre_attn_scalar` 12 is not written: llama.cpp's gemma2 scales q.k by head_dim^-1/2 (8) except in the 27B model (`gemma2_like_2b`, whose scalar is its head_dim as in Gemma 2 2B and 9B, gives its model, tested)",
+    "gemma3": "no `sliding_window_pattern` is written and llama.cpp's gemma3 fixes every 6th layer global; the checkpoint's `layer_types` make every 2nd (`gemma3_like_1b`, its two layers sliding as in that pattern, gives its model, tested)",
     "llama4_text": "`attention_chunk_size` 8, `floor_scale` 4 and `attn_scale` 0.5 are not written: llama.cpp's llama4 fixes 8192, 8192 and 0.1 (the file gives the float64 reference of that model, `llama4_text_gguf`, tested)",
     "gpt2": "`feed_forward_length` is written as 4 x n_embd (128), the checkpoint's `n_inner` (64) ignored: the tensors do not fit it (refused, naming the tensor)",
     "gpt_oss": "written as `gpt-oss`, an architecture asa-analyze reads from checkpoints only (refused, naming it)",
@@ -87,8 +93,15 @@ HUB_FORM = {
 
 
 # the converter's options a family's checkpoint needs: Qwen3-Next's converter asserts a
-# multi-token-prediction head unless told there is none (the tiny checkpoint has none)
-FLAGS = {"qwen3_next": ["--no-mtp"]}
+# multi-token-prediction head unless told there is none, GLM-4.5's counts one more block
+# for it (`num_nextn_predict_layers`, 1 by Glm4MoeConfig's default); the tiny checkpoints
+# have none
+FLAGS = {"qwen3_next": ["--no-mtp"], "glm4_moe": ["--no-mtp"]}
+
+# families whose converter reads a config.json key that transformers' AutoConfig drops:
+# GPT-NeoX's `rotary_pct` (`HUB_FORM`), which GPTNeoXConfig of transformers 5 keeps only as
+# rope_parameters.partial_rotary_factor; the hparams keep the config.json keys its dict lacks
+KEEP_CONFIG_KEYS = {"gpt_neox"}
 
 
 def cut_vocabulary(folder: Path, vocab_size: int) -> None:
@@ -129,6 +142,69 @@ def special_tokens_held(folder: Path) -> None:
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
 
 
+# families whose converter reads the vocabulary from a SentencePiece tokenizer.model only
+# (the tiny checkpoints have tokenizer.json), with the tokenizer_config.json keys it reads
+SENTENCEPIECE = {"gemma2": {}, "gemma2_like_2b": {}, "phi3": {"tokenizer_class": "LlamaTokenizer"}}
+
+
+def sentencepiece_model(folder: Path, config_keys: dict) -> None:
+    """A SentencePiece BPE tokenizer.model of tokenizer.json's vocabulary: the same pieces
+    under the same ids (so the same vocabulary size), `<unk>` unknown, the other added
+    tokens control, each merged piece scored by its merge's rank (SentencePiece BPE merges
+    the highest score first), the rest 0; and `config_keys` added to tokenizer_config.json."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    tok = json.loads((folder / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    merges = tok["model"].get("merges", [])
+    rank = {}
+    for i, merge in enumerate(merges):
+        a, b = merge.split(" ", 1) if isinstance(merge, str) else merge
+        rank.setdefault(a + b, i)
+    added = {t["id"]: t["content"] for t in tok.get("added_tokens", [])}
+    proto = pb.ModelProto()
+    proto.trainer_spec.model_type = pb.TrainerSpec.BPE
+    proto.trainer_spec.vocab_size = len(vocab)
+    proto.normalizer_spec.name = "identity"
+    proto.normalizer_spec.add_dummy_prefix = True
+    for piece, i in sorted(vocab.items(), key=lambda kv: kv[1]):
+        assert i == len(proto.pieces), f"{folder.name}: tokenizer.json ids are not 0..n"
+        p = proto.pieces.add(piece=piece, score=-float(rank[piece]) if piece in rank else 0.0)
+        if i in added:
+            p.type = pb.ModelProto.SentencePiece.UNKNOWN if added[i] == "<unk>" else pb.ModelProto.SentencePiece.CONTROL
+    (folder / "tokenizer.model").write_bytes(proto.SerializeToString())
+    path = folder / "tokenizer_config.json"
+    config = json.loads(path.read_text()) if path.exists() else {}
+    (path).write_text(json.dumps({**config, **config_keys}))
+
+
+# GLM's special tokens, which its converter looks up in the tokenizer (bos, eot, unk, eom)
+GLM_SPECIAL = ["[gMASK]", "<|user|>", "<|endoftext|>", "<|observation|>"]
+
+
+def glm_special_tokens(folder: Path) -> None:
+    """GLM's special tokens as tokenizer.json's added tokens, in place of its last merged
+    pieces (ids vocab - 4 .. vocab - 1; their merges, which no other merge builds on,
+    dropped): the vocabulary keeps its size and every other id."""
+    path = folder / "tokenizer.json"
+    tok = json.loads(path.read_text())
+    vocab, merges = tok["model"]["vocab"], tok["model"]["merges"]
+    pieces = {i: t for t, i in vocab.items()}
+    last = range(len(vocab) - len(GLM_SPECIAL), len(vocab))
+    gone = {pieces[i] for i in last}
+    made = {"".join(m.split(" ", 1) if isinstance(m, str) else m): m for m in merges}
+    assert gone <= set(made), f"{folder.name}: the last pieces are not all merged ones"
+    kept = [m for m in merges if "".join(m.split(" ", 1) if isinstance(m, str) else m) not in gone]
+    assert not any(p in gone for m in kept for p in (m.split(" ", 1) if isinstance(m, str) else m))
+    for i, special in zip(last, GLM_SPECIAL):
+        del vocab[pieces[i]]
+        vocab[special] = i
+        tok["added_tokens"].append(dict(id=i, content=special, single_word=False, lstrip=False,
+                                        rstrip=False, normalized=False, special=True))
+    tok["model"]["merges"] = kept
+    path.write_text(json.dumps(tok))
+
+
 def prepared(name: str, work: Path) -> Path:
     """A copy of the checkpoint as the converter reads it (`HUB_FORM`, the vocabulary)."""
     folder = work / name
@@ -140,6 +216,10 @@ def prepared(name: str, work: Path) -> Path:
     text = config.get("text_config", config)
     cut_vocabulary(folder, text["vocab_size"])
     special_tokens_held(folder)
+    if name == "glm4_moe":
+        glm_special_tokens(folder)
+    if name in SENTENCEPIECE:
+        sentencepiece_model(folder, SENTENCEPIECE[name])
     return folder
 
 
@@ -147,7 +227,7 @@ def prepared(name: str, work: Path) -> Path:
 RUN = r"""
 import sys
 from pathlib import Path
-llama_cpp, model, out, *flags = sys.argv[1:]
+llama_cpp, model, out, keep, *flags = sys.argv[1:]
 sys.argv = ["convert_hf_to_gguf.py", model, "--outfile", out, "--outtype", "f32", *flags]
 sys.path.insert(0, llama_cpp)
 import conversion.base as base
@@ -158,6 +238,15 @@ def pre(self, tokenizer):
     except NotImplementedError:
         return "gpt-2"
 base.TextModel.get_vocab_base_pre = pre
+if keep == "keep":
+    import json
+    loaded = base.ModelBase.load_hparams
+    def load_hparams(dir_model, is_mistral_format):
+        config = loaded(dir_model, is_mistral_format)
+        for key, value in json.loads((Path(dir_model) / "config.json").read_text()).items():
+            config.setdefault(key, value)
+        return config
+    base.ModelBase.load_hparams = staticmethod(load_hparams)
 import runpy
 runpy.run_path(str(Path(llama_cpp) / "convert_hf_to_gguf.py"), run_name="__main__")
 """
@@ -189,7 +278,8 @@ def convert(llama_cpp: Path, name: str) -> str | None:
     with tempfile.TemporaryDirectory() as work:
         folder = prepared(name, Path(work))
         proc = subprocess.run(
-            [sys.executable, "-c", RUN, str(llama_cpp), str(folder), str(out), *FLAGS.get(name, [])],
+            [sys.executable, "-c", RUN, str(llama_cpp), str(folder), str(out),
+             "keep" if name in KEEP_CONFIG_KEYS else "-", *FLAGS.get(name, [])],
             capture_output=True, text=True, env=env,
         )
     if proc.returncode != 0:

@@ -35,6 +35,11 @@ converted_gguf_tests! {
     granitemoehybrid_as_converted: "granitemoehybrid",
     lfm2_as_converted: "lfm2",
     falcon_h1_as_converted: "falcon_h1",
+    gemma2_like_2b_as_converted: "gemma2_like_2b",
+    gemma3_like_1b_as_converted: "gemma3_like_1b",
+    phi3_as_converted: "phi3",
+    gpt_neox_as_converted: "gpt_neox",
+    glm4_moe_as_converted: "glm4_moe",
 }
 
 /// What the converter writes that is not the checkpoint's model is refused, naming the
@@ -70,4 +75,32 @@ fn converted_files_that_are_not_their_model_are_refused_naming_the_file() {
 #[test]
 fn llama4_text_as_converted_is_the_model_llama_cpp_runs() {
     check_gguf_file(&converted("llama4_text"), "llama4_text_gguf");
+}
+
+/// Gemma 2 as the converter writes it (no `query_pre_attn_scalar`) is read as llama.cpp's
+/// gemma2 runs it: q.k scaled by head_dim^-1/2 (8, the 27B model aside), not the
+/// checkpoint's 12; its soft-caps are the checkpoint's. (`gemma2_like_2b`, whose scalar is
+/// its head_dim, gives its float64 references above.)
+#[test]
+fn gemma2_as_converted_scales_q_k_as_llama_cpp_does() {
+    let open = |path: &std::path::Path| {
+        asa_analyze::model::Checkpoint::open(
+            path,
+            &candle_core::Device::Cpu,
+            candle_core::DType::F32,
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+        .config
+        .gemma
+        .unwrap()
+    };
+    let gguf = open(&converted("gemma2"));
+    let hf = open(&crate::common::model_dir("gemma2"));
+    assert_eq!(
+        (gguf.query_pre_attn_scalar, hf.query_pre_attn_scalar),
+        (8.0, 12.0)
+    );
+    assert_eq!(gguf.attn_logit_softcap, hf.attn_logit_softcap);
+    assert_eq!(gguf.final_logit_softcap, hf.final_logit_softcap);
+    assert_eq!(gguf.embedding_scale, hf.embedding_scale);
 }
