@@ -69,7 +69,7 @@ NOT_THE_MODEL = {
     "gemma3": "no `sliding_window_pattern` is written and llama.cpp's gemma3 fixes every 6th layer global; the checkpoint's `layer_types` make every 2nd (`gemma3_like_1b`, its two layers sliding as in that pattern, gives its model, tested)",
     "llama4_text": "`attention_chunk_size` 8, `floor_scale` 4 and `attn_scale` 0.5 are not written: llama.cpp's llama4 fixes 8192, 8192 and 0.1 (the file gives the float64 reference of that model, `llama4_text_gguf`, tested)",
     "gpt2": "`feed_forward_length` is written as 4 x n_embd (128), the checkpoint's `n_inner` (64) ignored: the tensors do not fit it (refused, naming the tensor)",
-    "gpt_oss": "written as `gpt-oss`, an architecture asa-analyze reads from checkpoints only (refused, naming it)",
+    "gpt_oss": "written as `gpt-oss`, an architecture asa-analyze reads from checkpoints only (refused, naming it); nor would llama.cpp's gpt-oss run the checkpoint's model: it fixes the SwiGLU limit at 7 (the checkpoint's `swiglu_limit` is 1)",
 }
 
 
