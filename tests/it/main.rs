@@ -27,6 +27,7 @@ mod long_sequences;
 mod memory_model;
 mod metrics;
 mod metrics_bf16;
+mod one_validation;
 mod real_model;
 mod reliability;
 mod report;

@@ -1179,7 +1179,7 @@ fn gguf_metadata_that_would_give_nan_is_refused() {
         (
             "qwen2.rope.freq_base",
             0f32,
-            "qwen2.rope.freq_base 0 must be a finite number > 0",
+            "rope_theta 0 must be a finite number > 0 (in this file: metadata qwen2.rope.freq_base)",
         ),
         (
             "qwen2.attention.layer_norm_rms_epsilon",

@@ -128,7 +128,8 @@ impl GgufFile {
         let tensors = tensor_table(&meta, &converter)?;
         let facts = tensor_facts(path, &tensors)?;
         let (raw, rope_source) = raw_config(&meta, &mut file, &facts, heads, kv_heads)?;
-        let config = resolve_config(path, raw, rope_source.as_ref())?;
+        let config = resolve_config(path, raw, rope_source.as_ref())
+            .map_err(|e| super::gguf_keys::name_sources(e, &meta))?;
         Ok(GgufFile {
             path: path.to_path_buf(),
             content,

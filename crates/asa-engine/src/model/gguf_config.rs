@@ -143,6 +143,13 @@ impl Meta<'_> {
     /// The largest value of a per-layer key ([`Meta::opt_per_layer_key`]): the head count
     /// of the attention layers where the other layers have none.
     pub(crate) fn opt_max_per_layer_key(&self, key: &str) -> Result<Option<usize>> {
+        // one value is every layer's, however many layers the file says (0 included: the
+        // resolve refuses that count, not this one)
+        if let Some(v) = self.content.metadata.get(&self.key(key)) {
+            if !matches!(v, Value::Array(_)) {
+                return self.opt_usize_key(key);
+            }
+        }
         Ok(self
             .opt_per_layer_key(key)?
             .map(|values| values.into_iter().max().unwrap_or(0)))
@@ -188,7 +195,8 @@ impl Meta<'_> {
     pub(crate) fn trunk_layers(&self) -> Result<usize> {
         let blocks = self.usize_key("block_count")?;
         let nextn = self.opt_usize_key("nextn_predict_layers")?.unwrap_or(0);
-        if nextn >= blocks {
+        // no block at all is the resolve's to refuse (num_hidden_layers)
+        if nextn > 0 && nextn >= blocks {
             return Err(Error::checkpoint(
                 self.path,
                 format!(
@@ -314,7 +322,15 @@ fn rope_parameters(
         }
     }
     let mut recovered = None;
-    if let Some(info) = meta.content.tensor_infos.get("rope_freqs.weight") {
+    // unsound dims are the resolve's to refuse (rope_theta, partial_rotary_factor): no
+    // recovery from them
+    let sound = theta > 0.0 && rot_dim % 2 == 0 && rot_dim > 0 && rot_dim <= dims.head_dim;
+    if let Some(info) = meta
+        .content
+        .tensor_infos
+        .get("rope_freqs.weight")
+        .filter(|_| sound)
+    {
         let factors = read_factors(meta, file, info, rot_dim)?;
         let original = meta
             .opt_usize_key("rope.scaling.original_context_length")?
@@ -361,8 +377,9 @@ pub(crate) fn raw_config(
     kv_heads: usize,
 ) -> Result<(serde_json::Value, Option<Recovered>)> {
     refuse_unimplemented(meta)?;
+    // every value is checked once, on the resolved mirror (`gguf_keys` names the file's
+    // keys in its refusals); only what JSON cannot carry is refused while reading
     let dims = read_dims(meta, heads, kv_heads)?;
-    check_dims(meta, &dims)?;
     let (rope, recovered) = rope_parameters(meta, file, &dims)?;
     let mut raw = base_config(meta, tensors, &dims, rope)?;
     (meta.rules.config)(meta, tensors, &dims, &mut raw)?;
@@ -409,42 +426,6 @@ fn read_dims(meta: &Meta, heads: usize, kv_heads: usize) -> Result<Dims> {
     })
 }
 
-/// Refuses unsound values, checked here: JSON has no NaN (it would turn into a default),
-/// and the rope_freqs recovery needs them sound.
-fn check_dims(meta: &Meta, d: &Dims) -> Result<()> {
-    let bad = |key: &str, value: String, want: &str| {
-        Err(Error::checkpoint(
-            meta.path,
-            format!("metadata {} {value} must be {want}", meta.key(key)),
-        ))
-    };
-    if d.head_dim == 0 {
-        return bad("attention.key_length", "0".into(), "at least 1");
-    }
-    if d.context == 0 {
-        return bad("context_length", "0".into(), "at least 1");
-    }
-    // the rule config.json's partial_rotary_factor has: whole pairs, within a head
-    if d.rot_dim % 2 != 0 || d.rot_dim > d.head_dim {
-        return bad(
-            "rope.dimension_count",
-            d.rot_dim.to_string(),
-            &format!("even and at most the head's {} dimensions", d.head_dim),
-        );
-    }
-    if !(d.theta.is_finite() && d.theta > 0.0) {
-        return bad("rope.freq_base", d.theta.to_string(), "a finite number > 0");
-    }
-    if !(d.eps.is_finite() && d.eps >= 0.0) {
-        return bad(
-            "attention.layer_norm_rms_epsilon",
-            d.eps.to_string(),
-            "a finite number >= 0",
-        );
-    }
-    Ok(())
-}
-
 /// The config.json keys every architecture has, as for a Llama model (the family's rules
 /// add and change keys: [`GgufRules::config`]).
 fn base_config(
@@ -474,7 +455,8 @@ fn base_config(
         "max_position_embeddings": d.context,
         "tie_word_embeddings": !tensors.has_output,
         "attention_bias": false,
-        "partial_rotary_factor": d.rot_dim as f64 / d.head_dim as f64,
+        // head_dim 0 is refused by the resolve before any rotary setting is read
+        "partial_rotary_factor": (d.head_dim > 0).then(|| d.rot_dim as f64 / d.head_dim as f64),
         "rope_parameters": rope,
         "bos_token_id": token("tokenizer.ggml.bos_token_id"),
         "eos_token_id": token("tokenizer.ggml.eos_token_id"),

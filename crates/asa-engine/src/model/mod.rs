@@ -11,6 +11,7 @@ pub mod experts;
 pub mod gguf;
 mod gguf_alignment;
 mod gguf_config;
+mod gguf_keys;
 mod gguf_pieces;
 mod gguf_rope;
 mod gguf_sentencepiece;

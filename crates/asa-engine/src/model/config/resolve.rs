@@ -158,6 +158,10 @@ impl RawConfig {
             ("num_hidden_layers", layers),
             ("vocab_size", vocab),
             ("head_dim", head_dim),
+            (
+                "max_position_embeddings",
+                self.max_position_embeddings.unwrap_or(1),
+            ),
         ] {
             if size == 0 {
                 return Err(Error::checkpoint(

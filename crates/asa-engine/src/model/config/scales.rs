@@ -20,7 +20,7 @@ impl ModelConfig {
         for rope in std::iter::once(&self.rope).chain(self.rope_local.as_ref()) {
             f32_factor(
                 attention_factor(&rope.scaling),
-                "the rotary attention factor (rope_parameters `attention_factor`, or `mscale` / `mscale_all_dim`; GGUF: rope.scaling.attn_factor, rope.scaling.yarn_log_multiplier)",
+                "the rotary attention factor (rope_parameters `attention_factor`, or `mscale` / `mscale_all_dim`)",
                 path,
             )?;
         }
@@ -46,7 +46,7 @@ impl ModelConfig {
     fn query_scale_source(&self) -> String {
         let what = match (&self.multipliers.attention_scale, &self.latent, &self.gemma) {
             (Some(_), ..) => "attention_multiplier",
-            (None, Some(_), _) => "qk_nope_head_dim, qk_rope_head_dim and YaRN's mscale^2 (rope_parameters `mscale_all_dim`, `factor`; GGUF: rope.scaling.yarn_log_multiplier)",
+            (None, Some(_), _) => "qk_nope_head_dim, qk_rope_head_dim and YaRN's mscale^2 (rope_parameters `mscale_all_dim`, `factor`)",
             (None, None, Some(_)) => "query_pre_attn_scalar^-1/2",
             (None, None, None) => "head_dim^-1/2",
         };

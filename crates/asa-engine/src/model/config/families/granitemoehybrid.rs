@@ -402,16 +402,8 @@ fn gguf_config(
         .collect();
     raw["layer_types"] = serde_json::json!(types);
     // llama.cpp's converter writes each multiplier only when the config sets it: a present
-    // one is the model's (0, which would zero its branch, is refused naming the key)
-    let scale = |key: &str| -> Result<Option<f64>> {
-        match meta.opt_f64_key(key)? {
-            Some(v) if v <= 0.0 => Err(Error::checkpoint(
-                meta.path,
-                format!("metadata {} {v} must be > 0", meta.key(key)),
-            )),
-            other => Ok(other),
-        }
-    };
+    // one is the model's (checked by the resolve, as config.json's: 0 would zero its branch)
+    let scale = |key: &str| meta.opt_f64_key(key);
     raw["embedding_multiplier"] = serde_json::json!(scale("embedding_scale")?.unwrap_or(1.0));
     raw["residual_multiplier"] = serde_json::json!(scale("residual_scale")?.unwrap_or(1.0));
     raw["logits_scaling"] = serde_json::json!(scale("logit_scale")?.unwrap_or(1.0));

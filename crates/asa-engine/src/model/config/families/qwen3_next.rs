@@ -165,33 +165,25 @@ fn gguf_config(
     raw: &mut serde_json::Value,
 ) -> Result<()> {
     let layers = meta.trunk_layers()?;
-    let recurrent = match meta.opt_layer_flags("attention.recurrent_layers")? {
-        Some(flags) => flags,
-        None => {
-            let interval = meta.opt_usize_key("full_attention_interval")?.unwrap_or(4);
-            if interval == 0 {
-                return Err(Error::checkpoint(
-                    meta.path,
-                    format!("{} must be at least 1", meta.key("full_attention_interval")),
-                ));
-            }
-            (0..layers)
-                .map(|l| (l + 1) % interval != 0)
-                .collect::<Vec<bool>>()
+    match meta.opt_layer_flags("attention.recurrent_layers")? {
+        Some(recurrent) => {
+            let types: Vec<&str> = recurrent
+                .iter()
+                .take(layers)
+                .map(|&r| match r {
+                    true => "linear_attention",
+                    false => "full_attention",
+                })
+                .collect();
+            raw["layer_types"] = serde_json::json!(types);
         }
-    };
-    let types: Vec<&str> = recurrent
-        .iter()
-        .take(layers)
-        .map(|&r| {
-            if r {
-                "linear_attention"
-            } else {
-                "full_attention"
+        // the layers from the interval as config.json's are (checked there: at least 1)
+        None => {
+            if let Some(interval) = meta.opt_usize_key("full_attention_interval")? {
+                raw["full_attention_interval"] = serde_json::json!(interval);
             }
-        })
-        .collect();
-    raw["layer_types"] = serde_json::json!(types);
+        }
+    }
     let value_heads = meta.usize_key("ssm.time_step_rank")?;
     let inner = meta.usize_key("ssm.inner_size")?;
     if value_heads == 0 || !inner.is_multiple_of(value_heads) {
