@@ -3,7 +3,7 @@
 
 use candle_core::Device;
 
-use crate::common::{copy_fixture, edit_config, expect_error, expect_success, run_cli};
+use crate::common::{copy_fixture, edit_config, expect_error, expect_success, fixtures, run_cli};
 
 /// `analyze` of `ckpt` on 2 windows of 16 tokens into `dir/out`, quiet, with `extra` flags.
 fn analyze_briefly(
@@ -918,4 +918,45 @@ fn settings_that_overflow_the_activations_are_refused_unless_allowed() {
     );
     assert!(!tmp.path().join("refused").exists());
     expect_success(&run(&["--allow-nonfinite"], "allowed"));
+}
+
+/// Issue 65 item 6, found by the coverage-guided fuzzing (fuzz/corpus/ holds both inputs):
+/// a tokenizer.json whose decoder the tokenizers crate `expect`s to read panicked
+/// `analyze` (exit 101, a backtrace); a Parquet footer stating 2^31 row groups made polars
+/// reserve 136 GB. Each is one line naming the file, exit 2, nothing written.
+#[test]
+fn panic_third_party_readers_on_damaged_files_are_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("m");
+    copy_fixture("qwen2", &model);
+    std::fs::copy(
+        fixtures().join("damaged/tokenizer_decoder_panics.json"),
+        model.join("tokenizer.json"),
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let err = expect_error(&run_cli(
+        tmp.path(),
+        &[
+            "analyze",
+            model.to_str().unwrap(),
+            "--seq-len",
+            "16",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    ));
+    assert!(
+        err.contains("tokenizer.json: invalid tokenizer.json: the file is damaged"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    let table = fixtures().join("damaged/footer_claims_2e31_row_groups.parquet");
+    let err = asa_analyze::export::read_table(&table)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("footer_claims_2e31_row_groups.parquet: damaged Parquet table: its footer states more than its"),
+        "{err}"
+    );
 }

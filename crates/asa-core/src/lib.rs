@@ -4,6 +4,7 @@
 //! statistics (median, MAD, moments) that metrics and training logs share.
 
 pub mod error;
+pub mod guarded;
 pub mod host_memory;
 pub mod input;
 pub mod out_of_memory;

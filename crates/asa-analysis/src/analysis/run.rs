@@ -635,7 +635,7 @@ impl ModelContext<'_> {
             return Vec::new();
         }
         let tokenizer = match &o.inputs.tokenizer {
-            Some(file) => tokenizers::Tokenizer::from_file(file).ok(),
+            Some(file) => asa_engine::model::tokenizer_file::read_tokenizer(file).ok(),
             None => ckpt.tokenizer().ok(),
         };
         let (Some(tokenizer), Some(ids)) = (tokenizer, windows.ids.first()) else {

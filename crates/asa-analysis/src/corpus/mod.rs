@@ -281,10 +281,7 @@ impl Tok {
     }
 
     fn open(path: &Path) -> Result<Tok> {
-        let bytes = asa_core::input::read_bytes(path, asa_core::input::TOKENIZER)?;
-        let tokenizer = Tokenizer::from_bytes(bytes).map_err(|e| {
-            Error::invalid(path, "cannot read the tokenizer", e).about(InputKind::Checkpoint)
-        })?;
+        let tokenizer = asa_engine::model::tokenizer_file::read_tokenizer(path)?;
         Ok(Tok {
             path: path.to_path_buf(),
             tokenizer,

@@ -21,7 +21,7 @@ use super::lr_schedule::Schedule;
 use super::params::{config_json, init_params, resolve, Arch, SplitMix64};
 use super::tokenizer::{train_bpe, BOS, EOS};
 use super::{OptimConfig, StepLog, Trainer};
-use asa_core::error::{Error, InputKind, Result};
+use asa_core::error::{Error, Result};
 use asa_engine::attention::VariantKind;
 use asa_tables::export::{Format, OutputDir, StagingWatch};
 
@@ -167,9 +167,7 @@ fn load_tokenizer(
     match &opts.tokenizer {
         Some(given) => {
             std::fs::copy(given, tok_path).map_err(|e| Error::io(given, e))?;
-            tokenizers::Tokenizer::from_file(tok_path).map_err(|e| {
-                Error::invalid(given, "invalid tokenizer.json", e).about(InputKind::Checkpoint)
-            })
+            asa_engine::model::tokenizer_file::read_tokenizer(given)
         }
         None => train_bpe(docs.iter(), opts.arch.vocab_size, tok_path),
     }

@@ -27,6 +27,7 @@ pub mod nonfinite;
 mod residuals;
 pub mod safetensors_file;
 pub mod sliding_window;
+pub mod tokenizer_file;
 pub mod weight_map;
 pub mod weights;
 
@@ -46,7 +47,7 @@ pub use weight_map::WeightMap;
 pub use weights::WeightStore;
 
 use crate::attention::VariantKind;
-use asa_core::error::{Error, InputKind, Result};
+use asa_core::error::{Error, Result};
 
 /// A model held in memory: its config.json as text and its tensors under their Hugging Face
 /// names, `origin` naming it in messages (e.g. `<memory>/model`).
@@ -198,10 +199,7 @@ impl Checkpoint {
                 if !path.is_file() {
                     return Err(Error::checkpoint(&path, "missing tokenizer.json"));
                 }
-                let bytes = asa_core::input::read_bytes(&path, asa_core::input::TOKENIZER)?;
-                Tokenizer::from_bytes(bytes).map_err(|e| {
-                    Error::invalid(&path, "invalid tokenizer.json", e).about(InputKind::Checkpoint)
-                })
+                tokenizer_file::read_tokenizer(&path)
             }
         }
     }
