@@ -1,12 +1,10 @@
-//! tokenizer.json as a checkpoint's tokenizer is read (capped read, the tokenizers
-//! crate), then used to encode and decode a text.
+//! tokenizer.json as every command reads one (`read_tokenizer`: capped, the tokenizers
+//! crate's panics on a damaged file caught), then used as a run uses it: encoding a text
+//! and decoding its ids (not guarded: a panic there is a defect).
 #![no_main]
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let path = asa_fuzz::write("tokenizer.json", data);
-    let Ok(bytes) = asa_core::input::read_bytes(&path, asa_core::input::TOKENIZER) else {
-        return;
-    };
-    let Ok(tokenizer) = tokenizers::Tokenizer::from_bytes(bytes) else {
+    let Ok(tokenizer) = asa_engine::model::tokenizer_file::read_tokenizer(&path) else {
         return;
     };
     if let Ok(encoding) = tokenizer.encode("The cat sat on the mat. 12345 ünïcödé", false) {

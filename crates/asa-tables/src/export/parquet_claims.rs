@@ -8,7 +8,7 @@ use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use polars_parquet::parquet::metadata::{ColumnChunkMetadata, FileMetadata};
-use polars_parquet_format::thrift::protocol::{TCompactInputProtocol, TInputProtocol, TType};
+use polars_parquet_format::thrift::protocol::TCompactInputProtocol;
 use polars_parquet_format::{PageHeader, PageType};
 
 use asa_core::error::{Error, InputKind, Result};
@@ -84,10 +84,10 @@ pub fn check_decoded(path: &Path, column: &str, values: usize, rows: usize) -> R
 
 /// The footer's lists against its length, before polars reads it: polars reserves what a
 /// list states it holds (a footer claiming 2^31 row groups asked for 136 GB and aborted:
-/// found by the coverage-guided fuzzing, issue 65). The footer is walked without being
-/// kept, within a budget of 8 bytes for each of its bytes: every element of a list takes at
-/// least one byte and the walk charges 8 for it, so a list can state no more elements than
-/// the footer has bytes.
+/// found by the coverage-guided fuzzing, issue 65). The footer is read first by thrift's
+/// own reader of the same structure, within a budget of 8 bytes for each of its bytes:
+/// every element of a list takes at least one byte and the reader charges 8 for it, so no
+/// list can state more elements than the footer has bytes.
 fn check_footer(file: &mut std::fs::File, length: u64) -> std::result::Result<(), String> {
     let mut tail = [0u8; 8];
     if length < 12 {
@@ -105,62 +105,12 @@ fn check_footer(file: &mut std::fs::File, length: u64) -> std::result::Result<()
         .map_err(|e| format!("cannot be read ({e})"))?;
     let budget = usize::try_from(stated.saturating_mul(8)).unwrap_or(usize::MAX);
     let mut protocol = TCompactInputProtocol::new(BufReader::new(&mut *file).take(stated), budget);
-    let walked = walk(&mut protocol, TType::Struct, 64);
+    let walked = polars_parquet_format::FileMetaData::read_from_in_protocol(&mut protocol);
     file.seek(SeekFrom::Start(0))
         .map_err(|e| format!("cannot be read ({e})"))?;
-    walked.map_err(|e| format!("states more than its {stated} bytes hold ({e})"))
-}
-
-/// Reads past one thrift value of type `kind` (`depth` levels of nesting at most), keeping
-/// nothing: thrift's own `skip`, but binary fields read as bytes (a Parquet footer's
-/// statistics are binary, not UTF-8).
-fn walk<R: Read>(
-    protocol: &mut TCompactInputProtocol<R>,
-    kind: TType,
-    depth: u8,
-) -> polars_parquet_format::thrift::Result<()> {
-    let deeper = depth.checked_sub(1).ok_or_else(|| {
-        polars_parquet_format::thrift::Error::from(std::io::Error::other("nested too deeply"))
-    })?;
-    match kind {
-        TType::String => protocol.read_bytes().map(|_| ()),
-        TType::Struct => {
-            protocol.read_struct_begin()?;
-            loop {
-                let field = protocol.read_field_begin()?;
-                if field.field_type == TType::Stop {
-                    break;
-                }
-                walk(protocol, field.field_type, deeper)?;
-            }
-            protocol.read_struct_end()
-        }
-        TType::List => {
-            let list = protocol.read_list_begin()?;
-            for _ in 0..list.size {
-                walk(protocol, list.element_type, deeper)?;
-            }
-            protocol.read_list_end()
-        }
-        TType::Set => {
-            let set = protocol.read_set_begin()?;
-            for _ in 0..set.size {
-                walk(protocol, set.element_type, deeper)?;
-            }
-            protocol.read_set_end()
-        }
-        TType::Map => {
-            let map = protocol.read_map_begin()?;
-            if let (Some(key), Some(value)) = (map.key_type, map.value_type) {
-                for _ in 0..map.size {
-                    walk(protocol, key, deeper)?;
-                    walk(protocol, value, deeper)?;
-                }
-            }
-            protocol.read_map_end()
-        }
-        other => protocol.skip(other),
-    }
+    walked
+        .map(|_| ())
+        .map_err(|e| format!("states more than its {stated} bytes hold ({e})"))
 }
 
 /// The cells decoded at once against the memory this process may still take.
