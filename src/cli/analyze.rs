@@ -427,10 +427,10 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str, process: &Proces
         out.commit()?;
         if !args.quiet {
             eprintln!(
-                "asa-analyze: shard {} of {} ({:?}) written to {}: `asa-analyze merge` its folder with the others'",
+                "asa-analyze: shard {} of {} ({}) written to {}: `asa-analyze merge` its folder with the others'",
                 shard.index,
                 shard.count,
-                shard.source,
+                shard.source.describe(),
                 args.out.display()
             );
         }

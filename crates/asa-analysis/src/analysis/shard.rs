@@ -21,6 +21,17 @@ pub enum ShardSource {
     Kubernetes,
 }
 
+impl ShardSource {
+    /// Where K and N came from, in words (`analyze`'s note on a written shard).
+    pub fn describe(self) -> &'static str {
+        match self {
+            ShardSource::Flag => "from --shard",
+            ShardSource::Slurm => "from the Slurm job array",
+            ShardSource::Kubernetes => "from the Kubernetes indexed job",
+        }
+    }
+}
+
 /// Shard `index` of `count`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Shard {
