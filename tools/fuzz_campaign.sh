@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A coverage-guided campaign (issue 65 item 6): each target of fuzz/ (libFuzzer through
 # cargo-fuzz) run until RUNS executions or SECONDS_EACH seconds, whichever comes first, from its
-# committed corpus (fuzz/corpus/TARGET) in a working copy (fuzz/corpus-work/, not committed);
-# new coverage is merged back into the committed corpus at the end (-merge=1: only inputs
-# that add coverage). A crash, a timeout or running out of memory stops that target with its
+# committed corpus (fuzz/corpus/TARGET.tar.xz, unpacked into fuzz/corpus-work/, not
+# committed); at the end the corpus is minimized (-merge=1: the fewest inputs with the same
+# coverage, the committed ones and the new) and packed again (not in CI: CI=true). A crash, a timeout or running out of memory stops that target with its
 # input under fuzz/artifacts/TARGET/; the counts of every target are printed as a table
 # (docs/reliability.md's). Stable Rust: RUSTC_BOOTSTRAP=1 lets cargo-fuzz pass libFuzzer's
 # flags; no sanitizer (safe Rust: the oracle is a panic, an abort, a hang or the memory cap).
@@ -25,10 +25,12 @@ failed=0
 printf '%-14s %12s %8s %10s %s\n' target executions seconds exec/s result
 for t in "${targets[@]}"; do
     work=corpus-work/$t
-    mkdir -p "$work" "artifacts/$t" "corpus/$t"
+    rm -rf "$work"
+    mkdir -p "$work" "artifacts/$t"
+    [ ! -f "corpus/$t.tar.xz" ] || tar -xJf "corpus/$t.tar.xz" -C corpus-work
     log=$(mktemp)
     start=$(date +%s)
-    "$bin/$t" "$work" "corpus/$t" -runs="$runs" -max_total_time="$seconds" \
+    "$bin/$t" "$work" -runs="$runs" -max_total_time="$seconds" \
         -rss_limit_mb=4096 -timeout=30 -print_final_stats=1 -artifact_prefix="artifacts/$t/" > "$log" 2>&1
     rc=$?
     took=$(( $(date +%s) - start ))
@@ -40,8 +42,15 @@ for t in "${targets[@]}"; do
         failed=1
         cp "$log" "artifacts/$t/last.log"
     fi
-    # what the run found that adds coverage, into the committed corpus
-    "$bin/$t" "corpus/$t" "$work" -merge=1 -rss_limit_mb=4096 -timeout=30 > /dev/null 2>&1 || true
+    # the corpus minimized and packed again, crashes' inputs kept
+    if [ "${CI:-}" != true ]; then
+        min=$(mktemp -d)
+        mkdir "$min/$t"
+        "$bin/$t" "$min/$t" "$work" -merge=1 -rss_limit_mb=4096 -timeout=30 > /dev/null 2>&1 || true
+        cp artifacts/$t/crash-* artifacts/$t/oom-* artifacts/$t/timeout-* "$min/$t/" 2> /dev/null || true
+        tar -cJf "corpus/$t.tar.xz" -C "$min" "$t"
+        rm -rf "$min"
+    fi
     printf '%-14s %12s %8s %10s %s\n' "$t" "${execs:-?}" "$took" "${rate:-?}" "$result"
     rm -f "$log"
 done

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Seeds the coverage-guided fuzz targets' corpora (fuzz/corpus/<target>/) from the test
+"""Seeds the coverage-guided fuzz targets' corpora (fuzz/corpus/<target>.tar.xz, each
+holding the folder <target>/; replacing what a campaign grew) from the test
 fixtures, and from tables and a shard's partial result the release binary writes from the
 Qwen2 fixture (`cargo build --release` first). Inputs are laid out as each target reads
 them (fuzz/fuzz_targets/*.rs): a table's first byte picks its schema, a partial's run.json
 and states table are joined by a two-byte length.
 
-    python3 tools/make_fuzz_corpus.py     # then commit fuzz/corpus/
+    python3 tools/make_fuzz_corpus.py     # then tools/fuzz_campaign.sh, and commit fuzz/corpus/
 """
 import hashlib
 import pathlib
@@ -17,7 +18,8 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures"
-CORPUS = ROOT / "fuzz" / "corpus"
+OUT = ROOT / "fuzz" / "corpus"
+CORPUS = pathlib.Path(tempfile.mkdtemp())  # the seeds' folders, packed into OUT at the end
 BIN = ROOT / "target" / "release" / "asa-analyze"
 
 
@@ -48,7 +50,14 @@ def table(path, names):
 
 
 def main():
-    shutil.rmtree(CORPUS, ignore_errors=True)
+    seeds()
+    OUT.mkdir(parents=True, exist_ok=True)
+    for folder in sorted(CORPUS.iterdir()):
+        subprocess.run(["tar", "-cJf", str(OUT / f"{folder.name}.tar.xz"), "-C", str(CORPUS), folder.name], check=True)
+    shutil.rmtree(CORPUS)
+
+
+def seeds():
     for p in files("gguf/*.gguf") + files("gguf/converted/*.gguf") + files("gguf/bad/*.gguf"):
         seed("gguf", p.read_bytes())
     for name in ["qwen2", "gpt2", "qwen3", "mixtral"]:
