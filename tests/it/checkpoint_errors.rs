@@ -921,16 +921,6 @@ fn scale_factors_float32_cannot_hold_are_refused_before_any_layer_runs() {
     }
 }
 
-/// The error of opening checkpoint `path` (a folder or a GGUF file), which must fail.
-fn open_error(path: &std::path::Path) -> String {
-    use asa_analyze::model::Checkpoint;
-    use candle_core::{DType, Device};
-    Checkpoint::open(path, &Device::Cpu, DType::F32)
-        .err()
-        .unwrap_or_else(|| panic!("{} opened", path.display()))
-        .to_string()
-}
-
 #[test]
 fn scales_a_config_implies_are_checked_once_whatever_the_file() {
     // issue 65 item 3: YaRN's mscale^2 in DeepSeek's q.k scale, its rotary attention factor

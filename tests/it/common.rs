@@ -357,3 +357,31 @@ pub fn gguf_with_metadata(
     gguf_file::write(&mut out, &metadata, &tensors).unwrap();
     path
 }
+
+/// The error of opening checkpoint `path` (a folder or a GGUF file) on the CPU in f32,
+/// which must fail.
+pub fn open_error(path: &Path) -> String {
+    use candle_core::{DType, Device};
+    asa_analyze::model::Checkpoint::open(path, &Device::Cpu, DType::F32)
+        .err()
+        .unwrap_or_else(|| panic!("{} opened", path.display()))
+        .to_string()
+}
+
+/// `analyze` of `model` (a path or `label=path`) on 2 windows of 16 tokens into `out`,
+/// quiet, with `extra` flags, run in `dir`.
+pub fn analyze_briefly(dir: &Path, model: &str, out: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "analyze",
+        model,
+        "--seq-len",
+        "16",
+        "--num-seqs",
+        "2",
+        "--quiet",
+        "--out",
+        out,
+    ];
+    args.extend_from_slice(extra);
+    run_cli(dir, &args)
+}

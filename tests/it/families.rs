@@ -5,25 +5,14 @@
 
 use candle_core::Device;
 
-use crate::common::{copy_fixture, edit_config, expect_error, expect_success, run_cli};
+use crate::common::{
+    analyze_briefly, copy_fixture, edit_config, expect_error, expect_success, run_cli,
+};
 
 /// The attention table of an `analyze` run of checkpoint folder `name` in `dir`.
 fn attention_table(dir: &std::path::Path, name: &str) -> String {
     let out = format!("{name}-out");
-    expect_success(&run_cli(
-        dir,
-        &[
-            "analyze",
-            name,
-            "--seq-len",
-            "16",
-            "--num-seqs",
-            "2",
-            "--quiet",
-            "--out",
-            &out,
-        ],
-    ));
+    expect_success(&analyze_briefly(dir, name, &out, &[]));
     let table = std::fs::read_to_string(dir.join(out).join("attention.csv")).unwrap();
     // the model label is the folder name
     table.replace(&format!("\n{name},"), "\nMODEL,")

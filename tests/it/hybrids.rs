@@ -8,7 +8,8 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use crate::common::{
-    assert_close, expect_error, expect_success, ids_corpus, model_dir, reference_metrics, run_cli,
+    analyze_briefly, assert_close, expect_error, expect_success, ids_corpus, model_dir,
+    reference_metrics, run_cli,
 };
 
 /// `analyze` of fixture `name` on its reference ids into `dir/out` with `extra` options.
@@ -321,18 +322,8 @@ fn granite_hybrid_names_its_layers_and_multipliers_and_reads_legacy_layer_names(
     let table = |dir: &Path| {
         let out = tmp.path().join("out");
         let _ = std::fs::remove_dir_all(&out);
-        let args = [
-            "analyze",
-            &format!("m={}", dir.display()),
-            "--seq-len",
-            "16",
-            "--num-seqs",
-            "2",
-            "--quiet",
-            "--out",
-            "out",
-        ];
-        expect_success(&run_cli(tmp.path(), &args));
+        let model = format!("m={}", dir.display());
+        expect_success(&analyze_briefly(tmp.path(), &model, "out", &[]));
         std::fs::read_to_string(out.join("attention.csv")).unwrap()
     };
     assert_eq!(table(&model_dir("granitemoehybrid")), table(&legacy));

@@ -4,9 +4,7 @@
 //! words), the GGUF refusal naming the file's own key beside the config.json key.
 
 use crate::common::*;
-use asa_analyze::model::Checkpoint;
 use candle_core::quantized::gguf_file::Value as Meta;
-use candle_core::{DType, Device};
 use serde_json::{json, Value};
 
 /// One rule broken in both files: the HF fixture and its change, the GGUF fixture and
@@ -18,13 +16,6 @@ struct Case {
     key: &'static str,
     value: Meta,
     says: &'static str,
-}
-
-fn open_error(path: &std::path::Path) -> String {
-    Checkpoint::open(path, &Device::Cpu, DType::F32)
-        .err()
-        .unwrap_or_else(|| panic!("{} opened", path.display()))
-        .to_string()
 }
 
 /// `rope_parameters.{key}` (and a top-level copy, as transformers 5 saves both forms).

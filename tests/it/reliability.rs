@@ -3,29 +3,9 @@
 
 use candle_core::Device;
 
-use crate::common::{copy_fixture, edit_config, expect_error, expect_success, fixtures, run_cli};
-
-/// `analyze` of `ckpt` on 2 windows of 16 tokens into `dir/out`, quiet, with `extra` flags.
-fn analyze_briefly(
-    dir: &std::path::Path,
-    ckpt: &std::path::Path,
-    out: &str,
-    extra: &[&str],
-) -> std::process::Output {
-    let mut args = vec![
-        "analyze",
-        ckpt.to_str().unwrap(),
-        "--seq-len",
-        "16",
-        "--num-seqs",
-        "2",
-        "--quiet",
-        "--out",
-        out,
-    ];
-    args.extend_from_slice(extra);
-    run_cli(dir, &args)
-}
+use crate::common::{
+    analyze_briefly, copy_fixture, edit_config, expect_error, expect_success, fixtures, run_cli,
+};
 
 /// Class "silent garbage": a weight holding NaN is refused naming the tensor; with
 /// `--allow-nonfinite` the run goes on and its metrics are NaN, the sink rate included (it
@@ -48,7 +28,8 @@ fn silent_garbage_nonfinite_weights_are_refused_or_give_nan_never_zero() {
     let poisoned = candle_core::Tensor::from_vec(values, w.dims(), &Device::Cpu).unwrap();
     tensors.insert(name.to_string(), poisoned);
     candle_core::safetensors::save(&tensors, &shard).unwrap();
-    let run = |extra: &[&str], out: &str| analyze_briefly(tmp.path(), &ckpt, out, extra);
+    let run =
+        |extra: &[&str], out: &str| analyze_briefly(tmp.path(), ckpt.to_str().unwrap(), out, extra);
     let stderr = expect_error(&run(&[], "refused"));
     assert!(stderr.contains(name) && stderr.contains("NaN"), "{stderr}");
     assert!(stderr.contains("--allow-nonfinite"), "{stderr}");
@@ -544,20 +525,7 @@ fn silent_garbage_tied_embeddings_beside_a_stored_head_use_the_head_as_transform
     );
     let ppl = |name: &str| {
         let out = format!("{name}-out");
-        expect_success(&run_cli(
-            tmp.path(),
-            &[
-                "analyze",
-                name,
-                "--seq-len",
-                "16",
-                "--num-seqs",
-                "2",
-                "--quiet",
-                "--out",
-                &out,
-            ],
-        ));
+        expect_success(&analyze_briefly(tmp.path(), name, &out, &[]));
         let table = std::fs::read_to_string(tmp.path().join(out).join("attention.csv")).unwrap();
         table
             .lines()
@@ -908,7 +876,8 @@ fn settings_that_overflow_the_activations_are_refused_unless_allowed() {
     edit_config(&ckpt, |c| {
         c["attention_multiplier"] = serde_json::json!(3e38)
     });
-    let run = |extra: &[&str], out: &str| analyze_briefly(tmp.path(), &ckpt, out, extra);
+    let run =
+        |extra: &[&str], out: &str| analyze_briefly(tmp.path(), ckpt.to_str().unwrap(), out, extra);
     let stderr = expect_error(&run(&[], "refused"));
     assert!(
         stderr.contains("activations are NaN or infinite from layer")

@@ -7,7 +7,7 @@ use std::path::Path;
 use super::ModelConfig;
 use crate::model::experts::f32_factor;
 use crate::nn::rope::scaling::attention_factor;
-use asa_core::error::Result;
+use asa_core::error::{Error, Result};
 
 impl ModelConfig {
     /// The q.k scale (head dims, `query_pre_attn_scalar`, `attention_multiplier`, YaRN's
@@ -29,14 +29,17 @@ impl ModelConfig {
             if t.attn_scale != 0.0 {
                 f32_factor(t.attn_scale, "attn_scale", path)?;
             }
+            // the query's factor at the longest position, in f32 as the model computes it
             let last = self.max_position_embeddings.max(1) - 1;
-            let factor = f64::from(t.factor(last));
+            let factor = t.factor(last);
             if !factor.is_finite() {
-                f32_factor(
-                    factor,
-                    "the temperature tuning (attn_scale, floor_scale) at the last position",
+                return Err(Error::checkpoint(
                     path,
-                )?;
+                    format!(
+                        "attn_scale {} and floor_scale {} make the query's temperature {factor} at position {last}: the model could only compute inf or NaN",
+                        t.attn_scale, t.floor_scale
+                    ),
+                ));
             }
         }
         Ok(())
