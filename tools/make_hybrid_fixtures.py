@@ -47,6 +47,10 @@ each config class's defaults otherwise, shrunk; every matrix N(0, 0.2) as make_f
               so that the SiLU after the convolution works in its curved range; init seeds
               3208 (of 3201-3209 the one whose closest routing decision is the clearest) and
               3202 (norms, conv1d)
+  qwen3_next_like_80b  the same with every layer's MLP a mixture of experts (mlp_only_layers
+              [], as Qwen3-Next-80B-A3B has it: llama.cpp's converter and loader take only
+              that layout, tests/fixtures/gguf/converted/); init seed 3303 (of 3301-3309 the
+              only one whose every routing decision is clear by > 1e-3), 3202 for the rest
 
 Reference: transformers itself, eager, model.double(), with precision-only patches (the same
 math in float64): RMSNorm (LFM2's; Qwen3-Next's zero-centred x rsqrt(mean x^2 + eps) (1 + w)
@@ -97,7 +101,9 @@ from transformers import Lfm2Config, Lfm2ForCausalLM, Qwen3NextConfig, Qwen3Next
 from transformers.models.lfm2 import modeling_lfm2  # noqa: E402
 from transformers.models.qwen3_next import modeling_qwen3_next  # noqa: E402
 
-NAMES = ["lfm2", "qwen3_next"]
+NAMES = ["lfm2", "qwen3_next", "qwen3_next_like_80b"]
+# qwen3_next_like_80b: of seeds 3301-3309 the one whose closest routing decision is the clearest
+NEXT_80B_SEED = 3303
 ATTENTION_LAYERS = [2, 4]  # 1-based decoder layers with softmax attention, both fixtures
 LFM2_FF = 256  # int(2 * 64 / 3) = 42, rounded up to block_multiple_of 256
 # Qwen3-Next
@@ -393,6 +399,129 @@ def maxdiff(a, b):
     return float(np.abs(np.asarray(a) - np.asarray(b)).max())
 
 
+def write_qwen3_next(name, mlp_only_layers, seed, cc, tok_json, ids, checks, finish):
+    """A Qwen3-Next checkpoint `name` with dense MLPs on `mlp_only_layers` (the others MoE),
+    init seed `seed`, and its float64 reference, checked as the docstring says."""
+    ids_np = ids.numpy()
+    # Qwen3-Next: zero-centred RMSNorms (1 + w); layers 1, 3 Gated DeltaNet, layers 2, 4 gated
+    # softmax attention (q_proj gives q and a sigmoid output gate per head) with partial RoPE;
+    # the layers of `mlp_only_layers` a dense SwiGLU, the others a softmax top-2 MoE with a
+    # sigmoid-gated shared expert.
+    cfg = Qwen3NextConfig(
+        **{**cc, "num_hidden_layers": 4},
+        full_attention_interval=2,
+        partial_rotary_factor=0.5,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=8,
+        linear_value_head_dim=8,
+        linear_conv_kernel_dim=4,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=MOE_INTER,
+        shared_expert_intermediate_size=MOE_INTER,
+        decoder_sparse_step=1,
+        mlp_only_layers=mlp_only_layers,
+    )
+    assert cfg.layer_types == ["linear_attention", "full_attention"] * 2, cfg.layer_types
+    assert cfg.rope_parameters == {"rope_theta": 10000.0, "rope_type": "default", "partial_rotary_factor": 0.5}, cfg.rope_parameters
+    assert cfg.norm_topk_prob is True and cfg.tie_word_embeddings is False and cfg.attention_bias is False
+    assert Qwen3NextConfig().rope_parameters["partial_rotary_factor"] == 0.25  # the class default, not used (see above)
+    torch.manual_seed(32)
+    model = Qwen3NextForCausalLM(cfg)
+    mf.init_weights(model, seed=seed)
+    gen = torch.Generator().manual_seed(3202)
+    with torch.no_grad():
+        for mname, mod in sorted(model.named_modules(), key=lambda kv: kv[0]):
+            if isinstance(mod, modeling_qwen3_next.Qwen3NextRMSNorm):  # zero-centred: w, applied as 1 + w
+                mod.weight.copy_(NORM_STD * torch.randn(mod.weight.shape, generator=gen))
+            elif isinstance(mod, modeling_qwen3_next.Qwen3NextGatedDeltaNet):
+                mod.A_log.copy_(torch.log(torch.tensor(A_VALUES, dtype=TORCH64)))
+                mod.dt_bias.copy_(torch.tensor(DT_BIAS, dtype=TORCH64))
+                mod.conv1d.weight.copy_(CONV_STD * torch.randn(mod.conv1d.weight.shape, generator=gen))
+    d, saved, keys = fc.save_model(name, model, tok_json)
+    assert saved["model_type"] == "qwen3_next" and "lm_head.weight" in keys
+    assert saved["layer_types"] == cfg.layer_types and "full_attention_interval" not in saved
+    want = {"model.layers.0.linear_attn.in_proj_qkvz.weight": (2 * 16 + 2 * 32, HIDDEN),
+            "model.layers.0.linear_attn.in_proj_ba.weight": (2 * 4, HIDDEN),
+            "model.layers.0.linear_attn.conv1d.weight": (2 * 16 + 32, 1, 4),
+            "model.layers.0.linear_attn.A_log": (4,), "model.layers.0.linear_attn.dt_bias": (4,),
+            "model.layers.0.linear_attn.norm.weight": (8,), "model.layers.0.linear_attn.out_proj.weight": (HIDDEN, 32),
+            "model.layers.1.self_attn.q_proj.weight": (2 * HEADS * HEAD_DIM, HIDDEN),
+            "model.layers.1.self_attn.q_norm.weight": (HEAD_DIM,), "model.layers.1.self_attn.o_proj.weight": (HIDDEN, HEADS * HEAD_DIM),
+            "model.layers.1.mlp.gate.weight": (4, HIDDEN), "model.layers.1.mlp.experts.3.gate_proj.weight": (MOE_INTER, HIDDEN),
+            "model.layers.1.mlp.experts.3.down_proj.weight": (HIDDEN, MOE_INTER),
+            "model.layers.2.mlp.shared_expert.up_proj.weight": (MOE_INTER, HIDDEN),
+            "model.layers.2.mlp.shared_expert_gate.weight": (1, HIDDEN)}
+    if 0 in mlp_only_layers:
+        want["model.layers.0.mlp.gate_proj.weight"] = (mf.INTER, HIDDEN)
+    else:
+        want["model.layers.0.mlp.experts.0.up_proj.weight"] = (MOE_INTER, HIDDEN)
+    for k, shape in want.items():
+        assert keys[k] == shape, (k, keys.get(k))
+    ins = dict(
+        records=[
+            (modeling_qwen3_next.Qwen3NextTopKRouter,
+             lambda m, a, kw, o: (m, a[0].detach().clone(), tuple(t.detach().clone() for t in o))),
+            (modeling_qwen3_next.Qwen3NextGatedDeltaNet,
+             lambda m, a, kw, o: (m.layer_idx, kw["hidden_states"].detach().clone(), o.detach().clone())),
+            (modeling_qwen3_next.Qwen3NextAttention,
+             lambda m, a, kw, o: (m, kw["hidden_states"].detach().clone(), o[0].detach().clone())),
+        ],
+        patches=qwen3next_float64_patches(),
+    )
+    logits, caps, where, (routers, gdns, attns), d32, dpure = hybrid_reference(
+        d, Qwen3NextForCausalLM, modeling_qwen3_next, ids, modeling_qwen3_next.Qwen3NextRMSNorm,
+        experts_implementation="eager", **ins,
+    )
+    # the output gate: q_proj(x) viewed [B, T, H, 2 D]; per head the second D are the gate
+    # logits; sigmoid, flattened [B, T, H D] as make_fixtures' gated fixture stores it
+    dg = 0.0
+    assert len(attns) == len(caps)
+    for c, (att, x, y) in zip(caps, attns):
+        with torch.no_grad():
+            qg = att.q_proj(x).view(mf.B, mf.T, HEADS, 2 * HEAD_DIM)
+            c["gate"] = torch.sigmoid(qg[..., HEAD_DIM:].reshape(mf.B, mf.T, HEADS * HEAD_DIM))
+            v = att.v_proj(x).view(mf.B, mf.T, KV_HEADS, HEAD_DIM).transpose(1, 2)
+            o = torch.matmul(c["pattern"], modeling_qwen3_next.repeat_kv(v, HEADS // KV_HEADS))
+            o = o.transpose(1, 2).reshape(mf.B, mf.T, HEADS * HEAD_DIM) * c["gate"]
+            dg = max(dg, (att.o_proj(o) - y).abs().max().item())
+    assert dg < 1e-12, dg
+    gt = torch.cat([c["gate"].reshape(-1) for c in caps])
+    inside = ((gt > 0.1) & (gt < 0.9)).to(TORCH64).mean().item()
+    assert inside > 0.8, inside
+    # the Gated DeltaNet, independently, on the captured inputs of layers 1 and 3
+    sd = load_np(d)
+    dm, gs, bs = 0.0, [], []
+    assert [c[0] for c in gdns] == [0, 2], [c[0] for c in gdns]
+    for l, x, y in gdns:
+        assert x.dtype == y.dtype == TORCH64
+        out, gl, beta = np_gated_deltanet(sd, f"model.layers.{l}.linear_attn.", x.numpy(), saved, want_state=True)
+        dm = max(dm, maxdiff(out, y.numpy()))
+        gs.append(np.exp(gl))
+        bs.append(beta)
+    assert dm < MIXER_TOL, dm
+    decay, betas = np.stack(gs), np.stack(bs)  # [2, B, T, nv]
+    dr = [f"{decay[..., j].min():.3f}/{np.median(decay[..., j]):.3f}/{decay[..., j].max():.3f}" for j in range(4)]
+    assert decay.min() > 0.01 and decay.max() < 0.999, (decay.min(), decay.max())
+    own = np_qwen3next_forward(sd, saved, ids_np)
+    dl = maxdiff(own, logits.numpy())
+    assert dl < MIXER_TOL, dl
+    dw, rm, n = softmax_routing_check(routers, cfg)
+    assert len(routers) == 4 - len(mlp_only_layers) and rm > ROUTE_MARGIN and dw < 1e-6, (len(routers), rm, dw)
+    checks.append(f"{name}: numpy Gated DeltaNet (recurrent rule, token by token) on the captured inputs of layers 1, 3 "
+                  f"vs transformers' (chunked, float64-patched) output: {mf.fmt(dm)}; decay exp(g) per value head "
+                  f"min/median/max {', '.join(dr)}; beta in [{betas.min():.3f}, {betas.max():.3f}]")
+    checks.append(f"{name}: whole numpy forward (router softmax in torch float32 as transformers) vs reference "
+                  f"logits: {mf.fmt(dl)}")
+    checks.append(f"{name}: output gate re-derived: o_proj((pattern @ v) * gate) vs Qwen3NextAttention output "
+                  f"{mf.fmt(dg)}; gate in [{gt.min().item():.3f}, {gt.max().item():.3f}], share in (0.1, 0.9) "
+                  f"{inside:.3f}")
+    checks.append(f"{name}: routing re-derived in float64: same experts for all {n} token-layers, smallest top-2 / "
+                  f"3rd probability margin {rm:.4f}, weights vs transformers' float32 {mf.fmt(dw)}")
+    finish(name, logits, caps, where, d32, dpure, f" MoE margin {rm:.4f}; gate share in (0.1,0.9) {inside:.3f};")
+
+
 # ----------------------------------------------------------------------------
 # Main
 # ----------------------------------------------------------------------------
@@ -460,120 +589,8 @@ def main():
     finish(name, logits, caps, where, d32, dpure, f" mixers conv/attn/conv/attn; ff {LFM2_FF}; tied;")
 
     # ---------------------------------------------------------------- qwen3_next
-    # Qwen3-Next: zero-centred RMSNorms (1 + w); layers 1, 3 Gated DeltaNet, layers 2, 4 gated
-    # softmax attention (q_proj gives q and a sigmoid output gate per head) with partial RoPE;
-    # layer 1 a dense SwiGLU, layers 2-4 a softmax top-2 MoE with a sigmoid-gated shared expert.
-    name = "qwen3_next"
-    cfg = Qwen3NextConfig(
-        **{**cc, "num_hidden_layers": 4},
-        full_attention_interval=2,
-        partial_rotary_factor=0.5,
-        linear_num_key_heads=2,
-        linear_num_value_heads=4,
-        linear_key_head_dim=8,
-        linear_value_head_dim=8,
-        linear_conv_kernel_dim=4,
-        num_experts=4,
-        num_experts_per_tok=2,
-        moe_intermediate_size=MOE_INTER,
-        shared_expert_intermediate_size=MOE_INTER,
-        decoder_sparse_step=1,
-        mlp_only_layers=[0],
-    )
-    assert cfg.layer_types == ["linear_attention", "full_attention"] * 2, cfg.layer_types
-    assert cfg.rope_parameters == {"rope_theta": 10000.0, "rope_type": "default", "partial_rotary_factor": 0.5}, cfg.rope_parameters
-    assert cfg.norm_topk_prob is True and cfg.tie_word_embeddings is False and cfg.attention_bias is False
-    assert Qwen3NextConfig().rope_parameters["partial_rotary_factor"] == 0.25  # the class default, not used (see above)
-    torch.manual_seed(32)
-    model = Qwen3NextForCausalLM(cfg)
-    mf.init_weights(model, seed=3208)
-    gen = torch.Generator().manual_seed(3202)
-    with torch.no_grad():
-        for mname, mod in sorted(model.named_modules(), key=lambda kv: kv[0]):
-            if isinstance(mod, modeling_qwen3_next.Qwen3NextRMSNorm):  # zero-centred: w, applied as 1 + w
-                mod.weight.copy_(NORM_STD * torch.randn(mod.weight.shape, generator=gen))
-            elif isinstance(mod, modeling_qwen3_next.Qwen3NextGatedDeltaNet):
-                mod.A_log.copy_(torch.log(torch.tensor(A_VALUES, dtype=TORCH64)))
-                mod.dt_bias.copy_(torch.tensor(DT_BIAS, dtype=TORCH64))
-                mod.conv1d.weight.copy_(CONV_STD * torch.randn(mod.conv1d.weight.shape, generator=gen))
-    d, saved, keys = fc.save_model(name, model, tok_json)
-    assert saved["model_type"] == "qwen3_next" and "lm_head.weight" in keys
-    assert saved["layer_types"] == cfg.layer_types and "full_attention_interval" not in saved
-    want = {"model.layers.0.linear_attn.in_proj_qkvz.weight": (2 * 16 + 2 * 32, HIDDEN),
-            "model.layers.0.linear_attn.in_proj_ba.weight": (2 * 4, HIDDEN),
-            "model.layers.0.linear_attn.conv1d.weight": (2 * 16 + 32, 1, 4),
-            "model.layers.0.linear_attn.A_log": (4,), "model.layers.0.linear_attn.dt_bias": (4,),
-            "model.layers.0.linear_attn.norm.weight": (8,), "model.layers.0.linear_attn.out_proj.weight": (HIDDEN, 32),
-            "model.layers.0.mlp.gate_proj.weight": (mf.INTER, HIDDEN),
-            "model.layers.1.self_attn.q_proj.weight": (2 * HEADS * HEAD_DIM, HIDDEN),
-            "model.layers.1.self_attn.q_norm.weight": (HEAD_DIM,), "model.layers.1.self_attn.o_proj.weight": (HIDDEN, HEADS * HEAD_DIM),
-            "model.layers.1.mlp.gate.weight": (4, HIDDEN), "model.layers.1.mlp.experts.3.gate_proj.weight": (MOE_INTER, HIDDEN),
-            "model.layers.1.mlp.experts.3.down_proj.weight": (HIDDEN, MOE_INTER),
-            "model.layers.2.mlp.shared_expert.up_proj.weight": (MOE_INTER, HIDDEN),
-            "model.layers.2.mlp.shared_expert_gate.weight": (1, HIDDEN)}
-    for k, shape in want.items():
-        assert keys[k] == shape, (k, keys.get(k))
-    ins = dict(
-        records=[
-            (modeling_qwen3_next.Qwen3NextTopKRouter,
-             lambda m, a, kw, o: (m, a[0].detach().clone(), tuple(t.detach().clone() for t in o))),
-            (modeling_qwen3_next.Qwen3NextGatedDeltaNet,
-             lambda m, a, kw, o: (m.layer_idx, kw["hidden_states"].detach().clone(), o.detach().clone())),
-            (modeling_qwen3_next.Qwen3NextAttention,
-             lambda m, a, kw, o: (m, kw["hidden_states"].detach().clone(), o[0].detach().clone())),
-        ],
-        patches=qwen3next_float64_patches(),
-    )
-    logits, caps, where, (routers, gdns, attns), d32, dpure = hybrid_reference(
-        d, Qwen3NextForCausalLM, modeling_qwen3_next, ids, modeling_qwen3_next.Qwen3NextRMSNorm,
-        experts_implementation="eager", **ins,
-    )
-    # the output gate: q_proj(x) viewed [B, T, H, 2 D]; per head the second D are the gate
-    # logits; sigmoid, flattened [B, T, H D] as make_fixtures' gated fixture stores it
-    dg = 0.0
-    assert len(attns) == len(caps)
-    for c, (att, x, y) in zip(caps, attns):
-        with torch.no_grad():
-            qg = att.q_proj(x).view(mf.B, mf.T, HEADS, 2 * HEAD_DIM)
-            c["gate"] = torch.sigmoid(qg[..., HEAD_DIM:].reshape(mf.B, mf.T, HEADS * HEAD_DIM))
-            v = att.v_proj(x).view(mf.B, mf.T, KV_HEADS, HEAD_DIM).transpose(1, 2)
-            o = torch.matmul(c["pattern"], modeling_qwen3_next.repeat_kv(v, HEADS // KV_HEADS))
-            o = o.transpose(1, 2).reshape(mf.B, mf.T, HEADS * HEAD_DIM) * c["gate"]
-            dg = max(dg, (att.o_proj(o) - y).abs().max().item())
-    assert dg < 1e-12, dg
-    gt = torch.cat([c["gate"].reshape(-1) for c in caps])
-    inside = ((gt > 0.1) & (gt < 0.9)).to(TORCH64).mean().item()
-    assert inside > 0.8, inside
-    # the Gated DeltaNet, independently, on the captured inputs of layers 1 and 3
-    sd = load_np(d)
-    dm, gs, bs = 0.0, [], []
-    assert [c[0] for c in gdns] == [0, 2], [c[0] for c in gdns]
-    for l, x, y in gdns:
-        assert x.dtype == y.dtype == TORCH64
-        out, gl, beta = np_gated_deltanet(sd, f"model.layers.{l}.linear_attn.", x.numpy(), saved, want_state=True)
-        dm = max(dm, maxdiff(out, y.numpy()))
-        gs.append(np.exp(gl))
-        bs.append(beta)
-    assert dm < MIXER_TOL, dm
-    decay, betas = np.stack(gs), np.stack(bs)  # [2, B, T, nv]
-    dr = [f"{decay[..., j].min():.3f}/{np.median(decay[..., j]):.3f}/{decay[..., j].max():.3f}" for j in range(4)]
-    assert decay.min() > 0.01 and decay.max() < 0.999, (decay.min(), decay.max())
-    own = np_qwen3next_forward(sd, saved, ids_np)
-    dl = maxdiff(own, logits.numpy())
-    assert dl < MIXER_TOL, dl
-    dw, rm, n = softmax_routing_check(routers, cfg)
-    assert len(routers) == 3 and rm > ROUTE_MARGIN and dw < 1e-6, (len(routers), rm, dw)
-    checks.append(f"{name}: numpy Gated DeltaNet (recurrent rule, token by token) on the captured inputs of layers 1, 3 "
-                  f"vs transformers' (chunked, float64-patched) output: {mf.fmt(dm)}; decay exp(g) per value head "
-                  f"min/median/max {', '.join(dr)}; beta in [{betas.min():.3f}, {betas.max():.3f}]")
-    checks.append(f"{name}: whole numpy forward (router softmax in torch float32 as transformers) vs reference "
-                  f"logits: {mf.fmt(dl)}")
-    checks.append(f"{name}: output gate re-derived: o_proj((pattern @ v) * gate) vs Qwen3NextAttention output "
-                  f"{mf.fmt(dg)}; gate in [{gt.min().item():.3f}, {gt.max().item():.3f}], share in (0.1, 0.9) "
-                  f"{inside:.3f}")
-    checks.append(f"{name}: routing re-derived in float64: same experts for all {n} token-layers, smallest top-2 / "
-                  f"3rd probability margin {rm:.4f}, weights vs transformers' float32 {mf.fmt(dw)}")
-    finish(name, logits, caps, where, d32, dpure, f" MoE margin {rm:.4f}; gate share in (0.1,0.9) {inside:.3f};")
+    write_qwen3_next("qwen3_next", [0], 3208, cc, tok_json, ids, checks, finish)
+    write_qwen3_next("qwen3_next_like_80b", [], NEXT_80B_SEED, cc, tok_json, ids, checks, finish)
 
     fc.done_files(NAMES, tmp)
 
