@@ -13,8 +13,8 @@ use asa_analyze::metrics::entropy::EntropyOf;
 use asa_analyze::metrics::{Metric, MetricOptions};
 use candle_core::{Device, Tensor};
 
-/// Every model fixture written by `tools/make_fixtures.py`.
-pub const MODEL_FIXTURES: [&str; 37] = [
+/// Every model fixture with float64 references (`tools/make_fixtures.py` and the scripts beside it).
+pub const MODEL_FIXTURES: [&str; 39] = [
     "llama_gqa",
     "qwen2",
     "mistral",
@@ -52,6 +52,8 @@ pub const MODEL_FIXTURES: [&str; 37] = [
     "qwen3_next",
     "granitemoehybrid",
     "falcon_h1",
+    "qwen3_moe_like_30b",
+    "qwen3_next_like_80b",
 ];
 
 /// How much noisier transformers' own float32 forward of fixture `name` is than a plain
@@ -63,7 +65,7 @@ pub const MODEL_FIXTURES: [&str; 37] = [
 /// not.
 pub fn f32_noise(name: &str) -> f64 {
     match name {
-        "qwen3_next" => 5.0,
+        "qwen3_next" | "qwen3_next_like_80b" => 5.0,
         "falcon_h1" => 2.0,
         _ => 1.0,
     }

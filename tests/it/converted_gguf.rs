@@ -40,21 +40,28 @@ converted_gguf_tests! {
     phi3_as_converted: "phi3",
     gpt_neox_as_converted: "gpt_neox",
     glm4_moe_as_converted: "glm4_moe",
+    qwen3_moe_like_30b_as_converted: "qwen3_moe_like_30b",
+    qwen3_next_like_80b_as_converted: "qwen3_next_like_80b",
+}
+
+/// GPT-OSS as the converter writes it (no SwiGLU limit, no YaRN `truncate`) is the model
+/// llama.cpp runs from it (limit 7, the correction range rounded), whose float64 reference
+/// `tools/make_llama_cpp_fixtures.py` writes (`gpt_oss_gguf`): the file gives it; the
+/// checkpoint's own (limit 1) differs.
+#[test]
+fn gpt_oss_as_converted_is_the_model_llama_cpp_runs() {
+    check_gguf_file(&converted("gpt_oss"), "gpt_oss_gguf");
 }
 
 /// What the converter writes that is not the checkpoint's model is refused, naming the
 /// file and what does not fit: GPT-2's `feed_forward_length` (4 x n_embd, the checkpoint's
-/// `n_inner` ignored) against its tensors; GPT-OSS, an architecture read from checkpoints
-/// only.
+/// `n_inner` ignored) against its tensors.
 #[test]
 fn converted_files_that_are_not_their_model_are_refused_naming_the_file() {
-    for (name, words) in [
-        (
-            "gpt2",
-            "tensor model.layers.0.mlp.up_proj.weight (GGUF blk.0.ffn_up.weight) has shape [32, 64], expected [32, 128]",
-        ),
-        ("gpt_oss", "unsupported GGUF architecture `gpt-oss`"),
-    ] {
+    for (name, words) in [(
+        "gpt2",
+        "tensor model.layers.0.mlp.up_proj.weight (GGUF blk.0.ffn_up.weight) has shape [32, 64], expected [32, 128]",
+    )] {
         let path = converted(name);
         let err = asa_analyze::model::Checkpoint::open(
             &path,

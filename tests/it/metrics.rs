@@ -60,7 +60,8 @@ fn close_mat(got: &[Vec<f64>], want: &Value, what: &str) {
     }
 }
 
-fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
+/// Every metric of `got` against the float64 reference `want`.
+pub(crate) fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
     let ft = got
         .get::<asa_analyze::metrics::layer_stat::LayerStat>(
             asa_analyze::metrics::Metric::FIRST_TOKEN,

@@ -190,6 +190,26 @@ impl Meta<'_> {
         Ok(())
     }
 
+    /// The sliding (or chunked) layers where the file names them, as llama.cpp's
+    /// `load_swa_pattern` reads `attention.sliding_window_pattern`: a flag per layer (true:
+    /// sliding), or a period n whose last layer is full (layer l sliding when l mod n < n -
+    /// 1; 0: every layer); `None` when absent (the family's default pattern).
+    pub(crate) fn opt_swa_layers(&self) -> Result<Option<Vec<bool>>> {
+        let key = self.key("attention.sliding_window_pattern");
+        let layers = self.trunk_layers()?;
+        match self.content.metadata.get(&key) {
+            None => Ok(None),
+            Some(Value::Array(_)) => {
+                let flags = self.opt_layer_flags("attention.sliding_window_pattern")?;
+                Ok(flags.map(|f| f[..layers].to_vec()))
+            }
+            Some(_) => {
+                let n = self.usize_key("attention.sliding_window_pattern")?;
+                Ok(Some(swa_period(n, layers)))
+            }
+        }
+    }
+
     /// The decoder layers the model runs: `block_count` less the multi-token-prediction
     /// blocks llama.cpp appends (`nextn_predict_layers`, GLM-4.5's), which a forward skips.
     pub(crate) fn trunk_layers(&self) -> Result<usize> {
@@ -240,6 +260,12 @@ impl Meta<'_> {
         }
         Ok(Some(value))
     }
+}
+
+/// llama.cpp's `set_swa_pattern` of period `n` over `layers` layers: layer l sliding when
+/// l mod n < n - 1 (the last of each period full; 0: every layer sliding).
+pub(crate) fn swa_period(n: usize, layers: usize) -> Vec<bool> {
+    (0..layers).map(|l| n == 0 || l % n < n - 1).collect()
 }
 
 /// Refuses what the GGUF loader does not implement: experts in a family that reads none,

@@ -94,8 +94,9 @@ impl Piece {
 }
 
 /// An HF tensor made of pieces: its shape, and the pieces concatenated along `axis`; or,
-/// in `groups`, each piece's rows split into that many equal blocks and the result block
-/// `g` of every piece in turn, for each group `g` (a per-head or per-group interleave).
+/// in `groups`, each piece's elements (row-major) split into that many equal blocks and the
+/// result block `g` of every piece in turn, for each group `g` (a per-head or per-group
+/// interleave of rows, or an element-wise one).
 #[derive(Debug, Clone)]
 pub struct Pieces {
     pub pieces: Vec<Piece>,
@@ -302,14 +303,13 @@ fn shape_piece(xs: Tensor, piece: &Piece) -> candle_core::Result<Tensor> {
     }
 }
 
-/// Block `g` of every part in turn, for each of `groups` groups, as a tensor of `shape`.
+/// Block `g` of every part in turn, for each of `groups` groups, as a tensor of `shape`
+/// (a part's block: its `g`-th of `groups` equal runs of elements in row-major order, whole
+/// rows for a per-head interleave, single elements for GPT-OSS's gate and up columns).
 fn join_groups(parts: &[Tensor], groups: usize, shape: &[usize]) -> candle_core::Result<Tensor> {
     let grouped = parts
         .iter()
-        .map(|p| {
-            let cols = *p.dims().last().unwrap_or(&1);
-            p.reshape((groups, (), cols))
-        })
+        .map(|p| p.reshape((groups, ())))
         .collect::<candle_core::Result<Vec<_>>>()?;
     Tensor::cat(&grouped, 1)?.reshape(shape)
 }
@@ -378,6 +378,16 @@ mod tests {
         let joined = join_groups(&[q, z], 2, &[6, 1]).unwrap();
         let got: Vec<f32> = joined.flatten_all().unwrap().to_vec1().unwrap();
         assert_eq!(got, [0., 10., 11., 1., 20., 21.]);
+    }
+
+    #[test]
+    fn groups_of_single_elements_interleave_columns() {
+        // GPT-OSS: gate [[g00 g01] [g10 g11]] and up alike -> [[g00 u00 g01 u01] [g10 u10 g11 u11]]
+        let gate = rows(&[0., 1., 2., 3.], 2);
+        let up = rows(&[10., 11., 12., 13.], 2);
+        let joined = join_groups(&[gate, up], 4, &[2, 4]).unwrap();
+        let got: Vec<Vec<f32>> = joined.to_vec2().unwrap();
+        assert_eq!(got, [[0., 10., 1., 11.], [2., 12., 3., 13.]]);
     }
 
     #[test]

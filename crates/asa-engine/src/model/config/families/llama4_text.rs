@@ -146,7 +146,7 @@ fn gguf_config(meta: &Meta, _: &TensorFacts, _: &Dims, raw: &mut serde_json::Val
         serde_json::json!(meta.usize_key("interleave_moe_layer_step")?);
     raw["intermediate_size_mlp"] = raw["intermediate_size"].clone();
     raw["intermediate_size"] = serde_json::json!(meta.usize_key("expert_feed_forward_length")?);
-    if let Some(chunked) = gguf_chunked_layers(meta)? {
+    if let Some(chunked) = meta.opt_swa_layers()? {
         let types: Vec<&str> = chunked
             .iter()
             .map(|&c| LAYER_TYPES[usize::from(c)])
@@ -154,26 +154,6 @@ fn gguf_config(meta: &Meta, _: &TensorFacts, _: &Dims, raw: &mut serde_json::Val
         raw["layer_types"] = serde_json::json!(types);
     }
     Ok(())
-}
-
-/// The chunked layers where the file names them, as llama.cpp's llama4 reads
-/// `attention.sliding_window_pattern`: a flag per layer (true: chunked), or a period n whose
-/// last layer is full (layer l chunked when l mod n < n - 1; 0: every layer); absent, its
-/// default (3 chunked, 1 full) is Llama4TextConfig's, which the config derives.
-fn gguf_chunked_layers(meta: &Meta) -> Result<Option<Vec<bool>>> {
-    let key = meta.key("attention.sliding_window_pattern");
-    let layers = meta.trunk_layers()?;
-    match meta.content.metadata.get(&key) {
-        None => Ok(None),
-        Some(candle_core::quantized::gguf_file::Value::Array(_)) => {
-            let flags = meta.opt_layer_flags("attention.sliding_window_pattern")?;
-            Ok(flags.map(|f| f[..layers].to_vec()))
-        }
-        Some(_) => {
-            let n = meta.usize_key("attention.sliding_window_pattern")?;
-            Ok(Some((0..layers).map(|l| n == 0 || l % n < n - 1).collect()))
-        }
-    }
 }
 
 /// Llama4TextConfig's `intermediate_size_mlp` (16384 by default).

@@ -4,12 +4,21 @@
 //! renormalised only with `norm_topk_prob`, and with `use_sliding_window` a window on every
 //! layer (Qwen3MoeConfig has neither `max_window_layers` nor `layer_types`: its model builds
 //! one sliding mask for all layers; `sliding_window` 4096 when absent).
+//!
+//! llama.cpp's `qwen3moe` GGUF files (`convert_hf_to_gguf.py` Qwen3MoeModel,
+//! `src/models/qwen3moe.cpp`): Qwen3's names and QK-norm, the router `ffn_gate_inp`, the
+//! experts stacked (`ffn_{gate,up,down}_exps`, `expert_feed_forward_length` wide), the top-k
+//! always renormalised (llama.cpp's graph does, whatever the checkpoint's `norm_topk_prob`:
+//! the Hub's Qwen3-MoE models set it); a layer without a router has the dense MLP
+//! (`mlp_only_layers`, which neither the converter nor llama.cpp's loader accepts).
 
 use std::path::Path;
 
-use super::qwen3;
-use crate::model::config::family::Family;
+use super::deepseek_v3::GGUF_STACKED_EXPERTS;
+use super::{llama, qwen3};
+use crate::model::config::family::{Family, GgufRules};
 use crate::model::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
+use crate::model::gguf_config::{Dims, Meta, TensorFacts};
 use crate::model::sliding_window::{WindowLayers, WindowRule, WindowUse};
 use crate::nn::Routing;
 use asa_core::error::{Error, Result};
@@ -23,8 +32,57 @@ pub(crate) const FAMILY: Family = Family {
         layers: WindowLayers::All,
     },
     experts,
+    gguf: Some(&GGUF),
     ..qwen3::FAMILY
 };
+
+/// llama.cpp's `qwen3moe`.
+const GGUF: GgufRules = GgufRules {
+    blocks: &[
+        &[("ffn_gate_inp", Some("mlp.gate"))],
+        qwen3::GGUF_QK_NORM,
+        llama::GGUF_BLOCKS,
+    ],
+    assembled: GGUF_STACKED_EXPERTS,
+    config: gguf_config,
+    ..llama::gguf_rules("qwen3moe")
+};
+
+/// The experts' count, width and top-k, renormalised as llama.cpp runs them, on the layers
+/// with a router.
+fn gguf_config(
+    meta: &Meta,
+    tensors: &TensorFacts,
+    _: &Dims,
+    raw: &mut serde_json::Value,
+) -> Result<()> {
+    qwen_gguf_experts(meta, tensors, raw)
+}
+
+/// Qwen's expert keys from llama.cpp's (Qwen3-MoE, Qwen3-Next): `expert_count`,
+/// `expert_used_count`, `expert_feed_forward_length`, the top-k renormalised (llama.cpp's
+/// graphs always do), and the layers without a router dense.
+pub(crate) fn qwen_gguf_experts(
+    meta: &Meta,
+    tensors: &TensorFacts,
+    raw: &mut serde_json::Value,
+) -> Result<()> {
+    let layers = meta.trunk_layers()?;
+    raw["num_experts"] = serde_json::json!(meta.usize_key("expert_count")?);
+    raw["num_experts_per_tok"] = serde_json::json!(meta.usize_key("expert_used_count")?);
+    raw["moe_intermediate_size"] = serde_json::json!(meta.usize_key("expert_feed_forward_length")?);
+    raw["norm_topk_prob"] = serde_json::json!(true);
+    raw["decoder_sparse_step"] = serde_json::json!(1);
+    let dense: Vec<usize> = (0..layers)
+        .filter(|l| {
+            !tensors
+                .names
+                .contains(&format!("model.layers.{l}.mlp.gate.weight"))
+        })
+        .collect();
+    raw["mlp_only_layers"] = serde_json::json!(dense);
+    Ok(())
+}
 
 /// Qwen3MoeConfig's defaults: 128 experts, top 8, 768, step 1, no renormalising.
 fn experts(raw: &RawExperts, dense: DenseSizes, path: &Path) -> Result<Option<Experts>> {

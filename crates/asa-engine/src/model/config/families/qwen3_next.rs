@@ -18,7 +18,7 @@
 use std::path::Path;
 
 use super::deepseek_v3::GGUF_STACKED_EXPERTS;
-use super::qwen3_moe::{qwen_experts, QwenDefaults};
+use super::qwen3_moe::{qwen_experts, qwen_gguf_experts, QwenDefaults};
 use super::{llama, qwen3};
 use crate::model::config::family::{
     Assembled, Family, GgufRules, NameTable, Piece, Pieces, Ropes, StoredLayer, StoredTensor, Undo,
@@ -201,22 +201,9 @@ fn gguf_config(
     raw["linear_num_value_heads"] = serde_json::json!(value_heads);
     raw["linear_value_head_dim"] = serde_json::json!(inner / value_heads);
     raw["linear_conv_kernel_dim"] = serde_json::json!(meta.usize_key("ssm.conv_kernel")?);
-    raw["num_experts"] = serde_json::json!(meta.usize_key("expert_count")?);
-    raw["num_experts_per_tok"] = serde_json::json!(meta.usize_key("expert_used_count")?);
-    raw["moe_intermediate_size"] = serde_json::json!(meta.usize_key("expert_feed_forward_length")?);
     raw["shared_expert_intermediate_size"] =
         serde_json::json!(meta.usize_key("expert_shared_feed_forward_length")?);
-    raw["norm_topk_prob"] = serde_json::json!(true);
-    raw["decoder_sparse_step"] = serde_json::json!(1);
-    let dense: Vec<usize> = (0..layers)
-        .filter(|l| {
-            !tensors
-                .names
-                .contains(&format!("model.layers.{l}.mlp.gate.weight"))
-        })
-        .collect();
-    raw["mlp_only_layers"] = serde_json::json!(dense);
-    Ok(())
+    qwen_gguf_experts(meta, tensors, raw)
 }
 
 /// The layer types Qwen3NextModel masks by.

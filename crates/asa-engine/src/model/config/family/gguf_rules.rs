@@ -189,6 +189,8 @@ mod tests {
             "deepseek2",
             "qwen3next",
             "llama4",
+            "qwen3moe",
+            "gpt-oss",
         ]
         .into_iter()
         .map(|arch| (arch, Family::of_gguf(arch).unwrap().0.name))
@@ -213,6 +215,8 @@ mod tests {
                 ("deepseek2", "deepseek_v3"),
                 ("qwen3next", "qwen3_next"),
                 ("llama4", "llama4_text"),
+                ("qwen3moe", "qwen3_moe"),
+                ("gpt-oss", "gpt_oss"),
             ]
         );
         assert!(Family::of_gguf("mamba").is_none());
