@@ -51,25 +51,25 @@ CACHE = Path.home() / ".cache" / "asa-tools" / f"llama-cpp-python-{VERSION}"
 FAMILIES = [
     "llama_gqa", "qwen2", "qwen2_window", "mistral", "mixtral", "gemma2", "gemma2_like_2b", "gemma3",
     "gemma3_like_1b", "gpt_oss", "olmo2",
-    "olmo3", "phi3", "qwen3", "qwen3_moe", "gpt2", "gpt_neox", "smollm3", "llama4_text", "deepseek_v3",
-    "glm4_moe", "granitemoehybrid", "lfm2", "falcon_h1", "qwen3_next",
+    "olmo3", "phi3", "qwen3", "qwen3_moe", "qwen3_moe_like_30b", "gpt2", "gpt2_like_124m", "gpt_neox", "smollm3", "llama4_text", "deepseek_v3",
+    "glm4_moe", "granitemoehybrid", "lfm2", "falcon_h1", "qwen3_next", "qwen3_next_like_80b",
 ]
 
 # why the converter stops on a tiny checkpoint, beside its own last words
 WHY_NOT = {
-    "qwen3_moe": "it maps no dense MLP in a Qwen MoE model (the checkpoint's layer 0, `mlp_only_layers`); llama.cpp's qwen3moe loader has none either: it requires the router and experts in every layer",
-    "qwen3_next": "as Qwen3-MoE's (with `--no-mtp`: the checkpoint has no multi-token-prediction head); llama.cpp's qwen3next graph has a dense branch, but its loader requires the router and experts in every layer",
+    "qwen3_moe": "it maps no dense MLP in a Qwen MoE model (the checkpoint's layer 0, `mlp_only_layers`); llama.cpp's qwen3moe loader has none either: it requires the router and experts in every layer. `qwen3_moe_like_30b` (every layer MoE, renormalised, as Qwen3-30B-A3B) converts and gives its model, tested",
+    "qwen3_next": "as Qwen3-MoE's (with `--no-mtp`: the checkpoint has no multi-token-prediction head); llama.cpp's qwen3next graph has a dense branch, but its loader requires the router and experts in every layer. `qwen3_next_like_80b` (every layer MoE, as Qwen3-Next-80B-A3B) converts and gives its model, tested",
 }
 
 # converted, but not the checkpoint's model: what the converter leaves out, llama.cpp reads
 # as its defaults (the Rust tests check the others against the float64 references)
 NOT_THE_MODEL = {
-    "qwen2_window": "the sliding window (`use_sliding_window`, `max_window_layers`) is not written: every layer full",
-    "gemma2": "`query_pre_attn_scalar` 12 is not written: llama.cpp's gemma2 scales q.k by head_dim^-1/2 (8) except in the 27B model (`gemma2_like_2b`, whose scalar is its head_dim as in Gemma 2 2B and 9B, gives its model, tested)",
-    "gemma3": "no `sliding_window_pattern` is written and llama.cpp's gemma3 fixes every 6th layer global; the checkpoint's `layer_types` make every 2nd (`gemma3_like_1b`, its two layers sliding as in that pattern, gives its model, tested)",
+    "qwen2_window": "the sliding window (`use_sliding_window`, `max_window_layers`) is not written and llama.cpp's qwen2 has none: every layer full (the file gives the float64 reference of that model, `qwen2_window_gguf`, tested)",
+    "gemma2": "`query_pre_attn_scalar` 12 is not written: llama.cpp's gemma2 scales q.k by head_dim^-1/2 (8) except in the 27B model (the file gives the float64 reference of that model, `gemma2_gguf`, tested; `gemma2_like_2b`, whose scalar is its head_dim as in Gemma 2 2B and 9B, gives its own, tested)",
+    "gemma3": "neither `query_pre_attn_scalar` 12 nor a `sliding_window_pattern` is written: llama.cpp's gemma3 scales q.k by head_dim^-1/2 (8) and fixes every 6th layer global, where the checkpoint's `layer_types` make every 2nd (the file gives the float64 reference of that model, `gemma3_gguf`, tested; `gemma3_like_1b` gives its own, tested)",
     "llama4_text": "`attention_chunk_size` 8, `floor_scale` 4 and `attn_scale` 0.5 are not written: llama.cpp's llama4 fixes 8192, 8192 and 0.1 (the file gives the float64 reference of that model, `llama4_text_gguf`, tested)",
-    "gpt2": "`feed_forward_length` is written as 4 x n_embd (128), the checkpoint's `n_inner` (64) ignored: the tensors do not fit it (refused, naming the tensor)",
-    "gpt_oss": "written as `gpt-oss`, an architecture asa-analyze reads from checkpoints only (refused, naming it); nor would llama.cpp's gpt-oss run the checkpoint's model: it fixes the SwiGLU limit at 7 (the checkpoint's `swiglu_limit` is 1)",
+    "gpt2": "`feed_forward_length` is written as 4 x n_embd (128), the checkpoint's `n_inner` (64) ignored: the tensors do not fit it, and the file is refused naming the tensor, as llama.cpp's loader refuses it (`gpt2_like_124m`, `n_inner` null as openai-community/gpt2, gives its model, tested)",
+    "gpt_oss": "`swiglu_limit` (1) is not written: llama.cpp's gpt-oss fixes 7; nor is YaRN's `truncate` (false): ggml rounds the correction range (the file gives the float64 reference of that model, `gpt_oss_gguf`, tested)",
 }
 
 
@@ -87,6 +87,7 @@ HUB_FORM = {
     "deepseek_v3": lambda c: c.update(scoring_func="sigmoid", topk_method="noaux_tc"),
     # openai-community/gpt2: n_ctx beside n_positions
     "gpt2": lambda c: c.setdefault("n_ctx", c["n_positions"]),
+    "gpt2_like_124m": lambda c: c.setdefault("n_ctx", c["n_positions"]),
     # EleutherAI/pythia: rotary_pct
     "gpt_neox": lambda c: c.setdefault("rotary_pct", (c.get("rope_parameters") or {}).get("partial_rotary_factor", 1.0)),
 }
@@ -96,7 +97,7 @@ HUB_FORM = {
 # multi-token-prediction head unless told there is none, GLM-4.5's counts one more block
 # for it (`num_nextn_predict_layers`, 1 by Glm4MoeConfig's default); the tiny checkpoints
 # have none
-FLAGS = {"qwen3_next": ["--no-mtp"], "glm4_moe": ["--no-mtp"]}
+FLAGS = {"qwen3_next": ["--no-mtp"], "qwen3_next_like_80b": ["--no-mtp"], "glm4_moe": ["--no-mtp"]}
 
 # families whose converter reads a config.json key that transformers' AutoConfig drops:
 # GPT-NeoX's `rotary_pct` (`HUB_FORM`), which GPTNeoXConfig of transformers 5 keeps only as

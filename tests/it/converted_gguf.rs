@@ -42,15 +42,33 @@ converted_gguf_tests! {
     glm4_moe_as_converted: "glm4_moe",
     qwen3_moe_like_30b_as_converted: "qwen3_moe_like_30b",
     qwen3_next_like_80b_as_converted: "qwen3_next_like_80b",
+    gpt2_like_124m_as_converted: "gpt2_like_124m",
 }
 
-/// GPT-OSS as the converter writes it (no SwiGLU limit, no YaRN `truncate`) is the model
-/// llama.cpp runs from it (limit 7, the correction range rounded), whose float64 reference
-/// `tools/make_llama_cpp_fixtures.py` writes (`gpt_oss_gguf`): the file gives it; the
-/// checkpoint's own (limit 1) differs.
-#[test]
-fn gpt_oss_as_converted_is_the_model_llama_cpp_runs() {
-    check_gguf_file(&converted("gpt_oss"), "gpt_oss_gguf");
+/// Files that are another model than their checkpoint, where the converter leaves out what
+/// llama.cpp then fixes: each gives the float64 reference of the model llama.cpp runs from
+/// it (`tools/make_llama_cpp_fixtures.py`, `tools/make_gguf_2026_fixtures.py`), not the
+/// checkpoint's.
+macro_rules! as_llama_cpp_runs_tests {
+    ($($test:ident: $name:literal => $reference:literal,)*) => {$(
+        #[test]
+        fn $test() {
+            check_gguf_file(&converted($name), $reference);
+        }
+    )*};
+}
+
+as_llama_cpp_runs_tests! {
+    // chunks of 8192, floor 8192, scale 0.1 (the checkpoint's 8, 4, 0.5 not written)
+    llama4_text_as_converted_is_the_model_llama_cpp_runs: "llama4_text" => "llama4_text_gguf",
+    // SwiGLU limit 7 (the checkpoint's 1 not written), YaRN's correction range rounded
+    gpt_oss_as_converted_is_the_model_llama_cpp_runs: "gpt_oss" => "gpt_oss_gguf",
+    // no window (`use_sliding_window` not written; llama.cpp's qwen2 has none)
+    qwen2_window_as_converted_is_the_model_llama_cpp_runs: "qwen2_window" => "qwen2_window_gguf",
+    // q.k by head_dim^-1/2 below 27B (the checkpoint's `query_pre_attn_scalar` 12 not written)
+    gemma2_as_converted_is_the_model_llama_cpp_runs: "gemma2" => "gemma2_gguf",
+    // as Gemma 2's, and every 6th layer global (no sliding pattern written)
+    gemma3_as_converted_is_the_model_llama_cpp_runs: "gemma3" => "gemma3_gguf",
 }
 
 /// What the converter writes that is not the checkpoint's model is refused, naming the
@@ -74,40 +92,4 @@ fn converted_files_that_are_not_their_model_are_refused_naming_the_file() {
         .to_string();
         assert!(err.contains(words) && err.contains(&path.display().to_string()), "{name}: {err}");
     }
-}
-
-/// Llama 4 as the converter writes it (no chunk size, NoPE interval or temperature keys)
-/// is the model llama.cpp runs from it (chunks of 8192, floor 8192, scale 0.1), whose float64
-/// reference the imitation's fixture has (`llama4_text_gguf`): the converter's file gives it.
-#[test]
-fn llama4_text_as_converted_is_the_model_llama_cpp_runs() {
-    check_gguf_file(&converted("llama4_text"), "llama4_text_gguf");
-}
-
-/// Gemma 2 as the converter writes it (no `query_pre_attn_scalar`) is read as llama.cpp's
-/// gemma2 runs it: q.k scaled by head_dim^-1/2 (8, the 27B model aside), not the
-/// checkpoint's 12; its soft-caps are the checkpoint's. (`gemma2_like_2b`, whose scalar is
-/// its head_dim, gives its float64 references above.)
-#[test]
-fn gemma2_as_converted_scales_q_k_as_llama_cpp_does() {
-    let open = |path: &std::path::Path| {
-        asa_analyze::model::Checkpoint::open(
-            path,
-            &candle_core::Device::Cpu,
-            candle_core::DType::F32,
-        )
-        .unwrap_or_else(|e| panic!("{e}"))
-        .config
-        .gemma
-        .unwrap()
-    };
-    let gguf = open(&converted("gemma2"));
-    let hf = open(&crate::common::model_dir("gemma2"));
-    assert_eq!(
-        (gguf.query_pre_attn_scalar, hf.query_pre_attn_scalar),
-        (8.0, 12.0)
-    );
-    assert_eq!(gguf.attn_logit_softcap, hf.attn_logit_softcap);
-    assert_eq!(gguf.final_logit_softcap, hf.final_logit_softcap);
-    assert_eq!(gguf.embedding_scale, hf.embedding_scale);
 }
