@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect as _inspect
 import json
 import os
+import re
 import tempfile
 from typing import Any, Dict, Iterable, Optional
 
@@ -21,26 +23,11 @@ from ._types import Models, PathLike
 def analyze(
     models: Models,
     corpus: Any = None,
-    seq_len: int = 1024,
-    num_seqs: int = 10,
-    bos: str = "auto",
-    metrics: Optional[Iterable[str]] = None,
-    windows: str = "packed",
-    variant: Optional[str] = None,
-    device: str = "auto",
-    batch_size: int = 1,
-    seed: int = 0,
+    *,
     progress: bool = True,
     cancel: Optional[CancelToken] = None,
-    tokenizer: Optional[PathLike] = None,
     threads: Optional[int] = None,
-    probe: Optional[str] = None,
-    map_size: int = 256,
-    role_sink: float = 0.5,
-    role_local_window: int = 16,
-    role_local: float = 0.5,
-    role_prev: float = 0.4,
-    role_induction: float = 0.4,
+    **options: Any,
 ) -> Result:
     """Every attention metric of `models` in one pass, as `asa-analyze analyze`.
 
@@ -49,34 +36,18 @@ def analyze(
         pair (config a dict or a transformers config; tensors torch or numpy, float32,
         float16, bfloat16 or float64), analysed as the checkpoint `save_pretrained` would
         write of it, without writing it (CPU tensors are read in place).
-    tokenizer: a tokenizer.json for a text corpus (a model in memory has none of its own;
-        token ids need none).
     corpus: a text or token-id file, a list of texts, or token ids (a 2-D numpy array or a
-        list of lists); default the built-in generated prose (`seed`).
-    probe: "induction" for the built-in induction probe instead of a corpus, as
-        `--probe induction`: windows of BOS, L random token ids (from `seed`) and the same L
-        again, `seq_len` = 2L + 1 (odd); induction_score joins the default metrics and
-        `head_roles` gets its column.
-    metrics: metric names (e.g. ["first_token", "entropy"]); default the `analyze` set.
-        "block_map" (not a default) adds the `block_map` frame: per (layer, head, and the
-        mean over heads) the mean and max attention weight of each cell of a G x G grid of
-        query x key blocks, G = min(`map_size`, `seq_len`) (`--map-size`, default 256).
-    map_size: block_map's side G, as `--map-size`.
-    role_sink, role_local_window, role_local, role_prev, role_induction: the thresholds of
-        the `head_role` metric (a default; the `head_roles` frame), as `--role-sink` (0.5),
-        `--role-local-window` (16 keys), `--role-local` (0.5), `--role-prev` (0.4) and
-        `--role-induction` (0.4); docs/head-roles.md says
-        where each rule comes from.
-    windows: "packed" (documents joined with EOS, cut into consecutive windows) or
-        "documents" (each window the start of its own document).
-    variant: analyse every model as this attention variant ("off_by_one", "sink", ...)
-        whatever its config.json names; default the detected one (`.run["models"]` says
-        how each was detected).
+        list of lists); default the built-in generated prose (`seed`). A model in memory has
+        no tokenizer of its own: give `tokenizer` for a text corpus (token ids need none).
     progress: a tqdm bar (a plain one without tqdm); False for none.
     cancel: a `CancelToken` whose `cancel()` (from any thread) stops this run at its next
         query block, raising `Cancelled` with nothing returned or written.
     threads: run on this many threads of a pool of its own (beside a training loop, so as
         not to take every core from it); default every core.
+    options: the run's options, every one of the CLI's (`map_size` is `--map-size`), with
+        its defaults and checks; listed below. "block_map" among `metrics` (not a default)
+        adds the `block_map` frame; `probe="induction"` adds induction_score and the
+        `head_roles` column; docs/head-roles.md says where each role's rule comes from.
 
     A model in memory on a GPU is copied to the host once; run.json's model record says what
     that copy cost (`.run["models"][i]["host_copy"]`: device, tensors, bytes, seconds).
@@ -85,30 +56,46 @@ def analyze(
     with tempfile.TemporaryDirectory(prefix="asa-analyze-") as tmp:
         native = _native.analyze(
             pairs,
-            metrics=None if metrics is None else list(metrics),
             corpus=_corpus(corpus, tmp),
-            probe=probe,
-            seq_len=seq_len,
-            num_seqs=num_seqs,
-            bos=bos,
-            windows=windows,
-            variant=variant,
-            device=device,
-            batch_size=batch_size,
-            seed=seed,
             events=_Progress() if progress else _Quiet(),
             cancel=cancel,
             memory=memory,
-            tokenizer=None if tokenizer is None else os.fspath(tokenizer),
             threads=threads,
-            map_size=map_size,
-            role_sink=role_sink,
-            role_local_window=role_local_window,
-            role_local=role_local,
-            role_prev=role_prev,
-            role_induction=role_induction,
+            **options,
         )
     return Result(native)
+
+
+def python_words(text: str) -> str:
+    """An option's help as Python reads it: the CLI's flags (`--seq-len`) as keywords."""
+    return re.sub(r"--([a-z][a-z-]*)", lambda m: m.group(1).replace("-", "_"), text)
+
+
+def _default(kind: str, text: Optional[str]) -> Any:
+    """An option's default as Python holds it, from the CLI's text of it."""
+    if kind == "bool":
+        return False
+    if text is None:
+        return None
+    return {"int": int, "float": float}.get(kind, str)(text)
+
+
+def _with_run_options(fn: Any) -> None:
+    """`fn`'s signature and docstring with the run's options, from their one declaration
+    (`_native.run_options()`: the CLI's flags): keyword-only, each with its default."""
+    params = [p for p in _inspect.signature(fn).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    lines = ["", "    Run options (keyword-only; the CLI's flags with underscores):", ""]
+    for name, kind, default, help_text in _native.run_options():
+        value = _default(kind, default)
+        params.append(_inspect.Parameter(name, _inspect.Parameter.KEYWORD_ONLY, default=value,
+                                        annotation=f"Optional[{kind}]" if value is None else kind))
+        shown = "" if value is None else f" (default {value!r})"
+        lines.append(f"    {name}: {python_words(help_text)}{shown}.")
+    fn.__signature__ = _inspect.signature(fn).replace(parameters=params)
+    fn.__doc__ = (fn.__doc__ or "") + "\n".join(lines) + "\n"
+
+
+_with_run_options(analyze)
 
 
 @_python_errors

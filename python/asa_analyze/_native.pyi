@@ -1,5 +1,6 @@
+from os import PathLike
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, TypedDict, Union, Unpack
 
 import polars as pl
 
@@ -11,7 +12,8 @@ class AsaError(ValueError):
     path: Optional[str]
     """The file the error is about (the input refused, or the file the OS failed on)."""
     option: Optional[str]
-    """The option at fault, as the CLI spells it (`--bins`), where one is."""
+    """The option at fault, as the caller spells it (Python's keyword `bins`, the CLI's flag
+    `--bins`), where one is."""
 class Cancelled(Exception): ...
 
 class CancelToken:
@@ -78,32 +80,85 @@ class NativeCapture:
         captures: List["NativeCapture"], label: str, model_class: str, transformers_version: str, device: str
     ) -> NativeResult: ...
 
+# the run's options, as declared once (python -m asa_analyze._stubs writes this block)
+class RunOptions(TypedDict, total=False):
+    probe: Optional[str]
+    """A built-in probe instead of a corpus: `induction`, windows of BOS, L random token ids (from seed) and the same L again, seq_len 2L + 1; `analyze` adds induction_score."""
+    tokenizer: Optional[Union[str, PathLike[str]]]
+    """tokenizer.json to use instead of the checkpoint's own (or its GGUF metadata)."""
+    weight_map: Optional[Union[str, PathLike[str]]]
+    """JSON of "convention name": "checkpoint name" patterns ({l} placeholders) for checkpoints whose tensors are named otherwise."""
+    variant: Optional[str]
+    """Analyse every checkpoint as this attention variant, whatever config.json names or the weights point to (e.g. off_by_one, which has no weights of its own)."""
+    seq_len: Optional[int]
+    """Tokens per sequence (BOS included)."""
+    num_seqs: Optional[int]
+    """Number of sequences."""
+    bos: Optional[str]
+    """Whether each sequence starts with BOS."""
+    windows: Optional[str]
+    """How windows are cut: packed (documents joined with EOS, cut into consecutive windows) or documents (each window the start of its own document, shorter ones skipped)."""
+    batch_size: Optional[int]
+    """Sequences per forward pass."""
+    seed: Optional[int]
+    """Seed of the built-in corpus."""
+    device: Optional[str]
+    """auto, cpu, cuda or cuda:N."""
+    dtype: Optional[str]
+    """Analysis dtype: f32, bf16, f16 (default f32 on CPU, bf16 on GPU)."""
+    max_memory: Optional[Union[int, str]]
+    """Memory for attention blocks (e.g. 2G); default a quarter of available memory."""
+    block_size: Optional[int]
+    """Queries per attention block (overrides max_memory)."""
+    stream_layers: Optional[bool]
+    """Read one layer's weights at a time (layer-major: every window through a layer before the next); default: when the model's weights would not fit memory_budget (CPU)."""
+    allow_nonfinite: Optional[bool]
+    """Analyse weights holding NaN or infinities (a diverged checkpoint; its metrics come out NaN) instead of refusing them."""
+    ignore_unused_weights: Optional[bool]
+    """Analyse a checkpoint holding weights its config does not use (more layers than num_hidden_layers, another variant's weights) instead of refusing it."""
+    memory_budget: Optional[Union[int, str]]
+    """Memory the model's weights may take before layers are streamed (e.g. 8G); default 80% of the memory available when the run starts."""
+    min_query: Optional[int]
+    """Queries i < min-query are left out of query averages."""
+    layer: Optional[int]
+    """Heatmap / profile layer, 1-based, a layer with attention (default the 8th attention layer, clipped to the model's last)."""
+    size: Optional[int]
+    """Heatmap size (queries and keys)."""
+    map_size: Optional[int]
+    """block_map side: G x G blocks of queries and keys (G = min(map-size, seq-len)); only with `block_map` among the metrics."""
+    profile_query: Optional[int]
+    """Query of the profile, 0-based (default: the last)."""
+    bins: Optional[int]
+    """Weight-sum histogram bins."""
+    sink_eps: Optional[float]
+    """Sink-rate threshold epsilon."""
+    bands: Optional[List[int]]
+    """Distance band edges after 0 (e.g. 1,10,100); default decades."""
+    entropy_of: Optional[str]
+    """Entropy of the effective weights (clamped, renormalised) or of the plain softmax."""
+    role_sink: Optional[float]
+    """head_role: a head whose mean first-token mass reaches this is a sink head."""
+    role_local_window: Optional[int]
+    """head_role: local_mass is the mass on the last W keys (distances 0 .. W-1, key 0 not)."""
+    role_local: Optional[float]
+    """head_role: a head whose local_mass reaches this is a local head."""
+    role_prev: Optional[float]
+    """head_role: a head whose mass at distance 1 reaches this is a previous-token head."""
+    role_induction: Optional[float]
+    """head_role: a head whose induction_score reaches this is an induction head."""
+    metrics: Optional[List[str]]
+    """`analyze` only: compute just these metrics (comma-separated), e.g. first_token,entropy,weight_sum,head_total,heatmap,nll."""
+# end of the run's options
 def analyze(
     models: List[Tuple[str, str]],
-    metrics: Optional[List[str]] = None,
     corpus: Optional[str] = None,
-    probe: Optional[str] = None,
-    seq_len: int = 1024,
-    num_seqs: int = 10,
-    bos: str = "auto",
-    windows: str = "packed",
-    variant: Optional[str] = None,
-    device: str = "auto",
-    batch_size: int = 1,
-    seed: int = 0,
-    shard: Optional[str] = None,
     events: Optional[Any] = None,
     cancel: Optional[CancelToken] = None,
     memory: Optional[List[Memory]] = None,
-    tokenizer: Optional[str] = None,
     threads: Optional[int] = None,
-    map_size: int = 256,
-    role_sink: float = 0.5,
-    role_local_window: int = 16,
-    role_local: float = 0.5,
-    role_prev: float = 0.4,
-    role_induction: float = 0.4,
+    **options: Unpack[RunOptions],
 ) -> NativeResult: ...
+def run_options() -> List[Tuple[str, str, Optional[str], str]]: ...
 def inspect(
     path: str, memory: Optional[Memory] = None
 ) -> str: ...

@@ -15,6 +15,9 @@ use std::path::PathBuf;
 
 use asa_analyze::analysis::partial::merge_partials;
 use asa_analyze::analysis::record::RunRecord;
+use asa_analyze::analysis::run_option::{
+    run_options_from, FrontEnd, OptionKind, RunValues, RUN_OPTIONS,
+};
 use asa_analyze::analysis::shard::Shard;
 use asa_analyze::analysis::{
     CancelToken, Execution, ModelSource, Run, RunEvents, RunOptions, RunOutput, RunSpec,
@@ -34,8 +37,9 @@ use asa_analyze::stats::report::{self, CurvesOptions, GradStatsOptions, LogInput
 use asa_analyze::stats::StepWindow;
 use asa_analyze::Error;
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyKeyboardInterrupt, PyValueError};
+use pyo3::exceptions::{PyException, PyKeyboardInterrupt, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
 use pyo3_polars::PyDataFrame;
 
 mod capture;
@@ -119,9 +123,9 @@ fn no_panic<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
 /// The Python exception for a library error, with the file and the option it is about as
 /// its `path` and `option` attributes (None where it names none).
 fn to_py(err: Error) -> PyErr {
-    let line = err.report();
+    let line = python_spelling(&err.report());
     let path = err.path().map(|p| p.to_string_lossy().into_owned());
-    let option = err.option_name().map(str::to_owned);
+    let option = err.option_name().map(python_spelling);
     let raised = match err.kind() {
         ErrorKind::Cancelled => Cancelled::new_err("asa-analyze run cancelled"),
         ErrorKind::Input(kind) => match kind {
@@ -142,6 +146,25 @@ fn to_py(err: Error) -> PyErr {
         let _ = value.setattr("option", option);
     });
     raised
+}
+
+/// `text` with the run's options as Python spells them (`--map-size` is `map_size`), the
+/// longest flags first (`--role-local-window` before `--role-local`); an option of another
+/// command (`--steps`) likewise.
+fn python_spelling(text: &str) -> String {
+    let mut flags: Vec<(String, &str)> = RUN_OPTIONS
+        .iter()
+        .map(|o| (format!("--{}", o.flag()), o.name))
+        .collect();
+    flags.sort_by_key(|(flag, _)| std::cmp::Reverse(flag.len()));
+    let mut out = text.to_string();
+    for (flag, name) in flags {
+        out = out.replace(&flag, name);
+    }
+    match out.strip_prefix("--") {
+        Some(rest) if !rest.contains(' ') => rest.replace('-', "_"),
+        _ => out,
+    }
 }
 
 /// A run's token, for Python: `cancel()` from any thread stops the run it is given to
@@ -288,69 +311,105 @@ impl NativeResult {
     }
 }
 
-/// The keyword arguments of `analyze` that become the library's options (names as the
-/// CLI's flags).
-struct AnalyzeArgs<'a> {
-    metrics: Option<Vec<String>>,
-    corpus: Option<PathBuf>,
-    probe: Option<&'a str>,
-    seq_len: usize,
-    num_seqs: usize,
-    batch_size: usize,
-    seed: u64,
-    bos: &'a str,
-    windows: &'a str,
-    variant: Option<&'a str>,
-    device: &'a str,
-    shard: Option<&'a str>,
-    /// block_map's side G (`--map-size`).
-    map_size: usize,
-    /// The head-role thresholds (`--role-sink`, `--role-local-window`, `--role-local`,
-    /// `--role-prev`, `--role-induction`).
-    roles: RoleThresholds,
+/// The run's options given as keyword arguments (`RUN_OPTIONS`, as the CLI's flags), as the
+/// text the library parses: a bool for a flag, a list (or one comma-separated string) for
+/// a list, a path-like for a file, else the value's text. None leaves an option unset; a
+/// keyword that is no option is a TypeError, as Python's own.
+fn run_values(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<RunValues> {
+    let mut values = RunValues::new();
+    for (key, value) in kwargs.into_iter().flat_map(|d| d.iter()) {
+        let name: String = key.extract()?;
+        let Some(option) = RUN_OPTIONS.iter().find(|o| o.name == name) else {
+            return Err(PyTypeError::new_err(format!(
+                "analyze() got an unexpected keyword argument '{name}'"
+            )));
+        };
+        if value.is_none() {
+            continue;
+        }
+        let text = option_text(option.kind, &value)
+            .map_err(|why| to_py(Error::option(name.clone(), why)))?;
+        values.insert(name, text);
+    }
+    Ok(values)
 }
 
-impl AnalyzeArgs<'_> {
-    /// The library's options, each argument parsed as the CLI parses its flag.
-    fn options(self) -> PyResult<RunOptions> {
-        let mut o = RunOptions::default();
-        if let Some(names) = &self.metrics {
-            o.spec.metrics = names
-                .iter()
-                .map(|n| n.parse::<Metric>().map_err(usage))
-                .collect::<PyResult<_>>()?;
+/// One keyword argument's value as its option's text, or what is wrong with its type.
+fn option_text(kind: OptionKind, value: &Bound<'_, PyAny>) -> Result<String, String> {
+    let wrong = |what: &str| format!("must be {what}, got {}", describe(value));
+    let is_bool = value.is_instance_of::<PyBool>();
+    match kind {
+        OptionKind::Flag => match is_bool {
+            true => Ok(value
+                .extract::<bool>()
+                .map_err(|_| wrong("True or False"))?
+                .to_string()),
+            false => Err(wrong("True or False")),
+        },
+        OptionKind::Count | OptionKind::Seed if is_bool || !value.is_instance_of::<PyInt>() => {
+            Err(wrong("a whole number"))
         }
-        o.inputs.corpus = self.corpus;
-        o.spec.probe = match self.probe {
-            Some(name) => Some(name.parse::<ProbeKind>().map_err(usage)?),
-            None => None,
-        };
-        // the probe's own metric comes with the default set, as in `analyze --probe`
-        if o.spec.probe == Some(ProbeKind::Induction) && self.metrics.is_none() {
-            o.spec.metrics.insert(Metric::INDUCTION_SCORE);
+        OptionKind::Number
+            if is_bool
+                || !(value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>()) =>
+        {
+            Err(wrong("a number"))
         }
-        o.spec.seq_len = self.seq_len;
-        o.spec.num_seqs = self.num_seqs;
-        o.spec.map_size = self.map_size;
-        o.spec.roles = self.roles;
-        o.execution.batch_size = self.batch_size;
-        o.spec.seed = self.seed;
-        o.spec.bos = self.bos.parse::<BosMode>().map_err(usage)?;
-        o.spec.windows = self.windows.parse::<WindowMode>().map_err(usage)?;
-        o.spec.variant = match self.variant {
-            Some(name) => Some(name.parse::<VariantKind>().map_err(usage)?),
-            None => None,
-        };
-        o.execution.device = self
-            .device
-            .parse::<DeviceRequest>()
-            .map_err(|e| UsageError::new_err(e.to_string()))?;
-        o.execution.shard = match self.shard {
-            Some(text) => Some(Shard::parse(text).map_err(to_py)?).filter(|s| s.count > 1),
-            None => None,
-        };
-        Ok(o)
+        OptionKind::File => value
+            .extract::<PathBuf>()
+            .map(|p| p.to_string_lossy().into_owned())
+            .map_err(|_| wrong("a path")),
+        OptionKind::Counts | OptionKind::Choices(_) if !value.is_instance_of::<PyString>() => {
+            let items: Vec<Bound<'_, PyAny>> = value
+                .try_iter()
+                .and_then(|items| items.collect())
+                .map_err(|_| wrong("a list"))?;
+            let texts: Vec<String> = items.iter().map(|v| text_of(v)).collect::<Result<_, _>>()?;
+            Ok(texts.join(","))
+        }
+        _ => text_of(value),
     }
+}
+
+/// A value's `str()`.
+fn text_of(value: &Bound<'_, PyAny>) -> Result<String, String> {
+    value
+        .str()
+        .map(|s| s.to_string())
+        .map_err(|_| format!("has no text: {}", describe(value)))
+}
+
+/// A value as an error shows it: its repr and type.
+fn describe(value: &Bound<'_, PyAny>) -> String {
+    let repr = value.repr().map(|r| r.to_string()).unwrap_or_default();
+    let kind = value
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default();
+    format!("{repr} ({kind})")
+}
+
+/// The run's options as Python sees them: (name, kind, default text or None, help), in the
+/// order of the CLI's `--help`.
+#[pyfunction]
+fn run_options() -> Vec<(&'static str, &'static str, Option<String>, &'static str)> {
+    RUN_OPTIONS
+        .iter()
+        .map(|o| {
+            let kind = match o.kind {
+                OptionKind::Count | OptionKind::Seed => "int",
+                OptionKind::Number => "float",
+                OptionKind::Flag => "bool",
+                OptionKind::Counts => "List[int]",
+                OptionKind::Choices(_) => "List[str]",
+                OptionKind::File => "PathLike",
+                OptionKind::Bytes => "Union[int, str]",
+                OptionKind::Choice(_) | OptionKind::Device => "str",
+            };
+            (o.name, kind, o.default_text(), o.help)
+        })
+        .collect()
 }
 
 /// The most threads an analysis pool may have (the largest machines have a few hundred
@@ -379,67 +438,23 @@ fn on_threads<T: Send>(threads: Option<usize>, work: impl FnOnce() -> T + Send) 
     }
 }
 
-/// Runs an analysis (see `asa_analyze.analyze`).
+/// Runs an analysis (see `asa_analyze.analyze`): the run's options as keyword arguments.
 #[pyfunction]
-#[pyo3(signature = (models, metrics = None, corpus = None, probe = None, seq_len = RunSpec::default().seq_len, num_seqs = RunSpec::default().num_seqs, bos = "auto", windows = "packed", variant = None, device = "auto", batch_size = Execution::default().batch_size, seed = RunSpec::default().seed, shard = None, events = None, cancel = None, memory = None, tokenizer = None, threads = None, map_size = RunSpec::DEFAULT_MAP_SIZE, role_sink = RunSpec::default().roles.sink, role_local_window = RunSpec::default().roles.local_window, role_local = RunSpec::default().roles.local, role_prev = RunSpec::default().roles.prev, role_induction = RunSpec::default().roles.induction))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (models, corpus = None, events = None, cancel = None, memory = None, threads = None, **options))]
 fn analyze(
     py: Python<'_>,
     models: Vec<(String, PathBuf)>,
-    metrics: Option<Vec<String>>,
     corpus: Option<PathBuf>,
-    probe: Option<&str>,
-    seq_len: usize,
-    num_seqs: usize,
-    bos: &str,
-    windows: &str,
-    variant: Option<&str>,
-    device: &str,
-    batch_size: usize,
-    seed: u64,
-    shard: Option<&str>,
     events: Option<Py<PyAny>>,
     cancel: Option<PyRef<'_, PyCancelToken>>,
     memory: Option<Vec<memory::MemoryArg>>,
-    tokenizer: Option<PathBuf>,
     threads: Option<usize>,
-    map_size: usize,
-    role_sink: f64,
-    role_local_window: usize,
-    role_local: f64,
-    role_prev: f64,
-    role_induction: f64,
+    options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<NativeResult> {
     no_panic(|| {
-        let mut options = AnalyzeArgs {
-            metrics,
-            corpus,
-            probe,
-            seq_len,
-            num_seqs,
-            batch_size,
-            seed,
-            bos,
-            windows,
-            variant,
-            device,
-            shard,
-            map_size,
-            roles: RoleThresholds {
-                sink: role_sink,
-                local_window: role_local_window,
-                local: role_local,
-                prev: role_prev,
-                induction: role_induction,
-            },
-        }
-        .options()?;
-        if options.execution.shard.is_some() {
-            return Err(UsageError::new_err(
-                "shards are for the CLI on a cluster (analyze --shard K/N, then merge); in Python run whole or merge partials with merge()",
-            ));
-        }
-        options.inputs.tokenizer = tokenizer;
+        let values = run_values(options)?;
+        let mut options = run_options_from(&values, FrontEnd::Python).map_err(to_py)?;
+        options.inputs.corpus = corpus;
         // models held in memory, by label (their `models` entry gives their place)
         let mut held = std::collections::BTreeMap::new();
         for arg in memory.unwrap_or_default() {
@@ -699,6 +714,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeResult>()?;
     m.add_class::<capture::NativeCapture>()?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
+    m.add_function(wrap_pyfunction!(run_options, m)?)?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;
     m.add_function(wrap_pyfunction!(merge, m)?)?;
     m.add_function(wrap_pyfunction!(html_report, m)?)?;

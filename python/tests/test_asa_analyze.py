@@ -126,7 +126,7 @@ def test_the_induction_probe_as_the_cli(tmp_path):
     assert_frame_equal_values(res.head_roles, pl.read_csv(tmp_path / "o" / "head_roles.csv"), "head_roles")
     assert res.head_roles["role"].to_list()[4] == "induction"
     assert res.run["models"][0]["probe"] == {"probe": "induction", "copy_len": 10, "seed": 3}
-    with pytest.raises(asa.UsageError, match="--seq-len must be odd"):
+    with pytest.raises(asa.UsageError, match="seq_len must be odd"):
         asa.analyze(FIXTURES / "head_roles", probe="induction", seq_len=20, num_seqs=1, progress=False)
     with pytest.raises(asa.UsageError, match="unknown probe `nope`"):
         asa.analyze(FIXTURES / "head_roles", probe="nope", seq_len=21, num_seqs=1, progress=False)
@@ -151,27 +151,70 @@ def test_block_map_and_head_role_options_as_the_cli(tmp_path):
     assert sorted(res.block_map["q_lo"].unique().to_list()) == [21 * a // 5 for a in range(5)]
     assert json.loads((tmp_path / "o" / "run.json").read_text())["options"]["roles"] == res.run["options"]["roles"]
     assert res.run["options"]["map_size"] == 5 and res.run["options"]["roles"]["local_window"] == 4
-    # the defaults are the CLI's (--help states them)
+
+
+def test_every_run_option_is_declared_once_for_the_cli_python_and_the_stubs(tmp_path):
+    # issue 66 item 3: the options' one declaration (RUN_OPTIONS) makes the CLI's flags, the
+    # package's keyword arguments and the stubs; each states the same names and defaults
     import inspect
+    from asa_analyze import _stubs
+    declared = asa._native.run_options()
+    assert len(declared) >= 33
     params = inspect.signature(asa.analyze).parameters
     help_text = " ".join(cli("analyze", "--help", cwd=tmp_path).stdout.split())
-    # issue 55: the CLI's defaults come from RunOptions::default() (clap and the extension's
-    # signature); the package's signature and the stubs must state the same
-    import ast
-    stub = ast.parse((Path(asa.__file__).parent / "_native.pyi").read_text())
-    native = next(f for f in stub.body if isinstance(f, ast.FunctionDef) and f.name == "analyze")
-    stub_defaults = {a.arg: ast.literal_eval(d) for a, d in
-                     zip(native.args.args[-len(native.args.defaults):], native.args.defaults)}
-    shared = ["seq_len", "num_seqs", "bos", "windows", "batch_size", "seed", "map_size", *opts.keys()]
-    for name in shared:
+    for name, kind, default, _help in declared:
         flag = "--" + name.replace("_", "-")
-        default = params[name].default
-        after = help_text.split(f"{flag} <", 1)[1]
-        assert f"[default: {default}]" in after.split(" --", 1)[0], name
-        assert stub_defaults[name] == default, (name, stub_defaults[name], default)
-    with pytest.raises(asa.UsageError, match="--map-size must be at least 1") as err:
-        asa.analyze(FIXTURES / "head_roles", map_size=0, **SMALL)
-    assert (err.value.option, err.value.path) == ("--map-size", None)
+        assert f"{flag} " in help_text or help_text.endswith(flag), name
+        param = params[name]
+        assert param.kind is inspect.Parameter.KEYWORD_ONLY, name
+        if default is not None and kind != "bool":
+            after = help_text.split(f"{flag} <", 1)[1]
+            assert f"[default: {default}]" in after.split(" --", 1)[0], name
+            assert str(param.default) == default, (name, param.default, default)
+        else:
+            assert param.default in (None, False), name
+    # the stubs' block is the one the declaration makes
+    stubs = _stubs.STUBS.read_text()
+    assert _stubs.stubs_text(stubs) == stubs, "python -m asa_analyze._stubs"
+    assert all(f"    {name}: Optional[" in stubs for name, *_ in declared)
+
+
+def test_run_options_take_every_setting_and_name_python_s_keyword(tmp_path):
+    small = dict(seq_len=16, num_seqs=2, progress=False)
+    # every RunSpec setting, among them the dtype: bf16 as `--dtype bf16`
+    f32 = asa.analyze(FIXTURES / "sink", **small)
+    bf16 = asa.analyze(FIXTURES / "sink", dtype="bf16", **small)
+    cli("analyze", f"sink={FIXTURES / 'sink'}", "--seq-len", "16", "--num-seqs", "2", "--dtype", "bf16",
+        "--quiet", "--out", "o", cwd=tmp_path)
+    assert_frame_equal_values(bf16.attention, pl.read_csv(tmp_path / "o" / "attention.csv"), "attention")
+    entropy = [r.attention.filter(pl.col("metric") == "entropy")["value"].to_numpy() for r in (f32, bf16)]
+    assert 0 < abs(entropy[0] - entropy[1]).max() < 0.05, abs(entropy[0] - entropy[1]).max()
+    res = asa.analyze(FIXTURES / "sink", min_query=3, bins=7, entropy_of="softmax", layer=1,
+                      allow_nonfinite=True, bands=[1, 5], **small)
+    options = res.run["options"]
+    assert (options["min_query"], options["bins"], options["entropy_of"], options["layer"]) == (3, 7, "softmax", 1)
+    assert (options["allow_nonfinite"], options["bands"]) == (True, [1, 5])
+    # an option's error names it as Python spells it, with .option always set
+    with pytest.raises(asa.UsageError, match="^map_size must be at least 1") as err:
+        asa.analyze(FIXTURES / "head_roles", map_size=0, metrics=["block_map"], **small)
+    assert (err.value.option, err.value.path) == ("map_size", None)
+    with pytest.raises(asa.UsageError, match="^map_size sets block_map's side: add block_map to metrics") as err:
+        asa.analyze(FIXTURES / "head_roles", map_size=8, **small)
+    assert err.value.option == "map_size"
+    with pytest.raises(asa.UsageError, match="^seq_len must be a whole number >= 0, got `-1`") as err:
+        asa.analyze(FIXTURES / "sink", seq_len=-1, num_seqs=2, progress=False)
+    assert err.value.option == "seq_len"
+    with pytest.raises(asa.UsageError, match="^bins 1000001 is more than") as err:
+        asa.analyze(FIXTURES / "sink", bins=1_000_001, **small)
+    assert err.value.option == "bins"
+    with pytest.raises(asa.UsageError, match="^dtype ") as err:
+        asa.analyze(FIXTURES / "sink", dtype="f64", **small)
+    assert err.value.option == "dtype"
+    with pytest.raises(asa.UsageError) as err:
+        asa.analyze(FIXTURES / "sink", allow_nonfinite=1, **small)
+    assert err.value.option == "allow_nonfinite"
+    with pytest.raises(TypeError, match="unexpected keyword argument 'seqlen'"):
+        asa.analyze(FIXTURES / "sink", seqlen=16, num_seqs=2, progress=False)
 
 
 def test_hub_ids_from_a_huggingface_cache(tmp_path, monkeypatch):
@@ -593,9 +636,11 @@ def test_numbers_out_of_range_and_odd_models_are_value_errors_naming_the_argumen
     # series' i64 was accepted
     folder = str(FIXTURES / "llama_gqa")
     small = dict(seq_len=16, num_seqs=1, progress=False)
+    # (issue 66: a run option's value is read by the CLI's own parser, which names it)
     for name, value in [("seq_len", -1), ("batch_size", 2**64), ("seed", -1), ("map_size", 2**70)]:
-        with pytest.raises(asa.UsageError, match=f"argument '{name}': .*out of the range"):
+        with pytest.raises(asa.UsageError, match=f"^{name} must be a whole number") as err:
             asa.analyze(folder, **{**small, name: value})
+        assert err.value.option == name
     with pytest.raises(asa.UsageError, match="threads 2147483648 is more than 4096"):
         asa.analyze(folder, threads=2**31, **small)
     with pytest.raises(asa.UsageError, match="argument 'ddof'"):

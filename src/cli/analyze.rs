@@ -7,37 +7,23 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use candle_core::DType;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
 use super::choice::choice;
 use super::report;
+use super::run_args::RunArgs;
 use super::Process;
 use crate::analysis::partial::{shard_info, stage_partial};
-use crate::analysis::plan::parse_bytes;
 use crate::analysis::record::{ModelRecord, ProfilePhase};
+use crate::analysis::run_option::{run_options_from, FrontEnd};
 use crate::analysis::shard::Shard;
-use crate::analysis::{
-    kernel_layers, Execution, ModelSource, Run, RunEvents, RunInputs, RunOptions, RunOutput,
-    RunSpec,
-};
-use crate::attention::VariantKind;
-use crate::corpus::induction::ProbeKind;
-use crate::corpus::{BosMode, WindowMode};
-use crate::device::{parse_dtype, resolve_device, DeviceRequest};
+use crate::analysis::{kernel_layers, ModelSource, Run, RunEvents, RunOptions, RunOutput};
+use crate::device::resolve_device;
 use crate::error::{Error, Result};
 use crate::export::{Format, OutputDir};
-use crate::metrics::entropy::EntropyOf;
-use crate::metrics::head_role::RoleThresholds;
 use crate::metrics::{Metric, ModelMetrics};
 use crate::results::{self, stage_tables};
-
-/// The run's defaults, one place for the CLI's and the Python package's (`RunOptions`'s
-/// `Default`): clap states them in `--help` from here.
-fn defaults() -> RunOptions {
-    RunOptions::default()
-}
 
 /// Options shared by every metric command.
 #[derive(Debug, clap::Args)]
@@ -49,69 +35,9 @@ pub struct MetricArgs {
     /// Text (.txt, .jsonl) or token ids (.npy, .json); default: built-in generated prose.
     #[arg(long, value_name = "FILE")]
     pub corpus: Option<PathBuf>,
-    /// A built-in probe instead of a corpus: `induction`, windows of BOS, L random token ids
-    /// (from --seed) and the same L again, --seq-len 2L + 1; `analyze` adds induction_score.
-    #[arg(long, value_parser = choice::<ProbeKind>(&ProbeKind::NAMES), value_name = "NAME")]
-    pub probe: Option<ProbeKind>,
-    /// tokenizer.json to use instead of the checkpoint's own (or its GGUF metadata).
-    #[arg(long, value_name = "FILE")]
-    pub tokenizer: Option<PathBuf>,
-    /// JSON of "convention name": "checkpoint name" patterns ({l} placeholders) for
-    /// checkpoints whose tensors are named otherwise.
-    #[arg(long, value_name = "FILE")]
-    pub weight_map: Option<PathBuf>,
-    /// Analyse every checkpoint as this attention variant, whatever config.json names or
-    /// the weights point to (e.g. off_by_one, which has no weights of its own).
-    #[arg(long, value_parser = choice::<VariantKind>(&VariantKind::NAMES), value_name = "NAME")]
-    pub variant: Option<VariantKind>,
-    /// Tokens per sequence (BOS included).
-    #[arg(long, default_value_t = defaults().spec.seq_len)]
-    pub seq_len: usize,
-    /// Number of sequences.
-    #[arg(long, default_value_t = defaults().spec.num_seqs)]
-    pub num_seqs: usize,
-    /// Whether each sequence starts with BOS.
-    #[arg(long, value_parser = choice::<BosMode>(&BosMode::NAMES), default_value = "auto")]
-    pub bos: BosMode,
-    /// How windows are cut: packed (documents joined with EOS, cut into consecutive
-    /// windows) or documents (each window the start of its own document, shorter ones
-    /// skipped).
-    #[arg(long, value_parser = choice::<WindowMode>(&WindowMode::NAMES), default_value = "packed")]
-    pub windows: WindowMode,
-    /// Sequences per forward pass.
-    #[arg(long, default_value_t = defaults().execution.batch_size)]
-    pub batch_size: usize,
-    /// Seed of the built-in corpus.
-    #[arg(long, default_value_t = defaults().spec.seed)]
-    pub seed: u64,
-    /// auto, cpu, cuda or cuda:N.
-    #[arg(long, default_value = "auto")]
-    pub device: DeviceRequest,
-    /// Analysis dtype: f32, bf16, f16 (default f32 on CPU, bf16 on GPU).
-    #[arg(long, value_parser = parse_dtype)]
-    pub dtype: Option<DType>,
-    /// Memory for attention blocks (e.g. 2G); default a quarter of available memory.
-    #[arg(long, value_parser = parse_bytes, value_name = "BYTES")]
-    pub max_memory: Option<u64>,
-    /// Queries per attention block (overrides --max-memory).
-    #[arg(long)]
-    pub block_size: Option<usize>,
-    /// Read one layer's weights at a time (layer-major: every window through a layer before
-    /// the next); default: when the model's weights would not fit --memory-budget (CPU).
-    #[arg(long)]
-    pub stream_layers: bool,
-    /// Analyse weights holding NaN or infinities (a diverged checkpoint; its metrics come out
-    /// NaN) instead of refusing them.
-    #[arg(long)]
-    pub allow_nonfinite: bool,
-    /// Analyse a checkpoint holding weights its config does not use (more layers than
-    /// num_hidden_layers, another variant's weights) instead of refusing it.
-    #[arg(long)]
-    pub ignore_unused_weights: bool,
-    /// Memory the model's weights may take before layers are streamed (e.g. 8G); default
-    /// 80% of the memory available when the run starts.
-    #[arg(long, value_parser = parse_bytes, value_name = "BYTES")]
-    pub memory_budget: Option<u64>,
+    /// The run's options (`RUN_OPTIONS`: the same as Python's keyword arguments).
+    #[command(flatten)]
+    pub run: RunArgs,
     /// Output folder for the tables and run.json.
     #[arg(long, default_value = "results")]
     pub out: PathBuf,
@@ -126,54 +52,6 @@ pub struct MetricArgs {
     /// Table format.
     #[arg(long, value_parser = choice::<Format>(&Format::NAMES), default_value = "csv")]
     pub format: Format,
-    /// Queries i < min-query are left out of query averages.
-    #[arg(long, default_value_t = defaults().spec.min_query)]
-    pub min_query: usize,
-    /// Heatmap / profile layer, 1-based, a layer with attention (default the 8th attention
-    /// layer, clipped to the model's last).
-    #[arg(long)]
-    pub layer: Option<usize>,
-    /// Heatmap size (queries and keys).
-    #[arg(long, default_value_t = defaults().spec.size)]
-    pub size: usize,
-    /// block_map side: G x G blocks of queries and keys (G = min(map-size, seq-len)); only
-    /// with `block_map` among the metrics [default: 256]
-    #[arg(long)]
-    pub map_size: Option<usize>,
-    /// Query of the profile, 0-based (default: the last).
-    #[arg(long)]
-    pub profile_query: Option<usize>,
-    /// Weight-sum histogram bins.
-    #[arg(long, default_value_t = defaults().spec.bins)]
-    pub bins: usize,
-    /// Sink-rate threshold epsilon.
-    #[arg(long, default_value_t = defaults().spec.sink_eps)]
-    pub sink_eps: f64,
-    /// Distance band edges after 0 (e.g. 1,10,100); default decades.
-    #[arg(long, value_delimiter = ',')]
-    pub bands: Option<Vec<usize>>,
-    /// Entropy of the effective weights (clamped, renormalised) or of the plain softmax.
-    #[arg(long, value_parser = choice::<EntropyOf>(&EntropyOf::NAMES), default_value = "effective")]
-    pub entropy_of: EntropyOf,
-    /// head_role: a head whose mean first-token mass reaches this is a sink head.
-    #[arg(long, default_value_t = defaults().spec.roles.sink, value_name = "MASS")]
-    pub role_sink: f64,
-    /// head_role: local_mass is the mass on the last W keys (distances 0 .. W-1, key 0 not).
-    #[arg(long, default_value_t = defaults().spec.roles.local_window, value_name = "W")]
-    pub role_local_window: usize,
-    /// head_role: a head whose local_mass reaches this is a local head.
-    #[arg(long, default_value_t = defaults().spec.roles.local, value_name = "MASS")]
-    pub role_local: f64,
-    /// head_role: a head whose mass at distance 1 reaches this is a previous-token head.
-    #[arg(long, default_value_t = defaults().spec.roles.prev, value_name = "MASS")]
-    pub role_prev: f64,
-    /// head_role: a head whose induction_score reaches this is an induction head.
-    #[arg(long, default_value_t = defaults().spec.roles.induction, value_name = "MASS")]
-    pub role_induction: f64,
-    /// `analyze` only: compute just these metrics (comma-separated), e.g.
-    /// first_token,entropy,weight_sum,head_total,heatmap,nll.
-    #[arg(long, value_parser = choice::<Metric>(Metric::names()), value_delimiter = ',')]
-    pub metrics: Option<Vec<Metric>>,
     /// Also render every figure the tables allow into OUT/figures/ (as `figures` would).
     #[arg(long)]
     pub figures: bool,
@@ -226,103 +104,36 @@ pub(super) fn parse_models(raw: &[String]) -> Result<Vec<ModelSource>> {
     Ok(specs)
 }
 
-/// The library's options for these arguments, computing `metrics` (or, for `analyze`,
-/// `--metrics`).
+/// The library's options for these arguments: the run's options as given (else their
+/// defaults), the command's own `metrics` unless `analyze --metrics` names them, the corpus
+/// and the shard (from `--shard`, `--shard-count` or a job array's environment).
 pub(super) fn run_options(
     args: &MetricArgs,
     metrics: &[Metric],
     command: &str,
 ) -> Result<RunOptions> {
-    let metrics = chosen_metrics(args, metrics, command)?;
-    let spec = RunSpec {
-        metrics,
-        probe: args.probe,
-        variant: args.variant,
-        seq_len: args.seq_len,
-        num_seqs: args.num_seqs,
-        bos: args.bos,
-        windows: args.windows,
-        seed: args.seed,
-        dtype: args.dtype,
-        allow_nonfinite: args.allow_nonfinite,
-        ignore_unused_weights: args.ignore_unused_weights,
-        min_query: args.min_query,
-        layer: args.layer,
-        size: args.size,
-        map_size: args.map_size.unwrap_or(RunSpec::DEFAULT_MAP_SIZE),
-        profile_query: args.profile_query,
-        bins: args.bins,
-        sink_eps: args.sink_eps,
-        bands: args.bands.clone(),
-        entropy_of: args.entropy_of,
-        roles: RoleThresholds {
-            sink: args.role_sink,
-            local_window: args.role_local_window,
-            local: args.role_local,
-            prev: args.role_prev,
-            induction: args.role_induction,
-        },
-    };
-    let inputs = RunInputs {
-        corpus: args.corpus.clone(),
-        tokenizer: args.tokenizer.clone(),
-        weight_map: args.weight_map.clone(),
-    };
-    Ok(RunOptions {
-        spec,
-        inputs,
-        execution: execution(args)?,
-    })
-}
-
-/// The metrics a command computes: `--metrics` for `analyze` (refused elsewhere), else the
-/// command's own; the induction probe adds its score to `analyze`'s defaults, and
-/// `--map-size` needs `block_map`.
-fn chosen_metrics(
-    args: &MetricArgs,
-    metrics: &[Metric],
-    command: &str,
-) -> Result<BTreeSet<Metric>> {
-    let mut metrics: BTreeSet<Metric> = match (&args.metrics, command) {
-        (Some(chosen), "analyze") => chosen.iter().copied().collect(),
-        (Some(_), _) => {
-            return Err(Error::option(
-                "--metrics",
-                format!("applies to `analyze`; `{command}` computes its own metric"),
-            ))
-        }
-        (None, _) => metrics.iter().copied().collect(),
-    };
-    // the probe's own metric comes with the defaults of `analyze`
-    if args.probe == Some(ProbeKind::Induction) && args.metrics.is_none() && command == "analyze" {
-        metrics.insert(Metric::INDUCTION_SCORE);
-    }
-    if args.map_size.is_some() && !metrics.contains(&Metric::BLOCK_MAP) {
+    if args.run.has("metrics") && command != "analyze" {
         return Err(Error::option(
-            "--map-size",
-            "sets block_map's side: add block_map to --metrics, or leave --map-size out",
+            "--metrics",
+            format!("applies to `analyze`; `{command}` computes its own metric"),
         ));
     }
-    Ok(metrics)
-}
-
-/// How the run is carried out: device, memory, batching and the shard (from `--shard`,
-/// `--shard-count` or a job array's environment).
-fn execution(args: &MetricArgs) -> Result<Execution> {
+    let mut options = run_options_from(&args.run.given, FrontEnd::CommandLine)?;
+    if !args.run.has("metrics") {
+        // the command's own set; `analyze`'s (and `watch`'s) with the probe's own metric
+        let probe_metric = options.spec.metrics.contains(&Metric::INDUCTION_SCORE);
+        options.spec.metrics = metrics.iter().copied().collect::<BTreeSet<_>>();
+        if probe_metric && command == "analyze" {
+            options.spec.metrics.insert(Metric::INDUCTION_SCORE);
+        }
+    }
+    options.inputs.corpus = args.corpus.clone();
     let shard = Shard::resolve(args.shard.as_deref(), args.shard_count, |k| {
         std::env::var(k).ok()
     })?;
-    Ok(Execution {
-        batch_size: args.batch_size,
-        device: args.device,
-        max_memory: args.max_memory,
-        block_size: args.block_size,
-        stream_layers: args.stream_layers,
-        memory_budget: args.memory_budget,
-        scratch_dir: None,
-        // 0/1 asks for a whole run (inside a job array, say)
-        shard: shard.filter(|s| s.count != 1),
-    })
+    // 0/1 asks for a whole run (inside a job array, say)
+    options.execution.shard = shard.filter(|s| s.count != 1);
+    Ok(options)
 }
 
 /// The schedule of a model's run on stderr (`--verbose`): per layer, what reading its
@@ -393,7 +204,7 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str, process: &Proces
     }
     let models = parse_models(&args.models)?;
     if args.profile {
-        crate::profile::enable(&resolve_device(args.device)?);
+        crate::profile::enable(&resolve_device(options.execution.device)?);
     }
     let mut out = OutputDir::create(&args.out, args.format, &process.staging)?;
     let mut options = options;
@@ -527,27 +338,87 @@ fn progress_bar(quiet: bool, total: u64, label: &str) -> ProgressBar {
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
+    use clap::{CommandFactory, Parser};
 
     use super::*;
 
-    /// Issue 55: `--help` states the defaults of `RunOptions::default()`, the one place they
-    /// are set; `--map-size` (an Option, to tell whether it was given) states its own in
-    /// words, which must be that one too.
+    /// Issue 66: every run option of the one declaration (`RUN_OPTIONS`) is a flag of each
+    /// metric command, with its help and the default of `RunOptions::default()`.
     #[test]
-    fn help_states_the_run_options_defaults() {
+    fn help_states_every_run_option_with_its_default() {
         let mut cli = crate::cli::Cli::command();
-        let analyze = cli.find_subcommand_mut("analyze").unwrap();
-        let help = analyze.render_long_help().to_string();
-        let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
-        let map_size = help.split("--map-size <MAP_SIZE>").nth(1).unwrap();
-        let map_size = map_size.split(" --").next().unwrap();
-        let want = format!("[default: {}]", RunSpec::DEFAULT_MAP_SIZE);
-        assert!(map_size.contains(&want), "{map_size}");
-        let seq_len = help.split("--seq-len <SEQ_LEN>").nth(1).unwrap();
-        assert!(seq_len.split(" --").next().unwrap().contains(&format!(
-            "[default: {}]",
-            RunOptions::default().spec.seq_len
-        )));
+        for command in ["analyze", "entropy", "watch"] {
+            let sub = cli.find_subcommand_mut(command).unwrap();
+            let help = sub.render_long_help().to_string();
+            let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+            for option in crate::analysis::run_option::RUN_OPTIONS {
+                let flag = format!("--{}", option.flag());
+                let first_words = option.help.split_whitespace().take(3).collect::<Vec<_>>();
+                let first_words = first_words.join(" ");
+                // a flag's help follows it; a value's after its <NAME>
+                let starts = match option.kind {
+                    crate::analysis::run_option::OptionKind::Flag => {
+                        format!("{flag} {first_words}")
+                    }
+                    _ => format!("{flag} <"),
+                };
+                let after = help
+                    .split(&starts)
+                    .nth(1)
+                    .unwrap_or_else(|| panic!("{command}: {flag}"));
+                let own = after.split(" --").next().unwrap();
+                assert!(
+                    own.contains(&first_words) || starts.ends_with(&first_words),
+                    "{command} {flag}: {own}"
+                );
+                if let Some(default) = option.default_text() {
+                    assert!(
+                        own.contains(&format!("[default: {default}]")),
+                        "{command} {flag}: {own}"
+                    );
+                }
+            }
+        }
+        let seq_len = RunOptions::default().spec.seq_len.to_string();
+        let option = crate::analysis::run_option::RUN_OPTIONS
+            .iter()
+            .find(|o| o.name == "seq_len")
+            .unwrap();
+        assert_eq!(option.default_text(), Some(seq_len));
+    }
+
+    /// Only what was typed is given (a default is not), and the library's one parser reads
+    /// it, refusing what Python's keyword would be refused with, in the same words.
+    #[test]
+    fn flags_parse_as_the_library_and_only_typed_ones_are_given() {
+        let cli = crate::cli::Cli::try_parse_from([
+            "asa-analyze",
+            "analyze",
+            "m",
+            "--dtype",
+            "bf16",
+            "--allow-nonfinite",
+        ])
+        .unwrap();
+        let crate::cli::Command::Analyze(args) = cli.command else {
+            panic!("not analyze")
+        };
+        let given: Vec<(&str, &str)> = args
+            .run
+            .given
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(given, [("allow_nonfinite", "true"), ("dtype", "bf16")]);
+        let options = run_options(&args, &[], "analyze").unwrap();
+        assert_eq!(options.spec.dtype, Some(candle_core::DType::BF16));
+        assert!(options.spec.allow_nonfinite);
+        let cli = crate::cli::Cli::try_parse_from(["asa-analyze", "analyze", "m", "--seq-len=-3"])
+            .unwrap();
+        let crate::cli::Command::Analyze(args) = cli.command else {
+            panic!("not analyze")
+        };
+        let err = run_options(&args, &[], "analyze").unwrap_err().to_string();
+        assert_eq!(err, "--seq-len must be a whole number >= 0, got `-3`");
     }
 }

@@ -20,6 +20,7 @@ mod inspect;
 mod logs;
 mod merge;
 mod report;
+mod run_args;
 mod stdout;
 mod tables;
 mod train;

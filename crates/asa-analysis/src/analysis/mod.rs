@@ -14,6 +14,7 @@ pub mod partial_checks;
 pub mod plan;
 pub mod record;
 mod run;
+pub mod run_option;
 mod run_spec;
 pub mod schedule;
 pub mod series;

@@ -1,7 +1,8 @@
 //! What an analysis is asked for, in three parts: the [`RunSpec`] (every setting that
-//! changes the numbers, with its default: the CLI's flags, the Python signature and the
-//! stubs take their defaults from [`RunSpec::default`], and a shard's fingerprint is its
-//! serialisation), the [`RunInputs`] (the corpus, tokenizer and weight map, named by path:
+//! changes the numbers, with its default: each option is declared once in
+//! [`super::run_option::RUN_OPTIONS`], whose defaults are [`RunSpec::default`]'s, and the
+//! CLI's flags, the Python keyword arguments and the stubs are made from it; a shard's
+//! fingerprint is its serialisation), the [`RunInputs`] (the corpus, tokenizer and weight map, named by path:
 //! a fingerprint hashes what they hold, not where they lie) and the [`Execution`] (device,
 //! memory, batching, sharding: how the numbers are computed, never what they are).
 
