@@ -333,13 +333,29 @@ pub fn gguf_with_metadata(
     extra: Vec<(&str, candle_core::quantized::gguf_file::Value)>,
     dir: &std::path::Path,
 ) -> std::path::PathBuf {
+    gguf_rewritten(name, extra, &[], dir)
+}
+
+/// A copy of GGUF fixture `name` (under `dir`, at the same relative path) without the
+/// metadata key `key`.
+pub fn gguf_without(name: &str, key: &str, dir: &std::path::Path) -> std::path::PathBuf {
+    gguf_rewritten(name, vec![], &[key], dir)
+}
+
+/// A copy of GGUF fixture `name` with `extra` metadata set and the `removed` keys left out.
+fn gguf_rewritten(
+    name: &str,
+    extra: Vec<(&str, candle_core::quantized::gguf_file::Value)>,
+    removed: &[&str],
+    dir: &std::path::Path,
+) -> std::path::PathBuf {
     use candle_core::quantized::gguf_file::{self, Content};
     let mut file = std::fs::File::open(fixtures().join("gguf").join(name)).unwrap();
     let content = Content::read(&mut file).unwrap();
     let mut metadata: Vec<(&str, gguf_file::Value)> = content
         .metadata
         .iter()
-        .filter(|(k, _)| !extra.iter().any(|(e, _)| e == k))
+        .filter(|(k, _)| !extra.iter().any(|(e, _)| e == k) && !removed.contains(&k.as_str()))
         .map(|(k, v)| (k.as_str(), v.clone()))
         .collect();
     metadata.extend(extra);

@@ -93,3 +93,58 @@ fn converted_files_that_are_not_their_model_are_refused_naming_the_file() {
         assert!(err.contains(words) && err.contains(&path.display().to_string()), "{name}: {err}");
     }
 }
+
+/// GPT-OSS's and Qwen3-MoE's keys as llama.cpp's loaders read them: GPT-OSS's sliding layers
+/// every other layer from the first when the file names none, else from
+/// `attention.sliding_window_pattern` (flags, or a period whose last layer is full); a RoPE
+/// base of the sliding layers' own (`rope.freq_base_swa`, which llama.cpp's gpt-oss reads and
+/// this family does not have) refused naming the key; Qwen3-MoE's experts' width required,
+/// named; each refusal naming the file.
+#[test]
+fn gpt_oss_and_qwen3moe_keys_are_read_as_llama_cpp_reads_them() {
+    use asa_analyze::model::Checkpoint;
+    use candle_core::quantized::gguf_file::Value;
+    use candle_core::{DType, Device};
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tmp.path().join("converted")).unwrap();
+    let windowed = |path: &std::path::Path| {
+        let ckpt = Checkpoint::open(path, &Device::Cpu, DType::F32).unwrap();
+        let window = ckpt.config.sliding_window.unwrap();
+        (window.size, window.layers)
+    };
+    assert_eq!(windowed(&converted("gpt_oss")), (6, vec![0]));
+    let pattern = |value: Value| {
+        crate::common::gguf_with_metadata(
+            "converted/gpt_oss.gguf",
+            vec![("gpt-oss.attention.sliding_window_pattern", value)],
+            tmp.path(),
+        )
+    };
+    let flags = Value::Array(vec![Value::Bool(false), Value::Bool(true)]);
+    assert_eq!(windowed(&pattern(flags)), (6, vec![1]));
+    assert_eq!(windowed(&pattern(Value::U32(0))), (6, vec![0, 1]));
+    let path = crate::common::gguf_with_metadata(
+        "converted/gpt_oss.gguf",
+        vec![("gpt-oss.rope.freq_base_swa", Value::F32(10000.0))],
+        tmp.path(),
+    );
+    let err = crate::common::open_error(&path);
+    assert!(
+        err.contains("gpt-oss.rope.freq_base_swa 10000")
+            && err.contains("is not implemented for gpt-oss")
+            && err.contains(&path.display().to_string()),
+        "{err}"
+    );
+    // the converter's file without the experts' width
+    let path = crate::common::gguf_without(
+        "converted/qwen3_moe_like_30b.gguf",
+        "qwen3moe.expert_feed_forward_length",
+        tmp.path(),
+    );
+    let err = crate::common::open_error(&path);
+    assert!(
+        err.contains("qwen3moe.expert_feed_forward_length")
+            && err.contains(&path.display().to_string()),
+        "{err}"
+    );
+}

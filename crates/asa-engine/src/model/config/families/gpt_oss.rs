@@ -70,8 +70,9 @@ const GGUF_BLOCKS: NameTable = &[
 const LLAMA_CPP_SWIGLU: (f64, f64) = (1.702, 7.0);
 
 /// Biases by the q projection's, the experts, the window and its layers, llama.cpp's
-/// SwiGLU constants; refused: a sliding layers' RoPE base of their own and an experts'
-/// weight scale, which this family does not implement.
+/// SwiGLU constants; refused: a sliding layers' RoPE base of their own (llama.cpp's gpt-oss
+/// reads `rope.freq_base_swa`; this family has one base). (`expert_weights_scale` its
+/// loader does not read, nor does this.)
 fn gguf_config(
     meta: &Meta,
     tensors: &TensorFacts,
@@ -106,17 +107,7 @@ fn gguf_config(
             ));
         }
     }
-    match meta.opt_f64_key("expert_weights_scale")? {
-        None => Ok(()),
-        Some(scale) if scale == 0.0 || scale == 1.0 => Ok(()),
-        Some(scale) => Err(Error::checkpoint(
-            meta.path,
-            format!(
-                "{} {scale}: a scale of the experts' weights is not implemented for gpt-oss",
-                meta.key("expert_weights_scale")
-            ),
-        )),
-    }
+    Ok(())
 }
 
 /// `mlp.experts.gate_up_proj` `[experts, hidden, 2 inter]` (gate at even columns, up at
