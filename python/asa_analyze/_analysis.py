@@ -80,12 +80,16 @@ def _default(kind: str, text: Optional[str]) -> Any:
     return {"int": int, "float": float}.get(kind, str)(text)
 
 
-def _with_run_options(fn: Any) -> None:
-    """`fn`'s signature and docstring with the run's options, from their one declaration
-    (`_native.run_options()`: the CLI's flags): keyword-only, each with its default."""
+def _with_run_options(fn: Any, names: Optional[Iterable[str]] = None) -> None:
+    """`fn`'s signature and docstring with the run's options (`names` of them, default
+    all), from their one declaration (`_native.run_options()`: the CLI's flags):
+    keyword-only, each with its default."""
     params = [p for p in _inspect.signature(fn).parameters.values() if p.kind is not p.VAR_KEYWORD]
     lines = ["", "    Run options (keyword-only; the CLI's flags with underscores):", ""]
+    chosen = None if names is None else set(names)
     for name, kind, default, help_text in _native.run_options():
+        if chosen is not None and name not in chosen:
+            continue
         value = _default(kind, default)
         params.append(_inspect.Parameter(name, _inspect.Parameter.KEYWORD_ONLY, default=value,
                                         annotation=f"Optional[{kind}]" if value is None else kind))

@@ -22,6 +22,7 @@ from ._backend import _ACTIVE, BACKEND, _fallback, _fallback_rows, _Mask, regist
 from ._errors import _python_errors
 from ._modules import _attention_modules, _chosen_stacks, _key_range, _Module
 from ._native import UsageError
+from ._analysis import _with_run_options
 from ._result import Result
 from ._torch_blocks import _host, attention_blocks
 
@@ -275,14 +276,12 @@ class Capture:
 @_python_errors
 def capture(
     model: Any,
-    metrics: Optional[Iterable[str]] = None,
-    min_query: int = 1,
-    map_size: int = 256,
-    layer: Optional[int] = None,
+    *,
     label: str = "model",
     path: str = "auto",
     stack: Optional[str] = None,
     seq_len: Optional[int] = None,
+    **options: Any,
 ) -> Capture:
     """A context in which `model`'s attention calls go through the "asa" backend: each
     forward pass inside it is computed by the kernels of `asa-analyze analyze` (the model's
@@ -293,9 +292,10 @@ def capture(
 
     model: a transformers model (every module whose forward calls transformers' attention
         interface is captured, its layer 1 + the first integer of its qualified name).
-    metrics: metric names; default `analyze`'s set without nll (the capture sees attention
-        calls, not logits).
-    min_query, map_size, layer: as `analyze`'s (`layer`: the heatmap's, 1-based).
+    options: the run options of the metrics' reduction, as `analyze`'s (listed below):
+        `metrics` (default `analyze`'s set without nll: the capture sees attention calls,
+        not logits), `layer` (the heatmap's, 1-based), `min_query`, `map_size`, `bins`, ...;
+        one about windows, weights or devices (`batch_size`, `dtype`) is refused naming it.
     seq_len: the most tokens a sequence holds (positions 0 .. seq_len - 1 of the tables);
         default the first forward pass's length. Sequences may be shorter: a padded
         batch's (left or right padding: its padded positions are neither keys nor queries,
@@ -321,20 +321,17 @@ def capture(
     if not _attention_modules(model):
         raise UsageError(f"{type(model).__name__} has no module whose forward calls transformers' attention interface")
     chosen = _chosen_stacks(model, stack)
+    layer = options.get("layer")
     if layer is not None and not any(m.number + 1 == layer for _, modules in chosen for m in modules):
         held = sorted({m.number + 1 for _, modules in chosen for m in modules})
         raise UsageError(f"layer {layer} has no captured attention module (layers: {', '.join(map(str, held))})")
     stacks = []
     for name, modules in chosen:
-        native = _native.NativeCapture(
-            modules,
-            stack=name or None,
-            metrics=None if metrics is None else list(metrics),
-            min_query=min_query,
-            map_size=map_size,
-            # the heatmap's layer, in the stacks that have it (else each stack's default)
-            layer=layer if any(m.number + 1 == layer for m in modules) else None,
-            seq_len=seq_len,
-        )
+        # the heatmap's layer, in the stacks that have it (else each stack's default)
+        own = {**options, "layer": layer if any(m.number + 1 == layer for m in modules) else None}
+        native = _native.NativeCapture(modules, stack=name or None, seq_len=seq_len, **own)
         stacks.append(_Stack(name, native, modules))
     return Capture(model, stacks, label, path)
+
+
+_with_run_options(capture, _native.capture_options())

@@ -39,11 +39,8 @@ class NativeCapture:
         self,
         modules: List[Any],
         stack: Optional[str] = None,
-        metrics: Optional[List[str]] = None,
-        min_query: int = 1,
-        map_size: int = 256,
-        layer: Optional[int] = None,
         seq_len: Optional[int] = None,
+        **options: Unpack[RunOptions],
     ) -> None: ...
     def attend(
         self,
@@ -159,6 +156,7 @@ def analyze(
     **options: Unpack[RunOptions],
 ) -> NativeResult: ...
 def run_options() -> List[Tuple[str, str, Optional[str], str]]: ...
+def capture_options() -> List[str]: ...
 def inspect(
     path: str, memory: Optional[Memory] = None
 ) -> str: ...

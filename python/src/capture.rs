@@ -12,11 +12,13 @@ use asa_analyze::analysis::capture::{
     AttentionCall, Capture, CaptureLayer, ExternalBlock, Placement,
 };
 use asa_analyze::analysis::capture_spans::Span;
+use asa_analyze::analysis::run_option::{run_options_from, FrontEnd};
 use asa_analyze::analysis::{RunOptions, RunOutput, RunSpec};
 use asa_analyze::hooks::KeyWindow;
-use asa_analyze::metrics::Metric;
+use asa_analyze::Error;
+use pyo3::types::PyDict;
 
-use crate::{no_panic, to_py, usage, AsaError, NativeResult, UsageError};
+use crate::{no_panic, run_values, to_py, usage, AsaError, NativeResult};
 
 /// One CPU tensor as Python hands it over, `(address, shape, dtype)`: its data address,
 /// shape and dtype (`F32` or `BF16`), C-contiguous, held by Python for the call.
@@ -144,33 +146,32 @@ impl NativeCapture {
 #[pymethods]
 impl NativeCapture {
     #[new]
-    #[pyo3(signature = (modules, stack = None, metrics = None, min_query = RunSpec::default().min_query, map_size = RunSpec::DEFAULT_MAP_SIZE, layer = None, seq_len = None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (modules, stack = None, seq_len = None, **options))]
     fn new(
         modules: Vec<ModuleArg>,
         stack: Option<String>,
-        metrics: Option<Vec<String>>,
-        min_query: usize,
-        map_size: usize,
-        layer: Option<usize>,
         seq_len: Option<usize>,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         no_panic(|| {
-            let mut spec = RunSpec {
-                min_query,
-                map_size,
-                layer,
-                metrics: Capture::default_metrics(),
-                ..RunSpec::default()
-            };
-            if let Some(names) = metrics {
-                spec.metrics = names
-                    .iter()
-                    .map(|n| n.parse::<Metric>().map_err(usage))
-                    .collect::<PyResult<_>>()?;
+            let values = run_values("capture", options)?;
+            if let Some(name) = values
+                .keys()
+                .find(|n| !Capture::OPTIONS.contains(&n.as_str()))
+            {
+                return Err(to_py(Error::option(
+                    name.clone(),
+                    format!(
+                        "does not apply to a capture, which reduces the model's own forward passes (its options: {})",
+                        Capture::OPTIONS.join(", ")
+                    ),
+                )));
             }
-            if map_size == 0 {
-                return Err(UsageError::new_err("map_size must be at least 1"));
+            let run = run_options_from(&values, FrontEnd::Python).map_err(to_py)?;
+            run.validate().map_err(to_py)?;
+            let mut spec = run.spec;
+            if !values.contains_key("metrics") {
+                spec.metrics = Capture::default_metrics();
             }
             let layers = modules
                 .into_iter()

@@ -18,18 +18,9 @@ use asa_analyze::analysis::record::RunRecord;
 use asa_analyze::analysis::run_option::{
     run_options_from, FrontEnd, OptionKind, RunValues, RUN_OPTIONS,
 };
-use asa_analyze::analysis::shard::Shard;
-use asa_analyze::analysis::{
-    CancelToken, Execution, ModelSource, Run, RunEvents, RunOptions, RunOutput, RunSpec,
-};
-use asa_analyze::attention::VariantKind;
-use asa_analyze::corpus::induction::ProbeKind;
-use asa_analyze::corpus::{BosMode, WindowMode};
-use asa_analyze::device::DeviceRequest;
+use asa_analyze::analysis::{CancelToken, ModelSource, Run, RunEvents, RunOutput};
 use asa_analyze::error::{ErrorKind, InputKind};
 use asa_analyze::export::{schema, to_frame, Format, OutputDir, StagingWatch, Table};
-use asa_analyze::metrics::head_role::RoleThresholds;
-use asa_analyze::metrics::Metric;
 use asa_analyze::paper::runs::Input;
 use asa_analyze::paper::{paper_tables, typeset, Method, RunSet, ValueOptions};
 use asa_analyze::results::{write_results, WriteOptions};
@@ -315,13 +306,16 @@ impl NativeResult {
 /// text the library parses: a bool for a flag, a list (or one comma-separated string) for
 /// a list, a path-like for a file, else the value's text. None leaves an option unset; a
 /// keyword that is no option is a TypeError, as Python's own.
-fn run_values(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<RunValues> {
+pub(crate) fn run_values(
+    function: &str,
+    kwargs: Option<&Bound<'_, PyDict>>,
+) -> PyResult<RunValues> {
     let mut values = RunValues::new();
     for (key, value) in kwargs.into_iter().flat_map(|d| d.iter()) {
         let name: String = key.extract()?;
         let Some(option) = RUN_OPTIONS.iter().find(|o| o.name == name) else {
             return Err(PyTypeError::new_err(format!(
-                "analyze() got an unexpected keyword argument '{name}'"
+                "{function}() got an unexpected keyword argument '{name}'"
             )));
         };
         if value.is_none() {
@@ -390,6 +384,16 @@ fn describe(value: &Bound<'_, PyAny>) -> String {
     format!("{repr} ({kind})")
 }
 
+/// The run options that apply to `asa.capture` (their names), in the table's order.
+#[pyfunction]
+fn capture_options() -> Vec<&'static str> {
+    RUN_OPTIONS
+        .iter()
+        .map(|o| o.name)
+        .filter(|name| asa_analyze::analysis::capture::Capture::OPTIONS.contains(name))
+        .collect()
+}
+
 /// The run's options as Python sees them: (name, kind, default text or None, help), in the
 /// order of the CLI's `--help`.
 #[pyfunction]
@@ -452,7 +456,7 @@ fn analyze(
     options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<NativeResult> {
     no_panic(|| {
-        let values = run_values(options)?;
+        let values = run_values("analyze", options)?;
         let mut options = run_options_from(&values, FrontEnd::Python).map_err(to_py)?;
         options.inputs.corpus = corpus;
         // models held in memory, by label (their `models` entry gives their place)
@@ -715,6 +719,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<capture::NativeCapture>()?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
     m.add_function(wrap_pyfunction!(run_options, m)?)?;
+    m.add_function(wrap_pyfunction!(capture_options, m)?)?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;
     m.add_function(wrap_pyfunction!(merge, m)?)?;
     m.add_function(wrap_pyfunction!(html_report, m)?)?;

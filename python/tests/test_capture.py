@@ -544,3 +544,33 @@ def test_the_torch_path_in_blocks_of_one_query_matches_float64(name, monkeypatch
     # sums placed by its queries
     monkeypatch.setattr("asa_analyze._torch_blocks.BLOCK_LOGITS", 1)
     test_capture_matches_transformers_float64_eager_attention(name, "torch")
+
+
+def test_a_capture_takes_the_run_options_of_the_reduction_as_analyze_does():
+    # issue 66 item 3: the capture's options are the run options of the metrics' reduction
+    # (their one declaration); the same settings give analyze's tables, and an option about
+    # windows, weights or devices is refused naming it
+    folder = MODELS / "llama_gqa"
+    ids = family_ids(json.loads((folder / "config.json").read_text())["vocab_size"])
+    settings = dict(metrics=["weight_sum", "entropy", "distance_profile"], bins=7, min_query=3,
+                    entropy_of="softmax", bands=[1, 4])
+    model = load(folder, dtype=torch.float32)
+    with torch.no_grad(), asa.capture(model, **settings) as cap:
+        model(input_ids=torch.tensor(ids), use_cache=False)
+    captured = cap.result()
+    analysed = asa.analyze({"model": folder}, corpus=ids, seq_len=len(ids[0]), num_seqs=len(ids), bos="never",
+                           progress=False, **settings)
+    assert captured.run["options"]["bins"] == 7 and captured.run["options"]["bands"] == [1, 4]
+    assert_same_tables(captured, analysed, "llama_gqa")
+    assert captured.weight_sum_hist.height != asa.analyze(
+        {"model": folder}, corpus=ids, seq_len=len(ids[0]), num_seqs=len(ids), bos="never", progress=False,
+        metrics=["weight_sum"]).weight_sum_hist.height
+    for name, value in [("batch_size", 2), ("dtype", "bf16"), ("probe", "induction")]:
+        with pytest.raises(asa.UsageError, match=f"^{name} does not apply to a capture") as err:
+            asa.capture(model, **{name: value})
+        assert err.value.option == name
+    with pytest.raises(asa.UsageError, match="^bins must be at least 1") as err:
+        asa.capture(model, bins=0)
+    assert err.value.option == "bins"
+    with pytest.raises(TypeError, match="unexpected keyword argument 'binz'"):
+        asa.capture(model, binz=3)

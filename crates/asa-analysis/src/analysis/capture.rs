@@ -296,6 +296,28 @@ impl Capture {
         Ok(())
     }
 
+    /// The run options that apply to a capture (`RUN_OPTIONS`' names): those of the metrics'
+    /// reduction. The others are about windows a capture does not make (corpus, probe,
+    /// sequences, batches, seed), the weights it does not load, or the device the model's
+    /// own forward pass runs on; `seq_len` is the capture's own (the most tokens a sequence
+    /// holds, default the first pass's).
+    pub const OPTIONS: [&'static str; 14] = [
+        "metrics",
+        "min_query",
+        "layer",
+        "size",
+        "map_size",
+        "profile_query",
+        "bins",
+        "sink_eps",
+        "bands",
+        "entropy_of",
+        "role_sink",
+        "role_local_window",
+        "role_local",
+        "role_prev",
+    ];
+
     /// The metrics a capture computes by default: the CLI's set without nll.
     pub fn default_metrics() -> std::collections::BTreeSet<Metric> {
         let mut metrics: std::collections::BTreeSet<Metric> =
