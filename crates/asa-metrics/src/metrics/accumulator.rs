@@ -190,14 +190,29 @@ pub struct BlockEvent<'a> {
 pub enum Event<'a> {
     /// A query block.
     Block(BlockEvent<'a>),
-    /// A once-per-layer tensor (`Alpha`, `Gate`) or a block of logits (`Logits`), as the
-    /// probe received it; `seq_offset` is the first sequence of the batch.
-    Tensor {
-        hook: Hook,
-        ctx: &'a BlockCtx,
-        seq_offset: usize,
-        xs: &'a Tensor,
-    },
+    /// A once-per-layer tensor or a block of logits.
+    Tensor(TensorEvent<'a>),
+}
+
+/// A once-per-layer tensor (`Alpha`, `Gate`) or a block of logits (`Logits`), as the probe
+/// received it.
+#[derive(Debug, Clone, Copy)]
+pub struct TensorEvent<'a> {
+    pub hook: Hook,
+    pub ctx: &'a BlockCtx,
+    /// The first sequence of the batch.
+    pub seq_offset: usize,
+    pub xs: &'a Tensor,
+}
+
+impl Event<'_> {
+    /// Hands the event to `acc`'s method for its kind.
+    pub fn deliver(&self, acc: &mut dyn Accumulator) -> Result<()> {
+        match self {
+            Event::Block(block) => acc.block(block),
+            Event::Tensor(tensor) => acc.tensor(tensor),
+        }
+    }
 }
 
 /// What an accumulator is made from.
@@ -227,8 +242,17 @@ pub trait Accumulator: MergeAny + SaveState + Send {
     /// What it reads in layer `layer` (0-based).
     fn needs(&self, layer: usize) -> Needs;
 
-    /// Takes one event (any field it does not read is ignored).
-    fn add(&mut self, event: &Event) -> Result<()>;
+    /// Takes a query block's statistics (any field it does not read is ignored); by default
+    /// nothing.
+    fn block(&mut self, _block: &BlockEvent) -> Result<()> {
+        Ok(())
+    }
+
+    /// Takes a once-per-layer tensor or a block of logits (any hook it does not read is
+    /// ignored); by default nothing.
+    fn tensor(&mut self, _tensor: &TensorEvent) -> Result<()> {
+        Ok(())
+    }
 
     /// Puts its results (those of the asked metrics) into `out`.
     fn finish(&self, ctx: &FinishCtx, out: &mut ModelMetrics);

@@ -3,7 +3,7 @@
 
 use candle_core::{DType, D};
 
-use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, FinishCtx, Needs, Setup, TensorEvent};
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics, PerHead};
 use super::rows::to_host;
@@ -155,15 +155,10 @@ impl Accumulator for AlphaStats {
         }
     }
 
-    fn add(&mut self, event: &Event) -> Result<()> {
-        if let Event::Tensor {
-            hook: Hook::Alpha,
-            ctx,
-            xs,
-            ..
-        } = event
-        {
-            AlphaStats::add(self, ctx.layer, ctx.seq_len, &to_host(xs)?);
+    fn tensor(&mut self, event: &TensorEvent) -> Result<()> {
+        if event.hook == Hook::Alpha {
+            let ctx = event.ctx;
+            AlphaStats::add(self, ctx.layer, ctx.seq_len, &to_host(event.xs)?);
         }
         Ok(())
     }
@@ -197,14 +192,9 @@ impl Accumulator for GateStats {
         }
     }
 
-    fn add(&mut self, event: &Event) -> Result<()> {
-        if let Event::Tensor {
-            hook: Hook::Gate,
-            ctx,
-            xs,
-            ..
-        } = event
-        {
+    fn tensor(&mut self, event: &TensorEvent) -> Result<()> {
+        if event.hook == Hook::Gate {
+            let (ctx, xs) = (event.ctx, event.xs);
             // [batch, T, heads * d] -> mean over d -> [batch, T, heads]
             let (b, t, hd) = xs.dims3()?;
             let means = xs

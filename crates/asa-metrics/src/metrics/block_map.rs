@@ -11,7 +11,7 @@
 
 use std::ops::Range;
 
-use super::accumulator::{Accumulator, Event, FinishCtx, KeyBlockRows, Needs, Setup};
+use super::accumulator::{Accumulator, BlockEvent, FinishCtx, KeyBlockRows, Needs, Setup};
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::tables::{floats, ints, strs, TableRows};
@@ -301,17 +301,15 @@ impl Accumulator for BlockMap {
         }
     }
 
-    fn add(&mut self, event: &Event) -> Result<()> {
-        if let Event::Block(b) = event {
-            if let Some(rows) = &b.key_blocks {
-                BlockMap::add(
-                    self,
-                    b.layer,
-                    b.window,
-                    b.q_start..b.q_start + b.q_len,
-                    rows,
-                );
-            }
+    fn block(&mut self, b: &BlockEvent) -> Result<()> {
+        if let Some(rows) = &b.key_blocks {
+            BlockMap::add(
+                self,
+                b.layer,
+                b.window,
+                b.q_start..b.q_start + b.q_len,
+                rows,
+            );
         }
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! [10, 100), ... ; key 0 seen from a query i > 0 is its own band "first" and is left out
 //! of its distance band, so a query's bands sum to its weight sum.
 
-use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, BlockEvent, FinishCtx, Needs, Setup};
 use super::layer_stat::head_means;
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
@@ -169,14 +169,12 @@ impl Accumulator for DistanceProfile {
         }
     }
 
-    fn add(&mut self, event: &Event) -> Result<()> {
-        if let Event::Block(b) = event {
-            if let Some(rows) = b.rows {
-                let columns = RowWants::band_columns(rows.bands, &self.ranges())
-                    .expect("the row table holds every band the accumulators asked for");
-                let pools = columns.iter().map(|&c| &rows.pools.counted[c]);
-                self.add_pools(b.layer, b.seq_offset, pools);
-            }
+    fn block(&mut self, b: &BlockEvent) -> Result<()> {
+        if let Some(rows) = b.rows {
+            let columns = RowWants::band_columns(rows.bands, &self.ranges())
+                .expect("the row table holds every band the accumulators asked for");
+            let pools = columns.iter().map(|&c| &rows.pools.counted[c]);
+            self.add_pools(b.layer, b.seq_offset, pools);
         }
         Ok(())
     }

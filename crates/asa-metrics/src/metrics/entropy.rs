@@ -2,7 +2,7 @@
 //! sum 1 (or the plain softmax p with `--entropy-of softmax`). A row with no positive mass
 //! is NaN: counted, left out of averages.
 
-use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, BlockEvent, FinishCtx, Needs, Setup};
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::tables::TableRows;
@@ -141,16 +141,14 @@ impl Accumulator for EntropyAcc {
         }
     }
 
-    fn add(&mut self, event: &Event) -> Result<()> {
-        if let Event::Block(b) = event {
-            let pools = match self.of {
-                EntropyOf::Effective => b.rows.map(|r| r.pools),
-                EntropyOf::Softmax => b.softmax_rows,
-            };
-            if let Some(p) = pools {
-                self.entropy
-                    .add_pools(b.layer, b.seq_offset, &p.counted[ENTROPY]);
-            }
+    fn block(&mut self, b: &BlockEvent) -> Result<()> {
+        let pools = match self.of {
+            EntropyOf::Effective => b.rows.map(|r| r.pools),
+            EntropyOf::Softmax => b.softmax_rows,
+        };
+        if let Some(p) = pools {
+            self.entropy
+                .add_pools(b.layer, b.seq_offset, &p.counted[ENTROPY]);
         }
         Ok(())
     }

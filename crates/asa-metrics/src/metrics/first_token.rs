@@ -3,7 +3,7 @@
 //! holds the first token gives it nothing, and is no evidence about sinks: it is left out
 //! of both means (not counted as 0), and the tables say which share of queries remained.
 
-use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, BlockEvent, FinishCtx, Needs, Setup};
 use super::layer_stat::{head_means, LayerStat};
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
@@ -190,14 +190,12 @@ impl Accumulator for FirstToken {
         }
     }
 
-    fn add(&mut self, event: &Event) -> Result<()> {
-        if let Event::Block(b) = event {
-            if let Some(rows) = b.rows {
-                let p = rows.pools;
-                let queries = b.q_start..b.q_start + b.q_len;
-                let (counted, early) = (&p.counted[FIRST], &p.early[FIRST]);
-                self.add_pools(b.layer, b.seq_offset, queries, counted, early);
-            }
+    fn block(&mut self, b: &BlockEvent) -> Result<()> {
+        if let Some(rows) = b.rows {
+            let p = rows.pools;
+            let queries = b.q_start..b.q_start + b.q_len;
+            let (counted, early) = (&p.counted[FIRST], &p.early[FIRST]);
+            self.add_pools(b.layer, b.seq_offset, queries, counted, early);
         }
         Ok(())
     }

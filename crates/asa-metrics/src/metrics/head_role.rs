@@ -19,7 +19,7 @@
 //! The induction scores come from the induction_score accumulator, which the registry lists
 //! before this one: finishing reads its result from the model's metrics.
 
-use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, BlockEvent, FinishCtx, Needs, Setup};
 use super::first_token::FirstToken;
 use super::induction::InductionResult;
 use super::layer_stat::head_means;
@@ -214,21 +214,19 @@ impl Accumulator for HeadScores {
         }
     }
 
-    fn add(&mut self, event: &Event) -> Result<()> {
-        if let Event::Block(b) = event {
-            if let Some(rows) = b.rows {
-                let p = rows.pools;
-                let queries = b.q_start..b.q_start + b.q_len;
-                let (counted, early) = (&p.counted[FIRST], &p.early[FIRST]);
-                self.first
-                    .add_pools(b.layer, b.seq_offset, queries, counted, early);
-                let columns = RowWants::band_columns(rows.bands, &[PREV, self.local_band()])
-                    .expect("the row table holds every band the accumulators asked for");
-                self.prev
-                    .add_pools(b.layer, b.seq_offset, &p.counted[columns[1]]);
-                self.local
-                    .add_pools(b.layer, b.seq_offset, &p.counted[columns[2]]);
-            }
+    fn block(&mut self, b: &BlockEvent) -> Result<()> {
+        if let Some(rows) = b.rows {
+            let p = rows.pools;
+            let queries = b.q_start..b.q_start + b.q_len;
+            let (counted, early) = (&p.counted[FIRST], &p.early[FIRST]);
+            self.first
+                .add_pools(b.layer, b.seq_offset, queries, counted, early);
+            let columns = RowWants::band_columns(rows.bands, &[PREV, self.local_band()])
+                .expect("the row table holds every band the accumulators asked for");
+            self.prev
+                .add_pools(b.layer, b.seq_offset, &p.counted[columns[1]]);
+            self.local
+                .add_pools(b.layer, b.seq_offset, &p.counted[columns[2]]);
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 
 use candle_core::{DType, Tensor, D};
 
-use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, BlockEvent, FinishCtx, Needs, Setup};
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::tables::{floats, ints, strs, TableRows};
@@ -218,12 +218,11 @@ impl Accumulator for Heatmap {
         }
     }
 
-    fn add(&mut self, event: &Event) -> Result<()> {
-        match event {
-            Event::Block(b) if b.layer == self.layer => match b.weights {
-                Some(weights) => Heatmap::add(self, b.q_start, b.window, weights.pattern),
-                None => Ok(()),
-            },
+    fn block(&mut self, b: &BlockEvent) -> Result<()> {
+        match b.weights {
+            Some(weights) if b.layer == self.layer => {
+                Heatmap::add(self, b.q_start, b.window, weights.pattern)
+            }
             _ => Ok(()),
         }
     }
@@ -260,10 +259,7 @@ impl Accumulator for QueryProfile {
         }
     }
 
-    fn add(&mut self, event: &Event) -> Result<()> {
-        let Event::Block(b) = event else {
-            return Ok(());
-        };
+    fn block(&mut self, b: &BlockEvent) -> Result<()> {
         if b.layer != self.layer {
             return Ok(());
         }

@@ -12,7 +12,7 @@
 //! sliding-window layer whose window is shorter than L the key is out of sight: the score
 //! is the 0 the head can give it.
 
-use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, BlockEvent, FinishCtx, Needs, Setup};
 use super::layer_stat::head_means;
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
@@ -110,14 +110,12 @@ impl Accumulator for InductionScore {
         }
     }
 
-    fn add(&mut self, event: &Event) -> Result<()> {
-        if let Event::Block(b) = event {
-            if let Some(rows) = b.rows {
-                let columns = RowWants::band_columns(rows.bands, &[self.band()])
-                    .expect("the row table holds every band the accumulators asked for");
-                let pools = &rows.pools.late[columns[1]];
-                self.add_pools(b.layer, b.seq_offset, pools);
-            }
+    fn block(&mut self, b: &BlockEvent) -> Result<()> {
+        if let Some(rows) = b.rows {
+            let columns = RowWants::band_columns(rows.bands, &[self.band()])
+                .expect("the row table holds every band the accumulators asked for");
+            let pools = &rows.pools.late[columns[1]];
+            self.add_pools(b.layer, b.seq_offset, pools);
         }
         Ok(())
     }
@@ -137,7 +135,7 @@ impl MetricResult for InductionResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::accumulator::{BlockEvent, Rows};
+    use crate::metrics::accumulator::Rows;
     use crate::metrics::block_pools::{pool_host, PoolShape};
     use asa_engine::hooks::{BlockCtx, KeyWindow};
     use asa_engine::kernels::row_table::BANDS;
@@ -186,7 +184,7 @@ mod tests {
             }),
             ..BlockEvent::empty(&ctx, 0)
         };
-        acc.add(&Event::Block(event)).unwrap();
+        acc.block(&event).unwrap();
         let got = acc.result().per_head;
         assert!((got[0][0] - 0.5).abs() < 1e-6, "{got:?}"); // (0.4 + 0.5 + 0.6) / 3
         assert!((got[0][1] - 0.5).abs() < 1e-6, "{got:?}");

@@ -7,7 +7,7 @@
 
 use candle_core::{DType, Tensor};
 
-use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, BlockEvent, FinishCtx, Needs, Setup};
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::tables::{floats, ints, strs, TableRows};
@@ -212,17 +212,15 @@ impl Accumulator for KeyReceived {
         needs
     }
 
-    fn add(&mut self, event: &Event) -> Result<()> {
-        if let Event::Block(b) = event {
-            match (b.key_sums, b.weights) {
-                (Some(sums), _) => {
-                    self.add_sums(b.layer, b.window, b.q_start..b.q_start + b.q_len, sums)?
-                }
-                (None, Some(weights)) => {
-                    KeyReceived::add(self, b.layer, b.window, b.q_start, weights.pattern)?
-                }
-                (None, None) => {}
+    fn block(&mut self, b: &BlockEvent) -> Result<()> {
+        match (b.key_sums, b.weights) {
+            (Some(sums), _) => {
+                self.add_sums(b.layer, b.window, b.q_start..b.q_start + b.q_len, sums)?
             }
+            (None, Some(weights)) => {
+                KeyReceived::add(self, b.layer, b.window, b.q_start, weights.pattern)?
+            }
+            (None, None) => {}
         }
         Ok(())
     }

@@ -5,7 +5,7 @@
 //! (tanh is monotone: the capped logits' maximum). Flash kernels keep only a row maximum, so this
 //! is read from the row table (or the `MaxLogit` hook where a block is materialised).
 
-use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, BlockEvent, FinishCtx, Needs, Setup};
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::rows::Pool;
@@ -147,11 +147,9 @@ impl Accumulator for MaxLogit {
         }
     }
 
-    fn add(&mut self, event: &Event) -> Result<()> {
-        if let Event::Block(b) = event {
-            if let Some(maxima) = b.max_logit {
-                MaxLogit::add(self, b.layer, b.q_start, b.q_len, maxima);
-            }
+    fn block(&mut self, b: &BlockEvent) -> Result<()> {
+        if let Some(maxima) = b.max_logit {
+            MaxLogit::add(self, b.layer, b.q_start, b.q_len, maxima);
         }
         Ok(())
     }

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use candle_core::{DType, Device, Tensor};
 
 use super::accumulator::{
-    Accumulator, BlockEvent, Event, FinishCtx, KeyBlockRows, Needs, QkSums, Rows, Setup, Weights,
+    Accumulator, BlockEvent, Event, FinishCtx, KeyBlockRows, Needs, QkSums, Rows, Setup,
+    TensorEvent, Weights,
 };
 use super::block_pools::{pool_host, pool_on_device, BlockPools, PoolShape};
 use super::registry::REGISTRY;
@@ -300,7 +301,7 @@ impl MetricProbe {
 
     fn dispatch(accumulators: &mut [Box<dyn Accumulator>], event: &Event) -> Result<()> {
         for acc in accumulators {
-            acc.add(event)?;
+            event.deliver(acc.as_mut())?;
         }
         Ok(())
     }
@@ -701,12 +702,12 @@ impl Probe for MetricProbe {
             Hook::SinkMass => &mut self.block.sink_mass,
             Hook::MaxLogit => &mut self.block.max_logit,
             _ => {
-                let event = Event::Tensor {
+                let event = Event::Tensor(TensorEvent {
                     hook,
                     ctx,
                     seq_offset: self.seq_offset,
                     xs,
-                };
+                });
                 return Self::dispatch(&mut self.accumulators, &event);
             }
         };

@@ -17,9 +17,10 @@
 //!      (or `Metric::on_request` when it costs more than the others);
 //!    - the accumulator, with `impl Merge` (exact) and `impl Accumulator`: `needs` says
 //!      what it reads ([`Needs`]: row-table columns, q.k or sink sums, the block's weights,
-//!      a once-per-layer tensor), `add` reads those fields of the [`Event`] (the same
-//!      [`BlockEvent`] whichever kernel ran: never ask which), `finish`
-//!      inserts a result into [`ModelMetrics`];
+//!      a once-per-layer tensor), `block` reads those fields of each [`BlockEvent`] (the
+//!      same whichever kernel ran: never ask which) and `tensor` each [`TensorEvent`] it
+//!      asked for (each has a default that takes nothing), `finish` inserts a result into
+//!      [`ModelMetrics`];
 //!    - the result (`serde::Serialize`) with `impl MetricResult`: its rows of the section 6
 //!      tables ([`tables::TableRows`]);
 //!    - `pub fn build(setup: &Setup) -> Box<dyn Accumulator>`, and a unit test by hand.
@@ -63,7 +64,8 @@ pub mod weight_sum;
 use std::collections::BTreeSet;
 
 pub use accumulator::{
-    Accumulator, BlockEvent, Event, FinishCtx, KeyBlockRows, Needs, QkSums, Rows, Setup, Weights,
+    Accumulator, BlockEvent, Event, FinishCtx, KeyBlockRows, Needs, QkSums, Rows, Setup,
+    TensorEvent, Weights,
 };
 pub use metric::Metric;
 pub use metric_probe::{MetricProbe, ModelAttention, ProbeState, RestoreError};

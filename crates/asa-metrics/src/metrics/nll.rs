@@ -5,7 +5,7 @@
 //! temporary the size of the block is made (a 1B model's 512 x 128,256 block is 0.26 GB in
 //! f32); f32 logits keep candle's ops, whose sums the f32 tables are pinned to.
 
-use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, FinishCtx, Needs, Setup, TensorEvent};
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::tables::{decade_bins, floats, ints, strs, TableRows};
@@ -202,15 +202,9 @@ impl Accumulator for Nll {
         }
     }
 
-    fn add(&mut self, event: &Event) -> Result<()> {
-        if let Event::Tensor {
-            hook: Hook::Logits,
-            ctx,
-            seq_offset,
-            xs,
-        } = event
-        {
-            Nll::add(self, *seq_offset, ctx.q_start, xs)?;
+    fn tensor(&mut self, event: &TensorEvent) -> Result<()> {
+        if event.hook == Hook::Logits {
+            Nll::add(self, event.seq_offset, event.ctx.q_start, event.xs)?;
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 //! of a sliding-window layer), every query, head,
 //! layer and sequence; also the mean absolute value and per-layer values.
 
-use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, BlockEvent, FinishCtx, Needs, Setup};
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::tables::TableRows;
@@ -96,11 +96,9 @@ impl Accumulator for QkMean {
     }
 
     /// The block's q.k sums.
-    fn add(&mut self, event: &Event) -> Result<()> {
-        if let Event::Block(b) = event {
-            if let Some(qk) = b.qk {
-                self.add_sums(b.layer, qk);
-            }
+    fn block(&mut self, b: &BlockEvent) -> Result<()> {
+        if let Some(qk) = b.qk {
+            self.add_sums(b.layer, qk);
         }
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! sink_mass (sink, off_by_one): the mass a row sends to no token, 1 - sum_j a_ij where a
 //! sink takes it, mean per (layer, head) over sequences and queries i >= min_query.
 
-use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, BlockEvent, FinishCtx, Needs, Setup};
 use super::layer_stat::head_means;
 use super::merge::Merge;
 use super::results::{ModelMetrics, PerHead};
@@ -43,12 +43,10 @@ impl Accumulator for SinkMass {
     }
 
     /// The row table's sink column (0 for a variant without a sink, which reports none).
-    fn add(&mut self, event: &Event) -> Result<()> {
-        if let Event::Block(b) = event {
-            if let Some(rows) = b.rows {
-                let pools = &rows.pools.counted[SINK_MASS];
-                self.rows.add_pools(b.layer, b.seq_offset, pools);
-            }
+    fn block(&mut self, b: &BlockEvent) -> Result<()> {
+        if let Some(rows) = b.rows {
+            let pools = &rows.pools.counted[SINK_MASS];
+            self.rows.add_pools(b.layer, b.seq_offset, pools);
         }
         Ok(())
     }
@@ -63,7 +61,7 @@ impl Accumulator for SinkMass {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::accumulator::{BlockEvent, Rows};
+    use crate::metrics::accumulator::Rows;
     use crate::metrics::block_pools::{pool_host, PoolShape};
     use asa_engine::hooks::BlockCtx;
     use asa_engine::hooks::KeyWindow;
@@ -105,7 +103,7 @@ mod tests {
             }),
             ..BlockEvent::empty(&ctx, 0)
         };
-        Accumulator::add(&mut acc, &Event::Block(event)).unwrap();
+        Accumulator::block(&mut acc, &event).unwrap();
         let means = head_means(&acc.rows);
         assert!((means[0][0] - 0.3).abs() < 1e-7, "{means:?}");
         assert!((means[0][1] - 0.2).abs() < 1e-7, "{means:?}");

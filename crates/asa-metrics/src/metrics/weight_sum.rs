@@ -1,7 +1,7 @@
 //! weight_sum (paper Fig. 3) and head_total (Fig. 5): sum_j a_ij per query, averaged over
 //! heads (W_i) or over queries per head.
 
-use super::accumulator::{Accumulator, Event, FinishCtx, Needs, Setup};
+use super::accumulator::{Accumulator, BlockEvent, FinishCtx, Needs, Setup};
 use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::tables::{floats, ints, strs, TableRows};
@@ -151,12 +151,10 @@ impl Accumulator for WeightSum {
         }
     }
 
-    fn add(&mut self, event: &Event) -> Result<()> {
-        if let Event::Block(b) = event {
-            if let Some(rows) = b.rows {
-                let p = rows.pools;
-                self.add_pools(b.layer, b.seq_offset, &p.counted[SUM], &p.query_means);
-            }
+    fn block(&mut self, b: &BlockEvent) -> Result<()> {
+        if let Some(rows) = b.rows {
+            let p = rows.pools;
+            self.add_pools(b.layer, b.seq_offset, &p.counted[SUM], &p.query_means);
         }
         Ok(())
     }
