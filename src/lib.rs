@@ -5,7 +5,7 @@
 //! layer is a crate of its own (docs/architecture.md), re-exported here under its module
 //! names so that `asa_analyze::model`, `asa_analyze::metrics`, ... read as one library:
 //!
-//! - `asa-core`: [`error`], [`input`], [`parse_error`], [`profile`], [`host_memory`], [`robust`];
+//! - `asa-core`: [`error`], [`checkpoint_problem`], [`input`], [`parse_error`], [`profile`], [`host_memory`], [`robust`];
 //! - `asa-engine`: [`model`], [`nn`], [`mixer`], [`kernels`] (CPU, and CUDA with the `cuda`
 //!   feature), [`attention`], [`hooks`], [`device`];
 //! - `asa-tables`: [`export`]; `asa-logs`: [`stats`]; `asa-metrics`: [`metrics`];
@@ -16,7 +16,9 @@ pub mod cli;
 pub mod results;
 
 pub use asa_analysis::{analysis, corpus, train};
-pub use asa_core::{error, host_memory, input, out_of_memory, parse_error, profile, robust};
+pub use asa_core::{
+    checkpoint_problem, error, host_memory, input, out_of_memory, parse_error, profile, robust,
+};
 pub use asa_engine::{attention, device, hooks, kernels, mixer, model, nn};
 pub use asa_figures::{paper, plot, report};
 pub use asa_logs::stats;

@@ -14,6 +14,8 @@ class AsaError(ValueError):
     option: Optional[str]
     """The option at fault, as the caller spells it (Python's keyword `bins`, the CLI's flag
     `--bins`), where one is."""
+    tensor: Optional[str]
+    """The checkpoint's tensor at fault (missing, or of another shape), where one is."""
 class Cancelled(Exception): ...
 
 class CancelToken:

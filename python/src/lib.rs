@@ -117,6 +117,7 @@ fn to_py(err: Error) -> PyErr {
     let line = python_spelling(&err.report());
     let path = err.path().map(|p| p.to_string_lossy().into_owned());
     let option = err.option_name().map(python_spelling);
+    let tensor = err.problem().and_then(|p| p.tensor()).map(str::to_owned);
     let raised = match err.kind() {
         ErrorKind::Cancelled => Cancelled::new_err("asa-analyze run cancelled"),
         ErrorKind::Input(kind) => match kind {
@@ -135,6 +136,7 @@ fn to_py(err: Error) -> PyErr {
         // setting an attribute on a fresh exception instance cannot fail but for memory
         let _ = value.setattr("path", path);
         let _ = value.setattr("option", option);
+        let _ = value.setattr("tensor", tensor);
     });
     raised
 }

@@ -250,6 +250,14 @@ def test_bad_input_raises_asa_errors_with_the_clis_line(tmp_path):
     with pytest.raises(asa.CheckpointError, match="num_hidden_layers must be at least 1") as err:
         asa.analyze(bad, **SMALL)
     assert (Path(err.value.path).name, err.value.option) == ("config.json", None)
+    # issue 66: a missing tensor or a wrong shape is a typed problem: .tensor names it
+    config["num_hidden_layers"] = 2
+    config["intermediate_size"] = 48
+    (bad / "config.json").write_text(json.dumps(config))
+    with pytest.raises(asa.CheckpointError, match="has shape") as err:
+        asa.analyze(bad, **SMALL)
+    assert (err.value.tensor, Path(err.value.path).name) == ("model.layers.0.mlp.gate_proj.weight", "model.safetensors")
+    assert err.value.option is None
     # a parser's refusal is about the same input: a CheckpointError naming the file
     (bad / "config.json").write_text("{")
     with pytest.raises(asa.CheckpointError, match="invalid config.json") as err:

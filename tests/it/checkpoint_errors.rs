@@ -76,6 +76,72 @@ fn wrong_shape_names_both_shapes() {
     );
 }
 
+/// Issue 66 item 5: a missing tensor and a wrong shape are typed problems, the message made
+/// from their fields: a caller matches the variant and reads the tensor and the shapes
+/// (the CLI's lines above are the same words).
+#[test]
+fn missing_tensors_and_wrong_shapes_are_typed_problems() {
+    use asa_analyze::checkpoint_problem::CheckpointProblem;
+    use asa_analyze::error::{ErrorKind, InputKind};
+    let load = |dir: &std::path::Path| {
+        asa_analyze::model::Checkpoint::open(
+            dir,
+            &candle_core::Device::Cpu,
+            candle_core::DType::F32,
+        )
+        .and_then(asa_analyze::model::Checkpoint::validate)
+        .err()
+        .expect("refused")
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("sink", tmp.path());
+    edit_config(tmp.path(), |c| {
+        c["attention_variant"] = "affine_scaled".into()
+    });
+    let err = load(tmp.path());
+    assert_eq!(
+        err.problem(),
+        Some(&CheckpointProblem::MissingTensor {
+            tensor: "model.layers.0.self_attn.alpha_proj.weight".into()
+        })
+    );
+    assert_eq!(err.kind(), ErrorKind::Input(InputKind::Checkpoint));
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("qwen2", tmp.path());
+    edit_config(tmp.path(), |c| c["intermediate_size"] = 48.into());
+    let err = load(tmp.path());
+    assert_eq!(
+        err.problem(),
+        Some(&CheckpointProblem::Shape {
+            tensor: "model.layers.0.mlp.gate_proj.weight".into(),
+            expected: vec![48, 32],
+            got: vec![64, 32],
+        })
+    );
+    assert_eq!(
+        err.path().unwrap().file_name().unwrap(),
+        "model.safetensors"
+    );
+    // GGUF: the tensor as the loader names it, with the file's own name
+    let path = fixtures().join("gguf/converted/gpt2.gguf");
+    let err = load(&path);
+    assert!(
+        matches!(err.problem(), Some(CheckpointProblem::Shape { tensor, expected, got })
+            if tensor == "model.layers.0.mlp.up_proj.weight (GGUF blk.0.ffn_up.weight)"
+                && expected == &[32, 128] && got == &[32, 64]),
+        "{err}"
+    );
+    // a caller's note keeps the type (logn's scale)
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("qwen2", tmp.path());
+    edit_config(tmp.path(), |c| c["attention_variant"] = "logn".into());
+    let err = load(tmp.path());
+    assert_eq!(
+        err.problem().and_then(CheckpointProblem::tensor),
+        Some("model.layers.0.self_attn.logn_scale")
+    );
+}
+
 #[test]
 fn truncated_safetensors() {
     let tmp = tempfile::tempdir().unwrap();
@@ -604,7 +670,7 @@ fn sliding_windows_run_and_what_they_cannot_be_combined_with_is_named() {
 #[test]
 fn broken_checkpoints_are_checkpoint_errors_naming_the_file() {
     use asa_analyze::analysis::inspect::open;
-    use asa_analyze::error::{Error, ErrorKind, InputKind};
+    use asa_analyze::error::{ErrorKind, InputKind};
     type Damage = fn(&std::path::Path);
     let cases: [(&str, &str, Damage, &str); 9] = [
         (
@@ -684,10 +750,9 @@ fn broken_checkpoints_are_checkpoint_errors_naming_the_file() {
             ErrorKind::Input(InputKind::Checkpoint),
             "{what}: {err}"
         );
-        let path = match &err {
-            Error::Input { path, .. } | Error::Invalid { path, .. } => path,
-            other => panic!("{what}: no file named: {other:?}"),
-        };
+        let path = err
+            .path()
+            .unwrap_or_else(|| panic!("{what}: no file named: {err:?}"));
         assert_eq!(path.file_name().unwrap(), file, "{what}: {err}");
     }
     // a GGUF file that is not one

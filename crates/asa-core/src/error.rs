@@ -17,6 +17,8 @@
 use std::error::Error as StdError;
 use std::path::{Path, PathBuf};
 
+use crate::checkpoint_problem::CheckpointProblem;
+
 /// A library's error kept as the cause of ours.
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
@@ -30,6 +32,15 @@ pub enum Error {
         kind: InputKind,
         path: PathBuf,
         message: String,
+    },
+    /// A checkpoint's problem as a value ([`CheckpointProblem`]: the message is made from
+    /// it); its kind is [`InputKind::Checkpoint`].
+    #[error("{}: {problem}{}", path.display(), note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default())]
+    Checkpoint {
+        path: PathBuf,
+        problem: CheckpointProblem,
+        /// What the caller adds in words (what needs the tensor).
+        note: Option<String>,
     },
     /// A library could not read, parse or write `path`: `what` says which operation,
     /// `source` is the library's error.
@@ -123,6 +134,35 @@ impl Error {
         Self::of_kind(InputKind::Checkpoint, path, message)
     }
 
+    /// The checkpoint at `path` has `problem`.
+    pub fn checkpoint_problem(path: impl AsRef<Path>, problem: CheckpointProblem) -> Self {
+        Error::Checkpoint {
+            path: path.as_ref().to_path_buf(),
+            problem,
+            note: None,
+        }
+    }
+
+    /// The same error with `note` added in parentheses, where it is a checkpoint problem.
+    pub fn with_note(self, note: impl Into<String>) -> Self {
+        match self {
+            Error::Checkpoint { path, problem, .. } => Error::Checkpoint {
+                path,
+                problem,
+                note: Some(note.into()),
+            },
+            other => other,
+        }
+    }
+
+    /// The checkpoint problem the error is, if it is one.
+    pub fn problem(&self) -> Option<&CheckpointProblem> {
+        match self {
+            Error::Checkpoint { problem, .. } => Some(problem),
+            _ => None,
+        }
+    }
+
     /// A problem with a corpus.
     pub fn corpus(path: impl AsRef<Path>, message: impl Into<String>) -> Self {
         Self::of_kind(InputKind::Corpus, path, message)
@@ -150,6 +190,7 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::Input { kind, .. } => ErrorKind::Input(*kind),
+            Error::Checkpoint { .. } => ErrorKind::Input(InputKind::Checkpoint),
             Error::Invalid { kind, .. } => ErrorKind::Input(*kind),
             Error::Usage { .. } => ErrorKind::Usage,
             Error::Io { .. } | Error::Stdout(_) => ErrorKind::Io,
@@ -192,6 +233,19 @@ impl Error {
                 what,
                 source,
             },
+            Error::Checkpoint { .. } if kind != InputKind::Checkpoint => {
+                let message = self.to_string();
+                let path = self.path().map(Path::to_path_buf).unwrap_or_default();
+                let message = message
+                    .strip_prefix(&format!("{}: ", path.display()))
+                    .unwrap_or(&message)
+                    .to_string();
+                Error::Input {
+                    kind,
+                    path,
+                    message,
+                }
+            }
             other => other,
         }
     }
@@ -225,9 +279,10 @@ impl Error {
     /// The file an error is about: the input refused, or the file the OS failed on.
     pub fn path(&self) -> Option<&Path> {
         match self {
-            Error::Input { path, .. } | Error::Invalid { path, .. } | Error::Io { path, .. } => {
-                Some(path)
-            }
+            Error::Input { path, .. }
+            | Error::Checkpoint { path, .. }
+            | Error::Invalid { path, .. }
+            | Error::Io { path, .. } => Some(path),
             _ => None,
         }
     }

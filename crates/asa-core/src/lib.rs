@@ -3,6 +3,7 @@
 //! still lets the process take, running out of it, per-phase timing, and the robust
 //! statistics (median, MAD, moments) that metrics and training logs share.
 
+pub mod checkpoint_problem;
 pub mod error;
 pub mod guarded;
 pub mod host_memory;
@@ -12,4 +13,5 @@ pub mod parse_error;
 pub mod profile;
 pub mod robust;
 
+pub use checkpoint_problem::CheckpointProblem;
 pub use error::{Error, ErrorKind, InputKind, Result};

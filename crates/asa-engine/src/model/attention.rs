@@ -192,22 +192,9 @@ fn load_logn_scale(
     let name = format!("{prefix}.logn_scale");
     let scale = match config_scale {
         Some(value) if !store.contains(&name) => Tensor::full(value as f32, heads, store.device())?,
-        _ => store
-            .get_as(&name, &[heads], DType::F32)
-            .map_err(|err| match err {
-                Error::Input {
-                    kind,
-                    path,
-                    message,
-                } => Error::Input {
-                    kind,
-                    path,
-                    message: format!(
-                        "{message} (logn needs it, or \"logn\": {{\"scale\": s}} in config.json)"
-                    ),
-                },
-                other => other,
-            })?,
+        _ => store.get_as(&name, &[heads], DType::F32).map_err(|err| {
+            err.with_note("logn needs it, or \"logn\": {\"scale\": s} in config.json")
+        })?,
     };
     Ok(scale.reshape((1, heads, 1, 1))?)
 }

@@ -38,6 +38,7 @@ use super::gguf_pieces::{assemble, load_pieces, rule_for, Pieces};
 use super::gguf_rope::Recovered;
 use super::root_cause;
 use asa_core::error::{Error, InputKind, Result};
+use asa_core::CheckpointProblem;
 
 /// GGUF architectures (`general.architecture`) the loader maps, sorted, for error messages.
 pub fn supported_architectures() -> String {
@@ -202,10 +203,10 @@ impl GgufFile {
     /// Reads and dequantizes `name` to f32 on the CPU, in the HF layout (what llama.cpp's
     /// converter changed undone: [`Undo`]).
     pub fn load(&self, name: &str) -> Result<Tensor> {
-        let t = self
-            .tensors
-            .get(name)
-            .ok_or_else(|| Error::checkpoint(&self.path, format!("tensor {name} is missing")))?;
+        let t = self.tensors.get(name).ok_or_else(|| {
+            let tensor = name.to_string();
+            Error::checkpoint_problem(&self.path, CheckpointProblem::MissingTensor { tensor })
+        })?;
         if let Some(pieces) = &t.pieces {
             return load_pieces(&self.path, &self.content, pieces);
         }
@@ -455,9 +456,10 @@ fn tensor_table(meta: &Meta, converter: &Converter) -> Result<BTreeMap<String, G
 
 /// What the config needs from the tensor table; an error without token embeddings.
 fn tensor_facts(path: &Path, tensors: &BTreeMap<String, GgufTensor>) -> Result<TensorFacts> {
-    let embed = tensors
-        .get("model.embed_tokens.weight")
-        .ok_or_else(|| Error::checkpoint(path, "tensor token_embd.weight is missing"))?;
+    let embed = tensors.get("model.embed_tokens.weight").ok_or_else(|| {
+        let tensor = "token_embd.weight".to_string();
+        Error::checkpoint_problem(path, CheckpointProblem::MissingTensor { tensor })
+    })?;
     Ok(TensorFacts {
         vocab: embed.shape[0],
         has_output: tensors.contains_key("lm_head.weight"),

@@ -16,6 +16,7 @@ use crate::kernels::cpu::bf16_gemm;
 use crate::kernels::cpu::bf16_panels::PackedWeight;
 use crate::kernels::cpu::host::first_nonfinite;
 use asa_core::error::{Error, InputKind, Result};
+use asa_core::CheckpointProblem;
 
 /// The tensors of one checkpoint, loaded lazily and cast to the analysis dtype on `get`.
 pub struct WeightStore {
@@ -381,9 +382,11 @@ impl WeightStore {
         }
         let shown = self.shown(name);
         let Some(stored) = self.shape(name) else {
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 self.any_file(),
-                format!("tensor {shown} is missing"),
+                CheckpointProblem::MissingTensor {
+                    tensor: shown.to_string(),
+                },
             ));
         };
         let name = self.stored_name(name);
@@ -409,9 +412,13 @@ impl WeightStore {
                 ),
                 Source::Memory(_) => (PathBuf::from("<memory>"), String::new()),
             };
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 path,
-                format!("tensor {shown}{gguf_name} has shape {stored:?}, expected {expected:?}"),
+                CheckpointProblem::Shape {
+                    tensor: format!("{shown}{gguf_name}"),
+                    expected: expected.to_vec(),
+                    got: stored.to_vec(),
+                },
             ));
         }
         Ok(())
