@@ -21,8 +21,8 @@ pub use asa_core::{
 };
 pub use asa_engine::{attention, device, hooks, kernels, mixer, model, nn};
 pub use asa_figures::{paper, plot, report};
-pub use asa_logs::stats;
-pub use asa_metrics::metrics;
-pub use asa_tables::export;
+pub use asa_logs as stats;
+pub use asa_metrics as metrics;
+pub use asa_tables as export;
 
 pub use error::{Error, Result};

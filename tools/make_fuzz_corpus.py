@@ -25,7 +25,7 @@ BIN = ROOT / "target" / "release" / "asa-analyze"
 
 def schemas():
     """The declared tables' names, in SCHEMAS order (a table input's first byte)."""
-    text = (ROOT / "crates/asa-tables/src/export/schema.rs").read_text()
+    text = (ROOT / "crates/asa-tables/src/schema.rs").read_text()
     body = text.split("pub const SCHEMAS")[1].split("= [")[1].split("];")[0]
     consts = re.findall(r"&([A-Z_]+)", body)
     names = {c: re.search(rf"pub const {c}: TableSchema = TableSchema {{\s*name: \"(\w+)\"", text).group(1) for c in consts}

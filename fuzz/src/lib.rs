@@ -16,7 +16,7 @@ pub fn scratch() -> &'static Path {
         // as the binary does: a panic of a third-party reader that asa-analyze catches
         // (`read_guarded`: polars' Parquet footer parser) is its error, not printed; every
         // other panic still reaches libFuzzer's hook (installed before the first input)
-        asa_tables::export::damaged::quiet_guarded_panics();
+        asa_tables::damaged::quiet_guarded_panics();
         let dir = std::env::temp_dir().join(format!("asa-fuzz-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("scratch folder");
         dir
@@ -79,17 +79,17 @@ pub fn open_checkpoint(path: &Path) {
     let _ = checkpoint.load_model();
 }
 
-/// A table input: the first byte picks a declared schema (`asa_tables::export::schema::SCHEMAS`,
+/// A table input: the first byte picks a declared schema (`asa_tables::schema::SCHEMAS`,
 /// one past them: none), the rest is the file `table.{ext}`.
 pub fn read_table_input(data: &[u8], ext: &str) {
-    use asa_tables::export::schema::SCHEMAS;
+    use asa_tables::schema::SCHEMAS;
     let Some((&pick, body)) = data.split_first() else {
         return;
     };
     let path = write(&format!("table.{ext}"), body);
     let _ = match SCHEMAS.get(pick as usize % (SCHEMAS.len() + 1)) {
-        Some(schema) => asa_tables::export::read_declared(&path, schema),
-        None => asa_tables::export::read_table(&path),
+        Some(schema) => asa_tables::read_declared(&path, schema),
+        None => asa_tables::read_table(&path),
     };
 }
 
@@ -97,7 +97,7 @@ pub fn read_table_input(data: &[u8], ext: &str) {
 /// and the loss (by their aliases too).
 pub fn read_log_input(name: &str, data: &[u8]) {
     let path = write(name, data);
-    let request = asa_logs::stats::LogRequest {
+    let request = asa_logs::LogRequest {
         metrics: vec!["grad_norm".into(), "loss".into()],
         step_column: None,
     };
@@ -105,5 +105,5 @@ pub fn read_log_input(name: &str, data: &[u8]) {
         true => path.parent().unwrap().to_path_buf(),
         false => path,
     };
-    let _ = asa_logs::stats::read_log(&target, &request);
+    let _ = asa_logs::read_log(&target, &request);
 }

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 
 use super::run::SeriesPoint;
 use asa_core::error::{Error, Result};
-use asa_metrics::metrics::{attention_tables, Metric, ModelMetrics};
-use asa_tables::export::schema::ATTENTION_SERIES;
-use asa_tables::export::{read_declared, Column, Table};
+use asa_metrics::{attention_tables, Metric, ModelMetrics};
+use asa_tables::schema::ATTENTION_SERIES;
+use asa_tables::{read_declared, Column, Table};
 
 /// The `attention_series` rows of one step: `attention`'s rows (model, metric, layer, head,
 /// stat, value) with `step`.

@@ -19,7 +19,7 @@ use asa_engine::attention::{AttentionCore, AttentionShape, Variant};
 use asa_engine::hooks::{BlockCtx, Kernel, KeyWindow, Probe};
 use asa_engine::kernels::row_table::RowWants;
 use asa_engine::model::attention_layers::LayerKind;
-use asa_metrics::metrics::{
+use asa_metrics::{
     Metric, MetricOptions, MetricProbe, ModelAttention, ModelMetrics, VariantTraits,
 };
 
@@ -149,7 +149,7 @@ impl Default for Placement {
 /// sequences, and what must agree to merge it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct CaptureState {
-    probe: asa_metrics::metrics::ProbeState,
+    probe: asa_metrics::ProbeState,
     seqs: usize,
     t: usize,
     heads: usize,
@@ -970,7 +970,7 @@ mod tests {
     //! A capture against attention computed here by hand in f64 (outputs, first_token), its
     //! pooling over passes, and its refusals.
     use super::*;
-    use asa_metrics::metrics::layer_stat::LayerStat;
+    use asa_metrics::layer_stat::LayerStat;
     use candle_core::Device;
 
     const B: usize = 2;
@@ -1275,13 +1275,13 @@ mod tests {
         };
         let received = |m: &ModelResult| {
             m.metrics
-                .get::<asa_metrics::metrics::key_received::KeyReceivedResult>(Metric::KEY_RECEIVED)
+                .get::<asa_metrics::key_received::KeyReceivedResult>(Metric::KEY_RECEIVED)
                 .unwrap()
                 .clone()
         };
         let heat = |m: &ModelResult| {
             m.metrics
-                .get::<asa_metrics::metrics::heatmap::HeatmapResult>(Metric::HEATMAP)
+                .get::<asa_metrics::heatmap::HeatmapResult>(Metric::HEATMAP)
                 .unwrap()
                 .values
                 .clone()

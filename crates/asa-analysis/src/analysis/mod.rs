@@ -31,9 +31,7 @@ use asa_core::error::Result;
 use asa_engine::hooks::{BlockCtx, Hook, Kernel, Probe, ProbeSet};
 use asa_engine::kernels::row_table::RowWants;
 use asa_engine::model::{Checkpoint, LayerTiming, Model};
-use asa_metrics::metrics::{
-    MetricOptions, MetricProbe, ModelAttention, ModelMetrics, VariantTraits,
-};
+use asa_metrics::{MetricOptions, MetricProbe, ModelAttention, ModelMetrics, VariantTraits};
 
 /// How the forward passes are cut.
 #[derive(Debug, Clone, Copy, serde::Serialize)]

@@ -19,9 +19,9 @@ use super::record::{MergeRecord, ModelRecord, RunRecord};
 use super::run::{ModelResult, RunOutput};
 use super::shard::Shard;
 use asa_core::error::{Error, Result};
-use asa_metrics::metrics::qk_mean::QkResult;
-use asa_metrics::metrics::{Metric, MetricProbe, ProbeState, VariantTraits};
-use asa_tables::export::{read_table, write_table, Column, Format, OutputDir, Table};
+use asa_metrics::qk_mean::QkResult;
+use asa_metrics::{Metric, MetricProbe, ProbeState, VariantTraits};
+use asa_tables::{read_table, write_table, Column, Format, OutputDir, Table};
 
 /// The states' table in a partial folder.
 pub const STATES: &str = "partial.parquet";

@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::partial::PartialInfo;
 use super::shard::Shard;
 use asa_core::error::{Error, Result};
-use asa_metrics::metrics::Metric;
+use asa_metrics::Metric;
 
 /// run.json.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -31,12 +31,12 @@ use asa_engine::device::{resolve_device, resolve_dtype};
 use asa_engine::hooks::Kernel;
 use asa_engine::model::config::ModelConfig;
 use asa_engine::model::{Checkpoint, LayerTiming, MemoryModel, Model, WeightMap};
-use asa_metrics::metrics::distance::Bands;
-use asa_metrics::metrics::qk_mean::QkResult;
-use asa_metrics::metrics::{
+use asa_metrics::distance::Bands;
+use asa_metrics::qk_mean::QkResult;
+use asa_metrics::{
     attention_tables, qk_series_table, Metric, MetricOptions, MetricProbe, ModelMetrics,
 };
-use asa_tables::export::{schema, Table};
+use asa_tables::{schema, Table};
 
 /// A checkpoint to analyse and the label its rows carry.
 #[derive(Debug, Clone)]

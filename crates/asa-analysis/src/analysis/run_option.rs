@@ -13,8 +13,8 @@ use crate::corpus::{BosMode, WindowMode};
 use asa_core::error::{Error, Result};
 use asa_engine::attention::VariantKind;
 use asa_engine::device::{parse_dtype, DeviceRequest};
-use asa_metrics::metrics::entropy::EntropyOf;
-use asa_metrics::metrics::Metric;
+use asa_metrics::entropy::EntropyOf;
+use asa_metrics::Metric;
 
 /// What an option's value is, for the front ends (clap's parser, Python's type).
 #[derive(Debug, Clone, Copy)]

@@ -18,9 +18,9 @@ use crate::corpus::{BosMode, WindowMode};
 use asa_core::error::{Error, Result};
 use asa_engine::attention::VariantKind;
 use asa_engine::device::DeviceRequest;
-use asa_metrics::metrics::entropy::EntropyOf;
-use asa_metrics::metrics::head_role::RoleThresholds;
-use asa_metrics::metrics::Metric;
+use asa_metrics::entropy::EntropyOf;
+use asa_metrics::head_role::RoleThresholds;
+use asa_metrics::Metric;
 
 /// Everything an analysis is asked for, as plain values (the CLI's flags, Python's keyword
 /// arguments); [`RunOptions::default`] is what `analyze` does without options. Serialised

@@ -5,8 +5,8 @@
 
 use tokenizers::Tokenizer;
 
-use asa_tables::export::Table;
-use asa_tables::export::{schema, Column};
+use asa_tables::Table;
+use asa_tables::{schema, Column};
 
 /// The longest windows whose tokens are written (a tokens view reads them one by one).
 pub const TOKENS_UP_TO: usize = 2048;

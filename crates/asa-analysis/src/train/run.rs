@@ -23,7 +23,7 @@ use super::tokenizer::{train_bpe, BOS, EOS};
 use super::{OptimConfig, StepLog, Trainer};
 use asa_core::error::{Error, Result};
 use asa_engine::attention::VariantKind;
-use asa_tables::export::{Format, OutputDir, StagingWatch};
+use asa_tables::{Format, OutputDir, StagingWatch};
 
 /// Everything a run needs.
 #[derive(Debug, Clone)]

@@ -6,7 +6,7 @@ use candle_core::{DType, Tensor};
 use asa_core::error::{Error, Result};
 use asa_engine::hooks::row_pass::QkSums;
 use asa_engine::hooks::{BlockCtx, Hook, Probe};
-use asa_metrics::metrics::qk_mean::QkMean;
+use asa_metrics::qk_mean::QkMean;
 
 pub(crate) struct TrainProbe {
     logits: Vec<Tensor>,

@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use super::layout::{PaperRow, PaperTable};
 use super::values::{Cell, RunValues, TASKS};
-use asa_tables::export::{schema, Column, Table};
+use asa_tables::{schema, Column, Table};
 
 /// A column of the tables.
 struct Col {

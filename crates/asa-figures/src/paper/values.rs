@@ -8,9 +8,9 @@ use super::checks;
 use super::lm_eval::{self, LmEvalResults};
 use super::runs::{open_checkpoint, PaperRun, RunSet};
 use asa_core::error::{Error, Result};
-use asa_logs::stats::series::Sample;
-use asa_logs::stats::{load_runs, LogRequest, RunSpec, StepWindow};
-use asa_tables::export::{read_table, Column, Table};
+use asa_logs::series::Sample;
+use asa_logs::{load_runs, LogRequest, RunSpec, StepWindow};
+use asa_tables::{read_table, Column, Table};
 
 /// A zero-shot task of the paper's tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

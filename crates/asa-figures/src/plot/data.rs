@@ -7,13 +7,13 @@ use std::path::{Path, PathBuf};
 
 use asa_analysis::analysis::record::RunRecord;
 use asa_core::error::{Error, Result};
-use asa_tables::export::schema::{self, ColumnKind, TableSchema};
-use asa_tables::export::{read_table, Column, Table};
+use asa_tables::schema::{self, ColumnKind, TableSchema};
+use asa_tables::{read_table, Column, Table};
 
 use super::FigureError;
 
 /// The tables figures read (file stems `.csv` or `.parquet`), each checked against its
-/// schema's required columns ([`asa_tables::export::schema`], SPEC section 6).
+/// schema's required columns ([`asa_tables::schema`], SPEC section 6).
 pub const TABLES: [&TableSchema; 12] = [
     &schema::ATTENTION,
     &schema::WEIGHT_SUM_HIST,

@@ -11,7 +11,7 @@ use super::data::{attention_rows, Cols};
 use super::scene::{int_range, Axis, ColorBar, Figure, FigureText, Mark, Panel};
 use super::theme::{viridis, MISSING};
 use super::{Built, Ctx, FigureError};
-use asa_metrics::metrics::summary::quantile_sorted;
+use asa_metrics::summary::quantile_sorted;
 
 /// One map: (query, key) -> weight.
 type Cells = BTreeMap<(i64, i64), f64>;

@@ -12,7 +12,7 @@ use super::scene::{
 use super::theme::{FAINT, INK};
 use super::training::{self, Curves};
 use super::{Built, Ctx, FigureError};
-use asa_logs::stats::StepWindow;
+use asa_logs::StepWindow;
 
 /// One legend line per model, in palette order.
 pub(crate) fn model_legend(ctx: &Ctx, models: &[String], swatch: Swatch) -> Vec<LegendEntry> {

@@ -40,8 +40,8 @@
 use std::path::{Path, PathBuf};
 
 use asa_core::error::{Error, Result};
-use asa_logs::stats::StepWindow;
-use asa_tables::export::{Format, OutputDir, StagingWatch};
+use asa_logs::StepWindow;
+use asa_tables::{Format, OutputDir, StagingWatch};
 
 pub mod analytic;
 pub mod bars;

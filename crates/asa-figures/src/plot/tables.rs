@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::data::{Cols, Results};
 use super::FigureError;
-use asa_logs::stats::num;
+use asa_logs::num;
 
 /// A run or metric name as a Markdown table cell (escaped as the paper's tables escape it).
 fn name_cell(v: Option<&str>) -> String {

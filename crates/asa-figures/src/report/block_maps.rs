@@ -5,7 +5,7 @@
 //! the block edges, once; per map its scale and where its text lies in the blob) goes into
 //! the page's data; the blob into a script element of its own.
 //!
-//! The files are read twice, row by row ([`asa_tables::export::for_each_row`]), never as a
+//! The files are read twice, row by row ([`asa_tables::for_each_row`]), never as a
 //! table: first the block edges of every model, then the values into their maps.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use super::quantise::quantise;
 use asa_core::error::{Error, Result};
-use asa_tables::export::{for_each_row, Cell};
+use asa_tables::{for_each_row, Cell};
 
 /// Rows of block_map a report embeds at most (twice a 32k run's at `--map-size 256`): past
 /// them the page would outgrow a browser tab, and the maps stay in block_map.parquet.

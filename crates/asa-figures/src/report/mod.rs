@@ -41,9 +41,9 @@ pub fn load(dirs: &[PathBuf]) -> Result<Contents> {
         return Err(Error::usage("report needs at least one results folder"));
     }
     let results = Results::load(dirs)?;
-    let mut more: Vec<asa_tables::export::Table> = Vec::new();
+    let mut more: Vec<asa_tables::Table> = Vec::new();
     for name in MORE_TABLES {
-        let mut joined: Option<asa_tables::export::Table> = None;
+        let mut joined: Option<asa_tables::Table> = None;
         for dir in dirs {
             let Some(path) = ["csv", "parquet"]
                 .iter()
@@ -52,9 +52,9 @@ pub fn load(dirs: &[PathBuf]) -> Result<Contents> {
             else {
                 continue;
             };
-            let table = match asa_tables::export::schema::schema(name) {
-                Some(schema) => asa_tables::export::read_declared(&path, schema)?,
-                None => asa_tables::export::read_table(&path)?,
+            let table = match asa_tables::schema::schema(name) {
+                Some(schema) => asa_tables::read_declared(&path, schema)?,
+                None => asa_tables::read_table(&path)?,
             };
             match &mut joined {
                 None => joined = Some(table),
@@ -109,8 +109,8 @@ pub fn load(dirs: &[PathBuf]) -> Result<Contents> {
 /// Refuses a table whose layer and head numbers would make the page's layers x heads grid
 /// far larger than the table's rows describe (a forged layer 1e9 hung the browser): the
 /// grid's cells are bounded by the rows, as the block maps' are.
-fn check_grid(name: &str, table: &asa_tables::export::Table, dir: &Path) -> Result<()> {
-    use asa_tables::export::Column;
+fn check_grid(name: &str, table: &asa_tables::Table, dir: &Path) -> Result<()> {
+    use asa_tables::Column;
 
     let largest = |column: &str| match table.column(column) {
         Some(Column::Int(values)) => values.iter().flatten().copied().max().unwrap_or(0),

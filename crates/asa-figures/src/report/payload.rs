@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use crate::plot::data::Results;
 use asa_analysis::analysis::record::RunRecord;
 use asa_core::error::{Error, Result};
-use asa_tables::export::{Column, Table};
+use asa_tables::{Column, Table};
 
 /// One results folder as the report names it: its path and its run.json, when it has one.
 #[derive(Debug, Clone)]

@@ -19,7 +19,7 @@ use super::Metric;
 use asa_core::error::Result;
 use asa_engine::hooks::KeyWindow;
 use asa_engine::kernels::row_table::{KeyBlocks, RowWants};
-use asa_tables::export::{schema, Column};
+use asa_tables::{schema, Column};
 
 /// The cells of one layer that hold a visible pair: query block a sees the key blocks
 /// `first[a] ..= last(a)` (the keys its queries see are one run, from the first key of its
@@ -328,7 +328,7 @@ impl MetricResult for BlockMapResult {
 /// `block_map.parquet`: model, layer, head (empty: over heads), q_lo, q_hi, k_lo, k_hi,
 /// stat (`mean`, `max`), value; a row per cell with a visible pair, per layer the map over
 /// heads first, then each head's.
-fn block_map_table(label: &str, r: &BlockMapResult) -> asa_tables::export::Table {
+fn block_map_table(label: &str, r: &BlockMapResult) -> asa_tables::Table {
     // (layer, head, cell) in row order: each gives a `mean` and a `max` row
     let maps = || {
         r.cells.iter().enumerate().flat_map(move |(l, cells)| {

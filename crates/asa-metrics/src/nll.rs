@@ -11,7 +11,7 @@ use super::results::{MetricResult, ModelMetrics};
 use super::tables::{decade_bins, floats, ints, strs, TableRows};
 use super::Metric;
 use asa_engine::hooks::Hook;
-use asa_tables::export::schema;
+use asa_tables::schema;
 use candle_core::{DType, Tensor, D};
 
 use asa_core::error::Result;

@@ -8,9 +8,9 @@
 use std::path::Path;
 
 use super::{Collector, LogFile, LogFormat, LogRequest, Matcher};
-use crate::stats::series::{Observation, RawSeries};
+use crate::series::{Observation, RawSeries};
 use asa_core::error::{Error, Result};
-use asa_tables::export::{read_table, Column, Table};
+use asa_tables::{read_table, Column, Table};
 
 /// The columns of an `attention_series` table, in order.
 const COLUMNS: [&str; 7] = ["model", "step", "metric", "layer", "head", "stat", "value"];

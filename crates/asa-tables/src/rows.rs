@@ -144,7 +144,7 @@ fn typed(frame: &DataFrame, name: &str, path: &Path) -> Result<Values> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::{write_table, Column, Format, Table};
+    use crate::{write_table, Column, Format, Table};
 
     #[test]
     fn every_row_comes_in_order_with_its_kinds() {

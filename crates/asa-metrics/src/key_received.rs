@@ -14,7 +14,7 @@ use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use asa_core::error::Result;
 use asa_engine::hooks::KeyWindow;
-use asa_tables::export::{schema, Column, Table};
+use asa_tables::{schema, Column, Table};
 use std::ops::Range;
 
 /// Per (layer, head, key): the received weight summed over sequences; per (layer, key): the

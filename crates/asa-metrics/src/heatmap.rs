@@ -10,7 +10,7 @@ use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use asa_core::error::Result;
 use asa_engine::hooks::KeyWindow;
-use asa_tables::export::Table;
+use asa_tables::Table;
 
 /// Mean over heads and sequences of a_ij for i, j < size in one layer, each cell over the
 /// sequences that hold both positions (a capture pools sequences of different lengths).

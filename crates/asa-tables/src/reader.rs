@@ -162,7 +162,7 @@ fn convert(col: &PlColumn, path: &Path) -> Result<Column> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::{write_table, Format};
+    use crate::{write_table, Format};
 
     #[test]
     fn round_trip_csv_and_parquet() {

@@ -4,8 +4,8 @@
 //! and other tools read.
 
 use super::results::ModelMetrics;
-use asa_tables::export::schema::{self, ATTENTION, QK_SERIES};
-use asa_tables::export::{Column, Table};
+use asa_tables::schema::{self, ATTENTION, QK_SERIES};
+use asa_tables::{Column, Table};
 
 /// Rows of `attention.csv`: model, metric, layer, head, stat, value.
 #[derive(Default)]
@@ -98,7 +98,7 @@ impl TableRows {
 
     /// Rows of a table of its own (`heatmap`, ...), after those of other models; a table
     /// of SPEC section 6 must have exactly its schema's columns
-    /// ([`asa_tables::export::schema`]).
+    /// ([`asa_tables::schema`]).
     pub fn append(&mut self, mut table: Table) {
         if let Err(e) = schema::check_declared(&table) {
             panic!("{e}");

@@ -12,7 +12,7 @@ use super::grad::{self, GradStatsRow};
 use super::spikes::{self, SpikeRow, SpikeStep};
 use super::{load_runs, LogFormat, LogRequest, RunSeries, RunSpec, StepWindow};
 use asa_core::error::{Error, Result};
-use asa_tables::export::{Format, OutputDir, StagingWatch, Table};
+use asa_tables::{Format, OutputDir, StagingWatch, Table};
 
 /// The logs to read: each `label=path` or a path (see [`RunSpec::parse`]).
 #[derive(Debug, Clone, Default)]

@@ -13,8 +13,8 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::{Collector, LogFile, LogFormat, LogRequest, Matcher};
-use crate::stats::metric;
-use crate::stats::series::Observation;
+use crate::metric;
+use crate::series::Observation;
 use asa_core::error::{Error, InputKind, Result};
 
 /// Streaming state shared by the line and the whole-document paths.

@@ -10,7 +10,7 @@ use super::window::StepWindow;
 use super::{cols, num, Quality};
 use asa_core::error::{Error, Result};
 use asa_core::robust::{mad, median};
-use asa_tables::export::{schema, Table};
+use asa_tables::{schema, Table};
 
 /// One row of `spikes` (SPEC section 6): one run and one k.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -30,7 +30,7 @@ use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use asa_core::error::Result;
 use asa_engine::kernels::row_table::{RowWants, FIRST};
-use asa_tables::export::{schema, Column};
+use asa_tables::{schema, Column};
 
 impl Metric {
     /// head_role: per (layer, head) sink, local, previous_token, induction or mixed, with

@@ -11,7 +11,7 @@ use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use asa_core::error::Result;
 use asa_engine::kernels::row_table::RowWants;
-use asa_tables::export::{schema, Column};
+use asa_tables::{schema, Column};
 
 /// Distance bands: `first`, then `[edges[k], edges[k+1])` with edges starting at 0, 1.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

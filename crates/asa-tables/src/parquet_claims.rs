@@ -271,7 +271,7 @@ fn check_page(header: &PageHeader, remaining: i64, free: u64) -> std::result::Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::{write_table, Column, Format, Table};
+    use crate::{write_table, Column, Format, Table};
     use asa_core::error::{ErrorKind, InputKind};
     use polars_parquet_format::thrift::protocol::TCompactOutputProtocol;
 
@@ -342,7 +342,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (path, bytes) = written(dir.path(), 40);
         checked(&path, &bytes).unwrap();
-        assert_eq!(crate::export::read_table(&path).unwrap().height(), 40);
+        assert_eq!(crate::read_table(&path).unwrap().height(), 40);
     }
 
     #[test]
@@ -362,9 +362,9 @@ mod tests {
                 "{err}"
             );
             // and what the readers say: the same error, nothing decoded
-            let read = crate::export::read_table(&path).unwrap_err().to_string();
+            let read = crate::read_table(&path).unwrap_err().to_string();
             assert!(read.contains(said), "{read}");
-            let rows = crate::export::for_each_row(&path, &["value"], |_| Ok(()));
+            let rows = crate::for_each_row(&path, &["value"], |_| Ok(()));
             assert!(rows.unwrap_err().to_string().contains(said));
         }
     }
@@ -428,7 +428,7 @@ mod tests {
         // polars' footer reader computes the range itself and panics: the guarded read
         // makes that the file's error
         std::fs::write(&path, &negative).unwrap();
-        let err = crate::export::read_table(&path).unwrap_err().to_string();
+        let err = crate::read_table(&path).unwrap_err().to_string();
         assert!(
             err.contains("t.parquet") && err.contains("damaged"),
             "{err}"

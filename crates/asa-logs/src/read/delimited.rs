@@ -10,8 +10,8 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use super::{list_names, parse_step, parse_value, LogFile, LogFormat, LogRequest, Matcher};
-use crate::stats::metric;
-use crate::stats::series::{Observation, RawSeries};
+use crate::metric;
+use crate::series::{Observation, RawSeries};
 use asa_core::error::{Error, InputKind, Result};
 
 /// One column to extract.

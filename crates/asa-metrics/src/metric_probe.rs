@@ -722,11 +722,11 @@ mod tests {
     //! copied at the layer's end) run on the CPU against the host path (tables pooled on
     //! the host as they come).
     use super::*;
-    use crate::metrics::distance::Bands;
-    use crate::metrics::entropy::{EntropyOf, EntropyResult};
-    use crate::metrics::first_token::SinkRate;
-    use crate::metrics::qk_mean::QkResult;
-    use crate::metrics::{Metric, PerHead};
+    use crate::distance::Bands;
+    use crate::entropy::{EntropyOf, EntropyResult};
+    use crate::first_token::SinkRate;
+    use crate::qk_mean::QkResult;
+    use crate::{Metric, PerHead};
     use asa_engine::hooks::blocks::query_blocks;
     use asa_engine::kernels::row_table::{QK_ABS_SUM, QK_SUM, SINK_MASS};
     use candle_core::Device;

@@ -10,7 +10,7 @@ use super::window::StepWindow;
 use super::{num, Quality};
 use asa_core::error::{Error, Result};
 use asa_core::robust::moments;
-use asa_tables::export::{schema, Table};
+use asa_tables::{schema, Table};
 
 /// One row of `grad_stats` (SPEC section 6), plus data-quality columns.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use prost::Message;
 
 use super::{Collector, LogFile, LogFormat, LogRequest, Matcher};
-use crate::stats::series::Observation;
+use crate::series::Observation;
 use asa_core::error::{Error, InputKind, Result};
 
 /// `tensorflow.Event`, the fields scalars need.

@@ -61,8 +61,8 @@ impl Accumulator for SinkMass {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::accumulator::Rows;
-    use crate::metrics::block_pools::{pool_host, PoolShape};
+    use crate::accumulator::Rows;
+    use crate::block_pools::{pool_host, PoolShape};
     use asa_engine::hooks::BlockCtx;
     use asa_engine::hooks::KeyWindow;
     use asa_engine::kernels::row_table::BANDS;

@@ -8,7 +8,7 @@ use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use asa_core::error::Result;
 use asa_engine::kernels::row_table::{RowWants, SUM};
-use asa_tables::export::schema;
+use asa_tables::schema;
 use std::ops::Range;
 
 use super::layer_stat::head_means;

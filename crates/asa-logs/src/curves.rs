@@ -10,7 +10,7 @@ use super::runs::RunSeries;
 use super::window::StepWindow;
 use super::{cols, Quality};
 use asa_core::error::{Error, Result};
-use asa_tables::export::{schema, Table};
+use asa_tables::{schema, Table};
 
 /// One point: a row of `curves` (SPEC section 6).
 #[derive(Debug, Clone, PartialEq, Serialize)]
