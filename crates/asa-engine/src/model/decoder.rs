@@ -1,6 +1,9 @@
-//! The decoder stack shared by Llama-family, Qwen2 and Qwen3 checkpoints: embeddings, layers
-//! of (RMSNorm, attention, RMSNorm, MLP), final norm, language-model head. The architectures
-//! differ only in attention (biases, QK-norm), which [`AttentionShape`] carries.
+//! The decoder stack every family of `config/families/` runs (22 of them): embeddings, layers
+//! of a token mixer (attention, or a hybrid's Gated DeltaNet, Mamba-2 or short convolution,
+//! or attention and Mamba-2 side by side) and an MLP or experts, with the norms, residual
+//! order and multipliers the family's layout gives, then the final norm and the
+//! language-model head. The families differ in data (the resolved config, its layout and
+//! [`AttentionShape`]), not in code paths here.
 
 use std::path::PathBuf;
 use std::time::Instant;
