@@ -162,6 +162,8 @@ pub struct DecoderLayer {
     post_mlp: Option<Norm>,
     /// `x + attn(ln1(x)) + mlp(ln2(x))` (GPT-NeoX) rather than sequential.
     parallel_residual: bool,
+    /// In the parallel residual, the MLP reads the attention's normed input (Cohere).
+    shared_norm: bool,
     /// The mixer's and the MLP's outputs are multiplied by this (Granite's
     /// `residual_multiplier`).
     residual_scale: Option<f64>,
@@ -195,6 +197,8 @@ impl DecoderLayer {
                 Some(norm("pre_feedforward_layernorm")?),
                 Some(norm("post_feedforward_layernorm")?),
             ),
+            // one norm for attention and MLP (Cohere)
+            false if layout.shared_norm => (Some(norm("input_layernorm")?), None, None, None),
             false => (
                 Some(norm("input_layernorm")?),
                 None,
@@ -231,6 +235,7 @@ impl DecoderLayer {
             },
             post_mlp,
             parallel_residual: layout.parallel_residual,
+            shared_norm: layout.shared_norm,
             residual_scale: c.multipliers.residual,
             mlp_scale: c.multipliers.mlp_down,
         })
@@ -255,8 +260,10 @@ impl DecoderLayer {
         let _p = phase("norms, residuals");
         let attn = scaled(apply(&self.post_attention, &attn)?, self.residual_scale)?;
         watch.check(&attn, Some(l), "hook_attn_out")?;
-        // parallel: the MLP reads the layer's input, and both outputs join the residual
+        // parallel: the MLP reads the layer's input (or its normed input, with a shared norm),
+        // and both outputs join the residual
         let (mlp_in, xs) = match self.parallel_residual {
+            true if self.shared_norm => (normed, residual_sum(xs, &attn)?),
             true => (xs.clone(), residual_sum(xs, &attn)?),
             false => {
                 let xs = residual_sum(xs, &attn)?;

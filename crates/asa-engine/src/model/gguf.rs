@@ -476,9 +476,7 @@ fn resolve_config(
     raw: serde_json::Value,
     recovered: Option<&Recovered>,
 ) -> Result<ModelConfig> {
-    let config = serde_path_to_error::deserialize::<_, RawConfig>(raw)
-        .map_err(|e| super::config::field_error(path, "cannot read the metadata", e))?
-        .resolve(path)?;
+    let config = RawConfig::from_value(raw, path, "cannot read the metadata")?.resolve(path)?;
     if let Some(recovered) = recovered {
         super::gguf_rope::check_resolved(path, recovered, &config)?;
     }

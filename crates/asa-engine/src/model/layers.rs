@@ -73,7 +73,7 @@ pub fn rms_norm(store: &WeightStore, prefix: &str, dim: usize, eps: f64) -> Resu
     ))
 }
 
-/// A layer's norm `{prefix}.weight` `[dim]` (and `{prefix}.bias` for LayerNorm).
+/// A layer's norm `{prefix}.weight` `[dim]` (and `{prefix}.bias` for LayerNorm with biases).
 pub fn norm(
     store: &WeightStore,
     prefix: &str,
@@ -90,6 +90,12 @@ pub fn norm(
             store.get(&format!("{prefix}.bias"), &[dim])?,
             eps,
         ),
+        // a zero bias: torch's arithmetic, (x - mean) / sqrt(var + eps) * w rounded once
+        NormKind::LayerNoBias => {
+            let weight = store.get(&format!("{prefix}.weight"), &[dim])?;
+            let bias = weight.zeros_like()?;
+            Norm::layer(weight, bias, eps)
+        }
     })
 }
 

@@ -13,6 +13,8 @@ pub enum NormKind {
     Rms,
     /// LayerNorm with a scale and a bias (GPT-NeoX).
     Layer,
+    /// LayerNorm with a scale and no bias (Cohere's `CohereLayerNorm`).
+    LayerNoBias,
     /// RMSNorm scaled by (1 + w) (Gemma: weights stored as offsets from 1).
     RmsPlusOne,
 }
@@ -55,6 +57,9 @@ pub struct Layout {
     /// `x + attn(ln1(x)) + mlp(ln2(x))` (GPT-NeoX `use_parallel_residual`) instead of
     /// `h = x + attn(ln1(x)); h + mlp(ln2(h))`.
     pub parallel_residual: bool,
+    /// In a parallel residual, the MLP reads the attention's normed input: one
+    /// `input_layernorm` a layer, `x + attn(ln(x)) + mlp(ln(x))` (Cohere).
+    pub shared_norm: bool,
     pub qkv: QkvLayout,
     /// The MLP's gate and up projections are one `gate_up_proj`, gate rows first (Phi-3).
     pub fused_gate_up: bool,
@@ -84,6 +89,7 @@ impl Layout {
         norm: NormKind::Rms,
         mlp: MlpKind::SwiGlu,
         parallel_residual: false,
+        shared_norm: false,
         qkv: QkvLayout::Separate,
         fused_gate_up: false,
         post_norm: false,
@@ -99,6 +105,7 @@ impl Layout {
         let norm = match self.norm {
             NormKind::Rms => "RMSNorm",
             NormKind::Layer => "LayerNorm with biases",
+            NormKind::LayerNoBias => "LayerNorm without biases",
             NormKind::RmsPlusOne => "RMSNorm scaled by (1 + w)",
         };
         let mlp = match self.mlp {
@@ -107,9 +114,10 @@ impl Layout {
             MlpKind::GeluTanh => "tanh-GELU MLP",
             MlpKind::GeGluTanh => "tanh-GELU GeGLU MLP",
         };
-        let residual = match self.parallel_residual {
-            true => "parallel residual (attention and MLP read the same input)",
-            false => "sequential residual",
+        let residual = match (self.parallel_residual, self.shared_norm) {
+            (true, true) => "parallel residual (attention and MLP read the same normed input)",
+            (true, false) => "parallel residual (attention and MLP read the same input)",
+            (false, _) => "sequential residual",
         };
         let qkv = match self.qkv {
             QkvLayout::FusedPerHead => "fused per-head q/k/v",

@@ -39,7 +39,7 @@ use std::path::Path;
 use serde_json::Value;
 
 pub(crate) use family::Family;
-pub(crate) use raw::{field_error, float_field, positive_or_null};
+pub(crate) use raw::{float_field, positive_or_null};
 pub use raw::{RawAffine, RawConfig, RawLogn, RawScaleInvariant};
 pub use rope::p_rope_pairs;
 
@@ -288,9 +288,7 @@ impl ModelConfig {
     /// Resolves the text of a config.json (`path` names it in errors: a file, or where an
     /// in-memory model's config came from).
     pub fn from_json(text: &str, path: &Path) -> Result<Self> {
-        let raw: RawConfig =
-            serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(text))
-                .map_err(|e| field_error(path, "invalid config.json", e))?;
+        let raw = RawConfig::parse(text, path, "invalid config.json")?;
         if raw.model_type.as_deref() != Some("gemma3") {
             return raw.resolve(path);
         }
@@ -299,8 +297,7 @@ impl ModelConfig {
             Error::invalid(path, "invalid config.json", e).about(InputKind::Checkpoint)
         })?;
         let text = crate::model::multimodal::text_config(&value, path)?.unwrap_or(value);
-        let raw: RawConfig = serde_path_to_error::deserialize(text)
-            .map_err(|e| field_error(path, "invalid config.json text_config", e))?;
+        let raw = RawConfig::from_value(text, path, "invalid config.json text_config")?;
         Ok(ModelConfig {
             multimodal: true,
             ..raw.resolve(path)?

@@ -122,6 +122,43 @@ pub struct RawConfig {
     /// The hybrid families' keys.
     #[serde(flatten)]
     pub hybrid: super::raw_hybrid::RawHybrid,
+    /// The config as written, from which a family reads the keys only it has into a struct
+    /// in its own file ([`RawConfig::family_keys`]); `null` where none was kept.
+    #[serde(skip)]
+    pub json: Value,
+}
+
+impl RawConfig {
+    /// A config.json's `text` read (`what` says what in errors): the shared keys into the
+    /// mirror, the whole JSON kept for the families' own keys.
+    pub(crate) fn parse(text: &str, path: &Path, what: &str) -> Result<Self> {
+        let mut raw: RawConfig =
+            serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(text))
+                .map_err(|e| field_error(path, what, e))?;
+        raw.json = serde_json::from_str(text)
+            .map_err(|e| Error::invalid(path, what, e).about(InputKind::Checkpoint))?;
+        Ok(raw)
+    }
+
+    /// A config's JSON `value` read, as [`RawConfig::parse`].
+    pub(crate) fn from_value(value: Value, path: &Path, what: &str) -> Result<Self> {
+        let mut raw: RawConfig =
+            serde_path_to_error::deserialize(&value).map_err(|e| field_error(path, what, e))?;
+        raw.json = value;
+        Ok(raw)
+    }
+
+    /// The keys only one family has, read from the kept JSON into that family's struct
+    /// (absent keys its `#[serde(default)]`s; a wrong type refused naming the field).
+    pub(crate) fn family_keys<T: serde::de::DeserializeOwned>(&self, path: &Path) -> Result<T> {
+        let empty = Value::Object(Default::default());
+        let json = match self.json.is_object() {
+            true => &self.json,
+            false => &empty,
+        };
+        serde_path_to_error::deserialize(json)
+            .map_err(|e| field_error(path, "invalid config.json", e))
+    }
 }
 
 /// A field that is there, `null` included: serde reads a `null` into an `Option` as `None`,
@@ -210,5 +247,47 @@ pub(crate) fn positive(value: f64, what: &str, path: &Path) -> Result<f64> {
             path,
             format!("{what} {value} must be a finite number > 0"),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde::Deserialize;
+
+    use super::RawConfig;
+
+    /// A family's own keys, as one declares them in its file.
+    #[derive(Debug, Default, Deserialize)]
+    #[serde(default)]
+    struct OwnKeys {
+        logit_scale: Option<f64>,
+    }
+
+    #[test]
+    fn a_family_reads_its_own_keys_from_the_kept_json() {
+        let path = Path::new("config.json");
+        let parse = |text: &str| RawConfig::parse(text, path, "invalid config.json").unwrap();
+        let raw = parse(r#"{"model_type": "x", "logit_scale": 0.5}"#);
+        let own: OwnKeys = raw.family_keys(path).unwrap();
+        assert_eq!(own.logit_scale, Some(0.5));
+        let from_value =
+            RawConfig::from_value(raw.json.clone(), path, "invalid config.json").unwrap();
+        let own: OwnKeys = from_value.family_keys(path).unwrap();
+        assert_eq!(own.logit_scale, Some(0.5));
+        // absent, or no JSON kept: the struct's defaults
+        let own: OwnKeys = parse("{}").family_keys(path).unwrap();
+        assert_eq!(own.logit_scale, None);
+        let own: OwnKeys = RawConfig::default().family_keys(path).unwrap();
+        assert_eq!(own.logit_scale, None);
+        let err = parse(r#"{"logit_scale": "big"}"#)
+            .family_keys::<OwnKeys>(path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("config.json") && err.contains("field `logit_scale`"),
+            "{err}"
+        );
     }
 }

@@ -334,7 +334,7 @@ impl RawConfig {
     }
 
     /// The sliding window (`crate::model::sliding_window`) by the family's rule.
-    fn window(
+    pub(crate) fn window(
         &self,
         path: &Path,
         family: &Family,
