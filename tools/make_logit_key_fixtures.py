@@ -117,12 +117,13 @@ FIXTURES = [
     "qwen3_next_like_80b",
     "qwen3_moe_like_30b",
     "gpt2_like_124m",
+    "cohere2",
 ]
 # Weights that sum to 1 over the visible keys by construction.
 SUM_TO_ONE = {"llama_gqa", "qwen2", "mistral", "gpt_neox", "olmo2", "phi3", "gpt2", "mixtral", "qwen2_window", "qwen3_moe", "rope_linear", "rope_dynamic",
               "rope_yarn", "gemma2", "phi3_longrope", "gemma3", "gemma2_like_2b", "gemma3_like_1b", "gated", "qwen3", "scale_invariant", "logn",
               "smollm3", "olmo3", "glm4_moe", "llama4_text", "deepseek_v3", "granitemoehybrid", "falcon_h1",
-              "lfm2", "qwen3_next", "qwen3_next_like_80b", "qwen3_moe_like_30b", "gpt2_like_124m"}
+              "lfm2", "qwen3_next", "qwen3_next_like_80b", "qwen3_moe_like_30b", "gpt2_like_124m", "cohere2"}
 TOL = 1e-12
 
 _DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "BOOL": "?"}

@@ -275,7 +275,7 @@ def family_ids(vocab, b=3, t=16):
 @pytest.mark.parametrize("family", [
     "llama_gqa", "qwen2", "qwen2_window", "mistral", "gemma2", "gemma3", "gpt_oss", "olmo2", "phi3",
     "qwen3", "qwen3_moe", "mixtral", "olmo3", "gpt2", "gpt_neox", "smollm3", "llama4_text",
-    "deepseek_v3", "glm4_moe", "granitemoehybrid", "lfm2", "falcon_h1", "qwen3_next",
+    "deepseek_v3", "glm4_moe", "granitemoehybrid", "lfm2", "falcon_h1", "qwen3_next", "cohere2",
 ])
 def test_capture_of_a_family_equals_analyze_of_its_checkpoint(family):
     folder = MODELS / family

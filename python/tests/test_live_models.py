@@ -255,7 +255,7 @@ def test_a_bf16_model_in_memory_holds_no_second_float32_copy(tmp_path):
 
 @pytest.mark.parametrize(
     "name",
-    ["smollm3", "olmo3", "llama4_text", "glm4_moe", "deepseek_v3", "qwen3_moe", "mixtral", "lfm2", "qwen3_next", "granitemoehybrid", "falcon_h1"],
+    ["smollm3", "olmo3", "llama4_text", "glm4_moe", "deepseek_v3", "qwen3_moe", "mixtral", "lfm2", "qwen3_next", "granitemoehybrid", "falcon_h1", "cohere2"],
 )
 def test_a_transformers_model_of_each_family_gives_the_tables_of_its_checkpoint(name):
     # issue 52: the model object transformers loads from a fixture folder (its MoE experts

@@ -14,7 +14,7 @@ use asa_analyze::metrics::{Metric, MetricOptions};
 use candle_core::{Device, Tensor};
 
 /// Every model fixture with float64 references (`tools/make_fixtures.py` and the scripts beside it).
-pub const MODEL_FIXTURES: [&str; 40] = [
+pub const MODEL_FIXTURES: [&str; 41] = [
     "llama_gqa",
     "qwen2",
     "mistral",
@@ -55,6 +55,7 @@ pub const MODEL_FIXTURES: [&str; 40] = [
     "qwen3_moe_like_30b",
     "qwen3_next_like_80b",
     "gpt2_like_124m",
+    "cohere2",
 ];
 
 /// How much noisier transformers' own float32 forward of fixture `name` is than a plain

@@ -3,6 +3,7 @@
 
 use super::family::Family;
 
+mod cohere2;
 mod deepseek_v3;
 mod falcon_h1;
 mod gemma2;
@@ -50,4 +51,5 @@ pub(crate) static FAMILIES: &[Family] = &[
     gpt_oss::FAMILY,
     gpt2::FAMILY,
     gpt_neox::FAMILY,
+    cohere2::FAMILY,
 ];
