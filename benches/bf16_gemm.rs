@@ -1,4 +1,4 @@
-//! The bf16 GEMM (crates/asa-engine/src/kernels/cpu/bf16_gemm.rs) against this CPU's limit (issue 41).
+//! The bf16 GEMM (crates/asa-kernels/src/cpu/bf16_gemm.rs) against this CPU's limit (issue 41).
 //!
 //! 1. Peak throughput of `vdpbf16ps` and of the f32 FMA (`vfmadd231ps`, zmm): 24 independent
 //!    accumulators in registers, one thread and every thread, as FLOP/s (2 per multiply-add).

@@ -6,8 +6,8 @@
 //! names so that `asa_analyze::model`, `asa_analyze::metrics`, ... read as one library:
 //!
 //! - `asa-core`: [`error`], [`checkpoint_problem`], [`input`], [`parse_error`], [`profile`], [`host_memory`], [`robust`];
-//! - `asa-engine`: [`model`], [`nn`], [`mixer`], [`kernels`] (CPU, and CUDA with the `cuda`
-//!   feature), [`attention`], [`hooks`], [`device`];
+//! - `asa-kernels`: [`kernels`] (CPU, and CUDA with the `cuda` feature); `asa-hooks`: [`hooks`];
+//! - `asa-engine`: [`nn`], [`attention`], [`mixer`], [`device`]; `asa-models`: [`model`];
 //! - `asa-tables`: [`export`]; `asa-logs`: [`stats`]; `asa-metrics`: [`metrics`];
 //! - `asa-analysis`: [`analysis`], [`corpus`], [`train`];
 //! - `asa-figures`: [`plot`], [`paper`], [`report`].
@@ -19,10 +19,13 @@ pub use asa_analysis::{analysis, corpus, train};
 pub use asa_core::{
     checkpoint_problem, error, host_memory, input, out_of_memory, parse_error, profile, robust,
 };
-pub use asa_engine::{attention, device, hooks, kernels, mixer, model, nn};
+pub use asa_engine::{attention, device, mixer, nn};
 pub use asa_figures::{paper, plot, report};
+pub use asa_hooks as hooks;
+pub use asa_kernels as kernels;
 pub use asa_logs as stats;
 pub use asa_metrics as metrics;
+pub use asa_models as model;
 pub use asa_tables as export;
 
 pub use error::{Error, Result};

@@ -4,8 +4,9 @@ roots = sys.argv[1:] or ["src", "crates"]
 rows = []
 for dp, _, fs in (w for r in roots for w in os.walk(r)):
     for f in fs:
-        # a module's tests in a file of their own (`#[cfg(test)] mod tests;`) are tests too
-        if not f.endswith(".rs") or f == "tests.rs": continue
+        # a module's tests in a file of their own (`#[cfg(test)] mod tests;`, or a folder of
+        # them such as asa-engine's `cuda_tests/`) are tests too
+        if not f.endswith(".rs") or f == "tests.rs" or dp.endswith("_tests"): continue
         p = os.path.join(dp, f)
         lines = open(p).read().split("\n")
         # cut at the test module

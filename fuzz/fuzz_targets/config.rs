@@ -3,5 +3,5 @@
 #![no_main]
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let path = asa_fuzz::write("config.json", data);
-    let _ = asa_engine::model::ModelConfig::from_dir(path.parent().unwrap());
+    let _ = asa_models::ModelConfig::from_dir(path.parent().unwrap());
 });

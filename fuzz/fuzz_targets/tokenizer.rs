@@ -4,7 +4,7 @@
 #![no_main]
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let path = asa_fuzz::write("tokenizer.json", data);
-    let Ok(tokenizer) = asa_engine::model::tokenizer_file::read_tokenizer(&path) else {
+    let Ok(tokenizer) = asa_models::tokenizer_file::read_tokenizer(&path) else {
         return;
     };
     if let Ok(encoding) = tokenizer.encode("The cat sat on the mat. 12345 ünïcödé", false) {

@@ -9,5 +9,5 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     }
     let index = asa_fuzz::write("wi/model.safetensors.index.json", data);
     asa_fuzz::open_checkpoint(config.parent().unwrap());
-    let _ = asa_engine::model::WeightMap::load(&index);
+    let _ = asa_models::WeightMap::load(&index);
 });

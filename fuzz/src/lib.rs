@@ -70,7 +70,7 @@ pub fn join(a: &[u8], b: &[u8]) -> Vec<u8> {
 /// Opens the checkpoint at `path` as `analyze` does (CPU, f32), loads its model and its
 /// tokenizer: every header, metadata key, tensor table entry and family rule it reads.
 pub fn open_checkpoint(path: &Path) {
-    use asa_engine::model::Checkpoint;
+    use asa_models::Checkpoint;
     let Ok(checkpoint) = Checkpoint::open(path, &candle_core::Device::Cpu, candle_core::DType::F32)
     else {
         return;

@@ -1,7 +1,7 @@
 """The capture's torch path: a module's attention computed by torch on the device its
 tensors sit on, a block of queries against the keys they see at a time (never [T, T]), each
 block reduced on that device to the row table the Rust accumulators pool (the layout of
-`crates/asa-engine/src/kernels/row_table.rs`, the sums of the CPU's row pass), which
+`crates/asa-kernels/src/row_table.rs`, the sums of the CPU's row pass), which
 alone (with its key sums, and the weights of the few blocks holding a query heatmap or
 query_profile reads) crosses to the host.
 

@@ -78,7 +78,7 @@ pub fn resolve_device(request: DeviceRequest) -> Result<Device> {
 fn prepared(device: Device) -> Device {
     #[cfg(feature = "cuda")]
     if let Device::Cuda(dev) = &device {
-        crate::kernels::cuda::prepare(dev);
+        asa_kernels::cuda::prepare(dev);
     }
     device
 }

@@ -10,9 +10,9 @@ use super::block_pools::BlockPools;
 use super::results::ModelMetrics;
 use super::{MetricOptions, VariantTraits};
 use asa_core::error::Result;
-pub use asa_engine::hooks::row_pass::QkSums;
-use asa_engine::hooks::{BlockCtx, Hook, KeyWindow};
-use asa_engine::kernels::row_table::{Column, KeyBlocks, RowWants};
+pub use asa_hooks::row_pass::QkSums;
+use asa_hooks::{BlockCtx, Hook, KeyWindow};
+use asa_kernels::row_table::{Column, KeyBlocks, RowWants};
 
 /// What an accumulator reads. The probe asks the kernels for the union of every
 /// accumulator's needs.
@@ -90,7 +90,7 @@ impl Needs {
     }
 }
 
-/// A block's row table, pooled ([`BlockPools`]; columns as in [`asa_engine::kernels::row_table`]),
+/// A block's row table, pooled ([`BlockPools`]; columns as in [`asa_kernels::row_table`]),
 /// whichever kernel made it: the fused kernels fill it as they go, a materialised block
 /// gets the same columns from the row pass over its weights (and its sink mass and row
 /// maxima written into their columns).

@@ -11,7 +11,7 @@ use super::summary::Distribution;
 use super::tables::TableRows;
 use super::Metric;
 use asa_core::error::Result;
-use asa_engine::hooks::Hook;
+use asa_hooks::Hook;
 
 /// Pools alpha values per (layer, head), queries >= min_query.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

@@ -17,8 +17,8 @@ use super::results::{MetricResult, ModelMetrics};
 use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use asa_core::error::Result;
-use asa_engine::hooks::KeyWindow;
-use asa_engine::kernels::row_table::{KeyBlocks, RowWants};
+use asa_hooks::KeyWindow;
+use asa_kernels::row_table::{KeyBlocks, RowWants};
 use asa_tables::{schema, Column};
 
 /// The cells of one layer that hold a visible pair: query block a sees the key blocks

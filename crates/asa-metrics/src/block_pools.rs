@@ -13,7 +13,7 @@ use candle_core::{DType, Tensor};
 use super::rows::{pool_rows, Pool};
 use super::weight_sum::query_means;
 use asa_core::error::Result;
-use asa_engine::kernels::row_table::{Column, SUM};
+use asa_kernels::row_table::{Column, SUM};
 
 /// The shape of one block's row table and of its pools.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -10,7 +10,7 @@ use super::rows::{Pool, RowAccumulator};
 use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use asa_core::error::Result;
-use asa_engine::kernels::row_table::RowWants;
+use asa_kernels::row_table::RowWants;
 use asa_tables::{schema, Column};
 
 /// Distance bands: `first`, then `[edges[k], edges[k+1])` with edges starting at 0, 1.

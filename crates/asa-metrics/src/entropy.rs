@@ -8,12 +8,12 @@ use super::results::{MetricResult, ModelMetrics};
 use super::tables::TableRows;
 use super::Metric;
 use asa_core::parse_error::ParseError;
-use asa_engine::kernels::row_table::{RowWants, ENTROPY};
+use asa_kernels::row_table::{RowWants, ENTROPY};
 
 use super::layer_stat::{head_means, LayerStat};
 use super::rows::{Pool, RowAccumulator};
 use asa_core::error::Result;
-use asa_engine::kernels::row_table::Column;
+use asa_kernels::row_table::Column;
 
 /// Which weights the entropy is taken of (`--entropy-of`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -168,9 +168,9 @@ impl MetricResult for EntropyResult {
 
 #[cfg(test)]
 mod tests {
-    use asa_engine::hooks::row_pass::weight_rows;
-    use asa_engine::hooks::KeyWindow;
-    use asa_engine::kernels::row_table::{RowWants, ENTROPY};
+    use asa_hooks::row_pass::weight_rows;
+    use asa_hooks::KeyWindow;
+    use asa_kernels::row_table::{RowWants, ENTROPY};
     use candle_core::{Device, Tensor};
 
     #[test]

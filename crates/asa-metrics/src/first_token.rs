@@ -11,9 +11,9 @@ use super::rows::{Pool, RowAccumulator};
 use super::tables::TableRows;
 use super::Metric;
 use asa_core::error::Result;
-use asa_engine::hooks::KeyWindow;
-use asa_engine::kernels::row_table::Column;
-use asa_engine::kernels::row_table::{RowWants, FIRST};
+use asa_hooks::KeyWindow;
+use asa_kernels::row_table::Column;
+use asa_kernels::row_table::{RowWants, FIRST};
 use std::ops::Range;
 
 /// Accumulates a_i0 per row, once with `min_query` (first_token) and once over all

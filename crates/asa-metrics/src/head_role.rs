@@ -29,7 +29,7 @@ use super::rows::RowAccumulator;
 use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use asa_core::error::Result;
-use asa_engine::kernels::row_table::{RowWants, FIRST};
+use asa_kernels::row_table::{RowWants, FIRST};
 use asa_tables::{schema, Column};
 
 impl Metric {

@@ -9,7 +9,7 @@ use super::results::{MetricResult, ModelMetrics};
 use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use asa_core::error::Result;
-use asa_engine::hooks::KeyWindow;
+use asa_hooks::KeyWindow;
 use asa_tables::Table;
 
 /// Mean over heads and sequences of a_ij for i, j < size in one layer, each cell over the

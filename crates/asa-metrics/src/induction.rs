@@ -20,7 +20,7 @@ use super::rows::{Pool, RowAccumulator};
 use super::tables::TableRows;
 use super::Metric;
 use asa_core::error::Result;
-use asa_engine::kernels::row_table::RowWants;
+use asa_kernels::row_table::RowWants;
 
 impl Metric {
     /// induction_score: per (layer, head) mean a_{i, i-L+1} over the induction probe's
@@ -137,8 +137,8 @@ mod tests {
     use super::*;
     use crate::accumulator::Rows;
     use crate::block_pools::{pool_host, PoolShape};
-    use asa_engine::hooks::{BlockCtx, KeyWindow};
-    use asa_engine::kernels::row_table::BANDS;
+    use asa_hooks::{BlockCtx, KeyWindow};
+    use asa_kernels::row_table::BANDS;
 
     #[test]
     fn only_the_second_copys_band_is_averaged() {

@@ -13,7 +13,7 @@ use super::results::{MetricResult, ModelMetrics};
 use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use asa_core::error::Result;
-use asa_engine::hooks::KeyWindow;
+use asa_hooks::KeyWindow;
 use asa_tables::{schema, Column, Table};
 use std::ops::Range;
 

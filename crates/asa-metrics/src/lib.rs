@@ -30,7 +30,7 @@
 //! it. A command of its own is a line in `cli/mod.rs`; its test against a float64 reference
 //! (a script in `tools/`, its output under `tests/fixtures/`) goes in `tests/it/metrics.rs`.
 //! Only a metric that needs a per-row sum no kernel computes yet also touches the kernels: a
-//! row-table column (a variant of `asa_engine::kernels::row_columns::RowColumn`, from which build.rs
+//! row-table column (a variant of `asa_kernels::row_columns::RowColumn`, from which build.rs
 //! writes the CUDA header; filled by the row pass, the flash tiles and the CUDA kernels). A
 //! new table is one declaration in asa-tables' `schema.rs`, which its writer, `figures` and the
 //! Python frames use.

@@ -12,7 +12,7 @@ use super::rows::Pool;
 use super::tables::TableRows;
 use super::Metric;
 use asa_core::error::Result;
-use asa_engine::kernels::row_table::{Column, RowWants};
+use asa_kernels::row_table::{Column, RowWants};
 
 /// Per (layer, head): the largest row maximum, and the sum and count of row maxima.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

@@ -18,11 +18,11 @@ use super::rows::to_host;
 use super::{Metric, MetricOptions, VariantTraits};
 use asa_core::error::{Error, Result};
 use asa_core::profile::phase;
-use asa_engine::hooks::blocks::with_column;
-use asa_engine::hooks::row_pass::{weight_rows, weight_table_on_device};
-use asa_engine::hooks::{BlockCtx, Hook, Kernel, KeyWindow, Probe};
-use asa_engine::kernels::cpu::host::with_cpu_f32;
-use asa_engine::kernels::row_table::{Column, RowWants, QK_ABS_SUM, QK_SUM, SINK_MASS};
+use asa_hooks::blocks::with_column;
+use asa_hooks::row_pass::{weight_rows, weight_table_on_device};
+use asa_hooks::{BlockCtx, Hook, Kernel, KeyWindow, Probe};
+use asa_kernels::cpu::host::with_cpu_f32;
+use asa_kernels::row_table::{Column, RowWants, QK_ABS_SUM, QK_SUM, SINK_MASS};
 
 /// Why a saved [`ProbeState`] does not make a probe again.
 #[derive(Debug, thiserror::Error)]
@@ -727,8 +727,8 @@ mod tests {
     use crate::first_token::SinkRate;
     use crate::qk_mean::QkResult;
     use crate::{Metric, PerHead};
-    use asa_engine::hooks::blocks::query_blocks;
-    use asa_engine::kernels::row_table::{QK_ABS_SUM, QK_SUM, SINK_MASS};
+    use asa_hooks::blocks::query_blocks;
+    use asa_kernels::row_table::{QK_ABS_SUM, QK_SUM, SINK_MASS};
     use candle_core::Device;
     use serde_json::Value;
 

@@ -10,7 +10,7 @@ use super::merge::Merge;
 use super::results::{MetricResult, ModelMetrics};
 use super::tables::{decade_bins, floats, ints, strs, TableRows};
 use super::Metric;
-use asa_engine::hooks::Hook;
+use asa_hooks::Hook;
 use asa_tables::schema;
 use candle_core::{DType, Tensor, D};
 
@@ -111,7 +111,7 @@ impl Nll {
 /// Per-row NLL of `logits` `[rows, vocab]` by the CUDA kernel, where they are on a GPU.
 #[cfg(feature = "cuda")]
 fn device_nll(logits: &Tensor, targets: &[u32]) -> Result<Option<Vec<f32>>> {
-    asa_engine::kernels::cuda::nll::nll_rows(logits, targets)
+    asa_kernels::cuda::nll::nll_rows(logits, targets)
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -137,7 +137,7 @@ fn host_nll(logits: &Tensor, targets: &[u32]) -> Result<Option<Vec<f32>>> {
     };
     let nll = |row: &[f32], target: u32| -> f32 {
         match row.get(target as usize) {
-            Some(&x) => asa_engine::simd_dispatch!(log_sum_exp(row)) - x,
+            Some(&x) => asa_kernels::simd_dispatch!(log_sum_exp(row)) - x,
             None => f32::NAN,
         }
     };
@@ -168,12 +168,12 @@ fn host_nll(logits: &Tensor, targets: &[u32]) -> Result<Option<Vec<f32>>> {
 /// ln sum_j e^(x_j) of a row, shifted by its maximum.
 #[inline(always)]
 fn log_sum_exp(row: &[f32]) -> f32 {
-    use asa_engine::kernels::cpu::host::{lane_max, lane_sum};
+    use asa_kernels::cpu::host::{lane_max, lane_sum};
     let max = lane_max(row, |x| x);
     if !max.is_finite() {
         return max;
     }
-    let sum = lane_sum(row, |x| asa_engine::kernels::cpu::fast_math::exp(x - max));
+    let sum = lane_sum(row, |x| asa_kernels::cpu::fast_math::exp(x - max));
     (sum.ln() + max as f64) as f32
 }
 

@@ -9,7 +9,7 @@ use super::results::{MetricResult, ModelMetrics};
 use super::tables::TableRows;
 use super::Metric;
 use asa_core::error::Result;
-use asa_engine::hooks::row_pass::QkSums;
+use asa_hooks::row_pass::QkSums;
 
 /// Running sums per layer.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::tables::TableRows;
 use super::Metric;
-use asa_engine::hooks::Kernel;
+use asa_hooks::Kernel;
 
 /// A result as data: its JSON (run records, tests) and itself as `Any` (typed reads).
 pub trait ResultData {

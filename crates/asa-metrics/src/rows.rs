@@ -8,7 +8,7 @@ use super::merge::Merge;
 use candle_core::{DType, Tensor};
 
 use asa_core::error::Result;
-use asa_engine::kernels::row_table::Column;
+use asa_kernels::row_table::Column;
 
 /// A `[batch, head, n]` tensor as a host vector (row-major).
 pub fn to_host(xs: &Tensor) -> Result<Vec<f32>> {
@@ -195,7 +195,7 @@ impl Merge for RowAccumulator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use asa_engine::kernels::row_table::{split_table, RowWants};
+    use asa_kernels::row_table::{split_table, RowWants};
 
     /// A table of 2 cells (sequence, head) x 7 queries x width 6: value 100 * cell + 10 *
     /// query + column, with a NaN in cell 1, query 5, column 2.

@@ -8,7 +8,7 @@ use super::results::{ModelMetrics, PerHead};
 use super::rows::RowAccumulator;
 use super::Metric;
 use asa_core::error::Result;
-use asa_engine::kernels::row_table::SINK_MASS;
+use asa_kernels::row_table::SINK_MASS;
 
 impl Metric {
     /// sink_mass: mean mass sent to no token per (layer, head); reported for variants with
@@ -63,9 +63,9 @@ mod tests {
     use super::*;
     use crate::accumulator::Rows;
     use crate::block_pools::{pool_host, PoolShape};
-    use asa_engine::hooks::BlockCtx;
-    use asa_engine::hooks::KeyWindow;
-    use asa_engine::kernels::row_table::BANDS;
+    use asa_hooks::BlockCtx;
+    use asa_hooks::KeyWindow;
+    use asa_kernels::row_table::BANDS;
 
     #[test]
     fn sink_mass_is_the_mean_over_counted_queries_per_head() {

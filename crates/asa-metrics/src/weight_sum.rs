@@ -7,14 +7,14 @@ use super::results::{MetricResult, ModelMetrics};
 use super::tables::{floats, ints, strs, TableRows};
 use super::Metric;
 use asa_core::error::Result;
-use asa_engine::kernels::row_table::{RowWants, SUM};
+use asa_kernels::row_table::{RowWants, SUM};
 use asa_tables::schema;
 use std::ops::Range;
 
 use super::layer_stat::head_means;
 use super::rows::{Pool, RowAccumulator};
 use super::summary::{constant_histogram, histogram, mean, Distribution, Histogram};
-use asa_engine::kernels::row_table::Column;
+use asa_kernels::row_table::Column;
 
 /// Accumulates row sums.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

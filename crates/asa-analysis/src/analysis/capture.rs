@@ -16,12 +16,12 @@ use super::run::metric_options_at;
 use super::{kernel_layers, ModelResult, RunOutput, RunSpec};
 use asa_core::error::{Error, Result};
 use asa_engine::attention::{AttentionCore, AttentionShape, Variant};
-use asa_engine::hooks::{BlockCtx, Kernel, KeyWindow, Probe};
-use asa_engine::kernels::row_table::RowWants;
-use asa_engine::model::attention_layers::LayerKind;
+use asa_hooks::{BlockCtx, Kernel, KeyWindow, Probe};
+use asa_kernels::row_table::RowWants;
 use asa_metrics::{
     Metric, MetricOptions, MetricProbe, ModelAttention, ModelMetrics, VariantTraits,
 };
+use asa_models::attention_layers::LayerKind;
 
 /// Queries per block of a captured layer (the materialised kernels hold heads x block x T
 /// weights; the flash tiles hold none).

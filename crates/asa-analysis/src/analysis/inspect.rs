@@ -11,8 +11,8 @@ use super::hub_cache::{self, HubModel};
 use super::schedule::Schedule;
 use super::RunOptions;
 use asa_core::error::{Error, Result};
-use asa_engine::model::{Checkpoint, Model, ModelConfig, WeightMap};
 use asa_engine::nn::rope;
+use asa_models::{Checkpoint, Model, ModelConfig, WeightMap};
 
 /// `inspect --json` of `checkpoint` (a folder, a GGUF file or a Hub id).
 pub fn report(checkpoint: &Path) -> Result<serde_json::Value> {
@@ -23,7 +23,7 @@ pub fn report(checkpoint: &Path) -> Result<serde_json::Value> {
 
 /// `inspect --json` of a model held in memory (`model.origin` names it), as for the
 /// checkpoint `save_pretrained` would write of it.
-pub fn report_memory(model: &asa_engine::model::MemoryModel) -> Result<serde_json::Value> {
+pub fn report_memory(model: &asa_models::MemoryModel) -> Result<serde_json::Value> {
     let ckpt = Checkpoint::from_memory(model, &Device::Cpu, DType::F32, &WeightMap::default())?
         .validate()?;
     let stored = stored_dtypes(&ckpt);
@@ -156,7 +156,7 @@ pub fn table_rows(
         ("attention", attention_span(c)),
         (
             "layer kinds",
-            asa_engine::model::attention_layers::LayerKind::describe_all(&c.layer_kinds()),
+            asa_models::attention_layers::LayerKind::describe_all(&c.layer_kinds()),
         ),
         ("logits", logit_transforms(c)),
         ("rope", positions(c)),

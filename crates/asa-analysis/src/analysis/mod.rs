@@ -28,10 +28,10 @@ pub use run_spec::{Execution, RunInputs, RunOptions, RunSpec};
 use candle_core::Tensor;
 
 use asa_core::error::Result;
-use asa_engine::hooks::{BlockCtx, Hook, Kernel, Probe, ProbeSet};
-use asa_engine::kernels::row_table::RowWants;
-use asa_engine::model::{Checkpoint, LayerTiming, Model};
+use asa_hooks::{BlockCtx, Hook, Kernel, Probe, ProbeSet};
+use asa_kernels::row_table::RowWants;
 use asa_metrics::{MetricOptions, MetricProbe, ModelAttention, ModelMetrics, VariantTraits};
+use asa_models::{Checkpoint, LayerTiming, Model};
 
 /// How the forward passes are cut.
 #[derive(Debug, Clone, Copy, serde::Serialize)]

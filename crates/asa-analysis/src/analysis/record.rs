@@ -88,7 +88,7 @@ pub struct ModelRecord {
     pub profile_query: usize,
     /// What each decoder layer is (mixer; for attention the keys a query sees and RoPE or
     /// NoPE).
-    pub layer_kinds: Vec<asa_engine::model::attention_layers::LayerKind>,
+    pub layer_kinds: Vec<asa_models::attention_layers::LayerKind>,
     /// Kernel name -> the 0-based layers it computed.
     pub kernels: BTreeMap<String, Vec<usize>>,
     pub schedule: ScheduleRecord,
@@ -101,7 +101,7 @@ pub struct ModelRecord {
     pub windows: Option<u64>,
     /// A model in memory whose tensors were on a device: the copy to the host, and its cost.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub host_copy: Option<asa_engine::model::HostCopy>,
+    pub host_copy: Option<asa_models::HostCopy>,
     /// The built-in probe the windows were (`--probe`), with what rebuilds them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeRecord>,
@@ -135,7 +135,7 @@ pub struct ScheduleRecord {
     pub residual_bytes: u64,
     /// Where the residual stream lives between layers: `memory` or `scratch file`.
     pub residuals: String,
-    pub layers: Vec<asa_engine::model::LayerTiming>,
+    pub layers: Vec<asa_models::LayerTiming>,
 }
 
 /// Where NaN or an infinity first entered a model's run.

@@ -28,14 +28,14 @@ use crate::corpus::{
 };
 use asa_core::error::{Error, Result};
 use asa_engine::device::{resolve_device, resolve_dtype};
-use asa_engine::hooks::Kernel;
-use asa_engine::model::config::ModelConfig;
-use asa_engine::model::{Checkpoint, LayerTiming, MemoryModel, Model, WeightMap};
+use asa_hooks::Kernel;
 use asa_metrics::distance::Bands;
 use asa_metrics::qk_mean::QkResult;
 use asa_metrics::{
     attention_tables, qk_series_table, Metric, MetricOptions, MetricProbe, ModelMetrics,
 };
+use asa_models::config::ModelConfig;
+use asa_models::{Checkpoint, LayerTiming, MemoryModel, Model, WeightMap};
 use asa_tables::{schema, Table};
 
 /// A checkpoint to analyse and the label its rows carry.
@@ -213,10 +213,7 @@ fn kernel_notes(o: &RunOptions, device: &Device, dtype: DType) -> Vec<&'static s
             "block_map: no CUDA kernel makes its key-block sums; every layer runs on materialised blocks whose weights are reduced on the host",
         );
     }
-    if dtype == DType::BF16
-        && !device.is_cuda()
-        && !asa_engine::kernels::cpu::bf16_gemm::available()
-    {
+    if dtype == DType::BF16 && !device.is_cuda() && !asa_kernels::cpu::bf16_gemm::available() {
         notes.push(
             "bf16: this CPU has no AVX-512 BF16, so the products of the bf16 values run in f32 (f32 speed, weights held in f32)",
         );
@@ -635,7 +632,7 @@ impl ModelContext<'_> {
             return Vec::new();
         }
         let tokenizer = match &o.inputs.tokenizer {
-            Some(file) => asa_engine::model::tokenizer_file::read_tokenizer(file).ok(),
+            Some(file) => asa_models::tokenizer_file::read_tokenizer(file).ok(),
             None => ckpt.tokenizer().ok(),
         };
         let (Some(tokenizer), Some(ids)) = (tokenizer, windows.ids.first()) else {

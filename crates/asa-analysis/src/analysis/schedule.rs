@@ -10,7 +10,7 @@ use candle_core::Device;
 use super::run_spec::RunOptions;
 use asa_core::error::{Error, Result};
 use asa_core::host_memory::available_memory;
-use asa_engine::model::{Checkpoint, LayerTiming};
+use asa_models::{Checkpoint, LayerTiming};
 
 /// Whether a model's layers are streamed, and why.
 pub struct Schedule {

@@ -281,7 +281,7 @@ impl Tok {
     }
 
     fn open(path: &Path) -> Result<Tok> {
-        let tokenizer = asa_engine::model::tokenizer_file::read_tokenizer(path)?;
+        let tokenizer = asa_models::tokenizer_file::read_tokenizer(path)?;
         Ok(Tok {
             path: path.to_path_buf(),
             tokenizer,

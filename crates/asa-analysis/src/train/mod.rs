@@ -9,8 +9,8 @@
 //! buffer, not a parameter: the forward pass reads it, and after each optimizer step it
 //! moves towards the batch mean of alpha ([`alpha_ma_update`]).
 //!
-//! [`Model`]: asa_engine::model::Model
-//! [`WeightStore`]: asa_engine::model::WeightStore
+//! [`Model`]: asa_models::Model
+//! [`WeightStore`]: asa_models::WeightStore
 
 pub mod checkpoint;
 pub mod data;
@@ -27,7 +27,7 @@ use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
 
 use asa_core::error::{Error, Result};
 use asa_engine::attention::{Variant, VariantKind};
-use asa_engine::model::{Model, ModelConfig, WeightStore};
+use asa_models::{Model, ModelConfig, WeightStore};
 use train_probe::TrainProbe;
 
 pub use lr_schedule::Schedule;

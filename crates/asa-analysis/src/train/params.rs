@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 
 use asa_core::error::{Error, Result};
 use asa_engine::attention::VariantKind;
-use asa_engine::model::config::RawConfig;
-use asa_engine::model::ModelConfig;
+use asa_models::config::RawConfig;
+use asa_models::ModelConfig;
 
 /// Shape of the Llama-style model to train.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]

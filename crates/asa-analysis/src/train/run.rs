@@ -167,7 +167,7 @@ fn load_tokenizer(
     match &opts.tokenizer {
         Some(given) => {
             std::fs::copy(given, tok_path).map_err(|e| Error::io(given, e))?;
-            asa_engine::model::tokenizer_file::read_tokenizer(given)
+            asa_models::tokenizer_file::read_tokenizer(given)
         }
         None => train_bpe(docs.iter(), opts.arch.vocab_size, tok_path),
     }

@@ -64,7 +64,7 @@ where
     tokenizer
         .save(path, false)
         .map_err(|e| Error::invalid(path, "cannot write tokenizer", e))?;
-    let tokenizer = asa_engine::model::tokenizer_file::read_tokenizer(path)?;
+    let tokenizer = asa_models::tokenizer_file::read_tokenizer(path)?;
     for (text, id) in [(BOS, 0), (EOS, 1)] {
         if tokenizer.token_to_id(text) != Some(id) {
             return Err(Error::input(path, format!("{text} did not get id {id}")));

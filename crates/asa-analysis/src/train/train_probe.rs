@@ -4,8 +4,8 @@
 use candle_core::{DType, Tensor};
 
 use asa_core::error::{Error, Result};
-use asa_engine::hooks::row_pass::QkSums;
-use asa_engine::hooks::{BlockCtx, Hook, Probe};
+use asa_hooks::row_pass::QkSums;
+use asa_hooks::{BlockCtx, Hook, Probe};
 use asa_metrics::qk_mean::QkMean;
 
 pub(crate) struct TrainProbe {

@@ -21,11 +21,11 @@ use super::scale_invariant::{reversed_coefficients, DistanceTable};
 use super::sink::softmax_with_sink;
 use super::variant::{AffineConfig, Variant};
 use super::wide_qkv::{rounded_product, WideQkv};
-use crate::hooks::blocks::{mask_invisible, query_blocks, row_max_logits, visibility, with_column};
-use crate::hooks::{wants_attention, BlockCtx, Hook, KeyWindow, Probe};
-use crate::kernels::cpu::host::{lane_max, with_cpu_f32};
 use asa_core::error::{Error, Result};
 use asa_core::profile::phase;
+use asa_hooks::blocks::{mask_invisible, query_blocks, row_max_logits, visibility, with_column};
+use asa_hooks::{wants_attention, BlockCtx, Hook, KeyWindow, Probe};
+use asa_kernels::cpu::host::{lane_max, with_cpu_f32};
 
 /// How the scaled logits s_ij become the logits the variant normalises.
 enum LogitRule {
@@ -209,7 +209,7 @@ impl AttentionCore {
             p.k.to_dtype(DType::F32)?,
             p.v.to_dtype(DType::F32)?,
         );
-        let packed = match dtype == DType::BF16 && crate::kernels::cpu::bf16_gemm::available() {
+        let packed = match dtype == DType::BF16 && asa_kernels::cpu::bf16_gemm::available() {
             true => PackedKv::pack(&k, &v)?,
             false => None,
         };
@@ -281,7 +281,7 @@ impl AttentionCore {
         block: usize,
         probe: &mut dyn Probe,
     ) -> Result<Vec<Tensor>> {
-        use crate::kernels::cuda::flash::{causal_attention, launch_block, FlashLogits};
+        use asa_kernels::cuda::flash::{causal_attention, launch_block, FlashLogits};
         let (rule, affine) = self.device_tile_logits(p)?;
         let sinks = match &self.sink_logits {
             Some(s) => Some(s.to_dtype(DType::F32)?),
@@ -319,10 +319,10 @@ impl AttentionCore {
         &self,
         p: &Projected,
     ) -> Result<(
-        crate::kernels::cuda::flash::DeviceLogits,
-        Option<crate::kernels::cuda::flash::DeviceAffine>,
+        asa_kernels::cuda::flash::DeviceLogits,
+        Option<asa_kernels::cuda::flash::DeviceAffine>,
     )> {
-        use crate::kernels::cuda::flash::{DeviceAffine, DeviceLogits};
+        use asa_kernels::cuda::flash::{DeviceAffine, DeviceLogits};
         let affine = match (&p.alpha, &self.alpha_ma) {
             (Some(alpha), Some(alpha_ma)) => Some(DeviceAffine {
                 alpha: alpha.to_dtype(DType::F32)?,
@@ -577,7 +577,7 @@ impl AttentionCore {
         let raw = qb.matmul(&kb.t()?)?;
         let raw = match (wide, widened) {
             (Some(_), widened) => rounded_product(raw, widened)?,
-            (None, true) => crate::kernels::cpu::bf16_elementwise::to_f32(&raw)?,
+            (None, true) => asa_kernels::cpu::bf16_elementwise::to_f32(&raw)?,
             (None, false) => raw,
         };
         Ok(raw.reshape((b, s.heads, n, keys))?)
@@ -600,7 +600,7 @@ impl AttentionCore {
         let grouped = (b, s.kv_heads, groups * n, keys);
         let out = match wide {
             Some(w) => {
-                let weights = crate::kernels::cpu::bf16_elementwise::rounded_f32(weights)?;
+                let weights = asa_kernels::cpu::bf16_elementwise::rounded_f32(weights)?;
                 let product = weights.reshape(grouped)?.matmul(&w.v.narrow(2, 0, keys)?)?;
                 rounded_product(product, false)?
             }

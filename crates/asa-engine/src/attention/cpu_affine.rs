@@ -7,8 +7,8 @@ use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 
 use super::variant::BetaLength;
-use crate::kernels::cpu::host::with_cpu_f32;
 use asa_core::error::Result;
+use asa_kernels::cpu::host::with_cpu_f32;
 
 /// beta_i = (alpha_ma - alpha_i) / N of query `i` (N = `seq_len`, or i + 1 for
 /// `BetaLength::Visible`), rounded as the candle path rounds it: times 1/N for N = T
@@ -96,7 +96,7 @@ mod tests {
     use super::*;
     use crate::attention::affine_weights;
     use crate::attention::variant::{Activation, AffineConfig};
-    use crate::hooks::blocks::visibility;
+    use asa_hooks::blocks::visibility;
 
     #[test]
     fn equals_the_candle_path() {
@@ -117,8 +117,7 @@ mod tests {
         let alpha: Vec<f32> = (0..b * h * n).map(|k| (k % 11) as f32 / 11.0).collect();
         let alpha = Tensor::from_vec(alpha, (b, h, n), &Device::Cpu).unwrap();
         let alpha_ma = Tensor::new(&[0.3f32, 0.9, 0.05], &Device::Cpu).unwrap();
-        let visible =
-            visibility(q_start, n, crate::hooks::KeyWindow::CAUSAL, &Device::Cpu).unwrap();
+        let visible = visibility(q_start, n, asa_hooks::KeyWindow::CAUSAL, &Device::Cpu).unwrap();
         for beta_length in [BetaLength::Full, BetaLength::Visible] {
             let cfg = AffineConfig {
                 activation: Activation::LinearClipping,

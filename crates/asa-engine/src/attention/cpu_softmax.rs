@@ -12,12 +12,12 @@ use std::mem::MaybeUninit;
 use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 
-use crate::hooks::row_pass::{key_block_values, qk_row, row_values, EntropySums};
-use crate::kernels::cpu::fast_math::exp;
-use crate::kernels::cpu::host::{lane_max, with_cpu_f32};
-use crate::kernels::row_table::{RowWants, QK_ABS_SUM, QK_SUM, SINK_MASS};
-use crate::simd_dispatch;
 use asa_core::error::Result;
+use asa_hooks::row_pass::{key_block_values, qk_row, row_values, EntropySums};
+use asa_kernels::cpu::fast_math::exp;
+use asa_kernels::cpu::host::{lane_max, with_cpu_f32};
+use asa_kernels::row_table::{RowWants, QK_ABS_SUM, QK_SUM, SINK_MASS};
+use asa_kernels::simd_dispatch;
 
 /// Writes e = exp(scale * x - max) over `x` into `out` (same length) and returns sum e and,
 /// with `ENTROPY`, sum e (scale * x - max) (0 without it), in f32 lanes combined in f64.
@@ -207,7 +207,7 @@ pub fn causal_softmax(
 }
 
 /// [`causal_softmax`] of raw q.k `raw` that also fills the row table `[rows, wants.width()]`
-/// of the block (the layout of `crate::kernels::row_table`, as the GPU's fused softmax):
+/// of the block (the layout of `asa_kernels::row_table`, as the GPU's fused softmax):
 /// the reductions of the weights, the sink mass and the raw q.k sums.
 pub fn causal_softmax_rows(
     raw: &Tensor,
@@ -228,7 +228,7 @@ pub fn causal_softmax_rows(
 mod tests {
     use super::*;
     use crate::attention::sink::softmax_with_sink;
-    use crate::hooks::blocks::{mask_invisible, visibility};
+    use asa_hooks::blocks::{mask_invisible, visibility};
 
     fn block() -> Tensor {
         // 2 seqs, 2 heads, queries 33..37 against keys 0..37 (rows cross the 16 lanes)
@@ -258,7 +258,7 @@ mod tests {
         let raw = block();
         let (weights, mass) = causal_softmax(&raw, 0.125, 33, None).unwrap().unwrap();
         assert!(mass.is_none());
-        let visible = visibility(33, 4, crate::hooks::KeyWindow::CAUSAL, &Device::Cpu).unwrap();
+        let visible = visibility(33, 4, asa_hooks::KeyWindow::CAUSAL, &Device::Cpu).unwrap();
         let scores = mask_invisible(&(&raw * 0.125).unwrap(), &visible).unwrap();
         let expected = candle_nn::ops::softmax_last_dim(&scores).unwrap();
         assert!(max_diff(&weights, &expected) < 1e-7);
@@ -271,7 +271,7 @@ mod tests {
         let (weights, mass) = causal_softmax(&raw, 1.0, 33, Some(&sinks))
             .unwrap()
             .unwrap();
-        let visible = visibility(33, 4, crate::hooks::KeyWindow::CAUSAL, &Device::Cpu).unwrap();
+        let visible = visibility(33, 4, asa_hooks::KeyWindow::CAUSAL, &Device::Cpu).unwrap();
         let scores = mask_invisible(&raw, &visible).unwrap();
         let sink = Tensor::new(&sinks, &Device::Cpu)
             .unwrap()
@@ -286,8 +286,8 @@ mod tests {
 #[cfg(test)]
 mod row_table_tests {
     use super::*;
-    use crate::hooks::row_pass::weight_rows;
-    use crate::kernels::row_table::{BANDS, ENTROPY, FIRST, SUM};
+    use asa_hooks::row_pass::weight_rows;
+    use asa_kernels::row_table::{BANDS, ENTROPY, FIRST, SUM};
 
     #[test]
     fn the_row_table_is_the_row_pass_of_the_weights_with_sink_and_qk_columns() {
@@ -305,7 +305,7 @@ mod row_table_tests {
             bands: vec![(0, 1), (1, 10), (10, usize::MAX)],
             max_logit: false,
             // block_map's columns too: 5 key blocks of the 37 keys
-            key_blocks: Some(crate::kernels::row_table::KeyBlocks::new(5, keys)),
+            key_blocks: Some(asa_kernels::row_table::KeyBlocks::new(5, keys)),
             key_sums_from: None,
         };
         let width = wants.width();
@@ -317,7 +317,7 @@ mod row_table_tests {
             let (want_weights, mass) = causal_softmax(&raw, 0.125, q_start, sink).unwrap().unwrap();
             let host = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
             assert_eq!(host(&weights), host(&want_weights));
-            let causal = crate::hooks::KeyWindow::CAUSAL;
+            let causal = asa_hooks::KeyWindow::CAUSAL;
             let want = weight_rows(&want_weights, q_start, causal, &wants)
                 .unwrap()
                 .unwrap();

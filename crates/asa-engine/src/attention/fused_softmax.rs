@@ -5,8 +5,8 @@
 use candle_core::Tensor;
 
 use super::cpu_softmax;
-use crate::kernels::row_table::RowWants;
 use asa_core::error::Result;
+use asa_kernels::row_table::RowWants;
 
 /// A layer's per-head sink logits, both forms: the tensor `[1, heads, 1, 1]` (f32) the GPU
 /// reads and the host copy `[heads]` the CPU reads (both `None` without sinks).
@@ -34,7 +34,7 @@ pub fn causal_softmax_rows(
     }
     #[cfg(feature = "cuda")]
     {
-        crate::kernels::cuda::softmax::causal_softmax_rows(raw, scale, q_start, sinks.tensor, wants)
+        asa_kernels::cuda::softmax::causal_softmax_rows(raw, scale, q_start, sinks.tensor, wants)
     }
     #[cfg(not(feature = "cuda"))]
     {

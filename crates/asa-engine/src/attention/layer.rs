@@ -8,10 +8,10 @@ use super::affine_scaled::activate;
 use super::core::{AttentionCore, Projected};
 use super::gated::split_query_gate;
 use super::variant::Variant;
-use crate::hooks::{BlockCtx, Hook, KeyWindow, Probe};
 use crate::nn::{Linear, RmsNorm, Rope};
 use asa_core::error::Result;
 use asa_core::profile::phase;
+use asa_hooks::{BlockCtx, Hook, KeyWindow, Probe};
 
 /// Shapes and variant of an attention layer.
 #[derive(Debug, Clone)]

@@ -6,6 +6,8 @@ mod core;
 pub(crate) mod cpu_affine;
 mod cpu_kept_weights;
 pub mod cpu_softmax;
+#[cfg(all(test, feature = "cuda"))]
+mod cuda_tests;
 pub mod flash;
 mod fused_softmax;
 mod gated;

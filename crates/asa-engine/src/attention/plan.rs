@@ -13,10 +13,10 @@
 //! materialised blocks (candle ops) and the CPU row pass reads a host copy of each block's
 //! weights (run.json's `kernels` shows it, and a note says why).
 
-pub use crate::hooks::Kernel;
-use crate::kernels::row_table::{RowWants, MAX_BANDS};
+pub use asa_hooks::Kernel;
+use asa_kernels::row_table::{RowWants, MAX_BANDS};
 
-pub use crate::kernels::GPU_FLASH_HEAD_DIM;
+pub use asa_kernels::GPU_FLASH_HEAD_DIM;
 
 /// The device a layer runs on, as far as the kernels care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,7 +129,7 @@ pub fn plan(f: &Facts) -> Kernel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::row_table::KeyBlocks;
+    use asa_kernels::row_table::KeyBlocks;
 
     /// CPU f32 inference of a softmax layer whose probe takes rows.
     fn cpu_rows() -> Facts {

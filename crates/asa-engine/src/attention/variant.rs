@@ -4,7 +4,7 @@
 use asa_core::parse_error::ParseError;
 use serde::Serialize;
 
-pub use crate::kernels::beta_length::BetaLength;
+pub use asa_kernels::beta_length::BetaLength;
 
 /// The attention variant of a checkpoint (`attention_variant` in config.json).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -7,8 +7,8 @@
 
 use candle_core::{DType, Tensor};
 
-use crate::kernels::cpu::{bf16_elementwise, bf16_gemm};
 use asa_core::error::Result;
+use asa_kernels::cpu::{bf16_elementwise, bf16_gemm};
 
 /// q `[b, heads, t, d]`, k and v `[b, kv, t, d]` in f32: exactly the bf16 values.
 pub struct WideQkv {

@@ -79,8 +79,7 @@ impl RmsNorm {
         };
         if let Some(scale) = host_scale {
             let xs = xs.contiguous()?;
-            if let Some(normed) =
-                crate::kernels::cpu::bf16_rms_norm::rms_norm(&xs, &scale, self.eps)?
+            if let Some(normed) = asa_kernels::cpu::bf16_rms_norm::rms_norm(&xs, &scale, self.eps)?
             {
                 return Ok(normed);
             }
@@ -241,7 +240,7 @@ impl Mlp {
                     Some(scale) => super::times(&gate.forward(xs)?, scale)?,
                     None => gate.forward(xs)?,
                 };
-                match crate::kernels::cpu::bf16_glu::silu_mul(&gate, &up)? {
+                match asa_kernels::cpu::bf16_glu::silu_mul(&gate, &up)? {
                     Some(inner) => inner,
                     None => (candle_nn::ops::silu(&gate)? * up)?,
                 }

@@ -1,13 +1,13 @@
 //! Linear projections `y = x W^T (+ b)`: candle's matmul, or, for a bf16 weight on a CPU
-//! with AVX-512 BF16, the packed bf16 GEMM of [`crate::kernels::cpu::bf16_gemm`].
+//! with AVX-512 BF16, the packed bf16 GEMM of [`asa_kernels::cpu::bf16_gemm`].
 
 use candle_core::{DType, Device, Module, Storage, Tensor};
 use half::bf16;
 
-use crate::kernels::cpu::bf16_panels::{round_to_bf16, PackedWeight};
-use crate::kernels::cpu::bf16_row_tiles::RowTiles;
-use crate::kernels::cpu::{bf16_elementwise, bf16_gemm, bf16_glu};
 use asa_core::error::Result;
+use asa_kernels::cpu::bf16_panels::{round_to_bf16, PackedWeight};
+use asa_kernels::cpu::bf16_row_tiles::RowTiles;
+use asa_kernels::cpu::{bf16_elementwise, bf16_gemm, bf16_glu};
 
 /// `y = x W^T (+ b)`, weights `[out, in]`.
 pub struct Linear {
@@ -294,8 +294,8 @@ pub fn f32_products_swiglu(
     let wide = bf16_elementwise::to_f32(xs)?;
     let (gate_sums, up_sums) = (g.forward(&wide)?, u.forward(&wide)?);
     let dims = up_sums.dims().to_vec();
-    let inner = crate::kernels::cpu::host::with_cpu_f32(&gate_sums, |gs| {
-        crate::kernels::cpu::host::with_cpu_f32(&up_sums, |us| bf16_glu::silu_mul_rounded(gs, us))
+    let inner = asa_kernels::cpu::host::with_cpu_f32(&gate_sums, |gs| {
+        asa_kernels::cpu::host::with_cpu_f32(&up_sums, |us| bf16_glu::silu_mul_rounded(gs, us))
     })
     .flatten();
     let Some(inner) = inner else {

@@ -25,7 +25,7 @@ use super::checks;
 use super::method::Method;
 use asa_analysis::analysis::hub_cache::{self, HubModel};
 use asa_core::error::{Error, Result};
-use asa_engine::model::Checkpoint;
+use asa_models::Checkpoint;
 
 /// One (size, method) and its inputs; any input may be missing.
 #[derive(Debug, Clone, PartialEq)]

@@ -11,10 +11,10 @@ use super::task::*;
 use crate::attention::cpu_affine::{affine_weight, beta};
 use crate::attention::cpu_softmax::exp_row;
 use crate::attention::variant::BetaLength;
-use crate::hooks::row_pass::{clamped_entropy_sums, EntropySums};
-use crate::kernels::cpu::host::lane_sum;
-use crate::kernels::row_table::RowWants;
-use crate::simd_dispatch;
+use asa_hooks::row_pass::{clamped_entropy_sums, EntropySums};
+use asa_kernels::cpu::host::lane_sum;
+use asa_kernels::row_table::RowWants;
+use asa_kernels::simd_dispatch;
 
 /// Affine-Scaled weights a_ij = alpha_i p_ij + beta_i over the visible keys, with beta_i =
 /// (alpha_ma - alpha_i) / N (`crate::attention::cpu_affine::beta`): they need each row's

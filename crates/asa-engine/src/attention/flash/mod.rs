@@ -11,7 +11,7 @@
 //! where the probe takes row tables, or nothing: plain, LogN and scale-invariant logits,
 //! with or without sinks, softmax or Affine-Scaled weights ([`AffineTile`], two passes),
 //! f32, no autograd. The row table's columns are those of
-//! `crate::kernels::row_table`; each is a sum over the row's keys of e = exp(y - m), y the
+//! `asa_kernels::row_table`; each is a sum over the row's keys of e = exp(y - m), y the
 //! row's logits and m their running maximum, divided at the end by the row's denominator
 //! S (+ the sink's e); `block_map`'s key-block columns are such sums over each key block
 //! and the largest e there, rescaled with the others when m grows. The numbers are the materialised path's up to rounding, except where
@@ -32,11 +32,11 @@ use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 
 use super::cpu_kept_weights::rows_within;
-use crate::kernels::cpu::bf16_panels::PANEL_WIDTH;
-use crate::kernels::cpu::host::with_cpu_f32;
-use crate::kernels::row_table::RowWants;
 pub use affine::AffineTile;
 use asa_core::error::Result;
+use asa_kernels::cpu::bf16_panels::PANEL_WIDTH;
+use asa_kernels::cpu::host::with_cpu_f32;
+use asa_kernels::row_table::RowWants;
 pub use logits::TileLogits;
 use operands::*;
 pub use operands::{Logits, PackedKv, Qkv, QueryBlock, Tiles, KEY_TILE, ROWS_PER_TASK};

@@ -7,11 +7,11 @@ use rayon::prelude::*;
 
 use super::affine::*;
 use super::logits::*;
-use crate::kernels::cpu::bf16_panels::PackedWeight;
-use crate::kernels::cpu::host::with_cpu_f32;
-pub use crate::kernels::qkv::{Qkv, QueryBlock};
-use crate::kernels::KeyWindow;
 use asa_core::error::Result;
+use asa_kernels::cpu::bf16_panels::PackedWeight;
+use asa_kernels::cpu::host::with_cpu_f32;
+pub use asa_kernels::qkv::{Qkv, QueryBlock};
+use asa_kernels::KeyWindow;
 
 /// Keys per tile. With [`ROWS_PER_TASK`] rows, a tile's logits and weights (384 KB each)
 /// and its key and value tiles stay within a core's L2 and L3 share; measured best of 256,
@@ -47,7 +47,7 @@ pub(super) struct KeyValues<'a> {
     pub(super) packed: Option<&'a PackedHead>,
 }
 
-/// A layer's keys and values packed once for bf16 products (`crate::kernels::cpu::bf16_gemm`): with
+/// A layer's keys and values packed once for bf16 products (`asa_kernels::cpu::bf16_gemm`): with
 /// them the tiles multiply as FlashAttention does in bf16. q is multiplied by the scale in
 /// f32, then rounded to bf16; k and v are rounded (exact for a bf16 model's); each tile's
 /// weights e are rounded for the value product only. Products are summed in f32; the

@@ -4,8 +4,8 @@ use gemm::{gemm, Parallelism};
 
 use super::operands::*;
 use super::task::*;
-use crate::hooks::KeyWindow;
-use crate::kernels::cpu::bf16_gemm::product_into;
+use asa_hooks::KeyWindow;
+use asa_kernels::cpu::bf16_gemm::product_into;
 
 /// Where a task's tiles sit: `rows` query rows, head dim `d`, tile buffers of row stride
 /// `tile`, this tile's `width` keys from key `k0`.

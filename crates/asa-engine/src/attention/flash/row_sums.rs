@@ -7,9 +7,9 @@ use std::mem::MaybeUninit;
 use super::logits::*;
 use super::task::*;
 use crate::attention::cpu_softmax::exp_row;
-use crate::hooks::row_pass::{band_keys, qk_row, EntropySums};
-use crate::kernels::cpu::host::{lane_max, lane_sum, lane_sum_max};
-use crate::kernels::row_table::{
+use asa_hooks::row_pass::{band_keys, qk_row, EntropySums};
+use asa_kernels::cpu::host::{lane_max, lane_sum, lane_sum_max};
+use asa_kernels::row_table::{
     KeyBlocks, RowWants, BANDS, ENTROPY, FIRST, QK_ABS_SUM, QK_SUM, SINK_MASS, SUM,
 };
 
@@ -175,7 +175,7 @@ impl TaskParts {
     }
 }
 
-/// Writes a row's key-block columns (see `crate::kernels::row_table`): its blocks' sums and
+/// Writes a row's key-block columns (see `asa_kernels::row_table`): its blocks' sums and
 /// maxima times `weight` (the row's 1 / denominator; 1 for weights already final); a block
 /// the row saw no key of (maximum -inf) holds 0.
 pub(super) fn write_blocks(cell: &mut [f32], wants: &RowWants, parts: PartTotals, weight: f64) {
@@ -204,7 +204,7 @@ pub(super) struct RowLine {
     pub(super) max_logit: f32,
 }
 
-/// Writes a row's table line (the columns of `crate::kernels::row_table` that `wants` asks
+/// Writes a row's table line (the columns of `asa_kernels::row_table` that `wants` asks
 /// for, the sink and q.k columns always) with its bands' weights `bands`.
 pub(super) fn write_line(
     cell: &mut [f32],
@@ -314,7 +314,7 @@ pub(super) fn max_before_cap(sums: &RowSums) -> f32 {
     }
 }
 
-/// Query `i`'s table line (the columns of `crate::kernels::row_table`) and its output row
+/// Query `i`'s table line (the columns of `asa_kernels::row_table`) and its output row
 /// divided by the denominator; `sink` is the row's sink logit; `parts` its bands' sums and
 /// its key blocks' sums and maxima.
 pub(super) fn finish_row(

@@ -9,9 +9,9 @@ use super::operands::*;
 use super::products::*;
 use super::row_sums::*;
 use crate::attention::cpu_kept_weights::KeptWeights;
-use crate::kernels::cpu::bf16_panels::{Bf16Rows, PANEL_WIDTH};
-use crate::kernels::row_table::RowWants;
-use crate::simd_dispatch;
+use asa_kernels::cpu::bf16_panels::{Bf16Rows, PANEL_WIDTH};
+use asa_kernels::row_table::RowWants;
+use asa_kernels::simd_dispatch;
 
 /// A task's output rows `[rows, d]`, table cells `[rows, width]` and key_received sums
 /// `[groups, keys]` (empty when not asked for).

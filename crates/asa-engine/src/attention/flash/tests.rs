@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::attention::variant::BetaLength;
-use crate::hooks::KeyWindow;
-use crate::kernels::row_table::{
+use asa_hooks::KeyWindow;
+use asa_kernels::row_table::{
     KeyBlocks, RowWants, BANDS, ENTROPY, FIRST, QK_ABS_SUM, QK_SUM, SINK_MASS, SUM,
 };
 

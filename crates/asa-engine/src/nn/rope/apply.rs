@@ -92,8 +92,8 @@ impl Rope {
         }
         if xs.dtype() == DType::BF16 && self.cos.dtype() == DType::F32 {
             // widened and rounded in vector registers (candle's casts' bits)
-            let wide = self.apply(&crate::kernels::cpu::bf16_elementwise::to_f32(xs)?)?;
-            return crate::kernels::cpu::bf16_elementwise::to_bf16(&wide);
+            let wide = self.apply(&asa_kernels::cpu::bf16_elementwise::to_f32(xs)?)?;
+            return asa_kernels::cpu::bf16_elementwise::to_bf16(&wide);
         }
         if xs.dtype() != self.cos.dtype() {
             let wide = self.apply(&xs.to_dtype(self.cos.dtype())?)?;

@@ -149,7 +149,7 @@ pub(crate) fn inverse_frequencies(
 
 /// The factor cos and sin are multiplied by (YaRN's and LongRoPE's attention factor; 1
 /// otherwise).
-pub(crate) fn attention_factor(scaling: &RopeScaling) -> f64 {
+pub fn attention_factor(scaling: &RopeScaling) -> f64 {
     match *scaling {
         RopeScaling::Yarn {
             attention_factor, ..

@@ -1,0 +1,147 @@
+//! Cohere2 (Command R7B, Command A): one bias-free LayerNorm a layer read by attention and
+//! MLP in parallel (`x + attn(ln(x)) + mlp(ln(x))`), SwiGLU, RoPE on interleaved pairs in
+//! the sliding-window layers only (three of every four by `sliding_window_pattern`, else
+//! `layer_types`; the full-attention layers are NoPE), head_dim = hidden / heads, tied
+//! embeddings and the logits times `logit_scale` (0.0625 by default).
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::llama;
+use crate::attention_layers::AttentionLayers;
+use crate::config::family::Family;
+use crate::config::RawConfig;
+use crate::layout::{Layout, NormKind};
+use crate::multipliers::Multipliers;
+use crate::sliding_window::{WindowLayers, WindowRule, WindowUse};
+use asa_core::error::{Error, Result};
+use asa_engine::nn::RopePairs;
+
+pub(crate) const FAMILY: Family = Family {
+    name: "cohere2",
+    check,
+    norm_eps: layer_norm_eps,
+    default_max_position_embeddings: 8192,
+    default_tie_word_embeddings: true,
+    layout,
+    window: WindowRule {
+        used: WindowUse::Always,
+        default_size: Some(4096),
+        layers: WindowLayers::AllButEvery(4),
+    },
+    attention_layers,
+    multipliers,
+    gguf: None,
+    ..llama::FAMILY
+};
+
+/// The keys only Cohere2Config has.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Cohere2Keys {
+    logit_scale: Option<f64>,
+}
+
+/// Cohere2Config's default `logit_scale`.
+const LOGIT_SCALE: f64 = 0.0625;
+
+fn layer_norm_eps(raw: &RawConfig) -> f64 {
+    raw.layer_norm_eps.unwrap_or(1e-5)
+}
+
+fn layout(_: &RawConfig) -> Layout {
+    Layout {
+        norm: NormKind::LayerNoBias,
+        parallel_residual: true,
+        shared_norm: true,
+        rope_pairs: RopePairs::Interleaved,
+        ..Layout::LLAMA
+    }
+}
+
+/// Cohere2Config sets head_dim to hidden / heads whatever the config says: another value
+/// (a hand-edited config) would be read differently here and there, so it is refused.
+fn check(raw: &RawConfig, path: &Path) -> Result<()> {
+    let (Some(hidden), Some(heads), Some(head_dim)) =
+        (raw.hidden_size, raw.num_attention_heads, raw.head_dim)
+    else {
+        return Ok(());
+    };
+    match heads > 0 && head_dim * heads == hidden {
+        true => Ok(()),
+        false => Err(Error::checkpoint(
+            path,
+            format!("head_dim {head_dim} is not hidden_size / num_attention_heads ({hidden} / {heads}), which cohere2 always uses"),
+        )),
+    }
+}
+
+/// RoPE in the sliding-window layers only: the full-attention layers are NoPE.
+fn attention_layers(raw: &RawConfig, num_layers: usize, path: &Path) -> Result<AttentionLayers> {
+    let sliding = raw
+        .window(path, &FAMILY, num_layers)?
+        .map(|w| w.layers)
+        .unwrap_or_default();
+    Ok(AttentionLayers {
+        no_rope: (0..num_layers).filter(|l| !sliding.contains(l)).collect(),
+        ..AttentionLayers::default()
+    })
+}
+
+/// The logits times `logit_scale`.
+fn multipliers(raw: &RawConfig, path: &Path) -> Result<Multipliers> {
+    let keys: Cohere2Keys = raw.family_keys(path)?;
+    let scale = keys.logit_scale.unwrap_or(LOGIT_SCALE);
+    if !scale.is_finite() || scale == 0.0 {
+        return Err(Error::checkpoint(
+            path,
+            format!("logit_scale {scale} must be a finite number other than 0"),
+        ));
+    }
+    Ok(Multipliers {
+        logits_factor: Some(scale),
+        ..Multipliers::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::config::ModelConfig;
+
+    const COHERE2: &str = r#""model_type": "cohere2", "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 64"#;
+
+    fn config(extra: &str) -> asa_core::error::Result<ModelConfig> {
+        ModelConfig::from_json(&format!("{{{COHERE2}{extra}}}"), Path::new("config.json"))
+    }
+
+    #[test]
+    fn every_fourth_layer_is_global_and_nope_and_the_logits_are_scaled() {
+        let c = config("").unwrap();
+        let window = c.sliding_window.as_ref().unwrap();
+        assert_eq!(
+            (window.size, window.layers.clone()),
+            (4096, vec![0, 1, 2, 4, 5, 6])
+        );
+        assert_eq!(c.attention_layers.no_rope, vec![3, 7]);
+        assert_eq!(c.multipliers.logits_factor, Some(0.0625));
+        assert_eq!(c.head_dim, 8);
+        let c = config(r#", "sliding_window_pattern": 2, "logit_scale": 0.5"#).unwrap();
+        assert_eq!(c.attention_layers.no_rope, vec![1, 3, 5, 7]);
+        assert_eq!(c.multipliers.logits_factor, Some(0.5));
+    }
+
+    #[test]
+    fn a_bad_logit_scale_or_head_dim_is_refused_by_name() {
+        let err = config(r#", "logit_scale": "big""#).unwrap_err().to_string();
+        assert!(err.contains("field `logit_scale`"), "{err}");
+        let err = config(r#", "logit_scale": 0"#).unwrap_err().to_string();
+        assert!(err.contains("logit_scale 0 must be"), "{err}");
+        let err = config(r#", "head_dim": 16"#).unwrap_err().to_string();
+        assert!(err.contains("head_dim 16 is not hidden_size"), "{err}");
+    }
+}

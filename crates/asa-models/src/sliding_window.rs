@@ -1,0 +1,216 @@
+//! Sliding-window attention as transformers configures it (Mistral's, Mixtral's and Phi-3's
+//! `sliding_window`, Qwen2/Qwen3's `use_sliding_window` with `max_window_layers` or
+//! `layer_types`, Qwen3-MoE's `use_sliding_window`): query i of a windowed layer sees the keys
+//! j with i - j < size (transformers' `sliding_window_overlay`: `kv_idx > q_idx - sliding_window`).
+//!
+//! Mistral, Mixtral, Phi-3 and Qwen3-MoE slide on every layer whatever `layer_types` says
+//! (their transformers models build one sliding mask for all layers; Qwen3MoeConfig has no
+//! `max_window_layers`); Qwen2/Qwen3, Gemma and GPT-OSS slide on the layers their
+//! `layer_types` (or the config class's rule) name. The kernels mask by [`KeyWindow`]; a
+//! window at least as long as the sequence changes nothing.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use asa_core::error::{Error, Result};
+use asa_hooks::KeyWindow;
+
+/// The layer types `layer_types` may name.
+const LAYER_TYPES: [&str; 2] = ["full_attention", "sliding_attention"];
+
+/// A sliding window and the layers that use it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SlidingWindow {
+    /// Keys a query sees, itself included.
+    pub size: usize,
+    /// The windowed layers, 0-based.
+    pub layers: Vec<usize>,
+}
+
+/// The raw config fields a window is read from.
+pub(crate) struct RawWindow<'a> {
+    pub sliding_window: Option<&'a Value>,
+    pub use_sliding_window: Option<bool>,
+    pub max_window_layers: Option<usize>,
+    pub layer_types: Option<&'a [String]>,
+    pub sliding_window_pattern: Option<usize>,
+}
+
+impl SlidingWindow {
+    /// The keys each query of layer `layer` (0-based) sees.
+    pub fn of_layer(&self, layer: usize) -> KeyWindow {
+        match self.layers.contains(&layer) {
+            true => KeyWindow::sliding(self.size),
+            false => KeyWindow::CAUSAL,
+        }
+    }
+
+    /// The windowed layers, 1-based, e.g. "1-2" or "2, 4".
+    pub fn describe_layers(&self) -> String {
+        let first = self.layers.first().copied().unwrap_or(0);
+        let contiguous = self.layers.iter().enumerate().all(|(k, &l)| l == first + k);
+        match (contiguous, self.layers.len()) {
+            (true, 1) => format!("{}", first + 1),
+            (true, n) => format!("{}-{}", first + 1, first + n),
+            _ => self
+                .layers
+                .iter()
+                .map(|l| (l + 1).to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+}
+
+/// Whether a family's layers slide at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowUse {
+    /// No window, whatever the config says (Llama: transformers has none).
+    Never,
+    /// When `sliding_window` is set (Mistral, Gemma).
+    Always,
+    /// When `use_sliding_window` is true too (transformers drops the window of a Qwen config
+    /// without it; `sliding_window` absent is then the config class's default, 4096).
+    WhenEnabled,
+}
+
+/// Which layers slide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowLayers {
+    /// Every layer, whatever `layer_types` says (one sliding mask for all layers: Mistral,
+    /// Mixtral, Phi-3, Qwen3-MoE).
+    All,
+    /// Those `layer_types` names, else layer i when i >= `max_window_layers` (Qwen2Config;
+    /// 28 when absent).
+    FromMaxWindowLayers,
+    /// Those `layer_types` names, else layer i when i is even (Gemma2Config, GptOssConfig).
+    EveryOther,
+    /// Those `layer_types` names, else every layer but each `sliding_window_pattern`-th,
+    /// this one when absent (Gemma3TextConfig, Olmo3Config's 4).
+    AllButEvery(usize),
+    /// Those `layer_types` names, none without them (SmolLM3: its family refuses a window
+    /// it would derive otherwise).
+    Listed,
+}
+
+/// A family's window rules (`super::config::Family::window`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowRule {
+    pub used: WindowUse,
+    /// The window when `sliding_window` is absent (the config class's default).
+    pub default_size: Option<usize>,
+    pub layers: WindowLayers,
+}
+
+/// The window of a config, as transformers reads it for a family with `rule`; `None` when
+/// every layer attends to all earlier keys. `layer_types` naming sliding layers of a config
+/// without a window (`use_sliding_window` false, `sliding_window` null), or absent where the
+/// config class derives sliding layers (Gemma 2/3, GPT-OSS) with `sliding_window` null, is
+/// refused: transformers has no window to build their mask with and refuses it too.
+pub(crate) fn resolve(
+    raw: RawWindow<'_>,
+    rule: &WindowRule,
+    num_layers: usize,
+    path: &Path,
+) -> Result<Option<SlidingWindow>> {
+    let types = match rule.used {
+        // Llama: transformers reads neither the window nor the layer types
+        WindowUse::Never => return Ok(None),
+        _ => checked_layer_types(raw.layer_types, num_layers, &LAYER_TYPES, path)?,
+    };
+    let used = match rule.used {
+        WindowUse::WhenEnabled => raw.use_sliding_window == Some(true),
+        _ => true,
+    };
+    let Some(size) = size(raw.sliding_window, rule, path)?.filter(|_| used) else {
+        // without layer_types, Gemma 2/3 and GPT-OSS derive sliding layers whatever the window
+        let derived = types.is_none()
+            && used
+            && matches!(
+                rule.layers,
+                WindowLayers::EveryOther | WindowLayers::AllButEvery(_)
+            )
+            && num_layers > 0;
+        if derived {
+            return Err(Error::checkpoint(
+                path,
+                "sliding_window is null but layer_types is absent, so the config class makes some layers sliding layers by its rule: there is no window to give them (transformers refuses it too); set layer_types or a window",
+            ));
+        }
+        let sliding = types.is_some_and(|t| t.iter().any(|t| t == "sliding_attention"));
+        if sliding && rule.layers != WindowLayers::All {
+            let why = match used {
+                true => "sliding_window is null",
+                false => "use_sliding_window is not true",
+            };
+            return Err(Error::checkpoint(
+                path,
+                format!("layer_types names sliding_attention layers but {why}: there is no window to give them"),
+            ));
+        }
+        return Ok(None);
+    };
+    let layers = windowed_layers(&raw, rule, types, num_layers);
+    Ok((!layers.is_empty()).then_some(SlidingWindow { size, layers }))
+}
+
+/// The layers a window of `rule` slides on (0-based).
+fn windowed_layers(
+    raw: &RawWindow<'_>,
+    rule: &WindowRule,
+    types: Option<&[String]>,
+    num_layers: usize,
+) -> Vec<usize> {
+    match (types, rule.layers) {
+        // one sliding mask for every layer, layer_types or not
+        (_, WindowLayers::All) => (0..num_layers).collect(),
+        (Some(types), _) => (0..num_layers)
+            .filter(|&l| types[l] == "sliding_attention")
+            .collect(),
+        (None, WindowLayers::EveryOther) => (0..num_layers).step_by(2).collect(),
+        (None, WindowLayers::Listed) => Vec::new(),
+        (None, WindowLayers::AllButEvery(default)) => {
+            let pattern = raw.sliding_window_pattern.unwrap_or(default).max(1);
+            (0..num_layers).filter(|l| (l + 1) % pattern != 0).collect()
+        }
+        // Qwen2Config's max_window_layers defaults to 28
+        (None, WindowLayers::FromMaxWindowLayers) => {
+            (raw.max_window_layers.unwrap_or(28)..num_layers).collect()
+        }
+    }
+}
+
+/// `layer_types`, checked: one of the `supported` types per layer.
+pub(crate) fn checked_layer_types<'a>(
+    types: Option<&'a [String]>,
+    num_layers: usize,
+    supported: &[&str],
+    path: &Path,
+) -> Result<Option<&'a [String]>> {
+    let Some(types) = types else { return Ok(None) };
+    if types.len() != num_layers {
+        return Err(Error::checkpoint(
+            path,
+            format!(
+                "layer_types has {} entries for num_hidden_layers {num_layers}",
+                types.len()
+            ),
+        ));
+    }
+    if let Some(other) = types.iter().find(|t| !supported.contains(&t.as_str())) {
+        return Err(Error::checkpoint(
+            path,
+            format!(
+                "layer type `{other}` is not implemented (supported: {})",
+                supported.join(", ")
+            ),
+        ));
+    }
+    Ok(Some(types))
+}
+
+/// `sliding_window`: a positive integer, none when null, the family's default when absent.
+fn size(value: Option<&Value>, rule: &WindowRule, path: &Path) -> Result<Option<usize>> {
+    crate::config::positive_or_null(value, "sliding_window", rule.default_size, path)
+}
