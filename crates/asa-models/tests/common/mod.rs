@@ -1,0 +1,3 @@
+//! Helpers of asa-models' tests.
+
+pub mod reference_files;
