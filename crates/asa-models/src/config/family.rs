@@ -62,6 +62,9 @@ pub struct Family {
     /// The one MLP activation implemented, and the config key naming it.
     pub activation: &'static str,
     pub activation_key: fn(&RawConfig) -> Option<&str>,
+    /// Reads the keys only this family has (its struct, in its own file), refusing a wrong
+    /// type by name before any rule reads them (`own_keys_readable::<TheKeys>`).
+    pub keys: fn(&RawConfig, &Path) -> Result<()>,
     /// Refuses the family's settings the loader does not implement (after the sizes).
     pub check: fn(&RawConfig, &Path) -> Result<()>,
     /// MXFP4-quantized experts (`quantization_config`) are read.

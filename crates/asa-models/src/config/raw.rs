@@ -54,10 +54,8 @@ pub struct RawConfig {
     pub use_bidirectional_attention: Option<bool>,
     /// How the weights are quantized (only GPT-OSS's MXFP4 experts are read).
     pub quantization_config: Option<Value>,
-    /// Gemma 3: one global layer every `sliding_window_pattern` layers, and the legacy
-    /// theta of its sliding layers.
+    /// Gemma 3 and Cohere2: one global layer every `sliding_window_pattern` layers.
     pub sliding_window_pattern: Option<usize>,
-    pub rope_local_base_freq: Option<f64>,
     pub layer_norm_eps: Option<f64>,
     pub num_local_experts: Option<usize>,
     pub num_experts: Option<usize>,
@@ -68,13 +66,8 @@ pub struct RawConfig {
     pub moe_intermediate_size: Option<usize>,
     pub decoder_sparse_step: Option<usize>,
     pub mlp_only_layers: Option<Vec<usize>>,
-    /// GPT-2's names of the norm epsilon and the MLP activation, and its attention options.
+    /// GPT-2's name of the norm epsilon.
     pub layer_norm_epsilon: Option<f64>,
-    pub activation_function: Option<String>,
-    pub scale_attn_weights: Option<bool>,
-    pub scale_attn_by_inverse_layer_idx: Option<bool>,
-    pub reorder_and_upcast_attn: Option<bool>,
-    pub use_parallel_residual: Option<bool>,
     /// GPT-NeoX's legacy names of `partial_rotary_factor` and `rope_theta`.
     pub rotary_pct: Option<f64>,
     pub rotary_emb_base: Option<f64>,
@@ -85,18 +78,12 @@ pub struct RawConfig {
     /// every `no_rope_layer_interval`-th layer.
     pub no_rope_layers: Option<Vec<i64>>,
     pub no_rope_layer_interval: Option<usize>,
-    /// Llama 4: chunked attention, temperature tuning of NoPE layers, L2 QK-norm, experts on
-    /// `moe_layers` (or every `interleave_moe_layer_step`-th layer), the dense MLP's size.
-    /// `null` (no chunks) is `Some(Value::Null)`, apart from absent (the class's default).
-    #[serde(default, deserialize_with = "present")]
-    pub attention_chunk_size: Option<Value>,
-    pub attn_temperature_tuning: Option<bool>,
+    /// Llama 4: the temperature tuning's scales (read by the scale checks too), experts on
+    /// `moe_layers` (or every `interleave_moe_layer_step`-th layer).
     pub floor_scale: Option<f64>,
     pub attn_scale: Option<f64>,
-    pub use_qk_norm: Option<bool>,
     pub moe_layers: Option<Vec<usize>>,
     pub interleave_moe_layer_step: Option<usize>,
-    pub intermediate_size_mlp: Option<usize>,
     /// DeepSeek-V3 / GLM-4.5 experts: routed and shared experts, group-limited top-k,
     /// the routed weights' factor, the dense layers before the first MoE layer.
     pub n_routed_experts: Option<usize>,
@@ -107,14 +94,11 @@ pub struct RawConfig {
     pub first_k_dense_replace: Option<usize>,
     pub topk_method: Option<String>,
     pub scoring_func: Option<String>,
-    /// Multi-head latent attention (DeepSeek-V3): `q_lora_rank` null is one `q_proj`.
+    /// Multi-head latent attention's ranks (DeepSeek-V3; GGUF names them too): `q_lora_rank`
+    /// null is one `q_proj`.
     #[serde(default, deserialize_with = "present")]
     pub q_lora_rank: Option<Value>,
     pub kv_lora_rank: Option<usize>,
-    pub qk_nope_head_dim: Option<usize>,
-    pub qk_rope_head_dim: Option<usize>,
-    pub v_head_dim: Option<usize>,
-    pub rope_interleave: Option<bool>,
     pub attention_variant: Option<String>,
     pub affine_scaled: Option<RawAffine>,
     pub scale_invariant: Option<RawScaleInvariant>,
@@ -159,7 +143,28 @@ impl RawConfig {
         serde_path_to_error::deserialize(json)
             .map_err(|e| field_error(path, "invalid config.json", e))
     }
+
+    /// The family's own keys where a rule has no path for errors: resolution has read them
+    /// already ([`own_keys_readable`], the family's `keys`), so a wrong type was refused
+    /// before any rule runs.
+    pub(crate) fn own<T: serde::de::DeserializeOwned + Default>(&self) -> T {
+        self.family_keys(Path::new("config.json"))
+            .unwrap_or_default()
+    }
 }
+
+/// Checks that a config's keys of family struct `T` read (a family's `keys` rule): run by
+/// resolution first, so that [`RawConfig::own`] never meets a wrong type.
+pub(crate) fn own_keys_readable<T: serde::de::DeserializeOwned>(
+    raw: &RawConfig,
+    path: &Path,
+) -> Result<()> {
+    raw.family_keys::<T>(path).map(drop)
+}
+
+/// The keys of a family that has none of its own.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct NoOwnKeys {}
 
 /// A field that is there, `null` included: serde reads a `null` into an `Option` as `None`,
 /// the same as an absent key, where transformers' config classes tell them apart (a
@@ -287,6 +292,40 @@ mod tests {
             .to_string();
         assert!(
             err.contains("config.json") && err.contains("field `logit_scale`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_family_key_of_the_wrong_type_is_refused_by_name_whatever_rule_reads_it() {
+        use crate::config::ModelConfig;
+        let sizes = r#""hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 64"#;
+        // read by rules with no path for errors (layout, the dense MLP's size, the
+        // activation) and by rules with one: each refused before resolution goes on
+        for (family, key) in [
+            ("gpt_neox", r#""use_parallel_residual": "yes""#),
+            ("deepseek_v3", r#""rope_interleave": 3"#),
+            ("llama4_text", r#""intermediate_size_mlp": -1"#),
+            ("gpt2", r#""activation_function": 5"#),
+            ("gemma3_text", r#""rope_local_base_freq": "high""#),
+            ("cohere2", r#""logit_scale": [1]"#),
+        ] {
+            let json = format!(r#"{{"model_type": "{family}", {sizes}, {key}}}"#);
+            let err = ModelConfig::from_json(&json, Path::new("config.json"))
+                .unwrap_err()
+                .to_string();
+            let name = key.split('"').nth(1).unwrap();
+            assert!(err.contains(&format!("field `{name}`")), "{family}: {err}");
+        }
+        // a number or null by its rule (null, no chunks, is apart from absent)
+        let json =
+            format!(r#"{{"model_type": "llama4_text", {sizes}, "attention_chunk_size": "x"}}"#);
+        let err = ModelConfig::from_json(&json, Path::new("config.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("attention_chunk_size \"x\" must be a positive integer or null"),
             "{err}"
         );
     }

@@ -38,6 +38,7 @@ impl RawConfig {
     pub fn resolve(self, path: &Path) -> Result<ModelConfig> {
         let architecture = self.architecture(path)?;
         let family = architecture.family();
+        (family.keys)(&self, path)?;
         let s = self.sizes(path, family)?;
         let latent = (family.latent)(&self, path)?;
         // latent attention: one key/value head per head, q/k of nope + rope dims, RoPE on

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use super::llama;
 use crate::attention_layers::AttentionLayers;
 use crate::config::family::Family;
+use crate::config::raw::own_keys_readable;
 use crate::config::RawConfig;
 use crate::layout::{Layout, NormKind};
 use crate::multipliers::Multipliers;
@@ -20,6 +21,7 @@ use asa_engine::nn::RopePairs;
 
 pub(crate) const FAMILY: Family = Family {
     name: "cohere2",
+    keys: own_keys_readable::<Cohere2Keys>,
     check,
     norm_eps: layer_norm_eps,
     default_max_position_embeddings: 8192,

@@ -18,10 +18,12 @@
 
 use std::path::Path;
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::llama;
 use crate::config::family::{Assembled, Biases, Family, GgufRules, NameTable, Ropes};
+use crate::config::raw::own_keys_readable;
 use crate::config::{float_field, positive_or_null, RawConfig};
 use crate::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
 use crate::gguf_config::{metadata_bool, Dims, Meta, TensorFacts};
@@ -32,6 +34,7 @@ use asa_engine::nn::{RopePairs, Routing};
 
 pub(crate) const FAMILY: Family = Family {
     name: "deepseek_v3",
+    keys: own_keys_readable::<DeepseekKeys>,
     biases,
     norm_eps: rms_norm_eps,
     default_max_position_embeddings: 4096,
@@ -133,10 +136,21 @@ fn rms_norm_eps(raw: &RawConfig) -> f64 {
     raw.rms_norm_eps.unwrap_or(1e-6)
 }
 
+/// The keys only DeepseekV3Config has (of those the GGUF reader does not name): multi-head
+/// latent attention's head sizes and its RoPE pairs.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct DeepseekKeys {
+    qk_nope_head_dim: Option<usize>,
+    qk_rope_head_dim: Option<usize>,
+    v_head_dim: Option<usize>,
+    rope_interleave: Option<bool>,
+}
+
 fn layout(raw: &RawConfig) -> Layout {
     Layout {
         qkv: QkvLayout::Latent,
-        rope_pairs: match raw.rope_interleave.unwrap_or(true) {
+        rope_pairs: match raw.own::<DeepseekKeys>().rope_interleave.unwrap_or(true) {
             true => RopePairs::Deinterleaved,
             false => RopePairs::Halves,
         },
@@ -153,9 +167,10 @@ fn rope(raw: &RawConfig, path: &Path, rope_dim: usize) -> Result<Ropes> {
 fn latent(raw: &RawConfig, path: &Path) -> Result<Option<LatentShape>> {
     let q_rank = positive_or_null(raw.q_lora_rank.as_ref(), "q_lora_rank", Some(1536), path)?;
     let kv_rank = raw.kv_lora_rank.unwrap_or(512);
-    let nope_dim = raw.qk_nope_head_dim.unwrap_or(128);
-    let rope_dim = raw.qk_rope_head_dim.unwrap_or(64);
-    let v_dim = raw.v_head_dim.unwrap_or(128);
+    let keys: DeepseekKeys = raw.family_keys(path)?;
+    let nope_dim = keys.qk_nope_head_dim.unwrap_or(128);
+    let rope_dim = keys.qk_rope_head_dim.unwrap_or(64);
+    let v_dim = keys.v_head_dim.unwrap_or(128);
     for (key, value) in [
         ("kv_lora_rank", kv_rank),
         ("qk_rope_head_dim", rope_dim),

@@ -6,10 +6,12 @@
 use std::path::Path;
 
 use candle_core::quantized::gguf_file::Value as GgufValue;
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{gemma2, llama, qwen3};
 use crate::config::family::{Family, GgufRules, Ropes};
+use crate::config::raw::own_keys_readable;
 use crate::config::{GemmaSettings, RawConfig};
 use crate::gguf_config::{Dims, Meta, TensorFacts};
 use crate::sliding_window::{WindowLayers, WindowRule};
@@ -18,6 +20,7 @@ use asa_engine::nn::rope::RopeConfig;
 
 pub(crate) const FAMILY: Family = Family {
     name: "gemma3_text",
+    keys: own_keys_readable::<Gemma3Keys>,
     qk_norm: true,
     rope,
     window: WindowRule {
@@ -101,14 +104,22 @@ fn scalars(raw: &RawConfig, path: &Path, hidden_size: usize) -> Result<Option<Ge
     }))
 }
 
+/// The key only Gemma3TextConfig has: the legacy theta of its sliding layers.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Gemma3Keys {
+    rope_local_base_freq: Option<f64>,
+}
+
 /// Gemma 3's RoPE: `rope_parameters` keyed by layer type (`full_attention`,
 /// `sliding_attention`), or the legacy `rope_theta` (global, default 1e6),
 /// `rope_local_base_freq` (sliding, default 1e4) and `rope_scaling` (global only), as
 /// Gemma3TextConfig reads them. Returns (global, sliding).
 fn rope(raw: &RawConfig, path: &Path, head_dim: usize) -> Result<Ropes> {
+    let keys: Gemma3Keys = raw.family_keys(path)?;
     let thetas = (
         raw.rope_theta.unwrap_or(1_000_000.0),
-        raw.rope_local_base_freq.unwrap_or(10_000.0),
+        keys.rope_local_base_freq.unwrap_or(10_000.0),
     );
     typed_rope(raw, path, head_dim, thetas)
 }

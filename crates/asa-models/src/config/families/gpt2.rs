@@ -3,10 +3,12 @@
 
 use std::path::Path;
 
-use serde_json::json;
+use serde::Deserialize;
+use serde_json::{json, Value};
 
 use super::{llama, phi3};
 use crate::config::family::{Biases, Family, GgufRules, NameTable, StoredTensor, Undo};
+use crate::config::raw::own_keys_readable;
 use crate::config::RawConfig;
 use crate::gguf_config::{Dims, Meta, TensorFacts};
 use crate::layout::{Layout, MlpKind, NormKind, QkvLayout};
@@ -18,6 +20,7 @@ pub(crate) const FAMILY: Family = Family {
     default_intermediate_per_hidden: Some(4),
     activation: "gelu_new",
     activation_key: activation_function,
+    keys: own_keys_readable::<Gpt2Keys>,
     check,
     biases: all_biases,
     mlp_bias: true,
@@ -71,22 +74,34 @@ pub(crate) const GGUF: GgufRules = GgufRules {
 /// The final LayerNorm's bias (GPT-2, GPT-NeoX), as llama.cpp names it.
 pub(crate) const GGUF_NORM_BIAS: NameTable = &[("output_norm.bias", Some("model.norm.bias"))];
 
+/// The keys only GPT2Config has: the MLP activation and the attention options.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Gpt2Keys {
+    activation_function: Option<String>,
+    scale_attn_weights: Option<bool>,
+    scale_attn_by_inverse_layer_idx: Option<bool>,
+    reorder_and_upcast_attn: Option<bool>,
+}
+
+/// `activation_function` (a string, or absent: resolution has read [`Gpt2Keys`]).
 fn activation_function(raw: &RawConfig) -> Option<&str> {
-    raw.activation_function.as_deref()
+    raw.json.get("activation_function").and_then(Value::as_str)
 }
 
 /// GPT-2's attention options: only the plain scaled attention is implemented.
 fn check(raw: &RawConfig, path: &Path) -> Result<()> {
+    let keys: Gpt2Keys = raw.family_keys(path)?;
     for (key, value, works) in [
-        ("scale_attn_weights", raw.scale_attn_weights, true),
+        ("scale_attn_weights", keys.scale_attn_weights, true),
         (
             "scale_attn_by_inverse_layer_idx",
-            raw.scale_attn_by_inverse_layer_idx,
+            keys.scale_attn_by_inverse_layer_idx,
             false,
         ),
         (
             "reorder_and_upcast_attn",
-            raw.reorder_and_upcast_attn,
+            keys.reorder_and_upcast_attn,
             false,
         ),
     ] {

@@ -1,10 +1,12 @@
 //! GPT-NeoX (Pythia): LayerNorm with biases, a fused per-head q/k/v projection, partial
 //! rotary (`rotary_pct`), a parallel residual, a GELU MLP, biases everywhere.
 
+use serde::Deserialize;
 use serde_json::json;
 
 use super::{gpt2, llama};
 use crate::config::family::{Biases, Family, GgufRules, StoredTensor, Undo};
+use crate::config::raw::own_keys_readable;
 use crate::config::RawConfig;
 use crate::gguf_config::{metadata_bool, Dims, Meta, TensorFacts};
 use crate::layout::{Layout, MlpKind, NormKind, QkvLayout};
@@ -12,6 +14,7 @@ use asa_core::error::Result;
 
 pub(crate) const FAMILY: Family = Family {
     name: "gpt_neox",
+    keys: own_keys_readable::<NeoxKeys>,
     // GPTNeoXConfig has neither key/value heads nor head_dim: transformers ignores them
     heads_only: true,
     activation: "gelu",
@@ -77,13 +80,20 @@ fn layer_norm_eps(raw: &RawConfig) -> f64 {
     raw.layer_norm_eps.unwrap_or(1e-5)
 }
 
+/// The key only GPTNeoXConfig has.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct NeoxKeys {
+    use_parallel_residual: Option<bool>,
+}
+
 /// `use_parallel_residual` (default true).
 fn layout(raw: &RawConfig) -> Layout {
     Layout {
         norm: NormKind::Layer,
         mlp: MlpKind::Gelu,
         qkv: QkvLayout::FusedPerHead,
-        parallel_residual: raw.use_parallel_residual.unwrap_or(true),
+        parallel_residual: raw.own::<NeoxKeys>().use_parallel_residual.unwrap_or(true),
         ..Layout::LLAMA
     }
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 use crate::attention_layers::AttentionLayers;
 use crate::config::family::gguf_rules::{no_config_keys, nothing_undone};
 use crate::config::family::{Biases, Family, GgufRules, NameTable, Ropes, StoredTensor, Undo};
+use crate::config::raw::{own_keys_readable, NoOwnKeys};
 use crate::config::{GemmaSettings, RawConfig};
 use crate::experts::{DenseSizes, Experts, RawExperts};
 use crate::gguf_config::{Dims, Meta, TensorFacts};
@@ -24,6 +25,7 @@ pub(crate) const FAMILY: Family = Family {
     dense_intermediate: intermediate_size,
     activation: "silu",
     activation_key: hidden_act,
+    keys: own_keys_readable::<NoOwnKeys>,
     check: nothing_to_check,
     mxfp4_experts: false,
     biases: attention_bias,

@@ -20,9 +20,12 @@
 
 use std::path::Path;
 
+use serde::Deserialize;
+
 use super::llama;
 use crate::attention_layers::{no_rope_layers, AttentionLayers, ChunkedLayers, TemperatureTuning};
 use crate::config::family::{Assembled, Family, GgufRules, Ropes};
+use crate::config::raw::{own_keys_readable, present};
 use crate::config::{positive_or_null, RawConfig};
 use crate::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
 use crate::gguf_config::{Dims, Meta, TensorFacts};
@@ -36,6 +39,7 @@ const LAYER_TYPES: [&str; 2] = ["full_attention", "chunked_attention"];
 
 pub(crate) const FAMILY: Family = Family {
     name: "llama4_text",
+    keys: own_keys_readable::<Llama4Keys>,
     dense_intermediate,
     norm_eps: rms_norm_eps,
     default_max_position_embeddings: 4096 * 32,
@@ -154,9 +158,26 @@ fn gguf_config(meta: &Meta, _: &TensorFacts, _: &Dims, raw: &mut serde_json::Val
     Ok(())
 }
 
+/// The keys only Llama4TextConfig has: chunked attention, temperature tuning of the NoPE
+/// layers, the L2 QK-norm, the dense MLP's size.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Llama4Keys {
+    /// `null` (no chunks) is `Some(Value::Null)`, apart from absent (the class's default).
+    #[serde(deserialize_with = "present")]
+    attention_chunk_size: Option<serde_json::Value>,
+    attn_temperature_tuning: Option<bool>,
+    use_qk_norm: Option<bool>,
+    intermediate_size_mlp: Option<usize>,
+}
+
 /// Llama4TextConfig's `intermediate_size_mlp` (16384 by default).
 fn dense_intermediate(raw: &RawConfig) -> Option<usize> {
-    Some(raw.intermediate_size_mlp.unwrap_or(16384))
+    Some(
+        raw.own::<Llama4Keys>()
+            .intermediate_size_mlp
+            .unwrap_or(16384),
+    )
 }
 
 /// Llama4TextConfig's default is 1e-5.
@@ -187,12 +208,13 @@ fn attention_layers(raw: &RawConfig, num_layers: usize, path: &Path) -> Result<A
         num_layers,
         path,
     )?;
-    let chunked = chunked_layers(raw, &no_rope, num_layers, path)?;
+    let keys: Llama4Keys = raw.family_keys(path)?;
+    let chunked = chunked_layers(raw, &keys, &no_rope, num_layers, path)?;
     Ok(AttentionLayers {
         no_rope,
         chunked,
-        temperature: temperature(raw, path)?,
-        l2_qk_norm: raw.use_qk_norm.unwrap_or(true),
+        temperature: temperature(raw, &keys, path)?,
+        l2_qk_norm: keys.use_qk_norm.unwrap_or(true),
     })
 }
 
@@ -200,11 +222,12 @@ fn attention_layers(raw: &RawConfig, num_layers: usize, path: &Path) -> Result<A
 /// them, the RoPE layers) with `attention_chunk_size` (8192 by default; null: none).
 fn chunked_layers(
     raw: &RawConfig,
+    keys: &Llama4Keys,
     no_rope: &[usize],
     num_layers: usize,
     path: &Path,
 ) -> Result<Option<ChunkedLayers>> {
-    let key = raw.attention_chunk_size.as_ref();
+    let key = keys.attention_chunk_size.as_ref();
     let size = positive_or_null(key, "attention_chunk_size", Some(8192), path)?;
     let types = checked_layer_types(raw.layer_types.as_deref(), num_layers, &LAYER_TYPES, path)?;
     let layers: Vec<usize> = match types {
@@ -227,8 +250,12 @@ fn chunked_layers(
 
 /// The NoPE layers' temperature tuning (`attn_temperature_tuning`, on by default, with
 /// `floor_scale` 8192 and `attn_scale` 0.1).
-fn temperature(raw: &RawConfig, path: &Path) -> Result<Option<TemperatureTuning>> {
-    if !raw.attn_temperature_tuning.unwrap_or(true) {
+fn temperature(
+    raw: &RawConfig,
+    keys: &Llama4Keys,
+    path: &Path,
+) -> Result<Option<TemperatureTuning>> {
+    if !keys.attn_temperature_tuning.unwrap_or(true) {
         return Ok(None);
     }
     let floor_scale = raw.floor_scale.unwrap_or(8192.0);
