@@ -14,8 +14,12 @@
 //!    `..mistral::FAMILY`), with the functions it needs beside it: its defaults (head_dim,
 //!    norm epsilon, positions, tied embeddings), config-key aliases (`activation_key`,
 //!    `norm_eps`), biases, layout, sliding-window rule, RoPE, experts, scalars, tensor
-//!    names. `families/qwen3.rs` (14 lines) and `families/phi3.rs` (28 lines) are
-//!    examples; `families/gemma3.rs` (86 lines) one with its own RoPE rules.
+//!    names. The keys only this family's config class has are a struct in the same file,
+//!    named by its `keys` rule (`keys: own_keys_readable::<TheKeys>`) and read with
+//!    `raw.family_keys(path)` (or `raw.own()` in a rule without a path): the shared mirror
+//!    (`raw.rs`) holds only keys several families read. `families/qwen3.rs` and
+//!    `families/phi3.rs` are short examples; `families/cohere2.rs` one with keys of its
+//!    own, `families/gemma3.rs` one with its own RoPE rules.
 //! 2. Add `mod <model_type>;` and one line `<model_type>::FAMILY,` to the table in
 //!    `families/mod.rs`.
 //!

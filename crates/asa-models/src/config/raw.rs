@@ -107,7 +107,7 @@ pub struct RawConfig {
     #[serde(flatten)]
     pub hybrid: super::raw_hybrid::RawHybrid,
     /// The config as written, from which a family reads the keys only it has into a struct
-    /// in its own file ([`RawConfig::family_keys`]); `null` where none was kept.
+    /// in its own file (`RawConfig::family_keys`); `null` where none was kept.
     #[serde(skip)]
     pub json: Value,
 }
