@@ -1,6 +1,6 @@
 """Python exceptions at the package's boundary: a number out of its parameter's range is a
 `UsageError` (a ValueError) naming the parameter, not the OverflowError of PyO3's
-conversion; every `AsaError` has `path`, `option` and `tensor` (the library sets them on
+conversion; every `AsaError` has `path`, `option`, `tensor` and `key` (the library sets them on
 what it raises; one raised here in Python names none)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from ._native import AsaError, UsageError
 AsaError.path = None
 AsaError.option = None
 AsaError.tensor = None
+AsaError.key = None
 
 
 def _python_errors(fn: Any) -> Any:

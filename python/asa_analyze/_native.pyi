@@ -16,6 +16,9 @@ class AsaError(ValueError):
     `--bins`), where one is."""
     tensor: Optional[str]
     """The checkpoint's tensor at fault (missing, or of another shape), where one is."""
+    key: Optional[str]
+    """The checkpoint's setting at fault (a config.json or GGUF metadata key whose value is
+    not implemented: `model_type`, `attention_variant`), where one is."""
 class Cancelled(Exception): ...
 
 class CancelToken:

@@ -118,6 +118,7 @@ fn to_py(err: Error) -> PyErr {
     let path = err.path().map(|p| p.to_string_lossy().into_owned());
     let option = err.option_name().map(python_spelling);
     let tensor = err.problem().and_then(|p| p.tensor()).map(str::to_owned);
+    let key = err.problem().and_then(|p| p.key()).map(str::to_owned);
     let raised = match err.kind() {
         ErrorKind::Cancelled => Cancelled::new_err("asa-analyze run cancelled"),
         ErrorKind::Input(kind) => match kind {
@@ -137,6 +138,7 @@ fn to_py(err: Error) -> PyErr {
         let _ = value.setattr("path", path);
         let _ = value.setattr("option", option);
         let _ = value.setattr("tensor", tensor);
+        let _ = value.setattr("key", key);
     });
     raised
 }

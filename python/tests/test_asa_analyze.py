@@ -258,6 +258,15 @@ def test_bad_input_raises_asa_errors_with_the_clis_line(tmp_path):
         asa.analyze(bad, **SMALL)
     assert (err.value.tensor, Path(err.value.path).name) == ("model.layers.0.mlp.gate_proj.weight", "model.safetensors")
     assert err.value.option is None
+    assert err.value.key is None
+    # a setting the loader does not implement is typed too: .key names it
+    config["intermediate_size"] = 64
+    config["attention_variant"] = "magic"
+    (bad / "config.json").write_text(json.dumps(config))
+    with pytest.raises(asa.CheckpointError, match="attention_variant `magic` is not implemented") as err:
+        asa.analyze(bad, **SMALL)
+    assert (err.value.key, err.value.tensor, Path(err.value.path).name) == ("attention_variant", None, "config.json")
+    del config["attention_variant"]
     # a parser's refusal is about the same input: a CheckpointError naming the file
     (bad / "config.json").write_text("{")
     with pytest.raises(asa.CheckpointError, match="invalid config.json") as err:

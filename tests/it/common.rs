@@ -276,6 +276,19 @@ fn gguf_rewritten(
 
 /// The error of opening checkpoint `path` (a folder or a GGUF file) on the CPU in f32,
 /// which must fail.
+/// The problem [`asa_analyze::model::Checkpoint::open`] (and `validate`) refuses the
+/// checkpoint at `path` with, as a value.
+pub fn open_problem(path: &Path) -> asa_analyze::checkpoint_problem::CheckpointProblem {
+    use candle_core::{DType, Device};
+    let err = asa_analyze::model::Checkpoint::open(path, &Device::Cpu, DType::F32)
+        .and_then(asa_analyze::model::Checkpoint::validate)
+        .err()
+        .expect("refused");
+    err.problem()
+        .cloned()
+        .unwrap_or_else(|| panic!("not a typed problem: {err}"))
+}
+
 pub fn open_error(path: &Path) -> String {
     use candle_core::{DType, Device};
     asa_analyze::model::Checkpoint::open(path, &Device::Cpu, DType::F32)

@@ -72,9 +72,14 @@ fn gpt_neox_features_not_implemented_are_refused_naming_them() {
         c["hidden_act"] = "gelu_new".into()
     });
     let err = expect_error(&run_cli(tmp.path(), &["inspect", "neox"]));
-    assert!(
-        err.contains("hidden_act `gelu_new` for gpt_neox (supported: gelu)"),
-        "{err}"
+    assert!(err.contains("(the MLP of gpt_neox)"), "{err}");
+    assert_eq!(
+        crate::common::open_problem(&tmp.path().join("neox")),
+        asa_analyze::checkpoint_problem::CheckpointProblem::unsupported(
+            "hidden_act",
+            "gelu_new",
+            "gelu"
+        )
     );
     edit_config(&tmp.path().join("neox"), |c| {
         c["hidden_act"] = "gelu".into();
@@ -474,11 +479,12 @@ fn gpt_oss_names_its_sinks_windows_and_experts_and_reads_mxfp4() {
     edit_config(&tmp.path().join("m"), |c| {
         c["quantization_config"]["quant_method"] = serde_json::json!("awq")
     });
-    let err = expect_error(&run_cli(tmp.path(), &["inspect", "m"]));
-    assert!(
-        err.contains("quantization_config with quant_method `awq` is not implemented"),
-        "{err}"
-    );
+    expect_error(&run_cli(tmp.path(), &["inspect", "m"]));
+    assert!(matches!(
+        crate::common::open_problem(&tmp.path().join("m")),
+        asa_analyze::checkpoint_problem::CheckpointProblem::Unsupported { key, value, .. }
+            if key == "quantization_config.quant_method" && value == "awq"
+    ));
 }
 
 /// Gemma 3's multimodal checkpoints (`model_type` gemma3, Gemma3ForConditionalGeneration:

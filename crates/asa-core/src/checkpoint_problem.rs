@@ -16,6 +16,14 @@ pub enum CheckpointProblem {
         expected: Vec<usize>,
         got: Vec<usize>,
     },
+    /// A setting (`key`: a config key, a GGUF metadata key) has a value the loader does not
+    /// implement; `supported` lists those it does, in words.
+    #[error("{key} `{value}` is not implemented (supported: {supported})")]
+    Unsupported {
+        key: String,
+        value: String,
+        supported: String,
+    },
 }
 
 impl CheckpointProblem {
@@ -24,6 +32,28 @@ impl CheckpointProblem {
         match self {
             CheckpointProblem::MissingTensor { tensor }
             | CheckpointProblem::Shape { tensor, .. } => Some(tensor),
+            CheckpointProblem::Unsupported { .. } => None,
+        }
+    }
+
+    /// The setting the problem is about (a config or metadata key).
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            CheckpointProblem::Unsupported { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+
+    /// `key` set to `value`, which is not one of `supported`.
+    pub fn unsupported(
+        key: impl Into<String>,
+        value: impl std::fmt::Display,
+        supported: impl Into<String>,
+    ) -> Self {
+        CheckpointProblem::Unsupported {
+            key: key.into(),
+            value: value.to_string(),
+            supported: supported.into(),
         }
     }
 }

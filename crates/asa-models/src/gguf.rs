@@ -350,9 +350,9 @@ fn unsupported_type_name(id: u32) -> Option<&'static str> {
 fn gguf_family(path: &Path, arch: &str) -> Result<(&'static Family, &'static GgufRules)> {
     Family::of_gguf(arch).ok_or_else(|| {
         let supported = supported_architectures();
-        Error::checkpoint(
+        Error::checkpoint_problem(
             path,
-            format!("unsupported GGUF architecture `{arch}` (supported: {supported})"),
+            CheckpointProblem::unsupported("general.architecture", arch, supported),
         )
     })
 }

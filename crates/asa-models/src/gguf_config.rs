@@ -11,6 +11,7 @@ use serde_json::json;
 use super::config::family::GgufRules;
 use super::config::Family;
 use super::gguf_rope::{llama3_from_freq_factors, read_factors, Recovered};
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 
 /// What the config needs from the tensor table (under HF names).
@@ -285,9 +286,13 @@ fn refuse_unimplemented(meta: &Meta) -> Result<()> {
     }
     if let Some(kind) = metadata_str(meta.content, &meta.key("rope.scaling.type")) {
         if !matches!(kind, "none" | "linear" | "yarn") {
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 path,
-                format!("rope scaling `{kind}` ({}.rope.scaling.type) is not implemented (supported: none, linear, yarn, llama3 rope_freqs)", meta.arch()),
+                CheckpointProblem::unsupported(
+                    meta.key("rope.scaling.type"),
+                    kind,
+                    "none, linear, yarn, llama3 rope_freqs",
+                ),
             ));
         }
     }

@@ -13,6 +13,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 use asa_hooks::KeyWindow;
 
@@ -199,12 +200,9 @@ pub(crate) fn checked_layer_types<'a>(
         ));
     }
     if let Some(other) = types.iter().find(|t| !supported.contains(&t.as_str())) {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            format!(
-                "layer type `{other}` is not implemented (supported: {})",
-                supported.join(", ")
-            ),
+            CheckpointProblem::unsupported("layer_types", other, supported.join(", ")),
         ));
     }
     Ok(Some(types))

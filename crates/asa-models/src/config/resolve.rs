@@ -13,6 +13,7 @@ use super::{Architecture, ModelConfig, VariantSettings};
 use crate::experts::{DenseSizes, Experts, RawExperts};
 use crate::mixers::Mixer;
 use crate::sliding_window::{RawWindow, SlidingWindow};
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 use asa_engine::attention::{
     Activation, AffineConfig, BetaLength, ScaleInvariantConfig, VariantKind,
@@ -119,11 +120,12 @@ impl RawConfig {
     fn architecture(&self, path: &Path) -> Result<Architecture> {
         let model_type = required(self.model_type.clone(), "model_type", path)?;
         Architecture::parse(&model_type).ok_or_else(|| {
-            Error::checkpoint(
+            Error::checkpoint_problem(
                 path,
-                format!(
-                    "unknown model_type `{model_type}` (supported: {})",
-                    Architecture::supported()
+                CheckpointProblem::unsupported(
+                    "model_type",
+                    &model_type,
+                    Architecture::supported(),
                 ),
             )
         })
@@ -243,11 +245,12 @@ impl RawConfig {
         if let Some(quant) = &self.quantization_config {
             let method = quant.get("quant_method").and_then(Value::as_str);
             if !(method == Some("mxfp4") && family.mxfp4_experts) {
-                return Err(Error::checkpoint(
+                return Err(Error::checkpoint_problem(
                     path,
-                    format!(
-                        "quantization_config with quant_method {} is not implemented (supported: mxfp4 experts of gpt_oss; or a GGUF file)",
-                        method.map_or_else(|| "missing".to_string(), |m| format!("`{m}`"))
+                    CheckpointProblem::unsupported(
+                        "quantization_config.quant_method",
+                        method.unwrap_or("(missing)"),
+                        "mxfp4 experts of gpt_oss; or a GGUF file",
                     ),
                 ));
             }
@@ -261,13 +264,11 @@ impl RawConfig {
         // the MLP's activation: SwiGLU's silu, GPT-NeoX's exact GELU, GPT-2's tanh GELU
         let want = family.activation;
         if let Some(act) = (family.activation_key)(self).filter(|a| *a != want) {
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 path,
-                format!(
-                    "unsupported hidden_act `{act}` for {} (supported: {want})",
-                    family.name
-                ),
-            ));
+                CheckpointProblem::unsupported("hidden_act", act, want),
+            )
+            .with_note(format!("the MLP of {}", family.name)));
         }
         Ok(())
     }
@@ -278,11 +279,12 @@ impl RawConfig {
         let declared = match &self.attention_variant {
             None => None,
             Some(name) => Some(VariantKind::parse(name).ok_or_else(|| {
-                Error::checkpoint(
+                Error::checkpoint_problem(
                     path,
-                    format!(
-                        "unknown attention_variant `{name}` (supported: {})",
-                        VariantKind::SUPPORTED
+                    CheckpointProblem::unsupported(
+                        "attention_variant",
+                        name,
+                        VariantKind::SUPPORTED,
                     ),
                 )
             })?),
@@ -442,9 +444,13 @@ fn resolve_affine(raw: Option<&RawAffine>, path: &Path) -> Result<Option<AffineC
             "linear_clipping" => Activation::LinearClipping,
             "sigmoid" => Activation::Sigmoid,
             other => {
-                return Err(Error::checkpoint(
+                return Err(Error::checkpoint_problem(
                     path,
-                    format!("unknown affine_scaled.activation `{other}` (supported: linear_clipping, sigmoid)"),
+                    CheckpointProblem::unsupported(
+                        "affine_scaled.activation",
+                        other,
+                        "linear_clipping, sigmoid",
+                    ),
                 ))
             }
         };
@@ -454,10 +460,12 @@ fn resolve_affine(raw: Option<&RawAffine>, path: &Path) -> Result<Option<AffineC
             "full" => BetaLength::Full,
             "visible" => BetaLength::Visible,
             other => {
-                return Err(Error::checkpoint(
+                return Err(Error::checkpoint_problem(
                     path,
-                    format!(
-                        "unknown affine_scaled.beta_length `{other}` (supported: full, visible)"
+                    CheckpointProblem::unsupported(
+                        "affine_scaled.beta_length",
+                        other,
+                        "full, visible",
                     ),
                 ))
             }
@@ -570,11 +578,14 @@ pub(super) mod tests {
         let err = resolve(&format!(
             "{{{BASE}, \"quantization_config\": {{\"quant_method\": \"gptq\", \"bits\": 4}}}}"
         ))
-        .unwrap_err()
-        .to_string();
-        assert!(
-            err.contains("quantization_config with quant_method `gptq` is not implemented"),
-            "{err}"
+        .unwrap_err();
+        assert_eq!(
+            err.problem(),
+            Some(&CheckpointProblem::unsupported(
+                "quantization_config.quant_method",
+                "gptq",
+                "mxfp4 experts of gpt_oss; or a GGUF file"
+            ))
         );
     }
 
@@ -731,8 +742,14 @@ pub(super) mod tests {
         let err = resolve(&format!(
                 r#"{{{mistral}, "sliding_window": 8, "layer_types": ["chunked_attention", "full_attention"]}}"#
             ))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("layer type `chunked_attention`"), "{err}");
+            .unwrap_err();
+        assert_eq!(
+            err.problem(),
+            Some(&CheckpointProblem::unsupported(
+                "layer_types",
+                "chunked_attention",
+                "full_attention, sliding_attention"
+            ))
+        );
     }
 }

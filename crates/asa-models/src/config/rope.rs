@@ -8,6 +8,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::raw::{float_field, positive, RawConfig};
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 use asa_engine::nn::rope::{rotated_dims, RopeConfig};
 use asa_engine::nn::rope::{PRopeSpacing, RopeScaling};
@@ -131,9 +132,10 @@ impl RawConfig {
             }
             other => {
                 let supported = "default, linear, dynamic, yarn, longrope, llama3, p_rope";
-                let message =
-                    format!("rope_type `{other}` is not implemented (supported: {supported})");
-                return Err(Error::checkpoint(path, message));
+                return Err(Error::checkpoint_problem(
+                    path,
+                    CheckpointProblem::unsupported("rope_type", other, supported),
+                ));
             }
         })
     }
@@ -220,9 +222,13 @@ fn resolve_p_rope(
             Some("rope") => PRopeSpacing::Rope,
             Some("log") => PRopeSpacing::Log,
             _ => {
-                return Err(Error::checkpoint(
+                return Err(Error::checkpoint_problem(
                     path,
-                    format!("unknown p_rope spacing {v} (supported: rope, log)"),
+                    CheckpointProblem::unsupported(
+                        "p_rope spacing",
+                        v.as_str().map_or_else(|| v.to_string(), str::to_string),
+                        "rope, log",
+                    ),
                 ))
             }
         },
@@ -545,7 +551,10 @@ mod tests {
             (r#""p": 1.5"#, "p = 1.5 must be in (0, 1]"),
             (r#""p": -0.5"#, "p = -0.5"),
             (r#""p": 0.1"#, "n = floor(0.1 * 16 / 2) = 0"),
-            (r#""p": 0.5, "spacing": "linear""#, r#"spacing "linear""#),
+            (
+                r#""p": 0.5, "spacing": "linear""#,
+                "p_rope spacing `linear` is not implemented",
+            ),
             (r#""spacing": "log""#, "missing `p`"),
             (r#""p": "half""#, r#"got "half""#),
         ] {

@@ -28,6 +28,7 @@ use crate::config::{float_field, positive_or_null, RawConfig};
 use crate::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
 use crate::gguf_config::{metadata_bool, Dims, Meta, TensorFacts};
 use crate::layout::{Layout, QkvLayout};
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 use asa_engine::attention::latent::LatentShape;
 use asa_engine::nn::{RopePairs, Routing};
@@ -267,9 +268,9 @@ pub(crate) fn deepseek_experts(
         ("scoring_func", raw.scoring_func, "sigmoid"),
     ] {
         if let Some(other) = value.filter(|v| *v != implemented) {
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 path,
-                format!("{key} `{other}` is not implemented (supported: {implemented})"),
+                CheckpointProblem::unsupported(key, other, implemented),
             ));
         }
     }
