@@ -689,13 +689,14 @@ impl Model {
                     Some(cap) => ((logits.to_dtype(DType::F32)? / cap)?.tanh()? * cap)?,
                     None => logits,
                 };
-                // Granite divides the logits by logits_scaling, Falcon-H1 multiplies them
+                // Granite divides the logits by logits_scaling, Falcon-H1 and Cohere
+                // multiply them
                 let m = c.multipliers;
                 let logits = match m.logits_divisor {
                     Some(d) => asa_engine::nn::times(&logits, 1.0 / d)?,
                     None => logits,
                 };
-                scaled(logits, m.logits_factor)?
+                scaled(scaled(logits, m.logits_factor)?, m.logit_scale)?
             };
             let ctx = BlockCtx {
                 layer: layers,

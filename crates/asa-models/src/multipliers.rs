@@ -14,8 +14,10 @@ pub struct Multipliers {
     pub attention_scale: Option<f64>,
     /// The logits are divided by this (Granite's `logits_scaling`)...
     pub logits_divisor: Option<f64>,
-    /// ... or multiplied by this (Falcon-H1's `lm_head_multiplier`).
+    /// ... or multiplied by this (Falcon-H1's `lm_head_multiplier`)...
     pub logits_factor: Option<f64>,
+    /// ... or by this (Cohere's `logit_scale`).
+    pub logit_scale: Option<f64>,
     /// Falcon-H1: the attention's input and output, its keys, the Mamba output, the MLP's
     /// gate projection and its output.
     pub attention_in: Option<f64>,
@@ -65,6 +67,7 @@ impl Multipliers {
                 "next-token logits x {}",
                 "lm_head_multiplier",
             ),
+            (self.logit_scale, "next-token logits x {}", "logit_scale"),
         ];
         let mut entries: Vec<(f64, &str, &str)> = all
             .into_iter()

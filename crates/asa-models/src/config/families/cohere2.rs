@@ -91,18 +91,11 @@ fn attention_layers(raw: &RawConfig, num_layers: usize, path: &Path) -> Result<A
     })
 }
 
-/// The logits times `logit_scale`.
+/// The logits times `logit_scale` (a number float32 holds: `Multipliers::check`).
 fn multipliers(raw: &RawConfig, path: &Path) -> Result<Multipliers> {
     let keys: Cohere2Keys = raw.family_keys(path)?;
-    let scale = keys.logit_scale.unwrap_or(LOGIT_SCALE);
-    if !scale.is_finite() || scale == 0.0 {
-        return Err(Error::checkpoint(
-            path,
-            format!("logit_scale {scale} must be a finite number other than 0"),
-        ));
-    }
     Ok(Multipliers {
-        logits_factor: Some(scale),
+        logit_scale: Some(keys.logit_scale.unwrap_or(LOGIT_SCALE)),
         ..Multipliers::default()
     })
 }
@@ -130,11 +123,11 @@ mod tests {
             (4096, vec![0, 1, 2, 4, 5, 6])
         );
         assert_eq!(c.attention_layers.no_rope, vec![3, 7]);
-        assert_eq!(c.multipliers.logits_factor, Some(0.0625));
+        assert_eq!(c.multipliers.logit_scale, Some(0.0625));
         assert_eq!(c.head_dim, 8);
         let c = config(r#", "sliding_window_pattern": 2, "logit_scale": 0.5"#).unwrap();
         assert_eq!(c.attention_layers.no_rope, vec![1, 3, 5, 7]);
-        assert_eq!(c.multipliers.logits_factor, Some(0.5));
+        assert_eq!(c.multipliers.logit_scale, Some(0.5));
     }
 
     #[test]
@@ -142,7 +135,7 @@ mod tests {
         let err = config(r#", "logit_scale": "big""#).unwrap_err().to_string();
         assert!(err.contains("field `logit_scale`"), "{err}");
         let err = config(r#", "logit_scale": 0"#).unwrap_err().to_string();
-        assert!(err.contains("logit_scale 0 must be"), "{err}");
+        assert!(err.contains("logit_scale 0 is outside what float32 holds"), "{err}");
         let err = config(r#", "head_dim": 16"#).unwrap_err().to_string();
         assert!(err.contains("head_dim 16 is not hidden_size"), "{err}");
     }
