@@ -9,9 +9,11 @@
 //! - `asa-kernels`: [`kernels`] (CPU, and CUDA with the `cuda` feature); `asa-hooks`: [`hooks`];
 //! - `asa-engine`: [`nn`], [`attention`], [`mixer`], [`device`]; `asa-models`: [`model`];
 //! - `asa-tables`: [`export`]; `asa-logs`: [`stats`]; `asa-metrics`: [`metrics`];
+//! - `asa-record`: run.json as types (`analysis::record`, `analysis::shard`);
 //! - `asa-analysis`: [`analysis`], [`corpus`], [`train`];
 //! - `asa-figures`: [`plot`], [`paper`], [`report`].
 
+pub mod checkpoint_facts;
 pub mod cli;
 pub mod results;
 

@@ -12,6 +12,7 @@ pub mod out_of_memory;
 pub mod parse_error;
 pub mod profile;
 pub mod robust;
+pub mod run_facts;
 
 pub use checkpoint_problem::CheckpointProblem;
 pub use error::{Error, ErrorKind, InputKind, Result};

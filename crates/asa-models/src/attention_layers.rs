@@ -60,84 +60,7 @@ impl AttentionLayers {
     }
 }
 
-/// What one decoder layer is, for `inspect` and run.json: its mixer and, for attention,
-/// the keys a query sees and whether it rotates.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct LayerKind {
-    /// 1-based, as the tables number layers.
-    pub layer: usize,
-    /// `attention`, or a hybrid's other mixer (`short conv`).
-    pub mixer: String,
-    /// Attention: causal, sliding or chunked (`KeyWindow`'s words).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub keys: Option<String>,
-    /// Attention: RoPE, or NoPE.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rope: Option<bool>,
-    /// The queries are temperature-tuned (Llama 4's NoPE layers).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub temperature_tuned: bool,
-}
-
-impl LayerKind {
-    /// An attention layer `l` (0-based) of `window`, rotating when `rope`.
-    pub fn attention(l: usize, window: KeyWindow, rope: bool, temperature_tuned: bool) -> Self {
-        LayerKind {
-            layer: l + 1,
-            mixer: Mixer::Attention.name().to_string(),
-            keys: Some(window.describe()),
-            rope: Some(rope),
-            temperature_tuned,
-        }
-    }
-
-    /// Layer `l` (0-based) of a mixer other than attention.
-    pub fn other(l: usize, mixer: Mixer) -> Self {
-        LayerKind {
-            layer: l + 1,
-            mixer: mixer.name().to_string(),
-            keys: None,
-            rope: None,
-            temperature_tuned: false,
-        }
-    }
-
-    /// The kind in words, without its number ("attention, RoPE, causal"; "short conv").
-    fn words(&self) -> String {
-        let (Some(keys), Some(rope)) = (&self.keys, self.rope) else {
-            return self.mixer.clone();
-        };
-        let rope = match rope {
-            true => "RoPE",
-            false => "NoPE",
-        };
-        let tuned = match self.temperature_tuned {
-            true => ", temperature-tuned queries",
-            false => "",
-        };
-        format!("{}, {rope}, {keys}{tuned}", self.mixer)
-    }
-
-    /// Runs of layers of one kind, in a line ("1-3: attention, RoPE, chunks of 8
-    /// positions; 4: attention, NoPE, causal").
-    pub fn describe_all(kinds: &[LayerKind]) -> String {
-        let mut runs: Vec<(usize, usize, String)> = Vec::new();
-        for kind in kinds {
-            let words = kind.words();
-            match runs.last_mut() {
-                Some((_, last, w)) if *w == words && *last + 1 == kind.layer => *last = kind.layer,
-                _ => runs.push((kind.layer, kind.layer, words)),
-            }
-        }
-        runs.iter()
-            .map(|(first, last, words)| match first == last {
-                true => format!("{first}: {words}"),
-                false => format!("{first}-{last}: {words}"),
-            })
-            .collect::<Vec<_>>()
-            .join("; ")
-    }
-}
+pub use asa_core::run_facts::LayerKind;
 
 /// The NoPE layers of a `no_rope_layers` list as SmolLM3Config and Llama4TextConfig write it
 /// (one entry a layer, 1 where the layer uses RoPE, 0 where it does not), or, absent, the
@@ -203,8 +126,8 @@ mod tests {
     fn runs_of_one_kind_are_described_together() {
         let kinds: Vec<LayerKind> = (0..4)
             .map(|l| match l {
-                3 => LayerKind::attention(l, KeyWindow::CAUSAL, false, true),
-                _ => LayerKind::attention(l, KeyWindow::chunked(8), true, false),
+                3 => LayerKind::attention(l, "attention", KeyWindow::CAUSAL.describe(), false, true),
+                _ => LayerKind::attention(l, "attention", KeyWindow::chunked(8).describe(), true, false),
             })
             .collect();
         assert_eq!(

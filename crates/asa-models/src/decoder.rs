@@ -315,16 +315,7 @@ impl Ropes {
     }
 }
 
-/// What streaming one layer took: its load (reading and casting its weights) and its
-/// compute over every window, and the bytes read from the checkpoint's files.
-#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
-pub struct LayerTiming {
-    /// 0-based layer; the number of layers for the embedding and LM head reads.
-    pub layer: usize,
-    pub load_seconds: f64,
-    pub compute_seconds: f64,
-    pub bytes_read: u64,
-}
+pub use asa_core::run_facts::LayerTiming;
 
 /// Vocabulary rows of the LM head read and applied at a time when layers are streamed.
 const LM_HEAD_CHUNK: usize = 16384;

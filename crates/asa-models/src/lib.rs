@@ -61,15 +61,7 @@ pub struct MemoryModel {
     pub host_copy: Option<HostCopy>,
 }
 
-/// Tensors of a model in memory copied from a device to the host before the analysis.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct HostCopy {
-    /// The device they were copied from (e.g. `cuda:0`).
-    pub from: String,
-    pub tensors: usize,
-    pub bytes: u64,
-    pub seconds: f64,
-}
+pub use asa_core::run_facts::HostCopy;
 
 /// A checkpoint opened for analysis: config, weights, detected variant.
 pub struct Checkpoint {

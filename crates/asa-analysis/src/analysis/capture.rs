@@ -27,35 +27,7 @@ use asa_models::attention_layers::LayerKind;
 /// weights; the flash tiles hold none).
 const CAPTURE_BLOCK: usize = 256;
 
-/// One attention module of a captured model, as run.json names it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CapturedModule {
-    /// Its qualified name in the model (`model.layers.3.self_attn`).
-    pub name: String,
-    /// 1-based: 1 + the first integer in its name (decoder numbering).
-    pub layer: usize,
-    /// The keys a query sees (`KeyWindow`'s words: causal, sliding window of w keys, ...).
-    pub keys: String,
-    /// Its logits' soft-cap, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub softcap: Option<f64>,
-    /// It has learnable sink logits (`module.sinks`, GPT-OSS).
-    pub sinks: bool,
-}
-
-/// What run.json records of a capture: the model's class, the transformers version, and
-/// each attention module captured.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct CaptureRecord {
-    pub model_class: String,
-    /// The stack captured in a model of several (`language_model`); none for one stack.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stack: Option<String>,
-    pub transformers_version: String,
-    /// Forward passes captured.
-    pub forward_passes: usize,
-    pub modules: Vec<CapturedModule>,
-}
+pub use asa_record::capture_record::{CaptureRecord, CapturedModule};
 
 /// An attention module the capture computes: its place and what it is told.
 #[derive(Debug, Clone)]
@@ -779,7 +751,10 @@ impl Capture {
             layer_kinds: self
                 .layers
                 .iter()
-                .map(|l| LayerKind::attention(l.number, l.window, true, false))
+                .map(|l| {
+                    let attention = asa_models::mixers::Mixer::Attention.name();
+                    LayerKind::attention(l.number, attention, l.window.describe(), true, false)
+                })
                 .collect(),
             kernels: kernel_layers(&metrics.kernels)
                 .into_iter()

@@ -12,13 +12,13 @@ pub mod inspect;
 pub mod partial;
 pub mod partial_checks;
 pub mod plan;
-pub mod record;
+pub use asa_record::record;
 mod run;
 pub mod run_option;
 mod run_spec;
 pub mod schedule;
 pub mod series;
-pub mod shard;
+pub use asa_record::shard;
 pub mod tokens;
 
 pub use cancel::CancelToken;

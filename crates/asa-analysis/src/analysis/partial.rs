@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::fingerprint::{sha256_file, windows_sha256};
 use super::partial_checks::{check_info, check_partials, check_states, Coverage};
-use super::record::{MergeRecord, ModelRecord, RunRecord};
+use super::record::{MergeRecord, ModelRecord, PartialInfo, RunRecord};
 use super::run::{ModelResult, RunOutput};
 use super::shard::Shard;
 use asa_core::error::{Error, Result};
@@ -85,31 +85,6 @@ impl Covered {
             start: range.start as u64,
             end: range.end as u64,
             sha256: String::new(),
-        }
-    }
-}
-
-/// What a shard's partial says of itself: its run.json's `partial` block, and (without
-/// `states_sha256`) the identity in every row of its `partial.parquet`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct PartialInfo {
-    /// Shards covered (one for a shard, more for a merge of some), ascending.
-    pub shards: Vec<usize>,
-    pub count: usize,
-    /// Everything that must agree between partials of one run.
-    pub fingerprint: Value,
-    /// SHA-256 of `partial.parquet` (run.json only; absent from partials written before
-    /// asa-analyze recorded it, which `merge` refuses).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub states_sha256: Option<String>,
-}
-
-impl PartialInfo {
-    /// The identity written into `partial.parquet`: this block without the states' hash.
-    pub fn identity(&self) -> PartialInfo {
-        PartialInfo {
-            states_sha256: None,
-            ..self.clone()
         }
     }
 }

@@ -13,49 +13,16 @@
 //! - window by window: position 0 is the BOS id when one is in use (`--bos`), else a draw;
 //!   then L draws x_1 .. x_L; then x_1 .. x_L again.
 
-use std::fmt;
-
 use super::generator::SplitMix64;
 use super::{resolve_special, BosMode, CorpusOptions, SpecialTokens, Tok, TokenizerRef, Windows};
 use asa_core::error::{Error, Result};
-use asa_core::parse_error::ParseError;
 
 /// The shortest copy: with L = 2 the token after the earlier occurrence is the previous
 /// token (distance L - 1 = 1), so induction and previous-token attention are one thing.
 pub const MIN_COPY: usize = 3;
 
-/// A built-in probe that replaces the corpus (`--probe`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProbeKind {
-    /// BOS, L random ids, the same L ids again.
-    Induction,
-}
+pub use asa_record::probe_kind::ProbeKind;
 
-impl ProbeKind {
-    /// The names `--probe` takes.
-    pub const NAMES: [&'static str; 1] = ["induction"];
-}
-
-impl std::str::FromStr for ProbeKind {
-    type Err = ParseError;
-
-    /// The probe named as in the CLI ([`ProbeKind::NAMES`]).
-    fn from_str(s: &str) -> std::result::Result<Self, ParseError> {
-        match s {
-            "induction" => Ok(ProbeKind::Induction),
-            _ => Err(ParseError::unknown("probe", s, &ProbeKind::NAMES)),
-        }
-    }
-}
-
-impl fmt::Display for ProbeKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ProbeKind::Induction => "induction",
-        })
-    }
-}
 
 /// L, the length of each copy, of windows of `seq_len` tokens (`2L + 1`); a usage error
 /// naming `--seq-len` when it is even or shorter than `2 * MIN_COPY + 1`.

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use super::checkpoints::CheckpointFacts;
 use super::method::Method;
 use super::runs::RunSet;
 use super::values::{parameters, run_values, RunValues, ValueOptions};
@@ -31,12 +32,17 @@ pub struct PaperTable {
     pub notes: Vec<String>,
 }
 
-/// Reads every run's inputs and lays out the tables they fill.
-pub fn paper_tables(set: &RunSet, o: &ValueOptions) -> Result<Vec<PaperTable>> {
+/// Reads every run's inputs (its checkpoint through `checkpoints`) and lays out the tables
+/// they fill.
+pub fn paper_tables(
+    set: &RunSet,
+    o: &ValueOptions,
+    checkpoints: &dyn CheckpointFacts,
+) -> Result<Vec<PaperTable>> {
     let params = set
         .runs
         .iter()
-        .map(parameters)
+        .map(|run| parameters(run, checkpoints))
         .collect::<Result<Vec<_>>>()?;
     let baselines: BTreeMap<&str, usize> = set
         .runs

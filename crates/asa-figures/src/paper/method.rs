@@ -1,7 +1,5 @@
 //! The methods the paper compares, by the names a user gives them.
 
-use asa_engine::attention::VariantKind;
-
 /// A method: one of the paper's, or any name (Table 3's alpha nonlinearities, say).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Method {
@@ -30,18 +28,6 @@ impl Method {
                 Method::AffineScaledGated
             }
             _ => Method::Other(name.to_string()),
-        }
-    }
-
-    /// The method a checkpoint's attention variant stands for.
-    pub fn from_variant(kind: VariantKind) -> Method {
-        match kind {
-            VariantKind::Softmax => Method::Baseline,
-            VariantKind::Sink => Method::Sink,
-            VariantKind::AffineScaled => Method::AffineScaled,
-            VariantKind::Gated => Method::Gated,
-            VariantKind::AffineScaledGated => Method::AffineScaledGated,
-            other => Method::Other(other.name().to_string()),
         }
     }
 

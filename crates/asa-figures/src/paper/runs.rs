@@ -18,14 +18,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use candle_core::{DType, Device};
 use serde::Deserialize;
 
+use super::checkpoints::CheckpointFacts;
 use super::checks;
 use super::method::Method;
-use asa_analysis::analysis::hub_cache::{self, HubModel};
 use asa_core::error::{Error, Result};
-use asa_models::Checkpoint;
 
 /// One (size, method) and its inputs; any input may be missing.
 #[derive(Debug, Clone, PartialEq)]
@@ -124,8 +122,9 @@ fn check_loss_window(path: &Path, window: Option<i64>) -> Result<()> {
 }
 
 impl RunSet {
-    /// The runs of a manifest (`.toml` or `.json`).
-    pub fn from_manifest(path: &Path) -> Result<RunSet> {
+    /// The runs of a manifest (`.toml` or `.json`); a run naming no method takes its
+    /// checkpoint's, read by `checkpoints`.
+    pub fn from_manifest(path: &Path, checkpoints: &dyn CheckpointFacts) -> Result<RunSet> {
         let text = asa_core::input::read_text(path, asa_core::input::JSON_RECORD)?;
         let is_json = path
             .extension()
@@ -168,7 +167,7 @@ impl RunSet {
             let (method, method_source) = match (&r.method, &checkpoint) {
                 (Some(m), _) => (Method::parse(m), None),
                 (None, Some(ckpt)) => {
-                    let (m, source) = method_of_checkpoint(ckpt)?;
+                    let (m, source) = method_of_checkpoint(ckpt, checkpoints)?;
                     (m, Some(source))
                 }
                 (None, None) => {
@@ -294,33 +293,15 @@ impl RunSet {
     }
 }
 
-/// A checkpoint path or Hub id, as the metric commands take it.
-pub fn checkpoint_dir(spec: &Path) -> Result<PathBuf> {
-    match hub_cache::resolve(spec)? {
-        Some(HubModel::Checkpoint(dir)) => Ok(dir),
-        Some(HubModel::Series(_)) => Err(Error::usage(format!(
-            "{}: a table row takes one checkpoint (one revision)",
-            spec.display()
-        ))),
-        None => Ok(spec.to_path_buf()),
-    }
-}
-
-/// Opens a checkpoint (headers and shapes only).
-pub fn open_checkpoint(spec: &Path) -> Result<Checkpoint> {
-    Checkpoint::open(&checkpoint_dir(spec)?, &Device::Cpu, DType::F32)?.validate()
-}
-
 /// The method a checkpoint's variant stands for, and how it was detected.
-fn method_of_checkpoint(spec: &Path) -> Result<(Method, String)> {
-    let ckpt = open_checkpoint(spec)?;
+fn method_of_checkpoint(
+    spec: &Path,
+    checkpoints: &dyn CheckpointFacts,
+) -> Result<(Method, String)> {
+    let (variant, source) = checkpoints.variant(spec)?;
     Ok((
-        Method::from_variant(ckpt.variant.kind),
-        format!(
-            "the checkpoint's variant {} ({})",
-            ckpt.variant.kind.name(),
-            ckpt.variant.source
-        ),
+        Method::parse(&variant),
+        format!("the checkpoint's variant {variant} ({source})"),
     ))
 }
 

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use super::checks;
 use super::lm_eval::{self, LmEvalResults};
-use super::runs::{open_checkpoint, PaperRun, RunSet};
+use super::checkpoints::CheckpointFacts;
+use super::runs::{PaperRun, RunSet};
 use asa_core::error::{Error, Result};
 use asa_logs::series::Sample;
 use asa_logs::{load_runs, LogRequest, RunSpec, StepWindow};
@@ -201,14 +202,14 @@ pub fn run_values(
 
 /// Stored parameters of a run's checkpoint, and those its variant adds (the fallback when
 /// the size has no baseline checkpoint).
-pub fn parameters(run: &PaperRun) -> Result<Option<(usize, usize)>> {
-    match &run.checkpoint {
-        None => Ok(None),
-        Some(path) => {
-            let ckpt = open_checkpoint(path)?;
-            Ok(Some((ckpt.parameter_count(), ckpt.delta_params())))
-        }
-    }
+pub fn parameters(
+    run: &PaperRun,
+    checkpoints: &dyn CheckpointFacts,
+) -> Result<Option<(usize, usize)>> {
+    run.checkpoint
+        .as_deref()
+        .map(|path| checkpoints.parameters(path))
+        .transpose()
 }
 
 fn delta_params(run: &PaperRun, params: Option<(usize, usize)>, baseline: Option<usize>) -> Cell {

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use asa_analysis::analysis::record::RunRecord;
+use asa_record::record::RunRecord;
 use asa_core::error::{Error, Result};
 use asa_tables::schema::{self, ColumnKind, TableSchema};
 use asa_tables::{read_table, Column, Table};

@@ -11,7 +11,7 @@ pub mod quantise;
 use std::path::{Path, PathBuf};
 
 use crate::plot::data::Results;
-use asa_analysis::analysis::record::RunRecord;
+use asa_record::record::RunRecord;
 use asa_core::error::{Error, Result};
 pub use payload::Folder;
 

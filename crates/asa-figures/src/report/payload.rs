@@ -9,7 +9,7 @@ use base64::Engine;
 use serde_json::{json, Map, Value};
 
 use crate::plot::data::Results;
-use asa_analysis::analysis::record::RunRecord;
+use asa_record::record::RunRecord;
 use asa_core::error::{Error, Result};
 use asa_tables::{Column, Table};
 

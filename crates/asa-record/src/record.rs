@@ -11,8 +11,10 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::partial::PartialInfo;
-use super::shard::Shard;
+use crate::capture_record::CaptureRecord;
+use crate::probe_kind::ProbeKind;
+use crate::shard::Shard;
+use asa_core::run_facts::{HostCopy, LayerKind, LayerTiming};
 use asa_core::error::{Error, Result};
 use asa_metrics::Metric;
 
@@ -88,7 +90,7 @@ pub struct ModelRecord {
     pub profile_query: usize,
     /// What each decoder layer is (mixer; for attention the keys a query sees and RoPE or
     /// NoPE).
-    pub layer_kinds: Vec<asa_models::attention_layers::LayerKind>,
+    pub layer_kinds: Vec<LayerKind>,
     /// Kernel name -> the 0-based layers it computed.
     pub kernels: BTreeMap<String, Vec<usize>>,
     pub schedule: ScheduleRecord,
@@ -101,20 +103,20 @@ pub struct ModelRecord {
     pub windows: Option<u64>,
     /// A model in memory whose tensors were on a device: the copy to the host, and its cost.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub host_copy: Option<asa_models::HostCopy>,
+    pub host_copy: Option<HostCopy>,
     /// The built-in probe the windows were (`--probe`), with what rebuilds them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeRecord>,
     /// A model captured through its own forward pass (`asa.capture`): its class, the
     /// transformers version and each attention module.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub capture: Option<super::capture::CaptureRecord>,
+    pub capture: Option<CaptureRecord>,
 }
 
 /// A built-in probe's windows: which probe, each copy's length L and the seed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProbeRecord {
-    pub probe: crate::corpus::induction::ProbeKind,
+    pub probe: ProbeKind,
     /// L: each window is BOS, L random ids, the same L ids again (2L + 1 tokens).
     pub copy_len: usize,
     /// `--seed` of the ids.
@@ -135,7 +137,7 @@ pub struct ScheduleRecord {
     pub residual_bytes: u64,
     /// Where the residual stream lives between layers: `memory` or `scratch file`.
     pub residuals: String,
-    pub layers: Vec<asa_models::LayerTiming>,
+    pub layers: Vec<LayerTiming>,
 }
 
 /// Where NaN or an infinity first entered a model's run.
@@ -188,5 +190,30 @@ impl RunRecord {
     /// The record in `text`, read from `file`.
     pub fn parse(text: &str, file: &Path) -> Result<RunRecord> {
         serde_json::from_str(text).map_err(|e| Error::invalid(file, "invalid run.json", e))
+    }
+}
+
+/// What a shard's partial says of itself: its run.json's `partial` block, and (without
+/// `states_sha256`) the identity in every row of its `partial.parquet`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PartialInfo {
+    /// Shards covered (one for a shard, more for a merge of some), ascending.
+    pub shards: Vec<usize>,
+    pub count: usize,
+    /// Everything that must agree between partials of one run.
+    pub fingerprint: Value,
+    /// SHA-256 of `partial.parquet` (run.json only; absent from partials written before
+    /// asa-analyze recorded it, which `merge` refuses).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub states_sha256: Option<String>,
+}
+
+impl PartialInfo {
+    /// The identity written into `partial.parquet`: this block without the states' hash.
+    pub fn identity(&self) -> PartialInfo {
+        PartialInfo {
+            states_sha256: None,
+            ..self.clone()
+        }
     }
 }
