@@ -13,7 +13,6 @@
 //! - `asa-analysis`: [`analysis`], [`corpus`], [`train`];
 //! - `asa-figures`: [`plot`], [`paper`], [`report`].
 
-pub mod checkpoint_facts;
 pub mod cli;
 pub mod results;
 

@@ -7,5 +7,6 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         None => return,
     };
     let path = asa_fuzz::write(name, body);
-    let _ = asa_figures::paper::runs::RunSet::from_manifest(&path);
+    let checkpoints = asa_analysis::analysis::checkpoint_facts::ModelCheckpoints;
+    let _ = asa_figures::paper::runs::RunSet::from_manifest(&path, &checkpoints);
 });

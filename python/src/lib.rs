@@ -652,7 +652,10 @@ fn tables(
         let (tidy, texts) = py
             .detach(|| {
                 let mut set = match &manifest {
-                    Some(path) => RunSet::from_manifest(path, &asa_analyze::checkpoint_facts::ModelCheckpoints)?,
+                    Some(path) => RunSet::from_manifest(
+                        path,
+                        &asa_analyze::analysis::checkpoint_facts::ModelCheckpoints,
+                    )?,
                     None => RunSet::default(),
                 };
                 for (kind, arg) in &inputs {
@@ -676,7 +679,11 @@ fn tables(
                     set.table3 = table3.iter().map(|m| Method::parse(m)).collect();
                 }
                 let options = ValueOptions::resolve(&set, loss_window, loss_metric, &accuracy)?;
-                let tables = paper_tables(&set, &options, &asa_analyze::checkpoint_facts::ModelCheckpoints)?;
+                let tables = paper_tables(
+                    &set,
+                    &options,
+                    &asa_analyze::analysis::checkpoint_facts::ModelCheckpoints,
+                )?;
                 let texts: Vec<(u8, String, String)> = tables
                     .iter()
                     .map(|t| (t.number, typeset::markdown(t), typeset::latex(t)))

@@ -319,7 +319,11 @@ fn paper_tables_of_demo(
         loss_metric: "loss".into(),
         accuracy: Default::default(),
     };
-    let tables = paper_tables(&set, &options, &crate::checkpoint_facts::ModelCheckpoints)?;
+    let tables = paper_tables(
+        &set,
+        &options,
+        &crate::analysis::checkpoint_facts::ModelCheckpoints,
+    )?;
     let mut dir = OutputDir::create(&results.join("tables"), Format::Csv, &process.staging)?;
     write_tables(&tables, &mut dir, &tables_record(&set, &options, &tables))?;
     dir.commit()?;

@@ -63,7 +63,9 @@ pub struct TablesArgs {
 /// The runs and options `args` name.
 fn run_set(args: &TablesArgs) -> Result<(RunSet, ValueOptions)> {
     let mut set = match &args.manifest {
-        Some(path) => RunSet::from_manifest(path, &crate::checkpoint_facts::ModelCheckpoints)?,
+        Some(path) => {
+            RunSet::from_manifest(path, &crate::analysis::checkpoint_facts::ModelCheckpoints)?
+        }
         None => RunSet::default(),
     };
     for (input, values) in [
@@ -146,7 +148,11 @@ pub(crate) fn record(set: &RunSet, o: &ValueOptions, tables: &[PaperTable]) -> s
 /// Builds the tables, prints their Markdown, writes them under --out.
 pub fn run(args: TablesArgs, process: &super::Process) -> Result<()> {
     let (set, options) = run_set(&args)?;
-    let tables = paper_tables(&set, &options, &crate::checkpoint_facts::ModelCheckpoints)?;
+    let tables = paper_tables(
+        &set,
+        &options,
+        &crate::analysis::checkpoint_facts::ModelCheckpoints,
+    )?;
     if tables.is_empty() {
         return Err(Error::usage(
             "no table to build: Tables 1-2 need a sink, affine_scaled, gated or affine_scaled_gated run; Table 3 its methods (--table3)",

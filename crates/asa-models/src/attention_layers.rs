@@ -7,9 +7,7 @@
 
 use std::path::Path;
 
-use super::mixers::Mixer;
 use asa_core::error::{Error, Result};
-use asa_hooks::KeyWindow;
 
 /// Chunked attention: query i sees the keys j <= i of its own chunk of `size` positions.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -104,6 +102,7 @@ pub(crate) fn no_rope_layers(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use asa_hooks::KeyWindow;
 
     #[test]
     fn no_rope_layers_from_the_list_or_the_interval() {
@@ -126,8 +125,16 @@ mod tests {
     fn runs_of_one_kind_are_described_together() {
         let kinds: Vec<LayerKind> = (0..4)
             .map(|l| match l {
-                3 => LayerKind::attention(l, "attention", KeyWindow::CAUSAL.describe(), false, true),
-                _ => LayerKind::attention(l, "attention", KeyWindow::chunked(8).describe(), true, false),
+                3 => {
+                    LayerKind::attention(l, "attention", KeyWindow::CAUSAL.describe(), false, true)
+                }
+                _ => LayerKind::attention(
+                    l,
+                    "attention",
+                    KeyWindow::chunked(8).describe(),
+                    true,
+                    false,
+                ),
             })
             .collect();
         assert_eq!(

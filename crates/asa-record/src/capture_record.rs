@@ -32,4 +32,3 @@ pub struct CaptureRecord {
     pub forward_passes: usize,
     pub modules: Vec<CapturedModule>,
 }
-

@@ -5,6 +5,7 @@
 //! without the families.
 
 pub mod capture_record;
+pub mod checkpoint_facts;
 pub mod probe_kind;
 pub mod record;
 pub mod shard;

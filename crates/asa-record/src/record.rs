@@ -14,8 +14,8 @@ use serde_json::Value;
 use crate::capture_record::CaptureRecord;
 use crate::probe_kind::ProbeKind;
 use crate::shard::Shard;
-use asa_core::run_facts::{HostCopy, LayerKind, LayerTiming};
 use asa_core::error::{Error, Result};
+use asa_core::run_facts::{HostCopy, LayerKind, LayerTiming};
 use asa_metrics::Metric;
 
 /// run.json.

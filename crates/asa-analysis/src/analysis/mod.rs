@@ -5,6 +5,7 @@ pub mod attention_series;
 pub mod cancel;
 pub mod capture;
 pub mod capture_spans;
+pub mod checkpoint_facts;
 pub mod checkpoint_ready;
 pub mod fingerprint;
 pub mod hub_cache;

@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::fingerprint::first_difference;
-use super::partial::{Covered, Partial, PartialInfo, PartialModel};
+use super::partial::{Covered, Partial, PartialModel};
+use super::record::PartialInfo;
 use super::shard::{Shard, ShardSource};
 use asa_core::error::{Error, Result};
 

@@ -23,7 +23,6 @@ pub const MIN_COPY: usize = 3;
 
 pub use asa_record::probe_kind::ProbeKind;
 
-
 /// L, the length of each copy, of windows of `seq_len` tokens (`2L + 1`); a usage error
 /// naming `--seq-len` when it is even or shorter than `2 * MIN_COPY + 1`.
 pub fn copy_len(seq_len: usize) -> Result<usize> {

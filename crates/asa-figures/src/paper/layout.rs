@@ -5,11 +5,11 @@
 
 use std::collections::BTreeMap;
 
-use super::checkpoints::CheckpointFacts;
 use super::method::Method;
 use super::runs::RunSet;
 use super::values::{parameters, run_values, RunValues, ValueOptions};
 use asa_core::error::Result;
+use asa_record::checkpoint_facts::CheckpointFacts;
 
 /// A row: one run's cells.
 #[derive(Debug, Clone, PartialEq)]

@@ -4,7 +4,6 @@
 //! Markdown, LaTeX and a tidy table. A missing input leaves an empty cell and a note.
 
 pub mod checks;
-pub mod checkpoints;
 pub mod layout;
 pub mod lm_eval;
 pub mod method;
@@ -12,7 +11,7 @@ pub mod runs;
 pub mod typeset;
 pub mod values;
 
-pub use checkpoints::CheckpointFacts;
+pub use asa_record::checkpoint_facts::CheckpointFacts;
 pub use layout::{build_tables, paper_tables, PaperRow, PaperTable};
 pub use method::Method;
 pub use runs::{PaperRun, RunSet};

@@ -20,10 +20,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::checkpoints::CheckpointFacts;
 use super::checks;
 use super::method::Method;
 use asa_core::error::{Error, Result};
+use asa_record::checkpoint_facts::CheckpointFacts;
 
 /// One (size, method) and its inputs; any input may be missing.
 #[derive(Debug, Clone, PartialEq)]

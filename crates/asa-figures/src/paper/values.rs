@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 
 use super::checks;
 use super::lm_eval::{self, LmEvalResults};
-use super::checkpoints::CheckpointFacts;
 use super::runs::{PaperRun, RunSet};
 use asa_core::error::{Error, Result};
 use asa_logs::series::Sample;
 use asa_logs::{load_runs, LogRequest, RunSpec, StepWindow};
+use asa_record::checkpoint_facts::CheckpointFacts;
 use asa_tables::{read_table, Column, Table};
 
 /// A zero-shot task of the paper's tables.

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use asa_record::record::RunRecord;
 use asa_core::error::{Error, Result};
+use asa_record::record::RunRecord;
 use asa_tables::schema::{self, ColumnKind, TableSchema};
 use asa_tables::{read_table, Column, Table};
 

@@ -11,8 +11,8 @@ pub mod quantise;
 use std::path::{Path, PathBuf};
 
 use crate::plot::data::Results;
-use asa_record::record::RunRecord;
 use asa_core::error::{Error, Result};
+use asa_record::record::RunRecord;
 pub use payload::Folder;
 
 const TEMPLATE: &str = include_str!("page.html");

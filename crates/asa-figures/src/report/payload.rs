@@ -9,8 +9,8 @@ use base64::Engine;
 use serde_json::{json, Map, Value};
 
 use crate::plot::data::Results;
-use asa_record::record::RunRecord;
 use asa_core::error::{Error, Result};
+use asa_record::record::RunRecord;
 use asa_tables::{Column, Table};
 
 /// One results folder as the report names it: its path and its run.json, when it has one.

@@ -319,7 +319,13 @@ impl ModelConfig {
                     let tuned = a.temperature_of(l).is_some();
                     LayerKind {
                         mixer: m.name().to_string(),
-                        ..LayerKind::attention(l, m.name(), self.key_window(l).describe(), rope, tuned)
+                        ..LayerKind::attention(
+                            l,
+                            m.name(),
+                            self.key_window(l).describe(),
+                            rope,
+                            tuned,
+                        )
                     }
                 }
                 other => LayerKind::other(l, other.name()),

@@ -135,7 +135,10 @@ mod tests {
         let err = config(r#", "logit_scale": "big""#).unwrap_err().to_string();
         assert!(err.contains("field `logit_scale`"), "{err}");
         let err = config(r#", "logit_scale": 0"#).unwrap_err().to_string();
-        assert!(err.contains("logit_scale 0 is outside what float32 holds"), "{err}");
+        assert!(
+            err.contains("logit_scale 0 is outside what float32 holds"),
+            "{err}"
+        );
         let err = config(r#", "head_dim": 16"#).unwrap_err().to_string();
         assert!(err.contains("head_dim 16 is not hidden_size"), "{err}");
     }

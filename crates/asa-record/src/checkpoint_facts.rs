@@ -1,7 +1,6 @@
 //! What the paper's tables read of a checkpoint (its attention variant, its parameters), from
-//! whoever holds the model code: the CLI and the Python package give
-//! `asa_analyze::checkpoint_facts::ModelCheckpoints`, built on asa-models, so that this
-//! crate builds without it (a family's edit rebuilds no figure).
+//! whoever holds the model code: asa-analysis' `ModelCheckpoints` answers with asa-models,
+//! so that the figures, which ask, build without it (a family's edit rebuilds no figure).
 
 use std::path::Path;
 

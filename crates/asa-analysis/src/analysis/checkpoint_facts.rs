@@ -1,15 +1,15 @@
 //! The paper tables' reader of checkpoints ([`ModelCheckpoints`]): asa-figures asks through
-//! its `CheckpointFacts` trait, and this crate, which holds the model code, answers with
-//! asa-models, so that the figures build without it.
+//! the `CheckpointFacts` trait (asa-record), and this crate, which holds the model code,
+//! answers with asa-models, so that the figures build without it.
 
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device};
 
-use crate::analysis::hub_cache::{self, HubModel};
-use crate::error::{Error, Result};
-use crate::model::Checkpoint;
-use crate::paper::CheckpointFacts;
+use super::hub_cache::{self, HubModel};
+use asa_core::error::{Error, Result};
+use asa_models::Checkpoint;
+use asa_record::checkpoint_facts::CheckpointFacts;
 
 /// Checkpoints opened with asa-models (headers and shapes only), Hub ids through the local
 /// cache as the metric commands take them.
