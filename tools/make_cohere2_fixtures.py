@@ -89,11 +89,12 @@ def np_rope_interleaved(x, theta):
 
 
 def q_check(inputs, caps, cfg):
-    """Each layer's q re-derived in numpy from the layer's input; the largest difference."""
+    """Each layer's q re-derived in numpy from the decoder layer's input (its
+    input_layernorm, then q_proj, then RoPE where it slides); the largest difference."""
     worst = 0.0
-    for layer, (module, x) in enumerate(inputs):
+    for layer, (decoder_layer, x) in enumerate(inputs):
+        module, norm = decoder_layer.self_attn, decoder_layer.input_layernorm
         assert module.layer_idx == layer
-        norm = module_norm[layer]
         for b in range(x.shape[0]):
             h = np_layer_norm(x[b], norm.weight.detach().numpy(), norm.variance_epsilon)
             q = (h @ module.q_proj.weight.detach().numpy().T).reshape(x.shape[1], HEADS, HEAD_DIM)
@@ -101,9 +102,6 @@ def q_check(inputs, caps, cfg):
                 q = np_rope_interleaved(q, cfg.rope_parameters["rope_theta"])
             worst = max(worst, np.abs(q.transpose(1, 0, 2) - caps[layer]["q"][b].numpy()).max())
     return worst
-
-
-module_norm = []
 
 
 def main():
@@ -123,7 +121,6 @@ def main():
     assert "model.layers.0.input_layernorm.bias" not in keys and keys["model.norm.weight"] == (mf.HIDDEN,)
 
     def record_layer(m, a, kw, o):
-        module_norm.append(m.input_layernorm)
         return m, (a[0] if a else kw["hidden_states"]).detach().clone().numpy()
 
     with (
@@ -136,10 +133,9 @@ def main():
             d, Cohere2ForCausalLM, modeling_cohere2, ids, "model",
             rms_cls=modeling_cohere2.Cohere2LayerNorm, rms_forward=layer_norm64,
         )
-    # the first forward (float64-patched) is the reference: its 4 layers and final hidden state
-    layers64 = layer_inputs[:4]
-    del module_norm[4:]
-    dq = q_check([(m.self_attn, x) for m, x in layers64], caps, cfg)
+    # the first forward (float64-patched) is the reference: its 4 layers' inputs and final
+    # hidden state (the unpatched forward after it records 4 more)
+    dq = q_check(layer_inputs[:4], caps, cfg)
     assert dq < 1e-12, dq
     checks.append(f"{name}: every layer's q re-derived in numpy (LayerNorm, q_proj, interleaved RoPE on "
                   f"layers 1-3, none on layer 4): {mf.fmt(dq)}")
