@@ -3,6 +3,7 @@
 //! Affine-Scaled weights (both betas), causal and sliding windows, grouped kv heads,
 //! f32 and bf16 (the CPU given the bf16 values), head dimensions of each kernel. Needs a
 //! GPU: `cargo test --release --features cuda cuda_`.
+use super::host;
 use crate::attention::flash::{self as cpu_flash, AffineTile, Logits, Qkv, TileLogits, Tiles};
 use crate::attention::reversed_coefficients;
 use asa_hooks::KeyWindow;
@@ -26,15 +27,6 @@ fn values(len: usize, seed: u64) -> Vec<f32> {
             ((x >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
         })
         .collect()
-}
-
-fn host(t: &Tensor) -> Vec<f32> {
-    t.to_dtype(DType::F32)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap()
 }
 
 /// Values equal within `tol` (relative above 1); NaN equals NaN.

@@ -3,3 +3,15 @@
 
 mod flash;
 mod softmax;
+
+use candle_core::{DType, Tensor};
+
+/// A device tensor's values on the host, in f32.
+fn host(t: &Tensor) -> Vec<f32> {
+    t.to_dtype(DType::F32)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap()
+}

@@ -1,6 +1,7 @@
 //! The fused softmax against the candle path (scale, mask, softmax or softmax with
 //! sink) and the CPU row pass of its weights. Needs a GPU: `cargo test --release
 //! --features cuda cuda_`.
+use super::host;
 use crate::attention::softmax_with_sink;
 use asa_hooks::blocks::{mask_invisible, visibility};
 use asa_hooks::row_pass::{qk_sums, weight_rows};
@@ -9,15 +10,6 @@ use asa_kernels::row_table::split_table;
 use asa_kernels::row_table::RowWants;
 use candle_core::{DType, Tensor};
 use candle_core::{Device, D};
-
-fn host(t: &Tensor) -> Vec<f32> {
-    t.to_dtype(DType::F32)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap()
-}
 
 fn close(got: &[f32], want: &[f32], tol: f32, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}");
