@@ -12,9 +12,9 @@
 //! Run: `cargo bench --bench bf16_gemm`.
 use std::time::Instant;
 
-use asa_analyze::kernels::cpu::bf16_gemm;
-use asa_analyze::kernels::cpu::bf16_panels::PackedWeight;
-use asa_analyze::kernels::cpu::bf16_row_tiles::RowTiles;
+use asa_kernels::cpu::bf16_gemm;
+use asa_kernels::cpu::bf16_panels::PackedWeight;
+use asa_kernels::cpu::bf16_row_tiles::RowTiles;
 use half::bf16;
 
 const PEAK_ITERS: usize = 20_000_000;

@@ -9,10 +9,10 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use asa_analyze::hooks::{BlockCtx, KeyWindow, Probe};
-use asa_analyze::metrics::distance::Bands;
-use asa_analyze::metrics::entropy::EntropyOf;
-use asa_analyze::metrics::{Metric, MetricOptions, MetricProbe, ModelAttention};
+use asa_hooks::{BlockCtx, KeyWindow, Probe};
+use asa_metrics::distance::Bands;
+use asa_metrics::entropy::EntropyOf;
+use asa_metrics::{Metric, MetricOptions, MetricProbe, ModelAttention};
 use candle_core::{Device, Tensor};
 
 const BATCH: usize = 10;

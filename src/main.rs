@@ -7,17 +7,17 @@ mod signals;
 /// The system allocator; a failed allocation ends the run cleanly (exit 2, no staging
 /// folder left) instead of aborting.
 #[global_allocator]
-static ALLOCATOR: asa_analyze::out_of_memory::ExitOnOutOfMemory =
-    asa_analyze::out_of_memory::ExitOnOutOfMemory;
+static ALLOCATOR: asa_core::out_of_memory::ExitOnOutOfMemory =
+    asa_core::out_of_memory::ExitOnOutOfMemory;
 
 fn main() -> std::process::ExitCode {
-    asa_analyze::kernels::cpu::heap::keep_freed_memory();
+    asa_kernels::cpu::heap::keep_freed_memory();
     one_compute_thread_for_demo();
-    let process = asa_analyze::cli::Process::new();
+    let process = asa_cli::Process::new();
     signals::watch(&process);
     signals::exit_on_out_of_memory(&process);
-    asa_analyze::export::damaged::quiet_guarded_panics();
-    asa_analyze::cli::main(&process)
+    asa_tables::damaged::quiet_guarded_panics();
+    asa_cli::main(&process)
 }
 
 /// `demo` trains its five small models in parallel threads, one compute thread each (on a

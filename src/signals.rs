@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-use asa_analyze::cli::Process;
+use asa_cli::Process;
 
 /// The process whose staging folders a failed allocation removes.
 static OUT_OF_MEMORY_PROCESS: OnceLock<Process> = OnceLock::new();
@@ -21,7 +21,7 @@ static OUT_OF_MEMORY_PROCESS: OnceLock<Process> = OnceLock::new();
 /// leaves the staging folder).
 pub fn exit_on_out_of_memory(process: &Process) {
     let _ = OUT_OF_MEMORY_PROCESS.set(process.clone());
-    asa_analyze::out_of_memory::on_out_of_memory(out_of_memory);
+    asa_core::out_of_memory::on_out_of_memory(out_of_memory);
 }
 
 /// The handler of a failed allocation of `bytes`. Cleaning up allocates a little; a second

@@ -8,14 +8,14 @@ use std::sync::Mutex;
 use candle_core::{DType, Device, Tensor};
 use pyo3::prelude::*;
 
-use asa_analyze::analysis::capture::{
+use asa_analysis::analysis::capture::{
     AttentionCall, Capture, CaptureLayer, ExternalBlock, Placement,
 };
-use asa_analyze::analysis::capture_spans::Span;
-use asa_analyze::analysis::run_option::{run_options_from, FrontEnd};
-use asa_analyze::analysis::{RunOptions, RunOutput, RunSpec};
-use asa_analyze::hooks::KeyWindow;
-use asa_analyze::Error;
+use asa_analysis::analysis::capture_spans::Span;
+use asa_analysis::analysis::run_option::{run_options_from, FrontEnd};
+use asa_analysis::analysis::{RunOptions, RunOutput, RunSpec};
+use asa_core::Error;
+use asa_hooks::KeyWindow;
 use pyo3::types::PyDict;
 
 use crate::{no_panic, run_values, to_py, usage, AsaError, NativeResult};
@@ -138,7 +138,7 @@ impl NativeCapture {
     }
 
     /// `f` of the capture, the lock held.
-    fn with<T>(&self, f: impl FnOnce(&mut Capture) -> asa_analyze::Result<T>) -> PyResult<T> {
+    fn with<T>(&self, f: impl FnOnce(&mut Capture) -> asa_core::Result<T>) -> PyResult<T> {
         f(&mut *self.lock()?).map_err(to_py)
     }
 }
@@ -384,7 +384,7 @@ fn captured_result(output: RunOutput, spec: RunSpec) -> NativeResult {
 }
 
 /// Writes `values` (f32 or bf16, as `out`'s dtype) into the memory of `out`.
-fn write_into(values: &Tensor, out: &HostTensor) -> asa_analyze::Result<()> {
+fn write_into(values: &Tensor, out: &HostTensor) -> asa_core::Result<()> {
     let values = values.flatten_all()?;
     match out.dtype.as_str() {
         "BF16" => {

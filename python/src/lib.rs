@@ -13,20 +13,20 @@
 
 use std::path::PathBuf;
 
-use asa_analyze::analysis::partial::merge_partials;
-use asa_analyze::analysis::record::RunRecord;
-use asa_analyze::analysis::run_option::{
+use asa_analysis::analysis::partial::merge_partials;
+use asa_analysis::analysis::record::RunRecord;
+use asa_analysis::analysis::run_option::{
     run_options_from, FrontEnd, OptionKind, RunValues, RUN_OPTIONS,
 };
-use asa_analyze::analysis::{CancelToken, ModelSource, Run, RunEvents, RunOutput};
-use asa_analyze::error::{ErrorKind, InputKind};
-use asa_analyze::export::{schema, to_frame, Format, OutputDir, StagingWatch, Table};
-use asa_analyze::paper::runs::Input;
-use asa_analyze::paper::{paper_tables, typeset, Method, RunSet, ValueOptions};
-use asa_analyze::results::{write_results, WriteOptions};
-use asa_analyze::stats::report::{self, CurvesOptions, GradStatsOptions, LogInputs, SpikesOptions};
-use asa_analyze::stats::StepWindow;
-use asa_analyze::Error;
+use asa_analysis::analysis::{CancelToken, ModelSource, Run, RunEvents, RunOutput};
+use asa_cli::results::{write_results, WriteOptions};
+use asa_core::error::{ErrorKind, InputKind};
+use asa_core::Error;
+use asa_figures::paper::runs::Input;
+use asa_figures::paper::{paper_tables, typeset, Method, RunSet, ValueOptions};
+use asa_logs::report::{self, CurvesOptions, GradStatsOptions, LogInputs, SpikesOptions};
+use asa_logs::StepWindow;
+use asa_tables::{schema, to_frame, Format, OutputDir, StagingWatch, Table};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyKeyboardInterrupt, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -394,7 +394,7 @@ fn capture_options() -> Vec<&'static str> {
     RUN_OPTIONS
         .iter()
         .map(|o| o.name)
-        .filter(|name| asa_analyze::analysis::capture::Capture::OPTIONS.contains(name))
+        .filter(|name| asa_analysis::analysis::capture::Capture::OPTIONS.contains(name))
         .collect()
 }
 
@@ -496,8 +496,8 @@ fn inspect(py: Python<'_>, path: PathBuf, memory: Option<memory::MemoryArg>) -> 
         let model = memory.map(memory::memory_model).transpose()?;
         let report = py
             .detach(|| match &model {
-                Some(model) => asa_analyze::analysis::inspect::report_memory(model),
-                None => asa_analyze::analysis::inspect::report(&path),
+                Some(model) => asa_analysis::analysis::inspect::report_memory(model),
+                None => asa_analysis::analysis::inspect::report(&path),
             })
             .map_err(to_py)?;
         Ok(report.to_string())
@@ -509,7 +509,7 @@ fn inspect(py: Python<'_>, path: PathBuf, memory: Option<memory::MemoryArg>) -> 
 #[pyo3(name = "report")]
 fn html_report(py: Python<'_>, results: Vec<PathBuf>) -> PyResult<String> {
     no_panic(|| {
-        py.detach(|| asa_analyze::report::html(&asa_analyze::report::load(&results)?))
+        py.detach(|| asa_figures::report::html(&asa_figures::report::load(&results)?))
             .map_err(to_py)
     })
 }
@@ -654,7 +654,7 @@ fn tables(
                 let mut set = match &manifest {
                     Some(path) => RunSet::from_manifest(
                         path,
-                        &asa_analyze::analysis::checkpoint_facts::ModelCheckpoints,
+                        &asa_analysis::analysis::checkpoint_facts::ModelCheckpoints,
                     )?,
                     None => RunSet::default(),
                 };
@@ -682,7 +682,7 @@ fn tables(
                 let tables = paper_tables(
                     &set,
                     &options,
-                    &asa_analyze::analysis::checkpoint_facts::ModelCheckpoints,
+                    &asa_analysis::analysis::checkpoint_facts::ModelCheckpoints,
                 )?;
                 let texts: Vec<(u8, String, String)> = tables
                     .iter()
@@ -705,7 +705,7 @@ fn figures(py: Python<'_>, results: Vec<PathBuf>, out: PathBuf) -> PyResult<Vec<
                 return Err(Error::input(bad, "not a results folder"));
             }
             let mut dir = OutputDir::create(&out, Format::Csv, &StagingWatch::new())?;
-            asa_analyze::plot::render_all(&results, &mut dir)?;
+            asa_figures::plot::render_all(&results, &mut dir)?;
             dir.commit()
         })
         .map_err(to_py)
@@ -715,7 +715,7 @@ fn figures(py: Python<'_>, results: Vec<PathBuf>, out: PathBuf) -> PyResult<Vec<
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // a damaged Parquet table's reader panic is an error naming the file, said once
-    asa_analyze::export::damaged::quiet_guarded_panics();
+    asa_tables::damaged::quiet_guarded_panics();
     m.add("AsaError", m.py().get_type::<AsaError>())?;
     m.add("Cancelled", m.py().get_type::<Cancelled>())?;
     m.add_class::<PyCancelToken>()?;

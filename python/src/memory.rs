@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use asa_analyze::model::safetensors_file::MemoryTensor;
-use asa_analyze::model::{HostCopy, MemoryModel};
+use asa_models::safetensors_file::MemoryTensor;
+use asa_models::{HostCopy, MemoryModel};
 use pyo3::prelude::*;
 
 use crate::UsageError;

@@ -11,13 +11,13 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use asa_analyze::analysis::{analyze, RunShape};
-use asa_analyze::export::{read_table, Column};
-use asa_analyze::hooks::Kernel;
-use asa_analyze::metrics::block_map::BlockMapResult;
-use asa_analyze::metrics::entropy::EntropyOf;
-use asa_analyze::metrics::{Metric, ModelMetrics};
-use asa_analyze::model::Checkpoint;
+use asa_analysis::analysis::{analyze, RunShape};
+use asa_hooks::Kernel;
+use asa_metrics::block_map::BlockMapResult;
+use asa_metrics::entropy::EntropyOf;
+use asa_metrics::{Metric, ModelMetrics};
+use asa_models::Checkpoint;
+use asa_tables::{read_table, Column};
 use candle_core::{DType, Device};
 
 use crate::common::*;
@@ -160,7 +160,7 @@ fn run_with(
     let ckpt = Checkpoint::open(&model_dir(name), &Device::Cpu, dtype).unwrap();
     let model = ckpt.load_model().unwrap();
     let metrics = [Metric::BLOCK_MAP].iter().chain(others).copied();
-    let opts = asa_analyze::metrics::MetricOptions {
+    let opts = asa_metrics::MetricOptions {
         map_size: map,
         ..fixture_options(metrics, entropy_of)
     };

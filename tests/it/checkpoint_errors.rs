@@ -4,7 +4,7 @@ use crate::common;
 
 use std::fs;
 
-use asa_analyze::checkpoint_problem::CheckpointProblem;
+use asa_core::checkpoint_problem::CheckpointProblem;
 use common::*;
 
 #[test]
@@ -93,16 +93,12 @@ fn wrong_shape_names_both_shapes() {
 /// (the CLI's lines above are the same words).
 #[test]
 fn missing_tensors_and_wrong_shapes_are_typed_problems() {
-    use asa_analyze::error::{ErrorKind, InputKind};
+    use asa_core::error::{ErrorKind, InputKind};
     let load = |dir: &std::path::Path| {
-        asa_analyze::model::Checkpoint::open(
-            dir,
-            &candle_core::Device::Cpu,
-            candle_core::DType::F32,
-        )
-        .and_then(asa_analyze::model::Checkpoint::validate)
-        .err()
-        .expect("refused")
+        asa_models::Checkpoint::open(dir, &candle_core::Device::Cpu, candle_core::DType::F32)
+            .and_then(asa_models::Checkpoint::validate)
+            .err()
+            .expect("refused")
     };
     let tmp = tempfile::tempdir().unwrap();
     copy_fixture("sink", tmp.path());
@@ -689,8 +685,8 @@ fn sliding_windows_run_and_what_they_cannot_be_combined_with_is_named() {
 /// the GGUF reader) did: the kind and the path are fields, not words to search for.
 #[test]
 fn broken_checkpoints_are_checkpoint_errors_naming_the_file() {
-    use asa_analyze::analysis::inspect::open;
-    use asa_analyze::error::{ErrorKind, InputKind};
+    use asa_analysis::analysis::inspect::open;
+    use asa_core::error::{ErrorKind, InputKind};
     type Damage = fn(&std::path::Path);
     let cases: [(&str, &str, Damage, &str); 9] = [
         (
@@ -786,8 +782,8 @@ fn broken_checkpoints_are_checkpoint_errors_naming_the_file() {
 #[test]
 fn gguf_settings_that_are_nan_or_zero_are_refused_naming_the_key_not_defaulted() {
     // issue 65, item 2: a present value is the model's; NaN never becomes the default
-    use asa_analyze::error::{ErrorKind, InputKind};
-    use asa_analyze::model::Checkpoint;
+    use asa_core::error::{ErrorKind, InputKind};
+    use asa_models::Checkpoint;
     use candle_core::{DType, Device};
     let cases = [
         (
@@ -846,7 +842,7 @@ fn a_layer_mask_holding_other_than_flags_is_refused_naming_the_key() {
     // issue 65 items 5 and 8: Qwen3-Next's `attention.recurrent_layers` is read as the
     // converter writes it (booleans: the fixture) or as 0 and 1; an array of u8 holding 2 is
     // refused naming the key, never read as "not 0"
-    use asa_analyze::model::Checkpoint;
+    use asa_models::Checkpoint;
     use candle_core::{DType, Device};
     let key = "qwen3next.attention.recurrent_layers";
     let mut bytes = fs::read(fixtures().join("gguf").join("qwen3_next.gguf")).unwrap();
@@ -888,7 +884,7 @@ fn a_header_block_count_past_the_tensor_table_is_refused_before_anything_is_size
     // issue 65 item 1: a 130 KB file whose block_count is 2^28 took 4.6 s and 2 GB before its
     // refusal; 2^31 and 2^32 - 1 ran out of memory blaming --seq-len. Now: at once, naming
     // the key, the count the tensor table holds and the file
-    use asa_analyze::model::Checkpoint;
+    use asa_models::Checkpoint;
     use candle_core::{DType, Device};
     for (name, key, held) in [
         (
@@ -923,7 +919,7 @@ fn a_header_block_count_past_the_tensor_table_is_refused_before_anything_is_size
 fn a_product_of_config_sizes_that_would_wrap_is_refused_naming_them() {
     // issue 65 item 4: n_shared_experts 2^60 + 1 times moe_intermediate_size 16 wrapped to 16
     // in the release build and the model ran
-    use asa_analyze::model::Checkpoint;
+    use asa_models::Checkpoint;
     use candle_core::{DType, Device};
     let tmp = tempfile::tempdir().unwrap();
     copy_fixture("deepseek_v3", tmp.path());
@@ -946,7 +942,7 @@ fn a_llama4_gguf_names_its_chunked_layers_as_llama_cpp_reads_them() {
     // issue 65 item 5: llama.cpp's llama4 reads `attention.sliding_window_pattern` (a flag
     // per layer, or a period whose last layer is full); a file that has it is read by it,
     // never by the default (3 chunked, 1 full)
-    use asa_analyze::model::Checkpoint;
+    use asa_models::Checkpoint;
     use candle_core::quantized::gguf_file::Value;
     use candle_core::{DType, Device};
     let key = "llama4.attention.sliding_window_pattern";
@@ -984,7 +980,7 @@ fn a_llama4_gguf_names_its_chunked_layers_as_llama_cpp_reads_them() {
 fn scale_factors_float32_cannot_hold_are_refused_before_any_layer_runs() {
     // issue 65 item 3: finite in the config, inf (or 0) in the model's float32 arithmetic,
     // each refused naming its key when the checkpoint opens
-    use asa_analyze::model::Checkpoint;
+    use asa_models::Checkpoint;
     use candle_core::{DType, Device};
     for (name, key, value) in [
         ("granitemoehybrid", "attention_multiplier", 1e300),

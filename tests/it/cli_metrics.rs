@@ -766,7 +766,7 @@ fn run_json_and_verbose_name_the_kernel_of_every_layer() {
 #[test]
 fn the_library_run_gives_what_the_cli_writes() {
     // analysis::Run is what the CLI calls: the same options give the same numbers
-    use asa_analyze::analysis::{ModelSource, Run, RunOptions, RunSpec, Silent};
+    use asa_analysis::analysis::{ModelSource, Run, RunOptions, RunSpec, Silent};
     let tmp = tempfile::tempdir().unwrap();
     let model = model_dir("sink");
     let options = RunOptions {
@@ -811,10 +811,10 @@ fn the_library_run_gives_what_the_cli_writes() {
 /// finishes with the numbers the same run gives alone.
 #[test]
 fn cancelling_one_of_two_runs_in_two_threads_leaves_the_other_whole() {
-    use asa_analyze::analysis::{
+    use asa_analysis::analysis::{
         CancelToken, ModelSource, Run, RunEvents, RunOptions, RunSpec, Silent,
     };
-    use asa_analyze::Error;
+    use asa_core::Error;
 
     /// Cancels `token` at the first progress report (the end of the first query block).
     struct CancelAtFirstBlock(CancelToken);

@@ -7,9 +7,9 @@ use std::process::{Command, Output};
 
 use std::collections::BTreeSet;
 
-use asa_analyze::metrics::distance::Bands;
-use asa_analyze::metrics::entropy::EntropyOf;
-use asa_analyze::metrics::{Metric, MetricOptions};
+use asa_metrics::distance::Bands;
+use asa_metrics::entropy::EntropyOf;
+use asa_metrics::{Metric, MetricOptions};
 
 #[path = "../../crates/asa-models/tests/common/reference_files.rs"]
 mod reference_files;
@@ -276,12 +276,12 @@ fn gguf_rewritten(
 
 /// The error of opening checkpoint `path` (a folder or a GGUF file) on the CPU in f32,
 /// which must fail.
-/// The problem [`asa_analyze::model::Checkpoint::open`] (and `validate`) refuses the
+/// The problem [`asa_models::Checkpoint::open`] (and `validate`) refuses the
 /// checkpoint at `path` with, as a value.
-pub fn open_problem(path: &Path) -> asa_analyze::checkpoint_problem::CheckpointProblem {
+pub fn open_problem(path: &Path) -> asa_core::checkpoint_problem::CheckpointProblem {
     use candle_core::{DType, Device};
-    let err = asa_analyze::model::Checkpoint::open(path, &Device::Cpu, DType::F32)
-        .and_then(asa_analyze::model::Checkpoint::validate)
+    let err = asa_models::Checkpoint::open(path, &Device::Cpu, DType::F32)
+        .and_then(asa_models::Checkpoint::validate)
         .err()
         .expect("refused");
     err.problem()
@@ -291,7 +291,7 @@ pub fn open_problem(path: &Path) -> asa_analyze::checkpoint_problem::CheckpointP
 
 pub fn open_error(path: &Path) -> String {
     use candle_core::{DType, Device};
-    asa_analyze::model::Checkpoint::open(path, &Device::Cpu, DType::F32)
+    asa_models::Checkpoint::open(path, &Device::Cpu, DType::F32)
         .err()
         .unwrap_or_else(|| panic!("{} opened", path.display()))
         .to_string()

@@ -7,8 +7,8 @@
 
 use std::path::Path;
 
-use asa_analyze::hooks::{CaptureProbe, Hook};
-use asa_analyze::model::Checkpoint;
+use asa_hooks::{CaptureProbe, Hook};
+use asa_models::Checkpoint;
 use candle_core::{DType, Device, Tensor};
 use serde_json::Value;
 

@@ -3,8 +3,8 @@
 
 use crate::common;
 
-use asa_analyze::hooks::{CaptureProbe, Hook};
-use asa_analyze::model::Checkpoint;
+use asa_hooks::{CaptureProbe, Hook};
+use asa_models::Checkpoint;
 use candle_core::{DType, Device};
 use common::*;
 
@@ -17,10 +17,10 @@ const ATOL: f64 = 1e-5;
 /// materialised for the metrics. Before, attaching it took every layer off the tiles.
 #[test]
 fn an_attached_capture_probe_keeps_the_kernel_plan_and_the_tables() {
-    use asa_analyze::analysis::{accumulate_timed, finish, Along, CancelToken, RunPart, RunShape};
-    use asa_analyze::hooks::{Kernel, Probe};
-    use asa_analyze::metrics::entropy::EntropyOf;
-    use asa_analyze::metrics::{attention_tables, Metric};
+    use asa_analysis::analysis::{accumulate_timed, finish, Along, CancelToken, RunPart, RunShape};
+    use asa_hooks::{Kernel, Probe};
+    use asa_metrics::entropy::EntropyOf;
+    use asa_metrics::{attention_tables, Metric};
 
     let opts = fixture_options(Metric::defaults(), EntropyOf::Effective);
     let mut tiled = 0;

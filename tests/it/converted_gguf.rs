@@ -81,12 +81,12 @@ fn converted_files_that_are_not_their_model_are_refused_naming_the_file() {
         "tensor model.layers.0.mlp.up_proj.weight (GGUF blk.0.ffn_up.weight) has shape [32, 64], expected [32, 128]",
     )] {
         let path = converted(name);
-        let err = asa_analyze::model::Checkpoint::open(
+        let err = asa_models::Checkpoint::open(
             &path,
             &candle_core::Device::Cpu,
             candle_core::DType::F32,
         )
-        .and_then(asa_analyze::model::Checkpoint::validate)
+        .and_then(asa_models::Checkpoint::validate)
         .err()
         .unwrap_or_else(|| panic!("{name}: opened"))
         .to_string();
@@ -102,7 +102,7 @@ fn converted_files_that_are_not_their_model_are_refused_naming_the_file() {
 /// named; each refusal naming the file.
 #[test]
 fn gpt_oss_and_qwen3moe_keys_are_read_as_llama_cpp_reads_them() {
-    use asa_analyze::model::Checkpoint;
+    use asa_models::Checkpoint;
     use candle_core::quantized::gguf_file::Value;
     use candle_core::{DType, Device};
     let tmp = tempfile::tempdir().unwrap();

@@ -5,11 +5,11 @@ use crate::common;
 
 use std::path::{Path, PathBuf};
 
-use asa_analyze::corpus::{
+use asa_analysis::corpus::{
     generator, load_windows, BosMode, CorpusOptions, CorpusSource, SpecialTokens, WindowMode,
     Windows,
 };
-use asa_analyze::Result;
+use asa_core::Result;
 use serde_json::Value;
 
 /// The fixture tokenizer's vocabulary (tests/fixtures/models/llama_gqa/config.json).

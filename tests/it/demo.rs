@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use asa_analyze::plot::FIGURES;
+use asa_figures::plot::FIGURES;
 
 fn demo(out: &Path, extra: &[&str]) -> std::process::Output {
     let output = Command::new(env!("CARGO_BIN_EXE_asa-analyze"))

@@ -144,7 +144,7 @@ fn every_documented_command_parses_with_the_clis_own_parser() {
     let mut broken = Vec::new();
     for (page, command) in &commands {
         let words = shlex::split(command).unwrap_or_default();
-        match asa_analyze::cli::Cli::try_parse_from(&words) {
+        match asa_cli::Cli::try_parse_from(&words) {
             Ok(_) => {}
             Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => {}
             Err(e) => broken.push(format!(

@@ -75,7 +75,7 @@ fn gpt_neox_features_not_implemented_are_refused_naming_them() {
     assert!(err.contains("(the MLP of gpt_neox)"), "{err}");
     assert_eq!(
         crate::common::open_problem(&tmp.path().join("neox")),
-        asa_analyze::checkpoint_problem::CheckpointProblem::unsupported(
+        asa_core::checkpoint_problem::CheckpointProblem::unsupported(
             "hidden_act",
             "gelu_new",
             "gelu"
@@ -453,21 +453,15 @@ fn gpt_oss_names_its_sinks_windows_and_experts_and_reads_mxfp4() {
 
     let refs = crate::common::reference("gpt_oss");
     let ids = refs["input_ids"].to_dtype(candle_core::DType::U32).unwrap();
-    let ckpt = asa_analyze::model::Checkpoint::open(
-        &tmp.path().join("m"),
-        &Device::Cpu,
-        candle_core::DType::F32,
-    )
-    .unwrap();
-    let mut probe = asa_analyze::hooks::CaptureProbe::new(&[asa_analyze::hooks::Hook::Logits]);
+    let ckpt =
+        asa_models::Checkpoint::open(&tmp.path().join("m"), &Device::Cpu, candle_core::DType::F32)
+            .unwrap();
+    let mut probe = asa_hooks::CaptureProbe::new(&[asa_hooks::Hook::Logits]);
     ckpt.load_model()
         .unwrap()
         .forward(&ids, 64, &mut probe)
         .unwrap();
-    let logits = probe
-        .get(asa_analyze::hooks::Hook::Logits, 2)
-        .unwrap()
-        .unwrap();
+    let logits = probe.get(asa_hooks::Hook::Logits, 2).unwrap().unwrap();
     let d = crate::common::max_abs_diff(&logits, &refs["logits"]);
     assert!(d < 1e-5, "MXFP4 logits differ from the reference by {d:e}");
     assert_eq!(
@@ -482,7 +476,7 @@ fn gpt_oss_names_its_sinks_windows_and_experts_and_reads_mxfp4() {
     expect_error(&run_cli(tmp.path(), &["inspect", "m"]));
     assert!(matches!(
         crate::common::open_problem(&tmp.path().join("m")),
-        asa_analyze::checkpoint_problem::CheckpointProblem::Unsupported { key, value, .. }
+        asa_core::checkpoint_problem::CheckpointProblem::Unsupported { key, value, .. }
             if key == "quantization_config.quant_method" && value == "awq"
     ));
 }

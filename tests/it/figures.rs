@@ -11,11 +11,11 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use asa_analyze::export::{read_table, write_table, Format};
-use asa_analyze::plot::scene::{Figure, Mark};
-use asa_analyze::plot::theme::{viridis, Palette, FIRST_TOKEN, MISSING, MUTED};
-use asa_analyze::plot::{build_figures, to_png, to_svg, FigureOptions, Results};
-use asa_analyze::stats::StepWindow;
+use asa_figures::plot::scene::{Figure, Mark};
+use asa_figures::plot::theme::{viridis, Palette, FIRST_TOKEN, MISSING, MUTED};
+use asa_figures::plot::{build_figures, to_png, to_svg, FigureOptions, Results};
+use asa_logs::StepWindow;
+use asa_tables::{read_table, write_table, Format};
 use plotters::style::RGBColor;
 
 fn tables(name: &str) -> PathBuf {

@@ -122,7 +122,7 @@ fn compare_with_golden(batch: usize, skip: &[&str]) {
         ];
         expect_success(&run_cli(tmp.path(), &args));
         let mut compared = 0;
-        let exact = asa_analyze::kernels::cpu::simd::level().name() == golden_simd();
+        let exact = asa_kernels::cpu::simd::level().name() == golden_simd();
         for entry in std::fs::read_dir(&golden).unwrap() {
             let file = entry.unwrap().file_name().into_string().unwrap();
             if skip.contains(&file.as_str()) {

@@ -9,16 +9,16 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use asa_analyze::analysis::{analyze, RunShape};
-use asa_analyze::corpus::WindowMode;
-use asa_analyze::corpus::{load_windows, BosMode, CorpusOptions, CorpusSource, SpecialTokens};
-use asa_analyze::export::{read_table, Column, Table};
-use asa_analyze::hooks::Kernel;
-use asa_analyze::metrics::entropy::EntropyOf;
-use asa_analyze::metrics::head_role::{HeadRoleResult, RoleThresholds};
-use asa_analyze::metrics::induction::InductionResult;
-use asa_analyze::metrics::{Metric, ModelMetrics};
-use asa_analyze::model::Checkpoint;
+use asa_analysis::analysis::{analyze, RunShape};
+use asa_analysis::corpus::WindowMode;
+use asa_analysis::corpus::{load_windows, BosMode, CorpusOptions, CorpusSource, SpecialTokens};
+use asa_hooks::Kernel;
+use asa_metrics::entropy::EntropyOf;
+use asa_metrics::head_role::{HeadRoleResult, RoleThresholds};
+use asa_metrics::induction::InductionResult;
+use asa_metrics::{Metric, ModelMetrics};
+use asa_models::Checkpoint;
+use asa_tables::{read_table, Column, Table};
 use candle_core::{DType, Device};
 use serde_json::Value;
 
@@ -112,7 +112,7 @@ fn compute_with(
     let mut opts = fixture_options(metrics.iter().copied(), entropy_of);
     opts.profile_query = t - 1;
     opts.heatmap_size = opts.heatmap_size.min(t);
-    opts.bands = asa_analyze::metrics::distance::Bands::decades(t);
+    opts.bands = asa_metrics::distance::Bands::decades(t);
     opts.induction_len = Some(len);
     opts.roles = RoleThresholds {
         local_window: w,
@@ -133,7 +133,7 @@ fn check_scores(got: &ModelMetrics, probe: &Value, w: usize, what: &str) {
     let Some(roles) = got.get::<HeadRoleResult>(Metric::HEAD_ROLE) else {
         return;
     };
-    let field = |f: fn(&asa_analyze::metrics::head_role::HeadRole) -> f64| -> Vec<Vec<f64>> {
+    let field = |f: fn(&asa_metrics::head_role::HeadRole) -> f64| -> Vec<Vec<f64>> {
         (roles.heads.iter())
             .map(|heads| heads.iter().map(f).collect())
             .collect()

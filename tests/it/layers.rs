@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 /// The crates from the bottom up; a crate may depend on any crate before it.
-const CRATES: [&str; 11] = [
+const CRATES: [&str; 12] = [
     "asa-core",
     "asa-kernels",
     "asa-hooks",
@@ -18,6 +18,7 @@ const CRATES: [&str; 11] = [
     "asa-record",
     "asa-analysis",
     "asa-figures",
+    "asa-cli",
 ];
 
 /// asa-engine's modules from the bottom up, with their rank (equal ranks may use each other).
@@ -41,8 +42,10 @@ fn internal_dependencies(manifest: &str) -> Vec<String> {
                 Some((table, named)) => (table, named.trim_start_matches('.')),
                 None => ("dev-", ""),
             };
-            in_dependencies = !table.ends_with("dev-") && named.is_empty();
-            if !table.ends_with("dev-") && CRATES.contains(&named) {
+            // the root's `[workspace.dependencies]` declares versions, not a dependency
+            let declared_only = table.ends_with("dev-") || table.starts_with("workspace");
+            in_dependencies = !declared_only && named.is_empty();
+            if !declared_only && CRATES.contains(&named) {
                 found.push(named.to_string());
             }
         } else if in_dependencies {
@@ -77,6 +80,25 @@ fn each_crate_depends_only_on_crates_below_it() {
     let mut listed: Vec<String> = CRATES.iter().map(|c| c.to_string()).collect();
     listed.sort();
     assert_eq!(on_disk, listed);
+}
+
+/// The package at the root is the binary and the end-to-end tests: no library re-exports the
+/// crates under other names, so tests, benches and python/ import each crate by its own name.
+#[test]
+fn the_root_package_is_the_binary_not_a_facade() {
+    assert!(!root().join("src/lib.rs").exists(), "src/lib.rs is back");
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    assert!(
+        !manifest.contains("\n[lib]"),
+        "the root package declares a library"
+    );
+    let mut dependencies = internal_dependencies(&manifest);
+    dependencies.sort();
+    assert_eq!(
+        dependencies,
+        ["asa-cli", "asa-core", "asa-kernels", "asa-tables"],
+        "src/main.rs needs the CLI and the process' allocator, heap and panic settings only"
+    );
 }
 
 #[test]

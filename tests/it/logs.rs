@@ -847,9 +847,8 @@ fn curves_read_an_attention_series_as_the_callbacks_name_it() {
     );
     let dir = tempfile::tempdir().unwrap();
     let parquet = dir.path().join("attention_series.parquet");
-    let table = asa_analyze::export::read_table(&fixture).unwrap();
-    asa_analyze::export::write_table(&table, &parquet, asa_analyze::export::Format::Parquet)
-        .unwrap();
+    let table = asa_tables::read_table(&fixture).unwrap();
+    asa_tables::write_table(&table, &parquet, asa_tables::Format::Parquet).unwrap();
     for input in [&fixture, &parquet] {
         let input = input.to_str().unwrap();
         let v = json_of(&[

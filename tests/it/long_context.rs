@@ -7,12 +7,12 @@ use crate::common;
 use std::collections::HashMap;
 use std::path::Path;
 
-use asa_analyze::analysis::{analyze, RunShape};
-use asa_analyze::hooks::{CaptureProbe, Hook};
-use asa_analyze::metrics::distance::Bands;
-use asa_analyze::metrics::entropy::EntropyOf;
-use asa_analyze::metrics::Metric;
-use asa_analyze::model::Checkpoint;
+use asa_analysis::analysis::{analyze, RunShape};
+use asa_hooks::{CaptureProbe, Hook};
+use asa_metrics::distance::Bands;
+use asa_metrics::entropy::EntropyOf;
+use asa_metrics::Metric;
+use asa_models::Checkpoint;
 use candle_core::{DType, Device, Tensor};
 use common::*;
 
@@ -187,14 +187,10 @@ fn distance_bands_sum_to_the_weight_sum() {
         };
         let got = analyze(&ckpt, &model, &ids, &options, shape, |_| {}).unwrap();
         let d = got
-            .get::<asa_analyze::metrics::distance::DistanceResult>(
-                asa_analyze::metrics::Metric::DISTANCE_PROFILE,
-            )
+            .get::<asa_metrics::distance::DistanceResult>(asa_metrics::Metric::DISTANCE_PROFILE)
             .unwrap();
         let ws = got
-            .get::<asa_analyze::metrics::weight_sum::WeightSumResult>(
-                asa_analyze::metrics::Metric::WEIGHT_SUM,
-            )
+            .get::<asa_metrics::weight_sum::WeightSumResult>(asa_metrics::Metric::WEIGHT_SUM)
             .unwrap();
         for (l, bands) in d.per_layer.iter().enumerate() {
             let total: f64 = bands.iter().sum();

@@ -8,12 +8,12 @@ use crate::common;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use asa_analyze::analysis::plan::block_size;
-use asa_analyze::analysis::{analyze, RunShape};
-use asa_analyze::metrics::distance::Bands;
-use asa_analyze::metrics::entropy::EntropyOf;
-use asa_analyze::metrics::{Metric, MetricOptions};
-use asa_analyze::model::Checkpoint;
+use asa_analysis::analysis::plan::block_size;
+use asa_analysis::analysis::{analyze, RunShape};
+use asa_metrics::distance::Bands;
+use asa_metrics::entropy::EntropyOf;
+use asa_metrics::{Metric, MetricOptions};
+use asa_models::Checkpoint;
 use candle_core::{DType, Device};
 use common::*;
 
@@ -113,14 +113,10 @@ fn measure_four_thousand_tokens() {
     );
     // and the numbers are real: every query's bands sum to its weight sum
     let d = metrics
-        .get::<asa_analyze::metrics::distance::DistanceResult>(
-            asa_analyze::metrics::Metric::DISTANCE_PROFILE,
-        )
+        .get::<asa_metrics::distance::DistanceResult>(asa_metrics::Metric::DISTANCE_PROFILE)
         .unwrap();
     let ws = metrics
-        .get::<asa_analyze::metrics::weight_sum::WeightSumResult>(
-            asa_analyze::metrics::Metric::WEIGHT_SUM,
-        )
+        .get::<asa_metrics::weight_sum::WeightSumResult>(asa_metrics::Metric::WEIGHT_SUM)
         .unwrap();
     for (l, bands) in d.per_layer.iter().enumerate() {
         assert_close(
@@ -133,7 +129,7 @@ fn measure_four_thousand_tokens() {
     }
     assert!(
         metrics
-            .get::<asa_analyze::metrics::nll::NllResult>(asa_analyze::metrics::Metric::NLL)
+            .get::<asa_metrics::nll::NllResult>(asa_metrics::Metric::NLL)
             .unwrap()
             .per_position
             .len()

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use asa_analyze::analysis::{ModelSource, Run, RunInputs, RunOptions, RunSpec, Silent};
-use asa_analyze::model::safetensors_file::MemoryTensor;
-use asa_analyze::model::MemoryModel;
+use asa_analysis::analysis::{ModelSource, Run, RunInputs, RunOptions, RunSpec, Silent};
+use asa_models::safetensors_file::MemoryTensor;
+use asa_models::MemoryModel;
 use safetensors::{Dtype, SafeTensors};
 
 use crate::common::model_dir;
@@ -90,7 +90,7 @@ fn options() -> RunOptions {
 }
 
 /// The tables of one run of `source`.
-fn tables(source: ModelSource) -> Vec<asa_analyze::export::Table> {
+fn tables(source: ModelSource) -> Vec<asa_tables::Table> {
     let run = Run {
         models: vec![source],
         options: options(),
@@ -197,9 +197,9 @@ fn bf16_weights_packed_as_they_are_read_equal_the_loaded_weights_packed() {
     // issue 41: a bf16 matrix is packed for the bf16 GEMM panel by panel straight from the
     // file (WeightStore::packed_rows), never held unpacked; it must be the weight `get`
     // loads, packed, for whole matrices and for row ranges (the LM head's chunks)
-    use asa_analyze::kernels::cpu::bf16_gemm;
-    use asa_analyze::kernels::cpu::bf16_panels::PackedWeight;
-    use asa_analyze::model::weights::WeightStore;
+    use asa_kernels::cpu::bf16_gemm;
+    use asa_kernels::cpu::bf16_panels::PackedWeight;
+    use asa_models::weights::WeightStore;
     use candle_core::{DType, Device};
     let tmp = tempfile::tempdir().unwrap();
     let saved = tmp.path().join("saved");
@@ -261,7 +261,7 @@ fn bf16_weights_packed_as_they_are_read_equal_the_loaded_weights_packed() {
 #[test]
 fn a_nan_in_a_bf16_weight_is_refused_by_name_when_packed_as_read() {
     // the packed read gives up on a non-finite value, and `get` then names it
-    use asa_analyze::model::weights::WeightStore;
+    use asa_models::weights::WeightStore;
     use candle_core::{DType, Device};
     let tmp = tempfile::tempdir().unwrap();
     let saved = tmp.path().join("saved");

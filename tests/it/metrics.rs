@@ -3,11 +3,11 @@
 
 use crate::common;
 
-use asa_analyze::analysis::{accumulate, analyze, finish, RunPart, RunShape};
-use asa_analyze::metrics::alpha_gate::AlphaResult;
-use asa_analyze::metrics::entropy::EntropyOf;
-use asa_analyze::metrics::{Metric, MetricOptions, ModelMetrics, PerHead};
-use asa_analyze::model::Checkpoint;
+use asa_analysis::analysis::{accumulate, analyze, finish, RunPart, RunShape};
+use asa_metrics::alpha_gate::AlphaResult;
+use asa_metrics::entropy::EntropyOf;
+use asa_metrics::{Metric, MetricOptions, ModelMetrics, PerHead};
+use asa_models::Checkpoint;
 use candle_core::{DType, Device};
 use common::*;
 use serde_json::Value;
@@ -63,9 +63,7 @@ fn close_mat(got: &[Vec<f64>], want: &Value, what: &str) {
 /// Every metric of `got` against the float64 reference `want`.
 pub(crate) fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
     let ft = got
-        .get::<asa_analyze::metrics::layer_stat::LayerStat>(
-            asa_analyze::metrics::Metric::FIRST_TOKEN,
-        )
+        .get::<asa_metrics::layer_stat::LayerStat>(asa_metrics::Metric::FIRST_TOKEN)
         .unwrap();
     close_vec(
         &ft.mean,
@@ -88,7 +86,7 @@ pub(crate) fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
     }
 
     let e = got
-        .get::<asa_analyze::metrics::entropy::EntropyResult>(asa_analyze::metrics::Metric::ENTROPY)
+        .get::<asa_metrics::entropy::EntropyResult>(asa_metrics::Metric::ENTROPY)
         .unwrap();
     close_vec(
         &e.per_layer.mean,
@@ -108,9 +106,7 @@ pub(crate) fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
     assert_eq!(e.nan_count, want["entropy"]["nan_count"].as_u64().unwrap());
 
     let ws = got
-        .get::<asa_analyze::metrics::weight_sum::WeightSumResult>(
-            asa_analyze::metrics::Metric::WEIGHT_SUM,
-        )
+        .get::<asa_metrics::weight_sum::WeightSumResult>(asa_metrics::Metric::WEIGHT_SUM)
         .unwrap();
     for (stat, idx) in [
         ("mean", 0),
@@ -163,7 +159,7 @@ pub(crate) fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
     );
 
     let qk = got
-        .get::<asa_analyze::metrics::qk_mean::QkResult>(asa_analyze::metrics::Metric::QK_MEAN)
+        .get::<asa_metrics::qk_mean::QkResult>(asa_metrics::Metric::QK_MEAN)
         .unwrap();
     assert_close(
         qk.mean,
@@ -191,9 +187,7 @@ pub(crate) fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
     );
 
     // the maps' layer (absent where a test asks for no maps)
-    if let Some(hm) = got
-        .get::<asa_analyze::metrics::heatmap::HeatmapResult>(asa_analyze::metrics::Metric::HEATMAP)
-    {
+    if let Some(hm) = got.get::<asa_metrics::heatmap::HeatmapResult>(asa_metrics::Metric::HEATMAP) {
         check_maps(name, got, hm, want);
     }
 
@@ -244,7 +238,7 @@ pub(crate) fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
     }
 
     let nll = got
-        .get::<asa_analyze::metrics::nll::NllResult>(asa_analyze::metrics::Metric::NLL)
+        .get::<asa_metrics::nll::NllResult>(asa_metrics::Metric::NLL)
         .unwrap();
     assert_close(
         nll.mean,
@@ -267,7 +261,7 @@ pub(crate) fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
     );
 
     let sr = got
-        .get::<asa_analyze::metrics::first_token::SinkRate>(asa_analyze::metrics::Metric::SINK_RATE)
+        .get::<asa_metrics::first_token::SinkRate>(asa_metrics::Metric::SINK_RATE)
         .unwrap();
     close_mat(
         &sr.importance,
@@ -277,9 +271,7 @@ pub(crate) fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
     assert_eq!(sr.rate, num(&want["sink_rate"]["rate"]), "{name} sink rate");
 
     let d = got
-        .get::<asa_analyze::metrics::distance::DistanceResult>(
-            asa_analyze::metrics::Metric::DISTANCE_PROFILE,
-        )
+        .get::<asa_metrics::distance::DistanceResult>(asa_metrics::Metric::DISTANCE_PROFILE)
         .unwrap();
     let labels: Vec<String> = want["distance_profile"]["bands"]
         .as_array()
@@ -305,7 +297,7 @@ pub(crate) fn check_all(name: &str, got: &ModelMetrics, want: &Value) {
 fn check_maps(
     name: &str,
     got: &ModelMetrics,
-    hm: &asa_analyze::metrics::heatmap::HeatmapResult,
+    hm: &asa_metrics::heatmap::HeatmapResult,
     want: &Value,
 ) {
     assert_eq!(
@@ -319,9 +311,7 @@ fn check_maps(
     );
 
     let qp = got
-        .get::<asa_analyze::metrics::heatmap::QueryProfileResult>(
-            asa_analyze::metrics::Metric::QUERY_PROFILE,
-        )
+        .get::<asa_metrics::heatmap::QueryProfileResult>(asa_metrics::Metric::QUERY_PROFILE)
         .unwrap();
     assert_eq!(
         qp.query,
@@ -353,7 +343,7 @@ fn every_metric_matches_the_reference_on_every_fixture() {
             EntropyOf::Effective,
         );
         assert!(got
-            .get::<asa_analyze::metrics::heatmap::HeatmapResult>(Metric::HEATMAP)
+            .get::<asa_metrics::heatmap::HeatmapResult>(Metric::HEATMAP)
             .is_some());
         check_all(name, &got, &reference_metrics(name));
     }
@@ -379,11 +369,11 @@ fn a_sliding_window_layer_matches_the_reference_through_the_tiles() {
         let opts = fixture_options(metrics, EntropyOf::Effective);
         let got = analyze(&ckpt, &model, &windows(name), &opts, shape, |_| {}).unwrap();
         assert!(got
-            .get::<asa_analyze::metrics::heatmap::HeatmapResult>(Metric::HEATMAP)
+            .get::<asa_metrics::heatmap::HeatmapResult>(Metric::HEATMAP)
             .is_none());
         assert_eq!(
             got.kernels.get(&windowed),
-            Some(&asa_analyze::hooks::Kernel::FlashTiles),
+            Some(&asa_hooks::Kernel::FlashTiles),
             "{name}"
         );
         check_all(name, &got, &reference_metrics(name));
@@ -403,9 +393,7 @@ fn entropy_of_softmax_matches_the_reference() {
         );
         let want = &reference_metrics(name)["entropy_softmax"];
         let e = got
-            .get::<asa_analyze::metrics::entropy::EntropyResult>(
-                asa_analyze::metrics::Metric::ENTROPY,
-            )
+            .get::<asa_metrics::entropy::EntropyResult>(asa_metrics::Metric::ENTROPY)
             .unwrap();
         close_vec(
             &e.per_layer.mean,
@@ -448,14 +436,10 @@ fn distance_bands_sum_to_the_weight_sum() {
             EntropyOf::Effective,
         );
         let d = got
-            .get::<asa_analyze::metrics::distance::DistanceResult>(
-                asa_analyze::metrics::Metric::DISTANCE_PROFILE,
-            )
+            .get::<asa_metrics::distance::DistanceResult>(asa_metrics::Metric::DISTANCE_PROFILE)
             .unwrap();
         let ws = got
-            .get::<asa_analyze::metrics::weight_sum::WeightSumResult>(
-                asa_analyze::metrics::Metric::WEIGHT_SUM,
-            )
+            .get::<asa_metrics::weight_sum::WeightSumResult>(asa_metrics::Metric::WEIGHT_SUM)
             .unwrap();
         for (l, bands) in d.per_layer.iter().enumerate() {
             let total: f64 = bands.iter().sum();
@@ -542,7 +526,7 @@ fn max_logit_and_key_received_match_the_float64_reference() {
             let tiles = got
                 .kernels
                 .values()
-                .any(|&k| k == asa_analyze::hooks::Kernel::FlashTiles);
+                .any(|&k| k == asa_hooks::Kernel::FlashTiles);
             assert_eq!(
                 tiles,
                 entropy_of == EntropyOf::Effective,
@@ -550,9 +534,7 @@ fn max_logit_and_key_received_match_the_float64_reference() {
                 got.kernels
             );
             let ml = got
-                .get::<asa_analyze::metrics::max_logit::MaxLogitResult>(
-                    asa_analyze::metrics::Metric::MAX_LOGIT,
-                )
+                .get::<asa_metrics::max_logit::MaxLogitResult>(asa_metrics::Metric::MAX_LOGIT)
                 .unwrap();
             let w = &want["max_logit"];
             close_mat(&ml.max, &w["max"], &format!("{what} max_logit max"));
@@ -571,15 +553,15 @@ fn max_logit_and_key_received_match_the_float64_reference() {
                 close_vec(layers, &w["layer_max"], &format!("{what} capped layer max"));
             }
             assert_eq!(
-                got.get::<asa_analyze::metrics::key_received::KeyReceivedResult>(
-                    asa_analyze::metrics::Metric::KEY_RECEIVED
+                got.get::<asa_metrics::key_received::KeyReceivedResult>(
+                    asa_metrics::Metric::KEY_RECEIVED
                 )
                 .is_some(),
                 keys,
                 "{what}"
             );
-            let Some(kr) = got.get::<asa_analyze::metrics::key_received::KeyReceivedResult>(
-                asa_analyze::metrics::Metric::KEY_RECEIVED,
+            let Some(kr) = got.get::<asa_metrics::key_received::KeyReceivedResult>(
+                asa_metrics::Metric::KEY_RECEIVED,
             ) else {
                 continue;
             };
@@ -678,7 +660,7 @@ fn a_run_split_at_random_and_merged_in_any_order_gives_the_single_run() {
                             accumulate(&ckpt, &model, part, &opts, shape, |d| done = d).unwrap();
                         assert_eq!(done, (w[1] - w[0]) * 20, "progress of part {w:?}");
                         // through its saved state, as a shard's partial result carries it
-                        asa_analyze::metrics::MetricProbe::restore(part.state().unwrap()).unwrap()
+                        asa_metrics::MetricProbe::restore(part.state().unwrap()).unwrap()
                     })
                     .collect();
                 let mut merged = parts.swap_remove(rng.below(parts.len()));

@@ -61,20 +61,20 @@
 
 use std::collections::BTreeMap;
 
-use asa_analyze::analysis::{analyze, RunShape};
-use asa_analyze::metrics::alpha_gate::AlphaResult;
-use asa_analyze::metrics::distance::DistanceResult;
-use asa_analyze::metrics::entropy::{EntropyOf, EntropyResult};
-use asa_analyze::metrics::first_token::SinkRate;
-use asa_analyze::metrics::heatmap::{HeatmapResult, QueryProfileResult};
-use asa_analyze::metrics::key_received::KeyReceivedResult;
-use asa_analyze::metrics::layer_stat::LayerStat;
-use asa_analyze::metrics::max_logit::MaxLogitResult;
-use asa_analyze::metrics::nll::NllResult;
-use asa_analyze::metrics::qk_mean::QkResult;
-use asa_analyze::metrics::weight_sum::WeightSumResult;
-use asa_analyze::metrics::{Metric, ModelMetrics, PerHead};
-use asa_analyze::model::Checkpoint;
+use asa_analysis::analysis::{analyze, RunShape};
+use asa_metrics::alpha_gate::AlphaResult;
+use asa_metrics::distance::DistanceResult;
+use asa_metrics::entropy::{EntropyOf, EntropyResult};
+use asa_metrics::first_token::SinkRate;
+use asa_metrics::heatmap::{HeatmapResult, QueryProfileResult};
+use asa_metrics::key_received::KeyReceivedResult;
+use asa_metrics::layer_stat::LayerStat;
+use asa_metrics::max_logit::MaxLogitResult;
+use asa_metrics::nll::NllResult;
+use asa_metrics::qk_mean::QkResult;
+use asa_metrics::weight_sum::WeightSumResult;
+use asa_metrics::{Metric, ModelMetrics, PerHead};
+use asa_models::Checkpoint;
 use candle_core::{DType, Device};
 use serde_json::Value;
 

@@ -29,13 +29,13 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use asa_analyze::analysis::{analyze, RunShape};
-use asa_analyze::hooks::{CaptureProbe, Hook};
-use asa_analyze::metrics::distance::Bands;
-use asa_analyze::metrics::entropy::EntropyOf;
-use asa_analyze::metrics::{Metric, MetricOptions, ModelMetrics};
-use asa_analyze::model::{Checkpoint, Model, ModelConfig};
-use asa_analyze::nn::rope::inverse_frequencies;
+use asa_analysis::analysis::{analyze, RunShape};
+use asa_engine::nn::rope::inverse_frequencies;
+use asa_hooks::{CaptureProbe, Hook};
+use asa_metrics::distance::Bands;
+use asa_metrics::entropy::EntropyOf;
+use asa_metrics::{Metric, MetricOptions, ModelMetrics};
+use asa_models::{Checkpoint, Model, ModelConfig};
 use candle_core::{DType, Device, Tensor};
 use common::*;
 use serde_json::Value;
@@ -363,9 +363,7 @@ fn smollm2_every_metric_matches_the_reference() {
     report.check("smollm2");
     // the paper's point, on a real model: a first-token sink in most layers
     let ft = got
-        .get::<asa_analyze::metrics::layer_stat::LayerStat>(
-            asa_analyze::metrics::Metric::FIRST_TOKEN,
-        )
+        .get::<asa_metrics::layer_stat::LayerStat>(asa_metrics::Metric::FIRST_TOKEN)
         .unwrap();
     assert!(
         ft.mean.iter().filter(|m| **m > 0.2).count() >= 20,
@@ -373,11 +371,9 @@ fn smollm2_every_metric_matches_the_reference() {
         ft.mean
     );
     assert!(
-        got.get::<asa_analyze::metrics::first_token::SinkRate>(
-            asa_analyze::metrics::Metric::SINK_RATE
-        )
-        .unwrap()
-        .rate
+        got.get::<asa_metrics::first_token::SinkRate>(asa_metrics::Metric::SINK_RATE)
+            .unwrap()
+            .rate
             > 0.5
     );
 }
@@ -531,14 +527,12 @@ impl Worst {
 fn compare_metrics(got: &ModelMetrics, want: &Value, margin: f64, nll_atol: Option<f64>) -> Worst {
     let mut w = Worst::default();
     let ft = got
-        .get::<asa_analyze::metrics::layer_stat::LayerStat>(
-            asa_analyze::metrics::Metric::FIRST_TOKEN,
-        )
+        .get::<asa_metrics::layer_stat::LayerStat>(asa_metrics::Metric::FIRST_TOKEN)
         .unwrap();
     w.vec(&ft.mean, &want["first_token"]["mean"], "first_token.mean");
     w.vec(&ft.std, &want["first_token"]["std"], "first_token.std");
     let e = got
-        .get::<asa_analyze::metrics::entropy::EntropyResult>(asa_analyze::metrics::Metric::ENTROPY)
+        .get::<asa_metrics::entropy::EntropyResult>(asa_metrics::Metric::ENTROPY)
         .unwrap();
     w.vec(&e.per_layer.mean, &want["entropy"]["mean"], "entropy.mean");
     w.vec(&e.per_layer.std, &want["entropy"]["std"], "entropy.std");
@@ -549,9 +543,7 @@ fn compare_metrics(got: &ModelMetrics, want: &Value, margin: f64, nll_atol: Opti
     );
     assert_eq!(e.nan_count, want["entropy"]["nan_count"].as_u64().unwrap());
     let ws = got
-        .get::<asa_analyze::metrics::weight_sum::WeightSumResult>(
-            asa_analyze::metrics::Metric::WEIGHT_SUM,
-        )
+        .get::<asa_metrics::weight_sum::WeightSumResult>(asa_metrics::Metric::WEIGHT_SUM)
         .unwrap();
     for (stat, idx) in [
         ("mean", 0),
@@ -587,7 +579,7 @@ fn compare_metrics(got: &ModelMetrics, want: &Value, margin: f64, nll_atol: Opti
     }
     w.mat(&ws.head_total, &want["head_total"], "head_total");
     let qk = got
-        .get::<asa_analyze::metrics::qk_mean::QkResult>(asa_analyze::metrics::Metric::QK_MEAN)
+        .get::<asa_metrics::qk_mean::QkResult>(asa_metrics::Metric::QK_MEAN)
         .unwrap();
     w.close(qk.mean, &want["qk_mean"]["mean"], "qk.mean");
     w.close(qk.abs_mean, &want["qk_mean"]["abs_mean"], "qk.abs_mean");
@@ -602,7 +594,7 @@ fn compare_metrics(got: &ModelMetrics, want: &Value, margin: f64, nll_atol: Opti
         "qk.per_layer_abs_mean",
     );
     let hm = got
-        .get::<asa_analyze::metrics::heatmap::HeatmapResult>(asa_analyze::metrics::Metric::HEATMAP)
+        .get::<asa_metrics::heatmap::HeatmapResult>(asa_metrics::Metric::HEATMAP)
         .unwrap();
     assert_eq!(
         hm.layer + 1,
@@ -610,9 +602,7 @@ fn compare_metrics(got: &ModelMetrics, want: &Value, margin: f64, nll_atol: Opti
     );
     w.mat(&hm.values, &want["heatmap"]["values"], "heatmap");
     let qp = got
-        .get::<asa_analyze::metrics::heatmap::QueryProfileResult>(
-            asa_analyze::metrics::Metric::QUERY_PROFILE,
-        )
+        .get::<asa_metrics::heatmap::QueryProfileResult>(asa_metrics::Metric::QUERY_PROFILE)
         .unwrap();
     assert_eq!(
         qp.query,
@@ -624,16 +614,14 @@ fn compare_metrics(got: &ModelMetrics, want: &Value, margin: f64, nll_atol: Opti
         "query_profile",
     );
     assert!(
-        got.get::<asa_analyze::metrics::PerHead>(asa_analyze::metrics::Metric::SINK_MASS)
+        got.get::<asa_metrics::PerHead>(asa_metrics::Metric::SINK_MASS)
             .is_none()
             && got
-                .get::<asa_analyze::metrics::alpha_gate::AlphaResult>(
-                    asa_analyze::metrics::Metric::ALPHA
-                )
+                .get::<asa_metrics::alpha_gate::AlphaResult>(asa_metrics::Metric::ALPHA)
                 .is_none()
     );
     // a gated model's output gate (Qwen3-Next), per (attention layer, head)
-    let gate = got.get::<asa_analyze::metrics::PerHead>(asa_analyze::metrics::Metric::GATE);
+    let gate = got.get::<asa_metrics::PerHead>(asa_metrics::Metric::GATE);
     match (gate, want.get("gate")) {
         (None, None) => {}
         (Some(gate), Some(rows)) => {
@@ -646,7 +634,7 @@ fn compare_metrics(got: &ModelMetrics, want: &Value, margin: f64, nll_atol: Opti
         (gate, rows) => panic!("gate: got {}, reference {}", gate.is_some(), rows.is_some()),
     }
     let nll = got
-        .get::<asa_analyze::metrics::nll::NllResult>(asa_analyze::metrics::Metric::NLL)
+        .get::<asa_metrics::nll::NllResult>(asa_metrics::Metric::NLL)
         .unwrap();
     let (atol, rtol) = nll_atol.map_or((ATOL, RTOL), |a| (a, 0.0));
     w.close_within(nll.mean, &want["nll"]["mean"], "nll.mean", atol, rtol);
@@ -659,7 +647,7 @@ fn compare_metrics(got: &ModelMetrics, want: &Value, margin: f64, nll_atol: Opti
         w.close_within(*g, v, &format!("nll.per_position[{i}]"), atol, rtol);
     }
     let sr = got
-        .get::<asa_analyze::metrics::first_token::SinkRate>(asa_analyze::metrics::Metric::SINK_RATE)
+        .get::<asa_metrics::first_token::SinkRate>(asa_metrics::Metric::SINK_RATE)
         .unwrap();
     w.mat(
         &sr.importance,
@@ -677,9 +665,7 @@ fn compare_metrics(got: &ModelMetrics, want: &Value, margin: f64, nll_atol: Opti
         "sink rate"
     );
     let d = got
-        .get::<asa_analyze::metrics::distance::DistanceResult>(
-            asa_analyze::metrics::Metric::DISTANCE_PROFILE,
-        )
+        .get::<asa_metrics::distance::DistanceResult>(asa_metrics::Metric::DISTANCE_PROFILE)
         .unwrap();
     let labels: Vec<String> = want["distance_profile"]["bands"]
         .as_array()
@@ -847,10 +833,7 @@ fn lfm2_gguf_reproduces_its_checkpoint_with_its_convolution_layers() {
     check_tiny_gguf("lfm2");
     let (a, b) = &gguf_and_checkpoint_configs("lfm2");
     assert_eq!(a.mixers, b.mixers);
-    assert_eq!(
-        asa_analyze::model::mixers::attention_layers(&a.mixers),
-        vec![1, 3]
-    );
+    assert_eq!(asa_models::mixers::attention_layers(&a.mixers), vec![1, 3]);
     assert_eq!(
         (a.num_kv_heads, a.intermediate_size),
         (b.num_kv_heads, b.intermediate_size)
@@ -1072,8 +1055,7 @@ fn gguf_sentencepiece_tokenizer_gives_sentencepieces_ids() {
     // tools/make_spm_gguf.py: a SentencePiece BPE (byte fallback, dummy prefix) written the
     // way llama.cpp's converter writes one, and SentencePiece's own ids for its texts
     let want = read_json(&gguf_fixture("spm_tokenizer.json"));
-    let tokenizer =
-        asa_analyze::model::tokenizer_from_gguf(&gguf_fixture("spm_tokenizer.gguf")).unwrap();
+    let tokenizer = asa_models::tokenizer_from_gguf(&gguf_fixture("spm_tokenizer.gguf")).unwrap();
     assert_eq!(
         tokenizer.get_vocab_size(true) as u64,
         want["vocab_size"].as_u64().unwrap()
@@ -1358,7 +1340,7 @@ fn smollm2_query_blocks_do_not_change_the_metrics_at_512_tokens() {
     eprintln!("smollm2 {t} tokens, block {t}: {secs:.1} s");
     let want = serde_json::to_value(&full).unwrap();
     let imp = &full
-        .get::<asa_analyze::metrics::first_token::SinkRate>(asa_analyze::metrics::Metric::SINK_RATE)
+        .get::<asa_metrics::first_token::SinkRate>(asa_metrics::Metric::SINK_RATE)
         .unwrap()
         .importance;
     let eps = smollm2_options().sink_eps;

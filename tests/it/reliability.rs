@@ -919,9 +919,7 @@ fn panic_third_party_readers_on_damaged_files_are_one_line() {
         "footer_list_read_as_another_type.parquet",
     ] {
         let table = fixtures().join("damaged").join(name);
-        let err = asa_analyze::export::read_table(&table)
-            .unwrap_err()
-            .to_string();
+        let err = asa_tables::read_table(&table).unwrap_err().to_string();
         assert!(
             err.contains(&format!(
                 "{name}: damaged Parquet table: its footer states more than its"

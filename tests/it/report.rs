@@ -297,7 +297,7 @@ fn map_codes(blob: &str, at: usize, len: usize) -> Vec<u8> {
 
 #[test]
 fn a_reports_block_maps_read_back_within_their_stated_error() {
-    use asa_analyze::export::{read_table, Column};
+    use asa_tables::{read_table, Column};
     let dir = tempfile::tempdir().unwrap();
     let model = format!("m={}", model_dir("sink").display());
     let args = [

@@ -1,10 +1,10 @@
 //! Every table a real `analyze` run and the log commands write has exactly the columns its
-//! schema declares (`asa_analyze::export::schema`), in order, of the declared kinds.
+//! schema declares (`asa_tables::schema`), in order, of the declared kinds.
 
 use std::path::Path;
 
-use asa_analyze::export::schema::{schema, ColumnKind};
-use asa_analyze::export::{read_table, Column};
+use asa_tables::schema::{schema, ColumnKind};
+use asa_tables::{read_table, Column};
 
 use crate::common::{expect_success, model_dir, run_cli};
 

@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use asa_analyze::export::{read_table, Column};
+use asa_tables::{read_table, Column};
 
 use crate::common::{expect_error, expect_success, fixtures, run_cli};
 
@@ -340,7 +340,7 @@ fn edit_run_json(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
 /// who also fixes the hash).
 fn rehash(dir: &Path) {
     let sha =
-        asa_analyze::analysis::fingerprint::sha256_file(&dir.join("partial.parquet"), u64::MAX)
+        asa_analysis::analysis::fingerprint::sha256_file(&dir.join("partial.parquet"), u64::MAX)
             .unwrap();
     edit_run_json(dir, |run| run["partial"]["states_sha256"] = sha.into());
 }

@@ -6,12 +6,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use asa_analyze::attention::VariantKind;
-use asa_analyze::hooks::{BlockCtx, Hook, Probe};
-use asa_analyze::model::{Checkpoint, Model, WeightStore};
-use asa_analyze::train::data::TextSource;
-use asa_analyze::train::params::{config_json, init_params, resolve};
-use asa_analyze::train::{self, Arch, OptimConfig, TrainOptions, Trainer};
+use asa_analysis::train::data::TextSource;
+use asa_analysis::train::params::{config_json, init_params, resolve};
+use asa_analysis::train::{self, Arch, OptimConfig, TrainOptions, Trainer};
+use asa_engine::attention::VariantKind;
+use asa_hooks::{BlockCtx, Hook, Probe};
+use asa_models::{Checkpoint, Model, WeightStore};
 use candle_core::{DType, Device, Tensor};
 
 use crate::common;
@@ -184,9 +184,7 @@ fn alpha_ma_moves_after_a_step_and_is_left_alone_in_analysis() {
         .unwrap();
     let model = ckpt.load_model().unwrap();
     for _ in 0..2 {
-        model
-            .forward(&ids, 5, &mut asa_analyze::hooks::NoProbe)
-            .unwrap();
+        model.forward(&ids, 5, &mut asa_hooks::NoProbe).unwrap();
     }
     let again = Checkpoint::open(&dir, &Device::Cpu, DType::F32).unwrap();
     assert_eq!(
@@ -247,7 +245,7 @@ impl Probe for Logits {
     fn wants(&self, hook: Hook, _layer: usize) -> bool {
         hook == Hook::Logits
     }
-    fn on_tensor(&mut self, _hook: Hook, _ctx: &BlockCtx, xs: &Tensor) -> asa_analyze::Result<()> {
+    fn on_tensor(&mut self, _hook: Hook, _ctx: &BlockCtx, xs: &Tensor) -> asa_core::Result<()> {
         self.0.push(xs.detach());
         Ok(())
     }

@@ -7,10 +7,10 @@ use crate::common;
 use std::collections::HashMap;
 use std::path::Path;
 
-use asa_analyze::analysis::{analyze, RunShape};
-use asa_analyze::metrics::entropy::EntropyOf;
-use asa_analyze::metrics::Metric;
-use asa_analyze::model::{Checkpoint, WeightMap};
+use asa_analysis::analysis::{analyze, RunShape};
+use asa_metrics::entropy::EntropyOf;
+use asa_metrics::Metric;
+use asa_models::{Checkpoint, WeightMap};
 use candle_core::{DType, Device, Tensor};
 use common::*;
 
@@ -74,23 +74,21 @@ fn a_mapped_checkpoint_gives_the_reference_metrics() {
     let want = reference_metrics("sink");
     let num = |v: &serde_json::Value| v.as_f64().unwrap();
     let first = got
-        .get::<asa_analyze::metrics::layer_stat::LayerStat>(
-            asa_analyze::metrics::Metric::FIRST_TOKEN,
-        )
+        .get::<asa_metrics::layer_stat::LayerStat>(asa_metrics::Metric::FIRST_TOKEN)
         .unwrap();
     for (l, g) in first.mean.iter().enumerate() {
         let w = num(&want["first_token"]["mean"][l]);
         assert_close(*g, w, 1e-6, 1e-5, &format!("first_token layer {l}"));
     }
     let entropy = got
-        .get::<asa_analyze::metrics::entropy::EntropyResult>(asa_analyze::metrics::Metric::ENTROPY)
+        .get::<asa_metrics::entropy::EntropyResult>(asa_metrics::Metric::ENTROPY)
         .unwrap();
     for (l, g) in entropy.per_layer.mean.iter().enumerate() {
         let w = num(&want["entropy"]["mean"][l]);
         assert_close(*g, w, 1e-6, 1e-5, &format!("entropy layer {l}"));
     }
     let sink = got
-        .get::<asa_analyze::metrics::PerHead>(Metric::SINK_MASS)
+        .get::<asa_metrics::PerHead>(Metric::SINK_MASS)
         .expect("the sinks were found under the map");
     for (l, heads) in sink.0.iter().enumerate() {
         for (h, g) in heads.iter().enumerate() {

@@ -1,6 +1,6 @@
 //! The crate's one error type. Every error a user can cause names the file (or option)
 //! and the problem in one line; the binary prints it as `asa-analyze: {err}` and exits 2
-//! (`cli::main`).
+//! (`asa_cli::main`).
 //!
 //! Errors keep their cause: a failure inside a library we call (serde_json, polars,
 //! tokenizers, candle, csv, safetensors, ...) becomes [`Error::Invalid`] (a file to name)
@@ -10,7 +10,7 @@
 //! The rule for `Display` and the source chain: **`Display` of every variant includes its
 //! direct cause, on one line** (`{path}: {what}: {cause}`), because library users and
 //! tests call `to_string()` and must not lose the cause. `source()` still returns that
-//! cause. Whoever prints the whole chain ([`Error::report`], used by `cli::main`) therefore
+//! cause. Whoever prints the whole chain ([`Error::report`], used by `asa_cli::main`) therefore
 //! starts from `Display` and appends only deeper causes whose text is not already in the
 //! line, so nothing is said twice.
 

@@ -7,10 +7,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::analysis::record::RunRecord;
-use crate::analysis::RunOutput;
-use crate::error::Result;
-use crate::export::{Format, OutputDir, StagingWatch};
+use asa_analysis::analysis::record::RunRecord;
+use asa_analysis::analysis::RunOutput;
+use asa_core::error::Result;
+use asa_tables::{Format, OutputDir, StagingWatch};
 
 /// What a commit moved into place, and the figures' notes (skipped figures, dropped data).
 #[derive(Debug, Default)]
@@ -59,7 +59,7 @@ pub fn commit_tables(mut out: OutputDir, figures: bool) -> Result<Committed> {
     let mut notes = Vec::new();
     if figures {
         let tables = [out.staging().to_path_buf()];
-        notes = crate::plot::render_all_in(&tables, &mut out, FIGURES)?.notes;
+        notes = asa_figures::plot::render_all_in(&tables, &mut out, FIGURES)?.notes;
     }
     let files = out.commit()?;
     Ok(Committed { files, notes })

@@ -9,11 +9,11 @@ use serde_json::json;
 
 use super::choice::choice;
 use super::stdout::with_stdout;
-use crate::error::{Error, Result};
-use crate::export::{Format, OutputDir};
-use crate::paper::runs::Input;
-use crate::paper::typeset::{latex, markdown, tidy};
-use crate::paper::{paper_tables, PaperTable, RunSet, ValueOptions, TASKS};
+use asa_core::error::{Error, Result};
+use asa_figures::paper::runs::Input;
+use asa_figures::paper::typeset::{latex, markdown, tidy};
+use asa_figures::paper::{paper_tables, PaperTable, RunSet, ValueOptions, TASKS};
+use asa_tables::{Format, OutputDir};
 
 /// `tables`: paper Tables 1-3.
 #[derive(Debug, Args)]
@@ -63,9 +63,10 @@ pub struct TablesArgs {
 /// The runs and options `args` name.
 fn run_set(args: &TablesArgs) -> Result<(RunSet, ValueOptions)> {
     let mut set = match &args.manifest {
-        Some(path) => {
-            RunSet::from_manifest(path, &crate::analysis::checkpoint_facts::ModelCheckpoints)?
-        }
+        Some(path) => RunSet::from_manifest(
+            path,
+            &asa_analysis::analysis::checkpoint_facts::ModelCheckpoints,
+        )?,
         None => RunSet::default(),
     };
     for (input, values) in [
@@ -90,7 +91,7 @@ fn run_set(args: &TablesArgs) -> Result<(RunSet, ValueOptions)> {
         set.table3 = args
             .table3
             .iter()
-            .map(|m| crate::paper::Method::parse(m))
+            .map(|m| asa_figures::paper::Method::parse(m))
             .collect();
     }
     let options = ValueOptions::resolve(
@@ -151,7 +152,7 @@ pub fn run(args: TablesArgs, process: &super::Process) -> Result<()> {
     let tables = paper_tables(
         &set,
         &options,
-        &crate::analysis::checkpoint_facts::ModelCheckpoints,
+        &asa_analysis::analysis::checkpoint_facts::ModelCheckpoints,
     )?;
     if tables.is_empty() {
         return Err(Error::usage(

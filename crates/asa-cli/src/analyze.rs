@@ -14,16 +14,16 @@ use super::choice::choice;
 use super::report;
 use super::run_args::RunArgs;
 use super::Process;
-use crate::analysis::partial::{shard_info, stage_partial};
-use crate::analysis::record::{ModelRecord, ProfilePhase};
-use crate::analysis::run_option::{run_options_from, FrontEnd};
-use crate::analysis::shard::Shard;
-use crate::analysis::{kernel_layers, ModelSource, Run, RunEvents, RunOptions, RunOutput};
-use crate::device::resolve_device;
-use crate::error::{Error, Result};
-use crate::export::{Format, OutputDir};
-use crate::metrics::{Metric, ModelMetrics};
 use crate::results::{self, stage_tables};
+use asa_analysis::analysis::partial::{shard_info, stage_partial};
+use asa_analysis::analysis::record::{ModelRecord, ProfilePhase};
+use asa_analysis::analysis::run_option::{run_options_from, FrontEnd};
+use asa_analysis::analysis::shard::Shard;
+use asa_analysis::analysis::{kernel_layers, ModelSource, Run, RunEvents, RunOptions, RunOutput};
+use asa_core::error::{Error, Result};
+use asa_engine::device::resolve_device;
+use asa_metrics::{Metric, ModelMetrics};
+use asa_tables::{Format, OutputDir};
 
 /// Options shared by every metric command.
 #[derive(Debug, clap::Args)]
@@ -204,7 +204,7 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str, process: &Proces
     }
     let models = parse_models(&args.models)?;
     if args.profile {
-        crate::profile::enable(&resolve_device(options.execution.device)?);
+        asa_core::profile::enable(&resolve_device(options.execution.device)?);
     }
     let mut out = OutputDir::create(&args.out, args.format, &process.staging)?;
     let mut options = options;
@@ -255,7 +255,7 @@ pub fn run(args: MetricArgs, metrics: &[Metric], command: &str, process: &Proces
     let written = commit_tables(out, flags)?;
     print_results(&output, &run.options.spec.metrics, &written, &args)?;
     if args.profile {
-        eprint!("{}", crate::profile::report(started.elapsed()));
+        eprint!("{}", asa_core::profile::report(started.elapsed()));
     }
     Ok(())
 }
@@ -309,7 +309,7 @@ fn print_results(
 
 /// The `--profile` phases for run.json: calls, host and total seconds by phase.
 fn profile_record() -> BTreeMap<String, ProfilePhase> {
-    crate::profile::totals()
+    asa_core::profile::totals()
         .into_iter()
         .map(|(name, t)| {
             let phase = ProfilePhase {
@@ -346,18 +346,18 @@ mod tests {
     /// metric command, with its help and the default of `RunOptions::default()`.
     #[test]
     fn help_states_every_run_option_with_its_default() {
-        let mut cli = crate::cli::Cli::command();
+        let mut cli = crate::Cli::command();
         for command in ["analyze", "entropy", "watch"] {
             let sub = cli.find_subcommand_mut(command).unwrap();
             let help = sub.render_long_help().to_string();
             let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
-            for option in crate::analysis::run_option::RUN_OPTIONS {
+            for option in asa_analysis::analysis::run_option::RUN_OPTIONS {
                 let flag = format!("--{}", option.flag());
                 let first_words = option.help.split_whitespace().take(3).collect::<Vec<_>>();
                 let first_words = first_words.join(" ");
                 // a flag's help follows it; a value's after its <NAME>
                 let starts = match option.kind {
-                    crate::analysis::run_option::OptionKind::Flag => {
+                    asa_analysis::analysis::run_option::OptionKind::Flag => {
                         format!("{flag} {first_words}")
                     }
                     _ => format!("{flag} <"),
@@ -380,7 +380,7 @@ mod tests {
             }
         }
         let seq_len = RunOptions::default().spec.seq_len.to_string();
-        let option = crate::analysis::run_option::RUN_OPTIONS
+        let option = asa_analysis::analysis::run_option::RUN_OPTIONS
             .iter()
             .find(|o| o.name == "seq_len")
             .unwrap();
@@ -391,7 +391,7 @@ mod tests {
     /// it, refusing what Python's keyword would be refused with, in the same words.
     #[test]
     fn flags_parse_as_the_library_and_only_typed_ones_are_given() {
-        let cli = crate::cli::Cli::try_parse_from([
+        let cli = crate::Cli::try_parse_from([
             "asa-analyze",
             "analyze",
             "m",
@@ -400,7 +400,7 @@ mod tests {
             "--allow-nonfinite",
         ])
         .unwrap();
-        let crate::cli::Command::Analyze(args) = cli.command else {
+        let crate::Command::Analyze(args) = cli.command else {
             panic!("not analyze")
         };
         let given: Vec<(&str, &str)> = args
@@ -413,9 +413,9 @@ mod tests {
         let options = run_options(&args, &[], "analyze").unwrap();
         assert_eq!(options.spec.dtype, Some(candle_core::DType::BF16));
         assert!(options.spec.allow_nonfinite);
-        let cli = crate::cli::Cli::try_parse_from(["asa-analyze", "analyze", "m", "--seq-len=-3"])
-            .unwrap();
-        let crate::cli::Command::Analyze(args) = cli.command else {
+        let cli =
+            crate::Cli::try_parse_from(["asa-analyze", "analyze", "m", "--seq-len=-3"]).unwrap();
+        let crate::Command::Analyze(args) = cli.command else {
             panic!("not analyze")
         };
         let err = run_options(&args, &[], "analyze").unwrap_err().to_string();

@@ -1,11 +1,11 @@
 //! `report RESULTS_DIR... --out report.html`: one self-contained HTML page of the folders'
-//! tables (see [`crate::report`]). Glue only.
+//! tables (see [`asa_figures::report`]). Glue only.
 
 use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::error::Result;
+use asa_core::error::Result;
 
 /// `report RESULTS_DIR... --out FILE`.
 #[derive(Debug, Args)]
@@ -24,7 +24,7 @@ pub struct ReportArgs {
 
 /// Runs `report`.
 pub fn run(args: ReportArgs) -> Result<()> {
-    let (bytes, notes) = crate::report::write(&args.results, &args.out)?;
+    let (bytes, notes) = asa_figures::report::write(&args.results, &args.out)?;
     if !args.quiet {
         for note in notes {
             eprintln!("asa-analyze: report: {note}");

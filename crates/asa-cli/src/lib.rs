@@ -1,15 +1,18 @@
-//! Command-line interface: clap arguments (raw) turned into validated run configs, one
-//! file per command group. Errors print as one line, `asa-analyze: {err}` with its causes
+//! The `asa-analyze` command line: clap arguments (raw) turned into validated run configs, one
+//! file per command group, and [`results`], the writing of a run's tables, run.json and
+//! figures that the Python package's `Result.write()` shares. Errors print as one line, `asa-analyze: {err}` with its causes
 //! ([`Error::report`]), and exit with status 2; a closed stdout (`| head`) exits 0 quietly.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::analysis::CancelToken;
-use crate::error::{Error, Result};
-use crate::export::StagingWatch;
-use crate::metrics::Metric;
+use asa_analysis::analysis::CancelToken;
+use asa_core::error::{Error, Result};
+use asa_metrics::Metric;
+use asa_tables::StagingWatch;
+
+pub mod results;
 
 mod analyze;
 mod choice;

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use super::stdout::{print_json, with_stdout};
-use crate::analysis::inspect::{json_report, open, stored_dtypes, table_rows};
-use crate::error::Result;
+use asa_analysis::analysis::inspect::{json_report, open, stored_dtypes, table_rows};
+use asa_core::error::Result;
 
 /// Arguments of `inspect`.
 #[derive(Debug, clap::Args)]

@@ -1,11 +1,11 @@
 //! Everything the CLI prints on stdout goes through here. A failed write is an error
-//! ([`Error::Stdout`]), never a panic; `cli::main` exits 0 quietly when the cause is a
+//! ([`Error::Stdout`]), never a panic; `asa_cli::main` exits 0 quietly when the cause is a
 //! closed pipe (`asa-analyze spikes ... | head`), as ripgrep does. Rust ignores SIGPIPE,
 //! so such a write returns `EPIPE` (`io::ErrorKind::BrokenPipe`).
 
 use std::io::{self, Write};
 
-use crate::error::{Error, Result};
+use asa_core::error::{Error, Result};
 
 /// Runs `write` on stdout, locked and buffered, then flushes: one block of output appears
 /// at once, and a write that fails stops `write` with the error.

@@ -1,18 +1,18 @@
 //! `train`: trains a small Llama-style model for one attention variant (glue over
-//! [`crate::train`]): a progress bar, the CSV log and checkpoints under `--out`.
+//! [`asa_analysis::train`]): a progress bar, the CSV log and checkpoints under `--out`.
 
-use crate::parse_error::ParseError;
+use asa_core::parse_error::ParseError;
 use std::path::PathBuf;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::stdout;
-use crate::attention::VariantKind;
-use crate::device::{resolve_device, DeviceRequest};
-use crate::error::{Error, Result};
-use crate::train::data::TextSource;
-use crate::train::{self, Arch, OptimConfig, TrainOptions};
+use asa_analysis::train::data::TextSource;
+use asa_analysis::train::{self, Arch, OptimConfig, TrainOptions};
+use asa_core::error::{Error, Result};
+use asa_engine::attention::VariantKind;
+use asa_engine::device::{resolve_device, DeviceRequest};
 
 /// Model, data and optimizer options shared by `train` and `demo`.
 #[derive(Debug, Clone, Args)]

@@ -1,13 +1,13 @@
 //! The run's options on the command line, made from their one declaration
 //! ([`RUN_OPTIONS`]): a flag per option with its help, default and a parser that refuses
 //! what the library's own parser refuses, and the values given collected as text for
-//! [`run_options_from`](crate::analysis::run_option::run_options_from).
+//! [`run_options_from`](asa_analysis::analysis::run_option::run_options_from).
 
 use clap::builder::PossibleValuesParser;
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
-use crate::analysis::run_option::{OptionKind, RunOption, RunValues, RUN_OPTIONS};
+use asa_analysis::analysis::run_option::{OptionKind, RunOption, RunValues, RUN_OPTIONS};
 
 /// The run's options given on the command line, as text by option name.
 #[derive(Debug, Clone, Default)]

@@ -11,13 +11,13 @@ use std::path::{Path, PathBuf};
 use super::analyze::{commit_tables, FigureFlags};
 use super::choice::choice;
 use super::Process;
-use crate::analysis::attention_series::{self, qk_points};
-use crate::analysis::partial::{merge_partials, stage_partial, MARKER, STATES};
-use crate::analysis::record::RunRecord;
-use crate::error::{Error, Result};
-use crate::export::{Format, OutputDir, Table};
-use crate::metrics::qk_series_table;
 use crate::results::stage_tables;
+use asa_analysis::analysis::attention_series::{self, qk_points};
+use asa_analysis::analysis::partial::{merge_partials, stage_partial, MARKER, STATES};
+use asa_analysis::analysis::record::RunRecord;
+use asa_core::error::{Error, Result};
+use asa_metrics::qk_series_table;
+use asa_tables::{Format, OutputDir, Table};
 
 /// Arguments of `merge`.
 #[derive(Debug, clap::Args)]

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 
-use crate::parse_error::ParseError;
+use asa_core::parse_error::ParseError;
 
 /// A value parser for `T` over its `names`.
 pub fn choice<T>(names: &'static [&'static str]) -> impl TypedValueParser<Value = T>

@@ -1,5 +1,5 @@
 //! `grad-stats`, `spikes` and `curves`: training-log statistics over several runs
-//! (SPEC section 5). Glue only: [`crate::stats::report`] reads the runs and runs the
+//! (SPEC section 5). Glue only: [`asa_logs::report`] reads the runs and runs the
 //! analysis (as for `demo`); this prints a compact
 //! table (or JSON) and, with `--out`, write the tables, their Markdown (paper Tables 4
 //! and 5) and `run_<table>.json` atomically.
@@ -11,10 +11,10 @@ use serde_json::json;
 
 use super::choice::choice;
 use super::stdout;
-use crate::error::Result;
-use crate::export::Format;
-use crate::stats::report::{self, CurvesOptions, GradStatsOptions, LogFiles, SpikesOptions};
-use crate::stats::{num, StepWindow};
+use asa_core::error::Result;
+use asa_logs::report::{self, CurvesOptions, GradStatsOptions, LogFiles, SpikesOptions};
+use asa_logs::{num, StepWindow};
+use asa_tables::Format;
 
 /// Logs to read, shared by the three commands.
 #[derive(Debug, Args)]

@@ -31,26 +31,24 @@ use super::stdout::with_stdout;
 use super::tables::{record as tables_record, write_tables};
 use super::train::{step_bar, TrainSettings};
 use super::Process;
-use crate::analysis::series::find_series;
-use crate::analysis::{Execution, ModelSource, Run, RunInputs, RunOptions, RunSpec};
-use crate::attention::VariantKind;
-use crate::device::DeviceRequest;
-use crate::error::{Error, Result};
-use crate::export::schema::ATTENTION;
-use crate::export::{Column, Format, OutputDir, Table};
-use crate::paper::runs::Input;
-use crate::paper::{paper_tables, RunSet, ValueOptions};
-use crate::plot::{self, FigureOptions};
 use crate::results::stage_tables;
-use crate::stats::report::{
-    self, CurvesOptions, GradStatsOptions, LogFiles, LogInputs, SpikesOptions,
-};
-use crate::stats::spikes::SpikeRow;
-use crate::stats::StepWindow;
-use crate::train::data::TextSource;
-use crate::train::run::finished_run;
-use crate::train::tokenizer::train_bpe;
-use crate::train::{self, TrainOptions, TrainSummary};
+use asa_analysis::analysis::series::find_series;
+use asa_analysis::analysis::{Execution, ModelSource, Run, RunInputs, RunOptions, RunSpec};
+use asa_analysis::train::data::TextSource;
+use asa_analysis::train::run::finished_run;
+use asa_analysis::train::tokenizer::train_bpe;
+use asa_analysis::train::{self, TrainOptions, TrainSummary};
+use asa_core::error::{Error, Result};
+use asa_engine::attention::VariantKind;
+use asa_engine::device::DeviceRequest;
+use asa_figures::paper::runs::Input;
+use asa_figures::paper::{paper_tables, RunSet, ValueOptions};
+use asa_figures::plot::{self, FigureOptions};
+use asa_logs::report::{self, CurvesOptions, GradStatsOptions, LogFiles, LogInputs, SpikesOptions};
+use asa_logs::spikes::SpikeRow;
+use asa_logs::StepWindow;
+use asa_tables::schema::ATTENTION;
+use asa_tables::{Column, Format, OutputDir, Table};
 
 /// The methods the demo compares: (label, variant); the first three make the paper's
 /// Table 1, the baseline and the last two its Table 2.
@@ -137,7 +135,7 @@ pub fn run(args: DemoArgs, process: &Process) -> Result<()> {
     let report = out.join("report.html");
     let shown =
         ["attention", "grad_stats", "spikes", "curves", "tables"].map(|sub| results.join(sub));
-    crate::report::write(&shown, &report)?;
+    asa_figures::report::write(&shown, &report)?;
 
     print_summary(&summaries, &attention, &spikes)?;
     if !args.quiet {
@@ -322,7 +320,7 @@ fn paper_tables_of_demo(
     let tables = paper_tables(
         &set,
         &options,
-        &crate::analysis::checkpoint_facts::ModelCheckpoints,
+        &asa_analysis::analysis::checkpoint_facts::ModelCheckpoints,
     )?;
     let mut dir = OutputDir::create(&results.join("tables"), Format::Csv, &process.staging)?;
     write_tables(&tables, &mut dir, &tables_record(&set, &options, &tables))?;

@@ -4,15 +4,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Write};
 
 use super::stdout::with_stdout;
-use crate::error::Result;
-use crate::metrics::alpha_gate::AlphaResult;
-use crate::metrics::entropy::EntropyResult;
-use crate::metrics::first_token::SinkRate;
-use crate::metrics::layer_stat::LayerStat;
-use crate::metrics::nll::NllResult;
-use crate::metrics::qk_mean::QkResult;
-use crate::metrics::weight_sum::WeightSumResult;
-use crate::metrics::{Metric, ModelMetrics, PerHead};
+use asa_core::error::Result;
+use asa_metrics::alpha_gate::AlphaResult;
+use asa_metrics::entropy::EntropyResult;
+use asa_metrics::first_token::SinkRate;
+use asa_metrics::layer_stat::LayerStat;
+use asa_metrics::nll::NllResult;
+use asa_metrics::qk_mean::QkResult;
+use asa_metrics::weight_sum::WeightSumResult;
+use asa_metrics::{Metric, ModelMetrics, PerHead};
 
 fn fmt(v: Option<f64>) -> String {
     match v {

@@ -14,15 +14,15 @@ use serde_json::json;
 
 use super::analyze::{self, commit_tables, FigureFlags, MetricArgs, Terminal};
 use super::Process;
-use crate::analysis::attention_series::{
+use asa_analysis::analysis::attention_series::{
     self, empty, qk_points, step_rows, steps_done, without_steps,
 };
-use crate::analysis::checkpoint_ready::{step_folders, StepFolder};
-use crate::analysis::series::MAX_STEP;
-use crate::analysis::{ModelSource, Run, RunOptions};
-use crate::error::{Error, Result};
-use crate::export::{FolderLock, OutputDir, Table};
-use crate::metrics::{qk_series_table, Metric};
+use asa_analysis::analysis::checkpoint_ready::{step_folders, StepFolder};
+use asa_analysis::analysis::series::MAX_STEP;
+use asa_analysis::analysis::{ModelSource, Run, RunOptions};
+use asa_core::error::{Error, Result};
+use asa_metrics::{qk_series_table, Metric};
+use asa_tables::{FolderLock, OutputDir, Table};
 
 /// What `watch` computes unless `--metrics` says otherwise: what a training run's attention
 /// is watched for (sinks forming, entropy collapse, logit growth, QK^T growth).

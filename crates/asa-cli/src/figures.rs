@@ -1,13 +1,13 @@
 //! `figures`: every paper figure (PNG and SVG) and Tables 4-5 (Markdown) from exported
-//! tables. Glue only: [`crate::plot`] does the work; notes on skipped figures go to stderr.
+//! tables. Glue only: [`asa_figures::plot`] does the work; notes on skipped figures go to stderr.
 
 use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::error::{Error, Result};
-use crate::plot::{self, FigureOptions};
-use crate::stats::StepWindow;
+use asa_core::error::{Error, Result};
+use asa_figures::plot::{self, FigureOptions};
+use asa_logs::StepWindow;
 
 /// `figures RESULTS_DIR... --out DIR`.
 #[derive(Debug, Args)]
