@@ -1,7 +1,11 @@
 """Python exceptions at the package's boundary: a number out of its parameter's range is a
 `UsageError` (a ValueError) naming the parameter, not the OverflowError of PyO3's
-conversion; every `AsaError` has `path`, `option`, `tensor` and `key` (the library sets them on
-what it raises; one raised here in Python names none)."""
+conversion; every `AsaError` has `path`, `option`, `tensor`, `key` and `problem` (the library
+sets them on what it raises; one raised here in Python names none). A `CheckpointError`'s
+`problem` says what is wrong with the checkpoint as a word to match: `missing_tensor`, `shape`,
+`tensor_data`, `unused_tensors`, `missing_key`, `wrong_type`, `out_of_range`, `inconsistent`, `unsupported`,
+`unimplemented`, `missing_file`, `not_a_checkpoint`, `no_attention`, `damaged`, `non_finite`;
+None for a file a parser refused."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ AsaError.path = None
 AsaError.option = None
 AsaError.tensor = None
 AsaError.key = None
+AsaError.problem = None
 
 
 def _python_errors(fn: Any) -> Any:

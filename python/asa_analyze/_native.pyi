@@ -15,10 +15,17 @@ class AsaError(ValueError):
     """The option at fault, as the caller spells it (Python's keyword `bins`, the CLI's flag
     `--bins`), where one is."""
     tensor: Optional[str]
-    """The checkpoint's tensor at fault (missing, or of another shape), where one is."""
+    """The checkpoint's tensor at fault (missing, of another shape, its data unreadable),
+    where one is."""
     key: Optional[str]
-    """The checkpoint's setting at fault (a config.json or GGUF metadata key whose value is
-    not implemented: `model_type`, `attention_variant`), where one is."""
+    """The checkpoint's setting at fault (a config.json key, dotted inside an object:
+    `rope_parameters.factor`, or a GGUF metadata key: `llama.block_count`; the first of
+    settings that contradict each other), where one is."""
+    problem: Optional[str]
+    """What is wrong with the checkpoint, a word to match: `missing_tensor`, `shape`,
+    `tensor_data`, `unused_tensors`, `missing_key`, `wrong_type`, `out_of_range`, `inconsistent`,
+    `unsupported`, `unimplemented`, `missing_file`, `not_a_checkpoint`, `no_attention`,
+    `damaged`, `non_finite`; None for another error, or a file a parser refused."""
 class Cancelled(Exception): ...
 
 class CancelToken:

@@ -112,13 +112,15 @@ fn no_panic<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
 }
 
 /// The Python exception for a library error, with the file and the option it is about as
-/// its `path` and `option` attributes (None where it names none).
+/// its `path` and `option` attributes, and a checkpoint's problem as `problem` (its kind:
+/// `missing_tensor`, `out_of_range`, ...), `tensor` and `key` (None where it names none).
 fn to_py(err: Error) -> PyErr {
     let line = python_spelling(&err.report());
     let path = err.path().map(|p| p.to_string_lossy().into_owned());
     let option = err.option_name().map(python_spelling);
     let tensor = err.problem().and_then(|p| p.tensor()).map(str::to_owned);
     let key = err.problem().and_then(|p| p.key()).map(str::to_owned);
+    let problem = err.problem().map(|p| p.name());
     let raised = match err.kind() {
         ErrorKind::Cancelled => Cancelled::new_err("asa-analyze run cancelled"),
         ErrorKind::Input(kind) => match kind {
@@ -139,6 +141,7 @@ fn to_py(err: Error) -> PyErr {
         let _ = value.setattr("option", option);
         let _ = value.setattr("tensor", tensor);
         let _ = value.setattr("key", key);
+        let _ = value.setattr("problem", problem);
     });
     raised
 }

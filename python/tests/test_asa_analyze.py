@@ -247,9 +247,10 @@ def test_bad_input_raises_asa_errors_with_the_clis_line(tmp_path):
     config = json.loads((bad / "config.json").read_text())
     config["num_hidden_layers"] = 0
     (bad / "config.json").write_text(json.dumps(config))
-    with pytest.raises(asa.CheckpointError, match="num_hidden_layers must be at least 1") as err:
+    with pytest.raises(asa.CheckpointError, match="num_hidden_layers 0 must be at least 1") as err:
         asa.analyze(bad, **SMALL)
     assert (Path(err.value.path).name, err.value.option) == ("config.json", None)
+    assert (err.value.problem, err.value.key, err.value.tensor) == ("out_of_range", "num_hidden_layers", None)
     # issue 66: a missing tensor or a wrong shape is a typed problem: .tensor names it
     config["num_hidden_layers"] = 2
     config["intermediate_size"] = 48
@@ -257,7 +258,7 @@ def test_bad_input_raises_asa_errors_with_the_clis_line(tmp_path):
     with pytest.raises(asa.CheckpointError, match="has shape") as err:
         asa.analyze(bad, **SMALL)
     assert (err.value.tensor, Path(err.value.path).name) == ("model.layers.0.mlp.gate_proj.weight", "model.safetensors")
-    assert err.value.option is None
+    assert (err.value.option, err.value.problem) == (None, "shape")
     assert err.value.key is None
     # a setting the loader does not implement is typed too: .key names it
     config["intermediate_size"] = 64
@@ -266,12 +267,13 @@ def test_bad_input_raises_asa_errors_with_the_clis_line(tmp_path):
     with pytest.raises(asa.CheckpointError, match="attention_variant `magic` is not implemented") as err:
         asa.analyze(bad, **SMALL)
     assert (err.value.key, err.value.tensor, Path(err.value.path).name) == ("attention_variant", None, "config.json")
+    assert err.value.problem == "unsupported"
     del config["attention_variant"]
     # a parser's refusal is about the same input: a CheckpointError naming the file
     (bad / "config.json").write_text("{")
     with pytest.raises(asa.CheckpointError, match="invalid config.json") as err:
         asa.analyze(bad, **SMALL)
-    assert Path(err.value.path).name == "config.json"
+    assert (Path(err.value.path).name, err.value.problem) == ("config.json", None)
     # an error raised in Python names neither
     with pytest.raises(asa.UsageError) as err:
         asa.analyze(FIXTURES / "sink", corpus=[[0, 1.5]], **SMALL)

@@ -282,8 +282,51 @@ pub fn open_problem(path: &Path) -> asa_core::checkpoint_problem::CheckpointProb
     use candle_core::{DType, Device};
     let err = asa_models::Checkpoint::open(path, &Device::Cpu, DType::F32)
         .and_then(asa_models::Checkpoint::validate)
+        .and_then(|checkpoint| checkpoint.refuse_unused())
         .err()
         .expect("refused");
+    err.problem()
+        .cloned()
+        .unwrap_or_else(|| panic!("not a typed problem: {err}"))
+}
+
+/// The problem `path` is refused with (as [`open_problem`]), checked to be the variant `name`
+/// ([`CheckpointProblem::name`]) about `about`: one of its keys, or its tensor.
+///
+/// [`CheckpointProblem::name`]: asa_core::checkpoint_problem::CheckpointProblem::name
+pub fn expect_problem(
+    path: &Path,
+    name: &str,
+    about: &str,
+) -> asa_core::checkpoint_problem::CheckpointProblem {
+    let problem = open_problem(path);
+    assert_eq!(problem.name(), name, "{problem:?}");
+    assert!(
+        problem.keys().contains(&about) || problem.tensor() == Some(about),
+        "{problem:?} is not about {about}"
+    );
+    problem
+}
+
+/// The problem the library's run (what `analyze` calls: 2 windows of 16 tokens) refuses the
+/// checkpoint at `path` with: what only a forward pass finds (activations that overflow) as
+/// well as what opening it does.
+pub fn run_problem(path: &Path) -> asa_core::checkpoint_problem::CheckpointProblem {
+    use asa_analysis::analysis::{ModelSource, Run, RunOptions, RunSpec, Silent};
+    let options = RunOptions {
+        spec: RunSpec {
+            seq_len: 16,
+            num_seqs: 2,
+            ..RunSpec::default()
+        },
+        ..RunOptions::default()
+    };
+    let run = Run {
+        models: vec![ModelSource::at("m", path)],
+        options,
+        cancel: Default::default(),
+    };
+    let err = run.execute(&mut Silent).err().expect("refused");
     err.problem()
         .cloned()
         .unwrap_or_else(|| panic!("not a typed problem: {err}"))

@@ -6,8 +6,10 @@
 use candle_core::Device;
 
 use crate::common::{
-    analyze_briefly, copy_fixture, edit_config, expect_error, expect_success, run_cli,
+    analyze_briefly, copy_fixture, edit_config, expect_error, expect_problem, expect_success,
+    open_problem, run_cli,
 };
+use asa_core::checkpoint_problem::CheckpointProblem;
 
 /// The attention table of an `analyze` run of checkpoint folder `name` in `dir`.
 fn attention_table(dir: &std::path::Path, name: &str) -> String {
@@ -109,20 +111,24 @@ fn phi3_longrope_and_a_wrong_fused_size_are_refused_naming_them() {
         })
     });
     let err = expect_error(&run_cli(tmp.path(), &["inspect", "phi3"]));
-    assert!(
-        err.contains("longrope `long_factor` has 3 factors for 2 rotating frequency pairs"),
-        "{err}"
-    );
+    assert!(err.contains("phi3/config.json: "), "{err}");
+    let problem = expect_problem(&tmp.path().join("phi3"), "inconsistent", "head_dim");
+    assert_eq!(problem.keys(), ["rope_parameters.long_factor", "head_dim"]);
+    assert!(problem
+        .to_string()
+        .contains("3 factors for 2 rotating frequency pairs"));
     copy_fixture("phi3", &tmp.path().join("wide"));
     edit_config(&tmp.path().join("wide"), |c| {
         c["intermediate_size"] = 48.into()
     });
-    let err = expect_error(&run_cli(tmp.path(), &["inspect", "wide"]));
-    assert!(
-        err.contains(
-            "model.layers.0.mlp.gate_up_proj.weight has shape [128, 32], expected [96, 32]"
-        ),
-        "{err}"
+    expect_error(&run_cli(tmp.path(), &["inspect", "wide"]));
+    assert_eq!(
+        open_problem(&tmp.path().join("wide")),
+        CheckpointProblem::Shape {
+            tensor: "model.layers.0.mlp.gate_up_proj.weight".into(),
+            expected: vec![96, 32],
+            got: vec![128, 32],
+        }
     );
 }
 
@@ -177,9 +183,10 @@ fn gpt2_as_openai_ships_it_and_what_is_refused() {
         c["scale_attn_by_inverse_layer_idx"] = true.into()
     });
     let err = expect_error(&run_cli(tmp.path(), &["inspect", "gpt2"]));
-    assert!(
-        err.contains("scale_attn_by_inverse_layer_idx: true is not implemented"),
-        "{err}"
+    assert!(err.contains("gpt2/config.json: "), "{err}");
+    assert_eq!(
+        open_problem(&tmp.path().join("gpt2")),
+        CheckpointProblem::unsupported("scale_attn_by_inverse_layer_idx", true, "false")
     );
 }
 
@@ -333,8 +340,12 @@ fn qwen3_moe_names_its_experts_and_their_layers() {
     edit_config(&tmp.path().join("q"), |c| {
         c["mlp_only_layers"] = serde_json::json!([])
     });
-    let err = expect_error(&run_cli(tmp.path(), &["inspect", "q"]));
-    assert!(err.contains("model.layers.0.mlp.gate.weight"), "{err}");
+    expect_error(&run_cli(tmp.path(), &["inspect", "q"]));
+    expect_problem(
+        &tmp.path().join("q"),
+        "missing_tensor",
+        "model.layers.0.mlp.gate.weight",
+    );
 }
 
 /// The RoPE scalings of `modeling_rope_utils` (their numbers are checked against
@@ -395,12 +406,22 @@ fn gemma2_names_what_is_special_and_reports_capped_maxima() {
         err.contains("scale_invariant attention with logit soft-capping is not implemented"),
         "{err}"
     );
+    let problem = expect_problem(&tmp.path().join("g"), "unimplemented", "attention_variant");
+    assert_eq!(
+        problem.keys(),
+        ["attention_variant", "attn_logit_softcapping"]
+    );
     edit_config(&tmp.path().join("g"), |c| {
         c.as_object_mut().unwrap().remove("attention_variant");
         c["use_bidirectional_attention"] = serde_json::json!(true);
     });
     let err = expect_error(&run_cli(tmp.path(), &["inspect", "g"]));
     assert!(err.contains("use_bidirectional_attention"), "{err}");
+    expect_problem(
+        &tmp.path().join("g"),
+        "unsupported",
+        "use_bidirectional_attention",
+    );
 }
 
 /// Gemma 3 (text; its numbers are checked against transformers by `metrics.rs` and
@@ -532,7 +553,11 @@ fn gemma3_multimodal_checkpoints_give_their_text_model() {
         c.as_object_mut().unwrap().remove("text_config");
     });
     let err = expect_error(&run_cli(tmp.path(), &["inspect", "m"]));
-    assert!(err.contains("needs a text_config"), "{err}");
+    assert!(
+        err.contains("m/config.json: text_config is missing"),
+        "{err}"
+    );
+    expect_problem(&tmp.path().join("m"), "missing_key", "text_config");
 }
 
 /// Issue 52: Llama 4's chunked, NoPE and temperature-tuned layers and SmolLM3's NoPE layer
@@ -583,16 +608,24 @@ fn llama4_and_smollm3_name_each_layers_kind() {
         c["layer_types"][1] = "sliding_attention".into();
     });
     let err = expect_error(&run_cli(tmp.path(), &["inspect", "l4"]));
-    assert!(
-        err.contains("config.json") && err.contains("`sliding_attention`"),
-        "{err}"
-    );
+    assert!(err.contains("l4/config.json: "), "{err}");
+    assert!(matches!(
+        open_problem(&tmp.path().join("l4")),
+        CheckpointProblem::Unsupported { key, value, .. }
+            if key == "layer_types" && value == "sliding_attention"
+    ));
     edit_config(&tmp.path().join("l4"), |c| {
         c["layer_types"][1] = "chunked_attention".into();
         c["attention_chunk_size"] = serde_json::Value::Null;
     });
     let err = expect_error(&run_cli(tmp.path(), &["inspect", "l4"]));
     assert!(err.contains("attention_chunk_size is null"), "{err}");
+    let problem = expect_problem(
+        &tmp.path().join("l4"),
+        "inconsistent",
+        "attention_chunk_size",
+    );
+    assert_eq!(problem.keys(), ["layer_types", "attention_chunk_size"]);
 }
 
 /// Issue 52: GLM-4.5's experts are named by `inspect`, and routing settings the loader does
@@ -608,35 +641,39 @@ fn glm4_moe_names_its_routing_and_refuses_what_it_does_not_implement() {
     ] {
         assert!(inspect.contains(says), "{says}: {inspect}");
     }
-    for (key, value, says) in [
+    // (the key set, its value, the problem, the detail's words where it has one)
+    for (key, value, problem, says) in [
         (
             "scoring_func",
             serde_json::json!("softmax"),
-            "scoring_func `softmax` is not implemented",
+            "unsupported",
+            "",
         ),
         (
             "topk_method",
             serde_json::json!("greedy"),
-            "topk_method `greedy` is not implemented",
+            "unsupported",
+            "",
         ),
         (
             "n_group",
             serde_json::json!(3),
-            "n_group 3 must divide the 4 routed experts",
+            "inconsistent",
+            "must divide the 4 routed experts",
         ),
         (
             "n_group",
             serde_json::json!(4),
+            "inconsistent",
             "fewer than 2 experts a group",
         ),
     ] {
         copy_fixture("glm4_moe", &tmp.path().join("bad"));
         edit_config(&tmp.path().join("bad"), |c| c[key] = value.clone());
         let err = expect_error(&run_cli(tmp.path(), &["inspect", "bad"]));
-        assert!(
-            err.contains("config.json") && err.contains(says),
-            "{key}: {err}"
-        );
+        assert!(err.contains("bad/config.json: "), "{key}: {err}");
+        let refused = expect_problem(&tmp.path().join("bad"), problem, key);
+        assert!(refused.to_string().contains(says), "{refused}");
         std::fs::remove_dir_all(tmp.path().join("bad")).unwrap();
     }
 }
@@ -658,29 +695,39 @@ fn deepseek_v3_names_its_latent_attention_and_refuses_what_it_cannot_run() {
     ] {
         assert!(inspect.contains(says), "{says}: {inspect}");
     }
-    for (key, value, says) in [
-        ("v_head_dim", serde_json::json!(13), "v_head_dim 13 at most"),
+    // (the key set, its value, the problem, what it is about)
+    for (key, value, problem, about) in [
+        (
+            "v_head_dim",
+            serde_json::json!(13),
+            "inconsistent",
+            "v_head_dim",
+        ),
         (
             "qk_rope_head_dim",
             serde_json::json!(3),
-            "qk_rope_head_dim 3 must be even",
+            "inconsistent",
+            "qk_rope_head_dim",
         ),
         (
             "kv_lora_rank",
             serde_json::json!(0),
-            "kv_lora_rank must be at least 1",
+            "out_of_range",
+            "kv_lora_rank",
         ),
         // one q_proj instead of the low-rank pair: this checkpoint has none
         (
             "q_lora_rank",
             serde_json::Value::Null,
-            "self_attn.q_proj.weight",
+            "missing_tensor",
+            "model.layers.0.self_attn.q_proj.weight",
         ),
     ] {
         copy_fixture("deepseek_v3", &tmp.path().join("bad"));
         edit_config(&tmp.path().join("bad"), |c| c[key] = value.clone());
         let err = expect_error(&run_cli(tmp.path(), &["inspect", "bad"]));
-        assert!(err.contains(says), "{key}: {err}");
+        assert!(err.contains("bad/"), "{key}: {err}");
+        expect_problem(&tmp.path().join("bad"), problem, about);
         std::fs::remove_dir_all(tmp.path().join("bad")).unwrap();
     }
 }

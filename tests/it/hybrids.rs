@@ -207,26 +207,42 @@ fn qwen3_next_inspect_names_its_layers_variant_and_experts() {
 #[test]
 fn hybrid_settings_not_implemented_are_refused_naming_them() {
     let tmp = tempfile::tempdir().unwrap();
-    let cases: [(&str, &str, serde_json::Value, &str); 13] = [
+    // (fixture, the key set, its value, the problem, the key it names)
+    let cases: [(&str, &str, serde_json::Value, &str, Option<&str>); 13] = [
         (
             "lfm2",
             "layer_types",
             serde_json::json!(["conv", "sliding_attention", "conv", "full_attention"]),
-            "sliding_attention",
+            "unsupported",
+            Some("layer_types"),
         ),
-        ("lfm2", "conv_L_cache", 0.into(), "conv_L_cache"),
-        ("lfm2", "tie_embedding", false.into(), "tie_embedding"),
+        (
+            "lfm2",
+            "conv_L_cache",
+            0.into(),
+            "out_of_range",
+            Some("conv_L_cache"),
+        ),
+        (
+            "lfm2",
+            "tie_embedding",
+            false.into(),
+            "inconsistent",
+            Some("tie_embedding"),
+        ),
         (
             "lfm2",
             "partial_rotary_factor",
             0.5.into(),
-            "partial_rotary_factor",
+            "unsupported",
+            Some("partial_rotary_factor"),
         ),
         (
             "qwen3_next",
             "linear_num_value_heads",
             3.into(),
-            "linear_num_value_heads 3",
+            "inconsistent",
+            Some("linear_num_value_heads"),
         ),
         (
             "qwen3_next",
@@ -237,47 +253,60 @@ fn hybrid_settings_not_implemented_are_refused_naming_them() {
                 "linear_attention",
                 "full_attention"
             ]),
-            "mamba",
+            "unsupported",
+            Some("layer_types"),
         ),
         (
             "granitemoehybrid",
             "layer_types",
             serde_json::Value::Null,
-            "no attention to analyse",
+            "no_attention",
+            None,
         ),
         (
             "granitemoehybrid",
             "num_local_experts",
             0.into(),
-            "num_local_experts 0",
+            "unsupported",
+            Some("num_local_experts"),
         ),
         (
             "granitemoehybrid",
             "time_step_limit",
             serde_json::Value::Null,
-            "time_step_limit",
+            "wrong_type",
+            Some("time_step_limit"),
         ),
         (
             "granitemoehybrid",
             "mamba_n_heads",
             3.into(),
-            "mamba_n_heads 3",
+            "inconsistent",
+            Some("mamba_n_heads"),
         ),
-        ("falcon_h1", "mamba_rms_norm", true.into(), "mamba_rms_norm"),
+        (
+            "falcon_h1",
+            "mamba_rms_norm",
+            true.into(),
+            "unsupported",
+            Some("mamba_rms_norm"),
+        ),
         (
             "falcon_h1",
             "ssm_multipliers",
             serde_json::json!([1.0, 2.0]),
-            "ssm_multipliers",
+            "wrong_type",
+            Some("ssm_multipliers"),
         ),
         (
             "lfm2",
             "layer_types",
             serde_json::json!(["conv", "conv", "conv", "conv"]),
-            "no layer has attention",
+            "no_attention",
+            None,
         ),
     ];
-    for (k, (fixture, key, value, says)) in cases.into_iter().enumerate() {
+    for (k, (fixture, key, value, problem, named)) in cases.into_iter().enumerate() {
         let dir = tmp.path().join(format!("case{k}"));
         crate::common::copy_fixture(fixture, &dir);
         crate::common::edit_config(&dir, |c| c[key] = value.clone());
@@ -285,9 +314,12 @@ fn hybrid_settings_not_implemented_are_refused_naming_them() {
             tmp.path(),
             &["inspect", &dir.display().to_string()],
         ));
-        assert!(
-            err.contains("config.json") && err.contains(says),
-            "{key}: {err}"
+        assert!(err.contains("config.json: "), "{key}: {err}");
+        let refused = crate::common::open_problem(&dir);
+        assert_eq!(
+            (refused.name(), refused.key()),
+            (problem, named),
+            "{key}: {refused}"
         );
     }
 }

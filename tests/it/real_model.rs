@@ -1135,6 +1135,7 @@ fn truncated_gguf_is_one_line_naming_the_file() {
     std::fs::write(&path, &bytes[..bytes.len() - 1000]).unwrap();
     let err = inspect_error(&path);
     assert!(err.contains("truncated GGUF file"), "{err}");
+    assert_eq!(open_problem(&path).name(), "damaged");
     // header cut short
     let path = tmp.path().join("header.gguf");
     std::fs::write(&path, &bytes[..200]).unwrap();
@@ -1156,43 +1157,71 @@ fn gguf_metadata_that_would_give_nan_is_refused() {
     // rope.freq_base 0 made every metric NaN; a NaN rms epsilon became JSON null and so
     // silently the default 1e-6 (both F32 values, patched in a copy of the qwen2 fixture)
     let tmp = tempfile::tempdir().unwrap();
-    for (key, value, says) in [
+    for (key, value, problem) in [
         (
             "qwen2.rope.freq_base",
             0f32,
-            "rope_theta 0 must be a finite number > 0 (in this file: metadata qwen2.rope.freq_base)",
+            // the rule of the config.json key it becomes, the file's key named beside it
+            asa_core::CheckpointProblem::out_of_range("rope_theta", 0, "a finite number > 0"),
         ),
         (
             "qwen2.attention.layer_norm_rms_epsilon",
             f32::NAN,
-            "metadata qwen2.attention.layer_norm_rms_epsilon is NaN: it must be a finite number",
+            asa_core::CheckpointProblem::out_of_range(
+                "qwen2.attention.layer_norm_rms_epsilon",
+                f32::NAN,
+                "a finite number",
+            ),
         ),
     ] {
         let path = common::gguf_with_f32("qwen2.gguf", key, value, tmp.path());
         let err = inspect_error(&path);
-        assert!(err.contains("qwen2.gguf") && err.contains(says), "{err}");
+        assert!(err.contains(key), "{err}");
+        assert_eq!(open_problem(&path), problem);
     }
 }
 
 #[test]
 fn unknown_gguf_architecture_is_named() {
-    let err = inspect_error(&gguf_fixture("bad/unknown_arch.gguf"));
+    let path = gguf_fixture("bad/unknown_arch.gguf");
+    inspect_error(&path);
+    let asa_core::CheckpointProblem::Unsupported {
+        key,
+        value,
+        supported,
+    } = open_problem(&path)
+    else {
+        panic!("not an unsupported setting")
+    };
+    assert_eq!(
+        (key.as_str(), value.as_str()),
+        ("general.architecture", "mamba")
+    );
     assert!(
-        err.contains("architecture `mamba`")
-            && err.contains(
-                "deepseek2, falcon-h1, gemma2, gemma3, glm4moe, gpt-oss, gpt2, gptneox, granitehybrid, lfm2, llama, llama4, olmo2, phi3, qwen2, qwen3, qwen3moe, qwen3next, smollm3"
-            ),
-        "{err}"
+        supported.contains(
+            "deepseek2, falcon-h1, gemma2, gemma3, glm4moe, gpt-oss, gpt2, gptneox, granitehybrid, lfm2, llama, llama4, olmo2, phi3, qwen2, qwen3, qwen3moe, qwen3next, smollm3"
+        ),
+        "{supported}"
     );
 }
 
 #[test]
 fn unknown_gguf_tensor_type_is_named() {
-    let err = inspect_error(&gguf_fixture("bad/unknown_type.gguf"));
-    assert!(
-        err.contains("tensor type 16 (IQ2_XXS)") && err.contains("Q4_K"),
-        "{err}"
+    let path = gguf_fixture("bad/unknown_type.gguf");
+    inspect_error(&path);
+    let asa_core::CheckpointProblem::Unsupported {
+        key,
+        value,
+        supported,
+    } = open_problem(&path)
+    else {
+        panic!("not an unsupported setting")
+    };
+    assert_eq!(
+        (key.as_str(), value.as_str()),
+        ("tensor type", "16 (IQ2_XXS)")
     );
+    assert!(supported.contains("Q4_K"), "{supported}");
 }
 
 #[test]
@@ -1201,12 +1230,15 @@ fn gguf_without_tokenizer_cannot_tokenize_text() {
     let path = gguf_fixture("llama_gqa.gguf");
     let ckpt = Checkpoint::open(&path, &Device::Cpu, DType::F32).unwrap();
     assert!(ckpt.tokenizer_json().is_none());
-    let err = ckpt.tokenizer().err().unwrap().to_string();
+    let err = ckpt.tokenizer().err().unwrap();
+    assert_eq!(err.path(), Some(path.as_path()));
+    let Some(asa_core::CheckpointProblem::MissingKey { key, detail }) = err.problem() else {
+        panic!("not a missing key: {err}")
+    };
+    assert_eq!(key, "tokenizer.ggml.tokens");
     assert!(
-        err.contains("llama_gqa.gguf")
-            && err.contains("no tokenizer")
-            && err.contains("--tokenizer"),
-        "{err}"
+        detail.contains("no tokenizer") && detail.contains("--tokenizer"),
+        "{detail}"
     );
     // the command line: text corpus, exit 2, one line, nothing written
     let tmp = tempfile::tempdir().unwrap();

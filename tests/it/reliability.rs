@@ -1,6 +1,7 @@
 //! Issue 24: one regression test per class of defect a hostile-input probe found (the fuzz
 //! harness in `fuzz.rs` keeps the classes closed in general).
 
+use asa_core::checkpoint_problem::CheckpointProblem;
 use candle_core::Device;
 
 use crate::common::{
@@ -31,8 +32,17 @@ fn silent_garbage_nonfinite_weights_are_refused_or_give_nan_never_zero() {
     let run =
         |extra: &[&str], out: &str| analyze_briefly(tmp.path(), ckpt.to_str().unwrap(), out, extra);
     let stderr = expect_error(&run(&[], "refused"));
-    assert!(stderr.contains(name) && stderr.contains("NaN"), "{stderr}");
-    assert!(stderr.contains("--allow-nonfinite"), "{stderr}");
+    assert!(
+        stderr.contains(name) && stderr.contains("--allow-nonfinite"),
+        "{stderr}"
+    );
+    let problem = crate::common::run_problem(&ckpt);
+    assert_eq!(problem.tensor(), Some(name));
+    assert!(
+        matches!(&problem, CheckpointProblem::TensorData { detail, .. }
+            if detail.starts_with("holds NaN at flat index 5")),
+        "{problem:?}"
+    );
     assert!(!tmp.path().join("refused").exists());
     expect_success(&run(&["--allow-nonfinite"], "allowed"));
     let table = std::fs::read_to_string(tmp.path().join("allowed/attention.csv")).unwrap();
@@ -239,11 +249,12 @@ fn panic_gguf_alignment_zero_or_not_a_power_of_two_is_an_error() {
         let path = path.to_str().unwrap();
         for args in [vec!["inspect", path], vec!["analyze", path, "--out", "res"]] {
             let stderr = expect_error(&run_cli(tmp.path(), &args));
-            assert!(
-                stderr.contains(&format!("general.alignment is {alignment}")),
-                "{stderr}"
-            );
+            assert!(stderr.contains("general.alignment"), "{stderr}");
         }
+        assert_eq!(
+            crate::common::open_problem(std::path::Path::new(path)),
+            CheckpointProblem::out_of_range("general.alignment", alignment, "a power of two")
+        );
     }
 }
 
@@ -274,7 +285,16 @@ fn odd_corners_shards_outside_the_folder_and_byte_order_marks() {
     index["weight_map"][&first] = "../elsewhere.safetensors".into();
     std::fs::write(&index_path, index.to_string()).unwrap();
     let stderr = expect_error(&run_cli(tmp.path(), &["inspect", ckpt.to_str().unwrap()]));
-    assert!(stderr.contains("plain file names"), "{stderr}");
+    assert!(
+        stderr.contains("model.safetensors.index.json: "),
+        "{stderr}"
+    );
+    let problem = crate::common::open_problem(&ckpt);
+    assert_eq!(problem.name(), "damaged");
+    assert!(
+        problem.to_string().contains("plain file names"),
+        "{problem}"
+    );
 
     let bom = |from: &std::path::Path, to: &std::path::Path| {
         let mut bytes = b"\xef\xbb\xbf".to_vec();
@@ -321,11 +341,17 @@ fn silent_garbage_layers_beyond_the_config_are_refused_naming_them() {
     ];
     let stderr = expect_error(&run_cli(tmp.path(), &args));
     assert!(
-        stderr.contains("stored weights are not used by the config")
-            && stderr.contains("model.layers.1."),
+        stderr.contains("stored weights are not used by the config"),
         "{stderr}"
     );
     assert!(!tmp.path().join("res").exists());
+    let CheckpointProblem::UnusedTensors { tensors } = crate::common::open_problem(&ckpt) else {
+        panic!("not unused tensors")
+    };
+    assert!(
+        !tensors.is_empty() && tensors.iter().all(|t| t.starts_with("model.layers.1.")),
+        "{tensors:?}"
+    );
     let mut ignoring = args.to_vec();
     ignoring.push("--ignore-unused-weights");
     expect_success(&run_cli(tmp.path(), &ignoring));
@@ -409,25 +435,30 @@ fn abort_a_model_too_large_to_train_is_refused_before_allocating() {
 #[test]
 fn silent_garbage_rope_parameters_of_the_wrong_type_or_in_conflict_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
-    let cases: [(&str, fn(&mut serde_json::Value)); 2] = [
-        ("must be an object", |c| {
-            c["rope_parameters"] = "llama3".into()
-        }),
-        ("disagree on `factor`", |c| {
-            let mut legacy = c["rope_parameters"].clone();
-            legacy["factor"] = 2.0.into();
-            c["rope_scaling"] = legacy;
-        }),
+    let cases: [(CheckpointProblem, fn(&mut serde_json::Value)); 2] = [
+        (
+            CheckpointProblem::wrong_type("rope_parameters", "an object (or null)", "\"llama3\""),
+            |c| c["rope_parameters"] = "llama3".into(),
+        ),
+        (
+            CheckpointProblem::inconsistent(
+                &["rope_parameters.factor", "rope_scaling.factor"],
+                "rope_parameters and the legacy rope_scaling disagree on `factor`; keep one of them",
+            ),
+            |c| {
+                let mut legacy = c["rope_parameters"].clone();
+                legacy["factor"] = 2.0.into();
+                c["rope_scaling"] = legacy;
+            },
+        ),
     ];
-    for (k, (says, edit)) in cases.into_iter().enumerate() {
+    for (k, (problem, edit)) in cases.into_iter().enumerate() {
         let dir = tmp.path().join(format!("case{k}"));
         copy_fixture("llama_gqa", &dir);
         crate::common::edit_config(&dir, edit);
         let stderr = expect_error(&run_cli(tmp.path(), &["inspect", dir.to_str().unwrap()]));
-        assert!(
-            stderr.contains("config.json") && stderr.contains(says),
-            "{stderr}"
-        );
+        assert!(stderr.contains("config.json: "), "{stderr}");
+        assert_eq!(crate::common::open_problem(&dir), problem);
     }
 }
 
@@ -611,11 +642,13 @@ fn silent_garbage_a_gguf_tensor_table_that_does_not_match_its_data_is_refused() 
         patched[at..at + patch.len()].copy_from_slice(&patch);
         std::fs::write(tmp.path().join(file), &patched).unwrap();
         let stderr = expect_error(&run_cli(tmp.path(), &["inspect", file]));
+        assert!(stderr.contains(file), "{stderr}");
+        let problem = crate::common::open_problem(&tmp.path().join(file));
         assert!(
-            stderr.contains(file)
-                && stderr.contains(says)
-                && stderr.contains("blk.0.attn_q.weight"),
-            "{stderr}"
+            matches!(problem.name(), "damaged" | "tensor_data")
+                && problem.to_string().contains(says)
+                && problem.to_string().contains("blk.0.attn_q.weight"),
+            "{problem:?}"
         );
     }
 }
@@ -762,10 +795,17 @@ fn a_weight_past_f16s_range_is_named_as_such_not_as_divergence() {
         "o",
         &["--dtype", "f16"],
     ));
-    assert!(
-        stderr.contains(name)
-            && stderr.contains("1000000, past f16's range: run with --dtype f32 or bf16"),
-        "{stderr}"
+    assert!(stderr.contains(name), "{stderr}");
+    let loaded = asa_models::Checkpoint::open(&ckpt, &Device::Cpu, candle_core::DType::F16)
+        .and_then(|c| c.load_model());
+    let err = loaded.err().expect("f16 past its range loaded");
+    assert_eq!(
+        err.problem(),
+        Some(&CheckpointProblem::tensor_data(
+            name,
+            "holds 1000000, past f16's range: run with --dtype f32 or bf16"
+        )),
+        "{err}"
     );
     assert!(!stderr.contains("diverged"), "{stderr}");
     assert!(!tmp.path().join("o").exists());
@@ -872,11 +912,13 @@ fn settings_that_overflow_the_activations_are_refused_unless_allowed() {
         |extra: &[&str], out: &str| analyze_briefly(tmp.path(), ckpt.to_str().unwrap(), out, extra);
     let stderr = expect_error(&run(&[], "refused"));
     assert!(
-        stderr.contains("activations are NaN or infinite from layer")
-            && stderr.contains(ckpt.to_str().unwrap())
-            && stderr.contains("--allow-nonfinite"),
+        stderr.contains(ckpt.to_str().unwrap()) && stderr.contains("--allow-nonfinite"),
         "{stderr}"
     );
+    let CheckpointProblem::NonFinite { at } = crate::common::run_problem(&ckpt) else {
+        panic!("not non-finite activations")
+    };
+    assert!(at.starts_with("layer"), "{at}");
     assert!(!tmp.path().join("refused").exists());
     expect_success(&run(&["--allow-nonfinite"], "allowed"));
 }

@@ -114,6 +114,7 @@ fn the_cli_takes_a_weight_map_and_rejects_bad_ones() {
     // without the map the conventional names are missing
     let err = expect_error(&run_cli(tmp.path(), &["inspect", "foreign"]));
     assert!(err.contains("is missing"), "{err}");
+    assert_eq!(crate::common::open_problem(&dir).name(), "missing_tensor");
 
     let bad_maps = [
         (

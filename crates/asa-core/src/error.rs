@@ -128,13 +128,9 @@ impl Error {
         Self::of_kind(InputKind::File, path, message)
     }
 
-    /// A problem with a checkpoint, e.g.
-    /// `Error::checkpoint("ckpt/config.json", "missing field hidden_size")`.
-    pub fn checkpoint(path: impl AsRef<Path>, message: impl Into<String>) -> Self {
-        Self::of_kind(InputKind::Checkpoint, path, message)
-    }
-
-    /// The checkpoint at `path` has `problem`.
+    /// The checkpoint at `path` has `problem`, e.g. `Error::checkpoint_problem("ckpt/config.json",
+    /// CheckpointProblem::missing_key("hidden_size"))`: a checkpoint's problems are typed
+    /// (there is no constructor from words), so callers and tests match the variant.
     pub fn checkpoint_problem(path: impl AsRef<Path>, problem: CheckpointProblem) -> Self {
         Error::Checkpoint {
             path: path.as_ref().to_path_buf(),
@@ -389,7 +385,6 @@ mod tests {
     fn each_error_says_what_it_is_about() {
         let file = Path::new("x/config.json");
         for (err, kind) in [
-            (Error::checkpoint(file, "m"), InputKind::Checkpoint),
             (Error::corpus(file, "m"), InputKind::Corpus),
             (Error::table(file, "m"), InputKind::Table),
             (Error::training_log(file, "m"), InputKind::TrainingLog),
@@ -398,6 +393,11 @@ mod tests {
             assert_eq!(err.kind(), ErrorKind::Input(kind));
             assert_eq!(err.to_string(), "x/config.json: m");
         }
+        let problem = crate::CheckpointProblem::missing_key("hidden_size");
+        let err = Error::checkpoint_problem(file, problem.clone());
+        assert_eq!(err.kind(), ErrorKind::Input(InputKind::Checkpoint));
+        assert_eq!(err.problem(), Some(&problem));
+        assert_eq!(err.to_string(), "x/config.json: hidden_size is missing");
         assert_eq!(Error::usage("--bins").kind(), ErrorKind::Usage);
         assert_eq!(Error::Interrupted.kind(), ErrorKind::Cancelled);
         let io = std::io::Error::other("disk");

@@ -6,6 +6,7 @@ use candle_core::{DType, Tensor};
 use super::layers::{linear, projection, rms_norm, weight_matrix, ProjDims};
 use super::layout::{Layout, QkvLayout};
 use super::weights::WeightStore;
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 use asa_engine::attention::{Attention, AttentionShape, AttentionWeights, QkvProjections, Variant};
 use asa_engine::nn::{Linear, RmsNorm};
@@ -208,9 +209,12 @@ fn split_qkv_per_head(
     s: &AttentionShape,
 ) -> Result<(Linear, Linear, Linear)> {
     if s.kv_heads != s.heads || s.variant.kind().is_gated() {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             store.any_file(),
-            "a fused per-head q/k/v projection needs as many key/value heads as query heads and no gate",
+            CheckpointProblem::unimplemented(
+                &["num_key_value_heads", "attention_variant"],
+                "a fused per-head q/k/v projection needs as many key/value heads as query heads and no gate",
+            ),
         ));
     }
     let (h, d) = (s.heads, s.head_dim);
@@ -248,9 +252,12 @@ fn split_qkv(
     conv1d: bool,
 ) -> Result<(Linear, Linear, Linear)> {
     if s.variant.kind().is_gated() {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             store.any_file(),
-            "a fused q/k/v projection cannot carry a gated query",
+            CheckpointProblem::unimplemented(
+                &["attention_variant"],
+                "a fused q/k/v projection cannot carry a gated query",
+            ),
         ));
     }
     let (q, kv) = (s.heads * s.head_dim, s.kv_heads * s.head_dim);

@@ -7,6 +7,7 @@
 
 use std::path::Path;
 
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 
 /// Chunked attention: query i sees the keys j <= i of its own chunk of `size` positions.
@@ -72,9 +73,9 @@ pub(crate) fn no_rope_layers(
     let Some(listed) = listed.filter(|l| !l.is_empty()) else {
         let interval = interval.unwrap_or(4);
         if interval == 0 {
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 path,
-                "no_rope_layer_interval must be at least 1",
+                CheckpointProblem::out_of_range("no_rope_layer_interval", 0, "at least 1"),
             ));
         }
         return Ok((0..num_layers)
@@ -82,18 +83,21 @@ pub(crate) fn no_rope_layers(
             .collect());
     };
     if listed.len() != num_layers {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            format!(
-                "no_rope_layers has {} entries for num_hidden_layers {num_layers}",
-                listed.len()
+            CheckpointProblem::inconsistent(
+                &["no_rope_layers", "num_hidden_layers"],
+                format!(
+                    "no_rope_layers has {} entries for num_hidden_layers {num_layers}",
+                    listed.len()
+                ),
             ),
         ));
     }
     if let Some(bad) = listed.iter().find(|&&v| v != 0 && v != 1) {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            format!("no_rope_layers entry {bad} must be 1 (RoPE) or 0 (NoPE)"),
+            CheckpointProblem::out_of_range("no_rope_layers", bad, "1 (RoPE) or 0 (NoPE) each"),
         ));
     }
     Ok((0..num_layers).filter(|&l| listed[l] == 0).collect())
@@ -116,9 +120,18 @@ mod tests {
             vec![1]
         );
         let err = no_rope_layers(Some(&[1, 2, 1]), None, 3, path).unwrap_err();
-        assert!(err.to_string().contains("entry 2"), "{err}");
+        assert_eq!(
+            err.problem(),
+            Some(&CheckpointProblem::out_of_range(
+                "no_rope_layers",
+                2,
+                "1 (RoPE) or 0 (NoPE) each"
+            ))
+        );
         let err = no_rope_layers(Some(&[1, 1]), None, 3, path).unwrap_err();
-        assert!(err.to_string().contains("2 entries"), "{err}");
+        let problem = err.problem().unwrap();
+        assert_eq!(problem.keys(), ["no_rope_layers", "num_hidden_layers"]);
+        assert!(problem.to_string().contains("2 entries"), "{err}");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 use std::path::Path;
 
 use super::config::Architecture;
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 use asa_engine::nn::{ClampedGlu, Routing};
 
@@ -171,15 +172,19 @@ pub(crate) fn resolve(
         return Ok(None);
     }
     if count == 0 || top_k == 0 || top_k > count {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            format!("num_experts_per_tok {top_k} must be between 1 and the {count} experts"),
+            CheckpointProblem::out_of_range(
+                "num_experts_per_tok",
+                top_k,
+                format!("between 1 and the {count} experts"),
+            ),
         ));
     }
     if experts.intermediate == 0 {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            "the experts' intermediate size is 0",
+            CheckpointProblem::out_of_range("moe_intermediate_size", 0, "at least 1"),
         ));
     }
     Ok(Some(experts))
@@ -189,8 +194,14 @@ pub(crate) fn resolve(
 /// The product of two sizes a config states (`what` names them), refused where it would
 /// wrap (`n_shared_experts` 2^60 + 1 times `moe_intermediate_size` 16 wrapped to 16).
 pub(crate) fn checked_size(a: usize, b: usize, what: &str, path: &Path) -> Result<usize> {
-    a.checked_mul(b)
-        .ok_or_else(|| Error::checkpoint(path, format!("{what}: {a} x {b} is past any size")))
+    a.checked_mul(b).ok_or_else(|| {
+        let problem = CheckpointProblem::out_of_range(
+            what,
+            format!("{a} x {b}"),
+            "a product that fits a size (it is past any)",
+        );
+        Error::checkpoint_problem(path, problem)
+    })
 }
 
 /// A scale factor the model's float32 arithmetic holds: finite, not 0, its magnitude within
@@ -200,9 +211,13 @@ pub(crate) fn f32_factor(value: f64, what: &str, path: &Path) -> Result<f64> {
     let a = value.abs();
     match a >= f64::from(f32::MIN_POSITIVE) && a <= f64::from(f32::MAX) {
         true => Ok(value),
-        false => Err(Error::checkpoint(
+        false => Err(Error::checkpoint_problem(
             path,
-            format!("{what} {value} is outside what float32 holds (its magnitude between 1.2e-38 and 3.4e38)"),
+            CheckpointProblem::out_of_range(
+                what,
+                value,
+                "within what float32 holds (its magnitude between 1.2e-38 and 3.4e38)",
+            ),
         )),
     }
 }
@@ -311,12 +326,14 @@ mod tests {
                 && e.intermediate == 24
                 && e.names == ExpertNames::Qwen
         );
-        let err = resolve(raw(Some(0), None), arch("qwen3_moe"), SIZES, path)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("decoder_sparse_step must be at least 1"),
-            "{err}"
+        let err = resolve(raw(Some(0), None), arch("qwen3_moe"), SIZES, path).unwrap_err();
+        assert_eq!(
+            err.problem(),
+            Some(&asa_core::CheckpointProblem::out_of_range(
+                "decoder_sparse_step",
+                0,
+                "at least 1"
+            ))
         );
         // Mixtral: every layer, renormalised, the dense intermediate size
         let m = resolve(raw(Some(2), None), arch("mixtral"), SIZES, path)

@@ -96,7 +96,11 @@ impl GgufFile {
         check_extents(path, &content, file_size)?;
         let arch = metadata_str(&content, "general.architecture")
             .ok_or_else(|| {
-                Error::checkpoint(path, "not a model: no general.architecture metadata")
+                let problem = CheckpointProblem::MissingKey {
+                    key: "general.architecture".into(),
+                    detail: "not a model".into(),
+                };
+                Error::checkpoint_problem(path, problem)
             })?
             .to_string();
         let (family, rules) = gguf_family(path, &arch)?;
@@ -112,10 +116,8 @@ impl GgufFile {
         let heads = meta
             .opt_max_per_layer_key("attention.head_count")?
             .ok_or_else(|| {
-                Error::checkpoint(
-                    path,
-                    format!("missing metadata {}", meta.key("attention.head_count")),
-                )
+                let problem = CheckpointProblem::missing_key(meta.key("attention.head_count"));
+                Error::checkpoint_problem(path, problem)
             })?;
         let kv_heads = meta
             .opt_max_per_layer_key("attention.head_count_kv")?
@@ -257,8 +259,9 @@ impl GgufFile {
         let t = &self.tensors[name];
         let (count, cols) = (t.shape[0], t.shape[1]);
         if rows.start > rows.end || rows.end > count {
-            let what = format!("rows {rows:?} of tensor {} with {count} rows", t.gguf_name);
-            return Err(Error::checkpoint(&self.path, what));
+            let detail = format!("rows {rows:?} of its {count} rows do not exist");
+            let problem = CheckpointProblem::tensor_data(&t.gguf_name, detail);
+            return Err(Error::checkpoint_problem(&self.path, problem));
         }
         let info = &self.content.tensor_infos[&t.gguf_name];
         let row_bytes = (cols / t.dtype.block_size() * t.dtype.type_size()) as u64;
@@ -411,11 +414,10 @@ fn tensor_table(meta: &Meta, converter: &Converter) -> Result<BTreeMap<String, G
         }
         let Some(hf_name) = hf_name(gguf_name, rules) else {
             let arch = rules.arch;
-            return Err(Error::checkpoint(
+            let detail = format!("not part of the {arch} architecture this loader maps");
+            return Err(Error::checkpoint_problem(
                 path,
-                format!(
-                    "tensor {gguf_name} is not part of the {arch} architecture this loader maps"
-                ),
+                CheckpointProblem::tensor_data(gguf_name, detail),
             ));
         };
         let mut shape = info.shape.dims().to_vec();
@@ -577,26 +579,32 @@ fn check_extents(path: &Path, content: &Content, file_size: u64) -> Result<()> {
         let dims = info.shape.dims();
         let elems = dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
         let Some(elems) = elems else {
-            return Err(Error::checkpoint(
+            let detail = format!("shape {dims:?} has more elements than can be addressed");
+            return Err(Error::checkpoint_problem(
                 path,
-                format!("tensor {name} has shape {dims:?}, more elements than can be addressed"),
+                CheckpointProblem::tensor_data(name, detail),
             ));
         };
         let block = info.ggml_dtype.block_size();
         if !elems.is_multiple_of(block) {
-            return Err(Error::checkpoint(
+            let detail = format!(
+                "{elems} elements, not a multiple of the {} block size {block}",
+                type_name(info.ggml_dtype)
+            );
+            return Err(Error::checkpoint_problem(
                 path,
-                format!("tensor {name} has {elems} elements, not a multiple of the {} block size {block}", type_name(info.ggml_dtype)),
+                CheckpointProblem::tensor_data(name, detail),
             ));
         }
         let bytes = ((elems / block) as u64).saturating_mul(info.ggml_dtype.type_size() as u64);
         if !info.offset.is_multiple_of(alignment) {
-            return Err(Error::checkpoint(
+            let detail = format!(
+                "starts at data offset {}, not a multiple of the alignment {alignment}",
+                info.offset
+            );
+            return Err(Error::checkpoint_problem(
                 path,
-                format!(
-                    "tensor {name} starts at data offset {}, not a multiple of the alignment {alignment}",
-                    info.offset
-                ),
+                CheckpointProblem::tensor_data(name, detail),
             ));
         }
         let end = content
@@ -609,9 +617,11 @@ fn check_extents(path: &Path, content: &Content, file_size: u64) -> Result<()> {
         ranges.push((info.offset, info.offset.saturating_add(bytes), name));
     }
     if let Some((name, end)) = worst {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            format!("truncated GGUF file: {file_size} bytes, but tensor {name} ends at byte {end}"),
+            CheckpointProblem::damaged(format!(
+                "truncated GGUF file: {file_size} bytes, but tensor {name} ends at byte {end}"
+            )),
         ));
     }
     ranges.sort_unstable();
@@ -630,14 +640,14 @@ fn check_extents(path: &Path, content: &Content, file_size: u64) -> Result<()> {
         } else {
             continue;
         };
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            format!(
+            CheckpointProblem::damaged(format!(
                 "{} {problem} {}: the tensor table does not match the data (a type or shape \
                  changed in the header?)",
                 describe(a),
                 describe(b)
-            ),
+            )),
         ));
     }
     Ok(())
@@ -653,9 +663,13 @@ pub(crate) fn read_error(path: &Path, err: candle_core::Error) -> Error {
         .and_then(|s| s.trim().parse::<u32>().ok())
     {
         let name = unsupported_type_name(id).unwrap_or("unknown to ggml");
-        return Error::checkpoint(
+        return Error::checkpoint_problem(
             path,
-            format!("tensor type {id} ({name}) cannot be dequantized (supported: {SUPPORTED_TYPES}); re-quantize the model or convert it to safetensors"),
+            CheckpointProblem::unsupported(
+                "tensor type",
+                format!("{id} ({name})"),
+                format!("{SUPPORTED_TYPES}; re-quantize the model or convert it to safetensors"),
+            ),
         );
     }
     if text.starts_with("unknown magic") || text.contains("unsupported magic") {

@@ -7,14 +7,15 @@ use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 
 /// Checks that `path`'s `general.alignment`, when it declares one, is a power of two.
 pub fn check_alignment(path: &Path) -> Result<()> {
     match declared_alignment(path) {
-        Ok(Some(a)) if a == 0 || !a.is_power_of_two() => Err(Error::checkpoint(
+        Ok(Some(a)) if a == 0 || !a.is_power_of_two() => Err(Error::checkpoint_problem(
             path,
-            format!("general.alignment is {a}; a GGUF alignment must be a power of two"),
+            CheckpointProblem::out_of_range("general.alignment", a, "a power of two"),
         )),
         // a header this walk cannot read is left to candle's reader, which names the problem
         _ => Ok(()),

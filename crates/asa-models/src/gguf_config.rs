@@ -59,10 +59,8 @@ impl Meta<'_> {
         match self.content.metadata.get(&full) {
             None => Ok(None),
             Some(v) => value_as_u64(v).map(|v| Some(v as usize)).ok_or_else(|| {
-                Error::checkpoint(
-                    self.path,
-                    format!("metadata {full} must be one integer, got {}", short(v)),
-                )
+                let problem = CheckpointProblem::wrong_type(&full, "one integer", short(v));
+                Error::checkpoint_problem(self.path, problem)
             }),
         }
     }
@@ -78,20 +76,23 @@ impl Meta<'_> {
         };
         let layers = self.usize_key("block_count")?;
         if items.len() != layers {
-            return Err(Error::checkpoint(
-                self.path,
-                format!(
-                    "metadata {full} has {} values for {layers} layers",
-                    items.len()
-                ),
-            ));
+            let detail = format!(
+                "metadata {full} has {} values for {layers} layers",
+                items.len()
+            );
+            let problem =
+                CheckpointProblem::inconsistent(&[&full, &self.key("block_count")], detail);
+            return Err(Error::checkpoint_problem(self.path, problem));
         }
         let values: Option<Vec<usize>> = items
             .iter()
             .map(|v| value_as_u64(v).map(|v| v as usize))
             .collect();
         values.map(Some).ok_or_else(|| {
-            Error::checkpoint(self.path, format!("metadata {full} must hold integers"))
+            let bad = items.iter().find(|v| value_as_u64(v).is_none());
+            let got = bad.map_or_else(String::new, short);
+            let problem = CheckpointProblem::wrong_type(&full, "integers", got);
+            Error::checkpoint_problem(self.path, problem)
         })
     }
 
@@ -107,13 +108,9 @@ impl Meta<'_> {
         let items = match value {
             Value::Array(items) if items.len() == layers => items,
             other => {
-                return Err(Error::checkpoint(
-                    self.path,
-                    format!(
-                        "metadata {full} must be a flag for each of the {layers} layers, got {}",
-                        short(other)
-                    ),
-                ))
+                let expected = format!("a flag for each of the {layers} layers");
+                let problem = CheckpointProblem::wrong_type(&full, expected, short(other));
+                return Err(Error::checkpoint_problem(self.path, problem));
             }
         };
         let flag = |v: &Value| match v {
@@ -128,13 +125,9 @@ impl Meta<'_> {
             .iter()
             .map(|v| {
                 flag(v).ok_or_else(|| {
-                    Error::checkpoint(
-                        self.path,
-                        format!(
-                            "metadata {full} holds {}, expected booleans (or 0 and 1)",
-                            short(v)
-                        ),
-                    )
+                    let expected = "booleans (or 0 and 1)";
+                    let problem = CheckpointProblem::wrong_type(&full, expected, short(v));
+                    Error::checkpoint_problem(self.path, problem)
                 })
             })
             .collect::<Result<Vec<bool>>>()
@@ -180,13 +173,10 @@ impl Meta<'_> {
                 0 => "no block".to_string(),
                 n => format!("{n} (blk.0 .. blk.{})", n - 1),
             };
-            return Err(Error::checkpoint(
-                self.path,
-                format!(
-                    "metadata {} {blocks} but the tensor table holds {held}",
-                    self.key("block_count")
-                ),
-            ));
+            let key = self.key("block_count");
+            let detail = format!("metadata {key} {blocks} but the tensor table holds {held}");
+            let problem = CheckpointProblem::inconsistent(&[&key], detail);
+            return Err(Error::checkpoint_problem(self.path, problem));
         }
         Ok(())
     }
@@ -218,21 +208,18 @@ impl Meta<'_> {
         let nextn = self.opt_usize_key("nextn_predict_layers")?.unwrap_or(0);
         // no block at all is the resolve's to refuse (num_hidden_layers)
         if nextn > 0 && nextn >= blocks {
-            return Err(Error::checkpoint(
-                self.path,
-                format!(
-                    "{} {nextn} leaves none of the {blocks} blocks ({}) to run",
-                    self.key("nextn_predict_layers"),
-                    self.key("block_count")
-                ),
-            ));
+            let (key, count) = (self.key("nextn_predict_layers"), self.key("block_count"));
+            let detail =
+                format!("{key} {nextn} leaves none of the {blocks} blocks ({count}) to run");
+            let problem = CheckpointProblem::inconsistent(&[&key, &count], detail);
+            return Err(Error::checkpoint_problem(self.path, problem));
         }
         Ok(blocks - nextn)
     }
 
     pub(crate) fn usize_key(&self, key: &str) -> Result<usize> {
         self.opt_usize_key(key)?.ok_or_else(|| {
-            Error::checkpoint(self.path, format!("missing metadata {}", self.key(key)))
+            Error::checkpoint_problem(self.path, CheckpointProblem::missing_key(self.key(key)))
         })
     }
 
@@ -245,19 +232,15 @@ impl Meta<'_> {
             Some(Value::F32(v)) => v.to_string().parse().unwrap_or(f64::from(*v)),
             Some(Value::F64(v)) => *v,
             Some(v) => value_as_u64(v).map(|v| v as f64).ok_or_else(|| {
-                Error::checkpoint(
-                    self.path,
-                    format!("metadata {full} must be a number, got {}", short(v)),
-                )
+                let problem = CheckpointProblem::wrong_type(&full, "a number", short(v));
+                Error::checkpoint_problem(self.path, problem)
             })?,
         };
         // a present key is read as it is, never replaced by the default: no setting of a
         // model is NaN or infinite
         if !value.is_finite() {
-            return Err(Error::checkpoint(
-                self.path,
-                format!("metadata {full} is {value}: it must be a finite number"),
-            ));
+            let problem = CheckpointProblem::out_of_range(full, value, "a finite number");
+            return Err(Error::checkpoint_problem(self.path, problem));
         }
         Ok(Some(value))
     }
@@ -275,13 +258,12 @@ fn refuse_unimplemented(meta: &Meta) -> Result<()> {
     let path = meta.path;
     if let Some(n) = meta.opt_usize_key("expert_count")? {
         if n > 0 && meta.rules.assembled.is_empty() {
-            return Err(Error::checkpoint(
-                path,
-                format!(
-                    "mixture-of-experts models ({}.expert_count {n}) are not supported",
-                    meta.arch()
-                ),
-            ));
+            let problem = CheckpointProblem::unsupported(
+                meta.key("expert_count"),
+                n,
+                format!("0: {} reads no experts", meta.arch()),
+            );
+            return Err(Error::checkpoint_problem(path, problem));
         }
     }
     if let Some(kind) = metadata_str(meta.content, &meta.key("rope.scaling.type")) {
@@ -303,12 +285,13 @@ fn refuse_unimplemented(meta: &Meta) -> Result<()> {
         "rope.scaling.yarn_attn_factor",
     ] {
         if meta.content.metadata.contains_key(&meta.key(key)) {
-            return Err(Error::checkpoint(
+            let key = meta.key(key);
+            let detail = format!(
+                "{key} is not implemented (YaRN with its default mix and attention factor is)"
+            );
+            return Err(Error::checkpoint_problem(
                 path,
-                format!(
-                    "{} is not implemented (YaRN with its default mix and attention factor is)",
-                    meta.key(key)
-                ),
+                CheckpointProblem::unimplemented(&[&key], detail),
             ));
         }
     }
@@ -328,13 +311,11 @@ fn rope_parameters(
     let kind = metadata_str(meta.content, &meta.key("rope.scaling.type"));
     if let Some(kind @ ("linear" | "yarn")) = kind {
         let factor = meta.opt_f64_key("rope.scaling.factor")?.ok_or_else(|| {
-            Error::checkpoint(
-                path,
-                format!(
-                    "{kind} rope scaling needs {}",
-                    meta.key("rope.scaling.factor")
-                ),
-            )
+            let problem = CheckpointProblem::MissingKey {
+                key: meta.key("rope.scaling.factor"),
+                detail: format!("{kind} rope scaling needs it"),
+            };
+            Error::checkpoint_problem(path, problem)
         })?;
         rope = json!({"rope_type": kind, "factor": factor, "rope_theta": theta});
         if kind == "yarn" {
@@ -374,12 +355,13 @@ fn rope_parameters(
                 }
                 recovered = Some(r);
             }
-            None => {
-                return Err(Error::checkpoint(
-                    path,
-                    "rope_freqs.weight is not a Llama-3 frequency scaling (the only per-frequency factors implemented)",
-                ))
-            }
+            None => return Err(Error::checkpoint_problem(
+                path,
+                CheckpointProblem::tensor_data(
+                    "rope_freqs.weight",
+                    "not a Llama-3 frequency scaling (the only per-frequency factors implemented)",
+                ),
+            )),
         }
     }
     Ok((rope, recovered))
@@ -425,13 +407,16 @@ fn read_dims(meta: &Meta, heads: usize, kv_heads: usize) -> Result<Dims> {
         Some(d) => d,
         None if heads > 0 && hidden % heads == 0 => hidden / heads,
         None => {
-            return Err(Error::checkpoint(
-                meta.path,
-                format!(
-                    "{}.embedding_length {hidden} is not divisible by head_count {heads}",
-                    meta.arch()
-                ),
-            ))
+            let keys = [
+                meta.key("embedding_length"),
+                meta.key("attention.head_count"),
+            ];
+            let detail = format!(
+                "{} {hidden} is not divisible by head_count {heads}",
+                keys[0]
+            );
+            let problem = CheckpointProblem::inconsistent(&[&keys[0], &keys[1]], detail);
+            return Err(Error::checkpoint_problem(meta.path, problem));
         }
     };
     let rot_dim = meta

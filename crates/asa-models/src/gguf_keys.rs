@@ -97,17 +97,14 @@ const SOURCES: &[(&str, &[&str])] = &[
 /// the config.json keys it names come from: "... (in this file: metadata
 /// qwen3.attention.head_count)".
 pub(crate) fn name_sources(err: Error, meta: &Meta) -> Error {
-    let Error::Input {
-        kind,
-        path,
-        message,
-    } = err
-    else {
+    let Some(problem) = err.problem() else {
         return err;
     };
+    // the keys it names, and those a described value (`the q.k scale (from ...)`) names
+    let message = problem.to_string();
     let mut named: Vec<String> = Vec::new();
     for (hf, keys) in SOURCES {
-        if !mentions(&message, hf) {
+        if !problem.keys().contains(hf) && !mentions(&message, hf) {
             continue;
         }
         let present = keys
@@ -118,14 +115,9 @@ pub(crate) fn name_sources(err: Error, meta: &Meta) -> Error {
             named.push(key);
         }
     }
-    let message = match named.is_empty() {
-        true => message,
-        false => format!("{message} (in this file: metadata {})", named.join(", ")),
-    };
-    Error::Input {
-        kind,
-        path,
-        message,
+    match named.is_empty() {
+        true => err,
+        false => err.with_note(format!("in this file: metadata {}", named.join(", "))),
     }
 }
 

@@ -14,6 +14,7 @@ use candle_core::{Device, Tensor};
 
 use super::gguf_config::Meta;
 use super::root_cause;
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, InputKind, Result};
 
 /// How a family's HF tensors are made from llama.cpp's stacked or split block tensors.
@@ -174,9 +175,12 @@ pub(crate) fn assemble(
                     if merge_heads {
                         let shape = &mut pieces.shape;
                         if shape.len() < 3 {
-                            return Err(Error::checkpoint(
+                            return Err(Error::checkpoint_problem(
                                 path,
-                                format!("tensor {} has shape {shape:?}, expected [heads, rows, columns]", pieces.pieces[0].gguf_name),
+                                CheckpointProblem::tensor_data(
+                                    &pieces.pieces[0].gguf_name,
+                                    format!("has shape {shape:?}, expected [heads, rows, columns]"),
+                                ),
                             ));
                         }
                         let heads = shape.remove(0);
@@ -196,9 +200,12 @@ pub(crate) fn assemble(
 /// it is 3-D.
 fn stacked_count(path: &Path, gguf_name: &str, shape: &[usize]) -> Result<usize> {
     if shape.len() != 3 {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            format!("tensor {gguf_name} has shape {shape:?}, expected [experts, rows, columns]"),
+            CheckpointProblem::tensor_data(
+                gguf_name,
+                format!("has shape {shape:?}, expected [experts, rows, columns]"),
+            ),
         ));
     }
     Ok(shape[0])
@@ -222,14 +229,12 @@ fn join(
     let mut shape: Option<Vec<usize>> = None;
     for (role, entry) in roles.iter().zip(&found) {
         let Some((gguf_name, stored_shape)) = entry else {
-            return Err(Error::checkpoint(
+            let tensor = gguf_name_of(role);
+            return Err(Error::checkpoint_problem(
                 path,
-                format!(
-                    "tensor {} is missing beside {}",
-                    gguf_name_of(role),
-                    present.0
-                ),
-            ));
+                CheckpointProblem::MissingTensor { tensor },
+            )
+            .with_note(format!("beside {}", present.0)));
         };
         let mut s = stored_shape.clone();
         let rank = s.len();
@@ -244,9 +249,12 @@ fn join(
                     && axis < s.len()
                     && (0..s.len()).all(|d| d == axis || total[d] == s[d]);
                 if !fits {
-                    return Err(Error::checkpoint(
+                    return Err(Error::checkpoint_problem(
                         path,
-                        format!("tensor {gguf_name} has shape {stored_shape:?}, which does not line up with {} (shape {total:?} so far)", present.0),
+                        CheckpointProblem::tensor_data(
+                            gguf_name.as_str(),
+                            format!("has shape {stored_shape:?}, which does not line up with {} (shape {total:?} so far)", present.0),
+                        ),
                     ));
                 }
                 total[axis] += s[axis];
@@ -416,10 +424,15 @@ mod tests {
             &meta_free,
             |role| format!("blk.0.{role}.weight"),
         )
-        .unwrap_err()
-        .to_string();
+        .unwrap_err();
+        assert_eq!(
+            err.problem().and_then(|p| p.tensor()),
+            Some("blk.0.ffn_up_exps.weight")
+        );
+        assert_eq!(err.problem().map(|p| p.name()), Some("missing_tensor"));
         assert!(
-            err.contains("blk.0.ffn_up_exps.weight is missing beside blk.0.ffn_gate_exps.weight"),
+            err.to_string()
+                .ends_with("(beside blk.0.ffn_gate_exps.weight)"),
             "{err}"
         );
     }

@@ -20,6 +20,7 @@ use serde_json::json;
 use super::config::ModelConfig;
 use super::gguf_config::Meta;
 use super::root_cause;
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, InputKind, Result};
 use asa_engine::nn::rope::inverse_frequencies;
 
@@ -61,14 +62,13 @@ pub(crate) fn read_factors(
 ) -> Result<Vec<f64>> {
     let path = meta.path;
     if info.shape.dims() != [rot_dim / 2] {
-        return Err(Error::checkpoint(
-            path,
-            format!(
-                "tensor rope_freqs.weight has shape {:?}, expected [{}] (rope dimension {rot_dim} / 2)",
-                info.shape.dims(),
-                rot_dim / 2
-            ),
-        ));
+        let problem = CheckpointProblem::Shape {
+            tensor: "rope_freqs.weight".into(),
+            expected: vec![rot_dim / 2],
+            got: info.shape.dims().to_vec(),
+        };
+        let note = format!("rope dimension {rot_dim} / 2");
+        return Err(Error::checkpoint_problem(path, problem).with_note(note));
     }
     let q = info
         .read(file, meta.content.tensor_data_offset, &Device::Cpu)
@@ -192,9 +192,12 @@ pub(crate) fn check_resolved(path: &Path, r: &Recovered, config: &ModelConfig) -
             (got[k] - want).abs() > MATCH_RTOL * want
         });
     if mismatch {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            "rope_freqs.weight is not a Llama-3 frequency scaling (the only per-frequency factors implemented)",
+            CheckpointProblem::tensor_data(
+                "rope_freqs.weight",
+                "not a Llama-3 frequency scaling (the only per-frequency factors implemented)",
+            ),
         ));
     }
     Ok(())

@@ -33,7 +33,7 @@ const SPACE: &str = "\u{2581}";
 
 /// Builds the SentencePiece tokenizer described by `content` (read from `path`).
 pub fn sentencepiece_tokenizer(content: &Content, path: &Path) -> Result<Tokenizer> {
-    let fail = |e: TokenizerMetadataError| Error::checkpoint(path, e.to_string());
+    let fail = |e: TokenizerMetadataError| Error::checkpoint_problem(path, e.into());
     let tokens = string_array(content, "tokenizer.ggml.tokens").map_err(fail)?;
     let scores = scores(content, tokens.len()).map_err(fail)?;
     let types = token_types(content, tokens.len());

@@ -25,6 +25,7 @@ use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 use super::gguf::read_error;
 use super::gguf_config::{metadata_str, short, value_as_u64};
 use super::gguf_sentencepiece::sentencepiece_tokenizer;
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, InputKind, Result};
 
 /// `tokenizer.ggml.pre` values understood, for error messages.
@@ -64,6 +65,27 @@ pub enum TokenizerMetadataError {
     },
 }
 
+impl From<TokenizerMetadataError> for CheckpointProblem {
+    fn from(e: TokenizerMetadataError) -> Self {
+        let detail = e.to_string();
+        match e {
+            TokenizerMetadataError::Missing { key, why } => CheckpointProblem::MissingKey {
+                key: key.into(),
+                detail: why.unwrap_or_default().into(),
+            },
+            TokenizerMetadataError::NotArray { key } => {
+                CheckpointProblem::wrong_type(key, "an array", "another type")
+            }
+            TokenizerMetadataError::Element { key, want, found } => {
+                CheckpointProblem::wrong_type(key, format!("an array of {want}s"), found)
+            }
+            TokenizerMetadataError::Count { key, .. } => {
+                CheckpointProblem::inconsistent(&[key, "tokenizer.ggml.tokens"], detail)
+            }
+        }
+    }
+}
+
 /// Whether the file carries a tokenizer at all.
 pub fn has_tokenizer(content: &Content) -> bool {
     content.metadata.contains_key("tokenizer.ggml.tokens")
@@ -78,11 +100,12 @@ pub fn tokenizer_from_gguf(path: &Path) -> Result<Tokenizer> {
 
 /// Builds the tokenizer described by `content` (read from `path`, named in errors).
 pub fn tokenizer_from_content(content: &Content, path: &Path) -> Result<Tokenizer> {
-    let fail = |message: String| Error::checkpoint(path, message);
+    let fail = |problem: CheckpointProblem| Error::checkpoint_problem(path, problem);
     if !has_tokenizer(content) {
-        return Err(fail(
-            "the GGUF file has no tokenizer (no tokenizer.ggml.tokens metadata); pass --tokenizer tokenizer.json, or give token ids (--corpus FILE.npy or FILE.json)".into(),
-        ));
+        return Err(fail(CheckpointProblem::MissingKey {
+            key: "tokenizer.ggml.tokens".into(),
+            detail: "the GGUF file has no tokenizer; pass --tokenizer tokenizer.json, or give token ids (--corpus FILE.npy or FILE.json)".into(),
+        }));
     }
     let model = metadata_str(content, "tokenizer.ggml.model").unwrap_or("(none)");
     match model {
@@ -90,18 +113,22 @@ pub fn tokenizer_from_content(content: &Content, path: &Path) -> Result<Tokenize
         "llama" => return sentencepiece_tokenizer(content, path),
         _ => {
             let kind = if model == "bert" { " (WordPiece)" } else { "" };
-            return Err(fail(format!(
-                "the GGUF tokenizer model `{model}`{kind} is not supported (supported: gpt2 byte-level BPE, llama SentencePiece); pass --tokenizer tokenizer.json"
+            return Err(fail(CheckpointProblem::unsupported(
+                "tokenizer.ggml.model",
+                format!("{model}{kind}"),
+                "gpt2 byte-level BPE, llama SentencePiece; pass --tokenizer tokenizer.json",
             )));
         }
     }
     let pre = metadata_str(content, "tokenizer.ggml.pre").unwrap_or("default");
     let pre_tokenizer = pre_tokenizer(pre).ok_or_else(|| {
-        fail(format!(
-            "the GGUF pre-tokenizer `{pre}` (tokenizer.ggml.pre) is not supported (supported: {PRE_TOKENIZERS}); pass --tokenizer tokenizer.json"
+        fail(CheckpointProblem::unsupported(
+            "tokenizer.ggml.pre",
+            pre,
+            format!("{PRE_TOKENIZERS}; pass --tokenizer tokenizer.json"),
         ))
     })?;
-    let metadata = |e: TokenizerMetadataError| fail(e.to_string());
+    let metadata = |e: TokenizerMetadataError| fail(e.into());
     let tokens = string_array(content, "tokenizer.ggml.tokens").map_err(metadata)?;
     let merges = string_array(content, "tokenizer.ggml.merges").map_err(metadata)?;
     let types = token_types(content, tokens.len());
@@ -121,9 +148,14 @@ pub fn tokenizer_from_content(content: &Content, path: &Path) -> Result<Tokenize
     }
     let mut pairs = Vec::with_capacity(merges.len());
     for merge in &merges {
-        let (a, b) = merge
-            .split_once(' ')
-            .ok_or_else(|| fail(format!("invalid merge `{merge}` in tokenizer.ggml.merges")))?;
+        let (a, b) = merge.split_once(' ').ok_or_else(|| {
+            let problem = CheckpointProblem::wrong_type(
+                "tokenizer.ggml.merges",
+                "merges of two tokens (`a b`)",
+                format!("`{merge}`"),
+            );
+            fail(problem)
+        })?;
         pairs.push((a.to_string(), b.to_string()));
     }
     // llama.cpp matches a whole pre-token found in the vocabulary before merging for the
@@ -315,17 +347,28 @@ mod tests {
     #[test]
     fn unsupported_tokenizers_point_to_the_tokenizer_option() {
         let path = Path::new("m.gguf");
-        for (c, needle) in [
+        for (c, problem, key) in [
             (
                 content("gpt2", "jina-v2-code", true),
-                "pre-tokenizer `jina-v2-code`",
+                "unsupported",
+                "tokenizer.ggml.pre",
             ),
-            (content("bert", "default", true), "`bert` (WordPiece)"),
-            (content("gpt2", "default", false), "has no tokenizer"),
+            (
+                content("bert", "default", true),
+                "unsupported",
+                "tokenizer.ggml.model",
+            ),
+            (
+                content("gpt2", "default", false),
+                "missing_key",
+                "tokenizer.ggml.tokens",
+            ),
         ] {
-            let err = tokenizer_from_content(&c, path).err().unwrap().to_string();
-            assert!(err.contains("m.gguf") && err.contains(needle), "{err}");
-            assert!(err.contains("--tokenizer"), "{err}");
+            let err = tokenizer_from_content(&c, path).err().unwrap();
+            let refused = err.problem().unwrap();
+            assert_eq!((refused.name(), refused.key()), (problem, Some(key)));
+            assert_eq!(err.path(), Some(path));
+            assert!(err.to_string().contains("--tokenizer"), "{err}");
         }
     }
 

@@ -6,6 +6,7 @@
 
 use super::layers::{linear, rms_norm, ProjDims};
 use super::weights::WeightStore;
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 use asa_engine::attention::latent::{LatentProjections, LatentQuery, LATENT_NORM_EPS};
 use asa_engine::attention::AttentionShape;
@@ -14,15 +15,21 @@ use asa_engine::attention::AttentionShape;
 /// `s` (whose `latent` sizes they are).
 pub fn load(store: &WeightStore, prefix: &str, s: &AttentionShape) -> Result<LatentProjections> {
     let Some(shape) = s.latent else {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             store.any_file(),
-            "a latent attention layout without latent sizes",
+            CheckpointProblem::MissingKey {
+                key: "kv_lora_rank".into(),
+                detail: "a latent attention layout without latent sizes".into(),
+            },
         ));
     };
     if s.variant.kind().is_gated() {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             store.any_file(),
-            "a gated variant reads its gate from q_proj, which latent attention does not have",
+            CheckpointProblem::unimplemented(
+                &["attention_variant", "kv_lora_rank"],
+                "a gated variant reads its gate from q_proj, which latent attention does not have",
+            ),
         ));
     }
     let proj = |name: &str, in_dim: usize, out_dim: usize, bias: bool| {

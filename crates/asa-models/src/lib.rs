@@ -46,6 +46,7 @@ pub use gguf_tokenizer::tokenizer_from_gguf;
 pub use weight_map::WeightMap;
 pub use weights::WeightStore;
 
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 use asa_engine::attention::VariantKind;
 
@@ -189,7 +190,11 @@ impl Checkpoint {
             None => {
                 let path = self.dir.join("tokenizer.json");
                 if !path.is_file() {
-                    return Err(Error::checkpoint(&path, "missing tokenizer.json"));
+                    let problem = CheckpointProblem::MissingFile {
+                        file: "tokenizer.json".into(),
+                        detail: String::new(),
+                    };
+                    return Err(Error::checkpoint_problem(&path, problem));
                 }
                 tokenizer_file::read_tokenizer(&path)
             }
@@ -219,6 +224,21 @@ impl Checkpoint {
         unread
     }
 
+    /// Refuses a checkpoint holding weights its config does not use (layers past
+    /// `num_hidden_layers`, another variant's weights: what they change would be lost without
+    /// a word), naming them ([`CheckpointProblem::UnusedTensors`]); call after
+    /// [`Checkpoint::validate`].
+    pub fn refuse_unused(&self) -> Result<()> {
+        let tensors = self.unused_weights();
+        match tensors.is_empty() {
+            true => Ok(()),
+            false => Err(Error::checkpoint_problem(
+                &self.dir,
+                CheckpointProblem::UnusedTensors { tensors },
+            )),
+        }
+    }
+
     /// Checks that every tensor the model needs exists with the right shape, reading no data.
     pub fn validate(self) -> Result<Self> {
         let Checkpoint {
@@ -234,22 +254,28 @@ impl Checkpoint {
                 | asa_engine::attention::VariantKind::ScaleInvariant
         );
         if let (true, Some(_)) = (other_rule, config.attn_logit_softcap()) {
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 dir.join("config.json"),
-                format!(
-                    "{} attention with logit soft-capping is not implemented",
-                    variant.kind.name()
+                CheckpointProblem::unimplemented(
+                    &["attention_variant", "attn_logit_softcapping"],
+                    format!(
+                        "{} attention with logit soft-capping is not implemented",
+                        variant.kind.name()
+                    ),
                 ),
             ));
         }
         if let (true, Some(window)) = (variant.kind.is_affine(), &config.sliding_window) {
             // beta spreads alpha's remainder over N keys: which N a window means is undefined
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 dir.join("config.json"),
-                format!(
-                    "{} attention with a sliding window (layers {}) is not implemented",
-                    variant.kind.name(),
-                    window.describe_layers()
+                CheckpointProblem::unimplemented(
+                    &["attention_variant", "sliding_window"],
+                    format!(
+                        "{} attention with a sliding window (layers {}) is not implemented",
+                        variant.kind.name(),
+                        window.describe_layers()
+                    ),
                 ),
             ));
         }
@@ -321,13 +347,13 @@ fn checkpoint_kind(path: &Path) -> Result<Kind> {
         if gguf::is_gguf_path(path) || has_gguf_magic(path) {
             return Ok(Kind::Gguf(path.to_path_buf()));
         }
-        return Err(Error::checkpoint(
+        return Err(not_a_checkpoint(
             path,
             "not a checkpoint: expected a folder (config.json + safetensors) or a .gguf file",
         ));
     }
     if !path.is_dir() {
-        return Err(Error::checkpoint(
+        return Err(not_a_checkpoint(
             path,
             "not a checkpoint (no such folder or .gguf file)",
         ));
@@ -338,7 +364,7 @@ fn checkpoint_kind(path: &Path) -> Result<Kind> {
     match gguf::gguf_files_in(path)?.as_slice() {
         [] => Ok(Kind::HuggingFace),
         [one] => Ok(Kind::Gguf(one.clone())),
-        several => Err(Error::checkpoint(
+        several => Err(not_a_checkpoint(
             path,
             format!(
                 "the folder holds {} .gguf files ({}); name the one to analyse",
@@ -355,6 +381,12 @@ fn checkpoint_kind(path: &Path) -> Result<Kind> {
 }
 
 /// Whether a file starts with the GGUF magic (a `.gguf` file renamed).
+/// `path` is not a checkpoint, as `detail` says.
+fn not_a_checkpoint(path: &Path, detail: impl Into<String>) -> Error {
+    let detail = detail.into();
+    Error::checkpoint_problem(path, CheckpointProblem::NotACheckpoint { detail })
+}
+
 fn has_gguf_magic(path: &Path) -> bool {
     let mut magic = [0u8; 4];
     asa_core::input::open(path).is_ok_and(|mut f| f.read_exact(&mut magic).is_ok())

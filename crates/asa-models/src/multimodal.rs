@@ -10,6 +10,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use super::weight_map::WeightMap;
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 
 /// The `model_type`s read this way.
@@ -44,17 +45,20 @@ pub fn text_config(config: &Value, path: &Path) -> Result<Option<Value>> {
         return Ok(None);
     }
     let Some(Value::Object(text)) = config.get("text_config") else {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            "model_type gemma3 (multimodal) needs a text_config object for its text model",
+            CheckpointProblem::MissingKey {
+                key: "text_config".into(),
+                detail: "model_type gemma3 (multimodal) needs its text model's object".into(),
+            },
         ));
     };
     let mut text = text.clone();
     if let Some(t) = text.get("model_type").and_then(Value::as_str) {
         if t != "gemma3_text" {
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 path,
-                format!("text_config.model_type `{t}` is not gemma3_text"),
+                CheckpointProblem::unsupported("text_config.model_type", t, "gemma3_text"),
             ));
         }
     }
@@ -131,7 +135,8 @@ mod tests {
             .unwrap()
             .is_none());
         let err = text_config(&json!({"model_type": "gemma3"}), path).unwrap_err();
-        assert!(err.to_string().contains("needs a text_config"), "{err}");
+        assert_eq!(err.problem().and_then(|p| p.key()), Some("text_config"));
+        assert_eq!(err.problem().map(|p| p.name()), Some("missing_key"));
         assert!(is_vision_weight(
             "vision_tower.vision_model.post_layernorm.weight"
         ));

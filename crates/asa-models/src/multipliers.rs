@@ -2,6 +2,9 @@
 //! embeddings, the residual branches, the attention's input, keys, scale and output, the
 //! MLP's gate and output, the Mamba output and the logits. The default multiplies nothing.
 
+use asa_core::checkpoint_problem::CheckpointProblem;
+use asa_core::error::Error;
+
 /// A model's multipliers; `None` multiplies by 1 (the op is not applied).
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct Multipliers {
@@ -110,9 +113,13 @@ impl Multipliers {
         for (v, _, key) in self.entries() {
             let a = v.abs();
             if !(a >= f64::from(f32::MIN_POSITIVE) && a <= f64::from(f32::MAX)) {
-                return Err(asa_core::error::Error::checkpoint(
+                return Err(Error::checkpoint_problem(
                     path,
-                    format!("{key} {v} is outside what float32 holds (its magnitude between 1.2e-38 and 3.4e38): the model could only compute inf, NaN or 0 from it"),
+                    CheckpointProblem::out_of_range(
+                        key,
+                        v,
+                        "within what float32 holds (its magnitude between 1.2e-38 and 3.4e38): the model could only compute inf, NaN or 0 from it",
+                    ),
                 ));
             }
         }

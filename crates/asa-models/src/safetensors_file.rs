@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use candle_core::{Device, Tensor};
 use safetensors::{Dtype, SafeTensors};
 
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, InputKind, Result};
 
 /// Where one tensor's bytes are.
@@ -123,15 +124,15 @@ impl SafetensorsFiles {
             let bytes = elements.and_then(|n| n.checked_mul(t.dtype.bitsize()).map(|b| b / 8));
             let len = t.bytes.as_ref().as_ref().len();
             if bytes != Some(len) {
-                return Err(Error::checkpoint(
+                let detail = format!(
+                    "of shape {:?} and dtype {:?} holds {len} bytes, not {}",
+                    t.shape,
+                    t.dtype,
+                    bytes.map_or("a countable number".into(), |b| b.to_string())
+                );
+                return Err(Error::checkpoint_problem(
                     &path,
-                    format!(
-                        "tensor {} of shape {:?} and dtype {:?} holds {len} bytes, not {}",
-                        t.name,
-                        t.shape,
-                        t.dtype,
-                        bytes.map_or("a countable number".into(), |b| b.to_string())
-                    ),
+                    CheckpointProblem::tensor_data(&t.name, detail),
                 ));
             }
             let tensor = StoredTensor {
@@ -142,9 +143,9 @@ impl SafetensorsFiles {
                 len,
             };
             if stored.insert(t.name.clone(), tensor).is_some() {
-                return Err(Error::checkpoint(
+                return Err(Error::checkpoint_problem(
                     &path,
-                    format!("tensor {} is given twice", t.name),
+                    CheckpointProblem::tensor_data(&t.name, "is given twice"),
                 ));
             }
             files.push((path, Backing::Memory(t.bytes)));
@@ -226,9 +227,9 @@ impl SafetensorsFiles {
     ) -> Result<()> {
         let (row_bytes, _) = row_layout(tensor);
         if out.len() != rows.len() * row_bytes || rows.end * row_bytes > tensor.len {
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 self.path(tensor),
-                format!("tensor {name}: rows {rows:?} do not fit it"),
+                CheckpointProblem::tensor_data(name, format!("rows {rows:?} do not fit it")),
             ));
         }
         self.read_into(tensor, rows.start * row_bytes, out, name)
@@ -240,9 +241,12 @@ impl SafetensorsFiles {
         let (row_bytes, mut shape) = row_layout(tensor);
         let rows = shape.first().copied().unwrap_or(1);
         if let Some(&bad) = ids.iter().find(|&&id| id as usize >= rows) {
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 self.path(tensor),
-                format!("token id {bad} is outside {name} ({rows} rows)"),
+                CheckpointProblem::tensor_data(
+                    name,
+                    format!("token id {bad} is outside its {rows} rows"),
+                ),
             ));
         }
         if let Some(first) = shape.first_mut() {
@@ -317,7 +321,8 @@ impl SafetensorsFiles {
                 let from = tensor.start as usize + offset;
                 let bytes: &[u8] = bytes.as_ref().as_ref();
                 let part = bytes.get(from..from + out.len()).ok_or_else(|| {
-                    Error::checkpoint(path, format!("tensor {name}: a read past its bytes"))
+                    let problem = CheckpointProblem::tensor_data(name, "a read past its bytes");
+                    Error::checkpoint_problem(path, problem)
                 })?;
                 out.copy_from_slice(part);
             }
@@ -378,9 +383,12 @@ fn filled_tensor(
         Dtype::F16 => filled::<half::f16>(at, fill),
         Dtype::F32 => filled::<f32>(at, fill),
         Dtype::F64 => filled::<f64>(at, fill),
-        other => Err(Error::checkpoint(
+        other => Err(Error::checkpoint_problem(
             path,
-            format!("tensor {name} has dtype {other:?}; weights must be F16, BF16, F32 or F64"),
+            CheckpointProblem::tensor_data(
+                name,
+                format!("has dtype {other:?}; weights must be F16, BF16, F32 or F64"),
+            ),
         )),
     }
 }
@@ -392,9 +400,12 @@ fn filled<T: bytemuck::Pod + candle_core::WithDType>(
 ) -> Result<Tensor> {
     let size = std::mem::size_of::<T>();
     if len % size != 0 {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            format!("tensor {name}: {len} bytes is not a whole number of {size}-byte values"),
+            CheckpointProblem::tensor_data(
+                name,
+                format!("{len} bytes is not a whole number of {size}-byte values"),
+            ),
         ));
     }
     let mut values = bytemuck::allocation::try_zeroed_vec::<T>(len / size)
@@ -405,10 +416,8 @@ fn filled<T: bytemuck::Pod + candle_core::WithDType>(
 
 /// The error of an allocation of `len` bytes for tensor `name` that failed.
 fn out_of_memory(len: usize, path: &Path, name: &str) -> Error {
-    Error::checkpoint(
-        path,
-        format!("cannot allocate {len} bytes to read tensor {name}: not enough memory"),
-    )
+    let detail = format!("cannot allocate the {len} bytes to read it: not enough memory");
+    Error::checkpoint_problem(path, CheckpointProblem::tensor_data(name, detail))
 }
 
 /// `len` zero bytes for tensor `name`, allocated fallibly (and zeroed by the allocator): a

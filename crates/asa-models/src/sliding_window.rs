@@ -134,9 +134,12 @@ pub(crate) fn resolve(
             )
             && num_layers > 0;
         if derived {
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 path,
-                "sliding_window is null but layer_types is absent, so the config class makes some layers sliding layers by its rule: there is no window to give them (transformers refuses it too); set layer_types or a window",
+                CheckpointProblem::inconsistent(
+                    &["sliding_window", "layer_types"],
+                    "sliding_window is null but layer_types is absent, so the config class makes some layers sliding layers by its rule: there is no window to give them (transformers refuses it too); set layer_types or a window",
+                ),
             ));
         }
         let sliding = types.is_some_and(|t| t.iter().any(|t| t == "sliding_attention"));
@@ -145,9 +148,16 @@ pub(crate) fn resolve(
                 true => "sliding_window is null",
                 false => "use_sliding_window is not true",
             };
-            return Err(Error::checkpoint(
+            let other = match used {
+                true => "sliding_window",
+                false => "use_sliding_window",
+            };
+            return Err(Error::checkpoint_problem(
                 path,
-                format!("layer_types names sliding_attention layers but {why}: there is no window to give them"),
+                CheckpointProblem::inconsistent(
+                    &["layer_types", other],
+                    format!("layer_types names sliding_attention layers but {why}: there is no window to give them"),
+                ),
             ));
         }
         return Ok(None);
@@ -191,11 +201,14 @@ pub(crate) fn checked_layer_types<'a>(
 ) -> Result<Option<&'a [String]>> {
     let Some(types) = types else { return Ok(None) };
     if types.len() != num_layers {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            format!(
-                "layer_types has {} entries for num_hidden_layers {num_layers}",
-                types.len()
+            CheckpointProblem::inconsistent(
+                &["layer_types", "num_hidden_layers"],
+                format!(
+                    "layer_types has {} entries for num_hidden_layers {num_layers}",
+                    types.len()
+                ),
             ),
         ));
     }

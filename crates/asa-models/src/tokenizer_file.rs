@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, InputKind, Result};
 use tokenizers::Tokenizer;
 
@@ -17,9 +18,11 @@ pub fn read_tokenizer(path: &Path) -> Result<Tokenizer> {
             })
         },
         || {
-            Error::checkpoint(
+            Error::checkpoint_problem(
                 path,
-                "invalid tokenizer.json: the file is damaged (its reader could not parse it)",
+                CheckpointProblem::damaged(
+                    "invalid tokenizer.json: the file is damaged (its reader could not parse it)",
+                ),
             )
         },
     )

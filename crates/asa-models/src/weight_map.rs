@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use regex::Regex;
 
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, InputKind, Result};
 
 /// What is wrong with one name pattern of a weight map.
@@ -69,7 +70,10 @@ impl WeightMap {
 
     /// Parses weight-map JSON read from `path` (named in errors).
     pub fn parse(text: &str, path: &Path) -> Result<Self> {
-        let bad = |message: String| Error::checkpoint(path, format!("weight map: {message}"));
+        let bad = |message: String| {
+            let problem = CheckpointProblem::damaged(format!("weight map: {message}"));
+            Error::checkpoint_problem(path, problem)
+        };
         let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
             Error::invalid(path, "weight map: not valid JSON", e).about(InputKind::Checkpoint)
         })?;

@@ -59,10 +59,11 @@ impl WeightStore {
         } else if index.is_file() {
             (shard_paths(dir, &index)?, index)
         } else {
-            return Err(Error::checkpoint(
-                dir,
-                "no model.safetensors or model.safetensors.index.json in the checkpoint folder",
-            ));
+            let problem = CheckpointProblem::MissingFile {
+                file: "model.safetensors".into(),
+                detail: "nor model.safetensors.index.json in the checkpoint folder".into(),
+            };
+            return Err(Error::checkpoint_problem(dir, problem));
         };
         let files = SafetensorsFiles::open(&paths)?;
         Ok(WeightStore::with_source(
@@ -158,9 +159,10 @@ impl WeightStore {
                     .then(|| convention.clone())
             });
             if let Some(other) = clash {
-                return Err(Error::checkpoint(
+                let detail = format!("weight map: {name} and {other} would both be {convention}");
+                return Err(Error::checkpoint_problem(
                     map.path(),
-                    format!("weight map: {name} and {other} would both be {convention}"),
+                    CheckpointProblem::damaged(detail),
                 ));
             }
             aliases.insert(convention, name.clone());
@@ -289,10 +291,11 @@ impl WeightStore {
                     Source::Safetensors { files, .. } => self.file_of(files, name),
                     _ => self.any_file(),
                 };
-                Err(Error::checkpoint(
+                Err(Error::checkpoint_problem(
                     file,
-                    format!(
-                        "tensor {shown} holds {value} at flat index {index}; --allow-nonfinite analyses a diverged checkpoint anyway"
+                    CheckpointProblem::tensor_data(
+                        shown,
+                        format!("holds {value} at flat index {index}; --allow-nonfinite analyses a diverged checkpoint anyway"),
                     ),
                 ))
             }
@@ -306,15 +309,21 @@ impl WeightStore {
         let (Some((&in_dim, outer)), Source::Safetensors { files, .. }) =
             (expected.split_last(), &self.source)
         else {
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 self.any_file(),
-                format!("MXFP4 tensor {name}_blocks is read from safetensors files only"),
+                CheckpointProblem::tensor_data(
+                    format!("{name}_blocks"),
+                    "MXFP4 tensors are read from safetensors files only",
+                ),
             ));
         };
         if in_dim % 32 != 0 {
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 self.any_file(),
-                format!("MXFP4 tensor {name}: its input size {in_dim} is not a multiple of 32"),
+                CheckpointProblem::tensor_data(
+                    format!("{name}_blocks"),
+                    format!("an MXFP4 matrix's input size {in_dim} is not a multiple of 32"),
+                ),
             ));
         }
         let groups = [outer, &[in_dim / 32]].concat();
@@ -333,11 +342,11 @@ impl WeightStore {
             let stored_name = self.stored_name(part);
             let stored = &files.tensors()[stored_name];
             if stored.dtype != safetensors::Dtype::U8 {
-                return Err(Error::checkpoint(
+                return Err(Error::checkpoint_problem(
                     files.path(stored),
-                    format!(
-                        "MXFP4 tensor {part} has dtype {:?}, expected U8",
-                        stored.dtype
+                    CheckpointProblem::tensor_data(
+                        part.as_str(),
+                        format!("has dtype {:?}, expected U8 (MXFP4)", stored.dtype),
                     ),
                 ));
             }
@@ -362,12 +371,14 @@ impl WeightStore {
                     | safetensors::Dtype::F32
                     | safetensors::Dtype::F64
             ) {
-                return Err(Error::checkpoint(
+                return Err(Error::checkpoint_problem(
                     files.path(stored),
-                    format!(
-                        "tensor {} has dtype {:?}; weights must be F16, BF16, F32 or F64",
+                    CheckpointProblem::tensor_data(
                         self.shown(name),
-                        stored.dtype
+                        format!(
+                            "has dtype {:?}; weights must be F16, BF16, F32 or F64",
+                            stored.dtype
+                        ),
                     ),
                 ));
             }
@@ -393,12 +404,15 @@ impl WeightStore {
         if let Source::Safetensors { listing, files } = &self.source {
             // which copy the model would read is a guess: refuse
             if let Some((first, second)) = files.stored_twice(name) {
-                return Err(Error::checkpoint(
+                return Err(Error::checkpoint_problem(
                     listing,
-                    format!(
-                        "tensor {shown} is stored twice, in {} and {}",
-                        first.display(),
-                        second.display()
+                    CheckpointProblem::tensor_data(
+                        shown,
+                        format!(
+                            "is stored twice, in {} and {}",
+                            first.display(),
+                            second.display()
+                        ),
                     ),
                 ));
             }
@@ -653,19 +667,23 @@ fn shard_paths(dir: &Path, index: &Path) -> Result<Vec<PathBuf>> {
     let map = json
         .get("weight_map")
         .and_then(|m| m.as_object())
-        .ok_or_else(|| Error::checkpoint(index, "missing `weight_map` object"))?;
+        .ok_or_else(|| {
+            let problem = CheckpointProblem::damaged("missing `weight_map` object");
+            Error::checkpoint_problem(index, problem)
+        })?;
     let mut files: Vec<String> = Vec::new();
     for value in map.values() {
-        let file = value
-            .as_str()
-            .ok_or_else(|| Error::checkpoint(index, "weight_map values must be file names"))?;
+        let file = value.as_str().ok_or_else(|| {
+            let problem = CheckpointProblem::damaged("weight_map values must be file names");
+            Error::checkpoint_problem(index, problem)
+        })?;
         // a shard is a file of the checkpoint folder (a symlink there, as the Hugging Face
         // cache makes, is fine): no path that leads elsewhere
         let plain = Path::new(file).file_name().is_some_and(|n| n == file);
         if !plain || file == ".." || file == "." {
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 index,
-                format!("weight_map names shard `{}`: shards must be plain file names in the checkpoint folder", asa_core::error::printable(file)),
+                CheckpointProblem::damaged(format!("weight_map names shard `{}`: shards must be plain file names in the checkpoint folder", asa_core::error::printable(file))),
             ));
         }
         if !files.iter().any(|f| f == file) {
@@ -673,15 +691,19 @@ fn shard_paths(dir: &Path, index: &Path) -> Result<Vec<PathBuf>> {
         }
     }
     if files.is_empty() {
-        return Err(Error::checkpoint(index, "weight_map lists no shard file"));
+        return Err(Error::checkpoint_problem(
+            index,
+            CheckpointProblem::damaged("weight_map lists no shard file"),
+        ));
     }
     files.sort();
     let paths: Vec<PathBuf> = files.iter().map(|f| dir.join(f)).collect();
     if let Some(missing) = paths.iter().find(|p| !p.is_file()) {
-        return Err(Error::checkpoint(
-            index,
-            format!("shard {} is missing", missing.display()),
-        ));
+        let problem = CheckpointProblem::MissingFile {
+            file: missing.display().to_string(),
+            detail: String::new(),
+        };
+        return Err(Error::checkpoint_problem(index, problem));
     }
     Ok(paths)
 }
@@ -719,7 +741,7 @@ fn gguf_rows(gguf: &GgufFile, name: &str, ids: &[u32]) -> Result<Tensor> {
 /// A non-finite weight refused after the cast to `dtype` whose stored value is finite: not a
 /// diverged checkpoint but a value past `dtype`'s range (f16 tops out at 65504), said so.
 fn overflow_of_cast(err: Error, shown: &str, stored: &Tensor, dtype: DType) -> Error {
-    let Error::Input { ref path, .. } = err else {
+    let Error::Checkpoint { ref path, .. } = err else {
         return err;
     };
     let Ok(values) = stored
@@ -740,11 +762,9 @@ fn overflow_of_cast(err: Error, shown: &str, stored: &Tensor, dtype: DType) -> E
     if values.iter().any(|v| !v.is_finite()) {
         return err;
     }
-    Error::checkpoint(
-        path,
-        format!(
-            "tensor {shown} holds {largest}, past {}'s range: run with --dtype f32 or bf16",
-            format!("{dtype:?}").to_lowercase()
-        ),
-    )
+    let detail = format!(
+        "holds {largest}, past {}'s range: run with --dtype f32 or bf16",
+        format!("{dtype:?}").to_lowercase()
+    );
+    Error::checkpoint_problem(path, CheckpointProblem::tensor_data(shown, detail))
 }

@@ -26,6 +26,7 @@ use crate::corpus::induction::{copy_len, ProbeKind};
 use crate::corpus::{
     load_windows_with, CorpusOptions, CorpusSource, SpecialTokens, TokenizerRef, Windows,
 };
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 use asa_engine::device::{resolve_device, resolve_dtype};
 use asa_hooks::Kernel;
@@ -724,10 +725,9 @@ fn check_length(
 /// `--allow-nonfinite` (issue 65 item 3): never tables of NaN with exit 0.
 fn refuse_overflow(ckpt: &Checkpoint, model: &Model, path: &Path, allowed: bool) -> Result<()> {
     match model.first_nonfinite() {
-        Some(at) if !allowed && ckpt.store.first_nonfinite().is_none() => Err(Error::checkpoint(
-            path,
-            format!("activations are NaN or infinite from {at} on, from finite weights: its settings overflow (--allow-nonfinite analyses it anyway, its metrics NaN)"),
-        )),
+        Some(at) if !allowed && ckpt.store.first_nonfinite().is_none() => Err(
+            Error::checkpoint_problem(path, CheckpointProblem::NonFinite { at: at.to_string() }),
+        ),
         _ => Ok(()),
     }
 }
@@ -908,18 +908,8 @@ fn bands_from(edges: &[usize], seq_len: usize) -> Result<Bands> {
 /// `num_hidden_layers`, another variant's weights: what they change would be lost without a
 /// word), naming how many and the first few, unless `ignore`.
 fn check_unused(ckpt: &Checkpoint, ignore: bool) -> Result<()> {
-    let unused = ckpt.unused_weights();
-    if ignore || unused.is_empty() {
-        return Ok(());
+    match ignore {
+        true => Ok(()),
+        false => ckpt.refuse_unused(),
     }
-    let shown: Vec<&str> = unused.iter().take(3).map(String::as_str).collect();
-    let more = if unused.len() > 3 { ", ..." } else { "" };
-    Err(Error::input(
-        &ckpt.dir,
-        format!(
-            "{} stored weights are not used by the config ({}{more}); --ignore-unused-weights analyses it anyway",
-            unused.len(),
-            shown.join(", ")
-        ),
-    ))
 }

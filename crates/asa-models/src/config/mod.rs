@@ -51,6 +51,7 @@ use super::attention_layers::AttentionLayers;
 use super::experts::Experts;
 use super::layout::Layout;
 use super::sliding_window::SlidingWindow;
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, InputKind, Result};
 use asa_engine::attention::{AffineConfig, ScaleInvariantConfig, Variant, VariantKind};
 pub use asa_engine::nn::rope::RopeConfig;
@@ -281,7 +282,11 @@ impl ModelConfig {
         let text = asa_core::input::read_text(&path, asa_core::input::JSON_RECORD).map_err(
             |e| match e {
                 Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-                    Error::checkpoint(&path, "missing config.json")
+                    let problem = CheckpointProblem::MissingFile {
+                        file: "config.json".into(),
+                        detail: String::new(),
+                    };
+                    Error::checkpoint_problem(&path, problem)
                 }
                 e => e,
             },

@@ -6,6 +6,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::Value;
 
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, InputKind, Result};
 
 /// Serde mirror of config.json: everything optional, unknown fields ignored.
@@ -211,14 +212,20 @@ pub(crate) fn field_error(
     }
 }
 
-/// `obj[key]` as a number: `None` when absent or null, an error for another type.
-pub(crate) fn float_field(obj: &Value, key: &str, path: &Path) -> Result<Option<f64>> {
+/// `obj[key]` as a number: `None` when absent or null, an error naming `{object}.{key}`
+/// for another type (`object`: the key `obj` is read from, `rope_parameters`).
+pub(crate) fn float_field(
+    obj: &Value,
+    object: &str,
+    key: &str,
+    path: &Path,
+) -> Result<Option<f64>> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_f64()
-            .map(Some)
-            .ok_or_else(|| Error::checkpoint(path, format!("`{key}` must be a number, got {v}"))),
+        Some(v) => v.as_f64().map(Some).ok_or_else(|| {
+            let key = format!("{object}.{key}");
+            Error::checkpoint_problem(path, CheckpointProblem::wrong_type(key, "a number", v))
+        }),
     }
 }
 
@@ -235,22 +242,22 @@ pub(crate) fn positive_or_null(
         Some(Value::Null) => Ok(None),
         Some(v) => match v.as_u64() {
             Some(size) if size >= 1 => Ok(Some(size as usize)),
-            _ => Err(Error::checkpoint(
+            _ => Err(Error::checkpoint_problem(
                 path,
-                format!("{key} {v} must be a positive integer or null"),
+                CheckpointProblem::out_of_range(key, v, "a positive integer or null"),
             )),
         },
     }
 }
 
-/// `value` when it is a finite number > 0, else an error naming `what`.
-pub(crate) fn positive(value: f64, what: &str, path: &Path) -> Result<f64> {
+/// `value` when it is a finite number > 0, else an error naming `key`.
+pub(crate) fn positive(value: f64, key: &str, path: &Path) -> Result<f64> {
     if value.is_finite() && value > 0.0 {
         Ok(value)
     } else {
-        Err(Error::checkpoint(
+        Err(Error::checkpoint_problem(
             path,
-            format!("{what} {value} must be a finite number > 0"),
+            CheckpointProblem::out_of_range(key, value, "a finite number > 0"),
         ))
     }
 }

@@ -136,9 +136,10 @@ impl RawConfig {
     fn mixers(&self, path: &Path, family: &Family, layers: usize) -> Result<Vec<Mixer>> {
         let mixers = (family.mixers)(self, layers, path)?;
         if !mixers.iter().any(|m| m.has_attention()) {
-            return Err(Error::checkpoint(
+            let detail = "no layer has attention (every layer is another mixer)".to_string();
+            return Err(Error::checkpoint_problem(
                 path,
-                "no layer has attention (every layer is another mixer): there is no attention to analyse",
+                CheckpointProblem::NoAttention { detail },
             ));
         }
         Ok(mixers)
@@ -169,9 +170,9 @@ impl RawConfig {
             ),
         ] {
             if size == 0 {
-                return Err(Error::checkpoint(
+                return Err(Error::checkpoint_problem(
                     path,
-                    format!("{field} must be at least 1"),
+                    CheckpointProblem::out_of_range(field, size, "at least 1"),
                 ));
             }
         }
@@ -182,9 +183,13 @@ impl RawConfig {
             ("num_attention_heads", heads),
         ] {
             if count > MAX_COUNT {
-                return Err(Error::checkpoint(
+                return Err(Error::checkpoint_problem(
                     path,
-                    format!("{field} {count} is more than {MAX_COUNT} (a damaged config?)"),
+                    CheckpointProblem::out_of_range(
+                        field,
+                        count,
+                        format!("at most {MAX_COUNT} (a damaged config?)"),
+                    ),
                 ));
             }
         }
@@ -212,15 +217,22 @@ impl RawConfig {
             false => self.num_key_value_heads.unwrap_or(num_heads),
         };
         if num_heads == 0 || num_kv_heads == 0 {
-            return Err(Error::checkpoint(
+            let (key, value) = match num_heads {
+                0 => ("num_attention_heads", num_heads),
+                _ => ("num_key_value_heads", num_kv_heads),
+            };
+            return Err(Error::checkpoint_problem(
                 path,
-                format!("num_attention_heads {num_heads} and num_key_value_heads {num_kv_heads} must be at least 1"),
+                CheckpointProblem::out_of_range(key, value, "at least 1"),
             ));
         }
         if num_heads % num_kv_heads != 0 {
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 path,
-                format!("num_attention_heads {num_heads} is not a multiple of num_key_value_heads {num_kv_heads}"),
+                CheckpointProblem::inconsistent(
+                    &["num_attention_heads", "num_key_value_heads"],
+                    format!("num_attention_heads {num_heads} is not a multiple of num_key_value_heads {num_kv_heads}"),
+                ),
             ));
         }
         let head_dim = match self.head_dim.filter(|_| !family.heads_only) {
@@ -229,9 +241,12 @@ impl RawConfig {
                 Some(d) => d,
                 None if hidden_size.is_multiple_of(num_heads) => hidden_size / num_heads,
                 None => {
-                    return Err(Error::checkpoint(
+                    return Err(Error::checkpoint_problem(
                         path,
-                        format!("hidden_size {hidden_size} is not divisible by num_attention_heads {num_heads} and head_dim is not given"),
+                        CheckpointProblem::inconsistent(
+                            &["hidden_size", "num_attention_heads"],
+                            format!("hidden_size {hidden_size} is not divisible by num_attention_heads {num_heads} and head_dim is not given"),
+                        ),
                     ))
                 }
             },
@@ -256,9 +271,13 @@ impl RawConfig {
             }
         }
         if self.use_bidirectional_attention == Some(true) {
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 path,
-                "use_bidirectional_attention: true is not implemented (attention is causal)",
+                CheckpointProblem::unsupported(
+                    "use_bidirectional_attention",
+                    true,
+                    "false: attention is causal",
+                ),
             ));
         }
         // the MLP's activation: SwiGLU's silu, GPT-NeoX's exact GELU, GPT-2's tanh GELU
@@ -293,9 +312,9 @@ impl RawConfig {
         let scale_invariant = resolve_scale_invariant(self.scale_invariant.as_ref(), path)?;
         let logn_scale = match self.logn.as_ref().and_then(|l| l.scale) {
             Some(s) if !s.is_finite() => {
-                return Err(Error::checkpoint(
+                return Err(Error::checkpoint_problem(
                     path,
-                    format!("logn.scale {s} must be a finite number"),
+                    CheckpointProblem::out_of_range("logn.scale", s, "a finite number"),
                 ))
             }
             other => other,
@@ -312,9 +331,13 @@ impl RawConfig {
     fn norm_eps(&self, path: &Path, family: &Family) -> Result<f64> {
         let rms_norm_eps = (family.norm_eps)(self);
         if !(rms_norm_eps.is_finite() && rms_norm_eps >= 0.0) {
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 path,
-                format!("rms_norm_eps {rms_norm_eps} must be a finite number >= 0"),
+                CheckpointProblem::out_of_range(
+                    "rms_norm_eps",
+                    rms_norm_eps,
+                    "a finite number >= 0",
+                ),
             ));
         }
         Ok(rms_norm_eps)
@@ -329,9 +352,13 @@ impl RawConfig {
             ("eos_token_id", eos_token_id),
         ] {
             if let Some(id) = id.filter(|&id| id as usize >= vocab_size) {
-                return Err(Error::checkpoint(
+                return Err(Error::checkpoint_problem(
                     path,
-                    format!("{field} {id} is out of range for vocab_size {vocab_size}"),
+                    CheckpointProblem::out_of_range(
+                        field,
+                        id,
+                        format!("below vocab_size {vocab_size}"),
+                    ),
                 ));
             }
         }
@@ -391,7 +418,7 @@ impl RawConfig {
 }
 
 fn required<T>(value: Option<T>, field: &str, path: &Path) -> Result<T> {
-    value.ok_or_else(|| Error::checkpoint(path, format!("missing field `{field}`")))
+    value.ok_or_else(|| Error::checkpoint_problem(path, CheckpointProblem::missing_key(field)))
 }
 
 /// A special token id field: a non-negative integer, a list of them (the first counts), or
@@ -409,9 +436,9 @@ fn token_id(value: &Option<Value>, field: &str, path: &Path) -> Result<Option<u3
         .and_then(|id| u32::try_from(id).ok())
         .map(Some)
         .ok_or_else(|| {
-            Error::checkpoint(
+            Error::checkpoint_problem(
                 path,
-                format!("{field} must be a token id (an integer from 0), got {one}"),
+                CheckpointProblem::wrong_type(field, "a token id (an integer from 0)", one),
             )
         })
 }
@@ -425,9 +452,9 @@ fn resolve_scale_invariant(
     let mut cfg = ScaleInvariantConfig::default();
     if let Some(tau) = raw.tau {
         if tau.is_nan() || tau <= 0.0 {
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 path,
-                format!("scale_invariant.tau = {tau} must be > 0"),
+                CheckpointProblem::out_of_range("scale_invariant.tau", tau, "> 0"),
             ));
         }
         cfg.tau = tau;
@@ -508,10 +535,13 @@ pub(super) mod tests {
             let err = resolve(&json).unwrap_err();
             let kind = asa_core::error::ErrorKind::Input(asa_core::error::InputKind::Checkpoint);
             assert_eq!(err.kind(), kind);
-            let err = err.to_string();
-            assert!(
-                err.contains(&format!("{field} 2147483648 is more than 65536")),
-                "{err}"
+            assert_eq!(
+                err.problem(),
+                Some(&CheckpointProblem::out_of_range(
+                    field,
+                    2147483648u32,
+                    "at most 65536 (a damaged config?)"
+                ))
             );
         }
         resolve(&format!("{{{BASE}}}")).unwrap();
@@ -606,13 +636,12 @@ pub(super) mod tests {
             let err = resolve(&format!(
                     r#"{{{BASE}, "attention_variant": "scale_invariant", "scale_invariant": {{"tau": {tau}}}}}"#
                 ))
-                .unwrap_err()
-                .to_string();
-            assert!(
-                err.starts_with("config.json: ")
-                    && err.contains("scale_invariant.tau = ")
-                    && err.contains("must be > 0"),
-                "{err}"
+                .unwrap_err();
+            assert_eq!(err.path(), Some(Path::new("config.json")));
+            let problem = err.problem().unwrap();
+            assert_eq!(
+                (problem.name(), problem.key()),
+                ("out_of_range", Some("scale_invariant.tau"))
             );
         }
     }

@@ -13,6 +13,19 @@ use asa_core::error::{Error, Result};
 use asa_engine::nn::rope::{rotated_dims, RopeConfig};
 use asa_engine::nn::rope::{PRopeSpacing, RopeScaling};
 
+/// The object the RoPE parameters are read from, as transformers 5 names it (the legacy
+/// `rope_scaling` is read the same way) and as the keys of its problems say.
+const ROPE: &str = "rope_parameters";
+const ORIGINAL_MAX: &str = "rope_parameters.original_max_position_embeddings";
+
+/// `key`, which `rope_type`'s scaling needs, is absent.
+fn missing_for(key: &str, rope_type: &str) -> CheckpointProblem {
+    CheckpointProblem::MissingKey {
+        key: key.to_string(),
+        detail: format!("{rope_type} rope scaling needs it"),
+    }
+}
+
 impl RawConfig {
     /// RoPE from transformers 5 `rope_parameters` or older `rope_theta` + `rope_scaling`.
     pub(crate) fn resolve_rope(&self, path: &Path, head_dim: usize) -> Result<RopeConfig> {
@@ -43,7 +56,7 @@ impl RawConfig {
         let params = self.rope_parameters.as_ref().or(self.rope_scaling.as_ref());
         let params = params.filter(|v| !v.is_null());
         let field = |key: &str| -> Result<Option<f64>> {
-            params.map_or(Ok(None), |p| float_field(p, key, path))
+            params.map_or(Ok(None), |p| float_field(p, ROPE, key, path))
         };
         let theta = field("rope_theta")?
             .or(self.rope_theta)
@@ -72,9 +85,9 @@ impl RawConfig {
             ("rope_scaling", &self.rope_scaling),
         ] {
             if let Some(v) = value.as_ref().filter(|v| !v.is_null() && !v.is_object()) {
-                return Err(Error::checkpoint(
+                return Err(Error::checkpoint_problem(
                     path,
-                    format!("{key} must be an object (or null), got {v}"),
+                    CheckpointProblem::wrong_type(key.to_string(), "an object (or null)", v),
                 ));
             }
         }
@@ -87,9 +100,12 @@ impl RawConfig {
                 .keys()
                 .find(|k| old.get(*k).is_some_and(|v| v != &new[*k]))
             {
-                return Err(Error::checkpoint(
+                return Err(Error::checkpoint_problem(
                     path,
-                    format!("rope_parameters and the legacy rope_scaling disagree on `{key}`; keep one of them"),
+                    CheckpointProblem::inconsistent(
+                        &[&format!("rope_parameters.{key}"), &format!("rope_scaling.{key}")],
+                        format!("rope_parameters and the legacy rope_scaling disagree on `{key}`; keep one of them"),
+                    ),
                 ));
             }
         }
@@ -108,9 +124,9 @@ impl RawConfig {
             None | Some(Value::Null) => "default",
             Some(Value::String(t)) => t.as_str(),
             Some(other) => {
-                return Err(Error::checkpoint(
+                return Err(Error::checkpoint_problem(
                     path,
-                    format!("rope_type must be a string, got {other}"),
+                    CheckpointProblem::wrong_type("rope_parameters.rope_type", "a string", other),
                 ))
             }
         };
@@ -144,24 +160,34 @@ impl RawConfig {
 /// `partial_rotary_factor` in (0, 1], rotating at least one pair of `head_dim`.
 fn check_partial_rotary(partial_rotary_factor: f64, head_dim: usize, path: &Path) -> Result<()> {
     if !(partial_rotary_factor > 0.0 && partial_rotary_factor <= 1.0) {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            format!("partial_rotary_factor {partial_rotary_factor} must be in (0, 1]"),
+            CheckpointProblem::out_of_range(
+                "partial_rotary_factor",
+                partial_rotary_factor,
+                "in (0, 1]",
+            ),
         ));
     }
     // transformers rotates int(head_dim x factor) dimensions in pairs: an odd count fits
     // no pair (its model fails on it), never read as the pairs below it
     let stated = (head_dim as f64 * partial_rotary_factor) as usize;
     if stated % 2 != 0 {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            format!("partial_rotary_factor {partial_rotary_factor} of head_dim {head_dim} rotates {stated} dimensions, not an even number"),
+            CheckpointProblem::inconsistent(
+                &["partial_rotary_factor", "head_dim"],
+                format!("partial_rotary_factor {partial_rotary_factor} of head_dim {head_dim} rotates {stated} dimensions, not an even number"),
+            ),
         ));
     }
     if rotated_dims(head_dim, partial_rotary_factor) == 0 {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            format!("partial_rotary_factor {partial_rotary_factor} of head_dim {head_dim} rotates no dimension pair"),
+            CheckpointProblem::inconsistent(
+                &["partial_rotary_factor", "head_dim"],
+                format!("partial_rotary_factor {partial_rotary_factor} of head_dim {head_dim} rotates no dimension pair"),
+            ),
         ));
     }
     Ok(())
@@ -170,10 +196,10 @@ fn check_partial_rotary(partial_rotary_factor: f64, head_dim: usize, path: &Path
 /// Llama-3's four parameters, each required and positive.
 fn resolve_llama3(p: &Value, path: &Path) -> Result<RopeScaling> {
     let get = |key: &str| {
-        let value = float_field(p, key, path)?.ok_or_else(|| {
-            Error::checkpoint(path, format!("llama3 rope scaling is missing `{key}`"))
-        })?;
-        positive(value, &format!("llama3 rope scaling `{key}`"), path)
+        let key = format!("{ROPE}.{key}");
+        let value = float_field(p, ROPE, &key[ROPE.len() + 1..], path)?
+            .ok_or_else(|| Error::checkpoint_problem(path, missing_for(&key, "llama3")))?;
+        positive(value, &key, path)
     };
     Ok(RopeScaling::Llama3 {
         factor: get("factor")?,
@@ -192,27 +218,31 @@ fn resolve_p_rope(
 ) -> Result<RopeScaling> {
     let p = match params.get("p") {
         None => {
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 path,
-                "p_rope rope parameters are missing `p`",
+                missing_for("rope_parameters.p", "p_rope"),
             ))
         }
         Some(v) => v.as_f64().ok_or_else(|| {
-            Error::checkpoint(path, format!("p_rope `p` must be a number, got {v}"))
+            Error::checkpoint_problem(
+                path,
+                CheckpointProblem::wrong_type("rope_parameters.p", "a number", v),
+            )
         })?,
     };
     if !(p > 0.0 && p <= 1.0) {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            format!("p_rope p = {p} must be in (0, 1]"),
+            CheckpointProblem::out_of_range("rope_parameters.p", p, "in (0, 1]"),
         ));
     }
     let rotating_pairs = p_rope_pairs(p, head_dim);
     if rotating_pairs == 0 {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            format!(
-                "p_rope p = {p} rotates no frequency pair: n = floor({p} * {head_dim} / 2) = 0 (head_dim {head_dim})"
+            CheckpointProblem::inconsistent(
+                &["rope_parameters.p", "head_dim"],
+                format!("p_rope p = {p} rotates no frequency pair: n = floor({p} * {head_dim} / 2) = 0 (head_dim {head_dim})"),
             ),
         ));
     }
@@ -225,7 +255,7 @@ fn resolve_p_rope(
                 return Err(Error::checkpoint_problem(
                     path,
                     CheckpointProblem::unsupported(
-                        "p_rope spacing",
+                        "rope_parameters.spacing",
                         v.as_str().map_or_else(|| v.to_string(), str::to_string),
                         "rope, log",
                     ),
@@ -234,10 +264,11 @@ fn resolve_p_rope(
         },
     };
     if partial_rotary_factor != 1.0 {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            format!(
-                "p_rope cannot be combined with partial_rotary_factor {partial_rotary_factor} (two different rules for which dimensions rotate)"
+            CheckpointProblem::unimplemented(
+                &["rope_parameters.rope_type", "partial_rotary_factor"],
+                format!("p_rope cannot be combined with partial_rotary_factor {partial_rotary_factor} (two different rules for which dimensions rotate)"),
             ),
         ));
     }
@@ -279,15 +310,15 @@ pub(crate) fn resolve_scaled(
         return resolve_longrope(p, lengths, path);
     }
     let factor = |required: bool| -> Result<Option<f64>> {
-        match float_field(p, "factor", path)? {
+        match float_field(p, ROPE, "factor", path)? {
             Some(f) if f >= 1.0 && f.is_finite() => Ok(Some(f)),
-            Some(f) => Err(Error::checkpoint(
+            Some(f) => Err(Error::checkpoint_problem(
                 path,
-                format!("{kind} rope scaling `factor` {f} must be a number >= 1"),
+                CheckpointProblem::out_of_range("rope_parameters.factor", f, "a number >= 1"),
             )),
-            None if required => Err(Error::checkpoint(
+            None if required => Err(Error::checkpoint_problem(
                 path,
-                format!("{kind} rope scaling is missing `factor`"),
+                missing_for("rope_parameters.factor", kind),
             )),
             None => Ok(None),
         }
@@ -315,15 +346,15 @@ fn resolve_yarn(
     let max_position_embeddings = lengths.max_position_embeddings;
     let original = match lengths.original_max {
         Some(o) => o,
-        None => float_field(p, "original_max_position_embeddings", path)?
+        None => float_field(p, ROPE, "original_max_position_embeddings", path)?
             .unwrap_or(max_position_embeddings),
     };
-    let original = positive(original, "yarn `original_max_position_embeddings`", path)?;
+    let original = positive(original, ORIGINAL_MAX, path)?;
     let factor = factor(false)?.unwrap_or(max_position_embeddings / original);
-    let get = |key: &str| float_field(p, key, path);
+    let get = |key: &str| float_field(p, ROPE, key, path);
     // transformers: `mscale and mscale_all_dim` (both given and non-zero)
     let attention_factor = match get("attention_factor")? {
-        Some(a) => positive(a, "yarn `attention_factor`", path)?,
+        Some(a) => positive(a, "rope_parameters.attention_factor", path)?,
         None => match (get("mscale")?, get("mscale_all_dim")?) {
             (Some(m), Some(all)) if m != 0.0 && all != 0.0 => {
                 yarn_mscale(factor, m) / yarn_mscale(factor, all)
@@ -335,9 +366,9 @@ fn resolve_yarn(
         None | Some(Value::Null) => true,
         Some(Value::Bool(b)) => *b,
         Some(v) => {
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 path,
-                format!("yarn `truncate` must be true or false, got {v}"),
+                CheckpointProblem::wrong_type("rope_parameters.truncate", "true or false", v),
             ))
         }
     };
@@ -367,36 +398,43 @@ fn resolve_longrope(p: &Value, lengths: ScalingLengths, path: &Path) -> Result<R
             .and_then(|a| a.iter().map(Value::as_f64).collect());
         match values {
             Some(v) if v.len() == pairs && v.iter().all(|f| f.is_finite() && *f > 0.0) => Ok(v),
-            Some(v) if v.len() != pairs => Err(Error::checkpoint(
+            Some(v) if v.len() != pairs => Err(Error::checkpoint_problem(
                 path,
-                format!(
-                    "longrope `{key}` has {} factors for {pairs} rotating frequency pairs",
-                    v.len()
+                CheckpointProblem::inconsistent(
+                    &[&format!("{ROPE}.{key}"), "head_dim"],
+                    format!(
+                        "longrope `{key}` has {} factors for {pairs} rotating frequency pairs",
+                        v.len()
+                    ),
                 ),
             )),
-            _ => Err(Error::checkpoint(
+            _ => Err(Error::checkpoint_problem(
                 path,
-                format!("longrope `{key}` must be a list of positive numbers"),
+                match p.get(key) {
+                    None => missing_for(&format!("{ROPE}.{key}"), "longrope"),
+                    Some(v) => CheckpointProblem::wrong_type(
+                        format!("{ROPE}.{key}"),
+                        "a list of positive numbers",
+                        v,
+                    ),
+                },
             )),
         }
     };
-    let original = match original_max {
-        Some(o) => o,
-        None => float_field(p, "original_max_position_embeddings", path)?.ok_or_else(|| {
-            Error::checkpoint(path, "longrope needs original_max_position_embeddings")
-        })?,
-    };
-    let original = positive(
-        original,
-        "longrope `original_max_position_embeddings`",
-        path,
-    )?;
-    let factor = match float_field(p, "factor", path)? {
+    let original =
+        match original_max {
+            Some(o) => o,
+            None => float_field(p, ROPE, "original_max_position_embeddings", path)?.ok_or_else(
+                || Error::checkpoint_problem(path, missing_for(ORIGINAL_MAX, "longrope")),
+            )?,
+        };
+    let original = positive(original, ORIGINAL_MAX, path)?;
+    let factor = match float_field(p, ROPE, "factor", path)? {
         Some(f) => f,
         None => max_position_embeddings / original,
     };
-    let attention_factor = match float_field(p, "attention_factor", path)? {
-        Some(a) => positive(a, "longrope `attention_factor`", path)?,
+    let attention_factor = match float_field(p, ROPE, "attention_factor", path)? {
+        Some(a) => positive(a, "rope_parameters.attention_factor", path)?,
         None if factor <= 1.0 => 1.0,
         None => (1.0 + factor.ln() / original.ln()).sqrt(),
     };
@@ -490,19 +528,18 @@ mod tests {
         for (params, want) in [
             (
                 r#""rope_type": "linear""#,
-                "linear rope scaling is missing `factor`",
+                missing_for("rope_parameters.factor", "linear"),
             ),
             (
                 r#""rope_type": "dynamic", "factor": 0.5"#,
-                "`factor` 0.5 must be a number >= 1",
+                CheckpointProblem::out_of_range("rope_parameters.factor", 0.5, "a number >= 1"),
             ),
             (
                 r#""rope_type": "yarn", "factor": 2.0, "truncate": 1"#,
-                "yarn `truncate` must be true or false",
+                CheckpointProblem::wrong_type("rope_parameters.truncate", "true or false", 1),
             ),
         ] {
-            let err = rope(params).unwrap_err().to_string();
-            assert!(err.contains(want), "{err}");
+            assert_eq!(rope(params).unwrap_err().problem(), Some(&want), "{params}");
         }
     }
 
@@ -546,31 +583,43 @@ mod tests {
 
     #[test]
     fn bad_p_rope_settings_name_the_value() {
-        for (params, needle) in [
-            (r#""p": 0"#, "p = 0 must be in (0, 1]"),
-            (r#""p": 1.5"#, "p = 1.5 must be in (0, 1]"),
-            (r#""p": -0.5"#, "p = -0.5"),
-            (r#""p": 0.1"#, "n = floor(0.1 * 16 / 2) = 0"),
+        let p = "rope_parameters.p";
+        for (params, problem) in [
+            (r#""p": 0"#, CheckpointProblem::out_of_range(p, 0, "in (0, 1]")),
+            (r#""p": 1.5"#, CheckpointProblem::out_of_range(p, 1.5, "in (0, 1]")),
+            (r#""p": -0.5"#, CheckpointProblem::out_of_range(p, -0.5, "in (0, 1]")),
+            (
+                r#""p": 0.1"#,
+                CheckpointProblem::inconsistent(
+                    &[p, "head_dim"],
+                    "p_rope p = 0.1 rotates no frequency pair: n = floor(0.1 * 16 / 2) = 0 (head_dim 16)",
+                ),
+            ),
             (
                 r#""p": 0.5, "spacing": "linear""#,
-                "p_rope spacing `linear` is not implemented",
+                CheckpointProblem::unsupported("rope_parameters.spacing", "linear", "rope, log"),
             ),
-            (r#""spacing": "log""#, "missing `p`"),
-            (r#""p": "half""#, r#"got "half""#),
+            (r#""spacing": "log""#, missing_for(p, "p_rope")),
+            (r#""p": "half""#, CheckpointProblem::wrong_type(p, "a number", "\"half\"")),
         ] {
-            let err = p_rope(params).unwrap_err().to_string();
-            assert!(
-                err.starts_with("config.json: ") && err.contains(needle),
-                "{params}: {err}"
-            );
+            let err = p_rope(params).unwrap_err();
+            assert_eq!(err.path(), Some(Path::new("config.json")), "{params}");
+            assert_eq!(err.problem(), Some(&problem), "{params}");
         }
         let err = resolve(&format!(
             r#"{{{BASE}, "partial_rotary_factor": 0.5, "rope_parameters": {{"rope_type": "p_rope",
                 "p": 0.5}}}}"#
         ))
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("partial_rotary_factor 0.5"), "{err}");
+        .unwrap_err();
+        let problem = err.problem().unwrap();
+        assert_eq!(
+            problem.keys(),
+            ["rope_parameters.rope_type", "partial_rotary_factor"]
+        );
+        assert!(
+            problem.to_string().contains("partial_rotary_factor 0.5"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use super::ModelConfig;
 use crate::experts::f32_factor;
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 use asa_engine::nn::rope::scaling::attention_factor;
 
@@ -33,11 +34,14 @@ impl ModelConfig {
             let last = self.max_position_embeddings.max(1) - 1;
             let factor = t.factor(last);
             if !factor.is_finite() {
-                return Err(Error::checkpoint(
+                return Err(Error::checkpoint_problem(
                     path,
-                    format!(
-                        "attn_scale {} and floor_scale {} make the query's temperature {factor} at position {last}: the model could only compute inf or NaN",
-                        t.attn_scale, t.floor_scale
+                    CheckpointProblem::inconsistent(
+                        &["attn_scale", "floor_scale", "max_position_embeddings"],
+                        format!(
+                            "attn_scale {} and floor_scale {} make the query's temperature {factor} at position {last}: the model could only compute inf or NaN",
+                            t.attn_scale, t.floor_scale
+                        ),
                     ),
                 ));
             }

@@ -16,6 +16,7 @@ use crate::config::RawConfig;
 use crate::layout::{Layout, NormKind};
 use crate::multipliers::Multipliers;
 use crate::sliding_window::{WindowLayers, WindowRule, WindowUse};
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 use asa_engine::nn::RopePairs;
 
@@ -72,9 +73,12 @@ fn check(raw: &RawConfig, path: &Path) -> Result<()> {
     };
     match heads > 0 && head_dim * heads == hidden {
         true => Ok(()),
-        false => Err(Error::checkpoint(
+        false => Err(Error::checkpoint_problem(
             path,
-            format!("head_dim {head_dim} is not hidden_size / num_attention_heads ({hidden} / {heads}), which cohere2 always uses"),
+            CheckpointProblem::inconsistent(
+                &["head_dim", "hidden_size", "num_attention_heads"],
+                format!("head_dim {head_dim} is not hidden_size / num_attention_heads ({hidden} / {heads}), which cohere2 always uses"),
+            ),
         )),
     }
 }
@@ -134,12 +138,23 @@ mod tests {
     fn a_bad_logit_scale_or_head_dim_is_refused_by_name() {
         let err = config(r#", "logit_scale": "big""#).unwrap_err().to_string();
         assert!(err.contains("field `logit_scale`"), "{err}");
-        let err = config(r#", "logit_scale": 0"#).unwrap_err().to_string();
+        let err = config(r#", "logit_scale": 0"#).unwrap_err();
+        let problem = err.problem().unwrap();
+        assert_eq!(
+            (problem.name(), problem.key()),
+            ("out_of_range", Some("logit_scale"))
+        );
+        let err = config(r#", "head_dim": 16"#).unwrap_err();
+        let problem = err.problem().unwrap();
+        assert_eq!(
+            problem.keys(),
+            ["head_dim", "hidden_size", "num_attention_heads"]
+        );
         assert!(
-            err.contains("logit_scale 0 is outside what float32 holds"),
+            problem
+                .to_string()
+                .contains("head_dim 16 is not hidden_size"),
             "{err}"
         );
-        let err = config(r#", "head_dim": 16"#).unwrap_err().to_string();
-        assert!(err.contains("head_dim 16 is not hidden_size"), "{err}");
     }
 }

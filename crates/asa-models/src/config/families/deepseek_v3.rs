@@ -98,13 +98,17 @@ fn gguf_config(
             .unwrap_or(dims.head_dim),
     };
     let Some(nope_dim) = qk_dim.checked_sub(rope_dim) else {
-        return Err(Error::checkpoint(
+        let keys = [
+            meta.key("attention.key_length_mla"),
+            meta.key("rope.dimension_count"),
+        ];
+        let detail = format!(
+            "{} {qk_dim} is smaller than {} {rope_dim}",
+            keys[0], keys[1]
+        );
+        return Err(Error::checkpoint_problem(
             meta.path,
-            format!(
-                "{} {qk_dim} is smaller than {} {rope_dim}",
-                meta.key("attention.key_length_mla"),
-                meta.key("rope.dimension_count")
-            ),
+            CheckpointProblem::inconsistent(&[&keys[0], &keys[1]], detail),
         ));
     };
     raw["q_lora_rank"] = serde_json::json!(meta.opt_usize_key("attention.q_lora_rank")?);
@@ -178,13 +182,17 @@ fn latent(raw: &RawConfig, path: &Path) -> Result<Option<LatentShape>> {
         ("v_head_dim", v_dim),
     ] {
         if value == 0 {
-            return Err(Error::checkpoint(path, format!("{key} must be at least 1")));
+            let problem = CheckpointProblem::out_of_range(key, value, "at least 1");
+            return Err(Error::checkpoint_problem(path, problem));
         }
     }
     if rope_dim % 2 != 0 || v_dim > nope_dim + rope_dim {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            format!("qk_rope_head_dim {rope_dim} must be even and v_head_dim {v_dim} at most qk_nope_head_dim + qk_rope_head_dim ({})", nope_dim + rope_dim),
+            CheckpointProblem::inconsistent(
+                &["qk_rope_head_dim", "v_head_dim", "qk_nope_head_dim"],
+                format!("qk_rope_head_dim {rope_dim} must be even and v_head_dim {v_dim} at most qk_nope_head_dim + qk_rope_head_dim ({})", nope_dim + rope_dim),
+            ),
         ));
     }
     let scale = ((nope_dim + rope_dim) as f64).powf(-0.5) * yarn_softmax_mscale(raw, path)?;
@@ -211,12 +219,16 @@ fn yarn_softmax_mscale(raw: &RawConfig, path: &Path) -> Result<f64> {
         .or_else(|| params.get("type"))
         .and_then(Value::as_str)
         .unwrap_or("default");
-    let all_dim = float_field(params, "mscale_all_dim", path)?.unwrap_or(0.0);
+    let all_dim = float_field(params, "rope_parameters", "mscale_all_dim", path)?.unwrap_or(0.0);
     if rope_type == "default" || all_dim == 0.0 {
         return Ok(1.0);
     }
-    let factor = float_field(params, "factor", path)?.ok_or_else(|| {
-        Error::checkpoint(path, "rope_parameters has mscale_all_dim but no factor")
+    let factor = float_field(params, "rope_parameters", "factor", path)?.ok_or_else(|| {
+        let problem = CheckpointProblem::MissingKey {
+            key: "rope_parameters.factor".into(),
+            detail: "rope_parameters has mscale_all_dim".into(),
+        };
+        Error::checkpoint_problem(path, problem)
     })?;
     let mscale = match factor <= 1.0 {
         true => 1.0,
@@ -281,16 +293,22 @@ pub(crate) fn deepseek_experts(
     let groups = raw.n_group.unwrap_or(defaults.groups);
     let topk_group = raw.topk_group.unwrap_or(defaults.topk_group);
     if groups == 0 || !count.is_multiple_of(groups) || topk_group == 0 || topk_group > groups {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            format!("n_group {groups} must divide the {count} routed experts and topk_group {topk_group} be between 1 and n_group"),
+            CheckpointProblem::inconsistent(
+                &["n_group", "n_routed_experts", "topk_group"],
+                format!("n_group {groups} must divide the {count} routed experts and topk_group {topk_group} be between 1 and n_group"),
+            ),
         ));
     }
     // each group's score is the sum of its two best experts'
     if count / groups < 2 {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            format!("n_group {groups} leaves fewer than 2 experts a group (transformers takes each group's top 2)"),
+            CheckpointProblem::inconsistent(
+                &["n_group", "n_routed_experts"],
+                format!("n_group {groups} leaves fewer than 2 experts a group (transformers takes each group's top 2)"),
+            ),
         ));
     }
     let scaling = crate::experts::f32_factor(
@@ -373,9 +391,13 @@ pub(crate) fn deepseek_moe_gguf_keys(
         let what = gating.map_or("absent (softmax, as llama.cpp reads it)".to_string(), |g| {
             g.to_string()
         });
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             meta.path,
-            format!("{} {what}: only sigmoid scores (2) are implemented, as transformers routes this family", meta.key("expert_gating_func")),
+            CheckpointProblem::unsupported(
+                meta.key("expert_gating_func"),
+                what,
+                "2 (sigmoid scores, as transformers routes this family)",
+            ),
         ));
     }
     raw["n_routed_experts"] = serde_json::json!(meta.usize_key("expert_count")?);

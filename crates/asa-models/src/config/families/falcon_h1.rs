@@ -24,6 +24,7 @@ use crate::config::RawConfig;
 use crate::gguf_config::{Dims, Meta, TensorFacts};
 use crate::mixers::Mixer;
 use crate::multipliers::Multipliers;
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 use asa_engine::mixer::Mamba2Gate;
 
@@ -69,9 +70,13 @@ fn norm_eps(raw: &RawConfig) -> f64 {
 fn check(raw: &RawConfig, path: &Path) -> Result<()> {
     let h = &raw.hybrid;
     if h.mamba_rms_norm == Some(true) {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            "mamba_rms_norm true (the Mamba's gated RMSNorm) is not implemented for falcon_h1",
+            CheckpointProblem::unsupported(
+                "mamba_rms_norm",
+                true,
+                "false: the Mamba's gated RMSNorm is not implemented for falcon_h1",
+            ),
         ));
     }
     for (key, list, len) in [
@@ -79,10 +84,13 @@ fn check(raw: &RawConfig, path: &Path) -> Result<()> {
         ("mlp_multipliers", &h.mlp_multipliers, 2),
     ] {
         if list.as_ref().is_some_and(|l| l.len() != len) {
-            return Err(Error::checkpoint(
-                path,
-                format!("{key} must have {len} values"),
-            ));
+            let got = list.as_ref().map_or(0, Vec::len);
+            let problem = CheckpointProblem::wrong_type(
+                key,
+                format!("a list of {len} values"),
+                format!("{got} values"),
+            );
+            return Err(Error::checkpoint_problem(path, problem));
         }
     }
     Ok(())
@@ -101,15 +109,25 @@ fn multipliers(raw: &RawConfig, path: &Path) -> Result<Multipliers> {
         let v = v.unwrap_or(1.0);
         match v.is_finite() {
             true => Ok(Some(v)),
-            false => Err(Error::checkpoint(path, format!("{key} {v} must be finite"))),
+            false => Err(Error::checkpoint_problem(
+                path,
+                CheckpointProblem::out_of_range(key, v, "a finite number"),
+            )),
         }
     };
     let mlp = h.mlp_multipliers.clone().unwrap_or(vec![1.0, 1.0]);
     let ssm = h.ssm_multipliers.clone().unwrap_or(vec![1.0; 5]);
     if mlp.iter().chain(&ssm).any(|v| !v.is_finite()) {
-        return Err(Error::checkpoint(
+        let (key, bad) = match mlp.iter().find(|v| !v.is_finite()) {
+            Some(v) => ("mlp_multipliers", v),
+            None => (
+                "ssm_multipliers",
+                ssm.iter().find(|v| !v.is_finite()).unwrap_or(&f64::NAN),
+            ),
+        };
+        return Err(Error::checkpoint_problem(
             path,
-            "mlp_multipliers and ssm_multipliers must be finite",
+            CheckpointProblem::out_of_range(key, bad, "finite numbers"),
         ));
     }
     Ok(Multipliers {
@@ -148,9 +166,12 @@ fn gguf_config(
     raw: &mut serde_json::Value,
 ) -> Result<()> {
     if tensors.has_q_bias {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             meta.path,
-            "attention biases in a falcon-h1 GGUF are not implemented: llama.cpp's converter multiplied them by attention_in_multiplier, so the checkpoint's biases cannot be recovered",
+            CheckpointProblem::unimplemented(
+                &[],
+                "attention biases in a falcon-h1 GGUF are not implemented: llama.cpp's converter multiplied them by attention_in_multiplier, so the checkpoint's biases cannot be recovered",
+            ),
         ));
     }
     let norm = tensors.any_ends_with("mamba.norm.weight");

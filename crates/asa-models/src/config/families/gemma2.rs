@@ -13,6 +13,7 @@ use crate::config::{GemmaSettings, RawConfig};
 use crate::gguf_config::{Dims, Meta, TensorFacts};
 use crate::layout::{Layout, MlpKind, NormKind};
 use crate::sliding_window::{WindowLayers, WindowRule, WindowUse};
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 
 pub(crate) const FAMILY: Family = Family {
@@ -134,9 +135,13 @@ pub(crate) fn gemma_scalars(
     // q.k is scaled by scalar^-1/2 in f32: a scalar so small that it overflows would make
     // every logit inf (transformers, in float64, gives a one-hot softmax instead)
     if 1.0 / scalar.sqrt() > f32::MAX as f64 {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            format!("query_pre_attn_scalar {scalar:e} gives a q.k scale past the f32 range"),
+            CheckpointProblem::out_of_range(
+                "query_pre_attn_scalar",
+                format!("{scalar:e}"),
+                "large enough that its q.k scale (scalar^-1/2) fits float32",
+            ),
         ));
     }
     Ok(Some(GemmaSettings {
@@ -169,9 +174,9 @@ fn softcap(
         Some(Value::Null) => Ok(None),
         Some(v) => match v.as_f64() {
             Some(cap) => Ok(Some(positive(cap, key, path)?)),
-            None => Err(Error::checkpoint(
+            None => Err(Error::checkpoint_problem(
                 path,
-                format!("{key} must be a number or null, got {v}"),
+                CheckpointProblem::wrong_type(key, "a number or null", v),
             )),
         },
     }
@@ -199,9 +204,11 @@ mod tests {
         assert_eq!(c.gemma.unwrap().attn_logit_softcap, Some(1e308));
         assert_eq!(c.attn_logit_softcap(), None);
         assert_eq!(c.final_logit_softcap(), Some(3e38));
-        let err = config(r#""query_pre_attn_scalar": 1e-300"#)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("past the f32 range"), "{err}");
+        let err = config(r#""query_pre_attn_scalar": 1e-300"#).unwrap_err();
+        let problem = err.problem().unwrap();
+        assert_eq!(
+            (problem.name(), problem.key()),
+            ("out_of_range", Some("query_pre_attn_scalar"))
+        );
     }
 }

@@ -12,6 +12,7 @@ use crate::config::raw::own_keys_readable;
 use crate::config::RawConfig;
 use crate::gguf_config::{Dims, Meta, TensorFacts};
 use crate::layout::{Layout, MlpKind, NormKind, QkvLayout};
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 
 pub(crate) const FAMILY: Family = Family {
@@ -106,9 +107,9 @@ fn check(raw: &RawConfig, path: &Path) -> Result<()> {
         ),
     ] {
         if value.is_some_and(|v| v != works) {
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 path,
-                format!("{key}: {} is not implemented (only {works})", !works),
+                CheckpointProblem::unsupported(key, !works, works.to_string()),
             ));
         }
     }

@@ -25,6 +25,7 @@ use crate::config::RawConfig;
 use crate::experts::{f32_factor, DenseSizes, ExpertNames, Experts, RawExperts};
 use crate::gguf_config::{swa_period, Dims, Meta, TensorFacts};
 use crate::sliding_window::{WindowLayers, WindowRule, WindowUse};
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 use asa_engine::nn::{ClampedGlu, Routing};
 
@@ -101,9 +102,13 @@ fn gguf_config(
     raw["swiglu_limit"] = serde_json::json!(limit);
     if let Some(base) = meta.opt_f64_key("rope.freq_base_swa")? {
         if base != dims.theta {
-            return Err(Error::checkpoint(
+            let keys = [meta.key("rope.freq_base_swa"), meta.key("rope.freq_base")];
+            return Err(Error::checkpoint_problem(
                 meta.path,
-                format!("{} {base} (a RoPE base of the sliding layers' own, beside {} {}) is not implemented for gpt-oss", meta.key("rope.freq_base_swa"), meta.key("rope.freq_base"), dims.theta),
+                CheckpointProblem::unimplemented(
+                    &[&keys[0], &keys[1]],
+                    format!("{} {base} (a RoPE base of the sliding layers' own, beside {} {}) is not implemented for gpt-oss", keys[0], keys[1], dims.theta),
+                ),
             ));
         }
     }
@@ -119,12 +124,10 @@ fn gguf_experts(meta: &Meta, layer: &StoredLayer) -> Result<Vec<(String, Pieces)
     let (l, kind) = (layer.layer, layer.kind);
     let stored = |role: &str| {
         layer.stored.get(role).ok_or_else(|| {
-            Error::checkpoint(
-                meta.path,
-                format!(
-                    "tensor blk.{l}.{role}.{kind} is missing beside the other experts' tensors"
-                ),
-            )
+            let tensor = format!("blk.{l}.{role}.{kind}");
+            let problem = CheckpointProblem::MissingTensor { tensor };
+            Error::checkpoint_problem(meta.path, problem)
+                .with_note("beside the other experts' tensors")
         })
     };
     let ((gate, gate_shape), (up, up_shape), (down, down_shape)) = (
@@ -136,17 +139,22 @@ fn gguf_experts(meta: &Meta, layer: &StoredLayer) -> Result<Vec<(String, Pieces)
     let rank = if is_weight { 3 } else { 2 };
     for (name, shape) in [(gate, gate_shape), (up, up_shape), (down, down_shape)] {
         if shape.len() != rank {
-            return Err(Error::checkpoint(
+            let detail = format!("has shape {shape:?}, expected {rank} dimensions");
+            return Err(Error::checkpoint_problem(
                 meta.path,
-                format!("tensor {name} has shape {shape:?}, expected {rank} dimensions"),
+                CheckpointProblem::tensor_data(name, detail),
             ));
         }
     }
     if up_shape != gate_shape {
-        return Err(Error::checkpoint(
-            meta.path,
-            format!("tensor {up} has shape {up_shape:?}, expected that of {gate}: {gate_shape:?}"),
-        ));
+        let problem = CheckpointProblem::Shape {
+            tensor: up.to_string(),
+            expected: gate_shape.to_vec(),
+            got: up_shape.to_vec(),
+        };
+        return Err(
+            Error::checkpoint_problem(meta.path, problem).with_note(format!("that of {gate}"))
+        );
     }
     // as the loader reads them: x W, [experts, in, out]
     let hf_shape = |shape: &[usize]| {
@@ -166,9 +174,10 @@ fn gguf_experts(meta: &Meta, layer: &StoredLayer) -> Result<Vec<(String, Pieces)
         .try_fold(1usize, |n, &d| n.checked_mul(d));
     let last = gate_up_shape.len() - 1;
     let (Some(elements), Some(both)) = (elements, gate_up_shape[last].checked_mul(2)) else {
-        return Err(Error::checkpoint(
+        let detail = format!("has shape {gate_shape:?}, past any size");
+        return Err(Error::checkpoint_problem(
             meta.path,
-            format!("tensor {gate} has shape {gate_shape:?}, past any size"),
+            CheckpointProblem::tensor_data(gate, detail),
         ));
     };
     gate_up_shape[last] = both;

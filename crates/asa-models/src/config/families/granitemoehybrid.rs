@@ -20,12 +20,14 @@ use serde_json::Value;
 use super::llama;
 use crate::attention_layers::AttentionLayers;
 use crate::config::family::{Assembled, Family, GgufRules, NameTable, StoredTensor, Undo};
+use crate::config::raw::positive;
 use crate::config::RawConfig;
 use crate::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
 use crate::gguf_config::{metadata_bool, Dims, Meta, TensorFacts};
 use crate::mixers::{Mamba2Shape, Mixer};
 use crate::multipliers::Multipliers;
 use crate::sliding_window::checked_layer_types;
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 use asa_engine::mixer::Mamba2Gate;
 use asa_engine::nn::Routing;
@@ -82,15 +84,21 @@ const LAYER_TYPES: [&str; 4] = ["linear_attention", "full_attention", "mamba", "
 /// layer_types), no experts (only the shared MLP: not implemented).
 fn check(raw: &RawConfig, path: &Path) -> Result<()> {
     if raw.layer_types.is_none() {
-        return Err(Error::checkpoint(
+        let detail =
+            "layer_types is absent, so every granitemoehybrid layer is a Mamba layer".to_string();
+        return Err(Error::checkpoint_problem(
             path,
-            "layer_types is absent, so every granitemoehybrid layer is a Mamba layer: there is no attention to analyse",
+            CheckpointProblem::NoAttention { detail },
         ));
     }
     if raw.num_local_experts.unwrap_or(8) == 0 {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            "num_local_experts 0 (the shared MLP alone) is not implemented for granitemoehybrid",
+            CheckpointProblem::unsupported(
+                "num_local_experts",
+                0,
+                "at least 1: the shared MLP alone is not implemented for granitemoehybrid",
+            ),
         ));
     }
     Ok(())
@@ -141,9 +149,9 @@ pub(crate) fn mamba2_shape(
         None => d_ssm,
         Some(Value::Null) => None,
         Some(other) => {
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 path,
-                format!("mamba_d_ssm {other} must be an integer or null"),
+                CheckpointProblem::wrong_type("mamba_d_ssm", "an integer or null", other),
             ))
         }
     };
@@ -153,24 +161,30 @@ pub(crate) fn mamba2_shape(
         None => None,
         Some(Value::String(s)) if s == "auto" => None,
         Some(v) => Some(v.as_u64().ok_or_else(|| {
-            Error::checkpoint(
+            Error::checkpoint_problem(
                 path,
-                format!("mamba_d_head {v} must be an integer or \"auto\""),
+                CheckpointProblem::wrong_type("mamba_d_head", "an integer or \"auto\"", v),
             )
         })? as usize),
     };
     let groups = h.mamba_n_groups.unwrap_or(1);
     if heads == 0 || groups == 0 || !inner.is_multiple_of(heads) || !heads.is_multiple_of(groups) {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            format!("mamba_n_heads {heads} must divide the Mamba inner size {inner} and be a multiple of mamba_n_groups {groups}"),
+            CheckpointProblem::inconsistent(
+                &["mamba_n_heads", "mamba_d_ssm", "mamba_n_groups"],
+                format!("mamba_n_heads {heads} must divide the Mamba inner size {inner} and be a multiple of mamba_n_groups {groups}"),
+            ),
         ));
     }
     let head_dim = head_dim.unwrap_or(inner / heads);
     if head_dim.checked_mul(heads) != Some(inner) {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            format!("mamba_d_head {head_dim} x mamba_n_heads {heads} is not the Mamba inner size {inner}"),
+            CheckpointProblem::inconsistent(
+                &["mamba_d_head", "mamba_n_heads", "mamba_d_ssm"],
+                format!("mamba_d_head {head_dim} x mamba_n_heads {heads} is not the Mamba inner size {inner}"),
+            ),
         ));
     }
     let (dt_min, dt_max) = time_step_limit(h.time_step_limit.as_ref(), path)?;
@@ -213,15 +227,17 @@ fn time_step_limit(value: Option<&Value>, path: &Path) -> Result<(f64, f64)> {
     match value.as_array().map(|a| a.as_slice()) {
         Some([lo, hi]) => match (bound(lo), bound(hi)) {
             (Some(lo), Some(hi)) if lo <= hi => Ok((lo, hi)),
-            _ => Err(Error::checkpoint(
+            _ => Err(Error::checkpoint_problem(
                 path,
-                format!("time_step_limit {value} must be [min, max]"),
+                CheckpointProblem::out_of_range("time_step_limit", value, "[min, max]"),
             )),
         },
-        _ => Err(Error::checkpoint(
+        _ => Err(Error::checkpoint_problem(
             path,
-            format!(
-                "time_step_limit {value} must be [min, max] (transformers cannot clamp dt by it)"
+            CheckpointProblem::wrong_type(
+                "time_step_limit",
+                "[min, max] (transformers cannot clamp dt by another value)",
+                value,
             ),
         )),
     }
@@ -230,21 +246,14 @@ fn time_step_limit(value: Option<&Value>, path: &Path) -> Result<(f64, f64)> {
 /// GraniteMoeHybridConfig's multipliers, 1 by default (the softmax scale too).
 fn multipliers(raw: &RawConfig, path: &Path) -> Result<Multipliers> {
     let h = &raw.hybrid;
-    let positive = |v: Option<f64>, key: &str| -> Result<Option<f64>> {
-        let v = v.unwrap_or(1.0);
-        match v.is_finite() && v > 0.0 {
-            true => Ok(Some(v)),
-            false => Err(Error::checkpoint(
-                path,
-                format!("{key} {v} must be a finite number > 0"),
-            )),
-        }
-    };
+    // each 1 when absent, else a finite number > 0
+    let multiplier =
+        |v: Option<f64>, key: &str| Ok::<_, Error>(Some(positive(v.unwrap_or(1.0), key, path)?));
     Ok(Multipliers {
-        embedding: positive(h.embedding_multiplier, "embedding_multiplier")?,
-        residual: positive(h.residual_multiplier, "residual_multiplier")?,
-        attention_scale: positive(h.attention_multiplier, "attention_multiplier")?,
-        logits_divisor: positive(h.logits_scaling, "logits_scaling")?,
+        embedding: multiplier(h.embedding_multiplier, "embedding_multiplier")?,
+        residual: multiplier(h.residual_multiplier, "residual_multiplier")?,
+        attention_scale: multiplier(h.attention_multiplier, "attention_multiplier")?,
+        logits_divisor: multiplier(h.logits_scaling, "logits_scaling")?,
         ..Multipliers::default()
     })
 }
@@ -352,13 +361,11 @@ pub(crate) fn mamba2_gguf_keys(
     let inner = meta.usize_key("ssm.inner_size")?;
     let heads = meta.usize_key("ssm.time_step_rank")?;
     if heads == 0 || !inner.is_multiple_of(heads) {
-        return Err(Error::checkpoint(
+        let keys = [meta.key("ssm.time_step_rank"), meta.key("ssm.inner_size")];
+        let detail = format!("{} {heads} must divide {} {inner}", keys[0], keys[1]);
+        return Err(Error::checkpoint_problem(
             meta.path,
-            format!(
-                "{} {heads} must divide {} {inner}",
-                meta.key("ssm.time_step_rank"),
-                meta.key("ssm.inner_size")
-            ),
+            CheckpointProblem::inconsistent(&[&keys[0], &keys[1]], detail),
         ));
     }
     raw["mamba_d_ssm"] = serde_json::json!(inner);
@@ -385,9 +392,13 @@ fn gguf_config(
         .opt_per_layer_key("attention.head_count_kv")?
         .unwrap_or_else(|| vec![dims.kv_heads; layers]);
     if let Some(other) = kv_heads.iter().find(|&&n| n != 0 && n != dims.kv_heads) {
-        return Err(Error::checkpoint(
+        let key = meta.key("attention.head_count_kv");
+        return Err(Error::checkpoint_problem(
             meta.path,
-            format!("{} gives attention layers {} and {other} key-value heads: GraniteMoeHybridConfig has one count", meta.key("attention.head_count_kv"), dims.kv_heads),
+            CheckpointProblem::unimplemented(
+                &[&key],
+                format!("{key} gives attention layers {} and {other} key-value heads: GraniteMoeHybridConfig has one count", dims.kv_heads),
+            ),
         ));
     }
     let types: Vec<&str> = kv_heads

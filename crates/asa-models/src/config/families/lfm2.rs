@@ -19,6 +19,7 @@ use crate::config::RawConfig;
 use crate::gguf_config::{Dims, Meta, TensorFacts};
 use crate::mixers::{Mixer, ShortConvShape};
 use crate::sliding_window::checked_layer_types;
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 
 pub(crate) const FAMILY: Family = Family {
@@ -112,29 +113,44 @@ fn check(raw: &RawConfig, path: &Path) -> Result<()> {
     let h = &raw.hybrid;
     if let Some(tie) = h.tie_embedding {
         if tie != raw.tie_word_embeddings.unwrap_or(true) {
-            return Err(Error::checkpoint(
+            return Err(Error::checkpoint_problem(
                 path,
-                "tie_embedding and tie_word_embeddings disagree (Lfm2Config reads the legacy tie_embedding): not implemented",
+                CheckpointProblem::inconsistent(
+                    &["tie_embedding", "tie_word_embeddings"],
+                    "tie_embedding and tie_word_embeddings disagree (Lfm2Config reads the legacy tie_embedding): not implemented",
+                ),
             ));
         }
     }
     if raw.partial_rotary_factor.is_some_and(|f| f != 1.0) {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            "partial_rotary_factor is not implemented for lfm2 (Lfm2RotaryEmbedding rotates every dimension)",
+            CheckpointProblem::unsupported(
+                "partial_rotary_factor",
+                raw.partial_rotary_factor.unwrap_or(1.0),
+                "1: Lfm2RotaryEmbedding rotates every dimension",
+            ),
         ));
     }
     if h.block_multiple_of == Some(0)
         || h.block_ffn_dim_multiplier
             .is_some_and(|m| !(m.is_finite() && m > 0.0))
     {
-        return Err(Error::checkpoint(
-            path,
-            "block_multiple_of and block_ffn_dim_multiplier must be positive",
-        ));
+        let problem = match h.block_multiple_of {
+            Some(0) => CheckpointProblem::out_of_range("block_multiple_of", 0, "at least 1"),
+            _ => CheckpointProblem::out_of_range(
+                "block_ffn_dim_multiplier",
+                h.block_ffn_dim_multiplier.unwrap_or(f64::NAN),
+                "a finite number > 0",
+            ),
+        };
+        return Err(Error::checkpoint_problem(path, problem));
     }
     if h.conv_l_cache == Some(0) {
-        return Err(Error::checkpoint(path, "conv_L_cache must be at least 1"));
+        return Err(Error::checkpoint_problem(
+            path,
+            CheckpointProblem::out_of_range("conv_L_cache", 0, "at least 1"),
+        ));
     }
     Ok(())
 }
@@ -201,9 +217,13 @@ fn gguf_config(
     raw: &mut serde_json::Value,
 ) -> Result<()> {
     if meta.opt_usize_key("attention.sliding_window")?.is_some() {
-        return Err(Error::checkpoint(
+        let key = meta.key("attention.sliding_window");
+        return Err(Error::checkpoint_problem(
             meta.path,
-            format!("{} (a sliding window on every attention layer) is not implemented for lfm2: Lfm2Model has none", meta.key("attention.sliding_window")),
+            CheckpointProblem::unimplemented(
+                &[&key],
+                format!("{key} (a sliding window on every attention layer) is not implemented for lfm2: Lfm2Model has none"),
+            ),
         ));
     }
     let kv_heads = meta
@@ -212,9 +232,13 @@ fn gguf_config(
             vec![dims.kv_heads; raw["num_hidden_layers"].as_u64().unwrap_or(0) as usize]
         });
     if let Some(other) = kv_heads.iter().find(|&&n| n != 0 && n != dims.kv_heads) {
-        return Err(Error::checkpoint(
+        let key = meta.key("attention.head_count_kv");
+        return Err(Error::checkpoint_problem(
             meta.path,
-            format!("{} gives attention layers {} and {other} key-value heads: Lfm2Config has one count", meta.key("attention.head_count_kv"), dims.kv_heads),
+            CheckpointProblem::unimplemented(
+                &[&key],
+                format!("{key} gives attention layers {} and {other} key-value heads: Lfm2Config has one count", dims.kv_heads),
+            ),
         ));
     }
     let types: Vec<&str> = kv_heads

@@ -31,6 +31,7 @@ use crate::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
 use crate::gguf_config::{Dims, Meta, TensorFacts};
 use crate::layout::Layout;
 use crate::sliding_window::checked_layer_types;
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 use asa_engine::nn::Routing;
 
@@ -128,9 +129,13 @@ const GGUF_FIXED: GgufFixed = GgufFixed {
 /// The experts and widths from their keys, and what llama.cpp's loader fixes.
 fn gguf_config(meta: &Meta, _: &TensorFacts, _: &Dims, raw: &mut serde_json::Value) -> Result<()> {
     if meta.opt_usize_key("attention.sliding_window")? == Some(0) {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             meta.path,
-            format!("{} 0 (llama.cpp's llama4 without chunked attention, for MobileLLM) is not implemented", meta.key("attention.sliding_window")),
+            CheckpointProblem::unsupported(
+                meta.key("attention.sliding_window"),
+                0,
+                "a chunk size: llama.cpp's llama4 without chunked attention, for MobileLLM, is not implemented",
+            ),
         ));
     }
     let experts = meta.usize_key("expert_count")?;
@@ -241,9 +246,12 @@ fn chunked_layers(
     match (size, layers.is_empty()) {
         (_, true) => Ok(None),
         (Some(size), false) => Ok(Some(ChunkedLayers { size, layers })),
-        (None, false) => Err(Error::checkpoint(
+        (None, false) => Err(Error::checkpoint_problem(
             path,
-            "layer_types names chunked_attention layers but attention_chunk_size is null: there is no chunk to give them",
+            CheckpointProblem::inconsistent(
+                &["layer_types", "attention_chunk_size"],
+                "layer_types names chunked_attention layers but attention_chunk_size is null: there is no chunk to give them",
+            ),
         )),
     }
 }
@@ -261,10 +269,13 @@ fn temperature(
     let floor_scale = raw.floor_scale.unwrap_or(8192.0);
     let attn_scale = raw.attn_scale.unwrap_or(0.1);
     if !(floor_scale.is_finite() && floor_scale > 0.0 && attn_scale.is_finite()) {
-        return Err(Error::checkpoint(
-            path,
-            format!("floor_scale {floor_scale} must be > 0 and attn_scale {attn_scale} finite"),
-        ));
+        let problem = match floor_scale.is_finite() && floor_scale > 0.0 {
+            false => {
+                CheckpointProblem::out_of_range("floor_scale", floor_scale, "a finite number > 0")
+            }
+            true => CheckpointProblem::out_of_range("attn_scale", attn_scale, "a finite number"),
+        };
+        return Err(Error::checkpoint_problem(path, problem));
     }
     Ok(Some(TemperatureTuning {
         floor_scale,
@@ -278,20 +289,18 @@ fn temperature(
 fn experts(raw: &RawExperts, dense: DenseSizes, path: &Path) -> Result<Option<Experts>> {
     let step = raw.interleave_moe_layer_step.unwrap_or(1);
     if step == 0 {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            "interleave_moe_layer_step must be at least 1",
+            CheckpointProblem::out_of_range("interleave_moe_layer_step", 0, "at least 1"),
         ));
     }
     let layers: Vec<usize> = match raw.moe_layers {
         Some(listed) => {
             if let Some(bad) = listed.iter().find(|&&l| l >= dense.num_layers) {
-                return Err(Error::checkpoint(
+                let expected = format!("a layer below num_hidden_layers {}", dense.num_layers);
+                return Err(Error::checkpoint_problem(
                     path,
-                    format!(
-                        "moe_layers names layer {bad} of {} layers",
-                        dense.num_layers
-                    ),
+                    CheckpointProblem::out_of_range("moe_layers", bad, expected),
                 ));
             }
             (0..dense.num_layers)

@@ -20,6 +20,7 @@ use crate::config::family::{Family, GgufRules};
 use crate::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
 use crate::gguf_config::{Dims, Meta, TensorFacts};
 use crate::sliding_window::{WindowLayers, WindowRule, WindowUse};
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 use asa_engine::nn::Routing;
 
@@ -119,9 +120,9 @@ pub(crate) fn qwen_experts(
     let num_layers = dense.num_layers;
     let step = raw.decoder_sparse_step.unwrap_or(1);
     if step == 0 {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            "decoder_sparse_step must be at least 1",
+            CheckpointProblem::out_of_range("decoder_sparse_step", 0, "at least 1"),
         ));
     }
     let dense = raw.mlp_only_layers.unwrap_or(&[]);

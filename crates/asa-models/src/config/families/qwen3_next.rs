@@ -29,6 +29,7 @@ use crate::gguf_config::{Dims, Meta, TensorFacts};
 use crate::layout::{Layout, NormKind};
 use crate::mixers::{DeltaNetShape, Mixer};
 use crate::sliding_window::checked_layer_types;
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 
 pub(crate) const FAMILY: Family = Family {
@@ -104,9 +105,12 @@ fn delta_net_in_proj(meta: &Meta, layer: &StoredLayer) -> Result<Vec<(String, Pi
     let (Some((qkv, qkv_shape)), Some((gate, gate_shape))) =
         (layer.stored.get("attn_qkv"), layer.stored.get("attn_gate"))
     else {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             meta.path,
-            format!("blk.{l}.attn_qkv.{kind} and blk.{l}.attn_gate.{kind} come together (the Gated DeltaNet's split in_proj_qkvz); a fused attention q/k/v is not implemented for qwen3next"),
+            CheckpointProblem::unimplemented(
+                &[],
+                format!("blk.{l}.attn_qkv.{kind} and blk.{l}.attn_gate.{kind} come together (the Gated DeltaNet's split in_proj_qkvz); a fused attention q/k/v is not implemented for qwen3next"),
+            ),
         ));
     };
     let groups = meta.usize_key("ssm.group_count")?;
@@ -129,9 +133,13 @@ fn delta_net_in_proj(meta: &Meta, layer: &StoredLayer) -> Result<Vec<(String, Pi
         && groups > 0
         && value.is_multiple_of(groups);
     if !fits {
-        return Err(Error::checkpoint(
+        let key = meta.key("ssm.group_count");
+        return Err(Error::checkpoint_problem(
             meta.path,
-            format!("tensors {qkv} {qkv_shape:?} and {gate} {gate_shape:?} are not q, k, v of {groups} key heads ({}) and their z", meta.key("ssm.group_count")),
+            CheckpointProblem::inconsistent(
+                &[&key],
+                format!("tensors {qkv} {qkv_shape:?} and {gate} {gate_shape:?} are not q, k, v of {groups} key heads ({key}) and their z"),
+            ),
         ));
     }
     let part = |start: usize, end: usize| Piece {
@@ -187,13 +195,11 @@ fn gguf_config(
     let value_heads = meta.usize_key("ssm.time_step_rank")?;
     let inner = meta.usize_key("ssm.inner_size")?;
     if value_heads == 0 || !inner.is_multiple_of(value_heads) {
-        return Err(Error::checkpoint(
+        let keys = [meta.key("ssm.time_step_rank"), meta.key("ssm.inner_size")];
+        let detail = format!("{} {value_heads} must divide {} {inner}", keys[0], keys[1]);
+        return Err(Error::checkpoint_problem(
             meta.path,
-            format!(
-                "{} {value_heads} must divide {} {inner}",
-                meta.key("ssm.time_step_rank"),
-                meta.key("ssm.inner_size")
-            ),
+            CheckpointProblem::inconsistent(&[&keys[0], &keys[1]], detail),
         ));
     }
     raw["linear_num_key_heads"] = serde_json::json!(meta.usize_key("ssm.group_count")?);
@@ -253,14 +259,18 @@ fn check(raw: &RawConfig, path: &Path) -> Result<()> {
         ),
     ];
     if let Some((key, _)) = sizes.iter().find(|(_, size)| *size == 0) {
-        return Err(Error::checkpoint(path, format!("{key} must be at least 1")));
+        let problem = CheckpointProblem::out_of_range(*key, 0, "at least 1");
+        return Err(Error::checkpoint_problem(path, problem));
     }
     if !s.value_heads.is_multiple_of(s.key_heads) {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            format!(
-                "linear_num_value_heads {} is not a multiple of linear_num_key_heads {}",
-                s.value_heads, s.key_heads
+            CheckpointProblem::inconsistent(
+                &["linear_num_value_heads", "linear_num_key_heads"],
+                format!(
+                    "linear_num_value_heads {} is not a multiple of linear_num_key_heads {}",
+                    s.value_heads, s.key_heads
+                ),
             ),
         ));
     }

@@ -16,6 +16,7 @@ use crate::config::family::{Family, GgufRules, Ropes};
 use crate::config::RawConfig;
 use crate::gguf_config::{Dims, Meta, TensorFacts};
 use crate::sliding_window::{WindowLayers, WindowRule, WindowUse};
+use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 
 pub(crate) const FAMILY: Family = Family {
@@ -67,9 +68,12 @@ fn gguf_config(
 fn check(raw: &RawConfig, path: &Path) -> Result<()> {
     let window = raw.sliding_window.as_ref().is_some_and(|w| !w.is_null());
     if raw.layer_types.is_none() && raw.use_sliding_window == Some(true) && window {
-        return Err(Error::checkpoint(
+        return Err(Error::checkpoint_problem(
             path,
-            "use_sliding_window without layer_types is not implemented for smollm3 (SmolLM3Config derives the sliding layers from no_rope_layers): give layer_types",
+            CheckpointProblem::unimplemented(
+                &["use_sliding_window", "layer_types"],
+                "use_sliding_window without layer_types is not implemented for smollm3 (SmolLM3Config derives the sliding layers from no_rope_layers): give layer_types",
+            ),
         ));
     }
     Ok(())
