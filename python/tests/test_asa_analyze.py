@@ -641,11 +641,12 @@ try:
     asa.analyze({{"m": (json.loads({json.dumps(json.dumps(config))}), state)}}, seq_len=8, num_seqs=1,
                 progress=False)
 except asa.CheckpointError as e:
-    print("refused:", e)
+    print("refused:", e.problem, e.key, e)
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "num_hidden_layers 2147483648 is more than 65536" in out.stdout, out.stdout + out.stderr[-2000:]
+    assert out.stdout.startswith("refused: out_of_range num_hidden_layers "), out.stdout + out.stderr[-2000:]
+    assert "num_hidden_layers 2147483648 must be at most 65536" in out.stdout, out.stdout
 
 
 def test_numbers_out_of_range_and_odd_models_are_value_errors_naming_the_argument():
