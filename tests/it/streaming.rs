@@ -254,6 +254,13 @@ fn a_broken_last_layer_is_refused_before_any_work_and_nothing_is_written() {
         assert!(stderr.contains(says), "{stderr}");
         assert!(!out.exists(), "output written for a broken checkpoint");
     }
+    // the wrong shape is the typed problem, found before a layer streams
+    let problem = crate::common::expect_problem(&dir, "shape", &name);
+    assert!(
+        matches!(&problem, asa_core::CheckpointProblem::Shape { expected, got, .. }
+            if got[1] == 3 && expected[1] != 3),
+        "{problem:?}"
+    );
 }
 
 /// The GGUF fixtures that are whole models (the tokenizer-only file left out).
