@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """llama.cpp itself on the GGUF files its converter wrote (tests/fixtures/gguf/converted/):
 each file's logits at every position from llama.cpp's own C++ runtime, against the float64
-reference the Rust tests hold the file to (tests/it/converted_gguf.rs). An independent check
+reference the Rust tests hold the file to (crates/asa-analysis/tests/library/converted_gguf.rs). An independent check
 of what "the model llama.cpp runs" means where a file is not its checkpoint's model
 (`*_gguf` references), and of where llama.cpp itself departs from transformers.
 
@@ -35,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONVERTED = os.path.join(ROOT, "tests", "fixtures", "gguf", "converted")
 REFS = os.path.join(ROOT, "tests", "fixtures", "reference")
 
-# converted file -> the reference the Rust tests hold it to (tests/it/converted_gguf.rs)
+# converted file -> the reference the Rust tests hold it to (crates/asa-analysis/tests/library/converted_gguf.rs)
 PAIRS = {
     "llama_gqa": "llama_gqa", "qwen2": "qwen2", "mistral": "mistral", "mixtral": "mixtral",
     "olmo2": "olmo2", "olmo3": "olmo3", "qwen3": "qwen3", "smollm3": "smollm3",
@@ -128,7 +128,7 @@ def main(names):
         f"Written by `tools/llama_cpp_logits.py` on {time.strftime('%Y-%m-%d')}: llama-cpp-python "
         f"{llama_cpp.__version__} built from its sdist (CPU, no BLAS), f32 KV cache, flash attention off.",
         "Max |llama.cpp logits - float64 reference| over 3 x 20 positions; the reference is the one",
-        "`tests/it/converted_gguf.rs` holds the file to. Float32 noise is ~1e-5.",
+        "`crates/asa-analysis/tests/library/converted_gguf.rs` holds the file to. Float32 noise is ~1e-5.",
         "",
         "| file | reference | max difference | why more than noise |",
         "| --- | --- | --- | --- |",

@@ -25,7 +25,7 @@ AutoConfig drops from its dict (`KEEP_CONFIG_KEYS`: GPT-NeoX's `rotary_pct`, whi
 transformers 5 keeps only as rope_parameters.partial_rotary_factor), its hparams keep the
 config.json keys the dict lacks (a shim in the child process, as the pre-tokenizer one).
 Each family the converter cannot convert is listed with its reason in
-tests/fixtures/gguf/converted/README.md; the Rust tests (tests/it/converted_gguf.rs) check
+tests/fixtures/gguf/converted/README.md; the Rust tests (crates/asa-analysis/tests/library/converted_gguf.rs) check
 every written file against the checkpoint's float64 references.
 
     python tools/make_converted_gguf_fixtures.py [--llama-cpp DIR] [--only NAME ...]
@@ -311,7 +311,7 @@ def main():
             "",
             f"Written by `tools/make_converted_gguf_fixtures.py` with `convert_hf_to_gguf.py` of the llama.cpp",
             f"vendored in llama-cpp-python {VERSION} (PyPI sdist), `--outtype f32`, from",
-            "`tests/fixtures/models/<name>/`. `tests/it/converted_gguf.rs` checks each against the",
+            "`tests/fixtures/models/<name>/`. `crates/asa-analysis/tests/library/converted_gguf.rs` checks each against the",
             "checkpoint's float64 references.",
             "",
             "The converter does not convert:",

@@ -75,7 +75,7 @@ equal here and in the test.  Two fields are not plain differences:
   weight_sum_hist.count  how many pooled values sit in another bin than in the reference:
       sum over bins |count - float64 count| / 2 (0 or all n for a degenerate pool).
 
-Bounds (tests/it/metrics_bf16.rs; this script only measures).  FlashAttention's rule takes
+Bounds (crates/asa-analysis/tests/library/metrics_bf16.rs; this script only measures).  FlashAttention's rule takes
 the max over a whole output, so the test bounds each metric by twice the largest error of
 its fields (key_received's sums over queries and its means per query apart, as their units
 differ; nll.ppl is exp(nll.mean) and is not bounded apart).  Where that is 0, 2 x 0 would

@@ -289,7 +289,7 @@ def test_capture_of_a_family_equals_analyze_of_its_checkpoint(family):
         model(input_ids=torch.tensor(ids), use_cache=False)
     captured = cap.result()
     analysed = asa.analyze({"model": folder}, corpus=ids, seq_len=t, num_seqs=len(ids), metrics=metrics, bos="never", progress=False)
-    # the two hybrids whose float32 forward is noisier (as tests/it/conformance.rs bounds them)
+    # the two hybrids whose float32 forward is noisier (as crates/asa-analysis/tests/library/conformance.rs bounds them)
     assert_same_tables(captured, analysed, family, noise={"qwen3_next": 5.0, "falcon_h1": 2.0}.get(family, 1.0))
 
 

@@ -101,6 +101,36 @@ fn the_root_package_is_the_binary_not_a_facade() {
     );
 }
 
+/// `tests/it` holds what runs the built binary (and the checks of the workspace itself); the
+/// library's tests sit beside their crates (asa-models' `tests/`, asa-analysis'
+/// `tests/library/`), so every other module here runs `asa-analyze`.
+#[test]
+fn the_binarys_tests_run_the_binary() {
+    let of_the_workspace = ["main.rs", "common.rs", "layers.rs", "docs.rs"];
+    let runs = [
+        "run_cli(",
+        "CARGO_BIN_EXE",
+        "analyze_briefly(",
+        "run_bounded(",
+    ];
+    let mut library_only = Vec::new();
+    for entry in std::fs::read_dir(root().join("tests/it")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.ends_with(".rs") || of_the_workspace.contains(&name.as_str()) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        if !runs.iter().any(|r| text.contains(r)) {
+            library_only.push(name);
+        }
+    }
+    assert!(
+        library_only.is_empty(),
+        "library tests in tests/it (move them beside their crate): {library_only:?}"
+    );
+}
+
 #[test]
 fn the_metrics_depend_on_the_kernels_and_the_probe_interface_only() {
     let manifest = std::fs::read_to_string(root().join("crates/asa-metrics/Cargo.toml")).unwrap();

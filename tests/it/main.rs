@@ -1,6 +1,7 @@
-//! The one integration-test binary (as ripgrep has it): a module per area, each running the
-//! library or the built `asa-analyze` binary against fixtures computed independently by the
-//! scripts in `tools/`. One binary links candle, polars and plotters once.
+//! The binary's integration tests (as ripgrep has them, one binary): a module per area, each
+//! running the built `asa-analyze` (or checking the workspace: its layers, its docs) against
+//! fixtures computed independently by the scripts in `tools/`. The library's own tests are
+//! beside it (asa-analysis' `tests/library`, asa-models' `tests/conformance.rs`).
 
 mod common;
 
@@ -8,9 +9,6 @@ mod block_map;
 mod checkpoint_errors;
 mod cli_metrics;
 mod config_fixtures;
-mod conformance;
-mod converted_gguf;
-mod corpus;
 mod demo;
 mod docs;
 mod families;
@@ -22,13 +20,9 @@ mod hostile_files;
 mod hybrids;
 mod layers;
 mod logs;
-mod long_context;
-mod long_sequences;
-mod memory_model;
-mod metrics;
-mod metrics_bf16;
-mod one_validation;
 mod real_model;
+#[path = "../../crates/asa-analysis/tests/library/reference_check.rs"]
+mod reference_check;
 mod reliability;
 mod report;
 mod schema;

@@ -712,53 +712,7 @@ fn gguf_and_checkpoint_configs(name: &str) -> (ModelConfig, ModelConfig) {
 
 /// `tests/fixtures/gguf/{name}.gguf` must reproduce `tests/fixtures/reference/{name}.*`.
 fn check_tiny_gguf(name: &str) {
-    check_gguf_file(&gguf_fixture(&format!("{name}.gguf")), name);
-}
-
-/// The GGUF file `path` of the checkpoint `tests/fixtures/models/{name}` must reproduce its
-/// float64 references `tests/fixtures/reference/{name}.*`: logits, every attention layer's
-/// pattern, every metric.
-pub(crate) fn check_gguf_file(path: &Path, name: &str) {
-    let ckpt = Checkpoint::open(path, &Device::Cpu, DType::F32)
-        .and_then(Checkpoint::validate)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let model = ckpt.load_model().unwrap();
-    let refs = reference(name);
-    let ids = refs["input_ids"].to_dtype(DType::U32).unwrap();
-    // the attention layers, numbered in order (a hybrid's other layers have no pattern)
-    let layers = reference_layers(&refs);
-    let mut probe = CaptureProbe::new(&[Hook::Logits, Hook::Pattern]);
-    model.forward(&ids, 64, &mut probe).unwrap();
-    let atol = 1e-5 * f32_noise(name);
-    let d = max_abs_diff(
-        &probe.get(Hook::Logits, layers).unwrap().unwrap(),
-        &refs["logits"],
-    );
-    assert!(d < atol, "{name}.gguf: logits differ by {d:e}");
-    for l in 0..layers {
-        let p = probe.get(Hook::Pattern, l).unwrap().unwrap();
-        let d = max_abs_diff(&p, &refs[&format!("layers.{l}.pattern")]);
-        assert!(
-            d < atol,
-            "{name}.gguf attention layer {l}: pattern differs by {d:e}"
-        );
-    }
-    let windows: Vec<Vec<u32>> = ids.to_vec2().unwrap();
-    let opts = fixture_options(Metric::defaults(), EntropyOf::Effective);
-    let got = analyze(
-        &ckpt,
-        &model,
-        &windows,
-        &opts,
-        RunShape {
-            batch_size: 3,
-            block: 7,
-        },
-        |_| {},
-    )
-    .unwrap();
-    // every metric, a learned sink's mass among them (GPT-OSS)
-    crate::metrics::check_all(&format!("{name}.gguf"), &got, &reference_metrics(name));
+    crate::reference_check::check_gguf_file(&gguf_fixture(&format!("{name}.gguf")), name);
 }
 
 #[test]

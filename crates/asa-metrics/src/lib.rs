@@ -28,7 +28,7 @@
 //!
 //! `--metrics name`, the tables, run.json, `analysis::Run` and the merge of parts then know
 //! it. A command of its own is a line in `asa-cli/src/lib.rs`; its test against a float64 reference
-//! (a script in `tools/`, its output under `tests/fixtures/`) goes in `tests/it/metrics.rs`.
+//! (a script in `tools/`, its output under `tests/fixtures/`) goes in `crates/asa-analysis/tests/library/metrics.rs`.
 //! Only a metric that needs a per-row sum no kernel computes yet also touches the kernels: a
 //! row-table column (a variant of `asa_kernels::row_columns::RowColumn`, from which build.rs
 //! writes the CUDA header; filled by the row pass, the flash tiles and the CUDA kernels). A

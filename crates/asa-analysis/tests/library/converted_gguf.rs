@@ -5,11 +5,11 @@
 
 use std::path::PathBuf;
 
-use crate::real_model::check_gguf_file;
+use crate::reference_check::check_gguf_file;
 
 fn converted(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/gguf/converted")
+    crate::common::fixtures()
+        .join("gguf/converted")
         .join(format!("{name}.gguf"))
 }
 

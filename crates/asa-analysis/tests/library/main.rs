@@ -1,0 +1,17 @@
+//! The library's tests beside it: a module per area, each running asa-analysis and the layers
+//! below (the models, the metrics) against fixtures computed independently by the scripts in
+//! `tools/` (the repository's `tests/fixtures`). What runs the built binary is the root
+//! package's `tests/it`. One binary links candle once.
+
+mod common;
+
+mod conformance;
+mod converted_gguf;
+mod corpus;
+mod long_context;
+mod long_sequences;
+mod memory_model;
+mod metrics;
+mod metrics_bf16;
+mod one_validation;
+mod reference_check;
