@@ -5,8 +5,10 @@ rows = []
 for dp, _, fs in (w for r in roots for w in os.walk(r)):
     for f in fs:
         # a module's tests in a file of their own (`#[cfg(test)] mod tests;`, or a folder of
-        # them such as asa-engine's `cuda_tests/`) are tests too
-        if not f.endswith(".rs") or f == "tests.rs" or dp.endswith("_tests"): continue
+        # them such as asa-engine's `cuda_tests/`) are tests too, as are a crate's `tests/`
+        parts = os.path.normpath(dp).split(os.sep)
+        in_crate_tests = parts[:1] == ["crates"] and parts[2:3] == ["tests"]
+        if not f.endswith(".rs") or f == "tests.rs" or dp.endswith("_tests") or in_crate_tests: continue
         p = os.path.join(dp, f)
         lines = open(p).read().split("\n")
         # cut at the test module

@@ -576,36 +576,29 @@ fn check_extents(path: &Path, content: &Content, file_size: u64) -> Result<()> {
     let mut ranges: Vec<(u64, u64, &str)> = Vec::with_capacity(content.tensor_infos.len());
     let mut worst: Option<(&str, u64)> = None;
     for (name, info) in &content.tensor_infos {
+        let refuse = |detail: String| {
+            Error::checkpoint_problem(path, CheckpointProblem::tensor_data(name, detail))
+        };
         let dims = info.shape.dims();
         let elems = dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
         let Some(elems) = elems else {
-            let detail = format!("shape {dims:?} has more elements than can be addressed");
-            return Err(Error::checkpoint_problem(
-                path,
-                CheckpointProblem::tensor_data(name, detail),
-            ));
+            return Err(refuse(format!(
+                "shape {dims:?} has more elements than can be addressed"
+            )));
         };
         let block = info.ggml_dtype.block_size();
         if !elems.is_multiple_of(block) {
-            let detail = format!(
-                "{elems} elements, not a multiple of the {} block size {block}",
-                type_name(info.ggml_dtype)
-            );
-            return Err(Error::checkpoint_problem(
-                path,
-                CheckpointProblem::tensor_data(name, detail),
-            ));
+            let dtype = type_name(info.ggml_dtype);
+            let detail =
+                format!("{elems} elements, not a multiple of the {dtype} block size {block}");
+            return Err(refuse(detail));
         }
         let bytes = ((elems / block) as u64).saturating_mul(info.ggml_dtype.type_size() as u64);
         if !info.offset.is_multiple_of(alignment) {
-            let detail = format!(
-                "starts at data offset {}, not a multiple of the alignment {alignment}",
-                info.offset
-            );
-            return Err(Error::checkpoint_problem(
-                path,
-                CheckpointProblem::tensor_data(name, detail),
-            ));
+            let at = info.offset;
+            let detail =
+                format!("starts at data offset {at}, not a multiple of the alignment {alignment}");
+            return Err(refuse(detail));
         }
         let end = content
             .tensor_data_offset

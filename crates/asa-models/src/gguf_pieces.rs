@@ -175,13 +175,11 @@ pub(crate) fn assemble(
                     if merge_heads {
                         let shape = &mut pieces.shape;
                         if shape.len() < 3 {
-                            return Err(Error::checkpoint_problem(
-                                path,
-                                CheckpointProblem::tensor_data(
-                                    &pieces.pieces[0].gguf_name,
-                                    format!("has shape {shape:?}, expected [heads, rows, columns]"),
-                                ),
-                            ));
+                            let detail =
+                                format!("has shape {shape:?}, expected [heads, rows, columns]");
+                            let problem =
+                                CheckpointProblem::tensor_data(&pieces.pieces[0].gguf_name, detail);
+                            return Err(Error::checkpoint_problem(path, problem));
                         }
                         let heads = shape.remove(0);
                         shape[0] *= heads;
