@@ -19,6 +19,7 @@ pub mod gguf_tokenizer;
 mod latent;
 pub mod layers;
 pub mod layout;
+mod mixer_loaders;
 pub mod mixers;
 mod multimodal;
 pub mod multipliers;
@@ -131,7 +132,7 @@ impl Checkpoint {
         // the architecture's own tensor names (GPT-NeoX), after any --weight-map rules
         let map = map
             .clone()
-            .or_else(&layout::builtin_weight_map(config.architecture));
+            .or_else(&config::builtin_weight_map(config.architecture));
         let map = match config.multimodal {
             true => map.or_else(&multimodal::weight_map()),
             false => map,
@@ -215,7 +216,7 @@ impl Checkpoint {
     /// Stored tensors the model does not read (call after [`Checkpoint::validate`]): a
     /// checkpoint of more layers than its config says, or weights of another variant.
     pub fn unused_weights(&self) -> Vec<String> {
-        let ignored = layout::ignored_on_load(self.config.architecture);
+        let ignored = config::ignored_on_load(self.config.architecture);
         let mut unread = self.store.unread();
         unread.retain(|name| !ignored.iter().any(|suffix| name.ends_with(suffix)));
         if self.config.multimodal {

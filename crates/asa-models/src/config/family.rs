@@ -11,7 +11,8 @@ use std::path::Path;
 use super::raw::RawConfig;
 use super::GemmaSettings;
 use crate::attention_layers::AttentionLayers;
-use crate::experts::{DenseSizes, Experts, RawExperts};
+use crate::config::experts::{DenseSizes, RawExperts};
+use crate::experts::Experts;
 use crate::layout::Layout;
 use crate::mixers::Mixer;
 use crate::multipliers::Multipliers;
@@ -97,7 +98,7 @@ pub struct Family {
     /// Gemma's attention scale, soft-caps and embedding scale, from hidden_size (none for
     /// the other families).
     pub scalars: fn(&RawConfig, &Path, usize) -> Result<Option<GemmaSettings>>,
-    /// The checkpoint's tensor names as the loader's (`crate::layout::builtin_weight_map`):
+    /// The checkpoint's tensor names as the loader's (`crate::config::builtin_weight_map`):
     /// (convention, stored), `{l}` a layer, `{p}` weight or bias, `{b}` an optional base
     /// model prefix (`transformer.`).
     pub weight_names: &'static [(&'static str, &'static str)],

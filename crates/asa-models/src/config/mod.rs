@@ -30,6 +30,7 @@
 //! architecture>")` with what differs); a hybrid's other mixers are its `mixers`, each a
 //! file of `asa_engine::mixer`.
 
+pub(crate) mod experts;
 mod families;
 pub(crate) mod family;
 pub(crate) mod raw;
@@ -37,6 +38,8 @@ mod raw_hybrid;
 mod resolve;
 mod rope;
 mod scales;
+pub(crate) mod sliding_window;
+mod weight_names;
 
 use std::path::Path;
 
@@ -46,6 +49,7 @@ pub(crate) use family::Family;
 pub(crate) use raw::{float_field, positive_or_null};
 pub use raw::{RawAffine, RawConfig, RawLogn, RawScaleInvariant};
 pub use rope::p_rope_pairs;
+pub use weight_names::{builtin_weight_map, ignored_on_load};
 
 use super::attention_layers::AttentionLayers;
 use super::experts::Experts;

@@ -10,9 +10,11 @@ use serde_json::Value;
 use super::family::{Biases, Family};
 use super::raw::{RawAffine, RawConfig, RawScaleInvariant};
 use super::{Architecture, ModelConfig, VariantSettings};
-use crate::experts::{DenseSizes, Experts, RawExperts};
+use crate::config::experts::{DenseSizes, RawExperts};
+use crate::config::sliding_window::RawWindow;
+use crate::experts::Experts;
 use crate::mixers::Mixer;
-use crate::sliding_window::{RawWindow, SlidingWindow};
+use crate::sliding_window::SlidingWindow;
 use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 use asa_engine::attention::{
@@ -379,7 +381,7 @@ impl RawConfig {
             layer_types: self.layer_types.as_deref(),
             sliding_window_pattern: self.sliding_window_pattern,
         };
-        crate::sliding_window::resolve(raw, &family.window, num_layers, path)
+        crate::config::sliding_window::resolve(raw, &family.window, num_layers, path)
     }
 
     /// The experts of a mixture-of-experts family (`crate::experts`).
@@ -413,7 +415,7 @@ impl RawConfig {
             shared_expert_intermediate_size: self.hybrid.shared_expert_intermediate_size,
             shared_intermediate_size: self.hybrid.shared_intermediate_size,
         };
-        crate::experts::resolve(raw, Architecture(family), dense, path)
+        crate::config::experts::resolve(raw, Architecture(family), dense, path)
     }
 }
 

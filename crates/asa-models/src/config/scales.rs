@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use super::ModelConfig;
-use crate::experts::f32_factor;
+use crate::config::experts::f32_factor;
 use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 use asa_engine::nn::rope::scaling::attention_factor;

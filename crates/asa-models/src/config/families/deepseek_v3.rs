@@ -22,10 +22,11 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::llama;
+use crate::config::experts::{DenseSizes, RawExperts};
 use crate::config::family::{Assembled, Biases, Family, GgufRules, NameTable, Ropes};
 use crate::config::raw::own_keys_readable;
 use crate::config::{float_field, positive_or_null, RawConfig};
-use crate::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
+use crate::experts::{ExpertNames, Experts};
 use crate::gguf_config::{metadata_bool, Dims, Meta, TensorFacts};
 use crate::layout::{Layout, QkvLayout};
 use asa_core::checkpoint_problem::CheckpointProblem;
@@ -311,7 +312,7 @@ pub(crate) fn deepseek_experts(
             ),
         ));
     }
-    let scaling = crate::experts::f32_factor(
+    let scaling = crate::config::experts::f32_factor(
         raw.routed_scaling_factor.unwrap_or(defaults.scaling),
         "routed_scaling_factor",
         path,
@@ -319,7 +320,7 @@ pub(crate) fn deepseek_experts(
     let intermediate = raw.moe_intermediate_size.unwrap_or(defaults.intermediate);
     let shared = raw.n_shared_experts.unwrap_or(defaults.shared);
     let first_moe = raw.first_k_dense_replace.unwrap_or(defaults.first_dense);
-    let shared_width = crate::experts::checked_size(
+    let shared_width = crate::config::experts::checked_size(
         shared,
         intermediate,
         "n_shared_experts x moe_intermediate_size",

@@ -21,9 +21,10 @@ use super::deepseek_v3::{
     GGUF_STACKED_EXPERTS,
 };
 use super::{llama, qwen3};
+use crate::config::experts::{DenseSizes, RawExperts};
 use crate::config::family::{Biases, Family, GgufRules, Ropes};
 use crate::config::RawConfig;
-use crate::experts::{DenseSizes, Experts, RawExperts};
+use crate::experts::Experts;
 use crate::gguf_config::{Dims, Meta, TensorFacts};
 use asa_core::error::Result;
 

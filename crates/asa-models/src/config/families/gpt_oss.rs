@@ -17,12 +17,13 @@
 use std::path::Path;
 
 use super::llama;
+use crate::config::experts::{f32_factor, DenseSizes, RawExperts};
 use crate::config::family::{
     Assembled, Biases, Family, GgufRules, NameTable, Piece, Pieces, Ropes, StoredLayer,
 };
 use crate::config::raw::positive;
 use crate::config::RawConfig;
-use crate::experts::{f32_factor, DenseSizes, ExpertNames, Experts, RawExperts};
+use crate::experts::{ExpertNames, Experts};
 use crate::gguf_config::{swa_period, Dims, Meta, TensorFacts};
 use crate::sliding_window::{WindowLayers, WindowRule, WindowUse};
 use asa_core::checkpoint_problem::CheckpointProblem;

@@ -19,14 +19,15 @@ use serde_json::Value;
 
 use super::llama;
 use crate::attention_layers::AttentionLayers;
+use crate::config::experts::{DenseSizes, RawExperts};
 use crate::config::family::{Assembled, Family, GgufRules, NameTable, StoredTensor, Undo};
 use crate::config::raw::positive;
+use crate::config::sliding_window::checked_layer_types;
 use crate::config::RawConfig;
-use crate::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
+use crate::experts::{ExpertNames, Experts};
 use crate::gguf_config::{metadata_bool, Dims, Meta, TensorFacts};
 use crate::mixers::{Mamba2Shape, Mixer};
 use crate::multipliers::Multipliers;
-use crate::sliding_window::checked_layer_types;
 use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 use asa_engine::mixer::Mamba2Gate;

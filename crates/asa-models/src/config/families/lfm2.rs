@@ -15,10 +15,10 @@ use std::path::Path;
 
 use super::{llama, qwen3};
 use crate::config::family::{Family, GgufRules, NameTable, Ropes, StoredTensor, Undo};
+use crate::config::sliding_window::checked_layer_types;
 use crate::config::RawConfig;
 use crate::gguf_config::{Dims, Meta, TensorFacts};
 use crate::mixers::{Mixer, ShortConvShape};
-use crate::sliding_window::checked_layer_types;
 use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 

@@ -4,11 +4,12 @@
 use std::path::Path;
 
 use crate::attention_layers::AttentionLayers;
+use crate::config::experts::{DenseSizes, RawExperts};
 use crate::config::family::gguf_rules::{no_config_keys, nothing_undone};
 use crate::config::family::{Biases, Family, GgufRules, NameTable, Ropes, StoredTensor, Undo};
 use crate::config::raw::{own_keys_readable, NoOwnKeys};
 use crate::config::{GemmaSettings, RawConfig};
-use crate::experts::{DenseSizes, Experts, RawExperts};
+use crate::experts::Experts;
 use crate::gguf_config::{Dims, Meta, TensorFacts};
 use crate::layout::Layout;
 use crate::mixers::{every_layer_attention, Mixer};

@@ -24,13 +24,14 @@ use serde::Deserialize;
 
 use super::llama;
 use crate::attention_layers::{no_rope_layers, AttentionLayers, ChunkedLayers, TemperatureTuning};
+use crate::config::experts::{DenseSizes, RawExperts};
 use crate::config::family::{Assembled, Family, GgufRules, Ropes};
 use crate::config::raw::{own_keys_readable, present};
+use crate::config::sliding_window::checked_layer_types;
 use crate::config::{positive_or_null, RawConfig};
-use crate::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
+use crate::experts::{ExpertNames, Experts};
 use crate::gguf_config::{Dims, Meta, TensorFacts};
 use crate::layout::Layout;
-use crate::sliding_window::checked_layer_types;
 use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 use asa_engine::nn::Routing;

@@ -11,8 +11,9 @@ use std::path::Path;
 use serde_json::json;
 
 use super::mistral;
+use crate::config::experts::{DenseSizes, RawExperts};
 use crate::config::family::{Assembled, Family, NameTable};
-use crate::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
+use crate::experts::{ExpertNames, Experts};
 use crate::gguf_config::Meta;
 use asa_core::error::Result;
 use asa_engine::nn::Routing;

@@ -16,8 +16,9 @@ use std::path::Path;
 
 use super::deepseek_v3::GGUF_STACKED_EXPERTS;
 use super::{llama, qwen3};
+use crate::config::experts::{DenseSizes, RawExperts};
 use crate::config::family::{Family, GgufRules};
-use crate::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
+use crate::experts::{ExpertNames, Experts};
 use crate::gguf_config::{Dims, Meta, TensorFacts};
 use crate::sliding_window::{WindowLayers, WindowRule, WindowUse};
 use asa_core::checkpoint_problem::CheckpointProblem;

@@ -20,15 +20,16 @@ use std::path::Path;
 use super::deepseek_v3::GGUF_STACKED_EXPERTS;
 use super::qwen3_moe::{qwen_experts, qwen_gguf_experts, QwenDefaults};
 use super::{llama, qwen3};
+use crate::config::experts::{DenseSizes, RawExperts};
 use crate::config::family::{
     Assembled, Family, GgufRules, NameTable, Piece, Pieces, Ropes, StoredLayer, StoredTensor, Undo,
 };
+use crate::config::sliding_window::checked_layer_types;
 use crate::config::RawConfig;
-use crate::experts::{DenseSizes, ExpertNames, Experts, RawExperts};
+use crate::experts::{ExpertNames, Experts};
 use crate::gguf_config::{Dims, Meta, TensorFacts};
 use crate::layout::{Layout, NormKind};
 use crate::mixers::{DeltaNetShape, Mixer};
-use crate::sliding_window::checked_layer_types;
 use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 
@@ -114,7 +115,7 @@ fn delta_net_in_proj(meta: &Meta, layer: &StoredLayer) -> Result<Vec<(String, Pi
         ));
     };
     let groups = meta.usize_key("ssm.group_count")?;
-    let qk = crate::experts::checked_size(
+    let qk = crate::config::experts::checked_size(
         groups,
         meta.usize_key("ssm.state_size")?,
         &format!(
