@@ -1,7 +1,7 @@
 //! The layering the compiler cannot hold by itself (issues 55 and 66, docs/architecture.md):
 //! each crate depends only on the crates below it in one order, the metrics on the kernels and
 //! the probe interface alone (so that a family's or the attention's edit rebuilds no metric),
-//! and inside asa-engine each module's code uses only the modules below it.
+//! and inside asa-engine and asa-models each module's code uses only the modules below it.
 
 use std::path::{Path, PathBuf};
 
@@ -251,19 +251,21 @@ fn crate_uses(source: &str) -> Vec<(usize, String)> {
     uses
 }
 
-fn rank_of(module: &str) -> Option<usize> {
-    ENGINE_MODULES
+fn rank_of(ranks: &[(&str, usize)], module: &str) -> Option<usize> {
+    ranks
         .iter()
         .find(|(name, _)| *name == module)
         .map(|(_, rank)| *rank)
 }
 
-#[test]
-fn engine_modules_use_only_modules_below_them() {
-    let src = root().join("crates/asa-engine/src");
+/// The uses in crate `dir`'s sources of a module ranked above the using module's, and the
+/// top-level modules `ranks` leaves out (lib.rs aside); a top-level file's `super::x` is
+/// its `crate::x`.
+fn uses_upwards(dir: &str, ranks: &[(&str, usize)]) -> (Vec<String>, Vec<String>, usize) {
+    let src = root().join(dir).join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
-    let mut upward = Vec::new();
+    let (mut upward, mut unranked) = (Vec::new(), Vec::new());
     for file in &files {
         let relative = file.strip_prefix(&src).unwrap();
         let top = relative
@@ -272,14 +274,20 @@ fn engine_modules_use_only_modules_below_them() {
             .unwrap()
             .as_os_str()
             .to_string_lossy();
-        let Some(rank) = rank_of(top.trim_end_matches(".rs")) else {
-            continue; // lib.rs
-        };
-        if file.file_name().is_some_and(|n| n == "tests.rs") {
+        let top = top.trim_end_matches(".rs");
+        if top == "lib" || file.file_name().is_some_and(|n| n == "tests.rs") {
             continue;
         }
-        for (line, module) in crate_uses(&std::fs::read_to_string(file).unwrap()) {
-            if rank_of(&module).is_some_and(|used| used > rank) {
+        let Some(rank) = rank_of(ranks, top) else {
+            unranked.push(top.to_string());
+            continue;
+        };
+        let mut source = std::fs::read_to_string(file).unwrap();
+        if relative.components().count() == 1 {
+            source = source.replace("super::", "crate::");
+        }
+        for (line, module) in crate_uses(&source) {
+            if rank_of(ranks, &module).is_some_and(|used| used > rank) {
                 upward.push(format!(
                     "{}:{line}: uses crate::{module}",
                     relative.display()
@@ -287,16 +295,70 @@ fn engine_modules_use_only_modules_below_them() {
             }
         }
     }
+    unranked.sort();
+    unranked.dedup();
+    (upward, unranked, files.len())
+}
+
+#[test]
+fn engine_modules_use_only_modules_below_them() {
+    let (upward, _, files) = uses_upwards("crates/asa-engine", &ENGINE_MODULES);
     assert!(
         upward.is_empty(),
         "uses of higher modules:\n{}",
         upward.join("\n")
     );
+    assert!(files > 30, "{files} files: the walk missed the sources");
+}
+
+/// asa-models in one direction (issue 66): what a model is (0: its layout, its mixers,
+/// experts, window and layer kinds, multipliers; no config, no format, no loader), its
+/// formats (1: safetensors, the weight store, GGUF with the rules the families fill in,
+/// tokenizers), its config (2: the keys every family shares, then the families) and what
+/// builds it (3: layers, attention, the mixers' loaders, the decoder).
+const MODEL_MODULES: [(&str, usize); 30] = [
+    ("layout", 0),
+    ("mixers", 0),
+    ("experts", 0),
+    ("sliding_window", 0),
+    ("attention_layers", 0),
+    ("multipliers", 0),
+    ("weight_map", 1),
+    ("mxfp4", 1),
+    ("safetensors_file", 1),
+    ("weights", 1),
+    ("tokenizer_file", 1),
+    ("gguf", 1),
+    ("gguf_alignment", 1),
+    ("gguf_config", 1),
+    ("gguf_keys", 1),
+    ("gguf_pieces", 1),
+    ("gguf_rope", 1),
+    ("gguf_rules", 1),
+    ("gguf_sentencepiece", 1),
+    ("gguf_tokenizer", 1),
+    ("config", 2),
+    ("multimodal", 2),
+    ("layers", 3),
+    ("attention", 3),
+    ("latent", 3),
+    ("mixer_loaders", 3),
+    ("residuals", 3),
+    ("nonfinite", 3),
+    ("decoder", 3),
+    ("detect", 3),
+];
+
+#[test]
+fn model_modules_go_from_description_to_formats_to_config_to_build() {
+    let (upward, unranked, files) = uses_upwards("crates/asa-models", &MODEL_MODULES);
     assert!(
-        files.len() > 30,
-        "{} files: the walk missed the sources",
-        files.len()
+        upward.is_empty(),
+        "uses of higher modules:\n{}",
+        upward.join("\n")
     );
+    assert!(unranked.is_empty(), "modules without a rank: {unranked:?}");
+    assert!(files > 50, "{files} files: the walk missed the sources");
 }
 
 #[test]

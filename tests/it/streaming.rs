@@ -280,9 +280,9 @@ const GGUF_MODELS: [&str; 9] = [
 fn gguf_embedding_and_head_rows_are_the_rows_of_the_whole_matrix() {
     // issue 41: rows of a GGUF matrix read alone (only their quantized blocks) equal the
     // same rows of the matrix dequantized whole, at the start, middle and end
-    use asa_models::GgufFile;
     for name in GGUF_MODELS {
-        let gguf = GgufFile::open(&fixtures().join("gguf").join(format!("{name}.gguf"))).unwrap();
+        let path = fixtures().join("gguf").join(format!("{name}.gguf"));
+        let (gguf, _) = asa_models::config::open_gguf(&path).unwrap();
         for tensor in ["model.embed_tokens.weight", "lm_head.weight"] {
             if !gguf.contains(tensor) {
                 continue;

@@ -1,14 +1,15 @@
 //! GGUF checkpoints (llama.cpp): one `.gguf` file carrying the hyperparameters, the
 //! tokenizer and the (usually quantized) tensors. This module reads the file with candle,
 //! checks it up front (architecture, tensor types, truncation), maps llama.cpp tensor names
-//! to the Hugging Face names the decoder loads, resolves the metadata into a [`ModelConfig`]
-//! through the same [`RawConfig`] path as config.json, and dequantizes tensors on demand.
+//! to the Hugging Face names the decoder loads, writes the metadata as a config.json mirror
+//! (resolved by `crate::config::open_gguf` through the same `RawConfig` path as a
+//! config.json), and dequantizes tensors on demand.
 //!
 //! The metadata side lives in [`super::gguf_config`], RoPE factors in [`super::gguf_rope`].
 //!
 //! What differs between architectures (the names, what to undo, the config keys) is read
-//! from the family's [`GgufRules`], in the family's own file, looked up by
-//! `general.architecture`. Conventions undone on load, as transformers' own GGUF loader
+//! from the family's [`GgufRules`], in the family's own file, which the caller looks up by
+//! `general.architecture` (this reader knows no family). Conventions undone on load, as transformers' own GGUF loader
 //! does:
 //! - llama.cpp permutes the rows of the llama q and k projections (weights and biases) so
 //!   that its interleaved RoPE matches HF's rotate-half; [`GgufFile::load`] permutes them
@@ -31,19 +32,13 @@ use candle_core::quantized::gguf_file::Content;
 use candle_core::quantized::GgmlDType;
 use candle_core::{Device, Tensor};
 
-use super::config::family::{GgufRules, StoredTensor, Undo};
-use super::config::{Family, ModelConfig, RawConfig};
 use super::gguf_config::{metadata_str, raw_config, Meta, TensorFacts};
 use super::gguf_pieces::{assemble, load_pieces, rule_for, Pieces};
 use super::gguf_rope::Recovered;
+use super::gguf_rules::{GgufRules, StoredTensor, Undo};
 use super::root_cause;
 use asa_core::error::{Error, InputKind, Result};
 use asa_core::CheckpointProblem;
-
-/// GGUF architectures (`general.architecture`) the loader maps, sorted, for error messages.
-pub fn supported_architectures() -> String {
-    Family::gguf_architectures()
-}
 
 /// Tensor types candle dequantizes, for error messages.
 const SUPPORTED_TYPES: &str =
@@ -64,15 +59,29 @@ struct GgufTensor {
     pieces: Option<Pieces>,
 }
 
-/// An opened `.gguf` file: metadata, the tensor table under HF names, the resolved config.
+/// An opened `.gguf` file: metadata, the tensor table under HF names, the family reading it
+/// (its `model_type` and rules).
 pub struct GgufFile {
     path: PathBuf,
     content: Content,
     tensors: BTreeMap<String, GgufTensor>,
-    config: ModelConfig,
+    model_type: &'static str,
+    rules: &'static GgufRules,
     /// How the RoPE settings were read, e.g. "rope_freqs.weight as llama3 scaling".
     rope_source: String,
 }
+
+/// What a GGUF file says of its model beside its tensors: the config.json mirror of its
+/// metadata (resolved as a config.json is) and the RoPE factors recovered from
+/// `rope_freqs.weight`, which the resolved RoPE must reproduce.
+pub(crate) struct GgufSettings {
+    pub raw: serde_json::Value,
+    pub recovered: Option<Recovered>,
+}
+
+/// The family reading a GGUF architecture (`general.architecture`): its `model_type` and
+/// its rules, or the refusal of an architecture no family reads.
+pub(crate) type FamilyOf<'a> = &'a dyn Fn(&str) -> Result<(&'static str, &'static GgufRules)>;
 
 impl std::fmt::Debug for GgufFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -84,10 +93,10 @@ impl std::fmt::Debug for GgufFile {
 }
 
 impl GgufFile {
-    /// Opens and checks `path`: readable GGUF, supported architecture and tensor types, every
-    /// tensor inside the file, every tensor name known. Reads no tensor data except the small
-    /// `rope_freqs` table.
-    pub fn open(path: &Path) -> Result<Self> {
+    /// Opens and checks `path`: readable GGUF, an architecture `family_of` reads, supported
+    /// tensor types, every tensor inside the file, every tensor name known; with its
+    /// settings. Reads no tensor data except the small `rope_freqs` table.
+    pub(crate) fn open(path: &Path, family_of: FamilyOf) -> Result<(Self, GgufSettings)> {
         let mut file = asa_core::input::open(path)?;
         let file_size = file.metadata().map_err(|e| Error::io(path, e))?.len();
         // candle's reader divides by the declared alignment
@@ -103,11 +112,11 @@ impl GgufFile {
                 Error::checkpoint_problem(path, problem)
             })?
             .to_string();
-        let (family, rules) = gguf_family(path, &arch)?;
+        let (model_type, rules) = family_of(&arch)?;
         let meta = Meta {
             content: &content,
             path,
-            family,
+            model_type,
             rules,
         };
         meta.check_block_count()?;
@@ -130,28 +139,34 @@ impl GgufFile {
         };
         let tensors = tensor_table(&meta, &converter)?;
         let facts = tensor_facts(path, &tensors)?;
-        let (raw, rope_source) = raw_config(&meta, &mut file, &facts, heads, kv_heads)?;
-        let config = resolve_config(path, raw, rope_source.as_ref())
-            .map_err(|e| super::gguf_keys::name_sources(e, &meta))?;
-        Ok(GgufFile {
+        let (raw, recovered) = raw_config(&meta, &mut file, &facts, heads, kv_heads)?;
+        let rope_source = recovered
+            .as_ref()
+            .map_or_else(|| "metadata".into(), Recovered::describe);
+        let gguf = GgufFile {
             path: path.to_path_buf(),
             content,
             tensors,
-            config,
-            rope_source: rope_source
-                .map(|r| r.describe())
-                .unwrap_or_else(|| "metadata".into()),
-        })
+            model_type,
+            rules,
+            rope_source,
+        };
+        Ok((gguf, GgufSettings { raw, recovered }))
+    }
+
+    /// Typed access to the file's metadata.
+    pub(crate) fn meta(&self) -> Meta<'_> {
+        Meta {
+            content: &self.content,
+            path: &self.path,
+            model_type: self.model_type,
+            rules: self.rules,
+        }
     }
 
     /// The file.
     pub fn path(&self) -> &Path {
         &self.path
-    }
-
-    /// The hyperparameters, resolved like a config.json.
-    pub fn config(&self) -> &ModelConfig {
-        &self.config
     }
 
     /// Where the RoPE settings came from ("metadata" or the rope_freqs recovery).
@@ -348,18 +363,6 @@ fn unsupported_type_name(id: u32) -> Option<&'static str> {
     })
 }
 
-/// The family reading GGUF architecture `arch`, with its rules; an error for an
-/// architecture the loader does not map.
-fn gguf_family(path: &Path, arch: &str) -> Result<(&'static Family, &'static GgufRules)> {
-    Family::of_gguf(arch).ok_or_else(|| {
-        let supported = supported_architectures();
-        Error::checkpoint_problem(
-            path,
-            CheckpointProblem::unsupported("general.architecture", arch, supported),
-        )
-    })
-}
-
 /// What decides each tensor's name and [`Undo`]: the family's rules, and the head counts
 /// the permutations were made with.
 struct Converter {
@@ -469,20 +472,6 @@ fn tensor_facts(path: &Path, tensors: &BTreeMap<String, GgufTensor>) -> Result<T
         has_qkv_bias: tensors.contains_key("model.layers.0.self_attn.qkv_proj.bias"),
         names: tensors.keys().cloned().collect(),
     })
-}
-
-/// Resolves the config.json mirror as a config.json is, then checks that the resolved RoPE
-/// reproduces the rope_freqs factors `recovered` from.
-fn resolve_config(
-    path: &Path,
-    raw: serde_json::Value,
-    recovered: Option<&Recovered>,
-) -> Result<ModelConfig> {
-    let config = RawConfig::from_value(raw, path, "cannot read the metadata")?.resolve(path)?;
-    if let Some(recovered) = recovered {
-        super::gguf_rope::check_resolved(path, recovered, &config)?;
-    }
-    Ok(config)
 }
 
 /// The HF name of a llama.cpp tensor name under the family's `rules` (the names
@@ -677,7 +666,7 @@ mod tests {
 
     /// [`super::hf_name`] under the rules of GGUF architecture `arch`.
     fn hf_name(gguf: &str, arch: &str) -> Option<String> {
-        super::hf_name(gguf, Family::of_gguf(arch).unwrap().1)
+        super::hf_name(gguf, crate::config::Family::of_gguf(arch).unwrap().1)
     }
 
     #[test]

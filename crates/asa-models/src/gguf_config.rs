@@ -8,9 +8,8 @@ use std::path::Path;
 use candle_core::quantized::gguf_file::{Content, Value};
 use serde_json::json;
 
-use super::config::family::GgufRules;
-use super::config::Family;
 use super::gguf_rope::{llama3_from_freq_factors, read_factors, Recovered};
+use super::gguf_rules::GgufRules;
 use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, Result};
 
@@ -36,11 +35,11 @@ impl TensorFacts {
 }
 
 /// Typed access to `{arch}.*` metadata, errors naming the file and the key; the family
-/// reading the file, and its GGUF rules.
+/// reading the file (its `model_type`), and its GGUF rules.
 pub(crate) struct Meta<'a> {
     pub content: &'a Content,
     pub path: &'a Path,
-    pub family: &'static Family,
+    pub model_type: &'static str,
     pub rules: &'static GgufRules,
 }
 
@@ -459,7 +458,7 @@ fn base_config(
             .unwrap_or(serde_json::Value::Null)
     };
     Ok(json!({
-        "model_type": meta.family.name,
+        "model_type": meta.model_type,
         "hidden_size": d.hidden,
         "intermediate_size": meta.usize_key("feed_forward_length")?,
         "num_hidden_layers": meta.trunk_layers()?,

@@ -17,12 +17,10 @@ use candle_core::quantized::gguf_file::TensorInfo;
 use candle_core::Device;
 use serde_json::json;
 
-use super::config::ModelConfig;
 use super::gguf_config::Meta;
 use super::root_cause;
 use asa_core::checkpoint_problem::CheckpointProblem;
 use asa_core::error::{Error, InputKind, Result};
-use asa_engine::nn::rope::inverse_frequencies;
 
 /// Relative tolerance of a recovered frequency against base / factor (factors are stored in
 /// f32: 6e-8; the fit adds rounding of the same order).
@@ -183,9 +181,9 @@ fn fit_line(high: &[f64], low: &[f64], mid: &[(f64, f64)]) -> Option<(f64, f64)>
     ok.then_some((a, b))
 }
 
-/// Checks that the resolved config's frequencies are llama.cpp's base / factor.
-pub(crate) fn check_resolved(path: &Path, r: &Recovered, config: &ModelConfig) -> Result<()> {
-    let got = inverse_frequencies(&config.rope, config.head_dim);
+/// Checks that the resolved config's inverse frequencies (`got`) are llama.cpp's base /
+/// factor.
+pub(crate) fn check_resolved(path: &Path, r: &Recovered, got: &[f64]) -> Result<()> {
     let mismatch = got.len() != r.factors.len()
         || (0..got.len()).any(|k| {
             let want = 1.0 / r.theta.powf((2 * k) as f64 / r.rot_dim as f64) / r.factors[k];

@@ -1,6 +1,12 @@
 //! Checkpoints: config.json, weights, variant detection, and the decoder they build. A
 //! checkpoint is a Hugging Face folder (config.json + safetensors) or a GGUF file
 //! ([`gguf`]); both end up as a [`ModelConfig`] and a [`WeightStore`] serving HF names.
+//!
+//! The modules go one way (docs/architecture.md; `tests/it/layers.rs` checks it): what a
+//! model is (`layout`, `mixers`, `experts`, `sliding_window`, `attention_layers`,
+//! `multipliers`) < its formats (`safetensors_file`, `weights`, `weight_map`, `gguf*`,
+//! tokenizers) < its config ([`config`], the families) < what builds it (`layers`,
+//! `attention`, `mixer_loaders`, the decoder).
 
 mod attention;
 pub mod attention_layers;
@@ -14,6 +20,7 @@ mod gguf_config;
 mod gguf_keys;
 mod gguf_pieces;
 mod gguf_rope;
+mod gguf_rules;
 mod gguf_sentencepiece;
 pub mod gguf_tokenizer;
 mod latent;
@@ -97,8 +104,7 @@ impl Checkpoint {
                 WeightStore::open(path, device, dtype)?,
             ),
             Kind::Gguf(file) => {
-                let gguf = GgufFile::open(&file)?;
-                let config = gguf.config().clone();
+                let (gguf, config) = config::open_gguf(&file)?;
                 (config, WeightStore::from_gguf(gguf, device, dtype))
             }
         };

@@ -33,6 +33,7 @@
 pub(crate) mod experts;
 mod families;
 pub(crate) mod family;
+mod from_gguf;
 pub(crate) mod raw;
 mod raw_hybrid;
 mod resolve;
@@ -46,6 +47,7 @@ use std::path::Path;
 use serde_json::Value;
 
 pub(crate) use family::Family;
+pub use from_gguf::{open_gguf, supported_architectures};
 pub(crate) use raw::{float_field, positive_or_null};
 pub use raw::{RawAffine, RawConfig, RawLogn, RawScaleInvariant};
 pub use rope::p_rope_pairs;
