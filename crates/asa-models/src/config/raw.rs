@@ -43,13 +43,7 @@ pub struct RawConfig {
     pub max_window_layers: Option<usize>,
     /// The pretraining length outside the rope parameters (Phi-3), preferred by YaRN.
     pub original_max_position_embeddings: Option<usize>,
-    /// Gemma's attention scale, soft-caps (null: none) and MLP activation.
-    pub query_pre_attn_scalar: Option<f64>,
-    /// `null` (no cap) is `Some(Value::Null)`, apart from absent (the class's default).
-    #[serde(default, deserialize_with = "present")]
-    pub attn_logit_softcapping: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
-    pub final_logit_softcapping: Option<Value>,
+    /// Gemma's MLP activation (its scale and soft-caps are `families::gemma2`'s own keys).
     pub hidden_activation: Option<String>,
     /// Gemma's bidirectional (non-causal) attention, which the kernels do not compute.
     pub use_bidirectional_attention: Option<bool>,
@@ -264,6 +258,7 @@ pub(crate) fn positive(value: f64, key: &str, path: &Path) -> Result<f64> {
 
 #[cfg(test)]
 mod tests {
+    use asa_core::checkpoint_problem::CheckpointProblem;
     use std::path::Path;
 
     use serde::Deserialize;
@@ -316,6 +311,9 @@ mod tests {
             ("llama4_text", r#""intermediate_size_mlp": -1"#),
             ("gpt2", r#""activation_function": 5"#),
             ("gemma3_text", r#""rope_local_base_freq": "high""#),
+            ("gemma2", r#""query_pre_attn_scalar": "big""#),
+            // Gemma 3 reads the Gemma classes' keys too
+            ("gemma3_text", r#""query_pre_attn_scalar": "big""#),
             ("cohere2", r#""logit_scale": [1]"#),
         ] {
             let json = format!(r#"{{"model_type": "{family}", {sizes}, {key}}}"#);
@@ -328,12 +326,14 @@ mod tests {
         // a number or null by its rule (null, no chunks, is apart from absent)
         let json =
             format!(r#"{{"model_type": "llama4_text", {sizes}, "attention_chunk_size": "x"}}"#);
-        let err = ModelConfig::from_json(&json, Path::new("config.json"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("attention_chunk_size \"x\" must be a positive integer or null"),
-            "{err}"
+        let err = ModelConfig::from_json(&json, Path::new("config.json")).unwrap_err();
+        assert_eq!(
+            err.problem(),
+            Some(&CheckpointProblem::out_of_range(
+                "attention_chunk_size",
+                "\"x\"",
+                "a positive integer or null"
+            ))
         );
     }
 }

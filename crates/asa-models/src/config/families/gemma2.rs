@@ -4,11 +4,12 @@
 
 use std::path::Path;
 
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::llama;
 use crate::config::family::{Family, GgufRules, NameTable, StoredTensor, Undo};
-use crate::config::raw::positive;
+use crate::config::raw::{own_keys_readable, positive, present};
 use crate::config::{GemmaSettings, RawConfig};
 use crate::gguf_config::{Dims, Meta, TensorFacts};
 use crate::layout::{Layout, MlpKind, NormKind};
@@ -18,6 +19,7 @@ use asa_core::error::{Error, Result};
 
 pub(crate) const FAMILY: Family = Family {
     name: "gemma2",
+    keys: own_keys_readable::<GemmaKeys>,
     // Gemma2Config's defaults
     default_head_dim: Some(256),
     activation: "gelu_pytorch_tanh",
@@ -112,6 +114,19 @@ pub(crate) fn gemma_gguf_config(
     Ok(())
 }
 
+/// The keys only the Gemma config classes have: the attention scale, and the soft-caps of
+/// the attention logits and of the final logits (`null`: none, apart from absent: the
+/// class's default).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct GemmaKeys {
+    query_pre_attn_scalar: Option<f64>,
+    #[serde(deserialize_with = "present")]
+    attn_logit_softcapping: Option<Value>,
+    #[serde(deserialize_with = "present")]
+    final_logit_softcapping: Option<Value>,
+}
+
 /// A config class's default soft-caps: of the attention logits and of the final logits.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SoftCaps {
@@ -127,8 +142,9 @@ pub(crate) fn gemma_scalars(
     hidden_size: usize,
     defaults: SoftCaps,
 ) -> Result<Option<GemmaSettings>> {
+    let keys: GemmaKeys = raw.family_keys(path)?;
     let scalar = positive(
-        raw.query_pre_attn_scalar.unwrap_or(256.0),
+        keys.query_pre_attn_scalar.unwrap_or(256.0),
         "query_pre_attn_scalar",
         path,
     )?;
@@ -148,13 +164,13 @@ pub(crate) fn gemma_scalars(
         query_pre_attn_scalar: scalar,
         attn_logit_softcap: softcap(
             "attn_logit_softcapping",
-            raw.attn_logit_softcapping.as_ref(),
+            keys.attn_logit_softcapping.as_ref(),
             defaults.attn,
             path,
         )?,
         final_logit_softcap: softcap(
             "final_logit_softcapping",
-            raw.final_logit_softcapping.as_ref(),
+            keys.final_logit_softcapping.as_ref(),
             defaults.final_logits,
             path,
         )?,

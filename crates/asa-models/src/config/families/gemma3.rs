@@ -20,7 +20,7 @@ use asa_engine::nn::rope::RopeConfig;
 
 pub(crate) const FAMILY: Family = Family {
     name: "gemma3_text",
-    keys: own_keys_readable::<Gemma3Keys>,
+    keys,
     qk_norm: true,
     rope,
     window: WindowRule {
@@ -109,6 +109,13 @@ fn scalars(raw: &RawConfig, path: &Path, hidden_size: usize) -> Result<Option<Ge
 #[serde(default)]
 struct Gemma3Keys {
     rope_local_base_freq: Option<f64>,
+}
+
+/// Its own key and the Gemma classes' ([`gemma2::GemmaKeys`]), each read as its struct
+/// says (a wrong type refused by name).
+fn keys(raw: &RawConfig, path: &Path) -> Result<()> {
+    own_keys_readable::<Gemma3Keys>(raw, path)?;
+    own_keys_readable::<gemma2::GemmaKeys>(raw, path)
 }
 
 /// Gemma 3's RoPE: `rope_parameters` keyed by layer type (`full_attention`,
