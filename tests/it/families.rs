@@ -828,6 +828,13 @@ fn a_gated_variant_on_latent_attention_is_refused() {
         ],
     );
     let err = expect_error(&out);
-    assert!(err.contains("latent attention"), "{err}");
+    assert!(err.contains("ds"), "{err}");
     assert!(!tmp.path().join("res").exists());
+    let gated = Some(asa_engine::attention::VariantKind::Gated);
+    let problem = crate::common::run_problem_as(&tmp.path().join("ds"), gated);
+    assert_eq!(problem.keys(), ["attention_variant", "kv_lora_rank"]);
+    assert!(
+        problem.to_string().contains("latent attention"),
+        "{problem}"
+    );
 }

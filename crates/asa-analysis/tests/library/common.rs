@@ -256,11 +256,20 @@ pub fn expect_problem(
 /// checkpoint at `path` with: what only a forward pass finds (activations that overflow) as
 /// well as what opening it does.
 pub fn run_problem(path: &Path) -> asa_core::checkpoint_problem::CheckpointProblem {
+    run_problem_as(path, None)
+}
+
+/// [`run_problem`] with every checkpoint analysed as `variant` (`--variant`) where one is.
+pub fn run_problem_as(
+    path: &Path,
+    variant: Option<asa_engine::attention::VariantKind>,
+) -> asa_core::checkpoint_problem::CheckpointProblem {
     use asa_analysis::analysis::{ModelSource, Run, RunOptions, RunSpec, Silent};
     let options = RunOptions {
         spec: RunSpec {
             seq_len: 16,
             num_seqs: 2,
+            variant,
             ..RunSpec::default()
         },
         ..RunOptions::default()
