@@ -17,8 +17,10 @@ pub(crate) struct DenseSizes {
     pub intermediate_size: usize,
 }
 
-/// The raw config fields experts are read from.
+/// The raw config fields experts are read from, and the whole config for a family's own
+/// keys (GPT-OSS's clamp).
 pub(crate) struct RawExperts<'a> {
+    pub config: &'a super::RawConfig,
     pub num_local_experts: Option<usize>,
     pub num_experts: Option<usize>,
     pub num_experts_per_tok: Option<usize>,
@@ -26,8 +28,6 @@ pub(crate) struct RawExperts<'a> {
     pub moe_intermediate_size: Option<usize>,
     pub decoder_sparse_step: Option<usize>,
     pub mlp_only_layers: Option<&'a [usize]>,
-    pub swiglu_alpha: Option<f64>,
-    pub swiglu_limit: Option<f64>,
     /// Llama 4: the experts' size, and which layers have them.
     pub intermediate_size: Option<usize>,
     pub moe_layers: Option<&'a [usize]>,
@@ -128,8 +128,13 @@ mod tests {
         Architecture::parse(name).unwrap()
     }
 
+    /// A config of no other key than the experts'.
+    static CONFIG: std::sync::LazyLock<crate::config::RawConfig> =
+        std::sync::LazyLock::new(crate::config::RawConfig::default);
+
     fn raw(step: Option<usize>, dense: Option<&[usize]>) -> RawExperts<'_> {
         RawExperts {
+            config: &CONFIG,
             num_local_experts: Some(4),
             num_experts: None,
             num_experts_per_tok: Some(2),
@@ -137,8 +142,6 @@ mod tests {
             moe_intermediate_size: Some(24),
             decoder_sparse_step: step,
             mlp_only_layers: dense,
-            swiglu_alpha: None,
-            swiglu_limit: None,
             intermediate_size: None,
             moe_layers: None,
             interleave_moe_layer_step: None,

@@ -55,8 +55,6 @@ pub struct RawConfig {
     pub num_local_experts: Option<usize>,
     pub num_experts: Option<usize>,
     pub num_experts_per_tok: Option<usize>,
-    pub swiglu_alpha: Option<f64>,
-    pub swiglu_limit: Option<f64>,
     pub norm_topk_prob: Option<bool>,
     pub moe_intermediate_size: Option<usize>,
     pub decoder_sparse_step: Option<usize>,
@@ -312,6 +310,7 @@ mod tests {
             ("gpt2", r#""activation_function": 5"#),
             ("gemma3_text", r#""rope_local_base_freq": "high""#),
             ("gemma2", r#""query_pre_attn_scalar": "big""#),
+            ("gpt_oss", r#""swiglu_limit": "x""#),
             // Gemma 3 reads the Gemma classes' keys too
             ("gemma3_text", r#""query_pre_attn_scalar": "big""#),
             ("cohere2", r#""logit_scale": [1]"#),

@@ -392,6 +392,7 @@ impl RawConfig {
         path: &Path,
     ) -> Result<Option<Experts>> {
         let raw = RawExperts {
+            config: self,
             num_local_experts: self.num_local_experts,
             num_experts: self.num_experts,
             num_experts_per_tok: self.num_experts_per_tok,
@@ -399,8 +400,6 @@ impl RawConfig {
             moe_intermediate_size: self.moe_intermediate_size,
             decoder_sparse_step: self.decoder_sparse_step,
             mlp_only_layers: self.mlp_only_layers.as_deref(),
-            swiglu_alpha: self.swiglu_alpha,
-            swiglu_limit: self.swiglu_limit,
             intermediate_size: self.intermediate_size,
             moe_layers: self.moe_layers.as_deref(),
             interleave_moe_layer_step: self.interleave_moe_layer_step,

@@ -16,12 +16,14 @@
 
 use std::path::Path;
 
+use serde::Deserialize;
+
 use super::llama;
 use crate::config::experts::{f32_factor, DenseSizes, RawExperts};
 use crate::config::family::{
     Assembled, Biases, Family, GgufRules, NameTable, Piece, Pieces, Ropes, StoredLayer,
 };
-use crate::config::raw::positive;
+use crate::config::raw::{own_keys_readable, positive};
 use crate::config::RawConfig;
 use crate::experts::{ExpertNames, Experts};
 use crate::gguf_config::{swa_period, Dims, Meta, TensorFacts};
@@ -32,6 +34,7 @@ use asa_engine::nn::{ClampedGlu, Routing};
 
 pub(crate) const FAMILY: Family = Family {
     name: "gpt_oss",
+    keys: own_keys_readable::<GptOssKeys>,
     // GptOssConfig's defaults
     default_head_dim: Some(64),
     mxfp4_experts: true,
@@ -241,6 +244,22 @@ fn rope(raw: &RawConfig, path: &Path, head_dim: usize) -> Result<Ropes> {
     Ok((rope, None))
 }
 
+/// The keys only GptOssConfig has: its experts' clamped SwiGLU.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct GptOssKeys {
+    swiglu_alpha: Option<f64>,
+    swiglu_limit: Option<f64>,
+}
+
+/// The experts' clamp: alpha 1.702 and limit 7 unless the config says otherwise.
+fn clamp(keys: GptOssKeys, path: &Path) -> Result<ClampedGlu> {
+    Ok(ClampedGlu {
+        alpha: f32_factor(keys.swiglu_alpha.unwrap_or(1.702), "swiglu_alpha", path)?,
+        limit: positive(keys.swiglu_limit.unwrap_or(7.0), "swiglu_limit", path)?,
+    })
+}
+
 /// GptOssConfig's defaults: 128 experts, top 4, alpha 1.702, limit 7.
 fn experts(raw: &RawExperts, dense: DenseSizes, path: &Path) -> Result<Option<Experts>> {
     let DenseSizes {
@@ -251,10 +270,7 @@ fn experts(raw: &RawExperts, dense: DenseSizes, path: &Path) -> Result<Option<Ex
         count: raw.num_local_experts.or(raw.num_experts).unwrap_or(128),
         top_k: raw.num_experts_per_tok.unwrap_or(4),
         routing: Routing::TopKSoftmax,
-        clamped: Some(ClampedGlu {
-            alpha: f32_factor(raw.swiglu_alpha.unwrap_or(1.702), "swiglu_alpha", path)?,
-            limit: positive(raw.swiglu_limit.unwrap_or(7.0), "swiglu_limit", path)?,
-        }),
+        clamped: Some(clamp(raw.config.family_keys(path)?, path)?),
         intermediate: intermediate_size,
         layers: (0..num_layers).collect(),
         names: ExpertNames::GptOss,
