@@ -18,7 +18,7 @@ pub(crate) struct DenseSizes {
 }
 
 /// The raw config fields experts are read from, and the whole config for a family's own
-/// keys (GPT-OSS's clamp).
+/// keys (GPT-OSS's clamp, the Qwen MoE classes' expert layers).
 pub(crate) struct RawExperts<'a> {
     pub config: &'a super::RawConfig,
     pub num_local_experts: Option<usize>,
@@ -26,8 +26,6 @@ pub(crate) struct RawExperts<'a> {
     pub num_experts_per_tok: Option<usize>,
     pub norm_topk_prob: Option<bool>,
     pub moe_intermediate_size: Option<usize>,
-    pub decoder_sparse_step: Option<usize>,
-    pub mlp_only_layers: Option<&'a [usize]>,
     /// Llama 4: the experts' size, and which layers have them.
     pub intermediate_size: Option<usize>,
     pub moe_layers: Option<&'a [usize]>,
@@ -128,20 +126,20 @@ mod tests {
         Architecture::parse(name).unwrap()
     }
 
-    /// A config of no other key than the experts'.
-    static CONFIG: std::sync::LazyLock<crate::config::RawConfig> =
-        std::sync::LazyLock::new(crate::config::RawConfig::default);
+    /// A config of the Qwen MoE classes' expert layers (`null` where `None`).
+    fn config(step: Option<usize>, dense: Option<&[usize]>) -> crate::config::RawConfig {
+        let json = serde_json::json!({"decoder_sparse_step": step, "mlp_only_layers": dense});
+        crate::config::RawConfig::from_value(json, Path::new("config.json"), "test").unwrap()
+    }
 
-    fn raw(step: Option<usize>, dense: Option<&[usize]>) -> RawExperts<'_> {
+    fn raw(config: &crate::config::RawConfig) -> RawExperts<'_> {
         RawExperts {
-            config: &CONFIG,
+            config,
             num_local_experts: Some(4),
             num_experts: None,
             num_experts_per_tok: Some(2),
             norm_topk_prob: None,
             moe_intermediate_size: Some(24),
-            decoder_sparse_step: step,
-            mlp_only_layers: dense,
             intermediate_size: None,
             moe_layers: None,
             interleave_moe_layer_step: None,
@@ -162,7 +160,7 @@ mod tests {
     fn qwen3_moe_layers_follow_the_step_and_the_dense_list() {
         let path = Path::new("config.json");
         let at = |step, dense| {
-            resolve(raw(step, dense), arch("qwen3_moe"), SIZES, path)
+            resolve(raw(&config(step, dense)), arch("qwen3_moe"), SIZES, path)
                 .unwrap()
                 .map(|e| e.layers)
         };
@@ -172,7 +170,7 @@ mod tests {
         assert_eq!(at(Some(2), None), Some(vec![1, 3, 5]));
         assert_eq!(at(Some(2), Some(&[3])), Some(vec![1, 5]));
         assert_eq!(at(Some(1), Some(&[0, 1, 2, 3, 4, 5])), None);
-        let e = resolve(raw(None, None), arch("qwen3_moe"), SIZES, path)
+        let e = resolve(raw(&config(None, None)), arch("qwen3_moe"), SIZES, path)
             .unwrap()
             .unwrap();
         assert!(
@@ -180,7 +178,7 @@ mod tests {
                 && e.intermediate == 24
                 && e.names == ExpertNames::Qwen
         );
-        let err = resolve(raw(Some(0), None), arch("qwen3_moe"), SIZES, path).unwrap_err();
+        let err = resolve(raw(&config(Some(0), None)), arch("qwen3_moe"), SIZES, path).unwrap_err();
         assert_eq!(
             err.problem(),
             Some(&asa_core::CheckpointProblem::out_of_range(
@@ -190,7 +188,7 @@ mod tests {
             ))
         );
         // Mixtral: every layer, renormalised, the dense intermediate size
-        let m = resolve(raw(Some(2), None), arch("mixtral"), SIZES, path)
+        let m = resolve(raw(&config(Some(2), None)), arch("mixtral"), SIZES, path)
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -198,7 +196,7 @@ mod tests {
             (6, Routing::SoftmaxTopK { renormalise: true }, 64)
         );
         // GPT-OSS: every layer, softmax after top-k, its clamped SwiGLU
-        let g = resolve(raw(None, None), arch("gpt_oss"), SIZES, path)
+        let g = resolve(raw(&config(None, None)), arch("gpt_oss"), SIZES, path)
             .unwrap()
             .unwrap();
         assert_eq!((g.layers.len(), g.routing), (6, Routing::TopKSoftmax));
@@ -210,7 +208,7 @@ mod tests {
             })
         );
         assert_eq!(
-            resolve(raw(None, None), arch("llama"), SIZES, path).unwrap(),
+            resolve(raw(&config(None, None)), arch("llama"), SIZES, path).unwrap(),
             None
         );
     }

@@ -57,8 +57,6 @@ pub struct RawConfig {
     pub num_experts_per_tok: Option<usize>,
     pub norm_topk_prob: Option<bool>,
     pub moe_intermediate_size: Option<usize>,
-    pub decoder_sparse_step: Option<usize>,
-    pub mlp_only_layers: Option<Vec<usize>>,
     /// GPT-2's name of the norm epsilon.
     pub layer_norm_epsilon: Option<f64>,
     /// GPT-NeoX's legacy names of `partial_rotary_factor` and `rope_theta`.
@@ -311,6 +309,8 @@ mod tests {
             ("gemma3_text", r#""rope_local_base_freq": "high""#),
             ("gemma2", r#""query_pre_attn_scalar": "big""#),
             ("gpt_oss", r#""swiglu_limit": "x""#),
+            ("qwen3_moe", r#""decoder_sparse_step": "2""#),
+            ("qwen3_next", r#""mlp_only_layers": 1"#),
             // Gemma 3 reads the Gemma classes' keys too
             ("gemma3_text", r#""query_pre_attn_scalar": "big""#),
             ("cohere2", r#""logit_scale": [1]"#),

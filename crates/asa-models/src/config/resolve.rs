@@ -398,8 +398,6 @@ impl RawConfig {
             num_experts_per_tok: self.num_experts_per_tok,
             norm_topk_prob: self.norm_topk_prob,
             moe_intermediate_size: self.moe_intermediate_size,
-            decoder_sparse_step: self.decoder_sparse_step,
-            mlp_only_layers: self.mlp_only_layers.as_deref(),
             intermediate_size: self.intermediate_size,
             moe_layers: self.moe_layers.as_deref(),
             interleave_moe_layer_step: self.interleave_moe_layer_step,

@@ -14,10 +14,13 @@
 
 use std::path::Path;
 
+use serde::Deserialize;
+
 use super::deepseek_v3::GGUF_STACKED_EXPERTS;
 use super::{llama, qwen3};
 use crate::config::experts::{DenseSizes, RawExperts};
 use crate::config::family::{Family, GgufRules};
+use crate::config::raw::own_keys_readable;
 use crate::experts::{ExpertNames, Experts};
 use crate::gguf_config::{Dims, Meta, TensorFacts};
 use crate::sliding_window::{WindowLayers, WindowRule, WindowUse};
@@ -27,6 +30,7 @@ use asa_engine::nn::Routing;
 
 pub(crate) const FAMILY: Family = Family {
     name: "qwen3_moe",
+    keys: own_keys_readable::<QwenMoeKeys>,
     default_head_dim: None,
     window: WindowRule {
         used: WindowUse::WhenEnabled,
@@ -98,6 +102,15 @@ fn experts(raw: &RawExperts, dense: DenseSizes, path: &Path) -> Result<Option<Ex
     qwen_experts(raw, dense, path, defaults, ExpertNames::Qwen)
 }
 
+/// The keys only the Qwen MoE config classes have (Qwen3-MoE's, Qwen3-Next's): the layers
+/// with experts.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct QwenMoeKeys {
+    decoder_sparse_step: Option<usize>,
+    mlp_only_layers: Option<Vec<usize>>,
+}
+
 /// A Qwen config class's defaults for its experts.
 pub(crate) struct QwenDefaults {
     pub count: usize,
@@ -119,14 +132,15 @@ pub(crate) fn qwen_experts(
     names: ExpertNames,
 ) -> Result<Option<Experts>> {
     let num_layers = dense.num_layers;
-    let step = raw.decoder_sparse_step.unwrap_or(1);
+    let keys: QwenMoeKeys = raw.config.family_keys(path)?;
+    let step = keys.decoder_sparse_step.unwrap_or(1);
     if step == 0 {
         return Err(Error::checkpoint_problem(
             path,
             CheckpointProblem::out_of_range("decoder_sparse_step", 0, "at least 1"),
         ));
     }
-    let dense = raw.mlp_only_layers.unwrap_or(&[]);
+    let dense = keys.mlp_only_layers.as_deref().unwrap_or(&[]);
     let count = raw
         .num_experts
         .or(raw.num_local_experts)

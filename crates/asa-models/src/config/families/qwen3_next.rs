@@ -18,12 +18,13 @@
 use std::path::Path;
 
 use super::deepseek_v3::GGUF_STACKED_EXPERTS;
-use super::qwen3_moe::{qwen_experts, qwen_gguf_experts, QwenDefaults};
+use super::qwen3_moe::{qwen_experts, qwen_gguf_experts, QwenDefaults, QwenMoeKeys};
 use super::{llama, qwen3};
 use crate::config::experts::{DenseSizes, RawExperts};
 use crate::config::family::{
     Assembled, Family, GgufRules, NameTable, Piece, Pieces, Ropes, StoredLayer, StoredTensor, Undo,
 };
+use crate::config::raw::own_keys_readable;
 use crate::config::sliding_window::checked_layer_types;
 use crate::config::RawConfig;
 use crate::experts::{ExpertNames, Experts};
@@ -35,6 +36,7 @@ use asa_core::error::{Error, Result};
 
 pub(crate) const FAMILY: Family = Family {
     name: "qwen3_next",
+    keys: own_keys_readable::<QwenMoeKeys>,
     default_head_dim: Some(256),
     check,
     default_max_position_embeddings: 32768,
