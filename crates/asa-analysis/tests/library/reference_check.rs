@@ -1,7 +1,6 @@
 //! Every metric of a run against the float64 reference of its fixture (SPEC section 4
-//! tolerances: |x - y| <= 1e-6 + 1e-5 |y|): what the library's tests (`metrics.rs`) and the
-//! binary's (`tests/it/real_model.rs`) check a run with, and a GGUF file's whole check
-//! against its checkpoint's references.
+//! tolerances: |x - y| <= 1e-6 + 1e-5 |y|), what `metrics.rs` and `real_model.rs` check a
+//! run with, and a GGUF file's whole check against its checkpoint's references.
 
 use std::path::Path;
 
