@@ -100,18 +100,24 @@ fn gguf_metadata_that_would_give_nan_is_refused() {
     }
 }
 
+/// The setting, value and supported values the bad fixture `name` is refused with, after
+/// the command line refused it in one line naming the file.
+fn unsupported(name: &str) -> (String, String, String) {
+    let path = gguf_fixture(name);
+    inspect_error(&path);
+    match open_problem(&path) {
+        asa_core::CheckpointProblem::Unsupported {
+            key,
+            value,
+            supported,
+        } => (key, value, supported),
+        other => panic!("not an unsupported setting: {other:?}"),
+    }
+}
+
 #[test]
 fn unknown_gguf_architecture_is_named() {
-    let path = gguf_fixture("bad/unknown_arch.gguf");
-    inspect_error(&path);
-    let asa_core::CheckpointProblem::Unsupported {
-        key,
-        value,
-        supported,
-    } = open_problem(&path)
-    else {
-        panic!("not an unsupported setting")
-    };
+    let (key, value, supported) = unsupported("bad/unknown_arch.gguf");
     assert_eq!(
         (key.as_str(), value.as_str()),
         ("general.architecture", "mamba")
@@ -126,16 +132,7 @@ fn unknown_gguf_architecture_is_named() {
 
 #[test]
 fn unknown_gguf_tensor_type_is_named() {
-    let path = gguf_fixture("bad/unknown_type.gguf");
-    inspect_error(&path);
-    let asa_core::CheckpointProblem::Unsupported {
-        key,
-        value,
-        supported,
-    } = open_problem(&path)
-    else {
-        panic!("not an unsupported setting")
-    };
+    let (key, value, supported) = unsupported("bad/unknown_type.gguf");
     assert_eq!(
         (key.as_str(), value.as_str()),
         ("tensor type", "16 (IQ2_XXS)")
