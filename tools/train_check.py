@@ -2,9 +2,9 @@
 """Fixtures for the trainer (issue 6), written next to tests/fixtures/train/.
 
   python tools/train_check.py grads
-      For each trainable variant: a tiny random model (f32 weights), token ids, and the
-      float64 PyTorch autograd gradients of the mean next-token cross-entropy with respect
-      to every parameter (sink logits, alpha_proj, the gate half of q_proj included).
+      For each variant: a tiny random model (f32 weights), token ids, and the float64
+      PyTorch autograd gradients of the mean next-token cross-entropy with respect to every
+      parameter (sink logits, alpha_proj, the gate half of q_proj, LogN's s_h included).
       The forward pass is tools/make_fixtures.py's own_forward (the conformance reference).
       -> tests/fixtures/train/grads_<variant>.safetensors
 
@@ -13,7 +13,7 @@
       (LlamaForCausalLM, eager attention, float32) and records its logits on fixed ids.
       -> tests/fixtures/train/softmax_hf_logits.safetensors
 
-The Rust side (tests/train.rs) compares its gradients and logits with these files.
+The Rust side (tests/it/train.rs) compares its gradients and logits with these files.
 """
 import json
 import os
@@ -34,13 +34,17 @@ OUT = os.path.join(ROOT, "tests", "fixtures", "train")
 HIDDEN, LAYERS, HEADS, KV_HEADS, INTER, VOCAB = 16, 2, 2, 2, 24, 40
 HEAD_DIM = HIDDEN // HEADS
 B, T = 2, 12
-VARIANTS = ["softmax", "off_by_one", "sink", "gated", "affine_scaled", "affine_scaled_gated"]
+# Every variant of SPEC section 3 (new ones at the end: each keeps its seed, 600 + index).
+VARIANTS = ["softmax", "off_by_one", "sink", "gated", "affine_scaled", "affine_scaled_gated",
+            "scale_invariant", "logn"]
 
 
 def config(variant):
+    # the blocks asa_analysis::train::params::config_json writes for these variants
     return {
         "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
         "num_hidden_layers": LAYERS, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+        "scale_invariant": {"tau": 10.0}, "logn": {"scale": 1.0},
     }
 
 
@@ -66,10 +70,14 @@ def params(variant, gen):
             shapes[p + "self_attn.sinks"] = (HEADS,)
         if affine:
             shapes[p + "self_attn.alpha_proj.weight"] = (HEADS, HIDDEN)
+        if variant == "logn":
+            shapes[p + "self_attn.logn_scale"] = (HEADS,)
     sd = {}
     for name, shape in sorted(shapes.items()):
         if name.endswith("norm.weight"):
             t = 1.0 + 0.1 * torch.randn(shape, generator=gen, dtype=torch.float64)
+        elif name.endswith("logn_scale"):
+            t = 1.0 + 0.3 * torch.randn(shape, generator=gen, dtype=torch.float64)
         elif name.endswith("sinks"):
             t = torch.randn(shape, generator=gen, dtype=torch.float64)
         elif "alpha_proj" in name:

@@ -73,20 +73,11 @@ fn max_abs(t: &Tensor) -> f64 {
         .unwrap()
 }
 
-const TRAINABLE: [VariantKind; 6] = [
-    VariantKind::Softmax,
-    VariantKind::OffByOne,
-    VariantKind::Sink,
-    VariantKind::Gated,
-    VariantKind::AffineScaled,
-    VariantKind::AffineScaledGated,
-];
-
 #[test]
 fn gradients_match_pytorch_autograd() {
-    // every parameter of every trainable variant (sink logits, alpha_proj and the gate half
-    // of q_proj included) against float64 autograd: max |g - ref| <= 1e-4 * max |ref|
-    for variant in TRAINABLE {
+    // every parameter of every variant (sink logits, alpha_proj, the gate half of q_proj and
+    // LogN's s_h included) against float64 autograd: max |g - ref| <= 1e-4 * max |ref|
+    for variant in VariantKind::ALL {
         let path = fixture(&format!("grads_{}.safetensors", variant.name()));
         let fx = candle_core::safetensors::load(&path, &Device::Cpu).unwrap();
         let params: BTreeMap<String, Tensor> = fx
@@ -130,10 +121,16 @@ fn gradients_match_pytorch_autograd() {
             checked += 1;
         }
         let extra = match variant {
-            VariantKind::Sink | VariantKind::AffineScaled | VariantKind::AffineScaledGated => 2,
-            _ => 0,
+            VariantKind::Sink
+            | VariantKind::AffineScaled
+            | VariantKind::AffineScaledGated
+            | VariantKind::Logn => 2,
+            VariantKind::Softmax
+            | VariantKind::OffByOne
+            | VariantKind::Gated
+            | VariantKind::ScaleInvariant => 0,
         };
-        // embed, norm, lm_head + 9 per layer (+ sinks / alpha_proj per layer)
+        // embed, norm, lm_head + 9 per layer (+ sinks / alpha_proj / logn_scale per layer)
         assert_eq!(checked, 3 + 2 * 9 + extra, "{variant:?}");
     }
 }
@@ -265,7 +262,7 @@ fn saved_checkpoints_reload_with_identical_logits() {
         .unwrap()
         .reshape((2, 21))
         .unwrap();
-    for variant in TRAINABLE {
+    for variant in VariantKind::ALL {
         let params = init_params(&arch, variant, 11, &Device::Cpu).unwrap();
         let mut trainer = trainer_for(&arch, variant, params);
         for _ in 0..3 {

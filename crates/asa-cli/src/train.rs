@@ -1,9 +1,9 @@
 //! `train`: trains a small Llama-style model for one attention variant (glue over
 //! [`asa_analysis::train`]): a progress bar, the CSV log and checkpoints under `--out`.
 
-use asa_core::parse_error::ParseError;
 use std::path::PathBuf;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -132,8 +132,8 @@ impl TrainSettings {
 /// `train --variant V --out DIR`.
 #[derive(Debug, Args)]
 pub struct TrainArgs {
-    /// Attention variant: softmax, off_by_one, sink, gated, affine_scaled, affine_scaled_gated.
-    #[arg(long, value_parser = parse_variant)]
+    /// Attention variant (SPEC section 3).
+    #[arg(long, value_parser = variant_parser())]
     pub variant: VariantKind,
     /// Output folder: log.csv, checkpoints/step-N/, tokenizer.json, train.json.
     #[arg(long, value_name = "DIR")]
@@ -151,16 +151,9 @@ pub struct TrainArgs {
     pub quiet: bool,
 }
 
-/// Parses a variant name that has a training rule.
-pub fn parse_variant(s: &str) -> std::result::Result<VariantKind, ParseError> {
-    match VariantKind::parse(s) {
-        Some(v) if train::is_trainable(v) => Ok(v),
-        _ => Err(ParseError::not_a(
-            "a trainable variant",
-            s,
-            train::TRAINABLE,
-        )),
-    }
+/// `--variant`: one of the variants' names, which `--help` lists.
+fn variant_parser() -> impl TypedValueParser<Value = VariantKind> {
+    PossibleValuesParser::new(VariantKind::NAMES).try_map(|name| name.parse::<VariantKind>())
 }
 
 /// A progress bar over training steps.

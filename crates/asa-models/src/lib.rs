@@ -257,8 +257,7 @@ impl Checkpoint {
         let store = store.shapes_only();
         let other_rule = matches!(
             variant.kind,
-            asa_engine::attention::VariantKind::Logn
-                | asa_engine::attention::VariantKind::ScaleInvariant
+            VariantKind::Logn | VariantKind::ScaleInvariant
         );
         if let (true, Some(_)) = (other_rule, config.attn_logit_softcap()) {
             return Err(Error::checkpoint_problem(
@@ -305,20 +304,20 @@ impl Checkpoint {
     /// Parameters the variant adds to the plain architecture (the paper's "Delta Params").
     pub fn delta_params(&self) -> usize {
         let c = &self.config;
+        let gate = c.num_heads * c.head_dim * c.hidden_size;
         let per_layer = match self.variant.kind {
-            asa_engine::attention::VariantKind::Sink => c.num_heads,
-            asa_engine::attention::VariantKind::AffineScaled => self.alpha_params(),
-            asa_engine::attention::VariantKind::Gated => c.num_heads * c.head_dim * c.hidden_size,
-            asa_engine::attention::VariantKind::AffineScaledGated => {
-                self.alpha_params() + c.num_heads * c.head_dim * c.hidden_size
-            }
+            VariantKind::Sink => c.num_heads,
+            VariantKind::AffineScaled => self.alpha_params(),
+            VariantKind::Gated => gate,
+            VariantKind::AffineScaledGated => self.alpha_params() + gate,
             // learnable s_h per head when stored (a config scalar adds nothing)
-            asa_engine::attention::VariantKind::Logn
-                if self.store.contains("model.layers.0.self_attn.logn_scale") =>
-            {
+            VariantKind::Logn if self.store.contains("model.layers.0.self_attn.logn_scale") => {
                 c.num_heads
             }
-            _ => 0,
+            VariantKind::Logn
+            | VariantKind::Softmax
+            | VariantKind::OffByOne
+            | VariantKind::ScaleInvariant => 0,
         };
         per_layer * c.num_layers
     }

@@ -1,6 +1,5 @@
-//! Training small Llama-style models with candle for the variants of SPEC section 3 that
-//! have a training rule (softmax, off_by_one, sink, gated, affine_scaled,
-//! affine_scaled_gated).
+//! Training small Llama-style models with candle, for every attention variant of SPEC
+//! section 3.
 //!
 //! There is one attention implementation: the trainer builds the analysis [`Model`] from
 //! candle [`Var`]s served by an in-memory [`WeightStore`], so the forward pass that is
@@ -33,25 +32,6 @@ use train_probe::TrainProbe;
 pub use lr_schedule::Schedule;
 pub use params::Arch;
 pub use run::{train, TrainOptions, TrainSummary};
-
-/// The variants `train` accepts, for messages.
-pub const TRAINABLE: &str =
-    "softmax, off_by_one, sink, gated, affine_scaled, affine_scaled_gated, scale_invariant, logn";
-
-/// Whether `variant` has a training rule here.
-pub fn is_trainable(variant: VariantKind) -> bool {
-    matches!(
-        variant,
-        VariantKind::Softmax
-            | VariantKind::OffByOne
-            | VariantKind::Sink
-            | VariantKind::Gated
-            | VariantKind::AffineScaled
-            | VariantKind::AffineScaledGated
-            | VariantKind::ScaleInvariant
-            | VariantKind::Logn
-    )
-}
 
 /// alpha_ma_t = rho * alpha_ma_{t-1} + (1 - rho) * mean_batch(alpha_t), per head.
 pub fn alpha_ma_update(previous: &[f32], batch_mean: &[f32], rho: f64) -> Vec<f32> {
@@ -136,12 +116,6 @@ impl Trainer {
         optim: OptimConfig,
         device: &Device,
     ) -> Result<Self> {
-        if !is_trainable(variant) {
-            return Err(Error::usage(format!(
-                "variant `{}` has no training rule here (trainable: {TRAINABLE})",
-                variant.name()
-            )));
-        }
         let mut vars = BTreeMap::new();
         let mut alpha_ma = BTreeMap::new();
         for l in 0..config.num_layers {

@@ -345,13 +345,6 @@ pub fn finished_run(opts: &TrainOptions) -> Option<TrainSummary> {
 fn validate(opts: &TrainOptions) -> Result<()> {
     opts.arch.validate()?;
     check_memory(opts)?;
-    if !super::is_trainable(opts.variant) {
-        return Err(Error::usage(format!(
-            "variant `{}` has no training rule here (trainable: {})",
-            opts.variant.name(),
-            super::TRAINABLE
-        )));
-    }
     if opts.steps == 0 || opts.batch_size == 0 || opts.save_every == 0 {
         return Err(Error::usage(
             "--steps, --batch-size and --save-every must be at least 1",

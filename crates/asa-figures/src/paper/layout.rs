@@ -9,6 +9,7 @@ use super::method::Method;
 use super::runs::RunSet;
 use super::values::{parameters, run_values, RunValues, ValueOptions};
 use asa_core::error::Result;
+use asa_core::variant::VariantKind;
 use asa_record::checkpoint_facts::CheckpointFacts;
 
 /// A row: one run's cells.
@@ -48,7 +49,7 @@ pub fn paper_tables(
         .runs
         .iter()
         .zip(&params)
-        .filter(|(r, _)| r.method == Method::Baseline)
+        .filter(|(r, _)| r.method == Method::BASELINE)
         .filter_map(|(r, p)| p.map(|(count, _)| (r.size.as_str(), count)))
         .collect();
     let values = set
@@ -67,12 +68,20 @@ pub fn build_tables(set: &RunSet, values: &[RunValues]) -> Vec<PaperTable> {
         (
             1,
             "Baseline, attention sink and Affine-Scaled Attention by model size",
-            vec![Method::Baseline, Method::Sink, Method::AffineScaled],
+            vec![
+                Method::BASELINE,
+                Method::Variant(VariantKind::Sink),
+                Method::Variant(VariantKind::AffineScaled),
+            ],
         ),
         (
             2,
             "Gated attention with and without Affine-Scaled Attention",
-            vec![Method::Baseline, Method::Gated, Method::AffineScaledGated],
+            vec![
+                Method::BASELINE,
+                Method::Variant(VariantKind::Gated),
+                Method::Variant(VariantKind::AffineScaledGated),
+            ],
         ),
         (3, "Alpha nonlinearities compared", set.table3.clone()),
     ];
@@ -90,7 +99,7 @@ pub fn build_tables(set: &RunSet, values: &[RunValues]) -> Vec<PaperTable> {
             // baseline is there
             if !present
                 .iter()
-                .any(|m| **m != Method::Baseline || methods.len() == 1)
+                .any(|m| **m != Method::BASELINE || methods.len() == 1)
             {
                 continue;
             }

@@ -1,44 +1,42 @@
 //! The methods the paper compares, by the names a user gives them.
 
-/// A method: one of the paper's, or any name (Table 3's alpha nonlinearities, say).
+use asa_core::variant::VariantKind;
+
+/// A method: an attention variant of SPEC section 3, or any name (Table 3's alpha
+/// nonlinearities, say).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Method {
-    Baseline,
-    Sink,
-    AffineScaled,
-    Gated,
-    AffineScaledGated,
+    /// A variant; the paper's `baseline` is [`VariantKind::Softmax`].
+    Variant(VariantKind),
+    /// A method of its own, by the name given.
     Other(String),
 }
 
 impl Method {
-    /// Parses a method name: `baseline` (or `softmax`), `sink`, `affine_scaled` (`asa`),
-    /// `gated`, `affine_scaled_gated` (`asa_gated`); anything else is a method of its own.
+    /// The paper's baseline: softmax attention.
+    pub const BASELINE: Method = Method::Variant(VariantKind::Softmax);
+
+    /// Parses a method name: a variant's name (`softmax`, `affine_scaled`, ...; case, `-`,
+    /// `+` and spaces aside) or one of the paper's: `baseline`, `asa`, `asa_gated`;
+    /// anything else is a method of its own.
     pub fn parse(name: &str) -> Method {
-        match name
-            .to_ascii_lowercase()
-            .replace(['-', '+', ' '], "_")
-            .as_str()
-        {
-            "baseline" | "softmax" => Method::Baseline,
-            "sink" => Method::Sink,
-            "affine_scaled" | "asa" | "affine" => Method::AffineScaled,
-            "gated" => Method::Gated,
-            "affine_scaled_gated" | "asa_gated" | "asa__gated" | "affine_scaled__gated" => {
-                Method::AffineScaledGated
+        let normal = name.to_ascii_lowercase().replace(['-', '+', ' '], "_");
+        let kind = match normal.as_str() {
+            "baseline" => Some(VariantKind::Softmax),
+            "asa" | "affine" => Some(VariantKind::AffineScaled),
+            "asa_gated" | "asa__gated" | "affine_scaled__gated" => {
+                Some(VariantKind::AffineScaledGated)
             }
-            _ => Method::Other(name.to_string()),
-        }
+            other => VariantKind::parse(other),
+        };
+        kind.map_or_else(|| Method::Other(name.to_string()), Method::Variant)
     }
 
     /// The key in tidy tables and manifests (`baseline`, `affine_scaled`, ...).
     pub fn key(&self) -> &str {
         match self {
-            Method::Baseline => "baseline",
-            Method::Sink => "sink",
-            Method::AffineScaled => "affine_scaled",
-            Method::Gated => "gated",
-            Method::AffineScaledGated => "affine_scaled_gated",
+            Method::Variant(VariantKind::Softmax) => "baseline",
+            Method::Variant(kind) => kind.name(),
             Method::Other(name) => name,
         }
     }
@@ -46,11 +44,8 @@ impl Method {
     /// The name in the paper's tables.
     pub fn display(&self) -> &str {
         match self {
-            Method::Baseline => "Baseline",
-            Method::Sink => "Sink",
-            Method::AffineScaled => "Affine-Scaled",
-            Method::Gated => "Gated",
-            Method::AffineScaledGated => "Affine-Scaled + Gated",
+            Method::Variant(VariantKind::Softmax) => "Baseline",
+            Method::Variant(kind) => kind.label(),
             Method::Other(name) => name,
         }
     }
@@ -62,13 +57,23 @@ mod tests {
 
     #[test]
     fn names_and_aliases() {
-        assert_eq!(Method::parse("ASA"), Method::AffineScaled);
-        assert_eq!(Method::parse("asa+gated"), Method::AffineScaledGated);
-        assert_eq!(Method::parse("softmax"), Method::Baseline);
+        let affine = Method::Variant(VariantKind::AffineScaled);
+        assert_eq!(Method::parse("ASA"), affine);
+        assert_eq!(
+            Method::parse("asa+gated"),
+            Method::Variant(VariantKind::AffineScaledGated)
+        );
+        assert_eq!(Method::parse("softmax"), Method::BASELINE);
+        assert_eq!(Method::parse("Baseline").key(), "baseline");
         assert_eq!(
             Method::parse("sigmoid_alpha"),
             Method::Other("sigmoid_alpha".into())
         );
         assert_eq!(Method::parse("affine-scaled").display(), "Affine-Scaled");
+        assert_eq!(
+            Method::parse("asa_gated").display(),
+            "Affine-Scaled + Gated"
+        );
+        assert_eq!(Method::parse("Off-by-one").key(), "off_by_one");
     }
 }

@@ -370,6 +370,7 @@ pub fn tidy(tables: &[PaperTable]) -> Table {
 mod tests {
     use super::*;
     use crate::paper::Method;
+    use asa_core::variant::VariantKind;
 
     fn value(v: f64) -> Cell {
         Cell::Value {
@@ -405,11 +406,11 @@ mod tests {
             caption: "c".into(),
             rows: vec![
                 row(
-                    Method::Baseline,
+                    Method::BASELINE,
                     [Some(50.0), Some(60.004), None, None, None, None],
                 ),
                 row(
-                    Method::AffineScaled,
+                    Method::Variant(VariantKind::AffineScaled),
                     [Some(51.0), Some(60.001), None, None, None, None],
                 ),
             ],

@@ -4,6 +4,7 @@
 use super::scene::{Axis, Dash, Figure, LegendEntry, Mark, Panel, Swatch};
 use super::theme::{Method, MUTED};
 use super::{Built, Ctx};
+use asa_core::variant::VariantKind;
 use plotters::style::RGBColor;
 
 /// sigma(x).
@@ -20,7 +21,9 @@ const SIGMOID: RGBColor = RGBColor(0x3b, 0x52, 0x8b);
 
 /// Fig. 11: phi(x) and phi'(x) for x in [-10, 10], dotted guides at the clipping points.
 pub fn fig11_clipping(_ctx: &mut Ctx) -> Built {
-    let linear = Method::Affine.color().unwrap_or(MUTED);
+    let linear = Method::Variant(VariantKind::AffineScaled)
+        .color()
+        .unwrap_or(MUTED);
     let xs: Vec<f64> = (0..=400).map(|i| -10.0 + i as f64 * 0.05).collect();
     let curve = |f: &dyn Fn(f64) -> f64| xs.iter().map(|&x| (x, f(x))).collect::<Vec<_>>();
     let line = |points, color, dash| Mark::Line {

@@ -10,26 +10,14 @@ use plotters::style::colors::colormaps::ViridisRGB;
 use plotters::style::{register_font, FontDesc, FontStyle, IntoFont, RGBColor, TextStyle};
 
 use asa_core::error::{Error, Result};
+use asa_core::variant::VariantKind;
 
-/// The attention method a model label names, for its colour (SPEC section 3 variants).
+/// The attention method a model label names, for its colour: one of SPEC section 3's
+/// variants, or another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Method {
-    /// softmax, base, baseline, vanilla.
-    Baseline,
-    /// GPT-OSS style sink logits.
-    Sink,
-    /// off_by_one (softmax1).
-    OffByOne,
-    /// Gated attention (Qiu et al.).
-    Gated,
-    /// Affine-Scaled Attention (affine, asa).
-    Affine,
-    /// Affine-Scaled with gated output.
-    AffineGated,
-    /// Scale-invariant attention.
-    ScaleInvariant,
-    /// LogN / Scalable-Softmax.
-    LogN,
+    /// A known variant.
+    Variant(VariantKind),
     /// Anything else: a colour from the fallback palette.
     Other,
 }
@@ -37,21 +25,11 @@ pub enum Method {
 impl Method {
     /// The method of a detected attention variant (run.json's `variant`), if known.
     pub fn of_variant(variant: &str) -> Option<Method> {
-        Some(match variant {
-            "softmax" => Method::Baseline,
-            "sink" => Method::Sink,
-            "off_by_one" => Method::OffByOne,
-            "gated" => Method::Gated,
-            "affine_scaled" => Method::Affine,
-            "affine_scaled_gated" => Method::AffineGated,
-            "scale_invariant" => Method::ScaleInvariant,
-            "logn" => Method::LogN,
-            _ => return None,
-        })
+        VariantKind::parse(variant).map(Method::Variant)
     }
 
-    /// Classifies a free-form label by keywords, e.g. `asa-1b` -> Affine,
-    /// `gated_asa` -> AffineGated, `softmax` -> Baseline, `run3` -> Other.
+    /// Classifies a free-form label by keywords, e.g. `asa-1b` -> affine_scaled,
+    /// `gated_asa` -> affine_scaled_gated, `softmax` or `base` -> softmax, `run3` -> Other.
     pub fn of_label(label: &str) -> Method {
         let lower = label.to_lowercase();
         let tokens: Vec<&str> = lower
@@ -62,49 +40,52 @@ impl Method {
         let has = |t: &str| tokens.contains(&t);
         let affine = joined.contains("affine") || has("asa");
         let gated = joined.contains("gated") || has("gate");
-        if affine && gated {
-            Method::AffineGated
+        let kind = if affine && gated {
+            VariantKind::AffineScaledGated
         } else if joined.contains("scaleinv") || has("si") {
-            Method::ScaleInvariant
+            VariantKind::ScaleInvariant
         } else if joined.contains("logn") || joined.contains("ssmax") {
-            Method::LogN
+            VariantKind::Logn
         } else if joined.contains("offbyone") || has("obo") || joined.contains("softmax1") {
-            Method::OffByOne
+            VariantKind::OffByOne
         } else if joined.contains("sink") {
-            Method::Sink
+            VariantKind::Sink
         } else if gated {
-            Method::Gated
+            VariantKind::Gated
         } else if affine {
-            Method::Affine
+            VariantKind::AffineScaled
         } else if joined.contains("softmax")
             || joined.starts_with("base")
             || has("vanilla")
             || has("baseline")
         {
-            Method::Baseline
+            VariantKind::Softmax
         } else {
-            Method::Other
-        }
+            return Method::Other;
+        };
+        Method::Variant(kind)
     }
 
     /// Whether the method sends mass to no token (sink logits, off-by-one): only these
     /// have a sink mass to draw.
     pub fn has_sink(self) -> bool {
-        matches!(self, Method::Sink | Method::OffByOne)
+        matches!(self, Method::Variant(kind) if kind.has_sink_mass())
     }
 
     /// The method's fixed colour (`None` for [`Method::Other`]).
     pub fn color(self) -> Option<RGBColor> {
-        Some(match self {
-            Method::Baseline => RGBColor(0x1f, 0x77, 0xb4),
-            Method::Sink => RGBColor(0xff, 0x7f, 0x0e),
-            Method::OffByOne => RGBColor(0x94, 0x67, 0xbd),
-            Method::Gated => RGBColor(0x2c, 0xa0, 0x2c),
-            Method::Affine => RGBColor(0xd6, 0x27, 0x28),
-            Method::AffineGated => RGBColor(0x8c, 0x56, 0x4b),
-            Method::ScaleInvariant => RGBColor(0xe3, 0x77, 0xc2),
-            Method::LogN => RGBColor(0x17, 0xbe, 0xcf),
-            Method::Other => return None,
+        let Method::Variant(kind) = self else {
+            return None;
+        };
+        Some(match kind {
+            VariantKind::Softmax => RGBColor(0x1f, 0x77, 0xb4),
+            VariantKind::Sink => RGBColor(0xff, 0x7f, 0x0e),
+            VariantKind::OffByOne => RGBColor(0x94, 0x67, 0xbd),
+            VariantKind::Gated => RGBColor(0x2c, 0xa0, 0x2c),
+            VariantKind::AffineScaled => RGBColor(0xd6, 0x27, 0x28),
+            VariantKind::AffineScaledGated => RGBColor(0x8c, 0x56, 0x4b),
+            VariantKind::ScaleInvariant => RGBColor(0xe3, 0x77, 0xc2),
+            VariantKind::Logn => RGBColor(0x17, 0xbe, 0xcf),
         })
     }
 }
@@ -337,6 +318,9 @@ fn measure(text: &str, size: f64, style: FontStyle) -> f64 {
 mod tests {
     use super::*;
 
+    const SOFTMAX: Method = Method::Variant(VariantKind::Softmax);
+    const AFFINE: Method = Method::Variant(VariantKind::AffineScaled);
+
     #[test]
     fn detected_variants_colour_labels_that_name_no_method() {
         // the folder names of three checkpoints; run.json says what they are
@@ -348,9 +332,12 @@ mod tests {
         .map(|(l, v)| (l.to_string(), v.to_string()))
         .into();
         let pal = Palette::with_variants(["llama_gqa", "zeta", "mid", "run3"], &variants);
-        assert_eq!(pal.color("llama_gqa"), Method::Baseline.color().unwrap());
-        assert_eq!(pal.color("zeta"), Method::Affine.color().unwrap());
-        assert_eq!(pal.color("mid"), Method::OffByOne.color().unwrap());
+        assert_eq!(pal.color("llama_gqa"), SOFTMAX.color().unwrap());
+        assert_eq!(pal.color("zeta"), AFFINE.color().unwrap());
+        assert_eq!(
+            pal.color("mid"),
+            Method::Variant(VariantKind::OffByOne).color().unwrap()
+        );
         assert_eq!(pal.color("run3"), FALLBACK[0]);
         let order = pal.order(["zeta", "run3", "mid", "llama_gqa"].map(String::from));
         assert_eq!(order, ["llama_gqa", "mid", "zeta", "run3"]);
@@ -359,21 +346,27 @@ mod tests {
     #[test]
     fn labels_map_to_methods() {
         for (label, m) in [
-            ("base", Method::Baseline),
-            ("softmax", Method::Baseline),
-            ("baseline-1b", Method::Baseline),
-            ("sink", Method::Sink),
-            ("gpt-oss-sink", Method::Sink),
-            ("off_by_one", Method::OffByOne),
-            ("off-by-one", Method::OffByOne),
-            ("gated", Method::Gated),
-            ("asa", Method::Affine),
-            ("affine_scaled", Method::Affine),
-            ("asa-1b", Method::Affine),
-            ("affine+gated", Method::AffineGated),
-            ("gated_asa", Method::AffineGated),
-            ("scale_invariant", Method::ScaleInvariant),
-            ("logn", Method::LogN),
+            ("base", SOFTMAX),
+            ("softmax", SOFTMAX),
+            ("baseline-1b", SOFTMAX),
+            ("sink", Method::Variant(VariantKind::Sink)),
+            ("gpt-oss-sink", Method::Variant(VariantKind::Sink)),
+            ("off_by_one", Method::Variant(VariantKind::OffByOne)),
+            ("off-by-one", Method::Variant(VariantKind::OffByOne)),
+            ("gated", Method::Variant(VariantKind::Gated)),
+            ("asa", AFFINE),
+            ("affine_scaled", AFFINE),
+            ("asa-1b", AFFINE),
+            (
+                "affine+gated",
+                Method::Variant(VariantKind::AffineScaledGated),
+            ),
+            ("gated_asa", Method::Variant(VariantKind::AffineScaledGated)),
+            (
+                "scale_invariant",
+                Method::Variant(VariantKind::ScaleInvariant),
+            ),
+            ("logn", Method::Variant(VariantKind::Logn)),
             ("run3", Method::Other),
             ("database", Method::Other),
         ] {
@@ -388,7 +381,7 @@ mod tests {
         for l in ["asa", "base", "asa-350m", "zeta", "alpha"] {
             assert_eq!(a.color(l), b.color(l), "{l}");
         }
-        assert_eq!(a.color("asa"), Method::Affine.color().unwrap());
+        assert_eq!(a.color("asa"), AFFINE.color().unwrap());
         assert_ne!(a.color("asa"), a.color("asa-350m"));
         assert_ne!(a.color("alpha"), a.color("zeta"));
         assert_eq!(

@@ -305,7 +305,7 @@ impl RawConfig {
                     CheckpointProblem::unsupported(
                         "attention_variant",
                         name,
-                        VariantKind::SUPPORTED,
+                        VariantKind::supported(),
                     ),
                 )
             })?),
