@@ -31,6 +31,7 @@ from ._backend import register
 from ._capture import Capture, capture
 from ._logs import curves, grad_stats, spikes
 from ._native import (
+    CHECKPOINT_PROBLEMS,
     AsaError,
     CancelToken,
     Cancelled,
@@ -50,6 +51,7 @@ from .monitor import Monitor
 
 __all__ = [
     "AsaError",
+    "CHECKPOINT_PROBLEMS",
     "CancelToken",
     "Cancelled",
     "Monitor",

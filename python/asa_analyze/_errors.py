@@ -2,10 +2,10 @@
 `UsageError` (a ValueError) naming the parameter, not the OverflowError of PyO3's
 conversion; every `AsaError` has `path`, `option`, `tensor`, `key` and `problem` (the library
 sets them on what it raises; one raised here in Python names none). A `CheckpointError`'s
-`problem` says what is wrong with the checkpoint as a word to match: `missing_tensor`, `shape`,
-`tensor_data`, `unused_tensors`, `missing_key`, `wrong_type`, `out_of_range`, `inconsistent`, `unsupported`,
-`unimplemented`, `missing_file`, `not_a_checkpoint`, `no_attention`, `damaged`, `non_finite`;
-None for a file a parser refused."""
+`problem` says what is wrong with the checkpoint as a word to match (`asa.CHECKPOINT_PROBLEMS`
+lists them): `not_a_checkpoint`, `missing_file`, `missing_tensor`, `shape`, `tensor_data`,
+`unused_tensors`, `missing_key`, `wrong_type`, `out_of_range`, `inconsistent`, `unsupported`,
+`unimplemented`, `no_attention`, `damaged`, `non_finite`; None for a file a parser refused."""
 
 from __future__ import annotations
 

@@ -7,6 +7,8 @@ import polars as pl
 from ._memory_models import Memory
 
 __version__: str
+CHECKPOINT_PROBLEMS: List[str]
+"""Every `CheckpointError.problem` there is, in the order of Rust's `CheckpointProblem`."""
 
 class AsaError(ValueError):
     path: Optional[str]
@@ -22,10 +24,11 @@ class AsaError(ValueError):
     `rope_parameters.factor`, or a GGUF metadata key: `llama.block_count`; the first of
     settings that contradict each other), where one is."""
     problem: Optional[str]
-    """What is wrong with the checkpoint, a word to match: `missing_tensor`, `shape`,
-    `tensor_data`, `unused_tensors`, `missing_key`, `wrong_type`, `out_of_range`, `inconsistent`,
-    `unsupported`, `unimplemented`, `missing_file`, `not_a_checkpoint`, `no_attention`,
-    `damaged`, `non_finite`; None for another error, or a file a parser refused."""
+    """What is wrong with the checkpoint, a word to match (one of `CHECKPOINT_PROBLEMS`):
+    `not_a_checkpoint`, `missing_file`, `missing_tensor`, `shape`, `tensor_data`,
+    `unused_tensors`, `missing_key`, `wrong_type`, `out_of_range`, `inconsistent`,
+    `unsupported`, `unimplemented`, `no_attention`, `damaged`, `non_finite`; None for
+    another error, or a file a parser refused."""
 class Cancelled(Exception): ...
 
 class CancelToken:

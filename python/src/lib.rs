@@ -742,6 +742,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(curves, m)?)?;
     m.add_function(wrap_pyfunction!(figures, m)?)?;
     m.add_function(wrap_pyfunction!(tables, m)?)?;
+    m.add(
+        "CHECKPOINT_PROBLEMS",
+        asa_core::CheckpointProblem::NAMES.to_vec(),
+    )?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

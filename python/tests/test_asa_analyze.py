@@ -586,6 +586,23 @@ def test_bad_inputs_raise_python_exceptions_never_a_panic_or_a_truncation():
     assert issubclass(asa.UsageError, ValueError) and issubclass(asa.AsaError, Exception)
 
 
+def test_the_docs_list_exactly_the_librarys_checkpoint_problems():
+    # issue 66: CHECKPOINT_PROBLEMS comes from Rust's CheckpointProblem (its variants' names);
+    # the three places that name the problems for a reader list exactly these, in its order
+    import re
+    from asa_analyze import _errors
+    names = list(asa.CHECKPOINT_PROBLEMS)
+    assert len(names) == 15 and {"missing_tensor", "out_of_range", "non_finite"} <= set(names)
+    stub = (ROOT / "python" / "asa_analyze" / "_native.pyi").read_text()
+    docs = (ROOT / "docs" / "python.md").read_text()
+    places = [("_errors.py", _errors.__doc__, "lists them):"),
+              ("_native.pyi", stub, "`CHECKPOINT_PROBLEMS`):"),
+              ("docs/python.md", docs, "lists them):")]
+    for where, text, marker in places:
+        listed = text.split(marker, 1)[1].split("None", 1)[0]
+        assert re.findall(r"`([a-z_]+)`", listed) == names, where
+
+
 def test_windows_past_the_memory_limit_raise_an_input_error_before_any_work():
     # issue 54: `--seq-len 1000001` under a memory limit aborted the process; from Python an
     # abort kills the interpreter. Windows whose hidden states alone pass what the process

@@ -77,7 +77,7 @@ fn max_abs(t: &Tensor) -> f64 {
 fn gradients_match_pytorch_autograd() {
     // every parameter of every variant (sink logits, alpha_proj, the gate half of q_proj and
     // LogN's s_h included) against float64 autograd: max |g - ref| <= 1e-4 * max |ref|
-    for variant in VariantKind::ALL {
+    for &variant in VariantKind::ALL {
         let path = fixture(&format!("grads_{}.safetensors", variant.name()));
         let fx = candle_core::safetensors::load(&path, &Device::Cpu).unwrap();
         let params: BTreeMap<String, Tensor> = fx
@@ -262,7 +262,7 @@ fn saved_checkpoints_reload_with_identical_logits() {
         .unwrap()
         .reshape((2, 21))
         .unwrap();
-    for variant in VariantKind::ALL {
+    for &variant in VariantKind::ALL {
         let params = init_params(&arch, variant, 11, &Device::Cpu).unwrap();
         let mut trainer = trainer_for(&arch, variant, params);
         for _ in 0..3 {

@@ -6,7 +6,13 @@
 ///
 /// A setting (`key`) is a config.json key (dotted inside an object: `rope_parameters.factor`)
 /// or a GGUF metadata key (`llama.block_count`), as the file spells it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// Its name ([`CheckpointProblem::name`], the variant's in snake case) comes with the variant
+/// (strum's derives), and so does the list of them all, [`CheckpointProblem::NAMES`].
+#[derive(
+    Debug, Clone, PartialEq, Eq, thiserror::Error, strum::IntoStaticStr, strum::VariantNames,
+)]
+#[strum(serialize_all = "snake_case")]
 pub enum CheckpointProblem {
     /// The path is not a checkpoint this tool reads (not a folder or a .gguf file, or a
     /// folder of several .gguf files), said in `detail`.
@@ -95,26 +101,13 @@ fn why(detail: &str) -> String {
 }
 
 impl CheckpointProblem {
+    /// Every problem's name, in the order of the variants.
+    pub const NAMES: &'static [&'static str] = <CheckpointProblem as strum::VariantNames>::VARIANTS;
+
     /// The variant's name in snake case (`missing_tensor`, `out_of_range`): what Python's
     /// `CheckpointError.problem` holds.
     pub fn name(&self) -> &'static str {
-        match self {
-            CheckpointProblem::NotACheckpoint { .. } => "not_a_checkpoint",
-            CheckpointProblem::MissingFile { .. } => "missing_file",
-            CheckpointProblem::MissingTensor { .. } => "missing_tensor",
-            CheckpointProblem::Shape { .. } => "shape",
-            CheckpointProblem::TensorData { .. } => "tensor_data",
-            CheckpointProblem::UnusedTensors { .. } => "unused_tensors",
-            CheckpointProblem::MissingKey { .. } => "missing_key",
-            CheckpointProblem::WrongType { .. } => "wrong_type",
-            CheckpointProblem::OutOfRange { .. } => "out_of_range",
-            CheckpointProblem::Inconsistent { .. } => "inconsistent",
-            CheckpointProblem::Unsupported { .. } => "unsupported",
-            CheckpointProblem::Unimplemented { .. } => "unimplemented",
-            CheckpointProblem::NoAttention { .. } => "no_attention",
-            CheckpointProblem::Damaged { .. } => "damaged",
-            CheckpointProblem::NonFinite { .. } => "non_finite",
-        }
+        self.into()
     }
 
     /// The tensor the problem is about.
@@ -285,5 +278,22 @@ mod tests {
             CheckpointProblem::missing_key("llama.block_count").keys(),
             ["llama.block_count"]
         );
+    }
+
+    #[test]
+    fn every_problem_has_its_snake_case_name_in_the_list() {
+        let names = CheckpointProblem::NAMES;
+        assert_eq!(names.len(), 15);
+        assert_eq!(names[0], "not_a_checkpoint");
+        assert!(names.contains(&"non_finite") && names.contains(&"out_of_range"));
+        let problems = [
+            CheckpointProblem::missing_key("k"),
+            CheckpointProblem::out_of_range("k", 0, "at least 1"),
+            CheckpointProblem::tensor_data("w", "dtype I32"),
+        ];
+        for problem in problems {
+            assert!(names.contains(&problem.name()), "{}", problem.name());
+        }
+        assert_eq!(CheckpointProblem::missing_key("k").name(), "missing_key");
     }
 }

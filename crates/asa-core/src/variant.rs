@@ -8,8 +8,26 @@ use serde::Serialize;
 use crate::parse_error::ParseError;
 
 /// The attention variant of a checkpoint (`attention_variant` in config.json).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+///
+/// Its names come with the variants (strum's derives): [`VariantKind::name`], the list
+/// [`VariantKind::NAMES`] and every variant, [`VariantKind::ALL`], in the order of SPEC
+/// section 3.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    strum::IntoStaticStr,
+    strum::VariantNames,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum VariantKind {
     /// a = softmax(s).
     Softmax,
@@ -31,40 +49,14 @@ pub enum VariantKind {
 
 impl VariantKind {
     /// Every variant, in the order of SPEC section 3.
-    pub const ALL: [VariantKind; 8] = [
-        VariantKind::Softmax,
-        VariantKind::OffByOne,
-        VariantKind::Sink,
-        VariantKind::Gated,
-        VariantKind::AffineScaled,
-        VariantKind::AffineScaledGated,
-        VariantKind::ScaleInvariant,
-        VariantKind::Logn,
-    ];
+    pub const ALL: &'static [VariantKind] = <VariantKind as strum::VariantArray>::VARIANTS;
 
     /// Names accepted in config.json and by `--variant`, in the order of [`VariantKind::ALL`].
-    pub const NAMES: [&'static str; 8] = {
-        let mut names = [""; 8];
-        let mut i = 0;
-        while i < names.len() {
-            names[i] = VariantKind::ALL[i].name();
-            i += 1;
-        }
-        names
-    };
+    pub const NAMES: &'static [&'static str] = <VariantKind as strum::VariantNames>::VARIANTS;
 
     /// The config.json name.
-    pub const fn name(self) -> &'static str {
-        match self {
-            VariantKind::Softmax => "softmax",
-            VariantKind::OffByOne => "off_by_one",
-            VariantKind::Sink => "sink",
-            VariantKind::Gated => "gated",
-            VariantKind::AffineScaled => "affine_scaled",
-            VariantKind::AffineScaledGated => "affine_scaled_gated",
-            VariantKind::ScaleInvariant => "scale_invariant",
-            VariantKind::Logn => "logn",
-        }
+    pub fn name(self) -> &'static str {
+        self.into()
     }
 
     /// The name in a table or legend written for people ("Affine-Scaled + Gated").
@@ -84,7 +76,8 @@ impl VariantKind {
     /// Parses a config.json name.
     pub fn parse(name: &str) -> Option<Self> {
         VariantKind::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .find(|kind| kind.name() == name)
     }
 
@@ -132,7 +125,7 @@ impl std::str::FromStr for VariantKind {
     /// A variant by its config.json name ([`VariantKind::NAMES`]).
     fn from_str(s: &str) -> std::result::Result<Self, ParseError> {
         VariantKind::parse(s)
-            .ok_or_else(|| ParseError::unknown("attention variant", s, &VariantKind::NAMES))
+            .ok_or_else(|| ParseError::unknown("attention variant", s, VariantKind::NAMES))
     }
 }
 
@@ -142,7 +135,7 @@ mod tests {
 
     #[test]
     fn every_name_parses_back_to_its_variant() {
-        for kind in VariantKind::ALL {
+        for &kind in VariantKind::ALL {
             assert_eq!(VariantKind::parse(kind.name()), Some(kind));
             assert_eq!(kind.name().parse::<VariantKind>(), Ok(kind));
         }
@@ -156,7 +149,7 @@ mod tests {
             "softmax, off_by_one, sink, gated, affine_scaled, affine_scaled_gated, \
              scale_invariant, logn"
         );
-        for kind in VariantKind::ALL {
+        for &kind in VariantKind::ALL {
             let json = serde_json::to_string(&kind).unwrap();
             assert_eq!(json, format!("\"{}\"", kind.name()));
         }
@@ -175,7 +168,8 @@ mod tests {
     #[test]
     fn sink_mass_affine_and_plain_softmax_split_the_variants() {
         let plain: Vec<_> = VariantKind::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .filter(|k| k.weights_sum_to_one())
             .collect();
         use VariantKind::*;

@@ -209,7 +209,7 @@ pub const RUN_OPTIONS: &[RunOption] = &[
     },
     RunOption {
         name: "variant",
-        kind: OptionKind::Choice(&VariantKind::NAMES),
+        kind: OptionKind::Choice(VariantKind::NAMES),
         help: "Analyse every checkpoint as this attention variant, whatever config.json names or the weights point to (e.g. off_by_one, which has no weights of its own)",
         default: unset,
         set: |o, t| {
