@@ -15,34 +15,6 @@ fn tables(name: &str) -> PathBuf {
         .join(name)
 }
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 #[test]
 fn folders_sharing_a_label_are_an_error_not_one_line() {
     // two folders with a run or model of the same name would be drawn as one line
@@ -205,6 +177,3 @@ fn unparsable_cells_are_errors_naming_line_and_column() {
         assert!(!dest.exists(), "no output folder on bad input");
     }
 }
-
-
-

@@ -21,19 +21,23 @@ fn tables(name: &str) -> PathBuf {
         .join("../../tests/fixtures/tables")
         .join(name)
 }
+
 fn load(dirs: &[&str]) -> Results {
     let dirs: Vec<PathBuf> = dirs.iter().map(|d| tables(d)).collect();
     Results::load(&dirs).expect("fixture tables load")
 }
+
 /// Every figure of the full fixtures (attention tables + training logs).
 fn full() -> (Vec<Figure>, Vec<String>) {
     build_figures(&load(&["full", "logs"]), &FigureOptions::default())
 }
+
 fn find<'a>(figs: &'a [Figure], name: &str) -> &'a Figure {
     figs.iter()
         .find(|f| f.name == name)
         .unwrap_or_else(|| panic!("no figure {name}"))
 }
+
 /// The text of every `<text>` element, entities decoded.
 fn texts(svg: &str) -> Vec<String> {
     svg.split("<text")
@@ -51,12 +55,15 @@ fn texts(svg: &str) -> Vec<String> {
         })
         .collect()
 }
+
 fn count_text(svg: &str, text: &str) -> usize {
     texts(svg).iter().filter(|t| *t == text).count()
 }
+
 fn hex(c: RGBColor) -> String {
     format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2)
 }
+
 /// `<polyline>` elements (one per drawn series) of one colour and stroke width; legend
 /// swatches are 3 px wide, series 2 px (raw curves 1 px).
 fn polylines(svg: &str, color: RGBColor, width: u32) -> usize {
@@ -66,6 +73,7 @@ fn polylines(svg: &str, color: RGBColor, width: u32) -> usize {
         .filter(|p| p[..p.find("/>").unwrap_or(p.len())].contains(&stroke))
         .count()
 }
+
 /// Filled `<rect>` elements of one colour (bars, heatmap cells, legend patches).
 fn rects(svg: &str, color: RGBColor) -> usize {
     let fill = format!("fill=\"{}\"", hex(color));
@@ -74,6 +82,7 @@ fn rects(svg: &str, color: RGBColor) -> usize {
         .filter(|r| r[..r.find("/>").unwrap_or(r.len())].contains(&fill))
         .count()
 }
+
 /// (width, height, distinct colours, dark pixels in the title band) of a PNG.
 fn png_stats(bytes: &[u8]) -> (u32, u32, usize, usize) {
     let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
@@ -94,6 +103,7 @@ fn png_stats(bytes: &[u8]) -> (u32, u32, usize, usize) {
         .count();
     (w, h, distinct, dark)
 }
+
 /// Renders `fig` both ways; asserts the PNG is a real picture with text; returns the SVG.
 fn render(fig: &Figure) -> String {
     let svg = to_svg(fig).unwrap_or_else(|e| panic!("{}: svg: {e}", fig.name));
@@ -113,9 +123,11 @@ fn render(fig: &Figure) -> String {
     );
     svg
 }
+
 fn legend(fig: &Figure) -> Vec<&str> {
     fig.legend.iter().map(|e| e.label.as_str()).collect()
 }
+
 fn color(fig: &Figure, label: &str) -> RGBColor {
     fig.legend
         .iter()
@@ -123,6 +135,7 @@ fn color(fig: &Figure, label: &str) -> RGBColor {
         .unwrap_or_else(|| panic!("{}: no legend entry {label}", fig.name))
         .color
 }
+
 #[test]
 fn every_figure_is_drawn_from_full_tables() {
     let (figs, notes) = full();
@@ -160,6 +173,7 @@ fn every_figure_is_drawn_from_full_tables() {
         }
     }
 }
+
 #[test]
 fn per_layer_lines_have_one_series_per_model() {
     let (figs, _) = full();
@@ -190,6 +204,7 @@ fn per_layer_lines_have_one_series_per_model() {
     }
     assert_eq!(count_text(&svg, "1.5"), 0, "no half layers");
 }
+
 #[test]
 fn fig1_has_a_panel_per_model_and_a_sink_bar() {
     let (figs, _) = full();
@@ -226,6 +241,7 @@ fn fig1_has_a_panel_per_model_and_a_sink_bar() {
     assert_eq!(rects(&svg, MUTED), 2, "one sink bar and its legend patch");
     assert!(legend(f).contains(&"sink mass (to no token)"));
 }
+
 #[test]
 fn fig2_draws_both_qk_panels_per_run() {
     let (figs, _) = full();
@@ -243,6 +259,7 @@ fn fig2_draws_both_qk_panels_per_run() {
         );
     }
 }
+
 #[test]
 fn fig3_marks_mean_and_median_per_model() {
     let (figs, _) = full();
@@ -278,6 +295,7 @@ fn fig3_marks_mean_and_median_per_model() {
     assert_eq!((base_bars[0].0, base_bars[0].2), (1.0, 1.05));
     assert_eq!(count_text(&svg, "per-query weight sum Wᵢ = Σⱼ aᵢⱼ"), 3);
 }
+
 #[test]
 fn fig5_has_one_colour_scale_and_an_alpha_companion() {
     let (figs, _) = full();
@@ -309,6 +327,7 @@ fn fig5_has_one_colour_scale_and_an_alpha_companion() {
     assert!(t.contains(&"asa (every head 0.600)".to_string()), "{t:?}");
     assert_eq!(count_text(&svg, "mean α = φ(wₕ · xᵢ) over queries"), 1);
 }
+
 #[test]
 fn fig9_draws_a_masked_map_per_model_with_a_colour_bar() {
     let (figs, _) = full();
@@ -346,6 +365,7 @@ fn fig9_draws_a_masked_map_per_model_with_a_colour_bar() {
     };
     assert!(y_of("0") < y_of("4"), "queries grow downwards");
 }
+
 #[test]
 fn training_curves_late_window_and_spikes() {
     let (figs, _) = full();
@@ -385,6 +405,7 @@ fn training_curves_late_window_and_spikes() {
     assert_eq!(rings, 2);
     assert_eq!(count_text(&svg, "gradient norm ‖g‖₂"), 1);
 }
+
 #[test]
 fn late_window_can_be_given() {
     let opts = FigureOptions {
@@ -397,6 +418,7 @@ fn late_window_can_be_given() {
     let (lo, hi) = f.panels[0].x.range;
     assert!(lo > 45.0 && hi < 85.0, "{lo}..{hi}");
 }
+
 #[test]
 fn fig11_and_distance_profile() {
     let (figs, _) = full();
@@ -426,6 +448,7 @@ fn fig11_and_distance_profile() {
         );
     }
 }
+
 #[test]
 fn one_colour_per_label_across_figures() {
     let (figs, _) = full();
@@ -440,6 +463,7 @@ fn one_colour_per_label_across_figures() {
     // Baseline-like labels share the baseline hue but are told apart.
     assert_ne!(pal.color("base"), pal.color("softmax"));
 }
+
 #[test]
 fn heatmap_positions_out_of_range_are_noted_not_allocated() {
     // query 200000 once asked for a 4e10-cell grid (the process was killed at 24 GB)
@@ -456,6 +480,7 @@ fn heatmap_positions_out_of_range_are_noted_not_allocated() {
         "{notes:?}"
     );
 }
+
 #[test]
 fn degenerate_tables_do_not_panic() {
     let (figs, notes) = build_figures(&load(&["degenerate"]), &FigureOptions::default());
@@ -505,6 +530,7 @@ fn degenerate_tables_do_not_panic() {
     let f5 = find(&figs, "fig5_head_total");
     assert_eq!(f5.panels[0].title, "run3 (every head 1.000)");
 }
+
 #[test]
 fn header_only_tables_are_skipped_with_a_note() {
     let dir = tempfile::tempdir().unwrap();
@@ -527,6 +553,7 @@ fn header_only_tables_are_skipped_with_a_note() {
     assert_eq!(notes.len(), 13, "{notes:?}");
     assert!(notes.iter().all(|n| n.contains("skipped")), "{notes:?}");
 }
+
 #[test]
 fn folders_are_merged_and_parquet_is_read() {
     let dir = tempfile::tempdir().unwrap();
@@ -545,6 +572,7 @@ fn folders_are_merged_and_parquet_is_read() {
         ["base", "sink", "asa", "run3"]
     );
 }
+
 #[test]
 fn run_json_gives_each_models_variant() {
     let dir = tempfile::tempdir().unwrap();
@@ -566,6 +594,7 @@ fn run_json_gives_each_models_variant() {
         .variants
         .is_empty());
 }
+
 #[test]
 fn distance_bands_past_the_window_are_not_drawn() {
     // base was analysed with windows of 10 tokens: no pair is 10 or more apart
@@ -598,6 +627,7 @@ fn distance_bands_past_the_window_are_not_drawn() {
         "{notes:?}"
     );
 }
+
 /// Figs. 7, 8, 10 as the paper draws them (issue 28): runs labelled SIZE/METHOD give one
 /// panel per size, "(a) 0.5B (b) 1B"; a KD loss is preferred over the loss and named; a
 /// centred mean smooths without lag; `log_y` draws log10 of the values.
@@ -708,6 +738,7 @@ fn training_curves_per_size_with_kd_loss_centred_smoothing_and_log_y() {
         "{notes:?}"
     );
 }
+
 #[test]
 fn sink_emergence_draws_each_layers_first_token_mean_over_the_steps() {
     let (figs, _) = full();

@@ -16,3 +16,4 @@ mod metrics_bf16;
 mod one_validation;
 mod real_model;
 mod reference_check;
+mod train;
