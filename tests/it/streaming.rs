@@ -8,7 +8,7 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 
 use crate::common::{
-    copy_fixture, expect_error, expect_success, fixtures, run_cli, MODEL_FIXTURES,
+    copy_fixture, expect_error, expect_success, fixtures, run_cli, GGUF_MODELS, MODEL_FIXTURES,
 };
 
 /// Every table of `dir` (CSV files), by name.
@@ -261,54 +261,6 @@ fn a_broken_last_layer_is_refused_before_any_work_and_nothing_is_written() {
             if got[1] == 3 && expected[1] != 3),
         "{problem:?}"
     );
-}
-
-/// The GGUF fixtures that are whole models (the tokenizer-only file left out).
-const GGUF_MODELS: [&str; 9] = [
-    "llama_gqa",
-    "qwen2",
-    "qwen3",
-    "olmo2",
-    "phi3",
-    "gpt2",
-    "gpt_neox",
-    "gemma2_like_2b",
-    "gemma3_like_1b",
-];
-
-#[test]
-fn gguf_embedding_and_head_rows_are_the_rows_of_the_whole_matrix() {
-    // issue 41: rows of a GGUF matrix read alone (only their quantized blocks) equal the
-    // same rows of the matrix dequantized whole, at the start, middle and end
-    for name in GGUF_MODELS {
-        let path = fixtures().join("gguf").join(format!("{name}.gguf"));
-        let (gguf, _) = asa_models::config::open_gguf(&path).unwrap();
-        for tensor in ["model.embed_tokens.weight", "lm_head.weight"] {
-            if !gguf.contains(tensor) {
-                continue;
-            }
-            assert!(gguf.reads_rows(tensor), "{name}: {tensor}");
-            let whole = gguf.load(tensor).unwrap();
-            let rows = whole.dim(0).unwrap();
-            for range in [0..1, 3..17, rows - 5..rows, 0..rows] {
-                let part = gguf.load_rows(tensor, range.clone()).unwrap().unwrap();
-                let want = whole.narrow(0, range.start, range.len()).unwrap();
-                let (a, b) = (
-                    part.to_vec2::<f32>().unwrap(),
-                    want.to_vec2::<f32>().unwrap(),
-                );
-                assert_eq!(a, b, "{name}: {tensor} rows {range:?}");
-            }
-            assert!(
-                gguf.load_rows(tensor, rows - 1..rows + 1).is_err(),
-                "{name}"
-            );
-        }
-        // a transposed GPT-2 projection is not read by rows
-        if name == "gpt2" {
-            assert!(!gguf.reads_rows("model.layers.0.mlp.up_proj.weight"));
-        }
-    }
 }
 
 #[test]

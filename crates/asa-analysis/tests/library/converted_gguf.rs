@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 
+use crate::common::{fixtures, GGUF_MODELS};
 use crate::reference_check::check_gguf_file;
 
 fn converted(name: &str) -> PathBuf {
@@ -145,4 +146,39 @@ fn gpt_oss_and_qwen3moe_keys_are_read_as_llama_cpp_reads_them() {
     let err = crate::common::open_error(&path);
     assert!(err.contains(&path.display().to_string()), "{err}");
     crate::common::expect_problem(&path, "missing_key", "qwen3moe.expert_feed_forward_length");
+}
+
+#[test]
+fn gguf_embedding_and_head_rows_are_the_rows_of_the_whole_matrix() {
+    // issue 41: rows of a GGUF matrix read alone (only their quantized blocks) equal the
+    // same rows of the matrix dequantized whole, at the start, middle and end
+    for name in GGUF_MODELS {
+        let path = fixtures().join("gguf").join(format!("{name}.gguf"));
+        let (gguf, _) = asa_models::config::open_gguf(&path).unwrap();
+        for tensor in ["model.embed_tokens.weight", "lm_head.weight"] {
+            if !gguf.contains(tensor) {
+                continue;
+            }
+            assert!(gguf.reads_rows(tensor), "{name}: {tensor}");
+            let whole = gguf.load(tensor).unwrap();
+            let rows = whole.dim(0).unwrap();
+            for range in [0..1, 3..17, rows - 5..rows, 0..rows] {
+                let part = gguf.load_rows(tensor, range.clone()).unwrap().unwrap();
+                let want = whole.narrow(0, range.start, range.len()).unwrap();
+                let (a, b) = (
+                    part.to_vec2::<f32>().unwrap(),
+                    want.to_vec2::<f32>().unwrap(),
+                );
+                assert_eq!(a, b, "{name}: {tensor} rows {range:?}");
+            }
+            assert!(
+                gguf.load_rows(tensor, rows - 1..rows + 1).is_err(),
+                "{name}"
+            );
+        }
+        // a transposed GPT-2 projection is not read by rows
+        if name == "gpt2" {
+            assert!(!gguf.reads_rows("model.layers.0.mlp.up_proj.weight"));
+        }
+    }
 }

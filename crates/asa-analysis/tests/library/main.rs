@@ -5,6 +5,8 @@
 
 mod common;
 
+mod cancel;
+mod checkpoint_problems;
 mod conformance;
 mod converted_gguf;
 mod corpus;

@@ -18,6 +18,19 @@ pub fn fixtures() -> PathBuf {
         .expect("the repository's tests/fixtures")
 }
 
+/// The GGUF fixtures that are whole models (the tokenizer-only file left out).
+pub const GGUF_MODELS: [&str; 9] = [
+    "llama_gqa",
+    "qwen2",
+    "qwen3",
+    "olmo2",
+    "phi3",
+    "gpt2",
+    "gpt_neox",
+    "gemma2_like_2b",
+    "gemma3_like_1b",
+];
+
 /// Every model fixture with float64 references (`tools/make_fixtures.py` and the scripts beside it).
 pub const MODEL_FIXTURES: [&str; 41] = [
     "llama_gqa",
