@@ -5,6 +5,7 @@
 
 mod common;
 
+mod block_map;
 mod cancel;
 mod checkpoint_problems;
 mod conformance;
