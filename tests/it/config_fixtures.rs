@@ -1,204 +1,35 @@
-//! Issue 40, item 6: configs read as transformers reads them. Each case of
-//! `tests/fixtures/configs/cases.json` (written by `tools/make_config_fixtures.py`) is a family
-//! fixture's weights under a config.json with non-default values of the fields the family
-//! reads (windows, soft-caps, the query scale, RoPE scaling and its parameters, experts); its
-//! reference is transformers' own forward pass in float64. asa-analyze's f32 logits must match
-//! it (SPEC: logits atol 1e-4), and a config transformers refuses is refused.
+//! `inspect` of config cases (issue 40, item 6; `tests/fixtures/configs/cases.json`, written by
+//! `tools/make_config_fixtures.py`): what it says of a window on every layer and of a soft-cap
+//! beyond f32. Each case's logits against transformers' float64 forward pass are checked
+//! beside the library (crates/asa-analysis/tests/library/config_cases.rs).
 
-use std::path::Path;
-
-use asa_hooks::{CaptureProbe, Hook};
-use asa_models::Checkpoint;
-use candle_core::{DType, Device, Tensor};
 use serde_json::Value;
 
-use crate::common::{copy_fixture, edit_config, expect_success, fixtures, max_abs_diff, run_cli};
+use crate::common::{config_cases, expect_success, run_cli, write_config_case};
 
-/// SPEC section 4: logits against float64 references.
-const ATOL: f64 = 1e-4;
-
-/// The cases and the reference tensors (`input_ids` and one logits tensor per case).
-fn cases() -> (Vec<Value>, std::collections::HashMap<String, Tensor>) {
-    let dir = fixtures().join("configs");
-    let cases: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("cases.json")).unwrap()).unwrap();
-    let refs = candle_core::safetensors::load(dir.join("logits.safetensors"), &Device::Cpu)
-        .expect("config fixture logits load");
-    (cases["cases"].as_array().unwrap().clone(), refs)
-}
-
-/// Writes the case's checkpoint (its base fixture, config.json edited) into `dir`.
-fn write_case(case: &Value, dir: &Path) {
-    copy_fixture(case["base"].as_str().unwrap(), dir);
-    edit_config(dir, |cfg| {
-        let obj = cfg.as_object_mut().unwrap();
-        for (key, value) in case["edits"].as_object().unwrap() {
-            match value.as_str() {
-                Some("<delete>") => {
-                    obj.remove(key);
-                }
-                _ => {
-                    obj.insert(key.clone(), value.clone());
-                }
-            }
-        }
-    });
-}
-
-/// The logits of the checkpoint in `dir` for `ids` in `dtype` (as f32), or the error that
-/// refused it.
-fn logits(dir: &Path, ids: &Tensor, dtype: DType) -> Result<Tensor, String> {
-    let ckpt = Checkpoint::open(dir, &Device::Cpu, dtype)
-        .and_then(|c| c.validate())
-        .map_err(|e| e.to_string())?;
-    let model = ckpt.load_model().map_err(|e| e.to_string())?;
-    let mut probe = CaptureProbe::new(&[Hook::Logits]);
-    model
-        .forward(ids, 64, &mut probe)
-        .map_err(|e| e.to_string())?;
-    let layers = model.config().num_layers;
-    let logits = probe.get(Hook::Logits, layers).unwrap().unwrap();
-    Ok(logits.to_dtype(DType::F32).unwrap())
-}
-
-/// Runs case `name` (every case when `None`); returns the failures.
-fn check(name: Option<&str>) -> Vec<String> {
-    let (cases, refs) = cases();
-    let ids = refs["input_ids"].to_dtype(DType::U32).unwrap();
-    let mut failures = Vec::new();
-    let mut ran = 0;
-    for case in cases.iter().filter(|c| name.is_none_or(|n| c["name"] == n)) {
-        ran += 1;
-        let case_name = case["name"].as_str().unwrap();
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join(case_name);
-        write_case(case, &dir);
-        let got = logits(&dir, &ids, DType::F32);
-        match (case.get("transformers_error"), got) {
-            (Some(_), Err(_)) => {}
-            (Some(e), Ok(_)) => failures.push(format!(
-                "{case_name}: transformers refuses it ({e}), asa-analyze ran it"
-            )),
-            (None, Err(e)) => failures.push(format!("{case_name}: refused: {e}")),
-            (None, Ok(logits)) => {
-                let d = max_abs_diff(&logits, &refs[case_name]);
-                if d.is_nan() || d > ATOL {
-                    failures.push(format!(
-                        "{case_name}: logits differ from transformers' by {d:e} ({})",
-                        case["transformers"]
-                    ));
-                }
-            }
-        }
-    }
-    assert!(ran > 0, "no config case named {name:?}");
-    failures
-}
-
-#[test]
-fn every_config_case_matches_transformers() {
-    let failures = check(None);
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+/// `inspect` of config case `name`.
+fn inspect_case(name: &str) -> String {
+    let (cases, _) = config_cases();
+    let case: &Value = cases.iter().find(|c| c["name"] == name).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    write_config_case(case, &tmp.path().join("m"));
+    expect_success(&run_cli(tmp.path(), &["inspect", "m"]))
 }
 
 /// Qwen3MoeConfig has no `max_window_layers` (nor `layer_types`): with `use_sliding_window`
 /// transformers windows every layer, and `inspect` says so.
 #[test]
 fn qwen3_moe_use_sliding_window_windows_every_layer() {
-    let name = "qwen3_moe_use_sliding_window_windows_every_layer";
-    let failures = check(Some(name));
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-    let (cases, _) = cases();
-    let case = cases.iter().find(|c| c["name"] == name).unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    write_case(case, &tmp.path().join("m"));
-    let inspect = expect_success(&run_cli(tmp.path(), &["inspect", "m"]));
+    let inspect = inspect_case("qwen3_moe_use_sliding_window_windows_every_layer");
     assert!(
         inspect.contains("sliding window of 5 keys on layers 1-2"),
         "{inspect}"
     );
 }
 
-/// A soft-cap of 1e308 (beyond f32) bends no logit: the identity, as transformers computes
-/// it in float64, never NaN.
+/// A soft-cap of 1e308 (beyond f32) bends no logit, and `inspect` says why.
 #[test]
 fn gemma2_huge_softcap_is_identity() {
-    let failures = check(Some("gemma2_huge_softcap_is_identity"));
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-    let (cases, refs) = cases();
-    // transformers' float64 logits with the cap and without it: the same to rounding
-    let d = max_abs_diff(
-        &refs["gemma2_huge_softcap_is_identity"],
-        &refs["gemma2_no_softcaps"],
-    );
-    assert!(d < 1e-12, "{d:e}");
-    let case = cases
-        .iter()
-        .find(|c| c["name"] == "gemma2_huge_softcap_is_identity")
-        .unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    write_case(case, &tmp.path().join("m"));
-    let inspect = expect_success(&run_cli(tmp.path(), &["inspect", "m"]));
+    let inspect = inspect_case("gemma2_huge_softcap_is_identity");
     assert!(inspect.contains("beyond f32"), "{inspect}");
-}
-
-/// transformers refuses a Qwen2 config whose `layer_types` name sliding layers while
-/// `use_sliding_window` is false (it has no window to give them): so does asa-analyze.
-#[test]
-fn qwen2_sliding_layer_types_without_a_window_are_refused() {
-    let failures = check(Some("qwen2_layer_types_without_use_sliding_window"));
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-}
-
-/// transformers refuses a Gemma 2, Gemma 3 or GPT-OSS config with `sliding_window: null` and
-/// no `layer_types`: its config class derives sliding layers anyway and has no window for
-/// their mask. So does asa-analyze (it ran them with full attention before).
-#[test]
-fn null_window_without_layer_types_is_refused_where_the_class_derives_sliding_layers() {
-    for case in [
-        "gemma2_null_window_without_layer_types",
-        "gemma3_null_window_without_layer_types",
-        "gpt_oss_null_window_without_layer_types",
-    ] {
-        let failures = check(Some(case));
-        assert!(failures.is_empty(), "{}", failures.join("\n"));
-    }
-}
-
-/// Soft-caps past f16's range (65504) but inside f32's bend no logit in f16 either: the final
-/// cap is applied in f32 (in f16 it was inf, and every logit NaN). The reference is
-/// transformers' float64 forward without caps (the identity to (s / cap)^2 / 3 < 1e-12).
-#[test]
-fn softcaps_past_the_half_range_are_the_identity_in_f16() {
-    let (cases, refs) = cases();
-    let ids = refs["input_ids"].to_dtype(DType::U32).unwrap();
-    let mut case = cases
-        .iter()
-        .find(|c| c["name"] == "gemma2_no_softcaps")
-        .unwrap()
-        .clone();
-    case["edits"]["attn_logit_softcapping"] = serde_json::json!(1e6);
-    case["edits"]["final_logit_softcapping"] = serde_json::json!(1e6);
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("m");
-    write_case(&case, &dir);
-    let reference = &refs["gemma2_no_softcaps"];
-    let f16 = logits(&dir, &ids, DType::F16).unwrap();
-    let d = max_abs_diff(&f16, reference);
-    // f16 keeps 11 significant bits: within 2^-10 of the largest logit per layer of rounding
-    let scale = reference
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_dtype(DType::F64)
-        .unwrap();
-    let bound = scale.to_scalar::<f64>().unwrap() * 2f64.powi(-10) * 8.0;
-    assert!(
-        d.is_finite() && d < bound,
-        "f16 logits differ from float64 by {d:e} (bound {bound:e})"
-    );
-    let f32 = logits(&dir, &ids, DType::F32).unwrap();
-    let d = max_abs_diff(&f32, reference);
-    assert!(d < ATOL, "f32 logits differ from float64 by {d:e}");
 }

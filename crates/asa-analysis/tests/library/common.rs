@@ -301,3 +301,36 @@ pub fn open_error(path: &Path) -> String {
         .unwrap_or_else(|| panic!("{} opened", path.display()))
         .to_string()
 }
+
+/// The config cases of `tests/fixtures/configs` (`tools/make_config_fixtures.py`) and their
+/// reference tensors (`input_ids` and one logits tensor per case).
+pub fn config_cases() -> (
+    Vec<serde_json::Value>,
+    std::collections::HashMap<String, candle_core::Tensor>,
+) {
+    let dir = fixtures().join("configs");
+    let cases: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("cases.json")).unwrap()).unwrap();
+    let refs =
+        candle_core::safetensors::load(dir.join("logits.safetensors"), &candle_core::Device::Cpu)
+            .expect("config fixture logits load");
+    (cases["cases"].as_array().unwrap().clone(), refs)
+}
+
+/// Writes a config case's checkpoint (its base fixture, config.json edited) into `dir`.
+pub fn write_config_case(case: &serde_json::Value, dir: &Path) {
+    copy_fixture(case["base"].as_str().unwrap(), dir);
+    edit_config(dir, |cfg| {
+        let obj = cfg.as_object_mut().unwrap();
+        for (key, value) in case["edits"].as_object().unwrap() {
+            match value.as_str() {
+                Some("<delete>") => {
+                    obj.remove(key);
+                }
+                _ => {
+                    obj.insert(key.clone(), value.clone());
+                }
+            }
+        }
+    });
+}

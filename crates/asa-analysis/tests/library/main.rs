@@ -8,6 +8,7 @@ mod common;
 mod block_map;
 mod cancel;
 mod checkpoint_problems;
+mod config_cases;
 mod conformance;
 mod converted_gguf;
 mod corpus;
