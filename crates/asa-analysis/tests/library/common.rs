@@ -54,6 +54,24 @@ pub fn reference_metrics(name: &str) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+/// The induction probe's references of a fixture (`tools/make_induction_fixtures.py`).
+pub fn induction_reference(name: &str) -> serde_json::Value {
+    let path = fixtures()
+        .join("reference")
+        .join(format!("{name}.induction.json"));
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// A reference's number (NaN where the JSON holds null, as the references write NaN).
+pub fn num(v: &serde_json::Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+/// SPEC section 4: a metric against its float64 reference, |x - y| <= 1e-6 + 1e-5 |y|.
+pub const METRIC_ATOL: f64 = 1e-6;
+/// See [`METRIC_ATOL`].
+pub const METRIC_RTOL: f64 = 1e-5;
+
 /// |x - y| <= atol + rtol |y|, NaN equal to NaN; panics with `what` otherwise.
 pub fn assert_close(x: f64, y: f64, atol: f64, rtol: f64, what: &str) {
     if x.is_nan() && y.is_nan() {

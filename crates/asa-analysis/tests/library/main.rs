@@ -12,6 +12,7 @@ mod config_cases;
 mod conformance;
 mod converted_gguf;
 mod corpus;
+mod induction;
 mod long_context;
 mod long_sequences;
 mod memory_model;

@@ -15,12 +15,8 @@ use serde_json::Value;
 
 use crate::common::*;
 
-const ATOL: f64 = 1e-6;
-const RTOL: f64 = 1e-5;
-
-pub fn num(v: &Value) -> f64 {
-    v.as_f64().unwrap_or(f64::NAN)
-}
+const ATOL: f64 = METRIC_ATOL;
+const RTOL: f64 = METRIC_RTOL;
 
 pub fn close_vec(got: &[f64], want: &Value, what: &str) {
     let want = want
