@@ -15,6 +15,11 @@ use asa_metrics::{Metric, MetricOptions};
 mod reference_files;
 pub use reference_files::*;
 
+/// The renamed `sink` fixture and its weight map (`#[path]`: the same file whichever binary
+/// includes this one).
+#[path = "weight_map_fixture.rs"]
+pub mod weight_map_fixture;
+
 /// The repository's root (where `tools/` is): above `tests/fixtures`.
 pub fn repository() -> std::path::PathBuf {
     fixtures()

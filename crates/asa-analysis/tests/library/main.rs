@@ -22,3 +22,4 @@ mod one_validation;
 mod real_model;
 mod reference_check;
 mod train;
+mod weight_map;
