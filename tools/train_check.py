@@ -13,7 +13,7 @@
       (LlamaForCausalLM, eager attention, float32) and records its logits on fixed ids.
       -> tests/fixtures/train/softmax_hf_logits.safetensors
 
-The Rust side (tests/it/train.rs) compares its gradients and logits with these files.
+The Rust side (crates/asa-analysis/tests/library/train.rs) compares its gradients and logits with these files.
 """
 import json
 import os
@@ -30,7 +30,7 @@ import make_fixtures as mf  # noqa: E402
 ROOT = os.path.dirname(HERE)
 OUT = os.path.join(ROOT, "tests", "fixtures", "train")
 
-# Tiny shapes, mirrored by tests/train.rs (grad_arch).
+# Tiny shapes, mirrored by crates/asa-analysis/tests/library/train.rs (grad_arch).
 HIDDEN, LAYERS, HEADS, KV_HEADS, INTER, VOCAB = 16, 2, 2, 2, 24, 40
 HEAD_DIM = HIDDEN // HEADS
 B, T = 2, 12

@@ -104,31 +104,120 @@ fn the_root_package_is_the_binary_not_a_facade() {
 /// `tests/it` holds what runs the built binary (and the checks of the workspace itself); the
 /// library's tests sit beside their crates (asa-models' `tests/`, asa-analysis'
 /// `tests/library/`), so every other module here runs `asa-analyze`.
+/// What runs the built binary, written in a test or a helper of tests/it.
+const RUNS_THE_BINARY: [&str; 4] = [
+    "run_cli(",
+    "CARGO_BIN_EXE",
+    "analyze_briefly(",
+    "run_bounded(",
+];
+
+/// Tests in tests/it that check the tests' own helpers (the golden comparator, the fixture
+/// cases' coverage), not the library: they stay beside what they check.
+const CHECKS_OF_THE_TESTS: [&str; 2] = [
+    "golden.rs: the_tolerance_takes_last_bits_and_refuses_real_differences",
+    "logs.rs: every_fixture_case_has_a_test",
+];
+
+/// The top-level functions of `source`: (name, whether it is a `#[test]`, its text up to the
+/// next one).
+fn functions(source: &str) -> Vec<(String, bool, String)> {
+    let starts: Vec<usize> = source
+        .match_indices('\n')
+        .map(|(i, _)| i + 1)
+        .filter(|&i| source[i..].starts_with("fn ") || source[i..].starts_with("pub fn "))
+        .collect();
+    starts
+        .iter()
+        .enumerate()
+        .map(|(k, &at)| {
+            let end = starts.get(k + 1).copied().unwrap_or(source.len());
+            let text = &source[at..end];
+            let name = text
+                .trim_start_matches("pub ")
+                .trim_start_matches("fn ")
+                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            // the attributes and doc comments right above it
+            let is_test = source[..at]
+                .lines()
+                .rev()
+                .take_while(|l| l.starts_with("#[") || l.starts_with("//"))
+                .any(|l| l.trim() == "#[test]");
+            (name, is_test, text.to_string())
+        })
+        .collect()
+}
+
+/// The functions among `functions` that run the binary: directly, or by calling one that
+/// does (here or among `helpers`).
+fn running(functions: &[(String, bool, String)], helpers: &[String]) -> Vec<String> {
+    let mut runs: Vec<String> = helpers.to_vec();
+    loop {
+        let more: Vec<String> = functions
+            .iter()
+            .filter(|(name, _, text)| {
+                !runs.contains(name)
+                    && (RUNS_THE_BINARY.iter().any(|r| text.contains(r))
+                        || runs.iter().any(|r| text.contains(&format!("{r}("))))
+            })
+            .map(|(name, _, _)| name.clone())
+            .collect();
+        if more.is_empty() {
+            return runs;
+        }
+        runs.extend(more);
+    }
+}
+
 #[test]
 fn the_binarys_tests_run_the_binary() {
+    // every test of tests/it runs the binary (or calls a helper that does); a library test
+    // runs beside its crate (crates/*/tests)
     let of_the_workspace = ["main.rs", "common.rs", "layers.rs", "docs.rs"];
-    let runs = [
-        "run_cli(",
-        "CARGO_BIN_EXE",
-        "analyze_briefly(",
-        "run_bounded(",
-    ];
+    let common = std::fs::read_to_string(root().join("tests/it/common.rs")).unwrap();
+    let helpers = running(&functions(&common), &[]);
+    assert!(helpers.contains(&"run_cli".to_string()), "{helpers:?}");
     let mut library_only = Vec::new();
+    let mut tests = 0;
     for entry in std::fs::read_dir(root().join("tests/it")).unwrap() {
         let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if !name.ends_with(".rs") || of_the_workspace.contains(&name.as_str()) {
+        let file = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !file.ends_with(".rs") || of_the_workspace.contains(&file.as_str()) {
             continue;
         }
-        let text = std::fs::read_to_string(&path).unwrap();
-        if !runs.iter().any(|r| text.contains(r)) {
-            library_only.push(name);
+        let functions = functions(&std::fs::read_to_string(&path).unwrap());
+        let runs = running(&functions, &helpers);
+        for (name, is_test, _) in &functions {
+            let test = format!("{file}: {name}");
+            tests += usize::from(*is_test);
+            if *is_test && !runs.contains(name) && !CHECKS_OF_THE_TESTS.contains(&test.as_str()) {
+                library_only.push(test);
+            }
         }
     }
+    assert!(tests > 150, "{tests} tests found");
     assert!(
         library_only.is_empty(),
         "library tests in tests/it (move them beside their crate): {library_only:?}"
     );
+}
+
+#[test]
+fn the_checker_finds_a_library_test_among_the_binarys() {
+    let source = "use x;\n\n#[test]\nfn runs() {\n    helper();\n}\n\nfn helper() {\n    \
+                  run_cli(dir, &[]);\n}\n\n#[test]\n#[ignore]\nfn library() {\n    \
+                  Checkpoint::open(dir);\n}\n";
+    let functions = functions(source);
+    let tests: Vec<&str> = functions
+        .iter()
+        .filter(|f| f.1)
+        .map(|f| f.0.as_str())
+        .collect();
+    assert_eq!(tests, ["runs", "library"]);
+    assert_eq!(running(&functions, &[]), ["helper", "runs"]);
 }
 
 #[test]
