@@ -496,3 +496,30 @@ fn scales_a_config_implies_are_checked_once_whatever_the_file() {
         "{key}"
     );
 }
+
+/// A hybrid family's own key of the wrong type is refused naming it, whichever family's
+/// struct reads it (LFM2's, Qwen3-Next's, Granite's, the Mamba-2 layers' of Falcon-H1).
+#[test]
+fn a_hybrid_familys_own_key_of_the_wrong_type_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (fixture, key, value) in [
+        ("lfm2", "conv_L_cache", serde_json::json!("x")),
+        ("qwen3_next", "linear_num_key_heads", serde_json::json!(-1)),
+        (
+            "granitemoehybrid",
+            "position_embedding_type",
+            serde_json::json!(3),
+        ),
+        ("falcon_h1", "mamba_n_heads", serde_json::json!(-2)),
+        ("falcon_h1", "ssm_multipliers", serde_json::json!("x")),
+    ] {
+        let dir = tmp.path().join(format!("{fixture}_{key}"));
+        copy_fixture(fixture, &dir);
+        edit_config(&dir, |c| c[key] = value.clone());
+        let err = open_error(&dir);
+        assert!(
+            err.contains("config.json: invalid config.json: field `") && err.contains(key),
+            "{fixture} {key}: {err}"
+        );
+    }
+}

@@ -39,9 +39,6 @@ pub(crate) struct RawExperts<'a> {
     pub first_k_dense_replace: Option<usize>,
     pub topk_method: Option<&'a str>,
     pub scoring_func: Option<&'a str>,
-    /// Qwen3-Next's shared expert, Granite's shared MLP.
-    pub shared_expert_intermediate_size: Option<usize>,
-    pub shared_intermediate_size: Option<usize>,
 }
 
 /// The experts of a config, as transformers reads them for `architecture` (its family's
@@ -151,8 +148,6 @@ mod tests {
             first_k_dense_replace: None,
             topk_method: None,
             scoring_func: None,
-            shared_expert_intermediate_size: None,
-            shared_intermediate_size: None,
         }
     }
 

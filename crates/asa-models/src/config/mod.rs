@@ -35,7 +35,6 @@ mod families;
 pub(crate) mod family;
 mod from_gguf;
 pub(crate) mod raw;
-mod raw_hybrid;
 mod resolve;
 mod rope;
 mod scales;

@@ -94,9 +94,6 @@ pub struct RawConfig {
     pub affine_scaled: Option<RawAffine>,
     pub scale_invariant: Option<RawScaleInvariant>,
     pub logn: Option<RawLogn>,
-    /// The hybrid families' keys.
-    #[serde(flatten)]
-    pub hybrid: super::raw_hybrid::RawHybrid,
     /// The config as written, from which a family reads the keys only it has into a struct
     /// in its own file (`RawConfig::family_keys`); `null` where none was kept.
     #[serde(skip)]

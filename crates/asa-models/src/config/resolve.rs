@@ -409,8 +409,6 @@ impl RawConfig {
             first_k_dense_replace: self.first_k_dense_replace,
             topk_method: self.topk_method.as_deref(),
             scoring_func: self.scoring_func.as_deref(),
-            shared_expert_intermediate_size: self.hybrid.shared_expert_intermediate_size,
-            shared_intermediate_size: self.hybrid.shared_intermediate_size,
         };
         crate::config::experts::resolve(raw, Architecture(family), dense, path)
     }

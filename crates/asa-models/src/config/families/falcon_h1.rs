@@ -15,11 +15,14 @@
 
 use std::path::Path;
 
+use serde::Deserialize;
+
 use super::granitemoehybrid::{
-    mamba2_gguf_keys, mamba2_shape, undo_mamba2, GGUF_MAMBA2_BLOCKS, GGUF_MAMBA2_WHOLE,
+    mamba2_gguf_keys, mamba2_shape, undo_mamba2, Mamba2Keys, GGUF_MAMBA2_BLOCKS, GGUF_MAMBA2_WHOLE,
 };
 use super::llama;
 use crate::config::family::{Family, GgufRules};
+use crate::config::raw::own_keys_readable;
 use crate::config::RawConfig;
 use crate::gguf_config::{Dims, Meta, TensorFacts};
 use crate::mixers::Mixer;
@@ -30,6 +33,7 @@ use asa_engine::mixer::Mamba2Gate;
 
 pub(crate) const FAMILY: Family = Family {
     name: "falcon_h1",
+    keys,
     check,
     norm_eps,
     default_max_position_embeddings: 8192,
@@ -58,6 +62,28 @@ pub(crate) const FAMILY: Family = Family {
     ..llama::FAMILY
 };
 
+/// The keys only FalconH1Config has: the Mamba's optional norm, and the multipliers.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct FalconH1Keys {
+    mamba_rms_norm: Option<bool>,
+    embedding_multiplier: Option<f64>,
+    lm_head_multiplier: Option<f64>,
+    attention_in_multiplier: Option<f64>,
+    attention_out_multiplier: Option<f64>,
+    key_multiplier: Option<f64>,
+    ssm_in_multiplier: Option<f64>,
+    ssm_out_multiplier: Option<f64>,
+    ssm_multipliers: Option<Vec<f64>>,
+    mlp_multipliers: Option<Vec<f64>>,
+}
+
+/// Its own keys and the Mamba-2 layers' ([`Mamba2Keys`]), each read as its struct.
+fn keys(raw: &RawConfig, path: &Path) -> Result<()> {
+    own_keys_readable::<FalconH1Keys>(raw, path)?;
+    own_keys_readable::<Mamba2Keys>(raw, path)
+}
+
 /// FalconH1Config's `mamba_d_ssm` when absent.
 const D_SSM: usize = 1024;
 
@@ -68,7 +94,7 @@ fn norm_eps(raw: &RawConfig) -> f64 {
 /// Refuses Falcon-H1's optional Mamba norm (`mamba_rms_norm`: not implemented) and
 /// multiplier lists of the wrong length.
 fn check(raw: &RawConfig, path: &Path) -> Result<()> {
-    let h = &raw.hybrid;
+    let h: FalconH1Keys = raw.family_keys(path)?;
     if h.mamba_rms_norm == Some(true) {
         return Err(Error::checkpoint_problem(
             path,
@@ -104,7 +130,7 @@ fn mixers(raw: &RawConfig, num_layers: usize, path: &Path) -> Result<Vec<Mixer>>
 
 /// FalconH1Config's multipliers, 1 by default.
 fn multipliers(raw: &RawConfig, path: &Path) -> Result<Multipliers> {
-    let h = &raw.hybrid;
+    let h: FalconH1Keys = raw.family_keys(path)?;
     let finite = |v: Option<f64>, key: &str| -> Result<Option<f64>> {
         let v = v.unwrap_or(1.0);
         match v.is_finite() {

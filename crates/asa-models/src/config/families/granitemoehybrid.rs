@@ -15,13 +15,14 @@
 
 use std::path::Path;
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::llama;
 use crate::attention_layers::AttentionLayers;
 use crate::config::experts::{DenseSizes, RawExperts};
 use crate::config::family::{Assembled, Family, GgufRules, NameTable, StoredTensor, Undo};
-use crate::config::raw::positive;
+use crate::config::raw::{own_keys_readable, positive, present};
 use crate::config::sliding_window::checked_layer_types;
 use crate::config::RawConfig;
 use crate::experts::{ExpertNames, Experts};
@@ -35,6 +36,7 @@ use asa_engine::nn::Routing;
 
 pub(crate) const FAMILY: Family = Family {
     name: "granitemoehybrid",
+    keys,
     check,
     attention_layers,
     mixers,
@@ -106,8 +108,9 @@ fn check(raw: &RawConfig, path: &Path) -> Result<()> {
 }
 
 /// NoPE attention unless `position_embedding_type` is `rope`.
-fn attention_layers(raw: &RawConfig, num_layers: usize, _: &Path) -> Result<AttentionLayers> {
-    let rope = raw.hybrid.position_embedding_type.as_deref() == Some("rope");
+fn attention_layers(raw: &RawConfig, num_layers: usize, path: &Path) -> Result<AttentionLayers> {
+    let keys: GraniteHybridKeys = raw.family_keys(path)?;
+    let rope = keys.position_embedding_type.as_deref() == Some("rope");
     Ok(AttentionLayers {
         no_rope: match rope {
             true => Vec::new(),
@@ -131,6 +134,47 @@ fn mixers(raw: &RawConfig, num_layers: usize, path: &Path) -> Result<Vec<Mixer>>
         .collect())
 }
 
+/// The keys only GraniteMoeHybridConfig has: its muP multipliers, its attention layers' RoPE
+/// (`"rope"`; else NoPE) and its shared MLP's width.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct GraniteHybridKeys {
+    embedding_multiplier: Option<f64>,
+    residual_multiplier: Option<f64>,
+    attention_multiplier: Option<f64>,
+    logits_scaling: Option<f64>,
+    position_embedding_type: Option<String>,
+    shared_intermediate_size: Option<usize>,
+}
+
+/// Its own keys and the Mamba-2 layers' ([`Mamba2Keys`]), each read as its struct.
+fn keys(raw: &RawConfig, path: &Path) -> Result<()> {
+    own_keys_readable::<GraniteHybridKeys>(raw, path)?;
+    own_keys_readable::<Mamba2Keys>(raw, path)
+}
+
+/// The Mamba-2 layers' keys (GraniteMoeHybridConfig's, FalconH1Config's): heads, head size
+/// (`"auto"`: inner / heads), state, groups, convolution, inner size (`mamba_expand` x
+/// hidden; `mamba_d_ssm` first), biases, dt's clamp (`[min, max]`, an infinity written as
+/// `{"__float__": "Infinity"}`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct Mamba2Keys {
+    mamba_n_heads: Option<usize>,
+    mamba_d_head: Option<Value>,
+    mamba_d_state: Option<usize>,
+    mamba_n_groups: Option<usize>,
+    mamba_d_conv: Option<usize>,
+    mamba_expand: Option<f64>,
+    #[serde(deserialize_with = "present")]
+    mamba_d_ssm: Option<Value>,
+    mamba_conv_bias: Option<bool>,
+    mamba_proj_bias: Option<bool>,
+    projectors_bias: Option<bool>,
+    #[serde(deserialize_with = "present")]
+    time_step_limit: Option<Value>,
+}
+
 /// The Mamba-2 layers' sizes: `mamba_n_heads` (128) heads of `mamba_d_head` (`"auto"`:
 /// the inner size / heads), `mamba_d_state` (256), `mamba_n_groups` (1), `mamba_d_conv`
 /// (4), an inner size of `mamba_d_ssm` (absent: `d_ssm`, the class's default; null or no
@@ -143,7 +187,7 @@ pub(crate) fn mamba2_shape(
     d_ssm: Option<usize>,
     path: &Path,
 ) -> Result<Mamba2Shape> {
-    let h = &raw.hybrid;
+    let h: Mamba2Keys = raw.family_keys(path)?;
     let hidden = raw.hidden_size.unwrap_or(0);
     let inner = match &h.mamba_d_ssm {
         Some(Value::Number(n)) => n.as_u64().map(|n| n as usize),
@@ -246,7 +290,7 @@ fn time_step_limit(value: Option<&Value>, path: &Path) -> Result<(f64, f64)> {
 
 /// GraniteMoeHybridConfig's multipliers, 1 by default (the softmax scale too).
 fn multipliers(raw: &RawConfig, path: &Path) -> Result<Multipliers> {
-    let h = &raw.hybrid;
+    let h: GraniteHybridKeys = raw.family_keys(path)?;
     // each 1 when absent, else a finite number > 0
     let multiplier =
         |v: Option<f64>, key: &str| Ok::<_, Error>(Some(positive(v.unwrap_or(1.0), key, path)?));
@@ -262,7 +306,8 @@ fn multipliers(raw: &RawConfig, path: &Path) -> Result<Multipliers> {
 /// GraniteMoeHybridConfig's defaults: 8 experts of `intermediate_size` (11008), top 2,
 /// the top-k logits softmaxed, a shared MLP of `shared_intermediate_size` (1024), in every
 /// layer.
-fn experts(raw: &RawExperts, dense: DenseSizes, _: &Path) -> Result<Option<Experts>> {
+fn experts(raw: &RawExperts, dense: DenseSizes, path: &Path) -> Result<Option<Experts>> {
+    let keys: GraniteHybridKeys = raw.config.family_keys(path)?;
     Ok(Some(Experts {
         count: raw.num_local_experts.unwrap_or(8),
         top_k: raw.num_experts_per_tok.unwrap_or(2),
@@ -271,7 +316,7 @@ fn experts(raw: &RawExperts, dense: DenseSizes, _: &Path) -> Result<Option<Exper
         intermediate: raw.intermediate_size.unwrap_or(11008),
         layers: (0..dense.num_layers).collect(),
         names: ExpertNames::Granite,
-        shared_intermediate: Some(raw.shared_intermediate_size.unwrap_or(1024)),
+        shared_intermediate: Some(keys.shared_intermediate_size.unwrap_or(1024)),
     }))
 }
 

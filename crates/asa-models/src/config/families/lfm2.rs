@@ -13,8 +13,11 @@
 
 use std::path::Path;
 
+use serde::Deserialize;
+
 use super::{llama, qwen3};
 use crate::config::family::{Family, GgufRules, NameTable, Ropes, StoredTensor, Undo};
+use crate::config::raw::own_keys_readable;
 use crate::config::sliding_window::checked_layer_types;
 use crate::config::RawConfig;
 use crate::gguf_config::{Dims, Meta, TensorFacts};
@@ -24,6 +27,7 @@ use asa_core::error::{Error, Result};
 
 pub(crate) const FAMILY: Family = Family {
     name: "lfm2",
+    keys: own_keys_readable::<Lfm2Keys>,
     dense_intermediate,
     activation_key: no_activation_key,
     check,
@@ -72,6 +76,24 @@ pub(crate) const FAMILY: Family = Family {
     ..llama::FAMILY
 };
 
+/// The keys only Lfm2Config has: its norm epsilon's key, the short convolution's width and
+/// biases, the MLP width rule, the attention layers (else `layer_types`), and the legacy
+/// names of `tie_word_embeddings` and `intermediate_size`, which win over them.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Lfm2Keys {
+    norm_eps: Option<f64>,
+    #[serde(rename = "conv_L_cache")]
+    conv_l_cache: Option<usize>,
+    conv_bias: Option<bool>,
+    block_auto_adjust_ff_dim: Option<bool>,
+    block_ffn_dim_multiplier: Option<f64>,
+    block_multiple_of: Option<usize>,
+    full_attn_idxs: Option<Vec<usize>>,
+    tie_embedding: Option<bool>,
+    block_ff_dim: Option<usize>,
+}
+
 /// The layer types Lfm2Model masks by.
 const LAYER_TYPES: [&str; 2] = ["full_attention", "conv"];
 
@@ -80,7 +102,7 @@ const LAYER_TYPES: [&str; 2] = ["full_attention", "conv"];
 /// `block_ffn_dim_multiplier` (default 1; none: not), rounded up to a multiple of
 /// `block_multiple_of` (256), each step truncated as Python's `int` of a float.
 fn dense_intermediate(raw: &RawConfig) -> Option<usize> {
-    let h = &raw.hybrid;
+    let h: Lfm2Keys = raw.own();
     let stated = h.block_ff_dim.or(raw.intermediate_size)?;
     if !h.block_auto_adjust_ff_dim.unwrap_or(true) {
         return Some(stated);
@@ -103,14 +125,14 @@ fn no_activation_key(_: &RawConfig) -> Option<&str> {
 }
 
 fn norm_eps(raw: &RawConfig) -> f64 {
-    raw.hybrid.norm_eps.unwrap_or(1e-5)
+    raw.own::<Lfm2Keys>().norm_eps.unwrap_or(1e-5)
 }
 
 /// Refuses what Lfm2Config would read otherwise than this loader: a legacy
 /// `tie_embedding` against `tie_word_embeddings`, a partial RoPE (Lfm2RotaryEmbedding
 /// rotates every dimension whatever it says), a width rule that does not give a size.
 fn check(raw: &RawConfig, path: &Path) -> Result<()> {
-    let h = &raw.hybrid;
+    let h: Lfm2Keys = raw.family_keys(path)?;
     if let Some(tie) = h.tie_embedding {
         if tie != raw.tie_word_embeddings.unwrap_or(true) {
             return Err(Error::checkpoint_problem(
@@ -163,7 +185,7 @@ fn rope(raw: &RawConfig, path: &Path, head_dim: usize) -> Result<Ropes> {
 /// `conv` layers are short convolutions (`conv_L_cache` wide, 3 by default; biases by
 /// `conv_bias`), the others attention: by `layer_types`, else `full_attn_idxs`.
 fn mixers(raw: &RawConfig, num_layers: usize, path: &Path) -> Result<Vec<Mixer>> {
-    let h = &raw.hybrid;
+    let h: Lfm2Keys = raw.family_keys(path)?;
     let conv = Mixer::ShortConv(ShortConvShape {
         kernel: h.conv_l_cache.unwrap_or(3),
         bias: h.conv_bias.unwrap_or(false),

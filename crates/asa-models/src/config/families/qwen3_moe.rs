@@ -103,12 +103,13 @@ fn experts(raw: &RawExperts, dense: DenseSizes, path: &Path) -> Result<Option<Ex
 }
 
 /// The keys only the Qwen MoE config classes have (Qwen3-MoE's, Qwen3-Next's): the layers
-/// with experts.
+/// with experts, and the shared expert's width.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub(crate) struct QwenMoeKeys {
     decoder_sparse_step: Option<usize>,
     mlp_only_layers: Option<Vec<usize>>,
+    shared_expert_intermediate_size: Option<usize>,
 }
 
 /// A Qwen config class's defaults for its experts.
@@ -147,7 +148,7 @@ pub(crate) fn qwen_experts(
         .unwrap_or(defaults.count);
     let shared_intermediate = match names.shared() {
         Some(_) => Some(
-            raw.shared_expert_intermediate_size
+            keys.shared_expert_intermediate_size
                 .unwrap_or(defaults.shared_intermediate),
         ),
         None => None,

@@ -17,6 +17,8 @@
 
 use std::path::Path;
 
+use serde::Deserialize;
+
 use super::deepseek_v3::GGUF_STACKED_EXPERTS;
 use super::qwen3_moe::{qwen_experts, qwen_gguf_experts, QwenDefaults, QwenMoeKeys};
 use super::{llama, qwen3};
@@ -36,7 +38,7 @@ use asa_core::error::{Error, Result};
 
 pub(crate) const FAMILY: Family = Family {
     name: "qwen3_next",
-    keys: own_keys_readable::<QwenMoeKeys>,
+    keys,
     default_head_dim: Some(256),
     check,
     default_max_position_embeddings: 32768,
@@ -234,10 +236,28 @@ fn rope(raw: &RawConfig, path: &Path, head_dim: usize) -> Result<Ropes> {
     ))
 }
 
+/// Its own keys and the Qwen MoE classes' ([`QwenMoeKeys`]), each read as its struct.
+fn keys(raw: &RawConfig, path: &Path) -> Result<()> {
+    own_keys_readable::<QwenMoeKeys>(raw, path)?;
+    own_keys_readable::<Qwen3NextKeys>(raw, path)
+}
+
+/// The keys only Qwen3NextConfig has: the Gated DeltaNet's heads, sizes and convolution,
+/// and the attention layers (else `layer_types`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Qwen3NextKeys {
+    linear_num_key_heads: Option<usize>,
+    linear_num_value_heads: Option<usize>,
+    linear_key_head_dim: Option<usize>,
+    linear_value_head_dim: Option<usize>,
+    linear_conv_kernel_dim: Option<usize>,
+    full_attention_interval: Option<usize>,
+}
+
 /// The Gated DeltaNet's sizes (Qwen3NextConfig's defaults: 16 key heads, 32 value heads,
 /// both 128 wide, a convolution of 4).
-fn delta_net(raw: &RawConfig) -> DeltaNetShape {
-    let h = &raw.hybrid;
+fn delta_net(h: &Qwen3NextKeys) -> DeltaNetShape {
     DeltaNetShape {
         key_heads: h.linear_num_key_heads.unwrap_or(16),
         value_heads: h.linear_num_value_heads.unwrap_or(32),
@@ -249,7 +269,8 @@ fn delta_net(raw: &RawConfig) -> DeltaNetShape {
 
 /// Refuses DeltaNet sizes the layer cannot be viewed with.
 fn check(raw: &RawConfig, path: &Path) -> Result<()> {
-    let s = delta_net(raw);
+    let keys: Qwen3NextKeys = raw.family_keys(path)?;
+    let s = delta_net(&keys);
     let sizes = [
         ("linear_num_key_heads", s.key_heads),
         ("linear_num_value_heads", s.value_heads),
@@ -258,7 +279,7 @@ fn check(raw: &RawConfig, path: &Path) -> Result<()> {
         ("linear_conv_kernel_dim", s.conv_kernel),
         (
             "full_attention_interval",
-            raw.hybrid.full_attention_interval.unwrap_or(4),
+            keys.full_attention_interval.unwrap_or(4),
         ),
     ];
     if let Some((key, _)) = sizes.iter().find(|(_, size)| *size == 0) {
@@ -283,9 +304,10 @@ fn check(raw: &RawConfig, path: &Path) -> Result<()> {
 /// `linear_attention` layers are Gated DeltaNet, `full_attention` ones attention: by
 /// `layer_types`, else attention on every `full_attention_interval`-th layer.
 fn mixers(raw: &RawConfig, num_layers: usize, path: &Path) -> Result<Vec<Mixer>> {
-    let net = Mixer::GatedDeltaNet(delta_net(raw));
+    let keys: Qwen3NextKeys = raw.family_keys(path)?;
+    let net = Mixer::GatedDeltaNet(delta_net(&keys));
     let types = checked_layer_types(raw.layer_types.as_deref(), num_layers, &LAYER_TYPES, path)?;
-    let interval = raw.hybrid.full_attention_interval.unwrap_or(4);
+    let interval = keys.full_attention_interval.unwrap_or(4);
     Ok((0..num_layers)
         .map(|l| {
             let attention = match types {
