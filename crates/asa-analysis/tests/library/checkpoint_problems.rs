@@ -497,10 +497,11 @@ fn scales_a_config_implies_are_checked_once_whatever_the_file() {
     );
 }
 
-/// A hybrid family's own key of the wrong type is refused naming it, whichever family's
-/// struct reads it (LFM2's, Qwen3-Next's, Granite's, the Mamba-2 layers' of Falcon-H1).
+/// A family's own key of the wrong type is refused naming it, whichever family's struct
+/// reads it (LFM2's, Qwen3-Next's, Granite's, the Mamba-2 layers' of Falcon-H1, the
+/// DeepSeek-style experts' of DeepSeek-V3 and GLM-4.5, Llama 4's).
 #[test]
-fn a_hybrid_familys_own_key_of_the_wrong_type_is_named() {
+fn a_familys_own_key_of_the_wrong_type_is_named() {
     let tmp = tempfile::tempdir().unwrap();
     for (fixture, key, value) in [
         ("lfm2", "conv_L_cache", serde_json::json!("x")),
@@ -512,6 +513,9 @@ fn a_hybrid_familys_own_key_of_the_wrong_type_is_named() {
         ),
         ("falcon_h1", "mamba_n_heads", serde_json::json!(-2)),
         ("falcon_h1", "ssm_multipliers", serde_json::json!("x")),
+        ("deepseek_v3", "n_group", serde_json::json!("x")),
+        ("glm4_moe", "topk_method", serde_json::json!(3)),
+        ("llama4_text", "moe_layers", serde_json::json!("x")),
     ] {
         let dir = tmp.path().join(format!("{fixture}_{key}"));
         copy_fixture(fixture, &dir);

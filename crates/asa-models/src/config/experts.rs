@@ -17,8 +17,9 @@ pub(crate) struct DenseSizes {
     pub intermediate_size: usize,
 }
 
-/// The raw config fields experts are read from, and the whole config for a family's own
-/// keys (GPT-OSS's clamp, the Qwen MoE classes' expert layers).
+/// The raw config fields experts are read from that several config classes share, and the
+/// whole config for a family's own keys (GPT-OSS's clamp, the Qwen MoE classes' expert
+/// layers, Llama 4's, DeepSeek's routing).
 pub(crate) struct RawExperts<'a> {
     pub config: &'a super::RawConfig,
     pub num_local_experts: Option<usize>,
@@ -26,19 +27,8 @@ pub(crate) struct RawExperts<'a> {
     pub num_experts_per_tok: Option<usize>,
     pub norm_topk_prob: Option<bool>,
     pub moe_intermediate_size: Option<usize>,
-    /// Llama 4: the experts' size, and which layers have them.
+    /// The experts' size where the class has no key of its own for it (Llama 4, Granite).
     pub intermediate_size: Option<usize>,
-    pub moe_layers: Option<&'a [usize]>,
-    pub interleave_moe_layer_step: Option<usize>,
-    /// DeepSeek-V3 / GLM-4.5.
-    pub n_routed_experts: Option<usize>,
-    pub n_shared_experts: Option<usize>,
-    pub n_group: Option<usize>,
-    pub topk_group: Option<usize>,
-    pub routed_scaling_factor: Option<f64>,
-    pub first_k_dense_replace: Option<usize>,
-    pub topk_method: Option<&'a str>,
-    pub scoring_func: Option<&'a str>,
 }
 
 /// The experts of a config, as transformers reads them for `architecture` (its family's
@@ -138,16 +128,6 @@ mod tests {
             norm_topk_prob: None,
             moe_intermediate_size: Some(24),
             intermediate_size: None,
-            moe_layers: None,
-            interleave_moe_layer_step: None,
-            n_routed_experts: None,
-            n_shared_experts: None,
-            n_group: None,
-            topk_group: None,
-            routed_scaling_factor: None,
-            first_k_dense_replace: None,
-            topk_method: None,
-            scoring_func: None,
         }
     }
 

@@ -69,22 +69,9 @@ pub struct RawConfig {
     /// every `no_rope_layer_interval`-th layer.
     pub no_rope_layers: Option<Vec<i64>>,
     pub no_rope_layer_interval: Option<usize>,
-    /// Llama 4: the temperature tuning's scales (read by the scale checks too), experts on
-    /// `moe_layers` (or every `interleave_moe_layer_step`-th layer).
+    /// Llama 4: the temperature tuning's scales (read by the scale checks too).
     pub floor_scale: Option<f64>,
     pub attn_scale: Option<f64>,
-    pub moe_layers: Option<Vec<usize>>,
-    pub interleave_moe_layer_step: Option<usize>,
-    /// DeepSeek-V3 / GLM-4.5 experts: routed and shared experts, group-limited top-k,
-    /// the routed weights' factor, the dense layers before the first MoE layer.
-    pub n_routed_experts: Option<usize>,
-    pub n_shared_experts: Option<usize>,
-    pub n_group: Option<usize>,
-    pub topk_group: Option<usize>,
-    pub routed_scaling_factor: Option<f64>,
-    pub first_k_dense_replace: Option<usize>,
-    pub topk_method: Option<String>,
-    pub scoring_func: Option<String>,
     /// Multi-head latent attention's ranks (DeepSeek-V3; GGUF names them too): `q_lora_rank`
     /// null is one `q_proj`.
     #[serde(default, deserialize_with = "present")]

@@ -399,16 +399,6 @@ impl RawConfig {
             norm_topk_prob: self.norm_topk_prob,
             moe_intermediate_size: self.moe_intermediate_size,
             intermediate_size: self.intermediate_size,
-            moe_layers: self.moe_layers.as_deref(),
-            interleave_moe_layer_step: self.interleave_moe_layer_step,
-            n_routed_experts: self.n_routed_experts,
-            n_shared_experts: self.n_shared_experts,
-            n_group: self.n_group,
-            topk_group: self.topk_group,
-            routed_scaling_factor: self.routed_scaling_factor,
-            first_k_dense_replace: self.first_k_dense_replace,
-            topk_method: self.topk_method.as_deref(),
-            scoring_func: self.scoring_func.as_deref(),
         };
         crate::config::experts::resolve(raw, Architecture(family), dense, path)
     }

@@ -36,7 +36,7 @@ use asa_engine::nn::{RopePairs, Routing};
 
 pub(crate) const FAMILY: Family = Family {
     name: "deepseek_v3",
-    keys: own_keys_readable::<DeepseekKeys>,
+    keys,
     biases,
     norm_eps: rms_norm_eps,
     default_max_position_embeddings: 4096,
@@ -151,6 +151,29 @@ struct DeepseekKeys {
     qk_rope_head_dim: Option<usize>,
     v_head_dim: Option<usize>,
     rope_interleave: Option<bool>,
+}
+
+/// Its own keys and the DeepSeek-style experts' ([`DeepseekMoeKeys`]), each read as its
+/// struct.
+fn keys(raw: &RawConfig, path: &Path) -> Result<()> {
+    own_keys_readable::<DeepseekKeys>(raw, path)?;
+    own_keys_readable::<DeepseekMoeKeys>(raw, path)
+}
+
+/// The keys of the DeepSeek-style experts (DeepseekV3Config's, Glm4MoeConfig's): routed and
+/// shared experts, group-limited top-k, the routed weights' factor, the dense layers before
+/// the first MoE layer, and the routing's method and scores.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct DeepseekMoeKeys {
+    n_routed_experts: Option<usize>,
+    n_shared_experts: Option<usize>,
+    n_group: Option<usize>,
+    topk_group: Option<usize>,
+    routed_scaling_factor: Option<f64>,
+    first_k_dense_replace: Option<usize>,
+    topk_method: Option<String>,
+    scoring_func: Option<String>,
 }
 
 fn layout(raw: &RawConfig) -> Layout {
@@ -276,9 +299,10 @@ pub(crate) fn deepseek_experts(
     path: &Path,
     defaults: DeepSeekDefaults,
 ) -> Result<Option<Experts>> {
+    let keys: DeepseekMoeKeys = raw.config.family_keys(path)?;
     for (key, value, implemented) in [
-        ("topk_method", raw.topk_method, "noaux_tc"),
-        ("scoring_func", raw.scoring_func, "sigmoid"),
+        ("topk_method", keys.topk_method.as_deref(), "noaux_tc"),
+        ("scoring_func", keys.scoring_func.as_deref(), "sigmoid"),
     ] {
         if let Some(other) = value.filter(|v| *v != implemented) {
             return Err(Error::checkpoint_problem(
@@ -287,12 +311,12 @@ pub(crate) fn deepseek_experts(
             ));
         }
     }
-    let count = raw
+    let count = keys
         .n_routed_experts
         .or(raw.num_local_experts)
         .unwrap_or(defaults.count);
-    let groups = raw.n_group.unwrap_or(defaults.groups);
-    let topk_group = raw.topk_group.unwrap_or(defaults.topk_group);
+    let groups = keys.n_group.unwrap_or(defaults.groups);
+    let topk_group = keys.topk_group.unwrap_or(defaults.topk_group);
     if groups == 0 || !count.is_multiple_of(groups) || topk_group == 0 || topk_group > groups {
         return Err(Error::checkpoint_problem(
             path,
@@ -313,13 +337,13 @@ pub(crate) fn deepseek_experts(
         ));
     }
     let scaling = crate::config::experts::f32_factor(
-        raw.routed_scaling_factor.unwrap_or(defaults.scaling),
+        keys.routed_scaling_factor.unwrap_or(defaults.scaling),
         "routed_scaling_factor",
         path,
     )?;
     let intermediate = raw.moe_intermediate_size.unwrap_or(defaults.intermediate);
-    let shared = raw.n_shared_experts.unwrap_or(defaults.shared);
-    let first_moe = raw.first_k_dense_replace.unwrap_or(defaults.first_dense);
+    let shared = keys.n_shared_experts.unwrap_or(defaults.shared);
+    let first_moe = keys.first_k_dense_replace.unwrap_or(defaults.first_dense);
     let shared_width = crate::config::experts::checked_size(
         shared,
         intermediate,

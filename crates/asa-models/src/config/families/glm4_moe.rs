@@ -17,12 +17,13 @@
 use std::path::Path;
 
 use super::deepseek_v3::{
-    deepseek_experts, deepseek_moe_gguf_keys, DeepSeekDefaults, GGUF_MOE_BLOCKS, GGUF_MOE_WHOLE,
-    GGUF_STACKED_EXPERTS,
+    deepseek_experts, deepseek_moe_gguf_keys, DeepSeekDefaults, DeepseekMoeKeys, GGUF_MOE_BLOCKS,
+    GGUF_MOE_WHOLE, GGUF_STACKED_EXPERTS,
 };
 use super::{llama, qwen3};
 use crate::config::experts::{DenseSizes, RawExperts};
 use crate::config::family::{Biases, Family, GgufRules, Ropes};
+use crate::config::raw::own_keys_readable;
 use crate::config::RawConfig;
 use crate::experts::Experts;
 use crate::gguf_config::{Dims, Meta, TensorFacts};
@@ -30,6 +31,7 @@ use asa_core::error::Result;
 
 pub(crate) const FAMILY: Family = Family {
     name: "glm4_moe",
+    keys: own_keys_readable::<DeepseekMoeKeys>,
     biases,
     norm_eps: rms_norm_eps,
     default_max_position_embeddings: 131072,

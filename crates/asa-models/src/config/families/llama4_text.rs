@@ -175,6 +175,8 @@ struct Llama4Keys {
     attn_temperature_tuning: Option<bool>,
     use_qk_norm: Option<bool>,
     intermediate_size_mlp: Option<usize>,
+    moe_layers: Option<Vec<usize>>,
+    interleave_moe_layer_step: Option<usize>,
 }
 
 /// Llama4TextConfig's `intermediate_size_mlp` (16384 by default).
@@ -288,14 +290,15 @@ fn temperature(
 /// every `interleave_moe_layer_step`-th layer (1) unless `moe_layers` lists them; a shared
 /// expert of the same size.
 fn experts(raw: &RawExperts, dense: DenseSizes, path: &Path) -> Result<Option<Experts>> {
-    let step = raw.interleave_moe_layer_step.unwrap_or(1);
+    let keys: Llama4Keys = raw.config.family_keys(path)?;
+    let step = keys.interleave_moe_layer_step.unwrap_or(1);
     if step == 0 {
         return Err(Error::checkpoint_problem(
             path,
             CheckpointProblem::out_of_range("interleave_moe_layer_step", 0, "at least 1"),
         ));
     }
-    let layers: Vec<usize> = match raw.moe_layers {
+    let layers: Vec<usize> = match keys.moe_layers.as_deref() {
         Some(listed) => {
             if let Some(bad) = listed.iter().find(|&&l| l >= dense.num_layers) {
                 let expected = format!("a layer below num_hidden_layers {}", dense.num_layers);
