@@ -53,6 +53,7 @@ FAMILIES = [
     "gemma3_like_1b", "gpt_oss", "olmo2",
     "olmo3", "phi3", "qwen3", "qwen3_moe", "qwen3_moe_like_30b", "gpt2", "gpt2_like_124m", "gpt_neox", "smollm3", "llama4_text", "deepseek_v3",
     "glm4_moe", "granitemoehybrid", "lfm2", "falcon_h1", "qwen3_next", "qwen3_next_like_80b",
+    "cohere2",
 ]
 
 # why the converter stops on a tiny checkpoint, beside its own last words
@@ -90,6 +91,9 @@ HUB_FORM = {
     "gpt2_like_124m": lambda c: c.setdefault("n_ctx", c["n_positions"]),
     # EleutherAI/pythia: rotary_pct
     "gpt_neox": lambda c: c.setdefault("rotary_pct", (c.get("rope_parameters") or {}).get("partial_rotary_factor", 1.0)),
+    # Cohere2's converter reads `rotary_pct`, which Cohere2Config has not (it rotates every
+    # dimension of a head): 1.0, the same model
+    "cohere2": lambda c: c.setdefault("rotary_pct", 1.0),
 }
 
 
@@ -140,7 +144,13 @@ def special_tokens_held(folder: Path) -> None:
         return
     unk, bos, eos = added[0], added[1], added[2]
     config = dict(unk_token=unk, bos_token=bos, eos_token=eos, pad_token=unk, mask_token=unk)
+    # CohereTokenizer adds `<SEP>` and `<CLS>` by default: its own `<unk>` instead
+    config.update({key: unk for key in MORE_SPECIAL.get(folder.name, [])})
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
+
+
+# tokenizer classes with more default special tokens than the others
+MORE_SPECIAL = {"cohere2": ["sep_token", "cls_token"]}
 
 
 # families whose converter reads the vocabulary from a SentencePiece tokenizer.model only

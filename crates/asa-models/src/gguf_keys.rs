@@ -72,6 +72,7 @@ const SOURCES: &[(&str, &[&str])] = &[
     ("residual_multiplier", &["residual_scale"]),
     ("attention_multiplier", &["attention.scale"]),
     ("logits_scaling", &["logit_scale"]),
+    ("logit_scale", &["logit_scale"]),
     ("interleave_moe_layer_step", &["interleave_moe_layer_step"]),
     ("full_attention_interval", &["full_attention_interval"]),
     ("attn_logit_softcapping", &["attn_logit_softcapping"]),

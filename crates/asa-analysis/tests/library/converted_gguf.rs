@@ -44,6 +44,7 @@ converted_gguf_tests! {
     qwen3_moe_like_30b_as_converted: "qwen3_moe_like_30b",
     qwen3_next_like_80b_as_converted: "qwen3_next_like_80b",
     gpt2_like_124m_as_converted: "gpt2_like_124m",
+    cohere2_as_converted: "cohere2",
 }
 
 /// Files that are another model than their checkpoint, where the converter leaves out what
@@ -181,4 +182,33 @@ fn gguf_embedding_and_head_rows_are_the_rows_of_the_whole_matrix() {
             assert!(!gguf.reads_rows("model.layers.0.mlp.up_proj.weight"));
         }
     }
+}
+
+/// A Cohere2 file without `cohere2.logit_scale` (which llama.cpp requires too) is refused
+/// naming the key; `attention.sliding_window_pattern`, where a file has it, sets which layers
+/// are sliding (and RoPE), the others global NoPE layers, as llama.cpp reads it.
+#[test]
+fn cohere2_files_need_their_logit_scale_and_follow_their_window_pattern() {
+    use candle_core::quantized::gguf_file::Value;
+    use candle_core::{DType, Device};
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tmp.path().join("converted")).unwrap();
+    let name = "converted/cohere2.gguf";
+    let without = crate::common::gguf_without(name, "cohere2.logit_scale", tmp.path());
+    let problem = crate::common::open_problem(&without);
+    assert_eq!(
+        (problem.name(), problem.key()),
+        ("missing_key", Some("cohere2.logit_scale")),
+        "{problem}"
+    );
+    let flags = [true, false, true, false].map(Value::Bool).to_vec();
+    let pattern = vec![(
+        "cohere2.attention.sliding_window_pattern",
+        Value::Array(flags),
+    )];
+    let path = crate::common::gguf_with_metadata(name, pattern, tmp.path());
+    let checkpoint = asa_models::Checkpoint::open(&path, &Device::Cpu, DType::F32).unwrap();
+    let config = &checkpoint.config;
+    assert_eq!(config.sliding_window.as_ref().unwrap().layers, [0, 2]);
+    assert_eq!(config.attention_layers.no_rope, [1, 3]);
 }

@@ -3,16 +3,25 @@
 //! the sliding-window layers only (three of every four by `sliding_window_pattern`, else
 //! `layer_types`; the full-attention layers are NoPE), head_dim = hidden / heads, tied
 //! embeddings and the logits times `logit_scale` (0.0625 by default).
+//!
+//! llama.cpp's `cohere2` GGUF files (`convert_hf_to_gguf.py` Cohere2Model,
+//! `src/models/cohere2.cpp`): Llama's tensor names without `ffn_norm` (one norm a layer),
+//! q and k as stored (RoPE type NORM: interleaved pairs, as Cohere's), no output matrix (tied),
+//! `logit_scale`, `attention.sliding_window`, `attention.layer_norm_epsilon`, and the
+//! sliding layers by `attention.sliding_window_pattern` where written (else three of every
+//! four, as llama.cpp reads it).
 
 use std::path::Path;
 
 use serde::Deserialize;
+use serde_json::{json, Value};
 
-use super::llama;
+use super::{gemma3, llama};
 use crate::attention_layers::AttentionLayers;
-use crate::config::family::Family;
+use crate::config::family::{Family, GgufRules};
 use crate::config::raw::own_keys_readable;
 use crate::config::RawConfig;
+use crate::gguf_config::{Dims, Meta, TensorFacts};
 use crate::layout::{Layout, NormKind};
 use crate::multipliers::Multipliers;
 use crate::sliding_window::{WindowLayers, WindowRule, WindowUse};
@@ -35,7 +44,7 @@ pub(crate) const FAMILY: Family = Family {
     },
     attention_layers,
     multipliers,
-    gguf: None,
+    gguf: Some(&GGUF),
     ..llama::FAMILY
 };
 
@@ -102,6 +111,26 @@ fn multipliers(raw: &RawConfig, path: &Path) -> Result<Multipliers> {
         logit_scale: Some(keys.logit_scale.unwrap_or(LOGIT_SCALE)),
         ..Multipliers::default()
     })
+}
+
+/// llama.cpp's `cohere2`: Llama's names, one norm a layer (`attn_norm`), nothing undone.
+const GGUF: GgufRules = GgufRules {
+    blocks: &[&[("ffn_norm", None)], llama::GGUF_BLOCKS],
+    config: gguf_config,
+    ..llama::gguf_rules("cohere2")
+};
+
+/// Cohere2Config's keys from the file: the LayerNorm's epsilon, `logit_scale` (which
+/// llama.cpp requires too), and the sliding layers where `attention.sliding_window_pattern`
+/// says.
+fn gguf_config(meta: &Meta, _: &TensorFacts, d: &Dims, raw: &mut Value) -> Result<()> {
+    raw["layer_norm_eps"] = json!(d.eps);
+    let scale = meta.opt_f64_key("logit_scale")?.ok_or_else(|| {
+        let problem = CheckpointProblem::missing_key(meta.key("logit_scale"));
+        Error::checkpoint_problem(meta.path, problem)
+    })?;
+    raw["logit_scale"] = json!(scale);
+    gemma3::gguf_layer_types(meta, raw)
 }
 
 #[cfg(test)]
