@@ -514,6 +514,7 @@ fn a_familys_own_key_of_the_wrong_type_is_named() {
         ("falcon_h1", "mamba_n_heads", serde_json::json!(-2)),
         ("falcon_h1", "ssm_multipliers", serde_json::json!("x")),
         ("deepseek_v3", "n_group", serde_json::json!("x")),
+        ("deepseek_v3", "kv_lora_rank", serde_json::json!(-5)),
         ("glm4_moe", "topk_method", serde_json::json!(3)),
         ("llama4_text", "moe_layers", serde_json::json!("x")),
     ] {

@@ -72,11 +72,6 @@ pub struct RawConfig {
     /// Llama 4: the temperature tuning's scales (read by the scale checks too).
     pub floor_scale: Option<f64>,
     pub attn_scale: Option<f64>,
-    /// Multi-head latent attention's ranks (DeepSeek-V3; GGUF names them too): `q_lora_rank`
-    /// null is one `q_proj`.
-    #[serde(default, deserialize_with = "present")]
-    pub q_lora_rank: Option<Value>,
-    pub kv_lora_rank: Option<usize>,
     pub attention_variant: Option<String>,
     pub affine_scaled: Option<RawAffine>,
     pub scale_invariant: Option<RawScaleInvariant>,

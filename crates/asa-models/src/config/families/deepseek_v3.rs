@@ -24,7 +24,7 @@ use serde_json::Value;
 use super::llama;
 use crate::config::experts::{DenseSizes, RawExperts};
 use crate::config::family::{Assembled, Biases, Family, GgufRules, NameTable, Ropes};
-use crate::config::raw::own_keys_readable;
+use crate::config::raw::{own_keys_readable, present};
 use crate::config::{float_field, positive_or_null, RawConfig};
 use crate::experts::{ExpertNames, Experts};
 use crate::gguf_config::{metadata_bool, Dims, Meta, TensorFacts};
@@ -142,11 +142,14 @@ fn rms_norm_eps(raw: &RawConfig) -> f64 {
     raw.rms_norm_eps.unwrap_or(1e-6)
 }
 
-/// The keys only DeepseekV3Config has (of those the GGUF reader does not name): multi-head
-/// latent attention's head sizes and its RoPE pairs.
+/// The keys only DeepseekV3Config has: multi-head latent attention's ranks (`q_lora_rank`
+/// null is one `q_proj`), head sizes and RoPE pairs.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 struct DeepseekKeys {
+    #[serde(deserialize_with = "present")]
+    q_lora_rank: Option<Value>,
+    kv_lora_rank: Option<usize>,
     qk_nope_head_dim: Option<usize>,
     qk_rope_head_dim: Option<usize>,
     v_head_dim: Option<usize>,
@@ -194,9 +197,9 @@ fn rope(raw: &RawConfig, path: &Path, rope_dim: usize) -> Result<Ropes> {
 
 /// DeepseekV3Config's defaults: q rank 1536, kv rank 512, nope 128, rope 64, v 128.
 fn latent(raw: &RawConfig, path: &Path) -> Result<Option<LatentShape>> {
-    let q_rank = positive_or_null(raw.q_lora_rank.as_ref(), "q_lora_rank", Some(1536), path)?;
-    let kv_rank = raw.kv_lora_rank.unwrap_or(512);
     let keys: DeepseekKeys = raw.family_keys(path)?;
+    let q_rank = positive_or_null(keys.q_lora_rank.as_ref(), "q_lora_rank", Some(1536), path)?;
+    let kv_rank = keys.kv_lora_rank.unwrap_or(512);
     let nope_dim = keys.qk_nope_head_dim.unwrap_or(128);
     let rope_dim = keys.qk_rope_head_dim.unwrap_or(64);
     let v_dim = keys.v_head_dim.unwrap_or(128);
