@@ -499,7 +499,7 @@ fn scales_a_config_implies_are_checked_once_whatever_the_file() {
 
 /// A family's own key of the wrong type is refused naming it, whichever family's struct
 /// reads it (LFM2's, Qwen3-Next's, Granite's, the Mamba-2 layers' of Falcon-H1, the
-/// DeepSeek-style experts' of DeepSeek-V3 and GLM-4.5, Llama 4's).
+/// DeepSeek-style experts' of DeepSeek-V3 and GLM-4.5, Llama 4's, Gemma's, GPT-2's).
 #[test]
 fn a_familys_own_key_of_the_wrong_type_is_named() {
     let tmp = tempfile::tempdir().unwrap();
@@ -517,6 +517,8 @@ fn a_familys_own_key_of_the_wrong_type_is_named() {
         ("deepseek_v3", "kv_lora_rank", serde_json::json!(-5)),
         ("glm4_moe", "topk_method", serde_json::json!(3)),
         ("llama4_text", "moe_layers", serde_json::json!("x")),
+        ("gemma2", "hidden_activation", serde_json::json!(3)),
+        ("gpt2", "layer_norm_epsilon", serde_json::json!("x")),
     ] {
         let dir = tmp.path().join(format!("{fixture}_{key}"));
         copy_fixture(fixture, &dir);

@@ -43,8 +43,6 @@ pub struct RawConfig {
     pub max_window_layers: Option<usize>,
     /// The pretraining length outside the rope parameters (Phi-3), preferred by YaRN.
     pub original_max_position_embeddings: Option<usize>,
-    /// Gemma's MLP activation (its scale and soft-caps are `families::gemma2`'s own keys).
-    pub hidden_activation: Option<String>,
     /// Gemma's bidirectional (non-causal) attention, which the kernels do not compute.
     pub use_bidirectional_attention: Option<bool>,
     /// How the weights are quantized (only GPT-OSS's MXFP4 experts are read).
@@ -57,8 +55,6 @@ pub struct RawConfig {
     pub num_experts_per_tok: Option<usize>,
     pub norm_topk_prob: Option<bool>,
     pub moe_intermediate_size: Option<usize>,
-    /// GPT-2's name of the norm epsilon.
-    pub layer_norm_epsilon: Option<f64>,
     /// GPT-NeoX's legacy names of `partial_rotary_factor` and `rope_theta`.
     pub rotary_pct: Option<f64>,
     pub rotary_emb_base: Option<f64>,

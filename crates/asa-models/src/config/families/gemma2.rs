@@ -52,10 +52,12 @@ pub(crate) const GGUF_SANDWICH_NORMS: NameTable = &[
     ("post_ffw_norm", Some("post_feedforward_layernorm")),
 ];
 
-/// `hidden_activation`, else `hidden_act`.
+/// `hidden_activation` (a string, or absent or null: resolution has read [`GemmaKeys`]),
+/// else `hidden_act`.
 pub(crate) fn hidden_activation(raw: &RawConfig) -> Option<&str> {
-    raw.hidden_activation
-        .as_deref()
+    raw.json
+        .get("hidden_activation")
+        .and_then(Value::as_str)
         .or(raw.hidden_act.as_deref())
 }
 
@@ -114,12 +116,13 @@ pub(crate) fn gemma_gguf_config(
     Ok(())
 }
 
-/// The keys only the Gemma config classes have: the attention scale, and the soft-caps of
-/// the attention logits and of the final logits (`null`: none, apart from absent: the
-/// class's default).
+/// The keys only the Gemma config classes have: the MLP's activation, the attention scale,
+/// and the soft-caps of the attention logits and of the final logits (`null`: none, apart
+/// from absent: the class's default).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub(crate) struct GemmaKeys {
+    hidden_activation: Option<String>,
     query_pre_attn_scalar: Option<f64>,
     #[serde(deserialize_with = "present")]
     attn_logit_softcapping: Option<Value>,

@@ -75,11 +75,13 @@ pub(crate) const GGUF: GgufRules = GgufRules {
 /// The final LayerNorm's bias (GPT-2, GPT-NeoX), as llama.cpp names it.
 pub(crate) const GGUF_NORM_BIAS: NameTable = &[("output_norm.bias", Some("model.norm.bias"))];
 
-/// The keys only GPT2Config has: the MLP activation and the attention options.
+/// The keys only GPT2Config has: the MLP activation, the norm epsilon's name and the
+/// attention options.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 struct Gpt2Keys {
     activation_function: Option<String>,
+    layer_norm_epsilon: Option<f64>,
     scale_attn_weights: Option<bool>,
     scale_attn_by_inverse_layer_idx: Option<bool>,
     reorder_and_upcast_attn: Option<bool>,
@@ -121,7 +123,7 @@ fn all_biases(_: &RawConfig) -> Biases {
 }
 
 fn layer_norm_epsilon(raw: &RawConfig) -> f64 {
-    raw.layer_norm_epsilon.unwrap_or(1e-5)
+    raw.own::<Gpt2Keys>().layer_norm_epsilon.unwrap_or(1e-5)
 }
 
 fn layout(_: &RawConfig) -> Layout {
