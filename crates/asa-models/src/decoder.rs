@@ -1,4 +1,4 @@
-//! The decoder stack every family of `config/families/` runs (22 of them): embeddings, layers
+//! The decoder stack every family of `config/families/` runs: embeddings, layers
 //! of a token mixer (attention, or a hybrid's Gated DeltaNet, Mamba-2 or short convolution,
 //! or attention and Mamba-2 side by side) and an MLP or experts, with the norms, residual
 //! order and multipliers the family's layout gives, then the final norm and the
