@@ -119,13 +119,18 @@ const CHECKS_OF_THE_TESTS: [&str; 2] = [
     "logs.rs: every_fixture_case_has_a_test",
 ];
 
-/// The top-level functions of `source`: (name, whether it is a `#[test]`, its text up to the
-/// next one).
+/// The top-level functions of `source`, and the tests a `macro_rules!` writes (`fn $name`,
+/// named so): (name, whether it is a `#[test]`, its text up to the next one).
 fn functions(source: &str) -> Vec<(String, bool, String)> {
     let starts: Vec<usize> = source
         .match_indices('\n')
         .map(|(i, _)| i + 1)
-        .filter(|&i| source[i..].starts_with("fn ") || source[i..].starts_with("pub fn "))
+        .filter(|&i| {
+            let line = &source[i..];
+            line.starts_with("fn ")
+                || line.starts_with("pub fn ")
+                || line.trim_start().starts_with("fn $")
+        })
         .collect();
     starts
         .iter()
@@ -134,18 +139,20 @@ fn functions(source: &str) -> Vec<(String, bool, String)> {
             let end = starts.get(k + 1).copied().unwrap_or(source.len());
             let text = &source[at..end];
             let name = text
+                .trim_start()
                 .trim_start_matches("pub ")
                 .trim_start_matches("fn ")
-                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
                 .next()
                 .unwrap_or_default()
                 .to_string();
-            // the attributes and doc comments right above it
+            // the attributes and doc comments right above it (a macro's repeated docs too)
             let is_test = source[..at]
                 .lines()
                 .rev()
-                .take_while(|l| l.starts_with("#[") || l.starts_with("//"))
-                .any(|l| l.trim() == "#[test]");
+                .map(str::trim)
+                .take_while(|l| l.starts_with("#[") || l.starts_with("//") || l.starts_with("$("))
+                .any(|l| l == "#[test]");
             (name, is_test, text.to_string())
         })
         .collect()
@@ -207,16 +214,20 @@ fn the_binarys_tests_run_the_binary() {
 
 #[test]
 fn the_checker_finds_a_library_test_among_the_binarys() {
+    // a test calling a helper that runs the binary, a library test under two attributes,
+    // and a test a macro writes
     let source = "use x;\n\n#[test]\nfn runs() {\n    helper();\n}\n\nfn helper() {\n    \
-                  run_cli(dir, &[]);\n}\n\n#[test]\n#[ignore]\nfn library() {\n    \
-                  Checkpoint::open(dir);\n}\n";
+                  run_cli(dir, &[]);\n}\n\n#[test]\n#[should_panic]\nfn library() {\n    \
+                  Checkpoint::open(dir);\n}\n\nmacro_rules! cases {\n    ($($name:ident),*) \
+                  => {$(\n        #[test]\n        fn $name() {\n            \
+                  Checkpoint::open(dir);\n        }\n    )*};\n}\n";
     let functions = functions(source);
     let tests: Vec<&str> = functions
         .iter()
         .filter(|f| f.1)
         .map(|f| f.0.as_str())
         .collect();
-    assert_eq!(tests, ["runs", "library"]);
+    assert_eq!(tests, ["runs", "library", "$name"]);
     assert_eq!(running(&functions, &[]), ["helper", "runs"]);
 }
 
