@@ -5,7 +5,7 @@
 # at target-gpu/lib-tests-*.xz (both built elsewhere by benches/pack_gpu.sh); writes reports to
 # ${OUT:-/tmp/gpu_out}.
 #
-#   bash benches/gpu_session.sh [unit] [verify] [bench] [long] [probe]
+#   bash benches/gpu_session.sh [unit] [verify] [bench] [long] [probe] [kernels] [capture]
 #
 # unit:   the cuda feature's unit tests (CUDA kernels against the CPU row pass).
 # verify: benches/gpu_verify.py on every fixture (CPU f32 vs CUDA f32 / bf16).
@@ -16,6 +16,13 @@
 # probe:  asa-analyze alone on the same case with other settings (what the time goes to).
 # kernels: GPU time per kernel (Nsight Compute, clocks as in a plain run) of asa-analyze on
 #         NSEQ x 1024 tokens (NSEQ=2 unless set), one batch.
+# capture: `asa.capture` on the GPU (the Python package, polars and transformers unpacked from
+#         target-gpu-python/site.tar.xz, packed by benches/pack_python.sh; needs no
+#         target-gpu): the torch path's tests on cuda against their float64 references and
+#         the CPU tiles (python/tests/test_capture.py with ASA_TEST_DEVICE=cuda), then a
+#         Llama-3.2-1B-shaped transformers model at 4,096 tokens, bf16, every default metric,
+#         beside the same forward with SDPA and with FlashAttention 2 (where installed), and
+#         the SmolLM2 shape at 32,768 tokens beside SDPA (benches/capture.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_out}
@@ -27,10 +34,12 @@ unpack() {
     python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$1" "$2"
     chmod +x "$2"
 }
-unpack target-gpu/asa-analyze.xz "$ASA"
+[ ! -f target-gpu/asa-analyze.xz ] || unpack target-gpu/asa-analyze.xz "$ASA"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 echo "binaries built at commit $(cat target-gpu/COMMIT 2>/dev/null || echo unknown)" | tee -a "$OUT/gpu.txt"
-steps=${*:-unit verify bench long probe}
+echo "python package built at $(cat target-gpu-python/COMMIT 2>/dev/null || echo unknown)" | tee -a "$OUT/gpu.txt"
+# every step but kernels by default (capture where its pack was carried)
+steps=${*:-unit verify bench long probe $([ ! -f target-gpu-python/site.tar.xz ] || echo capture)}
 CORE=first_token,weight_sum,entropy,head_total,nll
 summary() {
     python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results']; print(json.dumps({k: {m: v for m, v in x.items() if m in ('wall_s','inner_s','seconds','peak_gpu_gib','error')} for k, x in r.items() if isinstance(x, dict) and 'wall_s' in x}))" "$1" | tee -a "$OUT/bench.txt"
@@ -93,6 +102,20 @@ for step in $steps; do
             --metrics first_token,weight_sum,entropy,head_total,nll 2>&1 >/dev/null | tee -a "$OUT/probe.txt"
         python3 benches/transformers_way.py --model /tmp/b1 --ids $ids --device cuda --dtype bfloat16 --batch-size 10 \
             --mode sdpa --warmup 1 | tee -a "$OUT/probe.txt"
+        ;;
+    capture)
+        mkdir -p /tmp/site
+        python3 -c "import lzma, sys, tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1])).extractall(sys.argv[2])" \
+            target-gpu-python/site.tar.xz /tmp/site
+        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+        ASA_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider python/tests/test_capture.py -k torch 2>&1 |
+            tee "$OUT/capture_tests.txt" | tail -15 || echo "CAPTURE TESTS FAILED"
+        python3 benches/capture.py --device cuda --shape 1b --tokens 4096 --dtype bfloat16 \
+            --configs sdpa flash capture | tee "$OUT/capture_bench.txt"
+        # the 32k case stops after CAPTURE_LONG_S seconds (240 unless set), leaving the rest its time
+        timeout "${CAPTURE_LONG_S:-240}" python3 benches/capture.py --device cuda --shape smollm2 --tokens 32768 \
+            --dtype bfloat16 --configs sdpa capture | tee -a "$OUT/capture_bench.txt" ||
+            echo "SmolLM2 shape at 32k: stopped after ${CAPTURE_LONG_S:-240} s" | tee -a "$OUT/capture_bench.txt"
         ;;
     kernels)
         needs_model

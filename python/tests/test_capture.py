@@ -13,6 +13,7 @@ from its own forward pass.
 """
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,9 @@ import asa_analyze as asa  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURE = ROOT / "tests" / "fixtures" / "capture"
 MODELS = ROOT / "tests" / "fixtures" / "models"
+# where the torch path's forward passes run: ASA_TEST_DEVICE=cuda runs the torch-path tests
+# on a GPU (benches/gpu_session.sh capture); the tiles run on the CPU whatever it says
+DEVICE = torch.device(os.environ.get("ASA_TEST_DEVICE", "cpu"))
 FIVE = ["first_token", "entropy", "weight_sum", "max_logit", "key_received"]
 # every metric an attention call gives (analyze's set without nll, with block_map)
 FAMILY_METRICS = [
@@ -71,7 +75,12 @@ def assert_same_tables(got, want, what, skip=("tokens",), noise=1.0):
                 assert have[column].to_list() == frame[column].to_list(), (what, table, column)
 
 
-def load(folder, kind="lm", **kwargs):
+def on(path):
+    """Where a path's forward passes run: the torch path's on DEVICE, the tiles' on the CPU."""
+    return DEVICE if path == "torch" else torch.device("cpu")
+
+
+def load(folder, kind="lm", device="cpu", **kwargs):
     from transformers import AutoModel, AutoModelForCausalLM
 
     cls = AutoModelForCausalLM if kind == "lm" else AutoModel
@@ -79,15 +88,16 @@ def load(folder, kind="lm", **kwargs):
         model = cls.from_pretrained(folder, experts_implementation="eager", **kwargs)
     except (TypeError, ValueError):
         model = cls.from_pretrained(folder, **kwargs)
-    return model.eval()
+    return model.to(device).eval()
 
 
 def forward(model, ref, **kwargs):
-    """The model's output on the reference's inputs: logits, or last hidden states."""
-    inputs = {k: torch.tensor(v) for k, v in ref["inputs"].items()}
+    """The model's output on the reference's inputs (on the model's device): logits, or last
+    hidden states, on the CPU."""
+    inputs = {k: torch.tensor(v, device=model.device) for k, v in ref["inputs"].items()}
     if ref["kind"] == "lm":
-        return model(**inputs, use_cache=False, **kwargs).logits
-    return model(**inputs, **kwargs).last_hidden_state
+        return model(**inputs, use_cache=False, **kwargs).logits.cpu()
+    return model(**inputs, **kwargs).last_hidden_state.cpu()
 
 
 def test_there_are_architectures_to_check():
@@ -100,13 +110,12 @@ def test_capture_matches_transformers_float64_eager_attention(name, path):
     # both paths: the Rust tiles on CPU tensors, and torch's query blocks (what a GPU runs)
     folder = CAPTURE / name
     ref = json.loads((folder / "reference.json").read_text())
-    model = load(folder, ref["kind"])
+    model = load(folder, ref["kind"], on(path))
     with torch.no_grad(), asa.capture(model, metrics=FIVE, label=name, path=path) as cap:
         logits = forward(model, ref)
     # the model's outputs through the backend are SDPA's (f32 tolerance)
     close(logits.reshape(-1)[:: ref["logits_stride"]].numpy(), ref["logits_sdpa_f32"], f"{name} logits", atol=1e-4)
     res = cap.result()
-    att, recv = res.attention, res.key_received
     assert model.config._attn_implementation == "sdpa", "the implementation is restored after the block"
     record = res.run["models"][0]
     assert record["architecture"] == ref["model_class"] and record["capture"]["model_class"] == ref["model_class"]
@@ -156,10 +165,10 @@ def test_both_stacks_of_a_vlm_are_captured_apart_in_one_forward(path, tmp_path):
 
     folder = CAPTURE / "llava"
     ref = json.loads((folder / "reference.json").read_text())
-    model = AutoModelForImageTextToText.from_pretrained(folder).eval()
-    inputs = {k: torch.tensor(v) for k, v in ref["inputs"].items()}
+    model = AutoModelForImageTextToText.from_pretrained(folder).to(on(path)).eval()
+    inputs = {k: torch.tensor(v, device=model.device) for k, v in ref["inputs"].items()}
     with torch.no_grad(), asa.capture(model, metrics=FIVE, path=path) as cap:
-        logits = model(**inputs, use_cache=False).logits
+        logits = model(**inputs, use_cache=False).logits.cpu()
     close(logits.reshape(-1)[:: ref["logits_stride"]].numpy(), ref["logits_sdpa_f32"], "llava logits", atol=1e-4)
     res = cap.result()
     records = res.run["models"]
@@ -203,7 +212,7 @@ def test_a_padded_batch_matches_transformers_float64_eager_attention(name, path)
     # the model's outputs are SDPA's at every position, padded ones included
     folder = CAPTURE / name
     ref = json.loads((folder / "padded.json").read_text())
-    model = load(folder, ref["kind"])
+    model = load(folder, ref["kind"], on(path))
     with torch.no_grad(), asa.capture(model, metrics=FIVE, label=name, path=path) as cap:
         logits = forward(model, ref)
     close(logits.reshape(-1)[:: ref["logits_stride"]].numpy(), ref["logits_sdpa_f32"], f"{name} logits", atol=1e-4)
@@ -239,7 +248,7 @@ def test_passes_of_different_lengths_pool_as_one_padded_batch():
 def test_a_bf16_model_is_captured_within_bf16_tolerance(name, path):
     # SPEC's bf16 tolerance (atol 1e-2, rtol 2e-2) against the float64 reference
     ref = json.loads((CAPTURE / name / "reference.json").read_text())
-    model = load(CAPTURE / name, ref["kind"], dtype=torch.bfloat16)
+    model = load(CAPTURE / name, ref["kind"], on(path), dtype=torch.bfloat16)
     with torch.no_grad(), asa.capture(model, metrics=FIVE, path=path) as cap:
         forward(model, ref)
     res = cap.result()
@@ -304,11 +313,11 @@ def test_the_torch_path_gives_the_tables_of_the_tiles(family, block_logits, monk
         monkeypatch.setattr("asa_analyze._torch_blocks.BLOCK_LOGITS", block_logits)
     folder = MODELS / family
     ids = torch.tensor(family_ids(64))
-    model = load(folder, dtype=torch.float32)
     results, logits = {}, {}
     for path in ("tiles", "torch"):
+        model = load(folder, device=on(path), dtype=torch.float32)
         with torch.no_grad(), asa.capture(model, metrics=FAMILY_METRICS, path=path) as cap:
-            logits[path] = model(input_ids=ids, use_cache=False).logits.numpy()
+            logits[path] = model(input_ids=ids.to(model.device), use_cache=False).logits.cpu().numpy()
         results[path] = cap.result()
     close(logits["torch"], logits["tiles"], f"{family} logits", atol=1e-5)
     kernels = results["torch"].run["models"][0]["kernels"]
