@@ -61,7 +61,7 @@ def one(kind, tokens, dtype, repeat, shape="smollm2", device="cpu", metrics=None
     options = {} if metrics is None else {"metrics": metrics}
     best = float("inf")
     for k in range(repeat + 1):
-        if gpu and k == min(1, repeat):
+        if gpu and k == min(1, repeat):  # the peak of the timed forwards only
             torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
         with torch.no_grad():

@@ -2,10 +2,11 @@
 # Builds the Python package's wheel on a machine without a GPU and packs it, with the polars
 # it needs and the transformers its tests' fixtures were made with (the GPU machine's image
 # has torch, an older transformers, numpy and pytest, no polars, and no internet), into
-# target-gpu-python/site.tar.xz: what `benches/gpu_session.sh capture`
-# unpacks there as a site folder. The shared objects are stripped and the whole xz-compressed
-# (about 50 MB with polars 2.1 and transformers 5.24; target-gpu is 28 MB, and a device call carries 64 MiB at most: one
-# call carries target-gpu-python and runs the capture step, another target-gpu and the rest).
+# target-gpu-python/site.tar.xz: what `benches/gpu_session.sh capture` unpacks there as a
+# site folder. The shared objects are stripped and the whole xz-compressed: 46 MB with
+# polars 2.1 and transformers 5.24. With target-gpu's 28 MB that is more than one device
+# call carries (64 MiB): one call carries target-gpu-python and runs the capture step,
+# another target-gpu and the rest.
 #
 #   PYTHON=/path/to/venv/bin/python bash benches/pack_python.sh
 #

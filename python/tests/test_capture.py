@@ -313,9 +313,10 @@ def test_the_torch_path_gives_the_tables_of_the_tiles(family, block_logits, monk
         monkeypatch.setattr("asa_analyze._torch_blocks.BLOCK_LOGITS", block_logits)
     folder = MODELS / family
     ids = torch.tensor(family_ids(64))
+    model = load(folder, dtype=torch.float32)
     results, logits = {}, {}
     for path in ("tiles", "torch"):
-        model = load(folder, device=on(path), dtype=torch.float32)
+        model.to(on(path))
         with torch.no_grad(), asa.capture(model, metrics=FAMILY_METRICS, path=path) as cap:
             logits[path] = model(input_ids=ids.to(model.device), use_cache=False).logits.cpu().numpy()
         results[path] = cap.result()
